@@ -1,0 +1,73 @@
+// Architecture description of a Llama-family decoder, parsed from a Hugging Face config.json or
+// derived from a llama2.c checkpoint header.
+//
+// Supported model_type values: llama (Llama 2/3, SmolLM), mistral, qwen2. RoPE scaling is read from
+// both the `rope_scaling` object and the newer `rope_parameters` layout (types default, linear,
+// llama3). Value type; thread-safe to copy and read.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvwb::core {
+
+// How RoPE pairs the dimensions of one head: HF rotates the two halves (i, i + d/2); Meta and
+// llama2.c checkpoints rotate interleaved pairs (2i, 2i + 1).
+enum class RopeLayout { RotateHalf, Interleaved };
+
+struct RopeScaling
+{
+    std::string type = "default"; // default | linear | llama3
+    double factor = 1.0;
+    double lowFreqFactor = 1.0;              // llama3 only
+    double highFreqFactor = 4.0;             // llama3 only
+    int originalMaxPositionEmbeddings = 8192; // llama3 only
+};
+
+struct ModelConfig
+{
+    std::string architecture; // e.g. LlamaForCausalLM, Qwen2ForCausalLM, Llama2c
+    std::string modelType;    // llama | mistral | qwen2 | llama2c
+    int hiddenSize = 0;
+    int intermediateSize = 0;
+    int numLayers = 0;
+    int numHeads = 0;
+    int numKvHeads = 0;
+    int headDim = 0; // defaults to hiddenSize / numHeads when config.json has no head_dim
+    int vocabSize = 0;
+    int maxPositionEmbeddings = 0;
+    double rmsNormEps = 1e-5;
+    double ropeTheta = 10000.0;
+    RopeScaling ropeScaling;
+    RopeLayout ropeLayout = RopeLayout::RotateHalf;
+    bool tieWordEmbeddings = false;
+    bool qkvBias = false; // q/k/v projections carry a bias (Qwen2 always; Llama attention_bias)
+    bool oBias = false;   // o_proj carries a bias (Llama attention_bias only)
+    bool mlpBias = false;
+    std::optional<int> bosTokenId;
+    std::vector<int> eosTokenIds;
+    std::string torchDtype; // as written in config.json, informational
+
+    // Parse config.json. Error(Io) if unreadable, Error(Format) if not JSON, Error(Config) naming
+    // the field for missing/invalid fields, Error(Unsupported) for unknown model_type/architecture.
+    static ModelConfig fromHfJsonFile(const std::filesystem::path &configJson);
+    static ModelConfig fromHfJsonText(std::string_view text, const std::string &sourceName);
+    // Serialise back to an HF config.json that fromHfJsonText reads to an equal config.
+    std::string toHfJson() const;
+
+    // Error(Config) naming `source` and the field when dimensions are inconsistent.
+    void validate(const std::string &source) const;
+
+    // RoPE inverse frequencies after scaling, [headDim / 2]; theta_i = pos * invFreq[i].
+    std::vector<double> ropeInvFreq() const;
+
+    int64_t parameterCount() const;
+    // K and V bytes per token over all layers for the given element size.
+    int64_t kvBytesPerToken(int bytesPerElement) const;
+};
+
+} // namespace kvwb::core

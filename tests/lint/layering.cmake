@@ -1,0 +1,32 @@
+# Layering lint (DESIGN.md): torch/ATen/c10 only in gpu/ sources; no Qt in core/ or gpu/;
+# no torch in any header of gpu/ except the precompiled header; ui/ never includes gpu/.
+file(GLOB_RECURSE FILES RELATIVE ${SOURCE_DIR}
+  ${SOURCE_DIR}/core/*.h ${SOURCE_DIR}/core/*.cpp ${SOURCE_DIR}/gpu/*.h ${SOURCE_DIR}/gpu/*.cpp
+  ${SOURCE_DIR}/ui/*.h ${SOURCE_DIR}/ui/*.cpp ${SOURCE_DIR}/app/*.h ${SOURCE_DIR}/app/*.cpp
+  ${SOURCE_DIR}/tests/*.h ${SOURCE_DIR}/tests/*.cpp)
+set(FAULTS "")
+foreach(f ${FILES})
+  file(STRINGS ${SOURCE_DIR}/${f} LINES REGEX "^[ \t]*#[ \t]*include")
+  foreach(line ${LINES})
+    if(line MATCHES "[<\"](torch|ATen|c10)/")
+      if(NOT f MATCHES "^gpu/.*\\.cpp$" AND NOT f STREQUAL "gpu/torch_pch.h")
+        list(APPEND FAULTS "${f}: torch include outside gpu/*.cpp: ${line}")
+      endif()
+    endif()
+    if(line MATCHES "<Q[A-Za-z]+(/|>)" AND f MATCHES "^(core|gpu)/")
+      list(APPEND FAULTS "${f}: Qt include in ${CMAKE_MATCH_0} layer: ${line}")
+    endif()
+    if(line MATCHES "[<\"]gpu/" AND f MATCHES "^(core|ui)/")
+      list(APPEND FAULTS "${f}: includes gpu/ from a layer that must not: ${line}")
+    endif()
+    if(line MATCHES "[<\"](ui|app)/" AND f MATCHES "^(core|gpu)/")
+      list(APPEND FAULTS "${f}: includes ui/ or app/ from a lower layer: ${line}")
+    endif()
+  endforeach()
+endforeach()
+if(FAULTS)
+  list(JOIN FAULTS "\n" MSG)
+  message(FATAL_ERROR "layering violations:\n${MSG}")
+endif()
+list(LENGTH FILES N)
+message(STATUS "layering: ${N} files clean")
