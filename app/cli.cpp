@@ -1,0 +1,499 @@
+#include "app/cli.h"
+
+#include "core/checkpoint.h"
+#include "core/error.h"
+#include "core/memory_estimate.h"
+#include "core/random_model.h"
+#include "core/tokenizer.h"
+#include "gpu/device.h"
+#include "gpu/model.h"
+
+#include <QCommandLineParser>
+#include <QFile>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+namespace kvwb::app {
+
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Thrown for bad usage; exit code 2.
+struct UsageError
+{
+    std::string message;
+};
+
+std::string str(const QString &s) { return s.toStdString(); }
+
+QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const QString &description,
+                          const QString &positional = {}, const QString &positionalHelp = {})
+{
+    p.setApplicationDescription(description);
+    p.addHelpOption();
+    if (!positional.isEmpty())
+        p.addPositionalArgument(positional, positionalHelp);
+    if (!p.parse(args))
+        throw UsageError{str(p.errorText())};
+    if (p.isSet("help")) {
+        std::fputs(qPrintable(p.helpText()), stdout);
+        throw 0; // handled: exit 0
+    }
+    return p;
+}
+
+int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min = INT32_MIN)
+{
+    if (!p.isSet(name))
+        return fallback;
+    bool ok = false;
+    const int v = p.value(name).toInt(&ok);
+    if (!ok || v < min)
+        throw UsageError{fmt::format("--{} expects an integer >= {}, got '{}'", str(name), min, str(p.value(name)))};
+    return v;
+}
+
+double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min, double max)
+{
+    if (!p.isSet(name))
+        return fallback;
+    bool ok = false;
+    const double v = p.value(name).toDouble(&ok);
+    if (!ok || v < min || v > max)
+        throw UsageError{
+            fmt::format("--{} expects a number in [{}, {}], got '{}'", str(name), min, max, str(p.value(name)))};
+    return v;
+}
+
+std::vector<int> parseIdList(const QString &text, const char *flag)
+{
+    std::vector<int> ids;
+    for (const QString &part : text.split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int v = part.trimmed().toInt(&ok);
+        if (!ok || v < 0)
+            throw UsageError{fmt::format("{} expects comma-separated non-negative integers, got '{}'", flag, str(part))};
+        ids.push_back(v);
+    }
+    if (ids.empty())
+        throw UsageError{fmt::format("{} is empty", flag)};
+    return ids;
+}
+
+std::string readTextFile(const QString &path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly))
+        throw core::Error(core::ErrorCode::Io, fmt::format("{}: cannot read: {}", str(path), str(f.errorString())));
+    return f.readAll().toStdString();
+}
+
+gpu::LoadOptions loadOptions(const QCommandLineParser &p)
+{
+    gpu::LoadOptions o;
+    if (p.isSet("device")) {
+        auto d = gpu::parseDevice(str(p.value("device")));
+        if (!d)
+            throw UsageError{"--device expects cpu or cuda, got '" + str(p.value("device")) + "'"};
+        o.device = *d;
+    }
+    if (p.isSet("dtype")) {
+        auto t = gpu::parseComputeType(str(p.value("dtype")));
+        if (!t)
+            throw UsageError{"--dtype expects f32, bf16 or f16, got '" + str(p.value("dtype")) + "'"};
+        o.dtype = *t;
+    }
+    o.threads = intOption(p, "threads", 0, 0);
+    return o;
+}
+
+void addEngineOptions(QCommandLineParser &p)
+{
+    p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
+    p.addOption({"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"});
+    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+}
+
+const char *ropeLayoutName(core::RopeLayout l)
+{
+    return l == core::RopeLayout::Interleaved ? "interleaved" : "rotate_half";
+}
+
+json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokenizerPath)
+{
+    const auto &c = ck.config();
+    json rope = {{"theta", c.ropeTheta}, {"layout", ropeLayoutName(c.ropeLayout)}, {"scaling", c.ropeScaling.type}};
+    if (c.ropeScaling.type != "default") {
+        rope["factor"] = c.ropeScaling.factor;
+        if (c.ropeScaling.type == "llama3") {
+            rope["low_freq_factor"] = c.ropeScaling.lowFreqFactor;
+            rope["high_freq_factor"] = c.ropeScaling.highFreqFactor;
+            rope["original_max_position_embeddings"] = c.ropeScaling.originalMaxPositionEmbeddings;
+        }
+    }
+    json j = {{"path", ck.path().string()},
+              {"format", core::checkpointFormatName(ck.format())},
+              {"architecture", c.architecture},
+              {"model_type", c.modelType},
+              {"layers", c.numLayers},
+              {"hidden_size", c.hiddenSize},
+              {"intermediate_size", c.intermediateSize},
+              {"heads", c.numHeads},
+              {"kv_heads", c.numKvHeads},
+              {"head_dim", c.headDim},
+              {"vocab", c.vocabSize},
+              {"context", c.maxPositionEmbeddings},
+              {"parameters", c.parameterCount()},
+              {"bytes", ck.weightBytes()},
+              {"qkv_bias", c.qkvBias},
+              {"tied_embeddings", c.tieWordEmbeddings},
+              {"rms_norm_eps", c.rmsNormEps},
+              {"rope", rope},
+              {"kv_bytes_per_token_f32", c.kvBytesPerToken(4)},
+              {"fingerprint", ck.fingerprint()}};
+    const int ctx = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : 2048;
+    j["memory_estimate"] = {{"context_tokens", ctx},
+                            {"f32_bytes", core::estimateMemory(c, 4, ctx).totalBytes()},
+                            {"bf16_bytes", core::estimateMemory(c, 2, ctx).totalBytes()}};
+    if (tokenizerPath) {
+        const auto tok = core::loadTokenizer(*tokenizerPath);
+        j["tokenizer"] = {{"kind", tok->kind()}, {"path", tokenizerPath->string()}, {"vocab", tok->vocabSize()}};
+    } else {
+        j["tokenizer"] = nullptr;
+    }
+    return j;
+}
+
+int cmdInfo(const QStringList &args)
+{
+    QCommandLineParser p;
+    parse(p, args, "Print a JSON model card: architecture, shapes, RoPE, tokenizer, fingerprint, memory estimate.",
+          "MODEL", "HF model directory (or its config.json) or llama2.c .bin checkpoint.");
+    if (p.positionalArguments().size() != 1)
+        throw UsageError{"expected exactly one MODEL path"};
+    const auto ck = core::Checkpoint::open(str(p.positionalArguments().first()));
+    std::printf("%s\n", modelCard(ck, ck.tokenizerPath()).dump(2).c_str());
+    return 0;
+}
+
+int cmdTokenize(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"tokenizer", "tokenizer.json, tokenizer.model, tokenizer.bin, or a model directory.", "PATH"});
+    p.addOption({"text", "Text to encode.", "STR"});
+    p.addOption({"text-file", "File whose whole contents are encoded.", "FILE"});
+    p.addOption({"add-special", "Add the tokenizer's special tokens (e.g. BOS)."});
+    p.addOption({"json", "Print JSON with ids and pieces."});
+    parse(p, args, "Encode text and print the token ids.");
+    if (!p.isSet("tokenizer"))
+        throw UsageError{"--tokenizer is required"};
+    if (p.isSet("text") == p.isSet("text-file"))
+        throw UsageError{"give exactly one of --text or --text-file"};
+    const std::string text = p.isSet("text") ? str(p.value("text")) : readTextFile(p.value("text-file"));
+    const auto tok = core::loadTokenizer(str(p.value("tokenizer")));
+    const auto ids = tok->encode(text, p.isSet("add-special"));
+    if (p.isSet("json")) {
+        json j = {{"ids", ids}, {"count", ids.size()}, {"kind", tok->kind()}};
+        json ps = json::array();
+        for (int id : ids)
+            ps.push_back(tok->piece(id));
+        j["pieces"] = ps;
+        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    } else {
+        std::string line;
+        for (size_t i = 0; i < ids.size(); ++i)
+            line += (i ? " " : "") + std::to_string(ids[i]);
+        std::printf("%s\n", line.c_str());
+    }
+    return 0;
+}
+
+// Length of the longest prefix of s that ends on a UTF-8 character boundary.
+size_t completeUtf8Prefix(const std::string &s)
+{
+    size_t n = s.size();
+    size_t i = n;
+    int back = 0;
+    while (i > 0 && back < 4) {
+        const unsigned char c = static_cast<unsigned char>(s[i - 1]);
+        if ((c & 0xc0) != 0x80) { // lead byte or ASCII
+            const int need = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+            return (n - (i - 1)) >= size_t(need) ? n : i - 1;
+        }
+        --i;
+        ++back;
+    }
+    return n;
+}
+
+int cmdGenerate(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"model", "HF model directory or llama2.c .bin.", "PATH"});
+    p.addOption({"tokenizer", "Tokenizer (default: the one beside the model).", "PATH"});
+    p.addOption({"prompt", "Prompt text (encoded with the model's special tokens, e.g. BOS).", "STR"});
+    p.addOption({"prompt-ids", "Prompt as comma-separated token ids.", "IDS"});
+    p.addOption({"max-tokens", "Tokens to generate (default 64).", "N", "64"});
+    p.addOption({"temperature", "0 = greedy (default).", "T", "0"});
+    p.addOption({"top-k", "Sample from the K most likely tokens (0 = off).", "K", "0"});
+    p.addOption({"top-p", "Nucleus sampling mass (1 = off).", "P", "1"});
+    p.addOption({"seed", "Sampling seed (default 0).", "S", "0"});
+    p.addOption({"stop", "Extra stop token ids, comma-separated.", "IDS"});
+    p.addOption({"ignore-eos", "Do not stop at the model's end-of-sequence tokens."});
+    p.addOption({"json", "Print one JSON object instead of streaming text."});
+    addEngineOptions(p);
+    parse(p, args, "Generate text from a prompt, streaming tokens as they are produced.");
+    if (!p.isSet("model"))
+        throw UsageError{"--model is required"};
+    if (p.isSet("prompt") == p.isSet("prompt-ids"))
+        throw UsageError{"give exactly one of --prompt or --prompt-ids"};
+    gpu::GenerateOptions go;
+    go.maxTokens = intOption(p, "max-tokens", 64, 0);
+    go.sampling.temperature = doubleOption(p, "temperature", 0.0, 0.0, 100.0);
+    go.sampling.topK = intOption(p, "top-k", 0, 0);
+    go.sampling.topP = doubleOption(p, "top-p", 1.0, 0.0, 1.0);
+    if (p.isSet("seed")) {
+        bool ok = false;
+        go.sampling.seed = p.value("seed").toULongLong(&ok);
+        if (!ok)
+            throw UsageError{"--seed expects a non-negative integer"};
+    }
+    if (p.isSet("stop"))
+        go.stopTokens = parseIdList(p.value("stop"), "--stop");
+    go.stopAtEos = !p.isSet("ignore-eos");
+    const auto opts = loadOptions(p);
+
+    const auto ck = core::Checkpoint::open(str(p.value("model")));
+    std::unique_ptr<core::Tokenizer> tok;
+    std::optional<fs::path> tokPath = p.isSet("tokenizer") ? std::optional<fs::path>(str(p.value("tokenizer")))
+                                                           : ck.tokenizerPath();
+    if (tokPath) {
+        tok = core::loadTokenizer(*tokPath);
+        core::checkTokenizerFitsModel(*tok, ck.config(), tokPath->string());
+    }
+    std::vector<int> prompt;
+    if (p.isSet("prompt")) {
+        if (!tok)
+            throw core::Error(core::ErrorCode::Tokenizer,
+                              ck.path().string() + ": no tokenizer beside the model; pass --tokenizer or --prompt-ids");
+        prompt = tok->encode(str(p.value("prompt")), true);
+    } else {
+        prompt = parseIdList(p.value("prompt-ids"), "--prompt-ids");
+    }
+    auto model = gpu::Model::load(ck, opts);
+    const bool asJson = p.isSet("json");
+    std::string printed;
+    std::vector<int> soFar;
+    auto onToken = [&](int id, float) {
+        if (asJson || !tok)
+            return true;
+        soFar.push_back(id);
+        const std::string text = tok->decode(soFar);
+        const size_t upto = completeUtf8Prefix(text);
+        if (upto > printed.size()) {
+            std::fwrite(text.data() + printed.size(), 1, upto - printed.size(), stdout);
+            std::fflush(stdout);
+            printed = text.substr(0, upto);
+        }
+        return true;
+    };
+    const auto r = model->generate(prompt, go, onToken);
+    const std::string text = tok ? tok->decode(r.outputIds) : std::string();
+    if (asJson) {
+        json j = {{"prompt_ids", prompt},
+                  {"output_ids", r.outputIds},
+                  {"text", text},
+                  {"logprobs", r.logprobs},
+                  {"stop_reason", gpu::stopReasonName(r.stopReason)},
+                  {"prompt_tokens", r.stats.promptTokens},
+                  {"generated_tokens", r.stats.generatedTokens},
+                  {"ttft_ms", r.stats.ttftMs},
+                  {"prefill_ms", r.stats.prefillMs},
+                  {"decode_ms", r.stats.decodeMs},
+                  {"prefill_tok_s", r.stats.prefillTokPerS},
+                  {"decode_tok_s", r.stats.decodeTokPerS},
+                  {"device", gpu::deviceName(opts.device)},
+                  {"dtype", gpu::computeTypeName(opts.dtype)},
+                  {"fingerprint", ck.fingerprint()}};
+        std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    } else {
+        if (tok) {
+            if (text.size() > printed.size())
+                std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+            std::printf("\n");
+        } else {
+            std::string line;
+            for (size_t i = 0; i < r.outputIds.size(); ++i)
+                line += (i ? " " : "") + std::to_string(r.outputIds[i]);
+            std::printf("%s\n", line.c_str());
+        }
+        std::fprintf(stderr, "[%d prompt + %d generated tokens, stop: %s] TTFT %.1f ms, prefill %.1f tok/s, decode %.1f tok/s\n",
+                     r.stats.promptTokens, r.stats.generatedTokens, gpu::stopReasonName(r.stopReason), r.stats.ttftMs,
+                     r.stats.prefillTokPerS, r.stats.decodeTokPerS);
+    }
+    return 0;
+}
+
+int cmdBench(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"lengths", "Prompt lengths (default 128,512,2048; capped at the model's context).", "LIST",
+                 "128,512,2048"});
+    p.addOption({"decode-tokens", "Decode steps timed after each prefill (default 32).", "N", "32"});
+    p.addOption({"repeats", "Runs per length; the median is reported (default 3).", "N", "3"});
+    p.addOption({"json", "Print JSON rows instead of a table."});
+    addEngineOptions(p);
+    parse(p, args, "Measure prefill and decode throughput at several prompt lengths.", "MODEL",
+          "HF model directory or llama2.c .bin.");
+    if (p.positionalArguments().size() != 1)
+        throw UsageError{"expected exactly one MODEL path"};
+    const auto opts = loadOptions(p);
+    const int decodeTokens = intOption(p, "decode-tokens", 32, 1);
+    const int repeats = intOption(p, "repeats", 3, 1);
+    std::vector<int> lengths = parseIdList(p.value("lengths"), "--lengths");
+    auto model = gpu::Model::load(str(p.positionalArguments().first()), opts);
+    const auto &c = model->config();
+    const int ctx = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : 1 << 30;
+    std::mt19937_64 rng(1);
+    json rows = json::array();
+    const bool asJson = p.isSet("json");
+    if (!asJson) {
+        std::printf("model: %s (%s, %.2fM params, %d layers, %d/%d heads, head dim %d)\n", c.architecture.c_str(),
+                    model->checkpoint().path().c_str(), c.parameterCount() / 1e6, c.numLayers, c.numHeads,
+                    c.numKvHeads, c.headDim);
+        std::printf("device: %s, dtype %s, torch %s\n\n", gpu::describeDevice(opts.device).c_str(),
+                    gpu::computeTypeName(opts.dtype), gpu::torchVersion().c_str());
+        std::printf("| prompt tokens | prefill ms | prefill tok/s | decode tok/s | KV MiB |\n");
+        std::printf("|--------------:|-----------:|--------------:|-------------:|-------:|\n");
+    }
+    for (int len : lengths) {
+        const int n = std::min(len, ctx - decodeTokens);
+        if (n < 1)
+            continue;
+        std::vector<double> prefillMs, decodeTps;
+        int64_t kvBytes = 0;
+        for (int rep = 0; rep < repeats; ++rep) {
+            std::vector<int> ids(static_cast<size_t>(n));
+            for (int &id : ids)
+                id = int(rng() % uint64_t(c.vocabSize));
+            auto cache = model->newCache();
+            const auto t0 = std::chrono::steady_clock::now();
+            auto logits = model->forward(ids, cache);
+            const auto t1 = std::chrono::steady_clock::now();
+            int next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            for (int s = 0; s < decodeTokens; ++s) {
+                logits = model->forward({next}, cache);
+                next = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            }
+            const auto t2 = std::chrono::steady_clock::now();
+            prefillMs.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+            decodeTps.push_back(decodeTokens / std::chrono::duration<double>(t2 - t1).count());
+            kvBytes = cache.bytes();
+        }
+        std::sort(prefillMs.begin(), prefillMs.end());
+        std::sort(decodeTps.begin(), decodeTps.end());
+        const double pm = prefillMs[prefillMs.size() / 2], dt = decodeTps[decodeTps.size() / 2];
+        const double pt = n / (pm / 1000.0);
+        if (asJson)
+            rows.push_back({{"prompt_tokens", n}, {"prefill_ms", pm}, {"prefill_tok_s", pt}, {"decode_tok_s", dt},
+                            {"kv_bytes", kvBytes}});
+        else
+            std::printf("| %13d | %10.1f | %13.1f | %12.1f | %6.2f |\n", n, pm, pt, dt, kvBytes / 1048576.0);
+        std::fflush(stdout);
+    }
+    if (asJson)
+        std::printf("%s\n", json{{"device", gpu::deviceName(opts.device)},
+                                 {"dtype", gpu::computeTypeName(opts.dtype)},
+                                 {"threads", opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency())},
+                                 {"rows", rows}}
+                                .dump(2)
+                                .c_str());
+    return 0;
+}
+
+int cmdMakeModel(const QStringList &args)
+{
+    QCommandLineParser p;
+    QStringList presets;
+    for (const auto &n : core::randomModelPresetNames())
+        presets << QString::fromStdString(n);
+    p.addOption({"preset", "One of: " + presets.join(", ") + " (default tiny).", "NAME", "tiny"});
+    p.addOption({"out", "Output directory (HF layout).", "DIR"});
+    p.addOption({"seed", "Weight seed (default 1).", "S", "1"});
+    p.addOption({"weight-dtype", "F32 (default), F16 or BF16 safetensors.", "DTYPE", "F32"});
+    parse(p, args, "Write a random-weight Llama-family model (config.json, model.safetensors, tokenizer.json) "
+                   "for smoke tests and benchmarks.");
+    if (!p.isSet("out"))
+        throw UsageError{"--out is required"};
+    auto spec = core::randomModelPreset(str(p.value("preset")));
+    spec.seed = uint64_t(intOption(p, "seed", 1, 0));
+    core::writeRandomHfModel(str(p.value("out")), spec, str(p.value("weight-dtype")));
+    std::printf("wrote %s (%s, %.2fM parameters)\n", qPrintable(p.value("out")), qPrintable(p.value("preset")),
+                spec.config.parameterCount() / 1e6);
+    return 0;
+}
+
+int cmdConvert(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"model", "Model to convert (llama2.c .bin or HF directory).", "PATH"});
+    p.addOption({"out", "Output HF directory.", "DIR"});
+    parse(p, args, "Convert a checkpoint to a Hugging Face directory (llama2.c q/k rows are permuted to "
+                   "rotate-half RoPE order).");
+    if (!p.isSet("model") || !p.isSet("out"))
+        throw UsageError{"--model and --out are required"};
+    const auto ck = core::Checkpoint::open(str(p.value("model")));
+    core::convertToHf(ck, str(p.value("out")));
+    std::printf("wrote %s\n", qPrintable(p.value("out")));
+    return 0;
+}
+
+} // namespace
+
+const std::vector<Subcommand> &subcommands()
+{
+    static const std::vector<Subcommand> all = {
+        {"info", "Print a model card (JSON) for an HF directory or llama2.c checkpoint.", cmdInfo},
+        {"tokenize", "Encode text with a tokenizer and print the ids.", cmdTokenize},
+        {"generate", "Generate from a prompt (greedy or sampled), with TTFT and tok/s.", cmdGenerate},
+        {"bench", "Prefill/decode throughput at several prompt lengths.", cmdBench},
+        {"make-model", "Write a random-weight model for smoke tests and benchmarks.", cmdMakeModel},
+        {"convert", "Convert a llama2.c checkpoint to a Hugging Face directory.", cmdConvert},
+    };
+    return all;
+}
+
+int runSubcommand(const QStringList &args)
+{
+    const std::string name = str(args.first());
+    for (const auto &c : subcommands()) {
+        if (name != c.name)
+            continue;
+        try {
+            return c.run(args);
+        } catch (int code) {
+            return code;
+        } catch (const UsageError &e) {
+            std::fprintf(stderr, "kvwb %s: %s (see kvwb %s --help)\n", c.name, e.message.c_str(), c.name);
+            return 2;
+        } catch (const core::Error &e) {
+            std::fprintf(stderr, "kvwb %s: error [%s]: %s\n", c.name, core::errorCodeName(e.code()), e.what());
+            return 1;
+        } catch (const std::exception &e) {
+            std::fprintf(stderr, "kvwb %s: internal error: %s\n", c.name, e.what());
+            return 1;
+        }
+    }
+    std::fprintf(stderr, "kvwb: unknown subcommand '%s' (kvwb --help lists them)\n", name.c_str());
+    return 2;
+}
+
+} // namespace kvwb::app

@@ -1,0 +1,32 @@
+// Private to gpu/: RoPE tables and rotation for both layouts. Includes torch.
+#pragma once
+
+#include "core/model_config.h"
+
+#include <torch/torch.h>
+
+#include <mutex>
+
+namespace kvwb::gpu::detail {
+
+// cos/sin tables [positions, headDim/2] float32 on the model's device, grown on demand.
+class RopeTables
+{
+public:
+    RopeTables(const core::ModelConfig &config, torch::Device device);
+    // Rotates x [heads, tokens, headDim] whose tokens sit at positions start..start+tokens-1.
+    // inverse = true undoes the rotation. Computes in float32 and returns x's dtype.
+    torch::Tensor apply(const torch::Tensor &x, int64_t start, bool inverse);
+    core::RopeLayout layout() const { return m_layout; }
+
+private:
+    void ensure(int64_t positions);
+    core::RopeLayout m_layout;
+    std::vector<float> m_invFreq; // [headDim/2], float32 like HF's inv_freq buffer
+    torch::Device m_device;
+    torch::Tensor m_cos; // [capacity, headDim/2] f32
+    torch::Tensor m_sin; // [capacity, headDim/2] f32
+    int64_t m_capacity = 0;
+};
+
+} // namespace kvwb::gpu::detail

@@ -1,0 +1,212 @@
+// The headless kvwb commands end to end: output formats later checks rely on, determinism, and a
+// one-line error with a non-zero exit code (never a crash or hang) for every kind of bad input.
+#include "core/random_model.h"
+#include "core/safetensors.h"
+#include "tests/support/test_paths.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run
+{
+    int exitCode = -1;
+    QProcess::ExitStatus status = QProcess::CrashExit;
+    QByteArray out;
+    QByteArray err;
+};
+
+Run kvwb(const QStringList &args)
+{
+    QProcess p;
+    p.start(QString::fromStdString(test::kvwbBinary().string()), args);
+    Run r;
+    if (!p.waitForFinished(120000)) {
+        p.kill();
+        p.waitForFinished();
+        return r;
+    }
+    r.exitCode = p.exitCode();
+    r.status = p.exitStatus();
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+}
+
+QString path(const fs::path &p) { return QString::fromStdString(p.string()); }
+
+} // namespace
+
+class TestCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    fs::path m_model;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_tmp.isValid());
+        m_model = fs::path(m_tmp.path().toStdString()) / "tiny";
+        const Run r = kvwb({"make-model", "--preset", "gqa", "--out", path(m_model), "--seed", "5"});
+        QCOMPARE(r.exitCode, 0);
+    }
+
+    void helpForEverySubcommand_data()
+    {
+        QTest::addColumn<QString>("cmd");
+        for (const char *c : {"info", "tokenize", "generate", "bench", "make-model", "convert"})
+            QTest::newRow(c) << QString(c);
+    }
+    void helpForEverySubcommand()
+    {
+        QFETCH(QString, cmd);
+        const Run r = kvwb({cmd, "--help"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(r.out.contains("Usage:"));
+    }
+
+    void infoCard()
+    {
+        const Run r = kvwb({"info", path(m_model)});
+        QCOMPARE(r.exitCode, 0);
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["layers"].toInt(), 3);
+        QCOMPARE(j["heads"].toInt(), 4);
+        QCOMPARE(j["kv_heads"].toInt(), 2);
+        QCOMPARE(j["head_dim"].toInt(), 16);
+        QCOMPARE(j["vocab"].toInt(), 300);
+        QCOMPARE(j["rope"].toObject()["layout"].toString(), QString("rotate_half"));
+        QCOMPARE(j["tokenizer"].toObject()["kind"].toString(), QString("bpe"));
+        QCOMPARE(j["fingerprint"].toString().size(), 64);
+        QVERIFY(j["parameters"].toInteger() > 0);
+    }
+
+    void tokenizeRoundTrip()
+    {
+        const Run r = kvwb({"tokenize", "--tokenizer", path(m_model), "--text", "Hi!", "--add-special"});
+        QCOMPARE(r.exitCode, 0);
+        QCOMPARE(r.out.trimmed(), QByteArray("256 72 105 33")); // BOS, then bytes
+        const Run j = kvwb({"tokenize", "--tokenizer", path(m_model / "tokenizer.json"), "--text", "a b", "--json"});
+        QCOMPARE(j.exitCode, 0);
+        const auto o = QJsonDocument::fromJson(j.out).object();
+        QCOMPARE(o["ids"].toArray().size(), 3);
+        QCOMPARE(o["pieces"].toArray()[1].toString(), QString::fromUtf8("\u0120")); // 'Ġ' = space
+    }
+
+    void generateJsonIsDeterministic()
+    {
+        const QStringList args = {"generate", "--model", path(m_model), "--prompt", "hello", "--max-tokens", "8",
+                                  "--ignore-eos", "--json"};
+        const Run a = kvwb(args), b = kvwb(args);
+        QCOMPARE(a.exitCode, 0);
+        const auto ja = QJsonDocument::fromJson(a.out).object(), jb = QJsonDocument::fromJson(b.out).object();
+        for (const char *k : {"prompt_ids", "output_ids", "text", "ttft_ms", "prefill_tok_s", "decode_tok_s"})
+            QVERIFY2(ja.contains(k), k);
+        QCOMPARE(ja["output_ids"].toArray().size(), 8);
+        QCOMPARE(ja["output_ids"], jb["output_ids"]);
+        QCOMPARE(ja["prompt_ids"].toArray().first().toInt(), 256); // BOS added
+        // the same prompt as ids gives the same continuation
+        QStringList ids;
+        for (const auto v : ja["prompt_ids"].toArray())
+            ids << QString::number(v.toInt());
+        const Run c = kvwb({"generate", "--model", path(m_model), "--prompt-ids", ids.join(","), "--max-tokens", "8",
+                            "--ignore-eos", "--json"});
+        QCOMPARE(QJsonDocument::fromJson(c.out).object()["output_ids"], ja["output_ids"]);
+    }
+
+    void bench()
+    {
+        const Run r = kvwb({"bench", path(m_model), "--lengths", "16,64", "--decode-tokens", "4", "--repeats", "1"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(r.out.contains("prefill tok/s"));
+        QVERIFY(r.out.contains("|            16 |"));
+    }
+
+    // Each bad input: non-zero exit, no crash, one line on stderr naming the culprit.
+    void badInput_data()
+    {
+        QTest::addColumn<QString>("kind");
+        QTest::addColumn<QString>("expect"); // substring of the error line
+        QTest::newRow("missing path") << "missing" << "does-not-exist";
+        QTest::newRow("truncated safetensors") << "truncated" << "model.safetensors";
+        QTest::newRow("header not json") << "notjson" << "model.safetensors";
+        QTest::newRow("config missing field") << "nofield" << "hidden_size";
+        QTest::newRow("unsupported architecture") << "arch" << "gpt_neox";
+        QTest::newRow("misshapen tensor") << "shape" << "model.layers.1.self_attn.k_proj.weight";
+        QTest::newRow("tokenizer too big for vocab") << "vocab" << "tokenizer";
+        QTest::newRow("bad flag value") << "flag" << "--max-tokens";
+        QTest::newRow("cuda without gpu") << "cuda" << "cuda";
+    }
+    void badInput()
+    {
+        QFETCH(QString, kind);
+        QFETCH(QString, expect);
+        QTemporaryDir tmp;
+        const fs::path dir = fs::path(tmp.path().toStdString()) / "m";
+        fs::copy(m_model, dir, fs::copy_options::recursive);
+        QStringList args = {"generate", "--model", path(dir), "--prompt-ids", "1,2,3", "--max-tokens", "2"};
+        if (kind == "missing") {
+            args[2] = path(dir / "does-not-exist");
+        } else if (kind == "truncated") {
+            fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") / 2);
+        } else if (kind == "notjson") {
+            std::string bytes = test::readFile(dir / "model.safetensors");
+            bytes[8] = '#';
+            test::writeFile(dir / "model.safetensors", bytes);
+        } else if (kind == "nofield" || kind == "arch") {
+            std::string cfg = test::readFile(dir / "config.json");
+            if (kind == "nofield")
+                cfg.replace(cfg.find("\"hidden_size\""), 13, "\"hidden_sizeX\"");
+            else
+                cfg.replace(cfg.find("\"model_type\": \"llama\""), 21, "\"model_type\": \"gpt_neox\"");
+            test::writeFile(dir / "config.json", cfg);
+        } else if (kind == "shape") {
+            // rewrite the weights with one misshapen tensor
+            const auto ws = core::WeightSet::open(dir);
+            core::SafetensorsWriter w;
+            for (const auto &name : ws.names()) {
+                auto ref = ws.get(name);
+                auto shape = ref.info->shape;
+                if (name == "model.layers.1.self_attn.k_proj.weight")
+                    shape = {shape[1], shape[0]};
+                w.add(name, ref.info->dtype, shape, {ref.data, size_t(ref.info->bytes)});
+            }
+            w.write(dir / "model2.safetensors");
+            fs::rename(dir / "model2.safetensors", dir / "model.safetensors");
+        } else if (kind == "vocab") {
+            // an added token with id 350 in a 300-token model
+            std::string tok = test::readFile(dir / "tokenizer.json");
+            const std::string key = "\"added_tokens\": [";
+            tok.insert(tok.find(key) + key.size(),
+                       "{\"id\": 350, \"content\": \"<extra>\", \"single_word\": false, \"lstrip\": false, "
+                       "\"rstrip\": false, \"normalized\": false, \"special\": true},");
+            test::writeFile(dir / "tokenizer.json", tok);
+            args = QStringList{"generate", "--model", path(dir), "--prompt", "hi", "--max-tokens", "2"};
+        } else if (kind == "flag") {
+            args[6] = "-3";
+        } else if (kind == "cuda") {
+            args << "--device" << "cuda";
+        }
+        const Run r = kvwb(args);
+        if (kind == "cuda" && r.exitCode == 0)
+            QSKIP("a CUDA device is present");
+        QCOMPARE(r.status, QProcess::NormalExit);
+        QVERIFY2(r.exitCode != 0, r.out.constData());
+        const QString err = QString::fromUtf8(r.err).trimmed();
+        QCOMPARE(err.count('\n'), 0); // one line
+        QVERIFY2(err.contains(expect), qPrintable(err));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

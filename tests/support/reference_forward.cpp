@@ -1,0 +1,165 @@
+#include "tests/support/reference_forward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+namespace kvwb::test {
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec load(const core::Checkpoint &ck, const std::string &name)
+{
+    const auto f = core::toFloatVector(ck.require(name, {}));
+    return Vec(f.begin(), f.end());
+}
+
+// out[o] = sum_i w[o * in + i] * x[i] (+ b[o]); w is [out, in] row-major like torch Linear.
+Vec matvec(const Vec &w, const Vec &x, const Vec *b)
+{
+    const size_t in = x.size(), out = w.size() / in;
+    Vec y(out, 0.0);
+    for (size_t o = 0; o < out; ++o) {
+        double s = 0;
+        for (size_t i = 0; i < in; ++i)
+            s += w[o * in + i] * x[i];
+        y[o] = s + (b ? (*b)[o] : 0.0);
+    }
+    return y;
+}
+
+Vec rmsnorm(const Vec &x, const Vec &w, double eps)
+{
+    double ss = 0;
+    for (double v : x)
+        ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / double(x.size()) + eps);
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+        y[i] = w[i] * (x[i] * inv);
+    return y;
+}
+
+void rope(Vec &v, int heads, int hd, int pos, const std::vector<double> &invFreq, core::RopeLayout layout)
+{
+    for (int h = 0; h < heads; ++h) {
+        double *x = v.data() + size_t(h) * size_t(hd);
+        for (int j = 0; j < hd / 2; ++j) {
+            const double a = pos * invFreq[size_t(j)];
+            const double c = std::cos(a), s = std::sin(a);
+            const int i0 = layout == core::RopeLayout::Interleaved ? 2 * j : j;
+            const int i1 = layout == core::RopeLayout::Interleaved ? 2 * j + 1 : j + hd / 2;
+            const double x0 = x[i0], x1 = x[i1];
+            x[i0] = x0 * c - x1 * s;
+            x[i1] = x0 * s + x1 * c;
+        }
+    }
+}
+
+} // namespace
+
+std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, const std::vector<int> &ids)
+{
+    const core::ModelConfig &c = ck.config();
+    const int H = c.hiddenSize, nh = c.numHeads, nkv = c.numKvHeads, hd = c.headDim;
+    const auto invFreq = c.ropeInvFreq();
+    struct L
+    {
+        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, fn, w1, w2, w3;
+    };
+    std::vector<L> layers(size_t(c.numLayers));
+    for (int l = 0; l < c.numLayers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        L &y = layers[size_t(l)];
+        y.an = load(ck, p + "input_layernorm.weight");
+        y.wq = load(ck, p + "self_attn.q_proj.weight");
+        y.wk = load(ck, p + "self_attn.k_proj.weight");
+        y.wv = load(ck, p + "self_attn.v_proj.weight");
+        y.wo = load(ck, p + "self_attn.o_proj.weight");
+        if (c.qkvBias) {
+            y.bq = load(ck, p + "self_attn.q_proj.bias");
+            y.bk = load(ck, p + "self_attn.k_proj.bias");
+            y.bv = load(ck, p + "self_attn.v_proj.bias");
+        }
+        if (c.oBias)
+            y.bo = load(ck, p + "self_attn.o_proj.bias");
+        y.fn = load(ck, p + "post_attention_layernorm.weight");
+        y.w1 = load(ck, p + "mlp.gate_proj.weight");
+        y.w3 = load(ck, p + "mlp.up_proj.weight");
+        y.w2 = load(ck, p + "mlp.down_proj.weight");
+    }
+    const Vec emb = load(ck, "model.embed_tokens.weight");
+    const Vec finalNorm = load(ck, "model.norm.weight");
+    const Vec cls = c.tieWordEmbeddings ? emb : load(ck, "lm_head.weight");
+
+    // kcache[l][pos] = [nkv*hd] post-RoPE keys; vcache likewise.
+    std::vector<std::vector<Vec>> kc(size_t(c.numLayers)), vc(size_t(c.numLayers));
+    std::vector<std::vector<double>> out;
+    for (size_t pos = 0; pos < ids.size(); ++pos) {
+        Vec x(emb.begin() + std::ptrdiff_t(size_t(ids[pos]) * size_t(H)),
+              emb.begin() + std::ptrdiff_t(size_t(ids[pos] + 1) * size_t(H)));
+        for (int l = 0; l < c.numLayers; ++l) {
+            const L &y = layers[size_t(l)];
+            const Vec xb = rmsnorm(x, y.an, c.rmsNormEps);
+            Vec q = matvec(y.wq, xb, c.qkvBias ? &y.bq : nullptr);
+            Vec k = matvec(y.wk, xb, c.qkvBias ? &y.bk : nullptr);
+            Vec v = matvec(y.wv, xb, c.qkvBias ? &y.bv : nullptr);
+            rope(q, nh, hd, int(pos), invFreq, c.ropeLayout);
+            rope(k, nkv, hd, int(pos), invFreq, c.ropeLayout);
+            kc[size_t(l)].push_back(k);
+            vc[size_t(l)].push_back(v);
+            Vec att(size_t(nh) * size_t(hd), 0.0);
+            for (int h = 0; h < nh; ++h) {
+                const int g = h / (nh / nkv); // kv head shared by this query head
+                std::vector<double> scores(pos + 1);
+                double mx = -1e300;
+                for (size_t t = 0; t <= pos; ++t) {
+                    double s = 0;
+                    for (int i = 0; i < hd; ++i)
+                        s += q[size_t(h * hd + i)] * kc[size_t(l)][t][size_t(g * hd + i)];
+                    scores[t] = s / std::sqrt(double(hd));
+                    mx = std::max(mx, scores[t]);
+                }
+                double z = 0;
+                for (double &s : scores)
+                    z += (s = std::exp(s - mx));
+                for (size_t t = 0; t <= pos; ++t)
+                    for (int i = 0; i < hd; ++i)
+                        att[size_t(h * hd + i)] += scores[t] / z * vc[size_t(l)][t][size_t(g * hd + i)];
+            }
+            const Vec o = matvec(y.wo, att, c.oBias ? &y.bo : nullptr);
+            for (int i = 0; i < H; ++i)
+                x[size_t(i)] += o[size_t(i)];
+            const Vec xb2 = rmsnorm(x, y.fn, c.rmsNormEps);
+            Vec g1 = matvec(y.w1, xb2, nullptr);
+            const Vec g3 = matvec(y.w3, xb2, nullptr);
+            for (size_t i = 0; i < g1.size(); ++i)
+                g1[i] = g1[i] / (1.0 + std::exp(-g1[i])) * g3[i]; // silu(w1 x) * w3 x
+            const Vec d = matvec(y.w2, g1, nullptr);
+            for (int i = 0; i < H; ++i)
+                x[size_t(i)] += d[size_t(i)];
+        }
+        out.push_back(matvec(cls, rmsnorm(x, finalNorm, c.rmsNormEps), nullptr));
+    }
+    return out;
+}
+
+double maxRelativeError(const std::vector<float> &a, const std::vector<double> &b)
+{
+    double scale = 1e-6, err = 0;
+    for (double v : b)
+        scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+        err = std::max(err, std::abs(double(a[i]) - b[i]));
+    return a.size() == b.size() ? err / scale : 1e30;
+}
+
+double maxRelativeError(const std::vector<float> &a, const std::vector<float> &b)
+{
+    return maxRelativeError(a, std::vector<double>(b.begin(), b.end()));
+}
+
+} // namespace kvwb::test

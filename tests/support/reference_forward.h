@@ -1,0 +1,19 @@
+// A naive reference forward pass for the tests: plain loops in double precision, llama2.c run.c
+// style, one token at a time with its own KV cache. Slow and obviously correct; the engine is checked
+// against it. Handles both RoPE layouts, GQA, q/k/v(/o) bias, tied embeddings and scaled RoPE.
+#pragma once
+
+#include "core/checkpoint.h"
+
+#include <vector>
+
+namespace kvwb::test {
+
+// Logits for every position: [ids.size()][vocab].
+std::vector<std::vector<double>> referenceForward(const core::Checkpoint &checkpoint, const std::vector<int> &ids);
+
+// max_i |a_i - b_i| / max(1e-6, max_i |b_i|): error relative to the scale of the reference.
+double maxRelativeError(const std::vector<float> &a, const std::vector<double> &b);
+double maxRelativeError(const std::vector<float> &a, const std::vector<float> &b);
+
+} // namespace kvwb::test

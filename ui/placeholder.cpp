@@ -1,1 +1,0 @@
-namespace kvwb::ui { int placeholder() { return 0; } }
