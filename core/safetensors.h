@@ -76,6 +76,7 @@ public:
     uint64_t totalBytes() const;                             // sum of tensor bytes
 
 private:
+    std::filesystem::path m_source; // model.safetensors or the index file, for error messages
     std::vector<std::filesystem::path> m_files;
     std::vector<SafetensorsFile> m_shards;
     std::map<std::string, size_t, std::less<>> m_where; // tensor -> shard index
