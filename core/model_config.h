@@ -26,6 +26,7 @@ struct RopeScaling
     double lowFreqFactor = 1.0;              // llama3 only
     double highFreqFactor = 4.0;             // llama3 only
     int originalMaxPositionEmbeddings = 8192; // llama3 only
+    bool operator==(const RopeScaling &) const = default;
 };
 
 struct ModelConfig
@@ -68,6 +69,8 @@ struct ModelConfig
     int64_t parameterCount() const;
     // K and V bytes per token over all layers for the given element size.
     int64_t kvBytesPerToken(int bytesPerElement) const;
+
+    bool operator==(const ModelConfig &) const = default;
 };
 
 } // namespace kvwb::core
