@@ -38,8 +38,8 @@ public:
     }
     [[noreturn]] void wrongType(const char *name, const char *expected, const json &v) const
     {
-        throw Error(ErrorCode::Config, fmt::format("{}: field '{}' must be {}, got {}", m_source, fieldName(name),
-                                                   expected, v.dump()));
+        throw Error(ErrorCode::Config, fmt::format("{}: field '{}' must be {}, got {}", m_source,
+                                                   fieldName(name), expected, v.dump()));
     }
 
     std::optional<int> optInt(const char *name) const
@@ -134,10 +134,11 @@ void readRope(const json &obj, const std::string &source, const char *field, Mod
         s.highFreqFactor = r.reqDouble("high_freq_factor");
         s.originalMaxPositionEmbeddings = r.reqInt("original_max_position_embeddings");
     } else {
-        throw Error(ErrorCode::Unsupported,
-                    fmt::format("{}: field '{}.{}' is '{}', which is not supported (supported: default, linear, "
-                                "llama3)",
-                                source, field, typeKey, type));
+        throw Error(
+            ErrorCode::Unsupported,
+            fmt::format("{}: field '{}.{}' is '{}', which is not supported (supported: default, linear, "
+                        "llama3)",
+                        source, field, typeKey, type));
     }
     cfg.ropeScaling = s;
 }
@@ -177,17 +178,18 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         defaultArch = "Qwen2ForCausalLM";
     else
         throw Error(ErrorCode::Unsupported,
-                    fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2)", sourceName,
-                                cfg.modelType));
+                    fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2)",
+                                sourceName, cfg.modelType));
     cfg.architecture = defaultArch;
     if (const json *arch = r.find("architectures")) {
         if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string())
             r.wrongType("architectures", "a non-empty list of strings", *arch);
         cfg.architecture = (*arch)[0].get<std::string>();
         if (cfg.architecture != defaultArch)
-            throw Error(ErrorCode::Unsupported,
-                        fmt::format("{}: architecture '{}' is not supported for model_type '{}' (expected {})",
-                                    sourceName, cfg.architecture, cfg.modelType, defaultArch));
+            throw Error(
+                ErrorCode::Unsupported,
+                fmt::format("{}: architecture '{}' is not supported for model_type '{}' (expected {})",
+                            sourceName, cfg.architecture, cfg.modelType, defaultArch));
     }
 
     cfg.hiddenSize = r.reqInt("hidden_size");
@@ -199,10 +201,11 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         cfg.headDim = *hd;
     } else {
         if (cfg.numHeads <= 0 || cfg.hiddenSize % cfg.numHeads != 0)
-            throw Error(ErrorCode::Config,
-                        fmt::format("{}: field 'hidden_size' ({}) is not divisible by 'num_attention_heads' ({}) and "
-                                    "no head_dim is given",
-                                    sourceName, cfg.hiddenSize, cfg.numHeads));
+            throw Error(
+                ErrorCode::Config,
+                fmt::format("{}: field 'hidden_size' ({}) is not divisible by 'num_attention_heads' ({}) and "
+                            "no head_dim is given",
+                            sourceName, cfg.hiddenSize, cfg.numHeads));
         cfg.headDim = cfg.hiddenSize / cfg.numHeads;
     }
     cfg.vocabSize = r.reqInt("vocab_size");
@@ -254,7 +257,8 @@ std::string ModelConfig::toHfJson() const
 {
     nlohmann::ordered_json j;
     const bool llama = modelType == "llama" || modelType == "llama2c";
-    j["architectures"] = {llama && architecture == "Llama2c" ? std::string("LlamaForCausalLM") : architecture};
+    j["architectures"] = {llama && architecture == "Llama2c" ? std::string("LlamaForCausalLM")
+                                                             : architecture};
     j["model_type"] = llama ? std::string("llama") : modelType;
     j["hidden_size"] = hiddenSize;
     j["intermediate_size"] = intermediateSize;
@@ -304,7 +308,8 @@ void ModelConfig::validate(const std::string &source) const
 {
     const auto positive = [&](const char *field, double v) {
         if (!(v > 0))
-            throw Error(ErrorCode::Config, fmt::format("{}: field '{}' must be positive, got {}", source, field, v));
+            throw Error(ErrorCode::Config,
+                        fmt::format("{}: field '{}' must be positive, got {}", source, field, v));
     };
     positive("hidden_size", hiddenSize);
     positive("intermediate_size", intermediateSize);
@@ -317,9 +322,11 @@ void ModelConfig::validate(const std::string &source) const
     positive("rms_norm_eps", rmsNormEps);
     positive("rope_theta", ropeTheta);
     if (numHeads % numKvHeads != 0)
-        throw Error(ErrorCode::Config,
-                    fmt::format("{}: field 'num_attention_heads' ({}) is not a multiple of 'num_key_value_heads' ({})",
-                                source, numHeads, numKvHeads));
+        throw Error(
+            ErrorCode::Config,
+            fmt::format(
+                "{}: field 'num_attention_heads' ({}) is not a multiple of 'num_key_value_heads' ({})",
+                source, numHeads, numKvHeads));
     if (headDim % 2 != 0)
         throw Error(ErrorCode::Config,
                     fmt::format("{}: field 'head_dim' ({}) must be even for RoPE", source, headDim));
@@ -328,17 +335,20 @@ void ModelConfig::validate(const std::string &source) const
         if (ropeScaling.type == "llama3") {
             positive("rope_scaling.low_freq_factor", ropeScaling.lowFreqFactor);
             positive("rope_scaling.high_freq_factor", ropeScaling.highFreqFactor);
-            positive("rope_scaling.original_max_position_embeddings", ropeScaling.originalMaxPositionEmbeddings);
+            positive("rope_scaling.original_max_position_embeddings",
+                     ropeScaling.originalMaxPositionEmbeddings);
             if (ropeScaling.highFreqFactor <= ropeScaling.lowFreqFactor)
-                throw Error(ErrorCode::Config,
-                            fmt::format("{}: field 'rope_scaling.high_freq_factor' ({}) must exceed low_freq_factor "
-                                        "({})",
-                                        source, ropeScaling.highFreqFactor, ropeScaling.lowFreqFactor));
+                throw Error(
+                    ErrorCode::Config,
+                    fmt::format("{}: field 'rope_scaling.high_freq_factor' ({}) must exceed low_freq_factor "
+                                "({})",
+                                source, ropeScaling.highFreqFactor, ropeScaling.lowFreqFactor));
         }
     }
     for (int eos : eosTokenIds) {
         if (eos < 0)
-            throw Error(ErrorCode::Config, fmt::format("{}: field 'eos_token_id' has negative id {}", source, eos));
+            throw Error(ErrorCode::Config,
+                        fmt::format("{}: field 'eos_token_id' has negative id {}", source, eos));
     }
 }
 
@@ -378,7 +388,7 @@ int64_t ModelConfig::parameterCount() const
 {
     const int64_t h = hiddenSize, q = int64_t(numHeads) * headDim, kv = int64_t(numKvHeads) * headDim;
     const int64_t inter = intermediateSize, v = vocabSize;
-    int64_t layer = 2 * h;              // input_layernorm + post_attention_layernorm
+    int64_t layer = 2 * h;               // input_layernorm + post_attention_layernorm
     layer += h * q + 2 * h * kv + q * h; // q, k, v, o weights
     if (qkvBias)
         layer += q + 2 * kv;

@@ -35,7 +35,10 @@ struct SafetensorsFile::Impl
 
 namespace {
 
-std::string shapeString(const std::vector<int64_t> &shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shapeString(const std::vector<int64_t> &shape)
+{
+    return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 uint64_t readU64Le(const std::byte *p)
 {
@@ -54,13 +57,15 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
     const std::string file = path.string();
     const uint64_t size = impl->file->size();
     if (size < 8)
-        throw Error(ErrorCode::Format, fmt::format("{}: file is {} bytes, too short for the 8-byte safetensors header "
-                                                   "length",
-                                                   file, size));
+        throw Error(ErrorCode::Format,
+                    fmt::format("{}: file is {} bytes, too short for the 8-byte safetensors header "
+                                "length",
+                                file, size));
     const uint64_t headerLen = readU64Le(impl->file->data());
     if (headerLen > size - 8)
-        throw Error(ErrorCode::Format, fmt::format("{}: header length {} runs past the end of the file ({} bytes)",
-                                                   file, headerLen, size));
+        throw Error(ErrorCode::Format,
+                    fmt::format("{}: header length {} runs past the end of the file ({} bytes)", file,
+                                headerLen, size));
     impl->dataStart = 8 + headerLen;
     const uint64_t dataSize = size - impl->dataStart;
 
@@ -69,7 +74,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
         header = json::parse(reinterpret_cast<const char *>(impl->file->data()) + 8,
                              reinterpret_cast<const char *>(impl->file->data()) + 8 + headerLen);
     } catch (const json::exception &e) {
-        throw Error(ErrorCode::Format, fmt::format("{}: safetensors header is not valid JSON: {}", file, e.what()));
+        throw Error(ErrorCode::Format,
+                    fmt::format("{}: safetensors header is not valid JSON: {}", file, e.what()));
     }
     if (!header.is_object())
         throw Error(ErrorCode::Format, fmt::format("{}: safetensors header is not a JSON object", file));
@@ -100,7 +106,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
             throw Error(ErrorCode::Format, where + ": dtype is not a string");
         const auto parsed = parseDType(dt.get<std::string>());
         if (!parsed)
-            throw Error(ErrorCode::Format, fmt::format("{}: unknown dtype '{}'", where, dt.get<std::string>()));
+            throw Error(ErrorCode::Format,
+                        fmt::format("{}: unknown dtype '{}'", where, dt.get<std::string>()));
         t.dtype = *parsed;
 
         const json &shape = entry["shape"];
@@ -110,12 +117,12 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
         unsigned __int128 numel = 1;
         for (const json &d : shape) {
             if (!d.is_number_integer())
-                throw Error(ErrorCode::Format, fmt::format("{}: shape {} has a non-integer dimension", where,
-                                                           shape.dump()));
+                throw Error(ErrorCode::Format,
+                            fmt::format("{}: shape {} has a non-integer dimension", where, shape.dump()));
             const int64_t v = d.get<int64_t>();
             if (v < 0)
-                throw Error(ErrorCode::Format, fmt::format("{}: shape {} has a negative dimension", where,
-                                                           shape.dump()));
+                throw Error(ErrorCode::Format,
+                            fmt::format("{}: shape {} has a negative dimension", where, shape.dump()));
             t.shape.push_back(v);
             numel *= uint64_t(v);
             if (numel > std::numeric_limits<uint64_t>::max())
@@ -123,22 +130,26 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
         }
 
         const json &offs = entry["data_offsets"];
-        if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() || !offs[1].is_number_unsigned())
+        if (!offs.is_array() || offs.size() != 2 || !offs[0].is_number_unsigned() ||
+            !offs[1].is_number_unsigned())
             throw Error(ErrorCode::Format,
-                        fmt::format("{}: data_offsets {} is not a pair of non-negative integers", where, offs.dump()));
+                        fmt::format("{}: data_offsets {} is not a pair of non-negative integers", where,
+                                    offs.dump()));
         const uint64_t begin = offs[0].get<uint64_t>();
         const uint64_t end = offs[1].get<uint64_t>();
         if (begin > end)
-            throw Error(ErrorCode::Format, fmt::format("{}: data_offsets [{}, {}] begin after they end", where, begin, end));
+            throw Error(ErrorCode::Format,
+                        fmt::format("{}: data_offsets [{}, {}] begin after they end", where, begin, end));
         if (end > dataSize)
             throw Error(ErrorCode::Format,
-                        fmt::format("{}: data_offsets [{}, {}] end beyond the data section ({} bytes)", where, begin,
-                                    end, dataSize));
+                        fmt::format("{}: data_offsets [{}, {}] end beyond the data section ({} bytes)", where,
+                                    begin, end, dataSize));
         const unsigned __int128 need = numel * unsigned(dtypeSize(t.dtype));
         if (need != end - begin)
             throw Error(ErrorCode::Format,
-                        fmt::format("{}: data_offsets [{}, {}] hold {} bytes but {} {} needs {}", where, begin, end,
-                                    end - begin, dtypeName(t.dtype), shapeString(t.shape), uint64_t(need)));
+                        fmt::format("{}: data_offsets [{}, {}] hold {} bytes but {} {} needs {}", where,
+                                    begin, end, end - begin, dtypeName(t.dtype), shapeString(t.shape),
+                                    uint64_t(need)));
         t.offset = begin;
         t.bytes = end - begin;
         impl->tensors.push_back(std::move(t));
@@ -154,8 +165,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
             continue;
         if (prev && t.offset < prev->offset + prev->bytes)
             throw Error(ErrorCode::Format,
-                        fmt::format("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' at [{}, {}]", file,
-                                    t.name, t.offset, t.offset + t.bytes, prev->name, prev->offset,
+                        fmt::format("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' at [{}, {}]",
+                                    file, t.name, t.offset, t.offset + t.bytes, prev->name, prev->offset,
                                     prev->offset + prev->bytes));
         prev = &t;
     }
@@ -167,8 +178,14 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
     return f;
 }
 
-const std::filesystem::path &SafetensorsFile::path() const { return m_impl->file->path(); }
-const std::vector<TensorInfo> &SafetensorsFile::tensors() const { return m_impl->tensors; }
+const std::filesystem::path &SafetensorsFile::path() const
+{
+    return m_impl->file->path();
+}
+const std::vector<TensorInfo> &SafetensorsFile::tensors() const
+{
+    return m_impl->tensors;
+}
 
 const TensorInfo *SafetensorsFile::find(std::string_view name) const
 {
@@ -181,8 +198,14 @@ std::span<const std::byte> SafetensorsFile::bytes(const TensorInfo &t) const
     return m_impl->file->bytes().subspan(size_t(m_impl->dataStart + t.offset), size_t(t.bytes));
 }
 
-const std::map<std::string, std::string> &SafetensorsFile::metadata() const { return m_impl->metadata; }
-uint64_t SafetensorsFile::fileSize() const { return m_impl->file->size(); }
+const std::map<std::string, std::string> &SafetensorsFile::metadata() const
+{
+    return m_impl->metadata;
+}
+uint64_t SafetensorsFile::fileSize() const
+{
+    return m_impl->file->size();
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -228,27 +251,29 @@ WeightSet WeightSet::open(const std::filesystem::path &dirOrFile)
         throw Error(ErrorCode::Format, fmt::format("{}: not valid JSON: {}", indexName, e.what()));
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-        throw Error(ErrorCode::Format, fmt::format("{}: field 'weight_map' is missing or not an object", indexName));
+        throw Error(ErrorCode::Format,
+                    fmt::format("{}: field 'weight_map' is missing or not an object", indexName));
 
     std::map<std::string, size_t> shardIndex; // shard file name -> index in m_shards
     for (const auto &[tensor, shardJ] : j["weight_map"].items()) {
         if (!shardJ.is_string())
-            throw Error(ErrorCode::Format,
-                        fmt::format("{}: weight_map entry for tensor '{}' is not a string", indexName, tensor));
+            throw Error(ErrorCode::Format, fmt::format("{}: weight_map entry for tensor '{}' is not a string",
+                                                       indexName, tensor));
         const std::string shard = shardJ.get<std::string>();
         auto it = shardIndex.find(shard);
         if (it == shardIndex.end()) {
             const fs::path shardPath = index.parent_path() / shard;
             if (!fs::is_regular_file(shardPath))
-                throw Error(ErrorCode::Io, fmt::format("{}: tensor '{}': shard '{}' does not exist", indexName, tensor,
-                                                       shardPath.string()));
+                throw Error(ErrorCode::Io, fmt::format("{}: tensor '{}': shard '{}' does not exist",
+                                                       indexName, tensor, shardPath.string()));
             ws.m_files.push_back(shardPath);
             ws.m_shards.push_back(SafetensorsFile::open(shardPath));
             it = shardIndex.emplace(shard, ws.m_shards.size() - 1).first;
         }
         if (!ws.m_shards[it->second].find(tensor))
-            throw Error(ErrorCode::Format, fmt::format("{}: tensor '{}' is mapped to shard '{}', which lacks it",
-                                                       indexName, tensor, ws.m_files[it->second].string()));
+            throw Error(ErrorCode::Format,
+                        fmt::format("{}: tensor '{}' is mapped to shard '{}', which lacks it", indexName,
+                                    tensor, ws.m_files[it->second].string()));
         ws.m_where.emplace(tensor, it->second);
     }
     return ws;
@@ -263,7 +288,10 @@ std::vector<std::string> WeightSet::names() const
     return out; // std::map keeps them sorted
 }
 
-bool WeightSet::contains(std::string_view name) const { return m_where.find(name) != m_where.end(); }
+bool WeightSet::contains(std::string_view name) const
+{
+    return m_where.find(name) != m_where.end();
+}
 
 TensorRef WeightSet::get(std::string_view name) const
 {
@@ -279,7 +307,10 @@ TensorRef WeightSet::get(std::string_view name) const
     return ref;
 }
 
-const std::vector<std::filesystem::path> &WeightSet::files() const { return m_files; }
+const std::vector<std::filesystem::path> &WeightSet::files() const
+{
+    return m_files;
+}
 
 uint64_t WeightSet::totalBytes() const
 {
@@ -291,7 +322,8 @@ uint64_t WeightSet::totalBytes() const
 
 // ---------------------------------------------------------------------------------------------
 
-void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const std::byte> data)
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                            std::span<const std::byte> data)
 {
     Entry e{std::move(name), dtype, std::move(shape), {}};
     TensorInfo probe;
@@ -302,7 +334,8 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
                     fmt::format("SafetensorsWriter: tensor '{}': {} bytes given but {} {} needs {}", e.name,
                                 data.size(), dtypeName(dtype), shapeString(e.shape), need));
     if (e.name == "__metadata__")
-        throw Error(ErrorCode::InvalidArgument, "SafetensorsWriter: '__metadata__' is not a valid tensor name");
+        throw Error(ErrorCode::InvalidArgument,
+                    "SafetensorsWriter: '__metadata__' is not a valid tensor name");
     for (const Entry &o : m_entries) {
         if (o.name == e.name)
             throw Error(ErrorCode::InvalidArgument,
@@ -317,7 +350,10 @@ void SafetensorsWriter::addF32(std::string name, std::vector<int64_t> shape, std
     add(std::move(name), DType::F32, std::move(shape), std::as_bytes(data));
 }
 
-void SafetensorsWriter::setMetadata(std::string key, std::string value) { m_metadata[std::move(key)] = std::move(value); }
+void SafetensorsWriter::setMetadata(std::string key, std::string value)
+{
+    m_metadata[std::move(key)] = std::move(value);
+}
 
 void SafetensorsWriter::write(const std::filesystem::path &path) const
 {
@@ -353,7 +389,9 @@ std::vector<float> toFloatVector(const TensorRef &t)
     const size_t n = size_t(info.numel());
     std::vector<float> out(n);
     switch (info.dtype) {
-    case DType::F32: std::memcpy(out.data(), t.data, n * sizeof(float)); break;
+    case DType::F32:
+        std::memcpy(out.data(), t.data, n * sizeof(float));
+        break;
     case DType::F16:
     case DType::BF16:
         for (size_t i = 0; i < n; ++i) {

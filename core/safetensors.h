@@ -74,6 +74,8 @@ public:
     TensorRef get(std::string_view name) const;
     const std::vector<std::filesystem::path> &files() const; // shard paths in order
     uint64_t totalBytes() const;                             // sum of tensor bytes
+    // model.safetensors or model.safetensors.index.json: the file to name in error messages.
+    const std::filesystem::path &source() const { return m_source; }
 
 private:
     std::filesystem::path m_source; // model.safetensors or the index file, for error messages
