@@ -14,6 +14,7 @@
 #include "core/safetensors.h"
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,7 +22,12 @@
 
 namespace kvwb::core {
 
-enum class CheckpointFormat { HfSafetensors, Llama2cLegacy, Llama2cV1 };
+enum class CheckpointFormat
+{
+    HfSafetensors,
+    Llama2cLegacy,
+    Llama2cV1
+};
 const char *checkpointFormatName(CheckpointFormat f) noexcept;
 
 class Checkpoint
@@ -60,5 +66,14 @@ private:
 // Write an HF directory (config.json + model.safetensors, F32) with the same function as `from`;
 // interleaved-RoPE q/k rows are permuted to rotate-half order. The tokenizer is copied if present.
 void convertToHf(const Checkpoint &from, const std::filesystem::path &outDir);
+
+// Write a llama2.c checkpoint (version 0: legacy 7-int header; version 1: "ak42" 256-byte header)
+// from float weights under HF names, already in llama2.c's interleaved-RoPE row order. lm_head.weight
+// is written (and the classifier marked separate) unless cfg.tieWordEmbeddings. The legacy
+// freq_cis arrays, which llama2.c's run.c skips, are written as zeros. Requires
+// cfg.headDim * cfg.numHeads == cfg.hiddenSize, the only geometry llama2.c can express.
+// Error(InvalidArgument) names a missing or wrongly sized tensor; Error(Io) names the path.
+void writeLlama2c(const std::filesystem::path &out, const ModelConfig &cfg,
+                  const std::map<std::string, std::vector<float>> &hfNamedWeights, int version);
 
 } // namespace kvwb::core

@@ -74,8 +74,11 @@ public:
     TensorRef get(std::string_view name) const;
     const std::vector<std::filesystem::path> &files() const; // shard paths in order
     uint64_t totalBytes() const;                             // sum of tensor bytes
+    // model.safetensors or model.safetensors.index.json: the file to name in error messages.
+    const std::filesystem::path &source() const { return m_source; }
 
 private:
+    std::filesystem::path m_source; // model.safetensors or the index file, for error messages
     std::vector<std::filesystem::path> m_files;
     std::vector<SafetensorsFile> m_shards;
     std::map<std::string, size_t, std::less<>> m_where; // tensor -> shard index

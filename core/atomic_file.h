@@ -1,0 +1,40 @@
+// Crash-safe file replacement: write to path + ".tmp", fsync, rename over path.
+//
+// A crash or error at any point leaves either the old file or the complete new one at `path`, never
+// a half-written file. Single-threaded; one AtomicFile per output file. Every failure is an
+// Error(Io) naming the final path.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string_view>
+
+namespace kvwb::core {
+
+class AtomicFile
+{
+public:
+    // Creates path + ".tmp" (truncating any stale one).
+    explicit AtomicFile(std::filesystem::path path);
+    // Removes the temporary file unless commit() succeeded.
+    ~AtomicFile();
+    AtomicFile(const AtomicFile &) = delete;
+    AtomicFile &operator=(const AtomicFile &) = delete;
+
+    void write(std::span<const std::byte> data);
+    void write(std::string_view text);
+    // fsync, close, rename over the final path, fsync the directory.
+    void commit();
+
+private:
+    std::filesystem::path m_path;
+    std::filesystem::path m_tmpPath;
+    int m_fd = -1;
+    bool m_committed = false;
+};
+
+// Convenience: the whole file in one call.
+void writeFileAtomic(const std::filesystem::path &path, std::string_view contents);
+
+} // namespace kvwb::core
