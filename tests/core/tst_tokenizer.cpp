@@ -227,6 +227,25 @@ template <typename F> void expectError(F &&f, ErrorCode code, const QString &nee
     QFAIL(qPrintable("no kvwb::core::Error thrown; expected one mentioning " + needle));
 }
 
+// SentencePiece-style BPE vocabulary: <unk> <s> </s>, the 256 <0xXX> byte pieces at 3..258, then
+// ▁ 259, h 260, i 261, ▁h 262, hi 263, ▁hi 264 (merges "▁ h", "▁h i", "h i").
+json spStyleVocab()
+{
+    json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+    char buf[8];
+    for (int b = 0; b < 256; ++b) {
+        std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+        vocab[buf] = 3 + b;
+    }
+    vocab["▁"] = 259;
+    vocab["h"] = 260;
+    vocab["i"] = 261;
+    vocab["▁h"] = 262;
+    vocab["hi"] = 263;
+    vocab["▁hi"] = 264;
+    return vocab;
+}
+
 // Malformed tokenizer.json files and what the error must say. (At file scope: moc trips over
 // some raw string literals inside a Q_OBJECT class.)
 struct BadJsonCase
@@ -590,18 +609,7 @@ private Q_SLOTS:
     void llama2StyleJson()
     {
         // Llama 2's HF tokenizer.json: SentencePiece-style BPE with byte fallback.
-        json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
-        char buf[8];
-        for (int b = 0; b < 256; ++b) {
-            std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-            vocab[buf] = 3 + b;
-        }
-        vocab["▁"] = 259;
-        vocab["h"] = 260;
-        vocab["i"] = 261;
-        vocab["▁h"] = 262;
-        vocab["hi"] = 263;
-        vocab["▁hi"] = 264;
+        const json vocab = spStyleVocab();
         json j = {{"added_tokens",
                    {addedToken(0, "<unk>", true), addedToken(1, "<s>", true), addedToken(2, "</s>", true)}},
                   {"normalizer",
@@ -644,6 +652,36 @@ private Q_SLOTS:
         QCOMPARE(t->eosId(), std::optional<int>(2));
         // The special token splits first; the text after it gets its own ▁ prefix, as in HF.
         QCOMPARE(t->encode("<s>hi", false), ids({1, 264}));
+    }
+
+    void metaspaceJson()
+    {
+        // Newer SentencePiece-style files (Mistral, TinyLlama): no normalizer, a Metaspace
+        // pre-tokenizer with prepend_scheme "first" and a Metaspace decoder.
+        const json metaspace = {
+            {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", true}};
+        const json merges =
+            json::array({json::array({"▁", "h"}), json::array({"▁h", "i"}), json::array({"h", "i"})});
+        json model = {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", true}};
+        model["vocab"] = spStyleVocab();
+        model["merges"] = merges;
+        json j = json::object();
+        j["added_tokens"] = {addedToken(0, "<unk>", true), addedToken(1, "<s>", true),
+                             addedToken(2, "</s>", true)};
+        j["normalizer"] = nullptr;
+        j["pre_tokenizer"] = metaspace;
+        j["post_processor"] = nullptr;
+        j["decoder"] = metaspace;
+        j["model"] = model;
+        QTemporaryDir dir;
+        const auto t = bpeFrom(j, dir);
+        QCOMPARE(toList(t->preTokenize("hi hi")), QStringList({"▁hi", "▁hi"}));
+        QCOMPARE(t->encode("hi hi", true), ids({264, 264})); // no post-processor: nothing added
+        // Only the piece at the start of the input gets the ▁ prefix ("first"), not the one after <s>.
+        QCOMPARE(t->encode("<s>hi", false), ids({1, 263}));
+        QCOMPARE(t->decode(ids({264, 264})), std::string("hi hi"));
+        QCOMPARE(t->decode(t->encode("hi ih  h", false)), std::string("hi ih  h"));
+        QCOMPARE(t->bosId(), std::optional<int>(1));
     }
 
     void sentencePiece()
