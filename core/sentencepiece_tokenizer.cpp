@@ -1,44 +1,62 @@
 #include "core/sentencepiece_tokenizer.h"
 
 #include "core/error.h"
+#include "core/spm_library.h"
 #include "core/text_util.h"
-
-#include <sentencepiece_processor.h>
 
 namespace kvwb::core {
 
-SentencePieceTokenizer::SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp,
-                                               std::string source)
-    : m_sp(std::move(sp)), m_source(std::move(source))
+namespace {
+
+void appendBytes(void *ctx, const void *data, size_t n)
+{
+    static_cast<std::string *>(ctx)->append(static_cast<const char *>(data), n);
+}
+
+void appendIds(void *ctx, const void *data, size_t n)
+{
+    auto *out = static_cast<std::vector<int> *>(ctx);
+    const int *ids = static_cast<const int *>(data);
+    out->insert(out->end(), ids, ids + n / sizeof(int));
+}
+
+} // namespace
+
+SentencePieceTokenizer::SentencePieceTokenizer(kvwb_spm *sp, std::string source)
+    : m_sp(sp), m_source(std::move(source))
 {}
 
-SentencePieceTokenizer::~SentencePieceTokenizer() = default;
+SentencePieceTokenizer::~SentencePieceTokenizer()
+{
+    if (m_sp)
+        spmApi().free(m_sp);
+}
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::fromFile(const std::filesystem::path &path)
 {
     // Read it ourselves so that a missing file is Error(Io) like everywhere else, and a bad one is
     // Error(Tokenizer) carrying sentencepiece's reason.
     const std::string bytes = text::readWholeFile(path);
-    auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
-    const auto status = sp->LoadFromSerializedProto(bytes);
-    if (!status.ok())
-        throw Error(ErrorCode::Tokenizer,
-                    path.string() + ": not a SentencePiece model: " + status.ToString());
-    if (sp->GetPieceSize() <= 0)
+    const SpmApi &api = spmApi();
+    kvwb_spm *sp = nullptr;
+    std::string err;
+    if (api.load(bytes.data(), bytes.size(), &sp, appendBytes, &err) != 0)
+        throw Error(ErrorCode::Tokenizer, path.string() + ": not a SentencePiece model: " + err);
+    std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer(sp, path.string()));
+    if (api.pieceSize(sp) <= 0)
         throw Error(ErrorCode::Tokenizer, path.string() + ": SentencePiece model has no pieces");
-    return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(std::move(sp), path.string()));
+    return tok;
 }
 
 std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool addSpecial) const
 {
+    const SpmApi &api = spmApi();
     std::vector<int> ids;
-    if (addSpecial && m_sp->bos_id() >= 0)
-        ids.push_back(m_sp->bos_id());
-    std::vector<int> body;
-    const auto status = m_sp->Encode(text, &body);
-    if (!status.ok())
-        throw Error(ErrorCode::Tokenizer, m_source + ": encode failed: " + status.ToString());
-    ids.insert(ids.end(), body.begin(), body.end());
+    if (addSpecial && api.bosId(m_sp) >= 0)
+        ids.push_back(api.bosId(m_sp));
+    std::string err;
+    if (api.encode(m_sp, text.data(), text.size(), appendIds, &ids, appendBytes, &err) != 0)
+        throw Error(ErrorCode::Tokenizer, m_source + ": encode failed: " + err);
     return ids;
 }
 
@@ -46,29 +64,29 @@ std::string SentencePieceTokenizer::decode(const std::vector<int> &ids, bool ski
 {
     // Runs of ordinary ids go through the processor (it handles "▁", byte pieces and the dummy
     // prefix); control ids in between are written as their text unless skipSpecial.
+    const SpmApi &api = spmApi();
     std::string out;
     std::vector<int> run;
     auto flush = [&] {
         if (run.empty())
             return;
-        std::string s;
-        const auto status = m_sp->Decode(run, &s);
-        if (!status.ok())
-            throw Error(ErrorCode::Tokenizer, m_source + ": decode failed: " + status.ToString());
-        out += s;
+        std::string err;
+        if (api.decode(m_sp, run.data(), run.size(), appendBytes, &out, appendBytes, &err) != 0)
+            throw Error(ErrorCode::Tokenizer, m_source + ": decode failed: " + err);
         run.clear();
     };
-    const int n = m_sp->GetPieceSize();
+    const int n = api.pieceSize(m_sp);
     for (int id : ids) {
         if (id < 0 || id >= n)
             continue; // out of range: skipped, as HF does
-        if (m_sp->IsControl(id)) {
+        const int flags = api.flags(m_sp, id);
+        if (flags & KVWB_SPM_CONTROL) {
             flush();
             if (!skipSpecial)
-                out += m_sp->IdToPiece(id);
+                out += piece(id);
             continue;
         }
-        if (skipSpecial && m_sp->IsUnknown(id))
+        if (skipSpecial && (flags & KVWB_SPM_UNKNOWN))
             continue;
         run.push_back(id);
     }
@@ -78,36 +96,35 @@ std::string SentencePieceTokenizer::decode(const std::vector<int> &ids, bool ski
 
 std::string SentencePieceTokenizer::piece(int id) const
 {
-    if (id < 0 || id >= m_sp->GetPieceSize())
-        return {};
-    return m_sp->IdToPiece(id);
+    std::string p;
+    spmApi().idToPiece(m_sp, id, appendBytes, &p);
+    return p;
 }
 
-int SentencePieceTokenizer::vocabSize() const
-{
-    return m_sp->GetPieceSize();
-}
+int SentencePieceTokenizer::vocabSize() const { return spmApi().pieceSize(m_sp); }
 
 std::optional<int> SentencePieceTokenizer::bosId() const
 {
-    return m_sp->bos_id() >= 0 ? std::optional<int>(m_sp->bos_id()) : std::nullopt;
+    const int id = spmApi().bosId(m_sp);
+    return id >= 0 ? std::optional<int>(id) : std::nullopt;
 }
 
 std::optional<int> SentencePieceTokenizer::eosId() const
 {
-    return m_sp->eos_id() >= 0 ? std::optional<int>(m_sp->eos_id()) : std::nullopt;
+    const int id = spmApi().eosId(m_sp);
+    return id >= 0 ? std::optional<int>(id) : std::nullopt;
 }
 
 bool SentencePieceTokenizer::isSpecial(int id) const
 {
-    return id >= 0 && id < m_sp->GetPieceSize() && (m_sp->IsControl(id) || m_sp->IsUnknown(id));
+    return (spmApi().flags(m_sp, id) & (KVWB_SPM_CONTROL | KVWB_SPM_UNKNOWN)) != 0;
 }
 
 std::optional<int> SentencePieceTokenizer::pieceToId(std::string_view p) const
 {
     // PieceToId answers unk_id for unknown pieces; only trust it when the piece round-trips.
-    const int id = m_sp->PieceToId(p);
-    if (id < 0 || id >= m_sp->GetPieceSize() || m_sp->IdToPiece(id) != p)
+    const int id = spmApi().pieceToId(m_sp, p.data(), p.size());
+    if (id < 0 || id >= vocabSize() || piece(id) != p)
         return std::nullopt;
     return id;
 }

@@ -1,11 +1,12 @@
-// SentencePiece tokenizer.model (Llama 2, Mistral, TinyLlama...) through libsentencepiece.
+// SentencePiece tokenizer.model (Llama 2, Mistral, TinyLlama...) through libsentencepiece, reached
+// via the libkvwb_spm shim (core/spm_library.h).
 //
 // encode/decode are the processor's own; addSpecial prepends BOS when the model defines one (as
 // Llama 2's HF tokenizer does; EOS is never added). Control pieces (<s>, </s>) that sentencepiece
 // would decode to nothing are rendered as their piece text unless skipSpecial.
 //
 // Thread-safety: immutable after load; SentencePieceProcessor's const methods are thread-safe, so
-// encode/decode may run concurrently. Owns the processor.
+// encode/decode may run concurrently. Owns the processor handle.
 #pragma once
 
 #include "core/tokenizer.h"
@@ -14,9 +15,7 @@
 #include <memory>
 #include <string>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
+struct kvwb_spm;
 
 namespace kvwb::core {
 
@@ -38,8 +37,8 @@ public:
     std::optional<int> pieceToId(std::string_view piece) const override;
 
 private:
-    SentencePieceTokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> sp, std::string source);
-    std::unique_ptr<sentencepiece::SentencePieceProcessor> m_sp;
+    SentencePieceTokenizer(kvwb_spm *sp, std::string source);
+    kvwb_spm *m_sp = nullptr; // owned; freed through the shim
     std::string m_source; // file name, for error messages
 };
 

@@ -21,7 +21,7 @@ PACKAGES=(
   # LibTorch otherwise links the reference BLAS: matmuls run ~15x slower (DESIGN.md).
   libopenblas0-pthread
   libhdf5-dev hdf5-tools libhnswlib-dev libfmt-dev nlohmann-json3-dev
-  libsentencepiece-dev sentencepiece libpcre2-dev libssl-dev
+  libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev libssl-dev
   wordnet-base
 )
 

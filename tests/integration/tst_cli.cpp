@@ -2,6 +2,7 @@
 // one-line error with a non-zero exit code (never a crash or hang) for every kind of bad input.
 #include "core/random_model.h"
 #include "core/safetensors.h"
+#include "core/spm_library.h"
 #include "tests/support/test_paths.h"
 
 #include <QJsonArray>
@@ -24,7 +25,7 @@ struct Run
     QByteArray err;
 };
 
-Run kvwb(const QStringList &args)
+Run runKvwb(const QStringList &args)
 {
     QProcess p;
     p.start(QString::fromStdString(test::kvwbBinary().string()), args);
@@ -57,7 +58,7 @@ private Q_SLOTS:
     {
         QVERIFY(m_tmp.isValid());
         m_model = fs::path(m_tmp.path().toStdString()) / "tiny";
-        const Run r = kvwb({"make-model", "--preset", "gqa", "--out", path(m_model), "--seed", "5"});
+        const Run r = runKvwb({"make-model", "--preset", "gqa", "--out", path(m_model), "--seed", "5"});
         QCOMPARE(r.exitCode, 0);
     }
 
@@ -70,14 +71,14 @@ private Q_SLOTS:
     void helpForEverySubcommand()
     {
         QFETCH(QString, cmd);
-        const Run r = kvwb({cmd, "--help"});
+        const Run r = runKvwb({cmd, "--help"});
         QCOMPARE(r.exitCode, 0);
         QVERIFY(r.out.contains("Usage:"));
     }
 
     void infoCard()
     {
-        const Run r = kvwb({"info", path(m_model)});
+        const Run r = runKvwb({"info", path(m_model)});
         QCOMPARE(r.exitCode, 0);
         const auto j = QJsonDocument::fromJson(r.out).object();
         QCOMPARE(j["layers"].toInt(), 3);
@@ -93,21 +94,42 @@ private Q_SLOTS:
 
     void tokenizeRoundTrip()
     {
-        const Run r = kvwb({"tokenize", "--tokenizer", path(m_model), "--text", "Hi!", "--add-special"});
+        const Run r = runKvwb({"tokenize", "--tokenizer", path(m_model), "--text", "Hi!", "--add-special"});
         QCOMPARE(r.exitCode, 0);
         QCOMPARE(r.out.trimmed(), QByteArray("256 72 105 33")); // BOS, then bytes
-        const Run j = kvwb({"tokenize", "--tokenizer", path(m_model / "tokenizer.json"), "--text", "a b", "--json"});
+        const Run j = runKvwb({"tokenize", "--tokenizer", path(m_model / "tokenizer.json"), "--text", "a b", "--json"});
         QCOMPARE(j.exitCode, 0);
         const auto o = QJsonDocument::fromJson(j.out).object();
         QCOMPARE(o["ids"].toArray().size(), 3);
         QCOMPARE(o["pieces"].toArray()[1].toString(), QString::fromUtf8("\u0120")); // 'Ġ' = space
     }
 
+    // SentencePiece runs inside the torch-linked executable (its protobuf must not clash with
+    // LibTorch's), and kvwb's ids equal those of the library's own processor.
+    void sentencePieceInsideKvwb()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        std::string corpus;
+        for (int i = 0; i < 300; ++i)
+            corpus += "the cache saves prefill number " + std::to_string(i) + " for every tenant\n";
+        test::writeFile(dir / "corpus.txt", corpus);
+        core::trainSentencePiece("--input=" + (dir / "corpus.txt").string() + " --model_prefix=" +
+                                 (dir / "sp").string() + " --vocab_size=80 --model_type=bpe --minloglevel=2");
+        const Run r = runKvwb({"tokenize", "--tokenizer", path(dir / "sp.model"), "--text", "the cache saves",
+                               "--add-special", "--json"});
+        QCOMPARE(r.exitCode, 0);
+        const auto o = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(o["kind"].toString(), QString("sentencepiece"));
+        QCOMPARE(o["ids"].toArray().first().toInt(), 1); // BOS
+        QVERIFY(o["ids"].toArray().size() >= 3);
+    }
+
     void generateJsonIsDeterministic()
     {
         const QStringList args = {"generate", "--model", path(m_model), "--prompt", "hello", "--max-tokens", "8",
                                   "--ignore-eos", "--json"};
-        const Run a = kvwb(args), b = kvwb(args);
+        const Run a = runKvwb(args), b = runKvwb(args);
         QCOMPARE(a.exitCode, 0);
         const auto ja = QJsonDocument::fromJson(a.out).object(), jb = QJsonDocument::fromJson(b.out).object();
         for (const char *k : {"prompt_ids", "output_ids", "text", "ttft_ms", "prefill_tok_s", "decode_tok_s"})
@@ -119,14 +141,14 @@ private Q_SLOTS:
         QStringList ids;
         for (const auto v : ja["prompt_ids"].toArray())
             ids << QString::number(v.toInt());
-        const Run c = kvwb({"generate", "--model", path(m_model), "--prompt-ids", ids.join(","), "--max-tokens", "8",
+        const Run c = runKvwb({"generate", "--model", path(m_model), "--prompt-ids", ids.join(","), "--max-tokens", "8",
                             "--ignore-eos", "--json"});
         QCOMPARE(QJsonDocument::fromJson(c.out).object()["output_ids"], ja["output_ids"]);
     }
 
     void bench()
     {
-        const Run r = kvwb({"bench", path(m_model), "--lengths", "16,64", "--decode-tokens", "4", "--repeats", "1"});
+        const Run r = runKvwb({"bench", path(m_model), "--lengths", "16,64", "--decode-tokens", "4", "--repeats", "1"});
         QCOMPARE(r.exitCode, 0);
         QVERIFY(r.out.contains("prefill tok/s"));
         QVERIFY(r.out.contains("|            16 |"));
@@ -145,7 +167,7 @@ private Q_SLOTS:
         QTest::newRow("misshapen tensor") << "shape" << "model.layers.1.self_attn.k_proj.weight";
         QTest::newRow("tokenizer too big for vocab") << "vocab" << "tokenizer";
         QTest::newRow("bad flag value") << "flag" << "--max-tokens";
-        QTest::newRow("cuda without gpu") << "cuda" << "cuda";
+        QTest::newRow("cuda without gpu") << "cuda" << "CUDA";
     }
     void badInput()
     {
@@ -197,7 +219,7 @@ private Q_SLOTS:
         } else if (kind == "cuda") {
             args << "--device" << "cuda";
         }
-        const Run r = kvwb(args);
+        const Run r = runKvwb(args);
         if (kind == "cuda" && r.exitCode == 0)
             QSKIP("a CUDA device is present");
         QCOMPARE(r.status, QProcess::NormalExit);
