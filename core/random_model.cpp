@@ -99,7 +99,7 @@ RandomModelSpec randomModelPreset(const std::string &name)
     } else if (name == "10m") {
         c.hiddenSize = 384;
         c.intermediateSize = 1024;
-        c.numLayers = 6;
+        c.numLayers = 4;
         c.numHeads = 6;
         c.numKvHeads = 6;
         c.headDim = 64;
