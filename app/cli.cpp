@@ -1,4 +1,5 @@
 #include "app/cli.h"
+#include "app/cli_util.h"
 
 #include "core/checkpoint.h"
 #include "core/error.h"
@@ -25,102 +26,7 @@ namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-// Thrown for bad usage; exit code 2.
-struct UsageError
-{
-    std::string message;
-};
-
-std::string str(const QString &s) { return s.toStdString(); }
-
-QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const QString &description,
-                          const QString &positional = {}, const QString &positionalHelp = {})
-{
-    p.setApplicationDescription(description);
-    p.addHelpOption();
-    if (!positional.isEmpty())
-        p.addPositionalArgument(positional, positionalHelp);
-    if (!p.parse(args))
-        throw UsageError{str(p.errorText())};
-    if (p.isSet("help")) {
-        std::fputs(qPrintable(p.helpText()), stdout);
-        throw 0; // handled: exit 0
-    }
-    return p;
-}
-
-int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min = INT32_MIN)
-{
-    if (!p.isSet(name))
-        return fallback;
-    bool ok = false;
-    const int v = p.value(name).toInt(&ok);
-    if (!ok || v < min)
-        throw UsageError{fmt::format("--{} expects an integer >= {}, got '{}'", str(name), min, str(p.value(name)))};
-    return v;
-}
-
-double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min, double max)
-{
-    if (!p.isSet(name))
-        return fallback;
-    bool ok = false;
-    const double v = p.value(name).toDouble(&ok);
-    if (!ok || v < min || v > max)
-        throw UsageError{
-            fmt::format("--{} expects a number in [{}, {}], got '{}'", str(name), min, max, str(p.value(name)))};
-    return v;
-}
-
-std::vector<int> parseIdList(const QString &text, const char *flag)
-{
-    std::vector<int> ids;
-    for (const QString &part : text.split(',', Qt::SkipEmptyParts)) {
-        bool ok = false;
-        const int v = part.trimmed().toInt(&ok);
-        if (!ok || v < 0)
-            throw UsageError{fmt::format("{} expects comma-separated non-negative integers, got '{}'", flag, str(part))};
-        ids.push_back(v);
-    }
-    if (ids.empty())
-        throw UsageError{fmt::format("{} is empty", flag)};
-    return ids;
-}
-
-std::string readTextFile(const QString &path)
-{
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly))
-        throw core::Error(core::ErrorCode::Io, fmt::format("{}: cannot read: {}", str(path), str(f.errorString())));
-    return f.readAll().toStdString();
-}
-
-gpu::LoadOptions loadOptions(const QCommandLineParser &p)
-{
-    gpu::LoadOptions o;
-    if (p.isSet("device")) {
-        auto d = gpu::parseDevice(str(p.value("device")));
-        if (!d)
-            throw UsageError{"--device expects cpu or cuda, got '" + str(p.value("device")) + "'"};
-        o.device = *d;
-    }
-    if (p.isSet("dtype")) {
-        auto t = gpu::parseComputeType(str(p.value("dtype")));
-        if (!t)
-            throw UsageError{"--dtype expects f32, bf16 or f16, got '" + str(p.value("dtype")) + "'"};
-        o.dtype = *t;
-    }
-    o.threads = intOption(p, "threads", 0, 0);
-    return o;
-}
-
-void addEngineOptions(QCommandLineParser &p)
-{
-    p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
-    p.addOption({"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"});
-    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
-}
+using namespace kvwb::app::cli;
 
 const char *ropeLayoutName(core::RopeLayout l)
 {
@@ -479,8 +385,8 @@ int runSubcommand(const QStringList &args)
             continue;
         try {
             return c.run(args);
-        } catch (int code) {
-            return code;
+        } catch (const HelpShown &h) {
+            return h.code;
         } catch (const UsageError &e) {
             std::fprintf(stderr, "kvwb %s: %s (see kvwb %s --help)\n", c.name, e.message.c_str(), c.name);
             return 2;

@@ -1,0 +1,40 @@
+// Shared plumbing for the headless subcommands: option parsing with usage errors, engine options.
+// GUI-free; used on the main thread of a `kvwb <subcommand>` process.
+#pragma once
+
+#include "gpu/model.h"
+
+#include <QCommandLineParser>
+#include <QStringList>
+
+#include <climits>
+#include <string>
+#include <vector>
+
+namespace kvwb::app::cli {
+
+// Thrown for bad usage; runSubcommand prints it and exits 2.
+struct UsageError
+{
+    std::string message;
+};
+// Thrown by parse() after printing --help; runSubcommand exits with this code.
+struct HelpShown
+{
+    int code = 0;
+};
+
+std::string str(const QString &s);
+// Adds --help, parses, prints help (throws HelpShown) or throws UsageError.
+QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const QString &description,
+                          const QString &positional = {}, const QString &positionalHelp = {});
+int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min = INT_MIN);
+double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min, double max);
+std::vector<int> parseIdList(const QString &text, const char *flag);
+// Error(Io) naming the path when unreadable.
+std::string readTextFile(const QString &path);
+// --device, --dtype, --threads
+void addEngineOptions(QCommandLineParser &p);
+gpu::LoadOptions loadOptions(const QCommandLineParser &p);
+
+} // namespace kvwb::app::cli
