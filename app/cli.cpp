@@ -86,7 +86,7 @@ int cmdInfo(const QStringList &args)
     if (p.positionalArguments().size() != 1)
         throw UsageError{"expected exactly one MODEL path"};
     const auto ck = core::Checkpoint::open(str(p.positionalArguments().first()));
-    std::printf("%s\n", modelCard(ck, ck.tokenizerPath()).dump(2).c_str());
+    std::printf("%s\n", modelCard(ck, ck.tokenizerPath()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
 }
 
@@ -196,23 +196,32 @@ int cmdGenerate(const QStringList &args)
     }
     auto model = gpu::Model::load(ck, opts);
     const bool asJson = p.isSet("json");
+    // Streams only text that can no longer change: decoding more ids may complete a UTF-8 sequence
+    // (byte-level BPE) or replace a U+FFFD placeholder (SentencePiece byte fallback), so hold back an
+    // incomplete tail and a trailing U+FFFD, and print only when the new text extends what was shown.
     std::string printed;
     std::vector<int> soFar;
+    auto stableText = [&](const std::string &text) {
+        size_t upto = completeUtf8Prefix(text);
+        static const std::string replacement = "\xEF\xBF\xBD";
+        while (upto >= 3 && text.compare(upto - 3, 3, replacement) == 0)
+            upto -= 3;
+        return text.substr(0, upto);
+    };
     auto onToken = [&](int id, float) {
         if (asJson || !tok)
             return true;
         soFar.push_back(id);
-        const std::string text = tok->decode(soFar);
-        const size_t upto = completeUtf8Prefix(text);
-        if (upto > printed.size()) {
-            std::fwrite(text.data() + printed.size(), 1, upto - printed.size(), stdout);
+        const std::string stable = stableText(tok->decode(soFar, /*skipSpecial=*/true));
+        if (stable.size() > printed.size() && stable.compare(0, printed.size(), printed) == 0) {
+            std::fwrite(stable.data() + printed.size(), 1, stable.size() - printed.size(), stdout);
             std::fflush(stdout);
-            printed = text.substr(0, upto);
+            printed = stable;
         }
         return true;
     };
     const auto r = model->generate(prompt, go, onToken);
-    const std::string text = tok ? tok->decode(r.outputIds) : std::string();
+    const std::string text = tok ? tok->decode(r.outputIds, /*skipSpecial=*/true) : std::string();
     if (asJson) {
         json j = {{"prompt_ids", prompt},
                   {"output_ids", r.outputIds},
@@ -232,8 +241,10 @@ int cmdGenerate(const QStringList &args)
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
         if (tok) {
-            if (text.size() > printed.size())
+            if (text.compare(0, printed.size(), printed) == 0)
                 std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+            else // the stream showed a placeholder that later bytes replaced: print the final text
+                std::printf("\n%s", text.c_str());
             std::printf("\n");
         } else {
             std::string line;
@@ -320,7 +331,7 @@ int cmdBench(const QStringList &args)
                                  {"dtype", gpu::computeTypeName(opts.dtype)},
                                  {"threads", opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency())},
                                  {"rows", rows}}
-                                .dump(2)
+                                .dump(2, ' ', false, json::error_handler_t::replace)
                                 .c_str());
     return 0;
 }

@@ -1,6 +1,7 @@
 // Headless subcommands of the kvwb executable. Each takes its own arguments (argv[0] is the
 // subcommand name), prints to stdout/stderr and returns the process exit code:
-// 0 success, 1 a kvwb::core::Error (message printed as "kvwb <cmd>: error: ..."), 2 bad usage.
+// 0 success, 1 a kvwb::core::Error (printed as "kvwb <cmd>: error [<code name>]: <message>"),
+// 2 bad usage.
 #pragma once
 
 #include <QStringList>

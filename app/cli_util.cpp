@@ -21,7 +21,7 @@ QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const 
         p.addPositionalArgument(positional, positionalHelp);
     if (!p.parse(args))
         throw UsageError{str(p.errorText())};
-    if (p.isSet("help")) {
+    if (p.isSet("help") || p.isSet("help-all")) {
         std::fputs(qPrintable(p.helpText()), stdout);
         throw HelpShown{0};
     }

@@ -63,7 +63,10 @@ std::string utf8(char32_t c)
 
 } // namespace
 
-std::vector<std::string> randomModelPresetNames() { return {"tiny", "gqa", "qwen2", "smollm", "llama3", "10m"}; }
+std::vector<std::string> randomModelPresetNames()
+{
+    return {"tiny", "gqa", "qwen2", "smollm", "llama3", "bias", "10m", "demo-a", "demo-b"};
+}
 
 RandomModelSpec randomModelPreset(const std::string &name)
 {
@@ -96,6 +99,12 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.ropeScaling.lowFreqFactor = 1.0;
         c.ropeScaling.highFreqFactor = 4.0;
         c.ropeScaling.originalMaxPositionEmbeddings = 64; // small, so the test prompts cross bands
+    } else if (name == "bias") {
+        // Llama with attention_bias (q/k/v and o) and mlp_bias
+        c.numKvHeads = 2;
+        c.qkvBias = true;
+        c.oBias = true;
+        c.mlpBias = true;
     } else if (name == "10m") {
         c.hiddenSize = 384;
         c.intermediateSize = 1024;
@@ -106,6 +115,22 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.vocabSize = 4096;
         c.maxPositionEmbeddings = 2048;
         s.weightStd = 0.03;
+    } else if (name == "demo-a" || name == "demo-b") {
+        // The demo pair (projects/demo): same tokenizer, different KV geometry. A is small and fast
+        // (4 layers, 4 heads, 2 kv heads of 32); B is wider and deeper (6 layers, 6 heads, 3 kv heads
+        // of 48). Both tie embeddings to stay under 8 MB in bf16.
+        const bool a = name == "demo-a";
+        c.hiddenSize = a ? 128 : 288;
+        c.numLayers = a ? 4 : 6;
+        c.numHeads = a ? 4 : 6;
+        c.numKvHeads = a ? 2 : 3;
+        c.headDim = a ? 32 : 48;
+        c.intermediateSize = a ? 384 : 768;
+        c.vocabSize = 1024;
+        c.maxPositionEmbeddings = 512;
+        c.tieWordEmbeddings = true;
+        c.bosTokenId = 1;
+        c.eosTokenIds = {2};
     } else {
         throw Error(ErrorCode::InvalidArgument, "unknown model preset '" + name + "'");
     }

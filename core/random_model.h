@@ -23,7 +23,8 @@ struct RandomModelSpec
 };
 
 // Named presets: "tiny" (~40k params), "gqa", "qwen2" (qkv bias), "smollm" (tied), "llama3"
-// (llama3 rope scaling), "10m" (~10M params, for benchmarks). Error(InvalidArgument) otherwise.
+// (llama3 rope scaling), "bias" (attention and MLP biases), "10m" (~10M params, for benchmarks),
+// "demo-a" / "demo-b" (the demo pair's architectures). Error(InvalidArgument) otherwise.
 RandomModelSpec randomModelPreset(const std::string &name);
 std::vector<std::string> randomModelPresetNames();
 

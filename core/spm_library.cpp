@@ -64,7 +64,8 @@ SpmApi loadApi()
         bind(api.pieceToId, "kvwb_spm_piece_to_id");
         bind(api.train, "kvwb_spm_train");
         if (ok)
-            return api;
+            return api; // kept loaded for the life of the process
+        dlclose(h);
         tried += " " + path.string() + " (missing symbols)";
     }
     throw Error(ErrorCode::Unsupported,

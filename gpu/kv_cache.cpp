@@ -18,10 +18,12 @@ RopeTables::RopeTables(const core::ModelConfig &config, torch::Device device)
         m_invFreq.push_back(float(f));
 }
 
-void RopeTables::ensure(int64_t positions)
+std::pair<torch::Tensor, torch::Tensor> RopeTables::tables(int64_t start, int64_t count)
 {
+    std::lock_guard lock(m_mutex);
+    const int64_t positions = start + count;
     if (positions <= m_capacity)
-        return;
+        return {m_cos.narrow(0, start, count), m_sin.narrow(0, start, count)};
     int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(256, m_capacity * 2));
     const int64_t half = int64_t(m_invFreq.size());
     std::vector<float> c(size_t(cap * half)), s(size_t(cap * half));
@@ -36,14 +38,14 @@ void RopeTables::ensure(int64_t positions)
     m_cos = torch::from_blob(c.data(), {cap, half}, torch::kFloat32).clone().to(m_device);
     m_sin = torch::from_blob(s.data(), {cap, half}, torch::kFloat32).clone().to(m_device);
     m_capacity = cap;
+    return {m_cos.narrow(0, start, count), m_sin.narrow(0, start, count)};
 }
 
 torch::Tensor RopeTables::apply(const torch::Tensor &x, int64_t start, bool inverse)
 {
     const int64_t t = x.size(1);
-    ensure(start + t);
-    const auto cos = m_cos.narrow(0, start, t);                          // [t, half]
-    const auto sin = inverse ? -m_sin.narrow(0, start, t) : m_sin.narrow(0, start, t); // [t, half]
+    auto [cos, sinTable] = tables(start, t);            // [t, half] each
+    const auto sin = inverse ? -sinTable : sinTable;
     const auto xf = x.to(torch::kFloat32);
     const int64_t d = x.size(2), half = d / 2;
     torch::Tensor out;
@@ -64,7 +66,9 @@ void KvCache::Impl::reserve(int64_t positions)
 {
     if (positions <= capacity)
         return;
-    const int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(64, capacity * 2));
+    int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(64, capacity * 2));
+    if (maxPositions > 0)
+        cap = std::max(positions, std::min(cap, maxPositions)); // never allocate past the context
     const auto opts = torch::TensorOptions().dtype(dtype).device(device);
     for (int l = 0; l < numLayers; ++l) {
         auto k = torch::empty({numKvHeads, cap, headDim}, opts);
@@ -94,6 +98,18 @@ KvCache &KvCache::operator=(KvCache &&) noexcept = default;
 KvCache::KvCache(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 
 namespace {
+template <typename F> auto translate(const char *what, F &&f) -> decltype(f())
+{
+    try {
+        return f();
+    } catch (const c10::Error &e) {
+        std::string msg = e.what_without_backtrace();
+        if (auto nl = msg.find('\n'); nl != std::string::npos)
+            msg.resize(nl);
+        throw core::Error(core::ErrorCode::Device, std::string(what) + ": " + msg);
+    }
+}
+
 const KvCache::Impl &need(const KvCache::Impl *impl)
 {
     if (!impl)
@@ -128,16 +144,21 @@ LayerKv KvCache::layer(int layer, KeyForm form) const
     if (layer < 0 || layer >= d.numLayers)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           fmt::format("KV cache layer {} out of range (model has {} layers)", layer, d.numLayers));
-    c10::InferenceMode guard;
-    auto k = d.keysUpTo(layer, d.length);
-    if (form == KeyForm::PreRope && d.length > 0)
-        k = d.rope->apply(k, 0, /*inverse=*/true);
-    auto kf = k.to(torch::kCPU, torch::kFloat32).contiguous();
-    auto vf = d.valuesUpTo(layer, d.length).to(torch::kCPU, torch::kFloat32).contiguous();
     LayerKv out;
-    out.keys.assign(kf.data_ptr<float>(), kf.data_ptr<float>() + kf.numel());
-    out.values.assign(vf.data_ptr<float>(), vf.data_ptr<float>() + vf.numel());
-    return out;
+    if (d.length == 0)
+        return out; // nothing stored yet (storage may not even be allocated)
+    return translate("KV cache read", [&] {
+        c10::InferenceMode guard;
+        // f32 before un-rotating: a bf16 cache is rounded once, not twice
+        auto k = d.keysUpTo(layer, d.length).to(torch::kFloat32);
+        if (form == KeyForm::PreRope)
+            k = d.rope->apply(k, 0, /*inverse=*/true);
+        auto kf = k.to(torch::kCPU).contiguous();
+        auto vf = d.valuesUpTo(layer, d.length).to(torch::kCPU, torch::kFloat32).contiguous();
+        out.keys.assign(kf.data_ptr<float>(), kf.data_ptr<float>() + kf.numel());
+        out.values.assign(vf.data_ptr<float>(), vf.data_ptr<float>() + vf.numel());
+        return out;
+    });
 }
 
 void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<LayerKv> &layers, KeyForm form)
@@ -158,9 +179,12 @@ void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<LayerKv
                               fmt::format("KV assign: layer {} values hold {} floats, expected [{}, {}, {}] = {}", l,
                                           layers[l].values.size(), d.numKvHeads, n, d.headDim, expected));
     }
-    c10::InferenceMode guard;
     d.length = 0;
     d.ids.clear();
+    if (n == 0)
+        return;
+    translate("KV cache write", [&] {
+    c10::InferenceMode guard;
     d.reserve(n);
     for (size_t l = 0; l < layers.size(); ++l) {
         auto k = torch::from_blob(const_cast<float *>(layers[l].keys.data()), {d.numKvHeads, n, d.headDim},
@@ -173,6 +197,7 @@ void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<LayerKv
             k = d.rope->apply(k, 0, /*inverse=*/false);
         d.write(int(l), k.to(d.dtype), v.to(d.dtype));
     }
+    });
     d.length = int(n);
     d.ids = tokenIds;
 }
@@ -190,6 +215,7 @@ void KvCache::truncate(int n)
 KvCache KvCache::fork() const
 {
     const auto &d = need(m_impl.get());
+    return translate("KV cache fork", [&] {
     c10::InferenceMode guard;
     auto copy = std::make_unique<Impl>();
     copy->numLayers = d.numLayers;
@@ -198,6 +224,7 @@ KvCache KvCache::fork() const
     copy->device = d.device;
     copy->dtype = d.dtype;
     copy->rope = d.rope;
+    copy->maxPositions = d.maxPositions;
     copy->keys.resize(size_t(d.numLayers));
     copy->values.resize(size_t(d.numLayers));
     copy->reserve(std::max(d.length, 1));
@@ -210,6 +237,7 @@ KvCache KvCache::fork() const
     copy->length = d.length;
     copy->ids = d.ids;
     return KvCache(std::move(copy));
+    });
 }
 
 } // namespace kvwb::gpu

@@ -23,6 +23,7 @@ struct KvCache::Impl
     std::vector<torch::Tensor> keys;   // [layers] x [kvHeads, capacity, headDim], post-RoPE
     std::vector<torch::Tensor> values; // [layers] x [kvHeads, capacity, headDim]
     int64_t capacity = 0;              // positions allocated
+    int64_t maxPositions = 0;          // growth stops here (the model's context; 0 = unbounded)
     int length = 0;                    // positions filled
     std::vector<int> ids;              // [length]
 

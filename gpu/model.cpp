@@ -114,6 +114,29 @@ struct Model::Impl
         return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
     }
 
+    // The cache must come from this model: same geometry, device, dtype and RoPE tables (a cache
+    // from another model is converted through KvCache::layer/assign, never used directly).
+    KvCache::Impl &cacheOf(KvCache &cache) const
+    {
+        auto *impl = cache.impl();
+        if (!impl)
+            throw Error(ErrorCode::InvalidArgument, "KV cache is empty: create it with Model::newCache()");
+        const core::ModelConfig &c = config;
+        if (impl->numLayers != c.numLayers || impl->numKvHeads != c.numKvHeads || impl->headDim != c.headDim)
+            throw Error(ErrorCode::Shape,
+                        fmt::format("KV cache geometry [{} layers, {} kv heads, head dim {}] does not match the "
+                                    "model's [{}, {}, {}]",
+                                    impl->numLayers, impl->numKvHeads, impl->headDim, c.numLayers, c.numKvHeads,
+                                    c.headDim));
+        if (impl->rope != rope || impl->device != device || impl->dtype != dtype)
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("KV cache belongs to another model (or device/dtype: cache {} {}, model {} {}); "
+                                    "move K/V between models with KvCache::layer() and assign()",
+                                    impl->device.str(), c10::toString(impl->dtype), device.str(),
+                                    c10::toString(dtype)));
+        return *impl;
+    }
+
     // x [t, hidden] at positions cache.length.. -> x after all layers; appends K/V to the cache.
     torch::Tensor run(const std::vector<int> &ids, KvCache::Impl &cache, bool allLogits) const
     {
@@ -275,6 +298,7 @@ KvCache Model::newCache() const
     impl->device = m_impl->device;
     impl->dtype = m_impl->dtype;
     impl->rope = m_impl->rope;
+    impl->maxPositions = m_impl->config.maxPositionEmbeddings;
     impl->keys.resize(size_t(impl->numLayers));
     impl->values.resize(size_t(impl->numLayers));
     return KvCache(std::move(impl));
@@ -290,26 +314,12 @@ static void checkIds(const std::vector<int> &ids, const core::ModelConfig &c)
     }
 }
 
-static KvCache::Impl &cacheOf(KvCache &cache, const core::ModelConfig &c)
-{
-    auto *impl = cache.impl();
-    if (!impl)
-        throw Error(ErrorCode::InvalidArgument, "KV cache is empty: create it with Model::newCache()");
-    if (impl->numLayers != c.numLayers || impl->numKvHeads != c.numKvHeads || impl->headDim != c.headDim)
-        throw Error(ErrorCode::Shape,
-                    fmt::format("KV cache geometry [{} layers, {} kv heads, head dim {}] does not match the model's "
-                                "[{}, {}, {}]",
-                                impl->numLayers, impl->numKvHeads, impl->headDim, c.numLayers, c.numKvHeads,
-                                c.headDim));
-    return *impl;
-}
-
 std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, bool allLogits) const
 {
     if (ids.empty())
         throw Error(ErrorCode::InvalidArgument, "forward: no tokens");
     checkIds(ids, m_impl->config);
-    auto &ci = cacheOf(cache, m_impl->config);
+    auto &ci = m_impl->cacheOf(cache);
     JobScope scope(m_impl->options.threads);
     auto logits = translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
@@ -383,7 +393,7 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
     if (options.maxTokens < 0)
         throw Error(ErrorCode::InvalidArgument, "generate: max tokens must be >= 0");
     checkIds(prompt, c);
-    auto &ci = cacheOf(cache, c);
+    auto &ci = m_impl->cacheOf(cache);
     const int limit = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : std::numeric_limits<int>::max();
     if (int(prompt.size()) > limit)
         throw Error(ErrorCode::InvalidArgument,
@@ -401,6 +411,11 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
     r.stats.reusedTokens = int(common);
     r.stats.prefillTokens = int(prompt.size() - common);
 
+    // Reserve the whole run now: growing by doubling mid-decode would briefly hold 3x the cache.
+    translateTorch("KV cache reserve", [&] {
+        ci.reserve(std::min<int64_t>(limit, int64_t(prompt.size()) + options.maxTokens));
+        return 0;
+    });
     std::vector<int> stops = options.stopTokens;
     if (options.stopAtEos)
         stops.insert(stops.end(), c.eosTokenIds.begin(), c.eosTokenIds.end());
@@ -409,14 +424,21 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
     std::vector<int> rest(prompt.begin() + std::ptrdiff_t(common), prompt.end());
     auto logits = translateTorch("prefill", [&] { return m_impl->run(rest, ci, false).contiguous().cpu(); });
     r.stats.prefillMs = msSince(t0);
+    r.stats.prefillTokPerS = r.stats.prefillMs > 0 ? r.stats.prefillTokens / (r.stats.prefillMs / 1000.0) : 0;
     if (options.maxTokens == 0) {
         r.stopReason = StopReason::MaxTokens;
         r.stats.ttftMs = r.stats.prefillMs;
         return r;
     }
     Clock::time_point tFirst;
+    double callbackMs = 0; // time spent in onToken, excluded from decode throughput
     for (int step = 0;; ++step) {
         float lp = 0;
+        const float *row = logits.data_ptr<float>();
+        if (!std::all_of(row, row + c.vocabSize, [](float v) { return std::isfinite(v); }))
+            throw Error(ErrorCode::Device,
+                        fmt::format("logits at generation step {} are not finite (overflow in {}?); try --dtype f32",
+                                    step, computeTypeName(m_impl->options.dtype)));
         const int next = sampleToken(logits.data_ptr<float>(), c.vocabSize, options.sampling, uint64_t(step), &lp);
         if (step == 0) {
             tFirst = Clock::now();
@@ -424,7 +446,9 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
         }
         r.outputIds.push_back(next);
         r.logprobs.push_back(lp);
+        const auto tCallback = Clock::now();
         const bool keepGoing = !onToken || onToken(next, lp);
+        callbackMs += msSince(tCallback);
         if (!keepGoing || (cancel && cancel->load())) {
             r.stopReason = StopReason::Cancelled;
             break;
@@ -444,8 +468,7 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
         logits = translateTorch("decode", [&] { return m_impl->run({next}, ci, false).contiguous().cpu(); });
     }
     r.stats.generatedTokens = int(r.outputIds.size());
-    r.stats.decodeMs = msSince(tFirst);
-    r.stats.prefillTokPerS = r.stats.prefillMs > 0 ? r.stats.prefillTokens / (r.stats.prefillMs / 1000.0) : 0;
+    r.stats.decodeMs = std::max(0.0, msSince(tFirst) - callbackMs);
     const int decoded = r.stats.generatedTokens - 1; // the first token came from the prefill
     r.stats.decodeTokPerS = decoded > 0 && r.stats.decodeMs > 0 ? decoded / (r.stats.decodeMs / 1000.0) : 0;
     return r;

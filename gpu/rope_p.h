@@ -20,7 +20,11 @@ public:
     core::RopeLayout layout() const { return m_layout; }
 
 private:
-    void ensure(int64_t positions);
+    // Grows the tables to cover `positions` and returns [positions, headDim/2] views of them. The
+    // tables are shared by a model and all its caches (and their forks), so growth is locked; the
+    // returned views keep their storage alive even if a later call reallocates.
+    std::pair<torch::Tensor, torch::Tensor> tables(int64_t start, int64_t count);
+    std::mutex m_mutex;
     core::RopeLayout m_layout;
     std::vector<float> m_invFreq; // [headDim/2], float32 like HF's inv_freq buffer
     torch::Device m_device;

@@ -16,7 +16,7 @@ MODE="${1:---build}"
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  qt6-base-dev qt6-base-dev-tools libqt6charts6-dev libqt6opengl6-dev libgl-dev
+  qt6-base-dev qt6-base-dev-tools qt6-charts-dev libqt6opengl6-dev libgl-dev
   libtorch-dev
   # LibTorch otherwise links the reference BLAS: matmuls run ~15x slower (DESIGN.md).
   libopenblas0-pthread

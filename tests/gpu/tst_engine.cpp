@@ -60,7 +60,7 @@ private Q_SLOTS:
     void variants_data()
     {
         QTest::addColumn<QString>("variant");
-        for (const char *v : {"tiny", "gqa", "qwen2", "smollm", "llama3", "llama2c-legacy-shared",
+        for (const char *v : {"tiny", "gqa", "qwen2", "smollm", "llama3", "bias", "llama2c-legacy-shared",
                               "llama2c-legacy-separate", "llama2c-v1"})
             QTest::newRow(v) << QString(v);
     }
@@ -114,6 +114,13 @@ private Q_SLOTS:
         }
         QCOMPARE(inc.tokens(), int(ids.size()));
         QCOMPARE(inc.tokenIds(), ids);
+        // a multi-token chunk at an offset (masked prefill over a cache) gives the same logits
+        auto chunked = model->newCache();
+        model->forward(std::vector<int>(ids.begin(), ids.begin() + 17), chunked);
+        const auto chunk = model->forward(std::vector<int>(ids.begin() + 17, ids.begin() + 24), chunked, true);
+        const std::vector<float> expected(all.begin() + std::ptrdiff_t(17 * size_t(vocab)),
+                                          all.begin() + std::ptrdiff_t(24 * size_t(vocab)));
+        QVERIFY(test::maxRelativeError(chunk, expected) < 1e-4);
     }
 
     // A cache captured elsewhere, read out and written into a fresh cache (pre-RoPE keys), lets
@@ -180,6 +187,15 @@ private Q_SLOTS:
         const auto ka = ca.layer(0, gpu::KeyForm::PostRope), kb = cb.layer(0, gpu::KeyForm::PostRope);
         QCOMPARE(ka.values.size(), kb.values.size());
         QVERIFY(test::maxRelativeError(ka.values, kb.values) < 1e-5);
+        // keys: interleaved pair (2j, 2j+1) of llama2.c is (j, j + hd/2) after conversion
+        const int hd = ca.headDim();
+        std::vector<float> mapped(ka.keys.size());
+        for (size_t row = 0; row < ka.keys.size() / size_t(hd); ++row)
+            for (int j = 0; j < hd / 2; ++j) {
+                mapped[row * size_t(hd) + size_t(j)] = ka.keys[row * size_t(hd) + size_t(2 * j)];
+                mapped[row * size_t(hd) + size_t(j + hd / 2)] = ka.keys[row * size_t(hd) + size_t(2 * j + 1)];
+            }
+        QVERIFY(test::maxRelativeError(mapped, kb.keys) < 1e-5);
     }
 
     void preRopeRoundTrip()
@@ -204,6 +220,80 @@ private Q_SLOTS:
         QVERIFY(test::maxRelativeError(copy.layer(1, gpu::KeyForm::PostRope).keys, post.keys) < 1e-5);
         QCOMPARE(copy.bytes(), cache.bytes());
         QCOMPARE(cache.bytes(), int64_t(2) * 3 * 2 * 16 * 20 * 4);
+    }
+
+    void emptyAndForeignCaches()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "gqa"), {});
+        auto cache = model->newCache();
+        QVERIFY(cache.layer(0, gpu::KeyForm::PreRope).keys.empty());
+        cache.assign({}, std::vector<gpu::LayerKv>(3), gpu::KeyForm::PreRope);
+        QCOMPARE(cache.tokens(), 0);
+        // a same-shaped cache of another model is refused, not silently mixed
+        auto other = gpu::Model::load(makeVariant(tmp.path().toStdString(), "gqa"), {});
+        auto foreign = other->newCache();
+        QVERIFY_THROWS_EXCEPTION(core::Error, model->forward({1, 2}, foreign));
+        // wrong sizes name the layer
+        try {
+            cache.assign({1, 2}, std::vector<gpu::LayerKv>(3), gpu::KeyForm::PreRope);
+            QFAIL("misshapen K/V accepted");
+        } catch (const core::Error &e) {
+            QCOMPARE(e.code(), core::ErrorCode::Shape);
+            QVERIFY(QString(e.what()).contains("layer 0"));
+        }
+    }
+
+    void contextFullAndStats()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "tiny"), {});
+        const int ctx = model->contextLimit();
+        gpu::GenerateOptions o;
+        o.maxTokens = 50;
+        o.stopAtEos = false;
+        const auto r = model->generate(randomIds(ctx - 10, model->config().vocabSize, 1), o);
+        QCOMPARE(r.stopReason, gpu::StopReason::ContextFull);
+        QCOMPARE(int(r.outputIds.size()), 11); // positions ctx-10 .. ctx-1 computed, one more sampled
+        o.maxTokens = 0;
+        const auto none = model->generate(randomIds(20, model->config().vocabSize, 1), o);
+        QVERIFY(none.outputIds.empty());
+        QVERIFY(none.stats.prefillTokPerS > 0);
+        // a cache that diverges mid-prompt is cut back to the common prefix
+        auto cache = model->newCache();
+        auto prompt = randomIds(20, model->config().vocabSize, 2);
+        model->forward(prompt, cache);
+        prompt[12] = (prompt[12] + 1) % model->config().vocabSize;
+        o.maxTokens = 3;
+        const auto cut = model->generate(prompt, cache, o);
+        QCOMPARE(cut.stats.reusedTokens, 12);
+        QCOMPARE(cut.outputIds, model->generate(prompt, o).outputIds);
+    }
+
+    void sampleTokenOnCraftedLogits()
+    {
+        const std::vector<float> logits = {0.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+        gpu::SamplingOptions greedy;
+        float lp = 0;
+        QCOMPARE(gpu::sampleToken(logits.data(), 5, greedy, 0, &lp), 1); // first maximum wins ties
+        QVERIFY(lp < 0);
+        gpu::SamplingOptions topk;
+        topk.temperature = 1.0;
+        topk.topK = 2;
+        std::map<int, int> counts;
+        for (uint64_t s = 0; s < 2000; ++s)
+            counts[gpu::sampleToken(logits.data(), 5, topk, s, nullptr)]++;
+        QCOMPARE(counts.size(), size_t(2)); // only ids 1 and 3 (the two 3.0 logits)
+        QVERIFY(counts[1] > 850 && counts[3] > 850);
+        gpu::SamplingOptions topp;
+        topp.temperature = 1.0;
+        topp.topP = 0.9; // p = [.02,.41,.15,.41,.01]: 1, 3 reach .82 < .9, so 2 joins; 0 and 4 never
+        counts.clear();
+        for (uint64_t s = 0; s < 3000; ++s)
+            counts[gpu::sampleToken(logits.data(), 5, topp, s, nullptr)]++;
+        QCOMPARE(counts.count(0), size_t(0));
+        QCOMPARE(counts.count(4), size_t(0));
+        QVERIFY(counts[2] > 200);
     }
 
     void truncateAndFork()

@@ -3,6 +3,7 @@
 #include "core/random_model.h"
 #include "core/safetensors.h"
 #include "core/spm_library.h"
+#include "core/tokenizer.h"
 #include "tests/support/test_paths.h"
 
 #include <QJsonArray>
@@ -121,8 +122,12 @@ private Q_SLOTS:
         QCOMPARE(r.exitCode, 0);
         const auto o = QJsonDocument::fromJson(r.out).object();
         QCOMPARE(o["kind"].toString(), QString("sentencepiece"));
-        QCOMPARE(o["ids"].toArray().first().toInt(), 1); // BOS
-        QVERIFY(o["ids"].toArray().size() >= 3);
+        const auto tok = core::loadTokenizer(dir / "sp.model"); // the library's ids, in this process
+        const auto expected = tok->encode("the cache saves", true);
+        QCOMPARE(expected.front(), 1); // BOS
+        QCOMPARE(o["ids"].toArray().size(), qsizetype(expected.size()));
+        for (size_t i = 0; i < expected.size(); ++i)
+            QCOMPARE(o["ids"].toArray()[qsizetype(i)].toInt(), expected[i]);
     }
 
     void generateJsonIsDeterministic()
@@ -135,6 +140,10 @@ private Q_SLOTS:
         for (const char *k : {"prompt_ids", "output_ids", "text", "ttft_ms", "prefill_tok_s", "decode_tok_s"})
             QVERIFY2(ja.contains(k), k);
         QCOMPARE(ja["output_ids"].toArray().size(), 8);
+        QVERIFY(ja["ttft_ms"].toDouble() > 0);
+        QVERIFY(ja["prefill_tok_s"].toDouble() > 0);
+        QVERIFY(ja["decode_tok_s"].toDouble() > 0);
+        QCOMPARE(ja["stop_reason"].toString(), QString("max_tokens"));
         QCOMPARE(ja["output_ids"], jb["output_ids"]);
         QCOMPARE(ja["prompt_ids"].toArray().first().toInt(), 256); // BOS added
         // the same prompt as ids gives the same continuation

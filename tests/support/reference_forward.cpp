@@ -68,7 +68,7 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
     const auto invFreq = c.ropeInvFreq();
     struct L
     {
-        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, fn, w1, w2, w3;
+        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, fn, w1, w2, w3, b1, b2, b3;
     };
     std::vector<L> layers(size_t(c.numLayers));
     for (int l = 0; l < c.numLayers; ++l) {
@@ -90,6 +90,11 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
         y.w1 = load(ck, p + "mlp.gate_proj.weight");
         y.w3 = load(ck, p + "mlp.up_proj.weight");
         y.w2 = load(ck, p + "mlp.down_proj.weight");
+        if (c.mlpBias) {
+            y.b1 = load(ck, p + "mlp.gate_proj.bias");
+            y.b3 = load(ck, p + "mlp.up_proj.bias");
+            y.b2 = load(ck, p + "mlp.down_proj.bias");
+        }
     }
     const Vec emb = load(ck, "model.embed_tokens.weight");
     const Vec finalNorm = load(ck, "model.norm.weight");
@@ -134,11 +139,11 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
             for (int i = 0; i < H; ++i)
                 x[size_t(i)] += o[size_t(i)];
             const Vec xb2 = rmsnorm(x, y.fn, c.rmsNormEps);
-            Vec g1 = matvec(y.w1, xb2, nullptr);
-            const Vec g3 = matvec(y.w3, xb2, nullptr);
+            Vec g1 = matvec(y.w1, xb2, c.mlpBias ? &y.b1 : nullptr);
+            const Vec g3 = matvec(y.w3, xb2, c.mlpBias ? &y.b3 : nullptr);
             for (size_t i = 0; i < g1.size(); ++i)
                 g1[i] = g1[i] / (1.0 + std::exp(-g1[i])) * g3[i]; // silu(w1 x) * w3 x
-            const Vec d = matvec(y.w2, g1, nullptr);
+            const Vec d = matvec(y.w2, g1, c.mlpBias ? &y.b2 : nullptr);
             for (int i = 0; i < H; ++i)
                 x[size_t(i)] += d[size_t(i)];
         }
