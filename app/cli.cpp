@@ -1,4 +1,5 @@
 #include "app/cli.h"
+#include "app/cli_train.h"
 #include "app/cli_util.h"
 
 #include "core/checkpoint.h"
@@ -384,6 +385,8 @@ const std::vector<Subcommand> &subcommands()
         {"bench", "Prefill/decode throughput at several prompt lengths.", cmdBench},
         {"make-model", "Write a random-weight model for smoke tests and benchmarks.", cmdMakeModel},
         {"convert", "Convert a llama2.c checkpoint to a Hugging Face directory.", cmdConvert},
+        {"train", "Train a Llama-architecture model on a corpus (AdamW, cosine, resumable).", cmdTrain},
+        {"eval-qa", "Score a model's greedy answers to corpus questions (exact match, word F1).", cmdEvalQa},
     };
     return all;
 }
