@@ -66,11 +66,13 @@ case "$MODE" in
     if [ "$#" -gt 0 ]; then
       exec "$BUILD/kvwb" "$@"
     fi
-    # Until the window lands, "run" shows the headless engine on a generated model.
-    MODEL="$BUILD/models/tiny"
-    [ -f "$MODEL/config.json" ] || "$BUILD/kvwb" make-model --preset tiny --out "$MODEL"
-    "$BUILD/kvwb" info "$MODEL"
-    exec "$BUILD/kvwb" generate --model "$MODEL" --prompt "Hello, workbench" --max-tokens 24
+    # Until the window lands, "run" shows the headless engine on the demo project's model pair.
+    DEMO="$ROOT/projects/demo"
+    for m in a b; do
+      echo "== model $m: $DEMO/models/$m"
+      "$BUILD/kvwb" info "$DEMO/models/$m"
+      "$BUILD/kvwb" generate --model "$DEMO/models/$m" --prompt $'Q: What is a car?\nA:' --max-tokens 40
+    done
     ;;
   *)
     echo "usage: $0 [--build|--test|--run [kvwb arguments...]]" >&2
