@@ -293,6 +293,7 @@ WordNet WordNet::load(const fs::path &dir, const WordNetOptions &options)
     // lemma%ss_type:lex_filenum:lex_id:head:head_id.
     const std::string cntName = "cntlist.rev";
     const std::string counts = readRequired(dir / cntName);
+    std::vector<size_t> unmatchedLines;
     forEachLine(counts, [&](size_t lineNo, std::string_view line) {
         const auto bad = [&](const std::string &why) {
             wn.m_warnings.add(cntName + ":" + std::to_string(lineNo) + ": bad count line (" + why + ")");
@@ -324,9 +325,16 @@ WordNet WordNet::load(const fs::path &dir, const WordNetOptions &options)
             !parseNumber(parts.substr(c1 + 1, c2 - c1 - 1), keyLexFile) ||
             !parseNumber(parts.substr(c2 + 1, c3 - c2 - 1), keyLexId))
             return bad("sense key '" + std::string(key) + "' is not lemma%ss_type:lex_filenum:lex_id:...");
+        // Stale keys (senses renumbered or removed since the counts were taken: about 1.5% of
+        // WordNet 3.0's noun keys) are not malformed lines; they are summarised in one warning.
+        const auto unmatched = [&]() {
+            if (unmatchedLines.size() < 5)
+                unmatchedLines.push_back(lineNo);
+            ++wn.m_unmatchedSenseKeys;
+        };
         const auto it = wn.m_index.find(std::string(1, pos) + ":" + lemma);
         if (it == wn.m_index.end())
-            return bad("lemma '" + lemma + "' is not in index." + posFileName(pos));
+            return unmatched();
         // Sense number n is the n-th offset in the index line; confirm with the key's lex file and
         // lex id, and search the lemma's other senses when they disagree.
         const auto matches = [&](const std::string &id) {
@@ -349,9 +357,18 @@ WordNet WordNet::load(const fs::path &dir, const WordNetOptions &options)
             if (matches(ids[k]))
                 target = &ids[k];
         if (!target)
-            return bad("sense key '" + std::string(key) + "' matches no synset of '" + lemma + "'");
+            return unmatched();
         wn.m_synsets[wn.m_byId.at(*target)].tagCount += tagCount;
     });
+    if (wn.m_unmatchedSenseKeys > 0) {
+        std::string lines;
+        for (size_t l : unmatchedLines)
+            lines += (lines.empty() ? "" : ", ") + std::to_string(l);
+        wn.m_warnings.add(cntName + ": " + std::to_string(wn.m_unmatchedSenseKeys) +
+                          " sense keys match no synset in the index and data files; their counts are ignored "
+                          "(first at lines " +
+                          lines + ")");
+    }
     return wn;
 }
 

@@ -70,6 +70,9 @@ public:
     std::vector<const Synset *> siblings(const Synset &s) const;
 
     const WarningList &warnings() const { return m_warnings; }
+    // cntlist.rev keys of loaded parts of speech whose lemma, lex file and lex id match no synset
+    // (stale keys; 265 of WordNet 3.0's noun keys). Reported as one summary warning.
+    size_t unmatchedSenseKeys() const { return m_unmatchedSenseKeys; }
     const std::filesystem::path &dir() const { return m_dir; }
 
 private:
@@ -78,6 +81,7 @@ private:
     std::unordered_map<std::string, size_t> m_byId;                    // id -> index in m_synsets
     std::unordered_map<std::string, std::vector<std::string>> m_index; // "n:lemma" -> ids in sense order
     WarningList m_warnings;
+    size_t m_unmatchedSenseKeys = 0;
 };
 
 // Lemma as users write it: underscores to spaces, trailing adjective marker "(a)", "(p)" or "(ip)"
