@@ -1,5 +1,6 @@
 #include "app/cli.h"
 #include "app/cli_util.h"
+#include "app/cli_wordnet.h"
 
 #include "core/checkpoint.h"
 #include "core/error.h"
@@ -373,6 +374,8 @@ const std::vector<Subcommand> &subcommands()
         {"bench", "Prefill/decode throughput at several prompt lengths.", cmdBench},
         {"make-model", "Write a random-weight model for smoke tests and benchmarks.", cmdMakeModel},
         {"convert", "Convert a llama2.c checkpoint to a Hugging Face directory.", cmdConvert},
+        {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
+        {"workload", "Write a request workload (JSONL) for cache replay from WordNet concepts.", cmdWorkload},
     };
     return all;
 }
