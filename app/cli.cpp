@@ -1,6 +1,7 @@
 #include "app/cli.h"
 #include "app/cli_train.h"
 #include "app/cli_util.h"
+#include "app/cli_wordnet.h"
 
 #include "core/checkpoint.h"
 #include "core/error.h"
@@ -387,6 +388,8 @@ const std::vector<Subcommand> &subcommands()
         {"convert", "Convert a llama2.c checkpoint to a Hugging Face directory.", cmdConvert},
         {"train", "Train a Llama-architecture model on a corpus (AdamW, cosine, resumable).", cmdTrain},
         {"eval-qa", "Score a model's greedy answers to corpus questions (exact match, word F1).", cmdEvalQa},
+        {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
+        {"workload", "Write a request workload (JSONL) for cache replay from WordNet concepts.", cmdWorkload},
     };
     return all;
 }

@@ -66,7 +66,7 @@ private Q_SLOTS:
     void helpForEverySubcommand_data()
     {
         QTest::addColumn<QString>("cmd");
-        for (const char *c : {"info", "tokenize", "generate", "bench", "make-model", "convert"})
+        for (const char *c : {"info", "tokenize", "generate", "bench", "make-model", "convert", "corpus", "workload"})
             QTest::newRow(c) << QString(c);
     }
     void helpForEverySubcommand()

@@ -1,0 +1,124 @@
+// `kvwb corpus wordnet` and `kvwb workload wordnet` end to end against the WordNet fixture:
+// help, output files, determinism, and one-line errors with exit codes 1 (missing data) and 2 (usage).
+#include "core/workload.h"
+#include "tests/support/test_paths.h"
+#include "tests/support/wordnet_fixture.h"
+
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run
+{
+    int exitCode = -1;
+    QByteArray out, err;
+};
+
+Run runKvwb(const QStringList &args)
+{
+    QProcess p;
+    p.start(QString::fromStdString(kvwb::test::kvwbBinary().string()), args);
+    Run r;
+    if (!p.waitForFinished(120000)) {
+        p.kill();
+        p.waitForFinished();
+        return r;
+    }
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+}
+
+} // namespace
+
+class TestWordNetCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    QString m_wn;
+
+    QString out(const char *name) const { return m_tmp.filePath(name); }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_tmp.isValid());
+        m_wn = m_tmp.filePath("wn");
+        kvwb::test::writeWordNetFixture(m_wn.toStdString(), 20);
+    }
+
+    void help_data()
+    {
+        QTest::addColumn<QString>("cmd");
+        QTest::newRow("corpus") << "corpus";
+        QTest::newRow("workload") << "workload";
+    }
+    void help()
+    {
+        QFETCH(QString, cmd);
+        const Run r = runKvwb({cmd, "--help"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(r.out.contains("Usage:") && r.out.contains("--wordnet-dir"));
+    }
+
+    void corpusDeterministic()
+    {
+        const QStringList args = {"corpus",     "wordnet", "--wordnet-dir", m_wn,
+                                  "--concepts", "10",      "--seed",        "3"};
+        const Run a = runKvwb(args + QStringList{"--out", out("c1.jsonl")});
+        QCOMPARE(a.exitCode, 0);
+        QVERIFY2(a.out.contains("10 concepts"), a.out.constData());
+        QVERIFY(a.err.contains("warnings")); // the fixture has malformed lines
+        QCOMPARE(runKvwb(args + QStringList{"--out", out("c2.jsonl")}).exitCode, 0);
+        const std::string c1 = kvwb::test::readFile(out("c1.jsonl").toStdString());
+        QCOMPARE(kvwb::test::readFile(out("c2.jsonl").toStdString()), c1);
+        QVERIFY(c1.find("\"split\":\"validation\"") != std::string::npos);
+    }
+
+    void workloadReadsBack()
+    {
+        const Run r = runKvwb({"workload", "wordnet", "--wordnet-dir", m_wn, "--out", out("w.jsonl"),
+                               "--requests", "300", "--tenants", "2", "--system-words", "0,20"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY2(r.out.contains("300 requests"), r.out.constData());
+        const auto back = kvwb::core::readWorkloadJsonl(out("w.jsonl").toStdString());
+        QCOMPARE(back.requests.size(), size_t(300));
+        QVERIFY(back.warnings.empty());
+    }
+
+    void errors_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<int>("code");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("missing dir") << QStringList{"corpus",          "wordnet", "--wordnet-dir",
+                                                    "/nonexistent/wn", "--out",   "x"}
+                                     << 1 << "wordnet-base";
+        QTest::newRow("unknown source")
+            << QStringList{"corpus", "wikipedia", "--out", "x"} << 2 << "wikipedia";
+        QTest::newRow("no out") << QStringList{"workload", "wordnet"} << 2 << "--out";
+        QTest::newRow("probabilities")
+            << QStringList{"workload", "wordnet", "--out", "x", "--p-repeat", "0.7", "--p-paraphrase", "0.7"}
+            << 2 << "<= 1";
+        QTest::newRow("bad zipf") << QStringList{"workload", "wordnet", "--out", "x", "--zipf", "-1"} << 2
+                                  << "--zipf";
+    }
+    void errors()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(int, code);
+        QFETCH(QString, message);
+        const Run r = runKvwb(args);
+        QCOMPARE(r.exitCode, code);
+        QVERIFY2(r.err.contains(message.toUtf8()) && r.err.count('\n') == 1, r.err.constData());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestWordNetCli)
+#include "tst_wordnet_cli.moc"
