@@ -721,15 +721,7 @@ std::optional<uint8_t> parseByteToken(std::string_view t)
     // Exactly "<0xXX>", as sentencepiece writes byte pieces.
     if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>')
         return std::nullopt;
-    auto hex = [](char c) -> int {
-        if (c >= '0' && c <= '9')
-            return c - '0';
-        if (c >= 'A' && c <= 'F')
-            return c - 'A' + 10;
-        if (c >= 'a' && c <= 'f')
-            return c - 'a' + 10;
-        return -1;
-    };
+    const auto hex = text::hexDigit;
     const int hi = hex(t[3]), lo = hex(t[4]);
     if (hi < 0 || lo < 0)
         return std::nullopt;

@@ -148,15 +148,7 @@ std::string Llama2cTokenizer::decode(const std::vector<int> &ids, bool skipSpeci
             p.remove_prefix(1);
         // run.c: sscanf(piece, "<0x%02hhX>", &byte) -> the raw byte.
         if (p.size() >= 4 && p.substr(0, 3) == "<0x") {
-            auto hex = [](char c) -> int {
-                if (c >= '0' && c <= '9')
-                    return c - '0';
-                if (c >= 'A' && c <= 'F')
-                    return c - 'A' + 10;
-                if (c >= 'a' && c <= 'f')
-                    return c - 'a' + 10;
-                return -1;
-            };
+            const auto hex = text::hexDigit;
             const int h0 = hex(p[3]);
             if (h0 >= 0) {
                 const int h1 = p.size() >= 5 ? hex(p[4]) : -1;

@@ -34,6 +34,34 @@ std::optional<size_t> firstInvalidUtf8(std::string_view s);
 char32_t nextCodePoint(std::string_view s, size_t &i);
 void appendUtf8(std::string &out, char32_t cp);
 
+// Value of a hexadecimal digit, or -1.
+inline int hexDigit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+// Calls fn(lineNumber, line) for each '\n'-terminated line of text (numbers start at 1; a final
+// line without '\n' counts; the '\n' is not part of line). fn returns false to stop early.
+template <typename Fn> void forEachLine(std::string_view text, Fn &&fn)
+{
+    size_t lineNo = 0, pos = 0;
+    while (pos < text.size()) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos)
+            end = text.size();
+        const std::string_view line = text.substr(pos, end - pos);
+        pos = end + 1;
+        if (!fn(++lineNo, line))
+            return;
+    }
+}
+
 // Whole file as bytes. Error(Io) naming the path when missing, a directory or unreadable.
 std::string readWholeFile(const std::filesystem::path &path);
 

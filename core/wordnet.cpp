@@ -107,22 +107,15 @@ std::string readRequired(const fs::path &path)
 
 // Calls f(lineNumber, line) for each line that is not part of the license header (two leading
 // spaces) and not empty.
-template <class F> void forEachLine(std::string_view text, F &&f)
+template <class F> void forEachDataLine(std::string_view text, F &&f)
 {
-    size_t lineNo = 0, pos = 0;
-    while (pos < text.size()) {
-        size_t end = text.find('\n', pos);
-        if (end == std::string_view::npos)
-            end = text.size();
-        std::string_view line = text.substr(pos, end - pos);
-        pos = end + 1;
-        ++lineNo;
+    text::forEachLine(text, [&](size_t lineNo, std::string_view line) {
         if (!line.empty() && line.back() == '\r')
             line.remove_suffix(1);
-        if (line.starts_with("  ") || trim(line).empty())
-            continue;
-        f(lineNo, line);
-    }
+        if (!line.starts_with("  ") && !trim(line).empty())
+            f(lineNo, line);
+        return true;
+    });
 }
 
 // Parses one data.<pos> line into s; returns an empty string or the reason it is malformed.
@@ -248,7 +241,7 @@ WordNet WordNet::load(const fs::path &dir, const WordNetOptions &options)
     for (char pos : posList) {
         const std::string name = std::string("data.") + posFileName(pos);
         const std::string data = readRequired(dir / name);
-        forEachLine(data, [&](size_t lineNo, std::string_view line) {
+        forEachDataLine(data, [&](size_t lineNo, std::string_view line) {
             Synset s;
             const std::string why = parseDataLine(line, pos, s);
             if (!why.empty()) {
@@ -266,7 +259,7 @@ WordNet WordNet::load(const fs::path &dir, const WordNetOptions &options)
 
         const std::string indexName = std::string("index.") + posFileName(pos);
         const std::string index = readRequired(dir / indexName);
-        forEachLine(index, [&](size_t lineNo, std::string_view line) {
+        forEachDataLine(index, [&](size_t lineNo, std::string_view line) {
             const auto t = splitSpaces(line);
             unsigned synsetCount = 0, ptrCount = 0;
             const auto bad = [&](const std::string &why) {
@@ -294,7 +287,7 @@ WordNet WordNet::load(const fs::path &dir, const WordNetOptions &options)
     const std::string cntName = "cntlist.rev";
     const std::string counts = readRequired(dir / cntName);
     std::vector<size_t> unmatchedLines;
-    forEachLine(counts, [&](size_t lineNo, std::string_view line) {
+    forEachDataLine(counts, [&](size_t lineNo, std::string_view line) {
         const auto bad = [&](const std::string &why) {
             wn.m_warnings.add(cntName + ":" + std::to_string(lineNo) + ": bad count line (" + why + ")");
         };

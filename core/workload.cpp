@@ -316,16 +316,9 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
     using nlohmann::json;
     WorkloadReadResult result;
     result.warnings = WarningList(maxWarnings);
-    size_t lineNo = 0, pos = 0;
-    while (pos < text.size()) {
-        size_t end = text.find('\n', pos);
-        if (end == std::string_view::npos)
-            end = text.size();
-        std::string_view line = text.substr(pos, end - pos);
-        pos = end + 1;
-        ++lineNo;
+    text::forEachLine(text, [&](size_t lineNo, std::string_view line) {
         if (line.find_first_not_of(" \t\r") == std::string_view::npos)
-            continue;
+            return true;
         ++result.lines;
         const std::string where = sourceName + ":" + std::to_string(lineNo) + ": ";
         json j;
@@ -333,11 +326,11 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
             j = json::parse(line);
         } catch (const json::parse_error &e) {
             result.warnings.add(where + "not valid JSON (byte " + std::to_string(e.byte) + ")");
-            continue;
+            return true;
         }
         if (!j.is_object()) {
             result.warnings.add(where + "not a JSON object");
-            continue;
+            return true;
         }
         std::string problem;
         const auto fail = [&](const char *field, const char *must) {
@@ -395,10 +388,11 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
         str("prompt", r.prompt, true, true);
         if (!problem.empty()) {
             result.warnings.add(where + problem);
-            continue;
+            return true;
         }
         result.requests.push_back(std::move(r));
-    }
+        return true;
+    });
     return result;
 }
 

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "gpu/kv_cache_p.h"
+#include "gpu/torch_error_p.h"
 
 #include <fmt/format.h>
 
@@ -98,18 +99,6 @@ KvCache &KvCache::operator=(KvCache &&) noexcept = default;
 KvCache::KvCache(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
 
 namespace {
-template <typename F> auto translate(const char *what, F &&f) -> decltype(f())
-{
-    try {
-        return f();
-    } catch (const c10::Error &e) {
-        std::string msg = e.what_without_backtrace();
-        if (auto nl = msg.find('\n'); nl != std::string::npos)
-            msg.resize(nl);
-        throw core::Error(core::ErrorCode::Device, std::string(what) + ": " + msg);
-    }
-}
-
 const KvCache::Impl &need(const KvCache::Impl *impl)
 {
     if (!impl)
@@ -147,7 +136,7 @@ LayerKv KvCache::layer(int layer, KeyForm form) const
     LayerKv out;
     if (d.length == 0)
         return out; // nothing stored yet (storage may not even be allocated)
-    return translate("KV cache read", [&] {
+    return detail::translateTorch("KV cache read", [&] {
         c10::InferenceMode guard;
         // f32 before un-rotating: a bf16 cache is rounded once, not twice
         auto k = d.keysUpTo(layer, d.length).to(torch::kFloat32);
@@ -183,7 +172,7 @@ void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<LayerKv
     d.ids.clear();
     if (n == 0)
         return;
-    translate("KV cache write", [&] {
+    detail::translateTorch("KV cache write", [&] {
     c10::InferenceMode guard;
     d.reserve(n);
     for (size_t l = 0; l < layers.size(); ++l) {
@@ -215,7 +204,7 @@ void KvCache::truncate(int n)
 KvCache KvCache::fork() const
 {
     const auto &d = need(m_impl.get());
-    return translate("KV cache fork", [&] {
+    return detail::translateTorch("KV cache fork", [&] {
     c10::InferenceMode guard;
     auto copy = std::make_unique<Impl>();
     copy->numLayers = d.numLayers;

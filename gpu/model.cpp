@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "gpu/kv_cache_p.h"
+#include "gpu/torch_error_p.h"
 
 #include <fmt/format.h>
 
@@ -59,18 +60,7 @@ struct JobScope
     c10::InferenceMode guard;
 };
 
-// Translates torch failures (out of memory, device errors) at the seam.
-template <typename F> auto translateTorch(const char *what, F &&f) -> decltype(f())
-{
-    try {
-        return f();
-    } catch (const c10::Error &e) {
-        std::string msg = e.what_without_backtrace();
-        if (auto nl = msg.find('\n'); nl != std::string::npos)
-            msg.resize(nl);
-        throw Error(ErrorCode::Device, std::string(what) + ": " + msg);
-    }
-}
+using detail::translateTorch;
 
 struct Layer
 {

@@ -1,4 +1,6 @@
 // Checkpoint: HF directories, llama2.c legacy/v1 files, tensor validation, conversion, fingerprints.
+#include "tests/support/expect_error.h"
+#include "tests/support/test_paths.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/sha256.h"
@@ -18,27 +20,10 @@ namespace {
 using Weights = std::map<std::string, std::vector<float>>;
 using Shapes = std::map<std::string, std::vector<int64_t>>;
 
-template <typename F> Error expectError(F &&f)
-{
-    try {
-        f();
-    } catch (const Error &e) {
-        return e;
-    }
-    throw std::runtime_error("expected kvwb::core::Error, nothing thrown");
-}
+using kvwb::test::expectError;
 
-void writeBytes(const fs::path &p, const std::string &bytes)
-{
-    std::ofstream f(p, std::ios::binary);
-    f.write(bytes.data(), std::streamsize(bytes.size()));
-}
-
-std::string readBytes(const fs::path &p)
-{
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
+void writeBytes(const fs::path &p, const std::string &bytes) { kvwb::test::writeFile(p, bytes); }
+std::string readBytes(const fs::path &p) { return kvwb::test::readFile(p); }
 
 // dim 16, hidden 32, 2 layers, 4 heads of 4, 2 KV heads, vocab 11, seq_len 8.
 ModelConfig tinyConfig(bool tied)

@@ -1,4 +1,6 @@
 // HF config.json parsing, RoPE scaling, validation and serialisation.
+#include "tests/support/expect_error.h"
+#include "tests/support/test_paths.h"
 #include "core/error.h"
 #include "core/model_config.h"
 
@@ -60,15 +62,7 @@ std::string tiny(const std::string &extra)
            (extra.empty() ? std::string() : ", " + extra) + "}";
 }
 
-template <typename F> Error expectError(F &&f)
-{
-    try {
-        f();
-    } catch (const Error &e) {
-        return e;
-    }
-    throw std::runtime_error("expected kvwb::core::Error, nothing thrown");
-}
+using kvwb::test::expectError;
 
 bool near(double a, double b)
 {

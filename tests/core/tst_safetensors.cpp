@@ -1,4 +1,6 @@
 // Safetensors reader/writer, sharded WeightSet, dtype conversion and sha256.
+#include "tests/support/expect_error.h"
+#include "tests/support/test_paths.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
@@ -27,27 +29,10 @@ std::string rawFile(const std::string &header, size_t dataBytes, uint64_t length
     return out;
 }
 
-void writeBytes(const fs::path &p, const std::string &bytes)
-{
-    std::ofstream f(p, std::ios::binary);
-    f.write(bytes.data(), std::streamsize(bytes.size()));
-}
+void writeBytes(const fs::path &p, const std::string &bytes) { kvwb::test::writeFile(p, bytes); }
+std::string readBytes(const fs::path &p) { return kvwb::test::readFile(p); }
 
-std::string readBytes(const fs::path &p)
-{
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-template <typename F> Error expectError(F &&f)
-{
-    try {
-        f();
-    } catch (const Error &e) {
-        return e;
-    }
-    throw std::runtime_error("expected kvwb::core::Error, nothing thrown");
-}
+using kvwb::test::expectError;
 
 std::vector<std::byte> patternBytes(size_t n, int seed)
 {

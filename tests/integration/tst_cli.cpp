@@ -4,6 +4,7 @@
 #include "core/safetensors.h"
 #include "core/spm_library.h"
 #include "core/tokenizer.h"
+#include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 
 #include <QJsonArray>
@@ -18,30 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run
-{
-    int exitCode = -1;
-    QProcess::ExitStatus status = QProcess::CrashExit;
-    QByteArray out;
-    QByteArray err;
-};
-
-Run runKvwb(const QStringList &args)
-{
-    QProcess p;
-    p.start(QString::fromStdString(test::kvwbBinary().string()), args);
-    Run r;
-    if (!p.waitForFinished(120000)) {
-        p.kill();
-        p.waitForFinished();
-        return r;
-    }
-    r.exitCode = p.exitCode();
-    r.status = p.exitStatus();
-    r.out = p.readAllStandardOutput();
-    r.err = p.readAllStandardError();
-    return r;
-}
+using Run = kvwb::test::KvwbRun;
+using kvwb::test::runKvwb;
 
 QString path(const fs::path &p) { return QString::fromStdString(p.string()); }
 

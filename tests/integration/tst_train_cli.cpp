@@ -1,5 +1,6 @@
 // `kvwb train` end to end: trains its own SentencePiece tokenizer, writes an HF directory that
 // `kvwb info`/`generate`/`eval-qa` load, can be interrupted and resumed, and reports bad corpora.
+#include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 
 #include <QJsonDocument>
@@ -15,27 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run
-{
-    int exitCode = -1;
-    QByteArray out, err;
-};
-
-Run runKvwb(const QStringList &args)
-{
-    QProcess p;
-    p.start(QString::fromStdString(test::kvwbBinary().string()), args);
-    Run r;
-    if (!p.waitForFinished(300000)) {
-        p.kill();
-        p.waitForFinished();
-        return r;
-    }
-    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = p.readAllStandardOutput();
-    r.err = p.readAllStandardError();
-    return r;
-}
+using Run = kvwb::test::KvwbRun;
+using kvwb::test::runKvwb;
 
 QString q(const fs::path &p) { return QString::fromStdString(p.string()); }
 

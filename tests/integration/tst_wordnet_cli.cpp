@@ -1,6 +1,7 @@
 // `kvwb corpus wordnet` and `kvwb workload wordnet` end to end against the WordNet fixture:
 // help, output files, determinism, and one-line errors with exit codes 1 (missing data) and 2 (usage).
 #include "core/workload.h"
+#include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 #include "tests/support/wordnet_fixture.h"
 
@@ -12,27 +13,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run
-{
-    int exitCode = -1;
-    QByteArray out, err;
-};
-
-Run runKvwb(const QStringList &args)
-{
-    QProcess p;
-    p.start(QString::fromStdString(kvwb::test::kvwbBinary().string()), args);
-    Run r;
-    if (!p.waitForFinished(120000)) {
-        p.kill();
-        p.waitForFinished();
-        return r;
-    }
-    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = p.readAllStandardOutput();
-    r.err = p.readAllStandardError();
-    return r;
-}
+using Run = kvwb::test::KvwbRun;
+using kvwb::test::runKvwb;
 
 } // namespace
 
