@@ -254,6 +254,7 @@ int cmdGenerate(const QStringList &args)
                 line += (i ? " " : "") + std::to_string(r.outputIds[i]);
             std::printf("%s\n", line.c_str());
         }
+        std::fflush(stdout);
         std::fprintf(stderr, "[%d prompt + %d generated tokens, stop: %s] TTFT %.1f ms, prefill %.1f tok/s, decode %.1f tok/s\n",
                      r.stats.promptTokens, r.stats.generatedTokens, gpu::stopReasonName(r.stopReason), r.stats.ttftMs,
                      r.stats.prefillTokPerS, r.stats.decodeTokPerS);
