@@ -923,6 +923,12 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
         h5::PropList fapl = fileAccess(true);
         s.file = h5::File(check(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), ErrorCode::Format,
                                 name + ": cannot open as HDF5 for appending"));
+        // A killed SWMR writer leaves the superblock's stored end-of-allocation (EOA) behind the
+        // metadata it wrote later; allocating from that stale EOA would overwrite live structures
+        // ("addr overflow" on the next write). Move the EOA past the real end of file first, as
+        // `h5clear --increment` does (1 MiB, its default).
+        check(H5Fincrement_filesize(s.file.get(), 1 << 20), ErrorCode::Io,
+              name + ": cannot recover the end of allocated space");
         loadState(s, 0);
         for (int m = 0; m < 2; ++m) {
             const ModelInfo &want = m == 0 ? a : b;

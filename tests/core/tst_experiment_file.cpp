@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstring>
 #include <poll.h>
+#include <random>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -238,12 +239,13 @@ void writeExperiment(const fs::path &path, KvStorage storage, int prompts, int c
 }
 
 // The SIGKILL child: writes prompts forever, reporting each committed count through `fd`.
-[[noreturn]] void killChild(const fs::path &path, int fd)
+[[noreturn]] void killChild(const fs::path &path, int fd, bool syncToDisk)
 {
     try {
         ExperimentOptions o;
         o.storage = KvStorage::F16;
-        o.chunkTokens = 64; // many chunk boundaries
+        o.syncToDisk = syncToDisk; // without fsync the kill lands inside HDF5's writes more often
+        o.chunkTokens = 64;        // many chunk boundaries
         const ModelInfo a = tinyModel('a'), b = tinyModel('b');
         ExperimentWriter w = ExperimentWriter::create(path, o, testProvenance(), a, b);
         for (int p = 0;; ++p) {
@@ -660,7 +662,8 @@ void TestExperimentFile::killedWriterLeavesReadableFile()
     const ModelInfo a = tinyModel('a'), b = tinyModel('b');
     // Several rounds, killing after a different number of prompts and a different delay each time,
     // so the kill lands in different phases of appendPrompt.
-    for (int round = 0; round < 4; ++round) {
+    std::mt19937 rng(std::random_device{}());
+    for (int round = 0; round < 6; ++round) {
         QTemporaryDir dir;
         const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
         int fds[2];
@@ -669,10 +672,10 @@ void TestExperimentFile::killedWriterLeavesReadableFile()
         QVERIFY(pid >= 0);
         if (pid == 0) {
             ::close(fds[0]);
-            killChild(path, fds[1]);
+            killChild(path, fds[1], round % 2 == 0);
         }
         ::close(fds[1]);
-        const int wanted = 3 + round;
+        const int wanted = 3 + round % 3;
         int32_t reported = 0;
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
         while (reported < wanted && std::chrono::steady_clock::now() < deadline) {
@@ -684,7 +687,7 @@ void TestExperimentFile::killedWriterLeavesReadableFile()
                 break; // child died
             reported = v;
         }
-        ::usleep(useconds_t(round * 1700));
+        ::usleep(useconds_t(rng() % 5000));
         ::kill(pid, SIGKILL);
         int status = 0;
         ::waitpid(pid, &status, 0);
