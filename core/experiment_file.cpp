@@ -12,7 +12,6 @@
 #include <ctime>
 #include <fcntl.h>
 #include <random>
-#include <system_error>
 #include <unistd.h>
 
 #ifndef KVWB_VERSION
@@ -206,7 +205,6 @@ std::string readStringAttr(hid_t obj, const Site &site, const char *name)
         char *p = nullptr;
         check(H5Aread(a.get(), mem.get(), &p), ErrorCode::Format, "cannot read " + site.attr(name));
         std::string value = p ? p : "";
-        h5::Dataspace space(H5Aget_space(a.get()));
         H5free_memory(p);
         return value;
     }
@@ -711,8 +709,62 @@ hsize_t kvCacheBytes(const ExperimentOptions &o, const ModelConfig &c)
 // ---------------------------------------------------------------------------------------------------
 // Writer
 
+namespace {
+
+// One writer per file. HDF5's own guard (the superblock's "open for writing" flags) is exactly
+// what crash recovery clears, so a second capture appending to a file that a running capture is
+// writing would get through and interleave rows. An open-file-description lock (Linux OFD lock) on
+// the whole file stops it. It is independent of the flock() HDF5 takes, so readers (kvwb, h5py
+// with swmr=True) still open the file during a capture; unlike a classic POSIX record lock it is
+// not dropped when HDF5 closes its own descriptor of the same file; the kernel releases it when
+// the writer dies.
+class WriterLock
+{
+public:
+    WriterLock() = default;
+    static WriterLock acquire(const fs::path &path)
+    {
+        WriterLock lock;
+        lock.m_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+        if (lock.m_fd < 0)
+            throw Error(ErrorCode::Io, path.string() + ": cannot open for writing: " + std::strerror(errno));
+        struct flock fl = {};
+        fl.l_type = F_WRLCK;
+        fl.l_whence = SEEK_SET; // l_start = l_len = 0: the whole file
+        if (::fcntl(lock.m_fd, F_OFD_SETLK, &fl) != 0) {
+            const int err = errno;
+            if (err == EAGAIN || err == EACCES)
+                throw Error(ErrorCode::Io, path.string() + ": another kvwb capture is writing this file");
+            throw Error(ErrorCode::Io, path.string() + ": cannot lock: " + std::strerror(err));
+        }
+        return lock;
+    }
+    WriterLock(WriterLock &&other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
+    WriterLock &operator=(WriterLock &&other) noexcept
+    {
+        if (this != &other) {
+            release();
+            m_fd = std::exchange(other.m_fd, -1);
+        }
+        return *this;
+    }
+    ~WriterLock() { release(); }
+    void release() noexcept
+    {
+        if (m_fd >= 0)
+            ::close(m_fd);
+        m_fd = -1;
+    }
+
+private:
+    int m_fd = -1;
+};
+
+} // namespace
+
 struct ExperimentWriter::Impl
 {
+    WriterLock lock; // declared first: released after the file below is closed
     FileState s;
     bool syncToDisk = true;
     bool broken = false;
@@ -896,6 +948,7 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
     }
 
     auto impl = std::make_unique<Impl>();
+    impl->lock = WriterLock::acquire(path);
     impl->syncToDisk = options.syncToDisk;
     impl->s = std::move(*openSwmrWriter(path));
     loadState(impl->s, std::max(kvCacheBytes(options, a.config), kvCacheBytes(options, b.config)));
@@ -913,6 +966,9 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
     checkReadable(path);
     if (::access(path.c_str(), W_OK) != 0)
         throw Error(ErrorCode::Io, name + ": cannot write: " + std::strerror(errno));
+
+    // Held from before recovery until the writer closes.
+    WriterLock lock = WriterLock::acquire(path);
 
     // Step 1, without SWMR: clear the flags a killed writer left, validate, compare models, and
     // drop rows past the last committed prompt so the next prompt starts from the committed end.
@@ -974,6 +1030,7 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
     }
 
     auto impl = std::make_unique<Impl>();
+    impl->lock = std::move(lock);
     impl->syncToDisk = syncToDisk;
     impl->s = std::move(*openSwmrWriter(path));
     loadState(impl->s, 0);
@@ -1117,6 +1174,7 @@ void ExperimentWriter::close()
     s.text = {};
     s.label = {};
     const herr_t status = s.file.reset();
+    m_impl->lock.release();
     if (status < 0 && !m_impl->broken)
         check(status, ErrorCode::Io, s.name + ": cannot close");
 }

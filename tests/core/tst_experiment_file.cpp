@@ -282,6 +282,7 @@ private Q_SLOTS:
     void refusesExistingPath();
     void unwritableDirectory();
     void badPromptShape();
+    void secondWriterRefused();
     void diskFullKeepsCommittedPrompts();
     void killedWriterLeavesReadableFile();
     void hdf5ToolsListSchema();
@@ -599,6 +600,25 @@ void TestExperimentFile::badPromptShape()
     QCOMPARE(expectError([&] { w.appendPrompt(p); }).code(), ErrorCode::Shape);
     // Validation happens before any write: the writer is still usable.
     QCOMPARE(w.appendPrompt(makePrompt(0, a, b)), 0);
+}
+
+void TestExperimentFile::secondWriterRefused()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    ExperimentOptions o;
+    o.syncToDisk = false;
+    const ModelInfo a = tinyModel('a'), b = tinyModel('b');
+    ExperimentWriter w = ExperimentWriter::create(path, o, testProvenance(), a, b);
+    w.appendPrompt(makePrompt(0, a, b));
+    // Appending would clear the running writer's flags (crash recovery): the writer lock stops it.
+    const Error e = expectError([&] { ExperimentWriter::append(path, a, b, false); });
+    QCOMPARE(e.code(), ErrorCode::Io);
+    QVERIFY2(std::string(e.what()).find("another") != std::string::npos, e.what());
+    QCOMPARE(w.appendPrompt(makePrompt(1, a, b)), 1);
+    w.close();
+    ExperimentWriter again = ExperimentWriter::append(path, a, b, false);
+    QCOMPARE(again.promptCount(), 2);
 }
 
 void TestExperimentFile::diskFullKeepsCommittedPrompts()
