@@ -724,6 +724,21 @@ void TestExperimentFile::killedWriterLeavesReadableFile()
         {
             const ExperimentReader r = ExperimentReader::open(path);
             count = r.promptCount();
+            // Where did the kill land? Rows past the committed end = killed inside appendPrompt.
+            hsize_t rows[3] = {0, 0, 0};
+            const hid_t raw = H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, H5P_DEFAULT);
+            if (raw >= 0) {
+                const hid_t ds = H5Dopen2(raw, "/kv/b/layer_002/values", H5P_DEFAULT);
+                const hid_t space = H5Dget_space(ds);
+                H5Sget_simple_extent_dims(space, rows, nullptr);
+                H5Sclose(space);
+                H5Dclose(ds);
+                H5Fclose(raw);
+            }
+            qInfo(
+                "round %d (fsync %s): reported %d, visible %d, uncommitted rows in the last KV dataset: %lld",
+                round, round % 2 == 0 ? "on" : "off", reported, count,
+                (long long)rows[0] - (long long)r.totalTokens('b'));
             // A prompt committed but not yet reported may be visible too.
             QVERIFY2(count == reported || count == reported + 1,
                      qPrintable(QStringLiteral("reported %1, file has %2").arg(reported).arg(count)));
