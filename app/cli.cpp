@@ -1,4 +1,5 @@
 #include "app/cli.h"
+#include "app/cli_capture.h"
 #include "app/cli_train.h"
 #include "app/cli_util.h"
 #include "app/cli_wordnet.h"
@@ -389,6 +390,8 @@ const std::vector<Subcommand> &subcommands()
         {"convert", "Convert a llama2.c checkpoint to a Hugging Face directory.", cmdConvert},
         {"train", "Train a Llama-architecture model on a corpus (AdamW, cosine, resumable).", cmdTrain},
         {"eval-qa", "Score a model's greedy answers to corpus questions (exact match, word F1).", cmdEvalQa},
+        {"capture", "Capture both models' KV caches for a prompt set into an HDF5 experiment file.", cmdCapture},
+        {"bench-capture", "Capture cost: bare prefill vs KV writes, with and without compression.", cmdBenchCapture},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
         {"workload", "Write a request workload (JSONL) for cache replay from WordNet concepts.", cmdWorkload},
     };

@@ -27,9 +27,6 @@ using nlohmann::json;
 
 namespace {
 
-std::atomic_bool g_interrupted{false};
-extern "C" void onSigint(int) { g_interrupted = true; }
-
 // BOS + text + EOS: the model learns where a document starts and that an answer ends.
 std::vector<int> documentIds(const core::Tokenizer &tok, const std::string &text)
 {
@@ -159,16 +156,15 @@ int cmdTrain(const QStringList &args)
                  data.train.size(), trainTokens, data.validation.size(), o.model.parameterCount() / 1e6, o.steps,
                  o.batchSize, o.seqLen);
 
-    g_interrupted = false;
-    auto previous = std::signal(SIGINT, onSigint);
+    std::optional<InterruptScope> ctrlC(std::in_place);
     const auto r = gpu::trainModel(o, data, out, tokPath, [&](const gpu::TrainProgress &tp) {
         if (tp.valLoss || tp.step % 50 == 0 || tp.step == 1)
             std::fprintf(stderr, "step %5d/%d  loss %.4f  lr %.2e  |g| %.2f  %s%.0f tok/s\n", tp.step, tp.steps, tp.loss,
                          tp.lr, tp.gradNorm, tp.valLoss ? fmt::format("val {:.4f}  ", *tp.valLoss).c_str() : "",
                          tp.tokensPerSecond);
-        return !g_interrupted.load();
+        return !InterruptScope::interrupted();
     });
-    std::signal(SIGINT, previous);
+    ctrlC.reset();
     if (r.cancelled) {
         std::fprintf(stderr, "interrupted at step %d; state saved, continue with --resume\n", r.stepsDone);
         return 130;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 
 namespace kvwb::app::cli {
@@ -99,5 +101,20 @@ void addEngineOptions(QCommandLineParser &p)
     p.addOption({"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
 }
+
+namespace {
+std::atomic_bool g_interrupted{false};
+extern "C" void kvwbOnSigint(int) { g_interrupted = true; }
+} // namespace
+
+InterruptScope::InterruptScope()
+{
+    g_interrupted = false;
+    m_previous = std::signal(SIGINT, kvwbOnSigint);
+}
+
+InterruptScope::~InterruptScope() { std::signal(SIGINT, m_previous); }
+
+bool InterruptScope::interrupted() { return g_interrupted.load(); }
 
 } // namespace kvwb::app::cli

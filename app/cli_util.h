@@ -37,4 +37,19 @@ std::string readTextFile(const QString &path);
 void addEngineOptions(QCommandLineParser &p);
 gpu::LoadOptions loadOptions(const QCommandLineParser &p);
 
+// While alive, Ctrl-C sets a flag instead of killing the process, so long commands (train,
+// capture) can stop between steps and save their state. Restores the previous handler.
+class InterruptScope
+{
+public:
+    InterruptScope();
+    ~InterruptScope();
+    InterruptScope(const InterruptScope &) = delete;
+    InterruptScope &operator=(const InterruptScope &) = delete;
+    static bool interrupted();
+
+private:
+    void (*m_previous)(int) = nullptr;
+};
+
 } // namespace kvwb::app::cli

@@ -127,7 +127,10 @@ int64_t KvCache::bytes() const
     return 2LL * d.numLayers * d.numKvHeads * d.headDim * d.length * int64_t(torch::elementSize(d.dtype));
 }
 
-LayerKv KvCache::layer(int layer, KeyForm form) const
+LayerKv KvCache::layer(int layer, KeyForm form) const { return read(layer, form, false); }
+LayerKv KvCache::layerTokenMajor(int layer, KeyForm form) const { return read(layer, form, true); }
+
+LayerKv KvCache::read(int layer, KeyForm form, bool tokenMajor) const
 {
     const auto &d = need(m_impl.get());
     if (layer < 0 || layer >= d.numLayers)
@@ -142,8 +145,13 @@ LayerKv KvCache::layer(int layer, KeyForm form) const
         auto k = d.keysUpTo(layer, d.length).to(torch::kFloat32);
         if (form == KeyForm::PreRope)
             k = d.rope->apply(k, 0, /*inverse=*/true);
+        auto v = d.valuesUpTo(layer, d.length);
+        if (tokenMajor) { // [kvHeads, tokens, headDim] -> [tokens, kvHeads, headDim]
+            k = k.transpose(0, 1);
+            v = v.transpose(0, 1);
+        }
         auto kf = k.to(torch::kCPU).contiguous();
-        auto vf = d.valuesUpTo(layer, d.length).to(torch::kCPU, torch::kFloat32).contiguous();
+        auto vf = v.to(torch::kCPU, torch::kFloat32).contiguous();
         out.keys.assign(kf.data_ptr<float>(), kf.data_ptr<float>() + kf.numel());
         out.values.assign(vf.data_ptr<float>(), vf.data_ptr<float>() + vf.numel());
         return out;

@@ -43,8 +43,10 @@ public:
     const std::vector<int> &tokenIds() const; // the ids those positions hold
     int64_t bytes() const;                   // device bytes held by filled positions
 
-    // Copy one layer to the host. Error(InvalidArgument) for a bad layer index.
+    // Copy one layer to the host, [kvHeads, tokens, headDim]. Error(InvalidArgument) for a bad layer.
     LayerKv layer(int layer, KeyForm form) const;
+    // The same, token-major: [tokens, kvHeads, headDim] (the experiment file's layout).
+    LayerKv layerTokenMajor(int layer, KeyForm form) const;
     // Replace the whole cache with externally computed K/V for tokenIds (positions 0..n-1).
     // layers.size() == numLayers(), each tensor [kvHeads, n, headDim]; Error(Shape) names the layer
     // and tensor whose size is wrong.
@@ -59,6 +61,7 @@ public:
     explicit KvCache(std::unique_ptr<Impl> impl);
 
 private:
+    LayerKv read(int layer, KeyForm form, bool tokenMajor) const;
     std::unique_ptr<Impl> m_impl;
 };
 

@@ -15,7 +15,7 @@ SEED=1
 mkdir -p "$WORK" "$HERE/models" "$HERE/workloads"
 
 echo "== corpus"
-"$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 2000 --seed $SEED
+"$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed $SEED
 
 echo "== model A (source: 4 layers, 4 heads / 2 kv heads of 32)"
 rm -rf "$HERE/models/a"
@@ -33,7 +33,7 @@ rm -rf "$HERE/models/b"
 rm -rf "$HERE/models/a/train_state" "$HERE/models/b/train_state"
 
 echo "== workload"
-"$KVWB" workload wordnet --out "$HERE/workloads/demo.jsonl" --requests 2000 --concepts 2000 --seed $SEED
+"$KVWB" workload wordnet --out "$HERE/workloads/demo.jsonl" --requests 2000 --concepts 1000 --seed $SEED
 
 echo "== evaluation (held-out phrasings of the 200 most popular concepts)"
 for m in a b; do

@@ -1,0 +1,310 @@
+#include "app/cli_capture.h"
+
+#include "app/cli_util.h"
+#include "core/error.h"
+#include "core/experiment_file.h"
+#include "core/sha256.h"
+#include "core/tokenizer.h"
+#include "gpu/capture.h"
+#include "gpu/device.h"
+#include "gpu/model.h"
+
+#include <QDateTime>
+#include <QUuid>
+#include <QtGlobal>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+namespace kvwb::app {
+
+using namespace kvwb::app::cli;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Text lines, or JSONL with a "prompt" (workload, corpus) or "text" field; "intent" or "synset"
+// becomes the label. Malformed lines are skipped with a warning naming file and line.
+std::vector<gpu::CapturePrompt> readPrompts(const fs::path &path, std::vector<std::string> &warnings)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw core::Error(core::ErrorCode::Io, path.string() + ": cannot read prompts");
+    const bool jsonl = path.extension() == ".jsonl";
+    std::vector<gpu::CapturePrompt> out;
+    std::string line;
+    size_t lineNo = 0, skipped = 0;
+    auto warn = [&](const std::string &why) {
+        if (++skipped <= 20)
+            warnings.push_back(fmt::format("{}:{}: {}", path.filename().string(), lineNo, why));
+    };
+    while (std::getline(in, line)) {
+        ++lineNo;
+        if (!line.empty() && line.back() == '\r')
+            line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos)
+            continue;
+        if (!jsonl) {
+            out.push_back({line, {}, {}, {}});
+            continue;
+        }
+        json j;
+        try {
+            j = json::parse(line);
+        } catch (const json::exception &) {
+            warn("not valid JSON");
+            continue;
+        }
+        const char *field = j.is_object() && j.contains("prompt") ? "prompt" : "text";
+        if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
+            warn("no string field 'prompt' or 'text'");
+            continue;
+        }
+        gpu::CapturePrompt p;
+        p.text = j[field].get<std::string>();
+        for (const char *label : {"intent", "synset"})
+            if (j.contains(label) && j[label].is_string()) {
+                p.label = j[label].get<std::string>();
+                break;
+            }
+        out.push_back(std::move(p));
+    }
+    if (skipped > 20)
+        warnings.push_back(fmt::format("{}: {} malformed lines skipped in all", path.filename().string(), skipped));
+    if (out.empty())
+        throw core::Error(core::ErrorCode::Format, path.string() + ": no prompts");
+    return out;
+}
+
+core::KvStorage parseStorage(const QString &s)
+{
+    if (s == "f32")
+        return core::KvStorage::F32;
+    if (s == "f16")
+        return core::KvStorage::F16;
+    if (s == "bf16")
+        return core::KvStorage::BF16;
+    throw UsageError{"--dtype expects f32, f16 or bf16, got '" + str(s) + "'"};
+}
+
+struct LoadedPair
+{
+    std::unique_ptr<gpu::Model> a, b;
+    std::unique_ptr<core::Tokenizer> tokA, tokB;
+    fs::path tokPathA, tokPathB;
+};
+
+LoadedPair loadPair(const fs::path &pathA, const fs::path &pathB, const gpu::LoadOptions &o)
+{
+    LoadedPair p;
+    p.a = gpu::Model::load(pathA, o);
+    p.b = gpu::Model::load(pathB, o);
+    for (auto [model, tok, tokPath] : {std::tuple{p.a.get(), &p.tokA, &p.tokPathA}, std::tuple{p.b.get(), &p.tokB, &p.tokPathB}}) {
+        const auto found = model->checkpoint().tokenizerPath();
+        if (!found)
+            throw core::Error(core::ErrorCode::Tokenizer, model->checkpoint().path().string() + ": no tokenizer beside the model");
+        *tokPath = *found;
+        *tok = core::loadTokenizer(*found);
+    }
+    return p;
+}
+
+core::Provenance provenance(const gpu::LoadOptions &o, const json &config)
+{
+    core::Provenance p;
+    p.appVersion = KVWB_VERSION;
+    p.gitCommit = KVWB_GIT_COMMIT;
+    p.qtVersion = qVersion();
+    p.torchVersion = gpu::torchVersion();
+    p.device = gpu::describeDevice(o.device);
+    p.createdUtc = QDateTime::currentDateTimeUtc().toString(Qt::ISODate).toStdString();
+    p.runId = QUuid::createUuid().toString(QUuid::WithoutBraces).toStdString();
+    p.configSha256 = core::sha256Hex(std::string_view(config.dump()));
+    return p;
+}
+
+gpu::LoadOptions engineOptions(const QCommandLineParser &p)
+{
+    gpu::LoadOptions o;
+    if (p.isSet("device")) {
+        auto d = gpu::parseDevice(str(p.value("device")));
+        if (!d)
+            throw UsageError{"--device expects cpu or cuda"};
+        o.device = *d;
+    }
+    if (p.isSet("compute-dtype")) {
+        auto t = gpu::parseComputeType(str(p.value("compute-dtype")));
+        if (!t)
+            throw UsageError{"--compute-dtype expects f32, bf16 or f16"};
+        o.dtype = *t;
+    }
+    o.threads = intOption(p, "threads", 0, 0);
+    return o;
+}
+
+} // namespace
+
+int cmdCapture(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"model-a", "Source model (HF directory or llama2.c .bin).", "PATH"});
+    p.addOption({"model-b", "Target model.", "PATH"});
+    p.addOption({"prompts", "Prompts: text (one per line) or JSONL (workload/corpus: 'prompt', label 'intent').", "FILE"});
+    p.addOption({"out", "Experiment file (HDF5); appended to when it exists and holds the same models.", "EXP.h5"});
+    p.addOption({"dtype", "KV storage: f32 (default), f16 or bf16.", "DTYPE", "f32"});
+    p.addOption({"compress", "Deflate (+ shuffle) the KV datasets."});
+    p.addOption({"compress-level", "Deflate level 1-9 (default 4).", "N", "4"});
+    p.addOption({"max-tokens", "Truncate prompts to N tokens (default: the model's context).", "N"});
+    p.addOption({"post-rope", "Store keys after RoPE (default: before)."});
+    p.addOption({"limit", "Capture at most N prompts.", "N"});
+    p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
+    p.addOption({"compute-dtype", "Engine dtype: f32 (default), bf16, f16 (CUDA).", "DTYPE", "f32"});
+    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+    p.addOption({"json", "Print the summary as JSON."});
+    parse(p, args, "Run both models over a prompt set and store every layer's K and V in an HDF5 experiment file.");
+    for (const char *req : {"model-a", "model-b", "prompts", "out"})
+        if (!p.isSet(req))
+            throw UsageError{std::string("--") + req + " is required"};
+    const auto o = engineOptions(p);
+    gpu::CaptureOptions co;
+    co.file.storage = parseStorage(p.value("dtype"));
+    co.file.compress = p.isSet("compress") ? intOption(p, "compress-level", 4, 1) : 0;
+    if (co.file.compress > 9)
+        throw UsageError{"--compress-level expects 1-9"};
+    co.file.keyForm = p.isSet("post-rope") ? core::KeyForm::PostRope : core::KeyForm::PreRope;
+    co.maxTokens = intOption(p, "max-tokens", 0, 1);
+    std::vector<std::string> warnings;
+    auto prompts = readPrompts(str(p.value("prompts")), warnings);
+    if (p.isSet("limit"))
+        prompts.resize(std::min(prompts.size(), size_t(intOption(p, "limit", 0, 1))));
+    auto pair = loadPair(str(p.value("model-a")), str(p.value("model-b")), o);
+    const auto infoA = gpu::describeModel('a', *pair.a, pair.tokPathA);
+    const auto infoB = gpu::describeModel('b', *pair.b, pair.tokPathB);
+    const fs::path out = str(p.value("out"));
+    const json config = {{"model_a", infoA.weightsSha256}, {"model_b", infoB.weightsSha256},
+                         {"prompts", str(p.value("prompts"))}, {"dtype", str(p.value("dtype"))},
+                         {"compress", co.file.compress}, {"max_tokens", co.maxTokens},
+                         {"key_form", core::keyFormName(co.file.keyForm)}, {"device", gpu::deviceName(o.device)},
+                         {"compute_dtype", gpu::computeTypeName(o.dtype)}};
+    const bool appending = fs::exists(out);
+    auto writer = appending ? core::ExperimentWriter::append(out, infoA, infoB)
+                            : core::ExperimentWriter::create(out, co.file, provenance(o, config), infoA, infoB);
+    if (appending) {
+        // the file's own storage settings win; say so when the flags asked for something else
+        const auto existing = core::ExperimentReader::open(out).storage();
+        if (existing.storage != co.file.storage || existing.keyForm != co.file.keyForm)
+            warnings.push_back(fmt::format("{}: appending with the file's storage ({}, {} keys), not the flags'",
+                                           out.filename().string(), core::kvStorageName(existing.storage),
+                                           core::keyFormName(existing.keyForm)));
+        co.file = existing;
+    }
+    std::optional<InterruptScope> ctrlC(std::in_place);
+    const bool asJson = p.isSet("json");
+    const auto r = gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co, [&](int done, int total) {
+        if (!asJson && (done % 10 == 0 || done == total))
+            std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
+        return !InterruptScope::interrupted();
+    });
+    ctrlC.reset();
+    writer.close();
+    if (!asJson)
+        std::fprintf(stderr, "\n");
+    warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
+    for (const auto &w : warnings)
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    const json summary = {{"out", out.string()},
+                          {"appended", appending},
+                          {"prompts_written", r.promptsWritten},
+                          {"first_prompt", r.firstPrompt},
+                          {"cancelled", r.cancelled},
+                          {"tokens_a", r.tokensA},
+                          {"tokens_b", r.tokensB},
+                          {"prefill_ms_a", r.timings.prefillMsA},
+                          {"prefill_ms_b", r.timings.prefillMsB},
+                          {"read_ms", r.timings.readMs},
+                          {"write_ms", r.timings.writeMs},
+                          {"file_bytes", fs::file_size(out)},
+                          {"warnings", warnings.size()}};
+    if (asJson)
+        std::printf("%s\n", summary.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    else
+        std::printf("%s: %d prompts (%lld + %lld tokens) %s, file %.2f MB; prefill %.0f + %.0f ms, write %.0f ms\n",
+                    out.c_str(), r.promptsWritten, (long long)r.tokensA, (long long)r.tokensB,
+                    appending ? "appended" : "written", fs::file_size(out) / 1e6, r.timings.prefillMsA,
+                    r.timings.prefillMsB, r.timings.writeMs);
+    return r.cancelled ? 130 : 0;
+}
+
+int cmdBenchCapture(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"model-a", "Source model (default: projects/demo/models/a).", "PATH"});
+    p.addOption({"model-b", "Target model (default: projects/demo/models/b).", "PATH"});
+    p.addOption({"lengths", "Prompt lengths in tokens (default 128,512,2048).", "LIST", "128,512,2048"});
+    p.addOption({"prompts", "Prompts per length (default 8).", "N", "8"});
+    p.addOption({"dir", "Where to write the temporary files (default: the system temp dir).", "DIR"});
+    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+    parse(p, args, "Measure capture cost: bare prefill of both models vs writing their KV to an experiment file, "
+                   "uncompressed and compressed.");
+    const fs::path root = fs::path(KVWB_SOURCE_DIR) / "projects" / "demo" / "models";
+    const fs::path pathA = p.isSet("model-a") ? fs::path(str(p.value("model-a"))) : root / "a";
+    const fs::path pathB = p.isSet("model-b") ? fs::path(str(p.value("model-b"))) : root / "b";
+    gpu::LoadOptions o;
+    o.threads = intOption(p, "threads", 0, 0);
+    auto pair = loadPair(pathA, pathB, o);
+    const auto lengths = parseIdList(p.value("lengths"), "--lengths");
+    const int n = intOption(p, "prompts", 8, 1);
+    const fs::path dir = p.isSet("dir") ? fs::path(str(p.value("dir"))) : fs::temp_directory_path();
+    const auto infoA = gpu::describeModel('a', *pair.a, pair.tokPathA);
+    const auto infoB = gpu::describeModel('b', *pair.b, pair.tokPathB);
+    std::printf("capture benchmark: A %s, B %s, %d prompts per row, f32 storage, device %s\n\n", pathA.c_str(),
+                pathB.c_str(), n, gpu::describeDevice(o.device).c_str());
+    std::printf("| tokens | compress | prefill A+B ms | write ms | write MB/s | overhead vs prefill | bytes/token |\n");
+    std::printf("|-------:|:--------:|---------------:|---------:|-----------:|--------------------:|------------:|\n");
+    std::mt19937_64 rng(7);
+    for (int len : lengths) {
+        if (len > pair.a->contextLimit() || len > pair.b->contextLimit())
+            std::fprintf(stderr, "note: %d tokens is past a model's context (%d/%d): timing only\n", len,
+                         pair.a->contextLimit(), pair.b->contextLimit());
+        std::vector<gpu::CapturePrompt> prompts(static_cast<size_t>(n));
+        for (auto &pr : prompts) {
+            pr.text = fmt::format("random {} tokens", len);
+            for (int i = 0; i < len; ++i) {
+                pr.idsA.push_back(3 + int(rng() % uint64_t(pair.a->config().vocabSize - 3)));
+            }
+            pr.idsB = pr.idsA;
+        }
+        for (int compress : {0, 4}) {
+            const fs::path file = dir / fmt::format("kvwb-bench-capture-{}-{}.h5", len, compress);
+            fs::remove(file);
+            gpu::CaptureOptions co;
+            co.file.compress = compress;
+            {
+                auto writer = core::ExperimentWriter::create(file, co.file, provenance(o, json{{"bench", len}}), infoA, infoB);
+                const auto r = gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co);
+                writer.close();
+                const double prefill = r.timings.prefillMsA + r.timings.prefillMsB;
+                const double mbps = r.timings.kvBytes / 1e6 / (r.timings.writeMs / 1000.0);
+                const double perToken = double(fs::file_size(file)) / double(r.tokensA);
+                std::printf("| %6d | %8s | %14.1f | %8.1f | %10.1f | %18.1f%% | %11.0f |\n", len, compress ? "deflate4" : "off",
+                            prefill, r.timings.writeMs, mbps, 100.0 * (r.timings.writeMs + r.timings.readMs) / prefill,
+                            perToken);
+                std::fflush(stdout);
+            }
+            fs::remove(file);
+        }
+    }
+    std::printf("\nwrite MB/s counts float32 K/V bytes handed to the writer; overhead = (read-out + write) / bare "
+                "prefill; bytes/token = file size / tokens (both models).\n");
+    return 0;
+}
+
+} // namespace kvwb::app

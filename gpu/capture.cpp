@@ -1,0 +1,103 @@
+#include "gpu/capture.h"
+
+#include "core/error.h"
+#include "core/sha256.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+namespace kvwb::gpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// Prefill one model on ids from an empty cache and copy every layer out, token-major.
+core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, KeyForm form, double &prefillMs,
+                            double &readMs)
+{
+    core::PromptKv kv;
+    kv.ids.assign(ids.begin(), ids.end());
+    auto cache = model.newCache();
+    const auto t0 = Clock::now();
+    model.forward(ids, cache);
+    prefillMs += msSince(t0);
+    const auto t1 = Clock::now();
+    for (int l = 0; l < cache.numLayers(); ++l) {
+        auto layer = cache.layerTokenMajor(l, form);
+        kv.keys.push_back(std::move(layer.keys));
+        kv.values.push_back(std::move(layer.values));
+    }
+    readMs += msSince(t1);
+    return kv;
+}
+
+std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const std::string &text, const CaptureOptions &o,
+                           size_t index, std::vector<std::string> &warnings)
+{
+    auto ids = tok.encode(text, o.addSpecial);
+    const int limit = o.maxTokens > 0 ? std::min(o.maxTokens, model.contextLimit()) : model.contextLimit();
+    if (limit > 0 && int(ids.size()) > limit) {
+        if (warnings.size() < 20)
+            warnings.push_back(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(), limit,
+                                           model.checkpoint().path().filename().string()));
+        ids.resize(size_t(limit));
+    }
+    return ids;
+}
+
+} // namespace
+
+core::ModelInfo describeModel(char role, const Model &model, const std::filesystem::path &tokenizerPath)
+{
+    core::ModelInfo info;
+    info.role = role;
+    info.config = model.config();
+    info.weightsSha256 = model.checkpoint().fingerprint();
+    info.tokenizerSha256 = core::sha256Files({tokenizerPath});
+    info.sourcePath = model.checkpoint().path().string();
+    return info;
+}
+
+CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, const core::Tokenizer &tokA,
+                             const Model &b, const core::Tokenizer &tokB, const std::vector<CapturePrompt> &prompts,
+                             const CaptureOptions &o, const CaptureProgressFn &progress)
+{
+    core::checkTokenizerFitsModel(tokA, a.config(), "model A's tokenizer");
+    core::checkTokenizerFitsModel(tokB, b.config(), "model B's tokenizer");
+    const KeyForm form = o.file.keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
+    CaptureResult r;
+    r.firstPrompt = writer.promptCount();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const auto idsA = prompts[i].idsA.empty() ? encodeFor(tokA, a, prompts[i].text, o, i, r.warnings) : prompts[i].idsA;
+        const auto idsB = prompts[i].idsB.empty() ? encodeFor(tokB, b, prompts[i].text, o, i, r.warnings) : prompts[i].idsB;
+        if (idsA.empty() || idsB.empty()) {
+            if (r.warnings.size() < 20)
+                r.warnings.push_back(fmt::format("prompt {}: no tokens, skipped", i));
+            continue;
+        }
+        core::PromptRecord rec;
+        rec.text = prompts[i].text;
+        rec.label = prompts[i].label;
+        rec.a = captureModel(a, idsA, form, r.timings.prefillMsA, r.timings.readMs);
+        rec.b = captureModel(b, idsB, form, r.timings.prefillMsB, r.timings.readMs);
+        for (const auto *kv : {&rec.a, &rec.b})
+            for (size_t l = 0; l < kv->keys.size(); ++l)
+                r.timings.kvBytes += int64_t(kv->keys[l].size() + kv->values[l].size()) * 4;
+        const auto t0 = Clock::now();
+        writer.appendPrompt(rec);
+        r.timings.writeMs += msSince(t0);
+        ++r.promptsWritten;
+        r.tokensA += int64_t(idsA.size());
+        r.tokensB += int64_t(idsB.size());
+        if (progress && !progress(int(i + 1), int(prompts.size()))) {
+            r.cancelled = i + 1 < prompts.size();
+            break;
+        }
+    }
+    return r;
+}
+
+} // namespace kvwb::gpu
