@@ -1,0 +1,131 @@
+// `kvwb capture` end to end: a file any HDF5 tool lists, append on matching models, refusal on
+// others, and a capture killed with SIGKILL mid-run that leaves every reported prompt intact.
+#include "core/experiment_file.h"
+#include "core/random_model.h"
+#include "core/tokenizer.h"
+#include "tests/support/kvwb_process.h"
+#include "tests/support/test_paths.h"
+
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QStandardPaths>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <csignal>
+#include <sys/types.h>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+using test::runKvwb;
+
+namespace {
+QString q(const fs::path &p) { return QString::fromStdString(p.string()); }
+} // namespace
+
+class TestCaptureCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    fs::path m_dir;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_dir = m_tmp.path().toStdString();
+        core::writeRandomHfModel(m_dir / "a", core::randomModelPreset("tiny"));
+        core::writeRandomHfModel(m_dir / "b", core::randomModelPreset("llama3"));
+        core::writeRandomHfModel(m_dir / "c", core::randomModelPreset("gqa"));
+        std::string prompts;
+        for (int i = 0; i < 300; ++i)
+            prompts += "Question " + std::to_string(i) + ": what does the cache hold for prompt number " + std::to_string(i) + "?\n";
+        test::writeFile(m_dir / "prompts.txt", prompts);
+        test::writeFile(m_dir / "few.jsonl", "{\"prompt\": \"one\", \"intent\": \"n1\"}\n{\"prompt\": \"two\"}\nnot json\n");
+    }
+
+    void captureAppendRefuse()
+    {
+        const fs::path out = m_dir / "e.h5";
+        const QStringList base = {"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out", q(out)};
+        auto r = runKvwb(base + QStringList{"--prompts", q(m_dir / "few.jsonl"), "--dtype", "f16", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(r.err.contains("few.jsonl:3: not valid JSON"));
+        auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["prompts_written"].toInt(), 2);
+        QCOMPARE(j["appended"].toBool(), false);
+        r = runKvwb(base + QStringList{"--prompts", q(m_dir / "prompts.txt"), "--limit", "3", "--json"});
+        QCOMPARE(r.exitCode, 0);
+        j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["appended"].toBool(), true);
+        QCOMPARE(j["first_prompt"].toInt(), 2);
+        QVERIFY(r.err.contains("appending with the file's storage (f16")); // flags asked for f32
+        {
+            const auto rd = core::ExperimentReader::open(out);
+            QCOMPARE(rd.promptCount(), 5);
+            QCOMPARE(rd.prompt(0).label, std::string("n1"));
+            QCOMPARE(rd.storage().storage, core::KvStorage::F16);
+        }
+        // other models: refused, exit 1, one line naming both fingerprints
+        r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "c"), "--out", q(out), "--prompts",
+                     q(m_dir / "few.jsonl")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("e.h5"), r.err.constData());
+        // any HDF5 tool can list it
+        const QString h5ls = QStandardPaths::findExecutable("h5ls");
+        if (h5ls.isEmpty())
+            QSKIP("h5ls (hdf5-tools) not installed");
+        QProcess ls;
+        ls.start(h5ls, {"-r", q(out)});
+        QVERIFY(ls.waitForFinished());
+        const QByteArray listing = ls.readAllStandardOutput();
+        QVERIFY2(listing.contains("/kv/b/layer_001/keys"), listing.constData());
+    }
+
+    void killedCaptureLosesNothing()
+    {
+        const fs::path out = m_dir / "killed.h5";
+        QProcess p;
+        p.start(q(test::kvwbBinary()), {"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out",
+                                       q(out), "--prompts", q(m_dir / "prompts.txt")});
+        QVERIFY(p.waitForStarted());
+        // progress lines "captured N/300" come every 10 prompts: kill after the second report
+        QByteArray err;
+        int reported = 0;
+        const QRegularExpression re("captured (\\d+)/300");
+        while (reported < 20 && p.state() == QProcess::Running) {
+            p.waitForReadyRead(100);
+            err += p.readAllStandardError();
+            auto it = re.globalMatch(QString::fromUtf8(err));
+            while (it.hasNext())
+                reported = it.next().captured(1).toInt();
+        }
+        QVERIFY2(reported >= 20, err.constData());
+        ::kill(pid_t(p.processId()), SIGKILL);
+        p.waitForFinished();
+        QCOMPARE(p.exitStatus(), QProcess::CrashExit);
+        const auto tok = core::loadTokenizer(m_dir / "a");
+        {
+            const auto rd = core::ExperimentReader::open(out);
+            QVERIFY2(rd.promptCount() >= reported, qPrintable(QString("%1 < %2").arg(rd.promptCount()).arg(reported)));
+            for (int i = 0; i < rd.promptCount(); ++i) {
+                const std::string text = "Question " + std::to_string(i) + ": what does the cache hold for prompt number " +
+                                         std::to_string(i) + "?";
+                QCOMPARE(rd.prompt(i).text, text);
+                const auto ids = tok->encode(text, true);
+                QCOMPARE(rd.prompt(i).b.ids, std::vector<int32_t>(ids.begin(), ids.end()));
+                QCOMPARE(rd.keys('b', 1, i).size(), ids.size() * 2 * 32); // llama3 preset: 2 kv heads of 32
+            }
+        }
+        // and the file can be appended to afterwards
+        const auto r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out", q(out),
+                                "--prompts", q(m_dir / "few.jsonl"), "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["appended"].toBool(), true);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCaptureCli)
+#include "tst_capture_cli.moc"
