@@ -71,7 +71,7 @@ case "$MODE" in
     for m in a b; do
       echo "== model $m: $DEMO/models/$m"
       "$BUILD/kvwb" info "$DEMO/models/$m"
-      "$BUILD/kvwb" generate --model "$DEMO/models/$m" --prompt $'Q: What is a car?\nA:' --max-tokens 40
+      "$BUILD/kvwb" generate --model "$DEMO/models/$m" --prompt $'Q: What is a car?\nA:' --max-tokens 64
     done
     ;;
   *)
