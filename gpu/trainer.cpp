@@ -372,6 +372,9 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (result.evaluations.empty() || result.evaluations.back().step != step) {
         result.finalValLoss = evaluate();
+    } else { // e.g. resuming a run that had already finished: report its last evaluation
+        result.finalValLoss = *result.evaluations.back().valLoss;
+        result.finalLoss = result.evaluations.back().loss;
     }
     saveState(step);
     writeModel(p, c, o, outDir);

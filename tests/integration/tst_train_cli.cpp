@@ -88,11 +88,14 @@ private Q_SLOTS:
         const fs::path tok = fs::path(m_tmp.path().toStdString()) / "model" / "tokenizer.model";
         QStringList args = {"train", "--corpus", q(m_corpus), "--out", q(out), "--preset", "tiny", "--tokenizer",
                             q(tok), "--steps", "8", "--seq-len", "32", "--batch", "2", "--checkpoint-every", "4"};
-        QCOMPARE(runKvwb(args).exitCode, 0);
+        const Run first = runKvwb(args);
+        QCOMPARE(first.exitCode, 0);
         args << "--resume";
         const Run again = runKvwb(args); // already complete: resumes at step 8 and writes the same model
         QCOMPARE(again.exitCode, 0);
-        QCOMPARE(QJsonDocument::fromJson(again.out).object()["steps"].toInt(), 8);
+        const auto a = QJsonDocument::fromJson(first.out).object(), b = QJsonDocument::fromJson(again.out).object();
+        QCOMPARE(b["steps"].toInt(), 8);
+        QCOMPARE(b["final_val_loss"].toDouble(), a["final_val_loss"].toDouble());
     }
 
     void badCorpus()
