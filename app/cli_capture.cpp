@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -131,6 +132,44 @@ core::Provenance provenance(const gpu::LoadOptions &o, const json &config)
     return p;
 }
 
+// "0,5,8-11" -> {0, 5, 8, 9, 10, 11}, sorted and unique, each below numLayers; an unset flag is
+// empty (every layer), which the file records as the full list.
+std::vector<int> layerList(const QCommandLineParser &p, const char *flag, int numLayers)
+{
+    if (!p.isSet(flag))
+        return {};
+    const QString text = p.value(flag);
+    const auto usage = [&](const std::string &why) {
+        return UsageError{fmt::format("--{} {}: {}", flag, str(text), why)};
+    };
+    std::vector<int> layers;
+    for (const QString &part : text.split(',', Qt::SkipEmptyParts)) {
+        const QStringList ends = part.trimmed().split('-');
+        bool okLo = false, okHi = false;
+        int lo = -1, hi = -1;
+        if (ends.size() == 1) {
+            lo = hi = ends.front().trimmed().toInt(&okLo);
+            okHi = okLo;
+        } else if (ends.size() == 2) {
+            lo = ends.front().trimmed().toInt(&okLo);
+            hi = ends.back().trimmed().toInt(&okHi);
+        }
+        if (!okLo || !okHi || lo < 0 || hi < lo)
+            throw usage(
+                fmt::format("expects comma-separated layer indices or ranges like 0-3, got '{}'", str(part)));
+        if (hi >= numLayers)
+            throw usage(fmt::format("layer {} is out of range: the model has {} layers (0-{})", hi, numLayers,
+                                    numLayers - 1));
+        for (int l = lo; l <= hi; ++l)
+            layers.push_back(l);
+    }
+    if (layers.empty())
+        throw usage("no layers");
+    std::sort(layers.begin(), layers.end());
+    layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+    return layers;
+}
+
 gpu::LoadOptions engineOptions(const QCommandLineParser &p)
 {
     gpu::LoadOptions o;
@@ -164,12 +203,16 @@ int cmdCapture(const QStringList &args)
     p.addOption({"compress-level", "Deflate level 1-9 (default 4).", "N", "4"});
     p.addOption({"max-tokens", "Truncate prompts to N tokens (default: the model's context).", "N"});
     p.addOption({"post-rope", "Store keys after RoPE (default: before)."});
+    p.addOption({"layers-a", "Capture only these layers of A, e.g. 0,5,8-11 (default: all).", "LIST"});
+    p.addOption({"layers-b", "Capture only these layers of B (default: all).", "LIST"});
     p.addOption({"limit", "Capture at most N prompts.", "N"});
     p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
     p.addOption({"compute-dtype", "Engine dtype: f32 (default), bf16, f16 (CUDA).", "DTYPE", "f32"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
     p.addOption({"json", "Print the summary as JSON."});
-    parse(p, args, "Run both models over a prompt set and store every layer's K and V in an HDF5 experiment file.");
+    parse(p, args,
+          "Run both models over a prompt set and store each layer's (or the selected layers') K and V in an "
+          "HDF5 experiment file.");
     for (const char *req : {"model-a", "model-b", "prompts", "out"})
         if (!p.isSet(req))
             throw UsageError{std::string("--") + req + " is required"};
@@ -186,14 +229,23 @@ int cmdCapture(const QStringList &args)
     if (p.isSet("limit"))
         prompts.resize(std::min(prompts.size(), size_t(intOption(p, "limit", 0, 1))));
     auto pair = loadPair(str(p.value("model-a")), str(p.value("model-b")), o);
-    const auto infoA = gpu::describeModel('a', *pair.a, pair.tokPathA);
-    const auto infoB = gpu::describeModel('b', *pair.b, pair.tokPathB);
+    auto infoA = gpu::describeModel('a', *pair.a, pair.tokPathA);
+    auto infoB = gpu::describeModel('b', *pair.b, pair.tokPathB);
+    // The same lists go to the writer (what the file records) and to the capture (what is read).
+    co.layersA = infoA.capturedLayers = layerList(p, "layers-a", pair.a->config().numLayers);
+    co.layersB = infoB.capturedLayers = layerList(p, "layers-b", pair.b->config().numLayers);
     const fs::path out = str(p.value("out"));
-    const json config = {{"model_a", infoA.weightsSha256}, {"model_b", infoB.weightsSha256},
-                         {"prompts", str(p.value("prompts"))}, {"dtype", str(p.value("dtype"))},
-                         {"compress", co.file.compress}, {"max_tokens", co.maxTokens},
-                         {"key_form", core::keyFormName(co.file.keyForm)}, {"device", gpu::deviceName(o.device)},
-                         {"compute_dtype", gpu::computeTypeName(o.dtype)}};
+    const json config = {{"model_a", infoA.weightsSha256},
+                         {"model_b", infoB.weightsSha256},
+                         {"prompts", str(p.value("prompts"))},
+                         {"dtype", str(p.value("dtype"))},
+                         {"compress", co.file.compress},
+                         {"max_tokens", co.maxTokens},
+                         {"key_form", core::keyFormName(co.file.keyForm)},
+                         {"device", gpu::deviceName(o.device)},
+                         {"compute_dtype", gpu::computeTypeName(o.dtype)},
+                         {"layers_a", co.layersA},
+                         {"layers_b", co.layersB}};
     const bool appending = fs::exists(out);
     auto writer = appending ? core::ExperimentWriter::append(out, infoA, infoB)
                             : core::ExperimentWriter::create(out, co.file, provenance(o, config), infoA, infoB);

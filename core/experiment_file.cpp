@@ -82,6 +82,26 @@ std::string layerGroupPath(int model, int layer)
     return buf;
 }
 
+// "0, 5" for messages.
+std::string joinLayers(const std::vector<int> &layers)
+{
+    std::string out;
+    for (int l : layers)
+        out += (out.empty() ? "" : ", ") + std::to_string(l);
+    return out;
+}
+
+// The explicit layer list of a model: capturedLayers, or every layer when that is empty.
+std::vector<int> resolvedLayers(const ModelInfo &m)
+{
+    if (!m.capturedLayers.empty())
+        return m.capturedLayers;
+    std::vector<int> all(size_t(std::max(m.config.numLayers, 0)));
+    for (size_t i = 0; i < all.size(); ++i)
+        all[i] = int(i);
+    return all;
+}
+
 std::string utcNowIso8601()
 {
     const std::time_t now = std::time(nullptr);
@@ -182,6 +202,16 @@ void writeAttr(hid_t obj, const Site &site, const char *name, double value)
     check(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value), ErrorCode::Io, "cannot write " + site.attr(name));
 }
 
+void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<int64_t> &values)
+{
+    const hsize_t n = values.size();
+    h5::Dataspace space(H5Screate_simple(1, &n, nullptr));
+    h5::Attribute a(check(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                          ErrorCode::Io, "cannot create " + site.attr(name)));
+    check(H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()), ErrorCode::Io,
+          "cannot write " + site.attr(name));
+}
+
 h5::Attribute openAttr(hid_t obj, const Site &site, const char *name)
 {
     const htri_t exists = H5Aexists(obj, name);
@@ -223,6 +253,23 @@ int64_t readIntAttr(hid_t obj, const Site &site, const char *name)
         throw Error(ErrorCode::Format, site.attr(name) + " is not an integer");
     int64_t v = 0;
     check(H5Aread(a.get(), H5T_NATIVE_INT64, &v), ErrorCode::Format, "cannot read " + site.attr(name));
+    return v;
+}
+
+std::vector<int64_t> readIntArrayAttr(hid_t obj, const Site &site, const char *name)
+{
+    h5::Attribute a = openAttr(obj, site, name);
+    h5::Datatype type(H5Aget_type(a.get()));
+    if (H5Tget_class(type.get()) != H5T_INTEGER)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not an integer array");
+    h5::Dataspace space(H5Aget_space(a.get()));
+    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+    if (n < 0 || H5Sget_simple_extent_ndims(space.get()) > 1)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not a 1-D integer array");
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    if (n > 0)
+        check(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()), ErrorCode::Format,
+              "cannot read " + site.attr(name));
     return v;
 }
 
@@ -349,8 +396,8 @@ struct ModelDatasets
 {
     h5::Dataset ids;                 // [tokens] int32
     h5::Dataset offsets;             // [prompts + 1] int64
-    std::vector<h5::Dataset> keys;   // [layers] of [tokens, kvHeads, headDim]
-    std::vector<h5::Dataset> values; // [layers] of [tokens, kvHeads, headDim]
+    std::vector<h5::Dataset> keys;   // [captured layers] of [tokens, kvHeads, headDim]
+    std::vector<h5::Dataset> values; // [captured layers] of [tokens, kvHeads, headDim]
     std::vector<int64_t> committed;  // offsets of committed prompts, [prompts + 1]
 };
 
@@ -468,6 +515,9 @@ void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorag
     writeAttr(group, site, "weights_sha256", m.weightsSha256);
     writeAttr(group, site, "tokenizer_sha256", m.tokenizerSha256);
     writeAttr(group, site, "source_path", m.sourcePath);
+    // Always explicit, so a reader never has to know that "empty" once meant "all".
+    const std::vector<int> layers = resolvedLayers(m);
+    writeAttr(group, site, "captured_layers", std::vector<int64_t>(layers.begin(), layers.end()));
 }
 
 ModelInfo readModelAttrs(hid_t group, const Site &site, char role)
@@ -502,6 +552,22 @@ ModelInfo readModelAttrs(hid_t group, const Site &site, char role)
     m.weightsSha256 = readStringAttr(group, site, "weights_sha256");
     m.tokenizerSha256 = readStringAttr(group, site, "tokenizer_sha256");
     m.sourcePath = readStringAttr(group, site, "source_path");
+    // Files written before captured_layers existed store every layer.
+    if (H5Aexists(group, "captured_layers") > 0) {
+        const std::vector<int64_t> layers = readIntArrayAttr(group, site, "captured_layers");
+        if (layers.empty())
+            throw Error(ErrorCode::Format, site.attr("captured_layers") + " is empty");
+        for (size_t i = 0; i < layers.size(); ++i) {
+            if (layers[i] < 0 || layers[i] >= c.numLayers || (i > 0 && layers[i] <= layers[i - 1]))
+                throw Error(ErrorCode::Format, site.attr("captured_layers") + " entry " + std::to_string(i) +
+                                                   " (" + std::to_string(layers[i]) +
+                                                   ") is not a sorted, unique layer below num_layers " +
+                                                   std::to_string(c.numLayers));
+            m.capturedLayers.push_back(int(layers[i]));
+        }
+    } else {
+        m.capturedLayers = resolvedLayers(m);
+    }
     return m;
 }
 
@@ -569,9 +635,10 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
         h5::Group g = openGroup(f, n, gpath);
         s.models[size_t(m)] = readModelAttrs(g.get(), Site(n, gpath), roleName(m));
     }
-    // Storage options live on the KV datasets; model a's layer 0 keys define them for the file.
+    // Storage options live on the KV datasets; model a's first captured layer's keys define them
+    // for the file.
     {
-        const std::string kpath = layerPath(0, 0, "keys");
+        const std::string kpath = layerPath(0, s.models[0].capturedLayers.front(), "keys");
         h5::Dataset k = openDataset(f, n, kpath);
         const Site site(n, kpath);
         s.options.storage = parseStorage(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
@@ -649,7 +716,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
         const ModelConfig &c = s.models[size_t(m)].config;
         const std::string base = std::string("/prompts/") + roleName(m);
         checkLength(d.ids.get(), base + "/ids", d.committed.back(), base + "/offsets");
-        for (int layer = 0; layer < c.numLayers; ++layer) {
+        for (int layer : s.models[size_t(m)].capturedLayers) {
             for (const char *what : {"keys", "values"}) {
                 const std::string path = layerPath(m, layer, what);
                 h5::Dataset ds = openDataset(f, n, path, kvCacheBytesPerDataset);
@@ -694,6 +761,18 @@ void checkModel(const ModelInfo &m, char expectedRole)
         throw Error(ErrorCode::InvalidArgument,
                     std::string("model ") + expectedRole +
                         ": num_layers, num_kv_heads and head_dim must be positive");
+    const std::vector<int> &layers = m.capturedLayers;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (layers[i] < 0 || layers[i] >= c.numLayers)
+            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
+                                                        ": captured layer " + std::to_string(layers[i]) +
+                                                        " is outside 0.." + std::to_string(c.numLayers - 1));
+        if (i > 0 && layers[i] <= layers[i - 1])
+            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
+                                                        ": captured layer " + std::to_string(layers[i]) +
+                                                        " is not above the one before it (the list must be "
+                                                        "sorted and unique)");
+    }
 }
 
 hsize_t kvCacheBytes(const ExperimentOptions &o, const ModelConfig &c)
@@ -903,7 +982,7 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
             offsetsDataset(base + "/offsets");
             createGroup(f, name, std::string("/kv/") + m->role);
             const ModelConfig &c = m->config;
-            for (int layer = 0; layer < c.numLayers; ++layer) {
+            for (int layer : resolvedLayers(*m)) {
                 createGroup(f, name, layerGroupPath(mi, layer));
                 for (const char *what : {"keys", "values"}) {
                     const std::string path = layerPath(mi, layer, what);
@@ -999,6 +1078,12 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
                                                    " geometry (layers, kv heads, "
                                                    "head dim) differs from the file's /models/" +
                                                    roleName(m));
+            const std::vector<int> wantLayers = resolvedLayers(want);
+            if (wantLayers != have.capturedLayers)
+                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " captured layers (" +
+                                                   joinLayers(wantLayers) + ") differ from the file's (" +
+                                                   joinLayers(have.capturedLayers) +
+                                                   "); append needs the same layers");
         }
         const auto trim = [&](hid_t ds, const std::string &path, int64_t rows) {
             std::vector<hsize_t> dims = datasetDims(ds, name, path);
@@ -1017,9 +1102,10 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
             const std::string base = std::string("/prompts/") + roleName(m);
             trim(d.ids.get(), base + "/ids", d.committed.back());
             trim(d.offsets.get(), base + "/offsets", offsetsRows);
-            for (int layer = 0; layer < int(d.keys.size()); ++layer) {
-                trim(d.keys[size_t(layer)].get(), layerPath(m, layer, "keys"), d.committed.back());
-                trim(d.values[size_t(layer)].get(), layerPath(m, layer, "values"), d.committed.back());
+            const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+            for (size_t i = 0; i < layers.size(); ++i) {
+                trim(d.keys[i].get(), layerPath(m, layers[i], "keys"), d.committed.back());
+                trim(d.values[i].get(), layerPath(m, layers[i], "values"), d.committed.back());
             }
         }
         check(H5Fflush(s.file.get(), H5F_SCOPE_GLOBAL), ErrorCode::Io, name + ": cannot write");
@@ -1038,13 +1124,14 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
     FileState &s = impl->s;
     const hsize_t cache =
         std::max(kvCacheBytes(s.options, s.models[0].config), kvCacheBytes(s.options, s.models[1].config));
-    for (int m = 0; m < 2; ++m)
-        for (int layer = 0; layer < int(s.kv[size_t(m)].keys.size()); ++layer) {
-            s.kv[size_t(m)].keys[size_t(layer)] =
-                openDataset(s.file.get(), name, layerPath(m, layer, "keys"), cache);
-            s.kv[size_t(m)].values[size_t(layer)] =
-                openDataset(s.file.get(), name, layerPath(m, layer, "values"), cache);
+    for (int m = 0; m < 2; ++m) {
+        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+        for (size_t i = 0; i < layers.size(); ++i) {
+            s.kv[size_t(m)].keys[i] = openDataset(s.file.get(), name, layerPath(m, layers[i], "keys"), cache);
+            s.kv[size_t(m)].values[i] =
+                openDataset(s.file.get(), name, layerPath(m, layers[i], "values"), cache);
         }
+    }
     impl->half = halfType();
     return ExperimentWriter(std::move(impl));
 }
@@ -1063,21 +1150,22 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
     for (int m = 0; m < 2; ++m) {
         const PromptKv &p = m == 0 ? prompt.a : prompt.b;
         const ModelConfig &c = s.models[size_t(m)].config;
+        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
         const size_t expected = p.ids.size() * size_t(c.numKvHeads) * size_t(c.headDim);
-        if (p.keys.size() != size_t(c.numLayers) || p.values.size() != size_t(c.numLayers))
-            throw Error(ErrorCode::Shape, s.name + ": prompt " + std::to_string(index) + " model " +
-                                              roleName(m) + " has " + std::to_string(p.keys.size()) +
-                                              " key and " + std::to_string(p.values.size()) +
-                                              " value layers, expected " + std::to_string(c.numLayers));
-        for (int layer = 0; layer < c.numLayers; ++layer)
-            if (p.keys[size_t(layer)].size() != expected || p.values[size_t(layer)].size() != expected)
+        if (p.keys.size() != layers.size() || p.values.size() != layers.size())
+            throw Error(ErrorCode::Shape,
+                        s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) + " has " +
+                            std::to_string(p.keys.size()) + " key and " + std::to_string(p.values.size()) +
+                            " value layers, expected one per captured layer (" + joinLayers(layers) + ")");
+        for (size_t i = 0; i < layers.size(); ++i)
+            if (p.keys[i].size() != expected || p.values[i].size() != expected)
                 throw Error(ErrorCode::Shape,
                             s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) +
-                                " layer " + std::to_string(layer) + " keys/values have " +
-                                std::to_string(p.keys[size_t(layer)].size()) + "/" +
-                                std::to_string(p.values[size_t(layer)].size()) + " floats, expected [" +
-                                std::to_string(p.ids.size()) + ", " + std::to_string(c.numKvHeads) + ", " +
-                                std::to_string(c.headDim) + "] = " + std::to_string(expected));
+                                " layer " + std::to_string(layers[i]) + " keys/values have " +
+                                std::to_string(p.keys[i].size()) + "/" + std::to_string(p.values[i].size()) +
+                                " floats, expected [" + std::to_string(p.ids.size()) + ", " +
+                                std::to_string(c.numKvHeads) + ", " + std::to_string(c.headDim) +
+                                "] = " + std::to_string(expected));
     }
 
     try {
@@ -1089,11 +1177,12 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
             const ModelConfig &c = s.models[size_t(m)].config;
             const hsize_t first = hsize_t(d.committed.back()), count = p.ids.size();
             const std::vector<hsize_t> rest{hsize_t(c.numKvHeads), hsize_t(c.headDim)};
-            for (int layer = 0; layer < c.numLayers; ++layer) {
+            const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+            for (size_t i = 0; i < layers.size(); ++i) {
                 for (int kind = 0; kind < 2; ++kind) {
-                    const std::vector<float> &src = (kind == 0 ? p.keys : p.values)[size_t(layer)];
-                    const hid_t ds = (kind == 0 ? d.keys : d.values)[size_t(layer)].get();
-                    const std::string path = layerPath(m, layer, kind == 0 ? "keys" : "values");
+                    const std::vector<float> &src = (kind == 0 ? p.keys : p.values)[i];
+                    const hid_t ds = (kind == 0 ? d.keys : d.values)[i].get();
+                    const std::string path = layerPath(m, layers[i], kind == 0 ? "keys" : "values");
                     switch (s.options.storage) {
                     case KvStorage::F32:
                         writeRows(ds, s.name, path, H5T_NATIVE_FLOAT, first, count, rest, src.data());
@@ -1165,6 +1254,11 @@ const fs::path &ExperimentWriter::path() const
     return m_impl->s.path;
 }
 
+const std::vector<int> &ExperimentWriter::capturedLayers(char model) const
+{
+    return m_impl->s.models[size_t(roleIndex(model))].capturedLayers;
+}
+
 void ExperimentWriter::close()
 {
     if (!m_impl || !m_impl->s.file)
@@ -1193,13 +1287,20 @@ struct ExperimentReader::Impl
         if (layer < 0 || layer >= c.numLayers)
             throw Error(ErrorCode::InvalidArgument,
                         s.name + ": model " + roleName(m) + " has no layer " + std::to_string(layer));
+        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+        const auto it = std::lower_bound(layers.begin(), layers.end(), layer);
+        if (it == layers.end() || *it != layer)
+            throw Error(ErrorCode::InvalidArgument,
+                        s.name + ": layer " + std::to_string(layer) + " of model " + roleName(m) +
+                            " was not captured (captured: " + joinLayers(layers) + ")");
+        const size_t slot = size_t(it - layers.begin());
         if (first < 0 || count < 0 || first + count > s.total(m))
             throw Error(ErrorCode::InvalidArgument, s.name + ": token range [" + std::to_string(first) +
                                                         ", " + std::to_string(first + count) +
                                                         ") is outside model " + roleName(m) + "'s " +
                                                         std::to_string(s.total(m)) + " tokens");
         const std::string path = layerPath(m, layer, keys ? "keys" : "values");
-        const hid_t ds = (keys ? s.kv[size_t(m)].keys : s.kv[size_t(m)].values)[size_t(layer)].get();
+        const hid_t ds = (keys ? s.kv[size_t(m)].keys : s.kv[size_t(m)].values)[slot].get();
         const size_t n = size_t(count) * size_t(c.numKvHeads) * size_t(c.headDim);
         std::vector<float> out(n);
         if (s.options.storage == KvStorage::F32) {

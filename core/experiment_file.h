@@ -83,14 +83,18 @@ struct ModelInfo
     std::string weightsSha256; // Checkpoint::fingerprint()
     std::string tokenizerSha256;
     std::string sourcePath;
+    // Layers whose KV the file stores (sorted, unique, each in [0, numLayers)); empty means all.
+    // Stored as /models/<role> captured_layers, which always lists them; a reader returns that list.
+    std::vector<int> capturedLayers;
 };
 
 // One model's share of a prompt, as given to ExperimentWriter::appendPrompt.
 struct PromptKv
 {
     std::vector<int32_t> ids;               // [tokens]
-    std::vector<std::vector<float>> keys;   // [layers] x [tokens, kvHeads, headDim] float32
-    std::vector<std::vector<float>> values; // [layers] x [tokens, kvHeads, headDim] float32
+    // One entry per captured layer, in capturedLayers order (all layers when that is empty).
+    std::vector<std::vector<float>> keys;   // [captured layers] x [tokens, kvHeads, headDim] float32
+    std::vector<std::vector<float>> values; // [captured layers] x [tokens, kvHeads, headDim] float32
 };
 
 struct PromptRecord
@@ -120,12 +124,15 @@ class ExperimentWriter
 public:
     // Creates a new file (Error(InvalidArgument) if path exists): the skeleton with every group,
     // attribute and (empty) dataset is written to path + ".tmp" and renamed into place, so path is
-    // either absent or a valid empty experiment. Error(Io) names an unwritable path.
+    // either absent or a valid empty experiment. Error(Io) names an unwritable path;
+    // Error(InvalidArgument) names the model and index of a bad capturedLayers entry. Only the
+    // captured layers get KV datasets.
     static ExperimentWriter create(const std::filesystem::path &path, const ExperimentOptions &options,
                                    const Provenance &provenance, const ModelInfo &a, const ModelInfo &b);
     // Opens an existing file for appending (recovering it after a crash: rows past the last
     // committed prompt are dropped). Storage options come from the file. Error(Config) naming both
-    // fingerprints when a model's weights fingerprint differs from the file's (or its geometry does).
+    // fingerprints when a model's weights fingerprint differs from the file's (or its geometry does,
+    // or its capturedLayers, empty meaning all, differ from the file's captured_layers).
     static ExperimentWriter append(const std::filesystem::path &path, const ModelInfo &a, const ModelInfo &b,
                                    bool syncToDisk = true);
 
@@ -134,13 +141,16 @@ public:
     ~ExperimentWriter(); // closes without throwing; committed prompts are safe either way
 
     // Writes the prompt and makes it durable; returns its index. Error(Shape) when a model's
-    // keys/values do not have numLayers entries of ids.size() * numKvHeads * headDim floats.
+    // keys/values do not have one entry per captured layer of ids.size() * numKvHeads * headDim
+    // floats.
     // Error(Io) (disk full, ...) leaves every earlier prompt intact; the writer then refuses
     // further prompts.
     int appendPrompt(const PromptRecord &prompt);
     int promptCount() const;
     int64_t totalTokens(char model) const;
     const std::filesystem::path &path() const;
+    // The layers of model 'a' or 'b' the file stores, explicit (never empty), in PromptKv order.
+    const std::vector<int> &capturedLayers(char model) const;
     // Flushes and closes; Error(Io) if the final flush fails. Idempotent.
     void close();
 
@@ -171,7 +181,8 @@ public:
     PromptInfo prompt(int index) const;
     int64_t totalTokens(char model) const; // committed KV rows of that model
 
-    // One prompt's keys or values for one layer: [tokens, kvHeads, headDim] float32.
+    // One prompt's keys or values for one layer: [tokens, kvHeads, headDim] float32. layer is the
+    // model's real layer index; Error(InvalidArgument) when it is out of range or was not captured.
     std::vector<float> keys(char model, int layer, int prompt) const;
     std::vector<float> values(char model, int layer, int prompt) const;
     // Rows [firstToken, firstToken + count) of one layer, across prompt boundaries:

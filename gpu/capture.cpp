@@ -4,6 +4,7 @@
 #include "core/sha256.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 
@@ -14,9 +15,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double msSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
-// Prefill one model on ids from an empty cache and copy every layer out, token-major.
-core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, KeyForm form, double &prefillMs,
-                            double &readMs)
+// Prefill one model on ids from an empty cache and copy the given layers out, token-major.
+core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, const std::vector<int> &layers,
+                            KeyForm form, double &prefillMs, double &readMs)
 {
     core::PromptKv kv;
     kv.ids.assign(ids.begin(), ids.end());
@@ -25,7 +26,7 @@ core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, Key
     model.forward(ids, cache);
     prefillMs += msSince(t0);
     const auto t1 = Clock::now();
-    for (int l = 0; l < cache.numLayers(); ++l) {
+    for (int l : layers) {
         auto layer = cache.layerTokenMajor(l, form);
         kv.keys.push_back(std::move(layer.keys));
         kv.values.push_back(std::move(layer.values));
@@ -48,6 +49,24 @@ std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const
     return ids;
 }
 
+// The explicit list the writer expects (empty = all layers), checked against the file so that a
+// caller passing different lists to the writer and to capturePrompts fails before any prompt.
+std::vector<int> layersFor(char role, const std::vector<int> &requested, const Model &model,
+                           const core::ExperimentWriter &writer)
+{
+    std::vector<int> layers = requested;
+    if (layers.empty())
+        for (int l = 0; l < model.config().numLayers; ++l)
+            layers.push_back(l);
+    const std::vector<int> &file = writer.capturedLayers(role);
+    if (layers != file)
+        throw core::Error(core::ErrorCode::Config,
+                          fmt::format("{}: capture layers of model {} ({}) differ from the file's ({})",
+                                      writer.path().string(), role, fmt::join(layers, ", "),
+                                      fmt::join(file, ", ")));
+    return layers;
+}
+
 } // namespace
 
 core::ModelInfo describeModel(char role, const Model &model, const std::filesystem::path &tokenizerPath)
@@ -68,6 +87,8 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
     core::checkTokenizerFitsModel(tokA, a.config(), "model A's tokenizer");
     core::checkTokenizerFitsModel(tokB, b.config(), "model B's tokenizer");
     const KeyForm form = o.file.keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
+    const std::vector<int> layersA = layersFor('a', o.layersA, a, writer);
+    const std::vector<int> layersB = layersFor('b', o.layersB, b, writer);
     CaptureResult r;
     r.firstPrompt = writer.promptCount();
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -81,8 +102,8 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
         core::PromptRecord rec;
         rec.text = prompts[i].text;
         rec.label = prompts[i].label;
-        rec.a = captureModel(a, idsA, form, r.timings.prefillMsA, r.timings.readMs);
-        rec.b = captureModel(b, idsB, form, r.timings.prefillMsB, r.timings.readMs);
+        rec.a = captureModel(a, idsA, layersA, form, r.timings.prefillMsA, r.timings.readMs);
+        rec.b = captureModel(b, idsB, layersB, form, r.timings.prefillMsB, r.timings.readMs);
         for (const auto *kv : {&rec.a, &rec.b})
             for (size_t l = 0; l < kv->keys.size(); ++l)
                 r.timings.kvBytes += int64_t(kv->keys[l].size() + kv->values[l].size()) * 4;

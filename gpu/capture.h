@@ -1,7 +1,7 @@
 // Capturing both models' KV caches for a prompt set into an experiment file (core/experiment_file.h).
 //
-// For each prompt: tokenize with each model's tokenizer, prefill A and B from empty caches, read every
-// layer's K (pre-RoPE by default) and V, and append the prompt to the file, which makes it durable
+// For each prompt: tokenize with each model's tokenizer, prefill A and B from empty caches, read each
+// selected layer's K (pre-RoPE by default) and V, and append the prompt to the file, which makes it durable
 // before the next prompt starts. Runs on the calling thread (the engine thread); progress returns
 // false to cancel between prompts (the prompts already written stay in the file).
 #pragma once
@@ -30,6 +30,11 @@ struct CaptureOptions
     core::ExperimentOptions file;  // storage dtype, compression, chunking, key form
     int maxTokens = 0;             // truncate each prompt's ids to this many (0 = model context)
     bool addSpecial = true;        // encode with BOS as generation does
+    // Layers to read from each model's cache (sorted, unique; empty = all). They must equal the
+    // capturedLayers of the ModelInfo the writer was created or opened with: capturePrompts checks
+    // them against writer.capturedLayers() and throws Error(Config) before the first prompt.
+    std::vector<int> layersA;
+    std::vector<int> layersB;
 };
 
 struct CaptureTimings
@@ -55,7 +60,8 @@ struct CaptureResult
 // done = prompts written so far; return false to stop after the current prompt.
 using CaptureProgressFn = std::function<bool(int done, int total)>;
 
-// Model info as the experiment file records it (fingerprints of weights and tokenizer).
+// Model info as the experiment file records it (fingerprints of weights and tokenizer); capturedLayers
+// is left empty (all layers): set it to the CaptureOptions layers list for that model.
 core::ModelInfo describeModel(char role, const Model &model, const std::filesystem::path &tokenizerPath);
 
 // Appends to writer. Error(Tokenizer) when a tokenizer does not fit its model.

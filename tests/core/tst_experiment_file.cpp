@@ -1,6 +1,6 @@
 // Experiment file (HDF5, schema kvwb/1): round trips per storage dtype, ragged prompts, token
-// ranges, appending, compression, errors naming the dataset at fault, a full disk, a writer killed
-// with SIGKILL mid-run, and the HDF5 command-line tools reading what we wrote.
+// ranges, appending, captured-layer subsets, compression, errors naming the dataset at fault, a
+// full disk, a writer killed with SIGKILL mid-run, and the HDF5 command-line tools reading what we wrote.
 #include "core/error.h"
 #include "core/experiment_file.h"
 #include "tests/support/expect_error.h"
@@ -88,7 +88,19 @@ int tokensFor(int prompt, int model)
     return model == 0 ? 3 + (prompt * 37) % 300 : 1 + (prompt * 53) % 200;
 }
 
-// A prompt whose every value derives from (prompt index, model, layer, kind, element).
+// The layers a ModelInfo captures, explicit.
+std::vector<int> layersOf(const ModelInfo &m)
+{
+    if (!m.capturedLayers.empty())
+        return m.capturedLayers;
+    std::vector<int> all;
+    for (int l = 0; l < m.config.numLayers; ++l)
+        all.push_back(l);
+    return all;
+}
+
+// A prompt whose every value derives from (prompt index, model, layer, kind, element); one KV entry
+// per captured layer of each model.
 PromptRecord makePrompt(int index, const ModelInfo &a, const ModelInfo &b, bool compressible = false,
                         int tokensA = -1, int tokensB = -1)
 {
@@ -97,13 +109,14 @@ PromptRecord makePrompt(int index, const ModelInfo &a, const ModelInfo &b, bool 
     r.label = index % 3 == 0 ? "" : "intent_" + std::to_string(index % 3);
     for (int m = 0; m < 2; ++m) {
         const ModelConfig &c = (m == 0 ? a : b).config;
+        const std::vector<int> layers = layersOf(m == 0 ? a : b);
         PromptKv &kv = m == 0 ? r.a : r.b;
         const int explicitTokens = m == 0 ? tokensA : tokensB;
         const int tokens = explicitTokens >= 0 ? explicitTokens : tokensFor(index, m);
         for (int t = 0; t < tokens; ++t)
             kv.ids.push_back((index * 1000 + t * 7 + m) % 32000);
         const size_t n = size_t(tokens) * size_t(c.numKvHeads) * size_t(c.headDim);
-        for (int layer = 0; layer < c.numLayers; ++layer) {
+        for (int layer : layers) {
             std::vector<float> k(n), v(n);
             for (size_t i = 0; i < n; ++i) {
                 // Compressible: a few distinct values repeating along headDim.
@@ -151,10 +164,17 @@ QString checkPrompt(const ExperimentReader &r, int index, const PromptRecord &wa
     for (int m = 0; m < 2; ++m) {
         const PromptKv &kv = m == 0 ? want.a : want.b;
         const char role = m == 0 ? 'a' : 'b';
-        for (int layer = 0; layer < int(kv.keys.size()); ++layer) {
-            QString e = compareKv(r.keys(role, layer, index), kv.keys[size_t(layer)], storage);
+        const std::vector<int> &layers = r.model(role).capturedLayers;
+        if (layers.size() != kv.keys.size())
+            return QStringLiteral("model %1: file has %2 captured layers, prompt %3")
+                .arg(role)
+                .arg(layers.size())
+                .arg(kv.keys.size());
+        for (size_t i = 0; i < layers.size(); ++i) {
+            const int layer = layers[i];
+            QString e = compareKv(r.keys(role, layer, index), kv.keys[i], storage);
             if (e.isEmpty())
-                e = compareKv(r.values(role, layer, index), kv.values[size_t(layer)], storage);
+                e = compareKv(r.values(role, layer, index), kv.values[i], storage);
             if (!e.isEmpty())
                 return QStringLiteral("prompt %1 model %2 layer %3: %4")
                     .arg(index)
@@ -269,6 +289,9 @@ private Q_SLOTS:
     void roundTrip_data();
     void roundTrip();
     void keyRangeAcrossPrompts();
+    void capturedLayersSubset();
+    void capturedLayersDefaultAndLegacy();
+    void capturedLayersInvalid();
     void appendMatchingModels();
     void appendRefusesOtherModels();
     void compressionShrinksCompressibleData();
@@ -389,6 +412,119 @@ void TestExperimentFile::keyRangeAcrossPrompts()
     QCOMPARE(e.code(), ErrorCode::InvalidArgument);
     QCOMPARE(expectError([&] { r.keys('c', 0, 0); }).code(), ErrorCode::InvalidArgument);
     QCOMPARE(expectError([&] { r.prompt(3); }).code(), ErrorCode::InvalidArgument);
+}
+
+void TestExperimentFile::capturedLayersSubset()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    ExperimentOptions o;
+    o.syncToDisk = false;
+    ModelInfo a = tinyModel('a'), b = tinyModel('b');
+    a.capturedLayers = {1};
+    b.capturedLayers = {0, 2};
+    {
+        ExperimentWriter w = ExperimentWriter::create(path, o, testProvenance(), a, b);
+        QCOMPARE(w.capturedLayers('a'), std::vector<int>({1}));
+        QCOMPARE(w.capturedLayers('b'), std::vector<int>({0, 2}));
+        for (int p = 0; p < 2; ++p)
+            QCOMPARE(w.appendPrompt(makePrompt(p, a, b)), p);
+    }
+    {
+        // The same subset appends; a different one (here: all layers) is refused, naming both.
+        ExperimentWriter w = ExperimentWriter::append(path, a, b, false);
+        QCOMPARE(w.appendPrompt(makePrompt(2, a, b)), 2);
+    }
+    ModelInfo allB = tinyModel('b');
+    const Error refused = expectError([&] { ExperimentWriter::append(path, a, allB, false); });
+    QCOMPARE(refused.code(), ErrorCode::Config);
+    const std::string msg = refused.what();
+    QVERIFY2(msg.find("model b") != std::string::npos, refused.what());
+    QVERIFY2(msg.find("(0, 1, 2)") != std::string::npos, refused.what());
+    QVERIFY2(msg.find("(0, 2)") != std::string::npos, refused.what());
+
+    // Datasets keep the real layer index; uncaptured layers have none (checked before a reader
+    // holds the file open: HDF5 refuses a read-write open then).
+    {
+        RawFile f(path);
+        QVERIFY(f.id >= 0);
+        QVERIFY(H5Lexists(f.id, "/kv/b/layer_002", H5P_DEFAULT) > 0);
+        QVERIFY(H5Lexists(f.id, "/kv/b/layer_001", H5P_DEFAULT) <= 0);
+        QVERIFY(H5Lexists(f.id, "/kv/a/layer_000", H5P_DEFAULT) <= 0);
+    }
+    const ExperimentReader r = ExperimentReader::open(path);
+    QCOMPARE(r.promptCount(), 3);
+    QCOMPARE(r.model('a').capturedLayers, std::vector<int>({1}));
+    QCOMPARE(r.model('b').capturedLayers, std::vector<int>({0, 2}));
+    for (int i = 0; i < 3; ++i) {
+        const QString e = checkPrompt(r, i, makePrompt(i, a, b));
+        QVERIFY2(e.isEmpty(), qPrintable(e));
+    }
+    // A token range of a captured layer, across the prompt 0/1 boundary, by its real index.
+    const int64_t boundary = r.prompt(1).b.firstToken;
+    std::vector<float> expect;
+    const std::vector<float> k0 = r.keys('b', 2, 0), k1 = r.keys('b', 2, 1);
+    expect.insert(expect.end(), k0.end() - 16, k0.end());
+    expect.insert(expect.end(), k1.begin(), k1.begin() + 2 * 16);
+    QVERIFY(r.keyRange('b', 2, boundary - 1, 3) == expect);
+    QCOMPARE(r.valueRange('b', 2, 0, r.totalTokens('b')).size(), size_t(r.totalTokens('b')) * 16);
+
+    const Error notCaptured = expectError([&] { r.keys('b', 1, 0); });
+    QCOMPARE(notCaptured.code(), ErrorCode::InvalidArgument);
+    QVERIFY2(std::string(notCaptured.what()).find("layer 1 of model b was not captured (captured: 0, 2)") !=
+                 std::string::npos,
+             notCaptured.what());
+    QCOMPARE(expectError([&] { r.valueRange('a', 0, 0, 1); }).code(), ErrorCode::InvalidArgument);
+    const Error outOfRange = expectError([&] { r.keys('b', 3, 0); });
+    QCOMPARE(outOfRange.code(), ErrorCode::InvalidArgument);
+    QVERIFY2(std::string(outOfRange.what()).find("has no layer 3") != std::string::npos, outOfRange.what());
+}
+
+void TestExperimentFile::capturedLayersDefaultAndLegacy()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    writeExperiment(path, KvStorage::F32, 2);
+    QCOMPARE(ExperimentReader::open(path).model('b').capturedLayers, std::vector<int>({0, 1, 2}));
+    // A file written before captured_layers existed stores every layer.
+    {
+        RawFile f(path);
+        QVERIFY(f.id >= 0);
+        QVERIFY(H5Adelete_by_name(f.id, "/models/b", "captured_layers", H5P_DEFAULT) >= 0);
+    }
+    const ExperimentReader r = ExperimentReader::open(path);
+    QCOMPARE(r.model('b').capturedLayers, std::vector<int>({0, 1, 2}));
+    const QString e = checkPrompt(r, 1, makePrompt(1, tinyModel('a'), tinyModel('b')));
+    QVERIFY2(e.isEmpty(), qPrintable(e));
+}
+
+void TestExperimentFile::capturedLayersInvalid()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    ExperimentOptions o;
+    o.syncToDisk = false;
+    ModelInfo b = tinyModel('b');
+    b.capturedLayers = {0, 3};
+    const Error e =
+        expectError([&] { ExperimentWriter::create(path, o, testProvenance(), tinyModel('a'), b); });
+    QCOMPARE(e.code(), ErrorCode::InvalidArgument);
+    QVERIFY2(std::string(e.what()).find("model b") != std::string::npos, e.what());
+    QVERIFY2(std::string(e.what()).find("layer 3") != std::string::npos, e.what());
+    b.capturedLayers = {2, 0};
+    QCOMPARE(
+        expectError([&] { ExperimentWriter::create(path, o, testProvenance(), tinyModel('a'), b); }).code(),
+        ErrorCode::InvalidArgument);
+    b.capturedLayers = {1, 1};
+    QCOMPARE(
+        expectError([&] { ExperimentWriter::create(path, o, testProvenance(), tinyModel('a'), b); }).code(),
+        ErrorCode::InvalidArgument);
+    ModelInfo a = tinyModel('a');
+    a.capturedLayers = {-1};
+    QCOMPARE(
+        expectError([&] { ExperimentWriter::create(path, o, testProvenance(), a, tinyModel('b')); }).code(),
+        ErrorCode::InvalidArgument);
+    QVERIFY(!fs::exists(path));
 }
 
 void TestExperimentFile::appendMatchingModels()

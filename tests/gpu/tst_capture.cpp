@@ -1,6 +1,6 @@
 // Capture: what lands in the experiment file is exactly what the engine's caches hold (f32
 // bit-exact, pre- or post-RoPE keys), prompts are ragged per model, appending continues the file,
-// and a file of other models is refused.
+// a file of other models is refused, and a layer subset reads only those layers.
 #include "core/error.h"
 #include "core/experiment_file.h"
 #include "core/random_model.h"
@@ -123,6 +123,46 @@ private Q_SLOTS:
             [&] { core::ExperimentWriter::append(dir / "e.h5", infoA, gpu::describeModel('b', *other, p.tokPath)); });
         QCOMPARE(e.code(), core::ErrorCode::Config);
         QVERIFY2(QString(e.what()).contains(QString::fromStdString(infoB.weightsSha256.substr(0, 12))), e.what());
+    }
+
+    void capturesOnlySelectedLayers()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        auto p = makePair(dir);
+        QCOMPARE(p.b->config().numLayers, 2); // layer 0 stays out
+        gpu::CaptureOptions o;
+        o.layersB = {1};
+        const auto infoA = gpu::describeModel('a', *p.a, p.tokPath);
+        auto infoB = gpu::describeModel('b', *p.b, p.tokPath);
+        const std::vector<gpu::CapturePrompt> prompts = {{"What is a cache?", "", {}, {}},
+                                                         {"Hi", "", {}, {}}};
+        {
+            // Lists that disagree with the writer's are refused before any prompt.
+            auto w = core::ExperimentWriter::create(dir / "mismatch.h5", o.file, prov(), infoA, infoB);
+            const auto e =
+                test::expectError([&] { gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o); });
+            QCOMPARE(e.code(), core::ErrorCode::Config);
+            QCOMPARE(w.promptCount(), 0);
+        }
+        infoB.capturedLayers = o.layersB;
+        {
+            auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(), infoA, infoB);
+            QCOMPARE(gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o).promptsWritten, 2);
+            w.close();
+        }
+        const auto rd = core::ExperimentReader::open(dir / "e.h5");
+        QCOMPARE(rd.model('b').capturedLayers, std::vector<int>{1});
+        QCOMPARE(int(rd.model('a').capturedLayers.size()), p.a->config().numLayers);
+        QCOMPARE(test::expectError([&] { rd.keys('b', 0, 0); }).code(), core::ErrorCode::InvalidArgument);
+        for (int i = 0; i < 2; ++i) {
+            const auto ids = p.tok->encode(prompts[size_t(i)].text, true);
+            auto cache = p.b->newCache();
+            p.b->forward(ids, cache);
+            const auto kv = cache.layerTokenMajor(1, gpu::KeyForm::PreRope);
+            QCOMPARE(rd.keys('b', 1, i), kv.keys); // f32: bit-exact
+            QCOMPARE(rd.values('b', 1, i), kv.values);
+        }
     }
 
     void cancelBetweenPrompts()

@@ -1,5 +1,6 @@
 // `kvwb capture` end to end: a file any HDF5 tool lists, append on matching models, refusal on
-// others, and a capture killed with SIGKILL mid-run that leaves every reported prompt intact.
+// others, --layers-a/--layers-b selection, and a capture killed with SIGKILL mid-run that leaves
+// every reported prompt intact.
 #include "core/experiment_file.h"
 #include "core/random_model.h"
 #include "core/tokenizer.h"
@@ -82,6 +83,37 @@ private Q_SLOTS:
         QVERIFY(ls.waitForFinished());
         const QByteArray listing = ls.readAllStandardOutput();
         QVERIFY2(listing.contains("/kv/b/layer_001/keys"), listing.constData());
+    }
+
+    void layerSelection()
+    {
+        const fs::path out = m_dir / "layers.h5";
+        const QStringList base = {"capture",   "--model-a",    q(m_dir / "a"),
+                                  "--model-b", q(m_dir / "b"), "--out",
+                                  q(out),      "--prompts",    q(m_dir / "few.jsonl")};
+        // out of range for B (2 layers): a usage error naming the flag, no file
+        auto r = runKvwb(base + QStringList{"--layers-b", "0,7"});
+        QVERIFY2(r.exitCode != 0 && r.err.contains("--layers-b"), r.err.constData());
+        QVERIFY(!fs::exists(out));
+        r = runKvwb(base + QStringList{"--layers-a", "0-0", "--layers-b", "1,0-1,0", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        // the same selection spelled differently appends
+        r = runKvwb(base + QStringList{"--layers-a", "0", "--layers-b", "0-1"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        {
+            const auto rd = core::ExperimentReader::open(out);
+            QCOMPARE(rd.promptCount(), 4);
+            QCOMPARE(rd.model('a').capturedLayers, std::vector<int>{0});
+            QCOMPARE(rd.model('b').capturedLayers, (std::vector<int>{0, 1}));
+        }
+        QVERIFY(fs::remove(out));
+        r = runKvwb(base + QStringList{"--layers-b", "1"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(core::ExperimentReader::open(out).model('b').capturedLayers, std::vector<int>{1});
+        // appending with another selection is refused, naming both lists
+        r = runKvwb(base + QStringList{"--layers-b", "0"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("layers (0) differ from the file's (1)"), r.err.constData());
     }
 
     void killedCaptureLosesNothing()
