@@ -39,7 +39,8 @@ const char *ropeLayoutName(core::RopeLayout l)
 json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokenizerPath)
 {
     const auto &c = ck.config();
-    json rope = {{"theta", c.ropeTheta}, {"layout", ropeLayoutName(c.ropeLayout)}, {"scaling", c.ropeScaling.type}};
+    json rope = {
+        {"theta", c.ropeTheta}, {"layout", ropeLayoutName(c.ropeLayout)}, {"scaling", c.ropeScaling.type}};
     if (c.ropeScaling.type != "default") {
         rope["factor"] = c.ropeScaling.factor;
         if (c.ropeScaling.type == "llama3") {
@@ -74,7 +75,8 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
                             {"bf16_bytes", core::estimateMemory(c, 2, ctx).totalBytes()}};
     if (tokenizerPath) {
         const auto tok = core::loadTokenizer(*tokenizerPath);
-        j["tokenizer"] = {{"kind", tok->kind()}, {"path", tokenizerPath->string()}, {"vocab", tok->vocabSize()}};
+        j["tokenizer"] = {
+            {"kind", tok->kind()}, {"path", tokenizerPath->string()}, {"vocab", tok->vocabSize()}};
     } else {
         j["tokenizer"] = nullptr;
     }
@@ -84,19 +86,23 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
 int cmdInfo(const QStringList &args)
 {
     QCommandLineParser p;
-    parse(p, args, "Print a JSON model card: architecture, shapes, RoPE, tokenizer, fingerprint, memory estimate.",
+    parse(p, args,
+          "Print a JSON model card: architecture, shapes, RoPE, tokenizer, fingerprint, memory estimate.",
           "MODEL", "HF model directory (or its config.json) or llama2.c .bin checkpoint.");
     if (p.positionalArguments().size() != 1)
         throw UsageError{"expected exactly one MODEL path"};
     const auto ck = core::Checkpoint::open(str(p.positionalArguments().first()));
-    std::printf("%s\n", modelCard(ck, ck.tokenizerPath()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    std::printf(
+        "%s\n",
+        modelCard(ck, ck.tokenizerPath()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
 }
 
 int cmdTokenize(const QStringList &args)
 {
     QCommandLineParser p;
-    p.addOption({"tokenizer", "tokenizer.json, tokenizer.model, tokenizer.bin, or a model directory.", "PATH"});
+    p.addOption(
+        {"tokenizer", "tokenizer.json, tokenizer.model, tokenizer.bin, or a model directory.", "PATH"});
     p.addOption({"text", "Text to encode.", "STR"});
     p.addOption({"text-file", "File whose whole contents are encoded.", "FILE"});
     p.addOption({"add-special", "Add the tokenizer's special tokens (e.g. BOS)."});
@@ -182,8 +188,8 @@ int cmdGenerate(const QStringList &args)
 
     const auto ck = core::Checkpoint::open(str(p.value("model")));
     std::unique_ptr<core::Tokenizer> tok;
-    std::optional<fs::path> tokPath = p.isSet("tokenizer") ? std::optional<fs::path>(str(p.value("tokenizer")))
-                                                           : ck.tokenizerPath();
+    std::optional<fs::path> tokPath =
+        p.isSet("tokenizer") ? std::optional<fs::path>(str(p.value("tokenizer"))) : ck.tokenizerPath();
     if (tokPath) {
         tok = core::loadTokenizer(*tokPath);
         core::checkTokenizerFitsModel(*tok, ck.config(), tokPath->string());
@@ -192,7 +198,8 @@ int cmdGenerate(const QStringList &args)
     if (p.isSet("prompt")) {
         if (!tok)
             throw core::Error(core::ErrorCode::Tokenizer,
-                              ck.path().string() + ": no tokenizer beside the model; pass --tokenizer or --prompt-ids");
+                              ck.path().string() +
+                                  ": no tokenizer beside the model; pass --tokenizer or --prompt-ids");
         prompt = tok->encode(str(p.value("prompt")), true);
     } else {
         prompt = parseIdList(p.value("prompt-ids"), "--prompt-ids");
@@ -256,9 +263,11 @@ int cmdGenerate(const QStringList &args)
             std::printf("%s\n", line.c_str());
         }
         std::fflush(stdout);
-        std::fprintf(stderr, "[%d prompt + %d generated tokens, stop: %s] TTFT %.1f ms, prefill %.1f tok/s, decode %.1f tok/s\n",
-                     r.stats.promptTokens, r.stats.generatedTokens, gpu::stopReasonName(r.stopReason), r.stats.ttftMs,
-                     r.stats.prefillTokPerS, r.stats.decodeTokPerS);
+        std::fprintf(stderr,
+                     "[%d prompt + %d generated tokens, stop: %s] TTFT %.1f ms, prefill %.1f tok/s, decode "
+                     "%.1f tok/s\n",
+                     r.stats.promptTokens, r.stats.generatedTokens, gpu::stopReasonName(r.stopReason),
+                     r.stats.ttftMs, r.stats.prefillTokPerS, r.stats.decodeTokPerS);
     }
     return 0;
 }
@@ -287,9 +296,9 @@ int cmdBench(const QStringList &args)
     json rows = json::array();
     const bool asJson = p.isSet("json");
     if (!asJson) {
-        std::printf("model: %s (%s, %.2fM params, %d layers, %d/%d heads, head dim %d)\n", c.architecture.c_str(),
-                    model->checkpoint().path().c_str(), c.parameterCount() / 1e6, c.numLayers, c.numHeads,
-                    c.numKvHeads, c.headDim);
+        std::printf("model: %s (%s, %.2fM params, %d layers, %d/%d heads, head dim %d)\n",
+                    c.architecture.c_str(), model->checkpoint().path().c_str(), c.parameterCount() / 1e6,
+                    c.numLayers, c.numHeads, c.numKvHeads, c.headDim);
         std::printf("device: %s, dtype %s, torch %s\n\n", gpu::describeDevice(opts.device).c_str(),
                     gpu::computeTypeName(opts.dtype), gpu::torchVersion().c_str());
         std::printf("| prompt tokens | prefill ms | prefill tok/s | decode tok/s | KV MiB |\n");
@@ -324,7 +333,10 @@ int cmdBench(const QStringList &args)
         const double pm = prefillMs[prefillMs.size() / 2], dt = decodeTps[decodeTps.size() / 2];
         const double pt = n / (pm / 1000.0);
         if (asJson)
-            rows.push_back({{"prompt_tokens", n}, {"prefill_ms", pm}, {"prefill_tok_s", pt}, {"decode_tok_s", dt},
+            rows.push_back({{"prompt_tokens", n},
+                            {"prefill_ms", pm},
+                            {"prefill_tok_s", pt},
+                            {"decode_tok_s", dt},
                             {"kv_bytes", kvBytes}});
         else
             std::printf("| %13d | %10.1f | %13.1f | %12.1f | %6.2f |\n", n, pm, pt, dt, kvBytes / 1048576.0);
@@ -333,7 +345,8 @@ int cmdBench(const QStringList &args)
     if (asJson)
         std::printf("%s\n", json{{"device", gpu::deviceName(opts.device)},
                                  {"dtype", gpu::computeTypeName(opts.dtype)},
-                                 {"threads", opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency())},
+                                 {"threads",
+                                  opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency())},
                                  {"rows", rows}}
                                 .dump(2, ' ', false, json::error_handler_t::replace)
                                 .c_str());
@@ -350,15 +363,16 @@ int cmdMakeModel(const QStringList &args)
     p.addOption({"out", "Output directory (HF layout).", "DIR"});
     p.addOption({"seed", "Weight seed (default 1).", "S", "1"});
     p.addOption({"weight-dtype", "F32 (default), F16 or BF16 safetensors.", "DTYPE", "F32"});
-    parse(p, args, "Write a random-weight Llama-family model (config.json, model.safetensors, tokenizer.json) "
-                   "for smoke tests and benchmarks.");
+    parse(p, args,
+          "Write a random-weight Llama-family model (config.json, model.safetensors, tokenizer.json) "
+          "for smoke tests and benchmarks.");
     if (!p.isSet("out"))
         throw UsageError{"--out is required"};
     auto spec = core::randomModelPreset(str(p.value("preset")));
     spec.seed = uint64_t(intOption(p, "seed", 1, 0));
     core::writeRandomHfModel(str(p.value("out")), spec, str(p.value("weight-dtype")));
-    std::printf("wrote %s (%s, %.2fM parameters)\n", qPrintable(p.value("out")), qPrintable(p.value("preset")),
-                spec.config.parameterCount() / 1e6);
+    std::printf("wrote %s (%s, %.2fM parameters)\n", qPrintable(p.value("out")),
+                qPrintable(p.value("preset")), spec.config.parameterCount() / 1e6);
     return 0;
 }
 
@@ -367,8 +381,9 @@ int cmdConvert(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"model", "Model to convert (llama2.c .bin or HF directory).", "PATH"});
     p.addOption({"out", "Output HF directory.", "DIR"});
-    parse(p, args, "Convert a checkpoint to a Hugging Face directory (llama2.c q/k rows are permuted to "
-                   "rotate-half RoPE order).");
+    parse(p, args,
+          "Convert a checkpoint to a Hugging Face directory (llama2.c q/k rows are permuted to "
+          "rotate-half RoPE order).");
     if (!p.isSet("model") || !p.isSet("out"))
         throw UsageError{"--model and --out are required"};
     const auto ck = core::Checkpoint::open(str(p.value("model")));
@@ -390,8 +405,10 @@ const std::vector<Subcommand> &subcommands()
         {"convert", "Convert a llama2.c checkpoint to a Hugging Face directory.", cmdConvert},
         {"train", "Train a Llama-architecture model on a corpus (AdamW, cosine, resumable).", cmdTrain},
         {"eval-qa", "Score a model's greedy answers to corpus questions (exact match, word F1).", cmdEvalQa},
-        {"capture", "Capture both models' KV caches for a prompt set into an HDF5 experiment file.", cmdCapture},
-        {"bench-capture", "Capture cost: bare prefill vs KV writes, with and without compression.", cmdBenchCapture},
+        {"capture", "Capture both models' KV caches for a prompt set into an HDF5 experiment file.",
+         cmdCapture},
+        {"bench-capture", "Capture cost: bare prefill vs KV writes, with and without compression.",
+         cmdBenchCapture},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
         {"workload", "Write a request workload (JSONL) for cache replay from WordNet concepts.", cmdWorkload},
     };
@@ -412,7 +429,8 @@ int runSubcommand(const QStringList &args)
             std::fprintf(stderr, "kvwb %s: %s (see kvwb %s --help)\n", c.name, e.message.c_str(), c.name);
             return 2;
         } catch (const core::Error &e) {
-            std::fprintf(stderr, "kvwb %s: error [%s]: %s\n", c.name, core::errorCodeName(e.code()), e.what());
+            std::fprintf(stderr, "kvwb %s: error [%s]: %s\n", c.name, core::errorCodeName(e.code()),
+                         e.what());
             return 1;
         } catch (const std::exception &e) {
             std::fprintf(stderr, "kvwb %s: internal error: %s\n", c.name, e.what());

@@ -79,7 +79,8 @@ std::vector<gpu::CapturePrompt> readPrompts(const fs::path &path, std::vector<st
         out.push_back(std::move(p));
     }
     if (skipped > 20)
-        warnings.push_back(fmt::format("{}: {} malformed lines skipped in all", path.filename().string(), skipped));
+        warnings.push_back(
+            fmt::format("{}: {} malformed lines skipped in all", path.filename().string(), skipped));
     if (out.empty())
         throw core::Error(core::ErrorCode::Format, path.string() + ": no prompts");
     return out;
@@ -108,10 +109,12 @@ LoadedPair loadPair(const fs::path &pathA, const fs::path &pathB, const gpu::Loa
     LoadedPair p;
     p.a = gpu::Model::load(pathA, o);
     p.b = gpu::Model::load(pathB, o);
-    for (auto [model, tok, tokPath] : {std::tuple{p.a.get(), &p.tokA, &p.tokPathA}, std::tuple{p.b.get(), &p.tokB, &p.tokPathB}}) {
+    for (auto [model, tok, tokPath] :
+         {std::tuple{p.a.get(), &p.tokA, &p.tokPathA}, std::tuple{p.b.get(), &p.tokB, &p.tokPathB}}) {
         const auto found = model->checkpoint().tokenizerPath();
         if (!found)
-            throw core::Error(core::ErrorCode::Tokenizer, model->checkpoint().path().string() + ": no tokenizer beside the model");
+            throw core::Error(core::ErrorCode::Tokenizer,
+                              model->checkpoint().path().string() + ": no tokenizer beside the model");
         *tokPath = *found;
         *tok = core::loadTokenizer(*found);
     }
@@ -196,8 +199,11 @@ int cmdCapture(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"model-a", "Source model (HF directory or llama2.c .bin).", "PATH"});
     p.addOption({"model-b", "Target model.", "PATH"});
-    p.addOption({"prompts", "Prompts: text (one per line) or JSONL (workload/corpus: 'prompt', label 'intent').", "FILE"});
-    p.addOption({"out", "Experiment file (HDF5); appended to when it exists and holds the same models.", "EXP.h5"});
+    p.addOption({"prompts",
+                 "Prompts: text (one per line) or JSONL (workload/corpus: 'prompt', label 'intent').",
+                 "FILE"});
+    p.addOption(
+        {"out", "Experiment file (HDF5); appended to when it exists and holds the same models.", "EXP.h5"});
     p.addOption({"dtype", "KV storage: f32 (default), f16 or bf16.", "DTYPE", "f32"});
     p.addOption({"compress", "Deflate (+ shuffle) the KV datasets."});
     p.addOption({"compress-level", "Deflate level 1-9 (default 4).", "N", "4"});
@@ -247,24 +253,27 @@ int cmdCapture(const QStringList &args)
                          {"layers_a", co.layersA},
                          {"layers_b", co.layersB}};
     const bool appending = fs::exists(out);
-    auto writer = appending ? core::ExperimentWriter::append(out, infoA, infoB)
-                            : core::ExperimentWriter::create(out, co.file, provenance(o, config), infoA, infoB);
+    auto writer = appending
+                      ? core::ExperimentWriter::append(out, infoA, infoB)
+                      : core::ExperimentWriter::create(out, co.file, provenance(o, config), infoA, infoB);
     if (appending) {
         // the file's own storage settings win; say so when the flags asked for something else
         const auto existing = core::ExperimentReader::open(out).storage();
         if (existing.storage != co.file.storage || existing.keyForm != co.file.keyForm)
-            warnings.push_back(fmt::format("{}: appending with the file's storage ({}, {} keys), not the flags'",
-                                           out.filename().string(), core::kvStorageName(existing.storage),
-                                           core::keyFormName(existing.keyForm)));
+            warnings.push_back(
+                fmt::format("{}: appending with the file's storage ({}, {} keys), not the flags'",
+                            out.filename().string(), core::kvStorageName(existing.storage),
+                            core::keyFormName(existing.keyForm)));
         co.file = existing;
     }
     std::optional<InterruptScope> ctrlC(std::in_place);
     const bool asJson = p.isSet("json");
-    const auto r = gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co, [&](int done, int total) {
-        if (!asJson && (done % 10 == 0 || done == total))
-            std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
-        return !InterruptScope::interrupted();
-    });
+    const auto r = gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
+                                       [&](int done, int total) {
+                                           if (!asJson && (done % 10 == 0 || done == total))
+                                               std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
+                                           return !InterruptScope::interrupted();
+                                       });
     ctrlC.reset();
     writer.close();
     if (!asJson)
@@ -288,10 +297,11 @@ int cmdCapture(const QStringList &args)
     if (asJson)
         std::printf("%s\n", summary.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     else
-        std::printf("%s: %d prompts (%lld + %lld tokens) %s, file %.2f MB; prefill %.0f + %.0f ms, write %.0f ms\n",
-                    out.c_str(), r.promptsWritten, (long long)r.tokensA, (long long)r.tokensB,
-                    appending ? "appended" : "written", fs::file_size(out) / 1e6, r.timings.prefillMsA,
-                    r.timings.prefillMsB, r.timings.writeMs);
+        std::printf(
+            "%s: %d prompts (%lld + %lld tokens) %s, file %.2f MB; prefill %.0f + %.0f ms, write %.0f ms\n",
+            out.c_str(), r.promptsWritten, (long long)r.tokensA, (long long)r.tokensB,
+            appending ? "appended" : "written", fs::file_size(out) / 1e6, r.timings.prefillMsA,
+            r.timings.prefillMsB, r.timings.writeMs);
     return r.cancelled ? 130 : 0;
 }
 
@@ -304,8 +314,9 @@ int cmdBenchCapture(const QStringList &args)
     p.addOption({"prompts", "Prompts per length (default 8).", "N", "8"});
     p.addOption({"dir", "Where to write the temporary files (default: the system temp dir).", "DIR"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
-    parse(p, args, "Measure capture cost: bare prefill of both models vs writing their KV to an experiment file, "
-                   "uncompressed and compressed.");
+    parse(p, args,
+          "Measure capture cost: bare prefill of both models vs writing their KV to an experiment file, "
+          "uncompressed and compressed.");
     const fs::path root = fs::path(KVWB_SOURCE_DIR) / "projects" / "demo" / "models";
     const fs::path pathA = p.isSet("model-a") ? fs::path(str(p.value("model-a"))) : root / "a";
     const fs::path pathB = p.isSet("model-b") ? fs::path(str(p.value("model-b"))) : root / "b";
@@ -317,10 +328,12 @@ int cmdBenchCapture(const QStringList &args)
     const fs::path dir = p.isSet("dir") ? fs::path(str(p.value("dir"))) : fs::temp_directory_path();
     const auto infoA = gpu::describeModel('a', *pair.a, pair.tokPathA);
     const auto infoB = gpu::describeModel('b', *pair.b, pair.tokPathB);
-    std::printf("capture benchmark: A %s, B %s, %d prompts per row, f32 storage, device %s\n\n", pathA.c_str(),
-                pathB.c_str(), n, gpu::describeDevice(o.device).c_str());
-    std::printf("| tokens | compress | prefill A+B ms | write ms | write MB/s | overhead vs prefill | bytes/token |\n");
-    std::printf("|-------:|:--------:|---------------:|---------:|-----------:|--------------------:|------------:|\n");
+    std::printf("capture benchmark: A %s, B %s, %d prompts per row, f32 storage, device %s\n\n",
+                pathA.c_str(), pathB.c_str(), n, gpu::describeDevice(o.device).c_str());
+    std::printf("| tokens | compress | prefill A+B ms | write ms | write MB/s | overhead vs prefill | "
+                "bytes/token |\n");
+    std::printf("|-------:|:--------:|---------------:|---------:|-----------:|--------------------:|--------"
+                "----:|\n");
     std::mt19937_64 rng(7);
     for (int len : lengths) {
         if (len > pair.a->contextLimit() || len > pair.b->contextLimit())
@@ -340,22 +353,25 @@ int cmdBenchCapture(const QStringList &args)
             gpu::CaptureOptions co;
             co.file.compress = compress;
             {
-                auto writer = core::ExperimentWriter::create(file, co.file, provenance(o, json{{"bench", len}}), infoA, infoB);
-                const auto r = gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co);
+                auto writer = core::ExperimentWriter::create(
+                    file, co.file, provenance(o, json{{"bench", len}}), infoA, infoB);
+                const auto r =
+                    gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co);
                 writer.close();
                 const double prefill = r.timings.prefillMsA + r.timings.prefillMsB;
                 const double mbps = r.timings.kvBytes / 1e6 / (r.timings.writeMs / 1000.0);
                 const double perToken = double(fs::file_size(file)) / double(r.tokensA);
-                std::printf("| %6d | %8s | %14.1f | %8.1f | %10.1f | %18.1f%% | %11.0f |\n", len, compress ? "deflate4" : "off",
-                            prefill, r.timings.writeMs, mbps, 100.0 * (r.timings.writeMs + r.timings.readMs) / prefill,
-                            perToken);
+                std::printf("| %6d | %8s | %14.1f | %8.1f | %10.1f | %18.1f%% | %11.0f |\n", len,
+                            compress ? "deflate4" : "off", prefill, r.timings.writeMs, mbps,
+                            100.0 * (r.timings.writeMs + r.timings.readMs) / prefill, perToken);
                 std::fflush(stdout);
             }
             fs::remove(file);
         }
     }
-    std::printf("\nwrite MB/s counts float32 K/V bytes handed to the writer; overhead = (read-out + write) / bare "
-                "prefill; bytes/token = file size / tokens (both models).\n");
+    std::printf(
+        "\nwrite MB/s counts float32 K/V bytes handed to the writer; overhead = (read-out + write) / bare "
+        "prefill; bytes/token = file size / tokens (both models).\n");
     return 0;
 }
 

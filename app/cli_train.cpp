@@ -60,12 +60,12 @@ fs::path trainTokenizer(const core::TextCorpus &corpus, const fs::path &outDir, 
     }
     // identity normalisation and kept whitespace: the text round-trips exactly; newlines and any
     // unseen character fall back to byte pieces. BPE training is deterministic for its input.
-    core::trainSentencePiece(fmt::format(
-        "--input={} --model_prefix={} --vocab_size={} --model_type=bpe --character_coverage=1.0 "
-        "--byte_fallback=true --split_digits=true --normalization_rule_name=identity "
-        "--remove_extra_whitespaces=false --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1 "
-        "--input_sentence_size=0 --num_threads=2 --minloglevel=2",
-        input.string(), (outDir / "tokenizer").string(), vocab));
+    core::trainSentencePiece(
+        fmt::format("--input={} --model_prefix={} --vocab_size={} --model_type=bpe --character_coverage=1.0 "
+                    "--byte_fallback=true --split_digits=true --normalization_rule_name=identity "
+                    "--remove_extra_whitespaces=false --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1 "
+                    "--input_sentence_size=0 --num_threads=2 --minloglevel=2",
+                    input.string(), (outDir / "tokenizer").string(), vocab));
     fs::remove(input, ec);
     fs::remove(outDir / "tokenizer.vocab", ec);
     return outDir / "tokenizer.model";
@@ -80,7 +80,8 @@ int cmdTrain(const QStringList &args)
     p.addOption({"out", "Output HF model directory.", "DIR"});
     p.addOption({"preset", "Architecture preset (demo-a, demo-b, tiny, gqa, ...).", "NAME"});
     p.addOption({"config", "Architecture from an HF config.json instead of a preset.", "FILE"});
-    p.addOption({"tokenizer", "Existing tokenizer (tokenizer.model / tokenizer.json) to use and copy.", "PATH"});
+    p.addOption(
+        {"tokenizer", "Existing tokenizer (tokenizer.model / tokenizer.json) to use and copy.", "PATH"});
     p.addOption({"train-tokenizer", "Train a SentencePiece BPE tokenizer of this vocabulary size.", "VOCAB"});
     p.addOption({"steps", "Optimizer steps (default 1000).", "N", "1000"});
     p.addOption({"seq-len", "Tokens per row (default 128).", "N", "128"});
@@ -96,7 +97,8 @@ int cmdTrain(const QStringList &args)
     p.addOption({"weight-dtype", "Stored weights: F32 (default), BF16 or F16.", "DTYPE", "F32"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
     p.addOption({"resume", "Continue from DIR/train_state if present."});
-    parse(p, args, "Train a Llama-architecture model on a corpus and write an HF directory the engine loads.");
+    parse(p, args,
+          "Train a Llama-architecture model on a corpus and write an HF directory the engine loads.");
     if (!p.isSet("corpus") || !p.isSet("out"))
         throw UsageError{"--corpus and --out are required"};
     if (p.isSet("preset") == p.isSet("config"))
@@ -152,15 +154,18 @@ int cmdTrain(const QStringList &args)
     size_t trainTokens = 0;
     for (const auto &d : data.train)
         trainTokens += d.size();
-    std::fprintf(stderr, "%zu training documents (%zu tokens), %zu validation; %.2fM parameters; %d steps x %d x %d tokens\n",
-                 data.train.size(), trainTokens, data.validation.size(), o.model.parameterCount() / 1e6, o.steps,
-                 o.batchSize, o.seqLen);
+    std::fprintf(
+        stderr,
+        "%zu training documents (%zu tokens), %zu validation; %.2fM parameters; %d steps x %d x %d tokens\n",
+        data.train.size(), trainTokens, data.validation.size(), o.model.parameterCount() / 1e6, o.steps,
+        o.batchSize, o.seqLen);
 
     std::optional<InterruptScope> ctrlC(std::in_place);
     const auto r = gpu::trainModel(o, data, out, tokPath, [&](const gpu::TrainProgress &tp) {
         if (tp.valLoss || tp.step % 50 == 0 || tp.step == 1)
-            std::fprintf(stderr, "step %5d/%d  loss %.4f  lr %.2e  |g| %.2f  %s%.0f tok/s\n", tp.step, tp.steps, tp.loss,
-                         tp.lr, tp.gradNorm, tp.valLoss ? fmt::format("val {:.4f}  ", *tp.valLoss).c_str() : "",
+            std::fprintf(stderr, "step %5d/%d  loss %.4f  lr %.2e  |g| %.2f  %s%.0f tok/s\n", tp.step,
+                         tp.steps, tp.loss, tp.lr, tp.gradNorm,
+                         tp.valLoss ? fmt::format("val {:.4f}  ", *tp.valLoss).c_str() : "",
                          tp.tokensPerSecond);
         return !InterruptScope::interrupted();
     });
@@ -237,14 +242,16 @@ int cmdEvalQa(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"model", "Model directory.", "PATH"});
     p.addOption({"corpus", "Corpus JSONL from `kvwb corpus` (prompt, answer, split, rank).", "FILE"});
-    p.addOption({"split", "validation (default: phrasings never trained on) or train.", "SPLIT", "validation"});
+    p.addOption(
+        {"split", "validation (default: phrasings never trained on) or train.", "SPLIT", "validation"});
     p.addOption({"top", "Only concepts of popularity rank < N (default 200).", "N", "200"});
     p.addOption({"limit", "At most this many questions (default 400).", "N", "400"});
     p.addOption({"max-tokens", "Answer length limit (default 64).", "N", "64"});
     p.addOption({"json", "Print JSON."});
     addEngineOptions(p);
-    parse(p, args, "Ask a model the corpus's questions greedily and score its answers against the reference "
-                   "(exact match and word F1).");
+    parse(p, args,
+          "Ask a model the corpus's questions greedily and score its answers against the reference "
+          "(exact match and word F1).");
     if (!p.isSet("model") || !p.isSet("corpus"))
         throw UsageError{"--model and --corpus are required"};
     const bool validation = p.value("split") == "validation";
@@ -255,7 +262,8 @@ int cmdEvalQa(const QStringList &args)
     auto model = gpu::Model::load(str(p.value("model")), loadOptions(p));
     const auto tokPath = model->checkpoint().tokenizerPath();
     if (!tokPath)
-        throw core::Error(core::ErrorCode::Tokenizer, model->checkpoint().path().string() + ": no tokenizer beside the model");
+        throw core::Error(core::ErrorCode::Tokenizer,
+                          model->checkpoint().path().string() + ": no tokenizer beside the model");
     const auto tok = core::loadTokenizer(*tokPath);
     gpu::GenerateOptions go;
     go.maxTokens = intOption(p, "max-tokens", 64, 1);
@@ -298,8 +306,9 @@ int cmdEvalQa(const QStringList &args)
     if (p.isSet("json")) {
         std::printf("%s\n", result.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
-        std::printf("%s: %d %s questions (rank < %d): exact %.1f%%, word F1 %.3f\n", result["model"].get<std::string>().c_str(),
-                    n, str(p.value("split")).c_str(), top, 100.0 * exact / n, f1 / n);
+        std::printf("%s: %d %s questions (rank < %d): exact %.1f%%, word F1 %.3f\n",
+                    result["model"].get<std::string>().c_str(), n, str(p.value("split")).c_str(), top,
+                    100.0 * exact / n, f1 / n);
         for (const auto &s : samples)
             std::printf("  Q %s\n    want: %s\n    got:  %s\n", s["prompt"].get<std::string>().c_str(),
                         s["answer"].get<std::string>().c_str(), s["generated"].get<std::string>().c_str());

@@ -12,7 +12,10 @@
 
 namespace kvwb::app::cli {
 
-std::string str(const QString &s) { return s.toStdString(); }
+std::string str(const QString &s)
+{
+    return s.toStdString();
+}
 
 QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const QString &description,
                           const QString &positional, const QString &positionalHelp)
@@ -37,7 +40,8 @@ int intOption(const QCommandLineParser &p, const QString &name, int fallback, in
     bool ok = false;
     const int v = p.value(name).toInt(&ok);
     if (!ok || v < min)
-        throw UsageError{fmt::format("--{} expects an integer >= {}, got '{}'", str(name), min, str(p.value(name)))};
+        throw UsageError{
+            fmt::format("--{} expects an integer >= {}, got '{}'", str(name), min, str(p.value(name)))};
     return v;
 }
 
@@ -48,8 +52,8 @@ double doubleOption(const QCommandLineParser &p, const QString &name, double fal
     bool ok = false;
     const double v = p.value(name).toDouble(&ok);
     if (!ok || v < min || v > max)
-        throw UsageError{
-            fmt::format("--{} expects a number in [{}, {}], got '{}'", str(name), min, max, str(p.value(name)))};
+        throw UsageError{fmt::format("--{} expects a number in [{}, {}], got '{}'", str(name), min, max,
+                                     str(p.value(name)))};
     return v;
 }
 
@@ -60,7 +64,8 @@ std::vector<int> parseIdList(const QString &text, const char *flag)
         bool ok = false;
         const int v = part.trimmed().toInt(&ok);
         if (!ok || v < 0)
-            throw UsageError{fmt::format("{} expects comma-separated non-negative integers, got '{}'", flag, str(part))};
+            throw UsageError{
+                fmt::format("{} expects comma-separated non-negative integers, got '{}'", flag, str(part))};
         ids.push_back(v);
     }
     if (ids.empty())
@@ -72,7 +77,8 @@ std::string readTextFile(const QString &path)
 {
     QFile f(path);
     if (!f.open(QIODevice::ReadOnly))
-        throw core::Error(core::ErrorCode::Io, fmt::format("{}: cannot read: {}", str(path), str(f.errorString())));
+        throw core::Error(core::ErrorCode::Io,
+                          fmt::format("{}: cannot read: {}", str(path), str(f.errorString())));
     return f.readAll().toStdString();
 }
 
@@ -104,7 +110,10 @@ void addEngineOptions(QCommandLineParser &p)
 
 namespace {
 std::atomic_bool g_interrupted{false};
-extern "C" void kvwbOnSigint(int) { g_interrupted = true; }
+extern "C" void kvwbOnSigint(int)
+{
+    g_interrupted = true;
+}
 } // namespace
 
 InterruptScope::InterruptScope()
@@ -113,8 +122,14 @@ InterruptScope::InterruptScope()
     m_previous = std::signal(SIGINT, kvwbOnSigint);
 }
 
-InterruptScope::~InterruptScope() { std::signal(SIGINT, m_previous); }
+InterruptScope::~InterruptScope()
+{
+    std::signal(SIGINT, m_previous);
+}
 
-bool InterruptScope::interrupted() { return g_interrupted.load(); }
+bool InterruptScope::interrupted()
+{
+    return g_interrupted.load();
+}
 
 } // namespace kvwb::app::cli

@@ -29,7 +29,8 @@ std::string str(const QString &s);
 QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const QString &description,
                           const QString &positional = {}, const QString &positionalHelp = {});
 int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min = INT_MIN);
-double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min, double max);
+double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min,
+                    double max);
 std::vector<int> parseIdList(const QString &text, const char *flag);
 // Error(Io) naming the path when unreadable.
 std::string readTextFile(const QString &path);

@@ -22,7 +22,12 @@
 
 namespace kvwb::core {
 
-enum class CheckpointFormat { HfSafetensors, Llama2cLegacy, Llama2cV1 };
+enum class CheckpointFormat
+{
+    HfSafetensors,
+    Llama2cLegacy,
+    Llama2cV1
+};
 const char *checkpointFormatName(CheckpointFormat f) noexcept;
 
 class Checkpoint

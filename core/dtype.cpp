@@ -9,15 +9,19 @@ int dtypeSize(DType t) noexcept
 {
     switch (t) {
     case DType::F64:
-    case DType::I64: return 8;
+    case DType::I64:
+        return 8;
     case DType::F32:
-    case DType::I32: return 4;
+    case DType::I32:
+        return 4;
     case DType::F16:
     case DType::BF16:
-    case DType::I16: return 2;
+    case DType::I16:
+        return 2;
     case DType::I8:
     case DType::U8:
-    case DType::Bool: return 1;
+    case DType::Bool:
+        return 1;
     }
     return 0;
 }
@@ -25,16 +29,26 @@ int dtypeSize(DType t) noexcept
 const char *dtypeName(DType t) noexcept
 {
     switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
-    case DType::F64: return "F64";
-    case DType::I64: return "I64";
-    case DType::I32: return "I32";
-    case DType::I16: return "I16";
-    case DType::I8: return "I8";
-    case DType::U8: return "U8";
-    case DType::Bool: return "BOOL";
+    case DType::F32:
+        return "F32";
+    case DType::F16:
+        return "F16";
+    case DType::BF16:
+        return "BF16";
+    case DType::F64:
+        return "F64";
+    case DType::I64:
+        return "I64";
+    case DType::I32:
+        return "I32";
+    case DType::I16:
+        return "I16";
+    case DType::I8:
+        return "I8";
+    case DType::U8:
+        return "U8";
+    case DType::Bool:
+        return "BOOL";
     }
     return "?";
 }
@@ -95,7 +109,10 @@ uint16_t floatToHalf(float f) noexcept
     return sign | uint16_t(half);
 }
 
-float bf16ToFloat(uint16_t b) noexcept { return std::bit_cast<float>(uint32_t(b) << 16); }
+float bf16ToFloat(uint16_t b) noexcept
+{
+    return std::bit_cast<float>(uint32_t(b) << 16);
+}
 
 uint16_t floatToBf16(float f) noexcept
 {

@@ -11,7 +11,19 @@
 
 namespace kvwb::core {
 
-enum class DType { F32, F16, BF16, F64, I64, I32, I16, I8, U8, Bool };
+enum class DType
+{
+    F32,
+    F16,
+    BF16,
+    F64,
+    I64,
+    I32,
+    I16,
+    I8,
+    U8,
+    Bool
+};
 
 // Bytes per element.
 int dtypeSize(DType t) noexcept;

@@ -12,16 +12,17 @@
 namespace kvwb::core {
 
 // Stable codes: scripts and tests match on these, so never renumber them.
-enum class ErrorCode {
-    Io = 1,          // path missing, unreadable, unwritable, short read, disk full
-    Format = 2,      // file contents are malformed (bad header, truncated, not JSON, ...)
-    Config = 3,      // a configuration field is missing or has an invalid value
-    Unsupported = 4, // well-formed input that names something we do not implement
-    Shape = 5,       // a tensor's dtype/shape does not match what the model needs
-    Tokenizer = 6,   // tokenizer malformed or incompatible with the model
+enum class ErrorCode
+{
+    Io = 1,              // path missing, unreadable, unwritable, short read, disk full
+    Format = 2,          // file contents are malformed (bad header, truncated, not JSON, ...)
+    Config = 3,          // a configuration field is missing or has an invalid value
+    Unsupported = 4,     // well-formed input that names something we do not implement
+    Shape = 5,           // a tensor's dtype/shape does not match what the model needs
+    Tokenizer = 6,       // tokenizer malformed or incompatible with the model
     InvalidArgument = 7, // caller passed a bad value (command-line flag, API precondition)
-    Device = 8,      // requested device/dtype is not available
-    Internal = 9,    // a bug: an invariant did not hold
+    Device = 8,          // requested device/dtype is not available
+    Internal = 9,        // a bug: an invariant did not hold
 };
 
 const char *errorCodeName(ErrorCode code) noexcept;

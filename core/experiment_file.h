@@ -91,7 +91,7 @@ struct ModelInfo
 // One model's share of a prompt, as given to ExperimentWriter::appendPrompt.
 struct PromptKv
 {
-    std::vector<int32_t> ids;               // [tokens]
+    std::vector<int32_t> ids; // [tokens]
     // One entry per captured layer, in capturedLayers order (all layers when that is empty).
     std::vector<std::vector<float>> keys;   // [captured layers] x [tokens, kvHeads, headDim] float32
     std::vector<std::vector<float>> values; // [captured layers] x [tokens, kvHeads, headDim] float32

@@ -16,7 +16,9 @@ std::shared_ptr<const MappedFile> MappedFile::open(const std::filesystem::path &
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         throw Error(ErrorCode::Io, path.string() + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
+    struct stat st
+    {
+    };
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
         throw Error(ErrorCode::Io, path.string() + ": not a regular file");

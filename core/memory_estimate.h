@@ -10,8 +10,8 @@ namespace kvwb::core {
 
 struct MemoryEstimate
 {
-    int64_t weightBytes = 0;    // parameters * bytes per element
-    int64_t kvBytes = 0;        // K and V for contextTokens tokens, all layers
+    int64_t weightBytes = 0;     // parameters * bytes per element
+    int64_t kvBytes = 0;         // K and V for contextTokens tokens, all layers
     int64_t activationBytes = 0; // largest transient buffers of one forward at contextTokens
     int64_t totalBytes() const { return weightBytes + kvBytes + activationBytes; }
 };

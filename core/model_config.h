@@ -17,14 +17,18 @@ namespace kvwb::core {
 
 // How RoPE pairs the dimensions of one head: HF rotates the two halves (i, i + d/2); Meta and
 // llama2.c checkpoints rotate interleaved pairs (2i, 2i + 1).
-enum class RopeLayout { RotateHalf, Interleaved };
+enum class RopeLayout
+{
+    RotateHalf,
+    Interleaved
+};
 
 struct RopeScaling
 {
     std::string type = "default"; // default | linear | llama3
     double factor = 1.0;
-    double lowFreqFactor = 1.0;              // llama3 only
-    double highFreqFactor = 4.0;             // llama3 only
+    double lowFreqFactor = 1.0;               // llama3 only
+    double highFreqFactor = 4.0;              // llama3 only
     int originalMaxPositionEmbeddings = 8192; // llama3 only
     bool operator==(const RopeScaling &) const = default;
 };

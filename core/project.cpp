@@ -17,12 +17,15 @@ namespace {
 
 constexpr const char *kSchema = "kvwb-project/1";
 
-const json &field(const json &j, const char *name, json::value_t type, const std::string &where, const fs::path &file)
+const json &field(const json &j, const char *name, json::value_t type, const std::string &where,
+                  const fs::path &file)
 {
     if (!j.contains(name))
         throw Error(ErrorCode::Config, file.string() + ": field '" + where + name + "' is missing");
     const json &v = j.at(name);
-    const bool ok = type == json::value_t::string ? v.is_string() : type == json::value_t::object ? v.is_object() : v.is_array();
+    const bool ok = type == json::value_t::string   ? v.is_string()
+                    : type == json::value_t::object ? v.is_object()
+                                                    : v.is_array();
     if (!ok)
         throw Error(ErrorCode::Config, file.string() + ": field '" + where + name + "' has the wrong type");
     return v;
@@ -47,9 +50,11 @@ ProjectModel readModel(const json &j, const char *role, const fs::path &file)
     pm.device = optString(m, "device", "cpu", where, file);
     pm.dtype = optString(m, "dtype", "f32", where, file);
     if (pm.device != "cpu" && pm.device != "cuda")
-        throw Error(ErrorCode::Config, file.string() + ": field '" + where + "device' must be cpu or cuda, got '" + pm.device + "'");
+        throw Error(ErrorCode::Config, file.string() + ": field '" + where +
+                                           "device' must be cpu or cuda, got '" + pm.device + "'");
     if (pm.dtype != "f32" && pm.dtype != "bf16" && pm.dtype != "f16")
-        throw Error(ErrorCode::Config, file.string() + ": field '" + where + "dtype' must be f32, bf16 or f16, got '" + pm.dtype + "'");
+        throw Error(ErrorCode::Config, file.string() + ": field '" + where +
+                                           "dtype' must be f32, bf16 or f16, got '" + pm.dtype + "'");
     return pm;
 }
 
@@ -108,7 +113,8 @@ Project Project::load(const fs::path &file)
     if (j.contains("experiment"))
         p.experiment = optString(j, "experiment", "", "", file);
     json extra = j;
-    for (const char *k : {"schema", "name", "description", "models", "prompt_sets", "workloads", "corpus", "experiment"})
+    for (const char *k :
+         {"schema", "name", "description", "models", "prompt_sets", "workloads", "corpus", "experiment"})
         extra.erase(k);
     p.extraJson = extra.dump();
     return p;

@@ -26,11 +26,11 @@ struct Project
 {
     std::string name;
     std::string description;
-    ProjectModel modelA; // source
-    ProjectModel modelB; // target
-    std::vector<std::filesystem::path> promptSets; // text or JSONL prompt files
-    std::vector<std::filesystem::path> workloads;  // workload JSONL files
-    std::optional<std::filesystem::path> corpus;   // corpus JSONL (training / QA evaluation)
+    ProjectModel modelA;                             // source
+    ProjectModel modelB;                             // target
+    std::vector<std::filesystem::path> promptSets;   // text or JSONL prompt files
+    std::vector<std::filesystem::path> workloads;    // workload JSONL files
+    std::optional<std::filesystem::path> corpus;     // corpus JSONL (training / QA evaluation)
     std::optional<std::filesystem::path> experiment; // HDF5 experiment file
     std::string extraJson = "{}"; // sections this version does not interpret, kept verbatim
 

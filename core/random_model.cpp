@@ -163,7 +163,8 @@ std::map<std::string, std::vector<float>> randomWeights(const RandomModelSpec &s
             x = 0.1f * normal(rng);
         w[name] = std::move(v);
     };
-    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim, kv = int64_t(c.numKvHeads) * c.headDim;
+    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                  kv = int64_t(c.numKvHeads) * c.headDim;
     // Embeddings are larger than the matrices so that logits differ clearly between tokens.
     {
         std::vector<float> e(size_t(c.vocabSize) * size_t(h));
@@ -211,8 +212,8 @@ std::string byteLevelTokenizerJson()
     vocab["<|begin_of_text|>"] = 256;
     vocab["<|end_of_text|>"] = 257;
     auto added = [](int id, const char *content) {
-        return json{{"id", id},          {"content", content}, {"single_word", false}, {"lstrip", false},
-                    {"rstrip", false},   {"normalized", false}, {"special", true}};
+        return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+                    {"rstrip", false}, {"normalized", false}, {"special", true}};
     };
     json j = {
         {"version", "1.0"},
@@ -224,14 +225,16 @@ std::string byteLevelTokenizerJson()
          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
         {"post_processor",
          {{"type", "TemplateProcessing"},
-          {"single",
-           json::array({{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
-                        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+          {"single", json::array({{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
           {"pair", json::array()},
           {"special_tokens",
            {{"<|begin_of_text|>",
-             {{"id", "<|begin_of_text|>"}, {"ids", json::array({256})}, {"tokens", json::array({"<|begin_of_text|>"})}}}}}}},
-        {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+             {{"id", "<|begin_of_text|>"},
+              {"ids", json::array({256})},
+              {"tokens", json::array({"<|begin_of_text|>"})}}}}}}},
+        {"decoder",
+         {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
         {"model",
          {{"type", "BPE"},
           {"dropout", nullptr},
@@ -246,7 +249,8 @@ std::string byteLevelTokenizerJson()
     return j.dump(1);
 }
 
-void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec &spec, const std::string &dtype)
+void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec &spec,
+                        const std::string &dtype)
 {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -254,7 +258,8 @@ void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec 
         throw Error(ErrorCode::Io, dir.string() + ": cannot create directory: " + ec.message());
     const auto st = parseDType(dtype);
     if (!st || (*st != DType::F32 && *st != DType::F16 && *st != DType::BF16))
-        throw Error(ErrorCode::InvalidArgument, "unsupported weight dtype '" + dtype + "' (F32, F16 or BF16)");
+        throw Error(ErrorCode::InvalidArgument,
+                    "unsupported weight dtype '" + dtype + "' (F32, F16 or BF16)");
     ModelConfig c = spec.config;
     c.torchDtype = *st == DType::F32 ? "float32" : *st == DType::F16 ? "float16" : "bfloat16";
     const auto weights = randomWeights(spec);
@@ -262,8 +267,8 @@ void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec 
     writer.setMetadata("format", "pt");
     for (const auto &[name, values] : weights) {
         std::vector<int64_t> shape;
-        const bool isMatrix = name.ends_with("_proj.weight") || name == "lm_head.weight" ||
-                              name == "model.embed_tokens.weight";
+        const bool isMatrix =
+            name.ends_with("_proj.weight") || name == "lm_head.weight" || name == "model.embed_tokens.weight";
         if (isMatrix) {
             int64_t cols = c.hiddenSize;
             if (name.ends_with("o_proj.weight"))

@@ -17,7 +17,7 @@ namespace kvwb::core {
 
 struct RandomModelSpec
 {
-    ModelConfig config;     // architecture; vocabSize must be >= 258 for the byte tokenizer
+    ModelConfig config; // architecture; vocabSize must be >= 258 for the byte tokenizer
     uint64_t seed = 1;
     double weightStd = 0.08; // normal std of matrices; norms are 1 + N(0, 0.1)
 };

@@ -101,7 +101,10 @@ std::string SentencePieceTokenizer::piece(int id) const
     return p;
 }
 
-int SentencePieceTokenizer::vocabSize() const { return spmApi().pieceSize(m_sp); }
+int SentencePieceTokenizer::vocabSize() const
+{
+    return spmApi().pieceSize(m_sp);
+}
 
 std::optional<int> SentencePieceTokenizer::bosId() const
 {

@@ -39,7 +39,7 @@ public:
 private:
     SentencePieceTokenizer(kvwb_spm *sp, std::string source);
     kvwb_spm *m_sp = nullptr; // owned; freed through the shim
-    std::string m_source; // file name, for error messages
+    std::string m_source;     // file name, for error messages
 };
 
 } // namespace kvwb::core

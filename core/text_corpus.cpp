@@ -74,8 +74,9 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
         c.documents.push_back(std::move(d));
     }
     if (c.documents.empty())
-        throw Error(ErrorCode::Format, path.string() + ": no documents" +
-                                           (c.warnings.empty() ? std::string() : " (first problem: " + c.warnings[0] + ")"));
+        throw Error(ErrorCode::Format,
+                    path.string() + ": no documents" +
+                        (c.warnings.empty() ? std::string() : " (first problem: " + c.warnings[0] + ")"));
     return c;
 }
 

@@ -13,12 +13,12 @@ namespace kvwb::core {
 
 struct TextDocument
 {
-    std::string text;     // what a model trains on
+    std::string text; // what a model trains on
     bool validation = false;
-    std::string prompt;   // evaluation prompt ("Q: ...\nA:"), empty for plain text
-    std::string answer;   // expected continuation, empty for plain text
-    std::string synset;   // intent label, if any
-    int rank = -1;        // concept popularity rank, 0 = most popular; -1 unknown
+    std::string prompt; // evaluation prompt ("Q: ...\nA:"), empty for plain text
+    std::string answer; // expected continuation, empty for plain text
+    std::string synset; // intent label, if any
+    int rank = -1;      // concept popularity rank, 0 = most popular; -1 unknown
 };
 
 struct TextCorpus

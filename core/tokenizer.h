@@ -44,6 +44,7 @@ public:
 std::unique_ptr<Tokenizer> loadTokenizer(const std::filesystem::path &path);
 
 // Error(Tokenizer) when the tokenizer can produce ids >= the model's vocab size.
-void checkTokenizerFitsModel(const Tokenizer &tok, const ModelConfig &config, const std::string &tokenizerSource);
+void checkTokenizerFitsModel(const Tokenizer &tok, const ModelConfig &config,
+                             const std::string &tokenizerSource);
 
 } // namespace kvwb::core

@@ -20,16 +20,16 @@ namespace kvwb::gpu {
 struct CapturePrompt
 {
     std::string text;
-    std::string label;       // e.g. the workload's intent; may be empty
-    std::vector<int> idsA;   // when non-empty, used instead of encoding text for A (benchmarks)
-    std::vector<int> idsB;   // likewise for B
+    std::string label;     // e.g. the workload's intent; may be empty
+    std::vector<int> idsA; // when non-empty, used instead of encoding text for A (benchmarks)
+    std::vector<int> idsB; // likewise for B
 };
 
 struct CaptureOptions
 {
-    core::ExperimentOptions file;  // storage dtype, compression, chunking, key form
-    int maxTokens = 0;             // truncate each prompt's ids to this many (0 = model context)
-    bool addSpecial = true;        // encode with BOS as generation does
+    core::ExperimentOptions file; // storage dtype, compression, chunking, key form
+    int maxTokens = 0;            // truncate each prompt's ids to this many (0 = model context)
+    bool addSpecial = true;       // encode with BOS as generation does
     // Layers to read from each model's cache (sorted, unique; empty = all). They must equal the
     // capturedLayers of the ModelInfo the writer was created or opened with: capturePrompts checks
     // them against writer.capturedLayers() and throws Error(Config) before the first prompt.
@@ -41,9 +41,9 @@ struct CaptureTimings
 {
     double prefillMsA = 0; // bare forward time of A over all prompts
     double prefillMsB = 0;
-    double readMs = 0;     // copying K/V out of the caches (device -> host, un-rotating keys)
-    double writeMs = 0;    // appendPrompt: HDF5 writes and the flush that makes each prompt durable
-    int64_t kvBytes = 0;   // float32 bytes handed to the writer (before storage conversion)
+    double readMs = 0;   // copying K/V out of the caches (device -> host, un-rotating keys)
+    double writeMs = 0;  // appendPrompt: HDF5 writes and the flush that makes each prompt durable
+    int64_t kvBytes = 0; // float32 bytes handed to the writer (before storage conversion)
 };
 
 struct CaptureResult
@@ -66,7 +66,8 @@ core::ModelInfo describeModel(char role, const Model &model, const std::filesyst
 
 // Appends to writer. Error(Tokenizer) when a tokenizer does not fit its model.
 CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, const core::Tokenizer &tokA,
-                             const Model &b, const core::Tokenizer &tokB, const std::vector<CapturePrompt> &prompts,
-                             const CaptureOptions &options, const CaptureProgressFn &progress = {});
+                             const Model &b, const core::Tokenizer &tokB,
+                             const std::vector<CapturePrompt> &prompts, const CaptureOptions &options,
+                             const CaptureProgressFn &progress = {});
 
 } // namespace kvwb::gpu

@@ -9,10 +9,19 @@
 
 namespace kvwb::gpu {
 
-enum class Device { Cpu, Cuda };
-enum class ComputeType { F32, BF16, F16 };
+enum class Device
+{
+    Cpu,
+    Cuda
+};
+enum class ComputeType
+{
+    F32,
+    BF16,
+    F16
+};
 
-const char *deviceName(Device d) noexcept;         // "cpu" | "cuda"
+const char *deviceName(Device d) noexcept;           // "cpu" | "cuda"
 const char *computeTypeName(ComputeType t) noexcept; // "f32" | "bf16" | "f16"
 std::optional<Device> parseDevice(std::string_view s) noexcept;
 std::optional<ComputeType> parseComputeType(std::string_view s) noexcept;

@@ -16,7 +16,11 @@
 
 namespace kvwb::gpu {
 
-enum class KeyForm { PreRope, PostRope };
+enum class KeyForm
+{
+    PreRope,
+    PostRope
+};
 
 // One layer's K and V on the host, each [kvHeads, tokens, headDim] float32 row-major.
 struct LayerKv
@@ -39,9 +43,9 @@ public:
     int numLayers() const;
     int numKvHeads() const;
     int headDim() const;
-    int tokens() const;                      // positions 0..tokens()-1 are filled
+    int tokens() const;                       // positions 0..tokens()-1 are filled
     const std::vector<int> &tokenIds() const; // the ids those positions hold
-    int64_t bytes() const;                   // device bytes held by filled positions
+    int64_t bytes() const;                    // device bytes held by filled positions
 
     // Copy one layer to the host, [kvHeads, tokens, headDim]. Error(InvalidArgument) for a bad layer.
     LayerKv layer(int layer, KeyForm form) const;

@@ -58,20 +58,26 @@ struct GenerateStats
     int reusedTokens = 0;  // prompt tokens taken from the supplied cache, not recomputed
     int prefillTokens = 0; // prompt tokens computed
     int generatedTokens = 0;
-    double ttftMs = 0;  // start of the call to the first sampled token
+    double ttftMs = 0; // start of the call to the first sampled token
     double prefillMs = 0;
     double decodeMs = 0; // all steps after the first token
     double prefillTokPerS = 0;
     double decodeTokPerS = 0;
 };
 
-enum class StopReason { MaxTokens, StopToken, ContextFull, Cancelled };
+enum class StopReason
+{
+    MaxTokens,
+    StopToken,
+    ContextFull,
+    Cancelled
+};
 const char *stopReasonName(StopReason r) noexcept;
 
 struct GenerateResult
 {
-    std::vector<int> outputIds;     // generated ids (excluding the prompt)
-    std::vector<float> logprobs;    // log p of each generated id under the unmodified distribution
+    std::vector<int> outputIds;  // generated ids (excluding the prompt)
+    std::vector<float> logprobs; // log p of each generated id under the unmodified distribution
     StopReason stopReason = StopReason::MaxTokens;
     GenerateStats stats;
 };
@@ -120,6 +126,7 @@ private:
 };
 
 // Picks the next token from logits [vocab] (float32). Exposed for tests.
-int sampleToken(const float *logits, int vocab, const SamplingOptions &options, uint64_t step, float *logprob);
+int sampleToken(const float *logits, int vocab, const SamplingOptions &options, uint64_t step,
+                float *logprob);
 
 } // namespace kvwb::gpu

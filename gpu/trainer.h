@@ -37,12 +37,12 @@ struct TrainOptions
     double beta2 = 0.95;
     double gradClip = 1.0;
     uint64_t seed = 1;
-    int evalEvery = 100;      // steps between validation losses (and at the end)
-    int evalRows = 64;        // validation rows per evaluation (fixed across evaluations)
-    int checkpointEvery = 200; // steps between train_state saves (0 = only at the end / on cancel)
-    int threads = 0;          // intra-op threads; 0 = all cores
+    int evalEvery = 100;             // steps between validation losses (and at the end)
+    int evalRows = 64;               // validation rows per evaluation (fixed across evaluations)
+    int checkpointEvery = 200;       // steps between train_state saves (0 = only at the end / on cancel)
+    int threads = 0;                 // intra-op threads; 0 = all cores
     std::string weightDtype = "F32"; // F32 | BF16 | F16 storage in model.safetensors
-    bool resume = false;      // continue from <out>/train_state if present
+    bool resume = false;             // continue from <out>/train_state if present
 };
 
 // Each sequence is one document (e.g. one question/answer), already with BOS/EOS as wanted. Rows
@@ -57,11 +57,11 @@ struct TrainProgress
 {
     int step = 0; // steps completed
     int steps = 0;
-    double loss = 0;                // training loss of this step (nats/token)
+    double loss = 0; // training loss of this step (nats/token)
     double lr = 0;
-    double gradNorm = 0;            // before clipping
-    std::optional<double> valLoss;  // set on evaluation steps
-    double tokensPerSecond = 0;     // training tokens per second so far (this run)
+    double gradNorm = 0;           // before clipping
+    std::optional<double> valLoss; // set on evaluation steps
+    double tokensPerSecond = 0;    // training tokens per second so far (this run)
 };
 
 struct TrainResult
@@ -79,13 +79,15 @@ using TrainProgressFn = std::function<bool(const TrainProgress &)>;
 // Trains and writes outDir/{config.json, model.safetensors, train_log.json}; copies tokenizerFile
 // (tokenizer.model / tokenizer.json) into outDir when given. Error(InvalidArgument) for empty data
 // or token ids outside the vocabulary (naming the document index).
-TrainResult trainModel(const TrainOptions &options, const TrainData &data, const std::filesystem::path &outDir,
+TrainResult trainModel(const TrainOptions &options, const TrainData &data,
+                       const std::filesystem::path &outDir,
                        const std::optional<std::filesystem::path> &tokenizerFile = std::nullopt,
                        const TrainProgressFn &progress = {});
 
 // Mean next-token loss (nats/token) of a saved model on the validation rows that trainModel would
 // build from `data` with `options` (same seqLen/evalRows/seed). Used to check that a reloaded model
 // scores exactly what training reported.
-double validationLoss(const std::filesystem::path &modelDir, const TrainOptions &options, const TrainData &data);
+double validationLoss(const std::filesystem::path &modelDir, const TrainOptions &options,
+                      const TrainData &data);
 
 } // namespace kvwb::gpu

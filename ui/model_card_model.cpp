@@ -63,7 +63,10 @@ int ModelCardModel::rowCount(const QModelIndex &parent) const
     return parent.isValid() ? 0 : int(rows().size());
 }
 
-int ModelCardModel::columnCount(const QModelIndex &parent) const { return parent.isValid() ? 0 : ColumnCount; }
+int ModelCardModel::columnCount(const QModelIndex &parent) const
+{
+    return parent.isValid() ? 0 : ColumnCount;
+}
 
 QVariant ModelCardModel::data(const QModelIndex &index, int role) const
 {
@@ -85,9 +88,12 @@ QVariant ModelCardModel::headerData(int section, Qt::Orientation orientation, in
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
         return {};
     switch (section) {
-    case PropertyColumn: return tr("Property");
-    case ModelAColumn: return tr("Model A (source)");
-    case ModelBColumn: return tr("Model B (target)");
+    case PropertyColumn:
+        return tr("Property");
+    case ModelAColumn:
+        return tr("Model A (source)");
+    case ModelBColumn:
+        return tr("Model B (target)");
     }
     return {};
 }

@@ -18,7 +18,13 @@ class ModelCardModel : public QAbstractTableModel
     Q_OBJECT
 
 public:
-    enum Column { PropertyColumn = 0, ModelAColumn = 1, ModelBColumn = 2, ColumnCount = 3 };
+    enum Column
+    {
+        PropertyColumn = 0,
+        ModelAColumn = 1,
+        ModelBColumn = 2,
+        ColumnCount = 3
+    };
     // Qt::UserRole + 1 on a value cell: true when A and B differ in a property that changes the KV
     // cache's geometry (layers, kv heads, head dim, RoPE).
     static constexpr int GeometryDiffersRole = Qt::UserRole + 1;

@@ -28,7 +28,8 @@ extern "C" {
 
 #define KVWB_SPM_EXPORT __attribute__((visibility("default")))
 
-KVWB_SPM_EXPORT int kvwb_spm_load(const char *bytes, size_t len, kvwb_spm **out, kvwb_spm_sink err, void *errCtx)
+KVWB_SPM_EXPORT int kvwb_spm_load(const char *bytes, size_t len, kvwb_spm **out, kvwb_spm_sink err,
+                                  void *errCtx)
 {
     try {
         auto sp = new kvwb_spm;
@@ -44,11 +45,26 @@ KVWB_SPM_EXPORT int kvwb_spm_load(const char *bytes, size_t len, kvwb_spm **out,
     }
 }
 
-KVWB_SPM_EXPORT void kvwb_spm_free(kvwb_spm *sp) { delete sp; }
-KVWB_SPM_EXPORT int kvwb_spm_piece_size(const kvwb_spm *sp) { return sp->processor.GetPieceSize(); }
-KVWB_SPM_EXPORT int kvwb_spm_bos_id(const kvwb_spm *sp) { return sp->processor.bos_id(); }
-KVWB_SPM_EXPORT int kvwb_spm_eos_id(const kvwb_spm *sp) { return sp->processor.eos_id(); }
-KVWB_SPM_EXPORT int kvwb_spm_unk_id(const kvwb_spm *sp) { return sp->processor.unk_id(); }
+KVWB_SPM_EXPORT void kvwb_spm_free(kvwb_spm *sp)
+{
+    delete sp;
+}
+KVWB_SPM_EXPORT int kvwb_spm_piece_size(const kvwb_spm *sp)
+{
+    return sp->processor.GetPieceSize();
+}
+KVWB_SPM_EXPORT int kvwb_spm_bos_id(const kvwb_spm *sp)
+{
+    return sp->processor.bos_id();
+}
+KVWB_SPM_EXPORT int kvwb_spm_eos_id(const kvwb_spm *sp)
+{
+    return sp->processor.eos_id();
+}
+KVWB_SPM_EXPORT int kvwb_spm_unk_id(const kvwb_spm *sp)
+{
+    return sp->processor.unk_id();
+}
 
 KVWB_SPM_EXPORT int kvwb_spm_flags(const kvwb_spm *sp, int id)
 {
@@ -59,8 +75,8 @@ KVWB_SPM_EXPORT int kvwb_spm_flags(const kvwb_spm *sp, int id)
            (p.IsByte(id) ? KVWB_SPM_BYTE : 0) | (p.IsUnused(id) ? KVWB_SPM_UNUSED : 0);
 }
 
-KVWB_SPM_EXPORT int kvwb_spm_encode(const kvwb_spm *sp, const char *text, size_t len, kvwb_spm_sink ids, void *ctx,
-                                    kvwb_spm_sink err, void *errCtx)
+KVWB_SPM_EXPORT int kvwb_spm_encode(const kvwb_spm *sp, const char *text, size_t len, kvwb_spm_sink ids,
+                                    void *ctx, kvwb_spm_sink err, void *errCtx)
 {
     try {
         std::vector<int> out;
@@ -74,8 +90,8 @@ KVWB_SPM_EXPORT int kvwb_spm_encode(const kvwb_spm *sp, const char *text, size_t
     }
 }
 
-KVWB_SPM_EXPORT int kvwb_spm_decode(const kvwb_spm *sp, const int *ids, size_t n, kvwb_spm_sink text, void *ctx,
-                                    kvwb_spm_sink err, void *errCtx)
+KVWB_SPM_EXPORT int kvwb_spm_decode(const kvwb_spm *sp, const int *ids, size_t n, kvwb_spm_sink text,
+                                    void *ctx, kvwb_spm_sink err, void *errCtx)
 {
     try {
         std::string out;

@@ -23,7 +23,13 @@ typedef struct kvwb_spm kvwb_spm;
 /* Receives n bytes (or n / sizeof(int) ids) at data; may be called several times. */
 typedef void (*kvwb_spm_sink)(void *ctx, const void *data, size_t n);
 
-enum { KVWB_SPM_CONTROL = 1, KVWB_SPM_UNKNOWN = 2, KVWB_SPM_BYTE = 4, KVWB_SPM_UNUSED = 8 };
+enum
+{
+    KVWB_SPM_CONTROL = 1,
+    KVWB_SPM_UNKNOWN = 2,
+    KVWB_SPM_BYTE = 4,
+    KVWB_SPM_UNUSED = 8
+};
 
 int kvwb_spm_load(const char *bytes, size_t len, kvwb_spm **out, kvwb_spm_sink err, void *errCtx);
 void kvwb_spm_free(kvwb_spm *sp);

@@ -1,9 +1,9 @@
 // Checkpoint: HF directories, llama2.c legacy/v1 files, tensor validation, conversion, fingerprints.
-#include "tests/support/expect_error.h"
-#include "tests/support/test_paths.h"
 #include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/sha256.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/test_paths.h"
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -22,8 +22,14 @@ using Shapes = std::map<std::string, std::vector<int64_t>>;
 
 using kvwb::test::expectError;
 
-void writeBytes(const fs::path &p, const std::string &bytes) { kvwb::test::writeFile(p, bytes); }
-std::string readBytes(const fs::path &p) { return kvwb::test::readFile(p); }
+void writeBytes(const fs::path &p, const std::string &bytes)
+{
+    kvwb::test::writeFile(p, bytes);
+}
+std::string readBytes(const fs::path &p)
+{
+    return kvwb::test::readFile(p);
+}
 
 // dim 16, hidden 32, 2 layers, 4 heads of 4, 2 KV heads, vocab 11, seq_len 8.
 ModelConfig tinyConfig(bool tied)

@@ -1,8 +1,8 @@
 // HF config.json parsing, RoPE scaling, validation and serialisation.
-#include "tests/support/expect_error.h"
-#include "tests/support/test_paths.h"
 #include "core/error.h"
 #include "core/model_config.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/test_paths.h"
 
 #include <QTest>
 

@@ -46,8 +46,10 @@ private Q_SLOTS:
         QTest::addColumn<int>("code");
         QTest::addColumn<QString>("mention");
         QTest::newRow("not json") << "{" << int(core::ErrorCode::Format) << "not JSON";
-        QTest::newRow("schema") << R"({"schema": "kvwb-project/9"})" << int(core::ErrorCode::Format) << "kvwb-project/9";
-        QTest::newRow("no models") << R"({"schema": "kvwb-project/1"})" << int(core::ErrorCode::Config) << "'models'";
+        QTest::newRow("schema") << R"({"schema": "kvwb-project/9"})" << int(core::ErrorCode::Format)
+                                << "kvwb-project/9";
+        QTest::newRow("no models") << R"({"schema": "kvwb-project/1"})" << int(core::ErrorCode::Config)
+                                   << "'models'";
         QTest::newRow("no b") << R"({"schema": "kvwb-project/1", "models": {"a": {"path": "x"}}})"
                               << int(core::ErrorCode::Config) << "'models.b'";
         QTest::newRow("bad device")

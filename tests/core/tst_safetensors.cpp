@@ -1,9 +1,9 @@
 // Safetensors reader/writer, sharded WeightSet, dtype conversion and sha256.
-#include "tests/support/expect_error.h"
-#include "tests/support/test_paths.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "core/sha256.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/test_paths.h"
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -29,8 +29,14 @@ std::string rawFile(const std::string &header, size_t dataBytes, uint64_t length
     return out;
 }
 
-void writeBytes(const fs::path &p, const std::string &bytes) { kvwb::test::writeFile(p, bytes); }
-std::string readBytes(const fs::path &p) { return kvwb::test::readFile(p); }
+void writeBytes(const fs::path &p, const std::string &bytes)
+{
+    kvwb::test::writeFile(p, bytes);
+}
+std::string readBytes(const fs::path &p)
+{
+    return kvwb::test::readFile(p);
+}
 
 using kvwb::test::expectError;
 

@@ -68,13 +68,18 @@ private Q_SLOTS:
         gpu::CaptureOptions o;
         o.file.keyForm = postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
         const std::vector<gpu::CapturePrompt> prompts = {
-            {"What is a cache?", "n1", {}, {}}, {"Hi", "", {}, {}}, {"A longer prompt about key-value reuse.", "n3", {}, {}}};
+            {"What is a cache?", "n1", {}, {}},
+            {"Hi", "", {}, {}},
+            {"A longer prompt about key-value reuse.", "n3", {}, {}}};
         {
-            auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(), gpu::describeModel('a', *p.a, p.tokPath),
+            auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(),
+                                                    gpu::describeModel('a', *p.a, p.tokPath),
                                                     gpu::describeModel('b', *p.b, p.tokPath));
             std::vector<int> seen;
-            const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o,
-                                               [&](int done, int) { seen.push_back(done); return true; });
+            const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o, [&](int done, int) {
+                seen.push_back(done);
+                return true;
+            });
             QCOMPARE(r.promptsWritten, 3);
             QCOMPARE(seen, (std::vector<int>{1, 2, 3}));
             w.close();
@@ -104,14 +109,16 @@ private Q_SLOTS:
         const fs::path dir = tmp.path().toStdString();
         auto p = makePair(dir);
         gpu::CaptureOptions o;
-        const auto infoA = gpu::describeModel('a', *p.a, p.tokPath), infoB = gpu::describeModel('b', *p.b, p.tokPath);
+        const auto infoA = gpu::describeModel('a', *p.a, p.tokPath),
+                   infoB = gpu::describeModel('b', *p.b, p.tokPath);
         {
             auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(), infoA, infoB);
             gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, {{"one", "", {}, {}}}, o);
         }
         {
             auto w = core::ExperimentWriter::append(dir / "e.h5", infoA, infoB);
-            const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, {{"two", "", {}, {}}, {"three", "", {}, {}}}, o);
+            const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok,
+                                               {{"two", "", {}, {}}, {"three", "", {}, {}}}, o);
             QCOMPARE(r.firstPrompt, 1);
         }
         QCOMPARE(core::ExperimentReader::open(dir / "e.h5").promptCount(), 3);
@@ -119,10 +126,12 @@ private Q_SLOTS:
         // a different model B is refused with both fingerprints named
         core::writeRandomHfModel(dir / "other", core::randomModelPreset("gqa"));
         auto other = gpu::Model::load(dir / "other", {});
-        const auto e = test::expectError(
-            [&] { core::ExperimentWriter::append(dir / "e.h5", infoA, gpu::describeModel('b', *other, p.tokPath)); });
+        const auto e = test::expectError([&] {
+            core::ExperimentWriter::append(dir / "e.h5", infoA, gpu::describeModel('b', *other, p.tokPath));
+        });
         QCOMPARE(e.code(), core::ErrorCode::Config);
-        QVERIFY2(QString(e.what()).contains(QString::fromStdString(infoB.weightsSha256.substr(0, 12))), e.what());
+        QVERIFY2(QString(e.what()).contains(QString::fromStdString(infoB.weightsSha256.substr(0, 12))),
+                 e.what());
     }
 
     void capturesOnlySelectedLayers()
@@ -171,10 +180,12 @@ private Q_SLOTS:
         const fs::path dir = tmp.path().toStdString();
         auto p = makePair(dir);
         gpu::CaptureOptions o;
-        auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(), gpu::describeModel('a', *p.a, p.tokPath),
+        auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(),
+                                                gpu::describeModel('a', *p.a, p.tokPath),
                                                 gpu::describeModel('b', *p.b, p.tokPath));
         std::vector<gpu::CapturePrompt> prompts(5, gpu::CapturePrompt{"same prompt", "", {}, {}});
-        const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o, [](int done, int) { return done < 2; });
+        const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o,
+                                           [](int done, int) { return done < 2; });
         QVERIFY(r.cancelled);
         QCOMPARE(r.promptsWritten, 2);
         w.close();

@@ -117,7 +117,8 @@ private Q_SLOTS:
         // a multi-token chunk at an offset (masked prefill over a cache) gives the same logits
         auto chunked = model->newCache();
         model->forward(std::vector<int>(ids.begin(), ids.begin() + 17), chunked);
-        const auto chunk = model->forward(std::vector<int>(ids.begin() + 17, ids.begin() + 24), chunked, true);
+        const auto chunk =
+            model->forward(std::vector<int>(ids.begin() + 17, ids.begin() + 24), chunked, true);
         const std::vector<float> expected(all.begin() + std::ptrdiff_t(17 * size_t(vocab)),
                                           all.begin() + std::ptrdiff_t(24 * size_t(vocab)));
         QVERIFY(test::maxRelativeError(chunk, expected) < 1e-4);
@@ -363,7 +364,10 @@ private Q_SLOTS:
         QCOMPARE(model->generate(prompt, o, {}, &flag).outputIds.size(), size_t(1));
         // streaming callback sees every token in order
         std::vector<int> streamed;
-        const auto r = model->generate(prompt, o, [&](int id, float) { streamed.push_back(id); return true; });
+        const auto r = model->generate(prompt, o, [&](int id, float) {
+            streamed.push_back(id);
+            return true;
+        });
         QCOMPARE(streamed, r.outputIds);
         QVERIFY(r.stats.ttftMs > 0);
         QCOMPARE(r.stats.generatedTokens, 10);
@@ -377,7 +381,10 @@ private Q_SLOTS:
         auto none = gpu::Model::load(path, {}, [&](double, const std::string &) { return ++calls < 2; });
         QVERIFY(!none);
         std::vector<double> fractions;
-        auto model = gpu::Model::load(path, {}, [&](double f, const std::string &) { fractions.push_back(f); return true; });
+        auto model = gpu::Model::load(path, {}, [&](double f, const std::string &) {
+            fractions.push_back(f);
+            return true;
+        });
         QVERIFY(model);
         QVERIFY(std::is_sorted(fractions.begin(), fractions.end()));
         QCOMPARE(fractions.back(), 1.0);

@@ -71,8 +71,10 @@ private Q_SLOTS:
         QCOMPARE(a.stepsDone, 40);
         QCOMPARE(a.evaluations.size(), size_t(4));
         // from ~log(128) = 4.85 nats at initialisation to well below
-        QVERIFY2(a.evaluations.front().valLoss.value() < 4.6, qPrintable(QString::number(*a.evaluations.front().valLoss)));
-        QVERIFY2(a.finalValLoss < 0.6 * a.evaluations.front().valLoss.value(), qPrintable(QString::number(a.finalValLoss)));
+        QVERIFY2(a.evaluations.front().valLoss.value() < 4.6,
+                 qPrintable(QString::number(*a.evaluations.front().valLoss)));
+        QVERIFY2(a.finalValLoss < 0.6 * a.evaluations.front().valLoss.value(),
+                 qPrintable(QString::number(a.finalValLoss)));
         for (size_t i = 0; i < a.evaluations.size(); ++i) {
             QCOMPARE(a.evaluations[i].loss, b.evaluations[i].loss); // bit-identical for the seed
             QCOMPARE(*a.evaluations[i].valLoss, *b.evaluations[i].valLoss);

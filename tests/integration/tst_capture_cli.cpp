@@ -23,7 +23,10 @@ namespace fs = std::filesystem;
 using test::runKvwb;
 
 namespace {
-QString q(const fs::path &p) { return QString::fromStdString(p.string()); }
+QString q(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
 } // namespace
 
 class TestCaptureCli : public QObject
@@ -42,15 +45,18 @@ private Q_SLOTS:
         core::writeRandomHfModel(m_dir / "c", core::randomModelPreset("gqa"));
         std::string prompts;
         for (int i = 0; i < 300; ++i)
-            prompts += "Question " + std::to_string(i) + ": what does the cache hold for prompt number " + std::to_string(i) + "?\n";
+            prompts += "Question " + std::to_string(i) + ": what does the cache hold for prompt number " +
+                       std::to_string(i) + "?\n";
         test::writeFile(m_dir / "prompts.txt", prompts);
-        test::writeFile(m_dir / "few.jsonl", "{\"prompt\": \"one\", \"intent\": \"n1\"}\n{\"prompt\": \"two\"}\nnot json\n");
+        test::writeFile(m_dir / "few.jsonl",
+                        "{\"prompt\": \"one\", \"intent\": \"n1\"}\n{\"prompt\": \"two\"}\nnot json\n");
     }
 
     void captureAppendRefuse()
     {
         const fs::path out = m_dir / "e.h5";
-        const QStringList base = {"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out", q(out)};
+        const QStringList base = {"capture",      "--model-a", q(m_dir / "a"), "--model-b",
+                                  q(m_dir / "b"), "--out",     q(out)};
         auto r = runKvwb(base + QStringList{"--prompts", q(m_dir / "few.jsonl"), "--dtype", "f16", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QVERIFY(r.err.contains("few.jsonl:3: not valid JSON"));
@@ -70,8 +76,8 @@ private Q_SLOTS:
             QCOMPARE(rd.storage().storage, core::KvStorage::F16);
         }
         // other models: refused, exit 1, one line naming both fingerprints
-        r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "c"), "--out", q(out), "--prompts",
-                     q(m_dir / "few.jsonl")});
+        r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "c"), "--out", q(out),
+                     "--prompts", q(m_dir / "few.jsonl")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("e.h5"), r.err.constData());
         // any HDF5 tool can list it
@@ -120,8 +126,8 @@ private Q_SLOTS:
     {
         const fs::path out = m_dir / "killed.h5";
         QProcess p;
-        p.start(q(test::kvwbBinary()), {"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out",
-                                       q(out), "--prompts", q(m_dir / "prompts.txt")});
+        p.start(q(test::kvwbBinary()), {"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"),
+                                        "--out", q(out), "--prompts", q(m_dir / "prompts.txt")});
         QVERIFY(p.waitForStarted());
         // progress lines "captured N/300" come every 10 prompts: kill after the second report
         QByteArray err;
@@ -141,10 +147,12 @@ private Q_SLOTS:
         const auto tok = core::loadTokenizer(m_dir / "a");
         {
             const auto rd = core::ExperimentReader::open(out);
-            QVERIFY2(rd.promptCount() >= reported, qPrintable(QString("%1 < %2").arg(rd.promptCount()).arg(reported)));
+            QVERIFY2(rd.promptCount() >= reported,
+                     qPrintable(QString("%1 < %2").arg(rd.promptCount()).arg(reported)));
             for (int i = 0; i < rd.promptCount(); ++i) {
-                const std::string text = "Question " + std::to_string(i) + ": what does the cache hold for prompt number " +
-                                         std::to_string(i) + "?";
+                const std::string text = "Question " + std::to_string(i) +
+                                         ": what does the cache hold for prompt number " + std::to_string(i) +
+                                         "?";
                 QCOMPARE(rd.prompt(i).text, text);
                 const auto ids = tok->encode(text, true);
                 QCOMPARE(rd.prompt(i).b.ids, std::vector<int32_t>(ids.begin(), ids.end()));
@@ -152,8 +160,8 @@ private Q_SLOTS:
             }
         }
         // and the file can be appended to afterwards
-        const auto r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out", q(out),
-                                "--prompts", q(m_dir / "few.jsonl"), "--json"});
+        const auto r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out",
+                                q(out), "--prompts", q(m_dir / "few.jsonl"), "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QCOMPARE(QJsonDocument::fromJson(r.out).object()["appended"].toBool(), true);
     }

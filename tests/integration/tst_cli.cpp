@@ -22,7 +22,10 @@ namespace {
 using Run = kvwb::test::KvwbRun;
 using kvwb::test::runKvwb;
 
-QString path(const fs::path &p) { return QString::fromStdString(p.string()); }
+QString path(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
 
 } // namespace
 
@@ -45,7 +48,8 @@ private Q_SLOTS:
     void helpForEverySubcommand_data()
     {
         QTest::addColumn<QString>("cmd");
-        for (const char *c : {"info", "tokenize", "generate", "bench", "make-model", "convert", "corpus", "workload"})
+        for (const char *c :
+             {"info", "tokenize", "generate", "bench", "make-model", "convert", "corpus", "workload"})
             QTest::newRow(c) << QString(c);
     }
     void helpForEverySubcommand()
@@ -77,7 +81,8 @@ private Q_SLOTS:
         const Run r = runKvwb({"tokenize", "--tokenizer", path(m_model), "--text", "Hi!", "--add-special"});
         QCOMPARE(r.exitCode, 0);
         QCOMPARE(r.out.trimmed(), QByteArray("256 72 105 33")); // BOS, then bytes
-        const Run j = runKvwb({"tokenize", "--tokenizer", path(m_model / "tokenizer.json"), "--text", "a b", "--json"});
+        const Run j =
+            runKvwb({"tokenize", "--tokenizer", path(m_model / "tokenizer.json"), "--text", "a b", "--json"});
         QCOMPARE(j.exitCode, 0);
         const auto o = QJsonDocument::fromJson(j.out).object();
         QCOMPARE(o["ids"].toArray().size(), 3);
@@ -111,8 +116,8 @@ private Q_SLOTS:
 
     void generateJsonIsDeterministic()
     {
-        const QStringList args = {"generate", "--model", path(m_model), "--prompt", "hello", "--max-tokens", "8",
-                                  "--ignore-eos", "--json"};
+        const QStringList args = {"generate",     "--model", path(m_model),  "--prompt", "hello",
+                                  "--max-tokens", "8",       "--ignore-eos", "--json"};
         const Run a = runKvwb(args), b = runKvwb(args);
         QCOMPARE(a.exitCode, 0);
         const auto ja = QJsonDocument::fromJson(a.out).object(), jb = QJsonDocument::fromJson(b.out).object();
@@ -129,14 +134,15 @@ private Q_SLOTS:
         QStringList ids;
         for (const auto v : ja["prompt_ids"].toArray())
             ids << QString::number(v.toInt());
-        const Run c = runKvwb({"generate", "--model", path(m_model), "--prompt-ids", ids.join(","), "--max-tokens", "8",
-                            "--ignore-eos", "--json"});
+        const Run c = runKvwb({"generate", "--model", path(m_model), "--prompt-ids", ids.join(","),
+                               "--max-tokens", "8", "--ignore-eos", "--json"});
         QCOMPARE(QJsonDocument::fromJson(c.out).object()["output_ids"], ja["output_ids"]);
     }
 
     void bench()
     {
-        const Run r = runKvwb({"bench", path(m_model), "--lengths", "16,64", "--decode-tokens", "4", "--repeats", "1"});
+        const Run r =
+            runKvwb({"bench", path(m_model), "--lengths", "16,64", "--decode-tokens", "4", "--repeats", "1"});
         QCOMPARE(r.exitCode, 0);
         QVERIFY(r.out.contains("prefill tok/s"));
         QVERIFY(r.out.contains("|            16 |"));
@@ -147,15 +153,24 @@ private Q_SLOTS:
     {
         QTest::addColumn<QString>("kind");
         QTest::addColumn<QString>("expect"); // substring of the error line
-        QTest::newRow("missing path") << "missing" << "does-not-exist";
-        QTest::newRow("truncated safetensors") << "truncated" << "model.safetensors";
-        QTest::newRow("header not json") << "notjson" << "model.safetensors";
-        QTest::newRow("config missing field") << "nofield" << "hidden_size";
-        QTest::newRow("unsupported architecture") << "arch" << "gpt_neox";
-        QTest::newRow("misshapen tensor") << "shape" << "model.layers.1.self_attn.k_proj.weight";
-        QTest::newRow("tokenizer too big for vocab") << "vocab" << "tokenizer";
-        QTest::newRow("bad flag value") << "flag" << "--max-tokens";
-        QTest::newRow("cuda without gpu") << "cuda" << "CUDA";
+        QTest::newRow("missing path") << "missing"
+                                      << "does-not-exist";
+        QTest::newRow("truncated safetensors") << "truncated"
+                                               << "model.safetensors";
+        QTest::newRow("header not json") << "notjson"
+                                         << "model.safetensors";
+        QTest::newRow("config missing field") << "nofield"
+                                              << "hidden_size";
+        QTest::newRow("unsupported architecture") << "arch"
+                                                  << "gpt_neox";
+        QTest::newRow("misshapen tensor") << "shape"
+                                          << "model.layers.1.self_attn.k_proj.weight";
+        QTest::newRow("tokenizer too big for vocab") << "vocab"
+                                                     << "tokenizer";
+        QTest::newRow("bad flag value") << "flag"
+                                        << "--max-tokens";
+        QTest::newRow("cuda without gpu") << "cuda"
+                                          << "CUDA";
     }
     void badInput()
     {
@@ -205,7 +220,8 @@ private Q_SLOTS:
         } else if (kind == "flag") {
             args[6] = "-3";
         } else if (kind == "cuda") {
-            args << "--device" << "cuda";
+            args << "--device"
+                 << "cuda";
         }
         const Run r = runKvwb(args);
         if (kind == "cuda" && r.exitCode == 0)

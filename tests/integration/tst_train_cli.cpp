@@ -19,7 +19,10 @@ namespace {
 using Run = kvwb::test::KvwbRun;
 using kvwb::test::runKvwb;
 
-QString q(const fs::path &p) { return QString::fromStdString(p.string()); }
+QString q(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
 
 } // namespace
 
@@ -36,18 +39,18 @@ private Q_SLOTS:
         m_corpus = fs::path(m_tmp.path().toStdString()) / "corpus.jsonl";
         std::string text;
         const char *things[] = {"cat", "dog", "car", "tree", "house", "river", "bread", "stone"};
-        const char *glosses[] = {"A small domestic feline.", "A loyal domestic canine.", "A motor vehicle with wheels.",
-                                 "A tall perennial woody plant.", "A building where people live.",
-                                 "A large natural stream of water.", "Food made of flour and water.",
-                                 "A piece of hard rock."};
+        const char *glosses[] = {"A small domestic feline.",      "A loyal domestic canine.",
+                                 "A motor vehicle with wheels.",  "A tall perennial woody plant.",
+                                 "A building where people live.", "A large natural stream of water.",
+                                 "Food made of flour and water.", "A piece of hard rock."};
         const char *templates[] = {"What is a %s?", "Explain %s.", "Define %s.", "Tell me about %s."};
         for (int t = 0; t < 4; ++t)
             for (int i = 0; i < 8; ++i) {
                 char question[128];
                 std::snprintf(question, sizeof question, templates[t], things[i]);
                 const std::string prompt = std::string("Q: ") + question + "\\nA:";
-                text += std::string("{\"text\": \"") + prompt + " " + glosses[i] + "\\n\", \"prompt\": \"" + prompt +
-                        "\", \"answer\": \"" + glosses[i] + "\", \"rank\": " + std::to_string(i) +
+                text += std::string("{\"text\": \"") + prompt + " " + glosses[i] + "\\n\", \"prompt\": \"" +
+                        prompt + "\", \"answer\": \"" + glosses[i] + "\", \"rank\": " + std::to_string(i) +
                         ", \"split\": \"" + (t == 3 ? "validation" : "train") + "\"}\n";
             }
         text += "{not json\n";
@@ -71,11 +74,12 @@ private Q_SLOTS:
         const auto card = QJsonDocument::fromJson(info.out).object();
         QCOMPARE(card["tokenizer"].toObject()["kind"].toString(), QString("sentencepiece"));
         QCOMPARE(card["vocab"].toInt(), 300);
-        const Run gen = runKvwb({"generate", "--model", q(out), "--prompt", "Q: What is a cat?\nA:", "--max-tokens",
-                                 "6", "--json"});
+        const Run gen = runKvwb({"generate", "--model", q(out), "--prompt",
+                                 "Q: What is a cat?\nA:", "--max-tokens", "6", "--json"});
         QCOMPARE(gen.exitCode, 0);
         QCOMPARE(QJsonDocument::fromJson(gen.out).object()["prompt_ids"].toArray().first().toInt(), 1); // BOS
-        const Run eval = runKvwb({"eval-qa", "--model", q(out), "--corpus", q(m_corpus), "--json", "--max-tokens", "8"});
+        const Run eval =
+            runKvwb({"eval-qa", "--model", q(out), "--corpus", q(m_corpus), "--json", "--max-tokens", "8"});
         QVERIFY2(eval.exitCode == 0, eval.err.constData());
         const auto e = QJsonDocument::fromJson(eval.out).object();
         QCOMPARE(e["questions"].toInt(), 8);
@@ -86,14 +90,17 @@ private Q_SLOTS:
     {
         const fs::path out = fs::path(m_tmp.path().toStdString()) / "resumed";
         const fs::path tok = fs::path(m_tmp.path().toStdString()) / "model" / "tokenizer.model";
-        QStringList args = {"train", "--corpus", q(m_corpus), "--out", q(out), "--preset", "tiny", "--tokenizer",
-                            q(tok), "--steps", "8", "--seq-len", "32", "--batch", "2", "--checkpoint-every", "4"};
+        QStringList args = {
+            "train", "--corpus", q(m_corpus), "--out",     q(out), "--preset", "tiny", "--tokenizer",
+            q(tok),  "--steps",  "8",         "--seq-len", "32",   "--batch",  "2",    "--checkpoint-every",
+            "4"};
         const Run first = runKvwb(args);
         QCOMPARE(first.exitCode, 0);
         args << "--resume";
         const Run again = runKvwb(args); // already complete: resumes at step 8 and writes the same model
         QCOMPARE(again.exitCode, 0);
-        const auto a = QJsonDocument::fromJson(first.out).object(), b = QJsonDocument::fromJson(again.out).object();
+        const auto a = QJsonDocument::fromJson(first.out).object(),
+                   b = QJsonDocument::fromJson(again.out).object();
         QCOMPARE(b["steps"].toInt(), 8);
         QCOMPARE(b["final_val_loss"].toDouble(), a["final_val_loss"].toDouble());
     }
@@ -102,8 +109,8 @@ private Q_SLOTS:
     {
         const fs::path bad = fs::path(m_tmp.path().toStdString()) / "bad.jsonl";
         test::writeFile(bad, "{\"nottext\": 1}\n[1,2]\n");
-        const Run r = runKvwb({"train", "--corpus", q(bad), "--out", q(bad.parent_path() / "x"), "--preset", "tiny",
-                               "--train-tokenizer", "300"});
+        const Run r = runKvwb({"train", "--corpus", q(bad), "--out", q(bad.parent_path() / "x"), "--preset",
+                               "tiny", "--train-tokenizer", "300"});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("bad.jsonl") && r.err.contains("no documents"), r.err.constData());
     }

@@ -10,7 +10,8 @@
 namespace kvwb::test {
 
 // Logits for every position: [ids.size()][vocab].
-std::vector<std::vector<double>> referenceForward(const core::Checkpoint &checkpoint, const std::vector<int> &ids);
+std::vector<std::vector<double>> referenceForward(const core::Checkpoint &checkpoint,
+                                                  const std::vector<int> &ids);
 
 // max_i |a_i - b_i| / max(1e-6, max_i |b_i|): error relative to the scale of the reference.
 double maxRelativeError(const std::vector<float> &a, const std::vector<double> &b);

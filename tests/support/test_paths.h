@@ -6,8 +6,8 @@
 
 namespace kvwb::test {
 
-std::filesystem::path sourceDir();   // KVWB_SOURCE_DIR
-std::filesystem::path kvwbBinary();  // KVWB_BINARY
+std::filesystem::path sourceDir();  // KVWB_SOURCE_DIR
+std::filesystem::path kvwbBinary(); // KVWB_BINARY
 // Writes text to path (creating parent directories); throws std::runtime_error on failure.
 void writeFile(const std::filesystem::path &path, const std::string &text);
 std::string readFile(const std::filesystem::path &path);

@@ -45,8 +45,8 @@ Stream buildStream(const std::vector<std::vector<int>> &docs, int vocab, const c
         for (int id : docs[d]) {
             if (id < 0 || id >= vocab)
                 throw Error(ErrorCode::InvalidArgument,
-                            fmt::format("{} document {}: token id {} outside the vocabulary [0, {})", which, d, id,
-                                        vocab));
+                            fmt::format("{} document {}: token id {} outside the vocabulary [0, {})", which,
+                                        d, id, vocab));
             s.tokens.push_back(id);
         }
     }
@@ -80,7 +80,8 @@ torch::Tensor validationRows(const Stream &s, const TrainOptions &o)
     auto batch = torch::empty({rows, o.seqLen + 1}, torch::kInt64);
     auto *p = batch.data_ptr<int64_t>();
     for (int r = 0; r < rows; ++r)
-        fillRow(s, s.starts[size_t(r) * s.starts.size() / size_t(rows)], o.seqLen, p + size_t(r) * size_t(o.seqLen + 1));
+        fillRow(s, s.starts[size_t(r) * s.starts.size() / size_t(rows)], o.seqLen,
+                p + size_t(r) * size_t(o.seqLen + 1));
     return batch;
 }
 
@@ -105,8 +106,8 @@ Params initParams(const core::ModelConfig &c, uint64_t seed)
 {
     torch::manual_seed(seed);
     Params p;
-    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim, kv = int64_t(c.numKvHeads) * c.headDim,
-                  inter = c.intermediateSize;
+    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                  kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
     const double std = 0.02, outStd = 0.02 / std::sqrt(2.0 * c.numLayers); // GPT-2 style residual scaling
     p.add("model.embed_tokens.weight", torch::randn({c.vocabSize, h}) * std);
     for (int l = 0; l < c.numLayers; ++l) {
@@ -138,8 +139,8 @@ torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w, double eps
 }
 
 // Logits [B, T, vocab] for tokens [B, T]; the same function the engine computes (rotate-half RoPE).
-torch::Tensor forward(const Params &p, const core::ModelConfig &c, const torch::Tensor &cos, const torch::Tensor &sin,
-                      const torch::Tensor &tokens)
+torch::Tensor forward(const Params &p, const core::ModelConfig &c, const torch::Tensor &cos,
+                      const torch::Tensor &sin, const torch::Tensor &tokens)
 {
     const int64_t B = tokens.size(0), T = tokens.size(1);
     const int64_t nh = c.numHeads, nkv = c.numKvHeads, hd = c.headDim, half = hd / 2;
@@ -155,9 +156,15 @@ torch::Tensor forward(const Params &p, const core::ModelConfig &c, const torch::
     for (int l = 0; l < c.numLayers; ++l) {
         const std::string n = fmt::format("model.layers.{}.", l);
         auto h = rmsNorm(x, p[n + "input_layernorm.weight"], c.rmsNormEps);
-        auto q = lin(h, n + "self_attn.q_proj.weight", n + "self_attn.q_proj.bias").view({B, T, nh, hd}).transpose(1, 2);
-        auto k = lin(h, n + "self_attn.k_proj.weight", n + "self_attn.k_proj.bias").view({B, T, nkv, hd}).transpose(1, 2);
-        auto v = lin(h, n + "self_attn.v_proj.weight", n + "self_attn.v_proj.bias").view({B, T, nkv, hd}).transpose(1, 2);
+        auto q = lin(h, n + "self_attn.q_proj.weight", n + "self_attn.q_proj.bias")
+                     .view({B, T, nh, hd})
+                     .transpose(1, 2);
+        auto k = lin(h, n + "self_attn.k_proj.weight", n + "self_attn.k_proj.bias")
+                     .view({B, T, nkv, hd})
+                     .transpose(1, 2);
+        auto v = lin(h, n + "self_attn.v_proj.weight", n + "self_attn.v_proj.bias")
+                     .view({B, T, nkv, hd})
+                     .transpose(1, 2);
         q = rope(q);
         k = rope(k);
         if (nkv != nh) { // GQA: query head h uses kv head h / (nh / nkv)
@@ -194,10 +201,13 @@ void writeModel(const Params &p, const core::ModelConfig &c, const TrainOptions 
 {
     const auto dtype = core::parseDType(o.weightDtype);
     if (!dtype || (*dtype != core::DType::F32 && *dtype != core::DType::BF16 && *dtype != core::DType::F16))
-        throw Error(ErrorCode::InvalidArgument, "weight dtype must be F32, BF16 or F16, got '" + o.weightDtype + "'");
+        throw Error(ErrorCode::InvalidArgument,
+                    "weight dtype must be F32, BF16 or F16, got '" + o.weightDtype + "'");
     core::SafetensorsWriter w;
     w.setMetadata("format", "pt");
-    const auto st = *dtype == core::DType::F32 ? torch::kFloat32 : *dtype == core::DType::BF16 ? torch::kBFloat16 : torch::kFloat16;
+    const auto st = *dtype == core::DType::F32    ? torch::kFloat32
+                    : *dtype == core::DType::BF16 ? torch::kBFloat16
+                                                  : torch::kFloat16;
     for (size_t i = 0; i < p.names.size(); ++i) {
         auto t = p.tensors[i].detach().to(st).contiguous();
         std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
@@ -206,7 +216,9 @@ void writeModel(const Params &p, const core::ModelConfig &c, const TrainOptions 
     }
     w.write(dir / "model.safetensors");
     core::ModelConfig out = c;
-    out.torchDtype = *dtype == core::DType::F32 ? "float32" : *dtype == core::DType::BF16 ? "bfloat16" : "float16";
+    out.torchDtype = *dtype == core::DType::F32    ? "float32"
+                     : *dtype == core::DType::BF16 ? "bfloat16"
+                                                   : "float16";
     core::writeFileAtomic(dir / "config.json", out.toHfJson());
 }
 
@@ -220,7 +232,8 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
     if (c.ropeLayout != core::RopeLayout::RotateHalf)
         throw Error(ErrorCode::InvalidArgument, "the trainer writes HF layout: RoPE must be rotate-half");
     if (data.train.empty() || data.validation.empty())
-        throw Error(ErrorCode::InvalidArgument, "training needs at least one training and one validation document");
+        throw Error(ErrorCode::InvalidArgument,
+                    "training needs at least one training and one validation document");
     if (o.steps <= 0 || o.batchSize <= 0 || o.seqLen <= 1)
         throw Error(ErrorCode::InvalidArgument, "steps, batch size and sequence length must be positive");
     const Stream train = buildStream(data.train, c.vocabSize, "training");
@@ -238,10 +251,12 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
     for (size_t i = 0; i < p.names.size(); ++i)
         (p.tensors[i].dim() >= 2 ? decay : noDecay).push_back(p.tensors[i]);
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                   torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weightDecay)));
-    groups.emplace_back(noDecay, std::make_unique<torch::optim::AdamWOptions>(
-                                     torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(0.0)));
+    groups.emplace_back(
+        decay, std::make_unique<torch::optim::AdamWOptions>(
+                   torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weightDecay)));
+    groups.emplace_back(noDecay,
+                        std::make_unique<torch::optim::AdamWOptions>(
+                            torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(0.0)));
     torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr));
 
     TrainResult result;
@@ -254,11 +269,13 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
             std::vector<torch::Tensor> saved;
             torch::load(saved, (stateDir / "params.pt").string());
             if (saved.size() != p.tensors.size())
-                throw Error(ErrorCode::Format, (stateDir / "params.pt").string() + ": parameter count differs from the model");
+                throw Error(ErrorCode::Format,
+                            (stateDir / "params.pt").string() + ": parameter count differs from the model");
             for (size_t i = 0; i < saved.size(); ++i) {
                 if (!saved[i].sizes().equals(p.tensors[i].sizes()))
-                    throw Error(ErrorCode::Shape, fmt::format("{}: parameter '{}' has another shape than the model",
-                                                              (stateDir / "params.pt").string(), p.names[i]));
+                    throw Error(ErrorCode::Shape,
+                                fmt::format("{}: parameter '{}' has another shape than the model",
+                                            (stateDir / "params.pt").string(), p.names[i]));
                 p.tensors[i].copy_(saved[i]);
             }
             torch::load(opt, (stateDir / "optimizer.pt").string());
@@ -272,7 +289,8 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         } catch (const nlohmann::json::exception &e) {
             throw Error(ErrorCode::Format, (stateDir / "state.json").string() + ": " + e.what());
         } catch (const c10::Error &e) {
-            throw Error(ErrorCode::Format, stateDir.string() + ": cannot read training state: " + e.what_without_backtrace());
+            throw Error(ErrorCode::Format,
+                        stateDir.string() + ": cannot read training state: " + e.what_without_backtrace());
         }
     }
 
@@ -309,8 +327,9 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         fs::rename(stateDir / "params.pt.tmp", stateDir / "params.pt");
         fs::rename(stateDir / "optimizer.pt.tmp", stateDir / "optimizer.pt");
         // state.json last: a crash before it leaves the previous, consistent state in place
-        core::writeFileAtomic(stateDir / "state.json",
-                              nlohmann::json{{"step", step}, {"seed", o.seed}, {"evaluations", evals}}.dump(1));
+        core::writeFileAtomic(
+            stateDir / "state.json",
+            nlohmann::json{{"step", step}, {"seed", o.seed}, {"evaluations", evals}}.dump(1));
     };
 
     const auto t0 = std::chrono::steady_clock::now();
@@ -345,8 +364,10 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         windowLoss += tp.loss;
         ++windowSteps;
         if (!std::isfinite(tp.loss))
-            throw Error(ErrorCode::InvalidArgument,
-                        fmt::format("training diverged at step {} (loss is not finite); lower the learning rate", tp.step));
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("training diverged at step {} (loss is not finite); lower the learning rate",
+                            tp.step));
         const bool evalNow = (o.evalEvery > 0 && tp.step % o.evalEvery == 0) || tp.step == o.steps;
         if (evalNow) {
             tp.valLoss = evaluate();
@@ -383,15 +404,26 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         if (fs::absolute(*tokenizerFile) != fs::absolute(dest)) {
             fs::copy_file(*tokenizerFile, dest, fs::copy_options::overwrite_existing, ec);
             if (ec)
-                throw Error(ErrorCode::Io, tokenizerFile->string() + ": cannot copy tokenizer: " + ec.message());
+                throw Error(ErrorCode::Io,
+                            tokenizerFile->string() + ": cannot copy tokenizer: " + ec.message());
         }
     }
-    nlohmann::json log = {{"steps", result.stepsDone}, {"seconds", result.seconds}, {"seq_len", o.seqLen},
-                          {"batch_size", o.batchSize}, {"lr", o.lr}, {"min_lr", o.minLr}, {"warmup_steps", o.warmupSteps},
-                          {"weight_decay", o.weightDecay}, {"grad_clip", o.gradClip}, {"seed", o.seed},
-                          {"threads", threads}, {"train_documents", data.train.size()},
-                          {"validation_documents", data.validation.size()}, {"final_loss", result.finalLoss},
-                          {"final_val_loss", result.finalValLoss}, {"val_perplexity", std::exp(result.finalValLoss)}};
+    nlohmann::json log = {{"steps", result.stepsDone},
+                          {"seconds", result.seconds},
+                          {"seq_len", o.seqLen},
+                          {"batch_size", o.batchSize},
+                          {"lr", o.lr},
+                          {"min_lr", o.minLr},
+                          {"warmup_steps", o.warmupSteps},
+                          {"weight_decay", o.weightDecay},
+                          {"grad_clip", o.gradClip},
+                          {"seed", o.seed},
+                          {"threads", threads},
+                          {"train_documents", data.train.size()},
+                          {"validation_documents", data.validation.size()},
+                          {"final_loss", result.finalLoss},
+                          {"final_val_loss", result.finalValLoss},
+                          {"val_perplexity", std::exp(result.finalValLoss)}};
     nlohmann::json ev = nlohmann::json::array();
     for (const auto &e : result.evaluations)
         ev.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});

@@ -9,14 +9,20 @@
 
 namespace kvwb::gpu {
 
-const char *deviceName(Device d) noexcept { return d == Device::Cuda ? "cuda" : "cpu"; }
+const char *deviceName(Device d) noexcept
+{
+    return d == Device::Cuda ? "cuda" : "cpu";
+}
 
 const char *computeTypeName(ComputeType t) noexcept
 {
     switch (t) {
-    case ComputeType::F32: return "f32";
-    case ComputeType::BF16: return "bf16";
-    case ComputeType::F16: return "f16";
+    case ComputeType::F32:
+        return "f32";
+    case ComputeType::BF16:
+        return "bf16";
+    case ComputeType::F16:
+        return "f16";
     }
     return "?";
 }
@@ -41,7 +47,10 @@ std::optional<ComputeType> parseComputeType(std::string_view s) noexcept
     return std::nullopt;
 }
 
-int computeTypeBytes(ComputeType t) noexcept { return t == ComputeType::F32 ? 4 : 2; }
+int computeTypeBytes(ComputeType t) noexcept
+{
+    return t == ComputeType::F32 ? 4 : 2;
+}
 
 bool cudaAvailable()
 {
@@ -57,13 +66,14 @@ void checkDeviceSupport(Device d, ComputeType t)
     if (d == Device::Cuda && !cudaAvailable()) {
         throw core::Error(core::ErrorCode::Device,
                           "CUDA requested but not usable: the linked LibTorch " + torchVersion() +
-                              (torch::cuda::device_count() == 0 ? " sees no CUDA device (or was built without CUDA)"
-                                                                : " cannot initialise CUDA") +
+                              (torch::cuda::device_count() == 0
+                                   ? " sees no CUDA device (or was built without CUDA)"
+                                   : " cannot initialise CUDA") +
                               "; use --device cpu");
     }
     if (d == Device::Cpu && t == ComputeType::F16) {
-        throw core::Error(core::ErrorCode::Device,
-                          "f16 is only supported on CUDA (CPU half matmuls are emulated and slow); use --dtype bf16 or f32");
+        throw core::Error(core::ErrorCode::Device, "f16 is only supported on CUDA (CPU half matmuls are "
+                                                   "emulated and slow); use --dtype bf16 or f32");
     }
 }
 
@@ -71,9 +81,13 @@ std::string describeDevice(Device d)
 {
     if (d == Device::Cuda && cudaAvailable())
         return fmt::format("cuda ({} device(s))", torch::cuda::device_count());
-    return fmt::format("cpu ({} threads of {} cores)", at::get_num_threads(), std::thread::hardware_concurrency());
+    return fmt::format("cpu ({} threads of {} cores)", at::get_num_threads(),
+                       std::thread::hardware_concurrency());
 }
 
-std::string torchVersion() { return TORCH_VERSION; }
+std::string torchVersion()
+{
+    return TORCH_VERSION;
+}
 
 } // namespace kvwb::gpu

@@ -1,8 +1,8 @@
 #include "gpu/model.h"
 
 #include "core/error.h"
-#include "gpu/kv_cache_p.h"
-#include "gpu/torch_error_p.h"
+#include "gpu/src/kv_cache_p.h"
+#include "gpu/src/torch_error_p.h"
 
 #include <fmt/format.h>
 
@@ -29,9 +29,12 @@ double msSince(Clock::time_point t0)
 torch::Dtype torchType(ComputeType t)
 {
     switch (t) {
-    case ComputeType::F32: return torch::kFloat32;
-    case ComputeType::BF16: return torch::kBFloat16;
-    case ComputeType::F16: return torch::kFloat16;
+    case ComputeType::F32:
+        return torch::kFloat32;
+    case ComputeType::BF16:
+        return torch::kBFloat16;
+    case ComputeType::F16:
+        return torch::kFloat16;
     }
     return torch::kFloat32;
 }
@@ -39,12 +42,17 @@ torch::Dtype torchType(ComputeType t)
 torch::Dtype torchType(core::DType t)
 {
     switch (t) {
-    case core::DType::F32: return torch::kFloat32;
-    case core::DType::F16: return torch::kFloat16;
-    case core::DType::BF16: return torch::kBFloat16;
-    case core::DType::F64: return torch::kFloat64;
+    case core::DType::F32:
+        return torch::kFloat32;
+    case core::DType::F16:
+        return torch::kFloat16;
+    case core::DType::BF16:
+        return torch::kBFloat16;
+    case core::DType::F64:
+        return torch::kFloat64;
     default:
-        throw Error(ErrorCode::Shape, std::string("weights of dtype ") + core::dtypeName(t) + " are not supported");
+        throw Error(ErrorCode::Shape,
+                    std::string("weights of dtype ") + core::dtypeName(t) + " are not supported");
     }
 }
 
@@ -64,12 +72,12 @@ using detail::translateTorch;
 
 struct Layer
 {
-    torch::Tensor inputNorm;  // [hidden]
-    torch::Tensor wq, bq;     // [heads*headDim, hidden], [heads*headDim] (bias optional)
-    torch::Tensor wk, bk;     // [kvHeads*headDim, hidden], [kvHeads*headDim]
-    torch::Tensor wv, bv;     // [kvHeads*headDim, hidden], [kvHeads*headDim]
-    torch::Tensor wo, bo;     // [hidden, heads*headDim], [hidden]
-    torch::Tensor postNorm;   // [hidden]
+    torch::Tensor inputNorm;    // [hidden]
+    torch::Tensor wq, bq;       // [heads*headDim, hidden], [heads*headDim] (bias optional)
+    torch::Tensor wk, bk;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
+    torch::Tensor wv, bv;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
+    torch::Tensor wo, bo;       // [hidden, heads*headDim], [hidden]
+    torch::Tensor postNorm;     // [hidden]
     torch::Tensor wGate, bGate; // [intermediate, hidden]
     torch::Tensor wUp, bUp;     // [intermediate, hidden]
     torch::Tensor wDown, bDown; // [hidden, intermediate]
@@ -84,7 +92,7 @@ struct Model::Impl
     LoadOptions options;
     torch::Device device = torch::kCPU;
     torch::Dtype dtype = torch::kFloat32;
-    torch::Tensor embed;     // [vocab, hidden]
+    torch::Tensor embed; // [vocab, hidden]
     std::vector<Layer> layers;
     torch::Tensor finalNorm; // [hidden]
     torch::Tensor lmHead;    // [vocab, hidden] (aliases embed when tied)
@@ -113,17 +121,19 @@ struct Model::Impl
             throw Error(ErrorCode::InvalidArgument, "KV cache is empty: create it with Model::newCache()");
         const core::ModelConfig &c = config;
         if (impl->numLayers != c.numLayers || impl->numKvHeads != c.numKvHeads || impl->headDim != c.headDim)
-            throw Error(ErrorCode::Shape,
-                        fmt::format("KV cache geometry [{} layers, {} kv heads, head dim {}] does not match the "
-                                    "model's [{}, {}, {}]",
-                                    impl->numLayers, impl->numKvHeads, impl->headDim, c.numLayers, c.numKvHeads,
-                                    c.headDim));
+            throw Error(
+                ErrorCode::Shape,
+                fmt::format("KV cache geometry [{} layers, {} kv heads, head dim {}] does not match the "
+                            "model's [{}, {}, {}]",
+                            impl->numLayers, impl->numKvHeads, impl->headDim, c.numLayers, c.numKvHeads,
+                            c.headDim));
         if (impl->rope != rope || impl->device != device || impl->dtype != dtype)
-            throw Error(ErrorCode::InvalidArgument,
-                        fmt::format("KV cache belongs to another model (or device/dtype: cache {} {}, model {} {}); "
-                                    "move K/V between models with KvCache::layer() and assign()",
-                                    impl->device.str(), c10::toString(impl->dtype), device.str(),
-                                    c10::toString(dtype)));
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("KV cache belongs to another model (or device/dtype: cache {} {}, model {} {}); "
+                            "move K/V between models with KvCache::layer() and assign()",
+                            impl->device.str(), c10::toString(impl->dtype), device.str(),
+                            c10::toString(dtype)));
         return *impl;
     }
 
@@ -143,7 +153,8 @@ struct Model::Impl
         // Causal mask for the new queries over all keys: query i (position start+i) sees key j <= start+i.
         torch::Tensor mask;
         if (t > 1) {
-            auto qpos = torch::arange(start, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
+            auto qpos =
+                torch::arange(start, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
             auto kpos = torch::arange(0, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
             mask = kpos.unsqueeze(0) > qpos.unsqueeze(1); // [t, total], true = masked
         }
@@ -161,11 +172,14 @@ struct Model::Impl
             auto V = cache.valuesUpTo(int(l), total); // [nkv, total, hd]
             // GQA without copying K/V: query heads h = g*rep + r share kv head g.
             auto qg = q.reshape({nkv, rep * t, hd});
-            auto scores = torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*t, total]
+            auto scores =
+                torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*t, total]
             if (mask.defined())
-                scores = scores.view({nkv, rep, t, total}).masked_fill(mask, -INFINITY).view({nkv, rep * t, total});
+                scores = scores.view({nkv, rep, t, total})
+                             .masked_fill(mask, -INFINITY)
+                             .view({nkv, rep * t, total});
             auto probs = torch::softmax(scores, -1).to(dtype);
-            auto att = torch::matmul(probs, V)            // [nkv, rep*t, hd]
+            auto att = torch::matmul(probs, V) // [nkv, rep*t, hd]
                            .view({nh, t, hd})
                            .transpose(0, 1)
                            .reshape({t, nh * hd});
@@ -187,10 +201,14 @@ struct Model::Impl
 const char *stopReasonName(StopReason r) noexcept
 {
     switch (r) {
-    case StopReason::MaxTokens: return "max_tokens";
-    case StopReason::StopToken: return "stop_token";
-    case StopReason::ContextFull: return "context_full";
-    case StopReason::Cancelled: return "cancelled";
+    case StopReason::MaxTokens:
+        return "max_tokens";
+    case StopReason::StopToken:
+        return "stop_token";
+    case StopReason::ContextFull:
+        return "context_full";
+    case StopReason::Cancelled:
+        return "cancelled";
     }
     return "?";
 }
@@ -217,8 +235,8 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     m.device = options.device == Device::Cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     m.dtype = torchType(options.dtype);
     const core::ModelConfig &c = m.config;
-    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim, kv = int64_t(c.numKvHeads) * c.headDim,
-                  inter = c.intermediateSize;
+    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                  kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
 
     auto tensor = [&](const std::string &name, std::vector<int64_t> shape) {
         const core::TensorRef ref = checkpoint.require(name, shape);
@@ -273,11 +291,26 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     return model;
 }
 
-const core::ModelConfig &Model::config() const { return m_impl->config; }
-const core::Checkpoint &Model::checkpoint() const { return m_impl->checkpoint; }
-const LoadOptions &Model::options() const { return m_impl->options; }
-int64_t Model::deviceBytes() const { return m_impl->deviceBytes; }
-int Model::contextLimit() const { return m_impl->config.maxPositionEmbeddings; }
+const core::ModelConfig &Model::config() const
+{
+    return m_impl->config;
+}
+const core::Checkpoint &Model::checkpoint() const
+{
+    return m_impl->checkpoint;
+}
+const LoadOptions &Model::options() const
+{
+    return m_impl->options;
+}
+int64_t Model::deviceBytes() const
+{
+    return m_impl->deviceBytes;
+}
+int Model::contextLimit() const
+{
+    return m_impl->config.maxPositionEmbeddings;
+}
 
 KvCache Model::newCache() const
 {
@@ -299,8 +332,8 @@ static void checkIds(const std::vector<int> &ids, const core::ModelConfig &c)
     for (size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] < 0 || ids[i] >= c.vocabSize)
             throw Error(ErrorCode::InvalidArgument,
-                        fmt::format("token id {} at position {} is outside the model's vocabulary [0, {})", ids[i], i,
-                                    c.vocabSize));
+                        fmt::format("token id {} at position {} is outside the model's vocabulary [0, {})",
+                                    ids[i], i, c.vocabSize));
     }
 }
 
@@ -311,7 +344,8 @@ std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, b
     checkIds(ids, m_impl->config);
     auto &ci = m_impl->cacheOf(cache);
     JobScope scope(m_impl->options.threads);
-    auto logits = translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
+    auto logits =
+        translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
 }
 
@@ -333,7 +367,9 @@ int sampleToken(const float *logits, int vocab, const SamplingOptions &o, uint64
         if (o.topK > 0)
             keep = std::min(keep, static_cast<size_t>(o.topK));
         // ties broken by lower id, so results do not depend on the sort implementation
-        auto better = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+        auto better = [&](int a, int b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        };
         std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(keep), order.end(), better);
         std::vector<double> p(keep);
         double z = 0;
@@ -367,8 +403,8 @@ int sampleToken(const float *logits, int vocab, const SamplingOptions &o, uint64
     return chosen;
 }
 
-GenerateResult Model::generate(const std::vector<int> &prompt, const GenerateOptions &options, const TokenFn &onToken,
-                               const std::atomic_bool *cancel) const
+GenerateResult Model::generate(const std::vector<int> &prompt, const GenerateOptions &options,
+                               const TokenFn &onToken, const std::atomic_bool *cancel) const
 {
     KvCache cache = newCache();
     return generate(prompt, cache, options, onToken, cancel);
@@ -426,10 +462,12 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
         float lp = 0;
         const float *row = logits.data_ptr<float>();
         if (!std::all_of(row, row + c.vocabSize, [](float v) { return std::isfinite(v); }))
-            throw Error(ErrorCode::Device,
-                        fmt::format("logits at generation step {} are not finite (overflow in {}?); try --dtype f32",
-                                    step, computeTypeName(m_impl->options.dtype)));
-        const int next = sampleToken(logits.data_ptr<float>(), c.vocabSize, options.sampling, uint64_t(step), &lp);
+            throw Error(
+                ErrorCode::Device,
+                fmt::format("logits at generation step {} are not finite (overflow in {}?); try --dtype f32",
+                            step, computeTypeName(m_impl->options.dtype)));
+        const int next =
+            sampleToken(logits.data_ptr<float>(), c.vocabSize, options.sampling, uint64_t(step), &lp);
         if (step == 0) {
             tFirst = Clock::now();
             r.stats.ttftMs = msSince(t0);

@@ -1,8 +1,8 @@
 #include "gpu/kv_cache.h"
 
 #include "core/error.h"
-#include "gpu/kv_cache_p.h"
-#include "gpu/torch_error_p.h"
+#include "gpu/src/kv_cache_p.h"
+#include "gpu/src/torch_error_p.h"
 
 #include <fmt/format.h>
 
@@ -45,7 +45,7 @@ std::pair<torch::Tensor, torch::Tensor> RopeTables::tables(int64_t start, int64_
 torch::Tensor RopeTables::apply(const torch::Tensor &x, int64_t start, bool inverse)
 {
     const int64_t t = x.size(1);
-    auto [cos, sinTable] = tables(start, t);            // [t, half] each
+    auto [cos, sinTable] = tables(start, t); // [t, half] each
     const auto sin = inverse ? -sinTable : sinTable;
     const auto xf = x.to(torch::kFloat32);
     const int64_t d = x.size(2), half = d / 2;
@@ -102,16 +102,32 @@ namespace {
 const KvCache::Impl &need(const KvCache::Impl *impl)
 {
     if (!impl)
-        throw core::Error(core::ErrorCode::InvalidArgument, "KV cache is empty: create it with Model::newCache()");
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          "KV cache is empty: create it with Model::newCache()");
     return *impl;
 }
 } // namespace
 
-bool KvCache::isValid() const { return m_impl != nullptr; }
-int KvCache::numLayers() const { return need(m_impl.get()).numLayers; }
-int KvCache::numKvHeads() const { return need(m_impl.get()).numKvHeads; }
-int KvCache::headDim() const { return need(m_impl.get()).headDim; }
-int KvCache::tokens() const { return m_impl ? m_impl->length : 0; }
+bool KvCache::isValid() const
+{
+    return m_impl != nullptr;
+}
+int KvCache::numLayers() const
+{
+    return need(m_impl.get()).numLayers;
+}
+int KvCache::numKvHeads() const
+{
+    return need(m_impl.get()).numKvHeads;
+}
+int KvCache::headDim() const
+{
+    return need(m_impl.get()).headDim;
+}
+int KvCache::tokens() const
+{
+    return m_impl ? m_impl->length : 0;
+}
 
 const std::vector<int> &KvCache::tokenIds() const
 {
@@ -127,15 +143,22 @@ int64_t KvCache::bytes() const
     return 2LL * d.numLayers * d.numKvHeads * d.headDim * d.length * int64_t(torch::elementSize(d.dtype));
 }
 
-LayerKv KvCache::layer(int layer, KeyForm form) const { return read(layer, form, false); }
-LayerKv KvCache::layerTokenMajor(int layer, KeyForm form) const { return read(layer, form, true); }
+LayerKv KvCache::layer(int layer, KeyForm form) const
+{
+    return read(layer, form, false);
+}
+LayerKv KvCache::layerTokenMajor(int layer, KeyForm form) const
+{
+    return read(layer, form, true);
+}
 
 LayerKv KvCache::read(int layer, KeyForm form, bool tokenMajor) const
 {
     const auto &d = need(m_impl.get());
     if (layer < 0 || layer >= d.numLayers)
-        throw core::Error(core::ErrorCode::InvalidArgument,
-                          fmt::format("KV cache layer {} out of range (model has {} layers)", layer, d.numLayers));
+        throw core::Error(
+            core::ErrorCode::InvalidArgument,
+            fmt::format("KV cache layer {} out of range (model has {} layers)", layer, d.numLayers));
     LayerKv out;
     if (d.length == 0)
         return out; // nothing stored yet (storage may not even be allocated)
@@ -162,38 +185,40 @@ void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<LayerKv
 {
     auto &d = const_cast<Impl &>(need(m_impl.get()));
     if (int(layers.size()) != d.numLayers)
-        throw core::Error(core::ErrorCode::Shape,
-                          fmt::format("KV assign: {} layers given, cache has {}", layers.size(), d.numLayers));
+        throw core::Error(core::ErrorCode::Shape, fmt::format("KV assign: {} layers given, cache has {}",
+                                                              layers.size(), d.numLayers));
     const int64_t n = int64_t(tokenIds.size());
     const size_t expected = size_t(d.numKvHeads) * size_t(n) * size_t(d.headDim);
     for (size_t l = 0; l < layers.size(); ++l) {
         if (layers[l].keys.size() != expected)
-            throw core::Error(core::ErrorCode::Shape,
-                              fmt::format("KV assign: layer {} keys hold {} floats, expected [{}, {}, {}] = {}", l,
-                                          layers[l].keys.size(), d.numKvHeads, n, d.headDim, expected));
+            throw core::Error(
+                core::ErrorCode::Shape,
+                fmt::format("KV assign: layer {} keys hold {} floats, expected [{}, {}, {}] = {}", l,
+                            layers[l].keys.size(), d.numKvHeads, n, d.headDim, expected));
         if (layers[l].values.size() != expected)
-            throw core::Error(core::ErrorCode::Shape,
-                              fmt::format("KV assign: layer {} values hold {} floats, expected [{}, {}, {}] = {}", l,
-                                          layers[l].values.size(), d.numKvHeads, n, d.headDim, expected));
+            throw core::Error(
+                core::ErrorCode::Shape,
+                fmt::format("KV assign: layer {} values hold {} floats, expected [{}, {}, {}] = {}", l,
+                            layers[l].values.size(), d.numKvHeads, n, d.headDim, expected));
     }
     d.length = 0;
     d.ids.clear();
     if (n == 0)
         return;
     detail::translateTorch("KV cache write", [&] {
-    c10::InferenceMode guard;
-    d.reserve(n);
-    for (size_t l = 0; l < layers.size(); ++l) {
-        auto k = torch::from_blob(const_cast<float *>(layers[l].keys.data()), {d.numKvHeads, n, d.headDim},
-                                  torch::kFloat32)
-                     .to(d.device);
-        auto v = torch::from_blob(const_cast<float *>(layers[l].values.data()), {d.numKvHeads, n, d.headDim},
-                                  torch::kFloat32)
-                     .to(d.device);
-        if (form == KeyForm::PreRope && n > 0)
-            k = d.rope->apply(k, 0, /*inverse=*/false);
-        d.write(int(l), k.to(d.dtype), v.to(d.dtype));
-    }
+        c10::InferenceMode guard;
+        d.reserve(n);
+        for (size_t l = 0; l < layers.size(); ++l) {
+            auto k = torch::from_blob(const_cast<float *>(layers[l].keys.data()),
+                                      {d.numKvHeads, n, d.headDim}, torch::kFloat32)
+                         .to(d.device);
+            auto v = torch::from_blob(const_cast<float *>(layers[l].values.data()),
+                                      {d.numKvHeads, n, d.headDim}, torch::kFloat32)
+                         .to(d.device);
+            if (form == KeyForm::PreRope && n > 0)
+                k = d.rope->apply(k, 0, /*inverse=*/false);
+            d.write(int(l), k.to(d.dtype), v.to(d.dtype));
+        }
     });
     d.length = int(n);
     d.ids = tokenIds;
@@ -213,27 +238,27 @@ KvCache KvCache::fork() const
 {
     const auto &d = need(m_impl.get());
     return detail::translateTorch("KV cache fork", [&] {
-    c10::InferenceMode guard;
-    auto copy = std::make_unique<Impl>();
-    copy->numLayers = d.numLayers;
-    copy->numKvHeads = d.numKvHeads;
-    copy->headDim = d.headDim;
-    copy->device = d.device;
-    copy->dtype = d.dtype;
-    copy->rope = d.rope;
-    copy->maxPositions = d.maxPositions;
-    copy->keys.resize(size_t(d.numLayers));
-    copy->values.resize(size_t(d.numLayers));
-    copy->reserve(std::max(d.length, 1));
-    for (int l = 0; l < d.numLayers; ++l) {
-        if (d.length > 0) {
-            copy->keys[size_t(l)].narrow(1, 0, d.length).copy_(d.keysUpTo(l, d.length));
-            copy->values[size_t(l)].narrow(1, 0, d.length).copy_(d.valuesUpTo(l, d.length));
+        c10::InferenceMode guard;
+        auto copy = std::make_unique<Impl>();
+        copy->numLayers = d.numLayers;
+        copy->numKvHeads = d.numKvHeads;
+        copy->headDim = d.headDim;
+        copy->device = d.device;
+        copy->dtype = d.dtype;
+        copy->rope = d.rope;
+        copy->maxPositions = d.maxPositions;
+        copy->keys.resize(size_t(d.numLayers));
+        copy->values.resize(size_t(d.numLayers));
+        copy->reserve(std::max(d.length, 1));
+        for (int l = 0; l < d.numLayers; ++l) {
+            if (d.length > 0) {
+                copy->keys[size_t(l)].narrow(1, 0, d.length).copy_(d.keysUpTo(l, d.length));
+                copy->values[size_t(l)].narrow(1, 0, d.length).copy_(d.valuesUpTo(l, d.length));
+            }
         }
-    }
-    copy->length = d.length;
-    copy->ids = d.ids;
-    return KvCache(std::move(copy));
+        copy->length = d.length;
+        copy->ids = d.ids;
+        return KvCache(std::move(copy));
     });
 }
 

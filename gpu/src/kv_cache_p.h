@@ -2,7 +2,7 @@
 #pragma once
 
 #include "gpu/kv_cache.h"
-#include "gpu/rope_p.h"
+#include "gpu/src/rope_p.h"
 
 #include <torch/torch.h>
 

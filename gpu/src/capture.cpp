@@ -13,7 +13,10 @@ namespace kvwb::gpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+double msSince(Clock::time_point t0)
+{
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 
 // Prefill one model on ids from an empty cache and copy the given layers out, token-major.
 core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, const std::vector<int> &layers,
@@ -35,15 +38,15 @@ core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, con
     return kv;
 }
 
-std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const std::string &text, const CaptureOptions &o,
-                           size_t index, std::vector<std::string> &warnings)
+std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const std::string &text,
+                           const CaptureOptions &o, size_t index, std::vector<std::string> &warnings)
 {
     auto ids = tok.encode(text, o.addSpecial);
     const int limit = o.maxTokens > 0 ? std::min(o.maxTokens, model.contextLimit()) : model.contextLimit();
     if (limit > 0 && int(ids.size()) > limit) {
         if (warnings.size() < 20)
-            warnings.push_back(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(), limit,
-                                           model.checkpoint().path().filename().string()));
+            warnings.push_back(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(),
+                                           limit, model.checkpoint().path().filename().string()));
         ids.resize(size_t(limit));
     }
     return ids;
@@ -81,8 +84,9 @@ core::ModelInfo describeModel(char role, const Model &model, const std::filesyst
 }
 
 CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, const core::Tokenizer &tokA,
-                             const Model &b, const core::Tokenizer &tokB, const std::vector<CapturePrompt> &prompts,
-                             const CaptureOptions &o, const CaptureProgressFn &progress)
+                             const Model &b, const core::Tokenizer &tokB,
+                             const std::vector<CapturePrompt> &prompts, const CaptureOptions &o,
+                             const CaptureProgressFn &progress)
 {
     core::checkTokenizerFitsModel(tokA, a.config(), "model A's tokenizer");
     core::checkTokenizerFitsModel(tokB, b.config(), "model B's tokenizer");
@@ -92,8 +96,10 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
     CaptureResult r;
     r.firstPrompt = writer.promptCount();
     for (size_t i = 0; i < prompts.size(); ++i) {
-        const auto idsA = prompts[i].idsA.empty() ? encodeFor(tokA, a, prompts[i].text, o, i, r.warnings) : prompts[i].idsA;
-        const auto idsB = prompts[i].idsB.empty() ? encodeFor(tokB, b, prompts[i].text, o, i, r.warnings) : prompts[i].idsB;
+        const auto idsA =
+            prompts[i].idsA.empty() ? encodeFor(tokA, a, prompts[i].text, o, i, r.warnings) : prompts[i].idsA;
+        const auto idsB =
+            prompts[i].idsB.empty() ? encodeFor(tokB, b, prompts[i].text, o, i, r.warnings) : prompts[i].idsB;
         if (idsA.empty() || idsB.empty()) {
             if (r.warnings.size() < 20)
                 r.warnings.push_back(fmt::format("prompt {}: no tokens, skipped", i));
