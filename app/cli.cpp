@@ -6,6 +6,7 @@
 
 #include "core/checkpoint.h"
 #include "core/error.h"
+#include "core/experiment_file.h"
 #include "core/memory_estimate.h"
 #include "core/random_model.h"
 #include "core/tokenizer.h"
@@ -83,18 +84,64 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
     return j;
 }
 
+// What an experiment file holds: provenance, both models, storage, prompts and sizes.
+json experimentCard(const fs::path &path)
+{
+    const auto r = core::ExperimentReader::open(path);
+    const auto &pv = r.provenance();
+    const auto st = r.storage();
+    json j = {{"path", path.string()},
+              {"schema", r.schema()},
+              {"file_bytes", fs::file_size(path)},
+              {"prompts", r.promptCount()},
+              {"storage",
+               {{"dtype", core::kvStorageName(st.storage)},
+                {"compress", st.compress},
+                {"chunk_tokens", st.chunkTokens},
+                {"key_form", core::keyFormName(st.keyForm)}}},
+              {"provenance",
+               {{"app_version", pv.appVersion},
+                {"git_commit", pv.gitCommit},
+                {"qt_version", pv.qtVersion},
+                {"torch_version", pv.torchVersion},
+                {"hdf5_version", pv.hdf5Version},
+                {"device", pv.device},
+                {"created_utc", pv.createdUtc},
+                {"run_id", pv.runId},
+                {"config_sha256", pv.configSha256}}}};
+    for (char role : {'a', 'b'}) {
+        const auto &m = r.model(role);
+        const auto &c = m.config;
+        const int64_t tokens = r.totalTokens(role);
+        j["models"][std::string(1, role)] = {{"architecture", c.architecture},
+                                             {"layers", c.numLayers},
+                                             {"kv_heads", c.numKvHeads},
+                                             {"head_dim", c.headDim},
+                                             {"captured_layers", m.capturedLayers},
+                                             {"tokens", tokens},
+                                             {"weights_sha256", m.weightsSha256},
+                                             {"tokenizer_sha256", m.tokenizerSha256},
+                                             {"source_path", m.sourcePath}};
+    }
+    return j;
+}
+
 int cmdInfo(const QStringList &args)
 {
     QCommandLineParser p;
     parse(p, args,
-          "Print a JSON model card: architecture, shapes, RoPE, tokenizer, fingerprint, memory estimate.",
-          "MODEL", "HF model directory (or its config.json) or llama2.c .bin checkpoint.");
+          "Print a JSON card: for a model its architecture, shapes, RoPE, tokenizer, fingerprint and memory "
+          "estimate; for an experiment file (.h5) its provenance, models, storage and prompt count.",
+          "PATH",
+          "HF model directory (or its config.json), llama2.c .bin checkpoint, or experiment .h5 file.");
     if (p.positionalArguments().size() != 1)
-        throw UsageError{"expected exactly one MODEL path"};
-    const auto ck = core::Checkpoint::open(str(p.positionalArguments().first()));
-    std::printf(
-        "%s\n",
-        modelCard(ck, ck.tokenizerPath()).dump(2, ' ', false, json::error_handler_t::replace).c_str());
+        throw UsageError{"expected exactly one PATH"};
+    const fs::path path = str(p.positionalArguments().first());
+    const json card = path.extension() == ".h5" || path.extension() == ".hdf5" ? experimentCard(path) : [&] {
+        const auto ck = core::Checkpoint::open(path);
+        return modelCard(ck, ck.tokenizerPath());
+    }();
+    std::printf("%s\n", card.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
 }
 

@@ -80,6 +80,14 @@ private Q_SLOTS:
                      "--prompts", q(m_dir / "few.jsonl")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("e.h5"), r.err.constData());
+        // kvwb info describes the experiment
+        r = runKvwb({"info", q(out)});
+        QCOMPARE(r.exitCode, 0);
+        const auto card = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(card["schema"].toString(), QString("kvwb/1"));
+        QCOMPARE(card["prompts"].toInt(), 5);
+        QCOMPARE(card["storage"].toObject()["dtype"].toString(), QString("f16"));
+        QCOMPARE(card["models"].toObject()["b"].toObject()["kv_heads"].toInt(), 2);
         // any HDF5 tool can list it
         const QString h5ls = QStandardPaths::findExecutable("h5ls");
         if (h5ls.isEmpty())
