@@ -79,7 +79,7 @@ core::ModelInfo describeModel(char role, const Model &model, const std::filesyst
     info.config = model.config();
     info.weightsSha256 = model.checkpoint().fingerprint();
     info.tokenizerSha256 = core::sha256Files({tokenizerPath});
-    info.sourcePath = model.checkpoint().path().string();
+    info.sourcePath = std::filesystem::absolute(model.checkpoint().path()).lexically_normal().string();
     return info;
 }
 
