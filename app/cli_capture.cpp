@@ -258,7 +258,7 @@ int cmdCapture(const QStringList &args)
                       : core::ExperimentWriter::create(out, co.file, provenance(o, config), infoA, infoB);
     if (appending) {
         // the file's own storage settings win; say so when the flags asked for something else
-        const auto existing = core::ExperimentReader::open(out).storage();
+        const auto existing = writer.storage();
         if (existing.storage != co.file.storage || existing.keyForm != co.file.keyForm)
             warnings.push_back(
                 fmt::format("{}: appending with the file's storage ({}, {} keys), not the flags'",

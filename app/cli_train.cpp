@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -106,47 +107,62 @@ int cmdTrain(const QStringList &args)
     if (p.isSet("tokenizer") == p.isSet("train-tokenizer"))
         throw UsageError{"give exactly one of --tokenizer or --train-tokenizer"};
     const fs::path out = str(p.value("out"));
-    const auto corpus = core::readTextCorpus(str(p.value("corpus")));
-    for (const auto &w : corpus.warnings)
-        std::fprintf(stderr, "warning: %s\n", w.c_str());
-    if (corpus.skipped > corpus.warnings.size())
-        std::fprintf(stderr, "warning: %zu malformed lines skipped in all\n", corpus.skipped);
-
-    fs::path tokPath;
-    if (p.isSet("train-tokenizer")) {
-        const int vocab = intOption(p, "train-tokenizer", 1024, 260);
-        tokPath = trainTokenizer(corpus, out, vocab);
-        std::fprintf(stderr, "trained SentencePiece BPE tokenizer (%d pieces): %s\n", vocab, tokPath.c_str());
-    } else {
-        tokPath = str(p.value("tokenizer"));
-    }
-    const auto tok = core::loadTokenizer(tokPath);
-
+    // Every flag is checked before anything slow (tokenizer training, model setup) starts.
     gpu::TrainOptions o;
     o.model = p.isSet("preset") ? core::randomModelPreset(str(p.value("preset"))).config
                                 : core::ModelConfig::fromHfJsonFile(str(p.value("config")));
-    o.model.vocabSize = tok->vocabSize();
-    o.model.bosTokenId = tok->bosId();
-    o.model.eosTokenIds.clear();
-    if (tok->eosId())
-        o.model.eosTokenIds.push_back(*tok->eosId());
     o.steps = intOption(p, "steps", 1000, 1);
     o.seqLen = intOption(p, "seq-len", 128, 2);
     o.batchSize = intOption(p, "batch", 16, 1);
     o.lr = doubleOption(p, "lr", 3e-3, 0, 10);
-    o.minLr = doubleOption(p, "min-lr", o.lr / 10, 0, 10);
+    o.minLr = doubleOption(p, "min-lr", o.lr / 10, 0, o.lr);
     o.warmupSteps = intOption(p, "warmup", 50, 0);
     o.weightDecay = doubleOption(p, "weight-decay", 0.1, 0, 10);
     o.gradClip = doubleOption(p, "grad-clip", 1.0, 0, 1e9);
     o.seed = uint64_t(intOption(p, "seed", 1, 0));
     o.evalEvery = intOption(p, "eval-every", 100, 0);
     o.checkpointEvery = intOption(p, "checkpoint-every", 200, 0);
-    o.weightDtype = str(p.value("weight-dtype"));
+    o.weightDtype = str(p.value("weight-dtype")).empty() ? "F32" : str(p.value("weight-dtype"));
+    for (char &ch : o.weightDtype)
+        ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    if (o.weightDtype != "F32" && o.weightDtype != "BF16" && o.weightDtype != "F16")
+        throw UsageError{"--weight-dtype expects F32, BF16 or F16, got '" + str(p.value("weight-dtype")) +
+                         "'"};
     o.threads = intOption(p, "threads", 0, 0);
     o.resume = p.isSet("resume");
     if (o.seqLen > o.model.maxPositionEmbeddings)
         throw UsageError{fmt::format("--seq-len {} exceeds the architecture's context {}", o.seqLen,
                                      o.model.maxPositionEmbeddings)};
+    const int tokenizerVocab = p.isSet("train-tokenizer") ? intOption(p, "train-tokenizer", 1024, 260) : 0;
+
+    const fs::path corpusPath = str(p.value("corpus"));
+    const auto corpus = core::readTextCorpus(corpusPath);
+    for (const auto &w : corpus.warnings)
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (corpus.skipped > corpus.warnings.size())
+        std::fprintf(stderr, "warning: %zu malformed lines skipped in all\n", corpus.skipped);
+    const auto validationDocs = std::count_if(corpus.documents.begin(), corpus.documents.end(),
+                                              [](const auto &d) { return d.validation; });
+    if (validationDocs == 0 || validationDocs == std::ptrdiff_t(corpus.documents.size()))
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          corpusPath.string() +
+                              ": training needs both training and validation documents (JSONL: "
+                              "'split' train/validation; plain text: every 20th line is validation)");
+
+    fs::path tokPath;
+    if (tokenizerVocab > 0) {
+        tokPath = trainTokenizer(corpus, out, tokenizerVocab);
+        std::fprintf(stderr, "trained SentencePiece BPE tokenizer (%d pieces): %s\n", tokenizerVocab,
+                     tokPath.c_str());
+    } else {
+        tokPath = str(p.value("tokenizer"));
+    }
+    const auto tok = core::loadTokenizer(tokPath);
+    o.model.vocabSize = tok->vocabSize();
+    o.model.bosTokenId = tok->bosId();
+    o.model.eosTokenIds.clear();
+    if (tok->eosId())
+        o.model.eosTokenIds.push_back(*tok->eosId());
 
     gpu::TrainData data;
     for (const auto &d : corpus.documents)

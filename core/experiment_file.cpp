@@ -1072,6 +1072,13 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
                 throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " weights fingerprint " +
                                                    want.weightsSha256 + " differs from the file's " +
                                                    have.weightsSha256 + "; append needs the same models");
+            // the same weights with another tokenizer would put two tokenizations in one file
+            if (!want.tokenizerSha256.empty() && !have.tokenizerSha256.empty() &&
+                want.tokenizerSha256 != have.tokenizerSha256)
+                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " tokenizer fingerprint " +
+                                                   want.tokenizerSha256 + " differs from the file's " +
+                                                   have.tokenizerSha256 +
+                                                   "; append needs the same tokenizers");
             const ModelConfig &wc = want.config, &hc = have.config;
             if (wc.numLayers != hc.numLayers || wc.numKvHeads != hc.numKvHeads || wc.headDim != hc.headDim)
                 throw Error(ErrorCode::Config, name + ": model " + roleName(m) +
@@ -1237,6 +1244,11 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
         throw;
     }
     return index;
+}
+
+ExperimentOptions ExperimentWriter::storage() const
+{
+    return m_impl->s.options;
 }
 
 int ExperimentWriter::promptCount() const

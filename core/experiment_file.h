@@ -147,6 +147,9 @@ public:
     // further prompts.
     int appendPrompt(const PromptRecord &prompt);
     int promptCount() const;
+    // The file's storage settings (dtype, compression, chunking, key form): on append these are the
+    // file's, whatever the caller asked for when it was created.
+    ExperimentOptions storage() const;
     int64_t totalTokens(char model) const;
     const std::filesystem::path &path() const;
     // The layers of model 'a' or 'b' the file stores, explicit (never empty), in PromptKv order.

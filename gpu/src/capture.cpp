@@ -90,7 +90,9 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
 {
     core::checkTokenizerFitsModel(tokA, a.config(), "model A's tokenizer");
     core::checkTokenizerFitsModel(tokB, b.config(), "model B's tokenizer");
-    const KeyForm form = o.file.keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
+    // the file decides the key form (an appended file keeps the one it was created with)
+    const KeyForm form =
+        writer.storage().keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
     const std::vector<int> layersA = layersFor('a', o.layersA, a, writer);
     const std::vector<int> layersB = layersFor('b', o.layersB, b, writer);
     CaptureResult r;
@@ -119,7 +121,7 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
         ++r.promptsWritten;
         r.tokensA += int64_t(idsA.size());
         r.tokensB += int64_t(idsB.size());
-        if (progress && !progress(int(i + 1), int(prompts.size()))) {
+        if (progress && !progress(r.promptsWritten, int(prompts.size()))) {
             r.cancelled = i + 1 < prompts.size();
             break;
         }

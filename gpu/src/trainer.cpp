@@ -197,12 +197,20 @@ double lrAt(const TrainOptions &o, int step) // step counts from 0
     return o.minLr + 0.5 * (o.lr - o.minLr) * (1.0 + std::cos(std::numbers::pi * std::min(1.0, progress)));
 }
 
+core::DType checkWeightDtype(const std::string &name)
+{
+    std::string upper = name;
+    for (char &ch : upper)
+        ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    const auto dtype = core::parseDType(upper);
+    if (!dtype || (*dtype != core::DType::F32 && *dtype != core::DType::BF16 && *dtype != core::DType::F16))
+        throw Error(ErrorCode::InvalidArgument, "weight dtype must be F32, BF16 or F16, got '" + name + "'");
+    return *dtype;
+}
+
 void writeModel(const Params &p, const core::ModelConfig &c, const TrainOptions &o, const fs::path &dir)
 {
-    const auto dtype = core::parseDType(o.weightDtype);
-    if (!dtype || (*dtype != core::DType::F32 && *dtype != core::DType::BF16 && *dtype != core::DType::F16))
-        throw Error(ErrorCode::InvalidArgument,
-                    "weight dtype must be F32, BF16 or F16, got '" + o.weightDtype + "'");
+    const auto dtype = std::optional<core::DType>(checkWeightDtype(o.weightDtype));
     core::SafetensorsWriter w;
     w.setMetadata("format", "pt");
     const auto st = *dtype == core::DType::F32    ? torch::kFloat32
@@ -229,6 +237,10 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
 {
     const core::ModelConfig &c = o.model;
     c.validate("training configuration");
+    if (c.oBias || c.mlpBias)
+        throw Error(ErrorCode::Unsupported,
+                    "the trainer implements q/k/v biases only (Qwen2 style), not o_proj or MLP biases");
+    checkWeightDtype(o.weightDtype);
     if (c.ropeLayout != core::RopeLayout::RotateHalf)
         throw Error(ErrorCode::InvalidArgument, "the trainer writes HF layout: RoPE must be rotate-half");
     if (data.train.empty() || data.validation.empty())
@@ -261,24 +273,57 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
 
     TrainResult result;
     int startStep = 0;
+    double windowLoss = 0; // training losses since the last evaluation (saved with the state)
+    int windowSteps = 0;
     const fs::path stateDir = outDir / "train_state";
+    // Everything that decides which batches and updates a step makes: a resume with other settings
+    // or other data would silently mix two runs, so it is refused, naming the setting.
+    size_t trainTokens = train.tokens.size(), valTokens = val.tokens.size();
+    const nlohmann::json settings = {{"seed", o.seed},
+                                     {"seq_len", o.seqLen},
+                                     {"batch_size", o.batchSize},
+                                     {"steps", o.steps},
+                                     {"lr", o.lr},
+                                     {"min_lr", o.minLr},
+                                     {"warmup_steps", o.warmupSteps},
+                                     {"weight_decay", o.weightDecay},
+                                     {"beta1", o.beta1},
+                                     {"beta2", o.beta2},
+                                     {"grad_clip", o.gradClip},
+                                     {"architecture", c.toHfJson()},
+                                     {"train_tokens", trainTokens},
+                                     {"validation_tokens", valTokens}};
     if (o.resume && fs::exists(stateDir / "state.json")) {
         try {
             const auto st = nlohmann::json::parse(std::ifstream(stateDir / "state.json"));
+            const auto &savedSettings = st.at("settings");
+            for (const auto &[key, value] : settings.items()) {
+                if (!savedSettings.contains(key) || savedSettings.at(key) != value)
+                    throw Error(
+                        ErrorCode::InvalidArgument,
+                        fmt::format("{}: cannot resume: '{}' was {} and is now {} (start a new run or "
+                                    "use the original settings and data)",
+                                    (stateDir / "state.json").string(), key,
+                                    savedSettings.contains(key) ? savedSettings.at(key).dump() : "absent",
+                                    value.dump()));
+            }
             startStep = st.at("step").get<int>();
+            windowLoss = st.at("window_loss").get<double>();
+            windowSteps = st.at("window_steps").get<int>();
+            const fs::path checkpoint = stateDir / st.at("checkpoint").get<std::string>();
             std::vector<torch::Tensor> saved;
-            torch::load(saved, (stateDir / "params.pt").string());
+            torch::load(saved, (checkpoint / "params.pt").string());
             if (saved.size() != p.tensors.size())
                 throw Error(ErrorCode::Format,
-                            (stateDir / "params.pt").string() + ": parameter count differs from the model");
+                            (checkpoint / "params.pt").string() + ": parameter count differs from the model");
             for (size_t i = 0; i < saved.size(); ++i) {
                 if (!saved[i].sizes().equals(p.tensors[i].sizes()))
                     throw Error(ErrorCode::Shape,
                                 fmt::format("{}: parameter '{}' has another shape than the model",
-                                            (stateDir / "params.pt").string(), p.names[i]));
+                                            (checkpoint / "params.pt").string(), p.names[i]));
                 p.tensors[i].copy_(saved[i]);
             }
-            torch::load(opt, (stateDir / "optimizer.pt").string());
+            torch::load(opt, (checkpoint / "optimizer.pt").string());
             for (const auto &e : st.at("evaluations")) {
                 TrainProgress tp;
                 tp.step = e.at("step");
@@ -315,26 +360,43 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         }
         return total / double(n);
     };
+    // Each save goes to its own train_state/step-N/ directory; state.json, written atomically last,
+    // names the directory. A crash at any point leaves state.json naming a complete checkpoint.
     auto saveState = [&](int step) {
-        std::vector<torch::Tensor> detached;
-        for (const auto &t : p.tensors)
-            detached.push_back(t.detach());
-        torch::save(detached, (stateDir / "params.pt.tmp").string());
-        torch::save(opt, (stateDir / "optimizer.pt.tmp").string());
+        const std::string name = fmt::format("step-{:07d}", step);
+        const fs::path dir = stateDir / name;
+        try {
+            std::vector<torch::Tensor> detached;
+            for (const auto &t : p.tensors)
+                detached.push_back(t.detach());
+            fs::create_directories(dir);
+            torch::save(detached, (dir / "params.pt").string());
+            torch::save(opt, (dir / "optimizer.pt").string());
+        } catch (const c10::Error &e) {
+            throw Error(ErrorCode::Io,
+                        dir.string() + ": cannot save training state: " + e.what_without_backtrace());
+        } catch (const fs::filesystem_error &e) {
+            throw Error(ErrorCode::Io, dir.string() + ": cannot save training state: " + e.code().message());
+        }
         nlohmann::json evals = nlohmann::json::array();
         for (const auto &e : result.evaluations)
             evals.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});
-        fs::rename(stateDir / "params.pt.tmp", stateDir / "params.pt");
-        fs::rename(stateDir / "optimizer.pt.tmp", stateDir / "optimizer.pt");
-        // state.json last: a crash before it leaves the previous, consistent state in place
-        core::writeFileAtomic(
-            stateDir / "state.json",
-            nlohmann::json{{"step", step}, {"seed", o.seed}, {"evaluations", evals}}.dump(1));
+        core::writeFileAtomic(stateDir / "state.json", nlohmann::json{{"step", step},
+                                                                      {"checkpoint", name},
+                                                                      {"settings", settings},
+                                                                      {"window_loss", windowLoss},
+                                                                      {"window_steps", windowSteps},
+                                                                      {"evaluations", evals}}
+                                                           .dump(1));
+        // older checkpoints are no longer referenced
+        std::error_code ec;
+        for (const auto &entry : fs::directory_iterator(stateDir, ec))
+            if (entry.is_directory() && entry.path().filename() != name &&
+                entry.path().filename().string().starts_with("step-"))
+                fs::remove_all(entry.path(), ec);
     };
 
     const auto t0 = std::chrono::steady_clock::now();
-    double windowLoss = 0;
-    int windowSteps = 0;
     int64_t tokensSeen = 0;
     int step = startStep;
     for (; step < o.steps; ++step) {

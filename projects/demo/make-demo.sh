@@ -21,13 +21,13 @@ echo "== model A (source: 4 layers, 4 heads / 2 kv heads of 32)"
 rm -rf "$HERE/models/a"
 "$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/a" --preset demo-a \
   --train-tokenizer 1024 --steps 1300 --batch 16 --seq-len 128 --lr 4e-3 --warmup 60 \
-  --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed $SEED
+  --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed $SEED --threads 2
 
 echo "== model B (target: 6 layers, 4 heads / 2 kv heads of 64)"
 rm -rf "$HERE/models/b"
 "$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/b" --preset demo-b \
   --tokenizer "$HERE/models/a/tokenizer.model" --steps 1200 --batch 16 --seq-len 128 --lr 2.5e-3 \
-  --warmup 60 --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed $SEED
+  --warmup 60 --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed $SEED --threads 2
 
 # training state is for resuming; the committed models keep only what the engine loads
 rm -rf "$HERE/models/a/train_state" "$HERE/models/b/train_state"

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/random_model.h"
 #include "gpu/trainer.h"
+#include "tests/support/expect_error.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -128,6 +129,16 @@ private Q_SLOTS:
         QVERIFY2(std::abs(a.finalValLoss - b.finalValLoss) < 1e-6,
                  qPrintable(QString("%1 vs %2").arg(a.finalValLoss).arg(b.finalValLoss)));
         QCOMPARE(b.evaluations.size(), a.evaluations.size());
+        for (size_t i = 0; i < a.evaluations.size(); ++i) // the loss window survives the interruption
+            QVERIFY(std::abs(a.evaluations[i].loss - b.evaluations[i].loss) < 1e-6);
+        // other settings: refused, naming the setting
+        QTemporaryDir again;
+        gpu::trainModel(o, data, again.path().toStdString(), std::nullopt,
+                        [](const gpu::TrainProgress &p) { return p.step < 5; });
+        o.lr *= 2;
+        const auto e = test::expectError([&] { gpu::trainModel(o, data, again.path().toStdString()); });
+        QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+        QVERIFY2(QString(e.what()).contains("'lr'"), e.what());
     }
 
     void badInput()
@@ -143,6 +154,12 @@ private Q_SLOTS:
             QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
             QVERIFY(QString(e.what()).contains("document 7"));
         }
+        auto biased = o;
+        biased.model.mlpBias = true; // the trainer would write a model the engine cannot load
+        QCOMPARE(test::expectError([&] {
+                     gpu::trainModel(biased, makeData(o.model.vocabSize, 6), tmp.path().toStdString());
+                 }).code(),
+                 core::ErrorCode::Unsupported);
         data = makeData(o.model.vocabSize, 6);
         data.validation.clear();
         QVERIFY_THROWS_EXCEPTION(core::Error, gpu::trainModel(o, data, tmp.path().toStdString()));
