@@ -10,6 +10,7 @@
 #include <QtTest>
 
 #include <csignal>
+#include <sys/types.h>
 
 using namespace kvwb;
 namespace fs = std::filesystem;
@@ -103,6 +104,43 @@ private Q_SLOTS:
                    b = QJsonDocument::fromJson(again.out).object();
         QCOMPARE(b["steps"].toInt(), 8);
         QCOMPARE(b["final_val_loss"].toDouble(), a["final_val_loss"].toDouble());
+    }
+
+    // Ctrl-C stops between steps with exit code 130 and saved state; --resume then finishes with
+    // exactly the result of an uninterrupted run.
+    void interruptAndResume()
+    {
+        const fs::path tok = fs::path(m_tmp.path().toStdString()) / "model" / "tokenizer.model";
+        const fs::path whole = fs::path(m_tmp.path().toStdString()) / "whole";
+        const fs::path parts = fs::path(m_tmp.path().toStdString()) / "parts";
+        auto args = [&](const fs::path &out) {
+            return QStringList{"train", "--corpus", q(m_corpus), "--out", q(out), "--preset", "tiny", "--tokenizer",
+                               q(tok), "--steps", "400", "--seq-len", "32", "--batch", "2", "--eval-every", "5",
+                               "--checkpoint-every", "0", "--threads", "1"};
+        };
+        const Run full = runKvwb(args(whole));
+        QCOMPARE(full.exitCode, 0);
+        QProcess p;
+        p.start(q(test::kvwbBinary()), args(parts));
+        QVERIFY(p.waitForStarted());
+        QByteArray err;
+        while (!err.contains("val ") && p.state() == QProcess::Running) {
+            p.waitForReadyRead(100);
+            err += p.readAllStandardError();
+        }
+        ::kill(pid_t(p.processId()), SIGINT);
+        QVERIFY(p.waitForFinished(60000));
+        err += p.readAllStandardError();
+        QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+        QCOMPARE(p.exitCode(), 130);
+        QVERIFY2(err.contains("continue with --resume"), err.constData());
+        QVERIFY(!fs::exists(parts / "model.safetensors"));
+        const Run resumed = runKvwb(args(parts) << "--resume");
+        QCOMPARE(resumed.exitCode, 0);
+        const auto a = QJsonDocument::fromJson(full.out).object(), b = QJsonDocument::fromJson(resumed.out).object();
+        QCOMPARE(b["steps"].toInt(), 400);
+        QVERIFY(std::abs(a["final_val_loss"].toDouble() - b["final_val_loss"].toDouble()) < 1e-6);
+        QVERIFY(std::abs(a["final_loss"].toDouble() - b["final_loss"].toDouble()) < 1e-6);
     }
 
     void badCorpus()
