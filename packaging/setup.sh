@@ -18,7 +18,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libqt6opengl6-dev libgl-dev
   libtorch-dev
-  # LibTorch otherwise links the reference BLAS: matmuls run ~15x slower (DESIGN.md).
+  # LibTorch otherwise links the reference BLAS: matmuls run ~15x slower.
   libopenblas0-pthread
   libhdf5-dev hdf5-tools libhnswlib-dev libfmt-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev libssl-dev

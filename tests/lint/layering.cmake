@@ -1,4 +1,4 @@
-# Layering lint (DESIGN.md): torch/ATen/c10 only in gpu/src/ (gpu/'s public headers stay
+# Layering lint (docs/architecture.md): torch/ATen/c10 only in gpu/src/ (gpu/'s public headers stay
 # torch-free); no Qt in core/ or gpu/; ui/ and core/ never include gpu/.
 file(GLOB_RECURSE FILES RELATIVE ${SOURCE_DIR}
   ${SOURCE_DIR}/core/*.h ${SOURCE_DIR}/core/*.cpp ${SOURCE_DIR}/gpu/*.h ${SOURCE_DIR}/gpu/*.cpp ${SOURCE_DIR}/gpu/src/*.h ${SOURCE_DIR}/gpu/src/*.cpp
