@@ -40,7 +40,12 @@ SpmApi loadApi()
         }
         // LOCAL: nothing else binds to sentencepiece's protobuf; DEEPBIND: sentencepiece binds
         // to its own protobuf, not LibTorch's.
+#if defined(__SANITIZE_ADDRESS__)
+        // ASan refuses RTLD_DEEPBIND: sanitizer builds bind normally (fine without LibTorch loaded)
+        void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
         void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
         if (!h) {
             tried += " " + path.string() + " (" + dlerror() + ")";
             continue;
