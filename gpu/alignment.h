@@ -53,4 +53,16 @@ LayerMap fitLayer(const core::ExperimentReader &file, int targetLayer, const std
 LayerMetrics evaluateLayer(const core::ExperimentReader &file, const LayerMap &map,
                            const std::vector<int> &prompts);
 
+// The k source layers whose single-layer fits explain the target layer best on `validation`
+// prompts (mean of key and value R^2), returned in layer order. Reads the file once per A layer.
+std::vector<int> topKSourceLayers(const core::ExperimentReader &file, int targetLayer, int k,
+                                  const std::vector<int> &train, const std::vector<int> &validation,
+                                  double lambda);
+
+// The lambda of `grid` with the best mean key/value R^2 on `validation` prompts (ties: the larger,
+// i.e. the more regularised, lambda).
+double chooseLambda(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
+                    const std::vector<int> &train, const std::vector<int> &validation,
+                    const std::vector<double> &grid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0});
+
 } // namespace kvwb::gpu

@@ -159,4 +159,46 @@ LayerMetrics evaluateLayer(const core::ExperimentReader &f, const LayerMap &map,
     return r;
 }
 
+std::vector<int> topKSourceLayers(const core::ExperimentReader &f, int targetLayer, int k,
+                                  const std::vector<int> &train, const std::vector<int> &validation,
+                                  double lambda)
+{
+    const int layersA = f.model('a').config.numLayers;
+    if (k <= 0)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("top-k selection needs k > 0, got {}", k));
+    std::vector<std::pair<double, int>> scored; // (score, layer)
+    for (int l = 0; l < layersA; ++l) {
+        const auto &captured = f.model('a').capturedLayers;
+        if (!captured.empty() && std::find(captured.begin(), captured.end(), l) == captured.end())
+            continue;
+        const auto m = evaluateLayer(f, fitLayer(f, targetLayer, {l}, train, lambda), validation);
+        scored.push_back({0.5 * (m.r2Keys + m.r2Values), l});
+    }
+    std::stable_sort(scored.begin(), scored.end(),
+                     [](const auto &a, const auto &b) { return a.first > b.first; });
+    std::vector<int> out;
+    for (size_t i = 0; i < scored.size() && int(out.size()) < k; ++i)
+        out.push_back(scored[i].second);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+double chooseLambda(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
+                    const std::vector<int> &train, const std::vector<int> &validation,
+                    const std::vector<double> &grid)
+{
+    if (grid.empty())
+        throw Error(ErrorCode::InvalidArgument, "lambda grid is empty");
+    double best = grid.front(), bestScore = -1e300;
+    for (double lambda : grid) {
+        const auto m = evaluateLayer(f, fitLayer(f, targetLayer, sourceLayers, train, lambda), validation);
+        const double score = 0.5 * (m.r2Keys + m.r2Values);
+        if (score > bestScore + 1e-12 || (std::abs(score - bestScore) <= 1e-12 && lambda > best)) {
+            best = lambda;
+            bestScore = score;
+        }
+    }
+    return best;
+}
+
 } // namespace kvwb::gpu

@@ -128,6 +128,20 @@ private Q_SLOTS:
         QVERIFY(gpu::evaluateLayer(file, wrong, heldOut).r2Keys < 0.2);
     }
 
+    void topKAndLambda()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        const std::vector<int> train = {0, 1, 2, 4}, valid = {5, 6, 7};
+        for (int l = 0; l < 3; ++l) // the layer B was built from ranks first
+            QCOMPARE(gpu::topKSourceLayers(file, l, 1, train, valid, 1e-6),
+                     gpu::proportionalSourceLayers(l, 3, 2));
+        QCOMPARE(gpu::topKSourceLayers(file, 1, 5, train, valid, 1e-6), std::vector<int>({0, 1}));
+        // exact data: the least regularisation explains it best
+        QCOMPARE(gpu::chooseLambda(file, 2, {1}, train, valid), 1e-4);
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::chooseLambda(file, 2, {1}, train, valid, {}));
+    }
+
     void errors()
     {
         QTemporaryDir tmp;
