@@ -114,9 +114,11 @@ private Q_SLOTS:
         const fs::path whole = fs::path(m_tmp.path().toStdString()) / "whole";
         const fs::path parts = fs::path(m_tmp.path().toStdString()) / "parts";
         auto args = [&](const fs::path &out) {
-            return QStringList{"train", "--corpus", q(m_corpus), "--out", q(out), "--preset", "tiny", "--tokenizer",
-                               q(tok), "--steps", "400", "--seq-len", "32", "--batch", "2", "--eval-every", "5",
-                               "--checkpoint-every", "0", "--threads", "1"};
+            return QStringList{
+                "train", "--corpus",    q(m_corpus), "--out",        q(out), "--preset",
+                "tiny",  "--tokenizer", q(tok),      "--steps",      "400",  "--seq-len",
+                "32",    "--batch",     "2",         "--eval-every", "5",    "--checkpoint-every",
+                "0",     "--threads",   "1"};
         };
         const Run full = runKvwb(args(whole));
         QCOMPARE(full.exitCode, 0);
@@ -137,7 +139,8 @@ private Q_SLOTS:
         QVERIFY(!fs::exists(parts / "model.safetensors"));
         const Run resumed = runKvwb(args(parts) << "--resume");
         QCOMPARE(resumed.exitCode, 0);
-        const auto a = QJsonDocument::fromJson(full.out).object(), b = QJsonDocument::fromJson(resumed.out).object();
+        const auto a = QJsonDocument::fromJson(full.out).object(),
+                   b = QJsonDocument::fromJson(resumed.out).object();
         QCOMPARE(b["steps"].toInt(), 400);
         QVERIFY(std::abs(a["final_val_loss"].toDouble() - b["final_val_loss"].toDouble()) < 1e-6);
         QVERIFY(std::abs(a["final_loss"].toDouble() - b["final_loss"].toDouble()) < 1e-6);
