@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/sha256.h"
+#include "gpu/src/clock_p.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,11 +13,8 @@ namespace kvwb::gpu {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t0)
-{
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using detail::Clock;
+using detail::msSince;
 
 // Prefill one model on ids from an empty cache and copy the given layers out, token-major.
 core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, const std::vector<int> &layers,

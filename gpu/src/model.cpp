@@ -1,6 +1,7 @@
 #include "gpu/model.h"
 
 #include "core/error.h"
+#include "gpu/src/clock_p.h"
 #include "gpu/src/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -20,11 +21,8 @@ using core::ErrorCode;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t0)
-{
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using detail::Clock;
+using detail::msSince;
 
 torch::Dtype torchType(ComputeType t)
 {

@@ -1,6 +1,7 @@
 #include "gpu/transfer.h"
 
 #include "core/error.h"
+#include "gpu/src/clock_p.h"
 
 #include <fmt/format.h>
 
@@ -12,11 +13,8 @@ using core::Error;
 using core::ErrorCode;
 
 namespace {
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t0)
-{
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using detail::Clock;
+using detail::msSince;
 } // namespace
 
 std::vector<LayerKv> convertCache(const ConverterSet &conv, const KvCache &source, const Model &target)
