@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/experiment_file.h"
 #include "core/sha256.h"
+#include "core/text_corpus.h"
 #include "core/tokenizer.h"
 #include "gpu/capture.h"
 #include "gpu/device.h"
@@ -21,7 +22,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <random>
 
 namespace kvwb::app {
@@ -32,57 +32,19 @@ using nlohmann::json;
 
 namespace {
 
-// Text lines, or JSONL with a "prompt" (workload, corpus) or "text" field; "intent" or "synset"
-// becomes the label. Malformed lines are skipped with a warning naming file and line.
+// Text lines, or JSONL (workload or corpus): a line's "prompt" is what is captured (for a corpus
+// line the question, not the answer), its intent or synset the label.
 std::vector<gpu::CapturePrompt> readPrompts(const fs::path &path, std::vector<std::string> &warnings)
 {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-        throw core::Error(core::ErrorCode::Io, path.string() + ": cannot read prompts");
-    const bool jsonl = path.extension() == ".jsonl";
-    std::vector<gpu::CapturePrompt> out;
-    std::string line;
-    size_t lineNo = 0, skipped = 0;
-    auto warn = [&](const std::string &why) {
-        if (++skipped <= 20)
-            warnings.push_back(fmt::format("{}:{}: {}", path.filename().string(), lineNo, why));
-    };
-    while (std::getline(in, line)) {
-        ++lineNo;
-        if (!line.empty() && line.back() == '\r')
-            line.pop_back();
-        if (line.find_first_not_of(" \t") == std::string::npos)
-            continue;
-        if (!jsonl) {
-            out.push_back({line, {}, {}, {}});
-            continue;
-        }
-        json j;
-        try {
-            j = json::parse(line);
-        } catch (const json::exception &) {
-            warn("not valid JSON");
-            continue;
-        }
-        const char *field = j.is_object() && j.contains("prompt") ? "prompt" : "text";
-        if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
-            warn("no string field 'prompt' or 'text'");
-            continue;
-        }
-        gpu::CapturePrompt p;
-        p.text = j[field].get<std::string>();
-        for (const char *label : {"intent", "synset"})
-            if (j.contains(label) && j[label].is_string()) {
-                p.label = j[label].get<std::string>();
-                break;
-            }
-        out.push_back(std::move(p));
-    }
-    if (skipped > 20)
+    auto corpus = core::readTextCorpus(path);
+    warnings.insert(warnings.end(), corpus.warnings.begin(), corpus.warnings.end());
+    if (corpus.skipped > corpus.warnings.size())
         warnings.push_back(
-            fmt::format("{}: {} malformed lines skipped in all", path.filename().string(), skipped));
-    if (out.empty())
-        throw core::Error(core::ErrorCode::Format, path.string() + ": no prompts");
+            fmt::format("{}: {} malformed lines skipped in all", path.filename().string(), corpus.skipped));
+    std::vector<gpu::CapturePrompt> out;
+    for (auto &d : corpus.documents)
+        out.push_back(
+            {d.prompt.empty() ? std::move(d.text) : std::move(d.prompt), std::move(d.synset), {}, {}});
     return out;
 }
 

@@ -42,12 +42,14 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
             warn(lineNo, "not a JSON object");
             continue;
         }
-        if (!j.is_object() || !j.contains("text") || !j["text"].is_string()) {
-            warn(lineNo, "field 'text' is missing or not a string");
+        // corpus lines carry "text"; workload lines only a "prompt", which then is the text
+        const char *field = j.is_object() && !j.contains("text") && j.contains("prompt") ? "prompt" : "text";
+        if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
+            warn(lineNo, "field 'text' (or 'prompt') is missing or not a string");
             continue;
         }
         TextDocument d;
-        d.text = j["text"].get<std::string>();
+        d.text = j[field].get<std::string>();
         while (!d.text.empty() && (d.text.back() == '\n' || d.text.back() == ' '))
             d.text.pop_back(); // the document's end is marked by EOS, not by a newline
         if (j.contains("split")) {
@@ -67,8 +69,9 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
             d.prompt = j["prompt"].get<std::string>();
         if (j.contains("answer") && j["answer"].is_string())
             d.answer = j["answer"].get<std::string>();
-        if (j.contains("synset") && j["synset"].is_string())
-            d.synset = j["synset"].get<std::string>();
+        for (const char *label : {"synset", "intent"}) // corpus, workload
+            if (d.synset.empty() && j.contains(label) && j[label].is_string())
+                d.synset = j[label].get<std::string>();
         if (j.contains("rank") && j["rank"].is_number_integer())
             d.rank = j["rank"].get<int>();
         c.documents.push_back(std::move(d));

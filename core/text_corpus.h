@@ -1,5 +1,6 @@
-// Reading a training/evaluation corpus file: the JSONL that `kvwb corpus` writes (fields text,
-// split, and optionally prompt, answer, synset, rank), or plain text with one document a line.
+// Reading a corpus or prompt file: the JSONL that `kvwb corpus` writes (fields text, split, and
+// optionally prompt, answer, synset, rank), the workload JSONL of `kvwb workload` (prompt, intent),
+// or plain text with one document a line.
 //
 // Partial success is a result: malformed lines are skipped and reported as "FILE:LINE: reason".
 // Thread-safety: pure function.
@@ -28,7 +29,8 @@ struct TextCorpus
     size_t skipped = 0;                // all malformed lines
 };
 
-// *.jsonl: one JSON object a line; `text` required, `split` "train" (default) or "validation"/"val".
+// *.jsonl: one JSON object a line; `text` (or, without it, `prompt`) required, `split` "train"
+// (default) or "validation"/"val".
 // Anything else: each non-empty line is a document; every 20th line is validation.
 // Error(Io) when unreadable; Error(Format) when no document could be read.
 TextCorpus readTextCorpus(const std::filesystem::path &path);

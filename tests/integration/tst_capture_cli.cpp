@@ -59,7 +59,7 @@ private Q_SLOTS:
                                   q(m_dir / "b"), "--out",     q(out)};
         auto r = runKvwb(base + QStringList{"--prompts", q(m_dir / "few.jsonl"), "--dtype", "f16", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
-        QVERIFY(r.err.contains("few.jsonl:3: not valid JSON"));
+        QVERIFY(r.err.contains("few.jsonl:3: not a JSON object"));
         auto j = QJsonDocument::fromJson(r.out).object();
         QCOMPARE(j["prompts_written"].toInt(), 2);
         QCOMPARE(j["appended"].toBool(), false);
