@@ -135,25 +135,6 @@ std::vector<int> layerList(const QCommandLineParser &p, const char *flag, int nu
     return layers;
 }
 
-gpu::LoadOptions engineOptions(const QCommandLineParser &p)
-{
-    gpu::LoadOptions o;
-    if (p.isSet("device")) {
-        auto d = gpu::parseDevice(str(p.value("device")));
-        if (!d)
-            throw UsageError{"--device expects cpu or cuda"};
-        o.device = *d;
-    }
-    if (p.isSet("compute-dtype")) {
-        auto t = gpu::parseComputeType(str(p.value("compute-dtype")));
-        if (!t)
-            throw UsageError{"--compute-dtype expects f32, bf16 or f16"};
-        o.dtype = *t;
-    }
-    o.threads = intOption(p, "threads", 0, 0);
-    return o;
-}
-
 } // namespace
 
 int cmdCapture(const QStringList &args)
@@ -184,7 +165,7 @@ int cmdCapture(const QStringList &args)
     for (const char *req : {"model-a", "model-b", "prompts", "out"})
         if (!p.isSet(req))
             throw UsageError{std::string("--") + req + " is required"};
-    const auto o = engineOptions(p);
+    const auto o = loadOptions(p, "compute-dtype");
     gpu::CaptureOptions co;
     co.file.storage = parseStorage(p.value("dtype"));
     co.file.compress = p.isSet("compress") ? intOption(p, "compress-level", 4, 1) : 0;

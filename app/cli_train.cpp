@@ -291,12 +291,7 @@ int cmdEvalQa(const QStringList &args)
             break;
         if (d.validation != validation || d.prompt.empty() || d.answer.empty() || d.rank < 0 || d.rank >= top)
             continue;
-        std::vector<int> ids;
-        if (tok->bosId())
-            ids.push_back(*tok->bosId());
-        const auto body = tok->encode(d.prompt, false);
-        ids.insert(ids.end(), body.begin(), body.end());
-        const auto r = model->generate(ids, go);
+        const auto r = model->generate(tok->encode(d.prompt, true), go); // as `kvwb generate` encodes
         const std::string got = trim(tok->decode(r.outputIds, true));
         const bool same = got == trim(d.answer);
         const double f = wordF1(got, d.answer);

@@ -82,7 +82,7 @@ std::string readTextFile(const QString &path)
     return f.readAll().toStdString();
 }
 
-gpu::LoadOptions loadOptions(const QCommandLineParser &p)
+gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFlag)
 {
     gpu::LoadOptions o;
     if (p.isSet("device")) {
@@ -91,10 +91,11 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p)
             throw UsageError{"--device expects cpu or cuda, got '" + str(p.value("device")) + "'"};
         o.device = *d;
     }
-    if (p.isSet("dtype")) {
-        auto t = gpu::parseComputeType(str(p.value("dtype")));
+    if (p.isSet(dtypeFlag)) {
+        auto t = gpu::parseComputeType(str(p.value(dtypeFlag)));
         if (!t)
-            throw UsageError{"--dtype expects f32, bf16 or f16, got '" + str(p.value("dtype")) + "'"};
+            throw UsageError{"--" + str(dtypeFlag) + " expects f32, bf16 or f16, got '" +
+                             str(p.value(dtypeFlag)) + "'"};
         o.dtype = *t;
     }
     o.threads = intOption(p, "threads", 0, 0);

@@ -36,7 +36,9 @@ std::vector<int> parseIdList(const QString &text, const char *flag);
 std::string readTextFile(const QString &path);
 // --device, --dtype, --threads
 void addEngineOptions(QCommandLineParser &p);
-gpu::LoadOptions loadOptions(const QCommandLineParser &p);
+// Reads --device, --threads and the compute dtype from dtypeFlag (capture calls it --compute-dtype
+// because its --dtype is the storage type).
+gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFlag = "dtype");
 
 // While alive, Ctrl-C sets a flag instead of killing the process, so long commands (train,
 // capture) can stop between steps and save their state. Restores the previous handler.
