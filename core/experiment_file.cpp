@@ -46,6 +46,22 @@ const char *keyFormName(KeyForm f) noexcept
 namespace {
 
 using h5::check;
+using h5::checkReadable;
+using h5::createGroup;
+using h5::datasetDims;
+using h5::fileAccess;
+using h5::keepAttributesCompact;
+using h5::openDataset;
+using h5::openForReading;
+using h5::openGroup;
+using h5::readDoubleAttr;
+using h5::readIntArrayAttr;
+using h5::readIntAttr;
+using h5::readRows;
+using h5::readStringAttr;
+using h5::Site;
+using h5::writeAttr;
+using h5::WriterLock;
 
 // Rows of ids/offsets/text per chunk. Offsets grow by one int64 per prompt; ids and text by a
 // prompt's worth (hundreds of tokens or bytes), so these keep chunk counts small without making a
@@ -157,160 +173,7 @@ h5::Datatype kvFileType(KvStorage s)
     return {};
 }
 
-// ---- attributes ----
-
-class Site
-{
-public:
-    // file: the experiment's path for messages; object: the HDF5 path of the object at hand.
-    Site(std::string file, std::string object) : m_file(std::move(file)), m_object(std::move(object)) {}
-    std::string at(const std::string &what) const { return m_file + ": " + m_object + " " + what; }
-    std::string attr(const char *name) const { return m_file + ": attribute " + name + " of " + m_object; }
-    const std::string &object() const { return m_object; }
-    const std::string &file() const { return m_file; }
-
-private:
-    std::string m_file;
-    std::string m_object;
-};
-
-void writeAttr(hid_t obj, const Site &site, const char *name, const std::string &value)
-{
-    h5::Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, site.attr(name)));
-    H5Tset_size(type.get(), H5T_VARIABLE);
-    H5Tset_cset(type.get(), H5T_CSET_UTF8);
-    h5::Dataspace space(H5Screate(H5S_SCALAR));
-    h5::Attribute a(check(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                          ErrorCode::Io, "cannot create " + site.attr(name)));
-    const char *p = value.c_str();
-    check(H5Awrite(a.get(), type.get(), &p), ErrorCode::Io, "cannot write " + site.attr(name));
-}
-
-void writeAttr(hid_t obj, const Site &site, const char *name, int64_t value)
-{
-    h5::Dataspace space(H5Screate(H5S_SCALAR));
-    h5::Attribute a(check(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                          ErrorCode::Io, "cannot create " + site.attr(name)));
-    check(H5Awrite(a.get(), H5T_NATIVE_INT64, &value), ErrorCode::Io, "cannot write " + site.attr(name));
-}
-
-void writeAttr(hid_t obj, const Site &site, const char *name, double value)
-{
-    h5::Dataspace space(H5Screate(H5S_SCALAR));
-    h5::Attribute a(check(H5Acreate2(obj, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                          ErrorCode::Io, "cannot create " + site.attr(name)));
-    check(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value), ErrorCode::Io, "cannot write " + site.attr(name));
-}
-
-void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<int64_t> &values)
-{
-    const hsize_t n = values.size();
-    h5::Dataspace space(H5Screate_simple(1, &n, nullptr));
-    h5::Attribute a(check(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                          ErrorCode::Io, "cannot create " + site.attr(name)));
-    check(H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()), ErrorCode::Io,
-          "cannot write " + site.attr(name));
-}
-
-h5::Attribute openAttr(hid_t obj, const Site &site, const char *name)
-{
-    const htri_t exists = H5Aexists(obj, name);
-    if (exists <= 0)
-        throw Error(ErrorCode::Format, site.attr(name) + " is missing");
-    return h5::Attribute(
-        check(H5Aopen(obj, name, H5P_DEFAULT), ErrorCode::Format, "cannot open " + site.attr(name)));
-}
-
-std::string readStringAttr(hid_t obj, const Site &site, const char *name)
-{
-    h5::Attribute a = openAttr(obj, site, name);
-    h5::Datatype type(H5Aget_type(a.get()));
-    if (H5Tget_class(type.get()) != H5T_STRING)
-        throw Error(ErrorCode::Format, site.attr(name) + " is not a string");
-    const htri_t variable = H5Tis_variable_str(type.get());
-    if (variable > 0) {
-        h5::Datatype mem(H5Tcopy(H5T_C_S1));
-        H5Tset_size(mem.get(), H5T_VARIABLE);
-        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-        char *p = nullptr;
-        check(H5Aread(a.get(), mem.get(), &p), ErrorCode::Format, "cannot read " + site.attr(name));
-        std::string value = p ? p : "";
-        H5free_memory(p);
-        return value;
-    }
-    const size_t size = H5Tget_size(type.get());
-    std::string value(size, '\0');
-    check(H5Aread(a.get(), type.get(), value.data()), ErrorCode::Format, "cannot read " + site.attr(name));
-    value.resize(std::strlen(value.c_str()));
-    return value;
-}
-
-int64_t readIntAttr(hid_t obj, const Site &site, const char *name)
-{
-    h5::Attribute a = openAttr(obj, site, name);
-    h5::Datatype type(H5Aget_type(a.get()));
-    if (H5Tget_class(type.get()) != H5T_INTEGER)
-        throw Error(ErrorCode::Format, site.attr(name) + " is not an integer");
-    int64_t v = 0;
-    check(H5Aread(a.get(), H5T_NATIVE_INT64, &v), ErrorCode::Format, "cannot read " + site.attr(name));
-    return v;
-}
-
-std::vector<int64_t> readIntArrayAttr(hid_t obj, const Site &site, const char *name)
-{
-    h5::Attribute a = openAttr(obj, site, name);
-    h5::Datatype type(H5Aget_type(a.get()));
-    if (H5Tget_class(type.get()) != H5T_INTEGER)
-        throw Error(ErrorCode::Format, site.attr(name) + " is not an integer array");
-    h5::Dataspace space(H5Aget_space(a.get()));
-    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-    if (n < 0 || H5Sget_simple_extent_ndims(space.get()) > 1)
-        throw Error(ErrorCode::Format, site.attr(name) + " is not a 1-D integer array");
-    std::vector<int64_t> v(static_cast<size_t>(n));
-    if (n > 0)
-        check(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()), ErrorCode::Format,
-              "cannot read " + site.attr(name));
-    return v;
-}
-
-double readDoubleAttr(hid_t obj, const Site &site, const char *name)
-{
-    h5::Attribute a = openAttr(obj, site, name);
-    h5::Datatype type(H5Aget_type(a.get()));
-    const H5T_class_t cls = H5Tget_class(type.get());
-    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
-        throw Error(ErrorCode::Format, site.attr(name) + " is not a number");
-    double v = 0;
-    check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v), ErrorCode::Format, "cannot read " + site.attr(name));
-    return v;
-}
-
 // ---- datasets ----
-
-// Keep up to 64 attributes in the object header itself ("compact"), not in a fractal heap and
-// B-tree: our groups carry 10-16 attributes, above HDF5's default of 8, and HDF5 1.10.8 fails to
-// rewrite an attribute held in dense storage (H5A__dense_write), which tools that edit
-// provenance in place would hit.
-void keepAttributesCompact(hid_t ocpl)
-{
-    H5Pset_attr_phase_change(ocpl, 64, 64);
-}
-
-h5::Group createGroup(hid_t parent, const std::string &file, const std::string &path)
-{
-    h5::PropList gcpl(H5Pcreate(H5P_GROUP_CREATE));
-    keepAttributesCompact(gcpl.get());
-    return h5::Group(check(H5Gcreate2(parent, path.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
-                           ErrorCode::Io, file + ": cannot create group " + path));
-}
-
-h5::Group openGroup(hid_t parent, const std::string &file, const std::string &path)
-{
-    if (H5Lexists(parent, path.c_str(), H5P_DEFAULT) <= 0)
-        throw Error(ErrorCode::Format, file + ": group " + path + " is missing");
-    return h5::Group(check(H5Gopen2(parent, path.c_str(), H5P_DEFAULT), ErrorCode::Format,
-                           file + ": cannot open group " + path));
-}
 
 // An empty dataset extendible along its first dimension: [0, rest...], chunked [chunkRows, rest...].
 h5::Dataset createExtendible(hid_t file, const std::string &fileName, const std::string &path, hid_t type,
@@ -340,17 +203,6 @@ h5::Dataset createExtendible(hid_t file, const std::string &fileName, const std:
               ErrorCode::Io, what));
 }
 
-std::vector<hsize_t> datasetDims(hid_t ds, const std::string &fileName, const std::string &path)
-{
-    h5::Dataspace space(check(H5Dget_space(ds), ErrorCode::Format, fileName + ": dataset " + path));
-    const int rank = H5Sget_simple_extent_ndims(space.get());
-    if (rank < 0)
-        throw Error(ErrorCode::Format, fileName + ": dataset " + path + " has no simple dataspace");
-    std::vector<hsize_t> dims(static_cast<size_t>(rank));
-    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-    return dims;
-}
-
 // Sets the dataset to `rows` rows and writes `count` rows at `first` from buf (memType elements).
 void writeRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
                hsize_t count, const std::vector<hsize_t> &rest, const void *buf)
@@ -369,25 +221,6 @@ void writeRows(hid_t ds, const std::string &fileName, const std::string &path, h
           ErrorCode::Internal, what);
     h5::Dataspace memSpace(H5Screate_simple(int(counts.size()), counts.data(), nullptr));
     check(H5Dwrite(ds, memType, memSpace.get(), fileSpace.get(), H5P_DEFAULT, buf), ErrorCode::Io, what);
-}
-
-void readRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
-              hsize_t count, void *buf)
-{
-    if (count == 0)
-        return;
-    const std::string what = fileName + ": cannot read dataset " + path;
-    h5::Dataspace fileSpace(check(H5Dget_space(ds), ErrorCode::Format, what));
-    const int rank = H5Sget_simple_extent_ndims(fileSpace.get());
-    std::vector<hsize_t> dims(size_t(std::max(rank, 1)));
-    H5Sget_simple_extent_dims(fileSpace.get(), dims.data(), nullptr);
-    std::vector<hsize_t> start(dims.size(), 0), counts = dims;
-    start[0] = first;
-    counts[0] = count;
-    check(H5Sselect_hyperslab(fileSpace.get(), H5S_SELECT_SET, start.data(), nullptr, counts.data(), nullptr),
-          ErrorCode::Format, what);
-    h5::Dataspace memSpace(H5Screate_simple(int(counts.size()), counts.data(), nullptr));
-    check(H5Dread(ds, memType, memSpace.get(), fileSpace.get(), H5P_DEFAULT, buf), ErrorCode::Format, what);
 }
 
 // ---- the whole file ----
@@ -426,63 +259,6 @@ struct FileState
 
     int64_t total(int model) const { return kv[size_t(model)].committed.back(); }
 };
-
-h5::PropList fileAccess(bool recover)
-{
-    h5::PropList fapl(H5Pcreate(H5P_FILE_ACCESS));
-    // SWMR needs the 1.10 file format (superblock v3, extensible-array chunk indexes).
-    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
-    if (recover) {
-        // What `h5clear -s` does: a writer that died in SWMR mode leaves the superblock's
-        // "open for writing" flags set, and a plain open refuses such a file. Our commit protocol
-        // (offsets written and flushed after the rows they cover) keeps the file consistent, so
-        // clearing the flags is safe. The property is private but registered on every fapl.
-        hbool_t yes = 1;
-        H5Pset(fapl.get(), "clear_status_flags", &yes);
-        // A writer that died (or whose close failed on a full disk) can leave the stored end of
-        // allocated space past the real end of file: space allocated for an uncommitted prompt
-        // whose bytes never reached the disk. Committed rows lie below the real end, so skip the
-        // "truncated file" check as `h5clear --increment` does; appending writes past the hole.
-        H5Pset(fapl.get(), "skip_eof_check", &yes);
-    }
-    return fapl;
-}
-
-void checkReadable(const fs::path &path)
-{
-    std::error_code ec;
-    if (!fs::exists(path, ec))
-        throw Error(ErrorCode::Io, path.string() + ": no such file");
-    if (::access(path.c_str(), R_OK) != 0)
-        throw Error(ErrorCode::Io, path.string() + ": cannot read: " + std::strerror(errno));
-    const htri_t isHdf5 = H5Fis_hdf5(path.c_str());
-    if (isHdf5 == 0)
-        throw Error(ErrorCode::Format, path.string() + ": not an HDF5 file");
-    check(isHdf5, ErrorCode::Io, path.string() + ": cannot read");
-}
-
-// Opens read-only, accepting a file whose writer is still running or was killed.
-h5::File openForReading(const fs::path &path)
-{
-    checkReadable(path);
-    {
-        h5::PropList fapl = fileAccess(false);
-        h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
-        if (f)
-            return f;
-    }
-    {
-        // A live (or dead) SWMR writer: read as an SWMR reader, which skips the end-of-file check
-        // that a file still being written can fail.
-        h5::PropList fapl = fileAccess(false);
-        h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()));
-        if (f)
-            return f;
-    }
-    h5::PropList fapl = fileAccess(true);
-    return h5::File(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), ErrorCode::Format,
-                          path.string() + ": cannot open as HDF5"));
-}
 
 KvStorage parseStorage(const std::string &s, const std::string &where)
 {
@@ -569,18 +345,6 @@ ModelInfo readModelAttrs(hid_t group, const Site &site, char role)
         m.capturedLayers = resolvedLayers(m);
     }
     return m;
-}
-
-h5::Dataset openDataset(hid_t file, const std::string &fileName, const std::string &path,
-                        hsize_t cacheBytes = 0)
-{
-    if (H5Lexists(file, path.c_str(), H5P_DEFAULT) <= 0)
-        throw Error(ErrorCode::Format, fileName + ": dataset " + path + " is missing");
-    h5::PropList dapl(H5Pcreate(H5P_DATASET_ACCESS));
-    if (cacheBytes > 0)
-        H5Pset_chunk_cache(dapl.get(), 521, cacheBytes, 1.0);
-    return h5::Dataset(check(H5Dopen2(file, path.c_str(), dapl.get()), ErrorCode::Format,
-                             fileName + ": cannot open dataset " + path));
 }
 
 // Reads an offsets dataset, checks it is int64 [n], non-decreasing from 0.
@@ -788,59 +552,6 @@ hsize_t kvCacheBytes(const ExperimentOptions &o, const ModelConfig &c)
 // ---------------------------------------------------------------------------------------------------
 // Writer
 
-namespace {
-
-// One writer per file. HDF5's own guard (the superblock's "open for writing" flags) is exactly
-// what crash recovery clears, so a second capture appending to a file that a running capture is
-// writing would get through and interleave rows. An open-file-description lock (Linux OFD lock) on
-// the whole file stops it. It is independent of the flock() HDF5 takes, so readers (kvwb, h5py
-// with swmr=True) still open the file during a capture; unlike a classic POSIX record lock it is
-// not dropped when HDF5 closes its own descriptor of the same file; the kernel releases it when
-// the writer dies.
-class WriterLock
-{
-public:
-    WriterLock() = default;
-    static WriterLock acquire(const fs::path &path)
-    {
-        WriterLock lock;
-        lock.m_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-        if (lock.m_fd < 0)
-            throw Error(ErrorCode::Io, path.string() + ": cannot open for writing: " + std::strerror(errno));
-        struct flock fl = {};
-        fl.l_type = F_WRLCK;
-        fl.l_whence = SEEK_SET; // l_start = l_len = 0: the whole file
-        if (::fcntl(lock.m_fd, F_OFD_SETLK, &fl) != 0) {
-            const int err = errno;
-            if (err == EAGAIN || err == EACCES)
-                throw Error(ErrorCode::Io, path.string() + ": another kvwb capture is writing this file");
-            throw Error(ErrorCode::Io, path.string() + ": cannot lock: " + std::strerror(err));
-        }
-        return lock;
-    }
-    WriterLock(WriterLock &&other) noexcept : m_fd(std::exchange(other.m_fd, -1)) {}
-    WriterLock &operator=(WriterLock &&other) noexcept
-    {
-        if (this != &other) {
-            release();
-            m_fd = std::exchange(other.m_fd, -1);
-        }
-        return *this;
-    }
-    ~WriterLock() { release(); }
-    void release() noexcept
-    {
-        if (m_fd >= 0)
-            ::close(m_fd);
-        m_fd = -1;
-    }
-
-private:
-    int m_fd = -1;
-};
-
-} // namespace
-
 struct ExperimentWriter::Impl
 {
     WriterLock lock; // declared first: released after the file below is closed
@@ -849,18 +560,7 @@ struct ExperimentWriter::Impl
     bool broken = false;
     h5::Datatype half;
 
-    void flush(const char *stage)
-    {
-        check(H5Fflush(s.file.get(), H5F_SCOPE_GLOBAL), ErrorCode::Io,
-              s.name + ": cannot flush (" + stage + ")");
-        if (!syncToDisk)
-            return;
-        int *fd = nullptr;
-        check(H5Fget_vfd_handle(s.file.get(), H5P_DEFAULT, reinterpret_cast<void **>(&fd)), ErrorCode::Io,
-              s.name + ": cannot get file handle");
-        if (fd && ::fsync(*fd) != 0)
-            throw Error(ErrorCode::Io, s.name + ": fsync failed (" + stage + "): " + std::strerror(errno));
-    }
+    void flush(const char *stage) { h5::flushFile(s.file.get(), s.name, stage, syncToDisk); }
 };
 
 ExperimentWriter::ExperimentWriter(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}

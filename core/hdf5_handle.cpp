@@ -1,5 +1,11 @@
 #include "core/hdf5_handle.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
 namespace kvwb::core::h5 {
 
 void prepareLibrary() noexcept
@@ -25,6 +31,329 @@ std::string lastErrorMessage()
     };
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, visit, &message);
     return message;
+}
+
+// ---- files ----
+
+PropList fileAccess(bool recover)
+{
+    PropList fapl(H5Pcreate(H5P_FILE_ACCESS));
+    // SWMR needs the 1.10 file format (superblock v3, extensible-array chunk indexes).
+    H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    if (recover) {
+        // What `h5clear -s` does: a writer that died in SWMR mode leaves the superblock's
+        // "open for writing" flags set, and a plain open refuses such a file. Our commit protocol
+        // (offsets written and flushed after the rows they cover) keeps the file consistent, so
+        // clearing the flags is safe. The property is private but registered on every fapl.
+        hbool_t yes = 1;
+        H5Pset(fapl.get(), "clear_status_flags", &yes);
+        // A writer that died (or whose close failed on a full disk) can leave the stored end of
+        // allocated space past the real end of file: space allocated for an uncommitted prompt
+        // whose bytes never reached the disk. Committed rows lie below the real end, so skip the
+        // "truncated file" check as `h5clear --increment` does; appending writes past the hole.
+        H5Pset(fapl.get(), "skip_eof_check", &yes);
+    }
+    return fapl;
+}
+
+void checkReadable(const std::filesystem::path &path)
+{
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+        throw Error(ErrorCode::Io, path.string() + ": no such file");
+    if (::access(path.c_str(), R_OK) != 0)
+        throw Error(ErrorCode::Io, path.string() + ": cannot read: " + std::strerror(errno));
+    const htri_t isHdf5 = H5Fis_hdf5(path.c_str());
+    if (isHdf5 == 0)
+        throw Error(ErrorCode::Format, path.string() + ": not an HDF5 file");
+    check(isHdf5, ErrorCode::Io, path.string() + ": cannot read");
+}
+
+File openForReading(const std::filesystem::path &path)
+{
+    checkReadable(path);
+    {
+        PropList fapl = fileAccess(false);
+        File f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
+        if (f)
+            return f;
+    }
+    {
+        // A live (or dead) SWMR writer: read as an SWMR reader, which skips the end-of-file check
+        // that a file still being written can fail.
+        PropList fapl = fileAccess(false);
+        File f(H5Fopen(path.c_str(), H5F_ACC_RDONLY | H5F_ACC_SWMR_READ, fapl.get()));
+        if (f)
+            return f;
+    }
+    PropList fapl = fileAccess(true);
+    return File(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), ErrorCode::Format,
+                      path.string() + ": cannot open as HDF5"));
+}
+
+WriterLock WriterLock::acquire(const std::filesystem::path &path)
+{
+    WriterLock lock;
+    lock.m_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (lock.m_fd < 0)
+        throw Error(ErrorCode::Io, path.string() + ": cannot open for writing: " + std::strerror(errno));
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET; // l_start = l_len = 0: the whole file
+    if (::fcntl(lock.m_fd, F_OFD_SETLK, &fl) != 0) {
+        const int err = errno;
+        if (err == EAGAIN || err == EACCES)
+            throw Error(ErrorCode::Io, path.string() + ": another kvwb capture is writing this file");
+        throw Error(ErrorCode::Io, path.string() + ": cannot lock: " + std::strerror(err));
+    }
+    return lock;
+}
+
+void WriterLock::release() noexcept
+{
+    if (m_fd >= 0)
+        ::close(m_fd);
+    m_fd = -1;
+}
+
+void flushFile(hid_t file, const std::string &name, const char *stage, bool syncToDisk)
+{
+    check(H5Fflush(file, H5F_SCOPE_GLOBAL), ErrorCode::Io, name + ": cannot flush (" + stage + ")");
+    if (!syncToDisk)
+        return;
+    int *fd = nullptr;
+    check(H5Fget_vfd_handle(file, H5P_DEFAULT, reinterpret_cast<void **>(&fd)), ErrorCode::Io,
+          name + ": cannot get file handle");
+    if (fd && ::fsync(*fd) != 0)
+        throw Error(ErrorCode::Io, name + ": fsync failed (" + stage + "): " + std::strerror(errno));
+}
+
+// ---- attributes ----
+
+void writeAttr(hid_t obj, const Site &site, const char *name, const std::string &value)
+{
+    Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, site.attr(name)));
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    Dataspace space(H5Screate(H5S_SCALAR));
+    Attribute a(check(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), ErrorCode::Io,
+                      "cannot create " + site.attr(name)));
+    const char *p = value.c_str();
+    check(H5Awrite(a.get(), type.get(), &p), ErrorCode::Io, "cannot write " + site.attr(name));
+}
+
+void writeAttr(hid_t obj, const Site &site, const char *name, int64_t value)
+{
+    Dataspace space(H5Screate(H5S_SCALAR));
+    Attribute a(check(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                      ErrorCode::Io, "cannot create " + site.attr(name)));
+    check(H5Awrite(a.get(), H5T_NATIVE_INT64, &value), ErrorCode::Io, "cannot write " + site.attr(name));
+}
+
+void writeAttr(hid_t obj, const Site &site, const char *name, double value)
+{
+    Dataspace space(H5Screate(H5S_SCALAR));
+    Attribute a(check(H5Acreate2(obj, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                      ErrorCode::Io, "cannot create " + site.attr(name)));
+    check(H5Awrite(a.get(), H5T_NATIVE_DOUBLE, &value), ErrorCode::Io, "cannot write " + site.attr(name));
+}
+
+void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<int64_t> &values)
+{
+    const hsize_t n = values.size();
+    Dataspace space(H5Screate_simple(1, &n, nullptr));
+    Attribute a(check(H5Acreate2(obj, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                      ErrorCode::Io, "cannot create " + site.attr(name)));
+    check(H5Awrite(a.get(), H5T_NATIVE_INT64, values.data()), ErrorCode::Io,
+          "cannot write " + site.attr(name));
+}
+
+void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<std::string> &values)
+{
+    Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, site.attr(name)));
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    const hsize_t n = values.size();
+    Dataspace space(H5Screate_simple(1, &n, nullptr));
+    Attribute a(check(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), ErrorCode::Io,
+                      "cannot create " + site.attr(name)));
+    std::vector<const char *> pointers;
+    for (const std::string &v : values)
+        pointers.push_back(v.c_str());
+    if (n > 0)
+        check(H5Awrite(a.get(), type.get(), pointers.data()), ErrorCode::Io,
+              "cannot write " + site.attr(name));
+}
+
+Attribute openAttr(hid_t obj, const Site &site, const char *name)
+{
+    const htri_t exists = H5Aexists(obj, name);
+    if (exists <= 0)
+        throw Error(ErrorCode::Format, site.attr(name) + " is missing");
+    return Attribute(
+        check(H5Aopen(obj, name, H5P_DEFAULT), ErrorCode::Format, "cannot open " + site.attr(name)));
+}
+
+std::string readStringAttr(hid_t obj, const Site &site, const char *name)
+{
+    Attribute a = openAttr(obj, site, name);
+    Datatype type(H5Aget_type(a.get()));
+    if (H5Tget_class(type.get()) != H5T_STRING)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not a string");
+    const htri_t variable = H5Tis_variable_str(type.get());
+    if (variable > 0) {
+        Datatype mem(H5Tcopy(H5T_C_S1));
+        H5Tset_size(mem.get(), H5T_VARIABLE);
+        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+        char *p = nullptr;
+        check(H5Aread(a.get(), mem.get(), &p), ErrorCode::Format, "cannot read " + site.attr(name));
+        std::string value = p ? p : "";
+        H5free_memory(p);
+        return value;
+    }
+    const size_t size = H5Tget_size(type.get());
+    std::string value(size, '\0');
+    check(H5Aread(a.get(), type.get(), value.data()), ErrorCode::Format, "cannot read " + site.attr(name));
+    value.resize(std::strlen(value.c_str()));
+    return value;
+}
+
+int64_t readIntAttr(hid_t obj, const Site &site, const char *name)
+{
+    Attribute a = openAttr(obj, site, name);
+    Datatype type(H5Aget_type(a.get()));
+    if (H5Tget_class(type.get()) != H5T_INTEGER)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not an integer");
+    int64_t v = 0;
+    check(H5Aread(a.get(), H5T_NATIVE_INT64, &v), ErrorCode::Format, "cannot read " + site.attr(name));
+    return v;
+}
+
+std::vector<int64_t> readIntArrayAttr(hid_t obj, const Site &site, const char *name)
+{
+    Attribute a = openAttr(obj, site, name);
+    Datatype type(H5Aget_type(a.get()));
+    if (H5Tget_class(type.get()) != H5T_INTEGER)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not an integer array");
+    Dataspace space(H5Aget_space(a.get()));
+    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+    if (n < 0 || H5Sget_simple_extent_ndims(space.get()) > 1)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not a 1-D integer array");
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    if (n > 0)
+        check(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()), ErrorCode::Format,
+              "cannot read " + site.attr(name));
+    return v;
+}
+
+double readDoubleAttr(hid_t obj, const Site &site, const char *name)
+{
+    Attribute a = openAttr(obj, site, name);
+    Datatype type(H5Aget_type(a.get()));
+    const H5T_class_t cls = H5Tget_class(type.get());
+    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not a number");
+    double v = 0;
+    check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v), ErrorCode::Format, "cannot read " + site.attr(name));
+    return v;
+}
+
+std::vector<std::string> readStringArrayAttr(hid_t obj, const Site &site, const char *name)
+{
+    Attribute a = openAttr(obj, site, name);
+    Datatype type(H5Aget_type(a.get()));
+    if (H5Tget_class(type.get()) != H5T_STRING)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not a string array");
+    Dataspace space(H5Aget_space(a.get()));
+    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+    if (n < 0 || H5Sget_simple_extent_ndims(space.get()) > 1)
+        throw Error(ErrorCode::Format, site.attr(name) + " is not a 1-D string array");
+    std::vector<std::string> values;
+    if (n == 0)
+        return values;
+    if (H5Tis_variable_str(type.get()) > 0) {
+        Datatype mem(H5Tcopy(H5T_C_S1));
+        H5Tset_size(mem.get(), H5T_VARIABLE);
+        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+        std::vector<char *> pointers(size_t(n), nullptr);
+        check(H5Aread(a.get(), mem.get(), pointers.data()), ErrorCode::Format,
+              "cannot read " + site.attr(name));
+        for (char *p : pointers) {
+            values.emplace_back(p ? p : "");
+            H5free_memory(p);
+        }
+        return values;
+    }
+    const size_t size = H5Tget_size(type.get());
+    std::string buffer(size * size_t(n), '\0');
+    check(H5Aread(a.get(), type.get(), buffer.data()), ErrorCode::Format, "cannot read " + site.attr(name));
+    for (hssize_t i = 0; i < n; ++i) {
+        const char *p = buffer.data() + size_t(i) * size;
+        values.emplace_back(p, strnlen(p, size));
+    }
+    return values;
+}
+
+void keepAttributesCompact(hid_t ocpl)
+{
+    H5Pset_attr_phase_change(ocpl, 64, 64);
+}
+
+Group createGroup(hid_t parent, const std::string &file, const std::string &path)
+{
+    PropList gcpl(H5Pcreate(H5P_GROUP_CREATE));
+    keepAttributesCompact(gcpl.get());
+    return Group(check(H5Gcreate2(parent, path.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), ErrorCode::Io,
+                       file + ": cannot create group " + path));
+}
+
+Group openGroup(hid_t parent, const std::string &file, const std::string &path)
+{
+    if (H5Lexists(parent, path.c_str(), H5P_DEFAULT) <= 0)
+        throw Error(ErrorCode::Format, file + ": group " + path + " is missing");
+    return Group(check(H5Gopen2(parent, path.c_str(), H5P_DEFAULT), ErrorCode::Format,
+                       file + ": cannot open group " + path));
+}
+
+std::vector<hsize_t> datasetDims(hid_t ds, const std::string &fileName, const std::string &path)
+{
+    Dataspace space(check(H5Dget_space(ds), ErrorCode::Format, fileName + ": dataset " + path));
+    const int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0)
+        throw Error(ErrorCode::Format, fileName + ": dataset " + path + " has no simple dataspace");
+    std::vector<hsize_t> dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    return dims;
+}
+
+void readRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
+              hsize_t count, void *buf)
+{
+    if (count == 0)
+        return;
+    const std::string what = fileName + ": cannot read dataset " + path;
+    Dataspace fileSpace(check(H5Dget_space(ds), ErrorCode::Format, what));
+    const int rank = H5Sget_simple_extent_ndims(fileSpace.get());
+    std::vector<hsize_t> dims(size_t(std::max(rank, 1)));
+    H5Sget_simple_extent_dims(fileSpace.get(), dims.data(), nullptr);
+    std::vector<hsize_t> start(dims.size(), 0), counts = dims;
+    start[0] = first;
+    counts[0] = count;
+    check(H5Sselect_hyperslab(fileSpace.get(), H5S_SELECT_SET, start.data(), nullptr, counts.data(), nullptr),
+          ErrorCode::Format, what);
+    Dataspace memSpace(H5Screate_simple(int(counts.size()), counts.data(), nullptr));
+    check(H5Dread(ds, memType, memSpace.get(), fileSpace.get(), H5P_DEFAULT, buf), ErrorCode::Format, what);
+}
+
+Dataset openDataset(hid_t file, const std::string &fileName, const std::string &path, hsize_t cacheBytes)
+{
+    if (H5Lexists(file, path.c_str(), H5P_DEFAULT) <= 0)
+        throw Error(ErrorCode::Format, fileName + ": dataset " + path + " is missing");
+    PropList dapl(H5Pcreate(H5P_DATASET_ACCESS));
+    if (cacheBytes > 0)
+        H5Pset_chunk_cache(dapl.get(), 521, cacheBytes, 1.0);
+    return Dataset(check(H5Dopen2(file, path.c_str(), dapl.get()), ErrorCode::Format,
+                         fileName + ": cannot open dataset " + path));
 }
 
 } // namespace kvwb::core::h5
