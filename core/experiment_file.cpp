@@ -373,16 +373,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
     const hid_t f = s.file.get();
     const std::string &n = s.name;
     const Site root(n, "/");
-    if (H5Aexists(f, "schema") <= 0)
-        throw Error(ErrorCode::Format, n + ": not a kvwb experiment file (no schema attribute on /)");
-    s.schema = readStringAttr(f, root, "schema");
-    if (s.schema != kExperimentSchema) {
-        if (s.schema.rfind("kvwb/", 0) == 0)
-            throw Error(ErrorCode::Unsupported, n + ": schema " + s.schema +
-                                                    " is newer than this kvwb reads (" + kExperimentSchema +
-                                                    ")");
-        throw Error(ErrorCode::Format, n + ": unknown schema '" + s.schema + "'");
-    }
+    s.schema = h5::checkSchema(f, n);
     Provenance &p = s.provenance;
     p.appVersion = readStringAttr(f, root, "app_version");
     p.gitCommit = readStringAttr(f, root, "git_commit");

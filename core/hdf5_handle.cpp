@@ -1,5 +1,7 @@
 #include "core/hdf5_handle.h"
 
+#include "core/experiment_file.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -89,6 +91,21 @@ File openForReading(const std::filesystem::path &path)
     PropList fapl = fileAccess(true);
     return File(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), ErrorCode::Format,
                       path.string() + ": cannot open as HDF5"));
+}
+
+std::string checkSchema(hid_t file, const std::string &name)
+{
+    if (H5Aexists(file, "schema") <= 0)
+        throw Error(ErrorCode::Format, name + ": not a kvwb experiment file (no schema attribute on /)");
+    const std::string schema = readStringAttr(file, Site(name, "/"), "schema");
+    if (schema != kExperimentSchema) {
+        if (schema.rfind("kvwb/", 0) == 0)
+            throw Error(ErrorCode::Unsupported, name + ": schema " + schema +
+                                                    " is newer than this kvwb reads (" + kExperimentSchema +
+                                                    ")");
+        throw Error(ErrorCode::Format, name + ": unknown schema '" + schema + "'");
+    }
+    return schema;
 }
 
 WriterLock WriterLock::acquire(const std::filesystem::path &path)

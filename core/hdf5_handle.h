@@ -104,6 +104,9 @@ void checkReadable(const std::filesystem::path &path);
 // Opens read-only, accepting a file whose writer is still running or was killed (plain open, then
 // SWMR reader, then with recover's properties); never modifies the file.
 File openForReading(const std::filesystem::path &path);
+// The root's schema attribute, checked to be kExperimentSchema: Error(Format) when it is missing or
+// unknown, Error(Unsupported) for a newer kvwb/N. name: the path, for messages.
+std::string checkSchema(hid_t file, const std::string &name);
 // H5Fflush, then (syncToDisk) fsync of the file's descriptor; Error(Io) naming name and stage.
 void flushFile(hid_t file, const std::string &name, const char *stage, bool syncToDisk);
 
