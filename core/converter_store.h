@@ -3,10 +3,12 @@
 //
 // The types here are plain values: gpu/alignment.h fits them, gpu/transfer.h applies them, the UI
 // and reports read their metrics. saveConverters/saveTable open the file for writing without SWMR
-// (HDF5 1.10 cannot create objects under SWMR), so no capture may be appending at the same time.
-// A record is written under a hidden temporary name, flushed, then renamed into place, so a reader
-// sees either the old record or the complete new one; leftovers of an interrupted write are removed
-// by the next save and never listed.
+// (HDF5 1.10 cannot create objects under SWMR), so no capture may be appending at the same time:
+// they take the capture's writer lock and fail with Error(Io) while one is.
+// A record is built as an unlinked HDF5 object, flushed, then linked in place of the old one, so a
+// reader sees either the old record or the complete new one, and a full disk or a killed process
+// while the record is written leaves the old record intact. Names starting with '.' are hidden:
+// never listed, loaded or saved; a leftover ".<name>.partial" is removed by the next save.
 //
 // Thread-safety: none; HDF5 calls belong to the engine thread (see core/experiment_file.h).
 // Errors: core::Error naming the file and the dataset or attribute at fault (Io, Format;
@@ -51,7 +53,7 @@ struct MetricTable
     std::vector<std::string> columns;
     std::vector<std::vector<double>> rows; // each rows[i].size() == columns.size()
 
-    int column(const std::string &name) const; // index, or -1
+    int column(const std::string &name) const;            // index, or -1
     double at(size_t row, const std::string &name) const; // Error(InvalidArgument): unknown column
 };
 
@@ -65,25 +67,25 @@ struct Matrix
 
 struct ConverterRecord
 {
-    std::string name;                 // [A-Za-z0-9_.-]+, not starting with '.'
+    std::string name; // [A-Za-z0-9_.-]+, not starting with '.'
     KeyForm keyForm = KeyForm::PreRope;
-    std::string selection;            // "proportional" | "topk" | "all"
+    std::string selection; // "proportional" | "topk" | "all"
     int k = 1;
-    std::string lambdaMode;           // "fixed" | "auto"
-    bool perHead = false;             // asked for; LayerConverter::headMatched says what was done
-    std::string settingsJson;         // everything else that determined the fit (splits, seeds, ...)
-    std::string createdUtc;           // ISO 8601
+    std::string lambdaMode;   // "fixed" | "auto"
+    bool perHead = false;     // asked for; LayerConverter::headMatched says what was done
+    std::string settingsJson; // everything else that determined the fit (splits, seeds, ...)
+    std::string createdUtc;   // ISO 8601
     std::string appVersion;
     std::string gitCommit;
-    std::vector<int> trainPrompts;    // prompt indices of the experiment used for fitting
-    std::vector<int> validPrompts;    // used to choose k-layers / lambda
-    std::vector<int> testPrompts;     // held out; the metrics below are computed on these
+    std::vector<int> trainPrompts; // prompt indices of the experiment used for fitting
+    std::vector<int> validPrompts; // used to choose k-layers / lambda
+    std::vector<int> testPrompts;  // held out; the metrics below are computed on these
     int64_t trainTokens = 0;
     std::vector<LayerConverter> layers; // one per B layer, index = B layer
-    MetricTable layerMetrics;         // one row per B layer (columns: layer, r2_k, r2_v, ...)
-    MetricTable headMetrics;          // one row per (B layer, B kv head)
-    Matrix ckaKeys;                   // [B layers, A layers] linear CKA of K rows
-    Matrix ckaValues;                 // [B layers, A layers] linear CKA of V rows
+    MetricTable layerMetrics;           // one row per B layer (columns: layer, r2_k, r2_v, ...)
+    MetricTable headMetrics;            // one row per (B layer, B kv head)
+    Matrix ckaKeys;                     // [B layers, A layers] linear CKA of K rows
+    Matrix ckaValues;                   // [B layers, A layers] linear CKA of V rows
 };
 
 // Writes (or replaces) /converters/<record.name> in the experiment file. Error(InvalidArgument)
