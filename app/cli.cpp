@@ -1,4 +1,5 @@
 #include "app/cli.h"
+#include "app/cli_align.h"
 #include "app/cli_capture.h"
 #include "app/cli_train.h"
 #include "app/cli_util.h"
@@ -456,6 +457,11 @@ const std::vector<Subcommand> &subcommands()
          cmdCapture},
         {"bench-capture", "Capture cost: bare prefill vs KV writes, with and without compression.",
          cmdBenchCapture},
+        {"align", "Fit layer-wise KV converters from A to B on an experiment file and store them.", cmdAlign},
+        {"sweep", "Converter quality over k x lambda x calibration tokens, stored as a table.", cmdSweep},
+        {"compare", "B from scratch vs B from A's converted cache vs A: KL, top-1, ROUGE-L, TTFT, gate.",
+         cmdCompare},
+        {"bench-transfer", "Conversion vs prefill time at several prompt lengths.", cmdBenchTransfer},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
         {"workload", "Write a request workload (JSONL) for cache replay from WordNet concepts.", cmdWorkload},
     };

@@ -4,7 +4,6 @@
 #include "core/error.h"
 #include "core/experiment_file.h"
 #include "core/sha256.h"
-#include "core/text_corpus.h"
 #include "core/tokenizer.h"
 #include "gpu/capture.h"
 #include "gpu/device.h"
@@ -31,22 +30,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// Text lines, or JSONL (workload or corpus): a line's "prompt" is what is captured (for a corpus
-// line the question, not the answer), its intent or synset the label.
-std::vector<gpu::CapturePrompt> readPrompts(const fs::path &path, std::vector<std::string> &warnings)
-{
-    auto corpus = core::readTextCorpus(path);
-    warnings.insert(warnings.end(), corpus.warnings.begin(), corpus.warnings.end());
-    if (corpus.skipped > corpus.warnings.size())
-        warnings.push_back(
-            fmt::format("{}: {} malformed lines skipped in all", path.filename().string(), corpus.skipped));
-    std::vector<gpu::CapturePrompt> out;
-    for (auto &d : corpus.documents)
-        out.push_back(
-            {d.prompt.empty() ? std::move(d.text) : std::move(d.prompt), std::move(d.synset), {}, {}});
-    return out;
-}
 
 core::KvStorage parseStorage(const QString &s)
 {
@@ -159,6 +142,7 @@ int cmdCapture(const QStringList &args)
     p.addOption({"compute-dtype", "Engine dtype: f32 (default), bf16, f16 (CUDA).", "DTYPE", "f32"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
     p.addOption({"json", "Print the summary as JSON."});
+    addPromptFileOptions(p);
     parse(p, args,
           "Run both models over a prompt set and store each layer's (or the selected layers') K and V in an "
           "HDF5 experiment file.");
@@ -174,7 +158,9 @@ int cmdCapture(const QStringList &args)
     co.file.keyForm = p.isSet("post-rope") ? core::KeyForm::PostRope : core::KeyForm::PreRope;
     co.maxTokens = intOption(p, "max-tokens", 0, 1);
     std::vector<std::string> warnings;
-    auto prompts = readPrompts(str(p.value("prompts")), warnings);
+    std::vector<gpu::CapturePrompt> prompts;
+    for (auto &t : readPromptFile(p, str(p.value("prompts")), warnings))
+        prompts.push_back({std::move(t.text), std::move(t.label), {}, {}});
     if (p.isSet("limit"))
         prompts.resize(std::min(prompts.size(), size_t(intOption(p, "limit", 0, 1))));
     auto pair = loadPair(str(p.value("model-a")), str(p.value("model-b")), o);

@@ -5,6 +5,7 @@
 #include "core/random_model.h"
 #include "core/spm_library.h"
 #include "core/text_corpus.h"
+#include "core/text_metrics.h"
 #include "core/tokenizer.h"
 #include "gpu/model.h"
 #include "gpu/trainer.h"
@@ -204,43 +205,6 @@ int cmdTrain(const QStringList &args)
 
 namespace {
 
-std::vector<std::string> words(const std::string &s)
-{
-    std::vector<std::string> out;
-    std::string cur;
-    for (char ch : s) {
-        const unsigned char c = static_cast<unsigned char>(ch);
-        if (std::isalnum(c) || c >= 0x80) {
-            cur += char(std::tolower(c));
-        } else if (!cur.empty()) {
-            out.push_back(cur);
-            cur.clear();
-        }
-    }
-    if (!cur.empty())
-        out.push_back(cur);
-    return out;
-}
-
-// Bag-of-words F1 between a generated and a reference answer (SQuAD style).
-double wordF1(const std::string &got, const std::string &want)
-{
-    const auto a = words(got), b = words(want);
-    if (a.empty() || b.empty())
-        return a.empty() && b.empty() ? 1.0 : 0.0;
-    std::map<std::string, int> counts;
-    for (const auto &w : b)
-        ++counts[w];
-    int common = 0;
-    for (const auto &w : a)
-        if (counts[w]-- > 0)
-            ++common;
-    if (common == 0)
-        return 0.0;
-    const double precision = double(common) / double(a.size()), recall = double(common) / double(b.size());
-    return 2 * precision * recall / (precision + recall);
-}
-
 std::string trim(std::string s)
 {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
@@ -294,7 +258,7 @@ int cmdEvalQa(const QStringList &args)
         const auto r = model->generate(tok->encode(d.prompt, true), go); // as `kvwb generate` encodes
         const std::string got = trim(tok->decode(r.outputIds, true));
         const bool same = got == trim(d.answer);
-        const double f = wordF1(got, d.answer);
+        const double f = core::wordF1(got, d.answer);
         exact += same ? 1 : 0;
         f1 += f;
         ttft += r.stats.ttftMs;

@@ -1,6 +1,7 @@
 #include "app/cli_util.h"
 
 #include "core/error.h"
+#include "core/text_corpus.h"
 
 #include <QFile>
 
@@ -100,6 +101,46 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
     }
     o.threads = intOption(p, "threads", 0, 0);
     return o;
+}
+
+void addPromptFileOptions(QCommandLineParser &p)
+{
+    p.addOption(
+        {"split", "Only prompts of this corpus split: train, validation or all (default).", "SPLIT", "all"});
+    p.addOption({"whole-text", "Use a corpus line's whole text (question and answer), not its prompt."});
+    p.addOption({"join", "Join N consecutive documents into one prompt (default 1).", "N", "1"});
+}
+
+std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
+                                       std::vector<std::string> &warnings)
+{
+    const QString split = p.value("split");
+    if (split != "all" && split != "train" && split != "validation")
+        throw UsageError{"--split expects train, validation or all, got '" + str(split) + "'"};
+    const int join = intOption(p, "join", 1, 1);
+    auto corpus = core::readTextCorpus(path);
+    warnings.insert(warnings.end(), corpus.warnings.begin(), corpus.warnings.end());
+    if (corpus.skipped > corpus.warnings.size())
+        warnings.push_back(fmt::format("{}: {} malformed lines skipped in all",
+                                       std::filesystem::path(path).filename().string(), corpus.skipped));
+    std::vector<PromptText> out;
+    int inGroup = 0;
+    for (auto &d : corpus.documents) {
+        if ((split == "train" && d.validation) || (split == "validation" && !d.validation))
+            continue;
+        std::string text = p.isSet("whole-text") || d.prompt.empty() ? d.text : d.prompt;
+        while (!text.empty() && text.back() == '\n')
+            text.pop_back();
+        if (inGroup == 0)
+            out.push_back({std::move(text), d.synset});
+        else
+            out.back().text += "\n" + text;
+        inGroup = (inGroup + 1) % join;
+    }
+    if (out.empty())
+        throw core::Error(core::ErrorCode::Format,
+                          fmt::format("{}: no prompts of split '{}'", path, str(split)));
+    return out;
 }
 
 void addEngineOptions(QCommandLineParser &p)

@@ -8,6 +8,7 @@
 #include <QStringList>
 
 #include <climits>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,18 @@ void addEngineOptions(QCommandLineParser &p);
 // Reads --device, --threads and the compute dtype from dtypeFlag (capture calls it --compute-dtype
 // because its --dtype is the storage type).
 gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFlag = "dtype");
+
+// Prompt files (text lines, corpus or workload JSONL; core/text_corpus.h) as prompts: --split
+// train|validation|all, --whole-text (a corpus line's whole text, e.g. question and answer, instead
+// of its prompt), --join N (N consecutive documents joined with newlines into one prompt).
+void addPromptFileOptions(QCommandLineParser &p);
+struct PromptText
+{
+    std::string text;
+    std::string label; // intent / synset; the first document's when joined
+};
+std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
+                                       std::vector<std::string> &warnings);
 
 // While alive, Ctrl-C sets a flag instead of killing the process, so long commands (train,
 // capture) can stop between steps and save their state. Restores the previous handler.

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/hdf5_handle.h"
+#include "core/text_util.h"
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,13 @@
 #include <cerrno>
 #include <cstring>
 #include <unistd.h>
+
+#ifndef KVWB_VERSION
+#define KVWB_VERSION "unknown"
+#endif
+#ifndef KVWB_GIT_COMMIT
+#define KVWB_GIT_COMMIT "unknown"
+#endif
 
 namespace kvwb::core {
 
@@ -331,9 +339,10 @@ void writeRecord(const Place &root, const ConverterRecord &r)
     writeAttr(g, site, "lambda_mode", r.lambdaMode);
     writeAttr(g, site, "per_head", int64_t(r.perHead ? 1 : 0));
     writeAttr(g, site, "settings", r.settingsJson);
-    writeAttr(g, site, "created_utc", r.createdUtc);
-    writeAttr(g, site, "app_version", r.appVersion);
-    writeAttr(g, site, "git_commit", r.gitCommit);
+    // provenance the caller left empty is this build's and this moment's
+    writeAttr(g, site, "created_utc", r.createdUtc.empty() ? text::utcNowIso8601() : r.createdUtc);
+    writeAttr(g, site, "app_version", r.appVersion.empty() ? std::string(KVWB_VERSION) : r.appVersion);
+    writeAttr(g, site, "git_commit", r.gitCommit.empty() ? std::string(KVWB_GIT_COMMIT) : r.gitCommit);
     writeAttr(g, site, "train_tokens", int64_t(r.trainTokens));
     writeInts(root, "train_prompts", r.trainPrompts);
     writeInts(root, "valid_prompts", r.validPrompts);

@@ -74,7 +74,7 @@ struct ConverterRecord
     std::string lambdaMode;   // "fixed" | "auto"
     bool perHead = false;     // asked for; LayerConverter::headMatched says what was done
     std::string settingsJson; // everything else that determined the fit (splits, seeds, ...)
-    std::string createdUtc;   // ISO 8601
+    std::string createdUtc;   // ISO 8601; saveConverters fills it (and the two below) when empty
     std::string appVersion;
     std::string gitCommit;
     std::vector<int> trainPrompts; // prompt indices of the experiment used for fitting

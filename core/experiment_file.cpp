@@ -3,6 +3,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/hdf5_handle.h"
+#include "core/text_util.h"
 
 #include <algorithm>
 #include <array>
@@ -116,16 +117,6 @@ std::vector<int> resolvedLayers(const ModelInfo &m)
     for (size_t i = 0; i < all.size(); ++i)
         all[i] = int(i);
     return all;
-}
-
-std::string utcNowIso8601()
-{
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
 }
 
 std::string randomHex(int bytes)
@@ -621,7 +612,7 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
         p.appVersion = KVWB_VERSION;
         p.gitCommit = KVWB_GIT_COMMIT;
         p.hdf5Version = hdf5Version();
-        p.createdUtc = utcNowIso8601();
+        p.createdUtc = text::utcNowIso8601();
         if (p.runId.empty())
             p.runId = randomHex(16);
         writeAttr(f, root, "schema", std::string(kExperimentSchema));
@@ -690,8 +681,8 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
             }
         }
         const std::pair<const char *, const char *> reserved[] = {
-            {"/converters", "Reserved: fitted KV converters (A to B), filled by later kvwb versions"},
-            {"/sweeps", "Reserved: converter and cache sweep results, filled by later kvwb versions"},
+            {"/converters", "Fitted KV converters (A to B) with their metrics: kvwb align"},
+            {"/sweeps", "Converter sweep tables: kvwb sweep"},
             {"/ledgers", "Reserved: replay ledgers of cache-tier workloads, filled by later kvwb versions"},
         };
         for (const auto &[gpath, description] : reserved) {

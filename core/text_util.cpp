@@ -3,6 +3,8 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 
+#include <ctime>
+
 namespace kvwb::core::text {
 
 std::optional<size_t> firstInvalidUtf8(std::string_view s)
@@ -80,6 +82,16 @@ std::string readWholeFile(const std::filesystem::path &path)
 {
     const auto file = MappedFile::open(path);
     return std::string(reinterpret_cast<const char *>(file->data()), size_t(file->size()));
+}
+
+std::string utcNowIso8601()
+{
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
 }
 
 } // namespace kvwb::core::text

@@ -65,4 +65,7 @@ template <typename Fn> void forEachLine(std::string_view text, Fn &&fn)
 // Whole file as bytes. Error(Io) naming the path when missing, a directory or unreadable.
 std::string readWholeFile(const std::filesystem::path &path);
 
+// The current UTC time as ISO 8601, e.g. 2026-01-31T12:00:00Z.
+std::string utcNowIso8601();
+
 } // namespace kvwb::core::text

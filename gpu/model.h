@@ -108,6 +108,11 @@ public:
     // Returns logits, float32 row-major: [ids.size(), vocab] if allLogits else [1, vocab] (last).
     std::vector<float> forward(const std::vector<int> &ids, KvCache &cache, bool allLogits = false) const;
 
+    // forward() that also returns every layer's queries after RoPE, as attention used them:
+    // [numLayers] of [numHeads, ids.size(), headDim] float32 (alignment metrics score B's attention
+    // output with converted K/V against its own using these).
+    std::vector<std::vector<float>> queries(const std::vector<int> &ids, KvCache &cache) const;
+
     // Generates after prompt. The cache may already hold a prefix of the prompt (same ids): that
     // prefix is reused, not recomputed; anything in the cache past the common prefix is dropped.
     // At least the last prompt token is always computed (its logits pick the first new token).

@@ -12,23 +12,19 @@
 // Thread-safety: an accumulator is used by one thread at a time; solutions are plain values.
 #pragma once
 
+#include "core/converter_store.h"
+
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 namespace kvwb::gpu {
 
-struct RidgeSolution
-{
-    int inputDim = 0;
-    int outputDim = 0;
-    double lambda = 0;
-    std::vector<float> weight; // [inputDim, outputDim] row-major: y = x W + b
-    std::vector<float> bias;   // [outputDim]
+// A fitted map: y = x W + b (core/converter_store.h stores it in experiment files).
+using RidgeSolution = core::LinearMap;
 
-    // y [rows, outputDim] for x [rows, inputDim] (row-major float32).
-    std::vector<float> apply(const float *x, int64_t rows) const;
-};
+// y [rows, outputDim] for x [rows, inputDim] (row-major float32).
+std::vector<float> applyLinearMap(const core::LinearMap &map, const float *x, int64_t rows);
 
 class RidgeAccumulator
 {

@@ -1,41 +1,101 @@
 // Cross-model KV transfer: convert model A's cache of a prompt into model B's KV space with fitted
-// per-layer maps (gpu/alignment.h), place it in B's cache (B's RoPE applied on the way in), and let
-// B continue from there without prefilling the converted prefix.
+// per-layer maps (gpu/alignment.h, stored by core/converter_store.h), place it in B's cache (B's
+// RoPE applied on the way in), and let B continue from there without prefilling the converted
+// prefix. Also the measurements around it: teacher-forced agreement with B's own prefill and a
+// cheap per-request quality gate.
 //
-// Runs on the calling thread (the engine thread); both models and the caches stay on it.
+// Threading: runs on the calling thread (the engine thread); models, caches and converters stay on
+// it. A Converter holds its maps on the target model's device and is immutable after creation.
 #pragma once
 
-#include "core/experiment_file.h"
+#include "core/converter_store.h"
 #include "gpu/alignment.h"
 #include "gpu/model.h"
 
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace kvwb::gpu {
 
-// One map per layer of B (index = B layer), all fitted on keys of the same form.
+// One map per layer of B (index = B layer), all fitted on keys of the same form. A plain value
+// (tests build it by hand); Converter uploads it.
 struct ConverterSet
 {
     std::vector<LayerMap> layers;
     core::KeyForm keyForm = core::KeyForm::PreRope; // the form the key maps were fitted on
 };
 
-// B's layers for A's cached positions: [B layers] of [kvHeadsB, tokens, headDimB] (head-major, as
-// KvCache::assign takes them), keys in converters.keyForm. Error(Shape) names the layer whose map
-// does not fit A's or B's geometry.
-std::vector<LayerKv> convertCache(const ConverterSet &converters, const KvCache &sourceCache,
-                                  const Model &target);
+class Converter
+{
+public:
+    // Validates every map against A's and B's geometry (Error(Shape) naming the layer and map at
+    // fault) and uploads the maps to B's device in B's compute precision.
+    static Converter create(const ConverterSet &set, const Model &source, const Model &target);
+    static Converter create(const core::ConverterRecord &record, const Model &source, const Model &target);
+    Converter();
+    ~Converter();
+    Converter(Converter &&) noexcept;
+    Converter &operator=(Converter &&) noexcept;
+
+    // Replaces target's contents with source's positions 0..n-1 converted (n = source.tokens(),
+    // token ids copied). Both caches must come from the models given to create().
+    void convert(const KvCache &source, KvCache &target) const;
+    // The same, to the host: [B layers] of [kvHeadsB, n, headDimB], keys in keyForm().
+    std::vector<LayerKv> convertToHost(const KvCache &source) const;
+    core::KeyForm keyForm() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
 
 struct TransferResult
 {
     GenerateResult generation;  // B's output; stats.reusedTokens = converted positions
     double sourcePrefillMs = 0; // A's forward over the prefix
-    double convertMs = 0;       // maps applied, host <-> device copies, B's cache filled
+    double convertMs = 0;       // maps applied and B's cache filled
+    // ttft of the transfer path: sourcePrefillMs + convertMs + generation.stats.ttftMs
+    double ttftMs() const { return sourcePrefillMs + convertMs + generation.stats.ttftMs; }
 };
 
-// A prefills prompt[0 .. n-2], its cache is converted into B's, and B processes the last prompt token
-// and generates. prompt must have at least 2 tokens and be valid for both models.
-TransferResult transferGenerate(const Model &source, const Model &target, const ConverterSet &converters,
-                                const std::vector<int> &prompt, const GenerateOptions &options);
+// A prefills prompt[0 .. n-2] (unless sourceCache already holds that prefix, then its prefill is
+// skipped and reported as 0), its cache is converted into B's, and B processes the last prompt
+// token and generates. prompt must have at least 2 tokens and be valid for both models.
+TransferResult transferGenerate(const Model &source, const Model &target, const Converter &converter,
+                                const std::vector<int> &prompt, const GenerateOptions &options,
+                                KvCache *sourceCache = nullptr);
+
+// Teacher-forced agreement of two continuations of the same prompt: B from its own prefill vs B
+// from the converted cache, both fed prompt's last token + continuation[0 .. m-2] and compared on
+// their next-token distributions at each of those m positions.
+struct Agreement
+{
+    std::vector<double> kl; // [m] KL(scratch || transfer) in nats per position
+    std::vector<int> top1;  // [m] 1 where both argmaxes agree
+    double meanKl() const;
+    double top1Rate() const;
+};
+Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
+                                 const std::vector<int> &prompt, const std::vector<int> &continuation);
+
+// The quality gate, computed before committing to a converted cache: B's own prefill of the last
+// `tail` converted prompt positions on top of the converted cache of the positions before them,
+// compared with what the conversion put at those positions. signal = mean over layers and over
+// keys/values of the cosine between B's K/V and the converted K/V at those positions (1 = the
+// conversion reproduces B). The gate passes when signal >= threshold. Costs `tail` tokens of B
+// prefill; nll is B's mean negative log-likelihood of the tail tokens on the converted cache
+// (a second, logit-level signal, reported for study).
+struct GateResult
+{
+    double signal = 0;
+    double nll = 0;
+    int tail = 0;
+    double threshold = 0;
+    bool passed = false;
+    double ms = 0;
+};
+GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache, int tail,
+                       double threshold);
 
 } // namespace kvwb::gpu

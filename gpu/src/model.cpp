@@ -136,7 +136,9 @@ struct Model::Impl
     }
 
     // x [t, hidden] at positions cache.length.. -> x after all layers; appends K/V to the cache.
-    torch::Tensor run(const std::vector<int> &ids, KvCache::Impl &cache, bool allLogits) const
+    // queries, when given, receives each layer's post-RoPE queries [nh, t, hd] (float32).
+    torch::Tensor run(const std::vector<int> &ids, KvCache::Impl &cache, bool allLogits,
+                      std::vector<torch::Tensor> *queries = nullptr) const
     {
         const int64_t t = int64_t(ids.size());
         const int64_t start = cache.length;
@@ -165,6 +167,8 @@ struct Model::Impl
             auto v = linear(h, L.wv, L.bv).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
             q = rope->apply(q, start, false);
             k = rope->apply(k, start, false);
+            if (queries)
+                queries->push_back(q.to(torch::kFloat32).contiguous().cpu());
             cache.write(int(l), k, v);
             auto K = cache.keysUpTo(int(l), total);   // [nkv, total, hd]
             auto V = cache.valuesUpTo(int(l), total); // [nkv, total, hd]
@@ -345,6 +349,21 @@ std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, b
     auto logits =
         translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+}
+
+std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCache &cache) const
+{
+    if (ids.empty())
+        throw Error(ErrorCode::InvalidArgument, "queries: no tokens");
+    checkIds(ids, m_impl->config);
+    auto &ci = m_impl->cacheOf(cache);
+    JobScope scope(m_impl->options.threads);
+    std::vector<torch::Tensor> q;
+    translateTorch("forward", [&] { return m_impl->run(ids, ci, false, &q); });
+    std::vector<std::vector<float>> out;
+    for (const auto &t : q)
+        out.emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    return out;
 }
 
 int sampleToken(const float *logits, int vocab, const SamplingOptions &o, uint64_t step, float *logprob)

@@ -159,8 +159,11 @@ double RidgeAccumulator::r2(const RidgeSolution &s) const
     return sst > 0 ? 1.0 - sse / sst : 0.0;
 }
 
-std::vector<float> RidgeSolution::apply(const float *x, int64_t rows) const
+std::vector<float> applyLinearMap(const core::LinearMap &m, const float *x, int64_t rows)
 {
+    const int inputDim = m.inputDim, outputDim = m.outputDim;
+    const auto &weight = m.weight;
+    const auto &bias = m.bias;
     c10::InferenceMode guard;
     auto X = torch::from_blob(const_cast<float *>(x), {rows, inputDim}, torch::kFloat32);
     auto W = torch::from_blob(const_cast<float *>(weight.data()), {inputDim, outputDim}, torch::kFloat32);
@@ -171,7 +174,7 @@ std::vector<float> RidgeSolution::apply(const float *x, int64_t rows) const
 
 double ridgeR2(const RidgeSolution &s, const float *x, const float *y, int64_t rows)
 {
-    const auto pred = s.apply(x, rows);
+    const auto pred = applyLinearMap(s, x, rows);
     const size_t n = size_t(rows) * size_t(s.outputDim);
     std::vector<double> mean(size_t(s.outputDim), 0.0);
     for (size_t i = 0; i < n; ++i)

@@ -4,12 +4,16 @@
 #include "core/error.h"
 #include "core/experiment_file.h"
 #include "core/random_model.h"
+#include "core/tokenizer.h"
 #include "gpu/alignment.h"
+#include "gpu/capture.h"
+#include "gpu/transfer.h"
 #include "tests/support/expect_error.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <random>
 
 using namespace kvwb;
@@ -88,6 +92,83 @@ fs::path writeSynthetic(const fs::path &dir)
     return path;
 }
 
+// A: 2 kv heads of 4, B: 2 kv heads of 3, one layer each. B head h = A head h * W_h + b_h: a map
+// that never mixes heads, which head-matched fitting must recover weight for weight.
+struct HeadSynthetic
+{
+    fs::path path;
+    std::vector<std::vector<float>> W, B; // [kind * 2 + head] -> [4 * 3], [3]
+};
+
+HeadSynthetic writeHeadSynthetic(const fs::path &dir)
+{
+    const auto a = info('a', 1, 2, 4, "aaaa"), b = info('b', 1, 2, 3, "bbbb");
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    HeadSynthetic s;
+    s.W.assign(4, std::vector<float>(12));
+    s.B.assign(4, std::vector<float>(3));
+    for (auto &w : s.W)
+        for (float &v : w)
+            v = N(rng);
+    for (auto &v : s.B)
+        for (float &x : v)
+            x = N(rng);
+    s.path = dir / "heads.h5";
+    auto writer = core::ExperimentWriter::create(s.path, {}, {}, a, b);
+    for (int p = 0; p < 10; ++p) {
+        const int tokens = 16 + p;
+        core::PromptRecord rec;
+        for (int t = 0; t < tokens; ++t)
+            rec.a.ids.push_back(5 + t);
+        rec.b.ids = rec.a.ids;
+        for (int kv = 0; kv < 2; ++kv) {
+            std::vector<float> x(size_t(tokens) * 8), y(size_t(tokens) * 6);
+            for (float &v : x)
+                v = N(rng);
+            for (int t = 0; t < tokens; ++t)
+                for (int h = 0; h < 2; ++h)
+                    for (int j = 0; j < 3; ++j) {
+                        float acc = s.B[size_t(kv * 2 + h)][size_t(j)];
+                        for (int i = 0; i < 4; ++i)
+                            acc += x[size_t(t * 8 + h * 4 + i)] * s.W[size_t(kv * 2 + h)][size_t(i * 3 + j)];
+                        y[size_t(t * 6 + h * 3 + j)] = acc;
+                    }
+            (kv == 0 ? rec.a.keys : rec.a.values).push_back(x);
+            (kv == 0 ? rec.b.keys : rec.b.values).push_back(y);
+        }
+        writer.appendPrompt(rec);
+    }
+    writer.close();
+    return s;
+}
+
+// Captures a random model together with itself (A = B, separate instances).
+fs::path captureSelf(const fs::path &dir, std::unique_ptr<gpu::Model> &a, std::unique_ptr<gpu::Model> &b,
+                     int prompts = 14)
+{
+    core::writeRandomHfModel(dir / "m", core::randomModelPreset("gqa"));
+    a = gpu::Model::load(dir / "m", {});
+    b = gpu::Model::load(dir / "m", {});
+    const auto tok = core::loadTokenizer(dir / "m" / "tokenizer.json");
+    const fs::path path = dir / "self.h5";
+    auto writer = core::ExperimentWriter::create(path, {}, {},
+                                                 gpu::describeModel('a', *a, dir / "m" / "tokenizer.json"),
+                                                 gpu::describeModel('b', *b, dir / "m" / "tokenizer.json"));
+    std::vector<gpu::CapturePrompt> list;
+    for (int p = 0; p < prompts; ++p) {
+        gpu::CapturePrompt cp;
+        cp.text = "p" + std::to_string(p);
+        for (int t = 0; t < 20 + p; ++t)
+            cp.idsA.push_back((t * 31 + p * 7 + 3) % a->config().vocabSize);
+        cp.idsB = cp.idsA;
+        list.push_back(cp);
+    }
+    gpu::capturePrompts(writer, *a, *tok, *b, *tok, list, {});
+    writer.close();
+    return path;
+}
+
 } // namespace
 
 class TestAlignment : public QObject
@@ -140,6 +221,169 @@ private Q_SLOTS:
         // exact data: the least regularisation explains it best
         QCOMPARE(gpu::chooseLambda(file, 2, {1}, train, valid), 1e-4);
         QVERIFY_THROWS_EXCEPTION(core::Error, gpu::chooseLambda(file, 2, {1}, train, valid, {}));
+    }
+
+    void headMatchedRecoversEachHeadsTransform()
+    {
+        QTemporaryDir tmp;
+        const auto syn = writeHeadSynthetic(tmp.path().toStdString());
+        const auto file = core::ExperimentReader::open(syn.path);
+        const std::vector<int> train = {0, 1, 2, 3, 4, 5, 6}, test = {7, 8, 9};
+        const auto map = gpu::fitLayer(file, 0, {0}, train, 1e-10, nullptr, /*headMatched=*/true);
+        QVERIFY(map.headMatched);
+        QCOMPARE(map.keys.size(), size_t(2));
+        for (int kv = 0; kv < 2; ++kv)
+            for (int h = 0; h < 2; ++h) {
+                const auto &m = (kv == 0 ? map.keys : map.values)[size_t(h)];
+                QCOMPARE(m.inputDim, 4);
+                QCOMPARE(m.outputDim, 3);
+                for (size_t i = 0; i < 12; ++i)
+                    QVERIFY2(std::abs(m.weight[i] - syn.W[size_t(kv * 2 + h)][i]) < 1e-3,
+                             qPrintable(QString("kind %1 head %2 weight %3").arg(kv).arg(h).arg(i)));
+                for (size_t j = 0; j < 3; ++j)
+                    QVERIFY(std::abs(m.bias[j] - syn.B[size_t(kv * 2 + h)][j]) < 1e-3);
+            }
+        const auto metrics = gpu::evaluateLayer(file, map, test);
+        QCOMPARE(metrics.heads.size(), size_t(2));
+        for (const auto &h : metrics.heads)
+            QVERIFY(h.r2Keys > 0.99999 && h.r2Values > 0.99999 && h.relErrKeys < 1e-3);
+        // the full cross-head map explains it too (it contains the head-matched one) ...
+        const auto full = gpu::fitLayer(file, 0, {0}, train, 1e-10);
+        QVERIFY(gpu::evaluateLayer(file, full, test).r2Keys > 0.99999);
+        // ... and its cross-head blocks are zero: B head 0 reads nothing from A head 1
+        for (int i = 4; i < 8; ++i)
+            for (int j = 0; j < 3; ++j)
+                QVERIFY(std::abs(full.keys[0].weight[size_t(i * 6 + j)]) < 1e-3);
+        // head-matched needs equal kv-head counts
+        QTemporaryDir tmp2;
+        const auto other = core::ExperimentReader::open(writeSynthetic(tmp2.path().toStdString()));
+        QCOMPARE(test::expectError([&] {
+                     gpu::fitLayer(other, 0, {0}, {0, 1}, 0.01, nullptr, true);
+                 }).code(),
+                 core::ErrorCode::InvalidArgument);
+    }
+
+    void calibrationTokensAreCapped()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        gpu::LayerFitStats stats;
+        gpu::fitLayer(file, 0, {0}, {0, 1, 2}, 0.01, &stats, false, 30);
+        QCOMPARE(stats.rows, int64_t(30)); // all of prompt 0 (20), 10 rows of prompt 1
+    }
+
+    void splitIsByPromptAndSeeded()
+    {
+        const auto s = gpu::splitPrompts(20, 0.15, 0.25, 7);
+        QCOMPARE(s.test.size(), size_t(5));
+        QCOMPARE(s.valid.size(), size_t(3));
+        QCOMPARE(s.train.size(), size_t(12));
+        std::vector<int> all = s.train;
+        all.insert(all.end(), s.valid.begin(), s.valid.end());
+        all.insert(all.end(), s.test.begin(), s.test.end());
+        std::sort(all.begin(), all.end());
+        for (int i = 0; i < 20; ++i)
+            QCOMPARE(all[size_t(i)], i);
+        QCOMPARE(gpu::splitPrompts(20, 0.15, 0.25, 7).test, s.test);
+        QVERIFY(gpu::splitPrompts(20, 0.15, 0.25, 8).test != s.test);
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::splitPrompts(20, 0.5, 0.5, 1));
+    }
+
+    // A model aligned with itself: every layer is explained (R^2 > 0.999), B's attention output with
+    // the converted cache is its own, CKA's diagonal is 1, and a transfer reproduces the scratch
+    // generation token for token.
+    void modelAlignedWithItself_data()
+    {
+        QTest::addColumn<int>("selection");
+        QTest::addColumn<bool>("perHead");
+        QTest::newRow("proportional k=1") << int(gpu::LayerSelection::Proportional) << false;
+        QTest::newRow("proportional k=1 per head") << int(gpu::LayerSelection::Proportional) << true;
+        QTest::newRow("top-1, auto lambda") << int(gpu::LayerSelection::TopK) << false;
+    }
+    void modelAlignedWithItself()
+    {
+        QFETCH(int, selection);
+        QFETCH(bool, perHead);
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> a, b;
+        const auto path = captureSelf(tmp.path().toStdString(), a, b);
+        const auto file = core::ExperimentReader::open(path);
+        gpu::AlignOptions o;
+        o.selection = gpu::LayerSelection(selection);
+        o.perHead = perHead;
+        o.lambda = 1e-7;
+        o.autoLambda = o.selection == gpu::LayerSelection::TopK;
+        o.lambdaGrid = {1e-7, 1e-1};
+        o.validFraction = o.testFraction = 0.2;
+        const auto r = gpu::alignExperiment(file, o, b.get());
+        const auto &rec = r.record;
+        const int layers = b->config().numLayers;
+        QCOMPARE(int(rec.layers.size()), layers);
+        QCOMPARE(int(rec.layerMetrics.rows.size()), layers);
+        QCOMPARE(int(rec.headMetrics.rows.size()), layers * b->config().numKvHeads);
+        for (int l = 0; l < layers; ++l) {
+            QCOMPARE(rec.layers[size_t(l)].sourceLayers, std::vector<int>({l}));
+            QCOMPARE(rec.layers[size_t(l)].headMatched, perHead);
+            for (const char *c : {"r2_k", "r2_v", "cos_k", "cos_v", "attn_cos"})
+                QVERIFY2(
+                    rec.layerMetrics.at(size_t(l), c) > 0.999,
+                    qPrintable(
+                        QString("layer %1 %2 = %3").arg(l).arg(c).arg(rec.layerMetrics.at(size_t(l), c))));
+            QCOMPARE(rec.layers[size_t(l)].keys[0].lambda, 1e-7); // the auto choice is the smaller lambda
+            QVERIFY(std::abs(rec.ckaKeys.data[size_t(l * layers + l)] - 1.0) < 1e-6);
+            QVERIFY(std::abs(rec.ckaValues.data[size_t(l * layers + l)] - 1.0) < 1e-6);
+        }
+        QCOMPARE(rec.ckaKeys.rows, layers);
+        QCOMPARE(rec.testPrompts.size(), size_t(3));
+        // no prompt is both trained on and scored
+        for (int p : rec.testPrompts)
+            QVERIFY(std::find(rec.trainPrompts.begin(), rec.trainPrompts.end(), p) == rec.trainPrompts.end());
+        const auto conv = gpu::Converter::create(rec, *a, *b);
+        std::vector<int> prompt;
+        for (int i = 0; i < 26; ++i)
+            prompt.push_back((i * 13 + 5) % b->config().vocabSize);
+        gpu::GenerateOptions g;
+        g.maxTokens = 10;
+        g.stopAtEos = false;
+        const auto scratch = b->generate(prompt, g);
+        const auto t = gpu::transferGenerate(*a, *b, conv, prompt, g);
+        QCOMPARE(t.generation.stats.reusedTokens, 25);
+        QCOMPARE(t.generation.outputIds, scratch.outputIds);
+    }
+
+    void sweepTable()
+    {
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> a, b;
+        const auto path = captureSelf(tmp.path().toStdString(), a, b);
+        const auto file = core::ExperimentReader::open(path);
+        gpu::SweepOptions o;
+        o.ks = {1, 2};
+        o.lambdas = {1e-6, 10.0};
+        o.trainTokens = {40, 0};
+        o.validFraction = o.testFraction = 0.2;
+        const auto t = gpu::sweepAlignment(file, o, b.get());
+        QCOMPARE(t.rows.size(), size_t(8));
+        QCOMPARE(t.columns.front(), std::string("k"));
+        for (size_t i = 0; i < t.rows.size(); ++i) {
+            if (t.at(i, "train_tokens") == 40)
+                continue;
+            QVERIFY(t.at(i, "train_tokens") > 40);
+            // exact self-maps at small lambda; heavy shrinkage costs R^2
+            if (t.at(i, "lambda") < 1)
+                QVERIFY2(t.at(i, "r2_k") > 0.999 && t.at(i, "attn_cos") > 0.999,
+                         qPrintable(QString::number(i)));
+            else
+                QVERIFY(t.at(i, "r2_k") < 0.99);
+        }
+        // a file of another model B is refused for attention metrics
+        QTemporaryDir tmp2;
+        auto spec = core::randomModelPreset("gqa");
+        spec.seed = 99;
+        core::writeRandomHfModel(fs::path(tmp2.path().toStdString()) / "other", spec);
+        const auto other = gpu::Model::load(fs::path(tmp2.path().toStdString()) / "other", {});
+        QCOMPARE(test::expectError([&] { gpu::sweepAlignment(file, o, other.get()); }).code(),
+                 core::ErrorCode::Config);
     }
 
     void errors()

@@ -1,0 +1,144 @@
+// `kvwb align`, `kvwb sweep` and `kvwb compare` end to end: a model aligned with itself through the
+// CLI gives R^2 ~ 1 on every layer and a transfer identical to scratch; a cross-geometry pair fits,
+// stores and loads back; the JSON carries the documented fields; bad input fails with the right
+// exit code and a message naming what is at fault.
+#include "core/converter_store.h"
+#include "core/experiment_file.h"
+#include "core/random_model.h"
+#include "tests/support/kvwb_process.h"
+#include "tests/support/test_paths.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+using test::runKvwb;
+
+namespace {
+QString q(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
+} // namespace
+
+class TestAlignCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    fs::path m_dir;
+
+    fs::path capture(const char *a, const char *b, const char *name)
+    {
+        const fs::path out = m_dir / name;
+        const auto r = runKvwb({"capture", "--model-a", q(m_dir / a), "--model-b", q(m_dir / b), "--out",
+                                q(out), "--prompts", q(m_dir / "prompts.txt"), "--json"});
+        if (r.exitCode != 0)
+            qFatal("capture failed: %s", r.err.constData());
+        return out;
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_dir = m_tmp.path().toStdString();
+        core::writeRandomHfModel(m_dir / "a", core::randomModelPreset("tiny"));
+        core::writeRandomHfModel(m_dir / "b", core::randomModelPreset("gqa"));
+        std::string prompts;
+        for (int i = 0; i < 40; ++i)
+            prompts += "Question " + std::to_string(i) + ": what does the cache hold for prompt number " +
+                       std::to_string(i * 7) + " today?\n";
+        test::writeFile(m_dir / "prompts.txt", prompts);
+    }
+
+    void selfAlignmentThroughTheCli()
+    {
+        const auto exp = capture("b", "b", "self.h5");
+        auto r = runKvwb({"align", "--experiment", q(exp), "--lambda", "1e-7", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["converter"].toString(), QString("default"));
+        QCOMPARE(j["stored"].toBool(), true);
+        const auto layers = j["layers"].toArray();
+        QCOMPARE(layers.size(), core::randomModelPreset("gqa").config.numLayers);
+        for (const auto &v : layers) {
+            const auto l = v.toObject();
+            for (const char *k : {"r2_k", "r2_v", "attn_cos"})
+                QVERIFY2(l[k].toDouble() > 0.999, qPrintable(QString("%1 = %2").arg(k).arg(l[k].toDouble())));
+            QCOMPARE(l["heads"].toArray().size(), core::randomModelPreset("gqa").config.numKvHeads);
+        }
+        r = runKvwb({"compare", "--experiment", q(exp), "--prompt", "What does the cache hold for me?",
+                     "--max-tokens", "8", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto c = QJsonDocument::fromJson(r.out).object();
+        const auto p0 = c["prompts"].toArray().at(0).toObject();
+        for (const char *k :
+             {"kl", "top1", "rouge_l", "ttft_ms_scratch", "ttft_ms_transfer", "first_divergence"})
+            QVERIFY2(p0.contains(k), k);
+        QVERIFY(p0["kl"].toDouble() < 1e-4);
+        QCOMPARE(p0["top1"].toDouble(), 1.0);
+        QCOMPARE(p0["first_divergence"].toInt(), -1);
+        QCOMPARE(p0["text_transfer"].toString(), p0["text_scratch"].toString());
+        QCOMPARE(p0["rouge_l"].toDouble(), 1.0);
+        QCOMPARE(p0["gate"].toObject()["passed"].toBool(), true);
+        QVERIFY(r.err.contains("gate: prompt 0 signal"));
+    }
+
+    void crossPairFitsStoresAndCompares()
+    {
+        const auto exp = capture("a", "b", "pair.h5");
+        auto r = runKvwb({"align", "--experiment", q(exp), "--select", "topk", "--k", "2", "--lambda", "auto",
+                          "--name", "top2", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["selection"].toString(), QString("topk"));
+        for (const auto &v : j["layers"].toArray())
+            QCOMPARE(v.toObject()["sources"].toArray().size(), 2);
+        // per head: tiny has 4 kv heads, gqa 2: refused as head-matched, fitted full with a warning
+        r = runKvwb({"align", "--experiment", q(exp), "--per-head", "--name", "ph", "--no-attention"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(r.err.contains("per-head maps need equal kv-head counts"));
+        QCOMPARE(core::listConverters(exp), std::vector<std::string>({"ph", "top2"}));
+        const auto rec = core::loadConverters(exp, "top2");
+        QCOMPARE(rec.k, 2);
+        QCOMPARE(rec.lambdaMode, std::string("auto"));
+        r = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out", "--limit", "3",
+                     "--max-tokens", "4", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
+        QCOMPARE(s["prompts"].toInt(), 3);
+        QVERIFY(s["kl"].toDouble() >= 0);
+        QVERIFY(s["top1"].toDouble() >= 0 && s["top1"].toDouble() <= 1);
+        r = runKvwb({"sweep", "--experiment", q(exp), "--k", "1,2", "--lambda", "0.01,1", "--tokens",
+                     "200,all", "--no-attention", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["rows"].toArray().size(), 8);
+        QCOMPARE(core::loadTable(exp, "sweep").rows.size(), size_t(8));
+    }
+
+    void errors()
+    {
+        const auto exp = capture("a", "b", "err.h5");
+        auto r = runKvwb({"align", "--experiment", q(exp), "--select", "nearest"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY(r.err.contains("--select expects proportional, topk or all"));
+        r = runKvwb({"compare", "--experiment", q(exp), "--converter", "missing", "--prompt", "x"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("missing") && r.err.contains("err.h5"), r.err.constData());
+        // model B is not the one captured: refused naming both fingerprints
+        r = runKvwb({"align", "--experiment", q(exp), "--model-b", q(m_dir / "a")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("[config]") && r.err.contains("fingerprint"), r.err.constData());
+        r = runKvwb({"align", "--experiment", q(m_dir / "nope.h5")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY(r.err.contains("nope.h5"));
+        QCOMPARE(runKvwb({"compare", "--experiment", q(exp)}).exitCode, 2); // no prompt source
+    }
+};
+
+QTEST_GUILESS_MAIN(TestAlignCli)
+#include "tst_align_cli.moc"
