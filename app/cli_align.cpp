@@ -396,8 +396,12 @@ int cmdCompare(const QStringList &args)
     p.addOption({"limit", "At most N prompts.", "N"});
     p.addOption({"max-tokens", "Tokens to generate per path (default 32).", "N", "32"});
     p.addOption({"gate-tail", "Prompt positions B recomputes for the quality gate (default 4).", "N", "4"});
-    p.addOption({"gate-threshold", "Gate passes when the K/V cosine signal is at least T (default 0.9).", "T",
-                 "0.9"});
+    p.addOption({"gate-signal", "Gate signal: tail_kl (default), kv_cos or nll (see docs/transfer.md).", "S",
+                 "tail_kl"});
+    p.addOption({"gate-threshold",
+                 "Gate passes when tail_kl or nll <= T, or kv_cos >= T (default 0.1 for tail_kl, "
+                 "0.9 for kv_cos, 3 for nll).",
+                 "T"});
     p.addOption({"json", "Print per-prompt results and the summary as JSON."});
     addPromptFileOptions(p);
     addModelOptions(p);
@@ -428,7 +432,19 @@ int cmdCompare(const QStringList &args)
     gpu::GenerateOptions go;
     go.maxTokens = intOption(p, "max-tokens", 32, 1);
     const int tail = intOption(p, "gate-tail", 4, 1);
-    const double threshold = doubleOption(p, "gate-threshold", 0.9, -1.0, 1.0);
+    gpu::GateSignal gateSignal = gpu::GateSignal::TailKl;
+    if (p.value("gate-signal") == "kv_cos")
+        gateSignal = gpu::GateSignal::KvCos;
+    else if (p.value("gate-signal") == "nll")
+        gateSignal = gpu::GateSignal::Nll;
+    else if (p.value("gate-signal") != "tail_kl")
+        throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
+                         "'"};
+    const double threshold = doubleOption(p, "gate-threshold",
+                                          gateSignal == gpu::GateSignal::KvCos    ? 0.9
+                                          : gateSignal == gpu::GateSignal::TailKl ? 0.1
+                                                                                  : 3.0,
+                                          -1.0, 1e9);
     const auto lo = loadOptions(p);
     auto a = loadFileModel(file, 'a', p, lo);
     auto b = loadFileModel(file, 'b', p, lo);
@@ -444,8 +460,8 @@ int cmdCompare(const QStringList &args)
     const bool asJson = p.isSet("json");
     InterruptScope ctrlC;
     json rows = json::array();
-    std::vector<double> kls, top1s, rouges, rougesA, ttftScratch, ttftTransfer, ttftCached, signals, nlls,
-        gatedKl;
+    std::vector<double> kls, top1s, rouges, rougesA, ttftScratch, ttftTransfer, ttftCached, kvCos, tailKls,
+        nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor;
     int identical = 0, passed = 0, done = 0;
     bool warmed = false;
     for (size_t i = 0; i < texts.size() && !InterruptScope::interrupted(); ++i) {
@@ -474,9 +490,10 @@ int cmdCompare(const QStringList &args)
         const auto t0 = Clock::now();
         a->forward(prefix, cacheA);
         const double prefillA = msSince(t0);
-        const auto gate = gpu::qualityGate(*b, conv, cacheA, tail, threshold);
+        const auto gate = gpu::qualityGate(*b, conv, cacheA, ids.back(), tail, gateSignal, threshold);
         const auto tr = gpu::transferGenerate(*a, *b, conv, ids, go, &cacheA);
         const auto agree = gpu::teacherForcedAgreement(*a, *b, conv, ids, scratch.outputIds);
+        const auto floor = gpu::noPrefixAgreement(*b, ids, scratch.outputIds);
         const std::string textScratch = tokB->decode(scratch.outputIds, true);
         const std::string textTransfer = tokB->decode(tr.generation.outputIds, true);
         const std::string textA = tokA->decode(selfA.outputIds, true);
@@ -491,14 +508,18 @@ int cmdCompare(const QStringList &args)
         const double ttftC = tr.convertMs + tr.generation.stats.ttftMs;
         const double kl = agree.meanKl();
         kls.push_back(kl);
+        klFloor.push_back(floor.meanKl());
+        top1Floor.push_back(floor.top1Rate());
         top1s.push_back(agree.top1Rate());
         rouges.push_back(core::rougeL(textTransfer, textScratch));
         rougesA.push_back(core::rougeL(textA, textScratch));
         ttftScratch.push_back(scratch.stats.ttftMs);
         ttftTransfer.push_back(ttftT);
         ttftCached.push_back(ttftC);
-        signals.push_back(gate.signal);
+        kvCos.push_back(gate.kvCos);
+        tailKls.push_back(gate.tailKl);
         nlls.push_back(gate.nll);
+        (gate.passed ? klPassed : klFailed).push_back(kl);
         gatedKl.push_back(gate.passed ? kl : 0.0);
         identical += divergence < 0 ? 1 : 0;
         passed += gate.passed ? 1 : 0;
@@ -513,6 +534,8 @@ int cmdCompare(const QStringList &args)
             {"kl", kl},
             {"kl_max", agree.kl.empty() ? 0.0 : *std::max_element(agree.kl.begin(), agree.kl.end())},
             {"top1", agree.top1Rate()},
+            {"kl_no_prefix", floor.meanKl()},
+            {"top1_no_prefix", floor.top1Rate()},
             {"rouge_l", rouges.back()},
             {"rouge_l_a", rougesA.back()},
             {"ttft_ms_scratch", scratch.stats.ttftMs},
@@ -523,8 +546,11 @@ int cmdCompare(const QStringList &args)
             {"speedup", scratch.stats.ttftMs / ttftT},
             {"speedup_cached", scratch.stats.ttftMs / ttftC},
             {"gate",
-             {{"signal", gate.signal},
-              {"nll", num(gate.nll)},
+             {{"signal", gpu::gateSignalName(gate.signal)},
+              {"value", gate.value},
+              {"kv_cos", gate.kvCos},
+              {"tail_kl", gate.tailKl},
+              {"nll", gate.nll},
               {"tail", gate.tail},
               {"threshold", gate.threshold},
               {"passed", gate.passed},
@@ -538,9 +564,12 @@ int cmdCompare(const QStringList &args)
             else
                 std::fprintf(stderr, "\rcompared %d/%zu prompts", done, texts.size());
         }
-        std::fprintf(stderr, "%sgate: prompt %zu signal %.4f %s %.4f -> %s\n",
-                     asJson || texts.size() == 1 ? "" : "\n", i, gate.signal, gate.passed ? ">=" : "<",
-                     threshold, gate.passed ? "use converted cache" : "fall back to B's prefill");
+        // the gate's decision, logged for every prompt
+        const bool higherIsBetter = gateSignal == gpu::GateSignal::KvCos;
+        fmt::print(stderr, "{}gate: prompt {} {} {:.4f} {} {:.4f} -> {}\n",
+                   asJson || texts.size() == 1 ? "" : "\n", i, gpu::gateSignalName(gateSignal), gate.value,
+                   gate.passed == higherIsBetter ? ">=" : "<", threshold,
+                   gate.passed ? "use the converted cache" : "fall back to B's own prefill");
     }
     if (done == 0)
         throw core::Error(core::ErrorCode::InvalidArgument, "no prompt could be compared");
@@ -555,6 +584,8 @@ int cmdCompare(const QStringList &args)
     const json summary = {{"prompts", done},
                           {"kl", mean(kls)},
                           {"top1", mean(top1s)},
+                          {"kl_no_prefix", mean(klFloor)},
+                          {"top1_no_prefix", mean(top1Floor)},
                           {"rouge_l", mean(rouges)},
                           {"rouge_l_a", mean(rougesA)},
                           {"identical_outputs", double(identical) / done},
@@ -564,14 +595,19 @@ int cmdCompare(const QStringList &args)
                           {"speedup", median(ttftScratch) / median(ttftTransfer)},
                           {"speedup_cached", median(ttftScratch) / median(ttftCached)},
                           {"gate",
-                           {{"threshold", threshold},
+                           {{"signal", gpu::gateSignalName(gateSignal)},
+                            {"threshold", threshold},
                             {"tail", tail},
                             {"pass_rate", double(passed) / done},
                             {"kl_gated", mean(gatedKl)},
-                            {"pearson_signal_kl", num(core::pearson(signals, kls))},
-                            {"spearman_signal_kl", num(core::spearman(signals, kls))},
-                            {"pearson_nll_kl", num(core::pearson(nlls, kls))},
-                            {"spearman_nll_kl", num(core::spearman(nlls, kls))}}}};
+                            {"kl_passed", klPassed.empty() ? json(nullptr) : json(mean(klPassed))},
+                            {"kl_failed", klFailed.empty() ? json(nullptr) : json(mean(klFailed))},
+                            {"spearman_kv_cos_kl", num(core::spearman(kvCos, kls))},
+                            {"spearman_tail_kl_kl", num(core::spearman(tailKls, kls))},
+                            {"spearman_nll_kl", num(core::spearman(nlls, kls))},
+                            {"pearson_kv_cos_kl", num(core::pearson(kvCos, kls))},
+                            {"pearson_tail_kl_kl", num(core::pearson(tailKls, kls))},
+                            {"pearson_nll_kl", num(core::pearson(nlls, kls))}}}};
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (asJson) {
@@ -590,15 +626,21 @@ int cmdCompare(const QStringList &args)
     std::printf("| metric | value |\n|:--|--:|\n");
     std::printf("| KL(scratch || transfer), nats/token | %.4f |\n", mean(kls));
     std::printf("| top-1 agreement | %.3f |\n", mean(top1s));
+    std::printf("| floor: KL / top-1 with no prefix at all | %.4f / %.3f |\n", mean(klFloor),
+                mean(top1Floor));
     std::printf("| ROUGE-L transfer vs scratch | %.3f |\n", mean(rouges));
     std::printf("| ROUGE-L A vs B scratch | %.3f |\n", mean(rougesA));
     std::printf("| identical outputs | %.3f |\n", double(identical) / done);
     std::printf("| TTFT scratch (median ms) | %.2f |\n", median(ttftScratch));
     std::printf("| TTFT transfer, A prefill + convert (ms) | %.2f |\n", median(ttftTransfer));
     std::printf("| TTFT transfer, A's KV cached (ms) | %.2f |\n", median(ttftCached));
-    std::printf("| gate pass rate (signal >= %.3f) | %.3f |\n", threshold, double(passed) / done);
-    std::printf("| Spearman(gate signal, KL) | %.3f |\n", core::spearman(signals, kls));
-    std::printf("| Spearman(tail NLL, KL) | %.3f |\n", core::spearman(nlls, kls));
+    std::printf("| gate (%s, threshold %g) pass rate | %.3f |\n", gpu::gateSignalName(gateSignal), threshold,
+                double(passed) / done);
+    std::printf("| mean KL of passed / failed prompts | %.4f / %.4f |\n",
+                klPassed.empty() ? NAN : mean(klPassed), klFailed.empty() ? NAN : mean(klFailed));
+    std::printf("| Spearman(kv_cos, KL) | %.3f |\n", core::spearman(kvCos, kls));
+    std::printf("| Spearman(tail_kl, KL) | %.3f |\n", core::spearman(tailKls, kls));
+    std::printf("| Spearman(nll, KL) | %.3f |\n", core::spearman(nlls, kls));
     return 0;
 }
 

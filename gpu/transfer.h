@@ -78,24 +78,43 @@ struct Agreement
 };
 Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
                                  const std::vector<int> &prompt, const std::vector<int> &continuation);
+// The floor a converted cache has to beat: the same comparison with B given no prefix at all (only
+// the prompt's last token, at position 0) instead of the converted cache.
+Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
+                            const std::vector<int> &continuation);
 
-// The quality gate, computed before committing to a converted cache: B's own prefill of the last
-// `tail` converted prompt positions on top of the converted cache of the positions before them,
-// compared with what the conversion put at those positions. signal = mean over layers and over
-// keys/values of the cosine between B's K/V and the converted K/V at those positions (1 = the
-// conversion reproduces B). The gate passes when signal >= threshold. Costs `tail` tokens of B
-// prefill; nll is B's mean negative log-likelihood of the tail tokens on the converted cache
-// (a second, logit-level signal, reported for study).
+// The quality gate, computed before committing to a converted cache of prompt[0 .. n-2] (in
+// sourceCache, A's cache of those positions). B recomputes the last `tail` converted positions
+// itself on top of the converted cache of the positions before them, then processes the prompt's
+// last token both ways. Three signals, all from these tail + 2 token steps of B:
+//  - kvCos: cosine between B's own K/V at the tail positions and the converted K/V there, averaged
+//    over layers, keys and values (1 = the conversion reproduces B there);
+//  - tailKl: KL between B's next-token distribution after the last prompt token with the tail
+//    recomputed and with the fully converted cache (0 = recomputing changes nothing);
+//  - nll: B's mean negative log-likelihood of the tail's following tokens given the converted
+//    prefix (how plausible B finds the prompt it is about to continue).
+// The gate passes when the chosen signal clears the threshold (kvCos >= t; tailKl, nll <= t).
+enum class GateSignal
+{
+    KvCos,
+    TailKl,
+    Nll
+};
+const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nll"
+
 struct GateResult
 {
-    double signal = 0;
+    double kvCos = 0;
+    double tailKl = 0;
     double nll = 0;
     int tail = 0;
+    GateSignal signal = GateSignal::TailKl;
     double threshold = 0;
+    double value = 0; // the chosen signal's value
     bool passed = false;
     double ms = 0;
 };
-GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache, int tail,
-                       double threshold);
+GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache,
+                       int lastToken, int tail, GateSignal signal, double threshold);
 
 } // namespace kvwb::gpu

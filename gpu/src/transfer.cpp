@@ -273,26 +273,14 @@ double Agreement::top1Rate() const
     return top1.empty() ? 0.0 : double(std::accumulate(top1.begin(), top1.end(), 0)) / double(top1.size());
 }
 
-Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
-                                 const std::vector<int> &prompt, const std::vector<int> &continuation)
+namespace {
+
+// KL(p || q) and argmax agreement per row of two logit matrices [rows, vocab].
+Agreement compareLogits(const std::vector<float> &ls, const std::vector<float> &lt, size_t rows)
 {
-    if (prompt.size() < 2)
-        throw Error(ErrorCode::InvalidArgument, "agreement needs a prompt of at least 2 tokens");
-    const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
-    std::vector<int> fed = {prompt.back()};
-    if (!continuation.empty())
-        fed.insert(fed.end(), continuation.begin(), continuation.end() - 1);
-    auto scratch = target.newCache();
-    target.forward(prefix, scratch);
-    const auto ls = target.forward(fed, scratch, true); // [m, vocab]
-    auto cacheA = source.newCache();
-    source.forward(prefix, cacheA);
-    auto transfer = target.newCache();
-    converter.convert(cacheA, transfer);
-    const auto lt = target.forward(fed, transfer, true);
-    const size_t vocab = ls.size() / fed.size();
+    const size_t vocab = ls.size() / rows;
     Agreement a;
-    for (size_t i = 0; i < fed.size(); ++i) {
+    for (size_t i = 0; i < rows; ++i) {
         const float *p = ls.data() + i * vocab, *q = lt.data() + i * vocab;
         auto logZ = [&](const float *x) {
             const double m = *std::max_element(x, x + vocab);
@@ -313,14 +301,88 @@ Agreement teacherForcedAgreement(const Model &source, const Model &target, const
     return a;
 }
 
-GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache, int tail,
-                       double threshold)
+// The last prompt token and the continuation but its last token: what both paths are fed.
+std::vector<int> fedTokens(const std::vector<int> &prompt, const std::vector<int> &continuation)
+{
+    if (prompt.size() < 2)
+        throw Error(ErrorCode::InvalidArgument, "agreement needs a prompt of at least 2 tokens");
+    std::vector<int> fed = {prompt.back()};
+    if (!continuation.empty())
+        fed.insert(fed.end(), continuation.begin(), continuation.end() - 1);
+    return fed;
+}
+
+std::vector<float> scratchLogits(const Model &target, const std::vector<int> &prompt,
+                                 const std::vector<int> &fed)
+{
+    auto scratch = target.newCache();
+    target.forward(std::vector<int>(prompt.begin(), prompt.end() - 1), scratch);
+    return target.forward(fed, scratch, true); // [fed, vocab]
+}
+
+} // namespace
+
+Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
+                                 const std::vector<int> &prompt, const std::vector<int> &continuation)
+{
+    const auto fed = fedTokens(prompt, continuation);
+    const auto ls = scratchLogits(target, prompt, fed);
+    auto cacheA = source.newCache();
+    source.forward(std::vector<int>(prompt.begin(), prompt.end() - 1), cacheA);
+    auto transfer = target.newCache();
+    converter.convert(cacheA, transfer);
+    return compareLogits(ls, target.forward(fed, transfer, true), fed.size());
+}
+
+Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
+                            const std::vector<int> &continuation)
+{
+    const auto fed = fedTokens(prompt, continuation);
+    const auto ls = scratchLogits(target, prompt, fed);
+    auto empty = target.newCache();
+    return compareLogits(ls, target.forward(fed, empty, true), fed.size());
+}
+
+const char *gateSignalName(GateSignal s) noexcept
+{
+    switch (s) {
+    case GateSignal::KvCos:
+        return "kv_cos";
+    case GateSignal::TailKl:
+        return "tail_kl";
+    case GateSignal::Nll:
+        return "nll";
+    }
+    return "?";
+}
+
+namespace {
+
+// log-softmax of logits [vocab] in float64
+std::vector<double> logSoftmax(const float *x, size_t vocab)
+{
+    const double m = *std::max_element(x, x + vocab);
+    double s = 0;
+    for (size_t j = 0; j < vocab; ++j)
+        s += std::exp(double(x[j]) - m);
+    const double z = m + std::log(s);
+    std::vector<double> out(vocab);
+    for (size_t j = 0; j < vocab; ++j)
+        out[j] = double(x[j]) - z;
+    return out;
+}
+
+} // namespace
+
+GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache,
+                       int lastToken, int tail, GateSignal signal, double threshold)
 {
     const int n = sourceCache.tokens();
     if (n < 2)
         throw Error(ErrorCode::InvalidArgument, "the quality gate needs at least 2 converted positions");
     GateResult g;
     g.tail = std::clamp(tail, 1, n - 1);
+    g.signal = signal;
     g.threshold = threshold;
     const auto t0 = Clock::now();
     auto cache = target.newCache();
@@ -332,21 +394,26 @@ GateResult qualityGate(const Model &target, const Converter &converter, const Kv
         converted.push_back(
             {cache.impl()->keys[size_t(l)].narrow(1, start, g.tail).to(torch::kFloat32).clone(),
              cache.impl()->values[size_t(l)].narrow(1, start, g.tail).to(torch::kFloat32).clone()});
+    // the last token on the fully converted cache: what the transfer path would predict
+    auto full = cache.fork();
+    const auto logitsFull = target.forward({lastToken}, full); // [1, vocab]
+    const size_t vocab = logitsFull.size();
+    // the tail recomputed by B, then the last token
     cache.truncate(start);
-    const std::vector<int> tailIds(sourceCache.tokenIds().begin() + start, sourceCache.tokenIds().end());
-    const auto logits = target.forward(tailIds, cache, true); // [tail, vocab]
-    const size_t vocab = logits.size() / tailIds.size();
+    std::vector<int> ids(sourceCache.tokenIds().begin() + start, sourceCache.tokenIds().end());
+    ids.push_back(lastToken);
+    const auto logits = target.forward(ids, cache, true); // [tail + 1, vocab]
     double nll = 0;
-    for (int i = 0; i + 1 < g.tail; ++i) {
-        const float *x = logits.data() + size_t(i) * vocab;
-        const double m = *std::max_element(x, x + vocab);
-        double s = 0;
-        for (size_t j = 0; j < vocab; ++j)
-            s += std::exp(double(x[j]) - m);
-        nll += m + std::log(s) - x[tailIds[size_t(i) + 1]];
-    }
-    g.nll = g.tail > 1 ? nll / (g.tail - 1) : std::numeric_limits<double>::quiet_NaN();
-    g.signal = translateTorch("quality gate", [&] {
+    for (int i = 0; i < g.tail; ++i) // position i predicts ids[i + 1]
+        nll -= logSoftmax(logits.data() + size_t(i) * vocab, vocab)[size_t(ids[size_t(i) + 1])];
+    g.nll = nll / g.tail;
+    const auto p = logSoftmax(logits.data() + size_t(g.tail) * vocab, vocab),
+               q = logSoftmax(logitsFull.data(), vocab);
+    double kl = 0;
+    for (size_t j = 0; j < vocab; ++j)
+        kl += std::exp(p[j]) * (p[j] - q[j]);
+    g.tailKl = std::max(kl, 0.0);
+    g.kvCos = translateTorch("quality gate", [&] {
         c10::InferenceMode guard;
         double sum = 0;
         for (int l = 0; l < cache.numLayers(); ++l)
@@ -363,7 +430,20 @@ GateResult qualityGate(const Model &target, const Converter &converter, const Kv
             }
         return sum / (2.0 * cache.numLayers());
     });
-    g.passed = g.signal >= threshold;
+    switch (signal) {
+    case GateSignal::KvCos:
+        g.value = g.kvCos;
+        g.passed = g.kvCos >= threshold;
+        break;
+    case GateSignal::TailKl:
+        g.value = g.tailKl;
+        g.passed = g.tailKl <= threshold;
+        break;
+    case GateSignal::Nll:
+        g.value = g.nll;
+        g.passed = g.nll <= threshold;
+        break;
+    }
     g.ms = msSince(t0);
     return g;
 }

@@ -39,7 +39,7 @@ echo "== sweeps"
   --tokens 500,2000,8000,32000,all | tee "$OUT/sweep-tokens-head.md"
 
 echo "== compare on 150 held-out questions (validation phrasings, never in the calibration set)"
-for c in prop-k1 topk-k2 all all-head; do
+for c in prop-k1 prop-k1-head topk-k2 all all-head; do
   "$KVWB" compare --experiment "$EXP" --converter "$c" --prompts "$WORK/corpus.jsonl" --split validation \
     --limit 150 --max-tokens 24 --json > "$OUT/compare-$c.json" 2> "$OUT/compare-$c.log"
   echo "$c: $OUT/compare-$c.json"

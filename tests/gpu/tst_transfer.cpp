@@ -148,14 +148,40 @@ private Q_SLOTS:
         const auto off =
             gpu::teacherForcedAgreement(*a, *b, gpu::Converter::create(bad, *a, *b), prompt, continuation);
         QVERIFY(off.meanKl() > 1e-3);
+        // without any prefix B's predictions move: the floor a converted cache must beat
+        const auto floor = gpu::noPrefixAgreement(*b, prompt, continuation);
+        QCOMPARE(floor.kl.size(), size_t(4));
+        QVERIFY(floor.meanKl() > 1e-3);
 
         auto cacheA = a->newCache();
         a->forward(std::vector<int>(prompt.begin(), prompt.end() - 1), cacheA);
-        const auto pass = gpu::qualityGate(*b, gpu::Converter::create(good, *a, *b), cacheA, 4, 0.9);
+        const auto good1 = gpu::Converter::create(good, *a, *b), bad1 = gpu::Converter::create(bad, *a, *b);
+        const auto pass = gpu::qualityGate(*b, good1, cacheA, prompt.back(), 4, gpu::GateSignal::KvCos, 0.9);
         QCOMPARE(pass.tail, 4);
-        QVERIFY2(pass.signal > 0.99999 && pass.passed, qPrintable(QString::number(pass.signal)));
-        const auto fail = gpu::qualityGate(*b, gpu::Converter::create(bad, *a, *b), cacheA, 4, 0.9);
-        QVERIFY2(fail.signal < 0.5 && !fail.passed, qPrintable(QString::number(fail.signal)));
+        QVERIFY2(pass.kvCos > 0.99999 && pass.passed, qPrintable(QString::number(pass.kvCos)));
+        QVERIFY2(pass.tailKl < 1e-8, qPrintable(QString::number(pass.tailKl)));
+        QCOMPARE(pass.value, pass.kvCos);
+        // the tail NLL is B's own on the prompt: the same whatever maps produced the prefix when they are
+        // exact
+        auto own = b->newCache();
+        const auto logits = b->forward(prompt, own, true);
+        const size_t vocab = logits.size() / prompt.size();
+        double nll = 0;
+        for (int i = 19; i < 23; ++i) { // positions 19..22 predict tokens 20..23
+            const float *x = logits.data() + size_t(i) * vocab;
+            double m = *std::max_element(x, x + vocab), sum = 0;
+            for (size_t j = 0; j < vocab; ++j)
+                sum += std::exp(x[j] - m);
+            nll += m + std::log(sum) - x[prompt[size_t(i) + 1]];
+        }
+        QVERIFY2(std::abs(pass.nll - nll / 4) < 1e-4,
+                 qPrintable(QString("%1 vs %2").arg(pass.nll).arg(nll / 4)));
+        const auto fail = gpu::qualityGate(*b, bad1, cacheA, prompt.back(), 4, gpu::GateSignal::KvCos, 0.9);
+        QVERIFY2(fail.kvCos < 0.5 && !fail.passed, qPrintable(QString::number(fail.kvCos)));
+        QVERIFY(fail.tailKl > 1e-4);
+        const auto klGate =
+            gpu::qualityGate(*b, bad1, cacheA, prompt.back(), 4, gpu::GateSignal::TailKl, 1e-6);
+        QVERIFY(!klGate.passed && klGate.value == klGate.tailKl);
         // the source cache is untouched by the gate
         QCOMPARE(cacheA.tokens(), 23);
     }
