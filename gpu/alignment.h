@@ -71,8 +71,9 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &file,
 
 // B's rows [tokens, kvHeadsB * headDimB] (token-major) from A's rows of map.sourceLayers:
 // source[i] is [tokens, kvHeadsA * headDimA] of map.sourceLayers[i]. keys picks the key maps.
+// Error(Shape) naming the layer when the maps do not fit either geometry.
 std::vector<float> convertRows(const LayerMap &map, bool keys, const std::vector<const float *> &source,
-                               int64_t tokens, int kvHeadsA, int headDimA);
+                               int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB);
 
 // The k source layers whose single-layer fits explain the target layer best on `validation`
 // prompts (mean of key and value R^2), returned in layer order.
@@ -169,7 +170,14 @@ struct SweepOptions
     int attentionPrompts = 16;
     std::function<bool(double fraction, const std::string &stage)> progress;
 };
-core::MetricTable sweepAlignment(const core::ExperimentReader &file, const SweepOptions &options,
-                                 const Model *target, std::vector<std::string> *warnings = nullptr);
+struct SweepResult
+{
+    core::MetricTable table;
+    std::vector<std::string> warnings;
+    bool cancelled = false; // progress returned false: the table holds the rows done so far
+};
+// Top-k rankings use the same calibration tokens as the row they serve.
+SweepResult sweepAlignment(const core::ExperimentReader &file, const SweepOptions &options,
+                           const Model *target);
 
 } // namespace kvwb::gpu

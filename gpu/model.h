@@ -113,6 +113,10 @@ public:
     // output with converted K/V against its own using these).
     std::vector<std::vector<float>> queries(const std::vector<int> &ids, KvCache &cache) const;
 
+    // Mean over tokens of the residual stream after `layer` blocks (0 = embeddings, numLayers = the
+    // last block's output before the final norm): [hiddenSize] float32. For embedding texts.
+    std::vector<float> meanHiddenState(const std::vector<int> &ids, int layer) const;
+
     // Generates after prompt. The cache may already hold a prefix of the prompt (same ids): that
     // prefix is reused, not recomputed; anything in the cache past the common prefix is dropped.
     // At least the last prompt token is always computed (its logits pick the first new token).

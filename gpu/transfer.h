@@ -29,8 +29,10 @@ struct ConverterSet
 class Converter
 {
 public:
+    struct Impl;
     // Validates every map against A's and B's geometry (Error(Shape) naming the layer and map at
-    // fault) and uploads the maps to B's device in B's compute precision.
+    // fault) and uploads the maps to B's device (float32; conversion computes in float32). Keeps
+    // no reference to the models: their caches are recognised by their RoPE tables.
     static Converter create(const ConverterSet &set, const Model &source, const Model &target);
     static Converter create(const core::ConverterRecord &record, const Model &source, const Model &target);
     Converter();
@@ -46,7 +48,6 @@ public:
     core::KeyForm keyForm() const;
 
 private:
-    struct Impl;
     std::unique_ptr<Impl> m_impl;
 };
 

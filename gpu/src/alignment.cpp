@@ -250,10 +250,19 @@ std::vector<int> selectSources(const core::ExperimentReader &f, LayerSelection s
     const int layersB = f.model('b').config.numLayers;
     std::vector<int> out;
     switch (selection) {
-    case LayerSelection::Proportional:
-        for (int i : proportionalSourceLayers(targetLayer, layersB, int(capA.size()), k))
-            out.push_back(capA[size_t(i)]);
+    case LayerSelection::Proportional: {
+        // the layers at the same relative depth of A's real depth, then the nearest captured ones
+        const int la = f.model('a').config.numLayers;
+        // (as proportionalSourceLayers when every layer was captured: ties go to the lower layer)
+        const long centre =
+            std::lround(layersB > 1 ? double(targetLayer) * double(la - 1) / double(layersB - 1) : 0.0);
+        std::vector<int> byDistance = capA;
+        std::stable_sort(byDistance.begin(), byDistance.end(),
+                         [&](int x, int y) { return std::labs(x - centre) < std::labs(y - centre); });
+        out.assign(byDistance.begin(), byDistance.begin() + std::min<size_t>(size_t(k), byDistance.size()));
+        std::sort(out.begin(), out.end());
         break;
+    }
     case LayerSelection::TopK:
         out.assign(ranked.begin(), ranked.begin() + std::min<size_t>(size_t(k), ranked.size()));
         std::sort(out.begin(), out.end());
@@ -324,8 +333,20 @@ LayerMap fitLayer(const core::ExperimentReader &f, int targetLayer, const std::v
 }
 
 std::vector<float> convertRows(const LayerMap &map, bool keys, const std::vector<const float *> &source,
-                               int64_t tokens, int kvHeadsA, int headDimA)
+                               int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB)
 {
+    for (const auto &lm : keys ? map.keys : map.values)
+        if (lm.outputDim != (map.headMatched ? headDimB : kvHeadsB * headDimB) ||
+            lm.weight.size() != size_t(lm.inputDim) * size_t(lm.outputDim) ||
+            lm.bias.size() != size_t(lm.outputDim))
+            throw Error(ErrorCode::Shape,
+                        fmt::format("layer {} {} map gives {} outputs; model B's layer takes {}",
+                                    map.targetLayer, keys ? "key" : "value", lm.outputDim,
+                                    map.headMatched ? headDimB : kvHeadsB * headDimB));
+    if (map.headMatched && int((keys ? map.keys : map.values).size()) != kvHeadsB)
+        throw Error(ErrorCode::Shape,
+                    fmt::format("layer {} has {} head-matched maps; model B has {} kv heads", map.targetLayer,
+                                (keys ? map.keys : map.values).size(), kvHeadsB));
     const auto &maps = keys ? map.keys : map.values;
     if (source.size() != map.sourceLayers.size() || maps.empty())
         throw Error(ErrorCode::Shape, fmt::format("layer {} map reads {} source layers, got {}",
@@ -392,7 +413,7 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f, const 
                              .emplace(map.targetLayer, keys ? f.keys('b', map.targetLayer, p)
                                                             : f.values('b', map.targetLayer, p))
                              .first;
-                const auto pred = convertRows(map, keys, src, tokens, g.kvA, g.hdA);
+                const auto pred = convertRows(map, keys, src, tokens, g.kvA, g.hdA, g.kvB, g.hdB);
                 const float *y = yt->second.data();
                 auto &s = sums[m][size_t(kv)];
                 s[0].add(pred.data(), y, tokens, g.widthB(), g.widthB(), 0);
@@ -511,7 +532,8 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f, const std::vec
                         it = rowsA.emplace(s, kv == 0 ? f.keys('a', s, p) : f.values('a', s, p)).first;
                     src.push_back(it->second.data());
                 }
-                const auto rows = convertRows(m, kv == 0, src, t, g.kvA, g.hdA); // [t, kvB, hdB]
+                const auto rows =
+                    convertRows(m, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB); // [t, kvB, hdB]
                 auto headMajor = torch::from_blob(const_cast<float *>(rows.data()), {t, g.kvB, g.hdB})
                                      .transpose(0, 1)
                                      .contiguous();
@@ -705,7 +727,9 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     rec.name = o.name;
     rec.keyForm = f.storage().keyForm;
     rec.selection = layerSelectionName(o.selection);
-    rec.k = o.selection == LayerSelection::All ? int(capturedLayers(f, 'a').size()) : o.k;
+    const int capturedA = int(capturedLayers(f, 'a').size());
+    const int k = std::min(o.k, capturedA); // the k actually used
+    rec.k = o.selection == LayerSelection::All ? capturedA : k;
     rec.lambdaMode = o.autoLambda ? "auto" : "fixed";
     rec.perHead = o.perHead;
     rec.trainPrompts = split.train;
@@ -726,7 +750,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         if (o.selection == LayerSelection::TopK)
             ranked = rankSourceLayers(f, l, split.train, split.valid, o.autoLambda ? 0.01 : o.lambda,
                                       o.maxTrainTokens);
-        const auto sources = selectSources(f, o.selection, o.k, l, ranked);
+        const auto sources = selectSources(f, o.selection, k, l, ranked);
         LayerFitStats stats;
         auto maps = fitLayerGrid(f, l, sources, split.train, grid, &stats, headMatched, o.maxTrainTokens);
         size_t chosen = 0;
@@ -787,15 +811,16 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     return r;
 }
 
-core::MetricTable sweepAlignment(const core::ExperimentReader &f, const SweepOptions &o, const Model *target,
-                                 std::vector<std::string> *warnings)
+SweepResult sweepAlignment(const core::ExperimentReader &f, const SweepOptions &o, const Model *target)
 {
+    SweepResult result;
+    auto *warnings = &result.warnings;
     checkCapturedB(f);
     if (target)
         checkTarget(f, *target);
     const Geometry g = geometry(f);
     const bool headMatched = o.perHead && g.kvA == g.kvB;
-    if (o.perHead && !headMatched && warnings)
+    if (o.perHead && !headMatched)
         warnings->push_back("per-head maps need equal kv-head counts: swept full cross-head maps instead");
     if (o.ks.empty() || o.lambdas.empty() || o.trainTokens.empty())
         throw Error(ErrorCode::InvalidArgument, "a sweep needs at least one k, lambda and token count");
@@ -805,22 +830,25 @@ core::MetricTable sweepAlignment(const core::ExperimentReader &f, const SweepOpt
     const PromptSplit split = splitPrompts(f.promptCount(), o.validFraction, o.testFraction, o.seed);
     requireSplit(f, split, o.selection == LayerSelection::TopK);
     const int lb = f.model('b').config.numLayers;
-    std::vector<std::vector<int>> ranked(static_cast<size_t>(lb));
-    if (o.selection == LayerSelection::TopK)
-        for (int l = 0; l < lb; ++l)
-            ranked[size_t(l)] = rankSourceLayers(f, l, split.train, split.valid, 0.01);
     const std::vector<int> ks =
         o.selection == LayerSelection::All ? std::vector<int>{int(capturedLayers(f, 'a').size())} : o.ks;
-    core::MetricTable table;
+    core::MetricTable &table = result.table;
     table.columns = {"k",     "lambda", "train_tokens", "r2_k",  "r2_v",
                      "cos_k", "cos_v",  "rel_k",        "rel_v", "attn_cos"};
     const size_t total = o.trainTokens.size() * ks.size();
     size_t done = 0;
-    for (int64_t tokens : o.trainTokens)
+    for (int64_t tokens : o.trainTokens) {
+        // rankings with this row's calibration tokens, shared by its ks
+        std::vector<std::vector<int>> ranked(static_cast<size_t>(lb));
+        if (o.selection == LayerSelection::TopK)
+            for (int l = 0; l < lb; ++l)
+                ranked[size_t(l)] = rankSourceLayers(f, l, split.train, split.valid, 0.01, tokens);
         for (int k : ks) {
             if (o.progress && !o.progress(double(done) / double(total),
-                                          fmt::format("k {}, {} calibration tokens", k, tokens)))
-                return table;
+                                          fmt::format("k {}, {} calibration tokens", k, tokens))) {
+                result.cancelled = true;
+                return result;
+            }
             ++done;
             std::vector<std::vector<LayerMap>> perLambda(o.lambdas.size());
             std::vector<std::array<double, 6>> sums(o.lambdas.size(), std::array<double, 6>{});
@@ -851,7 +879,8 @@ core::MetricTable sweepAlignment(const core::ExperimentReader &f, const SweepOpt
                     row({double(k), o.lambdas[i], double(used), s[0], s[1], s[2], s[3], s[4], s[5], attn}));
             }
         }
-    return table;
+    }
+    return result;
 }
 
 } // namespace kvwb::gpu

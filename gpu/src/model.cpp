@@ -136,9 +136,12 @@ struct Model::Impl
     }
 
     // x [t, hidden] at positions cache.length.. -> x after all layers; appends K/V to the cache.
-    // queries, when given, receives each layer's post-RoPE queries [nh, t, hd] (float32).
+    // queries, when given, receives each layer's post-RoPE queries [nh, t, hd] (float32);
+    // hidden, when given, the residual stream after hiddenLayer blocks [t, hidden] (float32;
+    // 0 = the embeddings).
     torch::Tensor run(const std::vector<int> &ids, KvCache::Impl &cache, bool allLogits,
-                      std::vector<torch::Tensor> *queries = nullptr) const
+                      std::vector<torch::Tensor> *queries = nullptr, int hiddenLayer = -1,
+                      torch::Tensor *hidden = nullptr) const
     {
         const int64_t t = int64_t(ids.size());
         const int64_t start = cache.length;
@@ -160,6 +163,8 @@ struct Model::Impl
         }
         const double scale = 1.0 / std::sqrt(double(hd));
         for (size_t l = 0; l < layers.size(); ++l) {
+            if (hidden && int(l) == hiddenLayer)
+                *hidden = x.to(torch::kFloat32);
             const Layer &L = layers[l];
             auto h = rmsNorm(x, L.inputNorm);
             auto q = linear(h, L.wq, L.bq).view({t, nh, hd}).transpose(0, 1);  // [nh, t, hd]
@@ -191,6 +196,8 @@ struct Model::Impl
             auto up = linear(h2, L.wUp, L.bUp);
             x = x + linear(torch::silu(gate) * up, L.wDown, L.bDown);
         }
+        if (hidden && hiddenLayer == int(layers.size()))
+            *hidden = x.to(torch::kFloat32);
         cache.length = int(total);
         cache.ids.insert(cache.ids.end(), ids.begin(), ids.end());
         if (!allLogits)
@@ -364,6 +371,25 @@ std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCa
     for (const auto &t : q)
         out.emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
     return out;
+}
+
+std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer) const
+{
+    if (ids.empty())
+        throw Error(ErrorCode::InvalidArgument, "meanHiddenState: no tokens");
+    if (layer < 0 || layer > m_impl->config.numLayers)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("hidden-state layer {} is outside 0..{}", layer, m_impl->config.numLayers));
+    checkIds(ids, m_impl->config);
+    auto cache = newCache();
+    auto &ci = m_impl->cacheOf(cache);
+    JobScope scope(m_impl->options.threads);
+    torch::Tensor h;
+    return translateTorch("hidden state", [&] {
+        m_impl->run(ids, ci, false, nullptr, layer, &h);
+        auto mean = h.mean(0).contiguous().cpu(); // [hidden]
+        return std::vector<float>(mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
+    });
 }
 
 int sampleToken(const float *logits, int vocab, const SamplingOptions &o, uint64_t step, float *logprob)

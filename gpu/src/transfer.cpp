@@ -43,8 +43,9 @@ struct Converter::Impl
     core::KeyForm keyForm = core::KeyForm::PreRope;
     int layersA = 0, kvA = 0, hdA = 0, kvB = 0, hdB = 0;
     torch::Device device = torch::kCPU;
+    std::shared_ptr<detail::RopeTables> ropeA; // identifies A's caches
     std::shared_ptr<detail::RopeTables> ropeB; // identifies B's caches
-    const Model *target = nullptr;
+    KvCache emptyB;                            // an empty cache of B: forked for convertToHost
 
     void checkCaches(const KvCache::Impl &s, const KvCache::Impl &t) const
     {
@@ -67,10 +68,10 @@ struct Converter::Impl
         auto rows = [&](std::vector<torch::Tensor> &cacheA, int64_t src, bool keys) -> const torch::Tensor & {
             auto &x = cacheA[size_t(src)];
             if (!x.defined()) {
-                auto t = keys ? s.keysUpTo(int(src), n) : s.valuesUpTo(int(src), n);
+                auto t = (keys ? s.keysUpTo(int(src), n) : s.valuesUpTo(int(src), n)).to(torch::kFloat32);
                 if (keys && keyForm == core::KeyForm::PreRope)
-                    t = s.rope->apply(t, 0, true); // on A's device, with A's tables
-                x = t.to(device, torch::kFloat32); // [kvA, n, hdA]
+                    t = s.rope->apply(t, 0, true); // on A's device, with A's tables, in f32
+                x = t.to(device);                  // [kvA, n, hdA]
             }
             return x;
         };
@@ -126,12 +127,10 @@ Converter Converter::create(const ConverterSet &set, const Model &source, const 
     d.hdA = ca.headDim;
     d.kvB = cb.numKvHeads;
     d.hdB = cb.headDim;
-    d.target = &target;
-    {
-        const auto probe = target.newCache();
-        d.device = probe.impl()->device;
-        d.ropeB = probe.impl()->rope;
-    }
+    d.emptyB = target.newCache();
+    d.device = d.emptyB.impl()->device;
+    d.ropeB = d.emptyB.impl()->rope;
+    d.ropeA = source.newCache().impl()->rope;
     const int widthA = d.kvA * d.hdA, widthB = d.kvB * d.hdB;
     translateTorch("converter upload", [&] {
         for (int l = 0; l < cb.numLayers; ++l) {
@@ -192,16 +191,25 @@ Converter Converter::create(const ConverterSet &set, const Model &source, const 
     return c;
 }
 
+namespace {
+const Converter::Impl &need(const std::unique_ptr<Converter::Impl> &impl)
+{
+    if (!impl)
+        throw Error(ErrorCode::InvalidArgument, "empty converter: create it with Converter::create()");
+    return *impl;
+}
+} // namespace
+
 core::KeyForm Converter::keyForm() const
 {
-    return m_impl->keyForm;
+    return need(m_impl).keyForm;
 }
 
 void Converter::convert(const KvCache &source, KvCache &target) const
 {
-    if (!m_impl || !source.impl() || !target.impl())
-        throw Error(ErrorCode::InvalidArgument, "convert: empty converter or cache");
-    const Impl &d = *m_impl;
+    const Impl &d = need(m_impl);
+    if (!source.impl() || !target.impl())
+        throw Error(ErrorCode::InvalidArgument, "convert: empty cache: create it with Model::newCache()");
     const KvCache::Impl &s = *source.impl();
     KvCache::Impl &t = *target.impl();
     d.checkCaches(s, t);
@@ -226,7 +234,7 @@ void Converter::convert(const KvCache &source, KvCache &target) const
 
 std::vector<LayerKv> Converter::convertToHost(const KvCache &source) const
 {
-    auto cache = m_impl->target->newCache();
+    auto cache = need(m_impl).emptyB.fork();
     convert(source, cache);
     const KeyForm form = m_impl->keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
     std::vector<LayerKv> out;

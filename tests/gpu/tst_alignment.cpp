@@ -351,6 +351,98 @@ private Q_SLOTS:
         QCOMPARE(t.generation.outputIds, scratch.outputIds);
     }
 
+    // The attention-output cosine sees which kv head a conversion damages: with exact maps except
+    // that B's kv head 1 gets its values scrambled, head 0's query group still reads exactly its
+    // own output (cosine 1) and head 1's does not.
+    void attentionCosinePerHead()
+    {
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> a, b;
+        const auto path = captureSelf(tmp.path().toStdString(), a, b, 6);
+        const auto file = core::ExperimentReader::open(path);
+        const auto &c = b->config();
+        const int w = c.numKvHeads * c.headDim;
+        QCOMPARE(c.numKvHeads, 2);
+        std::vector<gpu::LayerMap> maps;
+        std::mt19937_64 rng(4);
+        std::normal_distribution<float> N(0.0f, 1.0f);
+        for (int l = 0; l < c.numLayers; ++l) {
+            core::LinearMap id;
+            id.inputDim = id.outputDim = w;
+            id.weight.assign(size_t(w) * size_t(w), 0.0f);
+            for (int i = 0; i < w; ++i)
+                id.weight[size_t(i) * size_t(w) + size_t(i)] = 1.0f;
+            id.bias.assign(size_t(w), 0.0f);
+            auto scrambled = id;
+            for (int i = 0; i < w; ++i) // output columns of kv head 1 read random mixtures
+                for (int j = c.headDim; j < w; ++j)
+                    scrambled.weight[size_t(i) * size_t(w) + size_t(j)] = N(rng);
+            maps.push_back({l, {l}, false, {id}, {scrambled}});
+        }
+        const auto m = gpu::attentionCosine(file, maps, *b, {0, 1, 2, 3, 4, 5});
+        QCOMPARE(m.prompts, 6);
+        for (int l = 0; l < c.numLayers; ++l) {
+            QVERIFY2(std::abs(m.headCos[size_t(l)][0] - 1.0) < 1e-5,
+                     qPrintable(QString("layer %1 head 0: %2").arg(l).arg(m.headCos[size_t(l)][0])));
+            QVERIFY2(m.headCos[size_t(l)][1] < 0.9,
+                     qPrintable(QString("layer %1 head 1: %2").arg(l).arg(m.headCos[size_t(l)][1])));
+            QVERIFY(m.layerCos[size_t(l)] < 0.99);
+        }
+    }
+
+    // linearCka against a direct double-precision implementation, every pair.
+    void ckaMatchesANaiveComputation()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        const std::vector<int> prompts = {0, 1, 2};
+        const auto [ck, cv] = gpu::linearCka(file, prompts, 0);
+        QCOMPARE(ck.rows, 3);
+        QCOMPARE(ck.cols, 2);
+        for (int kv = 0; kv < 2; ++kv)
+            for (int lb = 0; lb < 3; ++lb)
+                for (int la = 0; la < 2; ++la) {
+                    std::vector<std::vector<double>> X, Y; // rows
+                    for (int p : prompts) {
+                        const auto x = kv == 0 ? file.keys('a', la, p) : file.values('a', la, p);
+                        const auto y = kv == 0 ? file.keys('b', lb, p) : file.values('b', lb, p);
+                        for (size_t t = 0; t < x.size() / 4; ++t) {
+                            X.emplace_back(x.begin() + long(t * 4), x.begin() + long(t * 4 + 4));
+                            Y.emplace_back(y.begin() + long(t * 6), y.begin() + long(t * 6 + 6));
+                        }
+                    }
+                    auto centre = [](std::vector<std::vector<double>> &M) {
+                        for (size_t j = 0; j < M[0].size(); ++j) {
+                            double mean = 0;
+                            for (auto &r : M)
+                                mean += r[j];
+                            mean /= double(M.size());
+                            for (auto &r : M)
+                                r[j] -= mean;
+                        }
+                    };
+                    centre(X);
+                    centre(Y);
+                    // ||A^T B||_F^2 for column sets A, B
+                    auto cross = [](const auto &A, const auto &B) {
+                        double sum = 0;
+                        for (size_t i = 0; i < A[0].size(); ++i)
+                            for (size_t j = 0; j < B[0].size(); ++j) {
+                                double d = 0;
+                                for (size_t t = 0; t < A.size(); ++t)
+                                    d += A[t][i] * B[t][j];
+                                sum += d * d;
+                            }
+                        return sum;
+                    };
+                    const double want = cross(Y, X) / std::sqrt(cross(X, X) * cross(Y, Y));
+                    const double got = (kv == 0 ? ck : cv).data[size_t(lb * 2 + la)];
+                    QVERIFY2(std::abs(got - want) < 1e-9, qPrintable(QString("%1 vs %2").arg(got).arg(want)));
+                }
+        // the layer each B layer was built from is the most similar one (an affine map of it)
+        QVERIFY(ck.data[size_t(2 * 2 + 1)] > ck.data[size_t(2 * 2 + 0)]);
+    }
+
     void sweepTable()
     {
         QTemporaryDir tmp;
@@ -362,7 +454,9 @@ private Q_SLOTS:
         o.lambdas = {1e-6, 10.0};
         o.trainTokens = {40, 0};
         o.validFraction = o.testFraction = 0.2;
-        const auto t = gpu::sweepAlignment(file, o, b.get());
+        const auto sweep = gpu::sweepAlignment(file, o, b.get());
+        QVERIFY(!sweep.cancelled);
+        const auto &t = sweep.table;
         QCOMPARE(t.rows.size(), size_t(8));
         QCOMPARE(t.columns.front(), std::string("k"));
         for (size_t i = 0; i < t.rows.size(); ++i) {
