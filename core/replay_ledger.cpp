@@ -114,7 +114,8 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
         allGenerated += double(r.generatedTokens);
 
         for (const auto &[tier, hit] : r.tierHits)
-            ++s.tiers[tier].requests;
+            if (tier != TierKind::None) // not a tier; the file forms refuse such a row
+                ++s.tiers[tier].requests;
         TierAggregate &a = s.tiers[r.answeredBy];
         if (r.answeredBy == TierKind::None)
             ++a.requests; // the misses are the requests of "none"; it has no hits
