@@ -463,7 +463,8 @@ const std::vector<Subcommand> &subcommands()
          cmdCompare},
         {"bench-transfer", "Conversion vs prefill time at several prompt lengths.", cmdBenchTransfer},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
-        {"workload", "Write a request workload (JSONL) for cache replay from WordNet concepts.", cmdWorkload},
+        {"workload", "Write a request workload (JSONL) for cache replay: WordNet, ShareGPT or Quora pairs.",
+         cmdWorkload},
     };
     return all;
 }

@@ -5,6 +5,7 @@
 #include "core/corpus.h"
 #include "core/wordnet.h"
 #include "core/workload.h"
+#include "core/workload_import.h"
 
 #include <QCommandLineParser>
 
@@ -61,6 +62,50 @@ core::WordNet loadWordNet(const QCommandLineParser &p)
     if (!wn.warnings().empty())
         std::fprintf(stderr, "%s", wn.warnings().summary().c_str());
     return wn;
+}
+
+// Options of `kvwb workload wordnet` that mean nothing to an imported dataset.
+const char *const kWordNetOnly[] = {"wordnet-dir", "concepts", "seed",         "no-hypernym",
+                                    "requests",    "zipf",     "rate",         "tenants",
+                                    "users",       "p-repeat", "p-paraphrase", "p-synonym",
+                                    "p-near-miss", "frac-b",   "system-words", "history"};
+
+// `kvwb workload sharegpt|quora`: a public dataset as a workload (core/workload_import.h).
+int importWorkload(const QCommandLineParser &p, const QString &source)
+{
+    for (const char *name : kWordNetOnly)
+        if (p.isSet(name))
+            throw UsageError{"--" + std::string(name) + " applies to the wordnet source only"};
+    if (!p.isSet("input"))
+        throw UsageError{"--input is required for " + str(source)};
+    if (source == "sharegpt" && p.isSet("system-prompt"))
+        throw UsageError{"--system-prompt applies to quora only (ShareGPT conversations bring their own)"};
+    core::ImportOptions o;
+    o.limit = size_t(intOption(p, "limit", 0, 0));
+    o.gapMs = intOption(p, "gap-ms", 1000, 0);
+    o.maxTokens = intOption(p, "max-tokens", 64, 1);
+    o.systemPrompt = str(p.value("system-prompt"));
+    const auto t0 = Clock::now();
+    const std::string input = str(p.value("input"));
+    const core::ImportResult r =
+        source == "sharegpt" ? core::importShareGpt(input, o) : core::importQuoraPairs(input, o);
+    if (!r.warnings.empty())
+        std::fprintf(stderr, "skipped %zu malformed %s:\n%s", r.warnings.total(),
+                     source == "sharegpt" ? "conversations" : "lines", r.warnings.summary().c_str());
+    core::writeWorkloadJsonl(str(p.value("out")), r.requests);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    std::map<std::string, size_t> kinds;
+    for (const auto &q : r.requests)
+        ++kinds[core::requestKindName(q.kind)];
+    std::printf("wrote %s: %zu requests from %zu %s of %s (%zu skipped), %.1f s of traffic, in %.0f ms\n",
+                qPrintable(p.value("out")), r.requests.size(), r.records,
+                source == "sharegpt" ? "conversations" : "pairs", input.c_str(), r.warnings.total(),
+                r.requests.back().tMs / 1000.0, ms);
+    std::printf("kinds:");
+    for (const auto &[k, n] : kinds)
+        std::printf(" %s %zu", k.c_str(), n);
+    std::printf("\n");
+    return 0;
 }
 
 } // namespace
@@ -124,13 +169,33 @@ int cmdWorkload(const QStringList &args)
                  "LIST", "10,60,250"});
     p.addOption({"history", "Derived requests pick their base among the tenant's last N (default 1000).", "N",
                  "1000"});
+    p.addOption(
+        {"input", "sharegpt, quora: the dataset file (ShareGPT JSON, Quora question pairs TSV).", "FILE"});
+    p.addOption({"limit", "sharegpt, quora: at most N requests (default 0 = all).", "N", "0"});
+    p.addOption({"gap-ms", "sharegpt, quora: arrival spacing in ms (default 1000).", "MS", "1000"});
+    p.addOption({"system-prompt", "quora: system prompt put before every question (default none).", "STR"});
     parse(p, args,
-          "Write a request workload (JSONL, one request a line) over WordNet concepts: Zipf popularity, "
-          "Poisson "
-          "arrivals, tenants with shared system prompts, exact repeats, paraphrases, synonym swaps and "
-          "near misses.",
-          "SOURCE", "Where concepts come from: wordnet.");
-    checkSource(p);
+          "Write a request workload (JSONL, one request a line). wordnet: over WordNet concepts, with Zipf "
+          "popularity, Poisson arrivals, tenants with shared system prompts, exact repeats, paraphrases, "
+          "synonym swaps and near misses. sharegpt: every human turn of ShareGPT conversations, prompted "
+          "with the conversation so far. quora: both questions of each Quora question pair, duplicates "
+          "sharing an intent (docs/corpus-and-workload.md).",
+          "SOURCE", "wordnet, sharegpt or quora.");
+    {
+        const auto pos = p.positionalArguments();
+        if (pos.size() != 1)
+            throw UsageError{"expected exactly one SOURCE (wordnet, sharegpt or quora)"};
+        if (!p.isSet("out"))
+            throw UsageError{"--out is required"};
+        if (pos.first() == "sharegpt" || pos.first() == "quora")
+            return importWorkload(p, pos.first());
+        if (pos.first() != "wordnet")
+            throw UsageError{"unknown source '" + str(pos.first()) + "' (wordnet, sharegpt or quora)"};
+        for (const char *name : {"input", "limit", "gap-ms", "system-prompt"})
+            if (p.isSet(name))
+                throw UsageError{"--" + std::string(name) +
+                                 " applies to the sharegpt and quora sources only"};
+    }
     core::WorkloadOptions o;
     o.requests = size_t(intOption(p, "requests", 10000, 0));
     o.concepts = size_t(intOption(p, "concepts", 3000, 1));

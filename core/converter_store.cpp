@@ -4,12 +4,7 @@
 #include "core/hdf5_handle.h"
 #include "core/text_util.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <unistd.h>
 
 #ifndef KVWB_VERSION
 #define KVWB_VERSION "unknown"
@@ -22,18 +17,6 @@ namespace kvwb::core {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string join(const std::vector<std::string> &items)
-{
-    std::string out;
-    for (const std::string &s : items)
-        out += (out.empty() ? "" : ", ") + s;
-    return out;
-}
-
-} // namespace
-
 int MetricTable::column(const std::string &name) const
 {
     const auto it = std::find(columns.begin(), columns.end(), name);
@@ -45,7 +28,7 @@ double MetricTable::at(size_t row, const std::string &name) const
     const int c = column(name);
     if (c < 0)
         throw Error(ErrorCode::InvalidArgument,
-                    "metric table has no column '" + name + "' (columns: " + join(columns) + ")");
+                    "metric table has no column '" + name + "' (columns: " + text::join(columns) + ")");
     if (row >= rows.size() || size_t(c) >= rows[row].size())
         throw Error(ErrorCode::InvalidArgument, "metric table has no row " + std::to_string(row) +
                                                     " in column '" + name + "' (" +
@@ -56,78 +39,33 @@ double MetricTable::at(size_t row, const std::string &name) const
 namespace {
 
 using h5::check;
-using h5::createGroup;
-using h5::datasetDims;
+using h5::checkName;
+using h5::Dims;
+using h5::linkNames;
+using h5::newGroup;
+using h5::openArray;
 using h5::openDataset;
+using h5::openExperiment;
 using h5::openGroup;
+using h5::Place;
 using h5::readIntArrayAttr;
 using h5::readIntAttr;
 using h5::readRows;
-using h5::readStringArrayAttr;
 using h5::readStringAttr;
+using h5::readTable;
+using h5::requireObject;
+using h5::Save;
+using h5::shapeText;
 using h5::Site;
+using h5::visibleNames;
 using h5::writeAttr;
+using h5::writeDataset;
+using h5::writeTable;
 
 constexpr const char *kConverters = "/converters";
 constexpr const char *kSweeps = "/sweeps";
-constexpr const char *kPartialSuffix = ".partial";
-
-std::string shapeText(const std::vector<hsize_t> &dims)
-{
-    std::string out = "[";
-    for (size_t i = 0; i < dims.size(); ++i)
-        out += (i ? ", " : "") + std::to_string(dims[i]);
-    return out + "]";
-}
-
-// Names are HDF5 link names (no '/'); the small alphabet also keeps them safe on command lines and
-// in file names. A leading '.' marks a hidden name: never listed, loaded or saved (see Save::link).
-void checkName(const std::string &file, const char *what, const std::string &name)
-{
-    const bool charsOk = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
-        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
-               c == '.' || c == '-';
-    });
-    if (!charsOk || name.front() == '.')
-        throw Error(ErrorCode::InvalidArgument, file + ": " + what + " name '" + name +
-                                                    "' must be letters, digits, '_', '.' or '-' and not "
-                                                    "start with '.'");
-}
-
-bool isPartialName(const std::string &name)
-{
-    const size_t n = std::strlen(kPartialSuffix);
-    return name.size() > n + 1 && name.front() == '.' &&
-           name.compare(name.size() - n, n, kPartialSuffix) == 0;
-}
-
-bool exists(hid_t file, const std::string &path)
-{
-    // H5Lexists fails (negative) rather than answering 0 when an intermediate group is missing.
-    return H5Lexists(file, path.c_str(), H5P_DEFAULT) > 0;
-}
-
-// Link names of a group, in HDF5's name order.
-std::vector<std::string> linkNames(hid_t group, const std::string &file, const std::string &path)
-{
-    std::vector<std::string> names;
-    const auto visit = [](hid_t, const char *name, const H5L_info_t *, void *data) -> herr_t {
-        static_cast<std::vector<std::string> *>(data)->emplace_back(name);
-        return 0;
-    };
-    check(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, visit, &names), ErrorCode::Format,
-          file + ": cannot list group " + path);
-    return names;
-}
 
 // ---- validation, all of it before the file is opened for writing ----
-
-void checkSettings(const std::string &where, const std::string &json)
-{
-    // Empty means "nothing recorded"; anything else is parsed by reports later, so refuse it now.
-    if (!json.empty() && !nlohmann::json::accept(json))
-        throw Error(ErrorCode::InvalidArgument, where + ": settings is not valid JSON");
-}
 
 void checkTable(const std::string &where, const MetricTable &t)
 {
@@ -188,7 +126,7 @@ void checkRecord(const std::string &file, const ConverterRecord &r, const Experi
     const std::string where = file + ": converter " + r.name;
     const ModelConfig &a = reader.model('a').config;
     const ModelConfig &b = reader.model('b').config;
-    checkSettings(where, r.settingsJson);
+    h5::checkSettingsJson(where, r.settingsJson);
     if (r.trainTokens < 0)
         throw Error(ErrorCode::InvalidArgument, where + " train_tokens is negative");
     checkPromptList(where, "train_prompts", r.trainPrompts, reader.promptCount());
@@ -237,67 +175,9 @@ void checkRecord(const std::string &file, const ConverterRecord &r, const Experi
 
 // ---- writing ----
 
-// Where a save writes: an HDF5 location (the record's still unlinked root, or a group in it) and
-// the path it will have once linked, for messages.
-struct Place
-{
-    hid_t loc;
-    std::string file; // the experiment's path
-    std::string path; // e.g. /converters/<name>/layers/3
-};
-
-h5::PropList compactGroupCreation()
-{
-    h5::PropList gcpl(H5Pcreate(H5P_GROUP_CREATE));
-    h5::keepAttributesCompact(gcpl.get()); // the record's root carries 10 attributes
-    return gcpl;
-}
-
-h5::Group newGroup(const Place &parent, const std::string &name)
-{
-    const h5::PropList gcpl = compactGroupCreation();
-    return h5::Group(check(H5Gcreate2(parent.loc, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
-                           ErrorCode::Io, parent.file + ": cannot create group " + parent.path + "/" + name));
-}
-
-// A contiguous dataset of the given shape, written in one go (nothing to write when it has no
-// elements: HDF5 accepts zero-sized dimensions). An empty name creates it unlinked (anonymous), to
-// be linked as parent.path once complete.
-h5::Dataset writeDataset(const Place &parent, const std::string &name, hid_t fileType, hid_t memType,
-                         const std::vector<hsize_t> &dims, const void *data)
-{
-    const std::string path = name.empty() ? parent.path : parent.path + "/" + name;
-    h5::Dataspace space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
-    h5::Dataset ds(check(name.empty()
-                             ? H5Dcreate_anon(parent.loc, fileType, space.get(), H5P_DEFAULT, H5P_DEFAULT)
-                             : H5Dcreate2(parent.loc, name.c_str(), fileType, space.get(), H5P_DEFAULT,
-                                          H5P_DEFAULT, H5P_DEFAULT),
-                         ErrorCode::Io, parent.file + ": cannot create dataset " + path));
-    hsize_t elements = 1;
-    for (hsize_t d : dims)
-        elements *= d;
-    if (elements > 0)
-        check(H5Dwrite(ds.get(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), ErrorCode::Io,
-              parent.file + ": cannot write dataset " + path);
-    return ds;
-}
-
 void writeInts(const Place &parent, const std::string &name, const std::vector<int> &values)
 {
     writeDataset(parent, name, H5T_STD_I32LE, H5T_NATIVE_INT, {hsize_t(values.size())}, values.data());
-}
-
-h5::Dataset writeTable(const Place &parent, const std::string &name, const MetricTable &t)
-{
-    std::vector<double> flat;
-    flat.reserve(t.rows.size() * t.columns.size());
-    for (const std::vector<double> &row : t.rows)
-        flat.insert(flat.end(), row.begin(), row.end());
-    h5::Dataset ds = writeDataset(parent, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                                  {hsize_t(t.rows.size()), hsize_t(t.columns.size())}, flat.data());
-    writeAttr(ds.get(), Site(parent.file, name.empty() ? parent.path : parent.path + "/" + name), "columns",
-              t.columns);
-    return ds;
 }
 
 void writeMatrix(const Place &parent, const std::string &name, const Matrix &m)
@@ -370,107 +250,7 @@ void writeRecord(const Place &root, const ConverterRecord &r)
     writeMatrix(metrics, "cka_values", r.ckaValues);
 }
 
-// One save: holds the writer lock and the file open for writing without SWMR (HDF5 1.10 cannot
-// create objects under SWMR).
-//
-// The new object is built unlinked (H5Gcreate_anon/H5Dcreate_anon), flushed and fsync'd, and only
-// then linked in place of the old one. Until that last step nothing that an existing object points
-// to is modified, so a failure while the bulk is written (a full disk, a killed process) leaves
-// every existing object as it was; HDF5 just never reuses the space. Built under a linked hidden name
-// instead, the parent group's header would point at the new object's metadata from the start: a
-// full disk then left a header pointing past the stored end of the file (readers: "addr
-// overflow"), and a hidden object whose header failed its checksum, which no later save could
-// delete.
-class Save
-{
-public:
-    explicit Save(const fs::path &path) : m_name(path.string())
-    {
-        if (::access(path.c_str(), W_OK) != 0)
-            throw Error(ErrorCode::Io, m_name + ": cannot write: " + std::strerror(errno));
-        m_lock = h5::WriterLock::acquire(path);
-        m_file = open(path);
-    }
-
-    hid_t file() const { return m_file.get(); }
-
-    // Makes object (complete, unlinked) group/<name>, replacing what had that name.
-    void link(hid_t object, const char *group, const char *description, const std::string &name)
-    {
-        const hid_t f = m_file.get();
-        const std::string target = std::string(group) + "/" + name;
-        h5::flushFile(f, m_name, (target + ", new contents").c_str(), true);
-        h5::Group g;
-        if (exists(f, group)) {
-            g = openGroup(f, m_name, group);
-        } else { // a file from before the group existed, or edited by hand
-            g = createGroup(f, m_name, group);
-            writeAttr(g.get(), Site(m_name, group), "description", std::string(description));
-        }
-        // Hidden names are never listed; a ".<name>.partial" is what an interrupted staged write
-        // leaves. Best effort: one whose own metadata is damaged cannot be unlinked, and it
-        // must not block saving.
-        for (const std::string &n : linkNames(g.get(), m_name, group))
-            if (isPartialName(n))
-                H5Ldelete(g.get(), n.c_str(), H5P_DEFAULT);
-        if (exists(g.get(), name))
-            check(H5Ldelete(g.get(), name.c_str(), H5P_DEFAULT), ErrorCode::Io,
-                  m_name + ": cannot remove the old " + target);
-        check(H5Olink(object, g.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), ErrorCode::Io,
-              m_name + ": cannot link " + target);
-        h5::flushFile(f, m_name, (target + " linked").c_str(), true);
-    }
-
-    // Closes the file; every object handle must be closed before, or HDF5 only defers the close.
-    void close() { check(m_file.reset(), ErrorCode::Io, m_name + ": cannot close"); }
-
-private:
-    // A file whose superblock still says "open for writing" was left by a killed capture or save
-    // (the lock we hold rules out a live one), and is recovered as ExperimentWriter::append does.
-    static h5::File open(const fs::path &path)
-    {
-        {
-            const h5::PropList fapl = h5::fileAccess(false);
-            h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()));
-            if (f)
-                return f;
-        }
-        const h5::PropList fapl = h5::fileAccess(true);
-        h5::File f(check(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), ErrorCode::Io,
-                         path.string() + ": cannot open for writing"));
-        // The stored end of allocation can lag behind metadata the killed writer wrote; allocating
-        // from it would overwrite live structures.
-        check(H5Fincrement_filesize(f.get(), 1 << 20), ErrorCode::Io,
-              path.string() + ": cannot recover the end of allocated space");
-        return f;
-    }
-
-    std::string m_name;
-    h5::WriterLock m_lock; // declared before the file: released after it is closed
-    h5::File m_file;
-};
-
 // ---- reading ----
-
-struct Dims
-{
-    h5::Dataset ds;
-    std::vector<hsize_t> dims;
-};
-
-// Opens path and checks its rank (and element class: float, or integer when integer is set).
-Dims openArray(hid_t file, const std::string &name, const std::string &path, size_t rank, bool integer)
-{
-    Dims d{openDataset(file, name, path), {}};
-    d.dims = datasetDims(d.ds.get(), name, path);
-    h5::Datatype type(H5Dget_type(d.ds.get()));
-    const H5T_class_t cls = H5Tget_class(type.get());
-    if (d.dims.size() != rank || (integer ? cls != H5T_INTEGER : (cls != H5T_FLOAT && cls != H5T_INTEGER)))
-        throw Error(ErrorCode::Format, name + ": dataset " + path + " must be a " + std::to_string(rank) +
-                                           "-D " + (integer ? "integer" : "numeric") + " array, not " +
-                                           shapeText(d.dims));
-    return d;
-}
 
 std::vector<int> readInts(hid_t file, const std::string &name, const std::string &path)
 {
@@ -478,23 +258,6 @@ std::vector<int> readInts(hid_t file, const std::string &name, const std::string
     std::vector<int> v(d.dims[0]);
     readRows(d.ds.get(), name, path, H5T_NATIVE_INT, 0, d.dims[0], v.data());
     return v;
-}
-
-MetricTable readTable(hid_t file, const std::string &name, const std::string &path)
-{
-    Dims d = openArray(file, name, path, 2, false);
-    MetricTable t;
-    t.columns = readStringArrayAttr(d.ds.get(), Site(name, path), "columns");
-    if (t.columns.size() != d.dims[1])
-        throw Error(ErrorCode::Format, name + ": dataset " + path + " is " + shapeText(d.dims) + " but has " +
-                                           std::to_string(t.columns.size()) + " columns");
-    std::vector<double> flat(d.dims[0] * d.dims[1]);
-    readRows(d.ds.get(), name, path, H5T_NATIVE_DOUBLE, 0, d.dims[0], flat.data());
-    t.rows.resize(d.dims[0]);
-    for (size_t i = 0; i < t.rows.size(); ++i)
-        t.rows[i].assign(flat.begin() + ptrdiff_t(i * d.dims[1]),
-                         flat.begin() + ptrdiff_t((i + 1) * d.dims[1]));
-    return t;
 }
 
 Matrix readMatrix(hid_t file, const std::string &name, const std::string &path)
@@ -588,41 +351,6 @@ LayerConverter readLayer(hid_t file, const std::string &name, const std::string 
     return l;
 }
 
-// Names under group (hidden ones skipped), sorted; empty when the group does not exist.
-std::vector<std::string> visibleNames(hid_t file, const std::string &name, const char *group)
-{
-    if (!exists(file, group))
-        return {};
-    const h5::Group g = openGroup(file, name, group);
-    std::vector<std::string> names;
-    for (std::string &n : linkNames(g.get(), name, group))
-        if (!n.empty() && n.front() != '.')
-            names.push_back(std::move(n));
-    std::sort(names.begin(), names.end());
-    return names;
-}
-
-// Opens a kvwb experiment read-only (also one a capture is writing or a killed capture left).
-h5::File openExperiment(const fs::path &path)
-{
-    h5::prepareLibrary();
-    h5::File f = h5::openForReading(path);
-    h5::checkSchema(f.get(), path.string());
-    return f;
-}
-
-// Throws InvalidArgument naming the file and the missing object (and what there is instead).
-void requireObject(hid_t file, const std::string &name, const char *group, const char *what,
-                   const std::string &object)
-{
-    if (exists(file, std::string(group) + "/" + object))
-        return;
-    const std::vector<std::string> present = visibleNames(file, name, group);
-    throw Error(ErrorCode::InvalidArgument,
-                name + ": no " + what + " '" + object + "' (" + group + " holds " +
-                    (present.empty() ? std::string("none") : join(present)) + ")");
-}
-
 } // namespace
 
 // ---------------------------------------------------------------------------------------------------
@@ -640,7 +368,7 @@ void saveConverters(const fs::path &experiment, const ConverterRecord &record)
     Save save(experiment);
     const std::string target = std::string(kConverters) + "/" + record.name;
     {
-        const h5::PropList gcpl = compactGroupCreation();
+        const h5::PropList gcpl = h5::compactGroupCreation();
         const h5::Group root(check(H5Gcreate_anon(save.file(), gcpl.get(), H5P_DEFAULT), ErrorCode::Io,
                                    file + ": cannot create group " + target));
         writeRecord({root.get(), file, target}, record);
@@ -728,7 +456,7 @@ void saveTable(const fs::path &experiment, const std::string &name, const Metric
     checkName(file, "table", name);
     const std::string where = file + ": table " + name;
     checkTable(where, table);
-    checkSettings(where, settingsJson);
+    h5::checkSettingsJson(where, settingsJson);
     openExperiment(experiment); // a kvwb experiment, checked read-only before it is opened for writing
     Save save(experiment);
     {

@@ -1,6 +1,10 @@
 #include "core/hdf5_handle.h"
 
+#include "core/converter_store.h"
 #include "core/experiment_file.h"
+#include "core/text_util.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cerrno>
@@ -371,6 +375,284 @@ Dataset openDataset(hid_t file, const std::string &fileName, const std::string &
         H5Pset_chunk_cache(dapl.get(), 521, cacheBytes, 1.0);
     return Dataset(check(H5Dopen2(file, path.c_str(), dapl.get()), ErrorCode::Format,
                          fileName + ": cannot open dataset " + path));
+}
+
+// ---- named records ----
+
+namespace {
+
+constexpr const char *kPartialSuffix = ".partial";
+
+bool isPartialName(const std::string &name)
+{
+    const size_t n = std::strlen(kPartialSuffix);
+    return name.size() > n + 1 && name.front() == '.' &&
+           name.compare(name.size() - n, n, kPartialSuffix) == 0;
+}
+
+} // namespace
+
+void checkName(const std::string &file, const char *what, const std::string &name)
+{
+    const bool charsOk = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+               c == '.' || c == '-';
+    });
+    if (!charsOk || name.front() == '.')
+        throw Error(ErrorCode::InvalidArgument, file + ": " + what + " name '" + name +
+                                                    "' must be letters, digits, '_', '.' or '-' and not "
+                                                    "start with '.'");
+}
+
+void checkSettingsJson(const std::string &where, const std::string &json)
+{
+    if (!json.empty() && !nlohmann::json::accept(json))
+        throw Error(ErrorCode::InvalidArgument, where + ": settings is not valid JSON");
+}
+
+bool linkExists(hid_t loc, const std::string &path)
+{
+    // H5Lexists fails (negative) rather than answering 0 when an intermediate group is missing.
+    return H5Lexists(loc, path.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::vector<std::string> linkNames(hid_t group, const std::string &file, const std::string &path)
+{
+    std::vector<std::string> names;
+    const auto visit = [](hid_t, const char *name, const H5L_info_t *, void *data) -> herr_t {
+        static_cast<std::vector<std::string> *>(data)->emplace_back(name);
+        return 0;
+    };
+    check(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, visit, &names), ErrorCode::Format,
+          file + ": cannot list group " + path);
+    return names;
+}
+
+std::vector<std::string> visibleNames(hid_t file, const std::string &name, const char *group)
+{
+    if (!linkExists(file, group))
+        return {};
+    const Group g = openGroup(file, name, group);
+    std::vector<std::string> names;
+    for (std::string &n : linkNames(g.get(), name, group))
+        if (!n.empty() && n.front() != '.')
+            names.push_back(std::move(n));
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+File openExperiment(const std::filesystem::path &path)
+{
+    prepareLibrary();
+    File f = openForReading(path);
+    checkSchema(f.get(), path.string());
+    return f;
+}
+
+void requireObject(hid_t file, const std::string &name, const char *group, const char *what,
+                   const std::string &object)
+{
+    if (linkExists(file, std::string(group) + "/" + object))
+        return;
+    const std::vector<std::string> present = visibleNames(file, name, group);
+    throw Error(ErrorCode::InvalidArgument,
+                name + ": no " + what + " '" + object + "' (" + group + " holds " +
+                    (present.empty() ? std::string("none") : text::join(present)) + ")");
+}
+
+std::string shapeText(const std::vector<hsize_t> &dims)
+{
+    std::string out = "[";
+    for (size_t i = 0; i < dims.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(dims[i]);
+    return out + "]";
+}
+
+PropList compactGroupCreation()
+{
+    PropList gcpl(H5Pcreate(H5P_GROUP_CREATE));
+    keepAttributesCompact(gcpl.get()); // a converter's root carries 10 attributes
+    return gcpl;
+}
+
+Group newGroup(const Place &parent, const std::string &name)
+{
+    const PropList gcpl = compactGroupCreation();
+    return Group(check(H5Gcreate2(parent.loc, name.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
+                       ErrorCode::Io, parent.file + ": cannot create group " + parent.path + "/" + name));
+}
+
+Dataset writeDataset(const Place &parent, const std::string &name, hid_t fileType, hid_t memType,
+                     const std::vector<hsize_t> &dims, const void *data)
+{
+    const std::string path = name.empty() ? parent.path : parent.path + "/" + name;
+    Dataspace space(H5Screate_simple(int(dims.size()), dims.data(), nullptr));
+    Dataset ds(check(name.empty()
+                         ? H5Dcreate_anon(parent.loc, fileType, space.get(), H5P_DEFAULT, H5P_DEFAULT)
+                         : H5Dcreate2(parent.loc, name.c_str(), fileType, space.get(), H5P_DEFAULT,
+                                      H5P_DEFAULT, H5P_DEFAULT),
+                     ErrorCode::Io, parent.file + ": cannot create dataset " + path));
+    hsize_t elements = 1;
+    for (hsize_t d : dims)
+        elements *= d;
+    if (elements > 0)
+        check(H5Dwrite(ds.get(), memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), ErrorCode::Io,
+              parent.file + ": cannot write dataset " + path);
+    return ds;
+}
+
+void writeStrings(const Place &parent, const std::string &name, const std::vector<std::string> &values)
+{
+    const std::string path = parent.path + "/" + name;
+    Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, parent.file + ": " + path));
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    std::vector<const char *> pointers;
+    pointers.reserve(values.size());
+    for (const std::string &v : values)
+        pointers.push_back(v.c_str());
+    writeDataset(parent, name, type.get(), type.get(), {hsize_t(values.size())}, pointers.data());
+}
+
+Dataset writeTable(const Place &parent, const std::string &name, const MetricTable &t)
+{
+    std::vector<double> flat;
+    flat.reserve(t.rows.size() * t.columns.size());
+    for (const std::vector<double> &row : t.rows)
+        flat.insert(flat.end(), row.begin(), row.end());
+    Dataset ds = writeDataset(parent, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                              {hsize_t(t.rows.size()), hsize_t(t.columns.size())}, flat.data());
+    writeAttr(ds.get(), Site(parent.file, name.empty() ? parent.path : parent.path + "/" + name), "columns",
+              t.columns);
+    return ds;
+}
+
+Dims openArray(hid_t file, const std::string &name, const std::string &path, size_t rank, bool integer)
+{
+    Dims d{openDataset(file, name, path), {}};
+    d.dims = datasetDims(d.ds.get(), name, path);
+    Datatype type(H5Dget_type(d.ds.get()));
+    const H5T_class_t cls = H5Tget_class(type.get());
+    if (d.dims.size() != rank || (integer ? cls != H5T_INTEGER : (cls != H5T_FLOAT && cls != H5T_INTEGER)))
+        throw Error(ErrorCode::Format, name + ": dataset " + path + " must be a " + std::to_string(rank) +
+                                           "-D " + (integer ? "integer" : "numeric") + " array, not " +
+                                           shapeText(d.dims));
+    return d;
+}
+
+MetricTable readTable(hid_t file, const std::string &name, const std::string &path)
+{
+    Dims d = openArray(file, name, path, 2, false);
+    MetricTable t;
+    t.columns = readStringArrayAttr(d.ds.get(), Site(name, path), "columns");
+    if (t.columns.size() != d.dims[1])
+        throw Error(ErrorCode::Format, name + ": dataset " + path + " is " + shapeText(d.dims) + " but has " +
+                                           std::to_string(t.columns.size()) + " columns");
+    std::vector<double> flat(d.dims[0] * d.dims[1]);
+    readRows(d.ds.get(), name, path, H5T_NATIVE_DOUBLE, 0, d.dims[0], flat.data());
+    t.rows.resize(d.dims[0]);
+    for (size_t i = 0; i < t.rows.size(); ++i)
+        t.rows[i].assign(flat.begin() + ptrdiff_t(i * d.dims[1]),
+                         flat.begin() + ptrdiff_t((i + 1) * d.dims[1]));
+    return t;
+}
+
+std::vector<std::string> readStrings(hid_t file, const std::string &name, const std::string &path)
+{
+    const Dataset ds = openDataset(file, name, path);
+    const std::vector<hsize_t> dims = datasetDims(ds.get(), name, path);
+    const Datatype type(H5Dget_type(ds.get()));
+    if (dims.size() != 1 || H5Tget_class(type.get()) != H5T_STRING)
+        throw Error(ErrorCode::Format,
+                    name + ": dataset " + path + " must be a 1-D string array, not " + shapeText(dims));
+    const size_t n = dims[0];
+    std::vector<std::string> values;
+    values.reserve(n);
+    if (n == 0)
+        return values;
+    if (H5Tis_variable_str(type.get()) > 0) {
+        Datatype mem(H5Tcopy(H5T_C_S1));
+        H5Tset_size(mem.get(), H5T_VARIABLE);
+        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
+        std::vector<char *> pointers(n, nullptr);
+        readRows(ds.get(), name, path, mem.get(), 0, n, pointers.data());
+        for (char *p : pointers) {
+            values.emplace_back(p ? p : "");
+            H5free_memory(p);
+        }
+        return values;
+    }
+    const size_t size = H5Tget_size(type.get());
+    std::string buffer(size * n, '\0');
+    readRows(ds.get(), name, path, type.get(), 0, n, buffer.data());
+    for (size_t i = 0; i < n; ++i) {
+        const char *p = buffer.data() + i * size;
+        values.emplace_back(p, strnlen(p, size));
+    }
+    return values;
+}
+
+namespace {
+
+// A file whose superblock still says "open for writing" was left by a killed capture or save (the
+// lock the caller holds rules out a live one), and is recovered as ExperimentWriter::append does.
+File openForSaving(const std::filesystem::path &path)
+{
+    {
+        const PropList fapl = fileAccess(false);
+        File f(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()));
+        if (f)
+            return f;
+    }
+    const PropList fapl = fileAccess(true);
+    File f(check(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), ErrorCode::Io,
+                 path.string() + ": cannot open for writing"));
+    // The stored end of allocation can lag behind metadata the killed writer wrote; allocating
+    // from it would overwrite live structures.
+    check(H5Fincrement_filesize(f.get(), 1 << 20), ErrorCode::Io,
+          path.string() + ": cannot recover the end of allocated space");
+    return f;
+}
+
+} // namespace
+
+Save::Save(const std::filesystem::path &path) : m_name(path.string())
+{
+    if (::access(path.c_str(), W_OK) != 0)
+        throw Error(ErrorCode::Io, m_name + ": cannot write: " + std::strerror(errno));
+    m_lock = WriterLock::acquire(path);
+    m_file = openForSaving(path);
+}
+
+void Save::link(hid_t object, const char *group, const char *description, const std::string &name)
+{
+    const hid_t f = m_file.get();
+    const std::string target = std::string(group) + "/" + name;
+    flushFile(f, m_name, (target + ", new contents").c_str(), true);
+    Group g;
+    if (linkExists(f, group)) {
+        g = openGroup(f, m_name, group);
+    } else { // a file from before the group existed, or edited by hand
+        g = createGroup(f, m_name, group);
+        writeAttr(g.get(), Site(m_name, group), "description", std::string(description));
+    }
+    // Hidden names are never listed; a ".<name>.partial" is what an interrupted staged write
+    // leaves. Best effort: one whose own metadata is damaged cannot be unlinked, and it
+    // must not block saving.
+    for (const std::string &n : linkNames(g.get(), m_name, group))
+        if (isPartialName(n))
+            H5Ldelete(g.get(), n.c_str(), H5P_DEFAULT);
+    if (linkExists(g.get(), name))
+        check(H5Ldelete(g.get(), name.c_str(), H5P_DEFAULT), ErrorCode::Io,
+              m_name + ": cannot remove the old " + target);
+    check(H5Olink(object, g.get(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), ErrorCode::Io,
+          m_name + ": cannot link " + target);
+    flushFile(f, m_name, (target + " linked").c_str(), true);
+}
+
+void Save::close()
+{
+    check(m_file.reset(), ErrorCode::Io, m_name + ": cannot close");
 }
 
 } // namespace kvwb::core::h5

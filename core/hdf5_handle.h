@@ -1,7 +1,8 @@
 // RAII ownership of HDF5 identifiers (hid_t), the seam where HDF5 status codes become
 // kvwb::core::Error, and the small helpers every kvwb HDF5 file uses (opening, the writer lock,
 // attributes, groups and datasets with errors naming the file and object), shared by the
-// experiment file and the converter store.
+// experiment file, the converter store and the replay ledgers; and the saving protocol of named
+// records (/converters, /sweeps, /ledgers: validated, built unlinked, linked in place).
 //
 // Internal to core/: only .cpp files include this header (HDF5 is linked PRIVATE to kvwb_core), so
 // no public header exposes hid_t. One Handle owns one identifier and closes it with the matching
@@ -20,6 +21,10 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace kvwb::core {
+struct MetricTable; // core/converter_store.h
+}
 
 namespace kvwb::core::h5 {
 
@@ -191,5 +196,96 @@ std::vector<hsize_t> datasetDims(hid_t ds, const std::string &fileName, const st
 // memType elements.
 void readRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
               hsize_t count, void *buf);
+
+// ---- named records: /converters/<name>, /sweeps/<name>, /ledgers/<name> ----
+
+// Names are HDF5 link names (no '/'); the small alphabet also keeps them safe on command lines and
+// in file names. A leading '.' marks a hidden name: never listed, loaded or saved (see Save::link).
+// Error(InvalidArgument) naming file, what ("converter", "table", "ledger") and the name.
+void checkName(const std::string &file, const char *what, const std::string &name);
+// Empty means "nothing recorded"; anything else is parsed by reports later, so refuse it now:
+// Error(InvalidArgument) "<where>: settings is not valid JSON".
+void checkSettingsJson(const std::string &where, const std::string &json);
+// H5Lexists that answers false (instead of failing) when an intermediate group is missing.
+bool linkExists(hid_t loc, const std::string &path);
+// Link names of a group, in HDF5's name order.
+std::vector<std::string> linkNames(hid_t group, const std::string &file, const std::string &path);
+// Names under group (hidden ones skipped), sorted; empty when the group does not exist.
+std::vector<std::string> visibleNames(hid_t file, const std::string &name, const char *group);
+// Opens a kvwb experiment read-only (also one a capture is writing or a killed capture left).
+File openExperiment(const std::filesystem::path &path);
+// Error(InvalidArgument) naming the file and the missing object (and what the group holds instead).
+void requireObject(hid_t file, const std::string &name, const char *group, const char *what,
+                   const std::string &object);
+// "[2, 3]"
+std::string shapeText(const std::vector<hsize_t> &dims);
+
+// Where a save writes: an HDF5 location (the record's still unlinked root, or a group in it) and
+// the path it will have once linked, for messages.
+struct Place
+{
+    hid_t loc;
+    std::string file; // the experiment's path
+    std::string path; // e.g. /converters/<name>/layers/3
+};
+
+// Group creation properties of record groups (attributes kept compact, see keepAttributesCompact).
+PropList compactGroupCreation();
+Group newGroup(const Place &parent, const std::string &name);
+// A contiguous dataset of the given shape, written in one go (nothing to write when it has no
+// elements: HDF5 accepts zero-sized dimensions). An empty name creates it unlinked (anonymous), to
+// be linked as parent.path once complete.
+Dataset writeDataset(const Place &parent, const std::string &name, hid_t fileType, hid_t memType,
+                     const std::vector<hsize_t> &dims, const void *data);
+// A 1-D dataset of variable-length UTF-8 strings (h5py returns str).
+void writeStrings(const Place &parent, const std::string &name, const std::vector<std::string> &values);
+// A [rows, columns] float64 dataset with a "columns" attribute (variable-length UTF-8 strings).
+Dataset writeTable(const Place &parent, const std::string &name, const MetricTable &t);
+
+struct Dims
+{
+    Dataset ds;
+    std::vector<hsize_t> dims;
+};
+// Opens path and checks its rank (and element class: float, or integer when integer is set).
+Dims openArray(hid_t file, const std::string &name, const std::string &path, size_t rank, bool integer);
+// writeTable's dataset back; Error(Format) when "columns" does not match the second dimension.
+MetricTable readTable(hid_t file, const std::string &name, const std::string &path);
+// A 1-D string dataset (variable-length or fixed-size); Error(Format) naming it otherwise.
+std::vector<std::string> readStrings(hid_t file, const std::string &name, const std::string &path);
+
+// One save: holds the writer lock and the file open for writing without SWMR (HDF5 1.10 cannot
+// create objects under SWMR).
+//
+// The new object is built unlinked (H5Gcreate_anon/H5Dcreate_anon), flushed and fsync'd, and only
+// then linked in place of the old one. Until that last step nothing that an existing object points
+// to is modified, so a failure while the bulk is written (a full disk, a killed process) leaves
+// every existing object as it was; HDF5 just never reuses the space. Built under a linked hidden name
+// instead, the parent group's header would point at the new object's metadata from the start: a
+// full disk then left a header pointing past the stored end of the file (readers: "addr
+// overflow"), and a hidden object whose header failed its checksum, which no later save could
+// delete.
+class Save
+{
+public:
+    // Error(Io) when the file is not writable or another writer holds it. A file whose superblock
+    // still says "open for writing" was left by a killed capture or save (the lock we hold rules out
+    // a live one), and is recovered as ExperimentWriter::append does.
+    explicit Save(const std::filesystem::path &path);
+
+    hid_t file() const { return m_file.get(); }
+
+    // Makes object (complete, unlinked) group/<name>, replacing what had that name; creates group
+    // (with a description attribute) in files that lack it.
+    void link(hid_t object, const char *group, const char *description, const std::string &name);
+
+    // Closes the file; every object handle must be closed before, or HDF5 only defers the close.
+    void close();
+
+private:
+    std::string m_name;
+    WriterLock m_lock; // declared before the file: released after it is closed
+    File m_file;
+};
 
 } // namespace kvwb::core::h5

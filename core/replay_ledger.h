@@ -88,12 +88,18 @@ struct LedgerSummary
     std::map<TierKind, TierAggregate> tiers; // per tier in the stack, plus TierKind::None (misses)
 };
 
-// Percentile by linear interpolation between closest ranks (numpy's default); 0 for no samples.
+// Percentile by linear interpolation between closest ranks (numpy's default, bit for bit); 0 for
+// no samples, NaN when a value is NaN. p is in percent, [0, 100] (as numpy.percentile; not a
+// fraction): Error(InvalidArgument) otherwise.
 double percentile(std::vector<double> values, double p);
 
+// Per tier: requests = rows whose tierHits holds it; hits, falseHits, tokens and TTFT over the rows
+// it answered (for None: requests = the misses, hits = 0). falseHits count response hits only.
+// Definitions and costs: docs/replay.md, "Summary".
 LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices = {});
 
-// CSV with a header row (RFC 4180 quoting); columns documented in docs/replay.md.
+// CSV with a header row (RFC 4180 quoting); columns documented in docs/replay.md. tierHits become
+// one column per tier (1, 0, empty); Error(InvalidArgument) for a row whose tierHits holds None.
 std::string ledgerToCsv(const std::vector<LedgerRow> &rows);
 // Written to path + ".tmp" then renamed; Error(Io) naming the path.
 void writeLedgerCsv(const std::filesystem::path &path, const std::vector<LedgerRow> &rows);
@@ -102,7 +108,9 @@ std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &
 
 // /ledgers/<name> of an experiment file (same saving rules as core/converter_store.h: validated,
 // built unlinked, linked in place; Error(Io) while a capture appends). settingsJson says what was
-// replayed (workload, tiers, thresholds, models).
+// replayed (workload, tiers, thresholds, models). Error(InvalidArgument) before anything is written
+// for a bad name or settings JSON, a tierHits holding None, or an int64 field beyond +-2^53 (the
+// numeric columns are stored as float64). Layout: docs/experiment-format.md, "Replay ledgers".
 void saveLedger(const std::filesystem::path &experiment, const std::string &name, const std::vector<LedgerRow> &rows,
                 const std::string &settingsJson);
 std::vector<std::string> listLedgers(const std::filesystem::path &experiment);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kvwb::core::text {
 
@@ -60,6 +61,18 @@ template <typename Fn> void forEachLine(std::string_view text, Fn &&fn)
         if (!fn(++lineNo, line))
             return;
     }
+}
+
+// "a, b, c"
+inline std::string join(const std::vector<std::string> &items, std::string_view separator = ", ")
+{
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+        if (i)
+            out += separator;
+        out += items[i];
+    }
+    return out;
 }
 
 // Whole file as bytes. Error(Io) naming the path when missing, a directory or unreadable.

@@ -375,7 +375,7 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
         str("kind", kind, false, true);
         if (problem.empty() && !parseRequestKind(kind, r.kind))
             fail("kind", "must be one of new, exact_repeat, paraphrase, synonym_swap, near_miss");
-        str("intent", r.intent, true, true);
+        str("intent", r.intent, true, false); // "" = unknown (imported workloads)
         str("template", r.templateId, false, false);
         str("lemma", r.lemma, false, false);
         integer("ref", r.ref, false, -1, "must be an integer >= -1");

@@ -1,15 +1,18 @@
 // Importing public datasets as replay workloads (core/workload.h's WorkloadRequest):
 // - ShareGPT-style conversation JSON: a JSON array of {"id", "conversations": [{"from": "human"|
-//   "gpt"|"system", "value": "..."}]}; every human turn becomes a request whose prompt is the whole
-//   conversation so far (system, earlier turns and answers, this question), so the turns of one chat
-//   share growing prefixes; the tenant is "sharegpt", one user per conversation, arrivals spaced
-//   by a fixed gap.
+//   "gpt"|"system", "value": "..."}]} ("user"/"assistant" also accepted); every human turn becomes
+//   a request whose prompt is the whole conversation so far (system, earlier turns and answers,
+//   this question), so the turns of one chat share growing prefixes; the tenant is "sharegpt", one
+//   user per conversation, arrivals spaced by a fixed gap.
 // - Quora question pairs TSV (id, qid1, qid2, question1, question2, is_duplicate): each pair
 //   becomes two requests, question1 then question2; duplicates share an intent ("q<qid1>"), non-
 //   duplicates get their own ("q<qid1>", "q<qid2>"), so a semantic hit across a non-duplicate pair
 //   is a false hit.
 // Malformed records are skipped with warnings naming file:line (TSV) or file:conversation index
-// (JSON); the rest is imported.
+// (JSON); the rest is imported. Errors: Error(Io) naming the path when it cannot be read;
+// Error(Format) when the input is not JSON / has no Quora header, or nothing could be imported;
+// Error(InvalidArgument) for gapMs < 0 or maxTokens < 1. Prompt rendering and fields:
+// docs/corpus-and-workload.md, "Imported workloads".
 //
 // Thread-safety: pure functions.
 #pragma once
