@@ -33,7 +33,9 @@ rm -rf "$HERE/models/b"
 rm -rf "$HERE/models/a/train_state" "$HERE/models/b/train_state"
 
 echo "== workload"
-"$KVWB" workload wordnet --out "$HERE/workloads/demo.jsonl" --requests 2000 --concepts 1000 --seed $SEED
+# system prompts of at most 120 words keep prompt + 64 answer tokens inside the models' 512 context
+"$KVWB" workload wordnet --out "$HERE/workloads/demo.jsonl" --requests 2000 --concepts 1000 --seed $SEED \
+  --system-words 10,40,120
 
 echo "== evaluation (held-out phrasings of the 200 most popular concepts)"
 for m in a b; do
