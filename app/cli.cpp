@@ -1,6 +1,7 @@
 #include "app/cli.h"
 #include "app/cli_align.h"
 #include "app/cli_capture.h"
+#include "app/cli_tiers.h"
 #include "app/cli_train.h"
 #include "app/cli_util.h"
 #include "app/cli_wordnet.h"
@@ -457,6 +458,7 @@ const std::vector<Subcommand> &subcommands()
          cmdCapture},
         {"bench-capture", "Capture cost: bare prefill vs KV writes, with and without compression.",
          cmdBenchCapture},
+        {"bench-tiers", "Cache tier latency (exact, semantic, prefix tree) and HNSW recall.", cmdBenchTiers},
         {"align", "Fit layer-wise KV converters from A to B on an experiment file and store them.", cmdAlign},
         {"sweep", "Converter quality over k x lambda x calibration tokens, stored as a table.", cmdSweep},
         {"compare", "B from scratch vs B from A's converted cache vs A: KL, top-1, ROUGE-L, TTFT, gate.",
