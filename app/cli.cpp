@@ -1,6 +1,7 @@
 #include "app/cli.h"
 #include "app/cli_align.h"
 #include "app/cli_capture.h"
+#include "app/cli_replay.h"
 #include "app/cli_tiers.h"
 #include "app/cli_train.h"
 #include "app/cli_util.h"
@@ -464,6 +465,8 @@ const std::vector<Subcommand> &subcommands()
         {"compare", "B from scratch vs B from A's converted cache vs A: KL, top-1, ROUGE-L, TTFT, gate.",
          cmdCompare},
         {"bench-transfer", "Conversion vs prefill time at several prompt lengths.", cmdBenchTransfer},
+        {"replay", "Replay a workload through exact, semantic, prefix and cross-model cache tiers.",
+         cmdReplay},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
         {"workload", "Write a request workload (JSONL) for cache replay: WordNet, ShareGPT or Quora pairs.",
          cmdWorkload},

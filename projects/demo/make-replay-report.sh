@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Reproduces the replay table of docs/replay.md on the demo workload: the same requests through five
+# tier stacks (none; exact; exact+semantic; +prefix; +cross-model), then the semantic threshold
+# sweep. Needs the converter of make-transfer-report.sh (it runs it when the experiment is missing).
+# Usage: projects/demo/make-replay-report.sh [path/to/kvwb] [requests]
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KVWB="${1:-$HERE/../../build/kvwb}"
+N="${2:-1000}"
+WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
+EXP="$WORK/transfer/demo-transfer.h5"
+OUT="$WORK/replay"
+mkdir -p "$OUT"
+[ -f "$EXP" ] || "$HERE/make-transfer-report.sh" "$KVWB"
+
+run() { # name tiers [flags]
+  local name="$1" tiers="$2"; shift 2
+  "$KVWB" replay --workload "$HERE/workloads/demo.jsonl" --experiment "$EXP" --converter all \
+    --tiers "$tiers" --limit "$N" --max-tokens 32 --ledger "$OUT/ledger-$name.csv" --json "$@" \
+    > "$OUT/replay-$name.json" 2> "$OUT/replay-$name.log"
+  echo "$name: $OUT/replay-$name.json"
+}
+run none none
+run exact exact
+run exact-semantic exact,semantic
+run exact-semantic-prefix exact,semantic,prefix
+run all exact,semantic,prefix,cross --shadow 0.1
+run semantic-model exact,semantic --embedder model

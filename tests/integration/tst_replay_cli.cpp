@@ -1,0 +1,188 @@
+// `kvwb replay` end to end on a random model and a workload built here: exact-tier hits equal the
+// exact repeats within a tenant; no response is ever served across tenants; prefix hits generate
+// what a miss generates (shadow verification); a cross-model hit on a model paired with itself
+// reproduces B's own output; the ledger CSV and the experiment's /ledgers hold every request; bad
+// input fails with the right exit code and a message naming the request or line.
+#include "core/random_model.h"
+#include "core/replay_ledger.h"
+#include "tests/support/kvwb_process.h"
+#include "tests/support/test_paths.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fmt/format.h>
+
+#include <map>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+using test::runKvwb;
+
+namespace {
+QString q(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
+
+std::string line(int id, const std::string &tenant, const std::string &model, const std::string &intent,
+                 const std::string &prompt, int maxTokens = 4)
+{
+    return fmt::format(
+               R"({{"id":{},"t_ms":{},"tenant":"{}","user":"u{}","model":"{}","intent":"{}","max_tokens":{},"prompt":"{}"}})",
+               id, id * 10, tenant, id, model, intent, maxTokens, prompt) +
+           "\n";
+}
+} // namespace
+
+class TestReplayCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    fs::path m_dir;
+    std::map<int64_t, std::string> m_tenantOf;
+    int m_exactRepeats = 0;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_dir = m_tmp.path().toStdString();
+        core::writeRandomHfModel(m_dir / "m", core::randomModelPreset("gqa"));
+        // 3 tenants asking overlapping questions behind one long shared system prompt; repeats
+        // within a tenant are exact hits, the same text from another tenant must miss.
+        const std::string system =
+            "You are a helpful assistant of the workbench. Answer briefly and precisely, "
+            "please, in one sentence only. ";
+        std::string w;
+        std::map<std::pair<std::string, std::string>, bool> seen;
+        int id = 0;
+        for (int round = 0; round < 3; ++round)
+            for (int t = 0; t < 3; ++t)
+                for (int k = 0; k < 4; ++k) {
+                    const std::string tenant = "t" + std::to_string(t);
+                    const int question = (k + round) % 5;
+                    const std::string prompt = system + "Q: what is item " + std::to_string(question) + "?";
+                    const bool repeat = seen[{tenant, prompt}];
+                    seen[{tenant, prompt}] = true;
+                    m_exactRepeats += repeat ? 1 : 0;
+                    m_tenantOf[id] = tenant;
+                    w += line(id++, tenant, "a", "n" + std::to_string(question), prompt);
+                }
+        test::writeFile(m_dir / "w.jsonl", w);
+    }
+
+    void exactHitsAreTheRepeatsWithinATenant()
+    {
+        const auto r = runKvwb({"replay", "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"),
+                                "--tiers", "exact", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        const auto exact = j["tiers"].toObject()["exact"].toObject();
+        QCOMPARE(exact["requests"].toInt(), 36);
+        QCOMPARE(exact["hits"].toInt(), m_exactRepeats);
+        QCOMPARE(exact["false_hits"].toInt(), 0);
+        QCOMPARE(j["total"].toObject()["requests"].toInt(), 36);
+        for (const char *k : {"tokens_reused", "tokens_computed", "ttft_ms_p50", "ttft_ms_p95"})
+            QVERIFY2(exact.contains(k), k);
+    }
+
+    void noTenantIsServedAnotherTenantsEntry()
+    {
+        const fs::path csv = m_dir / "ledger.csv";
+        const auto r = runKvwb({"replay", "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"),
+                                "--tiers", "exact,semantic,prefix", "--threshold", "0.995", "--block", "4",
+                                "--shadow", "1", "--ledger", q(csv), "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto rows = core::ledgerFromCsv(test::readFile(csv), "ledger.csv");
+        QCOMPARE(rows.size(), size_t(36));
+        int responseHits = 0, prefixHits = 0;
+        for (const auto &row : rows) {
+            QCOMPARE(row.tenant, m_tenantOf.at(row.requestId));
+            if (row.answeredBy == core::TierKind::Exact || row.answeredBy == core::TierKind::Semantic) {
+                ++responseHits;
+                QCOMPARE(m_tenantOf.at(row.cachedRequestId), row.tenant); // never across tenants
+                QCOMPARE(row.tokensComputed, 0);
+            }
+            if (row.answeredBy == core::TierKind::Prefix) {
+                ++prefixHits;
+                QVERIFY(row.tokensReused > 0 && row.tokensReused % 4 == 0);
+                // a prefix hit generates exactly what a miss generates
+                QCOMPARE(row.shadowExact, 1);
+                QVERIFY2(row.shadowKl >= 0 && row.shadowKl < 1e-6, qPrintable(QString::number(row.shadowKl)));
+            }
+        }
+        QVERIFY(responseHits > 0);
+        QVERIFY(prefixHits > 0); // first request of each tenant with a new question shares the system prompt
+    }
+
+    void crossModelTierOnAModelPairedWithItself()
+    {
+        // A = B: identity-like converters, so a cross hit must reproduce B's own output
+        std::string prompts;
+        for (int i = 0; i < 12; ++i)
+            prompts += "Calibration line " + std::to_string(i) + " about items and their many names.\n";
+        test::writeFile(m_dir / "cal.txt", prompts);
+        const fs::path exp = m_dir / "self.h5";
+        auto r = runKvwb({"capture", "--model-a", q(m_dir / "m"), "--model-b", q(m_dir / "m"), "--prompts",
+                          q(m_dir / "cal.txt"), "--out", q(exp)});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        r = runKvwb({"align", "--experiment", q(exp), "--lambda", "1e-7", "--no-attention"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const std::string system =
+            "A long shared system prompt that model a has already processed for this tenant today. ";
+        test::writeFile(m_dir / "ab.jsonl", line(0, "t0", "a", "n1", system + "Q: first?") +
+                                                line(1, "t0", "b", "n2", system + "Q: second?") +
+                                                line(2, "t1", "b", "n2", system + "Q: second?"));
+        r = runKvwb({"replay", "--workload", q(m_dir / "ab.jsonl"), "--experiment", q(exp), "--tiers",
+                     "cross", "--block", "4", "--min-cross-tokens", "4", "--shadow", "1", "--ledger",
+                     q(m_dir / "ab.csv"), "--save-ledger", "ab", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto rows = core::ledgerFromCsv(test::readFile(m_dir / "ab.csv"), "ab.csv");
+        QCOMPARE(rows.size(), size_t(3));
+        QCOMPARE(rows[1].answeredBy, core::TierKind::Cross);
+        QCOMPARE(rows[1].gate, std::string("pass"));
+        QVERIFY(rows[1].tokensReused >= 16);
+        QCOMPARE(rows[1].shadowExact, 1);
+        QCOMPARE(rows[2].answeredBy, core::TierKind::None); // tenant t1 never sees t0's cache
+        QVERIFY2(r.err.contains("gate: request 1"), r.err.constData());
+        QCOMPARE(core::loadLedger(exp, "ab").size(), size_t(3));
+    }
+
+    void badInput()
+    {
+        test::writeFile(m_dir / "bad.jsonl", line(0, "t0", "a", "n1", "Q: fine?") + "{not json\n" +
+                                                 line(2, "t0", "c", "n1", "Q: who?") +
+                                                 line(3, "t0", "a", "n1", "Q: also fine?"));
+        auto r = runKvwb({"replay", "--workload", q(m_dir / "bad.jsonl"), "--model-a", q(m_dir / "m"),
+                          "--tiers", "exact", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.err.contains("bad.jsonl:2") && r.err.contains("bad.jsonl:3"), r.err.constData());
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["requests"].toInt(), 2);
+        // a prompt longer than the context: refused before anything runs, naming the request
+        std::string longPrompt;
+        for (int i = 0; i < 400; ++i)
+            longPrompt += "word ";
+        test::writeFile(m_dir / "long.jsonl",
+                        line(0, "t0", "a", "n1", "Q: ok?") + line(7, "t0", "a", "n1", longPrompt));
+        r = runKvwb({"replay", "--workload", q(m_dir / "long.jsonl"), "--model-a", q(m_dir / "m")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("request 7") && r.err.contains("context"), r.err.constData());
+        r = runKvwb(
+            {"replay", "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"), "--tiers", "cross"});
+        QCOMPARE(r.exitCode, 2);
+        r = runKvwb({"replay", "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"), "--tiers",
+                     "exact,foo"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY(r.err.contains("foo"));
+        r = runKvwb({"replay", "--workload", q(m_dir / "none.jsonl"), "--model-a", q(m_dir / "m")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY(r.err.contains("none.jsonl"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestReplayCli)
+#include "tst_replay_cli.moc"
