@@ -116,6 +116,10 @@ int cmdReplay(const QStringList &args)
     p.addOption({"threshold", "Semantic cosine threshold (default 0.8).", "T", "0.8"});
     p.addOption({"embedder", "Semantic embedder: lexical (default) or model (model A's hidden states).", "E",
                  "lexical"});
+    p.addOption({"embed",
+                 "What the semantic tier embeds: question (default: the request's question, else its prompt) "
+                 "or prompt (the whole prompt, system prompt included).",
+                 "WHAT", "question"});
     p.addOption({"embedder-layer", "Model embedder layer (default: the middle one).", "N"});
     p.addOption({"block", "Prefix-tree block size in tokens (default 16).", "N", "16"});
     p.addOption(
@@ -169,6 +173,9 @@ int cmdReplay(const QStringList &args)
                                                                              : 3.0,
                                    -1.0, 1e9);
     o.gate = !p.isSet("no-gate");
+    if (p.value("embed") != "question" && p.value("embed") != "prompt")
+        throw UsageError{"--embed expects question or prompt, got '" + str(p.value("embed")) + "'"};
+    o.embedQuestion = p.value("embed") == "question";
     o.onClock = p.isSet("clock");
     o.speed = doubleOption(p, "speed", 1.0, 1e-6, 1e9);
     o.maxTokens = intOption(p, "max-tokens", 0, 1);
@@ -271,6 +278,7 @@ int cmdReplay(const QStringList &args)
                            {"tiers", str(tierNames.join(','))},
                            {"threshold", o.threshold},
                            {"embedder", embedder->name()},
+                           {"embed", str(p.value("embed"))},
                            {"block", o.prefixBlock},
                            {"eviction", str(p.value("eviction"))},
                            {"share_tenants", p.isSet("share-tenants")},
@@ -317,6 +325,8 @@ int cmdReplay(const QStringList &args)
                             {"total_ms_p99", s.totalMsP99},
                             {"cost_usd", s.costUsd},
                             {"cost_usd_no_cache", s.costUsdNoCache}}},
+                          {"overhead_ms_p50", core::percentile(r.overheadMs, 50)},
+                          {"overhead_ms_p99", core::percentile(r.overheadMs, 99)},
                           {"threshold_sweep", sweep},
                           {"warnings", r.warnings}};
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
@@ -337,6 +347,8 @@ int cmdReplay(const QStringList &args)
                 (long long)s.tokensComputed, s.ttftMsP50, s.ttftMsP95);
     std::printf("hit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching\n",
                 s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache);
+    std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
+                core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
     return r.cancelled ? 130 : 0;
 }
 

@@ -51,8 +51,12 @@ struct ReplayOptions
     core::TierLimits semanticLimits;
     core::TierLimits prefixLimits; // per model (A and B each get a tree with these limits)
     double threshold = 0.8;        // semantic cosine threshold
-    int prefixBlock = 16;          // tokens per prefix-tree block
-    int minCrossTokens = 16;       // cross-model reuse needs at least this many matched tokens
+    // Semantic tier: embed the request's question (its last user message, as GPTCache's
+    // last_content does) rather than the whole prompt, whose shared system prompt would make
+    // every request of a tenant look alike. Falls back to the prompt when a request has none.
+    bool embedQuestion = true;
+    int prefixBlock = 16;    // tokens per prefix-tree block
+    int minCrossTokens = 16; // cross-model reuse needs at least this many matched tokens
     GateSignal gateSignal = GateSignal::TailKl;
     double gateThreshold = 0.1;
     int gateTail = 4;
@@ -72,6 +76,9 @@ struct ReplayResult
     // Semantic threshold sweep over the nearest neighbour seen at each semantic lookup: columns
     // threshold, hit_rate, false_hit_rate, hits, false_hits (hit rate over semantic lookups).
     core::MetricTable thresholdSweep;
+    // Per request: wall time minus model work (prefill, decode, gate, conversion, shadow runs),
+    // i.e. what the tiers and the replay's own bookkeeping cost [requests] (ms).
+    std::vector<double> overheadMs;
     std::vector<std::string> warnings;
     bool cancelled = false;
 };

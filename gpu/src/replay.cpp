@@ -203,10 +203,17 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
         row.intent = r.intent;
         row.promptTokens = int(prompt.size());
 
+        double modelMs = 0; // model work inside this request (excluded from the overhead)
+        auto timed = [&](auto &&f) {
+            const auto tm = Clock::now();
+            f();
+            modelMs += msSince(tm);
+        };
         std::optional<core::CachedResponse> response;
         std::optional<KvCache> reuse; // the cache to continue from (prefix / cross hit)
         int reused = 0;
         std::vector<float> embedding;
+        const std::string &embedText = o.embedQuestion && !r.question.empty() ? r.question : r.prompt;
         for (TierKind tier : o.tiers) {
             const auto tl = Clock::now();
             bool hit = false;
@@ -218,7 +225,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 break;
             case TierKind::Semantic: {
                 if (embedding.empty())
-                    embedding = m.embedder->embed(r.prompt);
+                    embedding = m.embedder->embed(embedText);
                 const auto near = semantic->nearest(r.tenant, s.fingerprint, embedding, r.tMs);
                 if (near) {
                     row.similarity = near->similarity;
@@ -271,15 +278,18 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 auto source = it->second.fork();
                 source.truncate(keep);
                 if (o.gate) {
-                    const auto g = qualityGate(model, *m.converter, source, prompt[size_t(keep)], o.gateTail,
-                                               o.gateSignal, o.gateThreshold);
+                    GateResult g;
+                    timed([&] {
+                        g = qualityGate(model, *m.converter, source, prompt[size_t(keep)], o.gateTail,
+                                        o.gateSignal, o.gateThreshold);
+                    });
                     row.gate = g.passed ? "pass" : "fail";
                     row.gateValue = g.value;
                     if (!g.passed)
                         break; // fall back to the next tier / B's own prefill, logged in the row
                 }
                 reuse = model.newCache();
-                m.converter->convert(source, *reuse);
+                timed([&] { m.converter->convert(source, *reuse); });
                 reused = keep;
                 hit = true;
                 break;
@@ -306,19 +316,25 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             row.tokensComputed = 0;
             row.ttftMs = row.totalMs = msSince(t0) + queueMs;
             if (shadow)
-                row.shadowExact = model.generate(prompt, go).outputIds == response->outputIds ? 1 : 0;
+                timed([&] {
+                    row.shadowExact = model.generate(prompt, go).outputIds == response->outputIds ? 1 : 0;
+                });
         } else {
             std::vector<float> hitLogits;
-            if (shadow && reuse) {
-                auto probe = reuse->fork();
-                hitLogits = model.forward(std::vector<int>(prompt.begin() + reused, prompt.end()), probe);
-            }
+            if (shadow && reuse)
+                timed([&] {
+                    auto probe = reuse->fork();
+                    hitLogits = model.forward(std::vector<int>(prompt.begin() + reused, prompt.end()), probe);
+                });
             KvCache cache = reuse ? std::move(*reuse) : model.newCache();
             double firstMs = -1;
-            const auto gen = model.generate(prompt, cache, go, [&](int, float) {
-                if (firstMs < 0)
-                    firstMs = msSince(t0);
-                return true;
+            GenerateResult gen;
+            timed([&] {
+                gen = model.generate(prompt, cache, go, [&](int, float) {
+                    if (firstMs < 0)
+                        firstMs = msSince(t0);
+                    return true;
+                });
             });
             row.ttftMs = (firstMs < 0 ? msSince(t0) : firstMs) + queueMs;
             row.totalMs = msSince(t0) + queueMs;
@@ -326,20 +342,21 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             row.tokensReused = gen.stats.reusedTokens;
             row.tokensComputed = gen.stats.prefillTokens + gen.stats.generatedTokens;
             const std::string text = s.tokenizer->decode(gen.outputIds, true);
-            if (shadow) {
-                auto fresh = model.newCache();
-                const auto scratchLogits = model.forward(prompt, fresh);
-                row.shadowKl = firstTokenKl(scratchLogits, hitLogits);
-                row.shadowExact = model.generate(prompt, go).outputIds == gen.outputIds ? 1 : 0;
-            }
+            if (shadow)
+                timed([&] {
+                    auto fresh = model.newCache();
+                    const auto scratchLogits = model.forward(prompt, fresh);
+                    row.shadowKl = firstTokenKl(scratchLogits, hitLogits);
+                    row.shadowExact = model.generate(prompt, go).outputIds == gen.outputIds ? 1 : 0;
+                });
             // cache what was computed, in every tier of the stack
             core::CachedResponse cr{text, gen.outputIds, r.intent, r.id};
             if (has(o.tiers, TierKind::Exact))
                 exact.insert({r.tenant, s.fingerprint, core::normalisePrompt(r.prompt), sampling}, cr, r.tMs);
             if (semantic) {
                 if (embedding.empty())
-                    embedding = m.embedder->embed(r.prompt);
-                semantic->insert(r.tenant, s.fingerprint, r.prompt, embedding, cr, r.tMs);
+                    embedding = m.embedder->embed(embedText);
+                semantic->insert(r.tenant, s.fingerprint, embedText, embedding, cr, r.tMs);
             }
             if (s.tree) {
                 const uint64_t handle = uint64_t(i) + 1;
@@ -348,6 +365,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 s.releaseCaches();
             }
         }
+        result.overheadMs.push_back(std::max(0.0, msSince(t0) - modelMs));
         result.rows.push_back(row);
         if (onRow && !onRow(result.rows.back(), int(i) + 1, int(requests.size()))) {
             result.cancelled = true;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Reproduces the replay table of docs/replay.md on the demo workload: the same requests through five
-# tier stacks (none; exact; exact+semantic; +prefix; +cross-model), then the semantic threshold
-# sweep. Needs the converter of make-transfer-report.sh (it runs it when the experiment is missing).
+# tier stacks (none; exact; exact+semantic; +prefix; +cross-model), variants of the semantic key
+# and embedder, and the KV tiers alone. Needs the converter of make-transfer-report.sh (it runs it when the experiment is missing).
 # Usage: projects/demo/make-replay-report.sh [path/to/kvwb] [requests]
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KVWB="${1:-$HERE/../../build/kvwb}"
-N="${2:-1000}"
+N="${2:-2000}"
 WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 EXP="$WORK/transfer/demo-transfer.h5"
 OUT="$WORK/replay"
@@ -25,4 +25,10 @@ run exact exact
 run exact-semantic exact,semantic
 run exact-semantic-prefix exact,semantic,prefix
 run all exact,semantic,prefix,cross --shadow 0.1
+# the naive semantic key: the whole prompt, shared system prompt included
+run semantic-prompt exact,semantic --embed prompt
 run semantic-model exact,semantic --embedder model
+# KV reuse alone (no response caches): what prefix and cross-model reuse save by themselves
+run prefix prefix --shadow 0.1
+run prefix-cross prefix,cross --shadow 0.1
+run prefix-cross-nogate prefix,cross --no-gate --shadow 0.1
