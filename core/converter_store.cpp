@@ -1,17 +1,11 @@
 #include "core/converter_store.h"
 
+#include "core/build_info.h"
 #include "core/error.h"
 #include "core/hdf5_handle.h"
 #include "core/text_util.h"
 
 #include <algorithm>
-
-#ifndef KVWB_VERSION
-#define KVWB_VERSION "unknown"
-#endif
-#ifndef KVWB_GIT_COMMIT
-#define KVWB_GIT_COMMIT "unknown"
-#endif
 
 namespace kvwb::core {
 
@@ -221,8 +215,8 @@ void writeRecord(const Place &root, const ConverterRecord &r)
     writeAttr(g, site, "settings", r.settingsJson);
     // provenance the caller left empty is this build's and this moment's
     writeAttr(g, site, "created_utc", r.createdUtc.empty() ? text::utcNowIso8601() : r.createdUtc);
-    writeAttr(g, site, "app_version", r.appVersion.empty() ? std::string(KVWB_VERSION) : r.appVersion);
-    writeAttr(g, site, "git_commit", r.gitCommit.empty() ? std::string(KVWB_GIT_COMMIT) : r.gitCommit);
+    writeAttr(g, site, "app_version", r.appVersion.empty() ? std::string(appVersion()) : r.appVersion);
+    writeAttr(g, site, "git_commit", r.gitCommit.empty() ? std::string(gitCommit()) : r.gitCommit);
     writeAttr(g, site, "train_tokens", int64_t(r.trainTokens));
     writeInts(root, "train_prompts", r.trainPrompts);
     writeInts(root, "valid_prompts", r.validPrompts);

@@ -1,5 +1,6 @@
 #include "core/experiment_file.h"
 
+#include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/hdf5_handle.h"
@@ -14,13 +15,6 @@
 #include <fcntl.h>
 #include <random>
 #include <unistd.h>
-
-#ifndef KVWB_VERSION
-#define KVWB_VERSION "unknown"
-#endif
-#ifndef KVWB_GIT_COMMIT
-#define KVWB_GIT_COMMIT "unknown"
-#endif
 
 namespace kvwb::core {
 
@@ -609,8 +603,8 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
         const hid_t f = file.get();
         const Site root(name, "/");
         Provenance p = provenance;
-        p.appVersion = KVWB_VERSION;
-        p.gitCommit = KVWB_GIT_COMMIT;
+        p.appVersion = appVersion();
+        p.gitCommit = gitCommit();
         p.hdf5Version = hdf5Version();
         p.createdUtc = text::utcNowIso8601();
         if (p.runId.empty())

@@ -1,6 +1,7 @@
 #include "core/replay_ledger.h"
 
 #include "core/atomic_file.h"
+#include "core/build_info.h"
 #include "core/converter_store.h"
 #include "core/error.h"
 #include "core/hdf5_handle.h"
@@ -14,13 +15,6 @@
 #include <cmath>
 #include <limits>
 #include <variant>
-
-#ifndef KVWB_VERSION
-#define KVWB_VERSION "unknown"
-#endif
-#ifndef KVWB_GIT_COMMIT
-#define KVWB_GIT_COMMIT "unknown"
-#endif
 
 namespace kvwb::core {
 
@@ -581,8 +575,8 @@ void saveLedger(const fs::path &experiment, const std::string &name, const std::
         h5::writeAttr(root.get(), site, "settings", settingsJson);
         h5::writeAttr(root.get(), site, "rows", int64_t(rows.size()));
         h5::writeAttr(root.get(), site, "created_utc", text::utcNowIso8601());
-        h5::writeAttr(root.get(), site, "app_version", std::string(KVWB_VERSION));
-        h5::writeAttr(root.get(), site, "git_commit", std::string(KVWB_GIT_COMMIT));
+        h5::writeAttr(root.get(), site, "app_version", std::string(appVersion()));
+        h5::writeAttr(root.get(), site, "git_commit", std::string(gitCommit()));
         h5::writeTable(place, kNumbers, numbers);
         for (const Column &c : cols) {
             if (!c.text)

@@ -32,3 +32,6 @@ run semantic-model exact,semantic --embedder model
 run prefix prefix --shadow 0.1
 run prefix-cross prefix,cross --shadow 0.1
 run prefix-cross-nogate prefix,cross --no-gate --shadow 0.1
+# the cross-model tier on its own: B reuses what A cached, with and without the quality gate
+run cross cross --shadow 0.2
+run cross-nogate cross --no-gate --shadow 0.2
