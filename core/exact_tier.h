@@ -18,7 +18,7 @@ struct CachedResponse
 {
     std::string text;
     std::vector<int> outputIds;
-    std::string intent;    // the intent label of the request that produced it ("" unknown)
+    std::string intent;     // the intent label of the request that produced it ("" unknown)
     int64_t requestId = -1; // the request that produced it
 };
 

@@ -40,8 +40,8 @@ public:
     int blockSize() const;
     // Longest cached whole-block prefix of ids visible to (tenant, fingerprint); records the use of
     // every matched block.
-    PrefixMatch lookup(const std::string &tenant, const std::string &modelFingerprint, const std::vector<int> &ids,
-                       int64_t nowMs);
+    PrefixMatch lookup(const std::string &tenant, const std::string &modelFingerprint,
+                       const std::vector<int> &ids, int64_t nowMs);
     // Caches every whole block of ids under `handle` (a cache the caller keeps that holds at least
     // ids.size() tokens). Blocks already present are re-pointed at the new handle. Returns the
     // number of blocks now cached for this sequence (may be fewer than ids.size() / blockSize when

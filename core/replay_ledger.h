@@ -29,14 +29,14 @@ struct LedgerRow
     int64_t requestId = 0;
     int64_t arrivalMs = 0; // workload time
     std::string tenant;
-    std::string model;          // "a" or "b"
-    std::string intent;         // the request's intent label ("" unknown)
+    std::string model;  // "a" or "b"
+    std::string intent; // the request's intent label ("" unknown)
     TierKind answeredBy = TierKind::None;
     // Per tier consulted: hit (1) or miss (0); absent when that tier is not in the stack.
     std::map<TierKind, bool> tierHits;
-    std::string cachedIntent;   // response hits: the intent of the request that produced the entry
+    std::string cachedIntent; // response hits: the intent of the request that produced the entry
     int64_t cachedRequestId = -1;
-    double similarity = -1;     // semantic tier: best similarity seen (-1 when not consulted)
+    double similarity = -1; // semantic tier: best similarity seen (-1 when not consulted)
     // A response hit whose cached intent differs from the request's (both known). Unknown intents
     // never count as false hits.
     bool falseHit = false;
@@ -44,11 +44,11 @@ struct LedgerRow
     int tokensReused = 0;   // prompt tokens not computed (prefix/cross hits; all of them for response hits)
     int tokensComputed = 0; // prompt tokens prefilled + generated tokens computed
     int generatedTokens = 0;
-    double ttftMs = 0;  // measured: lookup + model work to the first token
-    double totalMs = 0; // measured: lookup + whole response
+    double ttftMs = 0;   // measured: lookup + model work to the first token
+    double totalMs = 0;  // measured: lookup + whole response
     double lookupMs = 0; // time spent in the tiers (embedding, index, tree), included above
     // Cross-model hits: the quality gate's decision ("" when not consulted).
-    std::string gate;   // "pass" | "fail"
+    std::string gate; // "pass" | "fail"
     double gateValue = 0;
     // Shadow verification (a sample of hits re-run from scratch): -1 when not verified.
     double shadowKl = -1;
@@ -74,17 +74,17 @@ struct Prices
 struct LedgerSummary
 {
     int64_t requests = 0;
-    int64_t hits = 0;      // answered by any tier
+    int64_t hits = 0; // answered by any tier
     int64_t falseHits = 0;
-    double hitRate = 0;    // hits / requests
+    double hitRate = 0;      // hits / requests
     double tokenHitRate = 0; // tokens reused / prompt tokens
     double falseHitRate = 0; // false hits / response hits
     int64_t tokensReused = 0;
     int64_t tokensComputed = 0;
     double ttftMsP50 = 0, ttftMsP95 = 0, ttftMsP99 = 0;
     double totalMsP50 = 0, totalMsP95 = 0, totalMsP99 = 0;
-    double costUsd = 0;         // computed tokens at the prices
-    double costUsdNoCache = 0;  // every prompt and generated token computed
+    double costUsd = 0;                      // computed tokens at the prices
+    double costUsdNoCache = 0;               // every prompt and generated token computed
     std::map<TierKind, TierAggregate> tiers; // per tier in the stack, plus TierKind::None (misses)
 };
 
@@ -111,8 +111,8 @@ std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &
 // replayed (workload, tiers, thresholds, models). Error(InvalidArgument) before anything is written
 // for a bad name or settings JSON, a tierHits holding None, or an int64 field beyond +-2^53 (the
 // numeric columns are stored as float64). Layout: docs/experiment-format.md, "Replay ledgers".
-void saveLedger(const std::filesystem::path &experiment, const std::string &name, const std::vector<LedgerRow> &rows,
-                const std::string &settingsJson);
+void saveLedger(const std::filesystem::path &experiment, const std::string &name,
+                const std::vector<LedgerRow> &rows, const std::string &settingsJson);
 std::vector<std::string> listLedgers(const std::filesystem::path &experiment);
 std::vector<LedgerRow> loadLedger(const std::filesystem::path &experiment, const std::string &name,
                                   std::string *settingsJson = nullptr);

@@ -28,10 +28,10 @@ namespace kvwb::core {
 
 struct ImportOptions
 {
-    std::string tenant;    // default "sharegpt" / "quora"
-    int64_t gapMs = 1000;  // arrival spacing
+    std::string tenant;   // default "sharegpt" / "quora"
+    int64_t gapMs = 1000; // arrival spacing
     int maxTokens = 64;
-    size_t limit = 0;      // at most this many requests (0 = all)
+    size_t limit = 0;         // at most this many requests (0 = all)
     std::string systemPrompt; // prepended as requestPrompt() does (Quora only; "" = none)
 };
 
@@ -42,9 +42,11 @@ struct ImportResult
     size_t records = 0; // conversations / pairs seen
 };
 
-ImportResult parseShareGpt(std::string_view json, const std::string &sourceName, const ImportOptions &options = {});
+ImportResult parseShareGpt(std::string_view json, const std::string &sourceName,
+                           const ImportOptions &options = {});
 ImportResult importShareGpt(const std::filesystem::path &path, const ImportOptions &options = {});
-ImportResult parseQuoraPairs(std::string_view tsv, const std::string &sourceName, const ImportOptions &options = {});
+ImportResult parseQuoraPairs(std::string_view tsv, const std::string &sourceName,
+                             const ImportOptions &options = {});
 ImportResult importQuoraPairs(const std::filesystem::path &path, const ImportOptions &options = {});
 
 } // namespace kvwb::core
