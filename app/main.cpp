@@ -1,10 +1,14 @@
 // kvwb: one executable for the workbench and all its headless subcommands.
 #include "app/cli.h"
+#include "app/gui.h"
 
+#include <QApplication>
 #include <QCoreApplication>
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <string_view>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -16,18 +20,27 @@ int main(int argc, char **argv)
         ::setenv("OMP_WAIT_POLICY", "passive", 1);
         ::execv("/proc/self/exe", argv); // returns only on failure: then run as we are
     }
-    QCoreApplication app(argc, argv);
+    // No arguments, or `open PROJECT`: the window. Everything else is a headless subcommand.
+    const bool gui = argc == 1 || (argc >= 2 && std::string_view(argv[1]) == "open");
+    std::unique_ptr<QCoreApplication> app;
+    if (gui)
+        app = std::make_unique<QApplication>(argc, argv);
+    else
+        app = std::make_unique<QCoreApplication>(argc, argv);
     QCoreApplication::setApplicationName("kvwb");
     QCoreApplication::setApplicationVersion(KVWB_VERSION " (" KVWB_GIT_COMMIT ")");
+    if (gui)
+        return kvwb::app::runWorkbench(argc >= 3 ? QString::fromLocal8Bit(argv[2]) : QString());
     QStringList args = QCoreApplication::arguments();
     args.removeFirst();
-    if (args.isEmpty() || args.first() == "--help" || args.first() == "-h" || args.first() == "help") {
+    if (args.first() == "--help" || args.first() == "-h" || args.first() == "help") {
         std::printf("Usage: kvwb <subcommand> [options]   (kvwb <subcommand> --help for its options)\n\n"
                     "KV Workbench %s: LLM cache and KV-converter experiments.\n\nSubcommands:\n",
                     KVWB_VERSION);
         for (const auto &c : kvwb::app::subcommands())
             std::printf("  %-12s %s\n", c.name, c.summary);
-        return args.isEmpty() ? 2 : 0;
+        std::printf("\nWithout arguments (or with `open PROJECT.kvwb`) kvwb opens the workbench window.\n");
+        return 0;
     }
     if (args.first() == "--version") {
         std::printf("kvwb %s (%s)\n", KVWB_VERSION, KVWB_GIT_COMMIT);

@@ -66,13 +66,9 @@ case "$MODE" in
     if [ "$#" -gt 0 ]; then
       exec "$BUILD/kvwb" "$@"
     fi
-    # Until the window lands, "run" shows the headless engine on the demo project's model pair.
-    DEMO="$ROOT/projects/demo"
-    for m in a b; do
-      echo "== model $m: $DEMO/models/$m"
-      "$BUILD/kvwb" info "$DEMO/models/$m"
-      "$BUILD/kvwb" generate --model "$DEMO/models/$m" --prompt $'Q: What is a car?\nA:' --max-tokens 64
-    done
+    # The workbench window on the demo project (needs a display; `--run info MODEL` etc. run a
+    # headless subcommand instead).
+    exec "$BUILD/kvwb" open "$ROOT/projects/demo/demo.kvwb"
     ;;
   *)
     echo "usage: $0 [--build|--test|--run [kvwb arguments...]]" >&2

@@ -1,5 +1,8 @@
 #include "ui/model_card_model.h"
 
+#include <QBrush>
+#include <QColor>
+
 #include <QLocale>
 
 #include <array>
@@ -78,8 +81,15 @@ QVariant ModelCardModel::data(const QModelIndex &index, int role) const
     const auto &cfg = index.column() == ModelAColumn ? m_a : m_b;
     if (role == Qt::DisplayRole)
         return cfg ? QVariant(row.value(*cfg)) : QVariant(QStringLiteral("-"));
+    const bool differs = row.geometry && m_a && m_b && row.value(*m_a) != row.value(*m_b);
     if (role == GeometryDiffersRole)
-        return row.geometry && m_a && m_b && row.value(*m_a) != row.value(*m_b);
+        return differs;
+    // what the flag means, where a user sees it: the KV caches differ in this property
+    if (role == Qt::BackgroundRole && differs)
+        return QBrush(QColor(255, 236, 179));
+    if (role == Qt::ToolTipRole && differs)
+        return tr(
+            "A and B differ here: their KV caches have another geometry, so a converter maps between them");
     return {};
 }
 

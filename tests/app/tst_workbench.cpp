@@ -1,0 +1,139 @@
+// The workbench window through the real engine: the demo project opens into the panels, the pair
+// loads on the engine thread while the GUI keeps answering, results and failures reach the window,
+// docks have unique names and the layout resets. Saves a screenshot of the window under the build
+// directory (screenshots/).
+#include "app/gui.h"
+#include "tests/support/test_paths.h"
+#include "ui/model_card_model.h"
+
+#include <QApplication>
+#include <QDir>
+#include <QDockWidget>
+#include <QElapsedTimer>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSet>
+#include <QSignalSpy>
+#include <QStandardPaths>
+#include <QTimer>
+#include <QtTest>
+
+using namespace kvwb;
+
+namespace {
+QString screenshotDir()
+{
+    const QString dir = QCoreApplication::applicationDirPath() + "/screenshots";
+    QDir().mkpath(dir);
+    return dir;
+}
+} // namespace
+
+class TestWorkbench : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+    void opensTheDemoProjectAndLoadsThePair()
+    {
+        app::Workbench bench;
+        auto &w = bench.window();
+        const QString project =
+            QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string());
+        QVERIFY(w.openProject(project));
+        w.resize(1280, 820);
+        w.show();
+        QVERIFY(w.windowTitle().contains("demo"));
+        auto *panel = w.modelsPanel();
+        QVERIFY(panel->choice('a').path.endsWith("models/a"));
+        QVERIFY2(panel->estimateText('b').contains("6 layers"), qPrintable(panel->estimateText('b')));
+
+        // the GUI keeps answering while the engine thread loads: a 5 ms timer never waits long
+        QSignalSpy loaded(&bench.engine(), &app::EngineController::modelsLoaded);
+        QSignalSpy progress(&bench.engine(), &app::EngineController::progress);
+        QElapsedTimer clock;
+        qint64 last = 0, worstGap = 0;
+        QTimer tick;
+        tick.setInterval(5);
+        connect(&tick, &QTimer::timeout, [&] {
+            const qint64 now = clock.elapsed();
+            worstGap = std::max(worstGap, now - last);
+            last = now;
+        });
+        clock.start();
+        tick.start();
+        panel->findChild<QPushButton *>("loadButton")->click();
+        QVERIFY(bench.engine().busy());
+        QVERIFY(loaded.wait(60000));
+        tick.stop();
+        QVERIFY(progress.count() >= 4); // embeddings, layers, output of each model
+        QVERIFY2(worstGap < 50, qPrintable(QString("the event loop stalled for %1 ms").arg(worstGap)));
+        QVERIFY(!bench.engine().busy());
+        const auto pair = loaded.first().at(1).value<std::shared_ptr<const app::LoadedPair>>();
+        QCOMPARE(pair->a.config.numLayers, 4);
+        QCOMPARE(pair->b.config.numLayers, 6);
+        QCOMPARE(pair->a.fingerprint.size(), 64);
+        QVERIFY(w.findChild<QLabel *>("deviceLabel")->text().contains("cpu"));
+        QVERIFY(w.findChild<QLabel *>("statusLabel")->text().startsWith("Loaded in"));
+        // both cards, geometry differences flagged
+        auto *card = w.modelCard();
+        bool differs = false;
+        for (int r = 0; r < card->rowCount(); ++r)
+            differs = differs || card->index(r, 1).data(ui::ModelCardModel::GeometryDiffersRole).toBool();
+        QVERIFY(differs);
+        QTest::qWait(50); // let the status bar lay out its new texts before the screenshot
+        QVERIFY(w.grab().save(screenshotDir() + "/main_window.png"));
+
+        // a failure reaches the window as a message that names the path
+        panel->findChild<QLineEdit *>("pathA")->setText("/nonexistent/model");
+        QSignalSpy failed(&bench.engine(), &app::EngineController::failed);
+        panel->findChild<QPushButton *>("loadButton")->click();
+        QVERIFY(failed.wait(30000));
+        QVERIFY2(failed.first().at(1).toString().contains("/nonexistent/model"),
+                 qPrintable(failed.first().at(1).toString()));
+        QVERIFY(w.findChild<QLabel *>("statusLabel")->text().contains("/nonexistent/model"));
+        QVERIFY(w.findChild<QPushButton *>("loadButton")->isEnabled());
+    }
+
+    void docksHaveUniqueNamesAndTheLayoutResets()
+    {
+        app::Workbench bench;
+        auto &w = bench.window();
+        w.show();
+        QSet<QString> names;
+        for (auto *d : w.docks()) {
+            QVERIFY(!d->objectName().isEmpty());
+            names.insert(d->objectName());
+        }
+        QCOMPARE(names.size(), w.docks().size());
+        auto *dock = w.docks().front();
+        dock->hide();
+        QVERIFY(dock->isHidden());
+        w.resetLayout();
+        QVERIFY(!dock->isHidden());
+    }
+
+    void savesAndReopensAProject()
+    {
+        QTemporaryDir tmp;
+        app::Workbench bench;
+        auto &w = bench.window();
+        const QString project =
+            QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string());
+        QVERIFY(w.openProject(project));
+        w.modelsPanel()->setChoice('b', {w.modelsPanel()->choice('b').path, "cpu", "bf16", 0});
+        const QString copy = tmp.path() + "/copy.kvwb";
+        QVERIFY(w.saveProject(copy));
+        app::Workbench other;
+        QVERIFY(other.window().openProject(copy));
+        QCOMPARE(other.window().modelsPanel()->choice('b').dtype, QString("bf16"));
+        QCOMPARE(other.window().modelsPanel()->choice('a').path, w.modelsPanel()->choice('a').path);
+        QVERIFY(!other.window().openProject(tmp.path() + "/missing.kvwb"));
+    }
+};
+
+QTEST_MAIN(TestWorkbench)
+#include "tst_workbench.moc"

@@ -1,0 +1,88 @@
+// The workbench window: dock panels around a project summary, File and View menus, a status bar
+// with the engine's state, device and memory in use. The window knows core and ui types only; the
+// composition root (app/gui.cpp) connects its requests to the engine controller and the engine's
+// results back to its slots.
+//
+// Every dock has a unique object name, so the layout is saved on close and restored on start
+// (QSettings "kvwb"/"workbench"); View > Reset Layout restores the layout the window started with.
+//
+// GUI-thread only.
+#pragma once
+
+#include "core/project.h"
+#include "ui/models_panel.h"
+
+#include <QMainWindow>
+
+#include <optional>
+
+class QDockWidget;
+class QLabel;
+class QMenu;
+class QPlainTextEdit;
+class QTableView;
+
+namespace kvwb::ui {
+
+class ModelCardModel;
+
+class MainWindow : public QMainWindow
+{
+    Q_OBJECT
+
+public:
+    explicit MainWindow(QWidget *parent = nullptr);
+    ~MainWindow() override;
+
+    ModelsPanel *modelsPanel() const { return m_models; }
+    ModelCardModel *modelCard() const { return m_card; }
+    QList<QDockWidget *> docks() const;
+    const std::optional<core::Project> &project() const { return m_project; }
+    QString projectPath() const { return m_projectPath; }
+
+    // Loads a .kvwb project (paths resolved against its directory) into the panels. Returns false
+    // and shows why (log + status bar) when it cannot be read.
+    bool openProject(const QString &path);
+    // Saves the current choices into the project file (the other sections are kept).
+    bool saveProject(const QString &path);
+
+public Q_SLOTS:
+    void setEngineState(const QString &state);
+    void showLoadProgress(double fraction, const QString &stage);
+    void showModelsLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
+    void showFailure(const QString &message);
+    void showCancelled();
+    void resetLayout();
+    void log(const QString &line);
+
+Q_SIGNALS:
+    void loadRequested(const kvwb::ui::ModelChoice &a, const kvwb::ui::ModelChoice &b);
+    void cancelRequested();
+
+protected:
+    void closeEvent(QCloseEvent *event) override;
+
+private:
+    QDockWidget *addDock(const QString &objectName, const QString &title, QWidget *widget,
+                         Qt::DockWidgetArea area);
+    void buildMenus();
+    void rememberRecent(const QString &path);
+    void refreshRecentMenu();
+    void refreshSummary();
+
+    ModelsPanel *m_models = nullptr;
+    ModelCardModel *m_card = nullptr;
+    QTableView *m_cardView = nullptr;
+    QPlainTextEdit *m_log = nullptr;
+    QLabel *m_summary = nullptr;
+    QLabel *m_engineLabel = nullptr;
+    QLabel *m_deviceLabel = nullptr;
+    QLabel *m_memoryLabel = nullptr;
+    QMenu *m_viewMenu = nullptr;
+    QMenu *m_recentMenu = nullptr;
+    QByteArray m_defaultState;
+    std::optional<core::Project> m_project;
+    QString m_projectPath;
+};
+
+} // namespace kvwb::ui
