@@ -92,9 +92,39 @@ void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelReq
     }
 }
 
+void EngineWorker::readExperiment(quint64 job, const QString &path)
+{
+    try {
+        auto snap = std::make_shared<ExperimentSnapshot>();
+        const std::filesystem::path file = path.toStdString();
+        {
+            const auto reader = core::ExperimentReader::open(file);
+            snap->a = reader.model('a');
+            snap->b = reader.model('b');
+            snap->prompts = reader.promptCount();
+            snap->tokensA = reader.totalTokens('a');
+            snap->tokensB = reader.totalTokens('b');
+        }
+        snap->path = path;
+        for (const auto &name : core::listConverters(file))
+            snap->converters.push_back(core::loadConverters(file, name));
+        for (const auto &name : core::listTables(file))
+            snap->sweeps.emplace_back(name, core::loadTable(file, name));
+        for (const auto &name : core::listLedgers(file))
+            snap->ledgers.emplace_back(name, core::loadLedger(file, name));
+        Q_EMIT experimentRead(job, snap);
+    } catch (const core::Error &e) {
+        Q_EMIT failed(job,
+                      QString("%1 [%2]").arg(QString::fromUtf8(e.what()), core::errorCodeName(e.code())));
+    } catch (const std::exception &e) {
+        Q_EMIT failed(job, QString("internal error: %1").arg(QString::fromUtf8(e.what())));
+    }
+}
+
 EngineController::EngineController(QObject *parent) : QObject(parent)
 {
     qRegisterMetaType<std::shared_ptr<const kvwb::app::LoadedPair>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::app::ExperimentSnapshot>>();
     m_thread.setObjectName("kvwb-engine");
     m_worker = new EngineWorker;
     m_worker->moveToThread(&m_thread);
@@ -108,6 +138,11 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
             [this](quint64 job, std::shared_ptr<const LoadedPair> pair) {
                 finish("idle");
                 Q_EMIT modelsLoaded(job, pair);
+            });
+    connect(m_worker, &EngineWorker::experimentRead, this,
+            [this](quint64 job, std::shared_ptr<const ExperimentSnapshot> snap) {
+                finish("idle");
+                Q_EMIT experimentRead(job, snap);
             });
     connect(m_worker, &EngineWorker::failed, this, [this](quint64 job, const QString &message) {
         finish("idle");
@@ -143,6 +178,22 @@ quint64 EngineController::loadModels(const ModelRequest &a, const ModelRequest &
     EngineWorker *worker = m_worker;
     QMetaObject::invokeMethod(
         worker, [worker, job, a, b, cancel] { worker->loadModels(job, a, b, cancel); }, Qt::QueuedConnection);
+    return job;
+}
+
+quint64 EngineController::readExperiment(const QString &path)
+{
+    if (m_busy) {
+        Q_EMIT failed(0, "the engine is busy: cancel the running job first");
+        return 0;
+    }
+    const quint64 job = m_nextJob++;
+    m_busy = true;
+    m_state = "reading " + path;
+    Q_EMIT stateChanged(m_state);
+    EngineWorker *worker = m_worker;
+    QMetaObject::invokeMethod(
+        worker, [worker, job, path] { worker->readExperiment(job, path); }, Qt::QueuedConnection);
     return job;
 }
 

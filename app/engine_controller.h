@@ -11,6 +11,9 @@
 // as failed(job, message); cancellation is reported as cancelled(job), never as an error.
 #pragma once
 
+#include "core/converter_store.h"
+#include "core/experiment_file.h"
+#include "core/replay_ledger.h"
 #include "ui/models_panel.h"
 
 #include <QObject>
@@ -20,6 +23,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace kvwb::gpu {
 class Model;
@@ -37,6 +43,20 @@ struct LoadedPair
     double ms = 0; // load time of both
 };
 
+// What the panels show of an experiment file: its models and prompt counts, every stored
+// converter (maps, metrics, CKA), sweep table and replay ledger. Read on the engine thread (HDF5
+// stays there) and handed to the GUI as an immutable snapshot.
+struct ExperimentSnapshot
+{
+    QString path;
+    core::ModelInfo a, b;
+    int prompts = 0;
+    int64_t tokensA = 0, tokensB = 0;
+    std::vector<core::ConverterRecord> converters;
+    std::vector<std::pair<std::string, core::MetricTable>> sweeps;             // name, table
+    std::vector<std::pair<std::string, std::vector<core::LedgerRow>>> ledgers; // name, rows
+};
+
 class EngineWorker : public QObject
 {
     Q_OBJECT
@@ -52,8 +72,11 @@ public:
     // Engine thread: loads A then B; replaces the loaded pair only when both loaded.
     void loadModels(quint64 job, const kvwb::app::ModelRequest &a, const kvwb::app::ModelRequest &b,
                     std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: reads everything the panels show from an experiment file.
+    void readExperiment(quint64 job, const QString &path);
 
 Q_SIGNALS:
+    void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
     void progress(quint64 job, double fraction, const QString &stage);
     void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
     void failed(quint64 job, const QString &message);
@@ -74,6 +97,7 @@ public:
     // Starts loading the pair on the engine thread; returns the job id. One job at a time: a
     // second request while busy() is refused with failed(0, ...).
     quint64 loadModels(const ModelRequest &a, const ModelRequest &b);
+    quint64 readExperiment(const QString &path);
     void cancel(); // the running job stops at its next progress check
     bool busy() const { return m_busy; }
     QString state() const { return m_state; } // "idle", "loading models 40% (layer 2/4)", ...
@@ -83,6 +107,7 @@ Q_SIGNALS:
     void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
     void failed(quint64 job, const QString &message);
     void cancelled(quint64 job);
+    void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
     void stateChanged(const QString &state);
 
 private:

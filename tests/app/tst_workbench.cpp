@@ -3,6 +3,9 @@
 // docks have unique names and the layout resets. Saves a screenshot of the window under the build
 // directory (screenshots/).
 #include "app/gui.h"
+#include "core/converter_store.h"
+#include "core/random_model.h"
+#include "core/replay_ledger.h"
 #include "tests/support/test_paths.h"
 #include "ui/model_card_model.h"
 
@@ -16,6 +19,7 @@
 #include <QSet>
 #include <QSignalSpy>
 #include <QStandardPaths>
+#include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest>
 
@@ -96,6 +100,62 @@ private Q_SLOTS:
                  qPrintable(failed.first().at(1).toString()));
         QVERIFY(w.findChild<QLabel *>("statusLabel")->text().contains("/nonexistent/model"));
         QVERIFY(w.findChild<QPushButton *>("loadButton")->isEnabled());
+    }
+
+    // The engine thread reads an experiment file's tables for the panels; a bad path is a message.
+    void readsAnExperimentSnapshot()
+    {
+        QTemporaryDir tmp;
+        const std::filesystem::path path = tmp.path().toStdString() + "/e.h5";
+        core::ModelInfo a, b;
+        a.role = 'a';
+        b.role = 'b';
+        a.config = b.config = core::randomModelPreset("tiny").config;
+        a.weightsSha256 = "aa";
+        b.weightsSha256 = "bb";
+        {
+            auto writer = core::ExperimentWriter::create(path, {}, {}, a, b);
+            core::PromptRecord rec;
+            rec.text = "hello";
+            rec.a.ids = rec.b.ids = {1, 2, 3};
+            const auto &c = a.config;
+            const size_t n = size_t(3 * c.numKvHeads * c.headDim);
+            for (int l = 0; l < c.numLayers; ++l) {
+                rec.a.keys.push_back(std::vector<float>(n, 0.5f));
+                rec.a.values.push_back(std::vector<float>(n, 0.25f));
+            }
+            rec.b.keys = rec.a.keys;
+            rec.b.values = rec.a.values;
+            writer.appendPrompt(rec);
+            writer.close();
+        }
+        core::MetricTable sweep{{"k", "lambda", "r2_k"}, {{1, 0.01, 0.5}, {2, 0.01, 0.6}}};
+        core::saveTable(path, "sweep", sweep, "{}");
+        core::LedgerRow row;
+        row.requestId = 7;
+        row.tenant = "t0";
+        row.model = "a";
+        row.tierHits[core::TierKind::Exact] = true;
+        row.answeredBy = core::TierKind::Exact;
+        core::saveLedger(path, "run", {row}, "{}");
+
+        app::EngineController engine;
+        QSignalSpy read(&engine, &app::EngineController::experimentRead);
+        engine.readExperiment(QString::fromStdString(path.string()));
+        QVERIFY(read.wait(30000));
+        const auto snap = read.first().at(1).value<std::shared_ptr<const app::ExperimentSnapshot>>();
+        QCOMPARE(snap->prompts, 1);
+        QCOMPARE(snap->tokensA, int64_t(3));
+        QCOMPARE(snap->sweeps.size(), size_t(1));
+        QCOMPARE(snap->sweeps[0].second.rows.size(), size_t(2));
+        QCOMPARE(snap->ledgers.size(), size_t(1));
+        QCOMPARE(snap->ledgers[0].second.at(0).requestId, int64_t(7));
+        QVERIFY(snap->converters.empty());
+        QSignalSpy failed(&engine, &app::EngineController::failed);
+        engine.readExperiment(tmp.path() + "/missing.h5");
+        QVERIFY(failed.wait(30000));
+        QVERIFY(failed.first().at(1).toString().contains("missing.h5"));
+        QVERIFY(!engine.busy());
     }
 
     void docksHaveUniqueNamesAndTheLayoutResets()
