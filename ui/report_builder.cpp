@@ -15,11 +15,13 @@
 #include <QDateTime>
 #include <QFont>
 #include <QFontMetrics>
+#include <QLegend>
 #include <QLineSeries>
 #include <QPageLayout>
 #include <QPageSize>
 #include <QPainter>
 #include <QPdfWriter>
+#include <QPen>
 #include <QStackedBarSeries>
 #include <QSysInfo>
 #include <QTextDocument>
@@ -357,25 +359,40 @@ QColor viridis(double t)
                   int(a.blue() + f * (b.blue() - a.blue())));
 }
 
-// rows x cols cells, row 0 at the top; values scaled to [lo, hi] for the colour.
+// rows x cols cells, row 0 at the top; values scaled to [lo, hi] for the colour. The title's second
+// line (after '\n') is drawn smaller, as a subtitle.
 QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString &colLabel,
                    const QString &scaleLabel, int rows, int cols, const std::vector<double> &data, double lo,
                    double hi)
 {
     const int cell = std::clamp(640 / std::max(1, std::max(rows, cols)), 14, 56);
-    const int left = 80, top = 56, bottom = 64, right = 120;
-    const int w = left + cols * cell + right, h = top + rows * cell + bottom;
-    QImage image(std::max(w, 420), h, QImage::Format_RGB32);
+    const int top = 70, bottom = 64, right = 120;
+    QFont titleFont("DejaVu Sans");
+    titleFont.setPointSize(13);
+    titleFont.setBold(true);
+    QFont subFont("DejaVu Sans");
+    subFont.setPointSize(10);
+    const QStringList lines = title.split('\n');
+    int textWidth = QFontMetrics(titleFont).horizontalAdvance(lines.first());
+    if (lines.size() > 1)
+        textWidth = std::max(textWidth, QFontMetrics(subFont).horizontalAdvance(lines[1]));
+    textWidth = std::max(textWidth, QFontMetrics(subFont).horizontalAdvance(colLabel));
+    const int gridWidth = 80 + cols * cell + right;
+    const int w = std::max({gridWidth, textWidth + 40, 420});
+    const int left = 80 + (w - gridWidth) / 2; // the grid centred under the title
+    const int h = top + rows * cell + bottom;
+    QImage image(w, h, QImage::Format_RGB32);
     image.fill(Qt::white);
     QPainter p(&image);
     p.setRenderHint(QPainter::Antialiasing);
-    QFont font = p.font();
-    font.setPointSize(13);
-    font.setBold(true);
-    p.setFont(font);
     p.setPen(Qt::black);
-    p.drawText(QRect(0, 8, image.width(), 28), Qt::AlignCenter, title);
-    font.setBold(false);
+    p.setFont(titleFont);
+    p.drawText(QRect(0, 6, w, 26), Qt::AlignCenter, lines.first());
+    if (lines.size() > 1) {
+        p.setFont(subFont);
+        p.drawText(QRect(0, 32, w, 22), Qt::AlignCenter, lines[1]);
+    }
+    QFont font("DejaVu Sans");
     font.setPointSize(cell >= 40 ? 9 : 7);
     p.setFont(font);
     const int labelEvery = cell >= 20 ? 1 : (cell >= 14 ? 2 : 4);
@@ -387,7 +404,8 @@ QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString 
             const QRect cellRect(left + c * cell, top + r * cell, cell, cell);
             p.fillRect(cellRect, color);
             if (cell >= 30) {
-                p.setPen(color.lightness() > 140 ? Qt::black : Qt::white);
+                const double luma = 0.299 * color.red() + 0.587 * color.green() + 0.114 * color.blue();
+                p.setPen(luma > 140 ? Qt::black : Qt::white);
                 p.drawText(cellRect, Qt::AlignCenter, QString::fromStdString(shown(v)).left(5));
             }
         }
@@ -401,13 +419,13 @@ QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString 
     for (int c = 0; c < cols; c += labelEvery)
         p.drawText(QRect(left + c * cell, top + rows * cell + 2, cell, 16), Qt::AlignCenter,
                    QString::number(c));
-    font.setPointSize(10);
-    p.setFont(font);
-    p.drawText(QRect(left, top + rows * cell + 22, cols * cell, 20), Qt::AlignCenter, colLabel);
+    p.setFont(subFont);
+    const int gridCentre = left + cols * cell / 2;
+    p.drawText(QRect(gridCentre - w / 2, top + rows * cell + 22, w, 20), Qt::AlignCenter, colLabel);
     p.save();
-    p.translate(18, top + rows * cell / 2);
+    p.translate(left - 58, top + rows * cell / 2);
     p.rotate(-90);
-    p.drawText(QRect(-rows * cell / 2, -10, rows * cell, 20), Qt::AlignCenter, rowLabel);
+    p.drawText(QRect(-rows * cell / 2 - 60, -10, rows * cell + 120, 20), Qt::AlignCenter, rowLabel);
     p.restore();
     // colour bar
     const int barX = left + cols * cell + 24, barH = std::max(rows * cell, 120);
@@ -421,9 +439,19 @@ QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString 
     p.save();
     p.translate(barX + 70, top + barH / 2);
     p.rotate(90);
-    p.drawText(QRect(-barH / 2, -10, barH, 20), Qt::AlignCenter, scaleLabel);
+    p.drawText(QRect(-barH / 2 - 40, -10, barH + 80, 20), Qt::AlignCenter, scaleLabel);
     p.restore();
     return image;
+}
+
+// One colour per metric in every line chart, so R^2 of keys looks the same everywhere.
+QColor metricColor(const std::string &column)
+{
+    if (column == "r2_k")
+        return QColor(31, 119, 180);
+    if (column == "r2_v")
+        return QColor(44, 160, 44);
+    return QColor(255, 127, 14); // attn_cos
 }
 
 QLineSeries *lineSeries(const QString &name, const std::vector<std::pair<double, double>> &points)
@@ -470,7 +498,10 @@ ReportChart converterLayersChart(const core::ConverterRecord &r)
             all.push_back(t.rows[i][size_t(c)]);
             maxLayer = std::max(maxLayer, layer);
         }
-        attach(chart, lineSeries(label, pts), x, y);
+        auto *series = lineSeries(label, pts);
+        series->setPen(QPen(metricColor(col), 2));
+        series->setColor(metricColor(col));
+        attach(chart, series, x, y);
     }
     x->setTitleText("model B layer");
     x->setRange(0, std::max(1.0, maxLayer));
@@ -488,7 +519,8 @@ ReportChart converterLayersChart(const core::ConverterRecord &r)
 
 ReportChart ckaChart(const core::ConverterRecord &r, const core::Matrix &m, const char *kind)
 {
-    const QString title = QString("Converter %1: linear CKA of %2 (rows: B layers, columns: A layers)")
+    const QString title = QString("Converter %1: linear CKA of %2\nrows: model B layers, columns: model A "
+                                  "layers (1 = same information)")
                               .arg(QString::fromStdString(r.name), kind);
     return {
         "converter_" + safeName(r.name) + "_cka_" + kind, title.toStdString(),
@@ -511,8 +543,8 @@ std::optional<ReportChart> headChart(const core::ConverterRecord &r, const char 
     for (const auto &row : t.rows)
         data[size_t(row[size_t(lc)]) * size_t(heads) + size_t(row[size_t(hc)])] = row[size_t(vc)];
     const auto [lo, hi] = scoreRange(data);
-    const QString title =
-        QString("Converter %1: %2 per B layer and kv head").arg(QString::fromStdString(r.name), label);
+    const QString title = QString("Converter %1: %2\nper model B layer (rows) and kv head (columns)")
+                              .arg(QString::fromStdString(r.name), label);
     return ReportChart{
         "converter_" + safeName(r.name) + "_heads_" + col, title.toStdString(),
         "Each cell is one kv head of one B layer; grey cells have no value.",
@@ -576,7 +608,11 @@ std::vector<ReportChart> sweepCharts(const ReportSweep &s)
             const int c = t.column(col);
             if (c < 0)
                 continue;
+            int styleIndex = 0;
             for (double sv : seriesValues) {
+                // colour = metric, dash pattern = the series value (lambda or k)
+                const Qt::PenStyle styles[] = {Qt::SolidLine, Qt::DashLine, Qt::DotLine, Qt::DashDotLine};
+                const Qt::PenStyle style = styles[styleIndex++ % 4];
                 std::vector<std::pair<double, double>> pts;
                 for (const auto &row : t.rows)
                     if (row[size_t(plan.seriesCol)] == sv && row[size_t(plan.fixedCol)] == plan.fixed) {
@@ -585,11 +621,19 @@ std::vector<ReportChart> sweepCharts(const ReportSweep &s)
                         xs.push_back(row[size_t(plan.xCol)]);
                     }
                 std::sort(pts.begin(), pts.end());
-                if (!pts.empty())
-                    attach(chart, lineSeries(QString("%1, %2 = %3").arg(label, plan.seriesName).arg(sv), pts),
-                           x, y);
+                if (!pts.empty()) {
+                    auto *series = lineSeries(QString("%1 %2=%3").arg(label, plan.seriesName).arg(sv), pts);
+                    series->setPen(QPen(metricColor(col), 2, style));
+                    series->setColor(metricColor(col));
+                    attach(chart, series, x, y);
+                }
             }
         }
+        // the legend shows each line's dash pattern; smaller text so a dozen entries fit one row
+        chart->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
+        QFont legendFont = chart->legend()->font();
+        legendFont.setPointSize(chart->series().size() > 6 ? 7 : 9);
+        chart->legend()->setFont(legendFont);
         const auto [xlo, xhi] = std::minmax_element(xs.begin(), xs.end());
         x->setTitleText(plan.xTitle);
         if (!xs.empty())
@@ -598,6 +642,7 @@ std::vector<ReportChart> sweepCharts(const ReportSweep &s)
         const auto [lo, hi] = scoreRange(all);
         y->setTitleText("score, mean over B layers (1 = perfect)");
         y->setRange(lo, hi);
+        y->applyNiceNumbers();
         y->setLabelFormat("%.2f");
         out.push_back({"sweep_" + safeName(s.name) + "_" + plan.suffix, plan.title.toStdString(),
                        "Each point is one fit scored on the same held-out prompts.", grabChart(chart)});
@@ -676,6 +721,7 @@ std::vector<ReportChart> ledgerCharts(const ReportLedger &l)
         x->setTitleText("answered by");
         chart->addAxis(x, Qt::AlignBottom);
         auto *y = valueAxis("time to first token (ms)", 0, hi * 1.1, hi < 10 ? "%.2f" : "%.0f");
+        y->applyNiceNumbers();
         chart->addAxis(y, Qt::AlignLeft);
         attach(chart, series, x, y);
         out.push_back({stem + "_ttft", chart->title().toStdString(),
@@ -704,6 +750,7 @@ std::vector<ReportChart> ledgerCharts(const ReportLedger &l)
         x->setTitleText("answered by");
         chart->addAxis(x, Qt::AlignBottom);
         auto *y = valueAxis("tokens", 0, hi * 1.1, "%.0f");
+        y->applyNiceNumbers();
         chart->addAxis(y, Qt::AlignLeft);
         attach(chart, series, x, y);
         out.push_back(
