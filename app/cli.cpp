@@ -2,6 +2,7 @@
 #include "app/cli_align.h"
 #include "app/cli_capture.h"
 #include "app/cli_replay.h"
+#include "app/cli_report.h"
 #include "app/cli_tiers.h"
 #include "app/cli_train.h"
 #include "app/cli_util.h"
@@ -467,6 +468,7 @@ const std::vector<Subcommand> &subcommands()
         {"bench-transfer", "Conversion vs prefill time at several prompt lengths.", cmdBenchTransfer},
         {"replay", "Replay a workload through exact, semantic, prefix and cross-model cache tiers.",
          cmdReplay},
+        {"report", "Write an experiment's report: HTML (charts embedded), PDF, Markdown, CSV/JSON.", cmdReport},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
         {"workload", "Write a request workload (JSONL) for cache replay: WordNet, ShareGPT or Quora pairs.",
          cmdWorkload},
