@@ -22,8 +22,13 @@ int main(int argc, char **argv)
     }
     // No arguments, or `open PROJECT`: the window. Everything else is a headless subcommand.
     const bool gui = argc == 1 || (argc >= 2 && std::string_view(argv[1]) == "open");
+    // `report` draws charts (Qt Charts, QPainter text): a QApplication, offscreen when headless.
+    const bool charts = argc >= 2 && std::string_view(argv[1]) == "report";
+    if (charts && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") &&
+        !std::getenv("QT_QPA_PLATFORM"))
+        ::setenv("QT_QPA_PLATFORM", "offscreen", 1);
     std::unique_ptr<QCoreApplication> app;
-    if (gui)
+    if (gui || charts)
         app = std::make_unique<QApplication>(argc, argv);
     else
         app = std::make_unique<QCoreApplication>(argc, argv);
