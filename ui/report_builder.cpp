@@ -316,7 +316,9 @@ QImage grabChart(QChart *chart)
     titleFont.setPointSize(13);
     titleFont.setBold(true);
     chart->setTitleFont(titleFont);
-    chart->legend()->setAlignment(Qt::AlignBottom);
+    // below the plot, unless a chart with many series asked for a column beside it
+    if (chart->series().size() <= 4)
+        chart->legend()->setAlignment(Qt::AlignBottom);
     QChartView view(chart); // owns the chart
     view.setRenderHint(QPainter::Antialiasing);
     view.resize(kChartWidth, kChartHeight);
@@ -629,16 +631,24 @@ std::vector<ReportChart> sweepCharts(const ReportSweep &s)
                 }
             }
         }
-        // the legend shows each line's dash pattern; smaller text so a dozen entries fit one row
+        // the legend shows each line's dash pattern; beside the plot, one entry a line, so a dozen
+        // entries keep their full names
         chart->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
+        if (chart->series().size() > 4)
+            chart->legend()->setAlignment(Qt::AlignRight);
         QFont legendFont = chart->legend()->font();
-        legendFont.setPointSize(chart->series().size() > 6 ? 7 : 9);
+        legendFont.setPointSize(chart->series().size() > 6 ? 8 : 9);
         chart->legend()->setFont(legendFont);
         const auto [xlo, xhi] = std::minmax_element(xs.begin(), xs.end());
         x->setTitleText(plan.xTitle);
         if (!xs.empty())
             x->setRange(*xlo, *xhi > *xlo ? *xhi : *xlo + 1);
         x->setLabelFormat(plan.xCol == lc ? "%.0e" : "%g");
+        const std::set<double> distinctX(xs.begin(), xs.end());
+        if (std::string(plan.suffix) == "vs_k" && distinctX.size() >= 2 && distinctX.size() <= 12) {
+            x->setTickCount(int(*xhi - *xlo) + 1); // k is an integer: one tick per k
+            x->setLabelFormat("%.0f");
+        }
         const auto [lo, hi] = scoreRange(all);
         y->setTitleText("score, mean over B layers (1 = perfect)");
         y->setRange(lo, hi);
