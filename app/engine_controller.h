@@ -11,9 +11,7 @@
 // as failed(job, message); cancellation is reported as cancelled(job), never as an error.
 #pragma once
 
-#include "core/converter_store.h"
-#include "core/experiment_file.h"
-#include "core/replay_ledger.h"
+#include "ui/experiment_snapshot.h"
 #include "ui/models_panel.h"
 
 #include <QObject>
@@ -43,19 +41,7 @@ struct LoadedPair
     double ms = 0; // load time of both
 };
 
-// What the panels show of an experiment file: its models and prompt counts, every stored
-// converter (maps, metrics, CKA), sweep table and replay ledger. Read on the engine thread (HDF5
-// stays there) and handed to the GUI as an immutable snapshot.
-struct ExperimentSnapshot
-{
-    QString path;
-    core::ModelInfo a, b;
-    int prompts = 0;
-    int64_t tokensA = 0, tokensB = 0;
-    std::vector<core::ConverterRecord> converters;
-    std::vector<std::pair<std::string, core::MetricTable>> sweeps;             // name, table
-    std::vector<std::pair<std::string, std::vector<core::LedgerRow>>> ledgers; // name, rows
-};
+using ExperimentSnapshot = ui::ExperimentSnapshot;
 
 class EngineWorker : public QObject
 {

@@ -10,6 +10,10 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::loadRequested, this,
             [this](const ui::ModelChoice &a, const ui::ModelChoice &b) { m_engine.loadModels(a, b); });
     connect(w, &ui::MainWindow::cancelRequested, &m_engine, &EngineController::cancel);
+    connect(w, &ui::MainWindow::experimentRequested, this,
+            [this](const QString &path) { m_engine.readExperiment(path); });
+    connect(&m_engine, &EngineController::experimentRead, w,
+            [w](quint64, std::shared_ptr<const ExperimentSnapshot> s) { w->showExperiment(s); });
     connect(&m_engine, &EngineController::stateChanged, w, &ui::MainWindow::setEngineState);
     connect(&m_engine, &EngineController::progress, w,
             [w](quint64, double f, const QString &stage) { w->showLoadProgress(f, stage); });

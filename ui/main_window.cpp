@@ -1,7 +1,9 @@
 #include "ui/main_window.h"
 
 #include "core/error.h"
+#include "ui/alignment_panel.h"
 #include "ui/model_card_model.h"
+#include "ui/replay_panel.h"
 
 #include <QAction>
 #include <QApplication>
@@ -59,6 +61,12 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     addDock("modelsDock", tr("Models"), m_models, Qt::TopDockWidgetArea);
     addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
     addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
+    m_alignment = new AlignmentPanel(this);
+    m_replay = new ReplayPanel(this);
+    auto *alignDock = addDock("alignmentDock", tr("Alignment"), m_alignment, Qt::LeftDockWidgetArea);
+    auto *replayDock = addDock("replayDock", tr("Replay"), m_replay, Qt::LeftDockWidgetArea);
+    tabifyDockWidget(alignDock, replayDock);
+    alignDock->raise();
 
     m_engineLabel = new QLabel(tr("engine: idle"), this);
     m_engineLabel->setObjectName("engineState");
@@ -115,6 +123,14 @@ void MainWindow::buildMenus()
             openProject(path);
     });
     open->setShortcut(QKeySequence::Open);
+    QAction *openExperiment = file->addAction(tr("Open &Experiment..."), this, [this] {
+        const QString path =
+            QFileDialog::getOpenFileName(this, tr("Open experiment file"), QFileInfo(m_projectPath).path(),
+                                         tr("Experiment files (*.h5 *.hdf5)"));
+        if (!path.isEmpty())
+            Q_EMIT experimentRequested(path);
+    });
+    openExperiment->setShortcut(Qt::CTRL | Qt::Key_E);
     m_recentMenu = file->addMenu(tr("Open &Recent"));
     refreshRecentMenu();
     QAction *save = file->addAction(tr("&Save Project"), this, [this] {
@@ -168,6 +184,8 @@ bool MainWindow::openProject(const QString &path)
         }
         rememberRecent(m_projectPath);
         setWindowTitle(tr("KV Workbench - %1").arg(QString::fromStdString(project.name)));
+        if (project.experiment)
+            Q_EMIT experimentRequested(QString::fromStdString(project.experiment->string()));
         log(tr("opened project %1").arg(m_projectPath));
         refreshSummary();
         return true;
@@ -283,6 +301,18 @@ void MainWindow::showCancelled()
 {
     m_models->setCancelled();
     log(tr("cancelled"));
+}
+
+void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapshot)
+{
+    m_alignment->setSnapshot(snapshot);
+    m_replay->setSnapshot(snapshot);
+    log(tr("experiment %1: %2 prompts, %3 converter(s), %4 sweep(s), %5 ledger(s)")
+            .arg(snapshot->path)
+            .arg(snapshot->prompts)
+            .arg(snapshot->converters.size())
+            .arg(snapshot->sweeps.size())
+            .arg(snapshot->ledgers.size()));
 }
 
 void MainWindow::log(const QString &line)

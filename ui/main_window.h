@@ -10,10 +10,12 @@
 #pragma once
 
 #include "core/project.h"
+#include "ui/experiment_snapshot.h"
 #include "ui/models_panel.h"
 
 #include <QMainWindow>
 
+#include <memory>
 #include <optional>
 
 class QDockWidget;
@@ -24,7 +26,9 @@ class QTableView;
 
 namespace kvwb::ui {
 
+class AlignmentPanel;
 class ModelCardModel;
+class ReplayPanel;
 
 class MainWindow : public QMainWindow
 {
@@ -36,6 +40,8 @@ public:
 
     ModelsPanel *modelsPanel() const { return m_models; }
     ModelCardModel *modelCard() const { return m_card; }
+    AlignmentPanel *alignmentPanel() const { return m_alignment; }
+    ReplayPanel *replayPanel() const { return m_replay; }
     QList<QDockWidget *> docks() const;
     const std::optional<core::Project> &project() const { return m_project; }
     QString projectPath() const { return m_projectPath; }
@@ -52,12 +58,16 @@ public Q_SLOTS:
     void showModelsLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
     void showFailure(const QString &message);
     void showCancelled();
+    // The engine read an experiment file: the Alignment and Replay panels show it.
+    void showExperiment(std::shared_ptr<const kvwb::ui::ExperimentSnapshot> snapshot);
     void resetLayout();
     void log(const QString &line);
 
 Q_SIGNALS:
     void loadRequested(const kvwb::ui::ModelChoice &a, const kvwb::ui::ModelChoice &b);
     void cancelRequested();
+    // Read this experiment file on the engine thread (File > Open Experiment, or a project's).
+    void experimentRequested(const QString &path);
 
 protected:
     void closeEvent(QCloseEvent *event) override;
@@ -72,6 +82,8 @@ private:
 
     ModelsPanel *m_models = nullptr;
     ModelCardModel *m_card = nullptr;
+    AlignmentPanel *m_alignment = nullptr;
+    ReplayPanel *m_replay = nullptr;
     QTableView *m_cardView = nullptr;
     QPlainTextEdit *m_log = nullptr;
     QLabel *m_summary = nullptr;

@@ -7,7 +7,14 @@
 #include "core/random_model.h"
 #include "core/replay_ledger.h"
 #include "tests/support/test_paths.h"
+#include "ui/alignment_panel.h"
+#include "ui/layer_metrics_chart.h"
+#include "ui/ledger_filter_model.h"
+#include "ui/ledger_model.h"
+#include "ui/metric_table_model.h"
 #include "ui/model_card_model.h"
+#include "ui/replay_panel.h"
+#include "ui/sweep_chart.h"
 
 #include <QApplication>
 #include <QDir>
@@ -156,6 +163,89 @@ private Q_SLOTS:
         QVERIFY(failed.wait(30000));
         QVERIFY(failed.first().at(1).toString().contains("missing.h5"));
         QVERIFY(!engine.busy());
+    }
+
+    // The Alignment and Replay panels show an experiment snapshot: every converter's per-layer
+    // table, heatmaps and sweep curves, every ledger's charts, summary and filterable rows.
+    void panelsShowAnExperiment()
+    {
+        auto snap = std::make_shared<ui::ExperimentSnapshot>();
+        snap->path = "demo.h5";
+        snap->a.config = core::randomModelPreset("demo-a").config;
+        snap->b.config = core::randomModelPreset("demo-b").config;
+        const int la = snap->a.config.numLayers, lb = snap->b.config.numLayers,
+                  heads = snap->b.config.numKvHeads;
+        core::ConverterRecord c;
+        c.name = "all";
+        c.selection = "all";
+        c.k = la;
+        c.lambdaMode = "auto";
+        c.trainTokens = 77805;
+        c.layerMetrics.columns = {"layer", "r2_k", "r2_v", "attn_cos"};
+        c.headMetrics.columns = {"layer", "head", "r2_k", "attn_cos"};
+        for (int l = 0; l < lb; ++l) {
+            c.layerMetrics.rows.push_back({double(l), 0.6 + 0.02 * l, 0.5 - 0.01 * l, 0.7});
+            for (int h = 0; h < heads; ++h)
+                c.headMetrics.rows.push_back({double(l), double(h), 0.5 + 0.05 * h, 0.6 + 0.03 * l});
+        }
+        for (core::Matrix *m : {&c.ckaKeys, &c.ckaValues}) {
+            m->rows = lb;
+            m->cols = la;
+            for (int i = 0; i < lb * la; ++i)
+                m->data.push_back(0.2 + 0.7 * ((i % la) == (i / la) * (la - 1) / (lb - 1) ? 1.0 : 0.1));
+        }
+        snap->converters.push_back(c);
+        core::MetricTable sweep{{"k", "lambda", "train_tokens", "r2_k", "attn_cos"}, {}};
+        for (int k = 1; k <= 4; ++k)
+            for (double lambda : {1e-3, 1e-1})
+                sweep.rows.push_back(
+                    {double(k), lambda, 77805, 0.45 + 0.04 * k - lambda, 0.5 + 0.05 * k - lambda});
+        snap->sweeps.push_back({"k-lambda", sweep});
+        std::vector<core::LedgerRow> rows;
+        for (int i = 0; i < 400; ++i) {
+            core::LedgerRow r;
+            r.requestId = i;
+            r.tenant = "t" + std::to_string(i % 3);
+            r.model = i % 2 ? "b" : "a";
+            r.intent = "n" + std::to_string(i % 17);
+            r.tierHits[core::TierKind::Exact] = i % 7 == 0;
+            if (i % 7 != 0)
+                r.tierHits[core::TierKind::Prefix] = i > 20;
+            r.answeredBy = i % 7 == 0 ? core::TierKind::Exact
+                           : i > 20   ? core::TierKind::Prefix
+                                      : core::TierKind::None;
+            r.promptTokens = 120;
+            r.tokensReused = r.answeredBy == core::TierKind::None ? 0 : 96;
+            r.ttftMs = r.answeredBy == core::TierKind::Exact    ? 0.01
+                       : r.answeredBy == core::TierKind::Prefix ? 3
+                                                                : 8;
+            rows.push_back(r);
+        }
+        snap->ledgers.push_back({"run", rows});
+
+        app::Workbench bench;
+        auto &w = bench.window();
+        w.resize(1400, 900);
+        w.show();
+        w.showExperiment(snap);
+        auto *align = w.alignmentPanel();
+        QCOMPARE(align->currentConverter(), 0);
+        QCOMPARE(align->layerTable()->rowCount(), lb);
+        QCOMPARE(align->layerChart()->series().size(), 3);
+        QVERIFY(!align->sweepChart()->series().isEmpty());
+        auto *replay = w.replayPanel();
+        QCOMPARE(replay->ledger()->rowCount(), 400);
+        QVERIFY(replay->summaryText().contains("400 requests"));
+        replay->filter()->setAnsweredBy(core::TierKind::Exact);
+        QCOMPARE(replay->filter()->rowCount(), 58); // i % 7 == 0 for i < 400
+        replay->filter()->setAnsweredBy(std::nullopt);
+        QCoreApplication::processEvents();
+        for (auto [widget, name] :
+             {std::pair<QWidget *, const char *>{align, "alignment_panel"}, {replay, "replay_panel"}}) {
+            widget->resize(1200, 800);
+            QTest::qWait(100); // charts drop the axes they replaced on the next turns of the event loop
+            QVERIFY(widget->grab().save(screenshotDir() + "/" + name + ".png"));
+        }
     }
 
     void docksHaveUniqueNamesAndTheLayoutResets()

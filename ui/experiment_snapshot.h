@@ -1,0 +1,29 @@
+// What the panels show of an experiment file: its models and prompt counts, every stored converter
+// (maps, metrics, CKA), sweep table and replay ledger. The engine thread reads it (HDF5 stays
+// there, app/engine_controller.h) and hands the GUI an immutable snapshot.
+#pragma once
+
+#include "core/converter_store.h"
+#include "core/experiment_file.h"
+#include "core/replay_ledger.h"
+
+#include <QString>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvwb::ui {
+
+struct ExperimentSnapshot
+{
+    QString path;
+    core::ModelInfo a, b;
+    int prompts = 0;
+    int64_t tokensA = 0, tokensB = 0;
+    std::vector<core::ConverterRecord> converters;
+    std::vector<std::pair<std::string, core::MetricTable>> sweeps;             // name, table
+    std::vector<std::pair<std::string, std::vector<core::LedgerRow>>> ledgers; // name, rows
+};
+
+} // namespace kvwb::ui
