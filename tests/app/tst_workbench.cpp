@@ -71,9 +71,12 @@ private Q_SLOTS:
         tick.setInterval(5);
         connect(&tick, &QTimer::timeout, [&] {
             const qint64 now = clock.elapsed();
-            worstGap = std::max(worstGap, now - last);
+            if (bench.engine().busy()) // only while the engine works, not the window's own painting
+                worstGap = std::max(worstGap, now - last);
             last = now;
         });
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTest::qWait(100); // first paint and layout done before measuring
         clock.start();
         tick.start();
         panel->findChild<QPushButton *>("loadButton")->click();
