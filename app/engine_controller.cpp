@@ -121,8 +121,22 @@ void EngineWorker::readExperiment(quint64 job, const QString &path)
     }
 }
 
+void EngineWorker::collectReport(quint64 job, const QString &path)
+{
+    try {
+        Q_EMIT reportCollected(job,
+                               std::make_shared<const ui::ReportData>(ui::collectReport(path.toStdString())));
+    } catch (const core::Error &e) {
+        Q_EMIT failed(job,
+                      QString("%1 [%2]").arg(QString::fromUtf8(e.what()), core::errorCodeName(e.code())));
+    } catch (const std::exception &e) {
+        Q_EMIT failed(job, QString("internal error: %1").arg(QString::fromUtf8(e.what())));
+    }
+}
+
 EngineController::EngineController(QObject *parent) : QObject(parent)
 {
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::ReportData>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::LoadedPair>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::ExperimentSnapshot>>();
     m_thread.setObjectName("kvwb-engine");
@@ -143,6 +157,11 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
             [this](quint64 job, std::shared_ptr<const ExperimentSnapshot> snap) {
                 finish("idle");
                 Q_EMIT experimentRead(job, snap);
+            });
+    connect(m_worker, &EngineWorker::reportCollected, this,
+            [this](quint64 job, std::shared_ptr<const ui::ReportData> data) {
+                finish("idle");
+                Q_EMIT reportCollected(job, data);
             });
     connect(m_worker, &EngineWorker::failed, this, [this](quint64 job, const QString &message) {
         finish("idle");
@@ -181,20 +200,31 @@ quint64 EngineController::loadModels(const ModelRequest &a, const ModelRequest &
     return job;
 }
 
-quint64 EngineController::readExperiment(const QString &path)
+template <typename F> quint64 EngineController::start(const QString &state, F &&job)
 {
     if (m_busy) {
         Q_EMIT failed(0, "the engine is busy: cancel the running job first");
         return 0;
     }
-    const quint64 job = m_nextJob++;
+    const quint64 id = m_nextJob++;
     m_busy = true;
-    m_state = "reading " + path;
+    m_state = state;
     Q_EMIT stateChanged(m_state);
     EngineWorker *worker = m_worker;
     QMetaObject::invokeMethod(
-        worker, [worker, job, path] { worker->readExperiment(job, path); }, Qt::QueuedConnection);
-    return job;
+        worker, [worker, id, job = std::forward<F>(job)] { job(worker, id); }, Qt::QueuedConnection);
+    return id;
+}
+
+quint64 EngineController::readExperiment(const QString &path)
+{
+    return start("reading " + path, [path](EngineWorker *w, quint64 id) { w->readExperiment(id, path); });
+}
+
+quint64 EngineController::collectReport(const QString &path)
+{
+    return start("collecting the report of " + path,
+                 [path](EngineWorker *w, quint64 id) { w->collectReport(id, path); });
 }
 
 void EngineController::cancel()

@@ -13,6 +13,7 @@
 
 #include "ui/experiment_snapshot.h"
 #include "ui/models_panel.h"
+#include "ui/report_builder.h"
 
 #include <QObject>
 #include <QString>
@@ -60,9 +61,12 @@ public:
                     std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: reads everything the panels show from an experiment file.
     void readExperiment(quint64 job, const QString &path);
+    // Engine thread: gathers a report's data (HDF5 reads); the GUI thread draws and writes it.
+    void collectReport(quint64 job, const QString &path);
 
 Q_SIGNALS:
     void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
+    void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
     void progress(quint64 job, double fraction, const QString &stage);
     void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
     void failed(quint64 job, const QString &message);
@@ -84,6 +88,7 @@ public:
     // second request while busy() is refused with failed(0, ...).
     quint64 loadModels(const ModelRequest &a, const ModelRequest &b);
     quint64 readExperiment(const QString &path);
+    quint64 collectReport(const QString &path);
     void cancel(); // the running job stops at its next progress check
     bool busy() const { return m_busy; }
     QString state() const { return m_state; } // "idle", "loading models 40% (layer 2/4)", ...
@@ -94,9 +99,12 @@ Q_SIGNALS:
     void failed(quint64 job, const QString &message);
     void cancelled(quint64 job);
     void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
+    void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
     void stateChanged(const QString &state);
 
 private:
+    // Starts a job that needs no cancel flag on the engine thread.
+    template <typename F> quint64 start(const QString &state, F &&job);
     void finish(const QString &state);
 
     QThread m_thread;

@@ -12,6 +12,10 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::cancelRequested, &m_engine, &EngineController::cancel);
     connect(w, &ui::MainWindow::experimentRequested, this,
             [this](const QString &path) { m_engine.readExperiment(path); });
+    connect(w, &ui::MainWindow::reportRequested, this,
+            [this](const QString &path) { m_engine.collectReport(path); });
+    connect(&m_engine, &EngineController::reportCollected, w,
+            [w](quint64, std::shared_ptr<const ui::ReportData> d) { w->writeReport(d); });
     connect(&m_engine, &EngineController::experimentRead, w,
             [w](quint64, std::shared_ptr<const ExperimentSnapshot> s) { w->showExperiment(s); });
     connect(&m_engine, &EngineController::stateChanged, w, &ui::MainWindow::setEngineState);

@@ -131,6 +131,14 @@ void MainWindow::buildMenus()
             Q_EMIT experimentRequested(path);
     });
     openExperiment->setShortcut(Qt::CTRL | Qt::Key_E);
+    m_exportAction = file->addAction(tr("E&xport Report..."), this, [this] {
+        const QString dir = QFileDialog::getExistingDirectory(this, tr("Export the report into"),
+                                                              QFileInfo(m_experimentPath).path());
+        if (!dir.isEmpty())
+            exportReport(dir);
+    });
+    m_exportAction->setObjectName("exportReportAction");
+    m_exportAction->setEnabled(false);
     m_recentMenu = file->addMenu(tr("Open &Recent"));
     refreshRecentMenu();
     QAction *save = file->addAction(tr("&Save Project"), this, [this] {
@@ -305,6 +313,8 @@ void MainWindow::showCancelled()
 
 void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapshot)
 {
+    m_experimentPath = snapshot->path;
+    m_exportAction->setEnabled(true);
     m_alignment->setSnapshot(snapshot);
     m_replay->setSnapshot(snapshot);
     log(tr("experiment %1: %2 prompts, %3 converter(s), %4 sweep(s), %5 ledger(s)")
@@ -313,6 +323,41 @@ void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapsh
             .arg(snapshot->converters.size())
             .arg(snapshot->sweeps.size())
             .arg(snapshot->ledgers.size()));
+}
+
+bool MainWindow::exportReport(const QString &outDir)
+{
+    if (m_experimentPath.isEmpty())
+        return false;
+    m_reportDir = outDir;
+    log(tr("exporting the report of %1 into %2").arg(m_experimentPath, outDir));
+    Q_EMIT reportRequested(m_experimentPath);
+    return true;
+}
+
+QStringList MainWindow::writeReport(std::shared_ptr<const ReportData> data)
+{
+    QStringList files;
+    if (m_reportDir.isEmpty() || !data)
+        return files;
+    ReportData copy = *data; // the writers add their warnings
+    try {
+        const std::filesystem::path dir = m_reportDir.toStdString();
+        for (auto writer : {&writeHtml, &writePdf, &writeMarkdown, &writeCsvJson})
+            for (const auto &f : writer(copy, dir))
+                files << QString::fromStdString(f.string());
+        for (const auto &w : copy.warnings)
+            log(tr("report: %1").arg(QString::fromStdString(w)));
+        log(tr("report written: %1 files in %2 (configuration sha256 %3)")
+                .arg(files.size())
+                .arg(m_reportDir, QString::fromStdString(copy.configSha256).left(16)));
+        statusBar()->showMessage(tr("Report written to %1").arg(m_reportDir), 10000);
+    } catch (const core::Error &e) {
+        showFailure(tr("cannot write the report: %1").arg(QString::fromUtf8(e.what())));
+    }
+    m_reportDir.clear();
+    Q_EMIT reportWritten(files);
+    return files;
 }
 
 void MainWindow::log(const QString &line)

@@ -12,12 +12,14 @@
 #include "core/project.h"
 #include "ui/experiment_snapshot.h"
 #include "ui/models_panel.h"
+#include "ui/report_builder.h"
 
 #include <QMainWindow>
 
 #include <memory>
 #include <optional>
 
+class QAction;
 class QDockWidget;
 class QLabel;
 class QMenu;
@@ -60,6 +62,13 @@ public Q_SLOTS:
     void showCancelled();
     // The engine read an experiment file: the Alignment and Replay panels show it.
     void showExperiment(std::shared_ptr<const kvwb::ui::ExperimentSnapshot> snapshot);
+    // File > Export Report without the dialog: asks the engine for the shown experiment's report
+    // data; writeReport() then draws and writes it into outDir (all formats). False when no
+    // experiment is shown.
+    bool exportReport(const QString &outDir);
+    // The engine gathered the report data: draw the charts and write every format (GUI thread:
+    // charts are widgets). Returns the files written.
+    QStringList writeReport(std::shared_ptr<const kvwb::ui::ReportData> data);
     void resetLayout();
     void log(const QString &line);
 
@@ -68,6 +77,9 @@ Q_SIGNALS:
     void cancelRequested();
     // Read this experiment file on the engine thread (File > Open Experiment, or a project's).
     void experimentRequested(const QString &path);
+    // Gather the report data of this experiment on the engine thread (File > Export Report).
+    void reportRequested(const QString &experimentPath);
+    void reportWritten(const QStringList &files);
 
 protected:
     void closeEvent(QCloseEvent *event) override;
@@ -95,6 +107,9 @@ private:
     QByteArray m_defaultState;
     std::optional<core::Project> m_project;
     QString m_projectPath;
+    QString m_experimentPath; // the experiment the panels show
+    QString m_reportDir;      // where the pending export goes
+    QAction *m_exportAction = nullptr;
 };
 
 } // namespace kvwb::ui

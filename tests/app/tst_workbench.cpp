@@ -20,6 +20,8 @@
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
+#include <QFile>
+#include <QJsonDocument>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
@@ -39,6 +41,43 @@ QString screenshotDir()
     QDir().mkpath(dir);
     return dir;
 }
+
+// A one-prompt experiment of two tiny models with a sweep table and a one-row replay ledger.
+void writeSmallExperiment(const std::filesystem::path &path)
+{
+    core::ModelInfo a, b;
+    a.role = 'a';
+    b.role = 'b';
+    a.config = b.config = core::randomModelPreset("tiny").config;
+    a.weightsSha256 = "aa";
+    b.weightsSha256 = "bb";
+    {
+        auto writer = core::ExperimentWriter::create(path, {}, {}, a, b);
+        core::PromptRecord rec;
+        rec.text = "hello";
+        rec.a.ids = rec.b.ids = {1, 2, 3};
+        const auto &c = a.config;
+        const size_t n = size_t(3 * c.numKvHeads * c.headDim);
+        for (int l = 0; l < c.numLayers; ++l) {
+            rec.a.keys.push_back(std::vector<float>(n, 0.5f));
+            rec.a.values.push_back(std::vector<float>(n, 0.25f));
+        }
+        rec.b.keys = rec.a.keys;
+        rec.b.values = rec.a.values;
+        writer.appendPrompt(rec);
+        writer.close();
+    }
+    core::MetricTable sweep{{"k", "lambda", "r2_k"}, {{1, 0.01, 0.5}, {2, 0.01, 0.6}}};
+    core::saveTable(path, "sweep", sweep, "{}");
+    core::LedgerRow row;
+    row.requestId = 7;
+    row.tenant = "t0";
+    row.model = "a";
+    row.tierHits[core::TierKind::Exact] = true;
+    row.answeredBy = core::TierKind::Exact;
+    core::saveLedger(path, "run", {row}, "{}");
+}
+
 } // namespace
 
 class TestWorkbench : public QObject
@@ -117,38 +156,7 @@ private Q_SLOTS:
     {
         QTemporaryDir tmp;
         const std::filesystem::path path = tmp.path().toStdString() + "/e.h5";
-        core::ModelInfo a, b;
-        a.role = 'a';
-        b.role = 'b';
-        a.config = b.config = core::randomModelPreset("tiny").config;
-        a.weightsSha256 = "aa";
-        b.weightsSha256 = "bb";
-        {
-            auto writer = core::ExperimentWriter::create(path, {}, {}, a, b);
-            core::PromptRecord rec;
-            rec.text = "hello";
-            rec.a.ids = rec.b.ids = {1, 2, 3};
-            const auto &c = a.config;
-            const size_t n = size_t(3 * c.numKvHeads * c.headDim);
-            for (int l = 0; l < c.numLayers; ++l) {
-                rec.a.keys.push_back(std::vector<float>(n, 0.5f));
-                rec.a.values.push_back(std::vector<float>(n, 0.25f));
-            }
-            rec.b.keys = rec.a.keys;
-            rec.b.values = rec.a.values;
-            writer.appendPrompt(rec);
-            writer.close();
-        }
-        core::MetricTable sweep{{"k", "lambda", "r2_k"}, {{1, 0.01, 0.5}, {2, 0.01, 0.6}}};
-        core::saveTable(path, "sweep", sweep, "{}");
-        core::LedgerRow row;
-        row.requestId = 7;
-        row.tenant = "t0";
-        row.model = "a";
-        row.tierHits[core::TierKind::Exact] = true;
-        row.answeredBy = core::TierKind::Exact;
-        core::saveLedger(path, "run", {row}, "{}");
-
+        writeSmallExperiment(path);
         app::EngineController engine;
         QSignalSpy read(&engine, &app::EngineController::experimentRead);
         engine.readExperiment(QString::fromStdString(path.string()));
@@ -249,6 +257,29 @@ private Q_SLOTS:
             QTest::qWait(100); // charts drop the axes they replaced on the next turns of the event loop
             QVERIFY(widget->grab().save(screenshotDir() + "/" + name + ".png"));
         }
+    }
+
+    // File > Export Report: the engine gathers the data, the window draws and writes every format.
+    void exportsAReportFromTheWindow()
+    {
+        QTemporaryDir tmp;
+        const std::filesystem::path path = tmp.path().toStdString() + "/e.h5";
+        writeSmallExperiment(path);
+        app::Workbench bench;
+        auto &w = bench.window();
+        QVERIFY(!w.exportReport(tmp.path() + "/none")); // no experiment shown yet
+        QSignalSpy read(&bench.engine(), &app::EngineController::experimentRead);
+        Q_EMIT w.experimentRequested(QString::fromStdString(path.string()));
+        QVERIFY(read.wait(30000));
+        QSignalSpy written(&w, &ui::MainWindow::reportWritten);
+        QVERIFY(w.exportReport(tmp.path() + "/report"));
+        QVERIFY(written.wait(60000));
+        const QStringList files = written.first().at(0).toStringList();
+        for (const char *name : {"report.html", "report.pdf", "report.md", "report.json"})
+            QVERIFY2(files.contains(tmp.path() + "/report/" + name), name);
+        QFile json(tmp.path() + "/report/report.json");
+        QVERIFY(json.open(QIODevice::ReadOnly));
+        QVERIFY(!QJsonDocument::fromJson(json.readAll()).isNull());
     }
 
     void docksHaveUniqueNamesAndTheLayoutResets()
