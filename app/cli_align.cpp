@@ -450,14 +450,7 @@ int cmdCompare(const QStringList &args)
     auto a = loadFileModel(file, 'a', p, lo);
     auto b = loadFileModel(file, 'b', p, lo);
     const auto conv = gpu::Converter::create(record, *a, *b);
-    std::unique_ptr<core::Tokenizer> tokA, tokB;
-    for (auto [model, tok] : {std::pair{a.get(), &tokA}, std::pair{b.get(), &tokB}}) {
-        const auto tp = model->checkpoint().tokenizerPath();
-        if (!tp)
-            throw core::Error(core::ErrorCode::Tokenizer,
-                              model->checkpoint().path().string() + ": no tokenizer beside the model");
-        *tok = core::loadTokenizer(*tp);
-    }
+    const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
     const bool asJson = p.isSet("json");
     InterruptScope ctrlC;
     json rows = json::array();

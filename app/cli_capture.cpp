@@ -54,15 +54,10 @@ LoadedPair loadPair(const fs::path &pathA, const fs::path &pathB, const gpu::Loa
     LoadedPair p;
     p.a = gpu::Model::load(pathA, o);
     p.b = gpu::Model::load(pathB, o);
-    for (auto [model, tok, tokPath] :
-         {std::tuple{p.a.get(), &p.tokA, &p.tokPathA}, std::tuple{p.b.get(), &p.tokB, &p.tokPathB}}) {
-        const auto found = model->checkpoint().tokenizerPath();
-        if (!found)
-            throw core::Error(core::ErrorCode::Tokenizer,
-                              model->checkpoint().path().string() + ": no tokenizer beside the model");
-        *tokPath = *found;
-        *tok = core::loadTokenizer(*found);
-    }
+    p.tokPathA = modelTokenizerPath(*p.a);
+    p.tokPathB = modelTokenizerPath(*p.b);
+    p.tokA = core::loadTokenizer(p.tokPathA);
+    p.tokB = core::loadTokenizer(p.tokPathB);
     return p;
 }
 

@@ -75,29 +75,6 @@ core::TierLimits limits(const QCommandLineParser &p, const QString &prefix)
     return l;
 }
 
-std::unique_ptr<core::Tokenizer> tokenizerOf(const gpu::Model &m)
-{
-    const auto tp = m.checkpoint().tokenizerPath();
-    if (!tp)
-        throw core::Error(core::ErrorCode::Tokenizer,
-                          m.checkpoint().path().string() + ": no tokenizer beside the model");
-    auto tok = core::loadTokenizer(*tp);
-    core::checkTokenizerFitsModel(*tok, m.config(), tp->string());
-    return tok;
-}
-
-json aggregateJson(const core::TierAggregate &a)
-{
-    return {{"requests", a.requests},
-            {"hits", a.hits},
-            {"false_hits", a.falseHits},
-            {"tokens_reused", a.tokensReused},
-            {"tokens_computed", a.tokensComputed},
-            {"ttft_ms_p50", a.ttftMsP50},
-            {"ttft_ms_p95", a.ttftMsP95},
-            {"ttft_ms_p99", a.ttftMsP99}};
-}
-
 } // namespace
 
 int cmdReplay(const QStringList &args)
@@ -228,8 +205,8 @@ int cmdReplay(const QStringList &args)
             throw UsageError{"the workload sends requests to model b: give --model-b (or --experiment)"};
         b = gpu::Model::load(*pathB, lo);
     }
-    auto tokA = tokenizerOf(*a);
-    std::unique_ptr<core::Tokenizer> tokB = b ? tokenizerOf(*b) : nullptr;
+    auto tokA = loadModelTokenizer(*a);
+    std::unique_ptr<core::Tokenizer> tokB = b ? loadModelTokenizer(*b) : nullptr;
     std::optional<gpu::Converter> converter;
     if (needCross) {
         for (char role : {'a', 'b'}) {
@@ -298,9 +275,9 @@ int cmdReplay(const QStringList &args)
     }
     const auto &s = r.summary;
     if (asJson) {
-        json tiers = json::object();
-        for (const auto &[kind, agg] : s.tiers)
-            tiers[core::tierKindName(kind)] = aggregateJson(agg);
+        json total = json::parse(core::ledgerSummaryJson(s));
+        const json tiers = total["tiers"];
+        total.erase("tiers");
         json sweep = json::array();
         for (const auto &row : r.thresholdSweep.rows)
             sweep.push_back({{"threshold", row[0]}, {"hit_rate", row[1]}, {"false_hit_rate", row[2]}});
@@ -308,23 +285,7 @@ int cmdReplay(const QStringList &args)
                           {"requests", s.requests},
                           {"cancelled", r.cancelled},
                           {"tiers", tiers},
-                          {"total",
-                           {{"requests", s.requests},
-                            {"hits", s.hits},
-                            {"false_hits", s.falseHits},
-                            {"hit_rate", s.hitRate},
-                            {"token_hit_rate", s.tokenHitRate},
-                            {"false_hit_rate", s.falseHitRate},
-                            {"tokens_reused", s.tokensReused},
-                            {"tokens_computed", s.tokensComputed},
-                            {"ttft_ms_p50", s.ttftMsP50},
-                            {"ttft_ms_p95", s.ttftMsP95},
-                            {"ttft_ms_p99", s.ttftMsP99},
-                            {"total_ms_p50", s.totalMsP50},
-                            {"total_ms_p95", s.totalMsP95},
-                            {"total_ms_p99", s.totalMsP99},
-                            {"cost_usd", s.costUsd},
-                            {"cost_usd_no_cache", s.costUsdNoCache}}},
+                          {"total", total},
                           {"overhead_ms_p50", core::percentile(r.overheadMs, 50)},
                           {"overhead_ms_p99", core::percentile(r.overheadMs, 99)},
                           {"threshold_sweep", sweep},

@@ -240,11 +240,7 @@ int cmdEvalQa(const QStringList &args)
     const int top = intOption(p, "top", 200, 1), limit = intOption(p, "limit", 400, 1);
     const auto corpus = core::readTextCorpus(str(p.value("corpus")));
     auto model = gpu::Model::load(str(p.value("model")), loadOptions(p));
-    const auto tokPath = model->checkpoint().tokenizerPath();
-    if (!tokPath)
-        throw core::Error(core::ErrorCode::Tokenizer,
-                          model->checkpoint().path().string() + ": no tokenizer beside the model");
-    const auto tok = core::loadTokenizer(*tokPath);
+    const auto tok = core::loadTokenizer(modelTokenizerPath(*model));
     gpu::GenerateOptions go;
     go.maxTokens = intOption(p, "max-tokens", 64, 1);
     int n = 0, exact = 0;

@@ -143,6 +143,23 @@ std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::s
     return out;
 }
 
+std::filesystem::path modelTokenizerPath(const gpu::Model &model)
+{
+    const auto found = model.checkpoint().tokenizerPath();
+    if (!found)
+        throw core::Error(core::ErrorCode::Tokenizer,
+                          model.checkpoint().path().string() + ": no tokenizer beside the model");
+    return *found;
+}
+
+std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model)
+{
+    const auto path = modelTokenizerPath(model);
+    auto tok = core::loadTokenizer(path);
+    core::checkTokenizerFitsModel(*tok, model.config(), path.string());
+    return tok;
+}
+
 void addEngineOptions(QCommandLineParser &p)
 {
     p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});

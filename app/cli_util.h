@@ -2,6 +2,7 @@
 // GUI-free; used on the main thread of a `kvwb <subcommand>` process.
 #pragma once
 
+#include "core/tokenizer.h"
 #include "gpu/model.h"
 
 #include <QCommandLineParser>
@@ -9,6 +10,8 @@
 
 #include <climits>
 #include <cstddef>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,6 +55,11 @@ struct PromptText
 };
 std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
                                        std::vector<std::string> &warnings);
+
+// The tokenizer beside a loaded model's checkpoint, checked against the model: its path, and the
+// tokenizer. Error(Tokenizer) naming the model when there is none or it does not fit.
+std::filesystem::path modelTokenizerPath(const gpu::Model &model);
+std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model);
 
 // While alive, Ctrl-C sets a flag instead of killing the process, so long commands (train,
 // capture) can stop between steps and save their state. Restores the previous handler.

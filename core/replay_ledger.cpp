@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <limits>
 #include <variant>
@@ -652,6 +654,38 @@ std::vector<LedgerRow> loadLedger(const fs::path &experiment, const std::string 
         }
     }
     return rows;
+}
+
+std::string ledgerSummaryJson(const LedgerSummary &s)
+{
+    nlohmann::json tiers = nlohmann::json::object();
+    for (const auto &[kind, t] : s.tiers)
+        tiers[tierKindName(kind)] = {{"requests", t.requests},
+                                     {"hits", t.hits},
+                                     {"false_hits", t.falseHits},
+                                     {"tokens_reused", t.tokensReused},
+                                     {"tokens_computed", t.tokensComputed},
+                                     {"ttft_ms_p50", t.ttftMsP50},
+                                     {"ttft_ms_p95", t.ttftMsP95},
+                                     {"ttft_ms_p99", t.ttftMsP99}};
+    const nlohmann::json j = {{"requests", s.requests},
+                              {"hits", s.hits},
+                              {"false_hits", s.falseHits},
+                              {"hit_rate", s.hitRate},
+                              {"token_hit_rate", s.tokenHitRate},
+                              {"false_hit_rate", s.falseHitRate},
+                              {"tokens_reused", s.tokensReused},
+                              {"tokens_computed", s.tokensComputed},
+                              {"ttft_ms_p50", s.ttftMsP50},
+                              {"ttft_ms_p95", s.ttftMsP95},
+                              {"ttft_ms_p99", s.ttftMsP99},
+                              {"total_ms_p50", s.totalMsP50},
+                              {"total_ms_p95", s.totalMsP95},
+                              {"total_ms_p99", s.totalMsP99},
+                              {"cost_usd", s.costUsd},
+                              {"cost_usd_no_cache", s.costUsdNoCache},
+                              {"tiers", tiers}};
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 } // namespace kvwb::core

@@ -98,6 +98,12 @@ double percentile(std::vector<double> values, double p);
 // Definitions and costs: docs/replay.md, "Summary".
 LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices = {});
 
+// The summary as one JSON object (the form `kvwb replay --json` and reports print): requests, hits,
+// false_hits, hit_rate, token_hit_rate, false_hit_rate, tokens_reused, tokens_computed,
+// ttft_ms_p50/p95/p99, total_ms_p50/p95/p99, cost_usd, cost_usd_no_cache, and "tiers": per tier
+// name {requests, hits, false_hits, tokens_reused, tokens_computed, ttft_ms_p50/p95/p99}.
+std::string ledgerSummaryJson(const LedgerSummary &summary);
+
 // CSV with a header row (RFC 4180 quoting); columns documented in docs/replay.md. tierHits become
 // one column per tier (1, 0, empty); Error(InvalidArgument) for a row whose tierHits holds None.
 std::string ledgerToCsv(const std::vector<LedgerRow> &rows);

@@ -227,40 +227,9 @@ json converterSettingsJson(const core::ConverterRecord &r)
             {"train_tokens", r.trainTokens}};
 }
 
-json aggregateJson(const core::TierAggregate &t)
-{
-    return {{"requests", t.requests},
-            {"hits", t.hits},
-            {"false_hits", t.falseHits},
-            {"tokens_reused", t.tokensReused},
-            {"tokens_computed", t.tokensComputed},
-            {"ttft_ms_p50", t.ttftMsP50},
-            {"ttft_ms_p95", t.ttftMsP95},
-            {"ttft_ms_p99", t.ttftMsP99}};
-}
-
 json summaryJson(const core::LedgerSummary &s)
 {
-    json tiers = json::object();
-    for (const auto &[kind, agg] : s.tiers)
-        tiers[core::tierKindName(kind)] = aggregateJson(agg);
-    return {{"requests", s.requests},
-            {"hits", s.hits},
-            {"false_hits", s.falseHits},
-            {"hit_rate", s.hitRate},
-            {"token_hit_rate", s.tokenHitRate},
-            {"false_hit_rate", s.falseHitRate},
-            {"tokens_reused", s.tokensReused},
-            {"tokens_computed", s.tokensComputed},
-            {"ttft_ms_p50", s.ttftMsP50},
-            {"ttft_ms_p95", s.ttftMsP95},
-            {"ttft_ms_p99", s.ttftMsP99},
-            {"total_ms_p50", s.totalMsP50},
-            {"total_ms_p95", s.totalMsP95},
-            {"total_ms_p99", s.totalMsP99},
-            {"cost_usd", s.costUsd},
-            {"cost_usd_no_cache", s.costUsdNoCache},
-            {"tiers", tiers}};
+    return json::parse(core::ledgerSummaryJson(s));
 }
 
 json ledgerRowJson(const core::LedgerRow &r)
