@@ -22,6 +22,42 @@ struct ProjectModel
     std::string dtype = "f32";  // f32 | bf16 | f16
 };
 
+// Capture settings (section "capture"): what `kvwb capture` takes as flags.
+struct ProjectCapture
+{
+    std::string storage = "f32"; // KV storage dtype: f32 | f16 | bf16
+    int compress = 0;            // deflate level 0 (off) - 9
+    int maxTokens = 0;           // truncate prompts (0 = the model's context)
+    int limit = 0;               // at most this many prompts (0 = all)
+    bool postRope = false;       // store keys after RoPE
+};
+
+// Alignment settings (section "alignment"): what `kvwb align` takes, and the converter in use.
+struct ProjectAlignment
+{
+    std::string name = "default";          // record name the next fit writes
+    std::string selection = "proportional"; // proportional | topk | all
+    int k = 1;
+    bool autoLambda = false;
+    double lambda = 0.01;
+    bool perHead = false;
+    int64_t maxTrainTokens = 0; // 0 = every train prompt
+    std::string inUse;          // converter used by Compare and the cross tier ("" = none chosen)
+};
+
+// Replay settings (section "replay"): the tier stack and its parameters.
+struct ProjectReplay
+{
+    std::vector<std::string> tiers = {"exact", "semantic", "prefix"}; // exact | semantic | prefix | cross
+    double threshold = 0.8;         // semantic cosine threshold
+    std::string embedder = "lexical"; // lexical | model
+    std::string gateSignal = "tail_kl"; // tail_kl | kv_cos | nll
+    double gateThreshold = 0.1;
+    bool gate = true;
+    int maxTokens = 0; // > 0 overrides every request's max_tokens
+    int limit = 0;     // replay only the first N requests (0 = all)
+};
+
 struct Project
 {
     std::string name;
@@ -32,6 +68,9 @@ struct Project
     std::vector<std::filesystem::path> workloads;    // workload JSONL files
     std::optional<std::filesystem::path> corpus;     // corpus JSONL (training / QA evaluation)
     std::optional<std::filesystem::path> experiment; // HDF5 experiment file
+    ProjectCapture capture;
+    ProjectAlignment alignment;
+    ProjectReplay replay;
     std::string extraJson = "{}"; // sections this version does not interpret, kept verbatim
 
     // Error(Io) unreadable; Error(Format) not JSON / wrong schema (naming the file); Error(Config)
