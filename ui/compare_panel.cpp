@@ -47,7 +47,8 @@ QColor interpolate(std::initializer_list<Stop> stops, double v)
         if (v <= s->at) {
             const double t = (v - prev->at) / (s->at - prev->at);
             auto mix = [t](int a, int b) { return int(std::lround(a + t * (b - a))); };
-            return QColor(mix(prev->colour.red(), s->colour.red()), mix(prev->colour.green(), s->colour.green()),
+            return QColor(mix(prev->colour.red(), s->colour.red()),
+                          mix(prev->colour.green(), s->colour.green()),
                           mix(prev->colour.blue(), s->colour.blue()));
         }
     }
@@ -98,9 +99,10 @@ QString fmt(double v, int decimals)
     return QString::number(v, 'f', decimals);
 }
 
-const QString DivergenceMarker = QStringLiteral("\u25b6 first divergence");
+// non-breaking spaces: the marker never splits over two lines
+const QString DivergenceMarker = QStringLiteral("\u25b6\u00a0first\u00a0divergence");
 
-QString emptyPaneHtml(int pane)
+QString emptyPaneHtml(int pane, const QString &fontFamily)
 {
     static const char *what[] = {
         QT_TRANSLATE_NOOP("kvwb::ui::ComparePanel", "Model A's own continuation of the prompt appears here."),
@@ -110,8 +112,10 @@ QString emptyPaneHtml(int pane)
                           "Model B's continuation starting from A's cache, converted into B's space, "
                           "appears here."),
     };
-    return QStringLiteral("<p style=\"color:#888888\">%1</p><p style=\"color:#888888\">%2</p>")
-        .arg(ComparePanel::tr("Load the models and open an experiment with a converter, type a prompt, "
+    // in the panel's own font: the panes' fixed-width font is for tokens
+    return QStringLiteral("<div style=\"color:#808080; font-family:'%1'\"><p>%2</p><p>%3</p></div>")
+        .arg(fontFamily.toHtmlEscaped(),
+             ComparePanel::tr("Load the models and open an experiment with a converter, type a prompt, "
                               "press Run."),
              ComparePanel::tr(what[pane]));
 }
@@ -282,12 +286,16 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
         m_stats[size_t(i)]->setObjectName(QString("stats%1").arg(i));
         m_stats[size_t(i)]->setWordWrap(true);
         m_stats[size_t(i)]->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        // room for two lines under every pane (the transfer line wraps) keeps the panes level
+        m_stats[size_t(i)]->setMinimumHeight(2 * m_stats[size_t(i)]->fontMetrics().lineSpacing());
+        m_stats[size_t(i)]->setAlignment(Qt::AlignLeft | Qt::AlignTop);
         column->addWidget(m_stats[size_t(i)]);
         panes->addLayout(column, 1);
         connect(pane->verticalScrollBar(), &QScrollBar::valueChanged, this, [this, i] { syncScroll(i); });
         connect(pane, qOverload<const QUrl &>(&QTextBrowser::highlighted), this,
                 [this, i](const QUrl &link) { showTokenInfo(i, link); });
-        connect(pane, &QTextBrowser::anchorClicked, this, [this, i](const QUrl &link) { showTokenInfo(i, link); });
+        connect(pane, &QTextBrowser::anchorClicked, this,
+                [this, i](const QUrl &link) { showTokenInfo(i, link); });
     }
     m_headers[1]->setToolTip(tr("Model B after computing the whole prompt itself: the reference."));
     m_headers[2]->setToolTip(tr("Model B after taking the prompt's cache from A through the converter: what "
@@ -510,13 +518,13 @@ void ComparePanel::showSample(const CompareResult &r)
 void ComparePanel::showEmpty()
 {
     for (int i = 0; i < PaneCount; ++i) {
-        m_html[size_t(i)] = emptyPaneHtml(i);
+        m_html[size_t(i)] = emptyPaneHtml(i, font().family());
         m_panes[size_t(i)]->setHtml(m_html[size_t(i)]);
         m_stats[size_t(i)]->clear();
     }
     m_summaryPlain.clear();
     m_summary->clear();
-    m_tokenInfo->setText(tr("Point at a token to see its probability and KL."));
+    m_tokenInfo->clear();
 }
 
 void ComparePanel::render()
@@ -545,8 +553,8 @@ void ComparePanel::render()
                 html += QStringLiteral("<span style=\"background-color:#37474f; color:#ffffff; "
                                        "font-weight:bold\"> %1 </span> ")
                             .arg(DivergenceMarker);
-            QString style = QStringLiteral("background-color:%1; color:%2")
-                                .arg(bg.name(), textColourOn(bg).name());
+            QString style =
+                QStringLiteral("background-color:%1; color:%2").arg(bg.name(), textColourOn(bg).name());
             if (diverges)
                 style += QStringLiteral("; font-weight:bold; text-decoration:underline");
             html += QStringLiteral("<a href=\"tok:%1\"><span style=\"%2\">%3</span></a>")
@@ -554,14 +562,15 @@ void ComparePanel::render()
                         .arg(style, pieceHtml(path.pieces[j]));
         }
         if (path.pieces.empty())
-            html += QStringLiteral("<span style=\"color:#888888\">%1</span>").arg(tr("(no tokens generated)"));
+            html +=
+                QStringLiteral("<span style=\"color:#888888\">%1</span>").arg(tr("(no tokens generated)"));
         html += QStringLiteral("</div>");
         m_html[size_t(pane)] = html;
         m_panes[size_t(pane)]->setHtml(html);
 
         QString stats = tr("TTFT %1 ms \u00b7 %2 tok/s \u00b7 %3 tokens \u00b7 prompt %4 tokens")
-                            .arg(fmt(path.ttftMs, 1),
-                                 path.decodeTokPerS > 0 ? fmt(path.decodeTokPerS, 0) : QStringLiteral("\u2013"))
+                            .arg(fmt(path.ttftMs, 1), path.decodeTokPerS > 0 ? fmt(path.decodeTokPerS, 0)
+                                                                             : QStringLiteral("\u2013"))
                             .arg(path.ids.size())
                             .arg(path.promptTokens);
         if (path.reusedTokens > 0)
@@ -573,10 +582,11 @@ void ComparePanel::render()
     }
 
     QStringList parts;
-    parts << tr("KL to scratch %1 nats/token (no-prefix floor %2)").arg(fmt(r.meanKl, 3), fmt(r.klNoPrefix, 3))
-          << tr("top-1 agreement %1%").arg(fmt(r.top1 * 100, 1)) << tr("ROUGE-L %1").arg(fmt(r.rougeL, 2))
-          << (r.firstDivergence < 0 ? tr("identical continuations")
-                                    : tr("first divergence at token %1").arg(r.firstDivergence));
+    parts
+        << tr("KL to scratch %1 nats/token (no-prefix floor %2)").arg(fmt(r.meanKl, 3), fmt(r.klNoPrefix, 3))
+        << tr("top-1 agreement %1%").arg(fmt(r.top1 * 100, 1)) << tr("ROUGE-L %1").arg(fmt(r.rougeL, 2))
+        << (r.firstDivergence < 0 ? tr("identical continuations")
+                                  : tr("first divergence at token %1").arg(r.firstDivergence));
     QString gate;
     if (!r.gateSignal.empty()) {
         const bool higherIsBetter = r.gateSignal == "kv_cos";
@@ -674,9 +684,9 @@ void ComparePanel::syncScroll(int fromPane)
         return;
     m_syncing = true;
     const QScrollBar *from = m_panes[size_t(fromPane)]->verticalScrollBar();
-    const double fraction = from->maximum() > from->minimum()
-                                ? double(from->value() - from->minimum()) / (from->maximum() - from->minimum())
-                                : 0.0;
+    const double fraction = from->maximum() > from->minimum() ? double(from->value() - from->minimum()) /
+                                                                    (from->maximum() - from->minimum())
+                                                              : 0.0;
     for (int i = 0; i < PaneCount; ++i) {
         if (i == fromPane)
             continue;

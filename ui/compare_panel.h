@@ -38,7 +38,11 @@ class ComparePanel : public QWidget
     Q_OBJECT
 
 public:
-    enum class Colouring { Probability, Kl };
+    enum class Colouring
+    {
+        Probability,
+        Kl
+    };
     static constexpr int PaneCount = 3; // 0 = A, 1 = B scratch, 2 = B transfer
 
     explicit ComparePanel(QWidget *parent = nullptr);

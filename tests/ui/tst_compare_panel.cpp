@@ -41,9 +41,10 @@ ui::CompareResult sixTokens()
     r.prompt = "What does a KV cache hold?";
     r.converter = "default";
     r.a = path({"A", " KV", " cache", " holds", " keys", "."}, {-0.2f, -0.3f, -0.1f, -0.9f, -0.4f, -0.05f});
-    r.scratch = path({"The", " cache", " <stores>", "\n", " keys", "."}, {-0.01f, -0.1f, -0.5f, -1.2f, -2.5f, -0.05f});
-    r.transfer =
-        path({"The", " cache", " <stores>", " values", " too", "."}, {-0.02f, -0.1f, -0.6f, -2.0f, -1.0f, -0.3f});
+    r.scratch = path({"The", " cache", " <stores>", "\n", " keys", "."},
+                     {-0.01f, -0.1f, -0.5f, -1.2f, -2.5f, -0.05f});
+    r.transfer = path({"The", " cache", " <stores>", " values", " too", "."},
+                      {-0.02f, -0.1f, -0.6f, -2.0f, -1.0f, -0.3f});
     r.transfer.kl = {0.01, 0.02, 0.05, 1.8, 0.4, 0.1};
     r.a.ttftMs = 8.04;
     r.a.decodeTokPerS = 512.4;
@@ -74,17 +75,17 @@ ui::CompareResult sixTokens()
 ui::CompareResult realistic()
 {
     const std::vector<std::string> scratch = {
-        " A",      " KV",     " cache",  " stores", " the",    " keys",     " and",    " values",  " of",
-        " every",  " token",  " the",    " model",  " has",    " already",  " seen",   ",",        " so",
-        " each",   " new",    " token",  " only",   " attends", " to",      " them",   "\n",       "instead",
-        " of",     " recomputing", " the", " whole",  " prompt", "."};
+        " A",     " KV",          " cache", " stores", " the",     " keys",    " and",  " values", " of",
+        " every", " token",       " the",   " model",  " has",     " already", " seen", ",",       " so",
+        " each",  " new",         " token", " only",   " attends", " to",      " them", "\n",      "instead",
+        " of",    " recomputing", " the",   " whole",  " prompt",  "."};
     std::vector<std::string> transfer(scratch.begin(), scratch.begin() + 9);
     for (const char *p : {" all", " previous", " tokens", ",", " so", " generation", " does", " not", " need",
                           " to", " recompute", " attention", " over", " the", " prompt", "\n", "again", "."})
         transfer.emplace_back(p);
-    const std::vector<std::string> a = {" It",  " keeps",   " past",  " keys",   " and",     " values", ",",
-                                        " so",  " decoding", " a",    " token",  " costs",   " one",    " step",
-                                        " <",   " O",       "(",      "n",       ")",        " work",   "."};
+    const std::vector<std::string> a = {" It", " keeps",    " past", " keys",  " and",   " values", ",",
+                                        " so", " decoding", " a",    " token", " costs", " one",    " step",
+                                        " <",  " O",        "(",     "n",      ")",      " work",   "."};
     auto logprobs = [](size_t n, unsigned seed) {
         std::vector<float> lp;
         for (size_t i = 0; i < n; ++i) {
@@ -173,7 +174,7 @@ private Q_SLOTS:
         // the shown document holds the same text
         QVERIFY(child<QTextBrowser>(panel, "pane1")->toPlainText().contains("<stores>"));
 
-        const QString marker = QString::fromUtf8("\u25b6 first divergence");
+        const QString marker = QString::fromUtf8("\u25b6\u00a0first\u00a0divergence");
         QVERIFY(!panel.paneHtml(0).contains(marker));
         QVERIFY(panel.paneHtml(1).contains(marker));
         QVERIFY(panel.paneHtml(2).contains(marker));
@@ -229,16 +230,18 @@ private Q_SLOTS:
         QCOMPARE(panel.statsText(2),
                  QString::fromUtf8("TTFT 5.3 ms \u00b7 406 tok/s \u00b7 6 tokens \u00b7 prompt 31 tokens (30 "
                                    "reused) \u00b7 A prefill 2.5 ms + convert 1.3 ms"));
-        QCOMPARE(panel.summaryText(),
-                 QString::fromUtf8("KL to scratch 0.284 nats/token (no-prefix floor 1.445) \u00b7 top-1 agreement "
-                                   "89.9% \u00b7 ROUGE-L 0.33 \u00b7 first divergence at token 3 \u00b7 gate "
-                                   "tail_kl 0.041 \u2264 0.1: pass (converted cache used)"));
+        QCOMPARE(
+            panel.summaryText(),
+            QString::fromUtf8("KL to scratch 0.284 nats/token (no-prefix floor 1.445) \u00b7 top-1 agreement "
+                              "89.9% \u00b7 ROUGE-L 0.33 \u00b7 first divergence at token 3 \u00b7 gate "
+                              "tail_kl 0.041 \u2264 0.1: pass (converted cache used)"));
 
         r.gateValue = 0.3;
         r.gatePassed = false;
         panel.showResult(r);
-        QVERIFY(panel.summaryText().endsWith(QString::fromUtf8("gate tail_kl 0.300 > 0.1: fail (B falls back to "
-                                                               "its own prefill)")));
+        QVERIFY(
+            panel.summaryText().endsWith(QString::fromUtf8("gate tail_kl 0.300 > 0.1: fail (B falls back to "
+                                                           "its own prefill)")));
         r.gateSignal = "kv_cos";
         r.gateValue = 0.95;
         r.gateThreshold = 0.9;
@@ -407,7 +410,8 @@ private Q_SLOTS:
         auto r = realistic();
         for (int i = 0; i < 6; ++i) { // long enough to scroll in every pane
             r.a.pieces.insert(r.a.pieces.end(), r.a.pieces.begin(), r.a.pieces.begin() + 21);
-            r.scratch.pieces.insert(r.scratch.pieces.end(), r.scratch.pieces.begin(), r.scratch.pieces.begin() + 33);
+            r.scratch.pieces.insert(r.scratch.pieces.end(), r.scratch.pieces.begin(),
+                                    r.scratch.pieces.begin() + 33);
             r.transfer.pieces.insert(r.transfer.pieces.end(), r.transfer.pieces.begin(),
                                      r.transfer.pieces.begin() + 27);
         }
