@@ -3,9 +3,13 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace kvwb::core {
@@ -80,6 +84,214 @@ fs::path relativeTo(const fs::path &p, const fs::path &dir)
     return !ec && !rel.empty() && *rel.begin() != ".." ? rel : p;
 }
 
+// ---- the settings sections ("capture", "alignment", "replay") ----
+
+// Reads one section's fields, each optional (absent: the struct's default), and remembers which
+// keys it knew so that the others can be kept for a later version.
+class Section
+{
+public:
+    Section(const json &root, const char *name, const fs::path &file) : m_name(name), m_file(file)
+    {
+        if (!root.contains(name))
+            return;
+        const json &v = root.at(name);
+        if (!v.is_object())
+            throw Error(ErrorCode::Config, file.string() + ": field '" + name + "' must be an object");
+        m_json = &v;
+    }
+
+    const std::string &name() const { return m_name; }
+    std::string path(const char *key) const { return m_name + "." + key; }
+    [[noreturn]] void fail(const std::string &field, const std::string &what) const
+    {
+        throw Error(ErrorCode::Config, m_file.string() + ": field '" + field + "' " + what);
+    }
+    const json *find(const char *key)
+    {
+        m_known.push_back(key);
+        return m_json && m_json->contains(key) ? &m_json->at(key) : nullptr;
+    }
+
+    void string(const char *key, std::string &out, std::initializer_list<const char *> allowed = {})
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_string())
+            fail(path(key), "must be a string");
+        const std::string s = v->get<std::string>();
+        if (allowed.size() && !isOneOf(s, allowed))
+            fail(path(key), "must be " + oneOf(allowed) + ", got '" + s + "'");
+        out = s;
+    }
+    template <typename Int> void integer(const char *key, Int &out, int64_t lo, int64_t hi)
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_number_integer())
+            fail(path(key), "must be an integer");
+        const int64_t n = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
+                              ? INT64_MAX
+                              : v->get<int64_t>();
+        if (n < lo || n > hi)
+            fail(path(key),
+                 hi == INT64_MAX || hi == INT32_MAX
+                     ? "must be >= " + std::to_string(lo) + ", got " + v->dump()
+                     : "must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v->dump());
+        out = Int(n);
+    }
+    void number(const char *key, double &out, double lo, double hi, bool loOpen = false)
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_number())
+            fail(path(key), "must be a number");
+        const double d = v->get<double>();
+        if (loOpen ? !(d > lo) : !(d >= lo))
+            fail(path(key), fmt::format("must be {} {}, got {}", loOpen ? ">" : ">=", lo, d));
+        if (!(d <= hi))
+            fail(path(key), fmt::format("must be <= {}, got {}", hi, d));
+        out = d;
+    }
+    void boolean(const char *key, bool &out)
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_boolean())
+            fail(path(key), "must be true or false");
+        out = v->get<bool>();
+    }
+
+    // The keys this version did not read, to be written back unchanged; null when there are none.
+    json unknown() const
+    {
+        if (!m_json)
+            return nullptr;
+        json rest = *m_json;
+        for (const char *k : m_known)
+            rest.erase(k);
+        return rest.empty() ? json(nullptr) : rest;
+    }
+
+    static bool isOneOf(const std::string &s, std::initializer_list<const char *> allowed)
+    {
+        for (const char *a : allowed)
+            if (s == a)
+                return true;
+        return false;
+    }
+    static std::string oneOf(std::initializer_list<const char *> allowed)
+    {
+        std::string out;
+        size_t i = 0;
+        for (const char *a : allowed) {
+            out += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + std::string(a);
+            ++i;
+        }
+        return out;
+    }
+
+private:
+    std::string m_name;
+    const fs::path &m_file;
+    const json *m_json = nullptr;
+    std::vector<const char *> m_known;
+};
+
+constexpr double kDoubleMax = std::numeric_limits<double>::max();
+
+ProjectCapture readCapture(Section &s)
+{
+    ProjectCapture c;
+    s.string("storage", c.storage, {"f32", "f16", "bf16"});
+    s.integer("compress", c.compress, 0, 9);
+    s.integer("max_tokens", c.maxTokens, 0, INT32_MAX);
+    s.integer("limit", c.limit, 0, INT32_MAX);
+    s.boolean("post_rope", c.postRope);
+    return c;
+}
+
+ProjectAlignment readAlignment(Section &s)
+{
+    ProjectAlignment a;
+    s.string("name", a.name);
+    s.string("selection", a.selection, {"proportional", "topk", "all"});
+    s.integer("k", a.k, 1, INT32_MAX);
+    s.boolean("auto_lambda", a.autoLambda);
+    s.number("lambda", a.lambda, 0.0, kDoubleMax, true);
+    s.boolean("per_head", a.perHead);
+    s.integer("max_train_tokens", a.maxTrainTokens, 0, INT64_MAX);
+    s.string("in_use", a.inUse);
+    return a;
+}
+
+ProjectReplay readReplay(Section &s)
+{
+    ProjectReplay r;
+    if (const json *tiers = s.find("tiers")) {
+        if (!tiers->is_array())
+            s.fail("replay.tiers", "must be a list of tier names");
+        r.tiers.clear();
+        for (size_t i = 0; i < tiers->size(); ++i) {
+            const std::string field = "replay.tiers[" + std::to_string(i) + "]";
+            const json &t = tiers->at(i);
+            if (!t.is_string())
+                s.fail(field, "must be a string");
+            const std::string name = t.get<std::string>();
+            if (!Section::isOneOf(name, {"exact", "semantic", "prefix", "cross"}))
+                s.fail(field, "names an unknown tier '" + name + "' (exact, semantic, prefix or cross)");
+            if (std::find(r.tiers.begin(), r.tiers.end(), name) != r.tiers.end())
+                s.fail(field, "repeats tier '" + name + "'");
+            r.tiers.push_back(name);
+        }
+    }
+    s.number("threshold", r.threshold, -1.0, 1.0);
+    s.string("embedder", r.embedder, {"lexical", "model"});
+    s.string("gate_signal", r.gateSignal, {"tail_kl", "kv_cos", "nll"});
+    s.number("gate_threshold", r.gateThreshold, -kDoubleMax, kDoubleMax);
+    s.boolean("gate", r.gate);
+    s.integer("max_tokens", r.maxTokens, 0, INT32_MAX);
+    s.integer("limit", r.limit, 0, INT32_MAX);
+    return r;
+}
+
+json captureJson(const ProjectCapture &c)
+{
+    return {{"storage", c.storage},
+            {"compress", c.compress},
+            {"max_tokens", c.maxTokens},
+            {"limit", c.limit},
+            {"post_rope", c.postRope}};
+}
+
+json alignmentJson(const ProjectAlignment &a)
+{
+    return {{"name", a.name},
+            {"selection", a.selection},
+            {"k", a.k},
+            {"auto_lambda", a.autoLambda},
+            {"lambda", a.lambda},
+            {"per_head", a.perHead},
+            {"max_train_tokens", a.maxTrainTokens},
+            {"in_use", a.inUse}};
+}
+
+json replayJson(const ProjectReplay &r)
+{
+    return {{"tiers", r.tiers},
+            {"threshold", r.threshold},
+            {"embedder", r.embedder},
+            {"gate_signal", r.gateSignal},
+            {"gate_threshold", r.gateThreshold},
+            {"gate", r.gate},
+            {"max_tokens", r.maxTokens},
+            {"limit", r.limit}};
+}
+
 } // namespace
 
 Project Project::load(const fs::path &file)
@@ -116,6 +328,19 @@ Project Project::load(const fs::path &file)
     for (const char *k :
          {"schema", "name", "description", "models", "prompt_sets", "workloads", "corpus", "experiment"})
         extra.erase(k);
+    // The sections' known keys live in the structs; any others stay in extraJson under the
+    // section's name, so that save() can merge them back.
+    Section capture(j, "capture", file), alignment(j, "alignment", file), replay(j, "replay", file);
+    p.capture = readCapture(capture);
+    p.alignment = readAlignment(alignment);
+    p.replay = readReplay(replay);
+    for (const Section *sec : {&capture, &alignment, &replay}) {
+        const json rest = sec->unknown();
+        if (rest.is_null())
+            extra.erase(sec->name());
+        else
+            extra[sec->name()] = rest;
+    }
     p.extraJson = extra.dump();
     return p;
 }
@@ -143,6 +368,15 @@ void Project::save(const fs::path &file) const
         j["corpus"] = relativeTo(*corpus, dir).string();
     if (experiment)
         j["experiment"] = relativeTo(*experiment, dir).string();
+    // Always all three sections; keys kept from a newer version's section come first, ours win.
+    const auto section = [&](const char *key, const json &known) {
+        json merged = j.contains(key) && j[key].is_object() ? j[key] : json::object();
+        merged.update(known);
+        j[key] = merged;
+    };
+    section("capture", captureJson(capture));
+    section("alignment", alignmentJson(alignment));
+    section("replay", replayJson(replay));
     writeFileAtomic(file, j.dump(2) + "\n");
 }
 

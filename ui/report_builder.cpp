@@ -750,6 +750,270 @@ QByteArray pngBytes(const QImage &image)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Comparison samples
+
+std::string htmlEscape(const std::string &s);
+
+// Invalid UTF-8 (a piece holding part of a character) as U+FFFD: HTML, PDF and JSON need valid text.
+std::string validUtf8(const std::string &s)
+{
+    return QString::fromUtf8(s.data(), qsizetype(s.size())).toStdString();
+}
+
+// True when s does not end inside a multi-byte UTF-8 sequence.
+bool endsOnCharacter(const std::string &s)
+{
+    size_t i = s.size(), continuation = 0;
+    while (i > 0 && continuation < 4 && (static_cast<unsigned char>(s[i - 1]) & 0xC0) == 0x80) {
+        --i;
+        ++continuation;
+    }
+    if (i == 0 || continuation == 4)
+        return true; // stray continuation bytes: nothing later completes them
+    const unsigned char lead = static_cast<unsigned char>(s[i - 1]);
+    const size_t need = lead < 0x80             ? 1
+                        : (lead & 0xE0) == 0xC0 ? 2
+                        : (lead & 0xF0) == 0xE0 ? 3
+                        : (lead & 0xF8) == 0xF0 ? 4
+                                                : 1;
+    return continuation + 1 >= need;
+}
+
+// A run of tokens holding whole characters: byte-level BPE can split one character over two
+// pieces, and marking or shading half a character would produce invalid text.
+struct Segment
+{
+    std::string text;
+    int first = -1; // token indices; -1: the path has no pieces (text only)
+    int last = -1;
+};
+
+std::vector<Segment> segmentsOf(const core::ComparisonPath &p)
+{
+    std::vector<Segment> out;
+    if (p.pieces.empty()) {
+        if (!p.text.empty())
+            out.push_back({p.text, -1, -1});
+        return out;
+    }
+    Segment cur;
+    for (size_t i = 0; i < p.pieces.size(); ++i) {
+        if (cur.first < 0)
+            cur.first = int(i);
+        cur.text += p.pieces[i];
+        cur.last = int(i);
+        if (endsOnCharacter(cur.text) || i + 1 == p.pieces.size()) {
+            cur.text = validUtf8(cur.text);
+            out.push_back(std::move(cur));
+            cur = Segment{};
+        }
+    }
+    return out;
+}
+
+bool holds(const Segment &g, int token)
+{
+    return g.first >= 0 && token >= g.first && token <= g.last;
+}
+
+// At most 400 characters of the prompt, with how much was left out.
+std::string promptShown(const std::string &prompt, std::string *note)
+{
+    constexpr qsizetype kMax = 400;
+    const QString q = QString::fromUtf8(prompt.data(), qsizetype(prompt.size()));
+    if (q.size() <= kMax) {
+        *note = fmt::format("{} characters", q.size());
+        return q.toStdString();
+    }
+    *note = fmt::format("first {} of {} characters", kMax, q.size());
+    return q.left(kMax).toStdString() + "\u2026";
+}
+
+std::string divergenceText(const core::ComparisonSample &s)
+{
+    return s.firstDivergence < 0 ? std::string("none (identical continuations)")
+                                 : fmt::format("token {}", s.firstDivergence);
+}
+
+std::string comparisonMetrics(const core::ComparisonSample &s)
+{
+    return fmt::format("KL to scratch {} nats (no-prefix floor {} nats); top-1 agreement {}; ROUGE-L {}; "
+                       "TTFT scratch {} ms vs transfer {} ms (source prefill {} ms, convert {} ms); first "
+                       "divergence: {}; gate {} = {} vs threshold {}: {}.",
+                       shown(s.meanKl), shown(s.klNoPrefix), percent(s.top1), shown(s.rougeL),
+                       shown(s.scratch.ttftMs), shown(s.transfer.ttftMs), shown(s.sourcePrefillMs),
+                       shown(s.convertMs), divergenceText(s), s.gateSignal.empty() ? "-" : s.gateSignal,
+                       shown(s.gateValue), shown(s.gateThreshold), s.gatePassed ? "passed" : "failed");
+}
+
+struct PathView
+{
+    const char *label;
+    const core::ComparisonPath *path;
+    bool marked;  // scratch and transfer: the first divergence is marked
+    bool shadeKl; // transfer: tokens shaded by per-token KL
+    std::string note;
+};
+
+std::vector<PathView> pathViews(const core::ComparisonSample &s)
+{
+    const auto tokens = [](const core::ComparisonPath &p) {
+        return fmt::format("{} token(s), prompt {} token(s)", p.ids.size(), p.promptTokens);
+    };
+    return {
+        {"A", &s.a, false, false, "model A, " + tokens(s.a)},
+        {"B scratch", &s.scratch, true, false, "model B from its own prefill, " + tokens(s.scratch)},
+        {"B transfer", &s.transfer, true, true,
+         fmt::format("model B from A's cache converted by {}, {}, {} reused",
+                     s.converter.empty() ? "-" : s.converter, tokens(s.transfer), s.transfer.reusedTokens)}};
+}
+
+// A fence longer than any run of backticks in text.
+std::string fenceFor(const std::string &text)
+{
+    size_t longest = 0, run = 0;
+    for (char c : text) {
+        run = c == '`' ? run + 1 : 0;
+        longest = std::max(longest, run);
+    }
+    return std::string(std::max<size_t>(3, longest + 1), '`');
+}
+
+std::string comparisonMarkdown(const core::ComparisonSample &s)
+{
+    std::string md;
+    const auto block = [&](const std::string &text) {
+        const std::string fence = fenceFor(text);
+        md += fence + "text\n" + text + "\n" + fence + "\n\n";
+    };
+    std::string note;
+    const std::string prompt = promptShown(validUtf8(s.prompt), &note);
+    md += "**Prompt** (" + note + "):\n\n";
+    block(prompt);
+    for (const PathView &v : pathViews(s)) {
+        std::string text;
+        const int fd = v.marked ? s.firstDivergence : -1;
+        for (const Segment &g : segmentsOf(*v.path))
+            text += holds(g, fd) ? "\u00ab" + g.text + "\u00bb" : g.text;
+        if (fd >= 0 && size_t(fd) >= v.path->pieces.size())
+            text += "\u00ab(end)\u00bb";
+        md += "**" + std::string(v.label) + "** (" + v.note + "):\n\n";
+        block(text);
+    }
+    md += comparisonMetrics(s) + "\n\n";
+    return md;
+}
+
+// White at 0 nats to red at 2 nats or more.
+std::string klColour(double kl)
+{
+    const double t = std::clamp(std::isfinite(kl) ? kl / 2.0 : 1.0, 0.0, 1.0);
+    const int gb = int(std::lround(255.0 * (1.0 - t)));
+    return fmt::format("#ff{:02x}{:02x}", gb, gb);
+}
+
+std::string comparisonHtml(const core::ComparisonSample &s)
+{
+    const char *pre = "<pre style=\"white-space:pre-wrap;background:#f8f8f8;border:1px solid #ddd;"
+                      "padding:4px;margin:0.2em 0 0.6em 0\">";
+    std::string h = "<div class=\"comparison\" style=\"margin:0.5em 0 1.2em 0\">\n";
+    std::string note;
+    const std::string prompt = promptShown(validUtf8(s.prompt), &note);
+    h += "<p><b>Prompt</b> (" + htmlEscape(note) + "):</p>" + pre + htmlEscape(prompt) + "</pre>\n";
+    for (const PathView &v : pathViews(s)) {
+        const int fd = v.marked ? s.firstDivergence : -1;
+        std::string body;
+        for (const Segment &g : segmentsOf(*v.path)) {
+            std::string piece = htmlEscape(g.text);
+            if (v.shadeKl && g.first >= 0 && size_t(g.first) < v.path->kl.size()) {
+                double kl = 0;
+                for (int t = g.first; t <= g.last && size_t(t) < v.path->kl.size(); ++t)
+                    kl = std::max(kl, v.path->kl[size_t(t)]);
+                piece = fmt::format("<span style=\"background-color:{}\" title=\"KL {} nats\">{}</span>",
+                                    klColour(kl), shown(kl), piece);
+            }
+            if (holds(g, fd))
+                piece = "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\">" +
+                        piece + "</u></b>";
+            body += piece;
+        }
+        if (fd >= 0 && size_t(fd) >= v.path->pieces.size())
+            body +=
+                "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\">(end)</u></b>";
+        h += "<p><b>" + std::string(v.label) + "</b> (" + htmlEscape(v.note) + "):</p>" + pre + body +
+             "</pre>\n";
+    }
+    h += "<p>" + htmlEscape(comparisonMetrics(s)) + "</p>\n</div>\n";
+    return h;
+}
+
+json comparisonPathJson(const core::ComparisonPath &p, bool transfer)
+{
+    json pieces = json::array();
+    for (const auto &piece : p.pieces)
+        pieces.push_back(validUtf8(piece));
+    json j = {{"ids", p.ids},
+              {"pieces", pieces},
+              {"logprobs", p.logprobs},
+              {"text", validUtf8(p.text)},
+              {"prompt_tokens", p.promptTokens},
+              {"reused_tokens", p.reusedTokens},
+              {"ttft_ms", p.ttftMs},
+              {"decode_tok_per_s", p.decodeTokPerS}};
+    if (transfer)
+        j["kl"] = p.kl;
+    return j;
+}
+
+json comparisonJson(const core::ComparisonSample &s)
+{
+    return {{"prompt", validUtf8(s.prompt)},
+            {"converter", validUtf8(s.converter)},
+            {"a", comparisonPathJson(s.a, false)},
+            {"scratch", comparisonPathJson(s.scratch, false)},
+            {"transfer", comparisonPathJson(s.transfer, true)},
+            {"first_divergence", s.firstDivergence},
+            {"mean_kl", s.meanKl},
+            {"top1", s.top1},
+            {"kl_no_prefix", s.klNoPrefix},
+            {"rouge_l", s.rougeL},
+            {"source_prefill_ms", s.sourcePrefillMs},
+            {"convert_ms", s.convertMs},
+            {"gate",
+             {{"signal", s.gateSignal},
+              {"value", s.gateValue},
+              {"threshold", s.gateThreshold},
+              {"passed", s.gatePassed}}},
+            {"created_utc", s.createdUtc}};
+}
+
+std::string comparisonsCsv(const std::vector<ReportComparisons> &lists)
+{
+    std::string out =
+        "list,sample,converter,prompt,a_text,scratch_text,transfer_text,a_tokens,scratch_tokens,"
+        "transfer_tokens,first_divergence,mean_kl,kl_no_prefix,top1,rouge_l,prompt_tokens_a,"
+        "prompt_tokens_b,reused_tokens,ttft_ms_a,ttft_ms_scratch,ttft_ms_transfer,"
+        "decode_tok_per_s_a,decode_tok_per_s_scratch,decode_tok_per_s_transfer,source_prefill_ms,"
+        "convert_ms,gate_signal,gate_value,gate_threshold,gate_passed,created_utc\n";
+    for (const auto &l : lists)
+        for (size_t i = 0; i < l.samples.size(); ++i) {
+            const core::ComparisonSample &s = l.samples[i];
+            out += fmt::format(
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}"
+                "\n",
+                csvField(l.name), i, csvField(s.converter), csvField(s.prompt), csvField(s.a.text),
+                csvField(s.scratch.text), csvField(s.transfer.text), s.a.ids.size(), s.scratch.ids.size(),
+                s.transfer.ids.size(), s.firstDivergence, exact(s.meanKl), exact(s.klNoPrefix), exact(s.top1),
+                exact(s.rougeL), s.a.promptTokens, s.scratch.promptTokens, s.transfer.reusedTokens,
+                exact(s.a.ttftMs), exact(s.scratch.ttftMs), exact(s.transfer.ttftMs),
+                exact(s.a.decodeTokPerS), exact(s.scratch.decodeTokPerS), exact(s.transfer.decodeTokPerS),
+                exact(s.sourcePrefillMs), exact(s.convertMs), csvField(s.gateSignal), exact(s.gateValue),
+                exact(s.gateThreshold), s.gatePassed ? 1 : 0, csvField(s.createdUtc));
+        }
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The document: one list of blocks rendered to Markdown, HTML and (via QTextDocument) PDF.
 
 struct Block
@@ -760,13 +1024,15 @@ struct Block
         Para,
         Table,
         Chart,
-        Code
+        Code,
+        Comparison
     } kind = Para;
     int level = 2;
     std::string text;
     std::vector<std::string> header;
     std::vector<std::vector<std::string>> rows;
     const ReportChart *chart = nullptr;
+    const core::ComparisonSample *sample = nullptr; // Comparison blocks
 };
 
 struct Doc
@@ -793,6 +1059,7 @@ struct Doc
         b.rows = std::move(rows);
     }
     void chart(const ReportChart &c) { add(Block::Chart).chart = &c; }
+    void comparison(const core::ComparisonSample &sample) { add(Block::Comparison).sample = &sample; }
     void metricTable(const core::MetricTable &t)
     {
         std::vector<std::vector<std::string>> rows;
@@ -957,6 +1224,22 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
         doc.para(fmt::format("All {} ledger rows are in csv/ledger_{}.csv and report.json.", l.rows.size(),
                              safeName(l.name)));
     }
+    if (!d.comparisons.empty()) {
+        doc.heading(2, "Comparison samples");
+        doc.para("Each prompt answered three ways: by model A, by model B from its own prefill (B scratch) "
+                 "and by model B from A's converted cache (B transfer). The first token where scratch and "
+                 "transfer differ is marked (bold and underlined in HTML and PDF, between \u00ab and "
+                 "\u00bb in Markdown). In HTML and PDF each transfer token is shaded by its KL to scratch: "
+                 "white at 0 nats, red at 2 nats or more. Every field is in csv/comparisons.csv and "
+                 "report.json.");
+        for (const auto &c : d.comparisons) {
+            doc.heading(3, fmt::format("Comparison list {} ({} sample(s))", c.name, c.samples.size()));
+            for (size_t i = 0; i < c.samples.size(); ++i) {
+                doc.heading(4, fmt::format("Sample {}", i));
+                doc.comparison(c.samples[i]);
+            }
+        }
+    }
     doc.heading(2, "Configuration");
     doc.para("sha256 " + d.configSha256 + " of this canonical JSON (sorted keys):");
     doc.code(d.configJson);
@@ -995,6 +1278,9 @@ std::string renderMarkdown(const Doc &doc)
             break;
         case Block::Code:
             md += "```json\n" + b.text + "\n```\n\n";
+            break;
+        case Block::Comparison:
+            md += comparisonMarkdown(*b.sample);
             break;
         case Block::Chart:
             md +=
@@ -1077,6 +1363,9 @@ std::string renderHtml(const Doc &doc, const std::string &title, bool withCss,
         case Block::Code:
             h += "<pre>" + htmlEscape(b.text) + "</pre>\n";
             break;
+        case Block::Comparison:
+            h += comparisonHtml(*b.sample);
+            break;
         case Block::Chart:
             h += fmt::format(
                 "<figure><img src=\"{}\" alt=\"{}\" width=\"{}\"><figcaption>{}</figcaption></figure>\n",
@@ -1151,6 +1440,8 @@ ReportData collectReport(const fs::path &experiment)
         l.summary = core::summarize(l.rows);
         d.ledgers.push_back(std::move(l));
     }
+    for (const auto &name : core::listComparisons(experiment))
+        d.comparisons.push_back({name, core::loadComparisons(experiment, name)});
     d.environment.appVersion = core::appVersion();
     d.environment.gitCommit = core::gitCommit();
     d.environment.qtVersion = qVersion();
@@ -1179,6 +1470,14 @@ ReportData collectReport(const fs::path &experiment)
         config["sweeps"][s.name] = parseSettings(s.settingsJson);
     for (const auto &l : d.ledgers)
         config["ledgers"][l.name] = parseSettings(l.settingsJson);
+    // The converter behind each list's transfer paths determined its numbers (the texts and metrics
+    // are results). Only present when there are lists, so older reports keep their hash.
+    for (const auto &c : d.comparisons) {
+        std::set<std::string> converters;
+        for (const auto &s : c.samples)
+            converters.insert(validUtf8(s.converter));
+        config["comparisons"][c.name] = {{"converters", converters}};
+    }
     d.configJson = config.dump();
     d.configSha256 = core::sha256Hex(std::string_view(d.configJson));
     return d;
@@ -1330,6 +1629,7 @@ std::string reportJson(const ReportData &d)
               {"converters", json::array()},
               {"sweeps", json::array()},
               {"ledgers", json::array()},
+              {"comparisons", json::array()},
               {"warnings", d.warnings}};
     for (const auto &r : d.converters) {
         json c = converterSettingsJson(r);
@@ -1369,6 +1669,12 @@ std::string reportJson(const ReportData &d)
                                 {"settings", parseSettings(l.settingsJson)},
                                 {"summary", summaryJson(l.summary)},
                                 {"rows", rows}});
+    }
+    for (const auto &c : d.comparisons) {
+        json samples = json::array();
+        for (const auto &s : c.samples)
+            samples.push_back(comparisonJson(s));
+        j["comparisons"].push_back({{"name", c.name}, {"samples", samples}});
     }
     return j.dump(1);
 }
@@ -1433,6 +1739,8 @@ std::vector<fs::path> writeCsvJson(ReportData &data, const fs::path &outDir)
                                  exact(a.ttftMsP95), exact(a.ttftMsP99));
         put(csvDir / ("ledger_" + safeName(l.name) + "_tiers.csv"), tiers);
     }
+    if (!data.comparisons.empty())
+        put(csvDir / "comparisons.csv", comparisonsCsv(data.comparisons));
     return written;
 }
 

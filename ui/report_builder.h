@@ -1,6 +1,6 @@
 // Experiment reports: everything an experiment file holds (provenance, both models, converters with
-// their metrics and CKA matrices, sweep tables, replay ledgers), gathered into one value and written
-// as Markdown, one self-contained HTML file, PDF, and CSV/JSON (layout in docs/reports.md).
+// their metrics and CKA matrices, sweep tables, replay ledgers, comparison samples), gathered into one value
+// and written as Markdown, one self-contained HTML file, PDF, and CSV/JSON (layout in docs/reports.md).
 //
 // collectReport reads the file through core/ (ExperimentReader, the converter and ledger stores), so
 // it belongs on the thread that owns HDF5 (the engine thread in the GUI, the main thread in
@@ -11,6 +11,7 @@
 // sees half a report file. Errors: core::Error naming the file (Io for an unwritable directory).
 #pragma once
 
+#include "core/comparison_store.h"
 #include "core/converter_store.h"
 #include "core/experiment_file.h"
 #include "core/replay_ledger.h"
@@ -52,6 +53,14 @@ struct ReportLedger
     std::string settingsJson;
 };
 
+// One saved comparison list (/comparisons/<name>): prompts answered by A, by B from scratch and by
+// B from A's converted cache.
+struct ReportComparisons
+{
+    std::string name;
+    std::vector<core::ComparisonSample> samples;
+};
+
 struct ReportData
 {
     std::filesystem::path experiment;
@@ -69,10 +78,12 @@ struct ReportData
     std::vector<core::ConverterRecord> converters;
     std::vector<ReportSweep> sweeps;
     std::vector<ReportLedger> ledgers;
+    std::vector<ReportComparisons> comparisons;
     ReportEnvironment environment;
     // Canonical JSON (sorted keys, no spaces) of every setting that determined the numbers: storage,
     // model fingerprints, the capture's config hash, each converter's fit settings and splits, each
-    // sweep's and ledger's settings. configSha256 is its sha256 (hex).
+    // sweep's and ledger's settings, and (only when the file holds comparison lists) the converters
+    // each list's samples were produced with. configSha256 is its sha256 (hex).
     std::string configJson;
     std::string configSha256;
     std::vector<std::string> warnings; // e.g. charts left out
@@ -103,7 +114,8 @@ std::vector<std::filesystem::path> writeHtml(ReportData &data, const std::filesy
 // report.pdf, A4, charts as images. Error(Unsupported) without a QApplication.
 std::vector<std::filesystem::path> writePdf(ReportData &data, const std::filesystem::path &outDir);
 // report.json (everything, numbers exact: shortest round-trip form, NaN/inf as null) and one CSV per
-// table under csv/ (numbers in shortest round-trip form; nan/inf spelled so).
+// table under csv/ (numbers in shortest round-trip form; nan/inf spelled so); csv/comparisons.csv
+// (one row per comparison sample) when the file holds comparison lists.
 std::vector<std::filesystem::path> writeCsvJson(ReportData &data, const std::filesystem::path &outDir);
 
 // report.json's text (exposed for tests and File > Export).

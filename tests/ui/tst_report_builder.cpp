@@ -1,7 +1,9 @@
-// Reports: a small experiment file with a converter (metrics, CKA), a sweep and a replay ledger is
-// written as JSON (values exact), CSV (headers, row counts), self-contained HTML (fingerprints,
-// embedded charts, no external references), PDF and Markdown; each chart is saved as a PNG under
-// <test binary dir>/screenshots for a person to look at.
+// Reports: a small experiment file with a converter (metrics, CKA), a sweep, a replay ledger and a
+// comparison list is written as JSON (values exact), CSV (headers, row counts; comparison texts with
+// quotes, commas and line breaks parse back), self-contained HTML (fingerprints, embedded charts, no
+// external references, the first divergence marked, tokens shaded by KL), PDF and Markdown; each chart is
+// saved as a PNG under <test binary dir>/screenshots for a person to look at.
+#include "core/comparison_store.h"
 #include "core/converter_store.h"
 #include "core/error.h"
 #include "core/experiment_file.h"
@@ -152,6 +154,92 @@ std::vector<LedgerRow> makeLedger()
     return rows;
 }
 
+ComparisonPath comparisonPath(const std::vector<std::string> &pieces, int base)
+{
+    ComparisonPath p;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+        p.ids.push_back(base + int(i));
+        p.pieces.push_back(pieces[i]);
+        p.logprobs.push_back(-0.25f * float(i + 1));
+        p.text += pieces[i];
+    }
+    p.promptTokens = 9;
+    return p;
+}
+
+// Texts with commas, quotes, line breaks and non-ASCII characters; scratch and transfer part at
+// token 2 (" stores" / " saves").
+ComparisonSample makeComparison()
+{
+    ComparisonSample s;
+    s.prompt = "What does a KV cache store?\nAnswer \"briefly\", please.";
+    s.converter = "c1";
+    s.a = comparisonPath({"Keys", " and", " values,", " per\nlayer"}, 10);
+    s.scratch = comparisonPath({"A", " cache", " stores", " \"past\"", " K/V"}, 20);
+    s.transfer = comparisonPath({"A", " cache", " saves", " caf\u00e9", " work"}, 20);
+    s.transfer.reusedTokens = 8;
+    s.transfer.kl = {0.0, 0.01, 2.5, 1.0, 0.125};
+    s.a.ttftMs = 11.5;
+    s.scratch.ttftMs = 42.25;
+    s.transfer.ttftMs = 17.75;
+    s.firstDivergence = 2;
+    s.meanKl = 0.727;
+    s.top1 = 0.6;
+    s.klNoPrefix = 3.125;
+    s.rougeL = 0.4375;
+    s.sourcePrefillMs = 5.5;
+    s.convertMs = 1.25;
+    s.gateSignal = "tail_kl";
+    s.gateValue = 0.0625;
+    s.gateThreshold = 0.1;
+    s.gatePassed = true;
+    s.createdUtc = "2024-05-01T12:00:00Z";
+    return s;
+}
+
+// RFC 4180 records: quoted fields may hold commas, doubled quotes and line breaks.
+std::vector<std::vector<std::string>> parseCsv(const std::string &text)
+{
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> row;
+    std::string field;
+    bool quoted = false, any = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+                field += '"';
+                ++i;
+            } else if (c == '"') {
+                quoted = false;
+            } else {
+                field += c;
+            }
+        } else if (c == '"') {
+            quoted = true;
+            any = true;
+        } else if (c == ',') {
+            row.push_back(field);
+            field.clear();
+            any = true;
+        } else if (c == '\n') {
+            row.push_back(field);
+            rows.push_back(row);
+            row.clear();
+            field.clear();
+            any = false;
+        } else {
+            field += c;
+            any = true;
+        }
+    }
+    if (any) {
+        row.push_back(field);
+        rows.push_back(row);
+    }
+    return rows;
+}
+
 QByteArray readAll(const fs::path &p)
 {
     QFile f(QString::fromStdString(p.string()));
@@ -204,6 +292,17 @@ private Q_SLOTS:
         saveTable(m_experiment, "sweep1", makeSweep(), R"({"ks": [1, 2, 3], "lambdas": [0.001, 0.1]})");
         saveLedger(m_experiment, "replay1", makeLedger(),
                    R"({"tiers": ["exact", "semantic", "prefix", "cross"]})");
+        ComparisonSample identical = makeComparison();
+        identical.transfer = identical.scratch;
+        identical.transfer.kl.assign(identical.scratch.ids.size(), 0.0);
+        identical.firstDivergence = -1;
+        // Byte-level pieces that split one character; the divergence falls on its second half.
+        ComparisonSample split = makeComparison();
+        split.scratch = comparisonPath({"Hi", " \xf0\x9f", "\x98\x80"}, 30);
+        split.transfer = comparisonPath({"Hi", " \xf0\x9f", "\x98\x81"}, 30);
+        split.transfer.kl = {0.0, 0.0, 0.5};
+        split.firstDivergence = 2;
+        saveComparisons(m_experiment, "cmp1", {makeComparison(), identical, split});
     }
 
     void collectsEverything()
@@ -322,6 +421,92 @@ private Q_SLOTS:
         for (const auto &f : mdFiles)
             QVERIFY2(fs::exists(f), f.c_str());
         QVERIFY(d.warnings.empty());
+    }
+
+    void comparisonSamples()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        QCOMPARE(d.comparisons.size(), size_t(1));
+        QCOMPARE(d.comparisons[0].name, std::string("cmp1"));
+        QCOMPARE(d.comparisons[0].samples.size(), size_t(3));
+        QCOMPARE(d.comparisons[0].samples[0].transfer.text, makeComparison().transfer.text);
+        // The converter behind the samples is part of the hashed configuration.
+        QVERIFY2(d.configJson.find(R"("comparisons":{"cmp1":{"converters":["c1"]}})") != std::string::npos,
+                 d.configJson.c_str());
+        const ComparisonSample want = makeComparison();
+
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-cmp";
+        ui::writeCsvJson(d, out);
+        const QByteArray csvBytes = readAll(out / "csv" / "comparisons.csv");
+        const auto rows = parseCsv(csvBytes.toStdString());
+        QCOMPARE(rows.size(), size_t(4));
+        for (const auto &r : rows)
+            QCOMPARE(r.size(), rows[0].size());
+        const auto col = [&](const char *name) {
+            const auto it = std::find(rows[0].begin(), rows[0].end(), name);
+            return size_t(it - rows[0].begin());
+        };
+        QCOMPARE(rows[1][col("list")], std::string("cmp1"));
+        QCOMPARE(rows[1][col("prompt")], want.prompt);
+        QCOMPARE(rows[1][col("a_text")], want.a.text);
+        QCOMPARE(rows[1][col("scratch_text")], want.scratch.text);
+        QCOMPARE(rows[1][col("transfer_text")], want.transfer.text);
+        QCOMPARE(rows[1][col("first_divergence")], std::string("2"));
+        QCOMPARE(rows[2][col("first_divergence")], std::string("-1"));
+        QCOMPARE(std::stod(rows[1][col("mean_kl")]), want.meanKl);
+        QCOMPARE(std::stod(rows[1][col("kl_no_prefix")]), want.klNoPrefix);
+        QCOMPARE(std::stod(rows[1][col("ttft_ms_transfer")]), want.transfer.ttftMs);
+        QCOMPARE(rows[1][col("gate_passed")], std::string("1"));
+
+        QJsonParseError err;
+        const QJsonDocument doc = QJsonDocument::fromJson(readAll(out / "report.json"), &err);
+        QVERIFY2(err.error == QJsonParseError::NoError, qPrintable(err.errorString()));
+        const QJsonObject list = doc.object()["comparisons"].toArray()[0].toObject();
+        QCOMPARE(list["name"].toString(), QString("cmp1"));
+        const QJsonObject sample = list["samples"].toArray()[0].toObject();
+        QCOMPARE(sample["transfer"].toObject()["text"].toString(),
+                 QString::fromStdString(want.transfer.text));
+        QCOMPARE(sample["transfer"].toObject()["kl"].toArray()[2].toDouble(), 2.5);
+        QCOMPARE(sample["mean_kl"].toDouble(), want.meanKl);
+        QCOMPARE(sample["first_divergence"].toInt(), 2);
+        QCOMPARE(sample["gate"].toObject()["signal"].toString(), QString("tail_kl"));
+
+        ui::writeHtml(d, out);
+        const QByteArray html = readAll(out / "report.html");
+        QVERIFY(html.contains("<h2>Comparison samples</h2>"));
+        QVERIFY(html.contains("What does a KV cache store?\nAnswer &quot;briefly&quot;, please."));
+        QVERIFY(html.contains("Keys and values, per\nlayer"));
+        // The diverging token, bold and underlined, in scratch and (shaded red: KL 2.5) in transfer.
+        QVERIFY(html.contains("<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\"> "
+                              "stores</u></b>"));
+        QVERIFY(html.contains(
+            "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\">"
+            "<span style=\"background-color:#ff0000\" title=\"KL 2.5 nats\"> saves</span></u></b>"));
+        QVERIFY(html.contains("<span style=\"background-color:#ffffff\" title=\"KL 0 nats\">A</span>"));
+        QVERIFY(
+            html.contains("<span style=\"background-color:#ff8080\" title=\"KL 1 nats\"> caf\u00e9</span>"));
+        QCOMPARE(countOf(html, "class=\"divergence\""), 4); // the identical sample marks nothing
+        // The split character is marked and shaded whole (its two pieces' largest KL).
+        QVERIFY(html.contains(
+            "<span style=\"background-color:#ffbfbf\" title=\"KL 0.5 nats\"> \xf0\x9f\x98\x81</span>"));
+        QVERIFY(html.contains("KL to scratch 0.727 nats (no-prefix floor 3.125 nats)"));
+        QVERIFY(html.contains("TTFT scratch 42.25 ms vs transfer 17.75 ms"));
+        QVERIFY(html.contains("ROUGE-L 0.4375"));
+        QVERIFY(html.contains("top-1 agreement 60.0%"));
+        QVERIFY(html.contains("gate tail_kl = 0.0625 vs threshold 0.1: passed"));
+        QVERIFY(html.contains("none (identical continuations)"));
+
+        const auto md = readAll(ui::writeMarkdown(d, out).front());
+        QVERIFY(md.contains("## Comparison samples"));
+        QVERIFY(md.contains("A cache\u00ab stores\u00bb \"past\" K/V"));
+        QVERIFY(md.contains("A cache\u00ab saves\u00bb caf\u00e9 work"));
+        QVERIFY(md.contains("Keys and values, per\nlayer"));
+        QVERIFY(md.contains("What does a KV cache store?\nAnswer \"briefly\", please."));
+        QVERIFY(md.contains("KL to scratch 0.727 nats"));
+        QVERIFY(md.contains("Hi\u00ab \xf0\x9f\x98\x80\u00bb"));
+
+        ui::writePdf(d, out);
+        QVERIFY(readAll(out / "report.pdf").startsWith("%PDF"));
     }
 
     void unwritableDirectoryNamed()
