@@ -1,13 +1,16 @@
 #include "app/cli_align.h"
 
 #include "app/cli_util.h"
+#include "core/comparison_store.h"
 #include "core/converter_store.h"
 #include "core/error.h"
 #include "core/experiment_file.h"
 #include "core/random_model.h"
 #include "core/text_metrics.h"
+#include "core/text_util.h"
 #include "core/tokenizer.h"
 #include "gpu/alignment.h"
+#include "gpu/compare.h"
 #include "gpu/device.h"
 #include "gpu/transfer.h"
 
@@ -403,6 +406,10 @@ int cmdCompare(const QStringList &args)
                  "Gate passes when tail_kl or nll <= T, or kv_cos >= T (default 0.1 for tail_kl, "
                  "0.9 for kv_cos, 3 for nll).",
                  "T"});
+    p.addOption({"save-samples",
+                 "Store every compared prompt (texts, per-token probabilities and KL, timings, gate) in the "
+                 "experiment file as /comparisons/NAME, for the workbench and reports.",
+                 "NAME"});
     p.addOption({"json", "Print per-prompt results and the summary as JSON."});
     addPromptFileOptions(p);
     addModelOptions(p);
@@ -416,7 +423,8 @@ int cmdCompare(const QStringList &args)
     if (int(p.isSet("prompt")) + int(p.isSet("prompts")) + int(p.isSet("held-out")) != 1)
         throw UsageError{"give exactly one of --prompt, --prompts or --held-out"};
     const fs::path path = str(p.value("experiment"));
-    const auto file = core::ExperimentReader::open(path);
+    std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
+    const auto &file = *reader;
     const auto record = core::loadConverters(path, str(p.value("converter")));
     std::vector<std::string> warnings;
     std::vector<std::string> texts;
@@ -432,20 +440,19 @@ int cmdCompare(const QStringList &args)
         texts.resize(std::min(texts.size(), size_t(intOption(p, "limit", 0, 1))));
     gpu::GenerateOptions go;
     go.maxTokens = intOption(p, "max-tokens", 32, 1);
-    const int tail = intOption(p, "gate-tail", 4, 1);
-    gpu::GateSignal gateSignal = gpu::GateSignal::TailKl;
-    if (p.value("gate-signal") == "kv_cos")
-        gateSignal = gpu::GateSignal::KvCos;
-    else if (p.value("gate-signal") == "nll")
-        gateSignal = gpu::GateSignal::Nll;
-    else if (p.value("gate-signal") != "tail_kl")
+    const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
+    if (!gs)
         throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
                          "'"};
-    const double threshold = doubleOption(p, "gate-threshold",
-                                          gateSignal == gpu::GateSignal::KvCos    ? 0.9
-                                          : gateSignal == gpu::GateSignal::TailKl ? 0.1
-                                                                                  : 3.0,
-                                          -1.0, 1e9);
+    gpu::CompareOptions co;
+    co.maxTokens = go.maxTokens;
+    co.gateSignal = *gs;
+    co.gateTail = intOption(p, "gate-tail", 4, 1);
+    co.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
+    const auto gateSignal = co.gateSignal;
+    const double threshold = co.gateThreshold;
+    const int tail = co.gateTail;
+    std::vector<core::ComparisonSample> samples;
     const auto lo = loadOptions(p);
     auto a = loadFileModel(file, 'a', p, lo);
     auto b = loadFileModel(file, 'b', p, lo);
@@ -459,91 +466,69 @@ int cmdCompare(const QStringList &args)
     int identical = 0, passed = 0, done = 0;
     bool warmed = false;
     for (size_t i = 0; i < texts.size() && !InterruptScope::interrupted(); ++i) {
-        const auto ids = tokB->encode(texts[i], true);
-        if (tokA->encode(texts[i], true) != ids) {
-            warnings.push_back(fmt::format("prompt {} skipped: A and B tokenise it differently", i));
+        std::vector<int> ids;
+        try {
+            ids = gpu::comparablePrompt(texts[i], *a, *tokA, *b, *tokB, go.maxTokens);
+        } catch (const core::Error &e) {
+            warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
             continue;
         }
-        if (ids.size() < 3 || int(ids.size()) + go.maxTokens > b->contextLimit()) {
-            warnings.push_back(
-                fmt::format("prompt {} skipped: {} tokens (a transfer needs at least 3, and room for "
-                            "{} more in the context of {})",
-                            i, ids.size(), go.maxTokens, b->contextLimit()));
-            continue;
-        }
-        const std::vector<int> prefix(ids.begin(), ids.end() - 1);
         if (!warmed) { // first-call allocations would otherwise land on prompt 0's timings
             b->generate(ids, go);
             auto warm = a->newCache();
             gpu::transferGenerate(*a, *b, conv, ids, go, &warm);
             warmed = true;
         }
-        const auto scratch = b->generate(ids, go);
-        const auto selfA = a->generate(ids, go);
-        auto cacheA = a->newCache();
-        const auto t0 = Clock::now();
-        a->forward(prefix, cacheA);
-        const double prefillA = msSince(t0);
-        const auto gate = gpu::qualityGate(*b, conv, cacheA, ids.back(), tail, gateSignal, threshold);
-        const auto tr = gpu::transferGenerate(*a, *b, conv, ids, go, &cacheA);
-        const auto agree = gpu::teacherForcedAgreement(*a, *b, conv, ids, scratch.outputIds);
-        const auto floor = gpu::noPrefixAgreement(*b, ids, scratch.outputIds);
-        const std::string textScratch = tokB->decode(scratch.outputIds, true);
-        const std::string textTransfer = tokB->decode(tr.generation.outputIds, true);
-        const std::string textA = tokA->decode(selfA.outputIds, true);
-        int divergence = -1;
-        const auto &x = scratch.outputIds, &y = tr.generation.outputIds;
-        for (size_t j = 0; j < std::max(x.size(), y.size()); ++j)
-            if (j >= x.size() || j >= y.size() || x[j] != y[j]) {
-                divergence = int(j);
-                break;
-            }
-        const double ttftT = prefillA + tr.convertMs + tr.generation.stats.ttftMs;
-        const double ttftC = tr.convertMs + tr.generation.stats.ttftMs;
-        // what a gated deployment pays: the gate, then the transfer or (failed) B's own prefill
-        const double ttftG = prefillA + gate.ms +
-                             (gate.passed ? tr.convertMs + tr.generation.stats.ttftMs : scratch.stats.ttftMs);
-        ttftGated.push_back(ttftG);
-        const double kl = agree.meanKl();
+        const auto outcome = gpu::compareTransfer(*a, *tokA, *b, *tokB, conv, ids, co);
+        const auto &sample = outcome.sample;
+        const auto &gate = outcome.gate;
+        samples.push_back(sample);
+        samples.back().prompt = texts[i];
+        samples.back().converter = record.name;
+        samples.back().createdUtc = core::text::utcNowIso8601();
+        const double kl = sample.meanKl;
         kls.push_back(kl);
-        klFloor.push_back(floor.meanKl());
-        top1Floor.push_back(floor.top1Rate());
-        top1s.push_back(agree.top1Rate());
-        rouges.push_back(core::rougeL(textTransfer, textScratch));
-        rougesA.push_back(core::rougeL(textA, textScratch));
-        ttftScratch.push_back(scratch.stats.ttftMs);
-        ttftTransfer.push_back(ttftT);
-        ttftCached.push_back(ttftC);
+        klFloor.push_back(sample.klNoPrefix);
+        top1Floor.push_back(outcome.top1NoPrefix);
+        top1s.push_back(sample.top1);
+        rouges.push_back(sample.rougeL);
+        rougesA.push_back(core::rougeL(sample.a.text, sample.scratch.text));
+        ttftScratch.push_back(sample.scratch.ttftMs);
+        ttftTransfer.push_back(sample.transfer.ttftMs);
+        ttftCached.push_back(outcome.ttftCachedMs);
+        ttftGated.push_back(outcome.ttftGatedMs);
         kvCos.push_back(gate.kvCos);
         tailKls.push_back(gate.tailKl);
         nlls.push_back(gate.nll);
         (gate.passed ? klPassed : klFailed).push_back(kl);
         gatedKl.push_back(gate.passed ? kl : 0.0);
-        identical += divergence < 0 ? 1 : 0;
+        identical += sample.firstDivergence < 0 ? 1 : 0;
         passed += gate.passed ? 1 : 0;
         ++done;
         const json row = {
             {"prompt", texts[i]},
             {"prompt_tokens", ids.size()},
-            {"text_scratch", textScratch},
-            {"text_transfer", textTransfer},
-            {"text_a", textA},
-            {"first_divergence", divergence},
+            {"text_scratch", sample.scratch.text},
+            {"text_transfer", sample.transfer.text},
+            {"text_a", sample.a.text},
+            {"first_divergence", sample.firstDivergence},
             {"kl", kl},
-            {"kl_max", agree.kl.empty() ? 0.0 : *std::max_element(agree.kl.begin(), agree.kl.end())},
-            {"top1", agree.top1Rate()},
-            {"kl_no_prefix", floor.meanKl()},
-            {"top1_no_prefix", floor.top1Rate()},
+            {"kl_max", sample.transfer.kl.empty()
+                           ? 0.0
+                           : *std::max_element(sample.transfer.kl.begin(), sample.transfer.kl.end())},
+            {"top1", sample.top1},
+            {"kl_no_prefix", sample.klNoPrefix},
+            {"top1_no_prefix", outcome.top1NoPrefix},
             {"rouge_l", rouges.back()},
             {"rouge_l_a", rougesA.back()},
-            {"ttft_ms_scratch", scratch.stats.ttftMs},
-            {"ttft_ms_transfer", ttftT},
-            {"ttft_ms_transfer_cached", ttftC},
-            {"ttft_ms_gated", ttftG},
-            {"prefill_ms_a", prefillA},
-            {"convert_ms", tr.convertMs},
-            {"speedup", scratch.stats.ttftMs / ttftT},
-            {"speedup_cached", scratch.stats.ttftMs / ttftC},
+            {"ttft_ms_scratch", sample.scratch.ttftMs},
+            {"ttft_ms_transfer", sample.transfer.ttftMs},
+            {"ttft_ms_transfer_cached", outcome.ttftCachedMs},
+            {"ttft_ms_gated", outcome.ttftGatedMs},
+            {"prefill_ms_a", sample.sourcePrefillMs},
+            {"convert_ms", sample.convertMs},
+            {"speedup", sample.scratch.ttftMs / sample.transfer.ttftMs},
+            {"speedup_cached", sample.scratch.ttftMs / outcome.ttftCachedMs},
             {"gate",
              {{"signal", gpu::gateSignalName(gate.signal)},
               {"value", gate.value},
@@ -559,7 +544,8 @@ int cmdCompare(const QStringList &args)
         if (!asJson) {
             if (texts.size() == 1)
                 std::printf("prompt: %s\n\nB scratch : %s\nB transfer: %s\nA itself  : %s\n\n",
-                            texts[i].c_str(), textScratch.c_str(), textTransfer.c_str(), textA.c_str());
+                            texts[i].c_str(), sample.scratch.text.c_str(), sample.transfer.text.c_str(),
+                            sample.a.text.c_str());
             else
                 std::fprintf(stderr, "\rcompared %d/%zu prompts", done, texts.size());
         }
@@ -572,6 +558,10 @@ int cmdCompare(const QStringList &args)
     }
     if (done == 0)
         throw core::Error(core::ErrorCode::InvalidArgument, "no prompt could be compared");
+    if (p.isSet("save-samples")) {
+        reader.reset(); // the store opens the file for writing
+        core::saveComparisons(path, str(p.value("save-samples")), samples);
+    }
     auto mean = [](const std::vector<double> &v) {
         return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
     };

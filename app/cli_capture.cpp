@@ -115,6 +115,50 @@ std::vector<int> layerList(const QCommandLineParser &p, const char *flag, int nu
 
 } // namespace
 
+FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core::Tokenizer &tokA,
+                            const gpu::Model &b, const core::Tokenizer &tokB,
+                            const std::vector<gpu::CapturePrompt> &prompts, gpu::CaptureOptions co,
+                            const std::string &promptsSource, const gpu::CaptureProgressFn &progress)
+{
+    auto infoA = gpu::describeModel('a', a, modelTokenizerPath(a));
+    auto infoB = gpu::describeModel('b', b, modelTokenizerPath(b));
+    // The same lists go to the writer (what the file records) and to the capture (what is read);
+    // empty means every layer.
+    infoA.capturedLayers = co.layersA;
+    infoB.capturedLayers = co.layersB;
+    const json config = {{"model_a", infoA.weightsSha256},
+                         {"model_b", infoB.weightsSha256},
+                         {"prompts", promptsSource},
+                         {"dtype", core::kvStorageName(co.file.storage)},
+                         {"compress", co.file.compress},
+                         {"max_tokens", co.maxTokens},
+                         {"key_form", core::keyFormName(co.file.keyForm)},
+                         {"device", gpu::deviceName(a.options().device)},
+                         {"compute_dtype", gpu::computeTypeName(a.options().dtype)},
+                         {"layers_a", co.layersA},
+                         {"layers_b", co.layersB}};
+    FileCapture fc;
+    fc.appended = fs::exists(out);
+    auto writer = fc.appended ? core::ExperimentWriter::append(out, infoA, infoB)
+                              : core::ExperimentWriter::create(out, co.file, provenance(a.options(), config),
+                                                               infoA, infoB);
+    if (fc.appended) {
+        // the file's own storage settings win; say so when the request asked for something else
+        const auto existing = writer.storage();
+        if (existing.storage != co.file.storage || existing.keyForm != co.file.keyForm)
+            fc.warnings.push_back(
+                fmt::format("{}: appending with the file's storage ({}, {} keys), not the requested",
+                            out.filename().string(), core::kvStorageName(existing.storage),
+                            core::keyFormName(existing.keyForm)));
+        co.file = existing;
+    }
+    fc.storage = co.file;
+    fc.result = gpu::capturePrompts(writer, a, tokA, b, tokB, prompts, co, progress);
+    writer.close();
+    fc.warnings.insert(fc.warnings.end(), fc.result.warnings.begin(), fc.result.warnings.end());
+    return fc;
+}
+
 int cmdCapture(const QStringList &args)
 {
     QCommandLineParser p;
@@ -159,50 +203,23 @@ int cmdCapture(const QStringList &args)
     if (p.isSet("limit"))
         prompts.resize(std::min(prompts.size(), size_t(intOption(p, "limit", 0, 1))));
     auto pair = loadPair(str(p.value("model-a")), str(p.value("model-b")), o);
-    auto infoA = gpu::describeModel('a', *pair.a, pair.tokPathA);
-    auto infoB = gpu::describeModel('b', *pair.b, pair.tokPathB);
-    // The same lists go to the writer (what the file records) and to the capture (what is read).
-    co.layersA = infoA.capturedLayers = layerList(p, "layers-a", pair.a->config().numLayers);
-    co.layersB = infoB.capturedLayers = layerList(p, "layers-b", pair.b->config().numLayers);
+    co.layersA = layerList(p, "layers-a", pair.a->config().numLayers);
+    co.layersB = layerList(p, "layers-b", pair.b->config().numLayers);
     const fs::path out = str(p.value("out"));
-    const json config = {{"model_a", infoA.weightsSha256},
-                         {"model_b", infoB.weightsSha256},
-                         {"prompts", str(p.value("prompts"))},
-                         {"dtype", str(p.value("dtype"))},
-                         {"compress", co.file.compress},
-                         {"max_tokens", co.maxTokens},
-                         {"key_form", core::keyFormName(co.file.keyForm)},
-                         {"device", gpu::deviceName(o.device)},
-                         {"compute_dtype", gpu::computeTypeName(o.dtype)},
-                         {"layers_a", co.layersA},
-                         {"layers_b", co.layersB}};
-    const bool appending = fs::exists(out);
-    auto writer = appending
-                      ? core::ExperimentWriter::append(out, infoA, infoB)
-                      : core::ExperimentWriter::create(out, co.file, provenance(o, config), infoA, infoB);
-    if (appending) {
-        // the file's own storage settings win; say so when the flags asked for something else
-        const auto existing = writer.storage();
-        if (existing.storage != co.file.storage || existing.keyForm != co.file.keyForm)
-            warnings.push_back(
-                fmt::format("{}: appending with the file's storage ({}, {} keys), not the flags'",
-                            out.filename().string(), core::kvStorageName(existing.storage),
-                            core::keyFormName(existing.keyForm)));
-        co.file = existing;
-    }
     std::optional<InterruptScope> ctrlC(std::in_place);
     const bool asJson = p.isSet("json");
-    const auto r = gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
-                                       [&](int done, int total) {
-                                           if (!asJson && (done % 10 == 0 || done == total))
-                                               std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
-                                           return !InterruptScope::interrupted();
-                                       });
+    const auto fc = captureIntoFile(out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
+                                    str(p.value("prompts")), [&](int done, int total) {
+                                        if (!asJson && (done % 10 == 0 || done == total))
+                                            std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
+                                        return !InterruptScope::interrupted();
+                                    });
     ctrlC.reset();
-    writer.close();
+    const auto &r = fc.result;
+    const bool appending = fc.appended;
     if (!asJson)
         std::fprintf(stderr, "\n");
-    warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
+    warnings.insert(warnings.end(), fc.warnings.begin(), fc.warnings.end());
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     const json summary = {{"out", out.string()},

@@ -138,17 +138,12 @@ int cmdReplay(const QStringList &args)
     o.exactLimits = limits(p, "exact");
     o.semanticLimits = limits(p, "semantic");
     o.prefixLimits = limits(p, "prefix");
-    const QString gs = p.value("gate-signal");
-    o.gateSignal = gs == "kv_cos" ? gpu::GateSignal::KvCos
-                   : gs == "nll"  ? gpu::GateSignal::Nll
-                                  : gpu::GateSignal::TailKl;
-    if (gs != "kv_cos" && gs != "nll" && gs != "tail_kl")
-        throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(gs) + "'"};
-    o.gateThreshold = doubleOption(p, "gate-threshold",
-                                   o.gateSignal == gpu::GateSignal::KvCos    ? 0.9
-                                   : o.gateSignal == gpu::GateSignal::TailKl ? 0.1
-                                                                             : 3.0,
-                                   -1.0, 1e9);
+    const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
+    if (!gs)
+        throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
+                         "'"};
+    o.gateSignal = *gs;
+    o.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
     o.gate = !p.isSet("no-gate");
     if (p.value("embed") != "question" && p.value("embed") != "prompt")
         throw UsageError{"--embed expects question or prompt, got '" + str(p.value("embed")) + "'"};

@@ -114,10 +114,18 @@ void addPromptFileOptions(QCommandLineParser &p)
 std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
                                        std::vector<std::string> &warnings)
 {
-    const QString split = p.value("split");
-    if (split != "all" && split != "train" && split != "validation")
-        throw UsageError{"--split expects train, validation or all, got '" + str(split) + "'"};
-    const int join = intOption(p, "join", 1, 1);
+    PromptFileOptions o;
+    o.split = str(p.value("split"));
+    if (o.split != "all" && o.split != "train" && o.split != "validation")
+        throw UsageError{"--split expects train, validation or all, got '" + o.split + "'"};
+    o.join = intOption(p, "join", 1, 1);
+    o.wholeText = p.isSet("whole-text");
+    return readPromptFile(path, o, warnings);
+}
+
+std::vector<PromptText> readPromptFile(const std::string &path, const PromptFileOptions &o,
+                                       std::vector<std::string> &warnings)
+{
     auto corpus = core::readTextCorpus(path);
     warnings.insert(warnings.end(), corpus.warnings.begin(), corpus.warnings.end());
     if (corpus.skipped > corpus.warnings.size())
@@ -126,20 +134,20 @@ std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::s
     std::vector<PromptText> out;
     int inGroup = 0;
     for (auto &d : corpus.documents) {
-        if ((split == "train" && d.validation) || (split == "validation" && !d.validation))
+        if ((o.split == "train" && d.validation) || (o.split == "validation" && !d.validation))
             continue;
-        std::string text = p.isSet("whole-text") || d.prompt.empty() ? d.text : d.prompt;
+        std::string text = o.wholeText || d.prompt.empty() ? d.text : d.prompt;
         while (!text.empty() && text.back() == '\n')
             text.pop_back();
         if (inGroup == 0)
             out.push_back({std::move(text), d.synset});
         else
             out.back().text += "\n" + text;
-        inGroup = (inGroup + 1) % join;
+        inGroup = (inGroup + 1) % std::max(1, o.join);
     }
     if (out.empty())
         throw core::Error(core::ErrorCode::Format,
-                          fmt::format("{}: no prompts of split '{}'", path, str(split)));
+                          fmt::format("{}: no prompts of split '{}'", path, o.split));
     return out;
 }
 

@@ -53,6 +53,15 @@ struct PromptText
     std::string text;
     std::string label; // intent / synset; the first document's when joined
 };
+struct PromptFileOptions
+{
+    std::string split = "all"; // train | validation | all
+    bool wholeText = false;
+    int join = 1;
+};
+std::vector<PromptText> readPromptFile(const std::string &path, const PromptFileOptions &options,
+                                       std::vector<std::string> &warnings);
+// The same with the options from --split, --whole-text and --join.
 std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
                                        std::vector<std::string> &warnings);
 

@@ -11,7 +11,9 @@
 // as failed(job, message); cancellation is reported as cancelled(job), never as an error.
 #pragma once
 
+#include "core/replay_ledger.h"
 #include "ui/experiment_snapshot.h"
+#include "ui/job_types.h"
 #include "ui/models_panel.h"
 #include "ui/report_builder.h"
 
@@ -26,9 +28,13 @@
 #include <utility>
 #include <vector>
 
-namespace kvwb::gpu {
-class Model;
+namespace kvwb::core {
+class Tokenizer;
 }
+namespace kvwb::gpu {
+class Converter;
+class Model;
+} // namespace kvwb::gpu
 
 namespace kvwb::app {
 
@@ -43,6 +49,19 @@ struct LoadedPair
 };
 
 using ExperimentSnapshot = ui::ExperimentSnapshot;
+
+// How a replay ended (its rows came through replayRows batches).
+struct ReplayOutcome
+{
+    core::LedgerSummary summary;
+    int requests = 0; // replayed
+    int total = 0;    // in the workload (after the limit)
+    bool cancelled = false;
+    QString storedLedger; // /ledgers/<name> written, else empty
+    QStringList warnings;
+};
+
+using RowBatch = std::vector<core::LedgerRow>;
 
 class EngineWorker : public QObject
 {
@@ -63,8 +82,26 @@ public:
     void readExperiment(quint64 job, const QString &path);
     // Engine thread: gathers a report's data (HDF5 reads); the GUI thread draws and writes it.
     void collectReport(quint64 job, const QString &path);
+    // Engine thread: both loaded models over a prompt set into an experiment file.
+    void capture(quint64 job, const kvwb::ui::CaptureRequest &request,
+                 std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: fits a converter and stores it in the experiment file (nothing when cancelled).
+    void fit(quint64 job, const kvwb::ui::FitRequest &request, std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: one prompt three ways with the loaded models and a stored converter.
+    void compare(quint64 job, const kvwb::ui::CompareRequest &request,
+                 std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: replays a workload; rows go out in batches at most every batchMs, and the
+    // replay waits between requests while *pause is set.
+    void replay(quint64 job, const kvwb::ui::ReplayRequest &request, std::shared_ptr<std::atomic_bool> cancel,
+                std::shared_ptr<std::atomic_bool> pause, int batchMs);
 
 Q_SIGNALS:
+    void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
+    void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
+    void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
+    void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
+    void replayProgress(quint64 job, int done, int total);
+    void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
     void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
     void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
     void progress(quint64 job, double fraction, const QString &stage);
@@ -73,7 +110,19 @@ Q_SIGNALS:
     void cancelled(quint64 job);
 
 private:
+    // Runs body, reporting core::Error and std::exception as failed(job, ...).
+    template <typename F> void guarded(quint64 job, F &&body);
+    void requireModels(const char *what) const;
+    // The loaded models must be the experiment's (weights fingerprints); Error(Config) saying
+    // which one differs and what to load.
+    void requireExperimentModels(const QString &experiment) const;
+    // The converter record `name` of the experiment, built for the loaded pair (cached).
+    const gpu::Converter &converter(const QString &experiment, const QString &name);
+
     std::unique_ptr<gpu::Model> m_a, m_b;
+    std::unique_ptr<core::Tokenizer> m_tokA, m_tokB;
+    std::unique_ptr<gpu::Converter> m_converter;
+    std::string m_converterKey; // experiment path + name + models, of m_converter
 };
 
 class EngineController : public QObject
@@ -89,7 +138,13 @@ public:
     quint64 loadModels(const ModelRequest &a, const ModelRequest &b);
     quint64 readExperiment(const QString &path);
     quint64 collectReport(const QString &path);
-    void cancel(); // the running job stops at its next progress check
+    quint64 capture(const ui::CaptureRequest &request);
+    quint64 fit(const ui::FitRequest &request);
+    quint64 compare(const ui::CompareRequest &request);
+    quint64 replay(const ui::ReplayRequest &request);
+    void setPaused(bool paused); // the running replay waits between requests while paused
+    void cancel();               // the running job stops at its next progress check
+    int replayBatchMs = 100;     // how often a replay hands its rows to the GUI
     bool busy() const { return m_busy; }
     QString state() const { return m_state; } // "idle", "loading models 40% (layer 2/4)", ...
 
@@ -100,16 +155,25 @@ Q_SIGNALS:
     void cancelled(quint64 job);
     void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
     void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
+    void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
+    void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
+    void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
+    void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
+    void replayProgress(quint64 job, int done, int total);
+    void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
     void stateChanged(const QString &state);
 
 private:
-    // Starts a job that needs no cancel flag on the engine thread.
+    // Starts a job on the engine thread: job(worker, id, cancel flag). Refused (0) while busy.
     template <typename F> quint64 start(const QString &state, F &&job);
-    void finish(const QString &state);
+    // Connects a worker result signal to finish the job and re-emit it.
+    template <typename Sig, typename Out> void relay(Sig workerSignal, Out ownSignal);
 
     QThread m_thread;
     EngineWorker *m_worker = nullptr; // owned by m_thread (deleteLater on finish)
     std::shared_ptr<std::atomic_bool> m_cancel;
+    std::shared_ptr<std::atomic_bool> m_pause = std::make_shared<std::atomic_bool>(false);
+    QString m_jobLabel; // "capturing", "fitting 'default'", ... (the state line's start)
     quint64 m_nextJob = 1;
     bool m_busy = false;
     QString m_state = "idle";

@@ -18,12 +18,44 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
             [w](quint64, std::shared_ptr<const ui::ReportData> d) { w->writeReport(d); });
     connect(&m_engine, &EngineController::experimentRead, w,
             [w](quint64, std::shared_ptr<const ExperimentSnapshot> s) { w->showExperiment(s); });
-    connect(&m_engine, &EngineController::stateChanged, w, &ui::MainWindow::setEngineState);
+    connect(w, &ui::MainWindow::captureRequested, this,
+            [this](const ui::CaptureRequest &r) { m_engine.capture(r); });
+    connect(w, &ui::MainWindow::fitRequested, this, [this](const ui::FitRequest &r) { m_engine.fit(r); });
+    connect(w, &ui::MainWindow::compareRequested, this,
+            [this](const ui::CompareRequest &r) { m_engine.compare(r); });
+    connect(w, &ui::MainWindow::replayRequested, this,
+            [this](const ui::ReplayRequest &r) { m_engine.replay(r); });
+    connect(w, &ui::MainWindow::pauseRequested, &m_engine, &EngineController::setPaused);
+    connect(&m_engine, &EngineController::stateChanged, w, [this, w](const QString &state) {
+        w->setEngineState(state);
+        w->setEngineBusy(m_engine.busy());
+    });
     connect(&m_engine, &EngineController::progress, w,
-            [w](quint64, double f, const QString &stage) { w->showLoadProgress(f, stage); });
+            [w](quint64, double f, const QString &stage) { w->showProgress(f, stage); });
     connect(&m_engine, &EngineController::modelsLoaded, w,
             [w](quint64, std::shared_ptr<const LoadedPair> p) { w->showModelsLoaded(p->a, p->b, p->ms); });
-    connect(&m_engine, &EngineController::failed, w, [w](quint64, const QString &m) { w->showFailure(m); });
+    connect(&m_engine, &EngineController::captured, w,
+            [w](quint64, std::shared_ptr<const ui::CaptureSummary> s) { w->showCaptured(*s); });
+    connect(&m_engine, &EngineController::fitted, w,
+            [w](quint64, std::shared_ptr<const ui::FitSummary> s) { w->showFitted(*s); });
+    connect(&m_engine, &EngineController::compared, w,
+            [w](quint64, std::shared_ptr<const ui::CompareResult> r) { w->showCompared(*r); });
+    connect(&m_engine, &EngineController::replayRows, w,
+            [w](quint64, std::shared_ptr<const RowBatch> rows) { w->showReplayRows(*rows); });
+    connect(&m_engine, &EngineController::replayProgress, w,
+            [w](quint64, int done, int total) { w->showReplayProgress(done, total); });
+    connect(&m_engine, &EngineController::replayFinished, w,
+            [w](quint64, std::shared_ptr<const ReplayOutcome> o) {
+                for (const QString &warning : o->warnings)
+                    w->log(QObject::tr("replay: %1").arg(warning));
+                w->showReplayFinished(o->cancelled, o->requests, o->storedLedger);
+            });
+    connect(&m_engine, &EngineController::failed, w, [w](quint64 job, const QString &m) {
+        if (job == 0) // a request refused while another job runs: the running job's panel stays as it is
+            w->log(QObject::tr("refused: %1").arg(m));
+        else
+            w->showFailure(m);
+    });
     connect(&m_engine, &EngineController::cancelled, w, [w](quint64) { w->showCancelled(); });
 }
 

@@ -13,7 +13,9 @@
 #include "gpu/model.h"
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvwb::gpu {
@@ -102,6 +104,10 @@ enum class GateSignal
     Nll
 };
 const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nll"
+// The inverse of gateSignalName; nullopt for anything else.
+std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept;
+// The threshold used when none is given: 0.9 for kv_cos, 0.1 for tail_kl, 3 for nll.
+double defaultGateThreshold(GateSignal s) noexcept;
 
 struct GateResult
 {

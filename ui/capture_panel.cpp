@@ -170,7 +170,7 @@ CapturePanel::CapturePanel(QWidget *parent) : QWidget(parent)
     m_capture->setObjectName("captureButton");
     m_capture->setToolTip(tr("Run both models over the prompts and write their KV caches to the file."));
     m_cancel = new QPushButton(tr("Cancel"), this);
-    m_cancel->setObjectName("cancelButton");
+    m_cancel->setObjectName("cancelCaptureButton");
     m_cancel->setToolTip(tr("Stop after the current prompt; the prompts written so far stay in the file."));
     m_progress = new QProgressBar(this);
     m_progress->setObjectName("captureProgress");
@@ -183,7 +183,7 @@ CapturePanel::CapturePanel(QWidget *parent) : QWidget(parent)
     buttons->addWidget(m_progress, 1);
     layout->addLayout(buttons);
     m_status = new QLabel(this);
-    m_status->setObjectName("statusLabel");
+    m_status->setObjectName("captureStatus");
     m_status->setWordWrap(true);
     m_status->setTextFormat(Qt::RichText);
     layout->addWidget(m_status);

@@ -239,7 +239,7 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     m_run->setToolTip(tr("Generate the three continuations of the prompt (Ctrl+Enter)."));
     controls->addWidget(m_run);
     m_cancel = new QPushButton(tr("Cancel"), this);
-    m_cancel->setObjectName("cancelButton");
+    m_cancel->setObjectName("cancelCompareButton");
     m_cancel->setEnabled(false);
     m_cancel->setToolTip(tr("Stop the running comparison; nothing is shown or stored."));
     controls->addWidget(m_cancel);

@@ -1,8 +1,9 @@
 // What the panels show of an experiment file: its models and prompt counts, every stored converter
-// (maps, metrics, CKA), sweep table and replay ledger. The engine thread reads it (HDF5 stays
-// there, app/engine_controller.h) and hands the GUI an immutable snapshot.
+// (maps, metrics, CKA), sweep table, replay ledger and comparison sample list. The engine thread reads it
+// (HDF5 stays there, app/engine_controller.h) and hands the GUI an immutable snapshot.
 #pragma once
 
+#include "core/comparison_store.h"
 #include "core/converter_store.h"
 #include "core/experiment_file.h"
 #include "core/replay_ledger.h"
@@ -22,8 +23,9 @@ struct ExperimentSnapshot
     int prompts = 0;
     int64_t tokensA = 0, tokensB = 0;
     std::vector<core::ConverterRecord> converters;
-    std::vector<std::pair<std::string, core::MetricTable>> sweeps;             // name, table
-    std::vector<std::pair<std::string, std::vector<core::LedgerRow>>> ledgers; // name, rows
+    std::vector<std::pair<std::string, core::MetricTable>> sweeps;                        // name, table
+    std::vector<std::pair<std::string, std::vector<core::LedgerRow>>> ledgers;            // name, rows
+    std::vector<std::pair<std::string, std::vector<core::ComparisonSample>>> comparisons; // name, samples
 };
 
 } // namespace kvwb::ui

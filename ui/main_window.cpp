@@ -2,6 +2,8 @@
 
 #include "core/error.h"
 #include "ui/alignment_panel.h"
+#include "ui/capture_panel.h"
+#include "ui/compare_panel.h"
 #include "ui/model_card_model.h"
 #include "ui/replay_panel.h"
 
@@ -9,6 +11,7 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDateTime>
+#include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -61,12 +64,19 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     addDock("modelsDock", tr("Models"), m_models, Qt::TopDockWidgetArea);
     addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
     addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
+    m_capture = new CapturePanel(this);
     m_alignment = new AlignmentPanel(this);
+    m_compare = new ComparePanel(this);
     m_replay = new ReplayPanel(this);
+    // the workflow's order: capture, fit, compare, replay
+    auto *captureDock = addDock("captureDock", tr("Capture"), m_capture, Qt::LeftDockWidgetArea);
     auto *alignDock = addDock("alignmentDock", tr("Alignment"), m_alignment, Qt::LeftDockWidgetArea);
+    auto *compareDock = addDock("compareDock", tr("Compare"), m_compare, Qt::LeftDockWidgetArea);
     auto *replayDock = addDock("replayDock", tr("Replay"), m_replay, Qt::LeftDockWidgetArea);
-    tabifyDockWidget(alignDock, replayDock);
-    alignDock->raise();
+    tabifyDockWidget(captureDock, alignDock);
+    tabifyDockWidget(alignDock, compareDock);
+    tabifyDockWidget(compareDock, replayDock);
+    captureDock->raise();
 
     m_engineLabel = new QLabel(tr("engine: idle"), this);
     m_engineLabel->setObjectName("engineState");
@@ -88,6 +98,39 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     for (char role : {'a', 'b'})
         m_card->setModel(role == 'a' ? ModelCardModel::ModelAColumn : ModelCardModel::ModelBColumn,
                          m_models->previewConfig(role));
+    connect(m_models, &ModelsPanel::loadRequested, this, [this] { beginJob(Job::Load); });
+
+    connect(m_capture, &CapturePanel::captureRequested, this, [this](const CaptureRequest &r) {
+        beginJob(Job::Capture);
+        log(tr("capturing %1 into %2").arg(r.promptsPath, r.outPath));
+        Q_EMIT captureRequested(r);
+    });
+    connect(m_alignment, &AlignmentPanel::fitRequested, this, [this](const FitRequest &r) {
+        beginJob(Job::Fit);
+        log(tr("fitting converter '%1' (%2, k %3) on %4")
+                .arg(r.name, r.selection)
+                .arg(r.k)
+                .arg(r.experimentPath));
+        Q_EMIT fitRequested(r);
+    });
+    connect(m_alignment, &AlignmentPanel::inUseChanged, this, &MainWindow::setInUse);
+    connect(m_compare, &ComparePanel::compareRequested, this, [this](const CompareRequest &r) {
+        beginJob(Job::Compare);
+        Q_EMIT compareRequested(r);
+    });
+    connect(m_replay, &ReplayPanel::replayRequested, this, [this](const ReplayRequest &r) {
+        beginJob(Job::Replay);
+        m_replay->beginLive(QFileInfo(r.workloadPath).fileName() + " | " +
+                            (r.tiers.isEmpty() ? tr("no tiers") : r.tiers.join(',')));
+        log(tr("replaying %1 through %2")
+                .arg(r.workloadPath, r.tiers.isEmpty() ? tr("no tiers") : r.tiers.join(',')));
+        Q_EMIT replayRequested(r);
+    });
+    connect(m_replay, &ReplayPanel::pauseRequested, this, &MainWindow::pauseRequested);
+    connect(m_capture, &CapturePanel::cancelRequested, this, &MainWindow::cancelRequested);
+    connect(m_alignment, &AlignmentPanel::cancelRequested, this, &MainWindow::cancelRequested);
+    connect(m_compare, &ComparePanel::cancelRequested, this, &MainWindow::cancelRequested);
+    connect(m_replay, &ReplayPanel::stopRequested, this, &MainWindow::cancelRequested);
 
     m_defaultState = saveState();
     auto s = settings();
@@ -192,8 +235,11 @@ bool MainWindow::openProject(const QString &path)
         }
         rememberRecent(m_projectPath);
         setWindowTitle(tr("KV Workbench - %1").arg(QString::fromStdString(project.name)));
-        if (project.experiment)
+        applyProjectSettings();
+        if (project.experiment) {
+            beginJob(Job::Read);
             Q_EMIT experimentRequested(QString::fromStdString(project.experiment->string()));
+        }
         log(tr("opened project %1").arg(m_projectPath));
         refreshSummary();
         return true;
@@ -215,6 +261,9 @@ bool MainWindow::saveProject(const QString &path)
         m.device = c.device.toStdString();
         m.dtype = c.dtype.toStdString();
     }
+    storeProjectSettings(p);
+    if (!m_experimentPath.isEmpty())
+        p.experiment = m_experimentPath.toStdString();
     try {
         p.save(path.toStdString());
         m_project = p.resolved(path.toStdString());
@@ -284,9 +333,48 @@ void MainWindow::showLoadProgress(double fraction, const QString &stage)
     m_models->setProgress(fraction, stage);
 }
 
+void MainWindow::beginJob(Job job)
+{
+    m_job = job;
+}
+
+void MainWindow::showProgress(double fraction, const QString &stage)
+{
+    switch (m_job) {
+    case Job::Load:
+        m_models->setProgress(fraction, stage);
+        break;
+    case Job::Capture:
+        m_capture->setProgress(fraction, stage);
+        break;
+    case Job::Fit:
+        m_alignment->setFitProgress(fraction, stage);
+        break;
+    case Job::Compare:
+        m_compare->setProgress(fraction, stage);
+        break;
+    default: // replays report through showReplayProgress; reads and reports are short
+        break;
+    }
+}
+
+void MainWindow::setEngineBusy(bool busy)
+{
+    m_capture->setBusy(busy);
+    m_alignment->setBusy(busy);
+    m_compare->setBusy(busy);
+    m_replay->setBusy(busy);
+    if (!busy)
+        m_job = Job::None;
+}
+
 void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, double ms)
 {
     m_models->setLoaded(a, b, ms);
+    m_modelsLoaded = true;
+    m_capture->setModelsLoaded(true);
+    m_compare->setModelsLoaded(true);
+    m_replay->setModelsLoaded(true);
     m_card->setModel(ModelCardModel::ModelAColumn, a.config);
     m_card->setModel(ModelCardModel::ModelBColumn, b.config);
     m_cardView->resizeColumnsToContents();
@@ -300,29 +388,239 @@ void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInf
 
 void MainWindow::showFailure(const QString &message)
 {
-    m_models->setFailed(message);
+    switch (m_job) {
+    case Job::Capture:
+        m_capture->setFailed(message);
+        break;
+    case Job::Fit:
+        m_alignment->setFitFailed(message);
+        break;
+    case Job::Compare:
+        m_compare->setFailed(message);
+        break;
+    case Job::Replay:
+        m_replay->setReplayFailed(message);
+        break;
+    default:
+        m_models->setFailed(message);
+        break;
+    }
     statusBar()->showMessage(message, 10000);
     log(tr("error: %1").arg(message));
 }
 
 void MainWindow::showCancelled()
 {
-    m_models->setCancelled();
+    if (m_job == Job::Capture)
+        m_capture->setCancelled();
+    else if (m_job == Job::Load)
+        m_models->setCancelled();
     log(tr("cancelled"));
+}
+
+void MainWindow::showCaptured(const CaptureSummary &summary)
+{
+    m_capture->showSummary(summary);
+    log(tr("captured %1 prompts (%2 + %3 tokens) into %4%5, file %6 MB")
+            .arg(summary.promptsWritten)
+            .arg(summary.tokensA)
+            .arg(summary.tokensB)
+            .arg(summary.outPath, summary.cancelled ? tr(" (cancelled)") : QString())
+            .arg(double(summary.fileBytes) / 1e6, 0, 'f', 2));
+    for (const QString &w : summary.warnings)
+        log(tr("capture: %1").arg(w));
+    if (m_project)
+        m_project->experiment = summary.outPath.toStdString();
+    beginJob(Job::Read);
+    Q_EMIT experimentRequested(summary.outPath);
+}
+
+void MainWindow::showFitted(const FitSummary &summary)
+{
+    m_alignment->showFitSummary(summary);
+    for (const QString &w : summary.warnings)
+        log(tr("fit: %1").arg(w));
+    if (summary.cancelled) {
+        log(tr("fit of '%1' cancelled: nothing stored").arg(summary.name));
+        return;
+    }
+    log(tr("fitted converter '%1' in %2 s: mean R2 K %3, V %4, attention cosine %5")
+            .arg(summary.name)
+            .arg(summary.fitMs / 1000, 0, 'f', 1)
+            .arg(summary.meanR2K, 0, 'f', 3)
+            .arg(summary.meanR2V, 0, 'f', 3)
+            .arg(summary.meanAttnCos, 0, 'f', 3));
+    if (m_alignment->inUse().isEmpty())
+        setInUse(summary.name); // the first fitted converter is the one in use until the user picks
+    beginJob(Job::Read);
+    Q_EMIT experimentRequested(summary.experimentPath);
+}
+
+void MainWindow::showCompared(const CompareResult &result)
+{
+    m_compare->showResult(result);
+    log(tr("compared with '%1': KL %2 nats/token (no-prefix floor %3), top-1 %4, first divergence %5, gate "
+           "%6")
+            .arg(QString::fromStdString(result.converter))
+            .arg(result.meanKl, 0, 'f', 3)
+            .arg(result.klNoPrefix, 0, 'f', 3)
+            .arg(result.top1, 0, 'f', 3)
+            .arg(result.firstDivergence)
+            .arg(result.gatePassed ? tr("pass") : tr("fall back")));
+}
+
+void MainWindow::showReplayRows(const std::vector<core::LedgerRow> &rows)
+{
+    m_replay->appendRows(rows);
+}
+
+void MainWindow::showReplayProgress(int done, int total)
+{
+    m_replay->setReplayProgress(done, total);
+}
+
+void MainWindow::showReplayFinished(bool cancelled, int requests, const QString &storedLedger)
+{
+    m_replay->finishLive(cancelled);
+    log(tr("replay %1 after %2 requests%3")
+            .arg(cancelled ? tr("stopped") : tr("done"))
+            .arg(requests)
+            .arg(storedLedger.isEmpty() ? QString() : tr("; ledger stored as '%1'").arg(storedLedger)));
+    if (!storedLedger.isEmpty() && !m_experimentPath.isEmpty()) {
+        beginJob(Job::Read);
+        Q_EMIT experimentRequested(m_experimentPath);
+    }
+}
+
+void MainWindow::setInUse(const QString &converter)
+{
+    const bool changed = converter != m_alignment->inUse();
+    m_alignment->setInUse(converter);
+    if (m_project)
+        m_project->alignment.inUse = converter.toStdString();
+    QStringList names;
+    if (m_snapshot)
+        for (const auto &c : m_snapshot->converters)
+            names << QString::fromStdString(c.name);
+    m_compare->setConverters(names, converter);
+    m_replay->setCrossAvailable(!converter.isEmpty() && names.contains(converter), converter);
+    if (changed && !converter.isEmpty())
+        log(tr("converter in use: '%1'").arg(converter));
 }
 
 void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapshot)
 {
+    m_snapshot = snapshot;
     m_experimentPath = snapshot->path;
     m_exportAction->setEnabled(true);
+    m_capture->setSnapshot(snapshot);
     m_alignment->setSnapshot(snapshot);
     m_replay->setSnapshot(snapshot);
-    log(tr("experiment %1: %2 prompts, %3 converter(s), %4 sweep(s), %5 ledger(s)")
+    m_compare->setExperimentPath(snapshot->path);
+    std::vector<CompareResult> history;
+    for (const auto &[name, samples] : snapshot->comparisons)
+        history.insert(history.end(), samples.begin(), samples.end());
+    m_compare->setHistory(history);
+    QString inUse = m_alignment->inUse();
+    if (inUse.isEmpty() && m_project)
+        inUse = QString::fromStdString(m_project->alignment.inUse);
+    bool found = false;
+    for (const auto &c : snapshot->converters)
+        found = found || QString::fromStdString(c.name) == inUse;
+    if (!found) // the first stored converter until the user picks another
+        inUse = snapshot->converters.empty() ? QString()
+                                             : QString::fromStdString(snapshot->converters.front().name);
+    setInUse(inUse);
+    log(tr("experiment %1: %2 prompts, %3 converter(s), %4 sweep(s), %5 ledger(s), %6 comparison list(s)")
             .arg(snapshot->path)
             .arg(snapshot->prompts)
             .arg(snapshot->converters.size())
             .arg(snapshot->sweeps.size())
-            .arg(snapshot->ledgers.size()));
+            .arg(snapshot->ledgers.size())
+            .arg(snapshot->comparisons.size()));
+}
+
+void MainWindow::applyProjectSettings()
+{
+    if (!m_project)
+        return;
+    const auto &p = *m_project;
+    const QFileInfo projectFile(m_projectPath);
+    QStringList promptSets, workloads;
+    for (const auto &f : p.promptSets)
+        promptSets << QString::fromStdString(f.string());
+    if (p.corpus)
+        promptSets << QString::fromStdString(p.corpus->string());
+    for (const auto &f : p.workloads) {
+        workloads << QString::fromStdString(f.string());
+        promptSets << QString::fromStdString(f.string()); // a workload's prompts can be captured too
+    }
+    m_capture->setPromptSets(promptSets);
+    CaptureRequest c;
+    c.promptsPath = promptSets.value(0);
+    c.outPath = p.experiment ? QString::fromStdString(p.experiment->string())
+                             : projectFile.dir().filePath(projectFile.completeBaseName() + "-experiment.h5");
+    c.storage = QString::fromStdString(p.capture.storage);
+    c.compress = p.capture.compress;
+    c.maxTokens = p.capture.maxTokens;
+    c.limit = p.capture.limit;
+    c.postRope = p.capture.postRope;
+    m_capture->setRequest(c);
+
+    FitRequest f;
+    f.name = QString::fromStdString(p.alignment.name);
+    f.selection = QString::fromStdString(p.alignment.selection);
+    f.k = p.alignment.k;
+    f.autoLambda = p.alignment.autoLambda;
+    f.lambda = p.alignment.lambda;
+    f.perHead = p.alignment.perHead;
+    f.maxTrainTokens = p.alignment.maxTrainTokens;
+    m_alignment->setFitRequest(f);
+
+    m_replay->setWorkloads(workloads);
+    ReplayRequest r;
+    r.workloadPath = workloads.value(0);
+    r.tiers.clear();
+    for (const auto &t : p.replay.tiers)
+        r.tiers << QString::fromStdString(t);
+    r.threshold = p.replay.threshold;
+    r.embedder = QString::fromStdString(p.replay.embedder);
+    r.gateSignal = QString::fromStdString(p.replay.gateSignal);
+    r.gateThreshold = p.replay.gateThreshold;
+    r.gate = p.replay.gate;
+    r.maxTokens = p.replay.maxTokens;
+    r.limit = p.replay.limit;
+    m_replay->setReplayRequest(r);
+}
+
+void MainWindow::storeProjectSettings(core::Project &p) const
+{
+    const auto c = m_capture->request();
+    p.capture.storage = c.storage.toStdString();
+    p.capture.compress = c.compress;
+    p.capture.maxTokens = c.maxTokens;
+    p.capture.limit = c.limit;
+    p.capture.postRope = c.postRope;
+    const auto f = m_alignment->fitRequest();
+    p.alignment.name = f.name.toStdString();
+    p.alignment.selection = f.selection.toStdString();
+    p.alignment.k = f.k;
+    p.alignment.autoLambda = f.autoLambda;
+    p.alignment.lambda = f.lambda;
+    p.alignment.perHead = f.perHead;
+    p.alignment.maxTrainTokens = f.maxTrainTokens;
+    p.alignment.inUse = m_alignment->inUse().toStdString();
+    const auto r = m_replay->replayRequest();
+    p.replay.tiers.clear();
+    for (const QString &t : r.tiers)
+        p.replay.tiers.push_back(t.toStdString());
+    p.replay.threshold = r.threshold;
+    p.replay.embedder = r.embedder.toStdString();
+    p.replay.gateSignal = r.gateSignal.toStdString();
+    p.replay.gateThreshold = r.gateThreshold;
+    p.replay.gate = r.gate;
+    p.replay.maxTokens = r.maxTokens;
+    p.replay.limit = r.limit;
 }
 
 bool MainWindow::exportReport(const QString &outDir)

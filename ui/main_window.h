@@ -11,6 +11,7 @@
 
 #include "core/project.h"
 #include "ui/experiment_snapshot.h"
+#include "ui/job_types.h"
 #include "ui/models_panel.h"
 #include "ui/report_builder.h"
 
@@ -29,6 +30,8 @@ class QTableView;
 namespace kvwb::ui {
 
 class AlignmentPanel;
+class CapturePanel;
+class ComparePanel;
 class ModelCardModel;
 class ReplayPanel;
 
@@ -44,6 +47,9 @@ public:
     ModelCardModel *modelCard() const { return m_card; }
     AlignmentPanel *alignmentPanel() const { return m_alignment; }
     ReplayPanel *replayPanel() const { return m_replay; }
+    CapturePanel *capturePanel() const { return m_capture; }
+    ComparePanel *comparePanel() const { return m_compare; }
+    QString experimentPath() const { return m_experimentPath; }
     QList<QDockWidget *> docks() const;
     const std::optional<core::Project> &project() const { return m_project; }
     QString projectPath() const { return m_projectPath; }
@@ -60,6 +66,16 @@ public Q_SLOTS:
     void showModelsLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
     void showFailure(const QString &message);
     void showCancelled();
+    // The engine's progress, shown by the panel whose job is running.
+    void showProgress(double fraction, const QString &stage);
+    // The engine started or finished a job: every panel's start buttons follow.
+    void setEngineBusy(bool busy);
+    void showCaptured(const kvwb::ui::CaptureSummary &summary);
+    void showFitted(const kvwb::ui::FitSummary &summary);
+    void showCompared(const kvwb::ui::CompareResult &result);
+    void showReplayRows(const std::vector<kvwb::core::LedgerRow> &rows);
+    void showReplayProgress(int done, int total);
+    void showReplayFinished(bool cancelled, int requests, const QString &storedLedger);
     // The engine read an experiment file: the Alignment and Replay panels show it.
     void showExperiment(std::shared_ptr<const kvwb::ui::ExperimentSnapshot> snapshot);
     // File > Export Report without the dialog: asks the engine for the shown experiment's report
@@ -80,6 +96,11 @@ Q_SIGNALS:
     // Gather the report data of this experiment on the engine thread (File > Export Report).
     void reportRequested(const QString &experimentPath);
     void reportWritten(const QStringList &files);
+    void captureRequested(const kvwb::ui::CaptureRequest &request);
+    void fitRequested(const kvwb::ui::FitRequest &request);
+    void compareRequested(const kvwb::ui::CompareRequest &request);
+    void replayRequested(const kvwb::ui::ReplayRequest &request);
+    void pauseRequested(bool paused);
 
 protected:
     void closeEvent(QCloseEvent *event) override;
@@ -91,11 +112,32 @@ private:
     void rememberRecent(const QString &path);
     void refreshRecentMenu();
     void refreshSummary();
+    void applyProjectSettings();                       // project sections -> panels
+    void storeProjectSettings(core::Project &p) const; // panels -> project sections
+    void setInUse(const QString &converter);
+    // Remembers which panel the running job belongs to (progress and failures go there).
+    enum class Job
+    {
+        None,
+        Load,
+        Read,
+        Report,
+        Capture,
+        Fit,
+        Compare,
+        Replay
+    };
+    void beginJob(Job job);
 
     ModelsPanel *m_models = nullptr;
     ModelCardModel *m_card = nullptr;
     AlignmentPanel *m_alignment = nullptr;
     ReplayPanel *m_replay = nullptr;
+    CapturePanel *m_capture = nullptr;
+    ComparePanel *m_compare = nullptr;
+    Job m_job = Job::None;
+    bool m_modelsLoaded = false;
+    std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QTableView *m_cardView = nullptr;
     QPlainTextEdit *m_log = nullptr;
     QLabel *m_summary = nullptr;

@@ -364,6 +364,19 @@ const char *gateSignalName(GateSignal s) noexcept
     return "?";
 }
 
+std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept
+{
+    for (GateSignal s : {GateSignal::KvCos, GateSignal::TailKl, GateSignal::Nll})
+        if (name == gateSignalName(s))
+            return s;
+    return std::nullopt;
+}
+
+double defaultGateThreshold(GateSignal s) noexcept
+{
+    return s == GateSignal::KvCos ? 0.9 : s == GateSignal::TailKl ? 0.1 : 3.0;
+}
+
 namespace {
 
 // log-softmax of logits [vocab] in float64

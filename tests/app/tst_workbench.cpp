@@ -3,20 +3,26 @@
 // docks have unique names and the layout resets. Saves a screenshot of the window under the build
 // directory (screenshots/).
 #include "app/gui.h"
+#include "core/comparison_store.h"
 #include "core/converter_store.h"
 #include "core/random_model.h"
 #include "core/replay_ledger.h"
 #include "tests/support/test_paths.h"
 #include "ui/alignment_panel.h"
+#include "ui/capture_panel.h"
+#include "ui/compare_panel.h"
 #include "ui/layer_metrics_chart.h"
 #include "ui/ledger_filter_model.h"
 #include "ui/ledger_model.h"
 #include "ui/metric_table_model.h"
 #include "ui/model_card_model.h"
+#include "ui/replay_charts.h"
 #include "ui/replay_panel.h"
 #include "ui/sweep_chart.h"
 
+#include <QAbstractItemModelTester>
 #include <QApplication>
+#include <QCheckBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
@@ -24,6 +30,7 @@
 #include <QJsonDocument>
 #include <QLabel>
 #include <QLineEdit>
+#include <QLineSeries>
 #include <QPushButton>
 #include <QSet>
 #include <QSignalSpy>
@@ -40,6 +47,39 @@ QString screenshotDir()
     const QString dir = QCoreApplication::applicationDirPath() + "/screenshots";
     QDir().mkpath(dir);
     return dir;
+}
+
+// Records the longest pause of the GUI's event loop while the engine is busy: a 5 ms timer that
+// should never wait much longer.
+class StallMeter
+{
+public:
+    explicit StallMeter(const app::EngineController &engine)
+    {
+        m_tick.setInterval(5);
+        QObject::connect(&m_tick, &QTimer::timeout, [this, &engine] {
+            const qint64 now = m_clock.elapsed();
+            if (engine.busy())
+                m_worst = std::max(m_worst, now - m_last);
+            m_last = now;
+        });
+        m_clock.start();
+        m_tick.start();
+    }
+    qint64 worstMs() const { return m_worst; }
+
+private:
+    QElapsedTimer m_clock;
+    QTimer m_tick;
+    qint64 m_last = 0, m_worst = 0;
+};
+
+template <typename T> T *child(QWidget *parent, const char *name)
+{
+    auto *w = parent->findChild<T *>(name);
+    if (!w)
+        qFatal("no child '%s'", name);
+    return w;
 }
 
 // A one-prompt experiment of two tiny models with a sweep table and a one-row replay ledger.
@@ -257,6 +297,219 @@ private Q_SLOTS:
             QTest::qWait(100); // charts drop the axes they replaced on the next turns of the event loop
             QVERIFY(widget->grab().save(screenshotDir() + "/" + name + ".png"));
         }
+    }
+
+    // The whole workflow through the real engine on the demo pair: load, capture a few prompts,
+    // fit a converter, compare one prompt three ways, replay part of the demo workload through
+    // all four tiers (with pause and resume), export the report; the GUI answers within 50 ms
+    // throughout, every panel shows what came back, and screenshots of each panel are saved.
+    void capturesFitsComparesAndReplaysThroughTheEngine()
+    {
+        QTemporaryDir tmp;
+        const QString exp = tmp.path() + "/workbench.h5";
+        const QString workload =
+            QString::fromStdString((test::sourceDir() / "projects/demo/workloads/demo.jsonl").string());
+        app::Workbench bench;
+        auto &engine = bench.engine();
+        auto &w = bench.window();
+        QVERIFY(
+            w.openProject(QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string())));
+        w.resize(1400, 900);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QTest::qWait(100);
+        StallMeter stalls(engine);
+
+        QSignalSpy loaded(&engine, &app::EngineController::modelsLoaded);
+        w.modelsPanel()->findChild<QPushButton *>("loadButton")->click();
+        QVERIFY(loaded.wait(60000));
+
+        // capture: 48 prompts of the demo workload into a new file
+        QSignalSpy failed(&engine, &app::EngineController::failed);
+        QSignalSpy read(&engine, &app::EngineController::experimentRead);
+        QSignalSpy captured(&engine, &app::EngineController::captured);
+        auto *capture = w.capturePanel();
+        ui::CaptureRequest cr = capture->request();
+        QCOMPARE(cr.promptsPath, workload); // the project's workload is offered as a prompt set
+        cr.outPath = exp;
+        cr.limit = 48;
+        cr.maxTokens = 160;
+        capture->setRequest(cr);
+        child<QPushButton>(capture, "captureButton")->click();
+        QVERIFY(engine.busy());
+        QVERIFY(captured.wait(120000));
+        const auto cs = captured.first().at(1).value<std::shared_ptr<const ui::CaptureSummary>>();
+        QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.first().at(1).toString()));
+        QCOMPARE(cs->promptsWritten, 48);
+        QCOMPARE(cs->promptsInFile, 48);
+        QVERIFY(!cs->appended && !cs->cancelled);
+        QCOMPARE(cs->layersA, 4);
+        QCOMPARE(cs->layersB, 6);
+        QVERIFY(cs->tokensA > 48 * 20 && cs->tokensA == cs->tokensB); // one shared tokenizer
+        QCOMPARE(cs->fileBytes, qint64(QFileInfo(exp).size()));
+        QVERIFY(capture->summaryText().contains("48"));
+        QVERIFY(read.wait(30000)); // the window re-reads the file it captured into
+        QCOMPARE(w.experimentPath(), exp);
+        QCOMPARE(QString::fromStdString(w.project()->experiment->string()), exp);
+
+        // fit: all A layers, fixed lambda; the first converter becomes the one in use
+        QSignalSpy fitted(&engine, &app::EngineController::fitted);
+        auto *align = w.alignmentPanel();
+        ui::FitRequest fr = align->fitRequest();
+        QCOMPARE(fr.experimentPath, exp);
+        fr.name = "gui";
+        fr.selection = "all";
+        fr.k = 4;
+        align->setFitRequest(fr);
+        read.clear();
+        child<QPushButton>(align, "fitButton")->click();
+        QVERIFY(fitted.wait(120000));
+        const auto fs = fitted.first().at(1).value<std::shared_ptr<const ui::FitSummary>>();
+        QVERIFY(!fs->cancelled);
+        QVERIFY2(fs->meanR2K > 0.2 && fs->meanR2K < 1, qPrintable(QString::number(fs->meanR2K)));
+        QVERIFY(fs->meanAttnCos > 0.2); // B is loaded: attention-output cosine is computed
+        QVERIFY(read.wait(30000));
+        QCOMPARE(align->inUse(), QString("gui"));
+        QCOMPARE(align->layerTable()->rowCount(), 6);
+        QCOMPARE(core::listConverters(exp.toStdString()), std::vector<std::string>{"gui"});
+
+        // compare one prompt three ways; the sample is stored in the experiment
+        QSignalSpy compared(&engine, &app::EngineController::compared);
+        auto *cmp = w.comparePanel();
+        ui::CompareRequest q = cmp->request();
+        QCOMPARE(q.converter, QString("gui"));
+        q.prompt = "What is the meaning of the word \"harbor\"?";
+        q.maxTokens = 16;
+        cmp->setRequest(q);
+        child<QPushButton>(cmp, "runButton")->click();
+        QVERIFY(compared.wait(60000));
+        QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.first().at(1).toString()));
+        const auto sample = compared.first().at(1).value<std::shared_ptr<const ui::CompareResult>>();
+        QVERIFY(!sample->scratch.ids.empty());
+        QCOMPARE(sample->transfer.kl.size(), sample->scratch.ids.size());
+        QVERIFY(sample->meanKl < sample->klNoPrefix); // the converted cache beats no prefix at all
+        QVERIFY(cmp->statsText(2).contains("TTFT"));
+        QVERIFY(cmp->paneHtml(1).contains(
+            QString::fromStdString(sample->scratch.pieces.front()).trimmed().toHtmlEscaped()));
+        QTRY_VERIFY(!engine.busy());
+        const auto stored = core::loadComparisons(exp.toStdString(), "workbench");
+        QCOMPARE(int(stored.size()), 1);
+        QCOMPARE(stored.front().transfer.ids, sample->transfer.ids);
+
+        // replay 60 requests through all four tiers, paused once, ledger stored
+        QSignalSpy rows(&engine, &app::EngineController::replayRows);
+        QSignalSpy finished(&engine, &app::EngineController::replayFinished);
+        auto *replay = w.replayPanel();
+        ui::ReplayRequest rr = replay->replayRequest();
+        QCOMPARE(rr.workloadPath, workload);
+        rr.tiers = QStringList{"exact", "semantic", "prefix", "cross"};
+        rr.limit = 60;
+        rr.maxTokens = 4;
+        rr.ledgerName = "gui-run";
+        replay->setReplayRequest(rr);
+        QVERIFY(child<QCheckBox>(replay, "tierCross")->isEnabled()); // a converter is in use
+        QCOMPARE(replay->replayRequest().converter, QString("gui"));
+        engine.replayBatchMs = 20; // several batches even on a fast machine
+        auto *pause = child<QPushButton>(replay, "pauseButton");
+        child<QPushButton>(replay, "startButton")->click();
+        QVERIFY(rows.wait(60000));
+        pause->click();    // pause
+        QTest::qWait(150); // the request in flight finishes and its rows arrive
+        const int before = replay->ledger()->rowCount();
+        QTest::qWait(400);
+        QCOMPARE(replay->ledger()->rowCount(), before); // nothing moves while paused
+        QVERIFY(before < 60);
+        pause->click(); // resume
+        QVERIFY(finished.wait(120000));
+        const auto outcome = finished.first().at(1).value<std::shared_ptr<const app::ReplayOutcome>>();
+        QVERIFY(!outcome->cancelled);
+        QCOMPARE(outcome->requests, 60);
+        QCOMPARE(outcome->storedLedger, QString("gui-run"));
+        QVERIFY(rows.count() >= 2);
+        QCOMPARE(replay->ledger()->rowCount(), 60);
+        QCOMPARE(replay->charts()->requestCount(), 60);
+        for (auto *series : replay->charts()->allSeries())
+            QVERIFY2(series->count() > 0, qPrintable(series->name()));
+        int crossLookups = 0;
+        for (int r = 0; r < replay->ledger()->rowCount(); ++r)
+            crossLookups += replay->ledger()->row(r).tierHits.count(core::TierKind::Cross) ? 1 : 0;
+        QVERIFY(crossLookups > 0);
+        QTRY_VERIFY(!engine.busy()); // the window re-reads the stored ledger
+        QCOMPARE(core::loadLedger(exp.toStdString(), "gui-run").size(), size_t(60));
+
+        // the item models the panels show pass Qt's model checks
+        QAbstractItemModelTester t1(replay->ledger(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QAbstractItemModelTester t2(replay->filter(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QAbstractItemModelTester t3(align->layerTable(),
+                                    QAbstractItemModelTester::FailureReportingMode::QtTest);
+        QAbstractItemModelTester t4(w.modelCard(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+
+        // the report holds the comparison and the ledger
+        QSignalSpy written(&w, &ui::MainWindow::reportWritten);
+        QVERIFY(w.exportReport(tmp.path() + "/report"));
+        QVERIFY(written.wait(60000));
+        QFile html(tmp.path() + "/report/report.html");
+        QVERIFY(html.open(QIODevice::ReadOnly));
+        const QString page = QString::fromUtf8(html.readAll());
+        QVERIFY(page.contains("Comparison samples"));
+        QVERIFY(page.contains("gui-run"));
+        QVERIFY(QFile::exists(tmp.path() + "/report/csv/comparisons.csv"));
+        QJsonParseError err;
+        QFile json(tmp.path() + "/report/report.json");
+        QVERIFY(json.open(QIODevice::ReadOnly));
+        QVERIFY(!QJsonDocument::fromJson(json.readAll(), &err).isNull());
+
+        QVERIFY2(
+            stalls.worstMs() < 50,
+            qPrintable(
+                QString("the event loop stalled for %1 ms while the engine worked").arg(stalls.worstMs())));
+        QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.first().at(1).toString()));
+
+        // screenshots of each panel as a user sees it after this session
+        for (auto [widget, name] : {std::pair<QWidget *, const char *>{capture, "workflow_capture"},
+                                    {align, "workflow_alignment"},
+                                    {cmp, "workflow_compare"},
+                                    {replay, "workflow_replay"}}) {
+            widget->resize(1300, 850);
+            QTest::qWait(100);
+            QVERIFY(widget->grab().save(screenshotDir() + "/" + name + ".png"));
+        }
+        QVERIFY(w.grab().save(screenshotDir() + "/workflow_window.png"));
+    }
+
+    // Cancelling a capture keeps the prompts already written; a second job while one runs is refused.
+    void cancelsACaptureAndRefusesASecondJob()
+    {
+        QTemporaryDir tmp;
+        app::Workbench bench;
+        auto &engine = bench.engine();
+        auto &w = bench.window();
+        QVERIFY(
+            w.openProject(QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string())));
+        QSignalSpy loaded(&engine, &app::EngineController::modelsLoaded);
+        w.modelsPanel()->findChild<QPushButton *>("loadButton")->click();
+        QVERIFY(loaded.wait(60000));
+        auto *capture = w.capturePanel();
+        ui::CaptureRequest cr = capture->request();
+        cr.outPath = tmp.path() + "/cancelled.h5";
+        capture->setRequest(cr);
+        QSignalSpy progress(&engine, &app::EngineController::progress);
+        QSignalSpy captured(&engine, &app::EngineController::captured);
+        QSignalSpy failed(&engine, &app::EngineController::failed);
+        child<QPushButton>(capture, "captureButton")->click();
+        QCOMPARE(engine.readExperiment(cr.outPath), quint64(0)); // busy: refused
+        QCOMPARE(failed.count(), 1);
+        QVERIFY(failed.first().at(1).toString().contains("busy"));
+        QVERIFY(progress.wait(30000));
+        child<QPushButton>(capture, "cancelCaptureButton")->click();
+        QVERIFY(captured.wait(60000));
+        const auto cs = captured.first().at(1).value<std::shared_ptr<const ui::CaptureSummary>>();
+        QVERIFY(cs->cancelled);
+        QVERIFY(cs->promptsWritten >= 1 && cs->promptsWritten < 1000);
+        QCOMPARE(cs->promptsInFile, cs->promptsWritten);
+        QVERIFY(
+            capture->summaryText().contains("cancel", Qt::CaseInsensitive) ||
+            capture->findChild<QLabel *>("captureStatus")->text().contains("cancel", Qt::CaseInsensitive));
     }
 
     // File > Export Report: the engine gathers the data, the window draws and writes every format.

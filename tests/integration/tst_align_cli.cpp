@@ -2,6 +2,7 @@
 // CLI gives R^2 ~ 1 on every layer and a transfer identical to scratch; a cross-geometry pair fits,
 // stores and loads back; the JSON carries the documented fields; bad input fails with the right
 // exit code and a message naming what is at fault.
+#include "core/comparison_store.h"
 #include "core/converter_store.h"
 #include "core/experiment_file.h"
 #include "core/random_model.h"
@@ -107,10 +108,21 @@ private Q_SLOTS:
         QCOMPARE(rec.k, 2);
         QCOMPARE(rec.lambdaMode, std::string("auto"));
         r = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out", "--limit", "3",
-                     "--max-tokens", "4", "--json"});
+                     "--max-tokens", "4", "--save-samples", "held-out", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
         QCOMPARE(s["prompts"].toInt(), 3);
+        // the samples are stored with what the JSON printed
+        const auto samples = core::loadComparisons(exp, "held-out");
+        QCOMPARE(samples.size(), size_t(3));
+        const auto printed = QJsonDocument::fromJson(r.out).object()["prompts"].toArray();
+        for (int i = 0; i < 3; ++i) {
+            QCOMPARE(samples[i].converter, std::string("top2"));
+            // (random models' texts hold invalid UTF-8, which JSON and QString replace differently)
+            QCOMPARE(samples[i].firstDivergence, printed[i].toObject()["first_divergence"].toInt());
+            QCOMPARE(samples[i].meanKl, printed[i].toObject()["kl"].toDouble());
+            QCOMPARE(samples[i].transfer.kl.size(), samples[i].scratch.ids.size());
+        }
         QVERIFY(s["kl"].toDouble() >= 0);
         QVERIFY(s["top1"].toDouble() >= 0 && s["top1"].toDouble() <= 1);
         r = runKvwb({"sweep", "--experiment", q(exp), "--k", "1,2", "--lambda", "0.01,1", "--tokens",

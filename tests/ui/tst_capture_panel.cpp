@@ -86,7 +86,7 @@ private Q_SLOTS:
         ui::CapturePanel p;
         QSignalSpy spy(&p, &ui::CapturePanel::captureRequested);
         auto *capture = p.findChild<QPushButton *>("captureButton");
-        auto *cancel = p.findChild<QPushButton *>("cancelButton");
+        auto *cancel = p.findChild<QPushButton *>("cancelCaptureButton");
         QVERIFY(!capture->isEnabled());
         QVERIFY(p.statusText().contains("Load models A and B first"));
         p.setModelsLoaded(true);

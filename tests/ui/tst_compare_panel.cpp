@@ -347,7 +347,7 @@ private Q_SLOTS:
         ui::ComparePanel panel;
         makeReady(panel);
         auto *run = child<QPushButton>(panel, "runButton");
-        auto *cancel = child<QPushButton>(panel, "cancelButton");
+        auto *cancel = child<QPushButton>(panel, "cancelCompareButton");
         auto *progress = child<QProgressBar>(panel, "compareProgress");
         QVERIFY(run->isEnabled() && !cancel->isEnabled() && progress->isHidden());
         panel.setBusy(true);
