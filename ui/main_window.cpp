@@ -23,6 +23,11 @@
 #include <QSettings>
 #include <QStatusBar>
 #include <QTableView>
+#include <QTimer>
+
+#include <fstream>
+
+#include <unistd.h>
 
 namespace kvwb::ui {
 
@@ -32,6 +37,16 @@ constexpr int kMaxRecent = 8;
 QSettings settings()
 {
     return QSettings("kvwb", "workbench");
+}
+
+// The process's resident memory (Linux /proc/self/statm); -1 where unknown.
+int64_t residentBytes()
+{
+    std::ifstream statm("/proc/self/statm");
+    int64_t pages = 0, resident = 0;
+    if (!(statm >> pages >> resident))
+        return -1;
+    return resident * int64_t(sysconf(_SC_PAGESIZE));
 }
 } // namespace
 
@@ -45,7 +60,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_summary->setWordWrap(true);
     m_summary->setAlignment(Qt::AlignTop | Qt::AlignLeft);
     m_summary->setMargin(12);
-    setCentralWidget(m_summary);
+    m_summary->setTextFormat(Qt::RichText);
 
     m_models = new ModelsPanel(this);
     m_card = new ModelCardModel(this);
@@ -62,7 +77,9 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_log->setMaximumBlockCount(5000);
 
     addDock("modelsDock", tr("Models"), m_models, Qt::TopDockWidgetArea);
-    addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
+    auto *cardDock = addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
+    auto *projectDock = addDock("projectDock", tr("Project"), m_summary, Qt::RightDockWidgetArea);
+    tabifyDockWidget(cardDock, projectDock);
     addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
     m_capture = new CapturePanel(this);
     m_alignment = new AlignmentPanel(this);
@@ -77,6 +94,8 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     tabifyDockWidget(alignDock, compareDock);
     tabifyDockWidget(compareDock, replayDock);
     captureDock->raise();
+    projectDock->raise(); // a newcomer reads the project and the steps first
+    // no central widget: the workflow docks on the left take the room
 
     m_engineLabel = new QLabel(tr("engine: idle"), this);
     m_engineLabel->setObjectName("engineState");
@@ -87,6 +106,11 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     statusBar()->addWidget(m_engineLabel, 1);
     statusBar()->addPermanentWidget(m_deviceLabel);
     statusBar()->addPermanentWidget(m_memoryLabel);
+    auto *memoryTimer = new QTimer(this);
+    memoryTimer->setInterval(2000);
+    connect(memoryTimer, &QTimer::timeout, this, &MainWindow::refreshMemory);
+    memoryTimer->start();
+    refreshMemory();
 
     buildMenus();
     connect(m_models, &ModelsPanel::loadRequested, this, &MainWindow::loadRequested);
@@ -301,10 +325,23 @@ void MainWindow::refreshRecentMenu()
 
 void MainWindow::refreshSummary()
 {
+    const QString steps = tr(
+        "<p><b>Steps</b></p><ol>"
+        "<li><b>Models</b>: choose A (source) and B (target), check the memory estimate, <i>Load both "
+        "models</i>. The model cards show where their KV-cache geometry differs.</li>"
+        "<li><b>Capture</b>: run both over a prompt set; their K/V go into an experiment file.</li>"
+        "<li><b>Alignment</b>: fit a converter from A's KV into B's; see its per-layer and per-head "
+        "scores; <i>Use this converter</i>.</li>"
+        "<li><b>Compare</b>: one prompt answered by A, by B from scratch and by B from A's converted "
+        "cache, token by token.</li>"
+        "<li><b>Replay</b>: a workload through exact, semantic, prefix and cross-model cache tiers, "
+        "with live hit rates and latency.</li>"
+        "<li><b>File &gt; Export Report</b>: HTML, PDF, Markdown and CSV/JSON of the experiment.</li>"
+        "</ol>");
     if (!m_project) {
-        m_summary->setText(
-            tr("<h2>KV Workbench</h2><p>Open a project (File &gt; Open Project) or choose two models "
-               "in the Models panel and load them.</p>"));
+        m_summary->setText(tr("<h2>KV Workbench</h2><p>Open a project (File &gt; Open Project) or choose "
+                              "two models in the Models panel.</p>") +
+                           steps);
         return;
     }
     const auto &p = *m_project;
@@ -313,14 +350,25 @@ void MainWindow::refreshSummary()
         workloads += QString("<li>%1</li>").arg(QString::fromStdString(w.string()).toHtmlEscaped());
     m_summary->setText(
         tr("<h2>%1</h2><p>%2</p><p><b>Project file:</b> %3</p><p><b>Model A (source):</b> %4<br>"
-           "<b>Model B (target):</b> %5</p><p><b>Workloads:</b></p><ul>%6</ul>"
-           "<p>Load the pair in the Models panel; their cards show side by side, with the KV-cache "
-           "geometry differences marked.</p>")
+           "<b>Model B (target):</b> %5<br><b>Experiment file:</b> %6</p><p><b>Workloads:</b></p><ul>%7</ul>")
             .arg(QString::fromStdString(p.name).toHtmlEscaped(),
                  QString::fromStdString(p.description).toHtmlEscaped(), m_projectPath.toHtmlEscaped(),
                  QString::fromStdString(p.modelA.path.string()).toHtmlEscaped(),
                  QString::fromStdString(p.modelB.path.string()).toHtmlEscaped(),
-                 workloads.isEmpty() ? tr("<li>none</li>") : workloads));
+                 p.experiment ? QString::fromStdString(p.experiment->string()).toHtmlEscaped()
+                              : tr("none yet (Capture writes one)"),
+                 workloads.isEmpty() ? tr("<li>none</li>") : workloads) +
+        steps);
+}
+
+void MainWindow::refreshMemory()
+{
+    const int64_t rss = residentBytes();
+    QString text = m_weightBytes > 0 ? tr("memory: weights %1 MB").arg(double(m_weightBytes) / 1e6, 0, 'f', 1)
+                                     : tr("memory: no models loaded");
+    if (rss > 0)
+        text += tr(" · process %1 MB").arg(double(rss) / 1e6, 0, 'f', 0);
+    m_memoryLabel->setText(text);
 }
 
 void MainWindow::setEngineState(const QString &state)
@@ -379,8 +427,8 @@ void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInf
     m_card->setModel(ModelCardModel::ModelBColumn, b.config);
     m_cardView->resizeColumnsToContents();
     m_deviceLabel->setText(tr("device: %1").arg(a.device));
-    m_memoryLabel->setText(
-        tr("memory: %1 MB of weights").arg(double(a.deviceBytes + b.deviceBytes) / 1e6, 0, 'f', 1));
+    m_weightBytes = a.deviceBytes + b.deviceBytes;
+    refreshMemory();
     log(tr("loaded A %1 (%2) and B %3 (%4) in %5 ms")
             .arg(a.path, a.fingerprint.left(12), b.path, b.fingerprint.left(12))
             .arg(ms, 0, 'f', 0));
@@ -429,8 +477,10 @@ void MainWindow::showCaptured(const CaptureSummary &summary)
             .arg(double(summary.fileBytes) / 1e6, 0, 'f', 2));
     for (const QString &w : summary.warnings)
         log(tr("capture: %1").arg(w));
-    if (m_project)
+    if (m_project) {
         m_project->experiment = summary.outPath.toStdString();
+        refreshSummary();
+    }
     beginJob(Job::Read);
     Q_EMIT experimentRequested(summary.outPath);
 }

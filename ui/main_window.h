@@ -128,6 +128,7 @@ private:
         Replay
     };
     void beginJob(Job job);
+    void refreshMemory(); // status bar: weights on the device and the process's resident memory
 
     ModelsPanel *m_models = nullptr;
     ModelCardModel *m_card = nullptr;
@@ -137,6 +138,7 @@ private:
     ComparePanel *m_compare = nullptr;
     Job m_job = Job::None;
     bool m_modelsLoaded = false;
+    int64_t m_weightBytes = 0;
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QTableView *m_cardView = nullptr;
     QPlainTextEdit *m_log = nullptr;

@@ -100,7 +100,7 @@ ReplayCharts::ChartParts ReplayCharts::makeChart(const QString &title, const QSt
     parts.chart->addAxis(parts.y, Qt::AlignLeft);
     parts.view = new QChartView(parts.chart, this);
     parts.view->setRenderHint(QPainter::Antialiasing);
-    parts.view->setMinimumSize(300, 220);
+    parts.view->setMinimumSize(300, 170);
     return parts;
 }
 

@@ -465,7 +465,8 @@ private Q_SLOTS:
                 QString("the event loop stalled for %1 ms while the engine worked").arg(stalls.worstMs())));
         QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.first().at(1).toString()));
 
-        // screenshots of each panel as a user sees it after this session
+        // screenshots of the window and of each panel as a user sees it after this session
+        QVERIFY(w.grab().save(screenshotDir() + "/workflow_window.png"));
         for (auto [widget, name] : {std::pair<QWidget *, const char *>{capture, "workflow_capture"},
                                     {align, "workflow_alignment"},
                                     {cmp, "workflow_compare"},
@@ -474,7 +475,6 @@ private Q_SLOTS:
             QTest::qWait(100);
             QVERIFY(widget->grab().save(screenshotDir() + "/" + name + ".png"));
         }
-        QVERIFY(w.grab().save(screenshotDir() + "/workflow_window.png"));
     }
 
     // Cancelling a capture keeps the prompts already written; a second job while one runs is refused.
@@ -546,6 +546,10 @@ private Q_SLOTS:
             names.insert(d->objectName());
         }
         QCOMPARE(names.size(), w.docks().size());
+        for (const char *name : {"modelsDock", "modelCardDock", "projectDock", "logDock", "captureDock",
+                                 "alignmentDock", "compareDock", "replayDock"})
+            QVERIFY2(names.contains(name), name);
+        QVERIFY(w.findChild<QLabel *>("memoryLabel")->text().startsWith("memory: "));
         auto *dock = w.docks().front();
         dock->hide();
         QVERIFY(dock->isHidden());
