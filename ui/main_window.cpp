@@ -20,6 +20,7 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QPlainTextEdit>
+#include <QScrollArea>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTableView>
@@ -76,11 +77,11 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(5000);
 
-    addDock("modelsDock", tr("Models"), m_models, Qt::TopDockWidgetArea);
+    auto *modelsDock = addDock("modelsDock", tr("Models"), m_models, Qt::TopDockWidgetArea);
     auto *cardDock = addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
     auto *projectDock = addDock("projectDock", tr("Project"), m_summary, Qt::RightDockWidgetArea);
     tabifyDockWidget(cardDock, projectDock);
-    addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
+    auto *logDock = addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
     m_capture = new CapturePanel(this);
     m_alignment = new AlignmentPanel(this);
     m_compare = new ComparePanel(this);
@@ -96,6 +97,8 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     captureDock->raise();
     projectDock->raise(); // a newcomer reads the project and the steps first
     // no central widget: the workflow docks on the left take the room
+    resizeDocks({captureDock, cardDock}, {900, 380}, Qt::Horizontal);
+    resizeDocks({modelsDock, captureDock, logDock}, {200, 600, 110}, Qt::Vertical);
 
     m_engineLabel = new QLabel(tr("engine: idle"), this);
     m_engineLabel->setObjectName("engineState");
@@ -170,7 +173,17 @@ QDockWidget *MainWindow::addDock(const QString &objectName, const QString &title
 {
     auto *dock = new QDockWidget(title, this);
     dock->setObjectName(objectName);
-    dock->setWidget(widget);
+    if (widget->minimumSizeHint().width() > 600 || widget->minimumSizeHint().height() > 300) {
+        // large panels scroll inside their dock instead of forcing the window past the screen
+        auto *scroll = new QScrollArea(dock);
+        scroll->setObjectName(objectName + "Scroll");
+        scroll->setWidgetResizable(true);
+        scroll->setFrameShape(QFrame::NoFrame);
+        scroll->setWidget(widget);
+        dock->setWidget(scroll);
+    } else {
+        dock->setWidget(widget);
+    }
     addDockWidget(area, dock);
     return dock;
 }
@@ -325,19 +338,19 @@ void MainWindow::refreshRecentMenu()
 
 void MainWindow::refreshSummary()
 {
-    const QString steps = tr(
-        "<p><b>Steps</b></p><ol>"
-        "<li><b>Models</b>: choose A (source) and B (target), check the memory estimate, <i>Load both "
-        "models</i>. The model cards show where their KV-cache geometry differs.</li>"
-        "<li><b>Capture</b>: run both over a prompt set; their K/V go into an experiment file.</li>"
-        "<li><b>Alignment</b>: fit a converter from A's KV into B's; see its per-layer and per-head "
-        "scores; <i>Use this converter</i>.</li>"
-        "<li><b>Compare</b>: one prompt answered by A, by B from scratch and by B from A's converted "
-        "cache, token by token.</li>"
-        "<li><b>Replay</b>: a workload through exact, semantic, prefix and cross-model cache tiers, "
-        "with live hit rates and latency.</li>"
-        "<li><b>File &gt; Export Report</b>: HTML, PDF, Markdown and CSV/JSON of the experiment.</li>"
-        "</ol>");
+    const QString steps =
+        tr("<p><b>Steps</b></p><ol>"
+           "<li><b>Models</b>: choose A (source) and B (target), check the memory estimate, <i>Load both "
+           "models</i>. The model cards show where their KV-cache geometry differs.</li>"
+           "<li><b>Capture</b>: run both over a prompt set; their K/V go into an experiment file.</li>"
+           "<li><b>Alignment</b>: fit a converter from A's KV into B's; see its per-layer and per-head "
+           "scores; <i>Use this converter</i>.</li>"
+           "<li><b>Compare</b>: one prompt answered by A, by B from scratch and by B from A's converted "
+           "cache, token by token.</li>"
+           "<li><b>Replay</b>: a workload through exact, semantic, prefix and cross-model cache tiers, "
+           "with live hit rates and latency.</li>"
+           "<li><b>File &gt; Export Report</b>: HTML, PDF, Markdown and CSV/JSON of the experiment.</li>"
+           "</ol>");
     if (!m_project) {
         m_summary->setText(tr("<h2>KV Workbench</h2><p>Open a project (File &gt; Open Project) or choose "
                               "two models in the Models panel.</p>") +

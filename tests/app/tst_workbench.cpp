@@ -467,6 +467,10 @@ private Q_SLOTS:
 
         // screenshots of the window and of each panel as a user sees it after this session
         QVERIFY(w.grab().save(screenshotDir() + "/workflow_window.png"));
+        // the window fits a laptop screen: large panels scroll inside their docks
+        QVERIFY2(w.minimumSizeHint().width() <= 1280 && w.minimumSizeHint().height() <= 760,
+                 qPrintable(
+                     QString("%1 x %2").arg(w.minimumSizeHint().width()).arg(w.minimumSizeHint().height())));
         for (auto [widget, name] : {std::pair<QWidget *, const char *>{capture, "workflow_capture"},
                                     {align, "workflow_alignment"},
                                     {cmp, "workflow_compare"},
