@@ -146,6 +146,9 @@ void EngineWorker::requireModels(const char *what) const
     if (!m_a || !m_b)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           std::string(what) + " needs both models: load A and B in the Models panel first");
+    if (!m_tokA || !m_tokB)
+        throw core::Error(core::ErrorCode::Tokenizer, std::string(what) + " needs both models' tokenizers: " +
+                                                          (m_tokA ? m_tokErrorB : m_tokErrorA));
 }
 
 void EngineWorker::requireExperimentModels(const QString &experiment) const
@@ -198,8 +201,16 @@ void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelReq
                 return;
             }
         }
-        auto tokA = cli::loadModelTokenizer(*models[0]);
-        auto tokB = cli::loadModelTokenizer(*models[1]);
+        // a model without a usable tokenizer still loads (its card, memory); the jobs that need
+        // text say why they cannot run
+        std::unique_ptr<core::Tokenizer> toks[2];
+        std::string tokErrors[2];
+        for (int i = 0; i < 2; ++i)
+            try {
+                toks[i] = cli::loadModelTokenizer(*models[i]);
+            } catch (const core::Error &e) {
+                tokErrors[i] = e.what();
+            }
         auto pair = std::make_shared<LoadedPair>();
         pair->a = describe(*models[0], a);
         pair->b = describe(*models[1], b);
@@ -207,8 +218,10 @@ void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelReq
         m_converter.reset();
         m_a = std::move(models[0]);
         m_b = std::move(models[1]);
-        m_tokA = std::move(tokA);
-        m_tokB = std::move(tokB);
+        m_tokA = std::move(toks[0]);
+        m_tokB = std::move(toks[1]);
+        m_tokErrorA = tokErrors[0];
+        m_tokErrorB = tokErrors[1];
         Q_EMIT modelsLoaded(job, pair);
     });
 }

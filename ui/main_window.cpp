@@ -207,8 +207,10 @@ void MainWindow::buildMenus()
         const QString path =
             QFileDialog::getOpenFileName(this, tr("Open experiment file"), QFileInfo(m_projectPath).path(),
                                          tr("Experiment files (*.h5 *.hdf5)"));
-        if (!path.isEmpty())
+        if (!path.isEmpty()) {
+            beginJob(Job::Read);
             Q_EMIT experimentRequested(path);
+        }
     });
     openExperiment->setShortcut(Qt::CTRL | Qt::Key_E);
     m_exportAction = file->addAction(tr("E&xport Report..."), this, [this] {
@@ -396,6 +398,13 @@ void MainWindow::showLoadProgress(double fraction, const QString &stage)
 
 void MainWindow::beginJob(Job job)
 {
+    if (!m_engineBusy) // else the engine refuses the request; the running job keeps its panel
+        m_job = job;
+}
+
+void MainWindow::chainJob(Job job)
+{
+    m_engineBusy = false; // called from a result handler: the engine is free (it delivers results so)
     m_job = job;
 }
 
@@ -421,6 +430,9 @@ void MainWindow::showProgress(double fraction, const QString &stage)
 
 void MainWindow::setEngineBusy(bool busy)
 {
+    m_engineBusy = busy;
+    if (m_job != Job::Load)
+        m_models->setEngineBusy(busy);
     m_capture->setBusy(busy);
     m_alignment->setBusy(busy);
     m_compare->setBusy(busy);
@@ -494,7 +506,7 @@ void MainWindow::showCaptured(const CaptureSummary &summary)
         m_project->experiment = summary.outPath.toStdString();
         refreshSummary();
     }
-    beginJob(Job::Read);
+    chainJob(Job::Read);
     Q_EMIT experimentRequested(summary.outPath);
 }
 
@@ -515,7 +527,7 @@ void MainWindow::showFitted(const FitSummary &summary)
             .arg(summary.meanAttnCos, 0, 'f', 3));
     if (m_alignment->inUse().isEmpty())
         setInUse(summary.name); // the first fitted converter is the one in use until the user picks
-    beginJob(Job::Read);
+    chainJob(Job::Read);
     Q_EMIT experimentRequested(summary.experimentPath);
 }
 
@@ -550,7 +562,7 @@ void MainWindow::showReplayFinished(bool cancelled, int requests, const QString 
             .arg(requests)
             .arg(storedLedger.isEmpty() ? QString() : tr("; ledger stored as '%1'").arg(storedLedger)));
     if (!storedLedger.isEmpty() && !m_experimentPath.isEmpty()) {
-        beginJob(Job::Read);
+        chainJob(Job::Read);
         Q_EMIT experimentRequested(m_experimentPath);
     }
 }
@@ -691,6 +703,7 @@ bool MainWindow::exportReport(const QString &outDir)
     if (m_experimentPath.isEmpty())
         return false;
     m_reportDir = outDir;
+    beginJob(Job::Report);
     log(tr("exporting the report of %1 into %2").arg(m_experimentPath, outDir));
     Q_EMIT reportRequested(m_experimentPath);
     return true;

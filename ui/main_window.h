@@ -128,7 +128,8 @@ private:
         Replay
     };
     void beginJob(Job job);
-    void refreshMemory(); // status bar: weights on the device and the process's resident memory
+    void chainJob(Job job); // the next job, started from the previous one's result
+    void refreshMemory();   // status bar: weights on the device and the process's resident memory
 
     ModelsPanel *m_models = nullptr;
     ModelCardModel *m_card = nullptr;
@@ -138,6 +139,7 @@ private:
     ComparePanel *m_compare = nullptr;
     Job m_job = Job::None;
     bool m_modelsLoaded = false;
+    bool m_engineBusy = false;
     int64_t m_weightBytes = 0;
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QTableView *m_cardView = nullptr;

@@ -181,6 +181,17 @@ void ModelsPanel::setBusy(bool busy)
         m_progress->setValue(0);
 }
 
+void ModelsPanel::setEngineBusy(bool busy)
+{
+    m_load->setEnabled(!busy);
+    m_load->setToolTip(busy ? tr("The engine is busy with another job; load when it is done.") : QString());
+    for (const Row *r : {&m_a, &m_b}) {
+        r->path->setEnabled(!busy);
+        r->device->setEnabled(!busy);
+        r->dtype->setEnabled(!busy);
+    }
+}
+
 void ModelsPanel::setProgress(double fraction, const QString &stage)
 {
     m_progress->setValue(int(1000 * fraction));

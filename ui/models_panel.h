@@ -59,6 +59,8 @@ public:
     QString estimateText(char role) const;
 
 public Q_SLOTS:
+    // Another engine job runs (capture, fit, ...): loading is disabled until it ends.
+    void setEngineBusy(bool busy);
     void setProgress(double fraction, const QString &stage);
     void setLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
     void setFailed(const QString &message);

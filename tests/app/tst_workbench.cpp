@@ -59,19 +59,23 @@ public:
         m_tick.setInterval(5);
         QObject::connect(&m_tick, &QTimer::timeout, [this, &engine] {
             const qint64 now = m_clock.elapsed();
-            if (engine.busy())
-                m_worst = std::max(m_worst, now - m_last);
+            if (engine.busy() && now - m_last > m_worst) {
+                m_worst = now - m_last;
+                m_where = engine.state();
+            }
             m_last = now;
         });
         m_clock.start();
         m_tick.start();
     }
     qint64 worstMs() const { return m_worst; }
+    QString where() const { return m_where; } // the engine's state when the longest pause ended
 
 private:
     QElapsedTimer m_clock;
     QTimer m_tick;
     qint64 m_last = 0, m_worst = 0;
+    QString m_where;
 };
 
 template <typename T> T *child(QWidget *parent, const char *name)
@@ -413,8 +417,13 @@ private Q_SLOTS:
         auto *pause = child<QPushButton>(replay, "pauseButton");
         child<QPushButton>(replay, "startButton")->click();
         QVERIFY(rows.wait(60000));
-        pause->click();    // pause
-        QTest::qWait(150); // the request in flight finishes and its rows arrive
+        QSignalSpy progress(&engine, &app::EngineController::progress);
+        pause->click(); // pause: the request in flight finishes, its rows arrive, then it waits
+        QTRY_VERIFY_WITH_TIMEOUT(std::any_of(progress.begin(), progress.end(),
+                                             [](const QList<QVariant> &args) {
+                                                 return args.at(2).toString().startsWith("paused at");
+                                             }),
+                                 60000);
         const int before = replay->ledger()->rowCount();
         QTest::qWait(400);
         QCOMPARE(replay->ledger()->rowCount(), before); // nothing moves while paused
@@ -459,6 +468,8 @@ private Q_SLOTS:
         QVERIFY(json.open(QIODevice::ReadOnly));
         QVERIFY(!QJsonDocument::fromJson(json.readAll(), &err).isNull());
 
+        qInfo("longest event-loop pause while the engine worked: %lld ms (%s)", stalls.worstMs(),
+              qPrintable(stalls.where()));
         QVERIFY2(
             stalls.worstMs() < 50,
             qPrintable(
@@ -501,6 +512,8 @@ private Q_SLOTS:
         QSignalSpy captured(&engine, &app::EngineController::captured);
         QSignalSpy failed(&engine, &app::EngineController::failed);
         child<QPushButton>(capture, "captureButton")->click();
+        auto *load = w.modelsPanel()->findChild<QPushButton *>("loadButton");
+        QVERIFY(!load->isEnabled());                             // no loading while another job runs
         QCOMPARE(engine.readExperiment(cr.outPath), quint64(0)); // busy: refused
         QCOMPARE(failed.count(), 1);
         QVERIFY(failed.first().at(1).toString().contains("busy"));
@@ -509,6 +522,7 @@ private Q_SLOTS:
         QVERIFY(captured.wait(60000));
         const auto cs = captured.first().at(1).value<std::shared_ptr<const ui::CaptureSummary>>();
         QVERIFY(cs->cancelled);
+        QTRY_VERIFY(load->isEnabled());
         QVERIFY(cs->promptsWritten >= 1 && cs->promptsWritten < 1000);
         QCOMPARE(cs->promptsInFile, cs->promptsWritten);
         QVERIFY(
