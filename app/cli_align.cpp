@@ -425,6 +425,8 @@ int cmdCompare(const QStringList &args)
     const fs::path path = str(p.value("experiment"));
     std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
     const auto &file = *reader;
+    if (p.isSet("save-samples")) // before the run, not after it
+        core::checkComparisonName(path, str(p.value("save-samples")));
     const auto record = core::loadConverters(path, str(p.value("converter")));
     std::vector<std::string> warnings;
     std::vector<std::string> texts;
@@ -473,12 +475,8 @@ int cmdCompare(const QStringList &args)
             warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
             continue;
         }
-        if (!warmed) { // first-call allocations would otherwise land on prompt 0's timings
-            b->generate(ids, go);
-            auto warm = a->newCache();
-            gpu::transferGenerate(*a, *b, conv, ids, go, &warm);
-            warmed = true;
-        }
+        co.warmUp = !warmed; // first-call allocations would otherwise land on prompt 0's timings
+        warmed = true;
         const auto outcome = gpu::compareTransfer(*a, *tokA, *b, *tokB, conv, ids, co);
         const auto &sample = outcome.sample;
         const auto &gate = outcome.gate;

@@ -147,8 +147,12 @@ void EngineWorker::requireModels(const char *what) const
         throw core::Error(core::ErrorCode::InvalidArgument,
                           std::string(what) + " needs both models: load A and B in the Models panel first");
     if (!m_tokA || !m_tokB)
-        throw core::Error(core::ErrorCode::Tokenizer, std::string(what) + " needs both models' tokenizers: " +
-                                                          (m_tokA ? m_tokErrorB : m_tokErrorA));
+        throw core::Error(core::ErrorCode::Tokenizer,
+                          std::string(what) + " needs both models' tokenizers: " +
+                              (m_tokA   ? m_tokErrorB
+                               : m_tokB ? m_tokErrorA
+                                        : m_tokErrorA + "; " + m_tokErrorB) +
+                              " (put the model's tokenizer file beside it and load again)");
 }
 
 void EngineWorker::requireExperimentModels(const QString &experiment) const
@@ -214,8 +218,11 @@ void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelReq
         auto pair = std::make_shared<LoadedPair>();
         pair->a = describe(*models[0], a);
         pair->b = describe(*models[1], b);
+        pair->a.tokenizerError = QString::fromStdString(tokErrors[0]);
+        pair->b.tokenizerError = QString::fromStdString(tokErrors[1]);
         pair->ms = msSince(t0);
         m_converter.reset();
+        m_compareWarm = false;
         m_a = std::move(models[0]);
         m_b = std::move(models[1]);
         m_tokA = std::move(toks[0]);
@@ -390,12 +397,15 @@ void EngineWorker::compare(quint64 job, const ui::CompareRequest &request,
         co.gateTail = request.gateTail;
         const auto ids =
             gpu::comparablePrompt(request.prompt.toStdString(), *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
-        if (cancel->load()) {
-            Q_EMIT cancelled(job);
-            return;
-        }
+        co.warmUp = !m_compareWarm; // the first comparison after a load would time allocations
+        co.cancel = cancel.get();
         Q_EMIT progress(job, 0.3, "generating A, B from scratch and B from the converted cache");
         auto outcome = gpu::compareTransfer(*m_a, *m_tokA, *m_b, *m_tokB, conv, ids, co);
+        if (outcome.cancelled) {
+            Q_EMIT cancelled(job); // nothing stored
+            return;
+        }
+        m_compareWarm = true;
         auto sample = std::make_shared<core::ComparisonSample>(std::move(outcome.sample));
         sample->prompt = request.prompt.toStdString();
         sample->converter = request.converter.toStdString();

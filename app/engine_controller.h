@@ -122,6 +122,7 @@ private:
     std::unique_ptr<gpu::Model> m_a, m_b;
     std::unique_ptr<core::Tokenizer> m_tokA, m_tokB;
     std::string m_tokErrorA, m_tokErrorB; // why a loaded model has no tokenizer
+    bool m_compareWarm = false;           // a comparison ran since the models were loaded
     std::unique_ptr<gpu::Converter> m_converter;
     std::string m_converterKey; // experiment path + name + models, of m_converter
 };

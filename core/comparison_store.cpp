@@ -380,4 +380,9 @@ std::vector<ComparisonSample> loadComparisons(const fs::path &experiment, const 
     return samples;
 }
 
+void checkComparisonName(const std::filesystem::path &experiment, const std::string &name)
+{
+    h5::checkName(experiment.string(), "comparison list", name);
+}
+
 } // namespace kvwb::core

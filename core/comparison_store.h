@@ -29,10 +29,10 @@ struct ComparisonPath
     // on the scratch continuation (position j compares both next-token distributions after scratch's
     // tokens 0..j-1). Its length is the scratch continuation's.
     std::vector<double> kl;
-    std::string text;        // decoded continuation
-    int promptTokens = 0;    // prompt length in this model's tokens
-    int reusedTokens = 0;    // prompt positions taken from a (converted) cache instead of computed
-    double ttftMs = 0;       // request start to first token, this path's whole cost
+    std::string text;         // decoded continuation
+    int promptTokens = 0;     // prompt length in this model's tokens
+    int reusedTokens = 0;     // prompt positions taken from a (converted) cache instead of computed
+    double ttftMs = 0;        // request start to first token, this path's whole cost
     double decodeTokPerS = 0; // tokens after the first, per second
 };
 
@@ -55,12 +55,16 @@ struct ComparisonSample
     std::string createdUtc; // ISO 8601
 };
 
+// Error(InvalidArgument) naming the file and the name when saveComparisons would refuse the name
+// (so a long comparison run can check it before it starts).
+void checkComparisonName(const std::filesystem::path &experiment, const std::string &name);
 // Writes (or replaces) /comparisons/<name> with these samples, in order.
 void saveComparisons(const std::filesystem::path &experiment, const std::string &name,
                      const std::vector<ComparisonSample> &samples);
 // Names under /comparisons, sorted; empty when there are none.
 std::vector<std::string> listComparisons(const std::filesystem::path &experiment);
 // Error(InvalidArgument) naming the file and the name when absent.
-std::vector<ComparisonSample> loadComparisons(const std::filesystem::path &experiment, const std::string &name);
+std::vector<ComparisonSample> loadComparisons(const std::filesystem::path &experiment,
+                                              const std::string &name);
 
 } // namespace kvwb::core

@@ -13,6 +13,7 @@
 #include "gpu/model.h"
 #include "gpu/transfer.h"
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct CompareOptions
     GateSignal gateSignal = GateSignal::TailKl;
     double gateThreshold = 0.1;
     int gateTail = 4;
+    bool warmUp = false; // run B and the transfer once untimed first (first-call allocations)
+    // Checked between the paths and at every generated token: when set, compareTransfer returns
+    // with CompareOutcome::cancelled and a partial sample.
+    const std::atomic_bool *cancel = nullptr;
 };
 
 struct CompareOutcome
@@ -33,6 +38,7 @@ struct CompareOutcome
     double ttftCachedMs = 0;       // transfer TTFT when A's cache is already there (convert + B)
     double ttftGatedMs = 0;        // what a gated deployment pays: A prefill + gate + transfer or B's prefill
     double top1NoPrefix = 0;       // the floor's top-1 agreement
+    bool cancelled = false;        // options.cancel was set: the sample is incomplete
 };
 
 // The prompt's ids, when A and B tokenise it identically and it leaves room for maxTokens:

@@ -116,7 +116,10 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     refreshMemory();
 
     buildMenus();
-    connect(m_models, &ModelsPanel::loadRequested, this, &MainWindow::loadRequested);
+    connect(m_models, &ModelsPanel::loadRequested, this, [this](const ModelChoice &a, const ModelChoice &b) {
+        beginJob(Job::Load); // before the request: the engine reports busy as soon as it starts
+        Q_EMIT loadRequested(a, b);
+    });
     connect(m_models, &ModelsPanel::cancelRequested, this, &MainWindow::cancelRequested);
     connect(m_models, &ModelsPanel::choiceChanged, this, [this](char role) {
         m_card->setModel(role == 'a' ? ModelCardModel::ModelAColumn : ModelCardModel::ModelBColumn,
@@ -125,7 +128,6 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     for (char role : {'a', 'b'})
         m_card->setModel(role == 'a' ? ModelCardModel::ModelAColumn : ModelCardModel::ModelBColumn,
                          m_models->previewConfig(role));
-    connect(m_models, &ModelsPanel::loadRequested, this, [this] { beginJob(Job::Load); });
 
     connect(m_capture, &CapturePanel::captureRequested, this, [this](const CaptureRequest &r) {
         beginJob(Job::Capture);
@@ -196,14 +198,14 @@ QList<QDockWidget *> MainWindow::docks() const
 void MainWindow::buildMenus()
 {
     QMenu *file = menuBar()->addMenu(tr("&File"));
-    QAction *open = file->addAction(tr("&Open Project..."), this, [this] {
+    m_openAction = file->addAction(tr("&Open Project..."), this, [this] {
         const QString path = QFileDialog::getOpenFileName(
             this, tr("Open project"), QFileInfo(m_projectPath).path(), tr("KV Workbench projects (*.kvwb)"));
         if (!path.isEmpty())
             openProject(path);
     });
-    open->setShortcut(QKeySequence::Open);
-    QAction *openExperiment = file->addAction(tr("Open &Experiment..."), this, [this] {
+    m_openAction->setShortcut(QKeySequence::Open);
+    m_openExperimentAction = file->addAction(tr("Open &Experiment..."), this, [this] {
         const QString path =
             QFileDialog::getOpenFileName(this, tr("Open experiment file"), QFileInfo(m_projectPath).path(),
                                          tr("Experiment files (*.h5 *.hdf5)"));
@@ -212,7 +214,7 @@ void MainWindow::buildMenus()
             Q_EMIT experimentRequested(path);
         }
     });
-    openExperiment->setShortcut(Qt::CTRL | Qt::Key_E);
+    m_openExperimentAction->setShortcut(Qt::CTRL | Qt::Key_E);
     m_exportAction = file->addAction(tr("E&xport Report..."), this, [this] {
         const QString dir = QFileDialog::getExistingDirectory(this, tr("Export the report into"),
                                                               QFileInfo(m_experimentPath).path());
@@ -283,7 +285,7 @@ bool MainWindow::openProject(const QString &path)
         refreshSummary();
         return true;
     } catch (const core::Error &e) {
-        showFailure(tr("cannot open project: %1").arg(QString::fromUtf8(e.what())));
+        showError(tr("cannot open project: %1").arg(QString::fromUtf8(e.what())));
         return false;
     }
 }
@@ -312,7 +314,7 @@ bool MainWindow::saveProject(const QString &path)
         refreshSummary();
         return true;
     } catch (const core::Error &e) {
-        showFailure(tr("cannot save project: %1").arg(QString::fromUtf8(e.what())));
+        showError(tr("cannot save project: %1").arg(QString::fromUtf8(e.what())));
         return false;
     }
 }
@@ -431,6 +433,11 @@ void MainWindow::showProgress(double fraction, const QString &stage)
 void MainWindow::setEngineBusy(bool busy)
 {
     m_engineBusy = busy;
+    // the window's own engine requests wait for the running job
+    m_openAction->setEnabled(!busy);
+    m_openExperimentAction->setEnabled(!busy);
+    m_recentMenu->setEnabled(!busy && !m_recentMenu->actions().isEmpty());
+    m_exportAction->setEnabled(!busy && !m_experimentPath.isEmpty());
     if (m_job != Job::Load)
         m_models->setEngineBusy(busy);
     m_capture->setBusy(busy);
@@ -474,11 +481,18 @@ void MainWindow::showFailure(const QString &message)
     case Job::Replay:
         m_replay->setReplayFailed(message);
         break;
-    default:
+    case Job::Load:
         m_models->setFailed(message);
         break;
+    default: // reading an experiment, gathering a report: the window's own actions
+        break;
     }
-    statusBar()->showMessage(message, 10000);
+    showError(message);
+}
+
+void MainWindow::showError(const QString &message)
+{
+    statusBar()->showMessage(message, 15000);
     log(tr("error: %1").arg(message));
 }
 
@@ -488,6 +502,9 @@ void MainWindow::showCancelled()
         m_capture->setCancelled();
     else if (m_job == Job::Load)
         m_models->setCancelled();
+    else if (m_job == Job::Compare)
+        m_compare->setBusy(false);
+    statusBar()->showMessage(tr("Cancelled."), 5000);
     log(tr("cancelled"));
 }
 
@@ -700,7 +717,7 @@ void MainWindow::storeProjectSettings(core::Project &p) const
 
 bool MainWindow::exportReport(const QString &outDir)
 {
-    if (m_experimentPath.isEmpty())
+    if (m_experimentPath.isEmpty() || m_engineBusy)
         return false;
     m_reportDir = outDir;
     beginJob(Job::Report);
@@ -727,7 +744,7 @@ QStringList MainWindow::writeReport(std::shared_ptr<const ReportData> data)
                 .arg(m_reportDir, QString::fromStdString(copy.configSha256).left(16)));
         statusBar()->showMessage(tr("Report written to %1").arg(m_reportDir), 10000);
     } catch (const core::Error &e) {
-        showFailure(tr("cannot write the report: %1").arg(QString::fromUtf8(e.what())));
+        showError(tr("cannot write the report: %1").arg(QString::fromUtf8(e.what())));
     }
     m_reportDir.clear();
     Q_EMIT reportWritten(files);

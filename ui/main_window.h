@@ -64,7 +64,10 @@ public Q_SLOTS:
     void setEngineState(const QString &state);
     void showLoadProgress(double fraction, const QString &stage);
     void showModelsLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
+    // An engine job failed: the message goes to the panel whose job it was, the log and the status bar.
     void showFailure(const QString &message);
+    // The window's own failure (a project file, a report folder): log and status bar only.
+    void showError(const QString &message);
     void showCancelled();
     // The engine's progress, shown by the panel whose job is running.
     void showProgress(double fraction, const QString &stage);
@@ -156,6 +159,8 @@ private:
     QString m_experimentPath; // the experiment the panels show
     QString m_reportDir;      // where the pending export goes
     QAction *m_exportAction = nullptr;
+    QAction *m_openAction = nullptr;
+    QAction *m_openExperimentAction = nullptr;
 };
 
 } // namespace kvwb::ui

@@ -206,6 +206,13 @@ void ModelsPanel::setLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, 
         tr("Loaded in %1 ms: A on %2 (%3, %4 weights), B on %5 (%6, %7 weights).")
             .arg(ms, 0, 'f', 0)
             .arg(a.device, a.dtype, megabytes(a.deviceBytes), b.device, b.dtype, megabytes(b.deviceBytes)));
+    for (const auto *m : {&a, &b})
+        if (!m->tokenizerError.isEmpty())
+            m_status->setText(m_status->text() +
+                              QString("<br><span style='color:#b00020'>%1</span>")
+                                  .arg(tr("%1 has no usable tokenizer: %2. Capture, Compare and Replay need "
+                                          "one: put it beside the model and load again.")
+                                           .arg(m == &a ? "A" : "B", m->tokenizerError.toHtmlEscaped())));
 }
 
 void ModelsPanel::setFailed(const QString &message)

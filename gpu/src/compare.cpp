@@ -75,17 +75,35 @@ CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, cons
         throw core::Error(core::ErrorCode::InvalidArgument, "a transfer needs a prompt of at least 3 tokens");
     GenerateOptions go;
     go.maxTokens = options.maxTokens;
+    CompareOutcome out;
+    const auto stop = [&] { return options.cancel && options.cancel->load(); };
     const std::vector<int> prefix(ids.begin(), ids.end() - 1);
-    const auto scratch = b.generate(ids, go);
-    const auto selfA = a.generate(ids, go);
+    if (options.warmUp) {
+        b.generate(ids, go, {}, options.cancel);
+        auto warm = a.newCache();
+        transferGenerate(a, b, converter, ids, go, &warm);
+    }
+    if (stop()) {
+        out.cancelled = true;
+        return out;
+    }
+    const auto scratch = b.generate(ids, go, {}, options.cancel);
+    const auto selfA = a.generate(ids, go, {}, options.cancel);
+    if (stop()) {
+        out.cancelled = true;
+        return out;
+    }
     auto cacheA = a.newCache();
     const auto t0 = Clock::now();
     a.forward(prefix, cacheA);
     const double prefillA = msSince(t0);
-    CompareOutcome out;
     out.gate = qualityGate(b, converter, cacheA, ids.back(), options.gateTail, options.gateSignal,
                            options.gateThreshold);
     const auto tr = transferGenerate(a, b, converter, ids, go, &cacheA);
+    if (stop()) {
+        out.cancelled = true;
+        return out;
+    }
     const auto agree = teacherForcedAgreement(a, b, converter, ids, scratch.outputIds);
     const auto floor = noPrefixAgreement(b, ids, scratch.outputIds);
 

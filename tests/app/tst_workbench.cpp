@@ -158,6 +158,10 @@ private Q_SLOTS:
                 worstGap = std::max(worstGap, now - last);
             last = now;
         });
+        // the Models panel shows the load's own progress (the window routes it there)
+        QStringList statuses;
+        auto *status = w.findChild<QLabel *>("statusLabel");
+        connect(&bench.engine(), &app::EngineController::progress, &w, [&] { statuses << status->text(); });
         QVERIFY(QTest::qWaitForWindowExposed(&w));
         QTest::qWait(100); // first paint and layout done before measuring
         clock.start();
@@ -167,6 +171,8 @@ private Q_SLOTS:
         QVERIFY(loaded.wait(60000));
         tick.stop();
         QVERIFY(progress.count() >= 4); // embeddings, layers, output of each model
+        QVERIFY2(!statuses.isEmpty() && statuses.last().startsWith("Loading: model B"),
+                 qPrintable(statuses.join(" | ")));
         QVERIFY2(worstGap < 50, qPrintable(QString("the event loop stalled for %1 ms").arg(worstGap)));
         QVERIFY(!bench.engine().busy());
         const auto pair = loaded.first().at(1).value<std::shared_ptr<const app::LoadedPair>>();
@@ -183,6 +189,15 @@ private Q_SLOTS:
         QVERIFY(differs);
         QTest::qWait(50); // let the status bar lay out its new texts before the screenshot
         QVERIFY(w.grab().save(screenshotDir() + "/main_window.png"));
+
+        // a cancelled load says so and frees the panel
+        QSignalSpy cancelledLoad(&bench.engine(), &app::EngineController::cancelled);
+        panel->findChild<QPushButton *>("loadButton")->click();
+        panel->findChild<QPushButton *>("cancelButton")->click();
+        QVERIFY(cancelledLoad.wait(30000));
+        QVERIFY(status->text().contains("cancelled"));
+        QVERIFY(panel->findChild<QPushButton *>("loadButton")->isEnabled());
+        QVERIFY(!panel->findChild<QPushButton *>("cancelButton")->isEnabled());
 
         // a failure reaches the window as a message that names the path
         panel->findChild<QLineEdit *>("pathA")->setText("/nonexistent/model");
@@ -399,6 +414,15 @@ private Q_SLOTS:
         const auto stored = core::loadComparisons(exp.toStdString(), "workbench");
         QCOMPARE(int(stored.size()), 1);
         QCOMPARE(stored.front().transfer.ids, sample->transfer.ids);
+        // a comparison cancelled before it ends stores nothing and frees the panel
+        QSignalSpy cancelled(&engine, &app::EngineController::cancelled);
+        child<QPushButton>(cmp, "runButton")->click();
+        child<QPushButton>(cmp, "cancelCompareButton")->click();
+        QVERIFY(cancelled.wait(60000));
+        QCOMPARE(compared.count(), 1);
+        QTRY_VERIFY(!engine.busy());
+        QVERIFY(child<QPushButton>(cmp, "runButton")->isEnabled());
+        QCOMPARE(core::loadComparisons(exp.toStdString(), "workbench").size(), size_t(1));
 
         // replay 60 requests through all four tiers, paused once, ledger stored
         QSignalSpy rows(&engine, &app::EngineController::replayRows);
@@ -415,19 +439,21 @@ private Q_SLOTS:
         QCOMPARE(replay->replayRequest().converter, QString("gui"));
         engine.replayBatchMs = 20; // several batches even on a fast machine
         auto *pause = child<QPushButton>(replay, "pauseButton");
-        child<QPushButton>(replay, "startButton")->click();
-        QVERIFY(rows.wait(60000));
         QSignalSpy progress(&engine, &app::EngineController::progress);
-        pause->click(); // pause: the request in flight finishes, its rows arrive, then it waits
+        child<QPushButton>(replay, "startButton")->click();
+        // paused before the engine picks the job up: it stops after the first request, every time
+        QVERIFY(pause->isEnabled());
+        pause->click();
         QTRY_VERIFY_WITH_TIMEOUT(std::any_of(progress.begin(), progress.end(),
                                              [](const QList<QVariant> &args) {
-                                                 return args.at(2).toString().startsWith("paused at");
+                                                 return args.at(2).toString() == "paused at 1 / 60 requests";
                                              }),
                                  60000);
+        QVERIFY(engine.state().contains("paused"));
         const int before = replay->ledger()->rowCount();
         QTest::qWait(400);
         QCOMPARE(replay->ledger()->rowCount(), before); // nothing moves while paused
-        QVERIFY(before < 60);
+        QCOMPARE(before, 1);
         pause->click(); // resume
         QVERIFY(finished.wait(120000));
         const auto outcome = finished.first().at(1).value<std::shared_ptr<const app::ReplayOutcome>>();
