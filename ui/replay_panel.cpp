@@ -465,7 +465,7 @@ ReplayRequest ReplayPanel::replayRequest() const
                              {m_semantic, "semantic"},
                              {m_prefix, "prefix"},
                              {m_cross, "cross"}})
-        if (box->isChecked() && box->isEnabled())
+        if (box->isChecked() && (box != m_cross || m_crossAvailable)) // busy panels keep their tiers
             r.tiers << QString::fromLatin1(name);
     r.threshold = m_threshold->value();
     r.embedder = m_embedder->currentText();
@@ -484,7 +484,7 @@ void ReplayPanel::setReplayRequest(const ReplayRequest &r)
     m_exact->setChecked(r.tiers.contains("exact"));
     m_semantic->setChecked(r.tiers.contains("semantic"));
     m_prefix->setChecked(r.tiers.contains("prefix"));
-    m_cross->setChecked(m_crossAvailable && r.tiers.contains("cross"));
+    m_cross->setChecked(r.tiers.contains("cross")); // kept while no converter is in use, then used
     m_threshold->setValue(r.threshold);
     m_embedder->setCurrentText(r.embedder);
     {
@@ -504,8 +504,6 @@ void ReplayPanel::setCrossAvailable(bool available, const QString &converter)
 {
     m_crossAvailable = available && !converter.isEmpty();
     m_crossConverter = m_crossAvailable ? converter : QString();
-    if (!m_crossAvailable)
-        m_cross->setChecked(false);
     m_cross->setToolTip(
         m_crossAvailable
             ? tr("Cross: reuse model A's KV cache for model B, mapped by converter '%1'.").arg(converter)

@@ -244,14 +244,21 @@ private Q_SLOTS:
         p.setReplayRequest(r);
         compareReplay(p.replayRequest(), r);
 
-        // without a converter in use the cross tier goes away
+        // a busy panel still reports its settings (the project saves them)
+        p.setBusy(true);
+        compareReplay(p.replayRequest(), r);
+        p.setBusy(false);
+
+        // without a converter in use the cross tier is left out (the choice is kept for later)
         p.setCrossAvailable(false, {});
         auto *cross = p.findChild<QCheckBox *>("tierCross");
         QVERIFY(!cross->isEnabled());
-        QVERIFY(!cross->isChecked());
         QVERIFY(cross->toolTip().contains("Use this converter"));
         QCOMPARE(p.replayRequest().tiers, QStringList({"exact", "prefix"}));
         QCOMPARE(p.replayRequest().converter, QString());
+        p.setCrossAvailable(true, "other");
+        QCOMPARE(p.replayRequest().tiers, QStringList({"exact", "prefix", "cross"}));
+        QCOMPARE(p.replayRequest().converter, QString("other"));
     }
 
     void gateSignalResetsThreshold()
