@@ -104,15 +104,31 @@ json textJson(const std::string &s)
     return bytes;
 }
 
-json pathJson(const ComparisonPath &p, bool transfer)
+// Text with every invalid UTF-8 byte replaced by U+FFFD (for readers that need valid strings).
+json lossyTextJson(const std::string &s)
+{
+    std::string out;
+    std::string_view rest = s;
+    while (const auto bad = text::firstInvalidUtf8(rest)) {
+        out.append(rest.substr(0, *bad));
+        out.append("\xEF\xBF\xBD");
+        rest.remove_prefix(*bad + 1);
+    }
+    out.append(rest);
+    return out;
+}
+
+using TextJson = json (*)(const std::string &);
+
+json pathJson(const ComparisonPath &p, bool transfer, TextJson text)
 {
     json pieces = json::array();
     for (const auto &piece : p.pieces)
-        pieces.push_back(textJson(piece));
+        pieces.push_back(text(piece));
     json j = {{"ids", p.ids},
               {"pieces", pieces},
               {"logprobs", p.logprobs},
-              {"text", textJson(p.text)},
+              {"text", text(p.text)},
               {"prompt_tokens", p.promptTokens},
               {"reused_tokens", p.reusedTokens},
               {"ttft_ms", p.ttftMs},
@@ -122,13 +138,13 @@ json pathJson(const ComparisonPath &p, bool transfer)
     return j;
 }
 
-json sampleJson(const ComparisonSample &s)
+json sampleJson(const ComparisonSample &s, TextJson text = textJson)
 {
-    return {{"prompt", textJson(s.prompt)},
-            {"converter", textJson(s.converter)},
-            {"a", pathJson(s.a, false)},
-            {"scratch", pathJson(s.scratch, false)},
-            {"transfer", pathJson(s.transfer, true)},
+    return {{"prompt", text(s.prompt)},
+            {"converter", text(s.converter)},
+            {"a", pathJson(s.a, false, text)},
+            {"scratch", pathJson(s.scratch, false, text)},
+            {"transfer", pathJson(s.transfer, true, text)},
             {"first_divergence", s.firstDivergence},
             {"mean_kl", s.meanKl},
             {"top1", s.top1},
@@ -378,6 +394,11 @@ std::vector<ComparisonSample> loadComparisons(const fs::path &experiment, const 
         samples.push_back(std::move(s));
     }
     return samples;
+}
+
+std::string comparisonSampleJson(const ComparisonSample &sample)
+{
+    return sampleJson(sample, lossyTextJson).dump();
 }
 
 void checkComparisonName(const std::filesystem::path &experiment, const std::string &name)

@@ -55,6 +55,11 @@ struct ComparisonSample
     std::string createdUtc; // ISO 8601
 };
 
+// One sample as a JSON object with the fields the store keeps (snake_case, as docs/experiment-format.md
+// lists them); bytes that are not valid UTF-8 (part of a character in a piece) become U+FFFD, so
+// any JSON reader takes it. Reports export samples through it.
+std::string comparisonSampleJson(const ComparisonSample &sample);
+
 // Error(InvalidArgument) naming the file and the name when saveComparisons would refuse the name
 // (so a long comparison run can check it before it starts).
 void checkComparisonName(const std::filesystem::path &experiment, const std::string &name);

@@ -947,46 +947,6 @@ std::string comparisonHtml(const core::ComparisonSample &s)
     return h;
 }
 
-json comparisonPathJson(const core::ComparisonPath &p, bool transfer)
-{
-    json pieces = json::array();
-    for (const auto &piece : p.pieces)
-        pieces.push_back(validUtf8(piece));
-    json j = {{"ids", p.ids},
-              {"pieces", pieces},
-              {"logprobs", p.logprobs},
-              {"text", validUtf8(p.text)},
-              {"prompt_tokens", p.promptTokens},
-              {"reused_tokens", p.reusedTokens},
-              {"ttft_ms", p.ttftMs},
-              {"decode_tok_per_s", p.decodeTokPerS}};
-    if (transfer)
-        j["kl"] = p.kl;
-    return j;
-}
-
-json comparisonJson(const core::ComparisonSample &s)
-{
-    return {{"prompt", validUtf8(s.prompt)},
-            {"converter", validUtf8(s.converter)},
-            {"a", comparisonPathJson(s.a, false)},
-            {"scratch", comparisonPathJson(s.scratch, false)},
-            {"transfer", comparisonPathJson(s.transfer, true)},
-            {"first_divergence", s.firstDivergence},
-            {"mean_kl", s.meanKl},
-            {"top1", s.top1},
-            {"kl_no_prefix", s.klNoPrefix},
-            {"rouge_l", s.rougeL},
-            {"source_prefill_ms", s.sourcePrefillMs},
-            {"convert_ms", s.convertMs},
-            {"gate",
-             {{"signal", s.gateSignal},
-              {"value", s.gateValue},
-              {"threshold", s.gateThreshold},
-              {"passed", s.gatePassed}}},
-            {"created_utc", s.createdUtc}};
-}
-
 std::string comparisonsCsv(const std::vector<ReportComparisons> &lists)
 {
     std::string out =
@@ -1673,7 +1633,7 @@ std::string reportJson(const ReportData &d)
     for (const auto &c : d.comparisons) {
         json samples = json::array();
         for (const auto &s : c.samples)
-            samples.push_back(comparisonJson(s));
+            samples.push_back(json::parse(core::comparisonSampleJson(s)));
         j["comparisons"].push_back({{"name", c.name}, {"samples", samples}});
     }
     return j.dump(1);

@@ -10,6 +10,9 @@
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
 
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -211,7 +214,29 @@ private Q_SLOTS:
     void handEditedFileRefused_data();
     void handEditedFileRefused();
     void otherGroupsUntouched();
+    void sampleAsJson();
 };
+
+// The JSON form reports export: every field, and split characters made valid text.
+void TestComparisonStore::sampleAsJson()
+{
+    const auto sample = makeSample(0);
+    const QByteArray text = QByteArray::fromStdString(comparisonSampleJson(sample));
+    QJsonParseError err;
+    const QJsonObject o = QJsonDocument::fromJson(text, &err).object();
+    QVERIFY2(err.error == QJsonParseError::NoError, qPrintable(err.errorString()));
+    QCOMPARE(o["converter"].toString(), QString("conv-0"));
+    QCOMPARE(o["first_divergence"].toInt(), 2);
+    QCOMPARE(o["mean_kl"].toDouble(), 0.1);
+    QCOMPARE(o["gate"].toObject()["passed"].toBool(), true);
+    const QJsonObject transfer = o["transfer"].toObject();
+    QCOMPARE(transfer["kl"].toArray().size(), 5);
+    QCOMPARE(transfer["pieces"].toArray().size(), 5);
+    QCOMPARE(transfer["pieces"].toArray()[3].toString(), QString::fromUtf8(" \xEF\xBF\xBD\xEF\xBF\xBD"));
+    QCOMPARE(transfer["pieces"].toArray()[2].toString(), QString(" saves"));
+    QVERIFY(!o["scratch"].toObject().contains("kl")); // measured on the transfer path only
+    QCOMPARE(o["a"].toObject()["text"].toString(), QString::fromStdString(sample.a.text));
+}
 
 void TestComparisonStore::roundTrip()
 {

@@ -6,6 +6,7 @@
 #include "core/tokenizer.h"
 #include "gpu/compare.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/identity_map.h"
 #include "tests/support/test_paths.h"
 
 #include <QtTest>
@@ -16,17 +17,6 @@ using namespace kvwb;
 namespace fs = std::filesystem;
 
 namespace {
-
-gpu::RidgeSolution identity(int dim)
-{
-    gpu::RidgeSolution s;
-    s.inputDim = s.outputDim = dim;
-    s.weight.assign(size_t(dim * dim), 0.0f);
-    for (int i = 0; i < dim; ++i)
-        s.weight[size_t(i * dim + i)] = 1.0f;
-    s.bias.assign(size_t(dim), 0.0f);
-    return s;
-}
 
 std::string joined(const std::vector<std::string> &pieces)
 {
@@ -49,8 +39,11 @@ private Q_SLOTS:
         const auto &c = b->config();
         gpu::ConverterSet set;
         for (int l = 0; l < c.numLayers; ++l)
-            set.layers.push_back(
-                {l, {l}, false, {identity(c.numKvHeads * c.headDim)}, {identity(c.numKvHeads * c.headDim)}});
+            set.layers.push_back({l,
+                                  {l},
+                                  false,
+                                  {test::identityMap(c.numKvHeads * c.headDim)},
+                                  {test::identityMap(c.numKvHeads * c.headDim)}});
         const auto conv = gpu::Converter::create(set, *a, *b);
         gpu::CompareOptions o;
         o.maxTokens = 12;

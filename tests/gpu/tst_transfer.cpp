@@ -5,6 +5,7 @@
 #include "core/random_model.h"
 #include "gpu/transfer.h"
 #include "tests/support/expect_error.h"
+#include "tests/support/identity_map.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
@@ -13,21 +14,6 @@
 
 using namespace kvwb;
 namespace fs = std::filesystem;
-
-namespace {
-
-gpu::RidgeSolution identity(int dim)
-{
-    gpu::RidgeSolution s;
-    s.inputDim = s.outputDim = dim;
-    s.weight.assign(size_t(dim * dim), 0.0f);
-    for (int i = 0; i < dim; ++i)
-        s.weight[size_t(i * dim + i)] = 1.0f;
-    s.bias.assign(size_t(dim), 0.0f);
-    return s;
-}
-
-} // namespace
 
 class TestTransfer : public QObject
 {
@@ -52,8 +38,11 @@ private Q_SLOTS:
         gpu::ConverterSet conv;
         conv.keyForm = postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
         for (int l = 0; l < c.numLayers; ++l)
-            conv.layers.push_back(
-                {l, {l}, false, {identity(c.numKvHeads * c.headDim)}, {identity(c.numKvHeads * c.headDim)}});
+            conv.layers.push_back({l,
+                                   {l},
+                                   false,
+                                   {test::identityMap(c.numKvHeads * c.headDim)},
+                                   {test::identityMap(c.numKvHeads * c.headDim)}});
         std::vector<int> prompt;
         for (int i = 0; i < 30; ++i)
             prompt.push_back((i * 37 + 11) % c.vocabSize);
@@ -83,8 +72,11 @@ private Q_SLOTS:
         const auto &c = b->config();
         gpu::ConverterSet set;
         for (int l = 0; l < c.numLayers; ++l)
-            set.layers.push_back(
-                {l, {l}, false, {identity(c.numKvHeads * c.headDim)}, {identity(c.numKvHeads * c.headDim)}});
+            set.layers.push_back({l,
+                                  {l},
+                                  false,
+                                  {test::identityMap(c.numKvHeads * c.headDim)},
+                                  {test::identityMap(c.numKvHeads * c.headDim)}});
         std::vector<int> ids;
         for (int i = 0; i < 40; ++i)
             ids.push_back((i * 17 + 3) % c.vocabSize);
@@ -130,8 +122,8 @@ private Q_SLOTS:
         std::mt19937_64 rng(3);
         std::normal_distribution<float> N(0.0f, 0.2f);
         for (int l = 0; l < c.numLayers; ++l) {
-            good.layers.push_back({l, {l}, false, {identity(w)}, {identity(w)}});
-            auto noise = identity(w);
+            good.layers.push_back({l, {l}, false, {test::identityMap(w)}, {test::identityMap(w)}});
+            auto noise = test::identityMap(w);
             for (float &x : noise.weight)
                 x = N(rng);
             bad.layers.push_back({l, {l}, false, {noise}, {noise}});
@@ -196,7 +188,7 @@ private Q_SLOTS:
         auto b = gpu::Model::load(dir / "b", {});
         gpu::ConverterSet conv; // identity of A's width: wrong for B
         for (int l = 0; l < b->config().numLayers; ++l)
-            conv.layers.push_back({l, {0}, false, {identity(64)}, {identity(64)}});
+            conv.layers.push_back({l, {0}, false, {test::identityMap(64)}, {test::identityMap(64)}});
         const auto e = test::expectError([&] { gpu::Converter::create(conv, *a, *b); });
         QCOMPARE(e.code(), core::ErrorCode::Shape);
         QVERIFY2(QString(e.what()).contains("layer 0"), e.what());
