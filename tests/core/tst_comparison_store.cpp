@@ -9,6 +9,7 @@
 #include "core/replay_ledger.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
+#include "tests/support/tiny_experiment.h"
 
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -31,40 +32,6 @@ namespace {
 bool contains(const std::string &haystack, const std::string &needle)
 {
     return haystack.find(needle) != std::string::npos;
-}
-
-// A tiny model pair (one layer, one kv head of 4 each): the store only needs a valid experiment file.
-ModelInfo model(char role)
-{
-    ModelInfo m;
-    m.role = role;
-    ModelConfig &c = m.config;
-    c.architecture = "LlamaForCausalLM";
-    c.modelType = "llama";
-    c.numLayers = 1;
-    c.numHeads = 2;
-    c.numKvHeads = 1;
-    c.headDim = 4;
-    c.hiddenSize = 8;
-    c.vocabSize = 100;
-    c.ropeTheta = 10000.0;
-    c.ropeScaling.type = "default";
-    c.ropeScaling.factor = 1.0;
-    m.weightsSha256 = std::string(64, role);
-    m.tokenizerSha256 = std::string(64, '1');
-    m.sourcePath = std::string("/models/") + role;
-    return m;
-}
-
-fs::path makeExperiment(const QTemporaryDir &dir)
-{
-    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    ExperimentOptions o;
-    o.syncToDisk = false;
-    Provenance p;
-    p.device = "cpu";
-    ExperimentWriter::create(path, o, p, model('a'), model('b')).close();
-    return path;
 }
 
 ComparisonPath makePath(const std::vector<std::string> &pieces, int base)
@@ -241,7 +208,7 @@ void TestComparisonStore::sampleAsJson()
 void TestComparisonStore::roundTrip()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     QVERIFY(listComparisons(path).empty());
     std::vector<ComparisonSample> samples{makeSample(0), makeSample(1)};
     samples[1].transfer.kl.clear(); // not measured
@@ -259,7 +226,7 @@ void TestComparisonStore::roundTrip()
 void TestComparisonStore::layout()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveComparisons(path, "c", {makeSample(0), makeSample(1), makeSample(2)});
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     QVERIFY(f >= 0);
@@ -277,7 +244,7 @@ void TestComparisonStore::layout()
 void TestComparisonStore::replaceAndList()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveComparisons(path, "zeta", {makeSample(0)});
     saveComparisons(path, "alpha", {makeSample(1), makeSample(2)});
     saveComparisons(path, "m-2.b", {});
@@ -294,7 +261,7 @@ void TestComparisonStore::replaceAndList()
 void TestComparisonStore::unknownAndHiddenNames()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveComparisons(path, "one", {makeSample(0)});
     Error err = expectError([&] { loadComparisons(path, "nope"); });
     QCOMPARE(err.code(), ErrorCode::InvalidArgument);
@@ -357,7 +324,7 @@ void TestComparisonStore::badSampleRefused()
     QFETCH(QString, edit);
     QFETCH(QString, mention);
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     const std::vector<ComparisonSample> before{makeSample(9)};
     saveComparisons(path, "keep", before);
     const std::string bytesBefore = kvwb::test::readFile(path);
@@ -433,7 +400,7 @@ void TestComparisonStore::handEditedFileRefused()
     QFETCH(QString, to);
     QFETCH(QString, mention);
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveComparisons(path, "edited", {makeSample(0)});
     std::vector<std::string> texts = rawSamples(path, "edited");
     QCOMPARE(texts.size(), size_t(1));
@@ -451,7 +418,7 @@ void TestComparisonStore::handEditedFileRefused()
 void TestComparisonStore::otherGroupsUntouched()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     // A full-mode converter for the 1-layer pair: one [4, 4] map each for keys and values.
     ConverterRecord r;
     r.name = "conv";

@@ -6,6 +6,7 @@
 #include "core/replay_ledger.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
+#include "tests/support/tiny_experiment.h"
 
 #include <QTemporaryDir>
 #include <QTest>
@@ -25,40 +26,6 @@ namespace {
 bool contains(const std::string &haystack, const std::string &needle)
 {
     return haystack.find(needle) != std::string::npos;
-}
-
-// A tiny model pair: the ledger store only needs a valid experiment file.
-ModelInfo model(char role)
-{
-    ModelInfo m;
-    m.role = role;
-    ModelConfig &c = m.config;
-    c.architecture = "LlamaForCausalLM";
-    c.modelType = "llama";
-    c.numLayers = 1;
-    c.numHeads = 2;
-    c.numKvHeads = 1;
-    c.headDim = 4;
-    c.hiddenSize = 8;
-    c.vocabSize = 100;
-    c.ropeTheta = 10000.0;
-    c.ropeScaling.type = "default";
-    c.ropeScaling.factor = 1.0;
-    m.weightsSha256 = std::string(64, role);
-    m.tokenizerSha256 = std::string(64, '1');
-    m.sourcePath = std::string("/models/") + role;
-    return m;
-}
-
-fs::path makeExperiment(const QTemporaryDir &dir)
-{
-    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    ExperimentOptions o;
-    o.syncToDisk = false;
-    Provenance p;
-    p.device = "cpu";
-    ExperimentWriter::create(path, o, p, model('a'), model('b')).close();
-    return path;
 }
 
 LedgerRow row(int64_t id, TierKind by, std::map<TierKind, bool> hits, int prompt, int reused, int computed,
@@ -438,7 +405,7 @@ void TestReplayLedger::csvErrorsNameLineAndColumn()
 void TestReplayLedger::hdf5RoundTrip()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     QVERIFY(listLedgers(path).empty()); // create() leaves /ledgers empty
     const std::vector<LedgerRow> rows = trickyLedger();
     const std::string settings =
@@ -459,7 +426,7 @@ void TestReplayLedger::hdf5RoundTrip()
 void TestReplayLedger::hdf5Layout()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveLedger(path, "r", handLedger(), "{}");
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     QVERIFY(f >= 0);
@@ -490,7 +457,7 @@ void TestReplayLedger::hdf5Layout()
 void TestReplayLedger::replaceKeepsOthers()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveLedger(path, "a", handLedger(), R"({"v": 1})");
     saveLedger(path, "b", trickyLedger(), "");
     std::vector<LedgerRow> shorter = handLedger();
@@ -509,7 +476,7 @@ void TestReplayLedger::replaceKeepsOthers()
 void TestReplayLedger::missingName()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveLedger(path, "present", handLedger(), "");
     const Error e = expectError([&] { loadLedger(path, "absent"); });
     QCOMPARE(e.code(), ErrorCode::InvalidArgument);
@@ -533,7 +500,7 @@ void TestReplayLedger::invalidName()
 {
     QFETCH(QString, name);
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     const std::string n = name.toStdString();
     for (int op = 0; op < 2; ++op) {
         const Error e = expectError([&] {
@@ -550,7 +517,7 @@ void TestReplayLedger::invalidName()
 void TestReplayLedger::invalidLedgerLeavesFileUntouched()
 {
     QTemporaryDir dir;
-    const fs::path path = makeExperiment(dir);
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
     saveLedger(path, "keep", handLedger(), "");
     const std::string before = kvwb::test::readFile(path);
     std::vector<LedgerRow> big = handLedger();
