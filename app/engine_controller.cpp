@@ -248,7 +248,7 @@ void EngineWorker::readExperiment(quint64 job, const QString &path)
         }
         snap->path = path;
         for (const auto &name : core::listConverters(file))
-            snap->converters.push_back(core::loadConverters(file, name));
+            snap->converters.push_back(core::loadConverters(file, name, core::ConverterParts::MetricsOnly));
         for (const auto &name : core::listTables(file))
             snap->sweeps.emplace_back(name, core::loadTable(file, name));
         for (const auto &name : core::listLedgers(file))

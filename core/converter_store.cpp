@@ -266,7 +266,7 @@ Matrix readMatrix(hid_t file, const std::string &name, const std::string &path)
 }
 
 std::vector<LinearMap> readMaps(hid_t file, const std::string &name, const std::string &group,
-                                const std::string &kind)
+                                const std::string &kind, bool withData)
 {
     const std::string wpath = group + "/" + kind + "_weight", bpath = group + "/" + kind + "_bias",
                       lpath = group + "/" + kind + "_lambda";
@@ -284,17 +284,21 @@ std::vector<LinearMap> readMaps(hid_t file, const std::string &name, const std::
     };
     expect(b, bpath, {n, out});
     expect(l, lpath, {n});
-    std::vector<float> weight(n * in * out), bias(n * out);
     std::vector<double> lambda(n);
-    readRows(w.ds.get(), name, wpath, H5T_NATIVE_FLOAT, 0, n, weight.data());
-    readRows(b.ds.get(), name, bpath, H5T_NATIVE_FLOAT, 0, n, bias.data());
     readRows(l.ds.get(), name, lpath, H5T_NATIVE_DOUBLE, 0, n, lambda.data());
     std::vector<LinearMap> maps(n);
     for (hsize_t j = 0; j < n; ++j) {
+        maps[j].inputDim = int(in);
+        maps[j].outputDim = int(out);
+        maps[j].lambda = lambda[j];
+    }
+    if (!withData)
+        return maps;
+    std::vector<float> weight(n * in * out), bias(n * out);
+    readRows(w.ds.get(), name, wpath, H5T_NATIVE_FLOAT, 0, n, weight.data());
+    readRows(b.ds.get(), name, bpath, H5T_NATIVE_FLOAT, 0, n, bias.data());
+    for (hsize_t j = 0; j < n; ++j) {
         LinearMap &m = maps[j];
-        m.inputDim = int(in);
-        m.outputDim = int(out);
-        m.lambda = lambda[j];
         m.weight.assign(weight.begin() + ptrdiff_t(j * in * out),
                         weight.begin() + ptrdiff_t((j + 1) * in * out));
         m.bias.assign(bias.begin() + ptrdiff_t(j * out), bias.begin() + ptrdiff_t((j + 1) * out));
@@ -312,7 +316,7 @@ int parseLayerName(const std::string &s)
     return std::stoi(s);
 }
 
-LayerConverter readLayer(hid_t file, const std::string &name, const std::string &path, int index)
+LayerConverter readLayer(hid_t file, const std::string &name, const std::string &path, int index, bool withData)
 {
     LayerConverter l;
     {
@@ -326,8 +330,8 @@ LayerConverter readLayer(hid_t file, const std::string &name, const std::string 
         for (int64_t s : readIntArrayAttr(g.get(), site, "source_layers"))
             l.sourceLayers.push_back(int(s));
     }
-    l.keys = readMaps(file, name, path, "keys");
-    l.values = readMaps(file, name, path, "values");
+    l.keys = readMaps(file, name, path, "keys", withData);
+    l.values = readMaps(file, name, path, "values", withData);
     const std::string kpath = path + "/keys_weight";
     if (l.keys.size() != l.values.size() || l.keys.front().inputDim != l.values.front().inputDim ||
         l.keys.front().outputDim != l.values.front().outputDim)
@@ -379,7 +383,7 @@ std::vector<std::string> listConverters(const fs::path &experiment)
     return visibleNames(f.get(), experiment.string(), kConverters);
 }
 
-ConverterRecord loadConverters(const fs::path &experiment, const std::string &name)
+ConverterRecord loadConverters(const fs::path &experiment, const std::string &name, ConverterParts parts)
 {
     const std::string file = experiment.string();
     checkName(file, "converter", name);
@@ -433,7 +437,8 @@ ConverterRecord loadConverters(const fs::path &experiment, const std::string &na
                                                std::to_string(i) + " (it holds " +
                                                std::to_string(indices.size()) + " layers)");
     for (int i : indices)
-        r.layers.push_back(readLayer(fid, file, layersPath + "/" + std::to_string(i), i));
+        r.layers.push_back(
+            readLayer(fid, file, layersPath + "/" + std::to_string(i), i, parts == ConverterParts::WithMaps));
 
     r.layerMetrics = readTable(fid, file, base + "/metrics/layers");
     r.headMetrics = readTable(fid, file, base + "/metrics/heads");

@@ -93,8 +93,15 @@ struct ConverterRecord
 void saveConverters(const std::filesystem::path &experiment, const ConverterRecord &record);
 // Names under /converters, sorted; empty when there are none.
 std::vector<std::string> listConverters(const std::filesystem::path &experiment);
+enum class ConverterParts
+{
+    WithMaps,   // everything (what a conversion needs)
+    MetricsOnly // every LinearMap's weight and bias left empty (dimensions and lambdas read): what
+                // panels and reports show, without reading the maps (~100 MB for a 22-layer pair)
+};
 // Error(InvalidArgument) naming the file and the converter when absent.
-ConverterRecord loadConverters(const std::filesystem::path &experiment, const std::string &name);
+ConverterRecord loadConverters(const std::filesystem::path &experiment, const std::string &name,
+                               ConverterParts parts = ConverterParts::WithMaps);
 
 // /sweeps/<name>: a MetricTable plus a JSON string saying what was swept (attribute "settings").
 void saveTable(const std::filesystem::path &experiment, const std::string &name, const MetricTable &table,

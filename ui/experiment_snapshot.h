@@ -22,7 +22,7 @@ struct ExperimentSnapshot
     core::ModelInfo a, b;
     int prompts = 0;
     int64_t tokensA = 0, tokensB = 0;
-    std::vector<core::ConverterRecord> converters;
+    std::vector<core::ConverterRecord> converters; // metrics only: maps' weights and biases empty
     std::vector<std::pair<std::string, core::MetricTable>> sweeps;                        // name, table
     std::vector<std::pair<std::string, std::vector<core::LedgerRow>>> ledgers;            // name, rows
     std::vector<std::pair<std::string, std::vector<core::ComparisonSample>>> comparisons; // name, samples

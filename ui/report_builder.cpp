@@ -1378,14 +1378,7 @@ ReportData collectReport(const fs::path &experiment)
     std::error_code ec;
     d.fileBytes = fs::file_size(experiment, ec);
     for (const auto &name : core::listConverters(experiment)) {
-        auto rec = core::loadConverters(experiment, name);
-        for (auto &layer : rec.layers)
-            for (auto *maps : {&layer.keys, &layer.values})
-                for (auto &m : *maps) {
-                    m.weight = {};
-                    m.bias = {};
-                }
-        d.converters.push_back(std::move(rec));
+        d.converters.push_back(core::loadConverters(experiment, name, core::ConverterParts::MetricsOnly));
     }
     for (const auto &name : core::listTables(experiment)) {
         ReportSweep s;

@@ -377,6 +377,16 @@ void TestConverterStore::roundTripFullAndHeadMatched()
     QVERIFY2(e.isEmpty(), qPrintable(e));
     e = compareRecords(loadConverters(path, "heads_2.b"), heads);
     QVERIFY2(e.isEmpty(), qPrintable(e));
+    // Metrics only: the same record with every map's weight and bias left empty.
+    ConverterRecord lean = heads;
+    for (auto &layer : lean.layers)
+        for (auto *maps : {&layer.keys, &layer.values})
+            for (auto &m : *maps) {
+                m.weight.clear();
+                m.bias.clear();
+            }
+    e = compareRecords(loadConverters(path, "heads_2.b", ConverterParts::MetricsOnly), lean);
+    QVERIFY2(e.isEmpty(), qPrintable(e));
     // The captured KV is untouched and the file still opens as an experiment.
     const ExperimentReader r = ExperimentReader::open(path);
     QCOMPARE(r.promptCount(), kPrompts);
