@@ -243,6 +243,7 @@ void EngineWorker::readExperiment(quint64 job, const QString &path)
             snap->a = reader.model('a');
             snap->b = reader.model('b');
             snap->prompts = reader.promptCount();
+            snap->storage = reader.storage();
             snap->tokensA = reader.totalTokens('a');
             snap->tokensB = reader.totalTokens('b');
         }

@@ -308,6 +308,19 @@ void CapturePanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> s)
     refreshFileTable();
 }
 
+namespace {
+
+// "f16, deflate 4, chunks of 256 tokens"
+QString storageText(const core::ExperimentOptions &o)
+{
+    return QString("%1, %2, chunks of %3 tokens")
+        .arg(QString::fromUtf8(core::kvStorageName(o.storage)),
+             o.compress > 0 ? QString("deflate %1").arg(o.compress) : QString("uncompressed"))
+        .arg(o.chunkTokens);
+}
+
+} // namespace
+
 void CapturePanel::refreshFileTable()
 {
     if (!m_snapshot) {
@@ -315,22 +328,14 @@ void CapturePanel::refreshFileTable()
         return;
     }
     const ExperimentSnapshot &s = *m_snapshot;
-    // The snapshot carries no storage settings; the last capture into this same file knows them.
-    // (QFileInfo's == calls any two files that do not exist the same: compare absolute paths.)
-    const bool sameFile = m_haveSummary && QFileInfo(m_lastSummary.outPath).absoluteFilePath() ==
-                                               QFileInfo(s.path).absoluteFilePath();
-    QString keyForm = sameFile ? m_lastSummary.keyForm : QString();
-    if (keyForm.isEmpty() && !s.converters.empty())
-        keyForm = QString::fromUtf8(core::keyFormName(s.converters.front().keyForm));
-    const QString unknown = tr("(shown after a capture into this file)");
     fillTable(m_file, {
                           {tr("File"), s.path},
                           {tr("Prompts"), QString::number(s.prompts)},
                           {tr("Tokens A / B"), QString("%1 / %2").arg(s.tokensA).arg(s.tokensB)},
                           {tr("Layers captured, A"), layersText(s.a)},
                           {tr("Layers captured, B"), layersText(s.b)},
-                          {tr("Storage"), sameFile ? m_lastSummary.storage : unknown},
-                          {tr("Key form"), keyForm.isEmpty() ? unknown : keyForm},
+                          {tr("Storage"), storageText(s.storage)},
+                          {tr("Key form"), QString::fromUtf8(core::keyFormName(s.storage.keyForm))},
                           {tr("Converters"), QString::number(s.converters.size())},
                           {tr("Replay ledgers"), QString::number(s.ledgers.size())},
                       });
@@ -339,8 +344,6 @@ void CapturePanel::refreshFileTable()
 void CapturePanel::showSummary(const CaptureSummary &s)
 {
     setBusy(false);
-    m_lastSummary = s;
-    m_haveSummary = true;
     QList<QPair<QString, QString>> rows = {
         {tr("File"), s.outPath + (s.appended ? tr(" (appended)") : tr(" (new)"))},
         {tr("Prompts written"), tr("%1 (%2 in the file now)").arg(s.promptsWritten).arg(s.promptsInFile)},

@@ -68,8 +68,6 @@ private:
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     bool m_modelsLoaded = false;
     bool m_busy = false;
-    bool m_haveSummary = false;
-    CaptureSummary m_lastSummary;
     QString m_summaryText;
 
     QComboBox *m_prompts = nullptr;

@@ -20,6 +20,7 @@ struct ExperimentSnapshot
 {
     QString path;
     core::ModelInfo a, b;
+    core::ExperimentOptions storage; // the file's KV storage, compression, chunking, key form
     int prompts = 0;
     int64_t tokensA = 0, tokensB = 0;
     std::vector<core::ConverterRecord> converters; // metrics only: maps' weights and biases empty

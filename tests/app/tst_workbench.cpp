@@ -35,6 +35,7 @@
 #include <QSet>
 #include <QSignalSpy>
 #include <QStandardPaths>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest>
@@ -369,6 +370,11 @@ private Q_SLOTS:
         QVERIFY(capture->summaryText().contains("48"));
         QVERIFY(read.wait(30000)); // the window re-reads the file it captured into
         QCOMPARE(w.experimentPath(), exp);
+        QString inFile; // the Capture panel's "In the file" table, from the file itself
+        auto *fileTable = child<QTableWidget>(capture, "fileTable");
+        for (int i = 0; i < fileTable->rowCount(); ++i)
+            inFile += fileTable->item(i, 0)->text() + ": " + fileTable->item(i, 1)->text() + "\n";
+        QVERIFY2(inFile.contains("Storage: f16") && inFile.contains("Prompts: 48"), qPrintable(inFile));
         QCOMPARE(QString::fromStdString(w.project()->experiment->string()), exp);
 
         // fit: all A layers, fixed lambda; the first converter becomes the one in use
