@@ -1425,11 +1425,14 @@ ReportData collectReport(const fs::path &experiment)
         config["ledgers"][l.name] = parseSettings(l.settingsJson);
     // The converter behind each list's transfer paths determined its numbers (the texts and metrics
     // are results). Only present when there are lists, so older reports keep their hash.
+    // The gate's signal and threshold decided each sample's pass/fail, so they count too.
     for (const auto &c : d.comparisons) {
-        std::set<std::string> converters;
-        for (const auto &s : c.samples)
+        std::set<std::string> converters, gates;
+        for (const auto &s : c.samples) {
             converters.insert(validUtf8(s.converter));
-        config["comparisons"][c.name] = {{"converters", converters}};
+            gates.insert(fmt::format("{} {}", validUtf8(s.gateSignal), s.gateThreshold));
+        }
+        config["comparisons"][c.name] = {{"converters", converters}, {"gates", gates}};
     }
     d.configJson = config.dump();
     d.configSha256 = core::sha256Hex(std::string_view(d.configJson));

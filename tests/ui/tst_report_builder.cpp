@@ -430,9 +430,11 @@ private Q_SLOTS:
         QCOMPARE(d.comparisons[0].name, std::string("cmp1"));
         QCOMPARE(d.comparisons[0].samples.size(), size_t(3));
         QCOMPARE(d.comparisons[0].samples[0].transfer.text, makeComparison().transfer.text);
-        // The converter behind the samples is part of the hashed configuration.
-        QVERIFY2(d.configJson.find(R"("comparisons":{"cmp1":{"converters":["c1"]}})") != std::string::npos,
-                 d.configJson.c_str());
+        // The converter and the gate behind the samples are part of the hashed configuration.
+        QVERIFY2(
+            d.configJson.find(R"("comparisons":{"cmp1":{"converters":["c1"],"gates":["tail_kl 0.1"]}})") !=
+                std::string::npos,
+            d.configJson.c_str());
         const ComparisonSample want = makeComparison();
 
         const fs::path out = fs::path(m_dir.path().toStdString()) / "out-cmp";
