@@ -218,8 +218,17 @@ void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelReq
         auto pair = std::make_shared<LoadedPair>();
         pair->a = describe(*models[0], a);
         pair->b = describe(*models[1], b);
-        pair->a.tokenizerError = QString::fromStdString(tokErrors[0]);
-        pair->b.tokenizerError = QString::fromStdString(tokErrors[1]);
+        for (int i = 0; i < 2; ++i) {
+            LoadedModel &info = i == 0 ? pair->a : pair->b;
+            info.tokenizerError = QString::fromStdString(tokErrors[i]);
+            if (toks[i])
+                info.tokenizer =
+                    QString("%1, %2 pieces (%3)")
+                        .arg(QString::fromStdString(toks[i]->kind()))
+                        .arg(toks[i]->vocabSize())
+                        .arg(QString::fromStdString(
+                            models[i]->checkpoint().tokenizerPath().value_or("").filename().string()));
+        }
         pair->ms = msSince(t0);
         m_converter.reset();
         m_compareWarm = false;

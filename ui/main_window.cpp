@@ -68,17 +68,22 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_cardView = new QTableView(this);
     m_cardView->setObjectName("modelCardView");
     m_cardView->setModel(m_card);
-    m_cardView->horizontalHeader()->setStretchLastSection(true);
+    // the property column fits its labels, A and B share the rest (long values elide; the
+    // tooltip has them whole), so both models stay side by side without scrolling
+    m_cardView->horizontalHeader()->setSectionResizeMode(ModelCardModel::PropertyColumn,
+                                                         QHeaderView::ResizeToContents);
+    m_cardView->horizontalHeader()->setSectionResizeMode(ModelCardModel::ModelAColumn, QHeaderView::Stretch);
+    m_cardView->horizontalHeader()->setSectionResizeMode(ModelCardModel::ModelBColumn, QHeaderView::Stretch);
     m_cardView->verticalHeader()->hide();
-    m_cardView->setMinimumWidth(420); // property + two value columns readable without scrolling
-    m_cardView->resizeColumnsToContents();
+    m_cardView->setMinimumWidth(420);
     m_log = new QPlainTextEdit(this);
     m_log->setObjectName("logView");
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(5000);
 
     auto *modelsDock = addDock("modelsDock", tr("Models"), m_models, Qt::TopDockWidgetArea);
-    auto *cardDock = addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
+    auto *cardDock = m_cardDock =
+        addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
     auto *projectDock = addDock("projectDock", tr("Project"), m_summary, Qt::RightDockWidgetArea);
     tabifyDockWidget(cardDock, projectDock);
     auto *logDock = addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
@@ -457,7 +462,12 @@ void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInf
     m_replay->setModelsLoaded(true);
     m_card->setModel(ModelCardModel::ModelAColumn, a.config);
     m_card->setModel(ModelCardModel::ModelBColumn, b.config);
-    m_cardView->resizeColumnsToContents();
+    for (const auto &[column, m] :
+         {std::pair{int(ModelCardModel::ModelAColumn), &a}, {int(ModelCardModel::ModelBColumn), &b}})
+        m_card->setIdentity(column,
+                            m->tokenizer.isEmpty() ? tr("none: %1").arg(m->tokenizerError) : m->tokenizer,
+                            m->fingerprint);
+    m_cardDock->raise(); // the pair's cards side by side, their KV-geometry differences marked
     m_deviceLabel->setText(tr("device: %1").arg(a.device));
     m_weightBytes = a.deviceBytes + b.deviceBytes;
     refreshMemory();

@@ -146,6 +146,7 @@ private:
     int64_t m_weightBytes = 0;
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QTableView *m_cardView = nullptr;
+    QDockWidget *m_cardDock = nullptr;
     QPlainTextEdit *m_log = nullptr;
     QLabel *m_summary = nullptr;
     QLabel *m_engineLabel = nullptr;

@@ -50,20 +50,35 @@ const std::vector<Row> &rows()
 
 ModelCardModel::ModelCardModel(QObject *parent) : QAbstractTableModel(parent) {}
 
+// The two rows after the config rows: what a loaded model adds.
+constexpr int kIdentityRows = 2;
+
 void ModelCardModel::setModel(int column, const std::optional<core::ModelConfig> &config)
 {
-    if (column == ModelAColumn)
+    if (column == ModelAColumn) {
         m_a = config;
-    else if (column == ModelBColumn)
+        m_idA = {};
+    } else if (column == ModelBColumn) {
         m_b = config;
-    else
+        m_idB = {};
+    } else {
         return;
+    }
     Q_EMIT dataChanged(index(0, ModelAColumn), index(rowCount() - 1, ModelBColumn));
+}
+
+void ModelCardModel::setIdentity(int column, const QString &tokenizer, const QString &fingerprint)
+{
+    if (column != ModelAColumn && column != ModelBColumn)
+        return;
+    (column == ModelAColumn ? m_idA : m_idB) = {tokenizer, fingerprint};
+    const int first = int(rows().size());
+    Q_EMIT dataChanged(index(first, column), index(first + kIdentityRows - 1, column));
 }
 
 int ModelCardModel::rowCount(const QModelIndex &parent) const
 {
-    return parent.isValid() ? 0 : int(rows().size());
+    return parent.isValid() ? 0 : int(rows().size()) + kIdentityRows;
 }
 
 int ModelCardModel::columnCount(const QModelIndex &parent) const
@@ -75,6 +90,23 @@ QVariant ModelCardModel::data(const QModelIndex &index, int role) const
 {
     if (!checkIndex(index, CheckIndexOption::IndexIsValid | CheckIndexOption::ParentIsInvalid))
         return {};
+    if (index.row() >= int(rows().size())) { // tokenizer, weights fingerprint
+        const bool tokenizerRow = index.row() == int(rows().size());
+        if (index.column() == PropertyColumn)
+            return role == Qt::DisplayRole ? QVariant(tokenizerRow ? tr("Tokenizer") : tr("Weights sha256"))
+                                           : QVariant();
+        const Identity &id = index.column() == ModelAColumn ? m_idA : m_idB;
+        const QString value = tokenizerRow ? id.tokenizer : id.fingerprint;
+        if (role == Qt::DisplayRole)
+            return value.isEmpty() ? tr("- (load to see)")
+                   : tokenizerRow  ? value
+                                   : value.left(16) + QStringLiteral("\u2026");
+        if (role == Qt::ToolTipRole && !value.isEmpty())
+            return value;
+        if (role == GeometryDiffersRole)
+            return false;
+        return {};
+    }
     const Row &row = rows()[size_t(index.row())];
     if (index.column() == PropertyColumn)
         return role == Qt::DisplayRole ? QVariant(QString(row.label)) : QVariant();

@@ -31,7 +31,11 @@ public:
 
     explicit ModelCardModel(QObject *parent = nullptr);
 
+    // A config read from a path (preview) or a loaded model's; clears that column's identity.
     void setModel(int column, const std::optional<core::ModelConfig> &config);
+    // What only a loaded model tells: its tokenizer ("sentencepiece, 1024 pieces (tokenizer.model)")
+    // and its weights fingerprint (sha256 hex), shown in the last two rows.
+    void setIdentity(int column, const QString &tokenizer, const QString &fingerprint);
 
     int rowCount(const QModelIndex &parent = {}) const override;
     int columnCount(const QModelIndex &parent = {}) const override;
@@ -39,8 +43,13 @@ public:
     QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
 
 private:
+    struct Identity
+    {
+        QString tokenizer, fingerprint;
+    };
     std::optional<core::ModelConfig> m_a;
     std::optional<core::ModelConfig> m_b;
+    Identity m_idA, m_idB;
 };
 
 } // namespace kvwb::ui

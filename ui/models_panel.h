@@ -42,6 +42,7 @@ struct LoadedModelInfo
     QString device; // e.g. "cpu (2 threads of 2 cores)"
     QString dtype;
     int64_t deviceBytes = 0; // weights on the device
+    QString tokenizer;       // e.g. "sentencepiece, 1024 pieces (tokenizer.model)"; empty when none
     QString tokenizerError;  // why it has no usable tokenizer (capture, compare, replay need one)
 };
 

@@ -188,6 +188,12 @@ private Q_SLOTS:
         for (int r = 0; r < card->rowCount(); ++r)
             differs = differs || card->index(r, 1).data(ui::ModelCardModel::GeometryDiffersRole).toBool();
         QVERIFY(differs);
+        for (int r = 0; r < card->rowCount(); ++r) // what only a loaded model tells
+            if (card->index(r, 0).data().toString() == "Tokenizer")
+                QVERIFY2(card->index(r, 2).data().toString().startsWith("sentencepiece, 1024 pieces"),
+                         qPrintable(card->index(r, 2).data().toString()));
+            else if (card->index(r, 0).data().toString() == "Weights sha256")
+                QCOMPARE(card->index(r, 1).data(Qt::ToolTipRole).toString(), pair->a.fingerprint);
         QTest::qWait(50); // let the status bar lay out its new texts before the screenshot
         QVERIFY(w.grab().save(screenshotDir() + "/main_window.png"));
 

@@ -35,6 +35,21 @@ private Q_SLOTS:
         // same head count: no flag, and Heads is not a geometry row anyway
         QCOMPARE(model.index(heads, 2).data(ui::ModelCardModel::GeometryDiffersRole).toBool(), false);
         QCOMPARE(model.headerData(1, Qt::Horizontal).toString(), QString("Model A (source)"));
+
+        // a loaded model's tokenizer and fingerprint; a new preview config clears them
+        const int tok = find("Tokenizer"), sha = find("Weights sha256");
+        QVERIFY(tok >= 0 && sha >= 0);
+        QVERIFY(model.index(tok, 1).data().toString().contains("load to see"));
+        const QString fp = QString(64, QChar('e'));
+        model.setIdentity(ui::ModelCardModel::ModelAColumn, "sentencepiece, 1024 pieces (tokenizer.model)",
+                          fp);
+        QCOMPARE(model.index(tok, 1).data().toString(),
+                 QString("sentencepiece, 1024 pieces (tokenizer.model)"));
+        QCOMPARE(model.index(sha, 1).data().toString(), fp.left(16) + QChar(0x2026));
+        QCOMPARE(model.index(sha, 1).data(Qt::ToolTipRole).toString(), fp);
+        QVERIFY(model.index(sha, 2).data().toString().contains("load to see"));
+        model.setModel(ui::ModelCardModel::ModelAColumn, core::randomModelPreset("tiny").config);
+        QVERIFY(model.index(sha, 1).data().toString().contains("load to see"));
     }
 };
 
