@@ -78,12 +78,8 @@ std::unique_ptr<gpu::Model> loadFileModel(const core::ExperimentReader &file, ch
 
 gpu::LayerSelection parseSelection(const QString &s)
 {
-    if (s == "proportional")
-        return gpu::LayerSelection::Proportional;
-    if (s == "topk")
-        return gpu::LayerSelection::TopK;
-    if (s == "all")
-        return gpu::LayerSelection::All;
+    if (const auto selection = gpu::parseLayerSelection(str(s)))
+        return *selection;
     throw UsageError{"--select expects proportional, topk or all, got '" + str(s) + "'"};
 }
 

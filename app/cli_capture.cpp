@@ -33,12 +33,8 @@ namespace {
 
 core::KvStorage parseStorage(const QString &s)
 {
-    if (s == "f32")
-        return core::KvStorage::F32;
-    if (s == "f16")
-        return core::KvStorage::F16;
-    if (s == "bf16")
-        return core::KvStorage::BF16;
+    if (const auto kind = core::parseKvStorage(str(s)))
+        return *kind;
     throw UsageError{"--dtype expects f32, f16 or bf16, got '" + str(s) + "'"};
 }
 

@@ -41,17 +41,16 @@ double msSince(Clock::time_point t0)
 gpu::LoadOptions loadOptions(const ModelRequest &r)
 {
     gpu::LoadOptions o;
-    if (r.device == "cuda")
-        o.device = gpu::Device::Cuda;
-    else if (r.device != "cpu")
+    const auto device = gpu::parseDevice(r.device.toStdString());
+    if (!device)
         throw core::Error(core::ErrorCode::InvalidArgument,
-                          "unknown device '" + r.device.toStdString() + "'");
-    if (r.dtype == "bf16")
-        o.dtype = gpu::ComputeType::BF16;
-    else if (r.dtype == "f16")
-        o.dtype = gpu::ComputeType::F16;
-    else if (r.dtype != "f32")
-        throw core::Error(core::ErrorCode::InvalidArgument, "unknown dtype '" + r.dtype.toStdString() + "'");
+                          "unknown device '" + r.device.toStdString() + "': expected cpu or cuda");
+    const auto dtype = gpu::parseComputeType(r.dtype.toStdString());
+    if (!dtype)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          "unknown dtype '" + r.dtype.toStdString() + "': expected f32, bf16 or f16");
+    o.device = *device;
+    o.dtype = *dtype;
     o.threads = r.threads;
     return o;
 }
@@ -79,14 +78,10 @@ gpu::GateSignal gateSignal(const QString &name)
 
 core::KvStorage storage(const QString &s)
 {
-    if (s == "f16")
-        return core::KvStorage::F16;
-    if (s == "bf16")
-        return core::KvStorage::BF16;
-    if (s != "f32")
-        throw core::Error(core::ErrorCode::InvalidArgument,
-                          "KV storage '" + s.toStdString() + "': expected f32, f16 or bf16");
-    return core::KvStorage::F32;
+    if (const auto kind = core::parseKvStorage(s.toStdString()))
+        return *kind;
+    throw core::Error(core::ErrorCode::InvalidArgument,
+                      "KV storage '" + s.toStdString() + "': expected f32, f16 or bf16");
 }
 
 QStringList qStrings(const std::vector<std::string> &v)
@@ -99,10 +94,7 @@ QStringList qStrings(const std::vector<std::string> &v)
 
 double columnMean(const core::MetricTable &t, const char *column)
 {
-    int c = -1;
-    for (size_t i = 0; i < t.columns.size(); ++i)
-        if (t.columns[i] == column)
-            c = int(i);
+    const int c = t.column(column);
     if (c < 0 || t.rows.empty())
         return std::nan("");
     double sum = 0;
@@ -337,16 +329,12 @@ void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_p
         const fs::path path = request.experimentPath.toStdString();
         gpu::AlignOptions o;
         o.name = request.name.toStdString();
-        if (request.selection == "proportional")
-            o.selection = gpu::LayerSelection::Proportional;
-        else if (request.selection == "topk")
-            o.selection = gpu::LayerSelection::TopK;
-        else if (request.selection == "all")
-            o.selection = gpu::LayerSelection::All;
-        else
+        const auto selection = gpu::parseLayerSelection(request.selection.toStdString());
+        if (!selection)
             throw core::Error(core::ErrorCode::InvalidArgument, "layer selection '" +
                                                                     request.selection.toStdString() +
                                                                     "': expected proportional, topk or all");
+        o.selection = *selection;
         o.autoLambda = request.autoLambda;
         o.lambda = request.lambda;
         o.perHead = request.perHead;

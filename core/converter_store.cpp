@@ -316,7 +316,8 @@ int parseLayerName(const std::string &s)
     return std::stoi(s);
 }
 
-LayerConverter readLayer(hid_t file, const std::string &name, const std::string &path, int index, bool withData)
+LayerConverter readLayer(hid_t file, const std::string &name, const std::string &path, int index,
+                         bool withData)
 {
     LayerConverter l;
     {

@@ -33,6 +33,14 @@ const char *kvStorageName(KvStorage s) noexcept
     return "?";
 }
 
+std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept
+{
+    for (KvStorage s : {KvStorage::F32, KvStorage::F16, KvStorage::BF16})
+        if (name == kvStorageName(s))
+            return s;
+    return std::nullopt;
+}
+
 const char *keyFormName(KeyForm f) noexcept
 {
     return f == KeyForm::PreRope ? "pre_rope" : "post_rope";

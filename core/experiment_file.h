@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvwb::core {
@@ -37,6 +39,8 @@ enum class KvStorage
     BF16
 };
 const char *kvStorageName(KvStorage s) noexcept; // "f32" | "f16" | "bf16"
+// The inverse of kvStorageName; nullopt for anything else.
+std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept;
 
 // Whether stored keys had RoPE applied (values never do).
 enum class KeyForm

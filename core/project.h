@@ -35,7 +35,7 @@ struct ProjectCapture
 // Alignment settings (section "alignment"): what `kvwb align` takes, and the converter in use.
 struct ProjectAlignment
 {
-    std::string name = "default";          // record name the next fit writes
+    std::string name = "default";           // record name the next fit writes
     std::string selection = "proportional"; // proportional | topk | all
     int k = 1;
     bool autoLambda = false;
@@ -49,9 +49,9 @@ struct ProjectAlignment
 struct ProjectReplay
 {
     std::vector<std::string> tiers = {"exact", "semantic", "prefix"}; // exact | semantic | prefix | cross
-    double threshold = 0.8;         // semantic cosine threshold
-    std::string embedder = "lexical"; // lexical | model
-    std::string gateSignal = "tail_kl"; // tail_kl | kv_cos | nll
+    double threshold = 0.8;                                           // semantic cosine threshold
+    std::string embedder = "lexical";                                 // lexical | model
+    std::string gateSignal = "tail_kl";                               // tail_kl | kv_cos | nll
     double gateThreshold = 0.1;
     bool gate = true;
     int maxTokens = 0; // > 0 overrides every request's max_tokens

@@ -19,7 +19,9 @@
 #include "gpu/ridge.h"
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvwb::gpu {
@@ -124,6 +126,8 @@ enum class LayerSelection
     All           // every captured A layer
 };
 const char *layerSelectionName(LayerSelection s) noexcept; // "proportional" | "topk" | "all"
+// The inverse of layerSelectionName; nullopt for anything else.
+std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept;
 
 struct AlignOptions
 {

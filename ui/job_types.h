@@ -15,13 +15,13 @@ namespace kvwb::ui {
 // Capture panel -> engine: run both loaded models over a prompt set into an experiment file.
 struct CaptureRequest
 {
-    QString promptsPath;      // text (one prompt per line) or JSONL (corpus/workload)
-    QString outPath;          // experiment file; appended to when it exists (same models)
-    QString storage = "f32";  // f32 | f16 | bf16
-    int compress = 0;         // deflate level, 0 = off
-    int maxTokens = 0;        // truncate each prompt (0 = the model's context)
-    int limit = 0;            // at most N prompts (0 = all)
-    bool postRope = false;    // keys after RoPE (default: before)
+    QString promptsPath;     // text (one prompt per line) or JSONL (corpus/workload)
+    QString outPath;         // experiment file; appended to when it exists (same models)
+    QString storage = "f32"; // f32 | f16 | bf16
+    int compress = 0;        // deflate level, 0 = off
+    int maxTokens = 0;       // truncate each prompt (0 = the model's context)
+    int limit = 0;           // at most N prompts (0 = all)
+    bool postRope = false;   // keys after RoPE (default: before)
 };
 
 struct CaptureSummary
@@ -89,8 +89,8 @@ struct ReplayRequest
     QString gateSignal = "tail_kl";
     double gateThreshold = 0.1;
     bool gate = true;
-    int maxTokens = 0; // > 0 overrides every request's max_tokens
-    int limit = 0;     // first N requests (0 = all)
+    int maxTokens = 0;  // > 0 overrides every request's max_tokens
+    int limit = 0;      // first N requests (0 = all)
     QString ledgerName; // non-empty: store the ledger as /ledgers/<name> of the experiment
 };
 

@@ -674,6 +674,14 @@ const char *layerSelectionName(LayerSelection s) noexcept
     return "?";
 }
 
+std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept
+{
+    for (LayerSelection s : {LayerSelection::Proportional, LayerSelection::TopK, LayerSelection::All})
+        if (name == layerSelectionName(s))
+            return s;
+    return std::nullopt;
+}
+
 namespace {
 
 void requireSplit(const core::ExperimentReader &f, const PromptSplit &s, bool needValid)

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/experiment_file.h"
 #include "core/replay_ledger.h"
+#include "tests/support/tiny_experiment.h"
 #include "ui/report_builder.h"
 
 #include <QApplication>
@@ -31,23 +32,9 @@ namespace {
 
 ModelInfo model(char role, int layers)
 {
-    ModelInfo m;
-    m.role = role;
-    ModelConfig &c = m.config;
-    c.architecture = "LlamaForCausalLM";
-    c.modelType = "llama";
-    c.numLayers = layers;
-    c.numHeads = 2;
-    c.numKvHeads = 1;
-    c.headDim = 4;
-    c.hiddenSize = 8;
-    c.vocabSize = 100;
-    c.ropeTheta = 10000.0;
-    c.ropeScaling.type = "default";
-    c.ropeScaling.factor = 1.0;
+    ModelInfo m = kvwb::test::tinyModelInfo(role, layers);
+    // distinct leading digits, so a report that shows a fingerprint's start shows which model
     m.weightsSha256 = std::string(role == 'a' ? "aa11" : "bb22") + std::string(60, role);
-    m.tokenizerSha256 = std::string(64, '1');
-    m.sourcePath = std::string("/models/") + role;
     return m;
 }
 
