@@ -2,8 +2,8 @@
 // ui::MainWindow, wired together. GUI-thread only.
 #pragma once
 
-#include "app/engine_controller.h"
-#include "ui/main_window.h"
+#include "app/engine/engine_controller.h"
+#include "ui/window/main_window.h"
 
 #include <QObject>
 #include <QString>

@@ -1,5 +1,5 @@
 // kvwb: one executable for the workbench and all its headless subcommands.
-#include "app/cli.h"
+#include "app/cli/cli.h"
 #include "app/gui.h"
 
 #include <QApplication>

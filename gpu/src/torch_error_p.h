@@ -2,7 +2,7 @@
 // project's Error at the seam, keeping only the first line of torch's message.
 #pragma once
 
-#include "core/error.h"
+#include "core/util/error.h"
 
 #include <torch/torch.h>
 

@@ -1,9 +1,9 @@
 // The headless kvwb commands end to end: output formats later checks rely on, determinism, and a
 // one-line error with a non-zero exit code (never a crash or hang) for every kind of bad input.
-#include "core/random_model.h"
-#include "core/safetensors.h"
-#include "core/spm_library.h"
-#include "core/tokenizer.h"
+#include "core/model/random_model.h"
+#include "core/model/safetensors.h"
+#include "core/tokenize/spm_library.h"
+#include "core/tokenize/tokenizer.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 

@@ -1,6 +1,6 @@
 // `kvwb corpus wordnet` and `kvwb workload wordnet` end to end against the WordNet fixture:
 // help, output files, determinism, and one-line errors with exit codes 1 (missing data) and 2 (usage).
-#include "core/workload.h"
+#include "core/workload/workload.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 #include "tests/support/wordnet_fixture.h"

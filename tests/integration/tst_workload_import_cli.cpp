@@ -1,7 +1,7 @@
 // `kvwb workload sharegpt` and `kvwb workload quora` end to end: output that reads back as a
 // workload, warnings on stderr and a summary on stdout, --limit/--gap-ms/--system-prompt, and
 // one-line errors with exit codes 1 (bad input, naming the file) and 2 (usage).
-#include "core/workload.h"
+#include "core/workload/workload.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 

@@ -2,7 +2,7 @@
 // exception) fails loudly with std::runtime_error, which Qt Test reports as a failure.
 #pragma once
 
-#include "core/error.h"
+#include "core/util/error.h"
 
 #include <stdexcept>
 

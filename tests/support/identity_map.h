@@ -2,7 +2,7 @@
 // reproduce a model's own KV when a model is aligned with itself.
 #pragma once
 
-#include "core/converter_store.h"
+#include "core/store/converter_store.h"
 
 #include <vector>
 

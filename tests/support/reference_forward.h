@@ -3,7 +3,7 @@
 // against it. Handles both RoPE layouts, GQA, q/k/v(/o) bias, tied embeddings and scaled RoPE.
 #pragma once
 
-#include "core/checkpoint.h"
+#include "core/model/checkpoint.h"
 
 #include <vector>
 

@@ -2,7 +2,7 @@
 // the stores that only need a valid experiment file (converters, ledgers, comparisons, reports).
 #pragma once
 
-#include "core/experiment_file.h"
+#include "core/store/experiment_file.h"
 
 #include <QTemporaryDir>
 

@@ -1,0 +1,311 @@
+#include "app/cli/cli_replay.h"
+
+#include "app/cli/cli_util.h"
+#include "core/model/checkpoint.h"
+#include "core/store/converter_store.h"
+#include "core/util/error.h"
+#include "core/store/experiment_file.h"
+#include "core/cache/replay_ledger.h"
+#include "core/cache/semantic_tier.h"
+#include "core/tokenize/tokenizer.h"
+#include "core/workload/workload.h"
+#include "gpu/model/device.h"
+#include "gpu/replay/replay.h"
+#include "gpu/transfer/transfer.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+namespace kvwb::app {
+
+using namespace kvwb::app::cli;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::vector<core::TierKind> parseTiers(const QString &text)
+{
+    std::vector<core::TierKind> tiers;
+    if (text == "none")
+        return tiers;
+    for (const QString &part : text.split(',', Qt::SkipEmptyParts)) {
+        const auto t = core::parseTierKind(str(part.trimmed()));
+        if (!t || *t == core::TierKind::None)
+            throw UsageError{
+                "--tiers expects a comma-separated list of exact, semantic, prefix, cross (or 'none'), "
+                "got '" +
+                str(part) + "'"};
+        if (std::find(tiers.begin(), tiers.end(), *t) != tiers.end())
+            throw UsageError{"--tiers names '" + str(part) + "' twice"};
+        tiers.push_back(*t);
+    }
+    return tiers;
+}
+
+int64_t int64Option(const QCommandLineParser &p, const QString &name)
+{
+    if (!p.isSet(name))
+        return 0;
+    bool ok = false;
+    const qlonglong v = p.value(name).toLongLong(&ok);
+    if (!ok || v < 0)
+        throw UsageError{"--" + str(name) + " expects a non-negative integer, got '" + str(p.value(name)) +
+                         "'"};
+    return v;
+}
+
+core::TierLimits limits(const QCommandLineParser &p, const QString &prefix)
+{
+    core::TierLimits l;
+    l.maxEntries = int64Option(p, prefix + "-entries");
+    l.maxBytes = int64Option(p, prefix + "-bytes");
+    const auto e = core::parseEviction(str(p.value("eviction")));
+    if (!e)
+        throw UsageError{"--eviction expects lru, lfu, fifo or ttl, got '" + str(p.value("eviction")) + "'"};
+    l.eviction = *e;
+    l.ttlMs = int64Option(p, "ttl-ms");
+    if (l.eviction == core::Eviction::Ttl && l.ttlMs <= 0)
+        throw UsageError{"--eviction ttl needs --ttl-ms > 0"};
+    l.shareAcrossTenants = p.isSet("share-tenants");
+    return l;
+}
+
+} // namespace
+
+int cmdReplay(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"workload", "Workload JSONL (kvwb workload wordnet|sharegpt|quora).", "W.jsonl"});
+    p.addOption({"model-a", "Model a of the workload (default: the experiment's model A).", "PATH"});
+    p.addOption({"model-b", "Model b (default: the experiment's model B).", "PATH"});
+    p.addOption({"experiment", "Experiment file: its converter (cross tier), and where the ledger is stored.",
+                 "EXP.h5"});
+    p.addOption({"converter", "Converter name for the cross tier (default 'default').", "NAME", "default"});
+    p.addOption({"tiers",
+                 "Cache tiers in lookup order: exact, semantic, prefix, cross, or 'none' (default "
+                 "exact,semantic,prefix).",
+                 "LIST", "exact,semantic,prefix"});
+    p.addOption({"threshold", "Semantic cosine threshold (default 0.8).", "T", "0.8"});
+    p.addOption({"embedder", "Semantic embedder: lexical (default) or model (model A's hidden states).", "E",
+                 "lexical"});
+    p.addOption({"embed",
+                 "What the semantic tier embeds: question (default: the request's question, else its prompt) "
+                 "or prompt (the whole prompt, system prompt included).",
+                 "WHAT", "question"});
+    p.addOption({"embedder-layer", "Model embedder layer (default: the middle one).", "N"});
+    p.addOption({"block", "Prefix-tree block size in tokens (default 16).", "N", "16"});
+    p.addOption(
+        {"min-cross-tokens", "Cross-model reuse needs this many matched tokens (default 16).", "N", "16"});
+    p.addOption({"exact-entries", "Exact tier capacity in entries (default unlimited).", "N"});
+    p.addOption({"exact-bytes", "Exact tier capacity in bytes.", "N"});
+    p.addOption({"semantic-entries", "Semantic tier capacity in entries.", "N"});
+    p.addOption({"semantic-bytes", "Semantic tier capacity in bytes.", "N"});
+    p.addOption({"prefix-entries", "Prefix tree capacity per model in blocks.", "N"});
+    p.addOption({"prefix-bytes", "Prefix tree capacity per model in KV bytes.", "N"});
+    p.addOption({"eviction", "lru (default), lfu, fifo or ttl.", "POLICY", "lru"});
+    p.addOption({"ttl-ms", "Entries older than this (workload time) never hit.", "MS"});
+    p.addOption({"share-tenants", "One cache scope for all tenants (default: isolated per tenant)."});
+    p.addOption({"gate-signal", "Cross-tier gate signal: tail_kl (default), kv_cos or nll.", "S", "tail_kl"});
+    p.addOption({"gate-threshold", "Gate threshold (default 0.1 for tail_kl, 0.9 kv_cos, 3 nll).", "T"});
+    p.addOption({"no-gate", "Use every cross-model match without the quality gate."});
+    p.addOption({"clock", "Replay on the workload's clock (arrival times), not as fast as possible."});
+    p.addOption({"speed", "With --clock: speed factor (default 1; 10 = ten times faster).", "F", "1"});
+    p.addOption({"max-tokens", "Override every request's max_tokens.", "N"});
+    p.addOption({"limit", "Replay only the first N requests.", "N"});
+    p.addOption({"shadow", "Share of hits re-run from scratch to verify them (default 0).", "F", "0"});
+    p.addOption({"price-in", "USD per 1M prompt tokens computed (default 0.15).", "USD", "0.15"});
+    p.addOption({"price-out", "USD per 1M generated tokens computed (default 0.60).", "USD", "0.60"});
+    p.addOption({"ledger", "Write the per-request ledger as CSV.", "OUT.csv"});
+    p.addOption({"save-ledger", "Store the ledger in the experiment file as /ledgers/NAME.", "NAME"});
+    p.addOption({"json", "Print the summary as JSON."});
+    addEngineOptions(p);
+    parse(p, args,
+          "Replay a request workload through a stack of cache tiers (exact, semantic, prefix KV, cross-model "
+          "KV) "
+          "with real model calls, and report hits, false hits, tokens reused and latency per tier.");
+    if (!p.isSet("workload"))
+        throw UsageError{"--workload is required"};
+    gpu::ReplayOptions o;
+    o.tiers = parseTiers(p.value("tiers"));
+    o.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
+    o.prefixBlock = intOption(p, "block", 16, 1);
+    o.minCrossTokens = intOption(p, "min-cross-tokens", 16, 1);
+    o.exactLimits = limits(p, "exact");
+    o.semanticLimits = limits(p, "semantic");
+    o.prefixLimits = limits(p, "prefix");
+    const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
+    if (!gs)
+        throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
+                         "'"};
+    o.gateSignal = *gs;
+    o.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
+    o.gate = !p.isSet("no-gate");
+    if (p.value("embed") != "question" && p.value("embed") != "prompt")
+        throw UsageError{"--embed expects question or prompt, got '" + str(p.value("embed")) + "'"};
+    o.embedQuestion = p.value("embed") == "question";
+    o.onClock = p.isSet("clock");
+    o.speed = doubleOption(p, "speed", 1.0, 1e-6, 1e9);
+    o.maxTokens = intOption(p, "max-tokens", 0, 1);
+    o.shadowFraction = doubleOption(p, "shadow", 0.0, 0.0, 1.0);
+    o.prices.inputPerMillion = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
+    o.prices.outputPerMillion = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
+    const bool asJson = p.isSet("json");
+    const bool needCross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
+    if (p.isSet("save-ledger") && !p.isSet("experiment"))
+        throw UsageError{"--save-ledger needs --experiment"};
+    if (needCross && !p.isSet("experiment"))
+        throw UsageError{"the cross tier needs --experiment (its converter)"};
+
+    auto read = core::readWorkloadJsonl(str(p.value("workload")));
+    for (const auto &w : read.warnings.messages())
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (read.warnings.total() > read.warnings.messages().size())
+        std::fprintf(stderr, "warning: ... and %zu more malformed lines skipped\n",
+                     read.warnings.total() - read.warnings.messages().size());
+    auto requests = std::move(read.requests);
+    if (p.isSet("limit"))
+        requests.resize(std::min(requests.size(), size_t(intOption(p, "limit", 0, 1))));
+    if (requests.empty())
+        throw core::Error(core::ErrorCode::Format, str(p.value("workload")) + ": no requests to replay");
+    bool anyB = false;
+    for (const auto &r : requests)
+        anyB = anyB || r.model == "b";
+
+    // Models: flags, else the experiment's recorded paths.
+    std::optional<core::ExperimentReader> exp;
+    if (p.isSet("experiment"))
+        exp.emplace(core::ExperimentReader::open(str(p.value("experiment"))));
+    auto pathOf = [&](char role) -> std::optional<fs::path> {
+        const QString flag = role == 'a' ? "model-a" : "model-b";
+        if (p.isSet(flag))
+            return fs::path(str(p.value(flag)));
+        if (exp)
+            return fs::path(exp->model(role).sourcePath);
+        return std::nullopt;
+    };
+    const auto lo = loadOptions(p);
+    const auto pathA = pathOf('a');
+    if (!pathA)
+        throw UsageError{"--model-a (or --experiment) is required"};
+    auto a = gpu::Model::load(*pathA, lo);
+    std::unique_ptr<gpu::Model> b;
+    if (anyB || needCross) {
+        const auto pathB = pathOf('b');
+        if (!pathB)
+            throw UsageError{"the workload sends requests to model b: give --model-b (or --experiment)"};
+        b = gpu::Model::load(*pathB, lo);
+    }
+    auto tokA = loadModelTokenizer(*a);
+    std::unique_ptr<core::Tokenizer> tokB = b ? loadModelTokenizer(*b) : nullptr;
+    std::optional<gpu::Converter> converter;
+    if (needCross) {
+        for (char role : {'a', 'b'}) {
+            const gpu::Model &mm = role == 'a' ? *a : *b;
+            if (mm.checkpoint().fingerprint() != exp->model(role).weightsSha256)
+                throw core::Error(
+                    core::ErrorCode::Config,
+                    fmt::format("{}: model {} at {} has weights fingerprint {}, the converters were fitted "
+                                "for {}",
+                                exp->path().string(), char(std::toupper(role)),
+                                mm.checkpoint().path().string(), mm.checkpoint().fingerprint(),
+                                exp->model(role).weightsSha256));
+        }
+        converter.emplace(
+            gpu::Converter::create(core::loadConverters(exp->path(), str(p.value("converter"))), *a, *b));
+    }
+    std::unique_ptr<core::Embedder> embedder;
+    if (p.value("embedder") == "lexical")
+        embedder = std::make_unique<core::LexicalEmbedder>();
+    else if (p.value("embedder") == "model")
+        embedder = std::make_unique<gpu::ModelEmbedder>(*a, *tokA, intOption(p, "embedder-layer", -1, 0));
+    else
+        throw UsageError{"--embedder expects lexical or model, got '" + str(p.value("embedder")) + "'"};
+
+    gpu::ReplayModels models{
+        a.get(), b.get(), tokA.get(), tokB.get(), converter ? &*converter : nullptr, embedder.get()};
+    InterruptScope ctrlC;
+    const auto r =
+        gpu::replayWorkload(requests, models, o, [&](const core::LedgerRow &row, int done, int total) {
+            if (!asJson && (done % 25 == 0 || done == total))
+                std::fprintf(stderr, "\rreplayed %d/%d requests", done, total);
+            if (!row.gate.empty())
+                std::fprintf(stderr, "%sgate: request %lld %s %.4f -> %s\n", asJson ? "" : "\n",
+                             (long long)row.requestId, gpu::gateSignalName(o.gateSignal), row.gateValue,
+                             row.gate == "pass" ? "use the converted cache" : "fall back");
+            return !InterruptScope::interrupted();
+        });
+    if (!asJson)
+        std::fprintf(stderr, "\n");
+    for (const auto &w : r.warnings)
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    QStringList tierNames;
+    for (auto t : o.tiers)
+        tierNames << core::tierKindName(t);
+    const json settings = {{"workload", str(p.value("workload"))},
+                           {"tiers", str(tierNames.join(','))},
+                           {"threshold", o.threshold},
+                           {"embedder", embedder->name()},
+                           {"embed", str(p.value("embed"))},
+                           {"block", o.prefixBlock},
+                           {"eviction", str(p.value("eviction"))},
+                           {"share_tenants", p.isSet("share-tenants")},
+                           {"gate", o.gate ? gpu::gateSignalName(o.gateSignal) : "off"},
+                           {"gate_threshold", o.gateThreshold},
+                           {"clock", o.onClock},
+                           {"speed", o.speed},
+                           {"model_a", a->checkpoint().fingerprint()},
+                           {"model_b", b ? b->checkpoint().fingerprint() : ""},
+                           {"device", gpu::deviceName(lo.device)}};
+    if (p.isSet("ledger"))
+        core::writeLedgerCsv(str(p.value("ledger")), r.rows);
+    if (p.isSet("save-ledger")) {
+        const fs::path path = exp->path();
+        exp.reset(); // HDF5 cannot reopen a file for writing while this process reads it
+        core::saveLedger(path, str(p.value("save-ledger")), r.rows, settings.dump());
+    }
+    const auto &s = r.summary;
+    if (asJson) {
+        json total = json::parse(core::ledgerSummaryJson(s));
+        const json tiers = total["tiers"];
+        total.erase("tiers");
+        json sweep = json::array();
+        for (const auto &row : r.thresholdSweep.rows)
+            sweep.push_back({{"threshold", row[0]}, {"hit_rate", row[1]}, {"false_hit_rate", row[2]}});
+        const json out = {{"settings", settings},
+                          {"requests", s.requests},
+                          {"cancelled", r.cancelled},
+                          {"tiers", tiers},
+                          {"total", total},
+                          {"overhead_ms_p50", core::percentile(r.overheadMs, 50)},
+                          {"overhead_ms_p99", core::percentile(r.overheadMs, 99)},
+                          {"threshold_sweep", sweep},
+                          {"warnings", r.warnings}};
+        std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+        return r.cancelled ? 130 : 0;
+    }
+    std::printf("%s: %lld requests, tiers %s%s\n\n", qPrintable(p.value("workload")), (long long)s.requests,
+                qPrintable(tierNames.isEmpty() ? "none" : tierNames.join(',')),
+                r.cancelled ? " (cancelled)" : "");
+    std::printf("| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms | "
+                "TTFT p95 ms |\n");
+    std::printf("|:--|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (const auto &[kind, agg] : s.tiers)
+        std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.2f | %.2f |\n", core::tierKindName(kind),
+                    (long long)agg.requests, (long long)agg.hits, (long long)agg.falseHits,
+                    (long long)agg.tokensReused, (long long)agg.tokensComputed, agg.ttftMsP50, agg.ttftMsP95);
+    std::printf("| total | %lld | %lld | %lld | %lld | %lld | %.2f | %.2f |\n\n", (long long)s.requests,
+                (long long)s.hits, (long long)s.falseHits, (long long)s.tokensReused,
+                (long long)s.tokensComputed, s.ttftMsP50, s.ttftMsP95);
+    std::printf("hit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching\n",
+                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache);
+    std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
+                core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
+    return r.cancelled ? 130 : 0;
+}
+
+} // namespace kvwb::app

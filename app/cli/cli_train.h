@@ -1,0 +1,12 @@
+// `kvwb train` (train a model from a corpus) and `kvwb eval-qa` (greedy question answering against
+// the corpus's reference answers). Same conventions as the other subcommands (app/cli/cli.h).
+#pragma once
+
+#include <QStringList>
+
+namespace kvwb::app {
+
+int cmdTrain(const QStringList &args);
+int cmdEvalQa(const QStringList &args);
+
+} // namespace kvwb::app

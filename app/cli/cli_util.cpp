@@ -1,0 +1,202 @@
+#include "app/cli/cli_util.h"
+
+#include "core/util/error.h"
+#include "core/workload/text_corpus.h"
+
+#include <QFile>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+namespace kvwb::app::cli {
+
+std::string str(const QString &s)
+{
+    return s.toStdString();
+}
+
+QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const QString &description,
+                          const QString &positional, const QString &positionalHelp)
+{
+    p.setApplicationDescription(description);
+    p.addHelpOption();
+    if (!positional.isEmpty())
+        p.addPositionalArgument(positional, positionalHelp);
+    if (!p.parse(args))
+        throw UsageError{str(p.errorText())};
+    if (p.isSet("help") || p.isSet("help-all")) {
+        std::fputs(qPrintable(p.helpText()), stdout);
+        throw HelpShown{0};
+    }
+    return p;
+}
+
+int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min)
+{
+    if (!p.isSet(name))
+        return fallback;
+    bool ok = false;
+    const int v = p.value(name).toInt(&ok);
+    if (!ok || v < min)
+        throw UsageError{
+            fmt::format("--{} expects an integer >= {}, got '{}'", str(name), min, str(p.value(name)))};
+    return v;
+}
+
+double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min, double max)
+{
+    if (!p.isSet(name))
+        return fallback;
+    bool ok = false;
+    const double v = p.value(name).toDouble(&ok);
+    if (!ok || v < min || v > max)
+        throw UsageError{fmt::format("--{} expects a number in [{}, {}], got '{}'", str(name), min, max,
+                                     str(p.value(name)))};
+    return v;
+}
+
+std::vector<int> parseIdList(const QString &text, const char *flag)
+{
+    std::vector<int> ids;
+    for (const QString &part : text.split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int v = part.trimmed().toInt(&ok);
+        if (!ok || v < 0)
+            throw UsageError{
+                fmt::format("{} expects comma-separated non-negative integers, got '{}'", flag, str(part))};
+        ids.push_back(v);
+    }
+    if (ids.empty())
+        throw UsageError{fmt::format("{} is empty", flag)};
+    return ids;
+}
+
+std::string readTextFile(const QString &path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly))
+        throw core::Error(core::ErrorCode::Io,
+                          fmt::format("{}: cannot read: {}", str(path), str(f.errorString())));
+    return f.readAll().toStdString();
+}
+
+gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFlag)
+{
+    gpu::LoadOptions o;
+    if (p.isSet("device")) {
+        auto d = gpu::parseDevice(str(p.value("device")));
+        if (!d)
+            throw UsageError{"--device expects cpu or cuda, got '" + str(p.value("device")) + "'"};
+        o.device = *d;
+    }
+    if (p.isSet(dtypeFlag)) {
+        auto t = gpu::parseComputeType(str(p.value(dtypeFlag)));
+        if (!t)
+            throw UsageError{"--" + str(dtypeFlag) + " expects f32, bf16 or f16, got '" +
+                             str(p.value(dtypeFlag)) + "'"};
+        o.dtype = *t;
+    }
+    o.threads = intOption(p, "threads", 0, 0);
+    return o;
+}
+
+void addPromptFileOptions(QCommandLineParser &p)
+{
+    p.addOption(
+        {"split", "Only prompts of this corpus split: train, validation or all (default).", "SPLIT", "all"});
+    p.addOption({"whole-text", "Use a corpus line's whole text (question and answer), not its prompt."});
+    p.addOption({"join", "Join N consecutive documents into one prompt (default 1).", "N", "1"});
+}
+
+std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
+                                       std::vector<std::string> &warnings)
+{
+    PromptFileOptions o;
+    o.split = str(p.value("split"));
+    if (o.split != "all" && o.split != "train" && o.split != "validation")
+        throw UsageError{"--split expects train, validation or all, got '" + o.split + "'"};
+    o.join = intOption(p, "join", 1, 1);
+    o.wholeText = p.isSet("whole-text");
+    return readPromptFile(path, o, warnings);
+}
+
+std::vector<PromptText> readPromptFile(const std::string &path, const PromptFileOptions &o,
+                                       std::vector<std::string> &warnings)
+{
+    auto corpus = core::readTextCorpus(path);
+    warnings.insert(warnings.end(), corpus.warnings.begin(), corpus.warnings.end());
+    if (corpus.skipped > corpus.warnings.size())
+        warnings.push_back(fmt::format("{}: {} malformed lines skipped in all",
+                                       std::filesystem::path(path).filename().string(), corpus.skipped));
+    std::vector<PromptText> out;
+    int inGroup = 0;
+    for (auto &d : corpus.documents) {
+        if ((o.split == "train" && d.validation) || (o.split == "validation" && !d.validation))
+            continue;
+        std::string text = o.wholeText || d.prompt.empty() ? d.text : d.prompt;
+        while (!text.empty() && text.back() == '\n')
+            text.pop_back();
+        if (inGroup == 0)
+            out.push_back({std::move(text), d.synset});
+        else
+            out.back().text += "\n" + text;
+        inGroup = (inGroup + 1) % std::max(1, o.join);
+    }
+    if (out.empty())
+        throw core::Error(core::ErrorCode::Format,
+                          fmt::format("{}: no prompts of split '{}'", path, o.split));
+    return out;
+}
+
+std::filesystem::path modelTokenizerPath(const gpu::Model &model)
+{
+    const auto found = model.checkpoint().tokenizerPath();
+    if (!found)
+        throw core::Error(core::ErrorCode::Tokenizer,
+                          model.checkpoint().path().string() + ": no tokenizer beside the model");
+    return *found;
+}
+
+std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model)
+{
+    const auto path = modelTokenizerPath(model);
+    auto tok = core::loadTokenizer(path);
+    core::checkTokenizerFitsModel(*tok, model.config(), path.string());
+    return tok;
+}
+
+void addEngineOptions(QCommandLineParser &p)
+{
+    p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
+    p.addOption({"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"});
+    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+}
+
+namespace {
+std::atomic_bool g_interrupted{false};
+extern "C" void kvwbOnSigint(int)
+{
+    g_interrupted = true;
+}
+} // namespace
+
+InterruptScope::InterruptScope()
+{
+    g_interrupted = false;
+    m_previous = std::signal(SIGINT, kvwbOnSigint);
+}
+
+InterruptScope::~InterruptScope()
+{
+    std::signal(SIGINT, m_previous);
+}
+
+bool InterruptScope::interrupted()
+{
+    return g_interrupted.load();
+}
+
+} // namespace kvwb::app::cli

@@ -1,0 +1,664 @@
+#include "app/engine/engine_controller.h"
+
+#include "app/cli/cli_capture.h"
+#include "app/cli/cli_util.h"
+#include "core/store/comparison_store.h"
+#include "core/store/converter_store.h"
+#include "core/util/error.h"
+#include "core/cache/semantic_tier.h"
+#include "core/util/text_util.h"
+#include "core/tokenize/tokenizer.h"
+#include "core/workload/workload.h"
+#include "gpu/align/alignment.h"
+#include "gpu/transfer/compare.h"
+#include "gpu/model/device.h"
+#include "gpu/model/model.h"
+#include "gpu/replay/replay.h"
+#include "gpu/transfer/transfer.h"
+
+#include <QMetaObject>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+namespace kvwb::app {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double msSince(Clock::time_point t0)
+{
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+gpu::LoadOptions loadOptions(const ModelRequest &r)
+{
+    gpu::LoadOptions o;
+    const auto device = gpu::parseDevice(r.device.toStdString());
+    if (!device)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          "unknown device '" + r.device.toStdString() + "': expected cpu or cuda");
+    const auto dtype = gpu::parseComputeType(r.dtype.toStdString());
+    if (!dtype)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          "unknown dtype '" + r.dtype.toStdString() + "': expected f32, bf16 or f16");
+    o.device = *device;
+    o.dtype = *dtype;
+    o.threads = r.threads;
+    return o;
+}
+
+LoadedModel describe(const gpu::Model &m, const ModelRequest &r)
+{
+    LoadedModel l;
+    l.path = r.path;
+    l.config = m.config();
+    l.fingerprint = QString::fromStdString(m.checkpoint().fingerprint());
+    l.device = QString::fromStdString(gpu::describeDevice(m.options().device));
+    l.dtype = QString::fromUtf8(gpu::computeTypeName(m.options().dtype));
+    l.deviceBytes = m.deviceBytes();
+    return l;
+}
+
+gpu::GateSignal gateSignal(const QString &name)
+{
+    const auto s = gpu::parseGateSignal(name.toStdString());
+    if (!s)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          "gate signal '" + name.toStdString() + "': expected tail_kl, kv_cos or nll");
+    return *s;
+}
+
+core::KvStorage storage(const QString &s)
+{
+    if (const auto kind = core::parseKvStorage(s.toStdString()))
+        return *kind;
+    throw core::Error(core::ErrorCode::InvalidArgument,
+                      "KV storage '" + s.toStdString() + "': expected f32, f16 or bf16");
+}
+
+QStringList qStrings(const std::vector<std::string> &v)
+{
+    QStringList out;
+    for (const auto &s : v)
+        out << QString::fromStdString(s);
+    return out;
+}
+
+double columnMean(const core::MetricTable &t, const char *column)
+{
+    const int c = t.column(column);
+    if (c < 0 || t.rows.empty())
+        return std::nan("");
+    double sum = 0;
+    int n = 0;
+    for (const auto &row : t.rows)
+        if (std::isfinite(row[c])) {
+            sum += row[c];
+            ++n;
+        }
+    return n ? sum / n : std::nan("");
+}
+
+} // namespace
+
+EngineWorker::EngineWorker(QObject *parent) : QObject(parent) {}
+EngineWorker::~EngineWorker() = default;
+
+const gpu::Model *EngineWorker::modelA() const
+{
+    return m_a.get();
+}
+const gpu::Model *EngineWorker::modelB() const
+{
+    return m_b.get();
+}
+
+template <typename F> void EngineWorker::guarded(quint64 job, F &&body)
+{
+    try {
+        body();
+    } catch (const core::Error &e) {
+        Q_EMIT failed(job,
+                      QString("%1 [%2]").arg(QString::fromUtf8(e.what()), core::errorCodeName(e.code())));
+    } catch (const std::exception &e) {
+        Q_EMIT failed(job, QString("internal error: %1").arg(QString::fromUtf8(e.what())));
+    }
+}
+
+void EngineWorker::requireModels(const char *what) const
+{
+    if (!m_a || !m_b)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          std::string(what) + " needs both models: load A and B in the Models panel first");
+    if (!m_tokA || !m_tokB)
+        throw core::Error(core::ErrorCode::Tokenizer,
+                          std::string(what) + " needs both models' tokenizers: " +
+                              (m_tokA   ? m_tokErrorB
+                               : m_tokB ? m_tokErrorA
+                                        : m_tokErrorA + "; " + m_tokErrorB) +
+                              " (put the model's tokenizer file beside it and load again)");
+}
+
+void EngineWorker::requireExperimentModels(const QString &experiment) const
+{
+    const auto reader = core::ExperimentReader::open(experiment.toStdString());
+    for (char role : {'a', 'b'}) {
+        const gpu::Model &m = role == 'a' ? *m_a : *m_b;
+        const auto &info = reader.model(role);
+        if (m.checkpoint().fingerprint() != info.weightsSha256)
+            throw core::Error(core::ErrorCode::Config,
+                              fmt::format("{}: the loaded model {} ({}) is not the model this experiment was "
+                                          "captured with ({}): load {} as model {}",
+                                          experiment.toStdString(), char(std::toupper(role)),
+                                          m.checkpoint().path().string(), info.weightsSha256.substr(0, 12),
+                                          info.sourcePath, char(std::toupper(role))));
+    }
+}
+
+const gpu::Converter &EngineWorker::converter(const QString &experiment, const QString &name)
+{
+    const std::string key = experiment.toStdString() + "\n" + name.toStdString() + "\n" +
+                            m_a->checkpoint().fingerprint() + "\n" + m_b->checkpoint().fingerprint();
+    if (!m_converter || key != m_converterKey) {
+        m_converter.reset();
+        m_converter = std::make_unique<gpu::Converter>(gpu::Converter::create(
+            core::loadConverters(experiment.toStdString(), name.toStdString()), *m_a, *m_b));
+        m_converterKey = key;
+    }
+    return *m_converter;
+}
+
+void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelRequest &b,
+                              std::shared_ptr<std::atomic_bool> cancel)
+{
+    const auto t0 = Clock::now();
+    guarded(job, [&] {
+        std::unique_ptr<gpu::Model> models[2];
+        const ModelRequest *requests[2] = {&a, &b};
+        for (int i = 0; i < 2; ++i) {
+            const QString name = i == 0 ? "A" : "B";
+            models[i] = gpu::Model::load(
+                requests[i]->path.toStdString(), loadOptions(*requests[i]),
+                [&](double f, const std::string &stage) {
+                    Q_EMIT progress(job, 0.5 * (i + f),
+                                    QString("model %1: %2").arg(name, QString::fromStdString(stage)));
+                    return !cancel->load();
+                });
+            if (!models[i]) {
+                Q_EMIT cancelled(job);
+                return;
+            }
+        }
+        // a model without a usable tokenizer still loads (its card, memory); the jobs that need
+        // text say why they cannot run
+        std::unique_ptr<core::Tokenizer> toks[2];
+        std::string tokErrors[2];
+        for (int i = 0; i < 2; ++i)
+            try {
+                toks[i] = cli::loadModelTokenizer(*models[i]);
+            } catch (const core::Error &e) {
+                tokErrors[i] = e.what();
+            }
+        auto pair = std::make_shared<LoadedPair>();
+        pair->a = describe(*models[0], a);
+        pair->b = describe(*models[1], b);
+        for (int i = 0; i < 2; ++i) {
+            LoadedModel &info = i == 0 ? pair->a : pair->b;
+            info.tokenizerError = QString::fromStdString(tokErrors[i]);
+            if (toks[i])
+                info.tokenizer =
+                    QString("%1, %2 pieces (%3)")
+                        .arg(QString::fromStdString(toks[i]->kind()))
+                        .arg(toks[i]->vocabSize())
+                        .arg(QString::fromStdString(
+                            models[i]->checkpoint().tokenizerPath().value_or("").filename().string()));
+        }
+        pair->ms = msSince(t0);
+        m_converter.reset();
+        m_compareWarm = false;
+        m_a = std::move(models[0]);
+        m_b = std::move(models[1]);
+        m_tokA = std::move(toks[0]);
+        m_tokB = std::move(toks[1]);
+        m_tokErrorA = tokErrors[0];
+        m_tokErrorB = tokErrors[1];
+        Q_EMIT modelsLoaded(job, pair);
+    });
+}
+
+void EngineWorker::readExperiment(quint64 job, const QString &path)
+{
+    guarded(job, [&] {
+        auto snap = std::make_shared<ExperimentSnapshot>();
+        const fs::path file = path.toStdString();
+        {
+            const auto reader = core::ExperimentReader::open(file);
+            snap->a = reader.model('a');
+            snap->b = reader.model('b');
+            snap->prompts = reader.promptCount();
+            snap->storage = reader.storage();
+            snap->tokensA = reader.totalTokens('a');
+            snap->tokensB = reader.totalTokens('b');
+        }
+        snap->path = path;
+        for (const auto &name : core::listConverters(file))
+            snap->converters.push_back(core::loadConverters(file, name, core::ConverterParts::MetricsOnly));
+        for (const auto &name : core::listTables(file))
+            snap->sweeps.emplace_back(name, core::loadTable(file, name));
+        for (const auto &name : core::listLedgers(file))
+            snap->ledgers.emplace_back(name, core::loadLedger(file, name));
+        for (const auto &name : core::listComparisons(file))
+            snap->comparisons.emplace_back(name, core::loadComparisons(file, name));
+        Q_EMIT experimentRead(job, snap);
+    });
+}
+
+void EngineWorker::collectReport(quint64 job, const QString &path)
+{
+    guarded(job, [&] {
+        Q_EMIT reportCollected(job,
+                               std::make_shared<const ui::ReportData>(ui::collectReport(path.toStdString())));
+    });
+}
+
+void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
+                           std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        requireModels("a capture");
+        if (request.promptsPath.isEmpty() || request.outPath.isEmpty())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "a capture needs a prompt set and an output experiment file");
+        const auto t0 = Clock::now();
+        gpu::CaptureOptions co;
+        co.file.storage = storage(request.storage);
+        co.file.compress = request.compress;
+        co.file.keyForm = request.postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
+        co.maxTokens = request.maxTokens;
+        std::vector<std::string> warnings;
+        std::vector<gpu::CapturePrompt> prompts;
+        for (auto &t : cli::readPromptFile(request.promptsPath.toStdString(), {}, warnings))
+            prompts.push_back({std::move(t.text), std::move(t.label), {}, {}});
+        if (request.limit > 0 && size_t(request.limit) < prompts.size())
+            prompts.resize(request.limit);
+        const fs::path out = request.outPath.toStdString();
+        const auto fc = captureIntoFile(out, *m_a, *m_tokA, *m_b, *m_tokB, prompts, co,
+                                        request.promptsPath.toStdString(), [&](int done, int total) {
+                                            Q_EMIT progress(job, total ? double(done) / total : 1.0,
+                                                            QString("%1 / %2 prompts").arg(done).arg(total));
+                                            return !cancel->load();
+                                        });
+        warnings.insert(warnings.end(), fc.warnings.begin(), fc.warnings.end());
+        auto s = std::make_shared<ui::CaptureSummary>();
+        s->outPath = request.outPath;
+        s->appended = fc.appended;
+        s->cancelled = fc.result.cancelled;
+        s->promptsWritten = fc.result.promptsWritten;
+        s->tokensA = fc.result.tokensA;
+        s->tokensB = fc.result.tokensB;
+        s->kvBytes = fc.result.timings.kvBytes;
+        s->prefillMsA = fc.result.timings.prefillMsA;
+        s->prefillMsB = fc.result.timings.prefillMsB;
+        s->writeMs = fc.result.timings.writeMs;
+        s->storage = QString::fromUtf8(core::kvStorageName(fc.storage.storage));
+        s->keyForm = QString::fromUtf8(core::keyFormName(fc.storage.keyForm));
+        {
+            const auto reader = core::ExperimentReader::open(out);
+            s->promptsInFile = reader.promptCount();
+            s->layersA = int(reader.model('a').capturedLayers.size());
+            s->layersB = int(reader.model('b').capturedLayers.size());
+        }
+        s->fileBytes = int64_t(fs::file_size(out));
+        s->warnings = qStrings(warnings);
+        s->wallMs = msSince(t0);
+        Q_EMIT captured(job, s);
+    });
+}
+
+void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        const fs::path path = request.experimentPath.toStdString();
+        gpu::AlignOptions o;
+        o.name = request.name.toStdString();
+        const auto selection = gpu::parseLayerSelection(request.selection.toStdString());
+        if (!selection)
+            throw core::Error(core::ErrorCode::InvalidArgument, "layer selection '" +
+                                                                    request.selection.toStdString() +
+                                                                    "': expected proportional, topk or all");
+        o.selection = *selection;
+        o.autoLambda = request.autoLambda;
+        o.lambda = request.lambda;
+        o.perHead = request.perHead;
+        o.maxTrainTokens = request.maxTrainTokens;
+        o.progress = [&](double f, const std::string &stage) {
+            Q_EMIT progress(job, f, QString::fromStdString(stage));
+            return !cancel->load();
+        };
+        auto s = std::make_shared<ui::FitSummary>();
+        s->experimentPath = request.experimentPath;
+        s->name = request.name;
+        std::vector<std::string> warnings;
+        const auto t0 = Clock::now();
+        gpu::AlignResult r;
+        {
+            std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
+            o.k = std::clamp(request.k, 1, reader->model('a').config.numLayers);
+            // attention-output cosine needs model B's queries: the loaded B when it is the file's
+            const gpu::Model *target = nullptr;
+            if (m_b && m_b->checkpoint().fingerprint() == reader->model('b').weightsSha256)
+                target = m_b.get();
+            else
+                warnings.push_back(
+                    "attention-output cosine not computed: load the experiment's model B to get it");
+            r = gpu::alignExperiment(*reader, o, target);
+        }
+        s->fitMs = msSince(t0);
+        warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
+        s->warnings = qStrings(warnings);
+        s->cancelled = r.cancelled;
+        if (!r.cancelled) {
+            core::saveConverters(path, r.record);
+            s->meanR2K = columnMean(r.record.layerMetrics, "r2_k");
+            s->meanR2V = columnMean(r.record.layerMetrics, "r2_v");
+            s->meanAttnCos = columnMean(r.record.layerMetrics, "attn_cos");
+            if (m_converterKey.rfind(request.experimentPath.toStdString() + "\n" + o.name + "\n", 0) == 0)
+                m_converter.reset(); // refitted: the cached one is stale
+        }
+        Q_EMIT fitted(job, s);
+    });
+}
+
+void EngineWorker::compare(quint64 job, const ui::CompareRequest &request,
+                           std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        requireModels("a comparison");
+        if (request.experimentPath.isEmpty() || request.converter.isEmpty())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "a comparison needs an experiment file with a converter: fit one first");
+        requireExperimentModels(request.experimentPath);
+        Q_EMIT progress(job, 0.1, "preparing the converter");
+        const auto &conv = converter(request.experimentPath, request.converter);
+        gpu::CompareOptions co;
+        co.maxTokens = request.maxTokens;
+        co.gateSignal = gateSignal(request.gateSignal);
+        co.gateThreshold = request.gateThreshold;
+        co.gateTail = request.gateTail;
+        const auto ids =
+            gpu::comparablePrompt(request.prompt.toStdString(), *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
+        co.warmUp = !m_compareWarm; // the first comparison after a load would time allocations
+        co.cancel = cancel.get();
+        Q_EMIT progress(job, 0.3, "generating A, B from scratch and B from the converted cache");
+        auto outcome = gpu::compareTransfer(*m_a, *m_tokA, *m_b, *m_tokB, conv, ids, co);
+        if (outcome.cancelled) {
+            Q_EMIT cancelled(job); // nothing stored
+            return;
+        }
+        m_compareWarm = true;
+        auto sample = std::make_shared<core::ComparisonSample>(std::move(outcome.sample));
+        sample->prompt = request.prompt.toStdString();
+        sample->converter = request.converter.toStdString();
+        sample->createdUtc = core::text::utcNowIso8601();
+        if (request.save) {
+            Q_EMIT progress(job, 0.95, "storing the sample");
+            const fs::path path = request.experimentPath.toStdString();
+            std::vector<core::ComparisonSample> list;
+            const auto names = core::listComparisons(path);
+            if (std::find(names.begin(), names.end(), "workbench") != names.end())
+                list = core::loadComparisons(path, "workbench");
+            list.push_back(*sample);
+            core::saveComparisons(path, "workbench", list);
+        }
+        Q_EMIT compared(job, sample);
+    });
+}
+
+void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
+                          std::shared_ptr<std::atomic_bool> cancel, std::shared_ptr<std::atomic_bool> pause,
+                          int batchMs)
+{
+    guarded(job, [&] {
+        requireModels("a replay");
+        gpu::ReplayOptions o;
+        for (const QString &t : request.tiers) {
+            const auto kind = core::parseTierKind(t.toStdString());
+            if (!kind || *kind == core::TierKind::None)
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "tier '" + t.toStdString() +
+                                      "': expected exact, semantic, prefix or cross");
+            o.tiers.push_back(*kind);
+        }
+        o.threshold = request.threshold;
+        o.gateSignal = gateSignal(request.gateSignal);
+        o.gateThreshold = request.gateThreshold;
+        o.gate = request.gate;
+        o.maxTokens = request.maxTokens;
+        const bool cross = request.tiers.contains("cross");
+        auto read = core::readWorkloadJsonl(request.workloadPath.toStdString());
+        auto requests = std::move(read.requests);
+        if (request.limit > 0 && size_t(request.limit) < requests.size())
+            requests.resize(request.limit);
+        if (requests.empty())
+            throw core::Error(core::ErrorCode::Format,
+                              request.workloadPath.toStdString() + ": no requests to replay");
+        const gpu::Converter *conv = nullptr;
+        if (cross) {
+            if (request.experimentPath.isEmpty() || request.converter.isEmpty())
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "the cross tier needs a converter: fit one and press 'Use this converter'");
+            requireExperimentModels(request.experimentPath);
+            conv = &converter(request.experimentPath, request.converter);
+        }
+        std::unique_ptr<core::Embedder> embedder;
+        if (request.embedder == "model")
+            embedder = std::make_unique<gpu::ModelEmbedder>(*m_a, *m_tokA);
+        else if (request.embedder == "lexical")
+            embedder = std::make_unique<core::LexicalEmbedder>();
+        else
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "embedder '" + request.embedder.toStdString() + "': expected lexical or model");
+        gpu::ReplayModels models{m_a.get(), m_b.get(), m_tokA.get(), m_tokB.get(), conv, embedder.get()};
+        auto batch = std::make_shared<RowBatch>();
+        auto lastFlush = Clock::now();
+        int lastDone = 0, lastTotal = int(requests.size());
+        auto flush = [&] {
+            if (!batch->empty())
+                Q_EMIT replayRows(job, std::shared_ptr<const RowBatch>(std::move(batch)));
+            batch = std::make_shared<RowBatch>();
+            Q_EMIT replayProgress(job, lastDone, lastTotal);
+            Q_EMIT progress(job, lastTotal ? double(lastDone) / lastTotal : 1.0,
+                            QString("%1 / %2 requests").arg(lastDone).arg(lastTotal));
+            lastFlush = Clock::now();
+        };
+        auto r =
+            gpu::replayWorkload(requests, models, o, [&](const core::LedgerRow &row, int done, int total) {
+                batch->push_back(row);
+                lastDone = done;
+                lastTotal = total;
+                if (msSince(lastFlush) >= batchMs)
+                    flush();
+                if (pause->load() && !cancel->load()) {
+                    flush();
+                    Q_EMIT progress(job, double(done) / total,
+                                    QString("paused at %1 / %2 requests").arg(done).arg(total));
+                    while (pause->load() && !cancel->load())
+                        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                }
+                return !cancel->load();
+            });
+        flush();
+        auto out = std::make_shared<ReplayOutcome>();
+        out->summary = r.summary;
+        out->requests = int(r.rows.size());
+        out->total = int(requests.size());
+        out->cancelled = r.cancelled;
+        std::vector<std::string> warnings = read.warnings.messages();
+        warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
+        if (!request.ledgerName.isEmpty() && !request.experimentPath.isEmpty() && !r.rows.empty()) {
+            const nlohmann::json settings = {{"workload", request.workloadPath.toStdString()},
+                                             {"tiers", request.tiers.join(',').toStdString()},
+                                             {"threshold", o.threshold},
+                                             {"embedder", embedder->name()},
+                                             {"gate", o.gate ? gpu::gateSignalName(o.gateSignal) : "off"},
+                                             {"gate_threshold", o.gateThreshold},
+                                             {"converter", cross ? request.converter.toStdString() : ""},
+                                             {"max_tokens", o.maxTokens},
+                                             {"cancelled", r.cancelled},
+                                             {"model_a", m_a->checkpoint().fingerprint()},
+                                             {"model_b", m_b->checkpoint().fingerprint()},
+                                             {"device", gpu::deviceName(m_a->options().device)}};
+            core::saveLedger(request.experimentPath.toStdString(), request.ledgerName.toStdString(), r.rows,
+                             settings.dump());
+            out->storedLedger = request.ledgerName;
+        }
+        out->warnings = qStrings(warnings);
+        Q_EMIT replayFinished(job, out);
+    });
+}
+
+EngineController::EngineController(QObject *parent) : QObject(parent)
+{
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::ReportData>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::app::LoadedPair>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::app::ExperimentSnapshot>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::CaptureSummary>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::FitSummary>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::CompareResult>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::app::RowBatch>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::app::ReplayOutcome>>();
+    m_thread.setObjectName("kvwb-engine");
+    m_worker = new EngineWorker;
+    m_worker->moveToThread(&m_thread);
+    connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+    connect(m_worker, &EngineWorker::progress, this, [this](quint64 job, double f, const QString &stage) {
+        m_state = QString("%1 %2% (%3)").arg(m_jobLabel).arg(int(100 * f)).arg(stage);
+        Q_EMIT progress(job, f, stage);
+        Q_EMIT stateChanged(m_state);
+    });
+    relay(&EngineWorker::modelsLoaded, &EngineController::modelsLoaded);
+    relay(&EngineWorker::experimentRead, &EngineController::experimentRead);
+    relay(&EngineWorker::reportCollected, &EngineController::reportCollected);
+    relay(&EngineWorker::captured, &EngineController::captured);
+    relay(&EngineWorker::fitted, &EngineController::fitted);
+    relay(&EngineWorker::compared, &EngineController::compared);
+    relay(&EngineWorker::replayFinished, &EngineController::replayFinished);
+    relay(&EngineWorker::failed, &EngineController::failed);
+    relay(&EngineWorker::cancelled, &EngineController::cancelled);
+    // rows are not the end of a job
+    connect(m_worker, &EngineWorker::replayRows, this, &EngineController::replayRows);
+    connect(m_worker, &EngineWorker::replayProgress, this, &EngineController::replayProgress);
+    m_thread.start();
+}
+
+EngineController::~EngineController()
+{
+    if (m_cancel)
+        m_cancel->store(true);
+    m_pause->store(false);
+    m_thread.quit();
+    m_thread.wait();
+}
+
+template <typename Sig, typename Out> void EngineController::relay(Sig workerSignal, Out ownSignal)
+{
+    // The result goes out while the job's panel is still marked as running (so a failure reaches
+    // it) but with the engine free (so the handler may start the next job, e.g. re-read the file);
+    // "idle" follows unless the handler did.
+    connect(m_worker, workerSignal, this, [this, ownSignal](auto... args) {
+        m_busy = false;
+        m_jobLabel.clear();
+        m_state = "idle";
+        Q_EMIT(this->*ownSignal)(args...);
+        if (!m_busy)
+            Q_EMIT stateChanged(m_state);
+    });
+}
+
+template <typename F> quint64 EngineController::start(const QString &state, F &&job)
+{
+    if (m_busy) {
+        Q_EMIT failed(0, "the engine is busy: cancel the running job first");
+        return 0;
+    }
+    const quint64 id = m_nextJob++;
+    m_cancel = std::make_shared<std::atomic_bool>(false);
+    m_pause->store(false);
+    m_busy = true;
+    m_jobLabel = state;
+    m_state = state;
+    Q_EMIT stateChanged(m_state);
+    EngineWorker *worker = m_worker;
+    QMetaObject::invokeMethod(
+        worker, [worker, id, cancel = m_cancel, job = std::forward<F>(job)] { job(worker, id, cancel); },
+        Qt::QueuedConnection);
+    return id;
+}
+
+quint64 EngineController::loadModels(const ModelRequest &a, const ModelRequest &b)
+{
+    return start("loading models",
+                 [a, b](EngineWorker *w, quint64 id, auto cancel) { w->loadModels(id, a, b, cancel); });
+}
+
+quint64 EngineController::readExperiment(const QString &path)
+{
+    return start("reading " + path,
+                 [path](EngineWorker *w, quint64 id, auto) { w->readExperiment(id, path); });
+}
+
+quint64 EngineController::collectReport(const QString &path)
+{
+    return start("collecting the report of " + path,
+                 [path](EngineWorker *w, quint64 id, auto) { w->collectReport(id, path); });
+}
+
+quint64 EngineController::capture(const ui::CaptureRequest &r)
+{
+    return start("capturing", [r](EngineWorker *w, quint64 id, auto cancel) { w->capture(id, r, cancel); });
+}
+
+quint64 EngineController::fit(const ui::FitRequest &r)
+{
+    return start(QString("fitting '%1'").arg(r.name),
+                 [r](EngineWorker *w, quint64 id, auto cancel) { w->fit(id, r, cancel); });
+}
+
+quint64 EngineController::compare(const ui::CompareRequest &r)
+{
+    return start("comparing", [r](EngineWorker *w, quint64 id, auto cancel) { w->compare(id, r, cancel); });
+}
+
+quint64 EngineController::replay(const ui::ReplayRequest &r)
+{
+    return start("replaying",
+                 [r, pause = m_pause, ms = replayBatchMs](EngineWorker *w, quint64 id, auto cancel) {
+                     w->replay(id, r, cancel, pause, ms);
+                 });
+}
+
+void EngineController::setPaused(bool paused)
+{
+    m_pause->store(paused);
+    if (m_busy && paused) {
+        m_state = m_jobLabel + " (paused)";
+        Q_EMIT stateChanged(m_state);
+    }
+}
+
+void EngineController::cancel()
+{
+    if (m_cancel)
+        m_cancel->store(true);
+    m_pause->store(false);
+}
+
+} // namespace kvwb::app

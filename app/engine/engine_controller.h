@@ -1,0 +1,184 @@
+// The engine thread of the workbench window. EngineWorker lives on its own QThread and owns the
+// models (and, as the panels grow, the caches, experiment files and vector indexes: everything that
+// must stay on one thread). EngineController lives on the GUI thread: it starts jobs with queued
+// calls carrying value types, gives each job its own cancel flag that the GUI sets directly, and
+// re-emits the worker's results as immutable shared_ptr<const T>.
+//
+// Threading: EngineController is GUI-thread only; EngineWorker's slots run on the engine thread
+// and it is never touched from elsewhere. No BlockingQueuedConnection, no QThread::terminate:
+// shutdown sets the cancel flag, quits the thread's event loop and waits for the job to notice.
+// Errors: every job catches core::Error and std::exception at this one boundary and reports them
+// as failed(job, message); cancellation is reported as cancelled(job), never as an error.
+#pragma once
+
+#include "core/cache/replay_ledger.h"
+#include "ui/models/experiment_snapshot.h"
+#include "ui/panels/job_types.h"
+#include "ui/panels/models_panel.h"
+#include "ui/report/report_builder.h"
+
+#include <QObject>
+#include <QString>
+#include <QThread>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvwb::core {
+class Tokenizer;
+}
+namespace kvwb::gpu {
+class Converter;
+class Model;
+} // namespace kvwb::gpu
+
+namespace kvwb::app {
+
+// The window's value types (ui/panels/models_panel.h) travel as they are.
+using ModelRequest = ui::ModelChoice;
+using LoadedModel = ui::LoadedModelInfo;
+
+struct LoadedPair
+{
+    LoadedModel a, b;
+    double ms = 0; // load time of both
+};
+
+using ExperimentSnapshot = ui::ExperimentSnapshot;
+
+// How a replay ended (its rows came through replayRows batches).
+struct ReplayOutcome
+{
+    core::LedgerSummary summary;
+    int requests = 0; // replayed
+    int total = 0;    // in the workload (after the limit)
+    bool cancelled = false;
+    QString storedLedger; // /ledgers/<name> written, else empty
+    QStringList warnings;
+};
+
+using RowBatch = std::vector<core::LedgerRow>;
+
+class EngineWorker : public QObject
+{
+    Q_OBJECT
+
+public:
+    explicit EngineWorker(QObject *parent = nullptr);
+    ~EngineWorker() override;
+
+    // Engine thread only.
+    const gpu::Model *modelA() const;
+    const gpu::Model *modelB() const;
+
+    // Engine thread: loads A then B; replaces the loaded pair only when both loaded.
+    void loadModels(quint64 job, const kvwb::app::ModelRequest &a, const kvwb::app::ModelRequest &b,
+                    std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: reads everything the panels show from an experiment file.
+    void readExperiment(quint64 job, const QString &path);
+    // Engine thread: gathers a report's data (HDF5 reads); the GUI thread draws and writes it.
+    void collectReport(quint64 job, const QString &path);
+    // Engine thread: both loaded models over a prompt set into an experiment file.
+    void capture(quint64 job, const kvwb::ui::CaptureRequest &request,
+                 std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: fits a converter and stores it in the experiment file (nothing when cancelled).
+    void fit(quint64 job, const kvwb::ui::FitRequest &request, std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: one prompt three ways with the loaded models and a stored converter.
+    void compare(quint64 job, const kvwb::ui::CompareRequest &request,
+                 std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: replays a workload; rows go out in batches at most every batchMs, and the
+    // replay waits between requests while *pause is set.
+    void replay(quint64 job, const kvwb::ui::ReplayRequest &request, std::shared_ptr<std::atomic_bool> cancel,
+                std::shared_ptr<std::atomic_bool> pause, int batchMs);
+
+Q_SIGNALS:
+    void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
+    void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
+    void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
+    void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
+    void replayProgress(quint64 job, int done, int total);
+    void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
+    void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
+    void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
+    void progress(quint64 job, double fraction, const QString &stage);
+    void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
+    void failed(quint64 job, const QString &message);
+    void cancelled(quint64 job);
+
+private:
+    // Runs body, reporting core::Error and std::exception as failed(job, ...).
+    template <typename F> void guarded(quint64 job, F &&body);
+    void requireModels(const char *what) const;
+    // The loaded models must be the experiment's (weights fingerprints); Error(Config) saying
+    // which one differs and what to load.
+    void requireExperimentModels(const QString &experiment) const;
+    // The converter record `name` of the experiment, built for the loaded pair (cached).
+    const gpu::Converter &converter(const QString &experiment, const QString &name);
+
+    std::unique_ptr<gpu::Model> m_a, m_b;
+    std::unique_ptr<core::Tokenizer> m_tokA, m_tokB;
+    std::string m_tokErrorA, m_tokErrorB; // why a loaded model has no tokenizer
+    bool m_compareWarm = false;           // a comparison ran since the models were loaded
+    std::unique_ptr<gpu::Converter> m_converter;
+    std::string m_converterKey; // experiment path + name + models, of m_converter
+};
+
+class EngineController : public QObject
+{
+    Q_OBJECT
+
+public:
+    explicit EngineController(QObject *parent = nullptr);
+    ~EngineController() override; // cancels the running job and joins the engine thread
+
+    // Starts loading the pair on the engine thread; returns the job id. One job at a time: a
+    // second request while busy() is refused with failed(0, ...).
+    quint64 loadModels(const ModelRequest &a, const ModelRequest &b);
+    quint64 readExperiment(const QString &path);
+    quint64 collectReport(const QString &path);
+    quint64 capture(const ui::CaptureRequest &request);
+    quint64 fit(const ui::FitRequest &request);
+    quint64 compare(const ui::CompareRequest &request);
+    quint64 replay(const ui::ReplayRequest &request);
+    void setPaused(bool paused); // the running replay waits between requests while paused
+    void cancel();               // the running job stops at its next progress check
+    int replayBatchMs = 100;     // how often a replay hands its rows to the GUI
+    bool busy() const { return m_busy; }
+    QString state() const { return m_state; } // "idle", "loading models 40% (layer 2/4)", ...
+
+Q_SIGNALS:
+    void progress(quint64 job, double fraction, const QString &stage);
+    void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
+    void failed(quint64 job, const QString &message);
+    void cancelled(quint64 job);
+    void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
+    void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
+    void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
+    void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
+    void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
+    void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
+    void replayProgress(quint64 job, int done, int total);
+    void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
+    void stateChanged(const QString &state);
+
+private:
+    // Starts a job on the engine thread: job(worker, id, cancel flag). Refused (0) while busy.
+    template <typename F> quint64 start(const QString &state, F &&job);
+    // Connects a worker result signal to finish the job and re-emit it.
+    template <typename Sig, typename Out> void relay(Sig workerSignal, Out ownSignal);
+
+    QThread m_thread;
+    EngineWorker *m_worker = nullptr; // owned by m_thread (deleteLater on finish)
+    std::shared_ptr<std::atomic_bool> m_cancel;
+    std::shared_ptr<std::atomic_bool> m_pause = std::make_shared<std::atomic_bool>(false);
+    QString m_jobLabel; // "capturing", "fitting 'default'", ... (the state line's start)
+    quint64 m_nextJob = 1;
+    bool m_busy = false;
+    QString m_state = "idle";
+};
+
+} // namespace kvwb::app

@@ -1,0 +1,691 @@
+#include "core/cache/replay_ledger.h"
+
+#include "core/util/atomic_file.h"
+#include "core/util/build_info.h"
+#include "core/store/converter_store.h"
+#include "core/util/error.h"
+#include "core/store/hdf5_handle.h"
+#include "core/util/text_util.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+#include <variant>
+
+namespace kvwb::core {
+
+namespace fs = std::filesystem;
+
+const char *tierKindName(TierKind t) noexcept
+{
+    switch (t) {
+    case TierKind::None:
+        return "none";
+    case TierKind::Exact:
+        return "exact";
+    case TierKind::Semantic:
+        return "semantic";
+    case TierKind::Prefix:
+        return "prefix";
+    case TierKind::Cross:
+        return "cross";
+    }
+    return "none";
+}
+
+std::optional<TierKind> parseTierKind(const std::string &name)
+{
+    for (TierKind t :
+         {TierKind::None, TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross})
+        if (name == tierKindName(t))
+            return t;
+    return std::nullopt;
+}
+
+double percentile(std::vector<double> values, double p)
+{
+    if (!(p >= 0 && p <= 100))
+        throw Error(ErrorCode::InvalidArgument, fmt::format("percentile {} is outside [0, 100]", p));
+    if (values.empty())
+        return 0;
+    if (std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); }))
+        return std::numeric_limits<double>::quiet_NaN(); // as numpy: NaN propagates
+    std::sort(values.begin(), values.end());
+    // numpy.percentile(method="linear") step by step, so that results agree to the last bit:
+    // q = p / 100, virtual index (n - 1) q, and its _lerp, which interpolates from the upper
+    // neighbour when the fraction is >= 0.5 (b - (b - a)(1 - t)), from the lower one otherwise.
+    const double q = p / 100.0;
+    const double virtualIndex = double(values.size() - 1) * q;
+    const double below = std::floor(virtualIndex);
+    const size_t i = size_t(below);
+    const size_t j = std::min(i + 1, values.size() - 1);
+    const double t = virtualIndex - below;
+    const double a = values[i], b = values[j], diff = b - a;
+    return t >= 0.5 ? b - diff * (1 - t) : a + diff * t;
+}
+
+// ---- summary ----
+
+namespace {
+
+bool isResponseHit(TierKind t)
+{
+    return t == TierKind::Exact || t == TierKind::Semantic;
+}
+
+} // namespace
+
+LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices)
+{
+    LedgerSummary s;
+    s.requests = int64_t(rows.size());
+    int64_t promptTokens = 0, responseHits = 0;
+    double computedPrompt = 0, computedGenerated = 0, allPrompt = 0, allGenerated = 0;
+    std::vector<double> ttft, total;
+    std::map<TierKind, std::vector<double>> tierTtft;
+    s.tiers[TierKind::None] = {}; // always present, even with no misses
+    for (const LedgerRow &r : rows) {
+        const bool responseHit = isResponseHit(r.answeredBy);
+        const bool falseHit = r.falseHit && responseHit; // only a response can be the wrong answer
+        if (r.answeredBy != TierKind::None)
+            ++s.hits;
+        responseHits += responseHit;
+        s.falseHits += falseHit;
+        s.tokensReused += r.tokensReused;
+        s.tokensComputed += r.tokensComputed;
+        promptTokens += r.promptTokens;
+        ttft.push_back(r.ttftMs);
+        total.push_back(r.totalMs);
+        if (!responseHit) {
+            computedPrompt += double(r.promptTokens - r.tokensReused);
+            computedGenerated += double(r.generatedTokens);
+        }
+        allPrompt += double(r.promptTokens);
+        allGenerated += double(r.generatedTokens);
+
+        for (const auto &[tier, hit] : r.tierHits)
+            if (tier != TierKind::None) // not a tier; the file forms refuse such a row
+                ++s.tiers[tier].requests;
+        TierAggregate &a = s.tiers[r.answeredBy];
+        if (r.answeredBy == TierKind::None)
+            ++a.requests; // the misses are the requests of "none"; it has no hits
+        else
+            ++a.hits;
+        a.falseHits += falseHit;
+        a.tokensReused += r.tokensReused;
+        a.tokensComputed += r.tokensComputed;
+        tierTtft[r.answeredBy].push_back(r.ttftMs);
+    }
+    for (auto &[tier, a] : s.tiers) {
+        const std::vector<double> &v = tierTtft[tier];
+        a.ttftMsP50 = percentile(v, 50);
+        a.ttftMsP95 = percentile(v, 95);
+        a.ttftMsP99 = percentile(v, 99);
+    }
+    if (s.requests > 0)
+        s.hitRate = double(s.hits) / double(s.requests);
+    if (promptTokens > 0)
+        s.tokenHitRate = double(s.tokensReused) / double(promptTokens);
+    if (responseHits > 0)
+        s.falseHitRate = double(s.falseHits) / double(responseHits);
+    s.ttftMsP50 = percentile(ttft, 50);
+    s.ttftMsP95 = percentile(ttft, 95);
+    s.ttftMsP99 = percentile(ttft, 99);
+    s.totalMsP50 = percentile(total, 50);
+    s.totalMsP95 = percentile(total, 95);
+    s.totalMsP99 = percentile(total, 99);
+    s.costUsd = (computedPrompt * prices.inputPerMillion + computedGenerated * prices.outputPerMillion) / 1e6;
+    s.costUsdNoCache = (allPrompt * prices.inputPerMillion + allGenerated * prices.outputPerMillion) / 1e6;
+    return s;
+}
+
+// ---- columns, shared by the CSV and the HDF5 form ----
+
+namespace {
+
+// The tiers that have a hit column; TierKind::None is not a tier one consults.
+constexpr std::array<TierKind, 4> kHitTiers = {TierKind::Exact, TierKind::Semantic, TierKind::Prefix,
+                                               TierKind::Cross};
+
+// Whole numbers stored as float64 in the HDF5 form are exact up to 2^53.
+constexpr int64_t kMaxExactInt = int64_t(1) << 53;
+
+struct AnsweredBy
+{
+};
+struct TierHit
+{
+    TierKind tier;
+};
+using Field = std::variant<int64_t LedgerRow::*, int LedgerRow::*, double LedgerRow::*, bool LedgerRow::*,
+                           std::string LedgerRow::*, AnsweredBy, TierHit>;
+
+struct Column
+{
+    const char *name;
+    Field field;
+    bool text; // a string column: its own dataset in HDF5, not a column of "numbers"
+};
+
+// CSV column order (docs/replay.md, "Ledger").
+const std::vector<Column> &columns()
+{
+    static const std::vector<Column> all = {
+        {"request_id", &LedgerRow::requestId, false},
+        {"arrival_ms", &LedgerRow::arrivalMs, false},
+        {"tenant", &LedgerRow::tenant, true},
+        {"model", &LedgerRow::model, true},
+        {"intent", &LedgerRow::intent, true},
+        {"answered_by", AnsweredBy{}, true},
+        {"hit_exact", TierHit{TierKind::Exact}, false},
+        {"hit_semantic", TierHit{TierKind::Semantic}, false},
+        {"hit_prefix", TierHit{TierKind::Prefix}, false},
+        {"hit_cross", TierHit{TierKind::Cross}, false},
+        {"cached_intent", &LedgerRow::cachedIntent, true},
+        {"cached_request_id", &LedgerRow::cachedRequestId, false},
+        {"similarity", &LedgerRow::similarity, false},
+        {"false_hit", &LedgerRow::falseHit, false},
+        {"prompt_tokens", &LedgerRow::promptTokens, false},
+        {"tokens_reused", &LedgerRow::tokensReused, false},
+        {"tokens_computed", &LedgerRow::tokensComputed, false},
+        {"generated_tokens", &LedgerRow::generatedTokens, false},
+        {"ttft_ms", &LedgerRow::ttftMs, false},
+        {"total_ms", &LedgerRow::totalMs, false},
+        {"lookup_ms", &LedgerRow::lookupMs, false},
+        {"gate", &LedgerRow::gate, true},
+        {"gate_value", &LedgerRow::gateValue, false},
+        {"shadow_kl", &LedgerRow::shadowKl, false},
+        {"shadow_exact", &LedgerRow::shadowExact, false},
+    };
+    return all;
+}
+
+template <class... Ts> struct Overloaded : Ts...
+{
+    using Ts::operator()...;
+};
+template <class... Ts> Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// A row that no file form can hold: a hit recorded for TierKind::None.
+void checkTierHits(const LedgerRow &r, const std::string &where)
+{
+    if (r.tierHits.count(TierKind::None))
+        throw Error(ErrorCode::InvalidArgument,
+                    where + " tierHits holds 'none', which is not a tier (exact, semantic, prefix, cross)");
+}
+
+// ---- CSV ----
+
+std::string cellText(const LedgerRow &r, const Field &field)
+{
+    return std::visit(Overloaded{
+                          [&](int64_t LedgerRow::*m) { return std::to_string(r.*m); },
+                          [&](int LedgerRow::*m) { return std::to_string(r.*m); },
+                          // shortest text that parses back to the same double; nan, inf, -inf
+                          [&](double LedgerRow::*m) { return fmt::format("{}", r.*m); },
+                          [&](bool LedgerRow::*m) { return std::string(r.*m ? "1" : "0"); },
+                          [&](std::string LedgerRow::*m) { return r.*m; },
+                          [&](AnsweredBy) { return std::string(tierKindName(r.answeredBy)); },
+                          [&](TierHit h) {
+                              const auto it = r.tierHits.find(h.tier);
+                              return std::string(it == r.tierHits.end() ? "" : it->second ? "1" : "0");
+                          },
+                      },
+                      field);
+}
+
+void appendCsvField(std::string &out, const std::string &value)
+{
+    if (value.find_first_of(",\"\r\n") == std::string::npos) {
+        out += value;
+        return;
+    }
+    out += '"';
+    for (char c : value) {
+        if (c == '"')
+            out += '"';
+        out += c;
+    }
+    out += '"';
+}
+
+template <typename T> bool parseInteger(const std::string &s, T &out)
+{
+    const char *end = s.data() + s.size();
+    const auto [p, ec] = std::from_chars(s.data(), end, out);
+    return ec == std::errc() && p == end;
+}
+
+bool parseReal(const std::string &s, double &out)
+{
+    const char *end = s.data() + s.size();
+    const auto [p, ec] = std::from_chars(s.data(), end, out);
+    return ec == std::errc() && p == end;
+}
+
+// Sets field from its CSV text; returns what it must be when the text does not fit, else "".
+std::string setFromText(LedgerRow &r, const Field &field, const std::string &s)
+{
+    return std::visit(
+        Overloaded{
+            [&](int64_t LedgerRow::*m) -> std::string { return parseInteger(s, r.*m) ? "" : "an integer"; },
+            [&](int LedgerRow::*m) -> std::string { return parseInteger(s, r.*m) ? "" : "a 32-bit integer"; },
+            [&](double LedgerRow::*m) -> std::string { return parseReal(s, r.*m) ? "" : "a number"; },
+            [&](bool LedgerRow::*m) -> std::string {
+                if (s != "0" && s != "1")
+                    return "0 or 1";
+                r.*m = s == "1";
+                return "";
+            },
+            [&](std::string LedgerRow::*m) -> std::string {
+                r.*m = s;
+                return "";
+            },
+            [&](AnsweredBy) -> std::string {
+                const auto t = parseTierKind(s);
+                if (!t)
+                    return "one of none, exact, semantic, prefix, cross";
+                r.answeredBy = *t;
+                return "";
+            },
+            [&](TierHit h) -> std::string {
+                if (s.empty())
+                    r.tierHits.erase(h.tier);
+                else if (s == "0" || s == "1")
+                    r.tierHits[h.tier] = s == "1";
+                else
+                    return "1, 0 or empty";
+                return "";
+            },
+        },
+        field);
+}
+
+struct CsvRecord
+{
+    size_t line = 0; // where the record starts (a quoted field may span lines)
+    std::vector<std::string> fields;
+};
+
+// RFC 4180: fields separated by ',', records by "\n" or "\r\n"; a field in double quotes may hold
+// ',', '"' (doubled) and line breaks. Error(Format) naming sourceName and the line.
+std::vector<CsvRecord> parseCsv(std::string_view text, const std::string &sourceName)
+{
+    std::vector<CsvRecord> records;
+    size_t pos = 0, line = 1;
+    const auto fail = [&](size_t at, const std::string &what) {
+        throw Error(ErrorCode::Format, sourceName + ":" + std::to_string(at) + ": " + what);
+    };
+    while (pos < text.size()) {
+        CsvRecord rec;
+        rec.line = line;
+        bool endOfRecord = false;
+        while (!endOfRecord) {
+            std::string field;
+            if (pos < text.size() && text[pos] == '"') {
+                const size_t opened = line;
+                ++pos;
+                for (;;) {
+                    if (pos >= text.size())
+                        fail(opened, "quoted field of column " + std::to_string(rec.fields.size() + 1) +
+                                         " is not closed");
+                    const char c = text[pos];
+                    if (c == '"') {
+                        if (pos + 1 < text.size() && text[pos + 1] == '"') {
+                            field += '"';
+                            pos += 2;
+                            continue;
+                        }
+                        ++pos;
+                        break;
+                    }
+                    if (c == '\n')
+                        ++line;
+                    field += c;
+                    ++pos;
+                }
+            } else {
+                while (pos < text.size() && text[pos] != ',' && text[pos] != '\n' &&
+                       !(text[pos] == '\r' && pos + 1 < text.size() && text[pos + 1] == '\n')) {
+                    if (text[pos] == '"')
+                        fail(line, "'\"' inside the unquoted field of column " +
+                                       std::to_string(rec.fields.size() + 1));
+                    field += text[pos++];
+                }
+            }
+            rec.fields.push_back(std::move(field));
+            if (pos >= text.size()) {
+                endOfRecord = true;
+            } else if (text[pos] == ',') {
+                ++pos;
+            } else if (text[pos] == '\n' ||
+                       (text[pos] == '\r' && pos + 1 < text.size() && text[pos + 1] == '\n')) {
+                pos += text[pos] == '\r' ? 2 : 1;
+                ++line;
+                endOfRecord = true;
+            } else {
+                fail(line, "unexpected character after the closing quote of column " +
+                               std::to_string(rec.fields.size()));
+            }
+        }
+        // A blank line (an editor's extra newline at the end) is no record.
+        if (!(rec.fields.size() == 1 && rec.fields[0].empty()))
+            records.push_back(std::move(rec));
+    }
+    return records;
+}
+
+// ---- HDF5 ----
+
+constexpr const char *kLedgers = "/ledgers";
+constexpr const char *kNumbers = "numbers";
+
+// The numeric value of a non-text column (tier hit absent: NaN).
+double cellNumber(const LedgerRow &r, const Field &field)
+{
+    return std::visit(Overloaded{
+                          [&](int64_t LedgerRow::*m) { return double(r.*m); },
+                          [&](int LedgerRow::*m) { return double(r.*m); },
+                          [&](double LedgerRow::*m) { return r.*m; },
+                          [&](bool LedgerRow::*m) { return r.*m ? 1.0 : 0.0; },
+                          [&](std::string LedgerRow::*) { return 0.0; },
+                          [&](AnsweredBy) { return 0.0; },
+                          [&](TierHit h) {
+                              const auto it = r.tierHits.find(h.tier);
+                              return it == r.tierHits.end() ? std::numeric_limits<double>::quiet_NaN()
+                                     : it->second           ? 1.0
+                                                            : 0.0;
+                          },
+                      },
+                      field);
+}
+
+bool isWhole(double v, double min, double max)
+{
+    return v >= min && v <= max && std::floor(v) == v;
+}
+
+// Sets a non-text field from its stored number; returns what it must be when it does not fit.
+std::string setFromNumber(LedgerRow &r, const Field &field, double v)
+{
+    return std::visit(
+        Overloaded{
+            [&](int64_t LedgerRow::*m) -> std::string {
+                if (!isWhole(v, -double(kMaxExactInt), double(kMaxExactInt)))
+                    return "a whole number within +-2^53";
+                r.*m = int64_t(v);
+                return "";
+            },
+            [&](int LedgerRow::*m) -> std::string {
+                if (!isWhole(v, std::numeric_limits<int>::min(), std::numeric_limits<int>::max()))
+                    return "a 32-bit whole number";
+                r.*m = int(v);
+                return "";
+            },
+            [&](double LedgerRow::*m) -> std::string {
+                r.*m = v;
+                return "";
+            },
+            [&](bool LedgerRow::*m) -> std::string {
+                if (v != 0 && v != 1)
+                    return "0 or 1";
+                r.*m = v == 1;
+                return "";
+            },
+            [&](std::string LedgerRow::*) -> std::string { return "a string"; },
+            [&](AnsweredBy) -> std::string { return "a string"; },
+            [&](TierHit h) -> std::string {
+                if (std::isnan(v))
+                    r.tierHits.erase(h.tier);
+                else if (v == 0 || v == 1)
+                    r.tierHits[h.tier] = v == 1;
+                else
+                    return "1, 0 or NaN";
+                return "";
+            },
+        },
+        field);
+}
+
+// Everything saveLedger promises to refuse, before the file is opened for writing.
+void checkRows(const std::string &where, const std::vector<LedgerRow> &rows)
+{
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const LedgerRow &r = rows[i];
+        const std::string at = where + " row " + std::to_string(i);
+        checkTierHits(r, at);
+        for (const auto &[name, value] :
+             {std::pair{"request_id", r.requestId}, std::pair{"arrival_ms", r.arrivalMs},
+              std::pair{"cached_request_id", r.cachedRequestId}})
+            if (value > kMaxExactInt || value < -kMaxExactInt)
+                throw Error(ErrorCode::InvalidArgument, at + " " + name + " " + std::to_string(value) +
+                                                            " is beyond +-2^53, which float64 holds exactly");
+    }
+}
+
+} // namespace
+
+// ---- CSV ----
+
+std::string ledgerToCsv(const std::vector<LedgerRow> &rows)
+{
+    const std::vector<Column> &cols = columns();
+    std::string out;
+    for (size_t c = 0; c < cols.size(); ++c)
+        out += std::string(c ? "," : "") + cols[c].name;
+    out += '\n';
+    for (size_t i = 0; i < rows.size(); ++i) {
+        checkTierHits(rows[i], "ledger row " + std::to_string(i));
+        for (size_t c = 0; c < cols.size(); ++c) {
+            if (c)
+                out += ',';
+            appendCsvField(out, cellText(rows[i], cols[c].field));
+        }
+        out += '\n';
+    }
+    return out;
+}
+
+void writeLedgerCsv(const fs::path &path, const std::vector<LedgerRow> &rows)
+{
+    writeFileAtomic(path, ledgerToCsv(rows));
+}
+
+std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &sourceName)
+{
+    const std::vector<CsvRecord> records = parseCsv(csv, sourceName);
+    if (records.empty())
+        throw Error(ErrorCode::Format, sourceName + ": no header row (an empty ledger CSV still has one)");
+    const CsvRecord &header = records.front();
+    const std::vector<Column> &cols = columns();
+    // Where each column is in this file; columns a later kvwb may add are ignored.
+    std::vector<size_t> index(cols.size(), SIZE_MAX);
+    for (size_t f = 0; f < header.fields.size(); ++f)
+        for (size_t c = 0; c < cols.size(); ++c)
+            if (header.fields[f] == cols[c].name) {
+                if (index[c] != SIZE_MAX)
+                    throw Error(ErrorCode::Format, sourceName + ":" + std::to_string(header.line) +
+                                                       ": column " + cols[c].name + " appears twice");
+                index[c] = f;
+            }
+    for (size_t c = 0; c < cols.size(); ++c)
+        if (index[c] == SIZE_MAX)
+            throw Error(ErrorCode::Format, sourceName + ":" + std::to_string(header.line) + ": column " +
+                                               cols[c].name + " is missing from the header");
+    std::vector<LedgerRow> rows;
+    rows.reserve(records.size() - 1);
+    for (size_t i = 1; i < records.size(); ++i) {
+        const CsvRecord &rec = records[i];
+        const std::string where = sourceName + ":" + std::to_string(rec.line) + ": ";
+        if (rec.fields.size() != header.fields.size())
+            throw Error(ErrorCode::Format, where + std::to_string(rec.fields.size()) +
+                                               " fields, the header has " +
+                                               std::to_string(header.fields.size()));
+        LedgerRow r;
+        for (size_t c = 0; c < cols.size(); ++c) {
+            const std::string &value = rec.fields[index[c]];
+            const std::string must = setFromText(r, cols[c].field, value);
+            if (!must.empty())
+                throw Error(ErrorCode::Format,
+                            where + "column " + cols[c].name + ": '" + value + "' is not " + must);
+        }
+        rows.push_back(std::move(r));
+    }
+    return rows;
+}
+
+// ---- experiment file ----
+
+void saveLedger(const fs::path &experiment, const std::string &name, const std::vector<LedgerRow> &rows,
+                const std::string &settingsJson)
+{
+    h5::prepareLibrary();
+    const std::string file = experiment.string();
+    h5::checkName(file, "ledger", name);
+    const std::string where = file + ": ledger " + name;
+    h5::checkSettingsJson(where, settingsJson);
+    checkRows(where, rows);
+    h5::openExperiment(experiment); // a kvwb experiment, checked read-only before it is opened for writing
+
+    const std::vector<Column> &cols = columns();
+    MetricTable numbers;
+    for (const Column &c : cols)
+        if (!c.text)
+            numbers.columns.push_back(c.name);
+    numbers.rows.reserve(rows.size());
+    for (const LedgerRow &r : rows) {
+        std::vector<double> &row = numbers.rows.emplace_back();
+        for (const Column &c : cols)
+            if (!c.text)
+                row.push_back(cellNumber(r, c.field));
+    }
+
+    h5::Save save(experiment);
+    const std::string target = std::string(kLedgers) + "/" + name;
+    {
+        const h5::PropList gcpl = h5::compactGroupCreation();
+        const h5::Group root(h5::check(H5Gcreate_anon(save.file(), gcpl.get(), H5P_DEFAULT), ErrorCode::Io,
+                                       file + ": cannot create group " + target));
+        const h5::Place place{root.get(), file, target};
+        const h5::Site site(file, target);
+        h5::writeAttr(root.get(), site, "settings", settingsJson);
+        h5::writeAttr(root.get(), site, "rows", int64_t(rows.size()));
+        h5::writeAttr(root.get(), site, "created_utc", text::utcNowIso8601());
+        h5::writeAttr(root.get(), site, "app_version", std::string(appVersion()));
+        h5::writeAttr(root.get(), site, "git_commit", std::string(gitCommit()));
+        h5::writeTable(place, kNumbers, numbers);
+        for (const Column &c : cols) {
+            if (!c.text)
+                continue;
+            std::vector<std::string> values;
+            values.reserve(rows.size());
+            for (const LedgerRow &r : rows)
+                values.push_back(cellText(r, c.field));
+            h5::writeStrings(place, c.name, values);
+        }
+        save.link(root.get(), kLedgers,
+                  "Replay ledgers: one group of per-request rows per replay (docs/replay.md)", name);
+    }
+    save.close();
+}
+
+std::vector<std::string> listLedgers(const fs::path &experiment)
+{
+    const h5::File f = h5::openExperiment(experiment);
+    return h5::visibleNames(f.get(), experiment.string(), kLedgers);
+}
+
+std::vector<LedgerRow> loadLedger(const fs::path &experiment, const std::string &name,
+                                  std::string *settingsJson)
+{
+    const std::string file = experiment.string();
+    h5::checkName(file, "ledger", name);
+    const h5::File f = h5::openExperiment(experiment);
+    const hid_t fid = f.get();
+    h5::requireObject(fid, file, kLedgers, "ledger", name);
+    const std::string base = std::string(kLedgers) + "/" + name;
+    int64_t count = 0;
+    {
+        const h5::Group g = h5::openGroup(fid, file, base);
+        const h5::Site site(file, base);
+        count = h5::readIntAttr(g.get(), site, "rows");
+        if (settingsJson)
+            *settingsJson = h5::readStringAttr(g.get(), site, "settings");
+    }
+    const std::string numbersPath = base + "/" + kNumbers;
+    const MetricTable numbers = h5::readTable(fid, file, numbersPath);
+    if (int64_t(numbers.rows.size()) != count)
+        throw Error(ErrorCode::Format, file + ": dataset " + numbersPath + " has " +
+                                           std::to_string(numbers.rows.size()) + " rows, attribute rows of " +
+                                           base + " says " + std::to_string(count));
+    std::vector<LedgerRow> rows(numbers.rows.size());
+    for (const Column &c : columns()) {
+        if (c.text) {
+            const std::string path = base + "/" + c.name;
+            const std::vector<std::string> values = h5::readStrings(fid, file, path);
+            if (values.size() != rows.size())
+                throw Error(ErrorCode::Format, file + ": dataset " + path + " has " +
+                                                   std::to_string(values.size()) + " rows, expected " +
+                                                   std::to_string(rows.size()) + " as " + numbersPath);
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const std::string must = setFromText(rows[i], c.field, values[i]);
+                if (!must.empty())
+                    throw Error(ErrorCode::Format, file + ": dataset " + path + " row " + std::to_string(i) +
+                                                       ": '" + values[i] + "' is not " + must);
+            }
+            continue;
+        }
+        const int col = numbers.column(c.name);
+        if (col < 0)
+            throw Error(ErrorCode::Format, file + ": dataset " + numbersPath + " has no column " + c.name +
+                                               " (attribute columns)");
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const double v = numbers.rows[i][size_t(col)];
+            const std::string must = setFromNumber(rows[i], c.field, v);
+            if (!must.empty())
+                throw Error(ErrorCode::Format, fmt::format("{}: dataset {} row {} column {}: {} is not {}",
+                                                           file, numbersPath, i, c.name, v, must));
+        }
+    }
+    return rows;
+}
+
+std::string ledgerSummaryJson(const LedgerSummary &s)
+{
+    nlohmann::json tiers = nlohmann::json::object();
+    for (const auto &[kind, t] : s.tiers)
+        tiers[tierKindName(kind)] = {{"requests", t.requests},
+                                     {"hits", t.hits},
+                                     {"false_hits", t.falseHits},
+                                     {"tokens_reused", t.tokensReused},
+                                     {"tokens_computed", t.tokensComputed},
+                                     {"ttft_ms_p50", t.ttftMsP50},
+                                     {"ttft_ms_p95", t.ttftMsP95},
+                                     {"ttft_ms_p99", t.ttftMsP99}};
+    const nlohmann::json j = {{"requests", s.requests},
+                              {"hits", s.hits},
+                              {"false_hits", s.falseHits},
+                              {"hit_rate", s.hitRate},
+                              {"token_hit_rate", s.tokenHitRate},
+                              {"false_hit_rate", s.falseHitRate},
+                              {"tokens_reused", s.tokensReused},
+                              {"tokens_computed", s.tokensComputed},
+                              {"ttft_ms_p50", s.ttftMsP50},
+                              {"ttft_ms_p95", s.ttftMsP95},
+                              {"ttft_ms_p99", s.ttftMsP99},
+                              {"total_ms_p50", s.totalMsP50},
+                              {"total_ms_p95", s.totalMsP95},
+                              {"total_ms_p99", s.totalMsP99},
+                              {"cost_usd", s.costUsd},
+                              {"cost_usd_no_cache", s.costUsdNoCache},
+                              {"tiers", tiers}};
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+} // namespace kvwb::core

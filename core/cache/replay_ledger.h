@@ -1,0 +1,126 @@
+// The per-request ledger of a workload replay through cache tiers, its aggregates, and its CSV
+// form. Plain values; the replay engine (gpu/replay/replay.h) fills the rows.
+//
+// Thread-safety: pure functions and values.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvwb::core {
+
+enum class TierKind
+{
+    None,     // a miss everywhere: the model ran from scratch
+    Exact,    // exact response hit
+    Semantic, // semantic response hit
+    Prefix,   // same-model prefix KV reused, the rest prefilled
+    Cross     // the other model's prefix KV converted and reused
+};
+const char *tierKindName(TierKind t) noexcept; // "none" | "exact" | "semantic" | "prefix" | "cross"
+std::optional<TierKind> parseTierKind(const std::string &name);
+
+struct LedgerRow
+{
+    int64_t requestId = 0;
+    int64_t arrivalMs = 0; // workload time
+    std::string tenant;
+    std::string model;  // "a" or "b"
+    std::string intent; // the request's intent label ("" unknown)
+    TierKind answeredBy = TierKind::None;
+    // Per tier consulted: hit (1) or miss (0); absent when that tier is not in the stack.
+    std::map<TierKind, bool> tierHits;
+    std::string cachedIntent; // response hits: the intent of the request that produced the entry
+    int64_t cachedRequestId = -1;
+    double similarity = -1; // semantic tier: best similarity seen (-1 when not consulted)
+    // A response hit whose cached intent differs from the request's (both known). Unknown intents
+    // never count as false hits.
+    bool falseHit = false;
+    int promptTokens = 0;
+    int tokensReused = 0;   // prompt tokens not computed (prefix/cross hits; all of them for response hits)
+    int tokensComputed = 0; // prompt tokens prefilled + generated tokens computed
+    int generatedTokens = 0;
+    double ttftMs = 0;   // measured: lookup + model work to the first token
+    double totalMs = 0;  // measured: lookup + whole response
+    double lookupMs = 0; // time spent in the tiers (embedding, index, tree), included above
+    // Cross-model hits: the quality gate's decision ("" when not consulted).
+    std::string gate; // "pass" | "fail"
+    double gateValue = 0;
+    // Shadow verification (a sample of hits re-run from scratch): -1 when not verified.
+    double shadowKl = -1;
+    int shadowExact = -1; // 1 when the hit's output equals the from-scratch output
+};
+
+struct TierAggregate
+{
+    int64_t requests = 0; // requests that reached (consulted) this tier
+    int64_t hits = 0;
+    int64_t falseHits = 0;
+    int64_t tokensReused = 0;
+    int64_t tokensComputed = 0;
+    double ttftMsP50 = 0, ttftMsP95 = 0, ttftMsP99 = 0; // over requests this tier answered
+};
+
+struct Prices
+{
+    double inputPerMillion = 0.15;  // USD per 1M prompt tokens computed
+    double outputPerMillion = 0.60; // USD per 1M generated tokens computed
+};
+
+struct LedgerSummary
+{
+    int64_t requests = 0;
+    int64_t hits = 0; // answered by any tier
+    int64_t falseHits = 0;
+    double hitRate = 0;      // hits / requests
+    double tokenHitRate = 0; // tokens reused / prompt tokens
+    double falseHitRate = 0; // false hits / response hits
+    int64_t tokensReused = 0;
+    int64_t tokensComputed = 0;
+    double ttftMsP50 = 0, ttftMsP95 = 0, ttftMsP99 = 0;
+    double totalMsP50 = 0, totalMsP95 = 0, totalMsP99 = 0;
+    double costUsd = 0;                      // computed tokens at the prices
+    double costUsdNoCache = 0;               // every prompt and generated token computed
+    std::map<TierKind, TierAggregate> tiers; // per tier in the stack, plus TierKind::None (misses)
+};
+
+// Percentile by linear interpolation between closest ranks (numpy's default, bit for bit); 0 for
+// no samples, NaN when a value is NaN. p is in percent, [0, 100] (as numpy.percentile; not a
+// fraction): Error(InvalidArgument) otherwise.
+double percentile(std::vector<double> values, double p);
+
+// Per tier: requests = rows whose tierHits holds it; hits, falseHits, tokens and TTFT over the rows
+// it answered (for None: requests = the misses, hits = 0). falseHits count response hits only.
+// Definitions and costs: docs/replay.md, "Summary".
+LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices = {});
+
+// The summary as one JSON object (the form `kvwb replay --json` and reports print): requests, hits,
+// false_hits, hit_rate, token_hit_rate, false_hit_rate, tokens_reused, tokens_computed,
+// ttft_ms_p50/p95/p99, total_ms_p50/p95/p99, cost_usd, cost_usd_no_cache, and "tiers": per tier
+// name {requests, hits, false_hits, tokens_reused, tokens_computed, ttft_ms_p50/p95/p99}.
+std::string ledgerSummaryJson(const LedgerSummary &summary);
+
+// CSV with a header row (RFC 4180 quoting); columns documented in docs/replay.md. tierHits become
+// one column per tier (1, 0, empty); Error(InvalidArgument) for a row whose tierHits holds None.
+std::string ledgerToCsv(const std::vector<LedgerRow> &rows);
+// Written to path + ".tmp" then renamed; Error(Io) naming the path.
+void writeLedgerCsv(const std::filesystem::path &path, const std::vector<LedgerRow> &rows);
+// Parses ledgerToCsv's output back (round trip); Error(Format) naming the line and column.
+std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &sourceName);
+
+// /ledgers/<name> of an experiment file (same saving rules as core/store/converter_store.h: validated,
+// built unlinked, linked in place; Error(Io) while a capture appends). settingsJson says what was
+// replayed (workload, tiers, thresholds, models). Error(InvalidArgument) before anything is written
+// for a bad name or settings JSON, a tierHits holding None, or an int64 field beyond +-2^53 (the
+// numeric columns are stored as float64). Layout: docs/experiment-format.md, "Replay ledgers".
+void saveLedger(const std::filesystem::path &experiment, const std::string &name,
+                const std::vector<LedgerRow> &rows, const std::string &settingsJson);
+std::vector<std::string> listLedgers(const std::filesystem::path &experiment);
+std::vector<LedgerRow> loadLedger(const std::filesystem::path &experiment, const std::string &name,
+                                  std::string *settingsJson = nullptr);
+
+} // namespace kvwb::core

@@ -1,0 +1,83 @@
+// Semantic response cache (GPTCache style): a response is reused when the embedding of a new
+// prompt is within a cosine threshold of a cached prompt's, within the same namespace (tenant,
+// unless shared, and model fingerprint). One hnswlib HNSW index (inner product on unit vectors)
+// per namespace; evicted or invalidated entries are marked deleted in the index.
+//
+// Embedders turn text into unit vectors: LexicalEmbedder needs no model (hashed character n-grams
+// and words); gpu/ provides one that mean-pools a loaded model's hidden states.
+//
+// Thread-safety: none (engine thread); hnswlib forbids inserts during queries.
+#pragma once
+
+#include "core/cache/cache_store.h"
+#include "core/cache/exact_tier.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvwb::core {
+
+class Embedder
+{
+public:
+    virtual ~Embedder() = default;
+    virtual int dim() const = 0;
+    virtual std::string name() const = 0; // e.g. "lexical-512"
+    // A unit-length vector [dim] (all zeros only for text with nothing to embed).
+    virtual std::vector<float> embed(const std::string &text) = 0;
+};
+
+// Feature hashing (FNV-1a) of lower-cased character 3..5-grams within words and of word unigrams
+// and bigrams into dim buckets with signs, sublinear counts, L2-normalised. Deterministic.
+class LexicalEmbedder : public Embedder
+{
+public:
+    explicit LexicalEmbedder(int dim = 512);
+    int dim() const override;
+    std::string name() const override;
+    std::vector<float> embed(const std::string &text) override;
+
+private:
+    int m_dim;
+};
+
+struct SemanticHit
+{
+    CachedResponse response;
+    double similarity = 0; // cosine to the cached prompt's embedding
+    std::string cachedPrompt;
+};
+
+class SemanticTier
+{
+public:
+    // threshold: cosine similarity a hit needs (GPTCache's default is 0.8). dim: embedding size.
+    SemanticTier(TierLimits limits, int dim, double threshold);
+    ~SemanticTier();
+    SemanticTier(SemanticTier &&) noexcept;
+    SemanticTier &operator=(SemanticTier &&) noexcept;
+
+    double threshold() const;
+    void setThreshold(double threshold);
+    // The nearest visible entry (any similarity; nullopt when the namespace is empty), without
+    // applying the threshold, and without counting a use: for threshold sweeps.
+    std::optional<SemanticHit> nearest(const std::string &tenant, const std::string &modelFingerprint,
+                                       const std::vector<float> &embedding, int64_t nowMs);
+    // The nearest entry if its similarity >= threshold (counts a use), else nullopt.
+    std::optional<SemanticHit> lookup(const std::string &tenant, const std::string &modelFingerprint,
+                                      const std::vector<float> &embedding, int64_t nowMs);
+    void insert(const std::string &tenant, const std::string &modelFingerprint, const std::string &prompt,
+                const std::vector<float> &embedding, CachedResponse response, int64_t nowMs,
+                const std::vector<std::string> &tags = {});
+    int64_t invalidateModel(const std::string &modelFingerprint);
+    int64_t invalidateTag(const std::string &tag);
+    StoreStats stats() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> m_impl;
+};
+
+} // namespace kvwb::core

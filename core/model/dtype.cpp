@@ -1,0 +1,127 @@
+#include "core/model/dtype.h"
+
+#include <bit>
+#include <cmath>
+
+namespace kvwb::core {
+
+int dtypeSize(DType t) noexcept
+{
+    switch (t) {
+    case DType::F64:
+    case DType::I64:
+        return 8;
+    case DType::F32:
+    case DType::I32:
+        return 4;
+    case DType::F16:
+    case DType::BF16:
+    case DType::I16:
+        return 2;
+    case DType::I8:
+    case DType::U8:
+    case DType::Bool:
+        return 1;
+    }
+    return 0;
+}
+
+const char *dtypeName(DType t) noexcept
+{
+    switch (t) {
+    case DType::F32:
+        return "F32";
+    case DType::F16:
+        return "F16";
+    case DType::BF16:
+        return "BF16";
+    case DType::F64:
+        return "F64";
+    case DType::I64:
+        return "I64";
+    case DType::I32:
+        return "I32";
+    case DType::I16:
+        return "I16";
+    case DType::I8:
+        return "I8";
+    case DType::U8:
+        return "U8";
+    case DType::Bool:
+        return "BOOL";
+    }
+    return "?";
+}
+
+std::optional<DType> parseDType(std::string_view s) noexcept
+{
+    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32, DType::I16,
+                    DType::I8, DType::U8, DType::Bool}) {
+        if (s == dtypeName(t))
+            return t;
+    }
+    return std::nullopt;
+}
+
+float halfToFloat(uint16_t h) noexcept
+{
+    const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t mant = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { // subnormal: value = mant * 2^-24
+            float v = std::ldexp(float(mant), -24);
+            return sign ? -v : v;
+        }
+    } else if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (mant << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+    return std::bit_cast<float>(bits);
+}
+
+uint16_t floatToHalf(float f) noexcept
+{
+    const uint32_t x = std::bit_cast<uint32_t>(f);
+    const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+    const uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) // inf or nan
+        return sign | 0x7c00u | (absx > 0x7f800000u ? 0x200u : 0u);
+    if (absx >= 0x477ff000u) // rounds to >= 65520: overflow to inf
+        return sign | 0x7c00u;
+    if (absx < 0x38800000u) { // below smallest normal half (2^-14): subnormal or zero
+        // value / 2^-24 rounded to nearest even gives the subnormal mantissa.
+        const float v = std::bit_cast<float>(absx);
+        const float scaled = v * 16777216.0f; // 2^24, exact
+        return sign | uint16_t(std::nearbyint(scaled));
+    }
+    // normal: rebias exponent, round mantissa 23 -> 10 bits to nearest even
+    uint32_t mant = absx & 0x7fffffu;
+    uint32_t exp = (absx >> 23) - 112;
+    uint32_t half = (exp << 10) | (mant >> 13);
+    const uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u)))
+        ++half; // carry into exponent is the correct rounding
+    return sign | uint16_t(half);
+}
+
+float bf16ToFloat(uint16_t b) noexcept
+{
+    return std::bit_cast<float>(uint32_t(b) << 16);
+}
+
+uint16_t floatToBf16(float f) noexcept
+{
+    uint32_t x = std::bit_cast<uint32_t>(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return uint16_t((x >> 16) | 0x40u); // quiet NaN
+    const uint32_t lsb = (x >> 16) & 1u;
+    x += 0x7fffu + lsb;
+    return uint16_t(x >> 16);
+}
+
+} // namespace kvwb::core

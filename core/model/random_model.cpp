@@ -1,0 +1,302 @@
+#include "core/model/random_model.h"
+
+#include "core/util/error.h"
+#include "core/model/safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <random>
+
+namespace kvwb::core {
+
+namespace {
+
+ModelConfig baseConfig()
+{
+    ModelConfig c;
+    c.architecture = "LlamaForCausalLM";
+    c.modelType = "llama";
+    c.hiddenSize = 64;
+    c.intermediateSize = 160;
+    c.numLayers = 2;
+    c.numHeads = 4;
+    c.numKvHeads = 4;
+    c.headDim = 16;
+    c.vocabSize = 300;
+    c.maxPositionEmbeddings = 256;
+    c.rmsNormEps = 1e-5;
+    c.ropeTheta = 10000.0;
+    c.bosTokenId = 256;
+    c.eosTokenIds = {257};
+    c.torchDtype = "float32";
+    return c;
+}
+
+// GPT-2's reversible byte -> printable code point table.
+std::vector<char32_t> bytesToUnicode()
+{
+    std::vector<char32_t> table(256);
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+        const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+        table[size_t(b)] = printable ? char32_t(b) : char32_t(256 + n++);
+    }
+    return table;
+}
+
+std::string utf8(char32_t c)
+{
+    std::string s;
+    if (c < 0x80) {
+        s += char(c);
+    } else if (c < 0x800) {
+        s += char(0xc0 | (c >> 6));
+        s += char(0x80 | (c & 0x3f));
+    } else {
+        s += char(0xe0 | (c >> 12));
+        s += char(0x80 | ((c >> 6) & 0x3f));
+        s += char(0x80 | (c & 0x3f));
+    }
+    return s;
+}
+
+} // namespace
+
+std::vector<std::string> randomModelPresetNames()
+{
+    return {"tiny", "gqa", "qwen2", "smollm", "llama3", "bias", "10m", "demo-a", "demo-b"};
+}
+
+RandomModelSpec randomModelPreset(const std::string &name)
+{
+    RandomModelSpec s;
+    s.config = baseConfig();
+    ModelConfig &c = s.config;
+    if (name == "tiny") {
+        // defaults
+    } else if (name == "gqa") {
+        c.numKvHeads = 2;
+        c.numLayers = 3;
+    } else if (name == "qwen2") {
+        c.architecture = "Qwen2ForCausalLM";
+        c.modelType = "qwen2";
+        c.numKvHeads = 2;
+        c.qkvBias = true;
+        c.ropeTheta = 1000000.0;
+        c.rmsNormEps = 1e-6;
+    } else if (name == "smollm") {
+        c.tieWordEmbeddings = true;
+        c.numHeads = 8;
+        c.numKvHeads = 2;
+        c.headDim = 8;
+    } else if (name == "llama3") {
+        c.numKvHeads = 2;
+        c.headDim = 32; // head_dim given explicitly and != hidden / heads
+        c.ropeTheta = 500000.0;
+        c.ropeScaling.type = "llama3";
+        c.ropeScaling.factor = 8.0;
+        c.ropeScaling.lowFreqFactor = 1.0;
+        c.ropeScaling.highFreqFactor = 4.0;
+        c.ropeScaling.originalMaxPositionEmbeddings = 64; // small, so the test prompts cross bands
+    } else if (name == "bias") {
+        // Llama with attention_bias (q/k/v and o) and mlp_bias
+        c.numKvHeads = 2;
+        c.qkvBias = true;
+        c.oBias = true;
+        c.mlpBias = true;
+    } else if (name == "10m") {
+        c.hiddenSize = 384;
+        c.intermediateSize = 1024;
+        c.numLayers = 4;
+        c.numHeads = 6;
+        c.numKvHeads = 6;
+        c.headDim = 64;
+        c.vocabSize = 4096;
+        c.maxPositionEmbeddings = 2048;
+        s.weightStd = 0.03;
+    } else if (name == "demo-a" || name == "demo-b") {
+        // The demo pair (projects/demo): same tokenizer, different KV geometry. A is small and fast
+        // (hidden 128, 4 layers, 4 heads, 2 kv heads of 32: 0.9M parameters); B is wider and deeper
+        // (hidden 256, 6 layers, 4 heads, 2 kv heads of 64: 3.8M). Tied embeddings and bf16 storage
+        // keep B under 8 MB on disk (7.6 MB).
+        const bool a = name == "demo-a";
+        c.hiddenSize = a ? 128 : 256;
+        c.numLayers = a ? 4 : 6;
+        c.numHeads = 4;
+        c.numKvHeads = 2;
+        c.headDim = a ? 32 : 64;
+        c.intermediateSize = a ? 384 : 512;
+        c.vocabSize = 1024;
+        c.maxPositionEmbeddings = 512;
+        c.tieWordEmbeddings = true;
+        c.bosTokenId = 1;
+        c.eosTokenIds = {2};
+    } else {
+        throw Error(ErrorCode::InvalidArgument, "unknown model preset '" + name + "'");
+    }
+    return s;
+}
+
+std::map<std::string, std::vector<float>> randomWeights(const RandomModelSpec &spec)
+{
+    const ModelConfig &c = spec.config;
+    c.validate("random model spec");
+    std::mt19937_64 rng(spec.seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::map<std::string, std::vector<float>> w;
+    auto matrix = [&](const std::string &name, int64_t rows, int64_t cols) {
+        std::vector<float> v(size_t(rows * cols));
+        for (float &x : v)
+            x = float(spec.weightStd) * normal(rng);
+        w[name] = std::move(v);
+    };
+    auto norm = [&](const std::string &name, int64_t n) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float &x : v)
+            x = 1.0f + 0.1f * normal(rng);
+        w[name] = std::move(v);
+    };
+    auto bias = [&](const std::string &name, int64_t n) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (float &x : v)
+            x = 0.1f * normal(rng);
+        w[name] = std::move(v);
+    };
+    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                  kv = int64_t(c.numKvHeads) * c.headDim;
+    // Embeddings are larger than the matrices so that logits differ clearly between tokens.
+    {
+        std::vector<float> e(size_t(c.vocabSize) * size_t(h));
+        for (float &x : e)
+            x = normal(rng);
+        w["model.embed_tokens.weight"] = std::move(e);
+    }
+    for (int l = 0; l < c.numLayers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        norm(p + "input_layernorm.weight", h);
+        matrix(p + "self_attn.q_proj.weight", q, h);
+        matrix(p + "self_attn.k_proj.weight", kv, h);
+        matrix(p + "self_attn.v_proj.weight", kv, h);
+        matrix(p + "self_attn.o_proj.weight", h, q);
+        if (c.qkvBias) {
+            bias(p + "self_attn.q_proj.bias", q);
+            bias(p + "self_attn.k_proj.bias", kv);
+            bias(p + "self_attn.v_proj.bias", kv);
+        }
+        if (c.oBias)
+            bias(p + "self_attn.o_proj.bias", h);
+        norm(p + "post_attention_layernorm.weight", h);
+        matrix(p + "mlp.gate_proj.weight", c.intermediateSize, h);
+        matrix(p + "mlp.up_proj.weight", c.intermediateSize, h);
+        matrix(p + "mlp.down_proj.weight", h, c.intermediateSize);
+        if (c.mlpBias) {
+            bias(p + "mlp.gate_proj.bias", c.intermediateSize);
+            bias(p + "mlp.up_proj.bias", c.intermediateSize);
+            bias(p + "mlp.down_proj.bias", h);
+        }
+    }
+    norm("model.norm.weight", h);
+    if (!c.tieWordEmbeddings)
+        matrix("lm_head.weight", c.vocabSize, h);
+    return w;
+}
+
+std::string byteLevelTokenizerJson()
+{
+    using nlohmann::json;
+    const auto table = bytesToUnicode();
+    json vocab = json::object();
+    for (int b = 0; b < 256; ++b)
+        vocab[utf8(table[size_t(b)])] = b;
+    vocab["<|begin_of_text|>"] = 256;
+    vocab["<|end_of_text|>"] = 257;
+    auto added = [](int id, const char *content) {
+        return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+                    {"rstrip", false}, {"normalized", false}, {"special", true}};
+    };
+    json j = {
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", json::array({added(256, "<|begin_of_text|>"), added(257, "<|end_of_text|>")})},
+        {"normalizer", nullptr},
+        {"pre_tokenizer",
+         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+        {"post_processor",
+         {{"type", "TemplateProcessing"},
+          {"single", json::array({{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+          {"pair", json::array()},
+          {"special_tokens",
+           {{"<|begin_of_text|>",
+             {{"id", "<|begin_of_text|>"},
+              {"ids", json::array({256})},
+              {"tokens", json::array({"<|begin_of_text|>"})}}}}}}},
+        {"decoder",
+         {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+        {"model",
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"ignore_merges", false},
+          {"vocab", vocab},
+          {"merges", json::array()}}}};
+    return j.dump(1);
+}
+
+void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec &spec,
+                        const std::string &dtype)
+{
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec)
+        throw Error(ErrorCode::Io, dir.string() + ": cannot create directory: " + ec.message());
+    const auto st = parseDType(dtype);
+    if (!st || (*st != DType::F32 && *st != DType::F16 && *st != DType::BF16))
+        throw Error(ErrorCode::InvalidArgument,
+                    "unsupported weight dtype '" + dtype + "' (F32, F16 or BF16)");
+    ModelConfig c = spec.config;
+    c.torchDtype = *st == DType::F32 ? "float32" : *st == DType::F16 ? "float16" : "bfloat16";
+    const auto weights = randomWeights(spec);
+    SafetensorsWriter writer;
+    writer.setMetadata("format", "pt");
+    for (const auto &[name, values] : weights) {
+        std::vector<int64_t> shape;
+        const bool isMatrix =
+            name.ends_with("_proj.weight") || name == "lm_head.weight" || name == "model.embed_tokens.weight";
+        if (isMatrix) {
+            int64_t cols = c.hiddenSize;
+            if (name.ends_with("o_proj.weight"))
+                cols = int64_t(c.numHeads) * c.headDim;
+            else if (name.ends_with("down_proj.weight"))
+                cols = c.intermediateSize;
+            shape = {int64_t(values.size()) / cols, cols};
+        } else {
+            shape = {int64_t(values.size())};
+        }
+        if (*st == DType::F32) {
+            writer.addF32(name, shape, values);
+        } else {
+            std::vector<uint16_t> half(values.size());
+            for (size_t i = 0; i < values.size(); ++i)
+                half[i] = *st == DType::F16 ? floatToHalf(values[i]) : floatToBf16(values[i]);
+            writer.add(name, *st, shape, std::as_bytes(std::span(half)));
+        }
+    }
+    writer.write(dir / "model.safetensors");
+    auto writeText = [](const std::filesystem::path &p, const std::string &text) {
+        std::ofstream out(p, std::ios::binary | std::ios::trunc);
+        out << text;
+        if (!out)
+            throw Error(ErrorCode::Io, p.string() + ": cannot write");
+    };
+    writeText(dir / "config.json", c.toHfJson());
+    writeText(dir / "tokenizer.json", byteLevelTokenizerJson());
+}
+
+} // namespace kvwb::core

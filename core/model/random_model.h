@@ -1,0 +1,42 @@
+// Random-weight Llama-family models written in every layout the engine reads: Hugging Face
+// directories (config.json + model.safetensors + a byte-level tokenizer.json) and llama2.c
+// checkpoints. Used by the test suite (every architecture variant) and by `kvwb make-model` for
+// smoke tests and benchmarks without downloading anything. Deterministic for a given seed.
+// Thread-safety: pure functions.
+#pragma once
+
+#include "core/model/model_config.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvwb::core {
+
+struct RandomModelSpec
+{
+    ModelConfig config; // architecture; vocabSize must be >= 258 for the byte tokenizer
+    uint64_t seed = 1;
+    double weightStd = 0.08; // normal std of matrices; norms are 1 + N(0, 0.1)
+};
+
+// Named presets: "tiny" (~40k params), "gqa", "qwen2" (qkv bias), "smollm" (tied), "llama3"
+// (llama3 rope scaling), "bias" (attention and MLP biases), "10m" (~10M params, for benchmarks),
+// "demo-a" / "demo-b" (the demo pair's architectures). Error(InvalidArgument) otherwise.
+RandomModelSpec randomModelPreset(const std::string &name);
+std::vector<std::string> randomModelPresetNames();
+
+// HF-named float weights, q/k rows in the order config.ropeLayout expects.
+std::map<std::string, std::vector<float>> randomWeights(const RandomModelSpec &spec);
+
+// Writes config.json, model.safetensors (F32, or F16/BF16 when dtype says so) and tokenizer.json.
+void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec &spec,
+                        const std::string &dtype = "F32");
+
+// Byte-level BPE tokenizer.json with the 256 byte symbols (ids 0..255), <|begin_of_text|> = 256,
+// <|end_of_text|> = 257, no merges. Its TemplateProcessing adds BOS.
+std::string byteLevelTokenizerJson();
+
+} // namespace kvwb::core

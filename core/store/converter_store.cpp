@@ -1,0 +1,494 @@
+#include "core/store/converter_store.h"
+
+#include "core/util/build_info.h"
+#include "core/util/error.h"
+#include "core/store/hdf5_handle.h"
+#include "core/util/text_util.h"
+
+#include <algorithm>
+
+namespace kvwb::core {
+
+namespace fs = std::filesystem;
+
+int MetricTable::column(const std::string &name) const
+{
+    const auto it = std::find(columns.begin(), columns.end(), name);
+    return it == columns.end() ? -1 : int(it - columns.begin());
+}
+
+double MetricTable::at(size_t row, const std::string &name) const
+{
+    const int c = column(name);
+    if (c < 0)
+        throw Error(ErrorCode::InvalidArgument,
+                    "metric table has no column '" + name + "' (columns: " + text::join(columns) + ")");
+    if (row >= rows.size() || size_t(c) >= rows[row].size())
+        throw Error(ErrorCode::InvalidArgument, "metric table has no row " + std::to_string(row) +
+                                                    " in column '" + name + "' (" +
+                                                    std::to_string(rows.size()) + " rows)");
+    return rows[row][size_t(c)];
+}
+
+namespace {
+
+using h5::check;
+using h5::checkName;
+using h5::Dims;
+using h5::linkNames;
+using h5::newGroup;
+using h5::openArray;
+using h5::openDataset;
+using h5::openExperiment;
+using h5::openGroup;
+using h5::Place;
+using h5::readIntArrayAttr;
+using h5::readIntAttr;
+using h5::readRows;
+using h5::readStringAttr;
+using h5::readTable;
+using h5::requireObject;
+using h5::Save;
+using h5::shapeText;
+using h5::Site;
+using h5::visibleNames;
+using h5::writeAttr;
+using h5::writeDataset;
+using h5::writeTable;
+
+constexpr const char *kConverters = "/converters";
+constexpr const char *kSweeps = "/sweeps";
+
+// ---- validation, all of it before the file is opened for writing ----
+
+void checkTable(const std::string &where, const MetricTable &t)
+{
+    for (size_t i = 0; i < t.rows.size(); ++i)
+        if (t.rows[i].size() != t.columns.size())
+            throw Error(ErrorCode::InvalidArgument,
+                        where + " row " + std::to_string(i) + " has " + std::to_string(t.rows[i].size()) +
+                            " values, expected one per column (" + std::to_string(t.columns.size()) + ")");
+}
+
+void checkMatrix(const std::string &where, const Matrix &m)
+{
+    if (m.rows < 0 || m.cols < 0 || m.data.size() != size_t(m.rows) * size_t(m.cols))
+        throw Error(ErrorCode::InvalidArgument, where + " has " + std::to_string(m.data.size()) +
+                                                    " values, expected rows x cols = " +
+                                                    std::to_string(m.rows) + " x " + std::to_string(m.cols));
+}
+
+void checkMaps(const std::string &where, const char *kind, const std::vector<LinearMap> &maps, size_t count,
+               int inputDim, int outputDim)
+{
+    if (maps.size() != count)
+        throw Error(ErrorCode::InvalidArgument, where + " has " + std::to_string(maps.size()) + " " + kind +
+                                                    " maps, expected " + std::to_string(count));
+    for (size_t j = 0; j < maps.size(); ++j) {
+        const LinearMap &m = maps[j];
+        const std::string at = where + " " + kind + " map " + std::to_string(j);
+        if (m.inputDim < 0 || m.outputDim < 0 || m.weight.size() != size_t(m.inputDim) * size_t(m.outputDim))
+            throw Error(ErrorCode::InvalidArgument,
+                        at + " weight has " + std::to_string(m.weight.size()) +
+                            " floats, expected inputDim x outputDim = " + std::to_string(m.inputDim) + " x " +
+                            std::to_string(m.outputDim));
+        if (m.bias.size() != size_t(m.outputDim))
+            throw Error(ErrorCode::InvalidArgument,
+                        at + " bias has " + std::to_string(m.bias.size()) +
+                            " floats, expected outputDim = " + std::to_string(m.outputDim));
+        if (m.inputDim != inputDim || m.outputDim != outputDim)
+            throw Error(ErrorCode::InvalidArgument,
+                        at + " is [inputDim, outputDim] = [" + std::to_string(m.inputDim) + ", " +
+                            std::to_string(m.outputDim) + "], the models and source layers need [" +
+                            std::to_string(inputDim) + ", " + std::to_string(outputDim) + "]");
+    }
+}
+
+void checkPromptList(const std::string &where, const char *field, const std::vector<int> &prompts, int count)
+{
+    for (size_t i = 0; i < prompts.size(); ++i)
+        if (prompts[i] < 0 || prompts[i] >= count)
+            throw Error(ErrorCode::InvalidArgument, where + " " + field + " entry " + std::to_string(i) +
+                                                        " (" + std::to_string(prompts[i]) +
+                                                        ") is not a prompt of the file (it has " +
+                                                        std::to_string(count) + ")");
+}
+
+// Everything saveConverters promises to refuse, checked against the file's models.
+void checkRecord(const std::string &file, const ConverterRecord &r, const ExperimentReader &reader)
+{
+    const std::string where = file + ": converter " + r.name;
+    const ModelConfig &a = reader.model('a').config;
+    const ModelConfig &b = reader.model('b').config;
+    h5::checkSettingsJson(where, r.settingsJson);
+    if (r.trainTokens < 0)
+        throw Error(ErrorCode::InvalidArgument, where + " train_tokens is negative");
+    checkPromptList(where, "train_prompts", r.trainPrompts, reader.promptCount());
+    checkPromptList(where, "valid_prompts", r.validPrompts, reader.promptCount());
+    checkPromptList(where, "test_prompts", r.testPrompts, reader.promptCount());
+    if (r.layers.size() != size_t(b.numLayers))
+        throw Error(ErrorCode::InvalidArgument, where + " has " + std::to_string(r.layers.size()) +
+                                                    " layers, expected one per layer of model b (" +
+                                                    std::to_string(b.numLayers) + ")");
+    for (size_t i = 0; i < r.layers.size(); ++i) {
+        const LayerConverter &l = r.layers[i];
+        const std::string at = where + " layer " + std::to_string(i);
+        if (l.targetLayer != int(i))
+            throw Error(ErrorCode::InvalidArgument, at + " has target_layer " +
+                                                        std::to_string(l.targetLayer) + ", expected " +
+                                                        std::to_string(i));
+        if (l.sourceLayers.empty())
+            throw Error(ErrorCode::InvalidArgument, at + " source_layers is empty");
+        for (size_t j = 0; j < l.sourceLayers.size(); ++j) {
+            const int s = l.sourceLayers[j];
+            if (s < 0 || s >= a.numLayers || (j > 0 && s <= l.sourceLayers[j - 1]))
+                throw Error(ErrorCode::InvalidArgument, at + " source_layers entry " + std::to_string(j) +
+                                                            " (" + std::to_string(s) +
+                                                            ") is not an ascending layer of model a (0.." +
+                                                            std::to_string(a.numLayers - 1) + ")");
+        }
+        const int sources = int(l.sourceLayers.size());
+        if (l.headMatched) {
+            if (a.numKvHeads != b.numKvHeads)
+                throw Error(ErrorCode::InvalidArgument,
+                            at + " is head_matched, but model a has " + std::to_string(a.numKvHeads) +
+                                " kv heads and model b " + std::to_string(b.numKvHeads));
+            checkMaps(at, "keys", l.keys, size_t(b.numKvHeads), sources * a.headDim, b.headDim);
+            checkMaps(at, "values", l.values, size_t(b.numKvHeads), sources * a.headDim, b.headDim);
+        } else {
+            const int in = sources * a.numKvHeads * a.headDim, out = b.numKvHeads * b.headDim;
+            checkMaps(at, "keys", l.keys, 1, in, out);
+            checkMaps(at, "values", l.values, 1, in, out);
+        }
+    }
+    checkTable(where + " layer metrics", r.layerMetrics);
+    checkTable(where + " head metrics", r.headMetrics);
+    checkMatrix(where + " cka_keys", r.ckaKeys);
+    checkMatrix(where + " cka_values", r.ckaValues);
+}
+
+// ---- writing ----
+
+void writeInts(const Place &parent, const std::string &name, const std::vector<int> &values)
+{
+    writeDataset(parent, name, H5T_STD_I32LE, H5T_NATIVE_INT, {hsize_t(values.size())}, values.data());
+}
+
+void writeMatrix(const Place &parent, const std::string &name, const Matrix &m)
+{
+    writeDataset(parent, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {hsize_t(m.rows), hsize_t(m.cols)},
+                 m.data.data());
+}
+
+// <kind>_weight [maps, inputDim, outputDim] f32, <kind>_bias [maps, outputDim] f32,
+// <kind>_lambda [maps] f64; checkMaps made every map the same shape.
+void writeMaps(const Place &layer, const std::string &kind, const std::vector<LinearMap> &maps)
+{
+    const hsize_t n = maps.size(), in = hsize_t(maps.front().inputDim), out = hsize_t(maps.front().outputDim);
+    std::vector<float> weight, bias;
+    std::vector<double> lambda;
+    weight.reserve(n * in * out);
+    bias.reserve(n * out);
+    for (const LinearMap &m : maps) {
+        weight.insert(weight.end(), m.weight.begin(), m.weight.end());
+        bias.insert(bias.end(), m.bias.begin(), m.bias.end());
+        lambda.push_back(m.lambda);
+    }
+    const h5::Dataset ds =
+        writeDataset(layer, kind + "_weight", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, in, out}, weight.data());
+    writeAttr(ds.get(), Site(layer.file, layer.path + "/" + kind + "_weight"), "layout",
+              std::string("[maps, input_dim, output_dim]: y = x W + b for row vectors x"));
+    writeDataset(layer, kind + "_bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, out}, bias.data());
+    writeDataset(layer, kind + "_lambda", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {n}, lambda.data());
+}
+
+// Fills root (the record's group, not linked yet) with everything below it.
+void writeRecord(const Place &root, const ConverterRecord &r)
+{
+    const Site site(root.file, root.path);
+    const hid_t g = root.loc;
+    writeAttr(g, site, "key_form", std::string(keyFormName(r.keyForm)));
+    writeAttr(g, site, "selection", r.selection);
+    writeAttr(g, site, "k", int64_t(r.k));
+    writeAttr(g, site, "lambda_mode", r.lambdaMode);
+    writeAttr(g, site, "per_head", int64_t(r.perHead ? 1 : 0));
+    writeAttr(g, site, "settings", r.settingsJson);
+    // provenance the caller left empty is this build's and this moment's
+    writeAttr(g, site, "created_utc", r.createdUtc.empty() ? text::utcNowIso8601() : r.createdUtc);
+    writeAttr(g, site, "app_version", r.appVersion.empty() ? std::string(appVersion()) : r.appVersion);
+    writeAttr(g, site, "git_commit", r.gitCommit.empty() ? std::string(gitCommit()) : r.gitCommit);
+    writeAttr(g, site, "train_tokens", int64_t(r.trainTokens));
+    writeInts(root, "train_prompts", r.trainPrompts);
+    writeInts(root, "valid_prompts", r.validPrompts);
+    writeInts(root, "test_prompts", r.testPrompts);
+    {
+        const h5::Group layers = newGroup(root, "layers");
+        for (const LayerConverter &l : r.layers) {
+            const std::string name = std::to_string(l.targetLayer);
+            const h5::Group lg = newGroup({layers.get(), root.file, root.path + "/layers"}, name);
+            const Place layer{lg.get(), root.file, root.path + "/layers/" + name};
+            const Site lsite(layer.file, layer.path);
+            writeAttr(lg.get(), lsite, "target_layer", int64_t(l.targetLayer));
+            writeAttr(lg.get(), lsite, "head_matched", int64_t(l.headMatched ? 1 : 0));
+            writeAttr(lg.get(), lsite, "source_layers",
+                      std::vector<int64_t>(l.sourceLayers.begin(), l.sourceLayers.end()));
+            writeMaps(layer, "keys", l.keys);
+            writeMaps(layer, "values", l.values);
+        }
+    }
+    const h5::Group mg = newGroup(root, "metrics");
+    const Place metrics{mg.get(), root.file, root.path + "/metrics"};
+    writeTable(metrics, "layers", r.layerMetrics);
+    writeTable(metrics, "heads", r.headMetrics);
+    writeMatrix(metrics, "cka_keys", r.ckaKeys);
+    writeMatrix(metrics, "cka_values", r.ckaValues);
+}
+
+// ---- reading ----
+
+std::vector<int> readInts(hid_t file, const std::string &name, const std::string &path)
+{
+    Dims d = openArray(file, name, path, 1, true);
+    std::vector<int> v(d.dims[0]);
+    readRows(d.ds.get(), name, path, H5T_NATIVE_INT, 0, d.dims[0], v.data());
+    return v;
+}
+
+Matrix readMatrix(hid_t file, const std::string &name, const std::string &path)
+{
+    Dims d = openArray(file, name, path, 2, false);
+    Matrix m;
+    m.rows = int(d.dims[0]);
+    m.cols = int(d.dims[1]);
+    m.data.resize(d.dims[0] * d.dims[1]);
+    readRows(d.ds.get(), name, path, H5T_NATIVE_DOUBLE, 0, d.dims[0], m.data.data());
+    return m;
+}
+
+std::vector<LinearMap> readMaps(hid_t file, const std::string &name, const std::string &group,
+                                const std::string &kind, bool withData)
+{
+    const std::string wpath = group + "/" + kind + "_weight", bpath = group + "/" + kind + "_bias",
+                      lpath = group + "/" + kind + "_lambda";
+    Dims w = openArray(file, name, wpath, 3, false);
+    Dims b = openArray(file, name, bpath, 2, false);
+    Dims l = openArray(file, name, lpath, 1, false);
+    const hsize_t n = w.dims[0], in = w.dims[1], out = w.dims[2];
+    if (n == 0)
+        throw Error(ErrorCode::Format, name + ": dataset " + wpath + " holds no maps");
+    const auto expect = [&](const Dims &d, const std::string &path, const std::vector<hsize_t> &want) {
+        if (d.dims != want)
+            throw Error(ErrorCode::Format, name + ": dataset " + path + " is " + shapeText(d.dims) +
+                                               ", expected " + shapeText(want) + " to match " + wpath + " " +
+                                               shapeText(w.dims));
+    };
+    expect(b, bpath, {n, out});
+    expect(l, lpath, {n});
+    std::vector<double> lambda(n);
+    readRows(l.ds.get(), name, lpath, H5T_NATIVE_DOUBLE, 0, n, lambda.data());
+    std::vector<LinearMap> maps(n);
+    for (hsize_t j = 0; j < n; ++j) {
+        maps[j].inputDim = int(in);
+        maps[j].outputDim = int(out);
+        maps[j].lambda = lambda[j];
+    }
+    if (!withData)
+        return maps;
+    std::vector<float> weight(n * in * out), bias(n * out);
+    readRows(w.ds.get(), name, wpath, H5T_NATIVE_FLOAT, 0, n, weight.data());
+    readRows(b.ds.get(), name, bpath, H5T_NATIVE_FLOAT, 0, n, bias.data());
+    for (hsize_t j = 0; j < n; ++j) {
+        LinearMap &m = maps[j];
+        m.weight.assign(weight.begin() + ptrdiff_t(j * in * out),
+                        weight.begin() + ptrdiff_t((j + 1) * in * out));
+        m.bias.assign(bias.begin() + ptrdiff_t(j * out), bias.begin() + ptrdiff_t((j + 1) * out));
+    }
+    return maps;
+}
+
+// Layer group names are decimal target layers without leading zeros.
+int parseLayerName(const std::string &s)
+{
+    if (s.empty() || s.size() > 9 ||
+        !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        (s.size() > 1 && s[0] == '0'))
+        return -1;
+    return std::stoi(s);
+}
+
+LayerConverter readLayer(hid_t file, const std::string &name, const std::string &path, int index,
+                         bool withData)
+{
+    LayerConverter l;
+    {
+        h5::Group g = openGroup(file, name, path);
+        const Site site(name, path);
+        l.targetLayer = int(readIntAttr(g.get(), site, "target_layer"));
+        if (l.targetLayer != index)
+            throw Error(ErrorCode::Format,
+                        site.attr("target_layer") + " is " + std::to_string(l.targetLayer));
+        l.headMatched = readIntAttr(g.get(), site, "head_matched") != 0;
+        for (int64_t s : readIntArrayAttr(g.get(), site, "source_layers"))
+            l.sourceLayers.push_back(int(s));
+    }
+    l.keys = readMaps(file, name, path, "keys", withData);
+    l.values = readMaps(file, name, path, "values", withData);
+    const std::string kpath = path + "/keys_weight";
+    if (l.keys.size() != l.values.size() || l.keys.front().inputDim != l.values.front().inputDim ||
+        l.keys.front().outputDim != l.values.front().outputDim)
+        throw Error(ErrorCode::Format,
+                    name + ": datasets " + kpath + " and " + path + "/values_weight disagree in shape");
+    if (!l.headMatched && l.keys.size() != 1)
+        throw Error(ErrorCode::Format, name + ": dataset " + kpath + " holds " +
+                                           std::to_string(l.keys.size()) +
+                                           " maps, but head_matched is 0 (one map expected)");
+    if (l.sourceLayers.empty() || l.keys.front().inputDim % int(l.sourceLayers.size()) != 0)
+        throw Error(ErrorCode::Format, name + ": dataset " + kpath + " input dimension " +
+                                           std::to_string(l.keys.front().inputDim) +
+                                           " is not a multiple of the " +
+                                           std::to_string(l.sourceLayers.size()) + " source layers");
+    return l;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------------
+
+void saveConverters(const fs::path &experiment, const ConverterRecord &record)
+{
+    h5::prepareLibrary();
+    const std::string file = experiment.string();
+    checkName(file, "converter", record.name);
+    {
+        // Closed before writing: HDF5 will not open a file for writing that this process reads.
+        const ExperimentReader reader = ExperimentReader::open(experiment);
+        checkRecord(file, record, reader);
+    }
+    Save save(experiment);
+    const std::string target = std::string(kConverters) + "/" + record.name;
+    {
+        const h5::PropList gcpl = h5::compactGroupCreation();
+        const h5::Group root(check(H5Gcreate_anon(save.file(), gcpl.get(), H5P_DEFAULT), ErrorCode::Io,
+                                   file + ": cannot create group " + target));
+        writeRecord({root.get(), file, target}, record);
+        save.link(root.get(), kConverters,
+                  "Fitted KV converters (A to B), one group per converter (docs/experiment-format.md)",
+                  record.name);
+    }
+    save.close();
+}
+
+std::vector<std::string> listConverters(const fs::path &experiment)
+{
+    const h5::File f = openExperiment(experiment);
+    return visibleNames(f.get(), experiment.string(), kConverters);
+}
+
+ConverterRecord loadConverters(const fs::path &experiment, const std::string &name, ConverterParts parts)
+{
+    const std::string file = experiment.string();
+    checkName(file, "converter", name);
+    const h5::File f = openExperiment(experiment);
+    const hid_t fid = f.get();
+    requireObject(fid, file, kConverters, "converter", name);
+    const std::string base = std::string(kConverters) + "/" + name;
+
+    ConverterRecord r;
+    r.name = name;
+    {
+        const h5::Group g = openGroup(fid, file, base);
+        const Site site(file, base);
+        const std::string form = readStringAttr(g.get(), site, "key_form");
+        if (form == keyFormName(KeyForm::PreRope))
+            r.keyForm = KeyForm::PreRope;
+        else if (form == keyFormName(KeyForm::PostRope))
+            r.keyForm = KeyForm::PostRope;
+        else
+            throw Error(ErrorCode::Format, site.attr("key_form") + " is '" + form + "'");
+        r.selection = readStringAttr(g.get(), site, "selection");
+        r.k = int(readIntAttr(g.get(), site, "k"));
+        r.lambdaMode = readStringAttr(g.get(), site, "lambda_mode");
+        r.perHead = readIntAttr(g.get(), site, "per_head") != 0;
+        r.settingsJson = readStringAttr(g.get(), site, "settings");
+        r.createdUtc = readStringAttr(g.get(), site, "created_utc");
+        r.appVersion = readStringAttr(g.get(), site, "app_version");
+        r.gitCommit = readStringAttr(g.get(), site, "git_commit");
+        r.trainTokens = readIntAttr(g.get(), site, "train_tokens");
+    }
+    r.trainPrompts = readInts(fid, file, base + "/train_prompts");
+    r.validPrompts = readInts(fid, file, base + "/valid_prompts");
+    r.testPrompts = readInts(fid, file, base + "/test_prompts");
+
+    const std::string layersPath = base + "/layers";
+    std::vector<int> indices;
+    {
+        const h5::Group g = openGroup(fid, file, layersPath);
+        for (const std::string &n : linkNames(g.get(), file, layersPath)) {
+            const int index = parseLayerName(n);
+            if (index < 0)
+                throw Error(ErrorCode::Format,
+                            file + ": group " + layersPath + " holds '" + n + "', not a decimal layer index");
+            indices.push_back(index);
+        }
+    }
+    std::sort(indices.begin(), indices.end());
+    for (size_t i = 0; i < indices.size(); ++i)
+        if (indices[i] != int(i))
+            throw Error(ErrorCode::Format, file + ": group " + layersPath + " lacks layer " +
+                                               std::to_string(i) + " (it holds " +
+                                               std::to_string(indices.size()) + " layers)");
+    for (int i : indices)
+        r.layers.push_back(
+            readLayer(fid, file, layersPath + "/" + std::to_string(i), i, parts == ConverterParts::WithMaps));
+
+    r.layerMetrics = readTable(fid, file, base + "/metrics/layers");
+    r.headMetrics = readTable(fid, file, base + "/metrics/heads");
+    r.ckaKeys = readMatrix(fid, file, base + "/metrics/cka_keys");
+    r.ckaValues = readMatrix(fid, file, base + "/metrics/cka_values");
+    return r;
+}
+
+void saveTable(const fs::path &experiment, const std::string &name, const MetricTable &table,
+               const std::string &settingsJson)
+{
+    h5::prepareLibrary();
+    const std::string file = experiment.string();
+    checkName(file, "table", name);
+    const std::string where = file + ": table " + name;
+    checkTable(where, table);
+    h5::checkSettingsJson(where, settingsJson);
+    openExperiment(experiment); // a kvwb experiment, checked read-only before it is opened for writing
+    Save save(experiment);
+    {
+        const std::string target = std::string(kSweeps) + "/" + name;
+        const h5::Dataset ds = writeTable({save.file(), file, target}, "", table);
+        writeAttr(ds.get(), Site(file, target), "settings", settingsJson);
+        save.link(ds.get(), kSweeps,
+                  "Sweep results: one [rows, columns] float64 table per sweep (docs/experiment-format.md)",
+                  name);
+    }
+    save.close();
+}
+
+std::vector<std::string> listTables(const fs::path &experiment)
+{
+    const h5::File f = openExperiment(experiment);
+    return visibleNames(f.get(), experiment.string(), kSweeps);
+}
+
+MetricTable loadTable(const fs::path &experiment, const std::string &name, std::string *settingsJson)
+{
+    const std::string file = experiment.string();
+    checkName(file, "table", name);
+    const h5::File f = openExperiment(experiment);
+    requireObject(f.get(), file, kSweeps, "table", name);
+    const std::string path = std::string(kSweeps) + "/" + name;
+    MetricTable t = readTable(f.get(), file, path);
+    if (settingsJson) {
+        const h5::Dataset ds = openDataset(f.get(), file, path);
+        *settingsJson = readStringAttr(ds.get(), Site(file, path), "settings");
+    }
+    return t;
+}
+
+} // namespace kvwb::core

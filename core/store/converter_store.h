@@ -1,0 +1,113 @@
+// Fitted KV converters, their metrics and sweep tables, stored in an experiment file's own groups
+// (/converters/<name>, /sweeps/<name>) beside the captured KV (layout in docs/experiment-format.md).
+//
+// The types here are plain values: gpu/align/alignment.h fits them, gpu/transfer/transfer.h applies them, the UI
+// and reports read their metrics. saveConverters/saveTable open the file for writing without SWMR
+// (HDF5 1.10 cannot create objects under SWMR), so no capture may be appending at the same time:
+// they take the capture's writer lock and fail with Error(Io) while one is.
+// A record is built as an unlinked HDF5 object, flushed, then linked in place of the old one, so a
+// reader sees either the old record or the complete new one, and a full disk or a killed process
+// while the record is written leaves the old record intact. Names starting with '.' are hidden:
+// never listed, loaded or saved; a leftover ".<name>.partial" is removed by the next save.
+//
+// Thread-safety: none; HDF5 calls belong to the engine thread (see core/store/experiment_file.h).
+// Errors: core::Error naming the file and the dataset or attribute at fault (Io, Format;
+// InvalidArgument for an unknown, bad or hidden name or an inconsistent record).
+#pragma once
+
+#include "core/store/experiment_file.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kvwb::core {
+
+// y = x W + b for row vectors x [inputDim]; W [inputDim, outputDim] row-major float32.
+struct LinearMap
+{
+    int inputDim = 0;
+    int outputDim = 0;
+    double lambda = 0;         // ridge regularisation it was fitted with (relative, see gpu/align/ridge.h)
+    std::vector<float> weight; // [inputDim, outputDim]
+    std::vector<float> bias;   // [outputDim]
+};
+
+// The maps that produce one target (B) layer from concatenated source (A) layer rows.
+// Full mode: one map per kind, input [sourceLayers.size() * kvHeadsA * headDimA] (the layers'
+// token rows side by side, each flattened over heads), output [kvHeadsB * headDimB].
+// Head-matched mode (kvHeadsA == kvHeadsB): one map per B kv head h, input
+// [sourceLayers.size() * headDimA] (head h of each source layer side by side), output [headDimB].
+struct LayerConverter
+{
+    int targetLayer = 0;
+    std::vector<int> sourceLayers; // A's layers, ascending
+    bool headMatched = false;
+    std::vector<LinearMap> keys;   // [1] or [kvHeadsB]
+    std::vector<LinearMap> values; // [1] or [kvHeadsB]
+};
+
+// A numeric table with named columns (per-layer metrics, per-head metrics, sweeps), row-major.
+struct MetricTable
+{
+    std::vector<std::string> columns;
+    std::vector<std::vector<double>> rows; // each rows[i].size() == columns.size()
+
+    int column(const std::string &name) const;            // index, or -1
+    double at(size_t row, const std::string &name) const; // Error(InvalidArgument): unknown column
+};
+
+// A square-or-not matrix of doubles, row-major [rows, cols].
+struct Matrix
+{
+    int rows = 0;
+    int cols = 0;
+    std::vector<double> data;
+};
+
+struct ConverterRecord
+{
+    std::string name; // [A-Za-z0-9_.-]+, not starting with '.'
+    KeyForm keyForm = KeyForm::PreRope;
+    std::string selection; // "proportional" | "topk" | "all"
+    int k = 1;
+    std::string lambdaMode;   // "fixed" | "auto"
+    bool perHead = false;     // asked for; LayerConverter::headMatched says what was done
+    std::string settingsJson; // everything else that determined the fit (splits, seeds, ...)
+    std::string createdUtc;   // ISO 8601; saveConverters fills it (and the two below) when empty
+    std::string appVersion;
+    std::string gitCommit;
+    std::vector<int> trainPrompts; // prompt indices of the experiment used for fitting
+    std::vector<int> validPrompts; // used to choose k-layers / lambda
+    std::vector<int> testPrompts;  // held out; the metrics below are computed on these
+    int64_t trainTokens = 0;
+    std::vector<LayerConverter> layers; // one per B layer, index = B layer
+    MetricTable layerMetrics;           // one row per B layer (columns: layer, r2_k, r2_v, ...)
+    MetricTable headMetrics;            // one row per (B layer, B kv head)
+    Matrix ckaKeys;                     // [B layers, A layers] linear CKA of K rows
+    Matrix ckaValues;                   // [B layers, A layers] linear CKA of V rows
+};
+
+// Writes (or replaces) /converters/<record.name> in the experiment file. Error(InvalidArgument)
+// for a bad name or a record whose maps disagree with their stated dimensions or the file's models.
+void saveConverters(const std::filesystem::path &experiment, const ConverterRecord &record);
+// Names under /converters, sorted; empty when there are none.
+std::vector<std::string> listConverters(const std::filesystem::path &experiment);
+enum class ConverterParts
+{
+    WithMaps,   // everything (what a conversion needs)
+    MetricsOnly // every LinearMap's weight and bias left empty (dimensions and lambdas read): what
+                // panels and reports show, without reading the maps (~100 MB for a 22-layer pair)
+};
+// Error(InvalidArgument) naming the file and the converter when absent.
+ConverterRecord loadConverters(const std::filesystem::path &experiment, const std::string &name,
+                               ConverterParts parts = ConverterParts::WithMaps);
+
+// /sweeps/<name>: a MetricTable plus a JSON string saying what was swept (attribute "settings").
+void saveTable(const std::filesystem::path &experiment, const std::string &name, const MetricTable &table,
+               const std::string &settingsJson);
+std::vector<std::string> listTables(const std::filesystem::path &experiment);
+MetricTable loadTable(const std::filesystem::path &experiment, const std::string &name,
+                      std::string *settingsJson = nullptr);
+
+} // namespace kvwb::core

@@ -1,0 +1,1126 @@
+#include "core/store/experiment_file.h"
+
+#include "core/util/build_info.h"
+#include "core/model/dtype.h"
+#include "core/util/error.h"
+#include "core/store/hdf5_handle.h"
+#include "core/util/text_util.h"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <random>
+#include <unistd.h>
+
+namespace kvwb::core {
+
+namespace fs = std::filesystem;
+
+const char *kvStorageName(KvStorage s) noexcept
+{
+    switch (s) {
+    case KvStorage::F32:
+        return "f32";
+    case KvStorage::F16:
+        return "f16";
+    case KvStorage::BF16:
+        return "bf16";
+    }
+    return "?";
+}
+
+std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept
+{
+    for (KvStorage s : {KvStorage::F32, KvStorage::F16, KvStorage::BF16})
+        if (name == kvStorageName(s))
+            return s;
+    return std::nullopt;
+}
+
+const char *keyFormName(KeyForm f) noexcept
+{
+    return f == KeyForm::PreRope ? "pre_rope" : "post_rope";
+}
+
+namespace {
+
+using h5::check;
+using h5::checkReadable;
+using h5::createGroup;
+using h5::datasetDims;
+using h5::fileAccess;
+using h5::keepAttributesCompact;
+using h5::openDataset;
+using h5::openForReading;
+using h5::openGroup;
+using h5::readDoubleAttr;
+using h5::readIntArrayAttr;
+using h5::readIntAttr;
+using h5::readRows;
+using h5::readStringAttr;
+using h5::Site;
+using h5::writeAttr;
+using h5::WriterLock;
+
+// Rows of ids/offsets/text per chunk. Offsets grow by one int64 per prompt; ids and text by a
+// prompt's worth (hundreds of tokens or bytes), so these keep chunk counts small without making a
+// partially filled chunk expensive to rewrite at every flush.
+constexpr hsize_t kOffsetsChunk = 1024; // 8 KiB
+constexpr hsize_t kIdsChunk = 4096;     // 16 KiB
+constexpr hsize_t kBytesChunk = 16384;  // 16 KiB
+
+int roleIndex(char role)
+{
+    if (role == 'a')
+        return 0;
+    if (role == 'b')
+        return 1;
+    throw Error(ErrorCode::InvalidArgument, std::string("model role must be 'a' or 'b', not '") + role + "'");
+}
+
+char roleName(int index)
+{
+    return index == 0 ? 'a' : 'b';
+}
+
+std::string layerPath(int model, int layer, const char *what)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d/%s", roleName(model), layer, what);
+    return buf;
+}
+
+std::string layerGroupPath(int model, int layer)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d", roleName(model), layer);
+    return buf;
+}
+
+// "0, 5" for messages.
+std::string joinLayers(const std::vector<int> &layers)
+{
+    std::string out;
+    for (int l : layers)
+        out += (out.empty() ? "" : ", ") + std::to_string(l);
+    return out;
+}
+
+// The explicit layer list of a model: capturedLayers, or every layer when that is empty.
+std::vector<int> resolvedLayers(const ModelInfo &m)
+{
+    if (!m.capturedLayers.empty())
+        return m.capturedLayers;
+    std::vector<int> all(size_t(std::max(m.config.numLayers, 0)));
+    for (size_t i = 0; i < all.size(); ++i)
+        all[i] = int(i);
+    return all;
+}
+
+std::string randomHex(int bytes)
+{
+    static const char *digits = "0123456789abcdef";
+    std::random_device rd;
+    std::string out;
+    for (int i = 0; i < bytes; ++i) {
+        const unsigned v = rd() & 0xffu;
+        out += digits[v >> 4];
+        out += digits[v & 15];
+    }
+    return out;
+}
+
+std::string hdf5Version()
+{
+    unsigned maj = 0, min = 0, rel = 0;
+    H5get_libversion(&maj, &min, &rel);
+    return std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel);
+}
+
+// IEEE 754 binary16, which HDF5 1.10 has no predefined type for: sign bit 15, exponent bits 10-14
+// (bias 15), mantissa bits 0-9. h5py and h5dump read it as float16.
+h5::Datatype halfType()
+{
+    h5::Datatype t(H5Tcopy(H5T_IEEE_F32LE));
+    if (!t || H5Tset_fields(t.get(), 15, 10, 5, 0, 10) < 0 || H5Tset_precision(t.get(), 16) < 0 ||
+        H5Tset_size(t.get(), 2) < 0 || H5Tset_ebias(t.get(), 15) < 0)
+        check(-1, ErrorCode::Internal, "cannot build the HDF5 float16 type");
+    return t;
+}
+
+// The on-disk (and, since we convert ourselves, in-memory) element type of a KV dataset.
+h5::Datatype kvFileType(KvStorage s)
+{
+    switch (s) {
+    case KvStorage::F32:
+        return h5::Datatype(H5Tcopy(H5T_IEEE_F32LE));
+    case KvStorage::F16:
+        return halfType();
+    case KvStorage::BF16:
+        return h5::Datatype(H5Tcopy(H5T_STD_U16LE));
+    }
+    return {};
+}
+
+// ---- datasets ----
+
+// An empty dataset extendible along its first dimension: [0, rest...], chunked [chunkRows, rest...].
+h5::Dataset createExtendible(hid_t file, const std::string &fileName, const std::string &path, hid_t type,
+                             const std::vector<hsize_t> &rest, hsize_t chunkRows, int deflate)
+{
+    std::vector<hsize_t> dims{0}, maxDims{H5S_UNLIMITED}, chunk{chunkRows};
+    for (hsize_t d : rest) {
+        dims.push_back(d);
+        maxDims.push_back(d);
+        chunk.push_back(d);
+    }
+    h5::Dataspace space(H5Screate_simple(int(dims.size()), dims.data(), maxDims.data()));
+    h5::PropList dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    const std::string what = fileName + ": cannot create dataset " + path;
+    check(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), ErrorCode::Internal, what);
+    // Every row is written before the offsets that make it visible, so fill values would only
+    // cost a write of each new chunk.
+    check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), ErrorCode::Internal, what);
+    if (deflate > 0) {
+        check(H5Pset_shuffle(dcpl.get()), ErrorCode::Internal, what);
+        check(H5Pset_deflate(dcpl.get(), unsigned(deflate)), ErrorCode::Internal, what);
+    }
+    h5::PropList lcpl(H5Pcreate(H5P_LINK_CREATE));
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    return h5::Dataset(
+        check(H5Dcreate2(file, path.c_str(), type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+              ErrorCode::Io, what));
+}
+
+// Sets the dataset to `rows` rows and writes `count` rows at `first` from buf (memType elements).
+void writeRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
+               hsize_t count, const std::vector<hsize_t> &rest, const void *buf)
+{
+    const std::string what = fileName + ": cannot write dataset " + path;
+    std::vector<hsize_t> dims{first + count};
+    dims.insert(dims.end(), rest.begin(), rest.end());
+    check(H5Dset_extent(ds, dims.data()), ErrorCode::Io, what);
+    if (count == 0)
+        return;
+    std::vector<hsize_t> start(dims.size(), 0), counts{count};
+    start[0] = first;
+    counts.insert(counts.end(), rest.begin(), rest.end());
+    h5::Dataspace fileSpace(check(H5Dget_space(ds), ErrorCode::Io, what));
+    check(H5Sselect_hyperslab(fileSpace.get(), H5S_SELECT_SET, start.data(), nullptr, counts.data(), nullptr),
+          ErrorCode::Internal, what);
+    h5::Dataspace memSpace(H5Screate_simple(int(counts.size()), counts.data(), nullptr));
+    check(H5Dwrite(ds, memType, memSpace.get(), fileSpace.get(), H5P_DEFAULT, buf), ErrorCode::Io, what);
+}
+
+// ---- the whole file ----
+
+struct ModelDatasets
+{
+    h5::Dataset ids;                 // [tokens] int32
+    h5::Dataset offsets;             // [prompts + 1] int64
+    std::vector<h5::Dataset> keys;   // [captured layers] of [tokens, kvHeads, headDim]
+    std::vector<h5::Dataset> values; // [captured layers] of [tokens, kvHeads, headDim]
+    std::vector<int64_t> committed;  // offsets of committed prompts, [prompts + 1]
+};
+
+struct RaggedBytes
+{
+    h5::Dataset bytes;              // [bytes] uint8
+    h5::Dataset offsets;            // [prompts + 1] int64
+    std::vector<int64_t> committed; // [prompts + 1]
+    std::string bytesPath;
+    std::string offsetsPath;
+};
+
+struct FileState
+{
+    fs::path path;
+    std::string name; // path.string(), for messages
+    h5::File file;
+    std::string schema;
+    Provenance provenance;
+    std::array<ModelInfo, 2> models;
+    ExperimentOptions options;
+    std::array<ModelDatasets, 2> kv;
+    RaggedBytes text;
+    RaggedBytes label;
+    int promptCount = 0;
+
+    int64_t total(int model) const { return kv[size_t(model)].committed.back(); }
+};
+
+KvStorage parseStorage(const std::string &s, const std::string &where)
+{
+    if (s == "f32")
+        return KvStorage::F32;
+    if (s == "f16")
+        return KvStorage::F16;
+    if (s == "bf16")
+        return KvStorage::BF16;
+    throw Error(ErrorCode::Format, where + " is '" + s + "', expected f32, f16 or bf16");
+}
+
+void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorage storage)
+{
+    const ModelConfig &c = m.config;
+    writeAttr(group, site, "architecture", c.architecture);
+    writeAttr(group, site, "model_type", c.modelType);
+    writeAttr(group, site, "num_layers", int64_t(c.numLayers));
+    writeAttr(group, site, "num_heads", int64_t(c.numHeads));
+    writeAttr(group, site, "num_kv_heads", int64_t(c.numKvHeads));
+    writeAttr(group, site, "head_dim", int64_t(c.headDim));
+    writeAttr(group, site, "hidden_size", int64_t(c.hiddenSize));
+    writeAttr(group, site, "vocab_size", int64_t(c.vocabSize));
+    writeAttr(group, site, "rope_theta", c.ropeTheta);
+    writeAttr(group, site, "rope_layout",
+              std::string(c.ropeLayout == RopeLayout::RotateHalf ? "rotate_half" : "interleaved"));
+    writeAttr(group, site, "rope_scaling", c.ropeScaling.type);
+    writeAttr(group, site, "rope_scaling_factor", c.ropeScaling.factor);
+    writeAttr(group, site, "dtype", std::string(kvStorageName(storage)));
+    writeAttr(group, site, "weights_sha256", m.weightsSha256);
+    writeAttr(group, site, "tokenizer_sha256", m.tokenizerSha256);
+    writeAttr(group, site, "source_path", m.sourcePath);
+    // Always explicit, so a reader never has to know that "empty" once meant "all".
+    const std::vector<int> layers = resolvedLayers(m);
+    writeAttr(group, site, "captured_layers", std::vector<int64_t>(layers.begin(), layers.end()));
+}
+
+ModelInfo readModelAttrs(hid_t group, const Site &site, char role)
+{
+    ModelInfo m;
+    m.role = role;
+    ModelConfig &c = m.config;
+    c.architecture = readStringAttr(group, site, "architecture");
+    c.modelType = readStringAttr(group, site, "model_type");
+    const auto positive = [&](const char *name) {
+        const int64_t v = readIntAttr(group, site, name);
+        if (v <= 0 || v > (int64_t(1) << 30))
+            throw Error(ErrorCode::Format, site.attr(name) + " is " + std::to_string(v));
+        return int(v);
+    };
+    c.numLayers = positive("num_layers");
+    c.numHeads = positive("num_heads");
+    c.numKvHeads = positive("num_kv_heads");
+    c.headDim = positive("head_dim");
+    c.hiddenSize = positive("hidden_size");
+    c.vocabSize = positive("vocab_size");
+    c.ropeTheta = readDoubleAttr(group, site, "rope_theta");
+    const std::string layout = readStringAttr(group, site, "rope_layout");
+    if (layout == "rotate_half")
+        c.ropeLayout = RopeLayout::RotateHalf;
+    else if (layout == "interleaved")
+        c.ropeLayout = RopeLayout::Interleaved;
+    else
+        throw Error(ErrorCode::Format, site.attr("rope_layout") + " is '" + layout + "'");
+    c.ropeScaling.type = readStringAttr(group, site, "rope_scaling");
+    c.ropeScaling.factor = readDoubleAttr(group, site, "rope_scaling_factor");
+    m.weightsSha256 = readStringAttr(group, site, "weights_sha256");
+    m.tokenizerSha256 = readStringAttr(group, site, "tokenizer_sha256");
+    m.sourcePath = readStringAttr(group, site, "source_path");
+    // Files written before captured_layers existed store every layer.
+    if (H5Aexists(group, "captured_layers") > 0) {
+        const std::vector<int64_t> layers = readIntArrayAttr(group, site, "captured_layers");
+        if (layers.empty())
+            throw Error(ErrorCode::Format, site.attr("captured_layers") + " is empty");
+        for (size_t i = 0; i < layers.size(); ++i) {
+            if (layers[i] < 0 || layers[i] >= c.numLayers || (i > 0 && layers[i] <= layers[i - 1]))
+                throw Error(ErrorCode::Format, site.attr("captured_layers") + " entry " + std::to_string(i) +
+                                                   " (" + std::to_string(layers[i]) +
+                                                   ") is not a sorted, unique layer below num_layers " +
+                                                   std::to_string(c.numLayers));
+            m.capturedLayers.push_back(int(layers[i]));
+        }
+    } else {
+        m.capturedLayers = resolvedLayers(m);
+    }
+    return m;
+}
+
+// Reads an offsets dataset, checks it is int64 [n], non-decreasing from 0.
+std::vector<int64_t> readOffsets(hid_t ds, const std::string &fileName, const std::string &path)
+{
+    const std::vector<hsize_t> dims = datasetDims(ds, fileName, path);
+    h5::Datatype type(H5Dget_type(ds));
+    if (dims.size() != 1 || dims[0] < 1 || H5Tget_class(type.get()) != H5T_INTEGER)
+        throw Error(ErrorCode::Format,
+                    fileName + ": dataset " + path + " must be a non-empty 1-D integer array");
+    std::vector<int64_t> v(dims[0]);
+    readRows(ds, fileName, path, H5T_NATIVE_INT64, 0, dims[0], v.data());
+    if (v[0] != 0)
+        throw Error(ErrorCode::Format, fileName + ": dataset " + path + " does not start at 0");
+    for (size_t i = 1; i < v.size(); ++i)
+        if (v[i] < v[i - 1])
+            throw Error(ErrorCode::Format,
+                        fileName + ": dataset " + path + " decreases at index " + std::to_string(i));
+    return v;
+}
+
+// Opens and validates everything; the prompt count is the number of prompts whose every offsets
+// dataset has been extended (see the commit protocol in docs/experiment-format.md).
+void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
+{
+    const hid_t f = s.file.get();
+    const std::string &n = s.name;
+    const Site root(n, "/");
+    s.schema = h5::checkSchema(f, n);
+    Provenance &p = s.provenance;
+    p.appVersion = readStringAttr(f, root, "app_version");
+    p.gitCommit = readStringAttr(f, root, "git_commit");
+    p.qtVersion = readStringAttr(f, root, "qt_version");
+    p.torchVersion = readStringAttr(f, root, "torch_version");
+    p.hdf5Version = readStringAttr(f, root, "hdf5_version");
+    p.device = readStringAttr(f, root, "device");
+    p.createdUtc = readStringAttr(f, root, "created_utc");
+    p.runId = readStringAttr(f, root, "run_id");
+    p.configSha256 = readStringAttr(f, root, "config_sha256");
+
+    for (int m = 0; m < 2; ++m) {
+        const std::string gpath = std::string("/models/") + roleName(m);
+        h5::Group g = openGroup(f, n, gpath);
+        s.models[size_t(m)] = readModelAttrs(g.get(), Site(n, gpath), roleName(m));
+    }
+    // Storage options live on the KV datasets; model a's first captured layer's keys define them
+    // for the file.
+    {
+        const std::string kpath = layerPath(0, s.models[0].capturedLayers.front(), "keys");
+        h5::Dataset k = openDataset(f, n, kpath);
+        const Site site(n, kpath);
+        s.options.storage = parseStorage(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
+        const std::string form = readStringAttr(k.get(), site, "key_form");
+        if (form == "pre_rope")
+            s.options.keyForm = KeyForm::PreRope;
+        else if (form == "post_rope")
+            s.options.keyForm = KeyForm::PostRope;
+        else
+            throw Error(ErrorCode::Format, site.attr("key_form") + " is '" + form + "'");
+        h5::PropList dcpl(H5Dget_create_plist(k.get()));
+        hsize_t chunk[3] = {0, 0, 0};
+        if (H5Pget_chunk(dcpl.get(), 3, chunk) == 3)
+            s.options.chunkTokens = int(chunk[0]);
+        s.options.compress = 0;
+        const int nfilters = H5Pget_nfilters(dcpl.get());
+        for (int i = 0; i < nfilters; ++i) {
+            unsigned flags = 0, cd[4] = {0, 0, 0, 0};
+            size_t ncd = 4;
+            if (H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &ncd, cd, 0, nullptr, nullptr) ==
+                    H5Z_FILTER_DEFLATE &&
+                ncd >= 1)
+                s.options.compress = int(cd[0]);
+        }
+    }
+
+    // Offsets: committed prompt count = the shortest offsets dataset; a writer killed between
+    // extending them leaves others at most one prompt longer.
+    const auto openRagged = [&](RaggedBytes &r, const char *bytesName, const char *offsetsName) {
+        r.bytesPath = std::string("/prompts/") + bytesName;
+        r.offsetsPath = std::string("/prompts/") + offsetsName;
+        r.bytes = openDataset(f, n, r.bytesPath);
+        r.offsets = openDataset(f, n, r.offsetsPath);
+        r.committed = readOffsets(r.offsets.get(), n, r.offsetsPath);
+    };
+    openRagged(s.text, "text", "text_offsets");
+    openRagged(s.label, "label", "label_offsets");
+    for (int m = 0; m < 2; ++m) {
+        ModelDatasets &d = s.kv[size_t(m)];
+        const std::string base = std::string("/prompts/") + roleName(m);
+        d.ids = openDataset(f, n, base + "/ids");
+        d.offsets = openDataset(f, n, base + "/offsets");
+        d.committed = readOffsets(d.offsets.get(), n, base + "/offsets");
+    }
+    size_t shortest = std::min({s.text.committed.size(), s.label.committed.size(), s.kv[0].committed.size(),
+                                s.kv[1].committed.size()});
+    const auto trimOffsets = [&](std::vector<int64_t> &v, const std::string &path) {
+        if (v.size() > shortest + 1)
+            throw Error(ErrorCode::Format, n + ": dataset " + path + " has " + std::to_string(v.size()) +
+                                               " entries, other offsets datasets " +
+                                               std::to_string(shortest));
+        v.resize(shortest);
+    };
+    trimOffsets(s.text.committed, s.text.offsetsPath);
+    trimOffsets(s.label.committed, s.label.offsetsPath);
+    trimOffsets(s.kv[0].committed, "/prompts/a/offsets");
+    trimOffsets(s.kv[1].committed, "/prompts/b/offsets");
+    s.promptCount = int(shortest - 1);
+
+    const auto checkLength = [&](hid_t ds, const std::string &path, int64_t needed,
+                                 const std::string &offsetsPath) {
+        const std::vector<hsize_t> dims = datasetDims(ds, n, path);
+        if (dims.size() != 1)
+            throw Error(ErrorCode::Format, n + ": dataset " + path + " must be 1-D");
+        if (int64_t(dims[0]) < needed)
+            throw Error(ErrorCode::Format, n + ": dataset " + offsetsPath + " reaches " +
+                                               std::to_string(needed) + " but " + path + " has only " +
+                                               std::to_string(dims[0]) + " entries");
+    };
+    checkLength(s.text.bytes.get(), s.text.bytesPath, s.text.committed.back(), s.text.offsetsPath);
+    checkLength(s.label.bytes.get(), s.label.bytesPath, s.label.committed.back(), s.label.offsetsPath);
+
+    for (int m = 0; m < 2; ++m) {
+        ModelDatasets &d = s.kv[size_t(m)];
+        const ModelConfig &c = s.models[size_t(m)].config;
+        const std::string base = std::string("/prompts/") + roleName(m);
+        checkLength(d.ids.get(), base + "/ids", d.committed.back(), base + "/offsets");
+        for (int layer : s.models[size_t(m)].capturedLayers) {
+            for (const char *what : {"keys", "values"}) {
+                const std::string path = layerPath(m, layer, what);
+                h5::Dataset ds = openDataset(f, n, path, kvCacheBytesPerDataset);
+                const std::vector<hsize_t> dims = datasetDims(ds.get(), n, path);
+                if (dims.size() != 3 || dims[1] != hsize_t(c.numKvHeads) || dims[2] != hsize_t(c.headDim))
+                    throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, " +
+                                                       std::to_string(c.numKvHeads) + ", " +
+                                                       std::to_string(c.headDim) + "] as /models/" +
+                                                       roleName(m) + " num_kv_heads/head_dim say");
+                if (int64_t(dims[0]) < d.committed.back())
+                    throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches token " +
+                                                       std::to_string(d.committed.back()) + " but " + path +
+                                                       " has only " + std::to_string(dims[0]) + " rows");
+                const Site site(n, path);
+                const KvStorage st =
+                    parseStorage(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
+                h5::Datatype type(H5Dget_type(ds.get()));
+                const H5T_class_t cls = H5Tget_class(type.get());
+                const size_t size = H5Tget_size(type.get());
+                const bool typeOk = (st == KvStorage::F32 && cls == H5T_FLOAT && size == 4) ||
+                                    (st == KvStorage::F16 && cls == H5T_FLOAT && size == 2) ||
+                                    (st == KvStorage::BF16 && cls == H5T_INTEGER && size == 2);
+                if (!typeOk || st != s.options.storage)
+                    throw Error(ErrorCode::Format, n + ": dataset " + path +
+                                                       " element type does not match its dtype "
+                                                       "attribute '" +
+                                                       kvStorageName(st) +
+                                                       "' (file: " + kvStorageName(s.options.storage) + ")");
+                (std::strcmp(what, "keys") == 0 ? d.keys : d.values).push_back(std::move(ds));
+            }
+        }
+    }
+}
+
+void checkModel(const ModelInfo &m, char expectedRole)
+{
+    if (m.role != expectedRole)
+        throw Error(ErrorCode::InvalidArgument,
+                    std::string("model info for role '") + expectedRole + "' has role '" + m.role + "'");
+    const ModelConfig &c = m.config;
+    if (c.numLayers <= 0 || c.numKvHeads <= 0 || c.headDim <= 0)
+        throw Error(ErrorCode::InvalidArgument,
+                    std::string("model ") + expectedRole +
+                        ": num_layers, num_kv_heads and head_dim must be positive");
+    const std::vector<int> &layers = m.capturedLayers;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        if (layers[i] < 0 || layers[i] >= c.numLayers)
+            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
+                                                        ": captured layer " + std::to_string(layers[i]) +
+                                                        " is outside 0.." + std::to_string(c.numLayers - 1));
+        if (i > 0 && layers[i] <= layers[i - 1])
+            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
+                                                        ": captured layer " + std::to_string(layers[i]) +
+                                                        " is not above the one before it (the list must be "
+                                                        "sorted and unique)");
+    }
+}
+
+hsize_t kvCacheBytes(const ExperimentOptions &o, const ModelConfig &c)
+{
+    // Room for the chunk being filled plus one more, so a prompt straddling a chunk boundary does
+    // not read back the chunk it is appending to (w0 = 1 evicts fully written chunks first).
+    const hsize_t chunk = hsize_t(o.chunkTokens) * hsize_t(c.numKvHeads) * hsize_t(c.headDim) * 4;
+    return std::max<hsize_t>(hsize_t(1) << 20, 2 * chunk + 4096);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Writer
+
+struct ExperimentWriter::Impl
+{
+    WriterLock lock; // declared first: released after the file below is closed
+    FileState s;
+    bool syncToDisk = true;
+    bool broken = false;
+    h5::Datatype half;
+
+    void flush(const char *stage) { h5::flushFile(s.file.get(), s.name, stage, syncToDisk); }
+};
+
+ExperimentWriter::ExperimentWriter(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+ExperimentWriter::ExperimentWriter(ExperimentWriter &&) noexcept = default;
+ExperimentWriter &ExperimentWriter::operator=(ExperimentWriter &&) noexcept = default;
+ExperimentWriter::~ExperimentWriter() = default;
+
+namespace {
+
+// Reopens path for SWMR writing and loads its state. The caller has made sure the file's status
+// flags are clear (a clean close leaves them clear).
+std::unique_ptr<FileState> openSwmrWriter(const fs::path &path)
+{
+    auto s = std::make_unique<FileState>();
+    s->path = path;
+    s->name = path.string();
+    h5::PropList fapl = fileAccess(false);
+    s->file = h5::File(check(H5Fopen(path.c_str(), H5F_ACC_RDWR | H5F_ACC_SWMR_WRITE, fapl.get()),
+                             ErrorCode::Io, s->name + ": cannot open for writing"));
+    return s;
+}
+
+} // namespace
+
+ExperimentWriter ExperimentWriter::create(const fs::path &path, const ExperimentOptions &options,
+                                          const Provenance &provenance, const ModelInfo &a,
+                                          const ModelInfo &b)
+{
+    h5::prepareLibrary();
+    checkModel(a, 'a');
+    checkModel(b, 'b');
+    if (options.compress < 0 || options.compress > 9)
+        throw Error(ErrorCode::InvalidArgument,
+                    "compression level must be 0..9, not " + std::to_string(options.compress));
+    if (options.chunkTokens <= 0)
+        throw Error(ErrorCode::InvalidArgument, "chunkTokens must be positive");
+    if (options.compress > 0 && H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0)
+        throw Error(ErrorCode::Unsupported, "this HDF5 library has no deflate filter");
+    const std::string name = path.string();
+    std::error_code ec;
+    if (fs::exists(path, ec))
+        throw Error(ErrorCode::InvalidArgument, name + ": exists already (append to it, or remove it first)");
+
+    fs::path tmp = path;
+    tmp += ".tmp";
+    {
+        h5::PropList fapl = fileAccess(false);
+        h5::PropList fcpl(H5Pcreate(H5P_FILE_CREATE));
+        keepAttributesCompact(fcpl.get()); // the root group's attributes
+        h5::File file(check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), ErrorCode::Io,
+                            name + ": cannot create " + tmp.string()));
+        struct RemoveTmp
+        {
+            const fs::path &p;
+            bool keep = false;
+            ~RemoveTmp()
+            {
+                if (!keep) {
+                    std::error_code ignored;
+                    fs::remove(p, ignored);
+                }
+            }
+        } removeTmp{tmp};
+        const hid_t f = file.get();
+        const Site root(name, "/");
+        Provenance p = provenance;
+        p.appVersion = appVersion();
+        p.gitCommit = gitCommit();
+        p.hdf5Version = hdf5Version();
+        p.createdUtc = text::utcNowIso8601();
+        if (p.runId.empty())
+            p.runId = randomHex(16);
+        writeAttr(f, root, "schema", std::string(kExperimentSchema));
+        writeAttr(f, root, "app_version", p.appVersion);
+        writeAttr(f, root, "git_commit", p.gitCommit);
+        writeAttr(f, root, "qt_version", p.qtVersion);
+        writeAttr(f, root, "torch_version", p.torchVersion);
+        writeAttr(f, root, "hdf5_version", p.hdf5Version);
+        writeAttr(f, root, "device", p.device);
+        writeAttr(f, root, "created_utc", p.createdUtc);
+        writeAttr(f, root, "run_id", p.runId);
+        writeAttr(f, root, "config_sha256", p.configSha256);
+
+        createGroup(f, name, "/models");
+        for (const ModelInfo *m : {&a, &b}) {
+            const std::string gpath = std::string("/models/") + m->role;
+            h5::Group g = createGroup(f, name, gpath);
+            writeModelAttrs(g.get(), Site(name, gpath), *m, options.storage);
+        }
+
+        h5::Group prompts = createGroup(f, name, "/prompts");
+        const Site promptsSite(name, "/prompts");
+        writeAttr(prompts.get(), promptsSite, "description",
+                  std::string("Prompt p: text bytes [text_offsets[p], text_offsets[p+1]) of text (UTF-8); "
+                              "token ids [offsets[p], offsets[p+1]) of <model>/ids, which are also its rows "
+                              "in /kv/<model>/layer_NNN/{keys,values}"));
+        const int64_t zero = 0;
+        const auto offsetsDataset = [&](const std::string &path) {
+            h5::Dataset ds = createExtendible(f, name, path, H5T_STD_I64LE, {}, kOffsetsChunk, 0);
+            writeRows(ds.get(), name, path, H5T_NATIVE_INT64, 0, 1, {}, &zero);
+        };
+        createExtendible(f, name, "/prompts/text", H5T_STD_U8LE, {}, kBytesChunk, options.compress);
+        offsetsDataset("/prompts/text_offsets");
+        createExtendible(f, name, "/prompts/label", H5T_STD_U8LE, {}, kBytesChunk, options.compress);
+        offsetsDataset("/prompts/label_offsets");
+        {
+            h5::Dataset text = openDataset(f, name, "/prompts/text");
+            writeAttr(text.get(), Site(name, "/prompts/text"), "encoding", std::string("utf-8"));
+        }
+        prompts.reset(); // every handle must be closed before the file is, or H5Fclose only defers
+
+        createGroup(f, name, "/kv");
+        const h5::Datatype kvType = kvFileType(options.storage);
+        for (const ModelInfo *m : {&a, &b}) {
+            const int mi = roleIndex(m->role);
+            const std::string base = std::string("/prompts/") + m->role;
+            createGroup(f, name, base);
+            createExtendible(f, name, base + "/ids", H5T_STD_I32LE, {}, kIdsChunk, options.compress);
+            offsetsDataset(base + "/offsets");
+            createGroup(f, name, std::string("/kv/") + m->role);
+            const ModelConfig &c = m->config;
+            for (int layer : resolvedLayers(*m)) {
+                createGroup(f, name, layerGroupPath(mi, layer));
+                for (const char *what : {"keys", "values"}) {
+                    const std::string path = layerPath(mi, layer, what);
+                    h5::Dataset ds = createExtendible(f, name, path, kvType.get(),
+                                                      {hsize_t(c.numKvHeads), hsize_t(c.headDim)},
+                                                      hsize_t(options.chunkTokens), options.compress);
+                    const Site site(name, path);
+                    writeAttr(ds.get(), site, "dtype", std::string(kvStorageName(options.storage)));
+                    writeAttr(ds.get(), site, "layer", int64_t(layer));
+                    writeAttr(ds.get(), site, "layout", std::string("[tokens, kv_heads, head_dim]"));
+                    if (std::strcmp(what, "keys") == 0)
+                        writeAttr(ds.get(), site, "key_form", std::string(keyFormName(options.keyForm)));
+                }
+            }
+        }
+        const std::pair<const char *, const char *> reserved[] = {
+            {"/converters", "Fitted KV converters (A to B) with their metrics: kvwb align"},
+            {"/sweeps", "Converter sweep tables: kvwb sweep"},
+            {"/ledgers", "Reserved: replay ledgers of cache-tier workloads, filled by later kvwb versions"},
+        };
+        for (const auto &[gpath, description] : reserved) {
+            h5::Group g = createGroup(f, name, gpath);
+            writeAttr(g.get(), Site(name, gpath), "description", std::string(description));
+        }
+        check(H5Fflush(f, H5F_SCOPE_GLOBAL), ErrorCode::Io, name + ": cannot write " + tmp.string());
+        check(file.reset(), ErrorCode::Io, name + ": cannot write " + tmp.string());
+        if (options.syncToDisk) {
+            const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+            if (fd < 0 || ::fsync(fd) != 0) {
+                const int err = errno;
+                if (fd >= 0)
+                    ::close(fd);
+                throw Error(ErrorCode::Io,
+                            name + ": cannot sync " + tmp.string() + ": " + std::strerror(err));
+            }
+            ::close(fd);
+        }
+        if (std::rename(tmp.c_str(), path.c_str()) != 0)
+            throw Error(ErrorCode::Io,
+                        name + ": cannot rename " + tmp.string() + " into place: " + std::strerror(errno));
+        removeTmp.keep = true;
+    }
+
+    auto impl = std::make_unique<Impl>();
+    impl->lock = WriterLock::acquire(path);
+    impl->syncToDisk = options.syncToDisk;
+    impl->s = std::move(*openSwmrWriter(path));
+    loadState(impl->s, std::max(kvCacheBytes(options, a.config), kvCacheBytes(options, b.config)));
+    impl->half = halfType();
+    return ExperimentWriter(std::move(impl));
+}
+
+ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo &a, const ModelInfo &b,
+                                          bool syncToDisk)
+{
+    h5::prepareLibrary();
+    checkModel(a, 'a');
+    checkModel(b, 'b');
+    const std::string name = path.string();
+    checkReadable(path);
+    if (::access(path.c_str(), W_OK) != 0)
+        throw Error(ErrorCode::Io, name + ": cannot write: " + std::strerror(errno));
+
+    // Held from before recovery until the writer closes.
+    WriterLock lock = WriterLock::acquire(path);
+
+    // Step 1, without SWMR: clear the flags a killed writer left, validate, compare models, and
+    // drop rows past the last committed prompt so the next prompt starts from the committed end.
+    {
+        FileState s;
+        s.path = path;
+        s.name = name;
+        h5::PropList fapl = fileAccess(true);
+        s.file = h5::File(check(H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.get()), ErrorCode::Format,
+                                name + ": cannot open as HDF5 for appending"));
+        // A killed SWMR writer leaves the superblock's stored end-of-allocation (EOA) behind the
+        // metadata it wrote later; allocating from that stale EOA would overwrite live structures
+        // ("addr overflow" on the next write). Move the EOA past the real end of file first, as
+        // `h5clear --increment` does (1 MiB, its default).
+        check(H5Fincrement_filesize(s.file.get(), 1 << 20), ErrorCode::Io,
+              name + ": cannot recover the end of allocated space");
+        loadState(s, 0);
+        for (int m = 0; m < 2; ++m) {
+            const ModelInfo &want = m == 0 ? a : b;
+            const ModelInfo &have = s.models[size_t(m)];
+            if (want.weightsSha256 != have.weightsSha256)
+                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " weights fingerprint " +
+                                                   want.weightsSha256 + " differs from the file's " +
+                                                   have.weightsSha256 + "; append needs the same models");
+            // the same weights with another tokenizer would put two tokenizations in one file
+            if (!want.tokenizerSha256.empty() && !have.tokenizerSha256.empty() &&
+                want.tokenizerSha256 != have.tokenizerSha256)
+                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " tokenizer fingerprint " +
+                                                   want.tokenizerSha256 + " differs from the file's " +
+                                                   have.tokenizerSha256 +
+                                                   "; append needs the same tokenizers");
+            const ModelConfig &wc = want.config, &hc = have.config;
+            if (wc.numLayers != hc.numLayers || wc.numKvHeads != hc.numKvHeads || wc.headDim != hc.headDim)
+                throw Error(ErrorCode::Config, name + ": model " + roleName(m) +
+                                                   " geometry (layers, kv heads, "
+                                                   "head dim) differs from the file's /models/" +
+                                                   roleName(m));
+            const std::vector<int> wantLayers = resolvedLayers(want);
+            if (wantLayers != have.capturedLayers)
+                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " captured layers (" +
+                                                   joinLayers(wantLayers) + ") differ from the file's (" +
+                                                   joinLayers(have.capturedLayers) +
+                                                   "); append needs the same layers");
+        }
+        const auto trim = [&](hid_t ds, const std::string &path, int64_t rows) {
+            std::vector<hsize_t> dims = datasetDims(ds, name, path);
+            if (dims[0] != hsize_t(rows)) {
+                dims[0] = hsize_t(rows);
+                check(H5Dset_extent(ds, dims.data()), ErrorCode::Io, name + ": cannot trim dataset " + path);
+            }
+        };
+        const int64_t offsetsRows = s.promptCount + 1;
+        for (RaggedBytes *r : {&s.text, &s.label}) {
+            trim(r->bytes.get(), r->bytesPath, r->committed.back());
+            trim(r->offsets.get(), r->offsetsPath, offsetsRows);
+        }
+        for (int m = 0; m < 2; ++m) {
+            ModelDatasets &d = s.kv[size_t(m)];
+            const std::string base = std::string("/prompts/") + roleName(m);
+            trim(d.ids.get(), base + "/ids", d.committed.back());
+            trim(d.offsets.get(), base + "/offsets", offsetsRows);
+            const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+            for (size_t i = 0; i < layers.size(); ++i) {
+                trim(d.keys[i].get(), layerPath(m, layers[i], "keys"), d.committed.back());
+                trim(d.values[i].get(), layerPath(m, layers[i], "values"), d.committed.back());
+            }
+        }
+        check(H5Fflush(s.file.get(), H5F_SCOPE_GLOBAL), ErrorCode::Io, name + ": cannot write");
+        s.kv = {};
+        s.text = {};
+        s.label = {};
+        check(s.file.reset(), ErrorCode::Io, name + ": cannot close after recovery");
+    }
+
+    auto impl = std::make_unique<Impl>();
+    impl->lock = std::move(lock);
+    impl->syncToDisk = syncToDisk;
+    impl->s = std::move(*openSwmrWriter(path));
+    loadState(impl->s, 0);
+    // Now that the file's chunk size is known, reopen KV datasets with a chunk cache that fits it.
+    FileState &s = impl->s;
+    const hsize_t cache =
+        std::max(kvCacheBytes(s.options, s.models[0].config), kvCacheBytes(s.options, s.models[1].config));
+    for (int m = 0; m < 2; ++m) {
+        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+        for (size_t i = 0; i < layers.size(); ++i) {
+            s.kv[size_t(m)].keys[i] = openDataset(s.file.get(), name, layerPath(m, layers[i], "keys"), cache);
+            s.kv[size_t(m)].values[i] =
+                openDataset(s.file.get(), name, layerPath(m, layers[i], "values"), cache);
+        }
+    }
+    impl->half = halfType();
+    return ExperimentWriter(std::move(impl));
+}
+
+int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
+{
+    if (!m_impl || !m_impl->s.file)
+        throw Error(ErrorCode::InvalidArgument, "appendPrompt on a closed experiment writer");
+    Impl &w = *m_impl;
+    FileState &s = w.s;
+    if (w.broken)
+        throw Error(ErrorCode::Io, s.name + ": an earlier write failed; reopen the file to append");
+    const int index = s.promptCount;
+
+    // Validate everything before the first write.
+    for (int m = 0; m < 2; ++m) {
+        const PromptKv &p = m == 0 ? prompt.a : prompt.b;
+        const ModelConfig &c = s.models[size_t(m)].config;
+        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+        const size_t expected = p.ids.size() * size_t(c.numKvHeads) * size_t(c.headDim);
+        if (p.keys.size() != layers.size() || p.values.size() != layers.size())
+            throw Error(ErrorCode::Shape,
+                        s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) + " has " +
+                            std::to_string(p.keys.size()) + " key and " + std::to_string(p.values.size()) +
+                            " value layers, expected one per captured layer (" + joinLayers(layers) + ")");
+        for (size_t i = 0; i < layers.size(); ++i)
+            if (p.keys[i].size() != expected || p.values[i].size() != expected)
+                throw Error(ErrorCode::Shape,
+                            s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) +
+                                " layer " + std::to_string(layers[i]) + " keys/values have " +
+                                std::to_string(p.keys[i].size()) + "/" + std::to_string(p.values[i].size()) +
+                                " floats, expected [" + std::to_string(p.ids.size()) + ", " +
+                                std::to_string(c.numKvHeads) + ", " + std::to_string(c.headDim) +
+                                "] = " + std::to_string(expected));
+    }
+
+    try {
+        // Phase 1: every row of the prompt (invisible until phase 2 extends the offsets).
+        std::vector<uint16_t> converted;
+        for (int m = 0; m < 2; ++m) {
+            const PromptKv &p = m == 0 ? prompt.a : prompt.b;
+            ModelDatasets &d = s.kv[size_t(m)];
+            const ModelConfig &c = s.models[size_t(m)].config;
+            const hsize_t first = hsize_t(d.committed.back()), count = p.ids.size();
+            const std::vector<hsize_t> rest{hsize_t(c.numKvHeads), hsize_t(c.headDim)};
+            const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+            for (size_t i = 0; i < layers.size(); ++i) {
+                for (int kind = 0; kind < 2; ++kind) {
+                    const std::vector<float> &src = (kind == 0 ? p.keys : p.values)[i];
+                    const hid_t ds = (kind == 0 ? d.keys : d.values)[i].get();
+                    const std::string path = layerPath(m, layers[i], kind == 0 ? "keys" : "values");
+                    switch (s.options.storage) {
+                    case KvStorage::F32:
+                        writeRows(ds, s.name, path, H5T_NATIVE_FLOAT, first, count, rest, src.data());
+                        break;
+                    case KvStorage::F16:
+                        // Converted here (round to nearest even) and written as raw binary16: HDF5's own
+                        // float->half soft conversion is bit-by-bit and far slower.
+                        converted.resize(src.size());
+                        std::transform(src.begin(), src.end(), converted.begin(), floatToHalf);
+                        writeRows(ds, s.name, path, w.half.get(), first, count, rest, converted.data());
+                        break;
+                    case KvStorage::BF16:
+                        converted.resize(src.size());
+                        std::transform(src.begin(), src.end(), converted.begin(), floatToBf16);
+                        writeRows(ds, s.name, path, H5T_NATIVE_UINT16, first, count, rest, converted.data());
+                        break;
+                    }
+                }
+            }
+            writeRows(d.ids.get(), s.name, std::string("/prompts/") + roleName(m) + "/ids", H5T_NATIVE_INT32,
+                      first, count, {}, p.ids.data());
+        }
+        writeRows(s.text.bytes.get(), s.name, s.text.bytesPath, H5T_NATIVE_UINT8,
+                  hsize_t(s.text.committed.back()), prompt.text.size(), {}, prompt.text.data());
+        writeRows(s.label.bytes.get(), s.name, s.label.bytesPath, H5T_NATIVE_UINT8,
+                  hsize_t(s.label.committed.back()), prompt.label.size(), {}, prompt.label.data());
+        w.flush("prompt rows");
+
+        // Phase 2: the offsets, which make the prompt visible. Rows are on disk before any of these.
+        const hsize_t slot = hsize_t(index) + 1;
+        std::array<int64_t, 2> ends{};
+        for (int m = 0; m < 2; ++m) {
+            ModelDatasets &d = s.kv[size_t(m)];
+            ends[size_t(m)] = d.committed.back() + int64_t((m == 0 ? prompt.a : prompt.b).ids.size());
+            writeRows(d.offsets.get(), s.name, std::string("/prompts/") + roleName(m) + "/offsets",
+                      H5T_NATIVE_INT64, slot, 1, {}, &ends[size_t(m)]);
+        }
+        const int64_t labelEnd = s.label.committed.back() + int64_t(prompt.label.size());
+        writeRows(s.label.offsets.get(), s.name, s.label.offsetsPath, H5T_NATIVE_INT64, slot, 1, {},
+                  &labelEnd);
+        const int64_t textEnd = s.text.committed.back() + int64_t(prompt.text.size());
+        writeRows(s.text.offsets.get(), s.name, s.text.offsetsPath, H5T_NATIVE_INT64, slot, 1, {}, &textEnd);
+        w.flush("prompt offsets");
+
+        s.kv[0].committed.push_back(ends[0]);
+        s.kv[1].committed.push_back(ends[1]);
+        s.label.committed.push_back(labelEnd);
+        s.text.committed.push_back(textEnd);
+        ++s.promptCount;
+    } catch (const Error &) {
+        w.broken = true;
+        throw;
+    }
+    return index;
+}
+
+ExperimentOptions ExperimentWriter::storage() const
+{
+    return m_impl->s.options;
+}
+
+int ExperimentWriter::promptCount() const
+{
+    return m_impl->s.promptCount;
+}
+
+int64_t ExperimentWriter::totalTokens(char model) const
+{
+    return m_impl->s.total(roleIndex(model));
+}
+
+const fs::path &ExperimentWriter::path() const
+{
+    return m_impl->s.path;
+}
+
+const std::vector<int> &ExperimentWriter::capturedLayers(char model) const
+{
+    return m_impl->s.models[size_t(roleIndex(model))].capturedLayers;
+}
+
+void ExperimentWriter::close()
+{
+    if (!m_impl || !m_impl->s.file)
+        return;
+    FileState &s = m_impl->s;
+    s.kv = {};
+    s.text = {};
+    s.label = {};
+    const herr_t status = s.file.reset();
+    m_impl->lock.release();
+    if (status < 0 && !m_impl->broken)
+        check(status, ErrorCode::Io, s.name + ": cannot close");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Reader
+
+struct ExperimentReader::Impl
+{
+    FileState s;
+    h5::Datatype half;
+
+    std::vector<float> readKv(int m, int layer, int64_t first, int64_t count, bool keys) const
+    {
+        const ModelConfig &c = s.models[size_t(m)].config;
+        if (layer < 0 || layer >= c.numLayers)
+            throw Error(ErrorCode::InvalidArgument,
+                        s.name + ": model " + roleName(m) + " has no layer " + std::to_string(layer));
+        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+        const auto it = std::lower_bound(layers.begin(), layers.end(), layer);
+        if (it == layers.end() || *it != layer)
+            throw Error(ErrorCode::InvalidArgument,
+                        s.name + ": layer " + std::to_string(layer) + " of model " + roleName(m) +
+                            " was not captured (captured: " + joinLayers(layers) + ")");
+        const size_t slot = size_t(it - layers.begin());
+        if (first < 0 || count < 0 || first + count > s.total(m))
+            throw Error(ErrorCode::InvalidArgument, s.name + ": token range [" + std::to_string(first) +
+                                                        ", " + std::to_string(first + count) +
+                                                        ") is outside model " + roleName(m) + "'s " +
+                                                        std::to_string(s.total(m)) + " tokens");
+        const std::string path = layerPath(m, layer, keys ? "keys" : "values");
+        const hid_t ds = (keys ? s.kv[size_t(m)].keys : s.kv[size_t(m)].values)[slot].get();
+        const size_t n = size_t(count) * size_t(c.numKvHeads) * size_t(c.headDim);
+        std::vector<float> out(n);
+        if (s.options.storage == KvStorage::F32) {
+            readRows(ds, s.name, path, H5T_NATIVE_FLOAT, hsize_t(first), hsize_t(count), out.data());
+            return out;
+        }
+        std::vector<uint16_t> raw(n);
+        if (s.options.storage == KvStorage::F16) {
+            readRows(ds, s.name, path, half.get(), hsize_t(first), hsize_t(count), raw.data());
+            std::transform(raw.begin(), raw.end(), out.begin(), halfToFloat);
+        } else {
+            readRows(ds, s.name, path, H5T_NATIVE_UINT16, hsize_t(first), hsize_t(count), raw.data());
+            std::transform(raw.begin(), raw.end(), out.begin(), bf16ToFloat);
+        }
+        return out;
+    }
+
+    void checkPrompt(int index) const
+    {
+        if (index < 0 || index >= s.promptCount)
+            throw Error(ErrorCode::InvalidArgument, s.name + ": no prompt " + std::to_string(index) +
+                                                        " (file has " + std::to_string(s.promptCount) + ")");
+    }
+
+    std::string readBytes(const RaggedBytes &r, int index) const
+    {
+        const int64_t first = r.committed[size_t(index)], end = r.committed[size_t(index) + 1];
+        std::string out(size_t(end - first), '\0');
+        readRows(r.bytes.get(), s.name, r.bytesPath, H5T_NATIVE_UINT8, hsize_t(first), hsize_t(end - first),
+                 out.data());
+        return out;
+    }
+};
+
+ExperimentReader::ExperimentReader(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+ExperimentReader::ExperimentReader(ExperimentReader &&) noexcept = default;
+ExperimentReader &ExperimentReader::operator=(ExperimentReader &&) noexcept = default;
+ExperimentReader::~ExperimentReader() = default;
+
+ExperimentReader ExperimentReader::open(const fs::path &path)
+{
+    h5::prepareLibrary();
+    auto impl = std::make_unique<Impl>();
+    impl->s.path = path;
+    impl->s.name = path.string();
+    impl->s.file = openForReading(path);
+    loadState(impl->s, 0);
+    impl->half = halfType();
+    return ExperimentReader(std::move(impl));
+}
+
+const std::string &ExperimentReader::schema() const
+{
+    return m_impl->s.schema;
+}
+const Provenance &ExperimentReader::provenance() const
+{
+    return m_impl->s.provenance;
+}
+const ModelInfo &ExperimentReader::model(char role) const
+{
+    return m_impl->s.models[size_t(roleIndex(role))];
+}
+ExperimentOptions ExperimentReader::storage() const
+{
+    return m_impl->s.options;
+}
+int ExperimentReader::promptCount() const
+{
+    return m_impl->s.promptCount;
+}
+int64_t ExperimentReader::totalTokens(char model) const
+{
+    return m_impl->s.total(roleIndex(model));
+}
+const fs::path &ExperimentReader::path() const
+{
+    return m_impl->s.path;
+}
+
+PromptInfo ExperimentReader::prompt(int index) const
+{
+    m_impl->checkPrompt(index);
+    const FileState &s = m_impl->s;
+    PromptInfo info;
+    info.text = m_impl->readBytes(s.text, index);
+    info.label = m_impl->readBytes(s.label, index);
+    for (int m = 0; m < 2; ++m) {
+        const ModelDatasets &d = s.kv[size_t(m)];
+        PromptTokens &t = m == 0 ? info.a : info.b;
+        t.firstToken = d.committed[size_t(index)];
+        const int64_t count = d.committed[size_t(index) + 1] - t.firstToken;
+        t.ids.resize(size_t(count));
+        readRows(d.ids.get(), s.name, std::string("/prompts/") + roleName(m) + "/ids", H5T_NATIVE_INT32,
+                 hsize_t(t.firstToken), hsize_t(count), t.ids.data());
+    }
+    return info;
+}
+
+std::vector<float> ExperimentReader::keys(char model, int layer, int prompt) const
+{
+    m_impl->checkPrompt(prompt);
+    const int m = roleIndex(model);
+    const std::vector<int64_t> &o = m_impl->s.kv[size_t(m)].committed;
+    return m_impl->readKv(m, layer, o[size_t(prompt)], o[size_t(prompt) + 1] - o[size_t(prompt)], true);
+}
+
+std::vector<float> ExperimentReader::values(char model, int layer, int prompt) const
+{
+    m_impl->checkPrompt(prompt);
+    const int m = roleIndex(model);
+    const std::vector<int64_t> &o = m_impl->s.kv[size_t(m)].committed;
+    return m_impl->readKv(m, layer, o[size_t(prompt)], o[size_t(prompt) + 1] - o[size_t(prompt)], false);
+}
+
+std::vector<float> ExperimentReader::keyRange(char model, int layer, int64_t firstToken, int64_t count) const
+{
+    return m_impl->readKv(roleIndex(model), layer, firstToken, count, true);
+}
+
+std::vector<float> ExperimentReader::valueRange(char model, int layer, int64_t firstToken,
+                                                int64_t count) const
+{
+    return m_impl->readKv(roleIndex(model), layer, firstToken, count, false);
+}
+
+} // namespace kvwb::core

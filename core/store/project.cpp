@@ -1,0 +1,401 @@
+#include "core/store/project.h"
+
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace kvwb::core {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char *kSchema = "kvwb-project/1";
+
+const json &field(const json &j, const char *name, json::value_t type, const std::string &where,
+                  const fs::path &file)
+{
+    if (!j.contains(name))
+        throw Error(ErrorCode::Config, file.string() + ": field '" + where + name + "' is missing");
+    const json &v = j.at(name);
+    const bool ok = type == json::value_t::string   ? v.is_string()
+                    : type == json::value_t::object ? v.is_object()
+                                                    : v.is_array();
+    if (!ok)
+        throw Error(ErrorCode::Config, file.string() + ": field '" + where + name + "' has the wrong type");
+    return v;
+}
+
+std::string optString(const json &j, const char *name, const std::string &fallback, const std::string &where,
+                      const fs::path &file)
+{
+    if (!j.contains(name))
+        return fallback;
+    if (!j.at(name).is_string())
+        throw Error(ErrorCode::Config, file.string() + ": field '" + where + name + "' must be a string");
+    return j.at(name).get<std::string>();
+}
+
+ProjectModel readModel(const json &j, const char *role, const fs::path &file)
+{
+    const json &m = field(j, role, json::value_t::object, "models.", file);
+    const std::string where = std::string("models.") + role + ".";
+    ProjectModel pm;
+    pm.path = field(m, "path", json::value_t::string, where, file).get<std::string>();
+    pm.device = optString(m, "device", "cpu", where, file);
+    pm.dtype = optString(m, "dtype", "f32", where, file);
+    if (pm.device != "cpu" && pm.device != "cuda")
+        throw Error(ErrorCode::Config, file.string() + ": field '" + where +
+                                           "device' must be cpu or cuda, got '" + pm.device + "'");
+    if (pm.dtype != "f32" && pm.dtype != "bf16" && pm.dtype != "f16")
+        throw Error(ErrorCode::Config, file.string() + ": field '" + where +
+                                           "dtype' must be f32, bf16 or f16, got '" + pm.dtype + "'");
+    return pm;
+}
+
+std::vector<fs::path> readPaths(const json &j, const char *name, const fs::path &file)
+{
+    std::vector<fs::path> out;
+    if (!j.contains(name))
+        return out;
+    for (const auto &v : field(j, name, json::value_t::array, "", file)) {
+        if (!v.is_string())
+            throw Error(ErrorCode::Config, file.string() + ": field '" + name + "' must list strings");
+        out.emplace_back(v.get<std::string>());
+    }
+    return out;
+}
+
+fs::path relativeTo(const fs::path &p, const fs::path &dir)
+{
+    if (p.is_relative() || dir.empty())
+        return p;
+    std::error_code ec;
+    const auto rel = fs::relative(p, dir, ec);
+    return !ec && !rel.empty() && *rel.begin() != ".." ? rel : p;
+}
+
+// ---- the settings sections ("capture", "alignment", "replay") ----
+
+// Reads one section's fields, each optional (absent: the struct's default), and remembers which
+// keys it knew so that the others can be kept for a later version.
+class Section
+{
+public:
+    Section(const json &root, const char *name, const fs::path &file) : m_name(name), m_file(file)
+    {
+        if (!root.contains(name))
+            return;
+        const json &v = root.at(name);
+        if (!v.is_object())
+            throw Error(ErrorCode::Config, file.string() + ": field '" + name + "' must be an object");
+        m_json = &v;
+    }
+
+    const std::string &name() const { return m_name; }
+    std::string path(const char *key) const { return m_name + "." + key; }
+    [[noreturn]] void fail(const std::string &field, const std::string &what) const
+    {
+        throw Error(ErrorCode::Config, m_file.string() + ": field '" + field + "' " + what);
+    }
+    const json *find(const char *key)
+    {
+        m_known.push_back(key);
+        return m_json && m_json->contains(key) ? &m_json->at(key) : nullptr;
+    }
+
+    void string(const char *key, std::string &out, std::initializer_list<const char *> allowed = {})
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_string())
+            fail(path(key), "must be a string");
+        const std::string s = v->get<std::string>();
+        if (allowed.size() && !isOneOf(s, allowed))
+            fail(path(key), "must be " + oneOf(allowed) + ", got '" + s + "'");
+        out = s;
+    }
+    template <typename Int> void integer(const char *key, Int &out, int64_t lo, int64_t hi)
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_number_integer())
+            fail(path(key), "must be an integer");
+        const int64_t n = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX)
+                              ? INT64_MAX
+                              : v->get<int64_t>();
+        if (n < lo || n > hi)
+            fail(path(key),
+                 hi == INT64_MAX || hi == INT32_MAX
+                     ? "must be >= " + std::to_string(lo) + ", got " + v->dump()
+                     : "must be in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v->dump());
+        out = Int(n);
+    }
+    void number(const char *key, double &out, double lo, double hi, bool loOpen = false)
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_number())
+            fail(path(key), "must be a number");
+        const double d = v->get<double>();
+        if (loOpen ? !(d > lo) : !(d >= lo))
+            fail(path(key), fmt::format("must be {} {}, got {}", loOpen ? ">" : ">=", lo, d));
+        if (!(d <= hi))
+            fail(path(key), fmt::format("must be <= {}, got {}", hi, d));
+        out = d;
+    }
+    void boolean(const char *key, bool &out)
+    {
+        const json *v = find(key);
+        if (!v)
+            return;
+        if (!v->is_boolean())
+            fail(path(key), "must be true or false");
+        out = v->get<bool>();
+    }
+
+    // The keys this version did not read, to be written back unchanged; null when there are none.
+    json unknown() const
+    {
+        if (!m_json)
+            return nullptr;
+        json rest = *m_json;
+        for (const char *k : m_known)
+            rest.erase(k);
+        return rest.empty() ? json(nullptr) : rest;
+    }
+
+    static bool isOneOf(const std::string &s, std::initializer_list<const char *> allowed)
+    {
+        for (const char *a : allowed)
+            if (s == a)
+                return true;
+        return false;
+    }
+    static std::string oneOf(std::initializer_list<const char *> allowed)
+    {
+        std::string out;
+        size_t i = 0;
+        for (const char *a : allowed) {
+            out += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + std::string(a);
+            ++i;
+        }
+        return out;
+    }
+
+private:
+    std::string m_name;
+    const fs::path &m_file;
+    const json *m_json = nullptr;
+    std::vector<const char *> m_known;
+};
+
+constexpr double kDoubleMax = std::numeric_limits<double>::max();
+
+ProjectCapture readCapture(Section &s)
+{
+    ProjectCapture c;
+    s.string("storage", c.storage, {"f32", "f16", "bf16"});
+    s.integer("compress", c.compress, 0, 9);
+    s.integer("max_tokens", c.maxTokens, 0, INT32_MAX);
+    s.integer("limit", c.limit, 0, INT32_MAX);
+    s.boolean("post_rope", c.postRope);
+    return c;
+}
+
+ProjectAlignment readAlignment(Section &s)
+{
+    ProjectAlignment a;
+    s.string("name", a.name);
+    s.string("selection", a.selection, {"proportional", "topk", "all"});
+    s.integer("k", a.k, 1, INT32_MAX);
+    s.boolean("auto_lambda", a.autoLambda);
+    s.number("lambda", a.lambda, 0.0, kDoubleMax, true);
+    s.boolean("per_head", a.perHead);
+    s.integer("max_train_tokens", a.maxTrainTokens, 0, INT64_MAX);
+    s.string("in_use", a.inUse);
+    return a;
+}
+
+ProjectReplay readReplay(Section &s)
+{
+    ProjectReplay r;
+    if (const json *tiers = s.find("tiers")) {
+        if (!tiers->is_array())
+            s.fail("replay.tiers", "must be a list of tier names");
+        r.tiers.clear();
+        for (size_t i = 0; i < tiers->size(); ++i) {
+            const std::string field = "replay.tiers[" + std::to_string(i) + "]";
+            const json &t = tiers->at(i);
+            if (!t.is_string())
+                s.fail(field, "must be a string");
+            const std::string name = t.get<std::string>();
+            if (!Section::isOneOf(name, {"exact", "semantic", "prefix", "cross"}))
+                s.fail(field, "names an unknown tier '" + name + "' (exact, semantic, prefix or cross)");
+            if (std::find(r.tiers.begin(), r.tiers.end(), name) != r.tiers.end())
+                s.fail(field, "repeats tier '" + name + "'");
+            r.tiers.push_back(name);
+        }
+    }
+    s.number("threshold", r.threshold, -1.0, 1.0);
+    s.string("embedder", r.embedder, {"lexical", "model"});
+    s.string("gate_signal", r.gateSignal, {"tail_kl", "kv_cos", "nll"});
+    s.number("gate_threshold", r.gateThreshold, -kDoubleMax, kDoubleMax);
+    s.boolean("gate", r.gate);
+    s.integer("max_tokens", r.maxTokens, 0, INT32_MAX);
+    s.integer("limit", r.limit, 0, INT32_MAX);
+    return r;
+}
+
+json captureJson(const ProjectCapture &c)
+{
+    return {{"storage", c.storage},
+            {"compress", c.compress},
+            {"max_tokens", c.maxTokens},
+            {"limit", c.limit},
+            {"post_rope", c.postRope}};
+}
+
+json alignmentJson(const ProjectAlignment &a)
+{
+    return {{"name", a.name},
+            {"selection", a.selection},
+            {"k", a.k},
+            {"auto_lambda", a.autoLambda},
+            {"lambda", a.lambda},
+            {"per_head", a.perHead},
+            {"max_train_tokens", a.maxTrainTokens},
+            {"in_use", a.inUse}};
+}
+
+json replayJson(const ProjectReplay &r)
+{
+    return {{"tiers", r.tiers},
+            {"threshold", r.threshold},
+            {"embedder", r.embedder},
+            {"gate_signal", r.gateSignal},
+            {"gate_threshold", r.gateThreshold},
+            {"gate", r.gate},
+            {"max_tokens", r.maxTokens},
+            {"limit", r.limit}};
+}
+
+} // namespace
+
+Project Project::load(const fs::path &file)
+{
+    std::ifstream in(file, std::ios::binary);
+    if (!in)
+        throw Error(ErrorCode::Io, file.string() + ": cannot read project");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json j;
+    try {
+        j = json::parse(ss.str());
+    } catch (const json::exception &e) {
+        throw Error(ErrorCode::Format, file.string() + ": not JSON: " + e.what());
+    }
+    if (!j.is_object())
+        throw Error(ErrorCode::Format, file.string() + ": a project is a JSON object");
+    const std::string schema = optString(j, "schema", "", "", file);
+    if (schema != kSchema)
+        throw Error(ErrorCode::Format, file.string() + ": schema '" + schema + "' is not " + kSchema);
+    Project p;
+    p.name = optString(j, "name", file.stem().string(), "", file);
+    p.description = optString(j, "description", "", "", file);
+    const json &models = field(j, "models", json::value_t::object, "", file);
+    p.modelA = readModel(models, "a", file);
+    p.modelB = readModel(models, "b", file);
+    p.promptSets = readPaths(j, "prompt_sets", file);
+    p.workloads = readPaths(j, "workloads", file);
+    if (j.contains("corpus"))
+        p.corpus = optString(j, "corpus", "", "", file);
+    if (j.contains("experiment"))
+        p.experiment = optString(j, "experiment", "", "", file);
+    json extra = j;
+    for (const char *k :
+         {"schema", "name", "description", "models", "prompt_sets", "workloads", "corpus", "experiment"})
+        extra.erase(k);
+    // The sections' known keys live in the structs; any others stay in extraJson under the
+    // section's name, so that save() can merge them back.
+    Section capture(j, "capture", file), alignment(j, "alignment", file), replay(j, "replay", file);
+    p.capture = readCapture(capture);
+    p.alignment = readAlignment(alignment);
+    p.replay = readReplay(replay);
+    for (const Section *sec : {&capture, &alignment, &replay}) {
+        const json rest = sec->unknown();
+        if (rest.is_null())
+            extra.erase(sec->name());
+        else
+            extra[sec->name()] = rest;
+    }
+    p.extraJson = extra.dump();
+    return p;
+}
+
+void Project::save(const fs::path &file) const
+{
+    const fs::path dir = fs::absolute(file).parent_path();
+    json j = json::parse(extraJson.empty() ? "{}" : extraJson);
+    j["schema"] = kSchema;
+    j["name"] = name;
+    j["description"] = description;
+    auto model = [&](const ProjectModel &m) {
+        return json{{"path", relativeTo(m.path, dir).string()}, {"device", m.device}, {"dtype", m.dtype}};
+    };
+    j["models"] = {{"a", model(modelA)}, {"b", model(modelB)}};
+    auto paths = [&](const std::vector<fs::path> &ps) {
+        json a = json::array();
+        for (const auto &p : ps)
+            a.push_back(relativeTo(p, dir).string());
+        return a;
+    };
+    j["prompt_sets"] = paths(promptSets);
+    j["workloads"] = paths(workloads);
+    if (corpus)
+        j["corpus"] = relativeTo(*corpus, dir).string();
+    if (experiment)
+        j["experiment"] = relativeTo(*experiment, dir).string();
+    // Always all three sections; keys kept from a newer version's section come first, ours win.
+    const auto section = [&](const char *key, const json &known) {
+        json merged = j.contains(key) && j[key].is_object() ? j[key] : json::object();
+        merged.update(known);
+        j[key] = merged;
+    };
+    section("capture", captureJson(capture));
+    section("alignment", alignmentJson(alignment));
+    section("replay", replayJson(replay));
+    writeFileAtomic(file, j.dump(2) + "\n");
+}
+
+Project Project::resolved(const fs::path &file) const
+{
+    const fs::path dir = fs::absolute(file).parent_path();
+    auto abs = [&](const fs::path &p) { return p.is_absolute() ? p : (dir / p).lexically_normal(); };
+    Project r = *this;
+    r.modelA.path = abs(modelA.path);
+    r.modelB.path = abs(modelB.path);
+    for (auto &p : r.promptSets)
+        p = abs(p);
+    for (auto &p : r.workloads)
+        p = abs(p);
+    if (r.corpus)
+        r.corpus = abs(*r.corpus);
+    if (r.experiment)
+        r.experiment = abs(*r.experiment);
+    return r;
+}
+
+} // namespace kvwb::core

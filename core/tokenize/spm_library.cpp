@@ -1,0 +1,100 @@
+#include "core/tokenize/spm_library.h"
+
+#include "core/util/error.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+namespace kvwb::core {
+
+namespace {
+
+std::filesystem::path executableDir()
+{
+    std::error_code ec;
+    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::filesystem::path() : exe.parent_path();
+}
+
+SpmApi loadApi()
+{
+    std::vector<std::filesystem::path> candidates;
+    if (const char *env = std::getenv("KVWB_SPM_LIBRARY"))
+        candidates.emplace_back(env);
+#ifdef KVWB_SPM_BUILD_PATH
+    candidates.emplace_back(KVWB_SPM_BUILD_PATH);
+#endif
+    const auto dir = executableDir();
+    if (!dir.empty()) {
+        candidates.push_back(dir / "libkvwb_spm.so");
+        candidates.push_back(dir.parent_path() / "lib" / "kvwb" / "libkvwb_spm.so");
+    }
+    std::string tried;
+    for (const auto &path : candidates) {
+        if (!std::filesystem::exists(path)) {
+            tried += " " + path.string() + " (missing)";
+            continue;
+        }
+        // LOCAL: nothing else binds to sentencepiece's protobuf; DEEPBIND: sentencepiece binds
+        // to its own protobuf, not LibTorch's.
+#if defined(__SANITIZE_ADDRESS__)
+        // ASan refuses RTLD_DEEPBIND: sanitizer builds bind normally (fine without LibTorch loaded)
+        void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
+        void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
+        if (!h) {
+            tried += " " + path.string() + " (" + dlerror() + ")";
+            continue;
+        }
+        SpmApi api;
+        bool ok = true;
+        auto bind = [&](auto &fn, const char *name) {
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+            ok = ok && fn != nullptr;
+        };
+        bind(api.load, "kvwb_spm_load");
+        bind(api.free, "kvwb_spm_free");
+        bind(api.pieceSize, "kvwb_spm_piece_size");
+        bind(api.bosId, "kvwb_spm_bos_id");
+        bind(api.eosId, "kvwb_spm_eos_id");
+        bind(api.unkId, "kvwb_spm_unk_id");
+        bind(api.flags, "kvwb_spm_flags");
+        bind(api.encode, "kvwb_spm_encode");
+        bind(api.decode, "kvwb_spm_decode");
+        bind(api.idToPiece, "kvwb_spm_id_to_piece");
+        bind(api.pieceToId, "kvwb_spm_piece_to_id");
+        bind(api.train, "kvwb_spm_train");
+        if (ok)
+            return api; // kept loaded for the life of the process
+        dlclose(h);
+        tried += " " + path.string() + " (missing symbols)";
+    }
+    throw Error(ErrorCode::Unsupported,
+                "SentencePiece support library libkvwb_spm.so not found; tried:" + tried);
+}
+
+void appendTo(void *ctx, const void *data, size_t n)
+{
+    static_cast<std::string *>(ctx)->append(static_cast<const char *>(data), n);
+}
+
+} // namespace
+
+const SpmApi &spmApi()
+{
+    static const SpmApi api = loadApi();
+    return api;
+}
+
+void trainSentencePiece(const std::string &flags)
+{
+    std::string err;
+    if (spmApi().train(flags.c_str(), appendTo, &err) != 0)
+        throw Error(ErrorCode::Tokenizer, "SentencePiece training failed: " + err);
+}
+
+} // namespace kvwb::core

@@ -1,0 +1,87 @@
+#include "core/util/atomic_file.h"
+
+#include "core/util/error.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace kvwb::core {
+
+namespace {
+
+[[noreturn]] void fail(const std::filesystem::path &path, const char *what, int err)
+{
+    throw Error(ErrorCode::Io, path.string() + ": cannot " + what + ": " + std::strerror(err));
+}
+
+} // namespace
+
+AtomicFile::AtomicFile(std::filesystem::path path) : m_path(std::move(path))
+{
+    m_tmpPath = m_path;
+    m_tmpPath += ".tmp";
+    m_fd = ::open(m_tmpPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (m_fd < 0)
+        fail(m_path, "create file", errno);
+}
+
+AtomicFile::~AtomicFile()
+{
+    if (m_fd >= 0)
+        ::close(m_fd);
+    if (!m_committed)
+        ::unlink(m_tmpPath.c_str());
+}
+
+void AtomicFile::write(std::span<const std::byte> data)
+{
+    const std::byte *p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+        const ssize_t n = ::write(m_fd, p, left);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            fail(m_path, "write", errno);
+        }
+        p += n;
+        left -= size_t(n);
+    }
+}
+
+void AtomicFile::write(std::string_view text)
+{
+    write(std::as_bytes(std::span<const char>(text.data(), text.size())));
+}
+
+void AtomicFile::commit()
+{
+    if (::fsync(m_fd) != 0)
+        fail(m_path, "fsync", errno);
+    const int fd = m_fd;
+    m_fd = -1;
+    if (::close(fd) != 0)
+        fail(m_path, "close", errno);
+    if (std::rename(m_tmpPath.c_str(), m_path.c_str()) != 0)
+        fail(m_path, "rename temporary file into place", errno);
+    m_committed = true;
+    // Make the rename itself durable; failure here is not worth an error (the data is complete).
+    const std::filesystem::path dir = m_path.has_parent_path() ? m_path.parent_path() : ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        ::fsync(dfd);
+        ::close(dfd);
+    }
+}
+
+void writeFileAtomic(const std::filesystem::path &path, std::string_view contents)
+{
+    AtomicFile f(path);
+    f.write(contents);
+    f.commit();
+}
+
+} // namespace kvwb::core

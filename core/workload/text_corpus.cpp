@@ -1,0 +1,86 @@
+#include "core/workload/text_corpus.h"
+
+#include "core/util/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+namespace kvwb::core {
+
+TextCorpus readTextCorpus(const std::filesystem::path &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+        throw Error(ErrorCode::Io, path.string() + ": cannot read corpus");
+    const bool jsonl = path.extension() == ".jsonl" || path.extension() == ".json";
+    TextCorpus c;
+    auto warn = [&](size_t line, const std::string &why) {
+        ++c.skipped;
+        if (c.warnings.size() < 20)
+            c.warnings.push_back(path.filename().string() + ":" + std::to_string(line) + ": " + why);
+    };
+    std::string line;
+    size_t lineNo = 0, plain = 0;
+    while (std::getline(in, line)) {
+        ++lineNo;
+        if (!line.empty() && line.back() == '\r')
+            line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos)
+            continue;
+        if (!jsonl) {
+            TextDocument d;
+            d.text = line;
+            d.validation = (plain++ % 20) == 19;
+            c.documents.push_back(std::move(d));
+            continue;
+        }
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception &) {
+            warn(lineNo, "not a JSON object");
+            continue;
+        }
+        // corpus lines carry "text"; workload lines only a "prompt", which then is the text
+        const char *field = j.is_object() && !j.contains("text") && j.contains("prompt") ? "prompt" : "text";
+        if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
+            warn(lineNo, "field 'text' (or 'prompt') is missing or not a string");
+            continue;
+        }
+        TextDocument d;
+        d.text = j[field].get<std::string>();
+        while (!d.text.empty() && (d.text.back() == '\n' || d.text.back() == ' '))
+            d.text.pop_back(); // the document's end is marked by EOS, not by a newline
+        if (j.contains("split")) {
+            if (!j["split"].is_string()) {
+                warn(lineNo, "field 'split' must be a string");
+                continue;
+            }
+            const auto split = j["split"].get<std::string>();
+            if (split == "validation" || split == "val")
+                d.validation = true;
+            else if (split != "train") {
+                warn(lineNo, "field 'split' must be train or validation, got '" + split + "'");
+                continue;
+            }
+        }
+        if (j.contains("prompt") && j["prompt"].is_string())
+            d.prompt = j["prompt"].get<std::string>();
+        if (j.contains("answer") && j["answer"].is_string())
+            d.answer = j["answer"].get<std::string>();
+        for (const char *label : {"synset", "intent"}) // corpus, workload
+            if (d.synset.empty() && j.contains(label) && j[label].is_string())
+                d.synset = j[label].get<std::string>();
+        if (j.contains("rank") && j["rank"].is_number_integer())
+            d.rank = j["rank"].get<int>();
+        c.documents.push_back(std::move(d));
+    }
+    if (c.documents.empty())
+        throw Error(ErrorCode::Format,
+                    path.string() + ": no documents" +
+                        (c.warnings.empty() ? std::string() : " (first problem: " + c.warnings[0] + ")"));
+    return c;
+}
+
+} // namespace kvwb::core

@@ -1,0 +1,187 @@
+// Fitting linear maps from model A's KV cache to model B's, one target layer at a time, streaming
+// token rows from an experiment file (core/store/experiment_file.h) into ridge accumulators (gpu/align/ridge.h),
+// and scoring them: R^2, cosine and relative error per layer and per head, B's attention output
+// with converted K/V against its own, and a linear-CKA similarity matrix between the two models.
+//
+// A token row of model m at layer l is its K (or V) flattened over heads: [kvHeads * headDim]. The
+// features of a target layer are the rows of its source layers concatenated (full mode), or, in
+// head-matched mode (same kv-head count), head h of each source layer for B's head h only. Keys are
+// mapped as the file stores them (pre-RoPE by default, so B's RoPE is applied after conversion).
+// Prompts whose token ids differ between A and B (different tokenizers) have no row-to-row
+// correspondence and are skipped with a warning. Splits are by prompt, never by token.
+//
+// Runs on the calling thread (the engine thread): HDF5 reads and the model must stay on it.
+#pragma once
+
+#include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
+#include "gpu/model/model.h"
+#include "gpu/align/ridge.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvwb::gpu {
+
+// Depth-proportional choice of k source layers for a target layer: the source layer at the same
+// relative depth, then its nearest neighbours (k = 1: just that layer).
+std::vector<int> proportionalSourceLayers(int targetLayer, int targetLayers, int sourceLayers, int k = 1);
+
+using LayerMap = core::LayerConverter;
+
+struct LayerFitStats
+{
+    int64_t rows = 0;                  // token rows the fit used
+    std::vector<std::string> warnings; // skipped prompts
+};
+
+struct KvFitMetrics
+{
+    int64_t rows = 0;
+    double r2Keys = 0, r2Values = 0;         // pooled R^2 on the evaluated prompts
+    double cosKeys = 0, cosValues = 0;       // mean per-token cosine (converted vs B's own)
+    double relErrKeys = 0, relErrValues = 0; // ||converted - B||_F / ||B||_F
+};
+
+struct LayerMetrics : KvFitMetrics
+{
+    std::vector<KvFitMetrics> heads; // [B kvHeads]: the same scores on each head's columns
+};
+
+// Fits the maps of one target layer from `prompts` (indices into the file), using at most
+// maxTokens token rows (0 = all; prompts in the given order, the last one cut). headMatched needs
+// equal kv-head counts (Error(InvalidArgument) otherwise). Error(InvalidArgument) naming the file
+// when a layer was not captured or fewer than 2 usable rows remain.
+LayerMap fitLayer(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
+                  const std::vector<int> &prompts, double lambda, LayerFitStats *stats = nullptr,
+                  bool headMatched = false, int64_t maxTokens = 0);
+// The same accumulation solved for every lambda of `lambdas` (one pass over the data).
+std::vector<LayerMap> fitLayerGrid(const core::ExperimentReader &file, int targetLayer,
+                                   const std::vector<int> &sourceLayers, const std::vector<int> &prompts,
+                                   const std::vector<double> &lambdas, LayerFitStats *stats = nullptr,
+                                   bool headMatched = false, int64_t maxTokens = 0);
+
+// Scores a fitted map on other prompts (held out by prompt, never by token).
+LayerMetrics evaluateLayer(const core::ExperimentReader &file, const LayerMap &map,
+                           const std::vector<int> &prompts);
+// Several maps of the same target layer in one pass over the prompts.
+std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &file,
+                                         const std::vector<LayerMap> &maps, const std::vector<int> &prompts);
+
+// B's rows [tokens, kvHeadsB * headDimB] (token-major) from A's rows of map.sourceLayers:
+// source[i] is [tokens, kvHeadsA * headDimA] of map.sourceLayers[i]. keys picks the key maps.
+// Error(Shape) naming the layer when the maps do not fit either geometry.
+std::vector<float> convertRows(const LayerMap &map, bool keys, const std::vector<const float *> &source,
+                               int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB);
+
+// The k source layers whose single-layer fits explain the target layer best on `validation`
+// prompts (mean of key and value R^2), returned in layer order.
+std::vector<int> topKSourceLayers(const core::ExperimentReader &file, int targetLayer, int k,
+                                  const std::vector<int> &train, const std::vector<int> &validation,
+                                  double lambda);
+// A's captured layers ranked by that score, best first (topKSourceLayers takes a prefix).
+std::vector<int> rankSourceLayers(const core::ExperimentReader &file, int targetLayer,
+                                  const std::vector<int> &train, const std::vector<int> &validation,
+                                  double lambda, int64_t maxTokens = 0);
+
+// The lambda of `grid` with the best mean key/value R^2 on `validation` prompts (ties: the larger,
+// i.e. the more regularised, lambda).
+double chooseLambda(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
+                    const std::vector<int> &train, const std::vector<int> &validation,
+                    const std::vector<double> &grid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0});
+
+// B's attention output computed with B's own queries on the converted K/V against the same with
+// its own K/V, per layer (cosine of each token's [numHeads * headDim] output, averaged over
+// tokens and prompts) and per kv head (the head's query group). `target` must be the file's model
+// B (Error(Config) naming both fingerprints otherwise); at most maxPrompts prompts are run.
+struct AttentionMetrics
+{
+    int prompts = 0;
+    int64_t tokens = 0;
+    std::vector<double> layerCos;             // [B layers]
+    std::vector<std::vector<double>> headCos; // [B layers][B kvHeads]
+};
+AttentionMetrics attentionCosine(const core::ExperimentReader &file, const std::vector<LayerMap> &layers,
+                                 const Model &target, const std::vector<int> &prompts, int maxPrompts = 32);
+
+// Linear CKA between every (B layer, A layer) pair of token rows, on up to maxTokens rows of the
+// prompts: {keys, values}, each [B layers, A layers]; NaN where a layer was not captured.
+std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &file,
+                                                const std::vector<int> &prompts, int64_t maxTokens = 2048);
+
+struct PromptSplit
+{
+    std::vector<int> train, valid, test;
+};
+// A seeded shuffle of 0..count-1 cut into train / valid / test (each non-empty when count >= 3).
+PromptSplit splitPrompts(int count, double validFraction, double testFraction, uint64_t seed);
+
+enum class LayerSelection
+{
+    Proportional, // depth-proportional, k nearest (k = 1: the layer at the same relative depth)
+    TopK,         // top k by single-layer validation R^2
+    All           // every captured A layer
+};
+const char *layerSelectionName(LayerSelection s) noexcept; // "proportional" | "topk" | "all"
+// The inverse of layerSelectionName; nullopt for anything else.
+std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept;
+
+struct AlignOptions
+{
+    std::string name = "default"; // record name under /converters
+    LayerSelection selection = LayerSelection::Proportional;
+    int k = 1;
+    bool autoLambda = false; // choose per layer from lambdaGrid on the validation prompts
+    double lambda = 0.01;
+    std::vector<double> lambdaGrid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0};
+    bool perHead = false;       // head-matched maps when kv-head counts agree (else full, warned)
+    int64_t maxTrainTokens = 0; // calibration tokens (0 = every train prompt)
+    double validFraction = 0.15, testFraction = 0.15;
+    uint64_t seed = 1;
+    int attentionPrompts = 32; // test prompts scored by attention-output cosine (needs model B)
+    int64_t ckaTokens = 2048;
+    // fraction in [0, 1]; return false to cancel.
+    std::function<bool(double fraction, const std::string &stage)> progress;
+};
+
+struct AlignResult
+{
+    core::ConverterRecord record; // maps, metrics, CKA, splits (not yet saved)
+    std::vector<std::string> warnings;
+    bool cancelled = false;
+};
+
+// The whole fit: split, select sources, choose lambda, fit every B layer, score on the test
+// prompts (attention-output cosine only when target is given: NaN otherwise).
+AlignResult alignExperiment(const core::ExperimentReader &file, const AlignOptions &options,
+                            const Model *target);
+
+// Sweeps: every combination of ks x lambdas x calibration-token counts, fitted on the same split and
+// scored on the same test prompts; one table row each with columns
+// k, lambda, train_tokens, r2_k, r2_v, cos_k, cos_v, rel_k, rel_v, attn_cos (layer means).
+struct SweepOptions
+{
+    LayerSelection selection = LayerSelection::Proportional;
+    std::vector<int> ks = {1};
+    std::vector<double> lambdas = {0.01};
+    std::vector<int64_t> trainTokens = {0}; // 0 = all
+    bool perHead = false;
+    double validFraction = 0.15, testFraction = 0.15;
+    uint64_t seed = 1;
+    int attentionPrompts = 16;
+    std::function<bool(double fraction, const std::string &stage)> progress;
+};
+struct SweepResult
+{
+    core::MetricTable table;
+    std::vector<std::string> warnings;
+    bool cancelled = false; // progress returned false: the table holds the rows done so far
+};
+// Top-k rankings use the same calibration tokens as the row they serve.
+SweepResult sweepAlignment(const core::ExperimentReader &file, const SweepOptions &options,
+                           const Model *target);
+
+} // namespace kvwb::gpu

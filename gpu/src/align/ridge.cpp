@@ -1,0 +1,193 @@
+#include "gpu/align/ridge.h"
+
+#include "core/util/error.h"
+#include "gpu/src/torch_error_p.h"
+
+#include <fmt/format.h>
+
+namespace kvwb::gpu {
+
+using core::Error;
+using core::ErrorCode;
+
+struct RidgeAccumulator::Impl
+{
+    int dx = 0, dy = 0;
+    int64_t n = 0;
+    torch::Tensor sumX;  // [dx] f64
+    torch::Tensor sumY;  // [dy] f64
+    torch::Tensor xtx;   // [dx, dx] f64
+    torch::Tensor xty;   // [dx, dy] f64
+    torch::Tensor sumY2; // [dy] f64, sum of squares per output (for R^2)
+
+    // Centred statistics: Xc^T Xc, Xc^T Yc, means.
+    void centred(torch::Tensor &cxx, torch::Tensor &cxy, torch::Tensor &mx, torch::Tensor &my) const
+    {
+        mx = sumX / double(n);
+        my = sumY / double(n);
+        cxx = xtx - double(n) * torch::outer(mx, mx);
+        cxy = xty - double(n) * torch::outer(mx, my);
+    }
+};
+
+RidgeAccumulator::RidgeAccumulator(int inputDim, int outputDim) : m_impl(std::make_unique<Impl>())
+{
+    if (inputDim <= 0 || outputDim <= 0)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("ridge dimensions must be positive, got [{}, {}]", inputDim, outputDim));
+    auto &d = *m_impl;
+    d.dx = inputDim;
+    d.dy = outputDim;
+    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+    d.sumX = torch::zeros({inputDim}, f64);
+    d.sumY = torch::zeros({outputDim}, f64);
+    d.xtx = torch::zeros({inputDim, inputDim}, f64);
+    d.xty = torch::zeros({inputDim, outputDim}, f64);
+    d.sumY2 = torch::zeros({outputDim}, f64);
+}
+
+RidgeAccumulator::~RidgeAccumulator() = default;
+RidgeAccumulator::RidgeAccumulator(RidgeAccumulator &&) noexcept = default;
+RidgeAccumulator &RidgeAccumulator::operator=(RidgeAccumulator &&) noexcept = default;
+
+int RidgeAccumulator::inputDim() const
+{
+    return m_impl->dx;
+}
+int RidgeAccumulator::outputDim() const
+{
+    return m_impl->dy;
+}
+int64_t RidgeAccumulator::rows() const
+{
+    return m_impl->n;
+}
+
+void RidgeAccumulator::add(const float *x, const float *y, int64_t rows)
+{
+    if (rows <= 0)
+        return;
+    auto &d = *m_impl;
+    detail::translateTorch("ridge accumulate", [&] {
+        c10::InferenceMode guard;
+        auto X = torch::from_blob(const_cast<float *>(x), {rows, d.dx}, torch::kFloat32).to(torch::kFloat64);
+        auto Y = torch::from_blob(const_cast<float *>(y), {rows, d.dy}, torch::kFloat32).to(torch::kFloat64);
+        d.sumX += X.sum(0);
+        d.sumY += Y.sum(0);
+        d.xtx += torch::matmul(X.t(), X);
+        d.xty += torch::matmul(X.t(), Y);
+        d.sumY2 += (Y * Y).sum(0);
+        return 0;
+    });
+    d.n += rows;
+}
+
+void RidgeAccumulator::merge(const RidgeAccumulator &other)
+{
+    auto &d = *m_impl;
+    const auto &o = *other.m_impl;
+    if (o.dx != d.dx || o.dy != d.dy)
+        throw Error(ErrorCode::Shape, fmt::format("cannot merge ridge statistics [{}, {}] into [{}, {}]",
+                                                  o.dx, o.dy, d.dx, d.dy));
+    c10::InferenceMode guard;
+    d.sumX += o.sumX;
+    d.sumY += o.sumY;
+    d.xtx += o.xtx;
+    d.xty += o.xty;
+    d.sumY2 += o.sumY2;
+    d.n += o.n;
+}
+
+RidgeSolution RidgeAccumulator::solve(double lambda) const
+{
+    const auto &d = *m_impl;
+    if (d.n < 2)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("ridge fit needs at least 2 rows, has {}", d.n));
+    if (!(lambda >= 0))
+        throw Error(ErrorCode::InvalidArgument, fmt::format("ridge lambda must be >= 0, got {}", lambda));
+    return detail::translateTorch("ridge solve", [&] {
+        c10::InferenceMode guard;
+        torch::Tensor cxx, cxy, mx, my;
+        d.centred(cxx, cxy, mx, my);
+        const double scale = std::max(cxx.diagonal().mean().item<double>(), 1e-300);
+        auto eye = torch::eye(d.dx, torch::kFloat64);
+        torch::Tensor w;
+        // lambda 0 on collinear features is singular: retry with a jitter of 1e-10 (relative)
+        for (double jitter : {0.0, 1e-10, 1e-7}) {
+            auto [l, info] = torch::linalg_cholesky_ex(cxx + (lambda + jitter) * scale * eye);
+            if (info.item<int64_t>() == 0) {
+                w = torch::cholesky_solve(cxy, l);
+                break;
+            }
+        }
+        if (!w.defined())
+            throw Error(ErrorCode::Internal,
+                        fmt::format("ridge system [{} x {}] is singular at lambda {}; use lambda > 0", d.dx,
+                                    d.dx, lambda));
+        auto b = my - torch::matmul(mx, w);
+        auto wf = w.to(torch::kFloat32).contiguous(), bf = b.to(torch::kFloat32).contiguous();
+        RidgeSolution s;
+        s.inputDim = d.dx;
+        s.outputDim = d.dy;
+        s.lambda = lambda;
+        s.weight.assign(wf.data_ptr<float>(), wf.data_ptr<float>() + wf.numel());
+        s.bias.assign(bf.data_ptr<float>(), bf.data_ptr<float>() + bf.numel());
+        return s;
+    });
+}
+
+double RidgeAccumulator::r2(const RidgeSolution &s) const
+{
+    const auto &d = *m_impl;
+    if (s.inputDim != d.dx || s.outputDim != d.dy)
+        throw Error(ErrorCode::Shape, "ridge solution does not match the accumulator's dimensions");
+    c10::InferenceMode guard;
+    auto W = torch::from_blob(const_cast<float *>(s.weight.data()), {d.dx, d.dy}, torch::kFloat32)
+                 .to(torch::kFloat64);
+    auto b =
+        torch::from_blob(const_cast<float *>(s.bias.data()), {d.dy}, torch::kFloat32).to(torch::kFloat64);
+    const double n = double(d.n);
+    // SSE = sum ||y - xW - b||^2 expanded over the raw sums
+    const double yy = d.sumY2.sum().item<double>();
+    const double xwy = (W * d.xty).sum().item<double>();                    // sum_rows (xW) . y
+    const double xwxw = (W * torch::matmul(d.xtx, W)).sum().item<double>(); // sum_rows ||xW||^2
+    const double by = (b * d.sumY).sum().item<double>();
+    const double bxw = (b * torch::matmul(d.sumX, W)).sum().item<double>();
+    const double bb = n * (b * b).sum().item<double>();
+    const double sse = yy - 2 * xwy - 2 * by + xwxw + 2 * bxw + bb;
+    const double sst = yy - (d.sumY * d.sumY).sum().item<double>() / n;
+    return sst > 0 ? 1.0 - sse / sst : 0.0;
+}
+
+std::vector<float> applyLinearMap(const core::LinearMap &m, const float *x, int64_t rows)
+{
+    const int inputDim = m.inputDim, outputDim = m.outputDim;
+    const auto &weight = m.weight;
+    const auto &bias = m.bias;
+    c10::InferenceMode guard;
+    auto X = torch::from_blob(const_cast<float *>(x), {rows, inputDim}, torch::kFloat32);
+    auto W = torch::from_blob(const_cast<float *>(weight.data()), {inputDim, outputDim}, torch::kFloat32);
+    auto b = torch::from_blob(const_cast<float *>(bias.data()), {outputDim}, torch::kFloat32);
+    auto y = torch::addmm(b, X, W).contiguous();
+    return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
+}
+
+double ridgeR2(const RidgeSolution &s, const float *x, const float *y, int64_t rows)
+{
+    const auto pred = applyLinearMap(s, x, rows);
+    const size_t n = size_t(rows) * size_t(s.outputDim);
+    std::vector<double> mean(size_t(s.outputDim), 0.0);
+    for (size_t i = 0; i < n; ++i)
+        mean[i % size_t(s.outputDim)] += y[i];
+    for (double &m : mean)
+        m /= double(rows);
+    double sse = 0, sst = 0;
+    for (size_t i = 0; i < n; ++i) {
+        sse += (double(y[i]) - pred[i]) * (double(y[i]) - pred[i]);
+        const double c = double(y[i]) - mean[i % size_t(s.outputDim)];
+        sst += c * c;
+    }
+    return sst > 0 ? 1.0 - sse / sst : 0.0;
+}
+
+} // namespace kvwb::gpu

@@ -1,0 +1,93 @@
+#include "gpu/model/device.h"
+
+#include "core/util/error.h"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+#include <thread>
+
+namespace kvwb::gpu {
+
+const char *deviceName(Device d) noexcept
+{
+    return d == Device::Cuda ? "cuda" : "cpu";
+}
+
+const char *computeTypeName(ComputeType t) noexcept
+{
+    switch (t) {
+    case ComputeType::F32:
+        return "f32";
+    case ComputeType::BF16:
+        return "bf16";
+    case ComputeType::F16:
+        return "f16";
+    }
+    return "?";
+}
+
+std::optional<Device> parseDevice(std::string_view s) noexcept
+{
+    if (s == "cpu")
+        return Device::Cpu;
+    if (s == "cuda" || s == "gpu")
+        return Device::Cuda;
+    return std::nullopt;
+}
+
+std::optional<ComputeType> parseComputeType(std::string_view s) noexcept
+{
+    if (s == "f32" || s == "float32")
+        return ComputeType::F32;
+    if (s == "bf16" || s == "bfloat16")
+        return ComputeType::BF16;
+    if (s == "f16" || s == "float16")
+        return ComputeType::F16;
+    return std::nullopt;
+}
+
+int computeTypeBytes(ComputeType t) noexcept
+{
+    return t == ComputeType::F32 ? 4 : 2;
+}
+
+bool cudaAvailable()
+{
+    try {
+        return torch::cuda::is_available();
+    } catch (const c10::Error &) {
+        return false;
+    }
+}
+
+void checkDeviceSupport(Device d, ComputeType t)
+{
+    if (d == Device::Cuda && !cudaAvailable()) {
+        throw core::Error(core::ErrorCode::Device,
+                          "CUDA requested but not usable: the linked LibTorch " + torchVersion() +
+                              (torch::cuda::device_count() == 0
+                                   ? " sees no CUDA device (or was built without CUDA)"
+                                   : " cannot initialise CUDA") +
+                              "; use --device cpu");
+    }
+    if (d == Device::Cpu && t == ComputeType::F16) {
+        throw core::Error(core::ErrorCode::Device, "f16 is only supported on CUDA (CPU half matmuls are "
+                                                   "emulated and slow); use --dtype bf16 or f32");
+    }
+}
+
+std::string describeDevice(Device d)
+{
+    if (d == Device::Cuda && cudaAvailable())
+        return fmt::format("cuda ({} device(s))", torch::cuda::device_count());
+    return fmt::format("cpu ({} threads of {} cores)", at::get_num_threads(),
+                       std::thread::hardware_concurrency());
+}
+
+std::string torchVersion()
+{
+    return TORCH_VERSION;
+}
+
+} // namespace kvwb::gpu

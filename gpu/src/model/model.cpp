@@ -1,0 +1,548 @@
+#include "gpu/model/model.h"
+
+#include "core/util/error.h"
+#include "gpu/src/clock_p.h"
+#include "gpu/src/model/kv_cache_p.h"
+#include "gpu/src/torch_error_p.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+
+namespace kvwb::gpu {
+
+using core::Error;
+using core::ErrorCode;
+
+namespace {
+
+using detail::Clock;
+using detail::msSince;
+
+torch::Dtype torchType(ComputeType t)
+{
+    switch (t) {
+    case ComputeType::F32:
+        return torch::kFloat32;
+    case ComputeType::BF16:
+        return torch::kBFloat16;
+    case ComputeType::F16:
+        return torch::kFloat16;
+    }
+    return torch::kFloat32;
+}
+
+torch::Dtype torchType(core::DType t)
+{
+    switch (t) {
+    case core::DType::F32:
+        return torch::kFloat32;
+    case core::DType::F16:
+        return torch::kFloat16;
+    case core::DType::BF16:
+        return torch::kBFloat16;
+    case core::DType::F64:
+        return torch::kFloat64;
+    default:
+        throw Error(ErrorCode::Shape,
+                    std::string("weights of dtype ") + core::dtypeName(t) + " are not supported");
+    }
+}
+
+// Sets the job's thread count and inference mode on whichever thread runs it.
+struct JobScope
+{
+    explicit JobScope(int threads)
+    {
+        const int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+        if (at::get_num_threads() != n)
+            at::set_num_threads(n);
+    }
+    c10::InferenceMode guard;
+};
+
+using detail::translateTorch;
+
+struct Layer
+{
+    torch::Tensor inputNorm;    // [hidden]
+    torch::Tensor wq, bq;       // [heads*headDim, hidden], [heads*headDim] (bias optional)
+    torch::Tensor wk, bk;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
+    torch::Tensor wv, bv;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
+    torch::Tensor wo, bo;       // [hidden, heads*headDim], [hidden]
+    torch::Tensor postNorm;     // [hidden]
+    torch::Tensor wGate, bGate; // [intermediate, hidden]
+    torch::Tensor wUp, bUp;     // [intermediate, hidden]
+    torch::Tensor wDown, bDown; // [hidden, intermediate]
+};
+
+} // namespace
+
+struct Model::Impl
+{
+    core::Checkpoint checkpoint;
+    core::ModelConfig config;
+    LoadOptions options;
+    torch::Device device = torch::kCPU;
+    torch::Dtype dtype = torch::kFloat32;
+    torch::Tensor embed; // [vocab, hidden]
+    std::vector<Layer> layers;
+    torch::Tensor finalNorm; // [hidden]
+    torch::Tensor lmHead;    // [vocab, hidden] (aliases embed when tied)
+    std::shared_ptr<detail::RopeTables> rope;
+    int64_t deviceBytes = 0;
+
+    torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w) const
+    {
+        // HF LlamaRMSNorm: normalise in f32, cast back, then scale.
+        const auto xf = x.to(torch::kFloat32);
+        const auto var = xf.pow(2).mean(-1, true);
+        return w * (xf * torch::rsqrt(var + config.rmsNormEps)).to(x.scalar_type());
+    }
+
+    static torch::Tensor linear(const torch::Tensor &x, const torch::Tensor &w, const torch::Tensor &b)
+    {
+        return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
+    }
+
+    // The cache must come from this model: same geometry, device, dtype and RoPE tables (a cache
+    // from another model is converted through KvCache::layer/assign, never used directly).
+    KvCache::Impl &cacheOf(KvCache &cache) const
+    {
+        auto *impl = cache.impl();
+        if (!impl)
+            throw Error(ErrorCode::InvalidArgument, "KV cache is empty: create it with Model::newCache()");
+        const core::ModelConfig &c = config;
+        if (impl->numLayers != c.numLayers || impl->numKvHeads != c.numKvHeads || impl->headDim != c.headDim)
+            throw Error(
+                ErrorCode::Shape,
+                fmt::format("KV cache geometry [{} layers, {} kv heads, head dim {}] does not match the "
+                            "model's [{}, {}, {}]",
+                            impl->numLayers, impl->numKvHeads, impl->headDim, c.numLayers, c.numKvHeads,
+                            c.headDim));
+        if (impl->rope != rope || impl->device != device || impl->dtype != dtype)
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("KV cache belongs to another model (or device/dtype: cache {} {}, model {} {}); "
+                            "move K/V between models with KvCache::layer() and assign()",
+                            impl->device.str(), c10::toString(impl->dtype), device.str(),
+                            c10::toString(dtype)));
+        return *impl;
+    }
+
+    // x [t, hidden] at positions cache.length.. -> x after all layers; appends K/V to the cache.
+    // queries, when given, receives each layer's post-RoPE queries [nh, t, hd] (float32);
+    // hidden, when given, the residual stream after hiddenLayer blocks [t, hidden] (float32;
+    // 0 = the embeddings).
+    torch::Tensor run(const std::vector<int> &ids, KvCache::Impl &cache, bool allLogits,
+                      std::vector<torch::Tensor> *queries = nullptr, int hiddenLayer = -1,
+                      torch::Tensor *hidden = nullptr) const
+    {
+        const int64_t t = int64_t(ids.size());
+        const int64_t start = cache.length;
+        const int64_t total = start + t;
+        const int64_t nh = config.numHeads, nkv = config.numKvHeads, hd = config.headDim;
+        const int64_t rep = nh / nkv;
+        std::vector<int64_t> ids64(ids.begin(), ids.end());
+        auto idx = torch::from_blob(ids64.data(), {t}, torch::kInt64).to(device);
+        auto x = embed.index_select(0, idx); // [t, hidden]
+        cache.reserve(total);
+
+        // Causal mask for the new queries over all keys: query i (position start+i) sees key j <= start+i.
+        torch::Tensor mask;
+        if (t > 1) {
+            auto qpos =
+                torch::arange(start, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
+            auto kpos = torch::arange(0, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
+            mask = kpos.unsqueeze(0) > qpos.unsqueeze(1); // [t, total], true = masked
+        }
+        const double scale = 1.0 / std::sqrt(double(hd));
+        for (size_t l = 0; l < layers.size(); ++l) {
+            if (hidden && int(l) == hiddenLayer)
+                *hidden = x.to(torch::kFloat32);
+            const Layer &L = layers[l];
+            auto h = rmsNorm(x, L.inputNorm);
+            auto q = linear(h, L.wq, L.bq).view({t, nh, hd}).transpose(0, 1);  // [nh, t, hd]
+            auto k = linear(h, L.wk, L.bk).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
+            auto v = linear(h, L.wv, L.bv).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
+            q = rope->apply(q, start, false);
+            k = rope->apply(k, start, false);
+            if (queries)
+                queries->push_back(q.to(torch::kFloat32).contiguous().cpu());
+            cache.write(int(l), k, v);
+            auto K = cache.keysUpTo(int(l), total);   // [nkv, total, hd]
+            auto V = cache.valuesUpTo(int(l), total); // [nkv, total, hd]
+            // GQA without copying K/V: query heads h = g*rep + r share kv head g.
+            auto qg = q.reshape({nkv, rep * t, hd});
+            auto scores =
+                torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*t, total]
+            if (mask.defined())
+                scores = scores.view({nkv, rep, t, total})
+                             .masked_fill(mask, -INFINITY)
+                             .view({nkv, rep * t, total});
+            auto probs = torch::softmax(scores, -1).to(dtype);
+            auto att = torch::matmul(probs, V) // [nkv, rep*t, hd]
+                           .view({nh, t, hd})
+                           .transpose(0, 1)
+                           .reshape({t, nh * hd});
+            x = x + linear(att, L.wo, L.bo);
+            auto h2 = rmsNorm(x, L.postNorm);
+            auto gate = linear(h2, L.wGate, L.bGate);
+            auto up = linear(h2, L.wUp, L.bUp);
+            x = x + linear(torch::silu(gate) * up, L.wDown, L.bDown);
+        }
+        if (hidden && hiddenLayer == int(layers.size()))
+            *hidden = x.to(torch::kFloat32);
+        cache.length = int(total);
+        cache.ids.insert(cache.ids.end(), ids.begin(), ids.end());
+        if (!allLogits)
+            x = x.narrow(0, t - 1, 1);
+        x = rmsNorm(x, finalNorm);
+        return torch::linear(x, lmHead).to(torch::kFloat32); // [t or 1, vocab]
+    }
+};
+
+const char *stopReasonName(StopReason r) noexcept
+{
+    switch (r) {
+    case StopReason::MaxTokens:
+        return "max_tokens";
+    case StopReason::StopToken:
+        return "stop_token";
+    case StopReason::ContextFull:
+        return "context_full";
+    case StopReason::Cancelled:
+        return "cancelled";
+    }
+    return "?";
+}
+
+Model::Model() : m_impl(std::make_unique<Impl>()) {}
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path &path, const LoadOptions &options,
+                                   const ProgressFn &progress)
+{
+    return load(core::Checkpoint::open(path), options, progress);
+}
+
+std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const LoadOptions &options,
+                                   const ProgressFn &progress)
+{
+    checkDeviceSupport(options.device, options.dtype);
+    JobScope scope(options.threads);
+    std::unique_ptr<Model> model(new Model());
+    Impl &m = *model->m_impl;
+    m.checkpoint = checkpoint;
+    m.config = checkpoint.config();
+    m.options = options;
+    m.device = options.device == Device::Cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    m.dtype = torchType(options.dtype);
+    const core::ModelConfig &c = m.config;
+    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                  kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
+
+    auto tensor = [&](const std::string &name, std::vector<int64_t> shape) {
+        const core::TensorRef ref = checkpoint.require(name, shape);
+        return translateTorch(name.c_str(), [&] {
+            auto cpu = torch::from_blob(const_cast<std::byte *>(ref.data), shape, torchType(ref.info->dtype));
+            // clone: the mapping is read-only and may be unaligned for the dtype
+            auto t = cpu.to(m.device, m.dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
+            m.deviceBytes += t.numel() * int64_t(t.element_size());
+            return t;
+        });
+    };
+    auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
+
+    const int total = c.numLayers + 2;
+    if (!report(0.0, "embeddings"))
+        return nullptr;
+    m.embed = tensor("model.embed_tokens.weight", {c.vocabSize, h});
+    for (int l = 0; l < c.numLayers; ++l) {
+        if (!report(double(l + 1) / total, fmt::format("layer {}/{}", l + 1, c.numLayers)))
+            return nullptr;
+        const std::string p = fmt::format("model.layers.{}.", l);
+        Layer L;
+        L.inputNorm = tensor(p + "input_layernorm.weight", {h});
+        L.wq = tensor(p + "self_attn.q_proj.weight", {q, h});
+        L.wk = tensor(p + "self_attn.k_proj.weight", {kv, h});
+        L.wv = tensor(p + "self_attn.v_proj.weight", {kv, h});
+        L.wo = tensor(p + "self_attn.o_proj.weight", {h, q});
+        if (c.qkvBias) {
+            L.bq = tensor(p + "self_attn.q_proj.bias", {q});
+            L.bk = tensor(p + "self_attn.k_proj.bias", {kv});
+            L.bv = tensor(p + "self_attn.v_proj.bias", {kv});
+        }
+        if (c.oBias)
+            L.bo = tensor(p + "self_attn.o_proj.bias", {h});
+        L.postNorm = tensor(p + "post_attention_layernorm.weight", {h});
+        L.wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
+        L.wUp = tensor(p + "mlp.up_proj.weight", {inter, h});
+        L.wDown = tensor(p + "mlp.down_proj.weight", {h, inter});
+        if (c.mlpBias) {
+            L.bGate = tensor(p + "mlp.gate_proj.bias", {inter});
+            L.bUp = tensor(p + "mlp.up_proj.bias", {inter});
+            L.bDown = tensor(p + "mlp.down_proj.bias", {h});
+        }
+        m.layers.push_back(std::move(L));
+    }
+    if (!report(double(total - 1) / total, "output"))
+        return nullptr;
+    m.finalNorm = tensor("model.norm.weight", {h});
+    m.lmHead = c.tieWordEmbeddings ? m.embed : tensor("lm_head.weight", {c.vocabSize, h});
+    m.rope = std::make_shared<detail::RopeTables>(c, m.device);
+    report(1.0, "ready");
+    return model;
+}
+
+const core::ModelConfig &Model::config() const
+{
+    return m_impl->config;
+}
+const core::Checkpoint &Model::checkpoint() const
+{
+    return m_impl->checkpoint;
+}
+const LoadOptions &Model::options() const
+{
+    return m_impl->options;
+}
+int64_t Model::deviceBytes() const
+{
+    return m_impl->deviceBytes;
+}
+int Model::contextLimit() const
+{
+    return m_impl->config.maxPositionEmbeddings;
+}
+
+KvCache Model::newCache() const
+{
+    auto impl = std::make_unique<KvCache::Impl>();
+    impl->numLayers = m_impl->config.numLayers;
+    impl->numKvHeads = m_impl->config.numKvHeads;
+    impl->headDim = m_impl->config.headDim;
+    impl->device = m_impl->device;
+    impl->dtype = m_impl->dtype;
+    impl->rope = m_impl->rope;
+    impl->maxPositions = m_impl->config.maxPositionEmbeddings;
+    impl->keys.resize(size_t(impl->numLayers));
+    impl->values.resize(size_t(impl->numLayers));
+    return KvCache(std::move(impl));
+}
+
+static void checkIds(const std::vector<int> &ids, const core::ModelConfig &c)
+{
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0 || ids[i] >= c.vocabSize)
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("token id {} at position {} is outside the model's vocabulary [0, {})",
+                                    ids[i], i, c.vocabSize));
+    }
+}
+
+std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, bool allLogits) const
+{
+    if (ids.empty())
+        throw Error(ErrorCode::InvalidArgument, "forward: no tokens");
+    checkIds(ids, m_impl->config);
+    auto &ci = m_impl->cacheOf(cache);
+    JobScope scope(m_impl->options.threads);
+    auto logits =
+        translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
+    return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+}
+
+std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCache &cache) const
+{
+    if (ids.empty())
+        throw Error(ErrorCode::InvalidArgument, "queries: no tokens");
+    checkIds(ids, m_impl->config);
+    auto &ci = m_impl->cacheOf(cache);
+    JobScope scope(m_impl->options.threads);
+    std::vector<torch::Tensor> q;
+    translateTorch("forward", [&] { return m_impl->run(ids, ci, false, &q); });
+    std::vector<std::vector<float>> out;
+    for (const auto &t : q)
+        out.emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    return out;
+}
+
+std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer) const
+{
+    if (ids.empty())
+        throw Error(ErrorCode::InvalidArgument, "meanHiddenState: no tokens");
+    if (layer < 0 || layer > m_impl->config.numLayers)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("hidden-state layer {} is outside 0..{}", layer, m_impl->config.numLayers));
+    checkIds(ids, m_impl->config);
+    auto cache = newCache();
+    auto &ci = m_impl->cacheOf(cache);
+    JobScope scope(m_impl->options.threads);
+    torch::Tensor h;
+    return translateTorch("hidden state", [&] {
+        m_impl->run(ids, ci, false, nullptr, layer, &h);
+        auto mean = h.mean(0).contiguous().cpu(); // [hidden]
+        return std::vector<float>(mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
+    });
+}
+
+int sampleToken(const float *logits, int vocab, const SamplingOptions &o, uint64_t step, float *logprob)
+{
+    // log-softmax of the unmodified distribution, for the reported logprob
+    const float maxLogit = *std::max_element(logits, logits + vocab);
+    double sum = 0;
+    for (int i = 0; i < vocab; ++i)
+        sum += std::exp(double(logits[i]) - maxLogit);
+    const double logZ = maxLogit + std::log(sum);
+    int chosen = 0;
+    if (o.temperature <= 0.0) {
+        chosen = int(std::max_element(logits, logits + vocab) - logits); // first max wins ties
+    } else {
+        std::vector<int> order(static_cast<size_t>(vocab));
+        std::iota(order.begin(), order.end(), 0);
+        size_t keep = static_cast<size_t>(vocab);
+        if (o.topK > 0)
+            keep = std::min(keep, static_cast<size_t>(o.topK));
+        // ties broken by lower id, so results do not depend on the sort implementation
+        auto better = [&](int a, int b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        };
+        std::partial_sort(order.begin(), order.begin() + std::ptrdiff_t(keep), order.end(), better);
+        std::vector<double> p(keep);
+        double z = 0;
+        for (size_t i = 0; i < keep; ++i) {
+            p[i] = std::exp((double(logits[order[i]]) - maxLogit) / o.temperature);
+            z += p[i];
+        }
+        if (o.topP < 1.0) { // smallest prefix whose mass reaches top_p (at least one token)
+            double acc = 0;
+            size_t n = 0;
+            while (n < keep) {
+                acc += p[n] / z;
+                ++n;
+                if (acc >= o.topP)
+                    break;
+            }
+            keep = n;
+            p.resize(keep);
+        }
+        // splitmix64 of (seed, step): each step's draw is reproducible on its own
+        uint64_t s = o.seed + 0x9e3779b97f4a7c15ULL * (step + 1);
+        s = (s ^ (s >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        s = (s ^ (s >> 27)) * 0x94d049bb133111ebULL;
+        s ^= s >> 31;
+        std::mt19937_64 rng(s);
+        std::discrete_distribution<size_t> dist(p.begin(), p.end());
+        chosen = order[dist(rng)];
+    }
+    if (logprob)
+        *logprob = float(double(logits[chosen]) - logZ);
+    return chosen;
+}
+
+GenerateResult Model::generate(const std::vector<int> &prompt, const GenerateOptions &options,
+                               const TokenFn &onToken, const std::atomic_bool *cancel) const
+{
+    KvCache cache = newCache();
+    return generate(prompt, cache, options, onToken, cancel);
+}
+
+GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, const GenerateOptions &options,
+                               const TokenFn &onToken, const std::atomic_bool *cancel) const
+{
+    const core::ModelConfig &c = m_impl->config;
+    if (prompt.empty())
+        throw Error(ErrorCode::InvalidArgument, "generate: the prompt has no tokens");
+    if (options.maxTokens < 0)
+        throw Error(ErrorCode::InvalidArgument, "generate: max tokens must be >= 0");
+    checkIds(prompt, c);
+    auto &ci = m_impl->cacheOf(cache);
+    const int limit = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : std::numeric_limits<int>::max();
+    if (int(prompt.size()) > limit)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("prompt has {} tokens; the model's context is {}", prompt.size(), limit));
+    JobScope scope(m_impl->options.threads);
+
+    GenerateResult r;
+    r.stats.promptTokens = int(prompt.size());
+    // Reuse the longest common prefix of cache and prompt, keeping at least one token to compute.
+    size_t common = 0;
+    while (common < ci.ids.size() && common < prompt.size() && ci.ids[common] == prompt[common])
+        ++common;
+    common = std::min(common, prompt.size() - 1);
+    cache.truncate(int(common));
+    r.stats.reusedTokens = int(common);
+    r.stats.prefillTokens = int(prompt.size() - common);
+
+    // Reserve the whole run now: growing by doubling mid-decode would briefly hold 3x the cache.
+    translateTorch("KV cache reserve", [&] {
+        ci.reserve(std::min<int64_t>(limit, int64_t(prompt.size()) + options.maxTokens));
+        return 0;
+    });
+    std::vector<int> stops = options.stopTokens;
+    if (options.stopAtEos)
+        stops.insert(stops.end(), c.eosTokenIds.begin(), c.eosTokenIds.end());
+
+    const auto t0 = Clock::now();
+    std::vector<int> rest(prompt.begin() + std::ptrdiff_t(common), prompt.end());
+    auto logits = translateTorch("prefill", [&] { return m_impl->run(rest, ci, false).contiguous().cpu(); });
+    r.stats.prefillMs = msSince(t0);
+    r.stats.prefillTokPerS = r.stats.prefillMs > 0 ? r.stats.prefillTokens / (r.stats.prefillMs / 1000.0) : 0;
+    if (options.maxTokens == 0) {
+        r.stopReason = StopReason::MaxTokens;
+        r.stats.ttftMs = r.stats.prefillMs;
+        return r;
+    }
+    Clock::time_point tFirst;
+    double callbackMs = 0; // time spent in onToken, excluded from decode throughput
+    for (int step = 0;; ++step) {
+        float lp = 0;
+        const float *row = logits.data_ptr<float>();
+        if (!std::all_of(row, row + c.vocabSize, [](float v) { return std::isfinite(v); }))
+            throw Error(
+                ErrorCode::Device,
+                fmt::format("logits at generation step {} are not finite (overflow in {}?); try --dtype f32",
+                            step, computeTypeName(m_impl->options.dtype)));
+        const int next =
+            sampleToken(logits.data_ptr<float>(), c.vocabSize, options.sampling, uint64_t(step), &lp);
+        if (step == 0) {
+            tFirst = Clock::now();
+            r.stats.ttftMs = msSince(t0);
+        }
+        r.outputIds.push_back(next);
+        r.logprobs.push_back(lp);
+        const auto tCallback = Clock::now();
+        const bool keepGoing = !onToken || onToken(next, lp);
+        callbackMs += msSince(tCallback);
+        if (!keepGoing || (cancel && cancel->load())) {
+            r.stopReason = StopReason::Cancelled;
+            break;
+        }
+        if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
+            r.stopReason = StopReason::StopToken;
+            break;
+        }
+        if (int(r.outputIds.size()) >= options.maxTokens) {
+            r.stopReason = StopReason::MaxTokens;
+            break;
+        }
+        if (ci.length >= limit) {
+            r.stopReason = StopReason::ContextFull;
+            break;
+        }
+        logits = translateTorch("decode", [&] { return m_impl->run({next}, ci, false).contiguous().cpu(); });
+    }
+    r.stats.generatedTokens = int(r.outputIds.size());
+    r.stats.decodeMs = std::max(0.0, msSince(tFirst) - callbackMs);
+    const int decoded = r.stats.generatedTokens - 1; // the first token came from the prefill
+    r.stats.decodeTokPerS = decoded > 0 && r.stats.decodeMs > 0 ? decoded / (r.stats.decodeMs / 1000.0) : 0;
+    return r;
+}
+
+} // namespace kvwb::gpu

@@ -1,0 +1,523 @@
+#include "gpu/train/trainer.h"
+
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/model/safetensors.h"
+#include "gpu/model/model.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <numbers>
+#include <thread>
+
+namespace kvwb::gpu {
+
+using core::Error;
+using core::ErrorCode;
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t splitmix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+// All documents concatenated, with the start offset of each, so a row is a slice of the stream.
+struct Stream
+{
+    std::vector<int64_t> tokens;
+    std::vector<int64_t> starts; // document start offsets usable as row starts
+};
+
+Stream buildStream(const std::vector<std::vector<int>> &docs, int vocab, const char *which)
+{
+    Stream s;
+    for (size_t d = 0; d < docs.size(); ++d) {
+        s.starts.push_back(int64_t(s.tokens.size()));
+        for (int id : docs[d]) {
+            if (id < 0 || id >= vocab)
+                throw Error(ErrorCode::InvalidArgument,
+                            fmt::format("{} document {}: token id {} outside the vocabulary [0, {})", which,
+                                        d, id, vocab));
+            s.tokens.push_back(id);
+        }
+    }
+    return s;
+}
+
+// Row r: seqLen + 1 tokens starting at a document start, wrapping around the stream's end.
+void fillRow(const Stream &s, int64_t start, int seqLen, int64_t *out)
+{
+    const int64_t n = int64_t(s.tokens.size());
+    for (int i = 0; i <= seqLen; ++i)
+        out[i] = s.tokens[size_t((start + i) % n)];
+}
+
+// [rows, seqLen + 1] int64
+torch::Tensor trainBatch(const Stream &s, const TrainOptions &o, int step)
+{
+    auto batch = torch::empty({o.batchSize, o.seqLen + 1}, torch::kInt64);
+    auto *p = batch.data_ptr<int64_t>();
+    for (int r = 0; r < o.batchSize; ++r) {
+        const uint64_t h = splitmix(o.seed * 0x100000001b3ULL + uint64_t(step) * 1000003ULL + uint64_t(r));
+        fillRow(s, s.starts[size_t(h % s.starts.size())], o.seqLen, p + size_t(r) * size_t(o.seqLen + 1));
+    }
+    return batch;
+}
+
+// Fixed validation rows: evenly spaced document starts.
+torch::Tensor validationRows(const Stream &s, const TrainOptions &o)
+{
+    const int rows = int(std::min<size_t>(size_t(o.evalRows), s.starts.size()));
+    auto batch = torch::empty({rows, o.seqLen + 1}, torch::kInt64);
+    auto *p = batch.data_ptr<int64_t>();
+    for (int r = 0; r < rows; ++r)
+        fillRow(s, s.starts[size_t(r) * s.starts.size() / size_t(rows)], o.seqLen,
+                p + size_t(r) * size_t(o.seqLen + 1));
+    return batch;
+}
+
+struct Params
+{
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> tensors;
+    std::map<std::string, torch::Tensor> byName;
+
+    torch::Tensor add(const std::string &name, torch::Tensor t)
+    {
+        t.set_requires_grad(true);
+        names.push_back(name);
+        tensors.push_back(t);
+        byName[name] = t;
+        return t;
+    }
+    const torch::Tensor &operator[](const std::string &n) const { return byName.at(n); }
+};
+
+Params initParams(const core::ModelConfig &c, uint64_t seed)
+{
+    torch::manual_seed(seed);
+    Params p;
+    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                  kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
+    const double std = 0.02, outStd = 0.02 / std::sqrt(2.0 * c.numLayers); // GPT-2 style residual scaling
+    p.add("model.embed_tokens.weight", torch::randn({c.vocabSize, h}) * std);
+    for (int l = 0; l < c.numLayers; ++l) {
+        const std::string n = fmt::format("model.layers.{}.", l);
+        p.add(n + "input_layernorm.weight", torch::ones({h}));
+        p.add(n + "self_attn.q_proj.weight", torch::randn({q, h}) * std);
+        p.add(n + "self_attn.k_proj.weight", torch::randn({kv, h}) * std);
+        p.add(n + "self_attn.v_proj.weight", torch::randn({kv, h}) * std);
+        p.add(n + "self_attn.o_proj.weight", torch::randn({h, q}) * outStd);
+        if (c.qkvBias) {
+            p.add(n + "self_attn.q_proj.bias", torch::zeros({q}));
+            p.add(n + "self_attn.k_proj.bias", torch::zeros({kv}));
+            p.add(n + "self_attn.v_proj.bias", torch::zeros({kv}));
+        }
+        p.add(n + "post_attention_layernorm.weight", torch::ones({h}));
+        p.add(n + "mlp.gate_proj.weight", torch::randn({inter, h}) * std);
+        p.add(n + "mlp.up_proj.weight", torch::randn({inter, h}) * std);
+        p.add(n + "mlp.down_proj.weight", torch::randn({h, inter}) * outStd);
+    }
+    p.add("model.norm.weight", torch::ones({h}));
+    if (!c.tieWordEmbeddings)
+        p.add("lm_head.weight", torch::randn({c.vocabSize, h}) * std);
+    return p;
+}
+
+torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w, double eps)
+{
+    return w * (x * torch::rsqrt(x.pow(2).mean(-1, true) + eps));
+}
+
+// Logits [B, T, vocab] for tokens [B, T]; the same function the engine computes (rotate-half RoPE).
+torch::Tensor forward(const Params &p, const core::ModelConfig &c, const torch::Tensor &cos,
+                      const torch::Tensor &sin, const torch::Tensor &tokens)
+{
+    const int64_t B = tokens.size(0), T = tokens.size(1);
+    const int64_t nh = c.numHeads, nkv = c.numKvHeads, hd = c.headDim, half = hd / 2;
+    auto rope = [&](const torch::Tensor &x) { // x [B, heads, T, hd]; cos/sin [T, half]
+        auto x1 = x.narrow(3, 0, half), x2 = x.narrow(3, half, half);
+        return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 3);
+    };
+    auto lin = [&](const torch::Tensor &x, const std::string &w, const std::string &b) {
+        return c.qkvBias && !b.empty() ? torch::linear(x, p[w], p[b]) : torch::linear(x, p[w]);
+    };
+    auto mask = torch::ones({T, T}, torch::kBool).triu(1);
+    auto x = p["model.embed_tokens.weight"].index_select(0, tokens.reshape({-1})).view({B, T, c.hiddenSize});
+    for (int l = 0; l < c.numLayers; ++l) {
+        const std::string n = fmt::format("model.layers.{}.", l);
+        auto h = rmsNorm(x, p[n + "input_layernorm.weight"], c.rmsNormEps);
+        auto q = lin(h, n + "self_attn.q_proj.weight", n + "self_attn.q_proj.bias")
+                     .view({B, T, nh, hd})
+                     .transpose(1, 2);
+        auto k = lin(h, n + "self_attn.k_proj.weight", n + "self_attn.k_proj.bias")
+                     .view({B, T, nkv, hd})
+                     .transpose(1, 2);
+        auto v = lin(h, n + "self_attn.v_proj.weight", n + "self_attn.v_proj.bias")
+                     .view({B, T, nkv, hd})
+                     .transpose(1, 2);
+        q = rope(q);
+        k = rope(k);
+        if (nkv != nh) { // GQA: query head h uses kv head h / (nh / nkv)
+            k = k.repeat_interleave(nh / nkv, 1);
+            v = v.repeat_interleave(nh / nkv, 1);
+        }
+        auto scores = torch::matmul(q, k.transpose(2, 3)) / std::sqrt(double(hd));
+        scores = scores.masked_fill(mask, -INFINITY);
+        auto att = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({B, T, nh * hd});
+        x = x + torch::linear(att, p[n + "self_attn.o_proj.weight"]);
+        auto h2 = rmsNorm(x, p[n + "post_attention_layernorm.weight"], c.rmsNormEps);
+        x = x + torch::linear(torch::silu(torch::linear(h2, p[n + "mlp.gate_proj.weight"])) *
+                                  torch::linear(h2, p[n + "mlp.up_proj.weight"]),
+                              p[n + "mlp.down_proj.weight"]);
+    }
+    x = rmsNorm(x, p["model.norm.weight"], c.rmsNormEps);
+    return torch::linear(x, c.tieWordEmbeddings ? p["model.embed_tokens.weight"] : p["lm_head.weight"]);
+}
+
+torch::Tensor lossOf(const torch::Tensor &logits, const torch::Tensor &targets)
+{
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+double lrAt(const TrainOptions &o, int step) // step counts from 0
+{
+    if (step < o.warmupSteps)
+        return o.lr * double(step + 1) / double(o.warmupSteps);
+    const double progress = double(step - o.warmupSteps) / double(std::max(1, o.steps - o.warmupSteps));
+    return o.minLr + 0.5 * (o.lr - o.minLr) * (1.0 + std::cos(std::numbers::pi * std::min(1.0, progress)));
+}
+
+core::DType checkWeightDtype(const std::string &name)
+{
+    std::string upper = name;
+    for (char &ch : upper)
+        ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    const auto dtype = core::parseDType(upper);
+    if (!dtype || (*dtype != core::DType::F32 && *dtype != core::DType::BF16 && *dtype != core::DType::F16))
+        throw Error(ErrorCode::InvalidArgument, "weight dtype must be F32, BF16 or F16, got '" + name + "'");
+    return *dtype;
+}
+
+void writeModel(const Params &p, const core::ModelConfig &c, const TrainOptions &o, const fs::path &dir)
+{
+    const auto dtype = std::optional<core::DType>(checkWeightDtype(o.weightDtype));
+    core::SafetensorsWriter w;
+    w.setMetadata("format", "pt");
+    const auto st = *dtype == core::DType::F32    ? torch::kFloat32
+                    : *dtype == core::DType::BF16 ? torch::kBFloat16
+                                                  : torch::kFloat16;
+    for (size_t i = 0; i < p.names.size(); ++i) {
+        auto t = p.tensors[i].detach().to(st).contiguous();
+        std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+        w.add(p.names[i], *dtype, shape,
+              std::span<const std::byte>(static_cast<const std::byte *>(t.data_ptr()), size_t(t.nbytes())));
+    }
+    w.write(dir / "model.safetensors");
+    core::ModelConfig out = c;
+    out.torchDtype = *dtype == core::DType::F32    ? "float32"
+                     : *dtype == core::DType::BF16 ? "bfloat16"
+                                                   : "float16";
+    core::writeFileAtomic(dir / "config.json", out.toHfJson());
+}
+
+} // namespace
+
+TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::path &outDir,
+                       const std::optional<fs::path> &tokenizerFile, const TrainProgressFn &progress)
+{
+    const core::ModelConfig &c = o.model;
+    c.validate("training configuration");
+    if (c.oBias || c.mlpBias)
+        throw Error(ErrorCode::Unsupported,
+                    "the trainer implements q/k/v biases only (Qwen2 style), not o_proj or MLP biases");
+    checkWeightDtype(o.weightDtype);
+    if (c.ropeLayout != core::RopeLayout::RotateHalf)
+        throw Error(ErrorCode::InvalidArgument, "the trainer writes HF layout: RoPE must be rotate-half");
+    if (data.train.empty() || data.validation.empty())
+        throw Error(ErrorCode::InvalidArgument,
+                    "training needs at least one training and one validation document");
+    if (o.steps <= 0 || o.batchSize <= 0 || o.seqLen <= 1)
+        throw Error(ErrorCode::InvalidArgument, "steps, batch size and sequence length must be positive");
+    const Stream train = buildStream(data.train, c.vocabSize, "training");
+    const Stream val = buildStream(data.validation, c.vocabSize, "validation");
+    std::error_code ec;
+    fs::create_directories(outDir / "train_state", ec);
+    if (ec)
+        throw Error(ErrorCode::Io, outDir.string() + ": cannot create directory: " + ec.message());
+
+    const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(threads);
+    torch::NoGradGuard noGradInit;
+    Params p = initParams(c, o.seed);
+    std::vector<torch::Tensor> decay, noDecay; // decay matrices only, as is usual for transformers
+    for (size_t i = 0; i < p.names.size(); ++i)
+        (p.tensors[i].dim() >= 2 ? decay : noDecay).push_back(p.tensors[i]);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(
+        decay, std::make_unique<torch::optim::AdamWOptions>(
+                   torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(o.weightDecay)));
+    groups.emplace_back(noDecay,
+                        std::make_unique<torch::optim::AdamWOptions>(
+                            torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(0.0)));
+    torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr));
+
+    TrainResult result;
+    int startStep = 0;
+    double windowLoss = 0; // training losses since the last evaluation (saved with the state)
+    int windowSteps = 0;
+    const fs::path stateDir = outDir / "train_state";
+    // Everything that decides which batches and updates a step makes: a resume with other settings
+    // or other data would silently mix two runs, so it is refused, naming the setting.
+    size_t trainTokens = train.tokens.size(), valTokens = val.tokens.size();
+    const nlohmann::json settings = {{"seed", o.seed},
+                                     {"seq_len", o.seqLen},
+                                     {"batch_size", o.batchSize},
+                                     {"steps", o.steps},
+                                     {"lr", o.lr},
+                                     {"min_lr", o.minLr},
+                                     {"warmup_steps", o.warmupSteps},
+                                     {"weight_decay", o.weightDecay},
+                                     {"beta1", o.beta1},
+                                     {"beta2", o.beta2},
+                                     {"grad_clip", o.gradClip},
+                                     {"architecture", c.toHfJson()},
+                                     {"train_tokens", trainTokens},
+                                     {"validation_tokens", valTokens}};
+    if (o.resume && fs::exists(stateDir / "state.json")) {
+        try {
+            const auto st = nlohmann::json::parse(std::ifstream(stateDir / "state.json"));
+            const auto &savedSettings = st.at("settings");
+            for (const auto &[key, value] : settings.items()) {
+                if (!savedSettings.contains(key) || savedSettings.at(key) != value)
+                    throw Error(
+                        ErrorCode::InvalidArgument,
+                        fmt::format("{}: cannot resume: '{}' was {} and is now {} (start a new run or "
+                                    "use the original settings and data)",
+                                    (stateDir / "state.json").string(), key,
+                                    savedSettings.contains(key) ? savedSettings.at(key).dump() : "absent",
+                                    value.dump()));
+            }
+            startStep = st.at("step").get<int>();
+            windowLoss = st.at("window_loss").get<double>();
+            windowSteps = st.at("window_steps").get<int>();
+            const fs::path checkpoint = stateDir / st.at("checkpoint").get<std::string>();
+            std::vector<torch::Tensor> saved;
+            torch::load(saved, (checkpoint / "params.pt").string());
+            if (saved.size() != p.tensors.size())
+                throw Error(ErrorCode::Format,
+                            (checkpoint / "params.pt").string() + ": parameter count differs from the model");
+            for (size_t i = 0; i < saved.size(); ++i) {
+                if (!saved[i].sizes().equals(p.tensors[i].sizes()))
+                    throw Error(ErrorCode::Shape,
+                                fmt::format("{}: parameter '{}' has another shape than the model",
+                                            (checkpoint / "params.pt").string(), p.names[i]));
+                p.tensors[i].copy_(saved[i]);
+            }
+            torch::load(opt, (checkpoint / "optimizer.pt").string());
+            for (const auto &e : st.at("evaluations")) {
+                TrainProgress tp;
+                tp.step = e.at("step");
+                tp.loss = e.at("loss");
+                tp.valLoss = e.at("val_loss").get<double>();
+                result.evaluations.push_back(tp);
+            }
+        } catch (const nlohmann::json::exception &e) {
+            throw Error(ErrorCode::Format, (stateDir / "state.json").string() + ": " + e.what());
+        } catch (const c10::Error &e) {
+            throw Error(ErrorCode::Format,
+                        stateDir.string() + ": cannot read training state: " + e.what_without_backtrace());
+        }
+    }
+
+    const auto cosSin = [&](int64_t T) {
+        const auto inv = c.ropeInvFreq();
+        std::vector<float> invf(inv.begin(), inv.end());
+        auto invT = torch::from_blob(invf.data(), {int64_t(invf.size())}, torch::kFloat32).clone();
+        auto ang = torch::arange(T, torch::kFloat32).unsqueeze(1) * invT.unsqueeze(0); // [T, half]
+        return std::make_pair(ang.cos(), ang.sin());
+    };
+    const auto [cosT, sinT] = cosSin(o.seqLen);
+    const auto valRows = validationRows(val, o);
+    auto evaluate = [&] {
+        torch::NoGradGuard ng;
+        double total = 0;
+        int64_t n = 0;
+        for (int64_t r = 0; r < valRows.size(0); r += o.batchSize) {
+            auto rows = valRows.narrow(0, r, std::min<int64_t>(o.batchSize, valRows.size(0) - r));
+            auto logits = forward(p, c, cosT, sinT, rows.narrow(1, 0, o.seqLen));
+            total += lossOf(logits, rows.narrow(1, 1, o.seqLen)).item<double>() * double(rows.size(0));
+            n += rows.size(0);
+        }
+        return total / double(n);
+    };
+    // Each save goes to its own train_state/step-N/ directory; state.json, written atomically last,
+    // names the directory. A crash at any point leaves state.json naming a complete checkpoint.
+    auto saveState = [&](int step) {
+        const std::string name = fmt::format("step-{:07d}", step);
+        const fs::path dir = stateDir / name;
+        try {
+            std::vector<torch::Tensor> detached;
+            for (const auto &t : p.tensors)
+                detached.push_back(t.detach());
+            fs::create_directories(dir);
+            torch::save(detached, (dir / "params.pt").string());
+            torch::save(opt, (dir / "optimizer.pt").string());
+        } catch (const c10::Error &e) {
+            throw Error(ErrorCode::Io,
+                        dir.string() + ": cannot save training state: " + e.what_without_backtrace());
+        } catch (const fs::filesystem_error &e) {
+            throw Error(ErrorCode::Io, dir.string() + ": cannot save training state: " + e.code().message());
+        }
+        nlohmann::json evals = nlohmann::json::array();
+        for (const auto &e : result.evaluations)
+            evals.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});
+        core::writeFileAtomic(stateDir / "state.json", nlohmann::json{{"step", step},
+                                                                      {"checkpoint", name},
+                                                                      {"settings", settings},
+                                                                      {"window_loss", windowLoss},
+                                                                      {"window_steps", windowSteps},
+                                                                      {"evaluations", evals}}
+                                                           .dump(1));
+        // older checkpoints are no longer referenced
+        std::error_code ec;
+        for (const auto &entry : fs::directory_iterator(stateDir, ec))
+            if (entry.is_directory() && entry.path().filename() != name &&
+                entry.path().filename().string().starts_with("step-"))
+                fs::remove_all(entry.path(), ec);
+    };
+
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t tokensSeen = 0;
+    int step = startStep;
+    for (; step < o.steps; ++step) {
+        const double lr = lrAt(o, step);
+        for (auto &g : opt.param_groups())
+            static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
+        auto batch = trainBatch(train, o, step);
+        torch::Tensor loss;
+        {
+            torch::AutoGradMode enable(true);
+            opt.zero_grad();
+            auto logits = forward(p, c, cosT, sinT, batch.narrow(1, 0, o.seqLen));
+            loss = lossOf(logits, batch.narrow(1, 1, o.seqLen));
+            loss.backward();
+        }
+        const double gradNorm = torch::nn::utils::clip_grad_norm_(p.tensors, o.gradClip);
+        opt.step();
+        tokensSeen += int64_t(o.batchSize) * o.seqLen;
+        TrainProgress tp;
+        tp.step = step + 1;
+        tp.steps = o.steps;
+        tp.loss = loss.item<double>();
+        tp.lr = lr;
+        tp.gradNorm = gradNorm;
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        tp.tokensPerSecond = secs > 0 ? double(tokensSeen) / secs : 0;
+        windowLoss += tp.loss;
+        ++windowSteps;
+        if (!std::isfinite(tp.loss))
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("training diverged at step {} (loss is not finite); lower the learning rate",
+                            tp.step));
+        const bool evalNow = (o.evalEvery > 0 && tp.step % o.evalEvery == 0) || tp.step == o.steps;
+        if (evalNow) {
+            tp.valLoss = evaluate();
+            TrainProgress e = tp;
+            e.loss = windowLoss / windowSteps;
+            result.evaluations.push_back(e);
+            result.finalLoss = e.loss;
+            result.finalValLoss = *tp.valLoss;
+            windowLoss = 0;
+            windowSteps = 0;
+        }
+        if (o.checkpointEvery > 0 && tp.step % o.checkpointEvery == 0 && tp.step < o.steps)
+            saveState(tp.step);
+        if (progress && !progress(tp)) {
+            saveState(tp.step);
+            result.cancelled = true;
+            result.stepsDone = tp.step;
+            result.seconds = secs;
+            return result;
+        }
+    }
+    result.stepsDone = step;
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (result.evaluations.empty() || result.evaluations.back().step != step) {
+        result.finalValLoss = evaluate();
+    } else { // e.g. resuming a run that had already finished: report its last evaluation
+        result.finalValLoss = *result.evaluations.back().valLoss;
+        result.finalLoss = result.evaluations.back().loss;
+    }
+    saveState(step);
+    writeModel(p, c, o, outDir);
+    if (tokenizerFile) {
+        const fs::path dest = outDir / tokenizerFile->filename();
+        if (fs::absolute(*tokenizerFile) != fs::absolute(dest)) {
+            fs::copy_file(*tokenizerFile, dest, fs::copy_options::overwrite_existing, ec);
+            if (ec)
+                throw Error(ErrorCode::Io,
+                            tokenizerFile->string() + ": cannot copy tokenizer: " + ec.message());
+        }
+    }
+    nlohmann::json log = {{"steps", result.stepsDone},
+                          {"seconds", result.seconds},
+                          {"seq_len", o.seqLen},
+                          {"batch_size", o.batchSize},
+                          {"lr", o.lr},
+                          {"min_lr", o.minLr},
+                          {"warmup_steps", o.warmupSteps},
+                          {"weight_decay", o.weightDecay},
+                          {"grad_clip", o.gradClip},
+                          {"seed", o.seed},
+                          {"threads", threads},
+                          {"train_documents", data.train.size()},
+                          {"validation_documents", data.validation.size()},
+                          {"final_loss", result.finalLoss},
+                          {"final_val_loss", result.finalValLoss},
+                          {"val_perplexity", std::exp(result.finalValLoss)}};
+    nlohmann::json ev = nlohmann::json::array();
+    for (const auto &e : result.evaluations)
+        ev.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});
+    log["evaluations"] = ev;
+    core::writeFileAtomic(outDir / "train_log.json", log.dump(1));
+    return result;
+}
+
+double validationLoss(const fs::path &modelDir, const TrainOptions &o, const TrainData &data)
+{
+    auto model = Model::load(modelDir, LoadOptions{Device::Cpu, ComputeType::F32, o.threads});
+    const Stream val = buildStream(data.validation, model->config().vocabSize, "validation");
+    const auto rows = validationRows(val, o);
+    const int vocab = model->config().vocabSize;
+    double total = 0;
+    for (int64_t r = 0; r < rows.size(0); ++r) {
+        const auto *row = rows[r].data_ptr<int64_t>();
+        std::vector<int> ids(row, row + o.seqLen);
+        auto cache = model->newCache();
+        const auto logits = model->forward(ids, cache, true);
+        double rowLoss = 0;
+        for (int t = 0; t < o.seqLen; ++t) {
+            const float *l = logits.data() + size_t(t) * size_t(vocab);
+            const double mx = *std::max_element(l, l + vocab);
+            double z = 0;
+            for (int i = 0; i < vocab; ++i)
+                z += std::exp(double(l[i]) - mx);
+            rowLoss += (mx + std::log(z)) - double(l[row[t + 1]]);
+        }
+        total += rowLoss / o.seqLen;
+    }
+    return total / double(rows.size(0));
+}
+
+} // namespace kvwb::gpu

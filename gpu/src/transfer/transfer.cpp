@@ -1,0 +1,472 @@
+#include "gpu/transfer/transfer.h"
+
+#include "core/util/error.h"
+#include "gpu/src/clock_p.h"
+#include "gpu/src/model/kv_cache_p.h"
+#include "gpu/src/torch_error_p.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace kvwb::gpu {
+
+using core::Error;
+using core::ErrorCode;
+using detail::Clock;
+using detail::msSince;
+using detail::translateTorch;
+
+namespace {
+
+// Waits for queued device work so the clock measures it (CUDA kernels run asynchronously).
+void sync(const torch::Device &d)
+{
+    if (d.is_cuda())
+        torch::cuda::synchronize();
+}
+
+} // namespace
+
+struct Converter::Impl
+{
+    struct Layer
+    {
+        std::vector<int64_t> sources;
+        bool headMatched = false;
+        torch::Tensor wk, bk, wv,
+            bv; // full: [in, out], [out]; head-matched: [heads, in, out], [heads, 1, out]
+    };
+    std::vector<Layer> layers; // [B layers]
+    core::KeyForm keyForm = core::KeyForm::PreRope;
+    int layersA = 0, kvA = 0, hdA = 0, kvB = 0, hdB = 0;
+    torch::Device device = torch::kCPU;
+    std::shared_ptr<detail::RopeTables> ropeA; // identifies A's caches
+    std::shared_ptr<detail::RopeTables> ropeB; // identifies B's caches
+    KvCache emptyB;                            // an empty cache of B: forked for convertToHost
+
+    void checkCaches(const KvCache::Impl &s, const KvCache::Impl &t) const
+    {
+        if (s.numLayers != layersA || s.numKvHeads != kvA || s.headDim != hdA)
+            throw Error(ErrorCode::Shape,
+                        fmt::format("source cache [{} layers, {} kv heads, head dim {}] is not "
+                                    "model A's [{}, {}, {}]",
+                                    s.numLayers, s.numKvHeads, s.headDim, layersA, kvA, hdA));
+        if (t.rope != ropeB)
+            throw Error(ErrorCode::InvalidArgument,
+                        "target cache does not belong to the converter's model B");
+    }
+
+    // B's K and V for layer l at positions 0..n-1, [kvB, n, hdB] f32 on the device, keys post-RoPE.
+    std::pair<torch::Tensor, torch::Tensor> convertLayer(int l, std::vector<torch::Tensor> &kA,
+                                                         std::vector<torch::Tensor> &vA,
+                                                         const KvCache::Impl &s, int64_t n) const
+    {
+        const Layer &L = layers[size_t(l)];
+        auto rows = [&](std::vector<torch::Tensor> &cacheA, int64_t src, bool keys) -> const torch::Tensor & {
+            auto &x = cacheA[size_t(src)];
+            if (!x.defined()) {
+                auto t = (keys ? s.keysUpTo(int(src), n) : s.valuesUpTo(int(src), n)).to(torch::kFloat32);
+                if (keys && keyForm == core::KeyForm::PreRope)
+                    t = s.rope->apply(t, 0, true); // on A's device, with A's tables, in f32
+                x = t.to(device);                  // [kvA, n, hdA]
+            }
+            return x;
+        };
+        std::pair<torch::Tensor, torch::Tensor> out;
+        for (int kv = 0; kv < 2; ++kv) {
+            const bool keys = kv == 0;
+            std::vector<torch::Tensor> parts;
+            for (int64_t src : L.sources)
+                parts.push_back(rows(keys ? kA : vA, src, keys));
+            const auto &w = keys ? L.wk : L.wv;
+            const auto &b = keys ? L.bk : L.bv;
+            torch::Tensor y;
+            if (L.headMatched) {
+                auto x = torch::cat(parts, 2); // [kvA, n, k * hdA]
+                y = torch::baddbmm(b, x, w);   // [kvB, n, hdB]
+            } else {
+                std::vector<torch::Tensor> flat;
+                for (auto &p : parts)
+                    flat.push_back(p.transpose(0, 1).reshape({n, kvA * hdA}));
+                auto x = torch::cat(flat, 1);                                               // [n, k * wA]
+                y = torch::addmm(b, x, w).view({n, kvB, hdB}).transpose(0, 1).contiguous(); // [kvB, n, hdB]
+            }
+            if (keys && keyForm == core::KeyForm::PreRope)
+                y = ropeB->apply(y, 0, false);
+            (keys ? out.first : out.second) = y;
+        }
+        return out;
+    }
+};
+
+Converter::Converter() = default;
+Converter::~Converter() = default;
+Converter::Converter(Converter &&) noexcept = default;
+Converter &Converter::operator=(Converter &&) noexcept = default;
+
+Converter Converter::create(const core::ConverterRecord &record, const Model &source, const Model &target)
+{
+    return create(ConverterSet{record.layers, record.keyForm}, source, target);
+}
+
+Converter Converter::create(const ConverterSet &set, const Model &source, const Model &target)
+{
+    const auto &ca = source.config(), &cb = target.config();
+    if (int(set.layers.size()) != cb.numLayers)
+        throw Error(ErrorCode::Shape, fmt::format("converter set has {} layer maps; model B has {} layers",
+                                                  set.layers.size(), cb.numLayers));
+    Converter c;
+    c.m_impl = std::make_unique<Impl>();
+    Impl &d = *c.m_impl;
+    d.keyForm = set.keyForm;
+    d.layersA = ca.numLayers;
+    d.kvA = ca.numKvHeads;
+    d.hdA = ca.headDim;
+    d.kvB = cb.numKvHeads;
+    d.hdB = cb.headDim;
+    d.emptyB = target.newCache();
+    d.device = d.emptyB.impl()->device;
+    d.ropeB = d.emptyB.impl()->rope;
+    d.ropeA = source.newCache().impl()->rope;
+    const int widthA = d.kvA * d.hdA, widthB = d.kvB * d.hdB;
+    translateTorch("converter upload", [&] {
+        for (int l = 0; l < cb.numLayers; ++l) {
+            const LayerMap &m = set.layers[size_t(l)];
+            Impl::Layer L;
+            L.headMatched = m.headMatched;
+            for (int s : m.sourceLayers) {
+                if (s < 0 || s >= ca.numLayers)
+                    throw Error(ErrorCode::Shape,
+                                fmt::format("layer {} map reads A layer {}; A has {}", l, s, ca.numLayers));
+                L.sources.push_back(s);
+            }
+            if (L.sources.empty())
+                throw Error(ErrorCode::Shape, fmt::format("layer {} map has no source layers", l));
+            const int blocks = int(L.sources.size());
+            const size_t maps = m.headMatched ? size_t(d.kvB) : 1;
+            const int in = m.headMatched ? blocks * d.hdA : blocks * widthA,
+                      out = m.headMatched ? d.hdB : widthB;
+            if (m.headMatched && d.kvA != d.kvB)
+                throw Error(ErrorCode::Shape,
+                            fmt::format("layer {} maps are head-matched, but A has {} kv heads "
+                                        "and B has {}",
+                                        l, d.kvA, d.kvB));
+            for (int kv = 0; kv < 2; ++kv) {
+                const auto &list = kv == 0 ? m.keys : m.values;
+                const char *kind = kv == 0 ? "key" : "value";
+                if (list.size() != maps)
+                    throw Error(ErrorCode::Shape, fmt::format("layer {} has {} {} maps; expected {}", l,
+                                                              list.size(), kind, maps));
+                std::vector<torch::Tensor> ws, bs;
+                for (size_t h = 0; h < maps; ++h) {
+                    const auto &s = list[h];
+                    if (s.inputDim != in || s.outputDim != out ||
+                        s.weight.size() != size_t(in) * size_t(out) || s.bias.size() != size_t(out))
+                        throw Error(
+                            ErrorCode::Shape,
+                            fmt::format("layer {} {} map {} is [{} -> {}], but A's {} source layer(s) give "
+                                        "{} features and B's layer takes {}",
+                                        l, kind, h, s.inputDim, s.outputDim, blocks, in, out));
+                    ws.push_back(torch::from_blob(const_cast<float *>(s.weight.data()), {in, out}).clone());
+                    bs.push_back(torch::from_blob(const_cast<float *>(s.bias.data()), {out}).clone());
+                }
+                torch::Tensor w, b;
+                if (m.headMatched) {
+                    w = torch::stack(ws);              // [heads, in, out]
+                    b = torch::stack(bs).unsqueeze(1); // [heads, 1, out]
+                } else {
+                    w = ws[0];
+                    b = bs[0];
+                }
+                (kv == 0 ? L.wk : L.wv) = w.to(d.device);
+                (kv == 0 ? L.bk : L.bv) = b.to(d.device);
+            }
+            d.layers.push_back(std::move(L));
+        }
+        return 0;
+    });
+    return c;
+}
+
+namespace {
+const Converter::Impl &need(const std::unique_ptr<Converter::Impl> &impl)
+{
+    if (!impl)
+        throw Error(ErrorCode::InvalidArgument, "empty converter: create it with Converter::create()");
+    return *impl;
+}
+} // namespace
+
+core::KeyForm Converter::keyForm() const
+{
+    return need(m_impl).keyForm;
+}
+
+void Converter::convert(const KvCache &source, KvCache &target) const
+{
+    const Impl &d = need(m_impl);
+    if (!source.impl() || !target.impl())
+        throw Error(ErrorCode::InvalidArgument, "convert: empty cache: create it with Model::newCache()");
+    const KvCache::Impl &s = *source.impl();
+    KvCache::Impl &t = *target.impl();
+    d.checkCaches(s, t);
+    const int64_t n = s.length;
+    translateTorch("KV conversion", [&] {
+        c10::InferenceMode guard;
+        std::vector<torch::Tensor> kA(size_t(d.layersA)), vA(size_t(d.layersA));
+        t.length = 0;
+        t.ids.clear();
+        t.reserve(n);
+        for (int l = 0; l < int(d.layers.size()); ++l) {
+            auto [k, v] = d.convertLayer(l, kA, vA, s, n);
+            t.keys[size_t(l)].narrow(1, 0, n).copy_(k);
+            t.values[size_t(l)].narrow(1, 0, n).copy_(v);
+        }
+        t.length = int(n);
+        t.ids = s.ids;
+        sync(d.device);
+        return 0;
+    });
+}
+
+std::vector<LayerKv> Converter::convertToHost(const KvCache &source) const
+{
+    auto cache = need(m_impl).emptyB.fork();
+    convert(source, cache);
+    const KeyForm form = m_impl->keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
+    std::vector<LayerKv> out;
+    for (int l = 0; l < cache.numLayers(); ++l)
+        out.push_back(cache.layer(l, form));
+    return out;
+}
+
+TransferResult transferGenerate(const Model &source, const Model &target, const Converter &converter,
+                                const std::vector<int> &prompt, const GenerateOptions &options,
+                                KvCache *sourceCache)
+{
+    if (prompt.size() < 2)
+        throw Error(ErrorCode::InvalidArgument, "transfer needs a prompt of at least 2 tokens");
+    TransferResult r;
+    const std::vector<int> prefix(prompt.begin(), prompt.end() - 1);
+    KvCache local;
+    KvCache *cacheA = sourceCache;
+    if (!cacheA || cacheA->tokenIds() != prefix) {
+        if (!cacheA) {
+            local = source.newCache();
+            cacheA = &local;
+        }
+        cacheA->clear();
+        const auto t0 = Clock::now();
+        source.forward(prefix, *cacheA);
+        r.sourcePrefillMs = msSince(t0);
+    }
+    const auto t1 = Clock::now();
+    auto cacheB = target.newCache();
+    converter.convert(*cacheA, cacheB);
+    r.convertMs = msSince(t1);
+    r.generation = target.generate(prompt, cacheB, options);
+    return r;
+}
+
+double Agreement::meanKl() const
+{
+    return kl.empty() ? 0.0 : std::accumulate(kl.begin(), kl.end(), 0.0) / double(kl.size());
+}
+
+double Agreement::top1Rate() const
+{
+    return top1.empty() ? 0.0 : double(std::accumulate(top1.begin(), top1.end(), 0)) / double(top1.size());
+}
+
+namespace {
+
+// KL(p || q) and argmax agreement per row of two logit matrices [rows, vocab].
+Agreement compareLogits(const std::vector<float> &ls, const std::vector<float> &lt, size_t rows)
+{
+    const size_t vocab = ls.size() / rows;
+    Agreement a;
+    for (size_t i = 0; i < rows; ++i) {
+        const float *p = ls.data() + i * vocab, *q = lt.data() + i * vocab;
+        auto logZ = [&](const float *x) {
+            const double m = *std::max_element(x, x + vocab);
+            double s = 0;
+            for (size_t j = 0; j < vocab; ++j)
+                s += std::exp(double(x[j]) - m);
+            return m + std::log(s);
+        };
+        const double zp = logZ(p), zq = logZ(q);
+        double kl = 0;
+        for (size_t j = 0; j < vocab; ++j) {
+            const double lp = double(p[j]) - zp, lq = double(q[j]) - zq;
+            kl += std::exp(lp) * (lp - lq);
+        }
+        a.kl.push_back(std::max(kl, 0.0));
+        a.top1.push_back(std::max_element(p, p + vocab) - p == std::max_element(q, q + vocab) - q ? 1 : 0);
+    }
+    return a;
+}
+
+// The last prompt token and the continuation but its last token: what both paths are fed.
+std::vector<int> fedTokens(const std::vector<int> &prompt, const std::vector<int> &continuation)
+{
+    if (prompt.size() < 2)
+        throw Error(ErrorCode::InvalidArgument, "agreement needs a prompt of at least 2 tokens");
+    std::vector<int> fed = {prompt.back()};
+    if (!continuation.empty())
+        fed.insert(fed.end(), continuation.begin(), continuation.end() - 1);
+    return fed;
+}
+
+std::vector<float> scratchLogits(const Model &target, const std::vector<int> &prompt,
+                                 const std::vector<int> &fed)
+{
+    auto scratch = target.newCache();
+    target.forward(std::vector<int>(prompt.begin(), prompt.end() - 1), scratch);
+    return target.forward(fed, scratch, true); // [fed, vocab]
+}
+
+} // namespace
+
+Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
+                                 const std::vector<int> &prompt, const std::vector<int> &continuation)
+{
+    const auto fed = fedTokens(prompt, continuation);
+    const auto ls = scratchLogits(target, prompt, fed);
+    auto cacheA = source.newCache();
+    source.forward(std::vector<int>(prompt.begin(), prompt.end() - 1), cacheA);
+    auto transfer = target.newCache();
+    converter.convert(cacheA, transfer);
+    return compareLogits(ls, target.forward(fed, transfer, true), fed.size());
+}
+
+Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
+                            const std::vector<int> &continuation)
+{
+    const auto fed = fedTokens(prompt, continuation);
+    const auto ls = scratchLogits(target, prompt, fed);
+    auto empty = target.newCache();
+    return compareLogits(ls, target.forward(fed, empty, true), fed.size());
+}
+
+const char *gateSignalName(GateSignal s) noexcept
+{
+    switch (s) {
+    case GateSignal::KvCos:
+        return "kv_cos";
+    case GateSignal::TailKl:
+        return "tail_kl";
+    case GateSignal::Nll:
+        return "nll";
+    }
+    return "?";
+}
+
+std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept
+{
+    for (GateSignal s : {GateSignal::KvCos, GateSignal::TailKl, GateSignal::Nll})
+        if (name == gateSignalName(s))
+            return s;
+    return std::nullopt;
+}
+
+double defaultGateThreshold(GateSignal s) noexcept
+{
+    return s == GateSignal::KvCos ? 0.9 : s == GateSignal::TailKl ? 0.1 : 3.0;
+}
+
+namespace {
+
+// log-softmax of logits [vocab] in float64
+std::vector<double> logSoftmax(const float *x, size_t vocab)
+{
+    const double m = *std::max_element(x, x + vocab);
+    double s = 0;
+    for (size_t j = 0; j < vocab; ++j)
+        s += std::exp(double(x[j]) - m);
+    const double z = m + std::log(s);
+    std::vector<double> out(vocab);
+    for (size_t j = 0; j < vocab; ++j)
+        out[j] = double(x[j]) - z;
+    return out;
+}
+
+} // namespace
+
+GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache,
+                       int lastToken, int tail, GateSignal signal, double threshold)
+{
+    const int n = sourceCache.tokens();
+    if (n < 2)
+        throw Error(ErrorCode::InvalidArgument, "the quality gate needs at least 2 converted positions");
+    GateResult g;
+    g.tail = std::clamp(tail, 1, n - 1);
+    g.signal = signal;
+    g.threshold = threshold;
+    const auto t0 = Clock::now();
+    auto cache = target.newCache();
+    converter.convert(sourceCache, cache);
+    const int start = n - g.tail;
+    // what the conversion put at the tail positions, post-RoPE [kvB, tail, hdB] per layer
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> converted;
+    for (int l = 0; l < cache.numLayers(); ++l)
+        converted.push_back(
+            {cache.impl()->keys[size_t(l)].narrow(1, start, g.tail).to(torch::kFloat32).clone(),
+             cache.impl()->values[size_t(l)].narrow(1, start, g.tail).to(torch::kFloat32).clone()});
+    // the last token on the fully converted cache: what the transfer path would predict
+    auto full = cache.fork();
+    const auto logitsFull = target.forward({lastToken}, full); // [1, vocab]
+    const size_t vocab = logitsFull.size();
+    // the tail recomputed by B, then the last token
+    cache.truncate(start);
+    std::vector<int> ids(sourceCache.tokenIds().begin() + start, sourceCache.tokenIds().end());
+    ids.push_back(lastToken);
+    const auto logits = target.forward(ids, cache, true); // [tail + 1, vocab]
+    double nll = 0;
+    for (int i = 0; i < g.tail; ++i) // position i predicts ids[i + 1]
+        nll -= logSoftmax(logits.data() + size_t(i) * vocab, vocab)[size_t(ids[size_t(i) + 1])];
+    g.nll = nll / g.tail;
+    const auto p = logSoftmax(logits.data() + size_t(g.tail) * vocab, vocab),
+               q = logSoftmax(logitsFull.data(), vocab);
+    double kl = 0;
+    for (size_t j = 0; j < vocab; ++j)
+        kl += std::exp(p[j]) * (p[j] - q[j]);
+    g.tailKl = std::max(kl, 0.0);
+    g.kvCos = translateTorch("quality gate", [&] {
+        c10::InferenceMode guard;
+        double sum = 0;
+        for (int l = 0; l < cache.numLayers(); ++l)
+            for (int kv = 0; kv < 2; ++kv) {
+                auto own = (kv == 0 ? cache.impl()->keys : cache.impl()->values)[size_t(l)]
+                               .narrow(1, start, g.tail)
+                               .to(torch::kFloat32)
+                               .transpose(0, 1)
+                               .reshape({g.tail, -1});
+                auto conv = (kv == 0 ? converted[size_t(l)].first : converted[size_t(l)].second)
+                                .transpose(0, 1)
+                                .reshape({g.tail, -1});
+                sum += torch::cosine_similarity(own, conv, 1).mean().item<double>();
+            }
+        return sum / (2.0 * cache.numLayers());
+    });
+    switch (signal) {
+    case GateSignal::KvCos:
+        g.value = g.kvCos;
+        g.passed = g.kvCos >= threshold;
+        break;
+    case GateSignal::TailKl:
+        g.value = g.tailKl;
+        g.passed = g.tailKl <= threshold;
+        break;
+    case GateSignal::Nll:
+        g.value = g.nll;
+        g.passed = g.nll <= threshold;
+        break;
+    }
+    g.ms = msSince(t0);
+    return g;
+}
+
+} // namespace kvwb::gpu

@@ -1,0 +1,127 @@
+// Cross-model KV transfer: convert model A's cache of a prompt into model B's KV space with fitted
+// per-layer maps (gpu/align/alignment.h, stored by core/store/converter_store.h), place it in B's cache (B's
+// RoPE applied on the way in), and let B continue from there without prefilling the converted
+// prefix. Also the measurements around it: teacher-forced agreement with B's own prefill and a
+// cheap per-request quality gate.
+//
+// Threading: runs on the calling thread (the engine thread); models, caches and converters stay on
+// it. A Converter holds its maps on the target model's device and is immutable after creation.
+#pragma once
+
+#include "core/store/converter_store.h"
+#include "gpu/align/alignment.h"
+#include "gpu/model/model.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvwb::gpu {
+
+// One map per layer of B (index = B layer), all fitted on keys of the same form. A plain value
+// (tests build it by hand); Converter uploads it.
+struct ConverterSet
+{
+    std::vector<LayerMap> layers;
+    core::KeyForm keyForm = core::KeyForm::PreRope; // the form the key maps were fitted on
+};
+
+class Converter
+{
+public:
+    struct Impl;
+    // Validates every map against A's and B's geometry (Error(Shape) naming the layer and map at
+    // fault) and uploads the maps to B's device (float32; conversion computes in float32). Keeps
+    // no reference to the models: their caches are recognised by their RoPE tables.
+    static Converter create(const ConverterSet &set, const Model &source, const Model &target);
+    static Converter create(const core::ConverterRecord &record, const Model &source, const Model &target);
+    Converter();
+    ~Converter();
+    Converter(Converter &&) noexcept;
+    Converter &operator=(Converter &&) noexcept;
+
+    // Replaces target's contents with source's positions 0..n-1 converted (n = source.tokens(),
+    // token ids copied). Both caches must come from the models given to create().
+    void convert(const KvCache &source, KvCache &target) const;
+    // The same, to the host: [B layers] of [kvHeadsB, n, headDimB], keys in keyForm().
+    std::vector<LayerKv> convertToHost(const KvCache &source) const;
+    core::KeyForm keyForm() const;
+
+private:
+    std::unique_ptr<Impl> m_impl;
+};
+
+struct TransferResult
+{
+    GenerateResult generation;  // B's output; stats.reusedTokens = converted positions
+    double sourcePrefillMs = 0; // A's forward over the prefix
+    double convertMs = 0;       // maps applied and B's cache filled
+    // ttft of the transfer path: sourcePrefillMs + convertMs + generation.stats.ttftMs
+    double ttftMs() const { return sourcePrefillMs + convertMs + generation.stats.ttftMs; }
+};
+
+// A prefills prompt[0 .. n-2] (unless sourceCache already holds that prefix, then its prefill is
+// skipped and reported as 0), its cache is converted into B's, and B processes the last prompt
+// token and generates. prompt must have at least 2 tokens and be valid for both models.
+TransferResult transferGenerate(const Model &source, const Model &target, const Converter &converter,
+                                const std::vector<int> &prompt, const GenerateOptions &options,
+                                KvCache *sourceCache = nullptr);
+
+// Teacher-forced agreement of two continuations of the same prompt: B from its own prefill vs B
+// from the converted cache, both fed prompt's last token + continuation[0 .. m-2] and compared on
+// their next-token distributions at each of those m positions.
+struct Agreement
+{
+    std::vector<double> kl; // [m] KL(scratch || transfer) in nats per position
+    std::vector<int> top1;  // [m] 1 where both argmaxes agree
+    double meanKl() const;
+    double top1Rate() const;
+};
+Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
+                                 const std::vector<int> &prompt, const std::vector<int> &continuation);
+// The floor a converted cache has to beat: the same comparison with B given no prefix at all (only
+// the prompt's last token, at position 0) instead of the converted cache.
+Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
+                            const std::vector<int> &continuation);
+
+// The quality gate, computed before committing to a converted cache of prompt[0 .. n-2] (in
+// sourceCache, A's cache of those positions). B recomputes the last `tail` converted positions
+// itself on top of the converted cache of the positions before them, then processes the prompt's
+// last token both ways. Three signals, all from these tail + 2 token steps of B:
+//  - kvCos: cosine between B's own K/V at the tail positions and the converted K/V there, averaged
+//    over layers, keys and values (1 = the conversion reproduces B there);
+//  - tailKl: KL between B's next-token distribution after the last prompt token with the tail
+//    recomputed and with the fully converted cache (0 = recomputing changes nothing);
+//  - nll: B's mean negative log-likelihood of the tail's following tokens given the converted
+//    prefix (how plausible B finds the prompt it is about to continue).
+// The gate passes when the chosen signal clears the threshold (kvCos >= t; tailKl, nll <= t).
+enum class GateSignal
+{
+    KvCos,
+    TailKl,
+    Nll
+};
+const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nll"
+// The inverse of gateSignalName; nullopt for anything else.
+std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept;
+// The threshold used when none is given: 0.9 for kv_cos, 0.1 for tail_kl, 3 for nll.
+double defaultGateThreshold(GateSignal s) noexcept;
+
+struct GateResult
+{
+    double kvCos = 0;
+    double tailKl = 0;
+    double nll = 0;
+    int tail = 0;
+    GateSignal signal = GateSignal::TailKl;
+    double threshold = 0;
+    double value = 0; // the chosen signal's value
+    bool passed = false;
+    double ms = 0;
+};
+GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache,
+                       int lastToken, int tail, GateSignal signal, double threshold);
+
+} // namespace kvwb::gpu

@@ -1,0 +1,321 @@
+// HF config.json parsing, RoPE scaling, validation and serialisation.
+#include "core/util/error.h"
+#include "core/model/model_config.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/test_paths.h"
+
+#include <QTest>
+
+#include <cmath>
+#include <numbers>
+
+using namespace kvwb::core;
+
+Q_DECLARE_METATYPE(kvwb::core::ErrorCode)
+
+namespace {
+
+// Trimmed copies of real configs (field values as published on the Hub).
+const char *kLlama2_7b = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+  "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+  "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096,
+  "rms_norm_eps": 1e-05, "rope_scaling": null, "tie_word_embeddings": false,
+  "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float16", "pretraining_tp": 1})";
+
+const char *kLlama31_8b = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "attention_bias": false,
+  "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+  "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+  "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "mlp_bias": false, "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+  "torch_dtype": "bfloat16"})";
+
+const char *kMistral7b = R"({
+  "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+  "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+  "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+  "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+
+const char *kQwen2_05b = R"({
+  "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896,
+  "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+  "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true,
+  "attention_bias": false, "bos_token_id": 151643, "eos_token_id": 151643,
+  "use_sliding_window": false, "torch_dtype": "bfloat16"})";
+
+const char *kSmolLM135m = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
+  "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+  "num_key_value_heads": 3, "vocab_size": 49152, "max_position_embeddings": 2048,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "rope_scaling": null,
+  "tie_word_embeddings": true, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32"})";
+
+std::string tiny(const std::string &extra)
+{
+    return R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 256)" +
+           (extra.empty() ? std::string() : ", " + extra) + "}";
+}
+
+using kvwb::test::expectError;
+
+bool near(double a, double b)
+{
+    return std::abs(a - b) <= 1e-12 * std::max(std::abs(a), std::abs(b));
+}
+
+} // namespace
+
+class TestModelConfig : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void llama2()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kLlama2_7b, "llama2/config.json");
+        QCOMPARE(c.modelType, std::string("llama"));
+        QCOMPARE(c.architecture, std::string("LlamaForCausalLM"));
+        QCOMPARE(c.headDim, 128);
+        QCOMPARE(c.numKvHeads, 32);
+        QCOMPARE(c.ropeTheta, 10000.0);
+        QCOMPARE(c.ropeScaling.type, std::string("default"));
+        QCOMPARE(c.rmsNormEps, 1e-5);
+        QCOMPARE(c.bosTokenId, std::optional<int>(1));
+        QCOMPARE(c.eosTokenIds, std::vector<int>{2});
+        QCOMPARE(c.torchDtype, std::string("float16"));
+        QVERIFY(!c.qkvBias && !c.oBias && !c.mlpBias && !c.tieWordEmbeddings);
+        QCOMPARE(c.ropeLayout, RopeLayout::RotateHalf);
+        // Llama-2-7b's published parameter count.
+        QCOMPARE(c.parameterCount(), int64_t(6738415616));
+        QCOMPARE(c.kvBytesPerToken(2), int64_t(2 * 32 * 32 * 128 * 2)); // 512 KiB per token in f16
+        const auto inv = c.ropeInvFreq();
+        QCOMPARE(inv.size(), size_t(64));
+        QCOMPARE(inv[0], 1.0);
+        QVERIFY(near(inv[1], std::pow(10000.0, -2.0 / 128.0)));
+        QVERIFY(near(inv[63], std::pow(10000.0, -126.0 / 128.0)));
+    }
+
+    void llama3RopeScaling()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kLlama31_8b, "llama3/config.json");
+        QCOMPARE(c.numKvHeads, 8);
+        QCOMPARE(c.ropeTheta, 500000.0);
+        QCOMPARE(c.ropeScaling.type, std::string("llama3"));
+        QCOMPARE(c.ropeScaling.factor, 8.0);
+        QCOMPARE(c.ropeScaling.lowFreqFactor, 1.0);
+        QCOMPARE(c.ropeScaling.highFreqFactor, 4.0);
+        QCOMPARE(c.ropeScaling.originalMaxPositionEmbeddings, 8192);
+        QCOMPARE(c.eosTokenIds, (std::vector<int>{128001, 128008, 128009}));
+        QCOMPARE(c.kvBytesPerToken(2), int64_t(131072)); // 128 KiB per token: GQA's 4x saving
+
+        const auto inv = c.ropeInvFreq();
+        QCOMPARE(inv.size(), size_t(64));
+        const auto base = [](int i) { return std::pow(500000.0, -2.0 * i / 128.0); };
+        // Wavelengths 2*pi/inv: below 8192/4 = 2048 tokens is high frequency (kept), above 8192/1 is
+        // low frequency (divided by 8). i = 0..28 are high, 35..63 low, 29..34 smoothed.
+        QCOMPARE(inv[0], 1.0);
+        QVERIFY(near(inv[10], base(10)));
+        QVERIFY(2 * std::numbers::pi / base(28) < 2048);
+        QVERIFY(near(inv[28], base(28)));
+        QVERIFY(2 * std::numbers::pi / base(35) > 8192);
+        QVERIFY(near(inv[35], base(35) / 8));
+        QVERIFY(near(inv[63], base(63) / 8));
+        // i = 30: inv = 500000^(-60/128) = 2.131120e-3, wavelen = 2948.30 tokens;
+        // smooth = (8192 / 2948.30 - 1) / 3 = 0.592849; result = (1 - s) * inv / 8 + s * inv
+        // = 1.3718936e-3 (computed independently in Python).
+        const double inv30 = base(30);
+        const double wavelen = 2 * std::numbers::pi / inv30;
+        QVERIFY(wavelen > 2048 && wavelen < 8192);
+        const double smooth = (8192.0 / wavelen - 1.0) / 3.0;
+        QVERIFY(std::abs(smooth - 0.592849) < 1e-6);
+        QVERIFY(near(inv[30], 1.3718935677611381e-3));
+        QVERIFY(near(inv[30], (1 - smooth) * inv30 / 8 + smooth * inv30));
+        QVERIFY(inv[30] < inv30 && inv[30] > inv30 / 8);
+    }
+
+    void linearRopeScaling()
+    {
+        const ModelConfig c =
+            ModelConfig::fromHfJsonText(tiny(R"("rope_scaling": {"type": "linear", "factor": 4.0})"), "t");
+        QCOMPARE(c.ropeScaling.type, std::string("linear"));
+        const auto inv = c.ropeInvFreq();
+        QCOMPARE(inv.size(), size_t(8));
+        QCOMPARE(inv[0], 0.25);
+        QVERIFY(near(inv[3], std::pow(10000.0, -6.0 / 16.0) / 4));
+    }
+
+    void ropeParametersLayout()
+    {
+        // transformers >= 4.56 writes rope_theta inside rope_parameters; it wins over the top level.
+        const ModelConfig c = ModelConfig::fromHfJsonText(
+            tiny(R"("rope_theta": 10000.0, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+                   "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 8192})"),
+            "t");
+        QCOMPARE(c.ropeTheta, 500000.0);
+        QCOMPARE(c.ropeScaling.type, std::string("llama3"));
+        QCOMPARE(c.ropeScaling.factor, 32.0);
+        const ModelConfig d = ModelConfig::fromHfJsonText(
+            tiny(R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e6})"), "t");
+        QCOMPARE(d.ropeTheta, 1e6);
+        QCOMPARE(d.ropeScaling.type, std::string("default"));
+    }
+
+    void mistral()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kMistral7b, "m");
+        QCOMPARE(c.modelType, std::string("mistral"));
+        QCOMPARE(c.architecture, std::string("MistralForCausalLM"));
+        QCOMPARE(c.numKvHeads, 8);
+        QCOMPARE(c.headDim, 128);
+        QCOMPARE(c.maxPositionEmbeddings, 32768);
+        QVERIFY(!c.qkvBias && !c.oBias);
+        QCOMPARE(c.parameterCount(), int64_t(7241732096)); // Mistral-7B-v0.1
+    }
+
+    void qwen2BiasForced()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kQwen2_05b, "q");
+        QCOMPARE(c.modelType, std::string("qwen2"));
+        QVERIFY(c.qkvBias); // even though attention_bias says false
+        QVERIFY(!c.oBias);
+        QVERIFY(c.tieWordEmbeddings);
+        QCOMPARE(c.headDim, 64);
+        QCOMPARE(c.ropeTheta, 1e6);
+        QCOMPARE(c.rmsNormEps, 1e-6);
+        QCOMPARE(c.parameterCount(), int64_t(494032768)); // Qwen2-0.5B
+    }
+
+    void smolLmTied()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kSmolLM135m, "s");
+        QVERIFY(c.tieWordEmbeddings);
+        QCOMPARE(c.headDim, 64);
+        QCOMPARE(c.numKvHeads, 3);
+        QCOMPARE(c.bosTokenId, std::optional<int>(0));
+        QCOMPARE(c.parameterCount(), int64_t(134515008)); // SmolLM-135M: no lm_head
+    }
+
+    void headDimAndDefaults()
+    {
+        const ModelConfig explicitHd = ModelConfig::fromHfJsonText(tiny(R"("head_dim": 32)"), "t");
+        QCOMPARE(explicitHd.headDim, 32); // != 64 / 4
+        const ModelConfig nullHd = ModelConfig::fromHfJsonText(tiny(R"("head_dim": null)"), "t");
+        QCOMPARE(nullHd.headDim, 16);
+        QCOMPARE(nullHd.numKvHeads, 4);
+        QCOMPARE(nullHd.ropeTheta, 10000.0);
+        QVERIFY(!nullHd.tieWordEmbeddings);
+        QVERIFY(!nullHd.bosTokenId);
+        QVERIFY(nullHd.eosTokenIds.empty());
+        QCOMPARE(nullHd.architecture, std::string("LlamaForCausalLM"));
+        const ModelConfig bias =
+            ModelConfig::fromHfJsonText(tiny(R"("attention_bias": true, "mlp_bias": true)"), "t");
+        QVERIFY(bias.qkvBias && bias.oBias && bias.mlpBias);
+        QCOMPARE(bias.parameterCount() - nullHd.parameterCount(), int64_t(2 * (64 * 3 + 64 + 128 * 2 + 64)));
+    }
+
+    void roundTrip_data()
+    {
+        QTest::addColumn<QString>("json");
+        QTest::newRow("llama2") << QString(kLlama2_7b);
+        QTest::newRow("llama3") << QString(kLlama31_8b);
+        QTest::newRow("mistral") << QString(kMistral7b);
+        QTest::newRow("qwen2") << QString(kQwen2_05b);
+        QTest::newRow("smollm") << QString(kSmolLM135m);
+        QTest::newRow("head_dim+bias")
+            << QString::fromStdString(tiny(R"("head_dim": 32, "attention_bias": true)"));
+        QTest::newRow("linear") << QString::fromStdString(
+            tiny(R"("rope_scaling": {"type": "linear", "factor": 2})"));
+    }
+    void roundTrip()
+    {
+        QFETCH(QString, json);
+        const ModelConfig c = ModelConfig::fromHfJsonText(json.toStdString(), "a");
+        const ModelConfig d = ModelConfig::fromHfJsonText(c.toHfJson(), "b");
+        QVERIFY2(c == d, c.toHfJson().c_str());
+    }
+
+    void llama2cSerialisesAsLlama()
+    {
+        ModelConfig c = ModelConfig::fromHfJsonText(tiny(""), "t");
+        c.modelType = "llama2c";
+        c.architecture = "Llama2c";
+        c.ropeLayout = RopeLayout::Interleaved;
+        const ModelConfig d = ModelConfig::fromHfJsonText(c.toHfJson(), "t");
+        QCOMPARE(d.modelType, std::string("llama"));
+        QCOMPARE(d.architecture, std::string("LlamaForCausalLM"));
+        QCOMPARE(d.hiddenSize, c.hiddenSize);
+    }
+
+    void errors_data()
+    {
+        QTest::addColumn<QString>("json");
+        QTest::addColumn<ErrorCode>("code");
+        QTest::addColumn<QString>("phrase");
+        const auto row = [](const char *name, const std::string &json, ErrorCode code, const char *phrase) {
+            QTest::newRow(name) << QString::fromStdString(json) << code << QString(phrase);
+        };
+        row("not json", "{\"model_type\": ", ErrorCode::Format, "not valid JSON");
+        row("not object", "[1]", ErrorCode::Format, "not a JSON object");
+        row("missing hidden_size",
+            R"({"model_type": "llama", "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "vocab_size": 100, "max_position_embeddings": 256})",
+            ErrorCode::Config, "field 'hidden_size' is missing");
+        row("missing model_type", R"({"hidden_size": 64})", ErrorCode::Config,
+            "field 'model_type' is missing");
+        row("wrong type", tiny(R"("num_key_value_heads": "2")"), ErrorCode::Config,
+            "field 'num_key_value_heads'");
+        row("float for int", tiny(R"("head_dim": 16.5)"), ErrorCode::Config, "field 'head_dim'");
+        row("bool wrong type", tiny(R"("tie_word_embeddings": "yes")"), ErrorCode::Config,
+            "field 'tie_word_embeddings'");
+        row("eos wrong type", tiny(R"("eos_token_id": "</s>")"), ErrorCode::Config, "field 'eos_token_id'");
+        row("unsupported model_type", R"({"model_type": "gpt2", "hidden_size": 64})", ErrorCode::Unsupported,
+            "model_type 'gpt2'");
+        row("unsupported architecture", tiny(R"("architectures": ["LlamaForSequenceClassification"])"),
+            ErrorCode::Unsupported, "LlamaForSequenceClassification");
+        row("yarn", tiny(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), ErrorCode::Unsupported,
+            "field 'rope_scaling.rope_type' is 'yarn'");
+        row("dynamic", tiny(R"("rope_scaling": {"type": "dynamic", "factor": 2.0})"), ErrorCode::Unsupported,
+            "field 'rope_scaling.type' is 'dynamic'");
+        row("longrope", tiny(R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4})"),
+            ErrorCode::Unsupported, "field 'rope_parameters.rope_type' is 'longrope'");
+        row("llama3 missing field", tiny(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})"),
+            ErrorCode::Config, "field 'rope_scaling.low_freq_factor' is missing");
+        row("heads not multiple of kv", tiny(R"("num_key_value_heads": 3)"), ErrorCode::Config,
+            "'num_key_value_heads' (3)");
+        row("odd head_dim", tiny(R"("head_dim": 15)"), ErrorCode::Config,
+            "field 'head_dim' (15) must be even");
+        row("zero layers",
+            tiny(R"("num_hidden_layers": 0)").replace(tiny("").find("\"num_hidden_layers\": 2"), 24, ""),
+            ErrorCode::Config, "field 'num_hidden_layers' must be positive");
+    }
+    void errors()
+    {
+        QFETCH(QString, json);
+        QFETCH(ErrorCode, code);
+        QFETCH(QString, phrase);
+        const Error e =
+            expectError([&] { ModelConfig::fromHfJsonText(json.toStdString(), "/m/config.json"); });
+        const std::string msg = e.what();
+        QVERIFY2(e.code() == code, msg.c_str());
+        QVERIFY2(msg.rfind("/m/config.json: ", 0) == 0, msg.c_str());
+        QVERIFY2(msg.find(phrase.toStdString()) != std::string::npos, msg.c_str());
+        QVERIFY2(msg.find('\n') == std::string::npos, msg.c_str());
+    }
+
+    void missingFile()
+    {
+        const Error e = expectError([] { ModelConfig::fromHfJsonFile("/nonexistent/kvwb/config.json"); });
+        QCOMPARE(e.code(), ErrorCode::Io);
+        QVERIFY(std::string(e.what()).find("/nonexistent/kvwb/config.json") != std::string::npos);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestModelConfig)
+#include "tst_model_config.moc"

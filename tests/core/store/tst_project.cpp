@@ -1,0 +1,230 @@
+// Project files: round trip with relative paths, unknown sections preserved, the capture, alignment
+// and replay settings sections (every field round-tripped, defaults when absent, unknown keys inside
+// them kept), and errors that name the field.
+#include "core/util/error.h"
+#include "core/store/project.h"
+#include "tests/support/test_paths.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+
+class TestProject : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void roundTripRelativeAndExtra()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        test::writeFile(dir / "p.kvwb", R"({"schema": "kvwb-project/1", "name": "demo",
+            "models": {"a": {"path": "models/a"}, "b": {"path": "models/b", "dtype": "bf16"}},
+            "workloads": ["workloads/w.jsonl"], "corpus": "corpus.jsonl",
+            "tiers": {"semantic": {"threshold": 0.8}}})");
+        const auto p = core::Project::load(dir / "p.kvwb");
+        QCOMPARE(p.name, std::string("demo"));
+        QCOMPARE(p.modelA.path, fs::path("models/a"));
+        QCOMPARE(p.modelA.device, std::string("cpu"));
+        QCOMPARE(p.modelB.dtype, std::string("bf16"));
+        const auto r = p.resolved(dir / "p.kvwb");
+        QCOMPARE(r.modelB.path, dir / "models/b");
+        QCOMPARE(r.workloads.at(0), dir / "workloads/w.jsonl");
+        // saving the resolved project writes relative paths again and keeps the unknown section
+        r.save(dir / "copy.kvwb");
+        const std::string text = test::readFile(dir / "copy.kvwb");
+        QVERIFY(text.find("\"models/b\"") != std::string::npos);
+        QVERIFY(text.find("\"threshold\": 0.8") != std::string::npos);
+        const auto again = core::Project::load(dir / "copy.kvwb");
+        QCOMPARE(again.corpus.value(), fs::path("corpus.jsonl"));
+    }
+
+    void sectionsDefaultWhenAbsent()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        test::writeFile(dir / "old.kvwb", R"({"schema": "kvwb-project/1",
+            "models": {"a": {"path": "a"}, "b": {"path": "b"}}})");
+        const auto p = core::Project::load(dir / "old.kvwb");
+        const core::ProjectCapture c;
+        const core::ProjectAlignment a;
+        const core::ProjectReplay r;
+        QCOMPARE(p.capture.storage, c.storage);
+        QCOMPARE(p.capture.compress, c.compress);
+        QCOMPARE(p.alignment.selection, a.selection);
+        QCOMPARE(p.alignment.lambda, a.lambda);
+        QCOMPARE(p.alignment.name, a.name);
+        QCOMPARE(p.replay.tiers, r.tiers);
+        QCOMPARE(p.replay.threshold, r.threshold);
+        QCOMPARE(p.replay.gate, r.gate);
+        QCOMPARE(p.extraJson, std::string("{}"));
+        // Saving writes all three sections.
+        p.save(dir / "new.kvwb");
+        const std::string text = test::readFile(dir / "new.kvwb");
+        for (const char *key : {"\"capture\"", "\"alignment\"", "\"replay\"", "\"gate_signal\": \"tail_kl\""})
+            QVERIFY2(text.find(key) != std::string::npos, key);
+    }
+
+    void sectionsRoundTrip()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        test::writeFile(dir / "s.kvwb", R"({"schema": "kvwb-project/1",
+            "models": {"a": {"path": "a"}, "b": {"path": "b"}},
+            "capture": {"storage": "bf16", "compress": 4, "max_tokens": 512, "limit": 20, "post_rope": true,
+                        "future_flag": {"x": 1}},
+            "alignment": {"name": "fit-2", "selection": "topk", "k": 3, "auto_lambda": true, "lambda": 0.25,
+                          "per_head": true, "max_train_tokens": 5000000000, "in_use": "fit-1"},
+            "replay": {"tiers": ["cross", "exact"], "threshold": -0.5, "embedder": "model",
+                       "gate_signal": "kv_cos", "gate_threshold": 0.875, "gate": false, "max_tokens": 64,
+                       "limit": 7},
+            "later_section": [1, 2]})");
+        const auto check = [](const core::Project &p) {
+            QCOMPARE(p.capture.storage, std::string("bf16"));
+            QCOMPARE(p.capture.compress, 4);
+            QCOMPARE(p.capture.maxTokens, 512);
+            QCOMPARE(p.capture.limit, 20);
+            QCOMPARE(p.capture.postRope, true);
+            QCOMPARE(p.alignment.name, std::string("fit-2"));
+            QCOMPARE(p.alignment.selection, std::string("topk"));
+            QCOMPARE(p.alignment.k, 3);
+            QCOMPARE(p.alignment.autoLambda, true);
+            QCOMPARE(p.alignment.lambda, 0.25);
+            QCOMPARE(p.alignment.perHead, true);
+            QCOMPARE(p.alignment.maxTrainTokens, int64_t(5000000000));
+            QCOMPARE(p.alignment.inUse, std::string("fit-1"));
+            QCOMPARE(p.replay.tiers, (std::vector<std::string>{"cross", "exact"}));
+            QCOMPARE(p.replay.threshold, -0.5);
+            QCOMPARE(p.replay.embedder, std::string("model"));
+            QCOMPARE(p.replay.gateSignal, std::string("kv_cos"));
+            QCOMPARE(p.replay.gateThreshold, 0.875);
+            QCOMPARE(p.replay.gate, false);
+            QCOMPARE(p.replay.maxTokens, 64);
+            QCOMPARE(p.replay.limit, 7);
+            // Known keys are not also kept verbatim; unknown ones (in a section too) are.
+            QVERIFY2(p.extraJson.find("storage") == std::string::npos, p.extraJson.c_str());
+            QVERIFY2(p.extraJson.find("\"tiers\"") == std::string::npos, p.extraJson.c_str());
+            QVERIFY2(p.extraJson.find("future_flag") != std::string::npos, p.extraJson.c_str());
+            QVERIFY2(p.extraJson.find("later_section") != std::string::npos, p.extraJson.c_str());
+        };
+        auto p = core::Project::load(dir / "s.kvwb");
+        check(p);
+        p.save(dir / "s2.kvwb");
+        auto again = core::Project::load(dir / "s2.kvwb");
+        check(again);
+        const std::string text = test::readFile(dir / "s2.kvwb");
+        QVERIFY2(text.find("\"future_flag\"") != std::string::npos, text.c_str());
+
+        // Edited values are what save writes.
+        again.capture.storage = "f16";
+        again.alignment.k = 9;
+        again.replay.tiers = {"exact", "semantic", "prefix", "cross"};
+        again.replay.gateSignal = "nll";
+        again.save(dir / "s3.kvwb");
+        const auto third = core::Project::load(dir / "s3.kvwb");
+        QCOMPARE(third.capture.storage, std::string("f16"));
+        QCOMPARE(third.alignment.k, 9);
+        QCOMPARE(third.replay.tiers, (std::vector<std::string>{"exact", "semantic", "prefix", "cross"}));
+        QCOMPARE(third.replay.gateSignal, std::string("nll"));
+        QCOMPARE(third.capture.compress, 4);
+    }
+
+    void errors_data()
+    {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<int>("code");
+        QTest::addColumn<QString>("mention");
+        QTest::newRow("not json") << "{" << int(core::ErrorCode::Format) << "not JSON";
+        QTest::newRow("schema") << R"({"schema": "kvwb-project/9"})" << int(core::ErrorCode::Format)
+                                << "kvwb-project/9";
+        QTest::newRow("no models") << R"({"schema": "kvwb-project/1"})" << int(core::ErrorCode::Config)
+                                   << "'models'";
+        QTest::newRow("no b") << R"({"schema": "kvwb-project/1", "models": {"a": {"path": "x"}}})"
+                              << int(core::ErrorCode::Config) << "'models.b'";
+        const auto bad = [](const char *section) {
+            return QString(
+                       R"({"schema": "kvwb-project/1", "models": {"a": {"path": "x"}, "b": {"path": "y"}}, %1})")
+                .arg(section);
+        };
+        const int config = int(core::ErrorCode::Config);
+        QTest::newRow("capture not object")
+            << bad(R"("capture": [1])") << config << "field 'capture' must be an object";
+        QTest::newRow("storage") << bad(R"("capture": {"storage": "f64"})") << config
+                                 << "field 'capture.storage' must be f32, f16 or bf16, got 'f64'";
+        QTest::newRow("compress") << bad(R"("capture": {"compress": 10})") << config
+                                  << "field 'capture.compress' must be in 0..9, got 10";
+        QTest::newRow("compress type") << bad(R"("capture": {"compress": 1.5})") << config
+                                       << "field 'capture.compress' must be an integer";
+        QTest::newRow("max_tokens") << bad(R"("capture": {"max_tokens": -1})") << config
+                                    << "field 'capture.max_tokens' must be >= 0, got -1";
+        QTest::newRow("capture limit") << bad(R"("capture": {"limit": -3})") << config << "'capture.limit'";
+        QTest::newRow("post_rope") << bad(R"("capture": {"post_rope": 1})") << config
+                                   << "field 'capture.post_rope' must be true or false";
+        QTest::newRow("selection")
+            << bad(R"("alignment": {"selection": "best"})") << config
+            << "field 'alignment.selection' must be proportional, topk or all, got 'best'";
+        QTest::newRow("k") << bad(R"("alignment": {"k": 0})") << config
+                           << "field 'alignment.k' must be >= 1, got 0";
+        QTest::newRow("lambda") << bad(R"("alignment": {"lambda": 0})") << config
+                                << "field 'alignment.lambda' must be > 0";
+        QTest::newRow("lambda type") << bad(R"("alignment": {"lambda": "0.1"})") << config
+                                     << "field 'alignment.lambda' must be a number";
+        QTest::newRow("auto_lambda") << bad(R"("alignment": {"auto_lambda": "yes"})") << config
+                                     << "'alignment.auto_lambda'";
+        QTest::newRow("per_head") << bad(R"("alignment": {"per_head": null})") << config
+                                  << "'alignment.per_head'";
+        QTest::newRow("max_train_tokens") << bad(R"("alignment": {"max_train_tokens": -1})") << config
+                                          << "'alignment.max_train_tokens' must be >= 0";
+        QTest::newRow("name") << bad(R"("alignment": {"name": 3})") << config
+                              << "field 'alignment.name' must be a string";
+        QTest::newRow("in_use") << bad(R"("alignment": {"in_use": false})") << config << "'alignment.in_use'";
+        QTest::newRow("tiers type") << bad(R"("replay": {"tiers": "exact"})") << config
+                                    << "field 'replay.tiers' must be a list";
+        QTest::newRow("unknown tier") << bad(R"("replay": {"tiers": ["exact", "prefix", "foo"]})") << config
+                                      << "field 'replay.tiers[2]' names an unknown tier 'foo'";
+        QTest::newRow("duplicate tier") << bad(R"("replay": {"tiers": ["exact", "cross", "exact"]})")
+                                        << config << "field 'replay.tiers[2]' repeats tier 'exact'";
+        QTest::newRow("tier type") << bad(R"("replay": {"tiers": [1]})") << config
+                                   << "field 'replay.tiers[0]' must be a string";
+        QTest::newRow("threshold") << bad(R"("replay": {"threshold": 1.5})") << config
+                                   << "field 'replay.threshold' must be <= 1, got 1.5";
+        QTest::newRow("threshold low")
+            << bad(R"("replay": {"threshold": -1.01})") << config << "field 'replay.threshold' must be >= -1";
+        QTest::newRow("embedder") << bad(R"("replay": {"embedder": "bert"})") << config
+                                  << "field 'replay.embedder' must be lexical or model, got 'bert'";
+        QTest::newRow("gate_signal") << bad(R"("replay": {"gate_signal": "kl"})") << config
+                                     << "field 'replay.gate_signal' must be tail_kl, kv_cos or nll, got 'kl'";
+        QTest::newRow("gate_threshold") << bad(R"("replay": {"gate_threshold": "x"})") << config
+                                        << "'replay.gate_threshold' must be a number";
+        QTest::newRow("gate") << bad(R"("replay": {"gate": "on"})") << config
+                              << "'replay.gate' must be true or false";
+        QTest::newRow("replay max_tokens")
+            << bad(R"("replay": {"max_tokens": -5})") << config << "'replay.max_tokens' must be >= 0";
+        QTest::newRow("replay limit")
+            << bad(R"("replay": {"limit": 2.0})") << config << "'replay.limit' must be an integer";
+        QTest::newRow("bad device")
+            << R"({"schema": "kvwb-project/1", "models": {"a": {"path": "x", "device": "tpu"}, "b": {"path": "y"}}})"
+            << int(core::ErrorCode::Config) << "models.a.device";
+    }
+    void errors()
+    {
+        QFETCH(QString, text);
+        QFETCH(int, code);
+        QFETCH(QString, mention);
+        QTemporaryDir tmp;
+        const fs::path file = fs::path(tmp.path().toStdString()) / "bad.kvwb";
+        test::writeFile(file, text.toStdString());
+        try {
+            core::Project::load(file);
+            QFAIL("accepted");
+        } catch (const core::Error &e) {
+            QCOMPARE(int(e.code()), code);
+            QVERIFY2(QString(e.what()).contains(mention) && QString(e.what()).contains("bad.kvwb"), e.what());
+        }
+    }
+};
+
+QTEST_APPLESS_MAIN(TestProject)
+#include "tst_project.moc"

@@ -1,0 +1,495 @@
+// Layer-wise fitting from an experiment file: on synthetic files whose B caches are an exact affine
+// function of A's, the fit recovers it on held-out prompts; prompts tokenised differently are
+// skipped, not mixed in; source-layer selection follows relative depth.
+#include "core/util/error.h"
+#include "core/store/experiment_file.h"
+#include "core/model/random_model.h"
+#include "core/tokenize/tokenizer.h"
+#include "gpu/align/alignment.h"
+#include "gpu/capture/capture.h"
+#include "gpu/transfer/transfer.h"
+#include "tests/support/expect_error.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <algorithm>
+#include <random>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+
+namespace {
+
+core::ModelInfo info(char role, int layers, int kvHeads, int headDim, const char *sha)
+{
+    core::ModelInfo m;
+    m.role = role;
+    m.config = core::randomModelPreset("tiny").config;
+    m.config.numLayers = layers;
+    m.config.numKvHeads = kvHeads;
+    m.config.numHeads = kvHeads;
+    m.config.headDim = headDim;
+    m.weightsSha256 = sha;
+    return m;
+}
+
+// A: 2 layers, rows of 1 x 4; B: 3 layers, rows of 2 x 3. B layer l = A layer src(l) * W_l + b_l,
+// for keys and values alike (different W per layer and kind). Prompt 3 has different ids in B and
+// garbage KV: a fit that used it would be visibly off.
+fs::path writeSynthetic(const fs::path &dir)
+{
+    const auto a = info('a', 2, 1, 4, "aaaa"), b = info('b', 3, 2, 3, "bbbb");
+    std::mt19937_64 rng(5);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    std::vector<std::vector<float>> W(6, std::vector<float>(4 * 6)), B(6, std::vector<float>(6));
+    for (auto &w : W)
+        for (float &v : w)
+            v = N(rng);
+    for (auto &v : B)
+        for (float &x : v)
+            x = N(rng);
+    const fs::path path = dir / "syn.h5";
+    auto writer = core::ExperimentWriter::create(path, {}, {}, a, b);
+    for (int p = 0; p < 8; ++p) {
+        const int tokens = 20 + p;
+        core::PromptRecord rec;
+        rec.text = "p" + std::to_string(p);
+        for (int t = 0; t < tokens; ++t)
+            rec.a.ids.push_back(10 + t);
+        rec.b.ids = rec.a.ids;
+        for (int l = 0; l < 2; ++l) {
+            std::vector<float> k(size_t(tokens) * 4), v(size_t(tokens) * 4);
+            for (float &x : k)
+                x = N(rng);
+            for (float &x : v)
+                x = N(rng);
+            rec.a.keys.push_back(k);
+            rec.a.values.push_back(v);
+        }
+        for (int l = 0; l < 3; ++l) {
+            const int src = gpu::proportionalSourceLayers(l, 3, 2).front();
+            for (int kv = 0; kv < 2; ++kv) {
+                const auto &x = kv == 0 ? rec.a.keys[size_t(src)] : rec.a.values[size_t(src)];
+                const auto &w = W[size_t(l * 2 + kv)];
+                const auto &bias = B[size_t(l * 2 + kv)];
+                std::vector<float> y(size_t(tokens) * 6);
+                for (int t = 0; t < tokens; ++t)
+                    for (int j = 0; j < 6; ++j) {
+                        float s = bias[size_t(j)];
+                        for (int i = 0; i < 4; ++i)
+                            s += x[size_t(t * 4 + i)] * w[size_t(i * 6 + j)];
+                        y[size_t(t * 6 + j)] = p == 3 ? 100.0f * N(rng) : s;
+                    }
+                (kv == 0 ? rec.b.keys : rec.b.values).push_back(y);
+            }
+        }
+        if (p == 3)
+            rec.b.ids.back() += 1; // another tokenisation: no row correspondence
+        writer.appendPrompt(rec);
+    }
+    writer.close();
+    return path;
+}
+
+// A: 2 kv heads of 4, B: 2 kv heads of 3, one layer each. B head h = A head h * W_h + b_h: a map
+// that never mixes heads, which head-matched fitting must recover weight for weight.
+struct HeadSynthetic
+{
+    fs::path path;
+    std::vector<std::vector<float>> W, B; // [kind * 2 + head] -> [4 * 3], [3]
+};
+
+HeadSynthetic writeHeadSynthetic(const fs::path &dir)
+{
+    const auto a = info('a', 1, 2, 4, "aaaa"), b = info('b', 1, 2, 3, "bbbb");
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    HeadSynthetic s;
+    s.W.assign(4, std::vector<float>(12));
+    s.B.assign(4, std::vector<float>(3));
+    for (auto &w : s.W)
+        for (float &v : w)
+            v = N(rng);
+    for (auto &v : s.B)
+        for (float &x : v)
+            x = N(rng);
+    s.path = dir / "heads.h5";
+    auto writer = core::ExperimentWriter::create(s.path, {}, {}, a, b);
+    for (int p = 0; p < 10; ++p) {
+        const int tokens = 16 + p;
+        core::PromptRecord rec;
+        for (int t = 0; t < tokens; ++t)
+            rec.a.ids.push_back(5 + t);
+        rec.b.ids = rec.a.ids;
+        for (int kv = 0; kv < 2; ++kv) {
+            std::vector<float> x(size_t(tokens) * 8), y(size_t(tokens) * 6);
+            for (float &v : x)
+                v = N(rng);
+            for (int t = 0; t < tokens; ++t)
+                for (int h = 0; h < 2; ++h)
+                    for (int j = 0; j < 3; ++j) {
+                        float acc = s.B[size_t(kv * 2 + h)][size_t(j)];
+                        for (int i = 0; i < 4; ++i)
+                            acc += x[size_t(t * 8 + h * 4 + i)] * s.W[size_t(kv * 2 + h)][size_t(i * 3 + j)];
+                        y[size_t(t * 6 + h * 3 + j)] = acc;
+                    }
+            (kv == 0 ? rec.a.keys : rec.a.values).push_back(x);
+            (kv == 0 ? rec.b.keys : rec.b.values).push_back(y);
+        }
+        writer.appendPrompt(rec);
+    }
+    writer.close();
+    return s;
+}
+
+// Captures a random model together with itself (A = B, separate instances).
+fs::path captureSelf(const fs::path &dir, std::unique_ptr<gpu::Model> &a, std::unique_ptr<gpu::Model> &b,
+                     int prompts = 14)
+{
+    core::writeRandomHfModel(dir / "m", core::randomModelPreset("gqa"));
+    a = gpu::Model::load(dir / "m", {});
+    b = gpu::Model::load(dir / "m", {});
+    const auto tok = core::loadTokenizer(dir / "m" / "tokenizer.json");
+    const fs::path path = dir / "self.h5";
+    auto writer = core::ExperimentWriter::create(path, {}, {},
+                                                 gpu::describeModel('a', *a, dir / "m" / "tokenizer.json"),
+                                                 gpu::describeModel('b', *b, dir / "m" / "tokenizer.json"));
+    std::vector<gpu::CapturePrompt> list;
+    for (int p = 0; p < prompts; ++p) {
+        gpu::CapturePrompt cp;
+        cp.text = "p" + std::to_string(p);
+        for (int t = 0; t < 20 + p; ++t)
+            cp.idsA.push_back((t * 31 + p * 7 + 3) % a->config().vocabSize);
+        cp.idsB = cp.idsA;
+        list.push_back(cp);
+    }
+    gpu::capturePrompts(writer, *a, *tok, *b, *tok, list, {});
+    writer.close();
+    return path;
+}
+
+} // namespace
+
+class TestAlignment : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void proportionalSelection()
+    {
+        QCOMPARE(gpu::proportionalSourceLayers(0, 6, 4), std::vector<int>({0}));
+        QCOMPARE(gpu::proportionalSourceLayers(5, 6, 4), std::vector<int>({3}));
+        QCOMPARE(gpu::proportionalSourceLayers(2, 6, 4), std::vector<int>({1})); // depth 0.4 -> 1.2
+        QCOMPARE(gpu::proportionalSourceLayers(2, 6, 4, 3), std::vector<int>({0, 1, 2}));
+        QCOMPARE(gpu::proportionalSourceLayers(0, 1, 4, 9), std::vector<int>({0, 1, 2, 3}));
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::proportionalSourceLayers(6, 6, 4));
+    }
+
+    void recoversExactMapsOnHeldOutPrompts()
+    {
+        QTemporaryDir tmp;
+        const auto path = writeSynthetic(tmp.path().toStdString());
+        const auto file = core::ExperimentReader::open(path);
+        const std::vector<int> train = {0, 1, 2, 3, 4, 5}, heldOut = {6, 7};
+        for (int l = 0; l < 3; ++l) {
+            gpu::LayerFitStats stats;
+            const auto map =
+                gpu::fitLayer(file, l, gpu::proportionalSourceLayers(l, 3, 2), train, 1e-9, &stats);
+            QCOMPARE(stats.rows, int64_t(20 + 21 + 22 + 24 + 25)); // prompt 3 skipped
+            QCOMPARE(stats.warnings.size(), size_t(1));
+            QVERIFY(QString::fromStdString(stats.warnings[0]).contains("prompt 3"));
+            const auto m = gpu::evaluateLayer(file, map, heldOut);
+            QCOMPARE(m.rows, int64_t(26 + 27));
+            QVERIFY2(m.r2Keys > 0.99999 && m.r2Values > 0.99999, qPrintable(QString::number(m.r2Keys)));
+            QVERIFY(m.cosKeys > 0.99999 && m.relErrValues < 1e-3);
+        }
+        // the wrong source layer cannot explain B: R^2 collapses
+        const auto wrong = gpu::fitLayer(file, 2, {0}, train, 1e-3);
+        QVERIFY(gpu::evaluateLayer(file, wrong, heldOut).r2Keys < 0.2);
+    }
+
+    void topKAndLambda()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        const std::vector<int> train = {0, 1, 2, 4}, valid = {5, 6, 7};
+        for (int l = 0; l < 3; ++l) // the layer B was built from ranks first
+            QCOMPARE(gpu::topKSourceLayers(file, l, 1, train, valid, 1e-6),
+                     gpu::proportionalSourceLayers(l, 3, 2));
+        QCOMPARE(gpu::topKSourceLayers(file, 1, 5, train, valid, 1e-6), std::vector<int>({0, 1}));
+        // exact data: the least regularisation explains it best
+        QCOMPARE(gpu::chooseLambda(file, 2, {1}, train, valid), 1e-4);
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::chooseLambda(file, 2, {1}, train, valid, {}));
+    }
+
+    void headMatchedRecoversEachHeadsTransform()
+    {
+        QTemporaryDir tmp;
+        const auto syn = writeHeadSynthetic(tmp.path().toStdString());
+        const auto file = core::ExperimentReader::open(syn.path);
+        const std::vector<int> train = {0, 1, 2, 3, 4, 5, 6}, test = {7, 8, 9};
+        const auto map = gpu::fitLayer(file, 0, {0}, train, 1e-10, nullptr, /*headMatched=*/true);
+        QVERIFY(map.headMatched);
+        QCOMPARE(map.keys.size(), size_t(2));
+        for (int kv = 0; kv < 2; ++kv)
+            for (int h = 0; h < 2; ++h) {
+                const auto &m = (kv == 0 ? map.keys : map.values)[size_t(h)];
+                QCOMPARE(m.inputDim, 4);
+                QCOMPARE(m.outputDim, 3);
+                for (size_t i = 0; i < 12; ++i)
+                    QVERIFY2(std::abs(m.weight[i] - syn.W[size_t(kv * 2 + h)][i]) < 1e-3,
+                             qPrintable(QString("kind %1 head %2 weight %3").arg(kv).arg(h).arg(i)));
+                for (size_t j = 0; j < 3; ++j)
+                    QVERIFY(std::abs(m.bias[j] - syn.B[size_t(kv * 2 + h)][j]) < 1e-3);
+            }
+        const auto metrics = gpu::evaluateLayer(file, map, test);
+        QCOMPARE(metrics.heads.size(), size_t(2));
+        for (const auto &h : metrics.heads)
+            QVERIFY(h.r2Keys > 0.99999 && h.r2Values > 0.99999 && h.relErrKeys < 1e-3);
+        // the full cross-head map explains it too (it contains the head-matched one) ...
+        const auto full = gpu::fitLayer(file, 0, {0}, train, 1e-10);
+        QVERIFY(gpu::evaluateLayer(file, full, test).r2Keys > 0.99999);
+        // ... and its cross-head blocks are zero: B head 0 reads nothing from A head 1
+        for (int i = 4; i < 8; ++i)
+            for (int j = 0; j < 3; ++j)
+                QVERIFY(std::abs(full.keys[0].weight[size_t(i * 6 + j)]) < 1e-3);
+        // head-matched needs equal kv-head counts
+        QTemporaryDir tmp2;
+        const auto other = core::ExperimentReader::open(writeSynthetic(tmp2.path().toStdString()));
+        QCOMPARE(test::expectError([&] {
+                     gpu::fitLayer(other, 0, {0}, {0, 1}, 0.01, nullptr, true);
+                 }).code(),
+                 core::ErrorCode::InvalidArgument);
+    }
+
+    void calibrationTokensAreCapped()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        gpu::LayerFitStats stats;
+        gpu::fitLayer(file, 0, {0}, {0, 1, 2}, 0.01, &stats, false, 30);
+        QCOMPARE(stats.rows, int64_t(30)); // all of prompt 0 (20), 10 rows of prompt 1
+    }
+
+    void splitIsByPromptAndSeeded()
+    {
+        const auto s = gpu::splitPrompts(20, 0.15, 0.25, 7);
+        QCOMPARE(s.test.size(), size_t(5));
+        QCOMPARE(s.valid.size(), size_t(3));
+        QCOMPARE(s.train.size(), size_t(12));
+        std::vector<int> all = s.train;
+        all.insert(all.end(), s.valid.begin(), s.valid.end());
+        all.insert(all.end(), s.test.begin(), s.test.end());
+        std::sort(all.begin(), all.end());
+        for (int i = 0; i < 20; ++i)
+            QCOMPARE(all[size_t(i)], i);
+        QCOMPARE(gpu::splitPrompts(20, 0.15, 0.25, 7).test, s.test);
+        QVERIFY(gpu::splitPrompts(20, 0.15, 0.25, 8).test != s.test);
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::splitPrompts(20, 0.5, 0.5, 1));
+    }
+
+    // A model aligned with itself: every layer is explained (R^2 > 0.999), B's attention output with
+    // the converted cache is its own, CKA's diagonal is 1, and a transfer reproduces the scratch
+    // generation token for token.
+    void modelAlignedWithItself_data()
+    {
+        QTest::addColumn<int>("selection");
+        QTest::addColumn<bool>("perHead");
+        QTest::newRow("proportional k=1") << int(gpu::LayerSelection::Proportional) << false;
+        QTest::newRow("proportional k=1 per head") << int(gpu::LayerSelection::Proportional) << true;
+        QTest::newRow("top-1, auto lambda") << int(gpu::LayerSelection::TopK) << false;
+    }
+    void modelAlignedWithItself()
+    {
+        QFETCH(int, selection);
+        QFETCH(bool, perHead);
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> a, b;
+        const auto path = captureSelf(tmp.path().toStdString(), a, b);
+        const auto file = core::ExperimentReader::open(path);
+        gpu::AlignOptions o;
+        o.selection = gpu::LayerSelection(selection);
+        o.perHead = perHead;
+        o.lambda = 1e-7;
+        o.autoLambda = o.selection == gpu::LayerSelection::TopK;
+        o.lambdaGrid = {1e-7, 1e-1};
+        o.validFraction = o.testFraction = 0.2;
+        const auto r = gpu::alignExperiment(file, o, b.get());
+        const auto &rec = r.record;
+        const int layers = b->config().numLayers;
+        QCOMPARE(int(rec.layers.size()), layers);
+        QCOMPARE(int(rec.layerMetrics.rows.size()), layers);
+        QCOMPARE(int(rec.headMetrics.rows.size()), layers * b->config().numKvHeads);
+        for (int l = 0; l < layers; ++l) {
+            QCOMPARE(rec.layers[size_t(l)].sourceLayers, std::vector<int>({l}));
+            QCOMPARE(rec.layers[size_t(l)].headMatched, perHead);
+            for (const char *c : {"r2_k", "r2_v", "cos_k", "cos_v", "attn_cos"})
+                QVERIFY2(
+                    rec.layerMetrics.at(size_t(l), c) > 0.999,
+                    qPrintable(
+                        QString("layer %1 %2 = %3").arg(l).arg(c).arg(rec.layerMetrics.at(size_t(l), c))));
+            QCOMPARE(rec.layers[size_t(l)].keys[0].lambda, 1e-7); // the auto choice is the smaller lambda
+            QVERIFY(std::abs(rec.ckaKeys.data[size_t(l * layers + l)] - 1.0) < 1e-6);
+            QVERIFY(std::abs(rec.ckaValues.data[size_t(l * layers + l)] - 1.0) < 1e-6);
+        }
+        QCOMPARE(rec.ckaKeys.rows, layers);
+        QCOMPARE(rec.testPrompts.size(), size_t(3));
+        // no prompt is both trained on and scored
+        for (int p : rec.testPrompts)
+            QVERIFY(std::find(rec.trainPrompts.begin(), rec.trainPrompts.end(), p) == rec.trainPrompts.end());
+        const auto conv = gpu::Converter::create(rec, *a, *b);
+        std::vector<int> prompt;
+        for (int i = 0; i < 26; ++i)
+            prompt.push_back((i * 13 + 5) % b->config().vocabSize);
+        gpu::GenerateOptions g;
+        g.maxTokens = 10;
+        g.stopAtEos = false;
+        const auto scratch = b->generate(prompt, g);
+        const auto t = gpu::transferGenerate(*a, *b, conv, prompt, g);
+        QCOMPARE(t.generation.stats.reusedTokens, 25);
+        QCOMPARE(t.generation.outputIds, scratch.outputIds);
+    }
+
+    // The attention-output cosine sees which kv head a conversion damages: with exact maps except
+    // that B's kv head 1 gets its values scrambled, head 0's query group still reads exactly its
+    // own output (cosine 1) and head 1's does not.
+    void attentionCosinePerHead()
+    {
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> a, b;
+        const auto path = captureSelf(tmp.path().toStdString(), a, b, 6);
+        const auto file = core::ExperimentReader::open(path);
+        const auto &c = b->config();
+        const int w = c.numKvHeads * c.headDim;
+        QCOMPARE(c.numKvHeads, 2);
+        std::vector<gpu::LayerMap> maps;
+        std::mt19937_64 rng(4);
+        std::normal_distribution<float> N(0.0f, 1.0f);
+        for (int l = 0; l < c.numLayers; ++l) {
+            core::LinearMap id;
+            id.inputDim = id.outputDim = w;
+            id.weight.assign(size_t(w) * size_t(w), 0.0f);
+            for (int i = 0; i < w; ++i)
+                id.weight[size_t(i) * size_t(w) + size_t(i)] = 1.0f;
+            id.bias.assign(size_t(w), 0.0f);
+            auto scrambled = id;
+            for (int i = 0; i < w; ++i) // output columns of kv head 1 read random mixtures
+                for (int j = c.headDim; j < w; ++j)
+                    scrambled.weight[size_t(i) * size_t(w) + size_t(j)] = N(rng);
+            maps.push_back({l, {l}, false, {id}, {scrambled}});
+        }
+        const auto m = gpu::attentionCosine(file, maps, *b, {0, 1, 2, 3, 4, 5});
+        QCOMPARE(m.prompts, 6);
+        for (int l = 0; l < c.numLayers; ++l) {
+            QVERIFY2(std::abs(m.headCos[size_t(l)][0] - 1.0) < 1e-5,
+                     qPrintable(QString("layer %1 head 0: %2").arg(l).arg(m.headCos[size_t(l)][0])));
+            QVERIFY2(m.headCos[size_t(l)][1] < 0.9,
+                     qPrintable(QString("layer %1 head 1: %2").arg(l).arg(m.headCos[size_t(l)][1])));
+            QVERIFY(m.layerCos[size_t(l)] < 0.99);
+        }
+    }
+
+    // linearCka against a direct double-precision implementation, every pair.
+    void ckaMatchesANaiveComputation()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        const std::vector<int> prompts = {0, 1, 2};
+        const auto [ck, cv] = gpu::linearCka(file, prompts, 0);
+        QCOMPARE(ck.rows, 3);
+        QCOMPARE(ck.cols, 2);
+        for (int kv = 0; kv < 2; ++kv)
+            for (int lb = 0; lb < 3; ++lb)
+                for (int la = 0; la < 2; ++la) {
+                    std::vector<std::vector<double>> X, Y; // rows
+                    for (int p : prompts) {
+                        const auto x = kv == 0 ? file.keys('a', la, p) : file.values('a', la, p);
+                        const auto y = kv == 0 ? file.keys('b', lb, p) : file.values('b', lb, p);
+                        for (size_t t = 0; t < x.size() / 4; ++t) {
+                            X.emplace_back(x.begin() + long(t * 4), x.begin() + long(t * 4 + 4));
+                            Y.emplace_back(y.begin() + long(t * 6), y.begin() + long(t * 6 + 6));
+                        }
+                    }
+                    auto centre = [](std::vector<std::vector<double>> &M) {
+                        for (size_t j = 0; j < M[0].size(); ++j) {
+                            double mean = 0;
+                            for (auto &r : M)
+                                mean += r[j];
+                            mean /= double(M.size());
+                            for (auto &r : M)
+                                r[j] -= mean;
+                        }
+                    };
+                    centre(X);
+                    centre(Y);
+                    // ||A^T B||_F^2 for column sets A, B
+                    auto cross = [](const auto &A, const auto &B) {
+                        double sum = 0;
+                        for (size_t i = 0; i < A[0].size(); ++i)
+                            for (size_t j = 0; j < B[0].size(); ++j) {
+                                double d = 0;
+                                for (size_t t = 0; t < A.size(); ++t)
+                                    d += A[t][i] * B[t][j];
+                                sum += d * d;
+                            }
+                        return sum;
+                    };
+                    const double want = cross(Y, X) / std::sqrt(cross(X, X) * cross(Y, Y));
+                    const double got = (kv == 0 ? ck : cv).data[size_t(lb * 2 + la)];
+                    QVERIFY2(std::abs(got - want) < 1e-9, qPrintable(QString("%1 vs %2").arg(got).arg(want)));
+                }
+        // the layer each B layer was built from is the most similar one (an affine map of it)
+        QVERIFY(ck.data[size_t(2 * 2 + 1)] > ck.data[size_t(2 * 2 + 0)]);
+    }
+
+    void sweepTable()
+    {
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> a, b;
+        const auto path = captureSelf(tmp.path().toStdString(), a, b);
+        const auto file = core::ExperimentReader::open(path);
+        gpu::SweepOptions o;
+        o.ks = {1, 2};
+        o.lambdas = {1e-6, 10.0};
+        o.trainTokens = {40, 0};
+        o.validFraction = o.testFraction = 0.2;
+        const auto sweep = gpu::sweepAlignment(file, o, b.get());
+        QVERIFY(!sweep.cancelled);
+        const auto &t = sweep.table;
+        QCOMPARE(t.rows.size(), size_t(8));
+        QCOMPARE(t.columns.front(), std::string("k"));
+        for (size_t i = 0; i < t.rows.size(); ++i) {
+            if (t.at(i, "train_tokens") == 40)
+                continue;
+            QVERIFY(t.at(i, "train_tokens") > 40);
+            // exact self-maps at small lambda; heavy shrinkage costs R^2
+            if (t.at(i, "lambda") < 1)
+                QVERIFY2(t.at(i, "r2_k") > 0.999 && t.at(i, "attn_cos") > 0.999,
+                         qPrintable(QString::number(i)));
+            else
+                QVERIFY(t.at(i, "r2_k") < 0.99);
+        }
+        // a file of another model B is refused for attention metrics
+        QTemporaryDir tmp2;
+        auto spec = core::randomModelPreset("gqa");
+        spec.seed = 99;
+        core::writeRandomHfModel(fs::path(tmp2.path().toStdString()) / "other", spec);
+        const auto other = gpu::Model::load(fs::path(tmp2.path().toStdString()) / "other", {});
+        QCOMPARE(test::expectError([&] { gpu::sweepAlignment(file, o, other.get()); }).code(),
+                 core::ErrorCode::Config);
+    }
+
+    void errors()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        QCOMPARE(test::expectError([&] { gpu::fitLayer(file, 0, {0}, {3}, 0.01); }).code(),
+                 core::ErrorCode::InvalidArgument); // only the misaligned prompt
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::fitLayer(file, 0, {}, {0}, 0.01));
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::fitLayer(file, 0, {5}, {0}, 0.01)); // A has 2 layers
+    }
+};
+
+QTEST_GUILESS_MAIN(TestAlignment)
+#include "tst_alignment.moc"

@@ -1,0 +1,442 @@
+// Engine correctness on tiny random models the test builds itself, one per architecture variant:
+// logits against a naive double-precision reference, incremental decode against a full forward,
+// generation from a supplied prefix cache against generation from scratch, llama2.c against its HF
+// conversion, and the KV cache's read/write/truncate/fork contract.
+#include "core/model/checkpoint.h"
+#include "core/util/error.h"
+#include "core/model/random_model.h"
+#include "gpu/model/model.h"
+#include "tests/support/reference_forward.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <filesystem>
+#include <random>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<int> randomIds(int n, int vocab, uint64_t seed)
+{
+    std::mt19937_64 rng(seed);
+    std::vector<int> ids(static_cast<size_t>(n));
+    for (int &id : ids)
+        id = int(rng() % uint64_t(vocab));
+    return ids;
+}
+
+// variant -> model path written into dir
+fs::path makeVariant(const fs::path &dir, const QString &variant)
+{
+    if (variant.startsWith("llama2c")) {
+        core::RandomModelSpec spec = core::randomModelPreset("gqa");
+        spec.config.modelType = "llama2c";
+        spec.config.architecture = "Llama2c";
+        spec.config.ropeLayout = core::RopeLayout::Interleaved;
+        spec.config.tieWordEmbeddings = variant == "llama2c-legacy-shared";
+        spec.seed = 7;
+        const int version = variant == "llama2c-v1" ? 1 : 0;
+        const fs::path out = dir / "model.bin";
+        core::writeLlama2c(out, spec.config, core::randomWeights(spec), version);
+        return out;
+    }
+    core::RandomModelSpec spec = core::randomModelPreset(variant.toStdString());
+    spec.seed = 11;
+    const fs::path out = dir / "hf";
+    core::writeRandomHfModel(out, spec);
+    return out;
+}
+
+} // namespace
+
+class TestEngine : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void variants_data()
+    {
+        QTest::addColumn<QString>("variant");
+        for (const char *v : {"tiny", "gqa", "qwen2", "smollm", "llama3", "bias", "llama2c-legacy-shared",
+                              "llama2c-legacy-separate", "llama2c-v1"})
+            QTest::newRow(v) << QString(v);
+    }
+
+    // The engine's full forward agrees with the naive reference at every position.
+    void matchesReference_data() { variants_data(); }
+    void matchesReference()
+    {
+        QFETCH(QString, variant);
+        QTemporaryDir tmp;
+        const auto path = makeVariant(tmp.path().toStdString(), variant);
+        const auto ck = core::Checkpoint::open(path);
+        auto model = gpu::Model::load(ck, {});
+        QVERIFY(model);
+        // 80 tokens: crosses the llama3 preset's 64-token original context, so all RoPE bands act.
+        const auto ids = randomIds(80, ck.config().vocabSize, 3);
+        auto cache = model->newCache();
+        const auto logits = model->forward(ids, cache, true);
+        const auto ref = test::referenceForward(ck, ids);
+        const int vocab = ck.config().vocabSize;
+        QCOMPARE(logits.size(), ids.size() * size_t(vocab));
+        for (size_t p = 0; p < ids.size(); ++p) {
+            std::vector<float> row(logits.begin() + std::ptrdiff_t(p * size_t(vocab)),
+                                   logits.begin() + std::ptrdiff_t((p + 1) * size_t(vocab)));
+            const double err = test::maxRelativeError(row, ref[p]);
+            if (err > 1e-4)
+                QFAIL(qPrintable(QString("position %1: relative error %2").arg(p).arg(err)));
+        }
+    }
+
+    // Prefill of a prefix then one token at a time gives the logits of one full forward.
+    void incrementalEqualsFull_data() { variants_data(); }
+    void incrementalEqualsFull()
+    {
+        QFETCH(QString, variant);
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), variant), {});
+        const int vocab = model->config().vocabSize;
+        const auto ids = randomIds(40, vocab, 5);
+        auto full = model->newCache();
+        const auto all = model->forward(ids, full, true);
+        auto inc = model->newCache();
+        model->forward(std::vector<int>(ids.begin(), ids.begin() + 17), inc);
+        for (size_t p = 17; p < ids.size(); ++p) {
+            const auto step = model->forward({ids[p]}, inc);
+            std::vector<float> row(all.begin() + std::ptrdiff_t(p * size_t(vocab)),
+                                   all.begin() + std::ptrdiff_t((p + 1) * size_t(vocab)));
+            const double err = test::maxRelativeError(step, row);
+            if (err > 1e-4)
+                QFAIL(qPrintable(QString("position %1: relative error %2").arg(p).arg(err)));
+        }
+        QCOMPARE(inc.tokens(), int(ids.size()));
+        QCOMPARE(inc.tokenIds(), ids);
+        // a multi-token chunk at an offset (masked prefill over a cache) gives the same logits
+        auto chunked = model->newCache();
+        model->forward(std::vector<int>(ids.begin(), ids.begin() + 17), chunked);
+        const auto chunk =
+            model->forward(std::vector<int>(ids.begin() + 17, ids.begin() + 24), chunked, true);
+        const std::vector<float> expected(all.begin() + std::ptrdiff_t(17 * size_t(vocab)),
+                                          all.begin() + std::ptrdiff_t(24 * size_t(vocab)));
+        QVERIFY(test::maxRelativeError(chunk, expected) < 1e-4);
+    }
+
+    // A cache captured elsewhere, read out and written into a fresh cache (pre-RoPE keys), lets
+    // generation skip the prefix and still produce the same tokens as from scratch.
+    void prefixCacheGenerationEqualsScratch_data() { variants_data(); }
+    void prefixCacheGenerationEqualsScratch()
+    {
+        QFETCH(QString, variant);
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), variant), {});
+        const auto prompt = randomIds(30, model->config().vocabSize, 9);
+        gpu::GenerateOptions opt;
+        opt.maxTokens = 12;
+        opt.stopAtEos = false;
+        const auto scratch = model->generate(prompt, opt);
+        QCOMPARE(scratch.stats.reusedTokens, 0);
+        QCOMPARE(scratch.stats.prefillTokens, 30);
+        QCOMPARE(int(scratch.outputIds.size()), 12);
+
+        auto donor = model->newCache();
+        model->forward(std::vector<int>(prompt.begin(), prompt.begin() + 25), donor);
+        std::vector<gpu::LayerKv> layers;
+        for (int l = 0; l < donor.numLayers(); ++l)
+            layers.push_back(donor.layer(l, gpu::KeyForm::PreRope));
+        auto supplied = model->newCache();
+        supplied.assign(donor.tokenIds(), layers, gpu::KeyForm::PreRope);
+        const auto reused = model->generate(prompt, supplied, opt);
+        QCOMPARE(reused.stats.reusedTokens, 25);
+        QCOMPARE(reused.stats.prefillTokens, 5);
+        QCOMPARE(reused.outputIds, scratch.outputIds);
+
+        // A cache holding the whole prompt: the last token is still recomputed for its logits.
+        auto whole = model->newCache();
+        model->forward(prompt, whole);
+        const auto again = model->generate(prompt, whole, opt);
+        QCOMPARE(again.stats.reusedTokens, 29);
+        QCOMPARE(again.outputIds, scratch.outputIds);
+    }
+
+    void llama2cMatchesHfConversion_data()
+    {
+        QTest::addColumn<QString>("variant");
+        QTest::newRow("legacy-shared") << "llama2c-legacy-shared";
+        QTest::newRow("legacy-separate") << "llama2c-legacy-separate";
+        QTest::newRow("v1") << "llama2c-v1";
+    }
+    void llama2cMatchesHfConversion()
+    {
+        QFETCH(QString, variant);
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        const auto bin = core::Checkpoint::open(makeVariant(dir, variant));
+        QCOMPARE(bin.config().ropeLayout, core::RopeLayout::Interleaved);
+        core::convertToHf(bin, dir / "converted");
+        const auto hf = core::Checkpoint::open(dir / "converted");
+        QCOMPARE(hf.config().ropeLayout, core::RopeLayout::RotateHalf);
+        auto a = gpu::Model::load(bin, {});
+        auto b = gpu::Model::load(hf, {});
+        const auto ids = randomIds(33, bin.config().vocabSize, 21);
+        auto ca = a->newCache(), cb = b->newCache();
+        const auto la = a->forward(ids, ca, true), lb = b->forward(ids, cb, true);
+        QVERIFY2(test::maxRelativeError(la, lb) < 1e-5, "llama2.c and HF-converted logits differ");
+        // Pre-RoPE keys differ only by the q/k row permutation; post-RoPE attention is identical.
+        const auto ka = ca.layer(0, gpu::KeyForm::PostRope), kb = cb.layer(0, gpu::KeyForm::PostRope);
+        QCOMPARE(ka.values.size(), kb.values.size());
+        QVERIFY(test::maxRelativeError(ka.values, kb.values) < 1e-5);
+        // keys: interleaved pair (2j, 2j+1) of llama2.c is (j, j + hd/2) after conversion
+        const int hd = ca.headDim();
+        std::vector<float> mapped(ka.keys.size());
+        for (size_t row = 0; row < ka.keys.size() / size_t(hd); ++row)
+            for (int j = 0; j < hd / 2; ++j) {
+                mapped[row * size_t(hd) + size_t(j)] = ka.keys[row * size_t(hd) + size_t(2 * j)];
+                mapped[row * size_t(hd) + size_t(j + hd / 2)] = ka.keys[row * size_t(hd) + size_t(2 * j + 1)];
+            }
+        QVERIFY(test::maxRelativeError(mapped, kb.keys) < 1e-5);
+    }
+
+    void preRopeRoundTrip()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "gqa"), {});
+        auto cache = model->newCache();
+        model->forward(randomIds(20, model->config().vocabSize, 1), cache);
+        const auto post = cache.layer(1, gpu::KeyForm::PostRope);
+        const auto pre = cache.layer(1, gpu::KeyForm::PreRope);
+        const int hd = cache.headDim();
+        // position 0 is not rotated; later positions are
+        for (int i = 0; i < hd; ++i)
+            QVERIFY(std::abs(pre.keys[size_t(i)] - post.keys[size_t(i)]) < 1e-6);
+        QVERIFY(test::maxRelativeError(pre.keys, post.keys) > 1e-2);
+        // writing pre-RoPE keys back reproduces the post-RoPE cache
+        std::vector<gpu::LayerKv> layers;
+        for (int l = 0; l < cache.numLayers(); ++l)
+            layers.push_back(cache.layer(l, gpu::KeyForm::PreRope));
+        auto copy = model->newCache();
+        copy.assign(cache.tokenIds(), layers, gpu::KeyForm::PreRope);
+        QVERIFY(test::maxRelativeError(copy.layer(1, gpu::KeyForm::PostRope).keys, post.keys) < 1e-5);
+        QCOMPARE(copy.bytes(), cache.bytes());
+        QCOMPARE(cache.bytes(), int64_t(2) * 3 * 2 * 16 * 20 * 4);
+    }
+
+    void emptyAndForeignCaches()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "gqa"), {});
+        auto cache = model->newCache();
+        QVERIFY(cache.layer(0, gpu::KeyForm::PreRope).keys.empty());
+        cache.assign({}, std::vector<gpu::LayerKv>(3), gpu::KeyForm::PreRope);
+        QCOMPARE(cache.tokens(), 0);
+        // a same-shaped cache of another model is refused, not silently mixed
+        auto other = gpu::Model::load(makeVariant(tmp.path().toStdString(), "gqa"), {});
+        auto foreign = other->newCache();
+        QVERIFY_THROWS_EXCEPTION(core::Error, model->forward({1, 2}, foreign));
+        // wrong sizes name the layer
+        try {
+            cache.assign({1, 2}, std::vector<gpu::LayerKv>(3), gpu::KeyForm::PreRope);
+            QFAIL("misshapen K/V accepted");
+        } catch (const core::Error &e) {
+            QCOMPARE(e.code(), core::ErrorCode::Shape);
+            QVERIFY(QString(e.what()).contains("layer 0"));
+        }
+    }
+
+    void contextFullAndStats()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "tiny"), {});
+        const int ctx = model->contextLimit();
+        gpu::GenerateOptions o;
+        o.maxTokens = 50;
+        o.stopAtEos = false;
+        const auto r = model->generate(randomIds(ctx - 10, model->config().vocabSize, 1), o);
+        QCOMPARE(r.stopReason, gpu::StopReason::ContextFull);
+        QCOMPARE(int(r.outputIds.size()), 11); // positions ctx-10 .. ctx-1 computed, one more sampled
+        o.maxTokens = 0;
+        const auto none = model->generate(randomIds(20, model->config().vocabSize, 1), o);
+        QVERIFY(none.outputIds.empty());
+        QVERIFY(none.stats.prefillTokPerS > 0);
+        // a cache that diverges mid-prompt is cut back to the common prefix
+        auto cache = model->newCache();
+        auto prompt = randomIds(20, model->config().vocabSize, 2);
+        model->forward(prompt, cache);
+        prompt[12] = (prompt[12] + 1) % model->config().vocabSize;
+        o.maxTokens = 3;
+        const auto cut = model->generate(prompt, cache, o);
+        QCOMPARE(cut.stats.reusedTokens, 12);
+        QCOMPARE(cut.outputIds, model->generate(prompt, o).outputIds);
+    }
+
+    void sampleTokenOnCraftedLogits()
+    {
+        const std::vector<float> logits = {0.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+        gpu::SamplingOptions greedy;
+        float lp = 0;
+        QCOMPARE(gpu::sampleToken(logits.data(), 5, greedy, 0, &lp), 1); // first maximum wins ties
+        QVERIFY(lp < 0);
+        gpu::SamplingOptions topk;
+        topk.temperature = 1.0;
+        topk.topK = 2;
+        std::map<int, int> counts;
+        for (uint64_t s = 0; s < 2000; ++s)
+            counts[gpu::sampleToken(logits.data(), 5, topk, s, nullptr)]++;
+        QCOMPARE(counts.size(), size_t(2)); // only ids 1 and 3 (the two 3.0 logits)
+        QVERIFY(counts[1] > 850 && counts[3] > 850);
+        gpu::SamplingOptions topp;
+        topp.temperature = 1.0;
+        topp.topP = 0.9; // p = [.02,.41,.15,.41,.01]: 1, 3 reach .82 < .9, so 2 joins; 0 and 4 never
+        counts.clear();
+        for (uint64_t s = 0; s < 3000; ++s)
+            counts[gpu::sampleToken(logits.data(), 5, topp, s, nullptr)]++;
+        QCOMPARE(counts.count(0), size_t(0));
+        QCOMPARE(counts.count(4), size_t(0));
+        QVERIFY(counts[2] > 200);
+    }
+
+    void truncateAndFork()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "tiny"), {});
+        const auto ids = randomIds(24, model->config().vocabSize, 2);
+        auto cache = model->newCache();
+        model->forward(std::vector<int>(ids.begin(), ids.begin() + 12), cache);
+        auto fork = cache.fork();
+        const auto next = model->forward({ids[12]}, cache);
+        QCOMPARE(cache.tokens(), 13);
+        QCOMPARE(fork.tokens(), 12);
+        QCOMPARE(model->forward({ids[12]}, fork), next); // the fork is independent and equivalent
+        cache.truncate(12);
+        QCOMPARE(model->forward({ids[12]}, cache), next);
+        QVERIFY_THROWS_EXCEPTION(core::Error, cache.truncate(99));
+    }
+
+    void sampling()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "tiny"), {});
+        const auto prompt = randomIds(8, model->config().vocabSize, 4);
+        gpu::GenerateOptions o;
+        o.maxTokens = 16;
+        o.stopAtEos = false;
+        const auto greedy = model->generate(prompt, o);
+        o.sampling.topK = 1;
+        o.sampling.temperature = 1.5;
+        QCOMPARE(model->generate(prompt, o).outputIds, greedy.outputIds); // top-k 1 is greedy
+        o.sampling.topK = 0;
+        o.sampling.seed = 42;
+        const auto s1 = model->generate(prompt, o), s2 = model->generate(prompt, o);
+        QCOMPARE(s1.outputIds, s2.outputIds); // seeded: reproducible
+        o.sampling.seed = 43;
+        const auto s3 = model->generate(prompt, o);
+        QVERIFY(s3.outputIds != s1.outputIds);
+        o.sampling.topP = 1e-9; // nucleus of one token: greedy again
+        QCOMPARE(model->generate(prompt, o).outputIds, greedy.outputIds);
+        // logprobs are log-probabilities
+        for (float lp : greedy.logprobs)
+            QVERIFY(lp <= 0.0f && lp > -50.0f);
+    }
+
+    void stopsAndCancel()
+    {
+        QTemporaryDir tmp;
+        auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "tiny"), {});
+        const auto prompt = randomIds(8, model->config().vocabSize, 4);
+        gpu::GenerateOptions o;
+        o.maxTokens = 10;
+        o.stopAtEos = false;
+        const auto base = model->generate(prompt, o);
+        QCOMPARE(base.stopReason, gpu::StopReason::MaxTokens);
+        o.stopTokens = {base.outputIds[3]};
+        const auto stopped = model->generate(prompt, o);
+        QCOMPARE(stopped.stopReason, gpu::StopReason::StopToken);
+        QVERIFY(stopped.outputIds.size() <= 4);
+        QCOMPARE(stopped.outputIds.back(), base.outputIds[3]);
+        o.stopTokens.clear();
+        int seen = 0;
+        const auto cancelled = model->generate(prompt, o, [&](int, float) { return ++seen < 5; });
+        QCOMPARE(cancelled.stopReason, gpu::StopReason::Cancelled);
+        QCOMPARE(int(cancelled.outputIds.size()), 5);
+        std::atomic_bool flag{true};
+        QCOMPARE(model->generate(prompt, o, {}, &flag).outputIds.size(), size_t(1));
+        // streaming callback sees every token in order
+        std::vector<int> streamed;
+        const auto r = model->generate(prompt, o, [&](int id, float) {
+            streamed.push_back(id);
+            return true;
+        });
+        QCOMPARE(streamed, r.outputIds);
+        QVERIFY(r.stats.ttftMs > 0);
+        QCOMPARE(r.stats.generatedTokens, 10);
+    }
+
+    void loadCancelAndErrors()
+    {
+        QTemporaryDir tmp;
+        const auto path = makeVariant(tmp.path().toStdString(), "tiny");
+        int calls = 0;
+        auto none = gpu::Model::load(path, {}, [&](double, const std::string &) { return ++calls < 2; });
+        QVERIFY(!none);
+        std::vector<double> fractions;
+        auto model = gpu::Model::load(path, {}, [&](double f, const std::string &) {
+            fractions.push_back(f);
+            return true;
+        });
+        QVERIFY(model);
+        QVERIFY(std::is_sorted(fractions.begin(), fractions.end()));
+        QCOMPARE(fractions.back(), 1.0);
+        auto cache = model->newCache();
+        try {
+            model->forward({0, 99999}, cache);
+            QFAIL("out-of-vocabulary id accepted");
+        } catch (const core::Error &e) {
+            QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+            QVERIFY(QString(e.what()).contains("99999"));
+        }
+        gpu::LoadOptions f16;
+        f16.dtype = gpu::ComputeType::F16;
+        try {
+            gpu::Model::load(path, f16);
+            QFAIL("f16 on CPU accepted");
+        } catch (const core::Error &e) {
+            QCOMPARE(e.code(), core::ErrorCode::Device);
+        }
+    }
+
+    // bf16 runs end to end and stays close to f32 (bf16 keeps ~3 significant digits).
+    void bf16CloseToF32()
+    {
+        QTemporaryDir tmp;
+        const auto path = makeVariant(tmp.path().toStdString(), "gqa");
+        auto f32 = gpu::Model::load(path, {});
+        gpu::LoadOptions o;
+        o.dtype = gpu::ComputeType::BF16;
+        auto bf16 = gpu::Model::load(path, o);
+        const auto ids = randomIds(16, f32->config().vocabSize, 8);
+        auto c1 = f32->newCache(), c2 = bf16->newCache();
+        const double err = test::maxRelativeError(bf16->forward(ids, c2), f32->forward(ids, c1));
+        QVERIFY2(err < 0.08, qPrintable(QString("bf16 relative error %1").arg(err)));
+        QCOMPARE(c2.bytes() * 2, c1.bytes());
+    }
+
+    void cudaMatchesCpu()
+    {
+        if (!gpu::cudaAvailable())
+            QSKIP("no CUDA device with this LibTorch build");
+        QTemporaryDir tmp;
+        const auto path = makeVariant(tmp.path().toStdString(), "gqa");
+        auto cpu = gpu::Model::load(path, {});
+        gpu::LoadOptions o;
+        o.device = gpu::Device::Cuda;
+        auto cuda = gpu::Model::load(path, o);
+        const auto ids = randomIds(64, cpu->config().vocabSize, 8);
+        auto c1 = cpu->newCache(), c2 = cuda->newCache();
+        QVERIFY(test::maxRelativeError(cuda->forward(ids, c2, true), cpu->forward(ids, c1, true)) < 1e-3);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEngine)
+#include "tst_engine.moc"

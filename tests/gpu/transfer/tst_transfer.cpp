@@ -1,0 +1,202 @@
+// Transfer: with identity maps from a model to itself, B generating from the converted cache equals
+// B from scratch token for token (the converted prefix is not recomputed); maps that do not fit the
+// geometry are refused naming the layer.
+#include "core/util/error.h"
+#include "core/model/random_model.h"
+#include "gpu/transfer/transfer.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/identity_map.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <random>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+
+class TestTransfer : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void identityTransferEqualsScratch_data()
+    {
+        QTest::addColumn<bool>("postRope");
+        QTest::newRow("pre-rope keys") << false;
+        QTest::newRow("post-rope keys") << true;
+    }
+    void identityTransferEqualsScratch()
+    {
+        QFETCH(bool, postRope);
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "m", core::randomModelPreset("gqa"));
+        auto a = gpu::Model::load(dir / "m", {});
+        auto b = gpu::Model::load(dir / "m", {}); // separate instance: caches cannot be shared
+        const auto &c = b->config();
+        gpu::ConverterSet conv;
+        conv.keyForm = postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
+        for (int l = 0; l < c.numLayers; ++l)
+            conv.layers.push_back({l,
+                                   {l},
+                                   false,
+                                   {test::identityMap(c.numKvHeads * c.headDim)},
+                                   {test::identityMap(c.numKvHeads * c.headDim)}});
+        std::vector<int> prompt;
+        for (int i = 0; i < 30; ++i)
+            prompt.push_back((i * 37 + 11) % c.vocabSize);
+        gpu::GenerateOptions o;
+        o.maxTokens = 12;
+        o.stopAtEos = false;
+        const auto scratch = b->generate(prompt, o);
+        const auto t = gpu::transferGenerate(*a, *b, gpu::Converter::create(conv, *a, *b), prompt, o);
+        QCOMPARE(t.generation.stats.reusedTokens, 29);
+        QCOMPARE(t.generation.stats.prefillTokens, 1);
+        QCOMPARE(t.generation.outputIds, scratch.outputIds);
+    }
+
+    // Keys converted pre-RoPE and rotated at B's positions with B's RoPE are B's own keys: A and B
+    // share weights but not rope_theta, so their post-RoPE keys differ while layer 0's pre-RoPE
+    // keys are the same; an identity map must give B's own layer-0 keys.
+    void preRopeIdentityMatchesTargetsOwnKeys()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        auto spec = core::randomModelPreset("gqa");
+        core::writeRandomHfModel(dir / "a", spec);
+        spec.config.ropeTheta = 500000.0;
+        core::writeRandomHfModel(dir / "b", spec);
+        auto a = gpu::Model::load(dir / "a", {});
+        auto b = gpu::Model::load(dir / "b", {});
+        const auto &c = b->config();
+        gpu::ConverterSet set;
+        for (int l = 0; l < c.numLayers; ++l)
+            set.layers.push_back({l,
+                                  {l},
+                                  false,
+                                  {test::identityMap(c.numKvHeads * c.headDim)},
+                                  {test::identityMap(c.numKvHeads * c.headDim)}});
+        std::vector<int> ids;
+        for (int i = 0; i < 40; ++i)
+            ids.push_back((i * 17 + 3) % c.vocabSize);
+        auto cacheA = a->newCache(), own = b->newCache();
+        a->forward(ids, cacheA);
+        b->forward(ids, own);
+        const auto converted = gpu::Converter::create(set, *a, *b).convertToHost(cacheA);
+        const auto mine = own.layer(0, gpu::KeyForm::PreRope);
+        const auto aPost = cacheA.layer(0, gpu::KeyForm::PostRope);
+        QCOMPARE(converted[0].keys.size(), mine.keys.size());
+        double maxErr = 0, maxDiffAB = 0;
+        auto conv = b->newCache();
+        conv.assign(ids, converted, gpu::KeyForm::PreRope);
+        const auto convPost = conv.layer(0, gpu::KeyForm::PostRope),
+                   ownPost = own.layer(0, gpu::KeyForm::PostRope);
+        for (size_t i = 0; i < ownPost.keys.size(); ++i) {
+            maxErr = std::max(maxErr, double(std::abs(convPost.keys[i] - ownPost.keys[i])));
+            maxDiffAB = std::max(maxDiffAB, double(std::abs(aPost.keys[i] - ownPost.keys[i])));
+        }
+        QVERIFY2(maxErr < 1e-5, qPrintable(QString::number(maxErr)));
+        QVERIFY(maxDiffAB > 1e-2); // the two RoPEs really differ: copying A's rotated keys would be wrong
+        // the direct device path equals the host path
+        auto direct = b->newCache();
+        gpu::Converter::create(set, *a, *b).convert(cacheA, direct);
+        QCOMPARE(direct.tokenIds(), ids);
+        const auto d0 = direct.layer(0, gpu::KeyForm::PostRope);
+        for (size_t i = 0; i < d0.keys.size(); ++i)
+            QVERIFY(std::abs(d0.keys[i] - convPost.keys[i]) < 1e-6);
+    }
+
+    // Identity transfer: KL 0, top-1 agreement 1, the gate's signal 1; maps that scramble the cache
+    // drive the signal down and the gate closes.
+    void agreementAndGate()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "m", core::randomModelPreset("gqa"));
+        auto a = gpu::Model::load(dir / "m", {});
+        auto b = gpu::Model::load(dir / "m", {});
+        const auto &c = b->config();
+        const int w = c.numKvHeads * c.headDim;
+        gpu::ConverterSet good, bad;
+        std::mt19937_64 rng(3);
+        std::normal_distribution<float> N(0.0f, 0.2f);
+        for (int l = 0; l < c.numLayers; ++l) {
+            good.layers.push_back({l, {l}, false, {test::identityMap(w)}, {test::identityMap(w)}});
+            auto noise = test::identityMap(w);
+            for (float &x : noise.weight)
+                x = N(rng);
+            bad.layers.push_back({l, {l}, false, {noise}, {noise}});
+        }
+        std::vector<int> prompt;
+        for (int i = 0; i < 24; ++i)
+            prompt.push_back((i * 29 + 1) % c.vocabSize);
+        const std::vector<int> continuation = {5, 9, 200, 7};
+        const auto ok =
+            gpu::teacherForcedAgreement(*a, *b, gpu::Converter::create(good, *a, *b), prompt, continuation);
+        QCOMPARE(ok.kl.size(), size_t(4));
+        QVERIFY2(ok.meanKl() < 1e-6, qPrintable(QString::number(ok.meanKl())));
+        QCOMPARE(ok.top1Rate(), 1.0);
+        const auto off =
+            gpu::teacherForcedAgreement(*a, *b, gpu::Converter::create(bad, *a, *b), prompt, continuation);
+        QVERIFY(off.meanKl() > 1e-3);
+        // without any prefix B's predictions move: the floor a converted cache must beat
+        const auto floor = gpu::noPrefixAgreement(*b, prompt, continuation);
+        QCOMPARE(floor.kl.size(), size_t(4));
+        QVERIFY(floor.meanKl() > 1e-3);
+
+        auto cacheA = a->newCache();
+        a->forward(std::vector<int>(prompt.begin(), prompt.end() - 1), cacheA);
+        const auto good1 = gpu::Converter::create(good, *a, *b), bad1 = gpu::Converter::create(bad, *a, *b);
+        const auto pass = gpu::qualityGate(*b, good1, cacheA, prompt.back(), 4, gpu::GateSignal::KvCos, 0.9);
+        QCOMPARE(pass.tail, 4);
+        QVERIFY2(pass.kvCos > 0.99999 && pass.passed, qPrintable(QString::number(pass.kvCos)));
+        QVERIFY2(pass.tailKl < 1e-8, qPrintable(QString::number(pass.tailKl)));
+        QCOMPARE(pass.value, pass.kvCos);
+        // the tail NLL is B's own on the prompt: the same whatever maps produced the prefix when they are
+        // exact
+        auto own = b->newCache();
+        const auto logits = b->forward(prompt, own, true);
+        const size_t vocab = logits.size() / prompt.size();
+        double nll = 0;
+        for (int i = 19; i < 23; ++i) { // positions 19..22 predict tokens 20..23
+            const float *x = logits.data() + size_t(i) * vocab;
+            double m = *std::max_element(x, x + vocab), sum = 0;
+            for (size_t j = 0; j < vocab; ++j)
+                sum += std::exp(x[j] - m);
+            nll += m + std::log(sum) - x[prompt[size_t(i) + 1]];
+        }
+        QVERIFY2(std::abs(pass.nll - nll / 4) < 1e-4,
+                 qPrintable(QString("%1 vs %2").arg(pass.nll).arg(nll / 4)));
+        const auto fail = gpu::qualityGate(*b, bad1, cacheA, prompt.back(), 4, gpu::GateSignal::KvCos, 0.9);
+        QVERIFY2(fail.kvCos < 0.5 && !fail.passed, qPrintable(QString::number(fail.kvCos)));
+        QVERIFY(fail.tailKl > 1e-4);
+        const auto klGate =
+            gpu::qualityGate(*b, bad1, cacheA, prompt.back(), 4, gpu::GateSignal::TailKl, 1e-6);
+        QVERIFY(!klGate.passed && klGate.value == klGate.tailKl);
+        // the source cache is untouched by the gate
+        QCOMPARE(cacheA.tokens(), 23);
+    }
+
+    void geometryMismatchIsRefused()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "a", core::randomModelPreset("tiny"));
+        core::writeRandomHfModel(dir / "b", core::randomModelPreset("gqa"));
+        auto a = gpu::Model::load(dir / "a", {});
+        auto b = gpu::Model::load(dir / "b", {});
+        gpu::ConverterSet conv; // identity of A's width: wrong for B
+        for (int l = 0; l < b->config().numLayers; ++l)
+            conv.layers.push_back({l, {0}, false, {test::identityMap(64)}, {test::identityMap(64)}});
+        const auto e = test::expectError([&] { gpu::Converter::create(conv, *a, *b); });
+        QCOMPARE(e.code(), core::ErrorCode::Shape);
+        QVERIFY2(QString(e.what()).contains("layer 0"), e.what());
+        conv.layers.pop_back();
+        QCOMPARE(test::expectError([&] { gpu::Converter::create(conv, *a, *b); }).code(),
+                 core::ErrorCode::Shape);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestTransfer)
+#include "tst_transfer.moc"

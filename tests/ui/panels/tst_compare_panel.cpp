@@ -1,0 +1,459 @@
+// ComparePanel: the three panes show every generated piece escaped, the first divergence is marked
+// in the two B panes only, KL colouring changes the B panes and leaves A's, the stats and summary
+// lines carry the numbers and the gate's decision, Run emits the request built from the controls
+// (never for an empty prompt), and a screenshot for a person to look at.
+#include "tests/support/synthetic_ledger.h"
+#include "ui/panels/compare_panel.h"
+
+#include <QComboBox>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QSignalSpy>
+#include <QSpinBox>
+#include <QTextBrowser>
+#include <QtTest>
+
+#include <cmath>
+
+using namespace kvwb;
+
+namespace {
+
+core::ComparisonPath path(std::vector<std::string> pieces, std::vector<float> logprobs)
+{
+    core::ComparisonPath p;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+        p.ids.push_back(int(100 + i));
+        p.text += pieces[i];
+    }
+    p.pieces = std::move(pieces);
+    p.logprobs = std::move(logprobs);
+    return p;
+}
+
+// Six tokens; scratch and transfer agree on tokens 0-2 and diverge at 3.
+ui::CompareResult sixTokens()
+{
+    ui::CompareResult r;
+    r.prompt = "What does a KV cache hold?";
+    r.converter = "default";
+    r.a = path({"A", " KV", " cache", " holds", " keys", "."}, {-0.2f, -0.3f, -0.1f, -0.9f, -0.4f, -0.05f});
+    r.scratch = path({"The", " cache", " <stores>", "\n", " keys", "."},
+                     {-0.01f, -0.1f, -0.5f, -1.2f, -2.5f, -0.05f});
+    r.transfer = path({"The", " cache", " <stores>", " values", " too", "."},
+                      {-0.02f, -0.1f, -0.6f, -2.0f, -1.0f, -0.3f});
+    r.transfer.kl = {0.01, 0.02, 0.05, 1.8, 0.4, 0.1};
+    r.a.ttftMs = 8.04;
+    r.a.decodeTokPerS = 512.4;
+    r.a.promptTokens = 29;
+    r.scratch.ttftMs = 12.3;
+    r.scratch.decodeTokPerS = 410.2;
+    r.scratch.promptTokens = 31;
+    r.transfer.ttftMs = 5.26;
+    r.transfer.decodeTokPerS = 405.7;
+    r.transfer.promptTokens = 31;
+    r.transfer.reusedTokens = 30;
+    r.firstDivergence = 3;
+    r.meanKl = 0.284;
+    r.top1 = 0.899;
+    r.klNoPrefix = 1.445;
+    r.rougeL = 0.33;
+    r.sourcePrefillMs = 2.5;
+    r.convertMs = 1.3;
+    r.gateSignal = "tail_kl";
+    r.gateValue = 0.041;
+    r.gateThreshold = 0.1;
+    r.gatePassed = true;
+    r.createdUtc = "2025-03-14T09:26:53Z";
+    return r;
+}
+
+// A longer, realistic-looking sample for the screenshot.
+ui::CompareResult realistic()
+{
+    const std::vector<std::string> scratch = {
+        " A",     " KV",          " cache", " stores", " the",     " keys",    " and",  " values", " of",
+        " every", " token",       " the",   " model",  " has",     " already", " seen", ",",       " so",
+        " each",  " new",         " token", " only",   " attends", " to",      " them", "\n",      "instead",
+        " of",    " recomputing", " the",   " whole",  " prompt",  "."};
+    std::vector<std::string> transfer(scratch.begin(), scratch.begin() + 9);
+    for (const char *p : {" all", " previous", " tokens", ",", " so", " generation", " does", " not", " need",
+                          " to", " recompute", " attention", " over", " the", " prompt", "\n", "again", "."})
+        transfer.emplace_back(p);
+    const std::vector<std::string> a = {" It", " keeps",    " past", " keys",  " and",   " values", ",",
+                                        " so", " decoding", " a",    " token", " costs", " one",    " step",
+                                        " <",  " O",        "(",     "n",      ")",      " work",   "."};
+    auto logprobs = [](size_t n, unsigned seed) {
+        std::vector<float> lp;
+        for (size_t i = 0; i < n; ++i) {
+            const double u = std::fmod(std::sin(double(i * 7 + seed)) * 43758.5453, 1.0);
+            lp.push_back(float(std::log(0.05 + 0.95 * std::abs(u))));
+        }
+        return lp;
+    };
+    ui::CompareResult r = sixTokens();
+    r.prompt = "Explain in two sentences what a KV cache stores and why it speeds up decoding.";
+    r.a = path(a, logprobs(a.size(), 3));
+    r.scratch = path(scratch, logprobs(scratch.size(), 11));
+    r.transfer = path(transfer, logprobs(transfer.size(), 11));
+    for (size_t i = 0; i < scratch.size(); ++i)
+        r.transfer.kl.push_back(i < 9 ? 0.02 + 0.03 * (i % 3) : 0.2 + 0.12 * double(i - 9));
+    r.a.ttftMs = 9.8;
+    r.a.decodeTokPerS = 520;
+    r.a.promptTokens = 17;
+    r.scratch.ttftMs = 14.6;
+    r.scratch.decodeTokPerS = 410;
+    r.scratch.promptTokens = 18;
+    r.transfer.ttftMs = 6.1;
+    r.transfer.decodeTokPerS = 404;
+    r.transfer.promptTokens = 18;
+    r.transfer.reusedTokens = 17;
+    r.firstDivergence = 9;
+    return r;
+}
+
+template <typename T> T *child(QWidget &w, const char *name)
+{
+    auto *c = w.findChild<T *>(name);
+    if (!c)
+        qFatal("no child %s", name);
+    return c;
+}
+
+void makeReady(ui::ComparePanel &panel)
+{
+    panel.setModelsLoaded(true);
+    panel.setExperimentPath("/tmp/exp.h5");
+    panel.setConverters({"all", "default"}, "default");
+}
+
+} // namespace
+
+class TestComparePanel : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void emptyState()
+    {
+        ui::ComparePanel panel;
+        for (int i = 0; i < 3; ++i)
+            QVERIFY(panel.paneHtml(i).contains("Load the models and open an experiment"));
+        QVERIFY(panel.summaryText().isEmpty());
+        QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
+        QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("Load models"));
+        panel.setModelsLoaded(true);
+        QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
+        QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("Open an experiment"));
+        panel.setExperimentPath("/tmp/exp.h5");
+        QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("no converter"));
+        QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
+        panel.setConverters({"a", "b"}, "missing");
+        QCOMPARE(panel.request().converter, QString("a"));
+        QVERIFY(child<QPushButton>(panel, "runButton")->isEnabled());
+        panel.setExperimentPath({});
+        QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
+    }
+
+    void panesShowTokens()
+    {
+        ui::ComparePanel panel;
+        const auto r = sixTokens();
+        panel.showResult(r);
+        for (const auto &p : r.a.pieces)
+            QVERIFY2(panel.paneHtml(0).contains(QString::fromStdString(p)), p.c_str());
+        QVERIFY(panel.paneHtml(1).contains("&lt;stores&gt;"));
+        QVERIFY(panel.paneHtml(2).contains("&lt;stores&gt;"));
+        QVERIFY(!panel.paneHtml(1).contains("<stores>"));
+        QVERIFY(panel.paneHtml(1).contains(QString::fromUtf8("\u21b5<br>"))); // the newline piece
+        for (const char *p : {" values", " too", " keys"})
+            QVERIFY(panel.paneHtml(p == std::string(" keys") ? 1 : 2).contains(p));
+        // the shown document holds the same text
+        QVERIFY(child<QTextBrowser>(panel, "pane1")->toPlainText().contains("<stores>"));
+
+        const QString marker = QString::fromUtf8("\u25b6\u00a0first\u00a0divergence");
+        QVERIFY(!panel.paneHtml(0).contains(marker));
+        QVERIFY(panel.paneHtml(1).contains(marker));
+        QVERIFY(panel.paneHtml(2).contains(marker));
+        // the marker sits right before token 3 (" values" in transfer)
+        const QString transfer = panel.paneHtml(2);
+        QVERIFY(transfer.indexOf(marker) < transfer.indexOf(" values"));
+        QVERIFY(transfer.indexOf(marker) > transfer.indexOf("&lt;stores&gt;"));
+        QVERIFY(transfer.contains("text-decoration:underline"));
+
+        // identical continuations: no marker, the summary says so
+        auto same = r;
+        same.firstDivergence = -1;
+        panel.showResult(same);
+        QVERIFY(!panel.paneHtml(2).contains(marker));
+        QVERIFY(panel.summaryText().contains("identical continuations"));
+    }
+
+    void klColouring()
+    {
+        ui::ComparePanel panel;
+        panel.showResult(sixTokens());
+        QCOMPARE(panel.colouring(), ui::ComparePanel::Colouring::Probability);
+        const QString a = panel.paneHtml(0), scratch = panel.paneHtml(1), transfer = panel.paneHtml(2);
+        panel.setColouring(ui::ComparePanel::Colouring::Kl);
+        QCOMPARE(panel.colouring(), ui::ComparePanel::Colouring::Kl);
+        QCOMPARE(child<QComboBox>(panel, "colourByCombo")->currentIndex(), 1);
+        QVERIFY(panel.paneHtml(2) != transfer);
+        QVERIFY(panel.paneHtml(1) != scratch);
+        QCOMPARE(panel.paneHtml(0), a); // A falls back to probability
+        QVERIFY(child<QLabel>(panel, "paneHeader0")->text().contains("probability"));
+        // KL 1.8 at position 3 (the divergence) is a dark red with white text, in both B panes; as a
+        // probability (0.135 and 0.301) it is a light red with black text
+        const QString darkDivergence = "color:#ffffff; font-weight:bold; text-decoration:underline";
+        QVERIFY(panel.paneHtml(2).contains(darkDivergence));
+        QVERIFY(panel.paneHtml(1).contains(darkDivergence));
+        QVERIFY(!transfer.contains(darkDivergence));
+        QVERIFY(!scratch.contains(darkDivergence));
+        child<QComboBox>(panel, "colourByCombo")->setCurrentIndex(0);
+        QCOMPARE(panel.colouring(), ui::ComparePanel::Colouring::Probability);
+        QCOMPARE(panel.paneHtml(2), transfer);
+        QCOMPARE(child<QLabel>(panel, "paneHeader0")->text(), QString("A (source)"));
+    }
+
+    void statsAndSummary()
+    {
+        ui::ComparePanel panel;
+        auto r = sixTokens();
+        panel.showResult(r);
+        QCOMPARE(panel.statsText(0),
+                 QString::fromUtf8("TTFT 8.0 ms \u00b7 512 tok/s \u00b7 6 tokens \u00b7 prompt 29 tokens"));
+        QCOMPARE(panel.statsText(1),
+                 QString::fromUtf8("TTFT 12.3 ms \u00b7 410 tok/s \u00b7 6 tokens \u00b7 prompt 31 tokens"));
+        QCOMPARE(panel.statsText(2),
+                 QString::fromUtf8("TTFT 5.3 ms \u00b7 406 tok/s \u00b7 6 tokens \u00b7 prompt 31 tokens (30 "
+                                   "reused) \u00b7 A prefill 2.5 ms + convert 1.3 ms"));
+        QCOMPARE(
+            panel.summaryText(),
+            QString::fromUtf8("KL to scratch 0.284 nats/token (no-prefix floor 1.445) \u00b7 top-1 agreement "
+                              "89.9% \u00b7 ROUGE-L 0.33 \u00b7 first divergence at token 3 \u00b7 gate "
+                              "tail_kl 0.041 \u2264 0.1: pass (converted cache used)"));
+
+        r.gateValue = 0.3;
+        r.gatePassed = false;
+        panel.showResult(r);
+        QVERIFY(
+            panel.summaryText().endsWith(QString::fromUtf8("gate tail_kl 0.300 > 0.1: fail (B falls back to "
+                                                           "its own prefill)")));
+        r.gateSignal = "kv_cos";
+        r.gateValue = 0.95;
+        r.gateThreshold = 0.9;
+        r.gatePassed = true;
+        panel.showResult(r);
+        QVERIFY(panel.summaryText().contains(QString::fromUtf8("gate kv_cos 0.950 \u2265 0.9: pass")));
+        r.gateValue = 0.8;
+        r.gatePassed = false;
+        panel.showResult(r);
+        QVERIFY(panel.summaryText().contains(QString::fromUtf8("gate kv_cos 0.800 < 0.9: fail")));
+
+        // pointing at a token describes it
+        Q_EMIT child<QTextBrowser>(panel, "pane2")->highlighted(QUrl("tok:3"));
+        QVERIFY2(panel.tokenInfoText().contains("token 3 \" values\""), qPrintable(panel.tokenInfoText()));
+        QVERIFY(panel.tokenInfoText().contains("p = 0.135"));
+        QVERIFY(panel.tokenInfoText().contains("1.800 nats"));
+        Q_EMIT child<QTextBrowser>(panel, "pane0")->highlighted(QUrl("tok:1"));
+        QVERIFY(panel.tokenInfoText().startsWith("A, token 1"));
+        QVERIFY(!panel.tokenInfoText().contains("KL"));
+    }
+
+    void requestRoundTrip()
+    {
+        ui::ComparePanel panel;
+        makeReady(panel);
+        ui::CompareRequest r;
+        r.experimentPath = "/data/exp.h5";
+        r.converter = "all";
+        r.prompt = "Line one\nline two";
+        r.maxTokens = 77;
+        r.gateSignal = "kv_cos";
+        r.gateThreshold = 0.85;
+        r.gateTail = 6;
+        r.save = false;
+        panel.setRequest(r);
+        const auto back = panel.request();
+        QCOMPARE(back.experimentPath, r.experimentPath);
+        QCOMPARE(back.converter, r.converter);
+        QCOMPARE(back.prompt, r.prompt);
+        QCOMPARE(back.maxTokens, r.maxTokens);
+        QCOMPARE(back.gateSignal, r.gateSignal);
+        QCOMPARE(back.gateThreshold, r.gateThreshold);
+        QCOMPARE(back.gateTail, r.gateTail);
+        QCOMPARE(back.save, r.save);
+
+        // a converter the experiment does not list (yet) is kept
+        r.converter = "later";
+        panel.setRequest(r);
+        QCOMPARE(panel.request().converter, QString("later"));
+
+        // changing the gate signal resets the threshold to that signal's default
+        auto *signal = child<QComboBox>(panel, "gateSignalCombo");
+        signal->setCurrentText("nll");
+        QCOMPARE(panel.request().gateThreshold, 3.0);
+        signal->setCurrentText("tail_kl");
+        QCOMPARE(panel.request().gateThreshold, 0.1);
+        QCOMPARE(child<QLabel>(panel, "gateComparison")->text(), QString::fromUtf8("\u2264"));
+        signal->setCurrentText("kv_cos");
+        QCOMPARE(panel.request().gateThreshold, 0.9);
+        QCOMPARE(child<QLabel>(panel, "gateComparison")->text(), QString::fromUtf8("\u2265"));
+
+        ui::ComparePanel fresh;
+        QCOMPARE(fresh.request().maxTokens, 32);
+        QCOMPARE(fresh.request().gateSignal, QString("tail_kl"));
+        QVERIFY(fresh.request().save);
+    }
+
+    void runEmitsRequest()
+    {
+        ui::ComparePanel panel;
+        makeReady(panel);
+        QSignalSpy spy(&panel, &ui::ComparePanel::compareRequested);
+        auto *run = child<QPushButton>(panel, "runButton");
+        auto *message = child<QLabel>(panel, "compareMessage");
+        QVERIFY(run->isEnabled());
+        child<QPlainTextEdit>(panel, "promptEdit")->setPlainText("  \n ");
+        run->click();
+        QCOMPARE(spy.count(), 0);
+        QVERIFY(!message->isHidden());
+        QVERIFY(message->text().contains("prompt"));
+
+        child<QPlainTextEdit>(panel, "promptEdit")->setPlainText("Why is the sky blue?");
+        child<QComboBox>(panel, "converterCombo")->setCurrentText("all");
+        child<QSpinBox>(panel, "maxTokensSpin")->setValue(48);
+        child<QComboBox>(panel, "gateSignalCombo")->setCurrentText("nll");
+        child<QSpinBox>(panel, "gateTailSpin")->setValue(8);
+        run->click();
+        QCOMPARE(spy.count(), 1);
+        QVERIFY(message->isHidden());
+        const auto r = spy.at(0).at(0).value<ui::CompareRequest>();
+        QCOMPARE(r.prompt, QString("Why is the sky blue?"));
+        QCOMPARE(r.converter, QString("all"));
+        QCOMPARE(r.experimentPath, QString("/tmp/exp.h5"));
+        QCOMPARE(r.maxTokens, 48);
+        QCOMPARE(r.gateSignal, QString("nll"));
+        QCOMPARE(r.gateThreshold, 3.0);
+        QCOMPARE(r.gateTail, 8);
+        QVERIFY(r.save);
+    }
+
+    void busyAndFailure()
+    {
+        ui::ComparePanel panel;
+        makeReady(panel);
+        auto *run = child<QPushButton>(panel, "runButton");
+        auto *cancel = child<QPushButton>(panel, "cancelCompareButton");
+        auto *progress = child<QProgressBar>(panel, "compareProgress");
+        QVERIFY(run->isEnabled() && !cancel->isEnabled() && progress->isHidden());
+        panel.setBusy(true);
+        QVERIFY(!run->isEnabled() && cancel->isEnabled() && !progress->isHidden());
+        panel.setProgress(0.5, "decoding B");
+        QCOMPARE(progress->value(), 500);
+        QVERIFY(progress->text().startsWith("decoding B"));
+        QSignalSpy cancelled(&panel, &ui::ComparePanel::cancelRequested);
+        cancel->click();
+        QCOMPARE(cancelled.count(), 1);
+        panel.setModelsLoaded(true); // readiness changes keep Run off while busy
+        QVERIFY(!run->isEnabled());
+        panel.setFailed("model B ran out of memory");
+        QVERIFY(run->isEnabled() && !cancel->isEnabled() && progress->isHidden());
+        auto *message = child<QLabel>(panel, "compareMessage");
+        QVERIFY(!message->isHidden());
+        QCOMPARE(message->text(), QString("model B ran out of memory"));
+        panel.setBusy(true); // a new run clears the old failure
+        QVERIFY(message->isHidden());
+    }
+
+    void history()
+    {
+        ui::ComparePanel panel;
+        std::vector<ui::CompareResult> samples;
+        for (int i = 0; i < 3; ++i) {
+            auto s = sixTokens();
+            s.prompt = "prompt number " + std::to_string(i);
+            s.scratch.pieces[0] = "Sample" + std::to_string(i);
+            s.createdUtc = "2025-03-14T09:2" + std::to_string(i) + ":00Z";
+            samples.push_back(s);
+        }
+        panel.setHistory(samples);
+        auto *combo = child<QComboBox>(panel, "historyCombo");
+        QCOMPARE(combo->count(), 3);
+        QVERIFY(combo->itemText(1).contains("prompt number 1"));
+        QCOMPARE(combo->currentIndex(), 2);
+        QVERIFY(panel.paneHtml(1).contains("Sample2"));
+        combo->setCurrentIndex(1);
+        QVERIFY(panel.paneHtml(1).contains("Sample1"));
+        QVERIFY(!panel.paneHtml(1).contains("Sample2"));
+
+        // a new result is appended and selected
+        auto fresh = sixTokens();
+        fresh.scratch.pieces[0] = "Fresh";
+        panel.showResult(fresh);
+        QCOMPARE(combo->count(), 4);
+        QCOMPARE(combo->currentIndex(), 3);
+        QVERIFY(panel.paneHtml(1).contains("Fresh"));
+
+        panel.setHistory({});
+        QCOMPARE(combo->count(), 0);
+        QVERIFY(panel.paneHtml(1).contains("Load the models"));
+        QVERIFY(panel.summaryText().isEmpty());
+    }
+
+    void scrollTogether()
+    {
+        ui::ComparePanel panel;
+        auto r = realistic();
+        for (int i = 0; i < 6; ++i) { // long enough to scroll in every pane
+            r.a.pieces.insert(r.a.pieces.end(), r.a.pieces.begin(), r.a.pieces.begin() + 21);
+            r.scratch.pieces.insert(r.scratch.pieces.end(), r.scratch.pieces.begin(),
+                                    r.scratch.pieces.begin() + 33);
+            r.transfer.pieces.insert(r.transfer.pieces.end(), r.transfer.pieces.begin(),
+                                     r.transfer.pieces.begin() + 27);
+        }
+        panel.showResult(r);
+        panel.resize(900, 500);
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        QScrollBar *bars[3];
+        for (int i = 0; i < 3; ++i) {
+            bars[i] = child<QTextBrowser>(panel, qPrintable(QString("pane%1").arg(i)))->verticalScrollBar();
+            QVERIFY2(bars[i]->maximum() > 0, qPrintable(QString::number(i)));
+        }
+        bars[1]->setValue(bars[1]->maximum());
+        QCOMPARE(bars[0]->value(), bars[0]->maximum());
+        QCOMPARE(bars[2]->value(), bars[2]->maximum());
+        bars[2]->setValue(bars[2]->maximum() / 2);
+        QVERIFY(std::abs(double(bars[0]->value()) / bars[0]->maximum() - 0.5) < 0.05);
+        QVERIFY(std::abs(double(bars[1]->value()) / bars[1]->maximum() - 0.5) < 0.05);
+    }
+
+    void screenshots()
+    {
+        ui::ComparePanel panel;
+        makeReady(panel);
+        panel.setRequest([] {
+            ui::CompareRequest r;
+            r.experimentPath = "/data/experiments/tinyllama-qwen.h5";
+            r.converter = "default";
+            r.prompt = "Explain in two sentences what a KV cache stores and why it speeds up decoding.";
+            return r;
+        }());
+        panel.showResult(realistic());
+        panel.resize(1400, 700);
+        qInfo() << "screenshot:" << testing::saveScreenshot(&panel, "compare_panel");
+        panel.setColouring(ui::ComparePanel::Colouring::Kl);
+        qInfo() << "screenshot:" << testing::saveScreenshot(&panel, "compare_panel_kl");
+
+        ui::ComparePanel empty;
+        empty.resize(1400, 700);
+        qInfo() << "screenshot:" << testing::saveScreenshot(&empty, "compare_panel_empty");
+    }
+};
+
+QTEST_MAIN(TestComparePanel)
+#include "tst_compare_panel.moc"

@@ -1,0 +1,439 @@
+// The run controls of the Alignment panel (fit settings, Fit/Cancel, the converter in use) and of the
+// Replay panel (tier stack, gate, Start/Pause/Stop, live mode): request round trips, the exact
+// requests emitted, refusals with a reason, busy toggling, live rows surviving a switch to a stored
+// ledger and back, and screenshots.
+#include "tests/support/synthetic_ledger.h"
+#include "ui/panels/alignment_panel.h"
+#include "ui/models/ledger_model.h"
+#include "ui/charts/replay_charts.h"
+#include "ui/panels/replay_panel.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QLabel>
+#include <QLineEdit>
+#include <QLineSeries>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QtTest>
+
+using namespace kvwb;
+
+namespace {
+
+core::ConverterRecord converter(const std::string &name, int layersA, int layersB, int heads)
+{
+    core::ConverterRecord c;
+    c.name = name;
+    c.selection = "proportional";
+    c.k = 1;
+    c.lambdaMode = "fixed";
+    c.trainTokens = 4000;
+    c.layerMetrics.columns = {"layer", "r2_k", "r2_v", "attn_cos"};
+    c.headMetrics.columns = {"layer", "head", "r2_k", "attn_cos"};
+    for (int l = 0; l < layersB; ++l) {
+        c.layerMetrics.rows.push_back({double(l), 0.6 + 0.02 * l, 0.5 - 0.01 * l, 0.7});
+        for (int h = 0; h < heads; ++h)
+            c.headMetrics.rows.push_back({double(l), double(h), 0.5 + 0.05 * h, 0.6 + 0.03 * l});
+    }
+    for (core::Matrix *m : {&c.ckaKeys, &c.ckaValues}) {
+        m->rows = layersB;
+        m->cols = layersA;
+        for (int i = 0; i < layersA * layersB; ++i)
+            m->data.push_back(0.2 + 0.6 * double(i % layersA) / layersA);
+    }
+    return c;
+}
+
+std::shared_ptr<ui::ExperimentSnapshot> snapshot(int prompts, const std::vector<std::string> &converters,
+                                                 bool withLedger = false)
+{
+    auto s = std::make_shared<ui::ExperimentSnapshot>();
+    s->path = "/tmp/exp.h5";
+    s->a.config.numLayers = 6;
+    s->b.config.numLayers = 4;
+    s->b.config.numKvHeads = 2;
+    s->prompts = prompts;
+    s->tokensA = s->tokensB = 100 * prompts;
+    for (const auto &name : converters)
+        s->converters.push_back(converter(name, 6, 4, 2));
+    if (withLedger)
+        s->ledgers.push_back({"stored", testing::patternedLedger(30)});
+    return s;
+}
+
+void compareFit(const ui::FitRequest &a, const ui::FitRequest &b)
+{
+    QCOMPARE(a.experimentPath, b.experimentPath);
+    QCOMPARE(a.name, b.name);
+    QCOMPARE(a.selection, b.selection);
+    QCOMPARE(a.k, b.k);
+    QCOMPARE(a.autoLambda, b.autoLambda);
+    QCOMPARE(a.lambda, b.lambda);
+    QCOMPARE(a.perHead, b.perHead);
+    QCOMPARE(a.maxTrainTokens, b.maxTrainTokens);
+}
+
+void compareReplay(const ui::ReplayRequest &a, const ui::ReplayRequest &b)
+{
+    QCOMPARE(a.workloadPath, b.workloadPath);
+    QCOMPARE(a.experimentPath, b.experimentPath);
+    QCOMPARE(a.converter, b.converter);
+    QCOMPARE(a.tiers, b.tiers);
+    QCOMPARE(a.threshold, b.threshold);
+    QCOMPARE(a.embedder, b.embedder);
+    QCOMPARE(a.gateSignal, b.gateSignal);
+    QCOMPARE(a.gateThreshold, b.gateThreshold);
+    QCOMPARE(a.gate, b.gate);
+    QCOMPARE(a.maxTokens, b.maxTokens);
+    QCOMPARE(a.limit, b.limit);
+    QCOMPARE(a.ledgerName, b.ledgerName);
+}
+
+} // namespace
+
+class TestPanelControls : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void fitRequestRoundTrip()
+    {
+        ui::AlignmentPanel p;
+        compareFit(p.fitRequest(), ui::FitRequest{});
+        p.setSnapshot(snapshot(10, {}));
+        ui::FitRequest r;
+        r.experimentPath = "/tmp/exp.h5";
+        r.name = "topk-3";
+        r.selection = "topk";
+        r.k = 3;
+        r.autoLambda = false;
+        r.lambda = 1e-3;
+        r.perHead = true;
+        r.maxTrainTokens = 20000;
+        p.setFitRequest(r);
+        compareFit(p.fitRequest(), r);
+        // lambda typed in scientific notation; auto lambda disables the field
+        auto *lambda = p.findChild<QLineEdit *>("lambdaEdit");
+        lambda->setText("2.5e-2");
+        QCOMPARE(p.fitRequest().lambda, 0.025);
+        p.findChild<QCheckBox *>("autoLambdaCheck")->setChecked(true);
+        QVERIFY(!lambda->isEnabled());
+        QVERIFY(p.fitRequest().autoLambda);
+    }
+
+    void fitNeedsPromptsAndEmits()
+    {
+        ui::AlignmentPanel p;
+        auto *fit = p.findChild<QPushButton *>("fitButton");
+        auto *cancel = p.findChild<QPushButton *>("cancelFitButton");
+        QVERIFY(!fit->isEnabled());
+        QVERIFY(p.fitStatusText().contains("Capture prompts first"));
+        p.setSnapshot(snapshot(0, {}));
+        QVERIFY(!fit->isEnabled());
+        QVERIFY(p.fitStatusText().contains("Capture prompts first"));
+        p.setSnapshot(snapshot(12, {}));
+        QVERIFY(fit->isEnabled());
+        QVERIFY(!p.fitStatusText().contains("Capture prompts first"));
+
+        QSignalSpy spy(&p, &ui::AlignmentPanel::fitRequested);
+        p.findChild<QLineEdit *>("fitNameEdit")->setText(".hidden");
+        fit->click();
+        QCOMPARE(spy.count(), 0);
+        QVERIFY(p.fitStatusText().contains("cannot be stored"));
+        p.findChild<QLineEdit *>("fitNameEdit")->setText("default");
+        p.findChild<QLineEdit *>("lambdaEdit")->setText("");
+        fit->click();
+        QCOMPARE(spy.count(), 0);
+        QVERIFY(p.fitStatusText().contains("positive number"));
+        p.findChild<QLineEdit *>("lambdaEdit")->setText("1e-2");
+        fit->click();
+        QCOMPARE(spy.count(), 1);
+        ui::FitRequest want;
+        want.experimentPath = "/tmp/exp.h5";
+        compareFit(spy.first().first().value<ui::FitRequest>(), want);
+        QVERIFY(!fit->isEnabled());
+        QVERIFY(cancel->isEnabled());
+
+        QSignalSpy cancelSpy(&p, &ui::AlignmentPanel::cancelRequested);
+        cancel->click();
+        QCOMPARE(cancelSpy.count(), 1);
+        p.setFitProgress(0.4, "layer 2 of 4");
+        QVERIFY(p.fitStatusText().contains("layer 2 of 4"));
+        ui::FitSummary s;
+        s.name = "default";
+        s.cancelled = true;
+        p.showFitSummary(s);
+        QVERIFY(p.fitStatusText().contains("cancelled"));
+        QVERIFY(fit->isEnabled());
+        QVERIFY(!cancel->isEnabled());
+
+        p.setBusy(true);
+        QVERIFY(!fit->isEnabled());
+        s.cancelled = false;
+        s.fitMs = 2100;
+        s.meanR2K = 0.6234;
+        s.meanR2V = 0.5;
+        s.meanAttnCos = 0.679;
+        p.showFitSummary(s);
+        QVERIFY2(p.fitStatusText().contains(
+                     "fitted 'default' in 2.1 s: mean R\u00b2 K 0.62, V 0.50, attention cosine 0.68"),
+                 qPrintable(p.fitStatusText()));
+        p.setBusy(true);
+        p.setFitFailed("no train prompts");
+        QVERIFY(p.fitStatusText().contains("no train prompts"));
+        QVERIFY(fit->isEnabled());
+    }
+
+    void inUseMarking()
+    {
+        ui::AlignmentPanel p;
+        auto *combo = p.findChild<QComboBox *>("converterCombo");
+        auto *use = p.findChild<QPushButton *>("useConverterButton");
+        auto *label = p.findChild<QLabel *>("inUseLabel");
+        QVERIFY(!use->isEnabled());
+        p.setSnapshot(snapshot(10, {"default", "topk"}));
+        QCOMPARE(p.inUse(), QString()); // never auto-picked
+        QVERIFY(label->text().contains("none"));
+        QSignalSpy spy(&p, &ui::AlignmentPanel::inUseChanged);
+        p.showConverter(1);
+        use->click();
+        QCOMPARE(spy.count(), 1);
+        QCOMPARE(spy.first().first().toString(), QString("topk"));
+        QCOMPARE(p.inUse(), QString("topk"));
+        QCOMPARE(combo->itemText(1), QString("topk (in use)"));
+        QCOMPARE(combo->itemText(0), QString("default"));
+        QCOMPARE(p.converterName(1), QString("topk"));
+        QVERIFY(label->text().contains("topk"));
+
+        p.setInUse("default"); // from the app: no signal
+        QCOMPARE(spy.count(), 1);
+        QCOMPARE(combo->itemText(0), QString("default (in use)"));
+        QCOMPARE(combo->itemText(1), QString("topk"));
+
+        // a new snapshot keeps the name while it exists, else none
+        p.setSnapshot(snapshot(10, {"other", "default"}));
+        QCOMPARE(p.inUse(), QString("default"));
+        QCOMPARE(combo->itemText(1), QString("default (in use)"));
+        p.setSnapshot(snapshot(10, {"other"}));
+        QCOMPARE(p.inUse(), QString());
+        QCOMPARE(combo->itemText(0), QString("other"));
+        QCOMPARE(spy.count(), 1);
+    }
+
+    void replayRequestRoundTrip()
+    {
+        ui::ReplayPanel p;
+        compareReplay(p.replayRequest(), ui::ReplayRequest{});
+        p.setSnapshot(snapshot(10, {"default"}));
+        p.setCrossAvailable(true, "default");
+        ui::ReplayRequest r;
+        r.workloadPath = "/data/workload.jsonl";
+        r.experimentPath = "/tmp/exp.h5";
+        r.converter = "default";
+        r.tiers = {"exact", "prefix", "cross"};
+        r.threshold = 0.85;
+        r.embedder = "model";
+        r.gateSignal = "kv_cos";
+        r.gateThreshold = 0.95;
+        r.gate = false;
+        r.maxTokens = 16;
+        r.limit = 200;
+        r.ledgerName = "run-1";
+        p.setReplayRequest(r);
+        compareReplay(p.replayRequest(), r);
+
+        // a busy panel still reports its settings (the project saves them)
+        p.setBusy(true);
+        compareReplay(p.replayRequest(), r);
+        p.setBusy(false);
+
+        // without a converter in use the cross tier is left out (the choice is kept for later)
+        p.setCrossAvailable(false, {});
+        auto *cross = p.findChild<QCheckBox *>("tierCross");
+        QVERIFY(!cross->isEnabled());
+        QVERIFY(cross->toolTip().contains("Use this converter"));
+        QCOMPARE(p.replayRequest().tiers, QStringList({"exact", "prefix"}));
+        QCOMPARE(p.replayRequest().converter, QString());
+        p.setCrossAvailable(true, "other");
+        QCOMPARE(p.replayRequest().tiers, QStringList({"exact", "prefix", "cross"}));
+        QCOMPARE(p.replayRequest().converter, QString("other"));
+    }
+
+    void gateSignalResetsThreshold()
+    {
+        ui::ReplayPanel p;
+        auto *signal = p.findChild<QComboBox *>("gateSignalCombo");
+        auto *threshold = p.findChild<QDoubleSpinBox *>("gateThresholdSpin");
+        QCOMPARE(threshold->value(), 0.1);
+        signal->setCurrentText("kv_cos");
+        QCOMPARE(p.replayRequest().gateThreshold, 0.9);
+        signal->setCurrentText("nll");
+        QCOMPARE(p.replayRequest().gateThreshold, 3.0);
+        threshold->setValue(2.5);
+        QCOMPARE(p.replayRequest().gateThreshold, 2.5);
+        signal->setCurrentText("tail_kl");
+        QCOMPARE(p.replayRequest().gateThreshold, 0.1);
+        p.findChild<QCheckBox *>("gateCheck")->setChecked(false);
+        QVERIFY(!signal->isEnabled());
+        QVERIFY(!threshold->isEnabled());
+    }
+
+    void startStopPause()
+    {
+        ui::ReplayPanel p;
+        auto *start = p.findChild<QPushButton *>("startButton");
+        auto *pause = p.findChild<QPushButton *>("pauseButton");
+        auto *stop = p.findChild<QPushButton *>("stopButton");
+        QVERIFY(!start->isEnabled());
+        QVERIFY(p.statusText().contains("Load models A and B first"));
+        p.setModelsLoaded(true);
+        QVERIFY(start->isEnabled());
+        QVERIFY(!pause->isEnabled());
+        QVERIFY(!stop->isEnabled());
+
+        QSignalSpy spy(&p, &ui::ReplayPanel::replayRequested);
+        start->click(); // no workload
+        QCOMPARE(spy.count(), 0);
+        QVERIFY(p.statusText().contains("choose a workload"));
+
+        p.setWorkloads({"projects/demo/workload.jsonl"});
+        p.findChild<QLineEdit *>("ledgerNameEdit")->setText("run-1");
+        start->click(); // a ledger name but no experiment file
+        QCOMPARE(spy.count(), 0);
+        QVERIFY(p.statusText().contains("no experiment file"));
+        p.findChild<QLineEdit *>("ledgerNameEdit")->clear();
+
+        // zero tiers is the baseline
+        for (const char *t : {"tierExact", "tierSemantic", "tierPrefix"})
+            p.findChild<QCheckBox *>(t)->setChecked(false);
+        start->click();
+        QCOMPARE(spy.count(), 1);
+        auto r = spy.first().first().value<ui::ReplayRequest>();
+        QCOMPARE(r.workloadPath, QString("projects/demo/workload.jsonl"));
+        QVERIFY(r.tiers.isEmpty());
+        QCOMPARE(r.experimentPath, QString());
+        QVERIFY(p.statusText().contains("no tiers: baseline"));
+        QVERIFY(!start->isEnabled());
+        QVERIFY(pause->isEnabled());
+        QVERIFY(stop->isEnabled());
+
+        QSignalSpy pauses(&p, &ui::ReplayPanel::pauseRequested);
+        pause->click();
+        QCOMPARE(pauses.count(), 1);
+        QCOMPARE(pauses.last().first().toBool(), true);
+        QCOMPARE(pause->text(), QString("Resume"));
+        p.setReplayProgress(412, 1000);
+        QVERIFY(p.statusText().contains("412 / 1000 requests"));
+        pause->click();
+        QCOMPARE(pauses.last().first().toBool(), false);
+        QCOMPARE(pause->text(), QString("Pause"));
+
+        QSignalSpy stops(&p, &ui::ReplayPanel::stopRequested);
+        stop->click();
+        QCOMPARE(stops.count(), 1);
+        p.setReplayFailed("workload line 3: not JSON");
+        QVERIFY(p.statusText().contains("not JSON"));
+        QVERIFY(start->isEnabled());
+        QVERIFY(!stop->isEnabled());
+    }
+
+    void liveMode()
+    {
+        ui::ReplayPanel p;
+        p.setSnapshot(snapshot(10, {}, true));
+        auto *combo = p.findChild<QComboBox *>("ledgerCombo");
+        QCOMPARE(p.ledger()->rowCount(), 30);
+
+        p.setBusy(true);
+        p.beginLive("workload.jsonl");
+        QCOMPARE(combo->count(), 2);
+        QCOMPARE(combo->currentText(), QString("workload.jsonl (live)"));
+        QVERIFY(p.liveShown());
+        QCOMPARE(p.ledger()->rowCount(), 0);
+        QCOMPARE(p.charts()->requestCount(), 0);
+
+        p.appendRows(testing::patternedLedger(40));
+        p.appendRows(testing::patternedLedger(25, 40));
+        QCOMPARE(p.ledger()->rowCount(), 65);
+        QCOMPARE(p.charts()->requestCount(), 65);
+        QCOMPARE(p.charts()->hitRateSeries(core::TierKind::None)->points().back().x(), 65.0);
+        QVERIFY(p.summaryText().contains("65 requests"));
+
+        // away to the stored ledger while rows keep coming, and back
+        combo->setCurrentIndex(0);
+        QVERIFY(!p.liveShown());
+        QCOMPARE(p.ledger()->rowCount(), 30);
+        p.appendRows(testing::patternedLedger(10, 65));
+        QCOMPARE(p.ledger()->rowCount(), 30);
+        QCOMPARE(p.liveRowCount(), 75);
+        combo->setCurrentIndex(1);
+        QCOMPARE(p.ledger()->rowCount(), 75);
+        QCOMPARE(p.charts()->requestCount(), 75);
+        QCOMPARE(p.ledger()->row(74).requestId, 74);
+
+        p.setReplayProgress(75, 100);
+        p.finishLive(true);
+        QVERIFY(p.statusText().contains("stopped after 75"));
+        QCOMPARE(p.ledger()->rowCount(), 75);
+        QVERIFY(p.findChild<QPushButton *>("startButton")->isEnabled() == false); // models not loaded
+        QVERIFY(!p.findChild<QPushButton *>("stopButton")->isEnabled());
+
+        // re-reading the file (the ledger now stored) keeps the live entry shown
+        p.setSnapshot(snapshot(10, {}, true));
+        QCOMPARE(combo->count(), 2);
+        QVERIFY(p.liveShown());
+        QCOMPARE(p.ledger()->rowCount(), 75);
+
+        // a new live run replaces the old live entry
+        p.beginLive("second");
+        QCOMPARE(combo->count(), 2);
+        QCOMPARE(combo->itemText(1), QString("second (live)"));
+        p.appendRows(testing::patternedLedger(5));
+        p.finishLive(false);
+        QVERIFY(p.statusText().contains("done: 5 requests"));
+    }
+
+    void screenshots()
+    {
+        ui::AlignmentPanel align;
+        align.setSnapshot(snapshot(42, {"default", "topk-2"}));
+        align.setInUse("default");
+        ui::FitSummary s;
+        s.name = "topk-2";
+        s.fitMs = 2100;
+        s.meanR2K = 0.62;
+        s.meanR2V = 0.5;
+        s.meanAttnCos = 0.68;
+        align.showFitSummary(s);
+        align.resize(1300, 800);
+        align.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&align));
+        QTest::qWait(50);
+        QVERIFY(!testing::saveScreenshot(&align, "alignment_controls").isEmpty());
+
+        ui::ReplayPanel replay;
+        replay.setModelsLoaded(true);
+        replay.setSnapshot(snapshot(42, {"default"}, true));
+        replay.setCrossAvailable(true, "default");
+        replay.setWorkloads({"projects/demo/workload.jsonl"});
+        ui::ReplayRequest r;
+        r.workloadPath = "projects/demo/workload.jsonl";
+        r.tiers = {"exact", "semantic", "prefix", "cross"};
+        r.ledgerName = "demo-run";
+        replay.setReplayRequest(r);
+        replay.setBusy(true);
+        replay.beginLive("workload.jsonl");
+        replay.appendRows(testing::realisticLedger(412));
+        replay.setReplayProgress(412, 1000);
+        replay.resize(1300, 800);
+        replay.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&replay));
+        QTest::qWait(100);
+        QVERIFY(!testing::saveScreenshot(&replay, "replay_controls").isEmpty());
+    }
+};
+
+QTEST_MAIN(TestPanelControls)
+#include "tst_panel_controls.moc"

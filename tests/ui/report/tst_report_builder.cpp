@@ -1,0 +1,542 @@
+// Reports: a small experiment file with a converter (metrics, CKA), a sweep, a replay ledger and a
+// comparison list is written as JSON (values exact), CSV (headers, row counts; comparison texts with
+// quotes, commas and line breaks parse back), self-contained HTML (fingerprints, embedded charts, no
+// external references, the first divergence marked, tokens shaded by KL), PDF and Markdown; each chart is
+// saved as a PNG under <test binary dir>/screenshots for a person to look at.
+#include "core/store/comparison_store.h"
+#include "core/store/converter_store.h"
+#include "core/util/error.h"
+#include "core/store/experiment_file.h"
+#include "core/cache/replay_ledger.h"
+#include "tests/support/tiny_experiment.h"
+#include "ui/report/report_builder.h"
+
+#include <QApplication>
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+using namespace kvwb;
+using namespace kvwb::core;
+namespace fs = std::filesystem;
+
+namespace {
+
+ModelInfo model(char role, int layers)
+{
+    ModelInfo m = kvwb::test::tinyModelInfo(role, layers);
+    // distinct leading digits, so a report that shows a fingerprint's start shows which model
+    m.weightsSha256 = std::string(role == 'a' ? "aa11" : "bb22") + std::string(60, role);
+    return m;
+}
+
+constexpr int kLayersA = 4, kLayersB = 6, kKvDim = 4; // kvHeads 1 x headDim 4
+
+PromptKv kv(int tokens, int layers, float seed)
+{
+    PromptKv p;
+    for (int t = 0; t < tokens; ++t)
+        p.ids.push_back(t + 3);
+    for (int l = 0; l < layers; ++l) {
+        std::vector<float> x(size_t(tokens * kKvDim));
+        for (size_t i = 0; i < x.size(); ++i)
+            x[i] = std::sin(seed + float(i) * 0.1f + float(l));
+        p.keys.push_back(x);
+        p.values.push_back(x);
+    }
+    return p;
+}
+
+ConverterRecord makeConverter()
+{
+    ConverterRecord r;
+    r.name = "c1";
+    r.selection = "proportional";
+    r.k = 1;
+    r.lambdaMode = "fixed";
+    r.settingsJson = R"({"seed": 7, "splits": [0.5, 0.25, 0.25]})";
+    r.trainPrompts = {0};
+    r.validPrompts = {1};
+    r.testPrompts = {2};
+    r.trainTokens = 10;
+    for (int l = 0; l < kLayersB; ++l) {
+        LayerConverter lc;
+        lc.targetLayer = l;
+        lc.sourceLayers = {l * kLayersA / kLayersB};
+        LinearMap m;
+        m.inputDim = kKvDim;
+        m.outputDim = kKvDim;
+        m.lambda = 0.01;
+        m.weight.assign(size_t(kKvDim * kKvDim), 0.5f);
+        m.bias.assign(size_t(kKvDim), 0.0f);
+        lc.keys = {m};
+        lc.values = {m};
+        r.layers.push_back(lc);
+    }
+    r.layerMetrics.columns = {"layer", "r2_k", "r2_v", "cos_k", "cos_v", "attn_cos"};
+    for (int l = 0; l < kLayersB; ++l)
+        r.layerMetrics.rows.push_back({double(l), 0.9 - 0.1 * l + 1.0 / 3.0 * 0.01, 0.8 - 0.05 * l,
+                                       0.95 - 0.02 * l, 0.9, 0.97 - 0.03 * l});
+    r.headMetrics.columns = {"layer", "head", "r2_k", "r2_v", "attn_cos"};
+    for (int l = 0; l < kLayersB; ++l)
+        r.headMetrics.rows.push_back({double(l), 0.0, 0.9 - 0.1 * l, 0.8 - 0.05 * l, 0.97 - 0.03 * l});
+    for (Matrix *m : {&r.ckaKeys, &r.ckaValues}) {
+        m->rows = kLayersB;
+        m->cols = kLayersA;
+        for (int b = 0; b < kLayersB; ++b)
+            for (int a = 0; a < kLayersA; ++a)
+                m->data.push_back(std::exp(-std::abs(double(b) / kLayersB - double(a) / kLayersA) * 3) *
+                                  (m == &r.ckaKeys ? 1.0 : 0.9));
+    }
+    return r;
+}
+
+MetricTable makeSweep()
+{
+    MetricTable t;
+    t.columns = {"k",     "lambda", "train_tokens", "r2_k",  "r2_v",
+                 "cos_k", "cos_v",  "rel_k",        "rel_v", "attn_cos"};
+    for (double tokens : {256.0, 1024.0})
+        for (double k : {1.0, 2.0, 3.0})
+            for (double lambda : {1e-3, 1e-1}) {
+                const double q = 0.5 + 0.1 * k - lambda + (tokens > 300 ? 0.1 : 0.0);
+                t.rows.push_back(
+                    {k, lambda, tokens, q, q - 0.05, q + 0.1, q + 0.05, 1 - q, 1.05 - q, q + 0.2});
+            }
+    return t;
+}
+
+std::vector<LedgerRow> makeLedger()
+{
+    std::vector<LedgerRow> rows;
+    const TierKind answered[] = {TierKind::None,  TierKind::Exact, TierKind::Semantic, TierKind::Prefix,
+                                 TierKind::Cross, TierKind::None,  TierKind::Exact,    TierKind::Prefix};
+    for (int i = 0; i < 8; ++i) {
+        LedgerRow r;
+        r.requestId = i;
+        r.arrivalMs = i * 100;
+        r.tenant = "t0";
+        r.model = "b";
+        r.intent = "intent" + std::to_string(i % 3);
+        r.answeredBy = answered[i];
+        for (TierKind t : {TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross})
+            r.tierHits[t] = t == answered[i];
+        r.promptTokens = 40;
+        const bool response = answered[i] == TierKind::Exact || answered[i] == TierKind::Semantic;
+        r.tokensReused = response ? 40 : (answered[i] == TierKind::None ? 0 : 30);
+        r.tokensComputed = response ? 0 : 40 - r.tokensReused + 16;
+        r.generatedTokens = response ? 0 : 16;
+        r.ttftMs = response ? 0.5 + i * 0.1 : (answered[i] == TierKind::None ? 40.0 + i : 12.0 + i);
+        r.totalMs = r.ttftMs + 100;
+        rows.push_back(r);
+    }
+    return rows;
+}
+
+ComparisonPath comparisonPath(const std::vector<std::string> &pieces, int base)
+{
+    ComparisonPath p;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+        p.ids.push_back(base + int(i));
+        p.pieces.push_back(pieces[i]);
+        p.logprobs.push_back(-0.25f * float(i + 1));
+        p.text += pieces[i];
+    }
+    p.promptTokens = 9;
+    return p;
+}
+
+// Texts with commas, quotes, line breaks and non-ASCII characters; scratch and transfer part at
+// token 2 (" stores" / " saves").
+ComparisonSample makeComparison()
+{
+    ComparisonSample s;
+    s.prompt = "What does a KV cache store?\nAnswer \"briefly\", please.";
+    s.converter = "c1";
+    s.a = comparisonPath({"Keys", " and", " values,", " per\nlayer"}, 10);
+    s.scratch = comparisonPath({"A", " cache", " stores", " \"past\"", " K/V"}, 20);
+    s.transfer = comparisonPath({"A", " cache", " saves", " caf\u00e9", " work"}, 20);
+    s.transfer.reusedTokens = 8;
+    s.transfer.kl = {0.0, 0.01, 2.5, 1.0, 0.125};
+    s.a.ttftMs = 11.5;
+    s.scratch.ttftMs = 42.25;
+    s.transfer.ttftMs = 17.75;
+    s.firstDivergence = 2;
+    s.meanKl = 0.727;
+    s.top1 = 0.6;
+    s.klNoPrefix = 3.125;
+    s.rougeL = 0.4375;
+    s.sourcePrefillMs = 5.5;
+    s.convertMs = 1.25;
+    s.gateSignal = "tail_kl";
+    s.gateValue = 0.0625;
+    s.gateThreshold = 0.1;
+    s.gatePassed = true;
+    s.createdUtc = "2024-05-01T12:00:00Z";
+    return s;
+}
+
+// RFC 4180 records: quoted fields may hold commas, doubled quotes and line breaks.
+std::vector<std::vector<std::string>> parseCsv(const std::string &text)
+{
+    std::vector<std::vector<std::string>> rows;
+    std::vector<std::string> row;
+    std::string field;
+    bool quoted = false, any = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+                field += '"';
+                ++i;
+            } else if (c == '"') {
+                quoted = false;
+            } else {
+                field += c;
+            }
+        } else if (c == '"') {
+            quoted = true;
+            any = true;
+        } else if (c == ',') {
+            row.push_back(field);
+            field.clear();
+            any = true;
+        } else if (c == '\n') {
+            row.push_back(field);
+            rows.push_back(row);
+            row.clear();
+            field.clear();
+            any = false;
+        } else {
+            field += c;
+            any = true;
+        }
+    }
+    if (any) {
+        row.push_back(field);
+        rows.push_back(row);
+    }
+    return rows;
+}
+
+QByteArray readAll(const fs::path &p)
+{
+    QFile f(QString::fromStdString(p.string()));
+    if (!f.open(QIODevice::ReadOnly))
+        return {};
+    return f.readAll();
+}
+
+int countOf(const QByteArray &hay, const QByteArray &needle)
+{
+    int n = 0;
+    for (qsizetype i = hay.indexOf(needle); i >= 0; i = hay.indexOf(needle, i + 1))
+        ++n;
+    return n;
+}
+
+} // namespace
+
+class TestReportBuilder : public QObject
+{
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+    fs::path m_experiment;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_dir.isValid());
+        m_experiment = fs::path(m_dir.path().toStdString()) / "exp.h5";
+        ExperimentOptions o;
+        o.syncToDisk = false;
+        Provenance p;
+        p.device = "cpu";
+        p.qtVersion = "6.4.2";
+        p.torchVersion = "1.13.0";
+        p.configSha256 = std::string(64, 'c');
+        ExperimentWriter w =
+            ExperimentWriter::create(m_experiment, o, p, model('a', kLayersA), model('b', kLayersB));
+        for (int i = 0; i < 3; ++i) {
+            PromptRecord pr;
+            pr.text = "prompt " + std::to_string(i);
+            pr.a = kv(5 + i, kLayersA, float(i));
+            pr.b = kv(6 + i, kLayersB, float(i) + 0.5f);
+            w.appendPrompt(pr);
+        }
+        w.close();
+        saveConverters(m_experiment, makeConverter());
+        saveTable(m_experiment, "sweep1", makeSweep(), R"({"ks": [1, 2, 3], "lambdas": [0.001, 0.1]})");
+        saveLedger(m_experiment, "replay1", makeLedger(),
+                   R"({"tiers": ["exact", "semantic", "prefix", "cross"]})");
+        ComparisonSample identical = makeComparison();
+        identical.transfer = identical.scratch;
+        identical.transfer.kl.assign(identical.scratch.ids.size(), 0.0);
+        identical.firstDivergence = -1;
+        // Byte-level pieces that split one character; the divergence falls on its second half.
+        ComparisonSample split = makeComparison();
+        split.scratch = comparisonPath({"Hi", " \xf0\x9f", "\x98\x80"}, 30);
+        split.transfer = comparisonPath({"Hi", " \xf0\x9f", "\x98\x81"}, 30);
+        split.transfer.kl = {0.0, 0.0, 0.5};
+        split.firstDivergence = 2;
+        saveComparisons(m_experiment, "cmp1", {makeComparison(), identical, split});
+    }
+
+    void collectsEverything()
+    {
+        const ui::ReportData d = ui::collectReport(m_experiment);
+        QCOMPARE(d.prompts, 3);
+        QCOMPARE(d.tokensA, int64_t(5 + 6 + 7));
+        QCOMPARE(d.modelB.config.numLayers, kLayersB);
+        QCOMPARE(d.converters.size(), size_t(1));
+        QVERIFY(d.converters[0].layers[0].keys[0].weight.empty()); // weights dropped
+        QCOMPARE(d.converters[0].layers[0].keys[0].inputDim, kKvDim);
+        QCOMPARE(d.sweeps.size(), size_t(1));
+        QCOMPARE(d.ledgers.size(), size_t(1));
+        QCOMPARE(d.ledgers[0].summary.requests, int64_t(8));
+        QCOMPARE(d.configSha256.size(), size_t(64));
+        QVERIFY(d.environment.threads > 0);
+        QVERIFY(!d.environment.cpuModel.empty());
+        // Same file, same settings: same hash (the environment is not part of it).
+        QCOMPARE(ui::collectReport(m_experiment).configSha256, d.configSha256);
+    }
+
+    void jsonAndCsv()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-csv";
+        const auto files = ui::writeCsvJson(d, out);
+        QVERIFY(files.size() >= 8);
+        QJsonParseError err;
+        const QJsonDocument doc = QJsonDocument::fromJson(readAll(out / "report.json"), &err);
+        QVERIFY2(err.error == QJsonParseError::NoError, qPrintable(err.errorString()));
+        const QJsonObject root = doc.object();
+        QCOMPARE(root["configuration"].toObject()["sha256"].toString().toStdString(), d.configSha256);
+        const ConverterRecord want = makeConverter();
+        const QJsonObject conv = root["converters"].toArray()[0].toObject();
+        const QJsonArray rows = conv["layer_metrics"].toObject()["rows"].toArray();
+        QCOMPARE(rows.size(), qsizetype(kLayersB));
+        for (int l = 0; l < kLayersB; ++l)
+            for (int c = 0; c < int(want.layerMetrics.columns.size()); ++c)
+                QCOMPARE(rows[l].toArray()[c].toDouble(),
+                         want.layerMetrics.rows[size_t(l)][size_t(c)]); // exact
+        QCOMPARE(conv["cka_keys"].toObject()["data"].toArray()[2].toArray()[1].toDouble(),
+                 want.ckaKeys.data[2 * kLayersA + 1]);
+        QCOMPARE(root["models"].toObject()["a"].toObject()["weights_sha256"].toString().toStdString(),
+                 model('a', kLayersA).weightsSha256);
+        const QJsonObject ledger = root["ledgers"].toArray()[0].toObject();
+        QCOMPARE(ledger["rows"].toArray().size(), qsizetype(8));
+        QCOMPARE(ledger["summary"].toObject()["requests"].toInt(), 8);
+
+        struct Expect
+        {
+            const char *file;
+            const char *header;
+            int rows;
+        };
+        const Expect expect[] = {
+            {"converter_c1_layers.csv", "layer,r2_k,r2_v,cos_k,cos_v,attn_cos", kLayersB},
+            {"converter_c1_heads.csv", "layer,head,r2_k,r2_v,attn_cos", kLayersB},
+            {"converter_c1_cka_keys.csv", "b_layer,a_layer_0,a_layer_1,a_layer_2,a_layer_3", kLayersB},
+            {"converter_c1_cka_values.csv", "b_layer,a_layer_0,a_layer_1,a_layer_2,a_layer_3", kLayersB},
+            {"sweep_sweep1.csv", "k,lambda,train_tokens,r2_k,r2_v,cos_k,cos_v,rel_k,rel_v,attn_cos", 12},
+            {"ledger_replay1.csv", nullptr, 8},
+            {"ledger_replay1_tiers.csv",
+             "tier,requests,hits,false_hits,tokens_reused,tokens_computed,ttft_ms_p50,"
+             "ttft_ms_p95,ttft_ms_p99",
+             5},
+            {"models.csv", "field,a,b", -1},
+            {"environment.csv", "field,experiment_file,this_report", -1},
+        };
+        for (const auto &e : expect) {
+            const QByteArray text = readAll(out / "csv" / e.file);
+            QVERIFY2(!text.isEmpty(), e.file);
+            const QList<QByteArray> lines = text.trimmed().split('\n');
+            if (e.header)
+                QCOMPARE(lines.first(), QByteArray(e.header));
+            if (e.rows >= 0)
+                QVERIFY2(lines.size() == e.rows + 1, e.file);
+        }
+        // CSV numbers are exact too: 0.9 - 0.1 * 1 + 0.01 / 3 is not a short decimal
+        const QList<QByteArray> layerLines = readAll(out / "csv" / "converter_c1_layers.csv").split('\n');
+        QCOMPARE(layerLines[2].split(',')[1].toDouble(), want.layerMetrics.rows[1][1]);
+        for (const auto &entry : fs::directory_iterator(out / "csv"))
+            QVERIFY2(entry.path().extension() != ".tmp", "temporary file left behind");
+    }
+
+    void htmlPdfMarkdown()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-docs";
+        ui::writeHtml(d, out);
+        const QByteArray html = readAll(out / "report.html");
+        QVERIFY(html.startsWith("<!DOCTYPE html>"));
+        QVERIFY(html.contains(QByteArray::fromStdString(model('a', kLayersA).weightsSha256)));
+        QVERIFY(html.contains(QByteArray::fromStdString(model('b', kLayersB).weightsSha256)));
+        QVERIFY(html.contains(QByteArray::fromStdString(d.configSha256)));
+        // layers, 2 CKA, 2 per-head, 2 sweep (vs k, vs tokens), 3 replay
+        QVERIFY2(countOf(html, "data:image/png;base64,") >= 10,
+                 qPrintable(QString::number(countOf(html, "data:image/png;base64,"))));
+        QVERIFY(!html.contains("src=\"http"));
+        QVERIFY(!html.contains("href=\"http"));
+        QVERIFY(!html.contains("<link"));
+        QVERIFY(!html.contains("<script"));
+
+        ui::writePdf(d, out);
+        const QByteArray pdf = readAll(out / "report.pdf");
+        QVERIFY(pdf.startsWith("%PDF"));
+        QVERIFY2(pdf.size() > 50 * 1024, qPrintable(QString::number(pdf.size())));
+
+        const auto mdFiles = ui::writeMarkdown(d, out);
+        const QByteArray md = readAll(out / "report.md");
+        QVERIFY(md.startsWith("# KV Workbench report"));
+        QVERIFY(md.contains("| layer | r2_k | r2_v | cos_k | cos_v | attn_cos |"));
+        QVERIFY(md.contains("## Sweep sweep1"));
+        QVERIFY(md.contains("## Replay ledger replay1"));
+        QVERIFY(md.contains("](charts/converter_c1_layers.png)"));
+        QVERIFY(mdFiles.size() >= 11);
+        for (const auto &f : mdFiles)
+            QVERIFY2(fs::exists(f), f.c_str());
+        QVERIFY(d.warnings.empty());
+    }
+
+    void comparisonSamples()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        QCOMPARE(d.comparisons.size(), size_t(1));
+        QCOMPARE(d.comparisons[0].name, std::string("cmp1"));
+        QCOMPARE(d.comparisons[0].samples.size(), size_t(3));
+        QCOMPARE(d.comparisons[0].samples[0].transfer.text, makeComparison().transfer.text);
+        // The converter and the gate behind the samples are part of the hashed configuration.
+        QVERIFY2(
+            d.configJson.find(R"("comparisons":{"cmp1":{"converters":["c1"],"gates":["tail_kl 0.1"]}})") !=
+                std::string::npos,
+            d.configJson.c_str());
+        const ComparisonSample want = makeComparison();
+
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-cmp";
+        ui::writeCsvJson(d, out);
+        const QByteArray csvBytes = readAll(out / "csv" / "comparisons.csv");
+        const auto rows = parseCsv(csvBytes.toStdString());
+        QCOMPARE(rows.size(), size_t(4));
+        for (const auto &r : rows)
+            QCOMPARE(r.size(), rows[0].size());
+        const auto col = [&](const char *name) {
+            const auto it = std::find(rows[0].begin(), rows[0].end(), name);
+            return size_t(it - rows[0].begin());
+        };
+        QCOMPARE(rows[1][col("list")], std::string("cmp1"));
+        QCOMPARE(rows[1][col("prompt")], want.prompt);
+        QCOMPARE(rows[1][col("a_text")], want.a.text);
+        QCOMPARE(rows[1][col("scratch_text")], want.scratch.text);
+        QCOMPARE(rows[1][col("transfer_text")], want.transfer.text);
+        QCOMPARE(rows[1][col("first_divergence")], std::string("2"));
+        QCOMPARE(rows[2][col("first_divergence")], std::string("-1"));
+        QCOMPARE(std::stod(rows[1][col("mean_kl")]), want.meanKl);
+        QCOMPARE(std::stod(rows[1][col("kl_no_prefix")]), want.klNoPrefix);
+        QCOMPARE(std::stod(rows[1][col("ttft_ms_transfer")]), want.transfer.ttftMs);
+        QCOMPARE(rows[1][col("gate_passed")], std::string("1"));
+
+        QJsonParseError err;
+        const QJsonDocument doc = QJsonDocument::fromJson(readAll(out / "report.json"), &err);
+        QVERIFY2(err.error == QJsonParseError::NoError, qPrintable(err.errorString()));
+        const QJsonObject list = doc.object()["comparisons"].toArray()[0].toObject();
+        QCOMPARE(list["name"].toString(), QString("cmp1"));
+        const QJsonObject sample = list["samples"].toArray()[0].toObject();
+        QCOMPARE(sample["transfer"].toObject()["text"].toString(),
+                 QString::fromStdString(want.transfer.text));
+        QCOMPARE(sample["transfer"].toObject()["kl"].toArray()[2].toDouble(), 2.5);
+        QCOMPARE(sample["mean_kl"].toDouble(), want.meanKl);
+        QCOMPARE(sample["first_divergence"].toInt(), 2);
+        QCOMPARE(sample["gate"].toObject()["signal"].toString(), QString("tail_kl"));
+
+        ui::writeHtml(d, out);
+        const QByteArray html = readAll(out / "report.html");
+        QVERIFY(html.contains("<h2>Comparison samples</h2>"));
+        QVERIFY(html.contains("What does a KV cache store?\nAnswer &quot;briefly&quot;, please."));
+        QVERIFY(html.contains("Keys and values, per\nlayer"));
+        // The diverging token, bold and underlined, in scratch and (shaded red: KL 2.5) in transfer.
+        QVERIFY(html.contains("<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\"> "
+                              "stores</u></b>"));
+        QVERIFY(html.contains(
+            "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\">"
+            "<span style=\"background-color:#ff0000\" title=\"KL 2.5 nats\"> saves</span></u></b>"));
+        QVERIFY(html.contains("<span style=\"background-color:#ffffff\" title=\"KL 0 nats\">A</span>"));
+        QVERIFY(
+            html.contains("<span style=\"background-color:#ff8080\" title=\"KL 1 nats\"> caf\u00e9</span>"));
+        QCOMPARE(countOf(html, "class=\"divergence\""), 4); // the identical sample marks nothing
+        // The split character is marked and shaded whole (its two pieces' largest KL).
+        QVERIFY(html.contains(
+            "<span style=\"background-color:#ffbfbf\" title=\"KL 0.5 nats\"> \xf0\x9f\x98\x81</span>"));
+        QVERIFY(html.contains("KL to scratch 0.727 nats (no-prefix floor 3.125 nats)"));
+        QVERIFY(html.contains("TTFT scratch 42.25 ms vs transfer 17.75 ms"));
+        QVERIFY(html.contains("ROUGE-L 0.4375"));
+        QVERIFY(html.contains("top-1 agreement 60.0%"));
+        QVERIFY(html.contains("gate tail_kl = 0.0625 vs threshold 0.1: passed"));
+        QVERIFY(html.contains("none (identical continuations)"));
+
+        const auto md = readAll(ui::writeMarkdown(d, out).front());
+        QVERIFY(md.contains("## Comparison samples"));
+        QVERIFY(md.contains("A cache\u00ab stores\u00bb \"past\" K/V"));
+        QVERIFY(md.contains("A cache\u00ab saves\u00bb caf\u00e9 work"));
+        QVERIFY(md.contains("Keys and values, per\nlayer"));
+        QVERIFY(md.contains("What does a KV cache store?\nAnswer \"briefly\", please."));
+        QVERIFY(md.contains("KL to scratch 0.727 nats"));
+        QVERIFY(md.contains("Hi\u00ab \xf0\x9f\x98\x80\u00bb"));
+
+        ui::writePdf(d, out);
+        QVERIFY(readAll(out / "report.pdf").startsWith("%PDF"));
+    }
+
+    void unwritableDirectoryNamed()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        const fs::path blocker = fs::path(m_dir.path().toStdString()) / "a-file";
+        std::ofstream(blocker) << "x";
+        try {
+            ui::writeCsvJson(d, blocker / "out");
+            QFAIL("expected an error");
+        } catch (const Error &e) {
+            QVERIFY2(std::string(e.what()).find("a-file") != std::string::npos, e.what());
+        }
+    }
+
+    void missingExperimentNamed()
+    {
+        try {
+            ui::collectReport("/nonexistent/none.h5");
+            QFAIL("expected an error");
+        } catch (const Error &e) {
+            QCOMPARE(e.code(), ErrorCode::Io);
+            QVERIFY2(std::string(e.what()).find("none.h5") != std::string::npos, e.what());
+        }
+    }
+
+    // Every chart as a PNG, for a person to look at.
+    void screenshots()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        const auto charts = ui::renderCharts(d);
+        QVERIFY(charts.size() >= 10);
+        const QString dir = QCoreApplication::applicationDirPath() + "/screenshots";
+        QVERIFY(QDir().mkpath(dir));
+        for (const auto &c : charts) {
+            QVERIFY(!c.image.isNull());
+            QVERIFY(c.image.width() >= 400);
+            QVERIFY(c.image.save(dir + "/report_" + QString::fromStdString(c.id) + ".png"));
+        }
+    }
+};
+
+QTEST_MAIN(TestReportBuilder)
+#include "tst_report_builder.moc"

@@ -1,0 +1,33 @@
+// Shared look of the workbench's Qt Charts: readable fonts at ~800x500, no animations, and one
+// colour per metric and per cache tier so the same thing has the same colour in every chart.
+//
+// GUI-thread only (touches QChart objects).
+#pragma once
+
+#include "core/cache/replay_ledger.h"
+
+#include <QColor>
+#include <QString>
+
+class QChart;
+class QAbstractAxis;
+class QValueAxis;
+
+namespace kvwb::ui {
+
+// Title, legend and axis fonts, margins, and QChart::NoAnimation.
+void applyChartStyle(QChart *chart);
+// Axis title font and grid colour.
+void styleAxis(QAbstractAxis *axis, const QString &title);
+
+// A 0..1 score axis (R^2, cosine) in steps of 0.2, reaching below 0 or above 1 only when the data
+// does (R^2 is unbounded below: a bad fit must show how bad, not be clipped at 0).
+void setScoreRange(QValueAxis *axis, double dataMin, double dataMax);
+
+QColor tierColor(core::TierKind tier);
+// "r2_k" -> colour of keys, "r2_v" values, "attn_cos" attention; others a fallback palette by index.
+QColor metricColor(const QString &metric, int fallbackIndex = 0);
+// "r2_k" -> "R² of keys"; unknown names are returned as they are.
+QString metricLabel(const QString &metric);
+
+} // namespace kvwb::ui

@@ -1,0 +1,34 @@
+// Line chart of per-layer converter quality: R^2 of keys, R^2 of values and attention-output
+// cosine (columns r2_k, r2_v, attn_cos of a ConverterRecord::layerMetrics table) against the
+// model B layer index (column "layer", or the row index when absent). Missing metric columns are
+// left out; NaN values break the line rather than draw it to zero.
+//
+// GUI-thread only (a QChartView). Owns its chart and series. No animations: the chart is redrawn
+// whenever a fit finishes and must appear at once.
+#pragma once
+
+#include "core/store/converter_store.h"
+
+#include <QChartView>
+
+class QLineSeries;
+
+namespace kvwb::ui {
+
+class LayerMetricsChart : public QChartView
+{
+    Q_OBJECT
+
+public:
+    explicit LayerMetricsChart(QWidget *parent = nullptr);
+
+    void setTable(const core::MetricTable &table);
+    void setTitle(const QString &title);
+
+    // The series shown, in the order r2_k, r2_v, attn_cos (only those present in the table).
+    QList<QLineSeries *> series() const;
+
+    QSize sizeHint() const override { return {800, 500}; }
+};
+
+} // namespace kvwb::ui

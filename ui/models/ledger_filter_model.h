@@ -1,0 +1,57 @@
+// Filters a LedgerModel for the Replay panel's ledger table: by the tier that answered, tenant,
+// model, false hits only, and a free-text search over tenant and intent. Every filter is off by
+// default; they combine with AND. Sorts on LedgerModel::SortRole so numbers sort as numbers.
+//
+// GUI-thread only (a QSortFilterProxyModel). The source must be a LedgerModel (setLedgerModel);
+// it is not owned.
+#pragma once
+
+#include "core/cache/replay_ledger.h"
+
+#include <QSortFilterProxyModel>
+
+#include <optional>
+
+namespace kvwb::ui {
+
+class LedgerModel;
+
+class LedgerFilterModel : public QSortFilterProxyModel
+{
+    Q_OBJECT
+
+public:
+    explicit LedgerFilterModel(QObject *parent = nullptr);
+
+    void setLedgerModel(LedgerModel *model);
+
+    // std::nullopt: any; TierKind::None: misses only.
+    void setAnsweredBy(std::optional<core::TierKind> tier);
+    void setTenant(const QString &tenant);   // exact match; empty: any
+    void setModelName(const QString &model); // "a" | "b"; empty: any
+    void setFalseHitsOnly(bool on);
+    void setSearchText(const QString &text); // case-insensitive substring of tenant or intent
+
+    std::optional<core::TierKind> answeredBy() const { return m_answeredBy; }
+    QString tenant() const { return m_tenant; }
+    QString modelName() const { return m_model; }
+    bool falseHitsOnly() const { return m_falseHitsOnly; }
+    QString searchText() const { return m_text; }
+
+protected:
+    bool filterAcceptsRow(int sourceRow, const QModelIndex &sourceParent) const override;
+
+private:
+    LedgerModel *m_ledger = nullptr;
+    std::optional<core::TierKind> m_answeredBy;
+    QString m_tenant;
+    QString m_model;
+    bool m_falseHitsOnly = false;
+    QString m_text;
+    // UTF-8 copies of the string filters, compared against the rows' std::strings without
+    // converting every row to QString (100k rows are filtered on each keystroke).
+    std::string m_tenantUtf8;
+    std::string m_modelUtf8;
+};
+
+} // namespace kvwb::ui

@@ -1,0 +1,494 @@
+#include "ui/panels/alignment_panel.h"
+
+#include "ui/charts/heatmap_widget.h"
+#include "ui/charts/layer_metrics_chart.h"
+#include "ui/models/metric_table_model.h"
+#include "ui/charts/sweep_chart.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleValidator>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSpinBox>
+#include <QTabWidget>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+namespace kvwb::ui {
+
+namespace {
+
+QStringList labels(const QString &prefix, int n)
+{
+    QStringList out;
+    for (int i = 0; i < n; ++i)
+        out << QString("%1%2").arg(prefix).arg(i);
+    return out;
+}
+
+// [B layers, heads] from the per-head table's (layer, head, metric) rows.
+core::Matrix headMatrix(const core::MetricTable &t, const std::string &metric, int layers, int heads)
+{
+    core::Matrix m;
+    m.rows = layers;
+    m.cols = heads;
+    m.data.assign(size_t(layers) * size_t(heads), std::numeric_limits<double>::quiet_NaN());
+    const int lc = t.column("layer"), hc = t.column("head"), vc = t.column(metric);
+    if (lc < 0 || hc < 0 || vc < 0)
+        return m;
+    for (const auto &row : t.rows) {
+        const int l = int(row[size_t(lc)]), h = int(row[size_t(hc)]);
+        if (l >= 0 && l < layers && h >= 0 && h < heads)
+            m.data[size_t(l) * size_t(heads) + size_t(h)] = row[size_t(vc)];
+    }
+    return m;
+}
+
+const QString kInUseSuffix = QStringLiteral(" (in use)");
+constexpr int NameRole = Qt::UserRole; // the stored converter name of a combo item
+
+QString errorHtml(const QString &message)
+{
+    return QString("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped());
+}
+
+} // namespace
+
+AlignmentPanel::AlignmentPanel(QWidget *parent) : QWidget(parent)
+{
+    auto *layout = new QVBoxLayout(this);
+    buildFitGroup(layout);
+
+    auto *top = new QHBoxLayout;
+    top->addWidget(new QLabel(tr("Converter:"), this));
+    m_converters = new QComboBox(this);
+    m_converters->setObjectName("converterCombo");
+    m_converters->setToolTip(
+        tr("The converters stored in the experiment file; pick one to see how well it fits."));
+    top->addWidget(m_converters, 1);
+    m_useButton = new QPushButton(tr("Use this converter"), this);
+    m_useButton->setObjectName("useConverterButton");
+    m_useButton->setToolTip(
+        tr("Make the converter shown the one the Compare panel and the Replay panel's cross tier use."));
+    top->addWidget(m_useButton);
+    m_inUseLabel = new QLabel(this);
+    m_inUseLabel->setObjectName("inUseLabel");
+    m_inUseLabel->setToolTip(tr("The converter the Compare panel and the cross-model replay tier use."));
+    top->addWidget(m_inUseLabel);
+    layout->addLayout(top);
+    m_summary =
+        new QLabel(tr("Open an experiment file (File > Open Experiment) to see its converters, or capture "
+                      "one in the Capture panel and fit a converter above."),
+                   this);
+    m_summary->setObjectName("converterSummary");
+    m_summary->setWordWrap(true);
+    layout->addWidget(m_summary);
+
+    auto *tabs = new QTabWidget(this);
+    tabs->setObjectName("alignmentTabs");
+    auto *perLayer = new QWidget(this);
+    auto *perLayerLayout = new QHBoxLayout(perLayer);
+    m_layerModel = new MetricTableModel(this);
+    m_layerView = new QTableView(perLayer);
+    m_layerView->setObjectName("layerMetricsView");
+    m_layerView->setModel(m_layerModel);
+    m_layerView->verticalHeader()->hide();
+    m_layerChart = new LayerMetricsChart(perLayer);
+    perLayerLayout->addWidget(m_layerView, 1);
+    perLayerLayout->addWidget(m_layerChart, 1);
+    tabs->addTab(perLayer, tr("Per layer"));
+
+    auto *perHead = new QWidget(this);
+    auto *perHeadLayout = new QHBoxLayout(perHead);
+    m_headR2 = new HeatmapWidget(perHead);
+    m_headAttn = new HeatmapWidget(perHead);
+    perHeadLayout->addWidget(m_headR2);
+    perHeadLayout->addWidget(m_headAttn);
+    tabs->addTab(perHead, tr("Per head"));
+
+    auto *cka = new QWidget(this);
+    auto *ckaLayout = new QHBoxLayout(cka);
+    m_ckaKeys = new HeatmapWidget(cka);
+    m_ckaValues = new HeatmapWidget(cka);
+    ckaLayout->addWidget(m_ckaKeys);
+    ckaLayout->addWidget(m_ckaValues);
+    tabs->addTab(cka, tr("Layer similarity (CKA)"));
+
+    auto *sweeps = new QWidget(this);
+    auto *sweepLayout = new QVBoxLayout(sweeps);
+    auto *sweepTop = new QHBoxLayout;
+    sweepTop->addWidget(new QLabel(tr("Sweep:"), sweeps));
+    m_sweeps = new QComboBox(sweeps);
+    m_sweeps->setObjectName("sweepCombo");
+    sweepTop->addWidget(m_sweeps, 1);
+    sweepTop->addWidget(new QLabel(tr("Score:"), sweeps));
+    m_sweepMetric = new QComboBox(sweeps);
+    m_sweepMetric->addItems({"attn_cos", "r2_k", "r2_v", "cos_k", "cos_v"});
+    sweepTop->addWidget(m_sweepMetric);
+    sweepLayout->addLayout(sweepTop);
+    m_sweepChart = new SweepChart(sweeps);
+    sweepLayout->addWidget(m_sweepChart, 1);
+    tabs->addTab(sweeps, tr("Sweeps"));
+    layout->addWidget(tabs, 1);
+
+    connect(m_converters, &QComboBox::currentIndexChanged, this, &AlignmentPanel::showConverter);
+    connect(m_useButton, &QPushButton::clicked, this, [this] {
+        const QString name = converterName(m_converters->currentIndex());
+        if (name.isEmpty())
+            return;
+        setInUse(name);
+        Q_EMIT inUseChanged(name);
+    });
+    setInUse({});
+    m_useButton->setEnabled(false);
+    refreshFitEnabled();
+    connect(m_sweeps, &QComboBox::currentIndexChanged, this, &AlignmentPanel::showSweep);
+    connect(m_sweepMetric, &QComboBox::currentIndexChanged, this,
+            [this] { showSweep(m_sweeps->currentIndex()); });
+}
+
+void AlignmentPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snapshot)
+{
+    m_snapshot = std::move(snapshot);
+    const QSignalBlocker block(m_converters), blockSweeps(m_sweeps);
+    m_converters->clear();
+    m_sweeps->clear();
+    bool inUseKept = false;
+    if (m_snapshot) {
+        for (const auto &c : m_snapshot->converters) {
+            const QString name = QString::fromStdString(c.name);
+            m_converters->addItem(name, name);
+            inUseKept = inUseKept || name == m_inUse;
+        }
+        for (const auto &[name, table] : m_snapshot->sweeps)
+            m_sweeps->addItem(QString::fromStdString(name));
+    }
+    // Keep the converter in use while the new file still has it; never pick one here (the app does).
+    setInUse(inUseKept ? m_inUse : QString());
+    refreshFitEnabled();
+    showConverter(m_converters->count() > 0 ? 0 : -1);
+    showSweep(m_sweeps->count() > 0 ? 0 : -1);
+}
+
+int AlignmentPanel::currentConverter() const
+{
+    return m_converters->currentIndex();
+}
+
+void AlignmentPanel::showConverter(int index)
+{
+    if (!m_snapshot || index < 0 || index >= int(m_snapshot->converters.size())) {
+        m_layerModel->setTable({});
+        m_layerChart->setTable({});
+        if (m_snapshot)
+            m_summary->setText(
+                tr("%1: no converters yet. Fit one above (or run `kvwb align --experiment %1`).")
+                    .arg(m_snapshot->path));
+        m_useButton->setEnabled(false);
+        return;
+    }
+    m_useButton->setEnabled(true);
+    {
+        const QSignalBlocker block(m_converters); // this is the slot of currentIndexChanged
+        m_converters->setCurrentIndex(index);
+    }
+    const auto &c = m_snapshot->converters[size_t(index)];
+    const int layersA = m_snapshot->a.config.numLayers, layersB = m_snapshot->b.config.numLayers;
+    const int heads = m_snapshot->b.config.numKvHeads;
+    m_summary->setText(
+        tr("<b>%1</b>: source layers %2 (k = %3), lambda %4, %5 maps, keys %6; fitted on %7 "
+           "prompts (%8 tokens), scored on %9 held-out prompts. Created %10.")
+            .arg(QString::fromStdString(c.name), QString::fromStdString(c.selection))
+            .arg(c.k)
+            .arg(QString::fromStdString(c.lambdaMode),
+                 c.layers.empty() || !c.layers[0].headMatched ? tr("full cross-head") : tr("head-matched"),
+                 QString::fromUtf8(core::keyFormName(c.keyForm)))
+            .arg(c.trainPrompts.size())
+            .arg(c.trainTokens)
+            .arg(c.testPrompts.size())
+            .arg(QString::fromStdString(c.createdUtc)));
+    m_layerModel->setTable(c.layerMetrics);
+    m_layerView->resizeColumnsToContents();
+    m_layerChart->setTable(c.layerMetrics);
+    m_layerChart->setTitle(
+        tr("Converter %1: fit per layer of model B (held-out prompts)").arg(QString::fromStdString(c.name)));
+    m_headR2->setMatrix(headMatrix(c.headMetrics, "r2_k", layersB, heads), labels("B", layersB),
+                        labels("head ", heads), tr("R\u00b2 of keys per B layer and kv head"));
+    m_headAttn->setMatrix(headMatrix(c.headMetrics, "attn_cos", layersB, heads), labels("B", layersB),
+                          labels("head ", heads), tr("Attention-output cosine per B layer and kv head"));
+    m_ckaKeys->setMatrix(c.ckaKeys, labels("B", layersB), labels("A", layersA),
+                         tr("Linear CKA of keys: B layer vs A layer"));
+    m_ckaValues->setMatrix(c.ckaValues, labels("B", layersB), labels("A", layersA),
+                           tr("Linear CKA of values: B layer vs A layer"));
+    for (HeatmapWidget *h : {m_ckaKeys, m_ckaValues})
+        h->setAxisTitles(tr("model B (target) layer"), tr("model A (source) layer"));
+    for (HeatmapWidget *h : {m_headR2, m_headAttn})
+        h->setAxisTitles(tr("model B (target) layer"), tr("kv head"));
+}
+
+void AlignmentPanel::showSweep(int index)
+{
+    if (!m_snapshot || index < 0 || index >= int(m_snapshot->sweeps.size())) {
+        m_sweepChart->setTable({}, m_sweepMetric->currentText(), SweepChart::XAxis::K);
+        return;
+    }
+    const auto &t = m_snapshot->sweeps[size_t(index)].second;
+    // plot against what varies: k when several ks were swept, else the calibration tokens
+    std::set<double> ks;
+    const int kc = t.column("k");
+    for (const auto &row : t.rows)
+        if (kc >= 0)
+            ks.insert(row[size_t(kc)]);
+    m_sweepChart->setTable(t, m_sweepMetric->currentText(),
+                           ks.size() > 1 ? SweepChart::XAxis::K : SweepChart::XAxis::TrainTokens);
+}
+
+void AlignmentPanel::buildFitGroup(QLayout *parent)
+{
+    auto *box = new QGroupBox(tr("Fit a converter"), this);
+    box->setObjectName("fitGroup");
+    auto *grid = new QGridLayout(box);
+    grid->addWidget(new QLabel(tr("Name:"), box), 0, 0);
+    m_fitName = new QLineEdit(QStringLiteral("default"), box);
+    m_fitName->setObjectName("fitNameEdit");
+    m_fitName->setMinimumWidth(160);
+    m_fitName->setToolTip(
+        tr("The name the converter is stored under in the experiment file; an existing one is replaced."));
+    grid->addWidget(m_fitName, 0, 1);
+    grid->addWidget(new QLabel(tr("Source layers:"), box), 0, 2);
+    m_selection = new QComboBox(box);
+    m_selection->setObjectName("selectionCombo");
+    m_selection->addItem(tr("proportional"), "proportional");
+    m_selection->setItemData(0, tr("For each B layer, the k A layers nearest the same relative depth."),
+                             Qt::ToolTipRole);
+    m_selection->addItem(tr("top k"), "topk");
+    m_selection->setItemData(1, tr("For each B layer, the k A layers with the best validation R\u00b2."),
+                             Qt::ToolTipRole);
+    m_selection->addItem(tr("all"), "all");
+    m_selection->setItemData(2, tr("Every A layer feeds every B layer (the largest maps)."), Qt::ToolTipRole);
+    m_selection->setToolTip(
+        tr("Which of model A's layers each of model B's layers is mapped from: depth-proportional k "
+           "nearest, top k by validation R\u00b2, or every A layer."));
+    grid->addWidget(m_selection, 0, 3);
+    grid->addWidget(new QLabel(tr("k:"), box), 0, 4);
+    m_k = new QSpinBox(box);
+    m_k->setObjectName("kSpin");
+    m_k->setRange(1, 64);
+    m_k->setToolTip(tr("How many A layers feed each B layer (unused with 'all')."));
+    grid->addWidget(m_k, 0, 5);
+    grid->addWidget(new QLabel(tr("\u03bb:"), box), 0, 6);
+    m_lambda = new QLineEdit(QStringLiteral("0.01"), box);
+    m_lambda->setObjectName("lambdaEdit");
+    auto *validator = new QDoubleValidator(0.0, 1e12, 12, m_lambda);
+    validator->setNotation(QDoubleValidator::ScientificNotation);
+    validator->setLocale(QLocale::c());
+    m_lambda->setValidator(validator);
+    m_lambda->setMaximumWidth(90);
+    m_lambda->setToolTip(tr(
+        "Ridge regularisation strength of the least-squares maps, e.g. 0.01 or 1e-3; larger is smoother."));
+    grid->addWidget(m_lambda, 0, 7);
+    m_autoLambda = new QCheckBox(tr("auto \u03bb"), box);
+    m_autoLambda->setObjectName("autoLambdaCheck");
+    m_autoLambda->setToolTip(tr("Choose \u03bb per layer by validation error instead of the fixed value."));
+    grid->addWidget(m_autoLambda, 0, 8);
+    m_perHead = new QCheckBox(tr("per head"), box);
+    m_perHead->setObjectName("perHeadCheck");
+    m_perHead->setToolTip(tr(
+        "Fit one small map per kv head (when the head counts match) instead of one map across all heads."));
+    grid->addWidget(m_perHead, 0, 9);
+    grid->addWidget(new QLabel(tr("Max calibration tokens:"), box), 0, 10);
+    m_maxTokens = new QSpinBox(box);
+    m_maxTokens->setObjectName("maxTrainTokensSpin");
+    m_maxTokens->setRange(0, std::numeric_limits<int>::max());
+    m_maxTokens->setSpecialValueText(tr("all"));
+    m_maxTokens->setToolTip(tr("Fit on at most this many tokens of the training prompts; 0 uses them all."));
+    grid->addWidget(m_maxTokens, 0, 11);
+    grid->setColumnStretch(12, 1);
+
+    auto *buttons = new QHBoxLayout;
+    m_fit = new QPushButton(tr("Fit"), box);
+    m_fit->setObjectName("fitButton");
+    m_fit->setToolTip(
+        tr("Fit the converter from the prompts of the experiment file shown and store it there."));
+    m_cancel = new QPushButton(tr("Cancel"), box);
+    m_cancel->setObjectName("cancelFitButton");
+    m_cancel->setToolTip(tr("Stop the fit; nothing is stored."));
+    m_progress = new QProgressBar(box);
+    m_progress->setObjectName("fitProgress");
+    m_progress->setRange(0, 1000);
+    m_progress->setTextVisible(false);
+    m_progress->setToolTip(tr("Progress of the fit."));
+    buttons->addWidget(m_fit);
+    buttons->addWidget(m_cancel);
+    buttons->addWidget(m_progress, 1);
+    grid->addLayout(buttons, 1, 0, 1, 13);
+    m_fitStatus = new QLabel(box);
+    m_fitStatus->setObjectName("fitStatus");
+    m_fitStatus->setWordWrap(true);
+    m_fitStatus->setTextFormat(Qt::RichText);
+    grid->addWidget(m_fitStatus, 2, 0, 1, 13);
+    parent->addWidget(box);
+
+    connect(m_autoLambda, &QCheckBox::toggled, this, [this] { refreshFitEnabled(); });
+    connect(m_selection, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
+    connect(m_fit, &QPushButton::clicked, this, [this] {
+        const FitRequest r = fitRequest();
+        static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
+        if (!validName.match(r.name).hasMatch()) {
+            m_fitStatus->setText(errorHtml(
+                tr("Name '%1' cannot be stored: use letters, digits, '_', '-' and '.', not starting with "
+                   "'.'.")
+                    .arg(r.name)));
+            return;
+        }
+        bool ok = false;
+        const double lambda = QLocale::c().toDouble(m_lambda->text().trimmed(), &ok);
+        if (!r.autoLambda && (!ok || !(lambda > 0))) {
+            m_fitStatus->setText(errorHtml(tr("\u03bb must be a positive number such as 0.01 or 1e-3.")));
+            return;
+        }
+        setBusy(true);
+        m_fitStatus->setText(
+            tr("Fitting '%1' from %2...").arg(r.name.toHtmlEscaped(), r.experimentPath.toHtmlEscaped()));
+        Q_EMIT fitRequested(r);
+    });
+    connect(m_cancel, &QPushButton::clicked, this, [this] {
+        m_fitStatus->setText(tr("Cancelling the fit..."));
+        Q_EMIT cancelRequested();
+    });
+}
+
+FitRequest AlignmentPanel::fitRequest() const
+{
+    FitRequest r;
+    r.experimentPath = m_snapshot ? m_snapshot->path : QString();
+    r.name = m_fitName->text().trimmed();
+    r.selection = m_selection->currentData().toString();
+    r.k = m_k->value();
+    r.autoLambda = m_autoLambda->isChecked();
+    bool ok = false;
+    const double lambda = QLocale::c().toDouble(m_lambda->text().trimmed(), &ok);
+    r.lambda = ok ? lambda : FitRequest{}.lambda;
+    r.perHead = m_perHead->isChecked();
+    r.maxTrainTokens = m_maxTokens->value();
+    return r;
+}
+
+void AlignmentPanel::setFitRequest(const FitRequest &r)
+{
+    m_fitName->setText(r.name);
+    const int sel = m_selection->findData(r.selection);
+    m_selection->setCurrentIndex(sel >= 0 ? sel : 0);
+    m_k->setValue(r.k);
+    m_autoLambda->setChecked(r.autoLambda);
+    m_lambda->setText(QLocale::c().toString(r.lambda, 'g', 12));
+    m_perHead->setChecked(r.perHead);
+    m_maxTokens->setValue(int(std::min<int64_t>(r.maxTrainTokens, std::numeric_limits<int>::max())));
+}
+
+void AlignmentPanel::setInUse(const QString &name)
+{
+    m_inUse = name;
+    refreshInUseMarks();
+    m_inUseLabel->setText(name.isEmpty() ? tr("In use: <i>none</i>")
+                                         : tr("In use: <b>%1</b>").arg(name.toHtmlEscaped()));
+}
+
+QString AlignmentPanel::inUse() const
+{
+    return m_inUse;
+}
+
+QString AlignmentPanel::converterName(int index) const
+{
+    return index >= 0 && index < m_converters->count() ? m_converters->itemData(index, NameRole).toString()
+                                                       : QString();
+}
+
+void AlignmentPanel::refreshInUseMarks()
+{
+    for (int i = 0; i < m_converters->count(); ++i) {
+        const QString name = converterName(i);
+        m_converters->setItemText(i, !m_inUse.isEmpty() && name == m_inUse ? name + kInUseSuffix : name);
+    }
+}
+
+void AlignmentPanel::refreshFitEnabled()
+{
+    const bool havePrompts = m_snapshot && m_snapshot->prompts > 0;
+    m_fit->setEnabled(!m_busy && havePrompts);
+    m_cancel->setEnabled(m_busy);
+    for (QWidget *w :
+         std::initializer_list<QWidget *>{m_fitName, m_selection, m_autoLambda, m_perHead, m_maxTokens})
+        w->setEnabled(!m_busy);
+    m_k->setEnabled(!m_busy && m_selection->currentData().toString() != "all");
+    m_lambda->setEnabled(!m_busy && !m_autoLambda->isChecked());
+    if (!m_busy && !havePrompts)
+        m_fitStatus->setText(m_snapshot ? tr("Capture prompts first: %1 holds none (Capture panel).")
+                                              .arg(m_snapshot->path.toHtmlEscaped())
+                                        : tr("Capture prompts first (Capture panel), or open an experiment "
+                                             "file that has them."));
+    else if (!m_busy && m_fitStatus->text().startsWith(tr("Capture prompts first")))
+        m_fitStatus->setText(tr("Ready to fit from %1 prompts of %2.")
+                                 .arg(m_snapshot->prompts)
+                                 .arg(m_snapshot->path.toHtmlEscaped()));
+}
+
+void AlignmentPanel::setBusy(bool busy)
+{
+    m_busy = busy;
+    if (busy)
+        m_progress->setValue(0);
+    refreshFitEnabled();
+}
+
+void AlignmentPanel::setFitProgress(double fraction, const QString &stage)
+{
+    m_progress->setValue(int(1000 * fraction));
+    m_fitStatus->setText(tr("Fitting: %1").arg(stage.toHtmlEscaped()));
+}
+
+void AlignmentPanel::setFitFailed(const QString &message)
+{
+    setBusy(false);
+    m_progress->setValue(0);
+    m_fitStatus->setText(errorHtml(message));
+}
+
+void AlignmentPanel::showFitSummary(const FitSummary &s)
+{
+    setBusy(false);
+    if (s.cancelled) {
+        m_fitStatus->setText(tr("Fit of '%1' cancelled; nothing stored.").arg(s.name.toHtmlEscaped()));
+        return;
+    }
+    m_progress->setValue(1000);
+    QString text = tr("fitted '%1' in %2 s: mean R\u00b2 K %3, V %4, attention cosine %5")
+                       .arg(s.name.toHtmlEscaped())
+                       .arg(s.fitMs / 1000.0, 0, 'f', 1)
+                       .arg(s.meanR2K, 0, 'f', 2)
+                       .arg(s.meanR2V, 0, 'f', 2)
+                       .arg(s.meanAttnCos, 0, 'f', 2);
+    for (const QString &w : s.warnings)
+        text += "<br>" + tr("warning: %1").arg(w.toHtmlEscaped());
+    m_fitStatus->setText(text);
+}
+
+QString AlignmentPanel::fitStatusText() const
+{
+    return m_fitStatus->text();
+}
+
+} // namespace kvwb::ui

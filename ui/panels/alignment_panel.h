@@ -1,0 +1,113 @@
+// The Alignment panel: the converters stored in an experiment file (`kvwb align`, and later the
+// panel's own fits) - their settings, per-layer scores as a table and a chart, per layer x head
+// heatmaps of R^2 and attention-output cosine, the layer x layer CKA maps - and the sweep tables
+// (`kvwb sweep`) as curves. Its "Fit a converter" group asks the engine for a new fit of the file
+// shown (fitRequested / cancelRequested; the engine reports back through setBusy / setFitProgress /
+// showFitSummary / setFitFailed), and "Use this converter" picks the converter the Compare and
+// Replay panels use (inUseChanged; the app decides and confirms with setInUse).
+//
+// GUI-thread only; shows an immutable ExperimentSnapshot.
+#pragma once
+
+#include "ui/models/experiment_snapshot.h"
+#include "ui/panels/job_types.h"
+
+#include <QWidget>
+
+#include <memory>
+
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QLayout;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableView;
+
+namespace kvwb::ui {
+
+class HeatmapWidget;
+class LayerMetricsChart;
+class MetricTableModel;
+class SweepChart;
+
+class AlignmentPanel : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit AlignmentPanel(QWidget *parent = nullptr);
+
+    void setSnapshot(std::shared_ptr<const ExperimentSnapshot> snapshot);
+    // The converter shown (index into snapshot->converters), -1 when none.
+    int currentConverter() const;
+    void showConverter(int index);
+
+    MetricTableModel *layerTable() const { return m_layerModel; }
+    HeatmapWidget *ckaKeys() const { return m_ckaKeys; }
+    HeatmapWidget *headR2() const { return m_headR2; }
+    HeatmapWidget *headAttention() const { return m_headAttn; }
+    LayerMetricsChart *layerChart() const { return m_layerChart; }
+    SweepChart *sweepChart() const { return m_sweepChart; }
+
+    FitRequest fitRequest() const; // experimentPath = the snapshot's path
+    void setFitRequest(const FitRequest &r);
+    // Marks `name` as the converter in use (" (in use)" in the combo, "In use: name"); "" for none.
+    void setInUse(const QString &name);
+    QString inUse() const;
+    // The stored name of the converter at a combo index (the item text may carry " (in use)").
+    QString converterName(int index) const;
+    // Status line: "fitted 'name' in 2.1 s: mean R² K 0.62, V 0.50, attention cosine 0.68".
+    void showFitSummary(const FitSummary &s);
+    QString fitStatusText() const;
+
+public Q_SLOTS:
+    void setBusy(bool busy);
+    void setFitProgress(double fraction, const QString &stage);
+    void setFitFailed(const QString &message);
+
+Q_SIGNALS:
+    void fitRequested(const kvwb::ui::FitRequest &request);
+    void cancelRequested();
+    void inUseChanged(const QString &name); // "Use this converter" pressed
+
+private:
+    void buildFitGroup(QLayout *parent);
+    void showSweep(int index);
+    void refreshFitEnabled();
+    void refreshInUseMarks();
+
+    std::shared_ptr<const ExperimentSnapshot> m_snapshot;
+    QComboBox *m_converters = nullptr;
+    QLabel *m_summary = nullptr;
+    MetricTableModel *m_layerModel = nullptr;
+    QTableView *m_layerView = nullptr;
+    LayerMetricsChart *m_layerChart = nullptr;
+    HeatmapWidget *m_headR2 = nullptr;
+    HeatmapWidget *m_headAttn = nullptr;
+    HeatmapWidget *m_ckaKeys = nullptr;
+    HeatmapWidget *m_ckaValues = nullptr;
+    QComboBox *m_sweeps = nullptr;
+    QComboBox *m_sweepMetric = nullptr;
+    SweepChart *m_sweepChart = nullptr;
+
+    QString m_inUse;
+    bool m_busy = false;
+    QPushButton *m_useButton = nullptr;
+    QLabel *m_inUseLabel = nullptr;
+    QLineEdit *m_fitName = nullptr;
+    QComboBox *m_selection = nullptr;
+    QSpinBox *m_k = nullptr;
+    QLineEdit *m_lambda = nullptr;
+    QCheckBox *m_autoLambda = nullptr;
+    QCheckBox *m_perHead = nullptr;
+    QSpinBox *m_maxTokens = nullptr;
+    QPushButton *m_fit = nullptr;
+    QPushButton *m_cancel = nullptr;
+    QProgressBar *m_progress = nullptr;
+    QLabel *m_fitStatus = nullptr;
+};
+
+} // namespace kvwb::ui

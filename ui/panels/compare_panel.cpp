@@ -1,0 +1,712 @@
+#include "ui/panels/compare_panel.h"
+
+#include <QComboBox>
+#include <QDateTime>
+#include <QDoubleSpinBox>
+#include <QFontDatabase>
+#include <QHBoxLayout>
+#include <QKeySequence>
+#include <QLabel>
+#include <QPainter>
+#include <QPixmap>
+#include <QPlainTextEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QScrollBar>
+#include <QShortcut>
+#include <QSpinBox>
+#include <QTextBrowser>
+#include <QUrl>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <utility>
+
+namespace kvwb::ui {
+
+namespace {
+
+// A KL of 2 nats per token is far past anything a usable converter produces (a good one stays under
+// 0.3; B given no prefix at all lands around 1.5), so the scale saturates there.
+constexpr double KlSaturation = 2.0;
+
+struct Stop
+{
+    double at;
+    QColor colour;
+};
+
+QColor interpolate(std::initializer_list<Stop> stops, double v)
+{
+    const Stop *prev = stops.begin();
+    if (!std::isfinite(v) || v <= prev->at)
+        return prev->colour;
+    for (const Stop *s = stops.begin() + 1; s != stops.end(); prev = s, ++s) {
+        if (v <= s->at) {
+            const double t = (v - prev->at) / (s->at - prev->at);
+            auto mix = [t](int a, int b) { return int(std::lround(a + t * (b - a))); };
+            return QColor(mix(prev->colour.red(), s->colour.red()),
+                          mix(prev->colour.green(), s->colour.green()),
+                          mix(prev->colour.blue(), s->colour.blue()));
+        }
+    }
+    return prev->colour;
+}
+
+// Probability p of the generated token: red when the model was unsure, white when it was confident.
+// Light enough everywhere for black text.
+QColor probabilityColour(double p)
+{
+    return interpolate({{0.0, QColor(0xf0, 0x7a, 0x6e)},
+                        {0.5, QColor(0xfd, 0xd4, 0x9e)},
+                        {0.85, QColor(0xff, 0xf5, 0xdc)},
+                        {1.0, QColor(0xff, 0xff, 0xff)}},
+                       p);
+}
+
+// KL in nats: white at 0 to deep red at KlSaturation (ColorBrewer RdBu's red half).
+QColor klColour(double kl)
+{
+    return interpolate({{0.0, QColor(0xff, 0xff, 0xff)},
+                        {0.25, QColor(0xfd, 0xdb, 0xc7)},
+                        {0.75, QColor(0xf4, 0xa5, 0x82)},
+                        {1.25, QColor(0xd6, 0x60, 0x4d)},
+                        {KlSaturation, QColor(0xb2, 0x18, 0x2b)}},
+                       kl);
+}
+
+QColor textColourOn(const QColor &background)
+{
+    const double luma = 0.299 * background.red() + 0.587 * background.green() + 0.114 * background.blue();
+    return luma < 140 ? Qt::white : Qt::black;
+}
+
+// A piece as HTML: escaped, a newline shown as ↵ and broken, an empty piece as ∅ so it stays visible.
+QString pieceHtml(const std::string &piece)
+{
+    if (piece.empty())
+        return QStringLiteral("\u2205");
+    QString s = QString::fromStdString(piece).toHtmlEscaped();
+    s.remove(QLatin1Char('\r'));
+    s.replace(QLatin1Char('\n'), QStringLiteral("\u21b5<br>"));
+    return s;
+}
+
+QString fmt(double v, int decimals)
+{
+    return QString::number(v, 'f', decimals);
+}
+
+// non-breaking spaces: the marker never splits over two lines
+const QString DivergenceMarker = QStringLiteral("\u25b6\u00a0first\u00a0divergence");
+
+QString emptyPaneHtml(int pane, const QString &fontFamily)
+{
+    static const char *what[] = {
+        QT_TRANSLATE_NOOP("kvwb::ui::ComparePanel", "Model A's own continuation of the prompt appears here."),
+        QT_TRANSLATE_NOOP("kvwb::ui::ComparePanel",
+                          "Model B's continuation after computing the prompt itself appears here."),
+        QT_TRANSLATE_NOOP("kvwb::ui::ComparePanel",
+                          "Model B's continuation starting from A's cache, converted into B's space, "
+                          "appears here."),
+    };
+    // in the panel's own font: the panes' fixed-width font is for tokens
+    return QStringLiteral("<div style=\"color:#808080; font-family:'%1'\"><p>%2</p><p>%3</p></div>")
+        .arg(fontFamily.toHtmlEscaped(),
+             ComparePanel::tr("Load the models and open an experiment with a converter, type a prompt, "
+                              "press Run."),
+             ComparePanel::tr(what[pane]));
+}
+
+// A gradient bar with tick labels under it, drawn with the same colour function as the tokens.
+QPixmap legendPixmap(bool kl, const QFont &font)
+{
+    const int barWidth = 240, barHeight = 12, margin = 14;
+    const QFontMetrics fm(font);
+    QPixmap pm(barWidth + 2 * margin + 30, barHeight + fm.height() + 4);
+    pm.fill(Qt::transparent);
+    QPainter p(&pm);
+    p.setFont(font);
+    for (int x = 0; x < barWidth; ++x) {
+        const double t = double(x) / (barWidth - 1);
+        p.setPen(kl ? klColour(t * KlSaturation) : probabilityColour(t));
+        p.drawLine(margin + x, 0, margin + x, barHeight - 1);
+    }
+    p.setPen(QColor(0x90, 0x90, 0x90));
+    p.drawRect(margin, 0, barWidth - 1, barHeight - 1);
+    p.setPen(QColor(0x30, 0x30, 0x30));
+    const QStringList ticks = kl ? QStringList{"0", "0.5", "1", "1.5", QString::fromUtf8("\u2265 2 nats")}
+                                 : QStringList{"0", "0.25", "0.5", "0.75", "1"};
+    for (int i = 0; i < ticks.size(); ++i) {
+        const int x = margin + int(std::lround(double(i) / (ticks.size() - 1) * (barWidth - 1)));
+        const int w = fm.horizontalAdvance(ticks[i]);
+        // the first label starts at the bar's left edge, the rest are centred on their tick
+        const int left = i == 0 ? x - 2 : x - w / 2;
+        p.drawText(left, barHeight + 2 + fm.ascent(), ticks[i]);
+    }
+    return pm;
+}
+
+} // namespace
+
+ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
+{
+    auto *layout = new QVBoxLayout(this);
+
+    auto *historyRow = new QHBoxLayout;
+    historyRow->addWidget(new QLabel(tr("Earlier comparisons:"), this));
+    m_historyCombo = new QComboBox(this);
+    m_historyCombo->setObjectName("historyCombo");
+    m_historyCombo->setPlaceholderText(tr("none yet"));
+    m_historyCombo->setToolTip(tr("Comparisons run in this session or stored in the experiment; pick one to "
+                                  "show it again."));
+    m_historyCombo->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_historyCombo->setMinimumContentsLength(40);
+    historyRow->addWidget(m_historyCombo, 1);
+    m_hint = new QLabel(this);
+    m_hint->setObjectName("compareHint");
+    m_hint->setStyleSheet("color:#666666");
+    historyRow->addWidget(m_hint, 1);
+    layout->addLayout(historyRow);
+
+    m_prompt = new QPlainTextEdit(this);
+    m_prompt->setObjectName("promptEdit");
+    m_prompt->setPlaceholderText(tr("Type a prompt for all three paths to continue, e.g. \"Explain in two "
+                                    "sentences what a KV cache stores.\" (Ctrl+Enter runs)"));
+    m_prompt->setToolTip(tr("The text that A, B from scratch and B from A's converted cache all continue."));
+    m_prompt->setTabChangesFocus(true);
+    m_prompt->setFixedHeight(m_prompt->fontMetrics().lineSpacing() * 4 + 12);
+    layout->addWidget(m_prompt);
+
+    auto *controls = new QHBoxLayout;
+    auto label = [this, controls](const QString &text, QWidget *buddy) {
+        auto *l = new QLabel(text, this);
+        l->setBuddy(buddy);
+        l->setToolTip(buddy->toolTip());
+        controls->addWidget(l);
+        controls->addWidget(buddy);
+    };
+    m_converter = new QComboBox(this);
+    m_converter->setObjectName("converterCombo");
+    m_converter->setToolTip(tr("The converter from the experiment that maps A's KV cache into B's space."));
+    m_converter->setMinimumContentsLength(10);
+    m_converter->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    label(tr("&Converter:"), m_converter);
+    m_maxTokens = new QSpinBox(this);
+    m_maxTokens->setObjectName("maxTokensSpin");
+    m_maxTokens->setRange(1, 512);
+    m_maxTokens->setValue(32);
+    m_maxTokens->setToolTip(tr("How many tokens each of the three paths generates."));
+    label(tr("&Max tokens:"), m_maxTokens);
+    controls->addSpacing(8);
+    m_gateSignal = new QComboBox(this);
+    m_gateSignal->setObjectName("gateSignalCombo");
+    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll"});
+    m_gateSignal->setToolTip(tr("What the quality gate measures before trusting the converted cache: tail_kl "
+                                "and nll pass when low, kv_cos when high."));
+    label(tr("&Gate:"), m_gateSignal);
+    auto *comparison = new QLabel(QString::fromUtf8("\u2264"), this);
+    comparison->setObjectName("gateComparison");
+    controls->addWidget(comparison);
+    m_gateThreshold = new QDoubleSpinBox(this);
+    m_gateThreshold->setObjectName("gateThresholdSpin");
+    m_gateThreshold->setDecimals(3);
+    m_gateThreshold->setRange(-1000, 1000);
+    m_gateThreshold->setSingleStep(0.01);
+    m_gateThreshold->setValue(0.1);
+    m_gateThreshold->setToolTip(tr("The gate passes when the signal is at or below this (at or above for "
+                                   "kv_cos); a failed gate falls back to B's own prefill."));
+    controls->addWidget(m_gateThreshold);
+    m_gateTail = new QSpinBox(this);
+    m_gateTail->setObjectName("gateTailSpin");
+    m_gateTail->setRange(1, 64);
+    m_gateTail->setValue(4);
+    m_gateTail->setToolTip(tr("How many of the prompt's last positions B recomputes itself to check the "
+                              "converted cache."));
+    label(tr("&Tail:"), m_gateTail);
+    controls->addSpacing(8);
+    m_colourBy = new QComboBox(this);
+    m_colourBy->setObjectName("colourByCombo");
+    m_colourBy->addItems({tr("probability"), tr("KL to scratch")});
+    m_colourBy->setToolTip(tr("Colour each token by the probability its model gave it, or by how far the "
+                              "transfer path's next-token distribution is from scratch's (KL)."));
+    label(tr("C&olour by:"), m_colourBy);
+    controls->addStretch(1);
+    m_run = new QPushButton(tr("&Run"), this);
+    m_run->setObjectName("runButton");
+    m_run->setToolTip(tr("Generate the three continuations of the prompt (Ctrl+Enter)."));
+    controls->addWidget(m_run);
+    m_cancel = new QPushButton(tr("Cancel"), this);
+    m_cancel->setObjectName("cancelCompareButton");
+    m_cancel->setEnabled(false);
+    m_cancel->setToolTip(tr("Stop the running comparison; nothing is shown or stored."));
+    controls->addWidget(m_cancel);
+    m_progress = new QProgressBar(this);
+    m_progress->setObjectName("compareProgress");
+    m_progress->setRange(0, 1000);
+    m_progress->setMinimumWidth(160);
+    m_progress->setToolTip(tr("Progress of the running comparison."));
+    QSizePolicy keep = m_progress->sizePolicy();
+    keep.setRetainSizeWhenHidden(true); // the row does not jump when a run starts
+    m_progress->setSizePolicy(keep);
+    m_progress->hide();
+    controls->addWidget(m_progress);
+    layout->addLayout(controls);
+
+    m_message = new QLabel(this);
+    m_message->setObjectName("compareMessage");
+    m_message->setStyleSheet("color:#c62828; font-weight:bold");
+    m_message->setWordWrap(true);
+    m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_message->hide();
+    layout->addWidget(m_message);
+
+    auto *panes = new QHBoxLayout;
+    QFont paneFont = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+    paneFont.setPointSizeF(std::max(paneFont.pointSizeF(), 10.5));
+    for (int i = 0; i < PaneCount; ++i) {
+        auto *column = new QVBoxLayout;
+        m_headers[size_t(i)] = new QLabel(this);
+        m_headers[size_t(i)]->setObjectName(QString("paneHeader%1").arg(i));
+        QFont bold = m_headers[size_t(i)]->font();
+        bold.setBold(true);
+        m_headers[size_t(i)]->setFont(bold);
+        column->addWidget(m_headers[size_t(i)]);
+        auto *pane = new QTextBrowser(this);
+        pane->setObjectName(QString("pane%1").arg(i));
+        pane->setOpenLinks(false); // tokens are links only so that pointing at one describes it
+        pane->setFont(paneFont);
+        pane->document()->setDefaultStyleSheet("a { color: #000000; text-decoration: none; }");
+        pane->setMouseTracking(true);
+        m_panes[size_t(i)] = pane;
+        column->addWidget(pane, 1);
+        m_stats[size_t(i)] = new QLabel(this);
+        m_stats[size_t(i)]->setObjectName(QString("stats%1").arg(i));
+        m_stats[size_t(i)]->setWordWrap(true);
+        m_stats[size_t(i)]->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        // room for two lines under every pane (the transfer line wraps) keeps the panes level
+        m_stats[size_t(i)]->setMinimumHeight(2 * m_stats[size_t(i)]->fontMetrics().lineSpacing());
+        m_stats[size_t(i)]->setAlignment(Qt::AlignLeft | Qt::AlignTop);
+        column->addWidget(m_stats[size_t(i)]);
+        panes->addLayout(column, 1);
+        connect(pane->verticalScrollBar(), &QScrollBar::valueChanged, this, [this, i] { syncScroll(i); });
+        connect(pane, qOverload<const QUrl &>(&QTextBrowser::highlighted), this,
+                [this, i](const QUrl &link) { showTokenInfo(i, link); });
+        connect(pane, &QTextBrowser::anchorClicked, this,
+                [this, i](const QUrl &link) { showTokenInfo(i, link); });
+    }
+    m_headers[1]->setToolTip(tr("Model B after computing the whole prompt itself: the reference."));
+    m_headers[2]->setToolTip(tr("Model B after taking the prompt's cache from A through the converter: what "
+                                "a cross-model cache hit would produce."));
+    layout->addLayout(panes, 1);
+
+    auto *legendRow = new QHBoxLayout;
+    m_legendBar = new QLabel(this);
+    m_legendBar->setObjectName("colourLegend");
+    legendRow->addWidget(m_legendBar);
+    m_legendCaption = new QLabel(this);
+    m_legendCaption->setObjectName("colourLegendCaption");
+    m_legendCaption->setWordWrap(true);
+    legendRow->addWidget(m_legendCaption, 1);
+    layout->addLayout(legendRow);
+
+    m_tokenInfo = new QLabel(this);
+    m_tokenInfo->setObjectName("tokenInfo");
+    m_tokenInfo->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    layout->addWidget(m_tokenInfo);
+
+    m_summary = new QLabel(this);
+    m_summary->setObjectName("compareSummary");
+    m_summary->setWordWrap(true);
+    m_summary->setTextFormat(Qt::RichText);
+    m_summary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    QFont summaryFont = m_summary->font();
+    summaryFont.setPointSizeF(summaryFont.pointSizeF() + 1);
+    m_summary->setFont(summaryFont);
+    layout->addWidget(m_summary);
+
+    connect(m_run, &QPushButton::clicked, this, &ComparePanel::run);
+    connect(m_cancel, &QPushButton::clicked, this, &ComparePanel::cancelRequested);
+    auto *shortcut = new QShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return), m_prompt);
+    shortcut->setContext(Qt::WidgetShortcut);
+    connect(shortcut, &QShortcut::activated, this, [this] {
+        if (m_run->isEnabled())
+            run();
+    });
+    connect(m_gateSignal, &QComboBox::currentTextChanged, this, [this, comparison](const QString &signal) {
+        // each signal has its own scale: reset to the default threshold the CLI uses
+        m_gateThreshold->setValue(signal == "kv_cos" ? 0.9 : signal == "nll" ? 3.0 : 0.1);
+        comparison->setText(QString::fromUtf8(signal == "kv_cos" ? "\u2265" : "\u2264"));
+    });
+    connect(m_colourBy, &QComboBox::currentIndexChanged, this,
+            [this](int i) { setColouring(i == 1 ? Colouring::Kl : Colouring::Probability); });
+    connect(m_historyCombo, &QComboBox::currentIndexChanged, this, [this](int i) {
+        if (i >= 0 && i < int(m_history.size()))
+            showSample(m_history[size_t(i)]);
+    });
+
+    refreshReadiness();
+    refreshHeaders();
+    refreshLegend();
+    showEmpty();
+}
+
+void ComparePanel::setExperimentPath(const QString &path)
+{
+    m_experimentPath = path;
+    refreshReadiness();
+}
+
+void ComparePanel::setConverters(const QStringList &names, const QString &inUse)
+{
+    const QSignalBlocker block(m_converter);
+    m_converter->clear();
+    m_converter->addItems(names);
+    const int i = m_converter->findText(inUse);
+    m_converter->setCurrentIndex(i >= 0 ? i : (names.isEmpty() ? -1 : 0));
+    refreshReadiness();
+}
+
+void ComparePanel::setModelsLoaded(bool loaded)
+{
+    m_modelsLoaded = loaded;
+    refreshReadiness();
+}
+
+CompareRequest ComparePanel::request() const
+{
+    CompareRequest r;
+    r.experimentPath = m_experimentPath;
+    r.converter = m_converter->currentText();
+    r.prompt = m_prompt->toPlainText();
+    r.maxTokens = m_maxTokens->value();
+    r.gateSignal = m_gateSignal->currentText();
+    r.gateThreshold = m_gateThreshold->value();
+    r.gateTail = m_gateTail->value();
+    r.save = m_save;
+    return r;
+}
+
+void ComparePanel::setRequest(const CompareRequest &r)
+{
+    setExperimentPath(r.experimentPath);
+    if (!r.converter.isEmpty()) {
+        int i = m_converter->findText(r.converter);
+        if (i < 0) {
+            m_converter->addItem(r.converter);
+            i = m_converter->count() - 1;
+        }
+        m_converter->setCurrentIndex(i);
+    }
+    m_prompt->setPlainText(r.prompt);
+    m_maxTokens->setValue(r.maxTokens);
+    const int signal = m_gateSignal->findText(r.gateSignal);
+    if (signal >= 0)
+        m_gateSignal->setCurrentIndex(signal); // resets the threshold: set it afterwards
+    m_gateThreshold->setValue(r.gateThreshold);
+    m_gateTail->setValue(r.gateTail);
+    m_save = r.save;
+    refreshReadiness();
+}
+
+void ComparePanel::showResult(const CompareResult &r)
+{
+    m_history.push_back(r);
+    {
+        const QSignalBlocker block(m_historyCombo);
+        m_historyCombo->addItem(historyLabel(r));
+        m_historyCombo->setCurrentIndex(m_historyCombo->count() - 1);
+    }
+    showMessage({});
+    showSample(r);
+}
+
+void ComparePanel::setHistory(const std::vector<CompareResult> &samples)
+{
+    m_history = samples;
+    {
+        const QSignalBlocker block(m_historyCombo);
+        m_historyCombo->clear();
+        for (const auto &s : m_history)
+            m_historyCombo->addItem(historyLabel(s));
+        m_historyCombo->setCurrentIndex(m_history.empty() ? -1 : int(m_history.size()) - 1);
+    }
+    if (m_history.empty()) {
+        m_shown.reset();
+        showEmpty();
+    } else {
+        showSample(m_history.back());
+    }
+}
+
+void ComparePanel::setColouring(Colouring c)
+{
+    m_colouring = c;
+    {
+        const QSignalBlocker block(m_colourBy);
+        m_colourBy->setCurrentIndex(c == Colouring::Kl ? 1 : 0);
+    }
+    refreshHeaders();
+    refreshLegend();
+    render();
+}
+
+QString ComparePanel::paneHtml(int pane) const
+{
+    return pane >= 0 && pane < PaneCount ? m_html[size_t(pane)] : QString();
+}
+
+QString ComparePanel::statsText(int pane) const
+{
+    return pane >= 0 && pane < PaneCount ? m_stats[size_t(pane)]->text() : QString();
+}
+
+QString ComparePanel::summaryText() const
+{
+    return m_summaryPlain;
+}
+
+QString ComparePanel::tokenInfoText() const
+{
+    return m_tokenInfo->text();
+}
+
+void ComparePanel::setBusy(bool busy)
+{
+    m_busy = busy;
+    m_cancel->setEnabled(busy);
+    m_progress->setVisible(busy);
+    if (busy) {
+        m_progress->setValue(0);
+        m_progress->setFormat(tr("starting %p%"));
+        showMessage({});
+    }
+    refreshReadiness();
+}
+
+void ComparePanel::setProgress(double fraction, const QString &stage)
+{
+    m_progress->setValue(int(std::lround(std::clamp(fraction, 0.0, 1.0) * m_progress->maximum())));
+    m_progress->setFormat(stage.isEmpty() ? QStringLiteral("%p%") : stage + QStringLiteral(" %p%"));
+}
+
+void ComparePanel::setFailed(const QString &message)
+{
+    setBusy(false);
+    showMessage(message.isEmpty() ? tr("The comparison failed.") : message);
+}
+
+void ComparePanel::run()
+{
+    if (m_prompt->toPlainText().trimmed().isEmpty()) {
+        showMessage(tr("Type a prompt first: it is what A and both B paths continue."));
+        m_prompt->setFocus();
+        return;
+    }
+    showMessage({});
+    Q_EMIT compareRequested(request());
+}
+
+void ComparePanel::showSample(const CompareResult &r)
+{
+    m_shown = r;
+    render();
+}
+
+void ComparePanel::showEmpty()
+{
+    for (int i = 0; i < PaneCount; ++i) {
+        m_html[size_t(i)] = emptyPaneHtml(i, font().family());
+        m_panes[size_t(i)]->setHtml(m_html[size_t(i)]);
+        m_stats[size_t(i)]->clear();
+    }
+    m_summaryPlain.clear();
+    m_summary->clear();
+    m_tokenInfo->clear();
+}
+
+void ComparePanel::render()
+{
+    if (!m_shown) {
+        showEmpty();
+        return;
+    }
+    const CompareResult &r = *m_shown;
+    const core::ComparisonPath *paths[PaneCount] = {&r.a, &r.scratch, &r.transfer};
+    const std::vector<double> &kl = r.transfer.kl; // along scratch's continuation
+    for (int pane = 0; pane < PaneCount; ++pane) {
+        const core::ComparisonPath &path = *paths[pane];
+        const bool byKl = m_colouring == Colouring::Kl && pane > 0;
+        QString html = QStringLiteral("<div style=\"white-space:pre-wrap; line-height:140%\">");
+        for (size_t j = 0; j < path.pieces.size(); ++j) {
+            QColor bg(Qt::white);
+            if (byKl) {
+                if (j < kl.size())
+                    bg = klColour(kl[j]);
+            } else if (j < path.logprobs.size()) {
+                bg = probabilityColour(std::exp(double(path.logprobs[j])));
+            }
+            const bool diverges = pane > 0 && r.firstDivergence >= 0 && size_t(r.firstDivergence) == j;
+            if (diverges)
+                html += QStringLiteral("<span style=\"background-color:#37474f; color:#ffffff; "
+                                       "font-weight:bold\"> %1 </span> ")
+                            .arg(DivergenceMarker);
+            QString style =
+                QStringLiteral("background-color:%1; color:%2").arg(bg.name(), textColourOn(bg).name());
+            if (diverges)
+                style += QStringLiteral("; font-weight:bold; text-decoration:underline");
+            html += QStringLiteral("<a href=\"tok:%1\"><span style=\"%2\">%3</span></a>")
+                        .arg(j)
+                        .arg(style, pieceHtml(path.pieces[j]));
+        }
+        if (path.pieces.empty())
+            html +=
+                QStringLiteral("<span style=\"color:#888888\">%1</span>").arg(tr("(no tokens generated)"));
+        html += QStringLiteral("</div>");
+        m_html[size_t(pane)] = html;
+        m_panes[size_t(pane)]->setHtml(html);
+
+        QString stats = tr("TTFT %1 ms \u00b7 %2 tok/s \u00b7 %3 tokens \u00b7 prompt %4 tokens")
+                            .arg(fmt(path.ttftMs, 1), path.decodeTokPerS > 0 ? fmt(path.decodeTokPerS, 0)
+                                                                             : QStringLiteral("\u2013"))
+                            .arg(path.ids.size())
+                            .arg(path.promptTokens);
+        if (path.reusedTokens > 0)
+            stats += tr(" (%1 reused)").arg(path.reusedTokens);
+        if (pane == 2)
+            stats += tr(" \u00b7 A prefill %1 ms + convert %2 ms")
+                         .arg(fmt(r.sourcePrefillMs, 1), fmt(r.convertMs, 1));
+        m_stats[size_t(pane)]->setText(stats);
+    }
+
+    QStringList parts;
+    parts
+        << tr("KL to scratch %1 nats/token (no-prefix floor %2)").arg(fmt(r.meanKl, 3), fmt(r.klNoPrefix, 3))
+        << tr("top-1 agreement %1%").arg(fmt(r.top1 * 100, 1)) << tr("ROUGE-L %1").arg(fmt(r.rougeL, 2))
+        << (r.firstDivergence < 0 ? tr("identical continuations")
+                                  : tr("first divergence at token %1").arg(r.firstDivergence));
+    QString gate;
+    if (!r.gateSignal.empty()) {
+        const bool higherIsBetter = r.gateSignal == "kv_cos";
+        const char *op = higherIsBetter ? (r.gatePassed ? "\u2265" : "<") : (r.gatePassed ? "\u2264" : ">");
+        gate = tr("gate %1 %2 %3 %4: %5")
+                   .arg(QString::fromStdString(r.gateSignal), fmt(r.gateValue, 3), QString::fromUtf8(op),
+                        QString::number(r.gateThreshold),
+                        r.gatePassed ? tr("pass (converted cache used)")
+                                     : tr("fail (B falls back to its own prefill)"));
+    }
+    m_summaryPlain = parts.join(QStringLiteral(" \u00b7 "));
+    QString rich = m_summaryPlain.toHtmlEscaped();
+    if (!gate.isEmpty()) {
+        m_summaryPlain += QStringLiteral(" \u00b7 ") + gate;
+        rich += QStringLiteral(" \u00b7 <b style=\"color:%1\">%2</b>")
+                    .arg(r.gatePassed ? "#2e7d32" : "#c62828", gate.toHtmlEscaped());
+    }
+    m_summary->setText(rich);
+    m_tokenInfo->setText(tr("Point at a token to see its probability and KL."));
+}
+
+void ComparePanel::refreshReadiness()
+{
+    QStringList missing;
+    if (!m_modelsLoaded)
+        missing << tr("Load models A and B.");
+    if (m_experimentPath.isEmpty())
+        missing << tr("Open an experiment with a converter (File > Open Experiment).");
+    else if (m_converter->count() == 0)
+        missing << tr("This experiment has no converter yet: fit one in the Alignment dock.");
+    m_run->setEnabled(!m_busy && missing.isEmpty());
+    m_hint->setText(missing.isEmpty() ? tr("Experiment: %1").arg(m_experimentPath) : missing.join(' '));
+    m_hint->setToolTip(m_experimentPath);
+}
+
+void ComparePanel::refreshHeaders()
+{
+    const bool kl = m_colouring == Colouring::Kl;
+    m_headers[0]->setText(kl ? tr("A (source) \u2014 coloured by probability (KL is measured for B only)")
+                             : tr("A (source)"));
+    m_headers[1]->setText(tr("B from scratch"));
+    m_headers[2]->setText(tr("B from A's converted cache"));
+}
+
+void ComparePanel::refreshLegend()
+{
+    const bool kl = m_colouring == Colouring::Kl;
+    QFont small = font();
+    small.setPointSizeF(std::max(7.5, small.pointSizeF() - 1));
+    m_legendBar->setPixmap(legendPixmap(kl, small));
+    m_legendCaption->setText(
+        kl ? tr("Background of the B panes: KL(scratch \u2016 transfer) in nats at each position, both fed "
+                "scratch's tokens so far: white = same next-token distribution, deep red = 2 nats or more. "
+                "A's pane stays coloured by probability.")
+           : tr("Background: the probability the model gave each token it generated (exp of its log-prob): "
+                "red = unsure, white = confident."));
+}
+
+void ComparePanel::showMessage(const QString &message)
+{
+    m_message->setText(message);
+    m_message->setVisible(!message.isEmpty());
+}
+
+void ComparePanel::showTokenInfo(int pane, const QUrl &link)
+{
+    if (!m_shown || link.scheme() != QLatin1String("tok"))
+        return;
+    bool ok = false;
+    const int j = link.path().toInt(&ok);
+    const core::ComparisonPath *paths[PaneCount] = {&m_shown->a, &m_shown->scratch, &m_shown->transfer};
+    const core::ComparisonPath &path = *paths[pane];
+    if (!ok || j < 0 || size_t(j) >= path.pieces.size())
+        return;
+    static const char *names[] = {"A", QT_TRANSLATE_NOOP("kvwb::ui::ComparePanel", "B scratch"),
+                                  QT_TRANSLATE_NOOP("kvwb::ui::ComparePanel", "B transfer")};
+    QString piece = QString::fromStdString(path.pieces[size_t(j)]);
+    piece.replace('\n', QStringLiteral("\\n"));
+    QString info = tr("%1, token %2 \"%3\"").arg(tr(names[pane])).arg(j).arg(piece);
+    if (size_t(j) < path.ids.size())
+        info += tr(" (id %1)").arg(path.ids[size_t(j)]);
+    if (size_t(j) < path.logprobs.size()) {
+        const double lp = path.logprobs[size_t(j)];
+        info += tr(" \u00b7 p = %1 (log p %2)").arg(fmt(std::exp(lp), 3), fmt(lp, 3));
+    }
+    const auto &kl = m_shown->transfer.kl;
+    if (pane > 0 && size_t(j) < kl.size())
+        info += tr(" \u00b7 KL to scratch at this position %1 nats").arg(fmt(kl[size_t(j)], 3));
+    m_tokenInfo->setText(info);
+}
+
+void ComparePanel::syncScroll(int fromPane)
+{
+    if (m_syncing)
+        return;
+    m_syncing = true;
+    const QScrollBar *from = m_panes[size_t(fromPane)]->verticalScrollBar();
+    const double fraction = from->maximum() > from->minimum() ? double(from->value() - from->minimum()) /
+                                                                    (from->maximum() - from->minimum())
+                                                              : 0.0;
+    for (int i = 0; i < PaneCount; ++i) {
+        if (i == fromPane)
+            continue;
+        QScrollBar *to = m_panes[size_t(i)]->verticalScrollBar();
+        to->setValue(to->minimum() + int(std::lround(fraction * (to->maximum() - to->minimum()))));
+    }
+    m_syncing = false;
+}
+
+QString ComparePanel::historyLabel(const CompareResult &r) const
+{
+    const QString created = QString::fromStdString(r.createdUtc);
+    const QDateTime when = QDateTime::fromString(created, Qt::ISODate);
+    QString time = when.isValid() ? when.toLocalTime().toString("yyyy-MM-dd HH:mm") : created;
+    if (time.isEmpty())
+        time = tr("this session");
+    QString prompt = QString::fromStdString(r.prompt).simplified();
+    if (prompt.size() > 48)
+        prompt = prompt.left(47) + QStringLiteral("\u2026");
+    return QStringLiteral("%1 \u00b7 \u201c%2\u201d").arg(time, prompt);
+}
+
+} // namespace kvwb::ui

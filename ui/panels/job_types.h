@@ -1,0 +1,97 @@
+// The value types the workbench's panels send to the engine (requests) and get back (summaries).
+// Panels build a request from their controls and emit it; app/engine/engine_controller.h runs it on the
+// engine thread and hands the result back as shared_ptr<const T>. Plain values, copied freely.
+#pragma once
+
+#include "core/store/comparison_store.h"
+
+#include <QString>
+#include <QStringList>
+
+#include <cstdint>
+
+namespace kvwb::ui {
+
+// Capture panel -> engine: run both loaded models over a prompt set into an experiment file.
+struct CaptureRequest
+{
+    QString promptsPath;     // text (one prompt per line) or JSONL (corpus/workload)
+    QString outPath;         // experiment file; appended to when it exists (same models)
+    QString storage = "f32"; // f32 | f16 | bf16
+    int compress = 0;        // deflate level, 0 = off
+    int maxTokens = 0;       // truncate each prompt (0 = the model's context)
+    int limit = 0;           // at most N prompts (0 = all)
+    bool postRope = false;   // keys after RoPE (default: before)
+};
+
+struct CaptureSummary
+{
+    QString outPath;
+    bool appended = false;
+    bool cancelled = false;
+    int promptsWritten = 0;
+    int promptsInFile = 0; // after this run
+    int64_t tokensA = 0, tokensB = 0;
+    int layersA = 0, layersB = 0; // captured layers
+    int64_t kvBytes = 0;          // float32 K/V bytes handed to the file by this run
+    int64_t fileBytes = 0;        // the file's size afterwards
+    QString storage, keyForm;     // the file's storage settings
+    double prefillMsA = 0, prefillMsB = 0, writeMs = 0, wallMs = 0;
+    QStringList warnings;
+};
+
+// Alignment panel -> engine: fit a converter from the shown experiment file.
+struct FitRequest
+{
+    QString experimentPath;
+    QString name = "default";
+    QString selection = "proportional"; // proportional | topk | all
+    int k = 1;
+    bool autoLambda = false;
+    double lambda = 0.01;
+    bool perHead = false;
+    int64_t maxTrainTokens = 0; // 0 = every train prompt
+};
+
+struct FitSummary
+{
+    QString experimentPath;
+    QString name;
+    bool cancelled = false; // nothing stored
+    double fitMs = 0;
+    double meanR2K = 0, meanR2V = 0, meanAttnCos = 0;
+    QStringList warnings;
+};
+
+// Compare panel -> engine: one prompt, three ways (A; B scratch; B from A's converted cache).
+struct CompareRequest
+{
+    QString experimentPath;
+    QString converter;
+    QString prompt;
+    int maxTokens = 32;
+    QString gateSignal = "tail_kl"; // tail_kl | kv_cos | nll
+    double gateThreshold = 0.1;
+    int gateTail = 4;
+    bool save = true; // append the sample to /comparisons/workbench of the experiment
+};
+using CompareResult = core::ComparisonSample;
+
+// Replay panel -> engine: replay a workload through a tier stack with the loaded models.
+struct ReplayRequest
+{
+    QString workloadPath;
+    QString experimentPath; // its converter (cross tier) and where the ledger is stored; may be empty
+    QString converter;      // for the cross tier
+    QStringList tiers = {"exact", "semantic", "prefix"}; // lookup order
+    double threshold = 0.8;
+    QString embedder = "lexical"; // lexical | model
+    QString gateSignal = "tail_kl";
+    double gateThreshold = 0.1;
+    bool gate = true;
+    int maxTokens = 0;  // > 0 overrides every request's max_tokens
+    int limit = 0;      // first N requests (0 = all)
+    QString ledgerName; // non-empty: store the ledger as /ledgers/<name> of the experiment
+};
+
+} // namespace kvwb::ui

@@ -1,0 +1,233 @@
+#include "ui/panels/models_panel.h"
+
+#include "core/model/checkpoint.h"
+#include "core/util/error.h"
+#include "core/model/memory_estimate.h"
+
+#include <QComboBox>
+#include <QFileDialog>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QVBoxLayout>
+
+namespace kvwb::ui {
+
+namespace {
+
+QString megabytes(int64_t bytes)
+{
+    return bytes >= (int64_t(1) << 30) ? QString("%1 GB").arg(double(bytes) / double(1 << 30), 0, 'f', 2)
+                                       : QString("%1 MB").arg(double(bytes) / 1e6, 0, 'f', 1);
+}
+
+} // namespace
+
+ModelsPanel::ModelsPanel(QWidget *parent) : QWidget(parent)
+{
+    auto *layout = new QVBoxLayout(this);
+    auto *grid = new QGridLayout;
+    grid->addWidget(new QLabel(tr("<b>Model</b>")), 0, 0);
+    grid->addWidget(new QLabel(tr("<b>Path</b> (HF directory or llama2.c .bin)")), 0, 1);
+    grid->addWidget(new QLabel(tr("<b>Device</b>")), 0, 3);
+    grid->addWidget(new QLabel(tr("<b>Dtype</b>")), 0, 4);
+    buildRow('a', grid, 1);
+    buildRow('b', grid, 3);
+    grid->setColumnStretch(1, 1);
+    layout->addLayout(grid);
+
+    auto *buttons = new QHBoxLayout;
+    m_load = new QPushButton(tr("Load both models"), this);
+    m_load->setObjectName("loadButton");
+    m_cancel = new QPushButton(tr("Cancel"), this);
+    m_cancel->setObjectName("cancelButton");
+    m_cancel->setEnabled(false);
+    m_progress = new QProgressBar(this);
+    m_progress->setRange(0, 1000);
+    m_progress->setValue(0);
+    m_progress->setTextVisible(false);
+    buttons->addWidget(m_load);
+    buttons->addWidget(m_cancel);
+    buttons->addWidget(m_progress, 1);
+    layout->addLayout(buttons);
+    m_status = new QLabel(tr("Choose the source (A) and target (B) models, then load them."), this);
+    m_status->setObjectName("statusLabel");
+    m_status->setWordWrap(true);
+    layout->addWidget(m_status);
+    layout->addStretch(1);
+
+    connect(m_load, &QPushButton::clicked, this, [this] {
+        setBusy(true);
+        m_status->setText(tr("Loading..."));
+        Q_EMIT loadRequested(choice('a'), choice('b'));
+    });
+    connect(m_cancel, &QPushButton::clicked, this, [this] {
+        m_status->setText(tr("Cancelling..."));
+        Q_EMIT cancelRequested();
+    });
+}
+
+void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
+{
+    Row &r = row(role);
+    const QString name = role == 'a' ? tr("A (source)") : tr("B (target)");
+    grid->addWidget(new QLabel(name, this), line, 0);
+    r.path = new QLineEdit(this);
+    r.path->setObjectName(role == 'a' ? "pathA" : "pathB");
+    r.path->setPlaceholderText(tr("path/to/model"));
+    auto *browse = new QPushButton(tr("Browse..."), this);
+    r.device = new QComboBox(this);
+    r.device->setObjectName(role == 'a' ? "deviceA" : "deviceB");
+    r.device->addItems({"cpu", "cuda"});
+    r.device->setToolTip(
+        tr("cuda needs an NVIDIA GPU and a CUDA build of LibTorch; loading tells you why when it "
+           "cannot use it"));
+    r.dtype = new QComboBox(this);
+    r.dtype->setObjectName(role == 'a' ? "dtypeA" : "dtypeB");
+    r.dtype->addItems({"f32", "bf16", "f16"});
+    r.dtype->setToolTip(tr("f16 runs on CUDA only"));
+    r.estimate = new QLabel(this);
+    r.estimate->setObjectName(role == 'a' ? "estimateA" : "estimateB");
+    r.estimate->setWordWrap(true);
+    grid->addWidget(r.path, line, 1);
+    grid->addWidget(browse, line, 2);
+    grid->addWidget(r.device, line, 3);
+    grid->addWidget(r.dtype, line, 4);
+    grid->addWidget(r.estimate, line + 1, 1, 1, 4);
+    connect(browse, &QPushButton::clicked, this, [this, role] {
+        const QString dir =
+            QFileDialog::getExistingDirectory(this, tr("Model directory"), row(role).path->text());
+        if (!dir.isEmpty())
+            row(role).path->setText(dir);
+    });
+    connect(r.path, &QLineEdit::textChanged, this, [this, role] { refreshEstimate(role); });
+    connect(r.device, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
+    connect(r.dtype, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
+    refreshEstimate(role);
+}
+
+void ModelsPanel::refreshEstimate(char role)
+{
+    Row &r = row(role);
+    r.config.reset();
+    const QString path = r.path->text().trimmed();
+    if (path.isEmpty()) {
+        r.estimate->setText(tr("<i>no model chosen</i>"));
+    } else {
+        try {
+            const auto ck = core::Checkpoint::open(path.toStdString());
+            r.config = ck.config();
+            const int bytes = r.dtype->currentText() == "f32" ? 4 : 2;
+            const int context = r.config->maxPositionEmbeddings;
+            const auto e = core::estimateMemory(*r.config, bytes, context);
+            r.estimate->setText(
+                tr("%1 layers, %2 heads / %3 kv heads of %4, %5M parameters. Needs about %6 on %7 "
+                   "(weights %8 + KV cache %9 at %10 tokens + activations %11).")
+                    .arg(r.config->numLayers)
+                    .arg(r.config->numHeads)
+                    .arg(r.config->numKvHeads)
+                    .arg(r.config->headDim)
+                    .arg(double(r.config->parameterCount()) / 1e6, 0, 'f', 2)
+                    .arg(megabytes(e.totalBytes()), r.device->currentText(), megabytes(e.weightBytes),
+                         megabytes(e.kvBytes))
+                    .arg(context)
+                    .arg(megabytes(e.activationBytes)));
+        } catch (const core::Error &e) {
+            r.estimate->setText(QString("<span style='color:#b00020'>%1</span>")
+                                    .arg(QString::fromUtf8(e.what()).toHtmlEscaped()));
+        }
+    }
+    Q_EMIT choiceChanged(role);
+}
+
+void ModelsPanel::setChoice(char role, const ModelChoice &c)
+{
+    Row &r = row(role);
+    r.device->setCurrentText(c.device);
+    r.dtype->setCurrentText(c.dtype);
+    r.path->setText(c.path); // last: refreshes the estimate once with the new device and dtype
+    refreshEstimate(role);
+}
+
+ModelChoice ModelsPanel::choice(char role) const
+{
+    const Row &r = row(role);
+    return {r.path->text().trimmed(), r.device->currentText(), r.dtype->currentText(), 0};
+}
+
+std::optional<core::ModelConfig> ModelsPanel::previewConfig(char role) const
+{
+    return row(role).config;
+}
+
+QString ModelsPanel::estimateText(char role) const
+{
+    return row(role).estimate->text();
+}
+
+void ModelsPanel::setBusy(bool busy)
+{
+    m_load->setEnabled(!busy);
+    m_cancel->setEnabled(busy);
+    for (const Row *r : {&m_a, &m_b}) {
+        r->path->setEnabled(!busy);
+        r->device->setEnabled(!busy);
+        r->dtype->setEnabled(!busy);
+    }
+    if (busy)
+        m_progress->setValue(0);
+}
+
+void ModelsPanel::setEngineBusy(bool busy)
+{
+    m_load->setEnabled(!busy);
+    m_load->setToolTip(busy ? tr("The engine is busy with another job; load when it is done.") : QString());
+    for (const Row *r : {&m_a, &m_b}) {
+        r->path->setEnabled(!busy);
+        r->device->setEnabled(!busy);
+        r->dtype->setEnabled(!busy);
+    }
+}
+
+void ModelsPanel::setProgress(double fraction, const QString &stage)
+{
+    m_progress->setValue(int(1000 * fraction));
+    m_status->setText(tr("Loading: %1").arg(stage));
+}
+
+void ModelsPanel::setLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, double ms)
+{
+    setBusy(false);
+    m_progress->setValue(1000);
+    m_status->setText(
+        tr("Loaded in %1 ms: A on %2 (%3, %4 weights), B on %5 (%6, %7 weights).")
+            .arg(ms, 0, 'f', 0)
+            .arg(a.device, a.dtype, megabytes(a.deviceBytes), b.device, b.dtype, megabytes(b.deviceBytes)));
+    for (const auto *m : {&a, &b})
+        if (!m->tokenizerError.isEmpty())
+            m_status->setText(m_status->text() +
+                              QString("<br><span style='color:#b00020'>%1</span>")
+                                  .arg(tr("%1 has no usable tokenizer: %2. Capture, Compare and Replay need "
+                                          "one: put it beside the model and load again.")
+                                           .arg(m == &a ? "A" : "B", m->tokenizerError.toHtmlEscaped())));
+}
+
+void ModelsPanel::setFailed(const QString &message)
+{
+    setBusy(false);
+    m_progress->setValue(0);
+    m_status->setText(QString("<span style='color:#b00020'>%1</span><br>%2")
+                          .arg(message.toHtmlEscaped(), tr("Check the path and device, then load again.")));
+}
+
+void ModelsPanel::setCancelled()
+{
+    setBusy(false);
+    m_progress->setValue(0);
+    m_status->setText(tr("Loading cancelled; the models loaded before (if any) are still in use."));
+}
+
+} // namespace kvwb::ui

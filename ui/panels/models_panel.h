@@ -1,0 +1,98 @@
+// The Models panel: choose model A (source) and B (target) - an HF directory or a llama2.c .bin -,
+// their device and dtype, see the memory each will need before loading, then load both with
+// progress and cancel. The panel only asks (loadRequested / cancelRequested); the engine (app/)
+// loads and reports back through setProgress / setLoaded / setFailed.
+//
+// GUI-thread only. Reads config.json (and maps the weights' headers) to estimate memory; loads
+// nothing itself.
+#pragma once
+
+#include "core/model/model_config.h"
+
+#include <QString>
+#include <QWidget>
+
+#include <cstdint>
+#include <optional>
+
+class QComboBox;
+class QGridLayout;
+class QLabel;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+
+namespace kvwb::ui {
+
+// What the user chose for one model.
+struct ModelChoice
+{
+    QString path;           // HF directory or llama2.c .bin
+    QString device = "cpu"; // cpu | cuda
+    QString dtype = "f32";  // f32 | bf16 | f16
+    int threads = 0;        // 0 = all cores
+};
+
+// What the engine loaded.
+struct LoadedModelInfo
+{
+    QString path;
+    core::ModelConfig config;
+    QString fingerprint;
+    QString device; // e.g. "cpu (2 threads of 2 cores)"
+    QString dtype;
+    int64_t deviceBytes = 0; // weights on the device
+    QString tokenizer;       // e.g. "sentencepiece, 1024 pieces (tokenizer.model)"; empty when none
+    QString tokenizerError;  // why it has no usable tokenizer (capture, compare, replay need one)
+};
+
+class ModelsPanel : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit ModelsPanel(QWidget *parent = nullptr);
+
+    void setChoice(char role, const ModelChoice &choice); // role 'a' or 'b'
+    ModelChoice choice(char role) const;
+    // The config read from the chosen path, when it could be read.
+    std::optional<core::ModelConfig> previewConfig(char role) const;
+    // The estimate line shown for a model ("weights 3.7 MB + KV 0.8 MB at 512 tokens = ...").
+    QString estimateText(char role) const;
+
+public Q_SLOTS:
+    // Another engine job runs (capture, fit, ...): loading is disabled until it ends.
+    void setEngineBusy(bool busy);
+    void setProgress(double fraction, const QString &stage);
+    void setLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
+    void setFailed(const QString &message);
+    void setCancelled();
+
+Q_SIGNALS:
+    void loadRequested(const kvwb::ui::ModelChoice &a, const kvwb::ui::ModelChoice &b);
+    void cancelRequested();
+    void choiceChanged(char role); // path, device or dtype edited (preview configs changed)
+
+private:
+    struct Row
+    {
+        QLineEdit *path = nullptr;
+        QComboBox *device = nullptr;
+        QComboBox *dtype = nullptr;
+        QLabel *estimate = nullptr;
+        std::optional<core::ModelConfig> config;
+    };
+    Row &row(char role) { return role == 'a' ? m_a : m_b; }
+    const Row &row(char role) const { return role == 'a' ? m_a : m_b; }
+    void buildRow(char role, QGridLayout *grid, int line);
+    void refreshEstimate(char role);
+    void setBusy(bool busy);
+
+    Row m_a, m_b;
+    QPushButton *m_load = nullptr;
+    QPushButton *m_cancel = nullptr;
+    QProgressBar *m_progress = nullptr;
+    QLabel *m_status = nullptr;
+};
+
+} // namespace kvwb::ui

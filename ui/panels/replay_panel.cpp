@@ -1,0 +1,607 @@
+#include "ui/panels/replay_panel.h"
+
+#include "ui/models/ledger_filter_model.h"
+#include "ui/models/ledger_model.h"
+#include "ui/charts/replay_charts.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QTableView>
+#include <QVBoxLayout>
+
+namespace kvwb::ui {
+
+namespace {
+
+constexpr int LiveEntry = -1; // ledger combo item data of the live replay; stored ledgers: their index
+
+// The gate passes when tail_kl or nll <= threshold, or kv_cos >= threshold (docs/transfer.md).
+double defaultGateThreshold(const QString &signal)
+{
+    return signal == "kv_cos" ? 0.9 : signal == "nll" ? 3.0 : 0.1;
+}
+
+} // namespace
+
+ReplayPanel::ReplayPanel(QWidget *parent) : QWidget(parent)
+{
+    auto *layout = new QVBoxLayout(this);
+    buildRunGroup(layout);
+    auto *top = new QHBoxLayout;
+    top->addWidget(new QLabel(tr("Ledger:"), this));
+    m_ledgers = new QComboBox(this);
+    m_ledgers->setObjectName("ledgerCombo");
+    m_ledgers->setToolTip(
+        tr("The replay shown: a ledger stored in the experiment file, or the replay run here (live)."));
+    top->addWidget(m_ledgers, 1);
+    layout->addLayout(top);
+    m_summary = new QLabel(tr("Run a replay above, or open an experiment file with replay ledgers (`kvwb "
+                              "replay ... --experiment EXP.h5 --save-ledger NAME`)."),
+                           this);
+    m_summary->setObjectName("replaySummary");
+    m_summary->setWordWrap(true);
+    m_summary->setTextFormat(Qt::RichText);
+    m_summary->setAlignment(Qt::AlignTop | Qt::AlignLeft);
+    m_summary->setToolTip(tr("The replay shown, overall and per tier (a miss means the model ran)."));
+
+    auto *split = new QSplitter(Qt::Vertical, this);
+    m_charts = new ReplayCharts(split);
+    // Below the charts: the per-tier summary beside the per-request ledger, so that the charts keep
+    // their height at 800 pixels with the run controls above.
+    auto *bottom = new QWidget(split);
+    auto *bottomLayout = new QHBoxLayout(bottom);
+    bottomLayout->setContentsMargins(0, 0, 0, 0);
+    auto *summaryScroll = new QScrollArea(bottom);
+    summaryScroll->setWidget(m_summary);
+    summaryScroll->setWidgetResizable(true);
+    summaryScroll->setFrameShape(QFrame::NoFrame);
+    summaryScroll->setMinimumWidth(470);
+    summaryScroll->setMaximumWidth(520);
+    bottomLayout->addWidget(summaryScroll);
+    auto *tablePart = new QWidget(bottom);
+    bottomLayout->addWidget(tablePart, 1);
+    auto *tableLayout = new QVBoxLayout(tablePart);
+    auto *filters = new QHBoxLayout;
+    filters->addWidget(new QLabel(tr("Answered by:"), tablePart));
+    m_tier = new QComboBox(tablePart);
+    m_tier->setObjectName("tierFilter");
+    m_tier->addItem(tr("any"), -1);
+    for (auto t : {core::TierKind::None, core::TierKind::Exact, core::TierKind::Semantic,
+                   core::TierKind::Prefix, core::TierKind::Cross})
+        m_tier->addItem(t == core::TierKind::None ? tr("miss (model ran)") : core::tierKindName(t), int(t));
+    m_tier->setToolTip(tr("Show only the requests this tier answered (or the misses, where the model ran)."));
+    filters->addWidget(m_tier);
+    filters->addWidget(new QLabel(tr("Tenant:"), tablePart));
+    m_tenant = new QLineEdit(tablePart);
+    m_tenant->setPlaceholderText(tr("any"));
+    m_tenant->setToolTip(tr("Show only the requests of this tenant."));
+    filters->addWidget(m_tenant);
+    filters->addWidget(new QLabel(tr("Model:"), tablePart));
+    m_model = new QComboBox(tablePart);
+    m_model->addItems({tr("any"), "a", "b"});
+    m_model->setToolTip(tr("Show only the requests sent to model A or model B."));
+    filters->addWidget(m_model);
+    m_falseOnly = new QCheckBox(tr("false hits only"), tablePart);
+    m_falseOnly->setObjectName("falseHitsOnly");
+    m_falseOnly->setToolTip(tr("Show only cached answers given to a request of another intent."));
+    filters->addWidget(m_falseOnly);
+    m_search = new QLineEdit(tablePart);
+    m_search->setPlaceholderText(tr("search tenant or intent"));
+    m_search->setToolTip(tr("Show only the requests whose tenant or intent contains this text."));
+    filters->addWidget(m_search, 1);
+    tableLayout->addLayout(filters);
+    m_ledger = new LedgerModel(this);
+    m_filter = new LedgerFilterModel(this);
+    m_filter->setLedgerModel(m_ledger);
+    m_view = new QTableView(tablePart);
+    m_view->setObjectName("ledgerView");
+    m_view->setModel(m_filter);
+    m_view->setSortingEnabled(true);
+    m_view->verticalHeader()->hide();
+    tableLayout->addWidget(m_view, 1);
+    split->addWidget(m_charts);
+    split->addWidget(bottom);
+    split->setStretchFactor(0, 3);
+    split->setStretchFactor(1, 2);
+    layout->addWidget(split, 1);
+
+    connect(m_ledgers, &QComboBox::currentIndexChanged, this, &ReplayPanel::showLedger);
+    connect(m_tier, &QComboBox::currentIndexChanged, this, [this] {
+        const int t = m_tier->currentData().toInt();
+        m_filter->setAnsweredBy(t < 0 ? std::nullopt : std::optional<core::TierKind>(core::TierKind(t)));
+    });
+    connect(m_tenant, &QLineEdit::textChanged, m_filter, &LedgerFilterModel::setTenant);
+    connect(m_model, &QComboBox::currentIndexChanged, this,
+            [this](int i) { m_filter->setModelName(i == 0 ? QString() : m_model->currentText()); });
+    connect(m_falseOnly, &QCheckBox::toggled, m_filter, &LedgerFilterModel::setFalseHitsOnly);
+    connect(m_search, &QLineEdit::textChanged, m_filter, &LedgerFilterModel::setSearchText);
+}
+
+void ReplayPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snapshot)
+{
+    const bool wasLive = liveShown();
+    m_snapshot = std::move(snapshot);
+    {
+        const QSignalBlocker block(m_ledgers);
+        m_ledgers->clear();
+        if (m_snapshot)
+            for (size_t i = 0; i < m_snapshot->ledgers.size(); ++i)
+                m_ledgers->addItem(QString("%1 (%2 requests)")
+                                       .arg(QString::fromStdString(m_snapshot->ledgers[i].first))
+                                       .arg(m_snapshot->ledgers[i].second.size()),
+                                   int(i));
+        // The live replay stays after the stored ledgers (stored ledger i stays at combo index i).
+        if (m_hasLive)
+            m_ledgers->addItem(tr("%1 (live)").arg(m_liveTitle), LiveEntry);
+    }
+    if (wasLive) // a file re-read while following a replay keeps following it
+        showLedger(liveComboIndex());
+    else
+        showLedger(m_ledgers->count() > 0 ? 0 : -1);
+    refreshRunEnabled();
+}
+
+int ReplayPanel::liveComboIndex() const
+{
+    return m_ledgers->findData(LiveEntry);
+}
+
+bool ReplayPanel::liveShown() const
+{
+    return m_hasLive && m_ledgers->currentIndex() >= 0 && m_ledgers->currentIndex() == liveComboIndex();
+}
+
+void ReplayPanel::showLedger(int index)
+{
+    m_charts->clear();
+    m_ledger->clear();
+    if (index >= 0 && index < m_ledgers->count()) {
+        const QSignalBlocker block(m_ledgers); // this is the slot of currentIndexChanged
+        m_ledgers->setCurrentIndex(index);
+    }
+    const int stored = index >= 0 && index < m_ledgers->count() ? m_ledgers->itemData(index).toInt() : -2;
+    if (stored == LiveEntry) {
+        showRows(m_liveRows);
+    } else if (m_snapshot && stored >= 0 && stored < int(m_snapshot->ledgers.size())) {
+        showRows(m_snapshot->ledgers[size_t(stored)].second);
+    } else {
+        refreshSummary();
+    }
+}
+
+void ReplayPanel::appendRows(const std::vector<core::LedgerRow> &rows)
+{
+    if (m_hasLive) {
+        // Rows of the live replay: kept even while a stored ledger is shown.
+        m_liveRows.insert(m_liveRows.end(), rows.begin(), rows.end());
+        if (!liveShown())
+            return;
+    }
+    showRows(rows);
+}
+
+void ReplayPanel::showRows(const std::vector<core::LedgerRow> &rows)
+{
+    m_charts->addRows(rows);
+    m_ledger->appendRows(rows);
+    refreshSummary();
+}
+
+void ReplayPanel::refreshSummary()
+{
+    if (m_ledger->rowCount() == 0) {
+        if (liveShown())
+            m_summary->setText(
+                tr("<b>%1</b>: waiting for the first requests...").arg(m_liveTitle.toHtmlEscaped()));
+        else if (m_snapshot)
+            m_summary->setText(
+                tr("%1 holds no replay ledger yet: `kvwb replay --experiment %1 --save-ledger NAME`.")
+                    .arg(m_snapshot->path));
+        return;
+    }
+    const auto s = core::summarize(m_ledger->rows());
+    QString tiers;
+    for (const auto &[kind, agg] : s.tiers)
+        tiers +=
+            QString("<tr><td>%1</td><td align=right>%2</td><td align=right>%3</td><td align=right>%4</td>"
+                    "<td align=right>%5</td><td align=right>%6</td></tr>")
+                .arg(kind == core::TierKind::None ? tr("miss") : core::tierKindName(kind))
+                .arg(agg.requests)
+                .arg(agg.hits)
+                .arg(agg.falseHits)
+                .arg(agg.tokensReused)
+                .arg(agg.ttftMsP50, 0, 'f', 2);
+    m_summary->setText(
+        tr("<b>%1 requests</b>: hit rate %2 (by tokens %3), false-hit rate %4, TTFT p50 %5 ms / p95 "
+           "%6 ms, cost $%7 vs $%8 without caching."
+           "<table cellspacing=6><tr><th align=left>tier</th><th>requests</th><th>hits</th>"
+           "<th>false hits</th><th>tokens reused</th><th>TTFT p50 ms</th></tr>%9</table>")
+            .arg(s.requests)
+            .arg(s.hitRate, 0, 'f', 3)
+            .arg(s.tokenHitRate, 0, 'f', 3)
+            .arg(s.falseHitRate, 0, 'f', 3)
+            .arg(s.ttftMsP50, 0, 'f', 2)
+            .arg(s.ttftMsP95, 0, 'f', 2)
+            .arg(s.costUsd, 0, 'f', 4)
+            .arg(s.costUsdNoCache, 0, 'f', 4)
+            .arg(tiers));
+}
+
+QString ReplayPanel::summaryText() const
+{
+    return m_summary->text();
+}
+
+void ReplayPanel::buildRunGroup(QLayout *parent)
+{
+    auto *box = new QGroupBox(tr("Run a replay"), this);
+    box->setObjectName("runGroup");
+    auto *grid = new QGridLayout(box);
+
+    grid->addWidget(new QLabel(tr("Workload:"), box), 0, 0);
+    m_workload = new QComboBox(box);
+    m_workload->setObjectName("workloadCombo");
+    m_workload->setEditable(true);
+    m_workload->setInsertPolicy(QComboBox::NoInsert);
+    m_workload->setMinimumContentsLength(30);
+    m_workload->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_workload->lineEdit()->setPlaceholderText(tr("workload.jsonl (one request per line)"));
+    m_workload->setToolTip(tr(
+        "The requests to replay: a JSONL workload with one request (tenant, model, prompt, ...) per line."));
+    m_browse = new QPushButton(tr("Browse..."), box);
+    m_browse->setObjectName("browseWorkloadButton");
+    m_browse->setToolTip(tr("Choose a workload file on disk."));
+    grid->addWidget(m_workload, 0, 1, 1, 5);
+    grid->addWidget(m_browse, 0, 6);
+
+    grid->addWidget(new QLabel(tr("Tiers, in lookup order:"), box), 1, 0);
+    auto *tiers = new QHBoxLayout;
+    m_exact = new QCheckBox(tr("exact"), box);
+    m_exact->setObjectName("tierExact");
+    m_exact->setToolTip(tr("Exact: answer a request seen before, word for word, from the response cache."));
+    m_semantic = new QCheckBox(tr("semantic"), box);
+    m_semantic->setObjectName("tierSemantic");
+    m_semantic->setToolTip(
+        tr("Semantic: answer with the cached response of a similar enough request (may give false hits)."));
+    m_prefix = new QCheckBox(tr("prefix"), box);
+    m_prefix->setObjectName("tierPrefix");
+    m_prefix->setToolTip(tr("Prefix: reuse the same model's KV cache for the longest shared prompt prefix."));
+    m_cross = new QCheckBox(tr("cross"), box);
+    m_cross->setObjectName("tierCross");
+    for (QCheckBox *c : {m_exact, m_semantic, m_prefix, m_cross})
+        tiers->addWidget(c);
+    tiers->addStretch(1);
+    grid->addLayout(tiers, 1, 1);
+    grid->addWidget(new QLabel(tr("Similarity threshold:"), box), 1, 2);
+    m_threshold = new QDoubleSpinBox(box);
+    m_threshold->setObjectName("semanticThresholdSpin");
+    m_threshold->setRange(0, 1);
+    m_threshold->setDecimals(2);
+    m_threshold->setSingleStep(0.05);
+    m_threshold->setToolTip(
+        tr("The semantic tier answers when the cosine similarity to a cached request is at least this."));
+    grid->addWidget(m_threshold, 1, 3);
+    grid->addWidget(new QLabel(tr("Embedder:"), box), 1, 4);
+    m_embedder = new QComboBox(box);
+    m_embedder->setObjectName("embedderCombo");
+    m_embedder->addItems({"lexical", "model"});
+    m_embedder->setItemData(0, tr("Hashed word and character features: fast, no model needed."),
+                            Qt::ToolTipRole);
+    m_embedder->setItemData(1, tr("Model A's hidden states: slower, closer to meaning."), Qt::ToolTipRole);
+    m_embedder->setToolTip(tr("How the semantic tier turns a request into a vector: lexical features, or "
+                              "model A's hidden states."));
+    grid->addWidget(m_embedder, 1, 5);
+
+    m_gate = new QCheckBox(tr("Quality gate"), box);
+    m_gate->setObjectName("gateCheck");
+    m_gate->setToolTip(
+        tr("Before using a converted (cross) cache, let model B recompute the prompt's tail and reject the "
+           "cache when the signal crosses the threshold."));
+    grid->addWidget(m_gate, 2, 0);
+    auto *gateRow = new QHBoxLayout;
+    gateRow->addWidget(new QLabel(tr("signal:"), box));
+    m_gateSignal = new QComboBox(box);
+    m_gateSignal->setObjectName("gateSignalCombo");
+    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll"});
+    m_gateSignal->setItemData(
+        0, tr("KL of B's next-token distribution, tail recomputed vs converted; passes <= T."),
+        Qt::ToolTipRole);
+    m_gateSignal->setItemData(1, tr("Cosine of B's own tail K/V to the converted K/V; passes >= T."),
+                              Qt::ToolTipRole);
+    m_gateSignal->setItemData(2, tr("B's mean negative log-likelihood of the tail tokens; passes <= T."),
+                              Qt::ToolTipRole);
+    m_gateSignal->setToolTip(
+        tr("What the gate measures: tail_kl and nll pass below the threshold, kv_cos above it "
+           "(choosing one resets the threshold to its default)."));
+    gateRow->addWidget(m_gateSignal);
+    gateRow->addWidget(new QLabel(tr("threshold:"), box));
+    m_gateThreshold = new QDoubleSpinBox(box);
+    m_gateThreshold->setObjectName("gateThresholdSpin");
+    m_gateThreshold->setRange(0, 1000);
+    m_gateThreshold->setDecimals(3);
+    m_gateThreshold->setSingleStep(0.05);
+    m_gateThreshold->setToolTip(
+        tr("The gate's limit for the chosen signal (defaults: tail_kl 0.1, kv_cos 0.9, nll 3)."));
+    gateRow->addWidget(m_gateThreshold);
+    gateRow->addStretch(1);
+    grid->addLayout(gateRow, 2, 1);
+    grid->addWidget(new QLabel(tr("Max tokens:"), box), 1, 7);
+    m_maxTokens = new QSpinBox(box);
+    m_maxTokens->setObjectName("replayMaxTokensSpin");
+    m_maxTokens->setRange(0, 1 << 20);
+    m_maxTokens->setSpecialValueText(tr("per request"));
+    m_maxTokens->setToolTip(tr("Tokens to generate per request; 0 keeps each request's own max_tokens."));
+    grid->addWidget(m_maxTokens, 1, 8);
+    grid->addWidget(new QLabel(tr("Limit:"), box), 1, 9);
+    m_limit = new QSpinBox(box);
+    m_limit->setObjectName("replayLimitSpin");
+    m_limit->setRange(0, 1 << 24);
+    m_limit->setSpecialValueText(tr("all requests"));
+    m_limit->setSuffix(tr(" requests"));
+    m_limit->setToolTip(tr("Replay only the first N requests; 0 replays them all."));
+    grid->addWidget(m_limit, 1, 10);
+    grid->addWidget(new QLabel(tr("Store ledger as:"), box), 0, 7);
+    m_ledgerName = new QLineEdit(box);
+    m_ledgerName->setObjectName("ledgerNameEdit");
+    m_ledgerName->setPlaceholderText(tr("(don't store)"));
+    m_ledgerName->setToolTip(
+        tr("Store the per-request ledger under this name in the experiment file; leave empty to keep it "
+           "only on screen."));
+    grid->addWidget(m_ledgerName, 0, 8, 1, 3);
+
+    auto *buttons = new QHBoxLayout;
+    m_start = new QPushButton(tr("Start"), box);
+    m_start->setObjectName("startButton");
+    m_start->setToolTip(tr("Replay the workload through the checked tiers with the loaded models."));
+    m_pause = new QPushButton(tr("Pause"), box);
+    m_pause->setObjectName("pauseButton");
+    m_pause->setCheckable(true);
+    m_pause->setToolTip(tr("Pause the replay after the current request; press again to resume."));
+    m_stop = new QPushButton(tr("Stop"), box);
+    m_stop->setObjectName("stopButton");
+    m_stop->setToolTip(tr("Stop the replay; the requests replayed so far stay in the ledger."));
+    m_progress = new QProgressBar(box);
+    m_progress->setObjectName("replayProgress");
+    m_progress->setRange(0, 1);
+    m_progress->setValue(0);
+    m_progress->setTextVisible(false);
+    m_progress->setToolTip(tr("Requests replayed out of the workload's."));
+    m_runStatus = new QLabel(box);
+    m_runStatus->setObjectName("replayStatus");
+    m_runStatus->setTextFormat(Qt::RichText);
+    m_runStatus->setWordWrap(true);
+    buttons->addWidget(m_start);
+    buttons->addWidget(m_pause);
+    buttons->addWidget(m_stop);
+    buttons->addWidget(m_progress, 2);
+    buttons->addWidget(m_runStatus, 3);
+    grid->addLayout(buttons, 2, 2, 1, 9);
+    grid->setColumnStretch(1, 2);
+    grid->setColumnStretch(8, 1);
+    grid->setColumnStretch(10, 1);
+    parent->addWidget(box);
+
+    setReplayRequest(ReplayRequest{});
+    setCrossAvailable(false, {});
+
+    connect(m_browse, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Workload"), m_workload->currentText(),
+                                                          tr("Workloads (*.jsonl *.json);;All files (*)"));
+        if (!path.isEmpty())
+            m_workload->setCurrentText(path);
+    });
+    connect(m_gateSignal, &QComboBox::currentTextChanged, this,
+            [this](const QString &signal) { m_gateThreshold->setValue(defaultGateThreshold(signal)); });
+    connect(m_gate, &QCheckBox::toggled, this, [this] { refreshRunEnabled(); });
+    connect(m_semantic, &QCheckBox::toggled, this, [this] { refreshRunEnabled(); });
+    connect(m_start, &QPushButton::clicked, this, [this] {
+        const ReplayRequest r = replayRequest();
+        if (r.workloadPath.isEmpty()) {
+            setError(tr("Cannot start: choose a workload file."));
+            return;
+        }
+        if (!r.ledgerName.isEmpty() && r.experimentPath.isEmpty()) {
+            setError(tr("Cannot store ledger '%1': no experiment file is open. Open or capture one, or "
+                        "leave the ledger name empty.")
+                         .arg(r.ledgerName));
+            return;
+        }
+        static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
+        if (!r.ledgerName.isEmpty() && !validName.match(r.ledgerName).hasMatch()) {
+            setError(tr("Ledger name '%1' cannot be stored: use letters, digits, '_', '-' and '.'.")
+                         .arg(r.ledgerName));
+            return;
+        }
+        setBusy(true);
+        m_runStatus->setText(tr("Starting %1 through %2...")
+                                 .arg(r.workloadPath.toHtmlEscaped(),
+                                      r.tiers.isEmpty()
+                                          ? tr("no tiers: baseline (every request runs the model)")
+                                          : r.tiers.join(" \u2192 ")));
+        Q_EMIT replayRequested(r);
+    });
+    connect(m_pause, &QPushButton::toggled, this, [this](bool paused) {
+        m_pause->setText(paused ? tr("Resume") : tr("Pause"));
+        Q_EMIT pauseRequested(paused);
+    });
+    connect(m_stop, &QPushButton::clicked, this, [this] {
+        m_runStatus->setText(tr("Stopping after the current request..."));
+        Q_EMIT stopRequested();
+    });
+    refreshRunEnabled();
+}
+
+void ReplayPanel::setWorkloads(const QStringList &paths)
+{
+    const QString typed = m_workload->currentText();
+    const QSignalBlocker block(m_workload);
+    m_workload->clear();
+    m_workload->addItems(paths);
+    m_workload->setCurrentText(typed.isEmpty() && !paths.isEmpty() ? paths.front() : typed);
+}
+
+ReplayRequest ReplayPanel::replayRequest() const
+{
+    ReplayRequest r;
+    r.workloadPath = m_workload->currentText().trimmed();
+    r.experimentPath = m_snapshot ? m_snapshot->path : QString();
+    r.converter = m_crossAvailable ? m_crossConverter : QString();
+    r.tiers.clear();
+    for (auto [box, name] : {std::pair<QCheckBox *, const char *>{m_exact, "exact"},
+                             {m_semantic, "semantic"},
+                             {m_prefix, "prefix"},
+                             {m_cross, "cross"}})
+        if (box->isChecked() && (box != m_cross || m_crossAvailable)) // busy panels keep their tiers
+            r.tiers << QString::fromLatin1(name);
+    r.threshold = m_threshold->value();
+    r.embedder = m_embedder->currentText();
+    r.gateSignal = m_gateSignal->currentText();
+    r.gateThreshold = m_gateThreshold->value();
+    r.gate = m_gate->isChecked();
+    r.maxTokens = m_maxTokens->value();
+    r.limit = m_limit->value();
+    r.ledgerName = m_ledgerName->text().trimmed();
+    return r;
+}
+
+void ReplayPanel::setReplayRequest(const ReplayRequest &r)
+{
+    m_workload->setCurrentText(r.workloadPath);
+    m_exact->setChecked(r.tiers.contains("exact"));
+    m_semantic->setChecked(r.tiers.contains("semantic"));
+    m_prefix->setChecked(r.tiers.contains("prefix"));
+    m_cross->setChecked(r.tiers.contains("cross")); // kept while no converter is in use, then used
+    m_threshold->setValue(r.threshold);
+    m_embedder->setCurrentText(r.embedder);
+    {
+        // the signal's own threshold, not its default
+        const QSignalBlocker block(m_gateSignal);
+        m_gateSignal->setCurrentText(r.gateSignal);
+    }
+    m_gateThreshold->setValue(r.gateThreshold);
+    m_gate->setChecked(r.gate);
+    m_maxTokens->setValue(r.maxTokens);
+    m_limit->setValue(r.limit);
+    m_ledgerName->setText(r.ledgerName);
+    refreshRunEnabled();
+}
+
+void ReplayPanel::setCrossAvailable(bool available, const QString &converter)
+{
+    m_crossAvailable = available && !converter.isEmpty();
+    m_crossConverter = m_crossAvailable ? converter : QString();
+    m_cross->setToolTip(
+        m_crossAvailable
+            ? tr("Cross: reuse model A's KV cache for model B, mapped by converter '%1'.").arg(converter)
+            : tr("Cross needs a converter in use: fit or pick one in the Alignment panel and "
+                 "press 'Use this converter'."));
+    refreshRunEnabled();
+}
+
+void ReplayPanel::setModelsLoaded(bool loaded)
+{
+    m_modelsLoaded = loaded;
+    refreshRunEnabled();
+}
+
+void ReplayPanel::refreshRunEnabled()
+{
+    m_start->setEnabled(!m_busy && m_modelsLoaded);
+    m_pause->setEnabled(m_busy);
+    m_stop->setEnabled(m_busy);
+    for (QWidget *w :
+         std::initializer_list<QWidget *>{m_workload, m_browse, m_exact, m_semantic, m_prefix, m_embedder,
+                                          m_gate, m_maxTokens, m_limit, m_ledgerName})
+        w->setEnabled(!m_busy);
+    m_cross->setEnabled(!m_busy && m_crossAvailable);
+    m_threshold->setEnabled(!m_busy && m_semantic->isChecked());
+    m_gateSignal->setEnabled(!m_busy && m_gate->isChecked());
+    m_gateThreshold->setEnabled(!m_busy && m_gate->isChecked());
+    if (!m_busy && !m_modelsLoaded)
+        m_runStatus->setText(
+            tr("Load models A and B first (Models panel); a replay runs them for every miss."));
+    else if (!m_busy && m_runStatus->text().startsWith(tr("Load models")))
+        m_runStatus->setText(tr("Ready: choose a workload and the tiers, then Start."));
+}
+
+void ReplayPanel::setBusy(bool busy)
+{
+    m_busy = busy;
+    if (!busy) {
+        const QSignalBlocker block(m_pause);
+        m_pause->setChecked(false);
+        m_pause->setText(tr("Pause"));
+    }
+    refreshRunEnabled();
+}
+
+void ReplayPanel::beginLive(const QString &title)
+{
+    m_liveRows.clear();
+    m_liveTitle = title;
+    m_hasLive = true;
+    {
+        const QSignalBlocker block(m_ledgers);
+        const int old = liveComboIndex();
+        if (old >= 0)
+            m_ledgers->removeItem(old);
+        m_ledgers->addItem(tr("%1 (live)").arg(title), LiveEntry);
+    }
+    m_progress->setRange(0, 1);
+    m_progress->setValue(0);
+    showLedger(liveComboIndex());
+}
+
+void ReplayPanel::finishLive(bool cancelled)
+{
+    setBusy(false);
+    const int n = int(m_liveRows.size());
+    if (cancelled) {
+        m_runStatus->setText(tr("stopped after %1 requests").arg(n));
+    } else {
+        m_runStatus->setText(tr("done: %1 requests").arg(n));
+        m_progress->setValue(m_progress->maximum());
+    }
+}
+
+void ReplayPanel::setReplayProgress(int done, int total)
+{
+    m_progress->setRange(0, std::max(1, total));
+    m_progress->setValue(std::min(done, std::max(1, total)));
+    m_runStatus->setText(tr("%1 / %2 requests%3")
+                             .arg(done)
+                             .arg(total)
+                             .arg(m_pause->isChecked() ? tr(" (paused)") : QString()));
+}
+
+void ReplayPanel::setReplayFailed(const QString &message)
+{
+    setBusy(false);
+    setError(message);
+}
+
+void ReplayPanel::setError(const QString &message)
+{
+    m_runStatus->setText(QString("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
+}
+
+QString ReplayPanel::statusText() const
+{
+    return m_runStatus->text();
+}
+
+} // namespace kvwb::ui

@@ -1,0 +1,132 @@
+// The Replay panel: the replay ledgers stored in an experiment file (`kvwb replay --save-ledger`)
+// with their per-tier summary, the live-style charts (hit rate per tier, false-hit rate, latency
+// percentiles, tokens saved) and the per-request ledger, filterable by tier, tenant, model, false
+// hits and free text.
+//
+// Its "Run a replay" group asks the engine for a replay of a workload through a chosen tier stack
+// (replayRequested / pauseRequested / stopRequested); the app answers with beginLive, rows in
+// batches through appendRows, setReplayProgress and finishLive. The live ledger is one more entry
+// of the ledger combo ("<title> (live)"), kept by the panel, so switching to a stored ledger and
+// back shows it again.
+//
+// GUI-thread only; shows an immutable ExperimentSnapshot. appendRows() takes rows in batches, so
+// the same panel can follow a replay as it runs.
+#pragma once
+
+#include "ui/models/experiment_snapshot.h"
+#include "ui/panels/job_types.h"
+
+#include <QWidget>
+
+#include <memory>
+
+class QCheckBox;
+class QComboBox;
+class QDoubleSpinBox;
+class QLabel;
+class QLayout;
+class QLineEdit;
+class QProgressBar;
+class QPushButton;
+class QSpinBox;
+class QTableView;
+
+namespace kvwb::ui {
+
+class LedgerFilterModel;
+class LedgerModel;
+class ReplayCharts;
+
+class ReplayPanel : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit ReplayPanel(QWidget *parent = nullptr);
+
+    void setSnapshot(std::shared_ptr<const ExperimentSnapshot> snapshot);
+    void showLedger(int index);
+    void appendRows(const std::vector<core::LedgerRow> &rows); // a batch, e.g. every 100 ms
+
+    ReplayCharts *charts() const { return m_charts; }
+    LedgerModel *ledger() const { return m_ledger; }
+    LedgerFilterModel *filter() const { return m_filter; }
+    QString summaryText() const;
+
+    void setWorkloads(const QStringList &paths); // offered in the editable workload combo
+    // experimentPath = the snapshot's path (may be empty); converter = setCrossAvailable's converter.
+    ReplayRequest replayRequest() const;
+    void setReplayRequest(const ReplayRequest &r); // every field but experimentPath and converter
+    // The cross tier needs a converter in use; without one its checkbox is unchecked and disabled.
+    void setCrossAvailable(bool available, const QString &converter);
+    void setModelsLoaded(bool loaded); // Start needs models
+    // Clears the ledger and charts and shows "<title> (live)"; rows then come through appendRows().
+    void beginLive(const QString &title);
+    // Status "done: N requests" or "stopped after N"; the live rows stay shown.
+    void finishLive(bool cancelled);
+    void setReplayProgress(int done, int total);
+    bool liveShown() const; // the live entry is the one shown
+    int liveRowCount() const { return int(m_liveRows.size()); }
+    QString statusText() const;
+
+public Q_SLOTS:
+    void setBusy(bool busy);
+    void setReplayFailed(const QString &message);
+
+Q_SIGNALS:
+    void replayRequested(const kvwb::ui::ReplayRequest &request);
+    void pauseRequested(bool paused);
+    void stopRequested();
+
+private:
+    void refreshSummary();
+    void buildRunGroup(QLayout *parent);
+    void refreshRunEnabled();
+    void showRows(const std::vector<core::LedgerRow> &rows);
+    void setError(const QString &message);
+    int liveComboIndex() const;
+
+    std::shared_ptr<const ExperimentSnapshot> m_snapshot;
+    QComboBox *m_ledgers = nullptr;
+    QLabel *m_summary = nullptr;
+    ReplayCharts *m_charts = nullptr;
+    LedgerModel *m_ledger = nullptr;
+    LedgerFilterModel *m_filter = nullptr;
+    QTableView *m_view = nullptr;
+    QComboBox *m_tier = nullptr;
+    QLineEdit *m_tenant = nullptr;
+    QComboBox *m_model = nullptr;
+    QCheckBox *m_falseOnly = nullptr;
+    QLineEdit *m_search = nullptr;
+
+    // Live replay: its rows (a copy, so the combo can switch away and back) and its combo entry.
+    std::vector<core::LedgerRow> m_liveRows;
+    QString m_liveTitle;
+    bool m_hasLive = false;
+    bool m_busy = false;
+    bool m_modelsLoaded = false;
+    bool m_crossAvailable = false;
+    QString m_crossConverter;
+
+    QComboBox *m_workload = nullptr;
+    QPushButton *m_browse = nullptr;
+    QCheckBox *m_exact = nullptr;
+    QCheckBox *m_semantic = nullptr;
+    QCheckBox *m_prefix = nullptr;
+    QCheckBox *m_cross = nullptr;
+    QDoubleSpinBox *m_threshold = nullptr;
+    QComboBox *m_embedder = nullptr;
+    QCheckBox *m_gate = nullptr;
+    QComboBox *m_gateSignal = nullptr;
+    QDoubleSpinBox *m_gateThreshold = nullptr;
+    QSpinBox *m_maxTokens = nullptr;
+    QSpinBox *m_limit = nullptr;
+    QLineEdit *m_ledgerName = nullptr;
+    QPushButton *m_start = nullptr;
+    QPushButton *m_pause = nullptr;
+    QPushButton *m_stop = nullptr;
+    QProgressBar *m_progress = nullptr;
+    QLabel *m_runStatus = nullptr;
+};
+
+} // namespace kvwb::ui

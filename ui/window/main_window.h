@@ -1,0 +1,167 @@
+// The workbench window: dock panels around a project summary, File and View menus, a status bar
+// with the engine's state, device and memory in use. The window knows core and ui types only; the
+// composition root (app/gui.cpp) connects its requests to the engine controller and the engine's
+// results back to its slots.
+//
+// Every dock has a unique object name, so the layout is saved on close and restored on start
+// (QSettings "kvwb"/"workbench"); View > Reset Layout restores the layout the window started with.
+//
+// GUI-thread only.
+#pragma once
+
+#include "core/store/project.h"
+#include "ui/models/experiment_snapshot.h"
+#include "ui/panels/job_types.h"
+#include "ui/panels/models_panel.h"
+#include "ui/report/report_builder.h"
+
+#include <QMainWindow>
+
+#include <memory>
+#include <optional>
+
+class QAction;
+class QDockWidget;
+class QLabel;
+class QMenu;
+class QPlainTextEdit;
+class QTableView;
+
+namespace kvwb::ui {
+
+class AlignmentPanel;
+class CapturePanel;
+class ComparePanel;
+class ModelCardModel;
+class ReplayPanel;
+
+class MainWindow : public QMainWindow
+{
+    Q_OBJECT
+
+public:
+    explicit MainWindow(QWidget *parent = nullptr);
+    ~MainWindow() override;
+
+    ModelsPanel *modelsPanel() const { return m_models; }
+    ModelCardModel *modelCard() const { return m_card; }
+    AlignmentPanel *alignmentPanel() const { return m_alignment; }
+    ReplayPanel *replayPanel() const { return m_replay; }
+    CapturePanel *capturePanel() const { return m_capture; }
+    ComparePanel *comparePanel() const { return m_compare; }
+    QString experimentPath() const { return m_experimentPath; }
+    QList<QDockWidget *> docks() const;
+    const std::optional<core::Project> &project() const { return m_project; }
+    QString projectPath() const { return m_projectPath; }
+
+    // Loads a .kvwb project (paths resolved against its directory) into the panels. Returns false
+    // and shows why (log + status bar) when it cannot be read.
+    bool openProject(const QString &path);
+    // Saves the current choices into the project file (the other sections are kept).
+    bool saveProject(const QString &path);
+
+public Q_SLOTS:
+    void setEngineState(const QString &state);
+    void showLoadProgress(double fraction, const QString &stage);
+    void showModelsLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
+    // An engine job failed: the message goes to the panel whose job it was, the log and the status bar.
+    void showFailure(const QString &message);
+    // The window's own failure (a project file, a report folder): log and status bar only.
+    void showError(const QString &message);
+    void showCancelled();
+    // The engine's progress, shown by the panel whose job is running.
+    void showProgress(double fraction, const QString &stage);
+    // The engine started or finished a job: every panel's start buttons follow.
+    void setEngineBusy(bool busy);
+    void showCaptured(const kvwb::ui::CaptureSummary &summary);
+    void showFitted(const kvwb::ui::FitSummary &summary);
+    void showCompared(const kvwb::ui::CompareResult &result);
+    void showReplayRows(const std::vector<kvwb::core::LedgerRow> &rows);
+    void showReplayProgress(int done, int total);
+    void showReplayFinished(bool cancelled, int requests, const QString &storedLedger);
+    // The engine read an experiment file: the Alignment and Replay panels show it.
+    void showExperiment(std::shared_ptr<const kvwb::ui::ExperimentSnapshot> snapshot);
+    // File > Export Report without the dialog: asks the engine for the shown experiment's report
+    // data; writeReport() then draws and writes it into outDir (all formats). False when no
+    // experiment is shown.
+    bool exportReport(const QString &outDir);
+    // The engine gathered the report data: draw the charts and write every format (GUI thread:
+    // charts are widgets). Returns the files written.
+    QStringList writeReport(std::shared_ptr<const kvwb::ui::ReportData> data);
+    void resetLayout();
+    void log(const QString &line);
+
+Q_SIGNALS:
+    void loadRequested(const kvwb::ui::ModelChoice &a, const kvwb::ui::ModelChoice &b);
+    void cancelRequested();
+    // Read this experiment file on the engine thread (File > Open Experiment, or a project's).
+    void experimentRequested(const QString &path);
+    // Gather the report data of this experiment on the engine thread (File > Export Report).
+    void reportRequested(const QString &experimentPath);
+    void reportWritten(const QStringList &files);
+    void captureRequested(const kvwb::ui::CaptureRequest &request);
+    void fitRequested(const kvwb::ui::FitRequest &request);
+    void compareRequested(const kvwb::ui::CompareRequest &request);
+    void replayRequested(const kvwb::ui::ReplayRequest &request);
+    void pauseRequested(bool paused);
+
+protected:
+    void closeEvent(QCloseEvent *event) override;
+
+private:
+    QDockWidget *addDock(const QString &objectName, const QString &title, QWidget *widget,
+                         Qt::DockWidgetArea area);
+    void buildMenus();
+    void rememberRecent(const QString &path);
+    void refreshRecentMenu();
+    void refreshSummary();
+    void applyProjectSettings();                       // project sections -> panels
+    void storeProjectSettings(core::Project &p) const; // panels -> project sections
+    void setInUse(const QString &converter);
+    // Remembers which panel the running job belongs to (progress and failures go there).
+    enum class Job
+    {
+        None,
+        Load,
+        Read,
+        Report,
+        Capture,
+        Fit,
+        Compare,
+        Replay
+    };
+    void beginJob(Job job);
+    void chainJob(Job job); // the next job, started from the previous one's result
+    void refreshMemory();   // status bar: weights on the device and the process's resident memory
+
+    ModelsPanel *m_models = nullptr;
+    ModelCardModel *m_card = nullptr;
+    AlignmentPanel *m_alignment = nullptr;
+    ReplayPanel *m_replay = nullptr;
+    CapturePanel *m_capture = nullptr;
+    ComparePanel *m_compare = nullptr;
+    Job m_job = Job::None;
+    bool m_modelsLoaded = false;
+    bool m_engineBusy = false;
+    int64_t m_weightBytes = 0;
+    std::shared_ptr<const ExperimentSnapshot> m_snapshot;
+    QTableView *m_cardView = nullptr;
+    QDockWidget *m_cardDock = nullptr;
+    QPlainTextEdit *m_log = nullptr;
+    QLabel *m_summary = nullptr;
+    QLabel *m_engineLabel = nullptr;
+    QLabel *m_deviceLabel = nullptr;
+    QLabel *m_memoryLabel = nullptr;
+    QMenu *m_viewMenu = nullptr;
+    QMenu *m_recentMenu = nullptr;
+    QByteArray m_defaultState;
+    std::optional<core::Project> m_project;
+    QString m_projectPath;
+    QString m_experimentPath; // the experiment the panels show
+    QString m_reportDir;      // where the pending export goes
+    QAction *m_exportAction = nullptr;
+    QAction *m_openAction = nullptr;
+    QAction *m_openExperimentAction = nullptr;
+};
+
+} // namespace kvwb::ui
