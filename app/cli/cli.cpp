@@ -36,11 +36,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 using namespace kvwb::app::cli;
 
-const char *ropeLayoutName(core::RopeLayout l)
-{
-    return l == core::RopeLayout::Interleaved ? "interleaved" : "rotate_half";
-}
-
 json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokenizerPath)
 {
     const auto &c = ck.config();

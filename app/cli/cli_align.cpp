@@ -1,6 +1,7 @@
 #include "app/cli/cli_align.h"
 
 #include "app/cli/cli_util.h"
+#include "core/util/clock.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/util/error.h"
@@ -35,11 +36,8 @@ using nlohmann::json;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double msSince(Clock::time_point t0)
-{
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+using core::Clock;
+using core::msSince;
 
 // JSON number, or null for NaN (a metric that was not computed).
 json num(double v)

@@ -1,6 +1,7 @@
 #include "app/cli/cli_capture.h"
 
 #include "app/cli/cli_util.h"
+#include "app/jobs/capture_job.h"
 #include "core/util/error.h"
 #include "core/store/experiment_file.h"
 #include "core/util/sha256.h"
@@ -57,20 +58,6 @@ LoadedPair loadPair(const fs::path &pathA, const fs::path &pathB, const gpu::Loa
     return p;
 }
 
-core::Provenance provenance(const gpu::LoadOptions &o, const json &config)
-{
-    core::Provenance p;
-    p.appVersion = KVWB_VERSION;
-    p.gitCommit = KVWB_GIT_COMMIT;
-    p.qtVersion = qVersion();
-    p.torchVersion = gpu::torchVersion();
-    p.device = gpu::describeDevice(o.device);
-    p.createdUtc = QDateTime::currentDateTimeUtc().toString(Qt::ISODate).toStdString();
-    p.runId = QUuid::createUuid().toString(QUuid::WithoutBraces).toStdString();
-    p.configSha256 = core::sha256Hex(std::string_view(config.dump()));
-    return p;
-}
-
 // "0,5,8-11" -> {0, 5, 8, 9, 10, 11}, sorted and unique, each below numLayers; an unset flag is
 // empty (every layer), which the file records as the full list.
 std::vector<int> layerList(const QCommandLineParser &p, const char *flag, int numLayers)
@@ -110,50 +97,6 @@ std::vector<int> layerList(const QCommandLineParser &p, const char *flag, int nu
 }
 
 } // namespace
-
-FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core::Tokenizer &tokA,
-                            const gpu::Model &b, const core::Tokenizer &tokB,
-                            const std::vector<gpu::CapturePrompt> &prompts, gpu::CaptureOptions co,
-                            const std::string &promptsSource, const gpu::CaptureProgressFn &progress)
-{
-    auto infoA = gpu::describeModel('a', a, modelTokenizerPath(a));
-    auto infoB = gpu::describeModel('b', b, modelTokenizerPath(b));
-    // The same lists go to the writer (what the file records) and to the capture (what is read);
-    // empty means every layer.
-    infoA.capturedLayers = co.layersA;
-    infoB.capturedLayers = co.layersB;
-    const json config = {{"model_a", infoA.weightsSha256},
-                         {"model_b", infoB.weightsSha256},
-                         {"prompts", promptsSource},
-                         {"dtype", core::kvStorageName(co.file.storage)},
-                         {"compress", co.file.compress},
-                         {"max_tokens", co.maxTokens},
-                         {"key_form", core::keyFormName(co.file.keyForm)},
-                         {"device", gpu::deviceName(a.options().device)},
-                         {"compute_dtype", gpu::computeTypeName(a.options().dtype)},
-                         {"layers_a", co.layersA},
-                         {"layers_b", co.layersB}};
-    FileCapture fc;
-    fc.appended = fs::exists(out);
-    auto writer = fc.appended ? core::ExperimentWriter::append(out, infoA, infoB)
-                              : core::ExperimentWriter::create(out, co.file, provenance(a.options(), config),
-                                                               infoA, infoB);
-    if (fc.appended) {
-        // the file's own storage settings win; say so when the request asked for something else
-        const auto existing = writer.storage();
-        if (existing.storage != co.file.storage || existing.keyForm != co.file.keyForm)
-            fc.warnings.push_back(
-                fmt::format("{}: appending with the file's storage ({}, {} keys), not the requested",
-                            out.filename().string(), core::kvStorageName(existing.storage),
-                            core::keyFormName(existing.keyForm)));
-        co.file = existing;
-    }
-    fc.storage = co.file;
-    fc.result = gpu::capturePrompts(writer, a, tokA, b, tokB, prompts, co, progress);
-    writer.close();
-    fc.warnings.insert(fc.warnings.end(), fc.result.warnings.begin(), fc.result.warnings.end());
-    return fc;
-}
 
 int cmdCapture(const QStringList &args)
 {
@@ -204,7 +147,7 @@ int cmdCapture(const QStringList &args)
     const fs::path out = str(p.value("out"));
     std::optional<InterruptScope> ctrlC(std::in_place);
     const bool asJson = p.isSet("json");
-    const auto fc = captureIntoFile(out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
+    const auto fc = jobs::captureIntoFile(out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
                                     str(p.value("prompts")), [&](int done, int total) {
                                         if (!asJson && (done % 10 == 0 || done == total))
                                             std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
@@ -291,7 +234,7 @@ int cmdBenchCapture(const QStringList &args)
             co.file.compress = compress;
             {
                 auto writer = core::ExperimentWriter::create(
-                    file, co.file, provenance(o, json{{"bench", len}}), infoA, infoB);
+                    file, co.file, jobs::runProvenance(o, json{{"bench", len}}.dump()), infoA, infoB);
                 const auto r =
                     gpu::capturePrompts(writer, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co);
                 writer.close();

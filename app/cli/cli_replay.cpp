@@ -1,5 +1,6 @@
 #include "app/cli/cli_replay.h"
 
+#include "app/jobs/replay_job.h"
 #include "app/cli/cli_util.h"
 #include "core/model/checkpoint.h"
 #include "core/store/converter_store.h"
@@ -161,17 +162,21 @@ int cmdReplay(const QStringList &args)
     if (needCross && !p.isSet("experiment"))
         throw UsageError{"the cross tier needs --experiment (its converter)"};
 
-    auto read = core::readWorkloadJsonl(str(p.value("workload")));
+    if (p.value("embedder") != "lexical" && p.value("embedder") != "model")
+        throw UsageError{"--embedder expects lexical or model, got '" + str(p.value("embedder")) + "'"};
+    jobs::ReplayJob job;
+    job.workloadPath = str(p.value("workload"));
+    job.embedder = str(p.value("embedder"));
+    job.embedderLayer = intOption(p, "embedder-layer", -1, 0);
+    job.limit = p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0;
+    job.converter = str(p.value("converter"));
+    auto read = jobs::readReplayRequests(job.workloadPath, job.limit);
     for (const auto &w : read.warnings.messages())
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (read.warnings.total() > read.warnings.messages().size())
         std::fprintf(stderr, "warning: ... and %zu more malformed lines skipped\n",
                      read.warnings.total() - read.warnings.messages().size());
     auto requests = std::move(read.requests);
-    if (p.isSet("limit"))
-        requests.resize(std::min(requests.size(), size_t(intOption(p, "limit", 0, 1))));
-    if (requests.empty())
-        throw core::Error(core::ErrorCode::Format, str(p.value("workload")) + ": no requests to replay");
     bool anyB = false;
     for (const auto &r : requests)
         anyB = anyB || r.model == "b";
@@ -218,13 +223,8 @@ int cmdReplay(const QStringList &args)
         converter.emplace(
             gpu::Converter::create(core::loadConverters(exp->path(), str(p.value("converter"))), *a, *b));
     }
-    std::unique_ptr<core::Embedder> embedder;
-    if (p.value("embedder") == "lexical")
-        embedder = std::make_unique<core::LexicalEmbedder>();
-    else if (p.value("embedder") == "model")
-        embedder = std::make_unique<gpu::ModelEmbedder>(*a, *tokA, intOption(p, "embedder-layer", -1, 0));
-    else
-        throw UsageError{"--embedder expects lexical or model, got '" + str(p.value("embedder")) + "'"};
+    const auto embedder = jobs::makeEmbedder(job.embedder, job.embedderLayer, *a, *tokA);
+    job.options = o;
 
     gpu::ReplayModels models{
         a.get(), b.get(), tokA.get(), tokB.get(), converter ? &*converter : nullptr, embedder.get()};
@@ -243,24 +243,7 @@ int cmdReplay(const QStringList &args)
         std::fprintf(stderr, "\n");
     for (const auto &w : r.warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
-    QStringList tierNames;
-    for (auto t : o.tiers)
-        tierNames << core::tierKindName(t);
-    const json settings = {{"workload", str(p.value("workload"))},
-                           {"tiers", str(tierNames.join(','))},
-                           {"threshold", o.threshold},
-                           {"embedder", embedder->name()},
-                           {"embed", str(p.value("embed"))},
-                           {"block", o.prefixBlock},
-                           {"eviction", str(p.value("eviction"))},
-                           {"share_tenants", p.isSet("share-tenants")},
-                           {"gate", o.gate ? gpu::gateSignalName(o.gateSignal) : "off"},
-                           {"gate_threshold", o.gateThreshold},
-                           {"clock", o.onClock},
-                           {"speed", o.speed},
-                           {"model_a", a->checkpoint().fingerprint()},
-                           {"model_b", b ? b->checkpoint().fingerprint() : ""},
-                           {"device", gpu::deviceName(lo.device)}};
+    const json settings = json::parse(jobs::ledgerSettingsJson(job, embedder.get(), *a, b.get(), r.cancelled));
     if (p.isSet("ledger"))
         core::writeLedgerCsv(str(p.value("ledger")), r.rows);
     if (p.isSet("save-ledger")) {
@@ -289,7 +272,7 @@ int cmdReplay(const QStringList &args)
         return r.cancelled ? 130 : 0;
     }
     std::printf("%s: %lld requests, tiers %s%s\n\n", qPrintable(p.value("workload")), (long long)s.requests,
-                qPrintable(tierNames.isEmpty() ? "none" : tierNames.join(',')),
+                settings["tiers"].get<std::string>().empty() ? "none" : settings["tiers"].get<std::string>().c_str(),
                 r.cancelled ? " (cancelled)" : "");
     std::printf("| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms | "
                 "TTFT p95 ms |\n");

@@ -103,7 +103,7 @@ void benchExact(size_t entries, std::mt19937_64 &rng)
     core::ExactTier tier(limits);
     const int tenants = 8;
     auto keyOf = [&](size_t i) {
-        return core::ExactKey{fmt::format("tenant-{}", i % tenants), "fp-3b1c9e",
+        return core::ExactKey{{fmt::format("tenant-{}", i % tenants), "fp-3b1c9e"},
                               fmt::format("What does concept {} mean in context {}?", i, i % 997),
                               "greedy max=64"};
     };
@@ -157,7 +157,7 @@ void benchSemantic(size_t entries, int dim, std::mt19937_64 &rng)
         core::CachedResponse r;
         r.requestId = int64_t(i);
         const auto t = Clock::now();
-        tier.insert("tenant", "fp", std::to_string(i), v, std::move(r), 0);
+        tier.insert({"tenant", "fp"}, std::to_string(i), v, std::move(r), 0);
         insertUs.push_back(microsSince(t));
     }
     const double buildS = microsSince(t0) / 1e6;
@@ -183,10 +183,10 @@ void benchSemantic(size_t entries, int dim, std::mt19937_64 &rng)
                     x = float(x / std::sqrt(sq));
             }
             const auto t = Clock::now();
-            const auto hit = tier.lookup("tenant", "fp", query, 0);
+            const auto hit = tier.lookup({"tenant", "fp"}, query, 0);
             us.push_back(microsSince(t));
             hits += hit ? 1 : 0;
-            const auto n = tier.nearest("tenant", "fp", query, 0);
+            const auto n = tier.nearest({"tenant", "fp"}, query, 0);
             size_t best = 0;
             float bestSim = -2;
             for (size_t i = 0; i < entries; ++i) {
@@ -257,12 +257,12 @@ void benchPrefix(size_t sequences, std::mt19937_64 &rng)
         }
         const std::string tenant = fmt::format("tenant-{}", i % 4);
         auto t = Clock::now();
-        const auto m = tree.lookup(tenant, "fp", ids, int64_t(i));
+        const auto m = tree.lookup({tenant, "fp"}, ids, int64_t(i));
         lookupUs.push_back(microsSince(t));
         matchedTokens += size_t(m.tokens);
         totalTokens += ids.size();
         t = Clock::now();
-        tree.insert(tenant, "fp", ids, uint64_t(i + 1), int64_t(i));
+        tree.insert({tenant, "fp"}, ids, uint64_t(i + 1), int64_t(i));
         insertUs.push_back(microsSince(t));
         tree.releasedHandles();
     }

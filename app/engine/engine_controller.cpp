@@ -1,7 +1,9 @@
 #include "app/engine/engine_controller.h"
 
-#include "app/cli/cli_capture.h"
+#include "app/jobs/capture_job.h"
 #include "app/cli/cli_util.h"
+#include "app/jobs/replay_job.h"
+#include "core/util/clock.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/util/error.h"
@@ -29,14 +31,10 @@
 namespace kvwb::app {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using core::Clock;
+using core::msSince;
 
 namespace {
-
-double msSince(Clock::time_point t0)
-{
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 gpu::LoadOptions loadOptions(const ModelRequest &r)
 {
@@ -65,23 +63,6 @@ LoadedModel describe(const gpu::Model &m, const ModelRequest &r)
     l.dtype = QString::fromUtf8(gpu::computeTypeName(m.options().dtype));
     l.deviceBytes = m.deviceBytes();
     return l;
-}
-
-gpu::GateSignal gateSignal(const QString &name)
-{
-    const auto s = gpu::parseGateSignal(name.toStdString());
-    if (!s)
-        throw core::Error(core::ErrorCode::InvalidArgument,
-                          "gate signal '" + name.toStdString() + "': expected tail_kl, kv_cos or nll");
-    return *s;
-}
-
-core::KvStorage storage(const QString &s)
-{
-    if (const auto kind = core::parseKvStorage(s.toStdString()))
-        return *kind;
-    throw core::Error(core::ErrorCode::InvalidArgument,
-                      "KV storage '" + s.toStdString() + "': expected f32, f16 or bf16");
 }
 
 QStringList qStrings(const std::vector<std::string> &v)
@@ -279,7 +260,7 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
                               "a capture needs a prompt set and an output experiment file");
         const auto t0 = Clock::now();
         gpu::CaptureOptions co;
-        co.file.storage = storage(request.storage);
+        co.file.storage = request.storage;
         co.file.compress = request.compress;
         co.file.keyForm = request.postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
         co.maxTokens = request.maxTokens;
@@ -290,7 +271,7 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
         if (request.limit > 0 && size_t(request.limit) < prompts.size())
             prompts.resize(request.limit);
         const fs::path out = request.outPath.toStdString();
-        const auto fc = captureIntoFile(out, *m_a, *m_tokA, *m_b, *m_tokB, prompts, co,
+        const auto fc = jobs::captureIntoFile(out, *m_a, *m_tokA, *m_b, *m_tokB, prompts, co,
                                         request.promptsPath.toStdString(), [&](int done, int total) {
                                             Q_EMIT progress(job, total ? double(done) / total : 1.0,
                                                             QString("%1 / %2 prompts").arg(done).arg(total));
@@ -390,7 +371,7 @@ void EngineWorker::compare(quint64 job, const ui::CompareRequest &request,
         const auto &conv = converter(request.experimentPath, request.converter);
         gpu::CompareOptions co;
         co.maxTokens = request.maxTokens;
-        co.gateSignal = gateSignal(request.gateSignal);
+        co.gateSignal = request.gateSignal;
         co.gateThreshold = request.gateThreshold;
         co.gateTail = request.gateTail;
         const auto ids =
@@ -429,27 +410,25 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
     guarded(job, [&] {
         requireModels("a replay");
         gpu::ReplayOptions o;
-        for (const QString &t : request.tiers) {
-            const auto kind = core::parseTierKind(t.toStdString());
-            if (!kind || *kind == core::TierKind::None)
-                throw core::Error(core::ErrorCode::InvalidArgument,
-                                  "tier '" + t.toStdString() +
-                                      "': expected exact, semantic, prefix or cross");
-            o.tiers.push_back(*kind);
+        for (const auto t : request.tiers) {
+            if (t == core::TierKind::None)
+                throw core::Error(core::ErrorCode::InvalidArgument, "'none' is not a cache tier");
+            o.tiers.push_back(t);
         }
         o.threshold = request.threshold;
-        o.gateSignal = gateSignal(request.gateSignal);
+        o.gateSignal = request.gateSignal;
         o.gateThreshold = request.gateThreshold;
         o.gate = request.gate;
         o.maxTokens = request.maxTokens;
-        const bool cross = request.tiers.contains("cross");
-        auto read = core::readWorkloadJsonl(request.workloadPath.toStdString());
+        const bool cross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
+        jobs::ReplayJob replayJob;
+        replayJob.workloadPath = request.workloadPath.toStdString();
+        replayJob.embedder = request.embedder.toStdString();
+        replayJob.limit = request.limit;
+        replayJob.converter = request.converter.toStdString();
+        replayJob.options = o;
+        auto read = jobs::readReplayRequests(replayJob.workloadPath, replayJob.limit);
         auto requests = std::move(read.requests);
-        if (request.limit > 0 && size_t(request.limit) < requests.size())
-            requests.resize(request.limit);
-        if (requests.empty())
-            throw core::Error(core::ErrorCode::Format,
-                              request.workloadPath.toStdString() + ": no requests to replay");
         const gpu::Converter *conv = nullptr;
         if (cross) {
             if (request.experimentPath.isEmpty() || request.converter.isEmpty())
@@ -458,14 +437,7 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
             requireExperimentModels(request.experimentPath);
             conv = &converter(request.experimentPath, request.converter);
         }
-        std::unique_ptr<core::Embedder> embedder;
-        if (request.embedder == "model")
-            embedder = std::make_unique<gpu::ModelEmbedder>(*m_a, *m_tokA);
-        else if (request.embedder == "lexical")
-            embedder = std::make_unique<core::LexicalEmbedder>();
-        else
-            throw core::Error(core::ErrorCode::InvalidArgument,
-                              "embedder '" + request.embedder.toStdString() + "': expected lexical or model");
+        const auto embedder = jobs::makeEmbedder(replayJob.embedder, -1, *m_a, *m_tokA);
         gpu::ReplayModels models{m_a.get(), m_b.get(), m_tokA.get(), m_tokB.get(), conv, embedder.get()};
         auto batch = std::make_shared<RowBatch>();
         auto lastFlush = Clock::now();
@@ -504,20 +476,8 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         std::vector<std::string> warnings = read.warnings.messages();
         warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
         if (!request.ledgerName.isEmpty() && !request.experimentPath.isEmpty() && !r.rows.empty()) {
-            const nlohmann::json settings = {{"workload", request.workloadPath.toStdString()},
-                                             {"tiers", request.tiers.join(',').toStdString()},
-                                             {"threshold", o.threshold},
-                                             {"embedder", embedder->name()},
-                                             {"gate", o.gate ? gpu::gateSignalName(o.gateSignal) : "off"},
-                                             {"gate_threshold", o.gateThreshold},
-                                             {"converter", cross ? request.converter.toStdString() : ""},
-                                             {"max_tokens", o.maxTokens},
-                                             {"cancelled", r.cancelled},
-                                             {"model_a", m_a->checkpoint().fingerprint()},
-                                             {"model_b", m_b->checkpoint().fingerprint()},
-                                             {"device", gpu::deviceName(m_a->options().device)}};
             core::saveLedger(request.experimentPath.toStdString(), request.ledgerName.toStdString(), r.rows,
-                             settings.dump());
+                             jobs::ledgerSettingsJson(replayJob, embedder.get(), *m_a, m_b.get(), r.cancelled));
             out->storedLedger = request.ledgerName;
         }
         out->warnings = qStrings(warnings);

@@ -53,7 +53,7 @@ struct ExactTier::Impl
     std::string keyOfRequest(const ExactKey &k) const
     {
         const std::string prompt = normalisePrompt(k.prompt);
-        std::string key = store.namespaceOf(k.tenant, k.modelFingerprint);
+        std::string key = store.namespaceOf(k.scope.tenant(), k.scope.modelFingerprint());
         key += '\x1e';
         key += std::to_string(k.sampling.size());
         key += ':';
@@ -77,7 +77,7 @@ std::optional<CachedResponse> ExactTier::lookup(const ExactKey &key, int64_t now
     // touch re-checks visibility (never fails for a key built from the same namespace) and expiry; an
     // expired entry is dropped through the callback, which invalidates `it`.
     const CacheStore::EntryId id = it->second.id;
-    if (!d.store.touch(id, key.tenant, key.modelFingerprint, nowMs))
+    if (!d.store.touch(id, key.scope.tenant(), key.scope.modelFingerprint(), nowMs))
         return std::nullopt;
     return it->second.response;
 }
@@ -91,7 +91,7 @@ void ExactTier::insert(const ExactKey &key, CachedResponse response, int64_t now
         d.store.erase(it->second.id); // a re-insert replaces: the callback drops the old payload
     const int64_t bytes = int64_t(normalisePrompt(key.prompt).size() + response.text.size() +
                                   response.outputIds.size() * sizeof(int));
-    const auto id = d.store.insert(EntryScope{key.tenant, key.modelFingerprint, tags}, bytes, nowMs);
+    const auto id = d.store.insert(EntryScope{key.scope.tenant(), key.scope.modelFingerprint(), tags}, bytes, nowMs);
     if (!id)
         return;
     auto [it, added] = d.byKey.emplace(std::move(k), Impl::Slot{*id, std::move(response)});
@@ -111,6 +111,24 @@ int64_t ExactTier::invalidateTag(const std::string &tag)
 StoreStats ExactTier::stats() const
 {
     return m_impl->store.stats();
+}
+
+TierLookup ExactTier::lookup(const TierRequest &request)
+{
+    TierLookup out;
+    out.response = lookup(ExactKey{request.scope, request.prompt, request.sampling}, request.nowMs);
+    out.hit = out.response.has_value();
+    return out;
+}
+
+void ExactTier::insert(const TierRequest &request, TierInsert computed)
+{
+    insert(ExactKey{request.scope, request.prompt, request.sampling}, computed.response, request.nowMs);
+}
+
+int64_t ExactTier::evict(int64_t nowMs)
+{
+    return m_impl->store.expire(nowMs);
 }
 
 } // namespace kvwb::core

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
+#include "core/cache/cache_tier.h"
 
 #include <optional>
 #include <string>
@@ -13,19 +14,9 @@
 
 namespace kvwb::core {
 
-// What a response tier returns for a hit.
-struct CachedResponse
-{
-    std::string text;
-    std::vector<int> outputIds;
-    std::string intent;     // the intent label of the request that produced it ("" unknown)
-    int64_t requestId = -1; // the request that produced it
-};
-
 struct ExactKey
 {
-    std::string tenant;
-    std::string modelFingerprint;
+    TenantScope scope;
     std::string prompt;   // normalised by the tier (normalisePrompt)
     std::string sampling; // e.g. "greedy max=64"; responses of other parameters never match
 };
@@ -34,7 +25,7 @@ struct ExactKey
 // punctuation are kept (they change answers).
 std::string normalisePrompt(const std::string &prompt);
 
-class ExactTier
+class ExactTier : public CacheTier
 {
 public:
     explicit ExactTier(TierLimits limits);
@@ -46,9 +37,15 @@ public:
     // Bytes accounted: prompt + text + ids; tags as in EntryScope.
     void insert(const ExactKey &key, CachedResponse response, int64_t nowMs,
                 const std::vector<std::string> &tags = {});
-    int64_t invalidateModel(const std::string &modelFingerprint);
-    int64_t invalidateTag(const std::string &tag);
-    StoreStats stats() const;
+    int64_t invalidateModel(const std::string &modelFingerprint) override;
+    int64_t invalidateTag(const std::string &tag) override;
+    StoreStats stats() const override;
+
+    // CacheTier: the key is (scope, the normalised prompt, the request's sampling string).
+    TierKind kind() const override { return TierKind::Exact; }
+    TierLookup lookup(const TierRequest &request) override;
+    void insert(const TierRequest &request, TierInsert computed) override;
+    int64_t evict(int64_t nowMs) override;
 
 private:
     struct Impl;

@@ -107,10 +107,10 @@ int PrefixTree::blockSize() const
     return m_impl->blockSize;
 }
 
-PrefixMatch PrefixTree::lookup(const std::string &tenant, const std::string &modelFingerprint,
-                               const std::vector<int> &ids, int64_t nowMs)
+PrefixMatch PrefixTree::lookup(const TenantScope &scope, const std::vector<int> &ids, int64_t nowMs)
 {
     Impl &d = *m_impl;
+    const std::string &tenant = scope.tenant(), &modelFingerprint = scope.modelFingerprint();
     const std::string ns = d.store.namespaceOf(tenant, modelFingerprint);
     d.store.expire(nowMs); // what remains is alive, so the walk below sees only live blocks
     const auto root = d.roots.find(ns);
@@ -138,10 +138,10 @@ PrefixMatch PrefixTree::lookup(const std::string &tenant, const std::string &mod
     return PrefixMatch{int(path.size() * b), path.back()->handle};
 }
 
-int PrefixTree::insert(const std::string &tenant, const std::string &modelFingerprint,
-                       const std::vector<int> &ids, uint64_t handle, int64_t nowMs,
+int PrefixTree::insert(const TenantScope &who, const std::vector<int> &ids, uint64_t handle, int64_t nowMs,
                        const std::vector<std::string> &tags)
 {
+    const std::string &tenant = who.tenant(), &modelFingerprint = who.modelFingerprint();
     Impl &d = *m_impl;
     const std::string ns = d.store.namespaceOf(tenant, modelFingerprint);
     d.store.expire(nowMs); // nothing on the path below can expire half-way
@@ -220,6 +220,13 @@ int64_t PrefixTree::invalidateModel(const std::string &modelFingerprint)
 int64_t PrefixTree::invalidateTag(const std::string &tag)
 {
     const int64_t n = m_impl->store.invalidateTag(tag);
+    m_impl->pruneRoots();
+    return n;
+}
+
+int64_t PrefixTree::expire(int64_t nowMs)
+{
+    const int64_t n = m_impl->store.expire(nowMs);
     m_impl->pruneRoots();
     return n;
 }

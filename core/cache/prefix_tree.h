@@ -14,6 +14,7 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
+#include "core/cache/cache_tier.h"
 
 #include <cstdint>
 #include <memory>
@@ -40,18 +41,18 @@ public:
     int blockSize() const;
     // Longest cached whole-block prefix of ids visible to (tenant, fingerprint); records the use of
     // every matched block.
-    PrefixMatch lookup(const std::string &tenant, const std::string &modelFingerprint,
-                       const std::vector<int> &ids, int64_t nowMs);
+    PrefixMatch lookup(const TenantScope &scope, const std::vector<int> &ids, int64_t nowMs);
     // Caches every whole block of ids under `handle` (a cache the caller keeps that holds at least
     // ids.size() tokens). Blocks already present are re-pointed at the new handle. Returns the
     // number of blocks now cached for this sequence (may be fewer than ids.size() / blockSize when
     // capacity is too small).
-    int insert(const std::string &tenant, const std::string &modelFingerprint, const std::vector<int> &ids,
-               uint64_t handle, int64_t nowMs, const std::vector<std::string> &tags = {});
+    int insert(const TenantScope &scope, const std::vector<int> &ids, uint64_t handle, int64_t nowMs,
+               const std::vector<std::string> &tags = {});
     // Handles no node points at any more since the last call (the caller frees them).
     std::vector<uint64_t> releasedHandles();
     int64_t invalidateModel(const std::string &modelFingerprint);
     int64_t invalidateTag(const std::string &tag);
+    int64_t expire(int64_t nowMs); // blocks removed because their TTL passed
     StoreStats stats() const; // entries = blocks
     int64_t cachedTokens() const;
 

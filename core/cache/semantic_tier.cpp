@@ -146,6 +146,12 @@ struct SemanticTier::Impl
 
     int dim;
     double threshold;
+    Embedder *embedder = nullptr; // the CacheTier interface's (not owned)
+    // The last request's embedding: a request is embedded once for its lookup and its insert.
+    bool memoValid = false;
+    int64_t memoRequest = 0;
+    std::string memoText;
+    std::vector<float> memo; // [dim]
     std::unordered_map<std::string, Index> indexes;
     std::unordered_map<CacheStore::EntryId, Payload> entries;
     CacheStore store; // last: its callback reaches the maps above
@@ -253,6 +259,12 @@ SemanticTier::SemanticTier(TierLimits limits, int dim, double threshold)
     m_impl = std::make_unique<Impl>(limits, dim, threshold);
 }
 
+SemanticTier::SemanticTier(TierLimits limits, Embedder &embedder, double threshold)
+    : SemanticTier(limits, embedder.dim(), threshold)
+{
+    m_impl->embedder = &embedder;
+}
+
 SemanticTier::~SemanticTier() = default;
 SemanticTier::SemanticTier(SemanticTier &&) noexcept = default;
 SemanticTier &SemanticTier::operator=(SemanticTier &&) noexcept = default;
@@ -269,38 +281,37 @@ void SemanticTier::setThreshold(double threshold)
     m_impl->threshold = threshold;
 }
 
-std::optional<SemanticHit> SemanticTier::nearest(const std::string &tenant,
-                                                 const std::string &modelFingerprint,
-                                                 const std::vector<float> &embedding, int64_t nowMs)
+std::optional<SemanticHit> SemanticTier::nearest(const TenantScope &scope, const std::vector<float> &embedding,
+                                                 int64_t nowMs)
 {
     Impl &d = *m_impl;
     const auto q = d.checked(embedding, "nearest");
-    const auto found = d.nearest(d.store.namespaceOf(tenant, modelFingerprint), q, nowMs);
+    const auto found = d.nearest(d.store.namespaceOf(scope.tenant(), scope.modelFingerprint()), q, nowMs);
     if (!found)
         return std::nullopt;
     return d.hitOf(*found);
 }
 
-std::optional<SemanticHit> SemanticTier::lookup(const std::string &tenant,
-                                                const std::string &modelFingerprint,
-                                                const std::vector<float> &embedding, int64_t nowMs)
+std::optional<SemanticHit> SemanticTier::lookup(const TenantScope &scope, const std::vector<float> &embedding,
+                                                int64_t nowMs)
 {
     Impl &d = *m_impl;
     const auto q = d.checked(embedding, "lookup");
-    const auto found = d.nearest(d.store.namespaceOf(tenant, modelFingerprint), q, nowMs);
+    const auto found = d.nearest(d.store.namespaceOf(scope.tenant(), scope.modelFingerprint()), q, nowMs);
     if (!found || found->similarity < d.threshold)
         return std::nullopt;
-    if (!d.store.touch(found->id, tenant, modelFingerprint, nowMs))
+    if (!d.store.touch(found->id, scope.tenant(), scope.modelFingerprint(), nowMs))
         return std::nullopt;
     return d.hitOf(*found);
 }
 
-void SemanticTier::insert(const std::string &tenant, const std::string &modelFingerprint,
-                          const std::string &prompt, const std::vector<float> &embedding,
-                          CachedResponse response, int64_t nowMs, const std::vector<std::string> &tags)
+void SemanticTier::insert(const TenantScope &scope, const std::string &prompt,
+                          const std::vector<float> &embedding, CachedResponse response, int64_t nowMs,
+                          const std::vector<std::string> &tags)
 {
     Impl &d = *m_impl;
     const auto v = d.checked(embedding, "insert");
+    const std::string &tenant = scope.tenant(), &modelFingerprint = scope.modelFingerprint();
     const std::string ns = d.store.namespaceOf(tenant, modelFingerprint);
     const int64_t bytes = int64_t(prompt.size() + response.text.size() +
                                   response.outputIds.size() * sizeof(int) + size_t(d.dim) * sizeof(float));
@@ -345,6 +356,46 @@ int64_t SemanticTier::invalidateTag(const std::string &tag)
 StoreStats SemanticTier::stats() const
 {
     return m_impl->store.stats();
+}
+
+const std::vector<float> &SemanticTier::embeddingOf(const TierRequest &request)
+{
+    Impl &d = *m_impl;
+    if (!d.embedder)
+        throw Error(ErrorCode::InvalidArgument, "the semantic tier needs an embedder");
+    if (!d.memoValid || d.memoRequest != request.requestId || d.memoText != request.embedText) {
+        d.memo = d.embedder->embed(request.embedText);
+        d.memoRequest = request.requestId;
+        d.memoText = request.embedText;
+        d.memoValid = true;
+    }
+    return d.memo;
+}
+
+TierLookup SemanticTier::lookup(const TierRequest &request)
+{
+    TierLookup out;
+    const auto &embedding = embeddingOf(request);
+    if (const auto near = nearest(request.scope, embedding, request.nowMs)) {
+        out.nearestSimilarity = near->similarity;
+        out.nearestIntent = near->response.intent;
+    }
+    if (auto h = lookup(request.scope, embedding, request.nowMs)) {
+        out.response = std::move(h->response);
+        out.hit = true;
+    }
+    return out;
+}
+
+void SemanticTier::insert(const TierRequest &request, TierInsert computed)
+{
+    const auto &embedding = embeddingOf(request);
+    insert(request.scope, request.embedText, embedding, computed.response, request.nowMs);
+}
+
+int64_t SemanticTier::evict(int64_t nowMs)
+{
+    return m_impl->store.expire(nowMs);
 }
 
 } // namespace kvwb::core

@@ -10,7 +10,7 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
-#include "core/cache/exact_tier.h"
+#include "core/cache/cache_tier.h"
 
 #include <memory>
 #include <optional>
@@ -50,11 +50,14 @@ struct SemanticHit
     std::string cachedPrompt;
 };
 
-class SemanticTier
+class SemanticTier : public CacheTier
 {
 public:
     // threshold: cosine similarity a hit needs (GPTCache's default is 0.8). dim: embedding size.
     SemanticTier(TierLimits limits, int dim, double threshold);
+    // As a CacheTier: requests are embedded (their embedText) with `embedder`, which must outlive
+    // the tier.
+    SemanticTier(TierLimits limits, Embedder &embedder, double threshold);
     ~SemanticTier();
     SemanticTier(SemanticTier &&) noexcept;
     SemanticTier &operator=(SemanticTier &&) noexcept;
@@ -63,19 +66,26 @@ public:
     void setThreshold(double threshold);
     // The nearest visible entry (any similarity; nullopt when the namespace is empty), without
     // applying the threshold, and without counting a use: for threshold sweeps.
-    std::optional<SemanticHit> nearest(const std::string &tenant, const std::string &modelFingerprint,
-                                       const std::vector<float> &embedding, int64_t nowMs);
+    std::optional<SemanticHit> nearest(const TenantScope &scope, const std::vector<float> &embedding,
+                                       int64_t nowMs);
     // The nearest entry if its similarity >= threshold (counts a use), else nullopt.
-    std::optional<SemanticHit> lookup(const std::string &tenant, const std::string &modelFingerprint,
-                                      const std::vector<float> &embedding, int64_t nowMs);
-    void insert(const std::string &tenant, const std::string &modelFingerprint, const std::string &prompt,
-                const std::vector<float> &embedding, CachedResponse response, int64_t nowMs,
-                const std::vector<std::string> &tags = {});
-    int64_t invalidateModel(const std::string &modelFingerprint);
-    int64_t invalidateTag(const std::string &tag);
-    StoreStats stats() const;
+    std::optional<SemanticHit> lookup(const TenantScope &scope, const std::vector<float> &embedding,
+                                      int64_t nowMs);
+    void insert(const TenantScope &scope, const std::string &prompt, const std::vector<float> &embedding,
+                CachedResponse response, int64_t nowMs, const std::vector<std::string> &tags = {});
+    int64_t invalidateModel(const std::string &modelFingerprint) override;
+    int64_t invalidateTag(const std::string &tag) override;
+    StoreStats stats() const override;
+
+    // CacheTier (needs the embedder constructor): the nearest entry is reported (similarity and
+    // intent) whether or not it passes the threshold; each request is embedded once.
+    TierKind kind() const override { return TierKind::Semantic; }
+    TierLookup lookup(const TierRequest &request) override;
+    void insert(const TierRequest &request, TierInsert computed) override;
+    int64_t evict(int64_t nowMs) override;
 
 private:
+    const std::vector<float> &embeddingOf(const TierRequest &request);
     struct Impl;
     std::unique_ptr<Impl> m_impl;
 };

@@ -11,6 +11,20 @@
 
 namespace kvwb::core {
 
+const char *ropeLayoutName(RopeLayout l) noexcept
+{
+    return l == RopeLayout::Interleaved ? "interleaved" : "rotate_half";
+}
+
+std::optional<RopeLayout> parseRopeLayout(std::string_view name) noexcept
+{
+    if (name == "rotate_half")
+        return RopeLayout::RotateHalf;
+    if (name == "interleaved")
+        return RopeLayout::Interleaved;
+    return std::nullopt;
+}
+
 using nlohmann::json;
 
 namespace {

@@ -22,6 +22,9 @@ enum class RopeLayout
     RotateHalf,
     Interleaved
 };
+// The one spelling of a layout in files, JSON, reports and the window: "rotate_half" | "interleaved".
+const char *ropeLayoutName(RopeLayout l) noexcept;
+std::optional<RopeLayout> parseRopeLayout(std::string_view name) noexcept; // the inverse, else nullopt
 
 struct RopeScaling
 {

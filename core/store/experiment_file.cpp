@@ -41,11 +41,6 @@ std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept
     return std::nullopt;
 }
 
-const char *keyFormName(KeyForm f) noexcept
-{
-    return f == KeyForm::PreRope ? "pre_rope" : "post_rope";
-}
-
 namespace {
 
 using h5::check;
@@ -277,7 +272,7 @@ void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorag
     writeAttr(group, site, "vocab_size", int64_t(c.vocabSize));
     writeAttr(group, site, "rope_theta", c.ropeTheta);
     writeAttr(group, site, "rope_layout",
-              std::string(c.ropeLayout == RopeLayout::RotateHalf ? "rotate_half" : "interleaved"));
+              std::string(ropeLayoutName(c.ropeLayout)));
     writeAttr(group, site, "rope_scaling", c.ropeScaling.type);
     writeAttr(group, site, "rope_scaling_factor", c.ropeScaling.factor);
     writeAttr(group, site, "dtype", std::string(kvStorageName(storage)));
@@ -310,10 +305,8 @@ ModelInfo readModelAttrs(hid_t group, const Site &site, char role)
     c.vocabSize = positive("vocab_size");
     c.ropeTheta = readDoubleAttr(group, site, "rope_theta");
     const std::string layout = readStringAttr(group, site, "rope_layout");
-    if (layout == "rotate_half")
-        c.ropeLayout = RopeLayout::RotateHalf;
-    else if (layout == "interleaved")
-        c.ropeLayout = RopeLayout::Interleaved;
+    if (const auto l = parseRopeLayout(layout))
+        c.ropeLayout = *l;
     else
         throw Error(ErrorCode::Format, site.attr("rope_layout") + " is '" + layout + "'");
     c.ropeScaling.type = readStringAttr(group, site, "rope_scaling");

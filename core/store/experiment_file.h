@@ -18,6 +18,7 @@
 #pragma once
 
 #include "core/model/model_config.h"
+#include "core/model/kv_types.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -42,13 +43,7 @@ const char *kvStorageName(KvStorage s) noexcept; // "f32" | "f16" | "bf16"
 // The inverse of kvStorageName; nullopt for anything else.
 std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept;
 
-// Whether stored keys had RoPE applied (values never do).
-enum class KeyForm
-{
-    PreRope,
-    PostRope
-};
-const char *keyFormName(KeyForm f) noexcept; // "pre_rope" | "post_rope"
+// Whether stored keys had RoPE applied (values never do): core::KeyForm (core/model/kv_types.h).
 
 struct ExperimentOptions
 {

@@ -1,5 +1,6 @@
 #include "core/workload/text_corpus.h"
 
+#include "core/util/warning_list.h"
 #include "core/util/error.h"
 
 #include <nlohmann/json.hpp>
@@ -15,10 +16,10 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
         throw Error(ErrorCode::Io, path.string() + ": cannot read corpus");
     const bool jsonl = path.extension() == ".jsonl" || path.extension() == ".json";
     TextCorpus c;
+    WarningList warnings(20);
     auto warn = [&](size_t line, const std::string &why) {
         ++c.skipped;
-        if (c.warnings.size() < 20)
-            c.warnings.push_back(path.filename().string() + ":" + std::to_string(line) + ": " + why);
+        warnings.add(path.filename().string() + ":" + std::to_string(line) + ": " + why);
     };
     std::string line;
     size_t lineNo = 0, plain = 0;
@@ -79,7 +80,8 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
     if (c.documents.empty())
         throw Error(ErrorCode::Format,
                     path.string() + ": no documents" +
-                        (c.warnings.empty() ? std::string() : " (first problem: " + c.warnings[0] + ")"));
+                        (warnings.empty() ? std::string() : " (first problem: " + warnings.messages()[0] + ")"));
+    c.warnings = warnings.messages();
     return c;
 }
 

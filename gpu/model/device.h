@@ -3,29 +3,23 @@
 // Torch-free header. Thread-safety: all functions may be called from any thread.
 #pragma once
 
+#include "core/jobs/job_enums.h"
+
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace kvwb::gpu {
 
-enum class Device
-{
-    Cpu,
-    Cuda
-};
-enum class ComputeType
-{
-    F32,
-    BF16,
-    F16
-};
-
-const char *deviceName(Device d) noexcept;           // "cpu" | "cuda"
-const char *computeTypeName(ComputeType t) noexcept; // "f32" | "bf16" | "f16"
-std::optional<Device> parseDevice(std::string_view s) noexcept;
-std::optional<ComputeType> parseComputeType(std::string_view s) noexcept;
-int computeTypeBytes(ComputeType t) noexcept;
+// Devices and element types are core's (core/jobs/job_enums.h), so the window and the command line
+// pass the same enums the engine runs with.
+using core::ComputeType;
+using core::computeTypeBytes;
+using core::computeTypeName;
+using core::Device;
+using core::deviceName;
+using core::parseComputeType;
+using core::parseDevice;
 
 // True when the linked LibTorch was built with CUDA and a GPU is visible.
 bool cudaAvailable();

@@ -10,17 +10,15 @@
 // independent deep copy. The cache keeps the model's RoPE tables alive, not the model.
 #pragma once
 
+#include "core/model/kv_types.h"
+
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 namespace kvwb::gpu {
 
-enum class KeyForm
-{
-    PreRope,
-    PostRope
-};
+using core::KeyForm; // one KeyForm for every layer (core/model/kv_types.h)
 
 // One layer's K and V on the host, each [kvHeads, tokens, headDim] float32 row-major.
 struct LayerKv

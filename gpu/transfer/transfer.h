@@ -8,6 +8,7 @@
 // it. A Converter holds its maps on the target model's device and is immutable after creation.
 #pragma once
 
+#include "core/jobs/job_enums.h"
 #include "core/store/converter_store.h"
 #include "gpu/align/alignment.h"
 #include "gpu/model/model.h"
@@ -97,17 +98,11 @@ Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
 //  - nll: B's mean negative log-likelihood of the tail's following tokens given the converted
 //    prefix (how plausible B finds the prompt it is about to continue).
 // The gate passes when the chosen signal clears the threshold (kvCos >= t; tailKl, nll <= t).
-enum class GateSignal
-{
-    KvCos,
-    TailKl,
-    Nll
-};
-const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nll"
-// The inverse of gateSignalName; nullopt for anything else.
-std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept;
-// The threshold used when none is given: 0.9 for kv_cos, 0.1 for tail_kl, 3 for nll.
-double defaultGateThreshold(GateSignal s) noexcept;
+// The signal enum and its names are core's (core/jobs/job_enums.h).
+using core::defaultGateThreshold;
+using core::GateSignal;
+using core::gateSignalName;
+using core::parseGateSignal;
 
 struct GateResult
 {

@@ -141,14 +141,4 @@ inline std::vector<core::LedgerRow> realisticLedger(int n, int firstId = 0, unsi
     return rows;
 }
 
-// Saves a screenshot of w under <test binary dir>/screenshots/<name>.png, for a person to look at.
-inline QString saveScreenshot(QWidget *w, const QString &name)
-{
-    const QString dir = QCoreApplication::applicationDirPath() + "/screenshots";
-    QDir().mkpath(dir);
-    const QString path = dir + "/" + name + ".png";
-    w->grab().save(path);
-    return path;
-}
-
 } // namespace kvwb::testing

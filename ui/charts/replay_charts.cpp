@@ -153,14 +153,6 @@ double ReplayCharts::windowPercentile(double p)
     return core::percentile(std::vector<double>(m_ttftWindow.begin(), m_ttftWindow.end()), p);
 }
 
-void ReplayCharts::setLatencyWindow(int requests)
-{
-    m_window = std::max(1, requests);
-    while (int(m_ttftWindow.size()) > m_window)
-        m_ttftWindow.pop_front();
-    m_latency.chart->setTitle(tr("Time to first token (last %1 requests)").arg(m_window));
-}
-
 void ReplayCharts::sample()
 {
     const double x = double(m_requests);
@@ -304,11 +296,6 @@ QLineSeries *ReplayCharts::ttftSeries(int percentile) const
 QLineSeries *ReplayCharts::tokensReusedSeries() const
 {
     return m_reused->series;
-}
-
-QLineSeries *ReplayCharts::tokensComputedSeries() const
-{
-    return m_computed->series;
 }
 
 QList<QLineSeries *> ReplayCharts::allSeries() const

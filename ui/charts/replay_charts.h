@@ -49,8 +49,6 @@ public:
 
     void addRows(const std::vector<core::LedgerRow> &rows);
     void clear();
-    // Requests in the TTFT percentile window (default 500; at least 1). Applies from the next row.
-    void setLatencyWindow(int requests);
 
     int64_t requestCount() const { return m_requests; }
     QChartView *chartView(Chart chart) const;
@@ -60,7 +58,6 @@ public:
     QLineSeries *falseHitRateSeries() const;
     QLineSeries *ttftSeries(int percentile) const; // 50 or 95
     QLineSeries *tokensReusedSeries() const;
-    QLineSeries *tokensComputedSeries() const;
     QList<QLineSeries *> allSeries() const;
 
     QSize sizeHint() const override { return {1000, 700}; }
@@ -108,7 +105,7 @@ private:
     int64_t m_falseHits = 0;
     int64_t m_tokensReused = 0;
     int64_t m_tokensComputed = 0;
-    int m_window = 500;
+    const int m_window = 500; // requests in the TTFT percentile window
     std::deque<double> m_ttftWindow; // [<= m_window] TTFT ms of the latest requests
 };
 

@@ -36,7 +36,7 @@ const std::vector<Row> &rows()
         {"RoPE theta", true, [](const auto &c) { return QString::number(c.ropeTheta, 'g', 10); }},
         {"RoPE layout", true,
          [](const auto &c) {
-             return QString(c.ropeLayout == core::RopeLayout::Interleaved ? "interleaved" : "rotate-half");
+             return QString(core::ropeLayoutName(c.ropeLayout));
          }},
         {"RoPE scaling", true, [](const auto &c) { return QString::fromStdString(c.ropeScaling.type); }},
         {"QKV bias", false, [](const auto &c) { return QString(c.qkvBias ? "yes" : "no"); }},

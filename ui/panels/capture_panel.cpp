@@ -261,7 +261,7 @@ void CapturePanel::setRequest(const CaptureRequest &r)
 {
     m_prompts->setCurrentText(r.promptsPath);
     m_out->setText(r.outPath);
-    m_storage->setCurrentText(r.storage);
+    m_storage->setCurrentText(QString::fromUtf8(core::kvStorageName(r.storage)));
     m_compress->setValue(r.compress);
     m_maxTokens->setValue(r.maxTokens);
     m_limit->setValue(r.limit);
@@ -273,7 +273,7 @@ CaptureRequest CapturePanel::request() const
     CaptureRequest r;
     r.promptsPath = m_prompts->currentText().trimmed();
     r.outPath = m_out->text().trimmed();
-    r.storage = m_storage->currentText();
+    r.storage = core::parseKvStorage(m_storage->currentText().toStdString()).value_or(core::KvStorage::F32);
     r.compress = m_compress->value();
     r.maxTokens = m_maxTokens->value();
     r.limit = m_limit->value();

@@ -382,7 +382,7 @@ CompareRequest ComparePanel::request() const
     r.converter = m_converter->currentText();
     r.prompt = m_prompt->toPlainText();
     r.maxTokens = m_maxTokens->value();
-    r.gateSignal = m_gateSignal->currentText();
+    r.gateSignal = core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
     r.gateTail = m_gateTail->value();
     r.save = m_save;
@@ -402,7 +402,7 @@ void ComparePanel::setRequest(const CompareRequest &r)
     }
     m_prompt->setPlainText(r.prompt);
     m_maxTokens->setValue(r.maxTokens);
-    const int signal = m_gateSignal->findText(r.gateSignal);
+    const int signal = m_gateSignal->findText(QString::fromUtf8(core::gateSignalName(r.gateSignal)));
     if (signal >= 0)
         m_gateSignal->setCurrentIndex(signal); // resets the threshold: set it afterwards
     m_gateThreshold->setValue(r.gateThreshold);

@@ -3,7 +3,10 @@
 // engine thread and hands the result back as shared_ptr<const T>. Plain values, copied freely.
 #pragma once
 
+#include "core/cache/replay_ledger.h"
+#include "core/jobs/job_enums.h"
 #include "core/store/comparison_store.h"
+#include "core/store/experiment_file.h"
 
 #include <QString>
 #include <QStringList>
@@ -17,7 +20,7 @@ struct CaptureRequest
 {
     QString promptsPath;     // text (one prompt per line) or JSONL (corpus/workload)
     QString outPath;         // experiment file; appended to when it exists (same models)
-    QString storage = "f32"; // f32 | f16 | bf16
+    core::KvStorage storage = core::KvStorage::F32;
     int compress = 0;        // deflate level, 0 = off
     int maxTokens = 0;       // truncate each prompt (0 = the model's context)
     int limit = 0;           // at most N prompts (0 = all)
@@ -70,7 +73,7 @@ struct CompareRequest
     QString converter;
     QString prompt;
     int maxTokens = 32;
-    QString gateSignal = "tail_kl"; // tail_kl | kv_cos | nll
+    core::GateSignal gateSignal = core::GateSignal::TailKl;
     double gateThreshold = 0.1;
     int gateTail = 4;
     bool save = true; // append the sample to /comparisons/workbench of the experiment
@@ -83,15 +86,25 @@ struct ReplayRequest
     QString workloadPath;
     QString experimentPath; // its converter (cross tier) and where the ledger is stored; may be empty
     QString converter;      // for the cross tier
-    QStringList tiers = {"exact", "semantic", "prefix"}; // lookup order
+    std::vector<core::TierKind> tiers = {core::TierKind::Exact, core::TierKind::Semantic,
+                                         core::TierKind::Prefix}; // lookup order
     double threshold = 0.8;
     QString embedder = "lexical"; // lexical | model
-    QString gateSignal = "tail_kl";
+    core::GateSignal gateSignal = core::GateSignal::TailKl;
     double gateThreshold = 0.1;
     bool gate = true;
     int maxTokens = 0;  // > 0 overrides every request's max_tokens
     int limit = 0;      // first N requests (0 = all)
     QString ledgerName; // non-empty: store the ledger as /ledgers/<name> of the experiment
 };
+
+// The tier names of a stack in lookup order ("exact", "semantic", ...), for labels and logs.
+inline QStringList tierNames(const std::vector<core::TierKind> &tiers)
+{
+    QStringList out;
+    for (auto t : tiers)
+        out << QString::fromUtf8(core::tierKindName(t));
+    return out;
+}
 
 } // namespace kvwb::ui

@@ -429,9 +429,9 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
         setBusy(true);
         m_runStatus->setText(tr("Starting %1 through %2...")
                                  .arg(r.workloadPath.toHtmlEscaped(),
-                                      r.tiers.isEmpty()
+                                      r.tiers.empty()
                                           ? tr("no tiers: baseline (every request runs the model)")
-                                          : r.tiers.join(" \u2192 ")));
+                                          : tierNames(r.tiers).join(" \u2192 ")));
         Q_EMIT replayRequested(r);
     });
     connect(m_pause, &QPushButton::toggled, this, [this](bool paused) {
@@ -461,15 +461,15 @@ ReplayRequest ReplayPanel::replayRequest() const
     r.experimentPath = m_snapshot ? m_snapshot->path : QString();
     r.converter = m_crossAvailable ? m_crossConverter : QString();
     r.tiers.clear();
-    for (auto [box, name] : {std::pair<QCheckBox *, const char *>{m_exact, "exact"},
-                             {m_semantic, "semantic"},
-                             {m_prefix, "prefix"},
-                             {m_cross, "cross"}})
+    for (auto [box, kind] : {std::pair<QCheckBox *, core::TierKind>{m_exact, core::TierKind::Exact},
+                             {m_semantic, core::TierKind::Semantic},
+                             {m_prefix, core::TierKind::Prefix},
+                             {m_cross, core::TierKind::Cross}})
         if (box->isChecked() && (box != m_cross || m_crossAvailable)) // busy panels keep their tiers
-            r.tiers << QString::fromLatin1(name);
+            r.tiers.push_back(kind);
     r.threshold = m_threshold->value();
     r.embedder = m_embedder->currentText();
-    r.gateSignal = m_gateSignal->currentText();
+    r.gateSignal = core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
     r.gate = m_gate->isChecked();
     r.maxTokens = m_maxTokens->value();
@@ -481,16 +481,17 @@ ReplayRequest ReplayPanel::replayRequest() const
 void ReplayPanel::setReplayRequest(const ReplayRequest &r)
 {
     m_workload->setCurrentText(r.workloadPath);
-    m_exact->setChecked(r.tiers.contains("exact"));
-    m_semantic->setChecked(r.tiers.contains("semantic"));
-    m_prefix->setChecked(r.tiers.contains("prefix"));
-    m_cross->setChecked(r.tiers.contains("cross")); // kept while no converter is in use, then used
+    const auto has = [&](core::TierKind t) { return std::find(r.tiers.begin(), r.tiers.end(), t) != r.tiers.end(); };
+    m_exact->setChecked(has(core::TierKind::Exact));
+    m_semantic->setChecked(has(core::TierKind::Semantic));
+    m_prefix->setChecked(has(core::TierKind::Prefix));
+    m_cross->setChecked(has(core::TierKind::Cross)); // kept while no converter is in use, then used
     m_threshold->setValue(r.threshold);
     m_embedder->setCurrentText(r.embedder);
     {
         // the signal's own threshold, not its default
         const QSignalBlocker block(m_gateSignal);
-        m_gateSignal->setCurrentText(r.gateSignal);
+        m_gateSignal->setCurrentText(QString::fromUtf8(core::gateSignalName(r.gateSignal)));
     }
     m_gateThreshold->setValue(r.gateThreshold);
     m_gate->setChecked(r.gate);

@@ -155,9 +155,9 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     connect(m_replay, &ReplayPanel::replayRequested, this, [this](const ReplayRequest &r) {
         beginJob(Job::Replay);
         m_replay->beginLive(QFileInfo(r.workloadPath).fileName() + " | " +
-                            (r.tiers.isEmpty() ? tr("no tiers") : r.tiers.join(',')));
+                            (r.tiers.empty() ? tr("no tiers") : tierNames(r.tiers).join(',')));
         log(tr("replaying %1 through %2")
-                .arg(r.workloadPath, r.tiers.isEmpty() ? tr("no tiers") : r.tiers.join(',')));
+                .arg(r.workloadPath, r.tiers.empty() ? tr("no tiers") : tierNames(r.tiers).join(',')));
         Q_EMIT replayRequested(r);
     });
     connect(m_replay, &ReplayPanel::pauseRequested, this, &MainWindow::pauseRequested);
@@ -662,7 +662,7 @@ void MainWindow::applyProjectSettings()
     c.promptsPath = promptSets.value(0);
     c.outPath = p.experiment ? QString::fromStdString(p.experiment->string())
                              : projectFile.dir().filePath(projectFile.completeBaseName() + "-experiment.h5");
-    c.storage = QString::fromStdString(p.capture.storage);
+    c.storage = core::parseKvStorage(p.capture.storage).value_or(core::KvStorage::F32);
     c.compress = p.capture.compress;
     c.maxTokens = p.capture.maxTokens;
     c.limit = p.capture.limit;
@@ -684,10 +684,11 @@ void MainWindow::applyProjectSettings()
     r.workloadPath = workloads.value(0);
     r.tiers.clear();
     for (const auto &t : p.replay.tiers)
-        r.tiers << QString::fromStdString(t);
+        if (const auto kind = core::parseTierKind(t); kind && *kind != core::TierKind::None)
+            r.tiers.push_back(*kind);
     r.threshold = p.replay.threshold;
     r.embedder = QString::fromStdString(p.replay.embedder);
-    r.gateSignal = QString::fromStdString(p.replay.gateSignal);
+    r.gateSignal = core::parseGateSignal(p.replay.gateSignal).value_or(core::GateSignal::TailKl);
     r.gateThreshold = p.replay.gateThreshold;
     r.gate = p.replay.gate;
     r.maxTokens = p.replay.maxTokens;
@@ -698,7 +699,7 @@ void MainWindow::applyProjectSettings()
 void MainWindow::storeProjectSettings(core::Project &p) const
 {
     const auto c = m_capture->request();
-    p.capture.storage = c.storage.toStdString();
+    p.capture.storage = core::kvStorageName(c.storage);
     p.capture.compress = c.compress;
     p.capture.maxTokens = c.maxTokens;
     p.capture.limit = c.limit;
@@ -714,11 +715,11 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.alignment.inUse = m_alignment->inUse().toStdString();
     const auto r = m_replay->replayRequest();
     p.replay.tiers.clear();
-    for (const QString &t : r.tiers)
-        p.replay.tiers.push_back(t.toStdString());
+    for (const auto t : r.tiers)
+        p.replay.tiers.push_back(core::tierKindName(t));
     p.replay.threshold = r.threshold;
     p.replay.embedder = r.embedder.toStdString();
-    p.replay.gateSignal = r.gateSignal.toStdString();
+    p.replay.gateSignal = core::gateSignalName(r.gateSignal);
     p.replay.gateThreshold = r.gateThreshold;
     p.replay.gate = r.gate;
     p.replay.maxTokens = r.maxTokens;

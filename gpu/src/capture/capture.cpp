@@ -1,8 +1,9 @@
 #include "gpu/capture/capture.h"
 
+#include "core/util/warning_list.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
-#include "gpu/src/clock_p.h"
+#include "core/util/clock.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,8 +14,8 @@ namespace kvwb::gpu {
 
 namespace {
 
-using detail::Clock;
-using detail::msSince;
+using core::Clock;
+using core::msSince;
 
 // Prefill one model on ids from an empty cache and copy the given layers out, token-major.
 core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, const std::vector<int> &layers,
@@ -37,13 +38,12 @@ core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, con
 }
 
 std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const std::string &text,
-                           const CaptureOptions &o, size_t index, std::vector<std::string> &warnings)
+                           const CaptureOptions &o, size_t index, core::WarningList &warnings)
 {
     auto ids = tok.encode(text, o.addSpecial);
     const int limit = o.maxTokens > 0 ? std::min(o.maxTokens, model.contextLimit()) : model.contextLimit();
     if (limit > 0 && int(ids.size()) > limit) {
-        if (warnings.size() < 20)
-            warnings.push_back(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(),
+        warnings.add(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(),
                                            limit, model.checkpoint().path().filename().string()));
         ids.resize(size_t(limit));
     }
@@ -89,20 +89,19 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
     core::checkTokenizerFitsModel(tokA, a.config(), "model A's tokenizer");
     core::checkTokenizerFitsModel(tokB, b.config(), "model B's tokenizer");
     // the file decides the key form (an appended file keeps the one it was created with)
-    const KeyForm form =
-        writer.storage().keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
+    const KeyForm form = writer.storage().keyForm;
     const std::vector<int> layersA = layersFor('a', o.layersA, a, writer);
     const std::vector<int> layersB = layersFor('b', o.layersB, b, writer);
     CaptureResult r;
+    core::WarningList warnings(20);
     r.firstPrompt = writer.promptCount();
     for (size_t i = 0; i < prompts.size(); ++i) {
         const auto idsA =
-            prompts[i].idsA.empty() ? encodeFor(tokA, a, prompts[i].text, o, i, r.warnings) : prompts[i].idsA;
+            prompts[i].idsA.empty() ? encodeFor(tokA, a, prompts[i].text, o, i, warnings) : prompts[i].idsA;
         const auto idsB =
-            prompts[i].idsB.empty() ? encodeFor(tokB, b, prompts[i].text, o, i, r.warnings) : prompts[i].idsB;
+            prompts[i].idsB.empty() ? encodeFor(tokB, b, prompts[i].text, o, i, warnings) : prompts[i].idsB;
         if (idsA.empty() || idsB.empty()) {
-            if (r.warnings.size() < 20)
-                r.warnings.push_back(fmt::format("prompt {}: no tokens, skipped", i));
+            warnings.add(fmt::format("prompt {}: no tokens, skipped", i));
             continue;
         }
         core::PromptRecord rec;
@@ -124,6 +123,7 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
             break;
         }
     }
+    r.warnings = warnings.messages();
     return r;
 }
 

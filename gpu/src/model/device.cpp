@@ -9,49 +9,6 @@
 
 namespace kvwb::gpu {
 
-const char *deviceName(Device d) noexcept
-{
-    return d == Device::Cuda ? "cuda" : "cpu";
-}
-
-const char *computeTypeName(ComputeType t) noexcept
-{
-    switch (t) {
-    case ComputeType::F32:
-        return "f32";
-    case ComputeType::BF16:
-        return "bf16";
-    case ComputeType::F16:
-        return "f16";
-    }
-    return "?";
-}
-
-std::optional<Device> parseDevice(std::string_view s) noexcept
-{
-    if (s == "cpu")
-        return Device::Cpu;
-    if (s == "cuda" || s == "gpu")
-        return Device::Cuda;
-    return std::nullopt;
-}
-
-std::optional<ComputeType> parseComputeType(std::string_view s) noexcept
-{
-    if (s == "f32" || s == "float32")
-        return ComputeType::F32;
-    if (s == "bf16" || s == "bfloat16")
-        return ComputeType::BF16;
-    if (s == "f16" || s == "float16")
-        return ComputeType::F16;
-    return std::nullopt;
-}
-
-int computeTypeBytes(ComputeType t) noexcept
-{
-    return t == ComputeType::F32 ? 4 : 2;
-}
-
 bool cudaAvailable()
 {
     try {

@@ -1,7 +1,8 @@
 #include "gpu/model/model.h"
 
+#include "core/metrics/distributions.h"
 #include "core/util/error.h"
-#include "gpu/src/clock_p.h"
+#include "core/util/clock.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -21,8 +22,8 @@ using core::ErrorCode;
 
 namespace {
 
-using detail::Clock;
-using detail::msSince;
+using core::Clock;
+using core::msSince;
 
 torch::Dtype torchType(ComputeType t)
 {
@@ -396,10 +397,7 @@ int sampleToken(const float *logits, int vocab, const SamplingOptions &o, uint64
 {
     // log-softmax of the unmodified distribution, for the reported logprob
     const float maxLogit = *std::max_element(logits, logits + vocab);
-    double sum = 0;
-    for (int i = 0; i < vocab; ++i)
-        sum += std::exp(double(logits[i]) - maxLogit);
-    const double logZ = maxLogit + std::log(sum);
+    const double logZ = core::logSumExp(logits, size_t(vocab));
     int chosen = 0;
     if (o.temperature <= 0.0) {
         chosen = int(std::max_element(logits, logits + vocab) - logits); // first max wins ties

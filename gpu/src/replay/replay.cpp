@@ -2,8 +2,9 @@
 
 #include "core/util/error.h"
 #include "core/cache/exact_tier.h"
-#include "core/cache/prefix_tree.h"
-#include "gpu/src/clock_p.h"
+#include "core/metrics/distributions.h"
+#include "gpu/replay/kv_tiers.h"
+#include "core/util/clock.h"
 
 #include <fmt/format.h>
 
@@ -11,15 +12,15 @@
 #include <cmath>
 #include <random>
 #include <thread>
-#include <unordered_map>
+#include <map>
 
 namespace kvwb::gpu {
 
 using core::Error;
 using core::ErrorCode;
 using core::TierKind;
-using detail::Clock;
-using detail::msSince;
+using core::Clock;
+using core::msSince;
 
 ModelEmbedder::ModelEmbedder(const Model &model, const core::Tokenizer &tokenizer, int layer)
     : m_model(model), m_tokenizer(tokenizer), m_layer(layer < 0 ? model.config().numLayers / 2 : layer)
@@ -68,40 +69,56 @@ bool has(const std::vector<TierKind> &tiers, TierKind t)
     return std::find(tiers.begin(), tiers.end(), t) != tiers.end();
 }
 
-// Per model: its prefix tree and the KV caches the tree's handles point at.
-struct ModelState
+// The tier objects of a stack: one per kind named in it (a kind named twice is consulted twice),
+// plus the prefix store the cross-model tier reads when the stack has no prefix tier of its own.
+struct TierSet
 {
-    const Model *model = nullptr;
-    const core::Tokenizer *tokenizer = nullptr;
-    std::string fingerprint;
-    std::unique_ptr<core::PrefixTree> tree;
-    std::unordered_map<uint64_t, KvCache> caches;
-
-    void releaseCaches()
-    {
-        if (tree)
-            for (uint64_t h : tree->releasedHandles())
-                caches.erase(h);
-    }
+    std::vector<std::unique_ptr<core::CacheTier>> owned; // every tier offered the computed results
+    std::vector<core::CacheTier *> stack;                // lookup order
 };
 
-double firstTokenKl(const std::vector<float> &scratch, const std::vector<float> &hit)
+TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
 {
-    const size_t vocab = scratch.size();
-    auto logZ = [&](const std::vector<float> &x) {
-        const double m = *std::max_element(x.begin(), x.end());
-        double s = 0;
-        for (float v : x)
-            s += std::exp(double(v) - m);
-        return m + std::log(s);
-    };
-    const double zp = logZ(scratch), zq = logZ(hit);
-    double kl = 0;
-    for (size_t j = 0; j < vocab; ++j) {
-        const double lp = double(scratch[j]) - zp, lq = double(hit[j]) - zq;
-        kl += std::exp(lp) * (lp - lq);
+    TierSet set;
+    std::map<TierKind, core::CacheTier *> byKind;
+    PrefixKvTier *prefix = nullptr;
+    if (has(o.tiers, TierKind::Prefix) || has(o.tiers, TierKind::Cross)) {
+        auto p = std::make_unique<PrefixKvTier>(m.a, m.b, o.prefixLimits, o.prefixBlock);
+        prefix = p.get();
+        byKind[TierKind::Prefix] = p.get();
+        set.owned.push_back(std::move(p));
     }
-    return std::max(kl, 0.0);
+    for (TierKind t : o.tiers) {
+        if (byKind.count(t))
+            continue;
+        std::unique_ptr<core::CacheTier> tier;
+        switch (t) {
+        case TierKind::Exact:
+            tier = std::make_unique<core::ExactTier>(o.exactLimits);
+            break;
+        case TierKind::Semantic:
+            tier = std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
+            break;
+        case TierKind::Cross: {
+            CrossTierOptions co;
+            co.minTokens = o.minCrossTokens;
+            co.gate = o.gate;
+            co.gateSignal = o.gateSignal;
+            co.gateThreshold = o.gateThreshold;
+            co.gateTail = o.gateTail;
+            tier = std::make_unique<CrossModelTier>(*prefix, *m.b, *m.tokenizerA, *m.converter, co);
+            break;
+        }
+        case TierKind::Prefix:
+        case TierKind::None:
+            break;
+        }
+        byKind[t] = tier.get();
+        set.owned.push_back(std::move(tier));
+    }
+    for (TierKind t : o.tiers)
+        set.stack.push_back(byKind.at(t));
+    return set;
 }
 
 } // namespace
@@ -126,31 +143,29 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
     if (!(o.speed > 0))
         throw Error(ErrorCode::InvalidArgument, fmt::format("replay speed must be > 0, got {}", o.speed));
 
-    ModelState states[2];
-    states[0].model = m.a;
-    states[0].tokenizer = m.tokenizerA;
-    states[1].model = m.b;
-    states[1].tokenizer = m.tokenizerB ? m.tokenizerB : m.tokenizerA;
-    const bool keepPrefixes = has(o.tiers, TierKind::Prefix) || has(o.tiers, TierKind::Cross);
-    for (auto &s : states) {
-        if (!s.model)
-            continue;
-        s.fingerprint = s.model->checkpoint().fingerprint();
-        const int elem = s.model->options().dtype == ComputeType::F32 ? 4 : 2;
-        if (keepPrefixes)
-            s.tree = std::make_unique<core::PrefixTree>(o.prefixLimits, o.prefixBlock,
-                                                        s.model->config().kvBytesPerToken(elem));
-    }
+    struct Side
+    {
+        const Model *model = nullptr;
+        const core::Tokenizer *tokenizer = nullptr;
+        std::string fingerprint;
+    };
+    Side sides[2];
+    sides[0] = {m.a, m.tokenizerA, m.a->checkpoint().fingerprint()};
+    if (m.b)
+        sides[1] = {m.b, m.tokenizerB ? m.tokenizerB : m.tokenizerA, m.b->checkpoint().fingerprint()};
 
     // Validate every request before running any: a bad request 900 of 1000 must not cost a replay.
     std::vector<std::vector<int>> ids(requests.size());
+    std::vector<core::ModelRole> roles(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
         const auto &r = requests[i];
-        if (r.model != "a" && r.model != "b")
+        const auto role = core::parseRole(r.model);
+        if (!role)
             throw Error(
                 ErrorCode::InvalidArgument,
                 fmt::format("request {}: unknown model '{}' (expected \"a\" or \"b\")", r.id, r.model));
-        const ModelState &s = states[r.model == "a" ? 0 : 1];
+        roles[i] = *role;
+        const Side &s = sides[*role == core::ModelRole::A ? 0 : 1];
         if (!s.model)
             throw Error(ErrorCode::InvalidArgument,
                         fmt::format("request {} asks for model b, but no model B is loaded", r.id));
@@ -167,20 +182,16 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
     }
 
     ReplayResult result;
-    core::ExactTier exact(o.exactLimits);
-    std::unique_ptr<core::SemanticTier> semantic;
-    if (has(o.tiers, TierKind::Semantic))
-        semantic = std::make_unique<core::SemanticTier>(o.semanticLimits, m.embedder->dim(), o.threshold);
+    TierSet tiers = buildTiers(m, o);
     std::mt19937_64 rng(o.seed);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     std::vector<std::pair<double, bool>> nearestSeen; // (similarity, intent differs) per semantic lookup
-    bool warnedTokenizers = false;
     const auto start = Clock::now();
 
     for (size_t i = 0; i < requests.size(); ++i) {
         const auto &r = requests[i];
         const std::vector<int> &prompt = ids[i];
-        ModelState &s = states[r.model == "a" ? 0 : 1];
+        const Side &s = sides[roles[i] == core::ModelRole::A ? 0 : 1];
         const Model &model = *s.model;
         GenerateOptions go;
         go.maxTokens = o.maxTokens > 0 ? o.maxTokens : r.maxTokens;
@@ -209,98 +220,41 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             f();
             modelMs += msSince(tm);
         };
-        std::optional<core::CachedResponse> response;
-        std::optional<KvCache> reuse; // the cache to continue from (prefix / cross hit)
-        int reused = 0;
-        std::vector<float> embedding;
         const std::string &embedText = o.embedQuestion && !r.question.empty() ? r.question : r.prompt;
-        for (TierKind tier : o.tiers) {
+        const core::TierRequest request{core::TenantScope(r.tenant, s.fingerprint),
+                                        roles[i],
+                                        r.id,
+                                        r.tMs,
+                                        r.prompt,
+                                        embedText,
+                                        prompt,
+                                        sampling,
+                                        r.intent};
+        std::optional<core::CachedResponse> response;
+        std::unique_ptr<core::KvPayload> reuse; // the cache to continue from (KV tier hit)
+        int reused = 0;
+        for (core::CacheTier *tier : tiers.stack) {
             const auto tl = Clock::now();
-            bool hit = false;
-            switch (tier) {
-            case TierKind::Exact:
-                response =
-                    exact.lookup({r.tenant, s.fingerprint, core::normalisePrompt(r.prompt), sampling}, r.tMs);
-                hit = response.has_value();
-                break;
-            case TierKind::Semantic: {
-                if (embedding.empty())
-                    embedding = m.embedder->embed(embedText);
-                const auto near = semantic->nearest(r.tenant, s.fingerprint, embedding, r.tMs);
-                if (near) {
-                    row.similarity = near->similarity;
-                    nearestSeen.push_back({near->similarity, !r.intent.empty() &&
-                                                                 !near->response.intent.empty() &&
-                                                                 near->response.intent != r.intent});
-                }
-                if (auto h = semantic->lookup(r.tenant, s.fingerprint, embedding, r.tMs)) {
-                    response = h->response;
-                    hit = true;
-                }
-                break;
+            core::TierLookup found = tier->lookup(request);
+            modelMs += found.modelMs;
+            for (auto &w : found.warnings)
+                result.warnings.push_back(std::move(w));
+            if (found.nearestSimilarity) {
+                row.similarity = *found.nearestSimilarity;
+                nearestSeen.push_back({*found.nearestSimilarity, !r.intent.empty() && !found.nearestIntent.empty() &&
+                                                                     found.nearestIntent != r.intent});
             }
-            case TierKind::Prefix: {
-                if (!s.tree)
-                    break;
-                const auto match = s.tree->lookup(r.tenant, s.fingerprint, prompt, r.tMs);
-                if (match.tokens > 0) {
-                    auto it = s.caches.find(match.handle);
-                    if (it != s.caches.end()) {
-                        reused = std::min(match.tokens, int(prompt.size()) - 1);
-                        reuse = it->second.fork();
-                        reuse->truncate(reused);
-                        hit = reused > 0;
-                    }
-                }
-                break;
-            }
-            case TierKind::Cross: {
-                if (r.model != "b")
-                    break;
-                ModelState &sa = states[0];
-                // A's tree is keyed by A's token ids: the two tokenizers must agree on this prompt
-                if (sa.tokenizer->encode(r.prompt, true) != prompt) {
-                    if (!warnedTokenizers)
-                        result.warnings.push_back(fmt::format(
-                            "request {}: A and B tokenise prompts differently; the cross-model tier "
-                            "skips such prompts",
-                            r.id));
-                    warnedTokenizers = true;
-                    break;
-                }
-                const auto match = sa.tree->lookup(r.tenant, sa.fingerprint, prompt, r.tMs);
-                if (match.tokens < o.minCrossTokens)
-                    break;
-                auto it = sa.caches.find(match.handle);
-                if (it == sa.caches.end())
-                    break;
-                const int keep = std::min(match.tokens, int(prompt.size()) - 1);
-                auto source = it->second.fork();
-                source.truncate(keep);
-                if (o.gate) {
-                    GateResult g;
-                    timed([&] {
-                        g = qualityGate(model, *m.converter, source, prompt[size_t(keep)], o.gateTail,
-                                        o.gateSignal, o.gateThreshold);
-                    });
-                    row.gate = g.passed ? "pass" : "fail";
-                    row.gateValue = g.value;
-                    if (!g.passed)
-                        break; // fall back to the next tier / B's own prefill, logged in the row
-                }
-                reuse = model.newCache();
-                timed([&] { m.converter->convert(source, *reuse); });
-                reused = keep;
-                hit = true;
-                break;
-            }
-            case TierKind::None:
-                break;
+            if (!found.gate.empty()) {
+                row.gate = found.gate;
+                row.gateValue = found.gateValue;
             }
             row.lookupMs += msSince(tl);
-            row.tierHits[tier] = hit;
-            if (hit) {
-                row.answeredBy = tier;
+            row.tierHits[tier->kind()] = found.hit;
+            if (found.hit) {
+                row.answeredBy = tier->kind();
+                response = std::move(found.response);
+                reuse = std::move(found.kv);
+                reused = found.reusedTokens;
                 break;
             }
         }
@@ -320,13 +274,13 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                     row.shadowExact = model.generate(prompt, go).outputIds == response->outputIds ? 1 : 0;
                 });
         } else {
+            KvCache cache = reuse ? std::move(static_cast<KvCachePayload &>(*reuse).cache) : model.newCache();
             std::vector<float> hitLogits;
             if (shadow && reuse)
                 timed([&] {
-                    auto probe = reuse->fork();
+                    auto probe = cache.fork();
                     hitLogits = model.forward(std::vector<int>(prompt.begin() + reused, prompt.end()), probe);
                 });
-            KvCache cache = reuse ? std::move(*reuse) : model.newCache();
             double firstMs = -1;
             GenerateResult gen;
             timed([&] {
@@ -346,24 +300,14 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 timed([&] {
                     auto fresh = model.newCache();
                     const auto scratchLogits = model.forward(prompt, fresh);
-                    row.shadowKl = firstTokenKl(scratchLogits, hitLogits);
+                    row.shadowKl = core::klDivergence(scratchLogits, hitLogits);
                     row.shadowExact = model.generate(prompt, go).outputIds == gen.outputIds ? 1 : 0;
                 });
             // cache what was computed, in every tier of the stack
-            core::CachedResponse cr{text, gen.outputIds, r.intent, r.id};
-            if (has(o.tiers, TierKind::Exact))
-                exact.insert({r.tenant, s.fingerprint, core::normalisePrompt(r.prompt), sampling}, cr, r.tMs);
-            if (semantic) {
-                if (embedding.empty())
-                    embedding = m.embedder->embed(embedText);
-                semantic->insert(r.tenant, s.fingerprint, embedText, embedding, cr, r.tMs);
-            }
-            if (s.tree) {
-                const uint64_t handle = uint64_t(i) + 1;
-                s.caches.emplace(handle, std::move(cache));
-                s.tree->insert(r.tenant, s.fingerprint, prompt, handle, r.tMs);
-                s.releaseCaches();
-            }
+            const core::CachedResponse cr{text, gen.outputIds, r.intent, r.id};
+            std::unique_ptr<core::KvPayload> computed = std::make_unique<KvCachePayload>(std::move(cache));
+            for (const auto &tier : tiers.owned)
+                tier->insert(request, core::TierInsert{cr, computed});
         }
         result.overheadMs.push_back(std::max(0.0, msSince(t0) - modelMs));
         result.rows.push_back(row);

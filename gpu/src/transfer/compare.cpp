@@ -2,7 +2,7 @@
 
 #include "core/util/error.h"
 #include "core/metrics/text_metrics.h"
-#include "gpu/src/clock_p.h"
+#include "core/util/clock.h"
 
 #include <fmt/format.h>
 
@@ -10,8 +10,8 @@
 
 namespace kvwb::gpu {
 
-using detail::Clock;
-using detail::msSince;
+using core::Clock;
+using core::msSince;
 
 std::vector<int> comparablePrompt(const std::string &prompt, const Model &a, const core::Tokenizer &tokA,
                                   const Model &b, const core::Tokenizer &tokB, int maxTokens)

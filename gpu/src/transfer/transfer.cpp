@@ -1,7 +1,8 @@
 #include "gpu/transfer/transfer.h"
 
+#include "core/metrics/distributions.h"
 #include "core/util/error.h"
-#include "gpu/src/clock_p.h"
+#include "core/util/clock.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -15,8 +16,8 @@ namespace kvwb::gpu {
 
 using core::Error;
 using core::ErrorCode;
-using detail::Clock;
-using detail::msSince;
+using core::Clock;
+using core::msSince;
 using detail::translateTorch;
 
 namespace {
@@ -236,7 +237,7 @@ std::vector<LayerKv> Converter::convertToHost(const KvCache &source) const
 {
     auto cache = need(m_impl).emptyB.fork();
     convert(source, cache);
-    const KeyForm form = m_impl->keyForm == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
+    const KeyForm form = m_impl->keyForm;
     std::vector<LayerKv> out;
     for (int l = 0; l < cache.numLayers(); ++l)
         out.push_back(cache.layer(l, form));
@@ -290,20 +291,7 @@ Agreement compareLogits(const std::vector<float> &ls, const std::vector<float> &
     Agreement a;
     for (size_t i = 0; i < rows; ++i) {
         const float *p = ls.data() + i * vocab, *q = lt.data() + i * vocab;
-        auto logZ = [&](const float *x) {
-            const double m = *std::max_element(x, x + vocab);
-            double s = 0;
-            for (size_t j = 0; j < vocab; ++j)
-                s += std::exp(double(x[j]) - m);
-            return m + std::log(s);
-        };
-        const double zp = logZ(p), zq = logZ(q);
-        double kl = 0;
-        for (size_t j = 0; j < vocab; ++j) {
-            const double lp = double(p[j]) - zp, lq = double(q[j]) - zq;
-            kl += std::exp(lp) * (lp - lq);
-        }
-        a.kl.push_back(std::max(kl, 0.0));
+        a.kl.push_back(core::klDivergence(p, q, vocab));
         a.top1.push_back(std::max_element(p, p + vocab) - p == std::max_element(q, q + vocab) - q ? 1 : 0);
     }
     return a;
@@ -351,50 +339,6 @@ Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
     return compareLogits(ls, target.forward(fed, empty, true), fed.size());
 }
 
-const char *gateSignalName(GateSignal s) noexcept
-{
-    switch (s) {
-    case GateSignal::KvCos:
-        return "kv_cos";
-    case GateSignal::TailKl:
-        return "tail_kl";
-    case GateSignal::Nll:
-        return "nll";
-    }
-    return "?";
-}
-
-std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept
-{
-    for (GateSignal s : {GateSignal::KvCos, GateSignal::TailKl, GateSignal::Nll})
-        if (name == gateSignalName(s))
-            return s;
-    return std::nullopt;
-}
-
-double defaultGateThreshold(GateSignal s) noexcept
-{
-    return s == GateSignal::KvCos ? 0.9 : s == GateSignal::TailKl ? 0.1 : 3.0;
-}
-
-namespace {
-
-// log-softmax of logits [vocab] in float64
-std::vector<double> logSoftmax(const float *x, size_t vocab)
-{
-    const double m = *std::max_element(x, x + vocab);
-    double s = 0;
-    for (size_t j = 0; j < vocab; ++j)
-        s += std::exp(double(x[j]) - m);
-    const double z = m + std::log(s);
-    std::vector<double> out(vocab);
-    for (size_t j = 0; j < vocab; ++j)
-        out[j] = double(x[j]) - z;
-    return out;
-}
-
-} // namespace
-
 GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache,
                        int lastToken, int tail, GateSignal signal, double threshold)
 {
@@ -426,14 +370,9 @@ GateResult qualityGate(const Model &target, const Converter &converter, const Kv
     const auto logits = target.forward(ids, cache, true); // [tail + 1, vocab]
     double nll = 0;
     for (int i = 0; i < g.tail; ++i) // position i predicts ids[i + 1]
-        nll -= logSoftmax(logits.data() + size_t(i) * vocab, vocab)[size_t(ids[size_t(i) + 1])];
+        nll -= core::logSoftmax(logits.data() + size_t(i) * vocab, vocab)[size_t(ids[size_t(i) + 1])];
     g.nll = nll / g.tail;
-    const auto p = logSoftmax(logits.data() + size_t(g.tail) * vocab, vocab),
-               q = logSoftmax(logitsFull.data(), vocab);
-    double kl = 0;
-    for (size_t j = 0; j < vocab; ++j)
-        kl += std::exp(p[j]) * (p[j] - q[j]);
-    g.tailKl = std::max(kl, 0.0);
+    g.tailKl = core::klDivergence(logits.data() + size_t(g.tail) * vocab, logitsFull.data(), vocab);
     g.kvCos = translateTorch("quality gate", [&] {
         c10::InferenceMode guard;
         double sum = 0;

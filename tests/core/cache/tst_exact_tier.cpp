@@ -49,26 +49,26 @@ private Q_SLOTS:
     void keyParts()
     {
         ExactTier t(lru(0));
-        t.insert({"alice", "fp", "What is  a cat?", "greedy max=64"}, response("a feline"), 0);
-        QCOMPARE(t.lookup({"alice", "fp", " What is a cat? ", "greedy max=64"}, 1)->text,
+        t.insert({{"alice", "fp"}, "What is  a cat?", "greedy max=64"}, response("a feline"), 0);
+        QCOMPARE(t.lookup({{"alice", "fp"}, " What is a cat? ", "greedy max=64"}, 1)->text,
                  std::string("a feline"));
-        QVERIFY(!t.lookup({"alice", "fp", "what is a cat?", "greedy max=64"}, 1));  // case kept
-        QVERIFY(!t.lookup({"alice", "fp", "What is a cat?", "greedy max=32"}, 1));  // sampling
-        QVERIFY(!t.lookup({"bob", "fp", "What is a cat?", "greedy max=64"}, 1));    // tenant
-        QVERIFY(!t.lookup({"alice", "fp2", "What is a cat?", "greedy max=64"}, 1)); // model
+        QVERIFY(!t.lookup({{"alice", "fp"}, "what is a cat?", "greedy max=64"}, 1));  // case kept
+        QVERIFY(!t.lookup({{"alice", "fp"}, "What is a cat?", "greedy max=32"}, 1));  // sampling
+        QVERIFY(!t.lookup({{"bob", "fp"}, "What is a cat?", "greedy max=64"}, 1));    // tenant
+        QVERIFY(!t.lookup({{"alice", "fp2"}, "What is a cat?", "greedy max=64"}, 1)); // model
         // No (sampling, prompt) pair spells another's key.
-        t.insert({"alice", "fp", "2 b", "a"}, response("x"), 2);
-        QVERIFY(!t.lookup({"alice", "fp", "b", "a2 "}, 3));
+        t.insert({{"alice", "fp"}, "2 b", "a"}, response("x"), 2);
+        QVERIFY(!t.lookup({{"alice", "fp"}, "b", "a2 "}, 3));
         // Bytes: normalised prompt + text + ids.
         ExactTier u(lru(0));
-        u.insert({"t", "m", " ab  c ", "s"}, response("hello"), 0);
+        u.insert({{"t", "m"}, " ab  c ", "s"}, response("hello"), 0);
         QCOMPARE(u.stats().bytes, int64_t(4 + 5 + 3 * sizeof(int)));
     }
 
     void reinsertReplaces()
     {
         ExactTier t(lru(0));
-        const ExactKey k{"t", "m", "p", "s"};
+        const ExactKey k{{"t", "m"}, "p", "s"};
         t.insert(k, response("old"), 0);
         t.insert(k, response("new"), 1);
         QCOMPARE(t.stats().entries, 1);
@@ -87,7 +87,7 @@ private Q_SLOTS:
             const std::string tenant = "t" + std::to_string(rng() % 4);
             const std::string prompt = "question " + std::to_string(rng() % 300);
             const std::string sampling = rng() % 2 ? "greedy" : "t=0.7";
-            const ExactKey k{tenant, "m", prompt, sampling};
+            const ExactKey k{{tenant, "m"}, prompt, sampling};
             expected += seen.insert(tenant + "|" + prompt + "|" + sampling).second ? 0 : 1;
             if (auto r = t.lookup(k, i)) {
                 ++hits;
@@ -111,7 +111,7 @@ private Q_SLOTS:
             int hits = 0, crossHits = 0;
             for (int i = 0; i < 20000; ++i) {
                 const std::string tenant = "tenant" + std::to_string(rng() % 25);
-                const ExactKey k{tenant, "m", "prompt " + std::to_string(rng() % 40), "greedy"};
+                const ExactKey k{{tenant, "m"}, "prompt " + std::to_string(rng() % 40), "greedy"};
                 if (auto r = t.lookup(k, i)) {
                     ++hits;
                     const bool own = r->text.rfind(tenant + "/", 0) == 0;
@@ -132,15 +132,15 @@ private Q_SLOTS:
     void modelAndTagInvalidation()
     {
         ExactTier t(lru(0));
-        t.insert({"t", "m1", "a", "s"}, response("1"), 0, {"doc:1"});
-        t.insert({"t", "m1", "b", "s"}, response("2"), 0, {"doc:2"});
-        t.insert({"t", "m2", "a", "s"}, response("3"), 0, {"doc:1"});
-        QVERIFY(!t.lookup({"t", "m3", "a", "s"}, 1)); // a changed fingerprint never hits
+        t.insert({{"t", "m1"}, "a", "s"}, response("1"), 0, {"doc:1"});
+        t.insert({{"t", "m1"}, "b", "s"}, response("2"), 0, {"doc:2"});
+        t.insert({{"t", "m2"}, "a", "s"}, response("3"), 0, {"doc:1"});
+        QVERIFY(!t.lookup({{"t", "m3"}, "a", "s"}, 1)); // a changed fingerprint never hits
         QCOMPARE(t.invalidateTag("doc:1"), 2);
-        QVERIFY(!t.lookup({"t", "m1", "a", "s"}, 1));
-        QVERIFY(t.lookup({"t", "m1", "b", "s"}, 1));
+        QVERIFY(!t.lookup({{"t", "m1"}, "a", "s"}, 1));
+        QVERIFY(t.lookup({{"t", "m1"}, "b", "s"}, 1));
         QCOMPARE(t.invalidateModel("m1"), 1);
-        QVERIFY(!t.lookup({"t", "m1", "b", "s"}, 1));
+        QVERIFY(!t.lookup({{"t", "m1"}, "b", "s"}, 1));
         QCOMPARE(t.stats().entries, 0);
         QCOMPARE(t.stats().invalidations, 3);
     }
@@ -150,9 +150,9 @@ private Q_SLOTS:
         TierLimits l;
         l.ttlMs = 1000;
         ExactTier t(l);
-        t.insert({"t", "m", "p", "s"}, response("r"), 0);
-        QVERIFY(t.lookup({"t", "m", "p", "s"}, 999));
-        QVERIFY(!t.lookup({"t", "m", "p", "s"}, 1000));
+        t.insert({{"t", "m"}, "p", "s"}, response("r"), 0);
+        QVERIFY(t.lookup({{"t", "m"}, "p", "s"}, 999));
+        QVERIFY(!t.lookup({{"t", "m"}, "p", "s"}, 1000));
         QCOMPARE(t.stats().expirations, 1);
         QCOMPARE(t.stats().entries, 0);
     }
@@ -162,11 +162,11 @@ private Q_SLOTS:
         TierLimits l;
         l.maxBytes = 100;
         ExactTier t(l);
-        t.insert({"t", "m", "p", "s"}, response(std::string(200, 'x')), 0); // too large on its own
+        t.insert({{"t", "m"}, "p", "s"}, response(std::string(200, 'x')), 0); // too large on its own
         QCOMPARE(t.stats().entries, 0);
-        QVERIFY(!t.lookup({"t", "m", "p", "s"}, 1));
+        QVERIFY(!t.lookup({{"t", "m"}, "p", "s"}, 1));
         for (int i = 0; i < 50; ++i) {
-            t.insert({"t", "m", "p" + std::to_string(i), "s"}, response(std::string(size_t(i), 'y')), i);
+            t.insert({{"t", "m"}, "p" + std::to_string(i), "s"}, response(std::string(size_t(i), 'y')), i);
             QVERIFY(t.stats().bytes <= 100);
         }
     }
@@ -174,11 +174,11 @@ private Q_SLOTS:
     void moveKeepsWorking()
     {
         ExactTier a(lru(1));
-        a.insert({"t", "m", "p", "s"}, response("r"), 0);
+        a.insert({{"t", "m"}, "p", "s"}, response("r"), 0);
         ExactTier b(std::move(a));
-        QCOMPARE(b.lookup({"t", "m", "p", "s"}, 1)->text, std::string("r"));
-        b.insert({"t", "m", "q", "s"}, response("r2"), 2); // evicts through the moved store's callback
-        QVERIFY(!b.lookup({"t", "m", "p", "s"}, 3));
+        QCOMPARE(b.lookup({{"t", "m"}, "p", "s"}, 1)->text, std::string("r"));
+        b.insert({{"t", "m"}, "q", "s"}, response("r2"), 2); // evicts through the moved store's callback
+        QVERIFY(!b.lookup({{"t", "m"}, "p", "s"}, 3));
         QCOMPARE(b.stats().entries, 1);
     }
 };

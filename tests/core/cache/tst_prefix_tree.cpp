@@ -50,42 +50,42 @@ private Q_SLOTS:
     {
         PrefixTree t(limits(core::Eviction::Lru, 0), 4, 10);
         QCOMPARE(t.blockSize(), 4);
-        QCOMPARE(t.insert("t", "m", seq(1, 10), 1, 0), 2); // 2 whole blocks; tokens 9, 10 are not cached
+        QCOMPARE(t.insert({"t", "m"}, seq(1, 10), 1, 0), 2); // 2 whole blocks; tokens 9, 10 are not cached
         QCOMPARE(t.cachedTokens(), 8);
         QCOMPARE(t.stats().bytes, 2 * 4 * 10);
-        auto m = t.lookup("t", "m", seq(1, 10), 1);
+        auto m = t.lookup({"t", "m"}, seq(1, 10), 1);
         QCOMPARE(m.tokens, 8);
         QCOMPARE(m.handle, uint64_t(1));
-        QCOMPARE(t.lookup("t", "m", seq(1, 7), 1).tokens, 4);  // the second block is partial
-        QCOMPARE(t.lookup("t", "m", seq(1, 3), 1).tokens, 0);  // a partial first block never matches
-        QCOMPARE(t.lookup("t", "m", seq(2, 10), 1).tokens, 0); // shifted
-        QCOMPARE(t.lookup("t", "m", cat(seq(1, 4), seq(50, 8)), 1).tokens, 4);
-        QCOMPARE(t.lookup("t", "m", cat(seq(1, 7), {99}), 1).tokens, 4); // one token differs
-        QCOMPARE(t.lookup("t", "m", {}, 1).tokens, 0);
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 7), 1).tokens, 4);  // the second block is partial
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 3), 1).tokens, 0);  // a partial first block never matches
+        QCOMPARE(t.lookup({"t", "m"}, seq(2, 10), 1).tokens, 0); // shifted
+        QCOMPARE(t.lookup({"t", "m"}, cat(seq(1, 4), seq(50, 8)), 1).tokens, 4);
+        QCOMPARE(t.lookup({"t", "m"}, cat(seq(1, 7), {99}), 1).tokens, 4); // one token differs
+        QCOMPARE(t.lookup({"t", "m"}, {}, 1).tokens, 0);
         QVERIFY_THROWS_EXCEPTION(core::Error, PrefixTree(limits(core::Eviction::Lru, 0), 0, 10));
     }
 
     void handlesRepointedAndReleased()
     {
         PrefixTree t(limits(core::Eviction::Lru, 0), 4, 1);
-        t.insert("t", "m", seq(1, 8), 1, 0);
+        t.insert({"t", "m"}, seq(1, 8), 1, 0);
         QVERIFY(t.releasedHandles().empty());
         // The same 8 tokens under a newer cache: both blocks move to handle 2, so 1 is released.
-        t.insert("t", "m", seq(1, 8), 2, 1);
+        t.insert({"t", "m"}, seq(1, 8), 2, 1);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({1}));
         QVERIFY(t.releasedHandles().empty()); // reported once
         // A branch sharing the first block: that block moves to 3; 2 still holds [5..8].
-        t.insert("t", "m", cat(seq(1, 4), seq(20, 4)), 3, 2);
+        t.insert({"t", "m"}, cat(seq(1, 4), seq(20, 4)), 3, 2);
         QVERIFY(t.releasedHandles().empty());
-        auto m = t.lookup("t", "m", seq(1, 8), 3);
+        auto m = t.lookup({"t", "m"}, seq(1, 8), 3);
         QCOMPARE(m.tokens, 8);
         QCOMPARE(m.handle, uint64_t(2));
-        m = t.lookup("t", "m", cat(seq(1, 4), seq(20, 4)), 3);
+        m = t.lookup({"t", "m"}, cat(seq(1, 4), seq(20, 4)), 3);
         QCOMPARE(m.handle, uint64_t(3));
-        QCOMPARE(t.lookup("t", "m", seq(1, 4), 3).handle, uint64_t(3));
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 4), 3).handle, uint64_t(3));
         QCOMPARE(t.stats().entries, 3);
         // A sequence shorter than a block caches nothing: its handle is the caller's to free at once.
-        QCOMPARE(t.insert("t", "m", seq(1, 3), 4, 4), 0);
+        QCOMPARE(t.insert({"t", "m"}, seq(1, 3), 4, 4), 0);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({4}));
         // Invalidation drops every block: 2 and 3 are released together.
         QCOMPARE(t.invalidateModel("m"), 3);
@@ -97,17 +97,17 @@ private Q_SLOTS:
     void onlyLeavesEvicted()
     {
         PrefixTree t(limits(core::Eviction::Fifo, 3), 2, 1);
-        t.insert("t", "m", seq(1, 4), 1, 0);                  // a1 a2
-        t.insert("t", "m", cat(seq(1, 2), seq(10, 2)), 2, 1); // a1 (shared) b2
+        t.insert({"t", "m"}, seq(1, 4), 1, 0);                  // a1 a2
+        t.insert({"t", "m"}, cat(seq(1, 2), seq(10, 2)), 2, 1); // a1 (shared) b2
         QCOMPARE(t.stats().entries, 3);
-        t.insert("t", "m", seq(30, 2), 3, 2); // full: a1 is oldest but inner, so a2 (next oldest) goes
+        t.insert({"t", "m"}, seq(30, 2), 3, 2); // full: a1 is oldest but inner, so a2 (next oldest) goes
         QCOMPARE(t.stats().evictions, 1);
-        QCOMPARE(t.lookup("t", "m", seq(1, 4), 3).tokens, 2);
-        QCOMPARE(t.lookup("t", "m", cat(seq(1, 2), seq(10, 2)), 3).tokens, 4);
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 4), 3).tokens, 2);
+        QCOMPARE(t.lookup({"t", "m"}, cat(seq(1, 2), seq(10, 2)), 3).tokens, 4);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({1})); // a1 moved to 2, a2 evicted
-        t.insert("t", "m", seq(40, 2), 4, 4);                      // b2 goes; a1 is a leaf now
-        t.insert("t", "m", seq(50, 2), 5, 5);                      // a1 goes
-        QCOMPARE(t.lookup("t", "m", seq(1, 2), 6).tokens, 0);
+        t.insert({"t", "m"}, seq(40, 2), 4, 4);                      // b2 goes; a1 is a leaf now
+        t.insert({"t", "m"}, seq(50, 2), 5, 5);                      // a1 goes
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 2), 6).tokens, 0);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({2}));
         QCOMPARE(t.stats().evictions, 3);
     }
@@ -117,11 +117,11 @@ private Q_SLOTS:
     void capacityTooSmall()
     {
         PrefixTree t(limits(core::Eviction::Lru, 0, 3 * 4 * 8), 4, 8); // room for 3 blocks (bytes)
-        QCOMPARE(t.insert("t", "m", seq(100, 8), 1, 0), 2);
-        QCOMPARE(t.insert("t", "m", seq(1, 20), 2, 1), 3); // evicts the other sequence's 2 blocks
+        QCOMPARE(t.insert({"t", "m"}, seq(100, 8), 1, 0), 2);
+        QCOMPARE(t.insert({"t", "m"}, seq(1, 20), 2, 1), 3); // evicts the other sequence's 2 blocks
         QCOMPARE(t.stats().bytes, 96);
-        QCOMPARE(t.lookup("t", "m", seq(1, 20), 2).tokens, 12);
-        QCOMPARE(t.lookup("t", "m", seq(100, 8), 2).tokens, 0);
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 20), 2).tokens, 12);
+        QCOMPARE(t.lookup({"t", "m"}, seq(100, 8), 2).tokens, 0);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({1}));
         QCOMPARE(t.cachedTokens(), 12);
         PrefixTree tiny(limits(core::Eviction::Lru, 0, 10), 4, 8); // one block is 32 bytes
@@ -150,7 +150,7 @@ private Q_SLOTS:
             std::vector<int> ids(size_t(rng() % 12));
             for (int &x : ids)
                 x = int(rng() % 3);
-            const auto m = t.lookup("t", "m", ids, int64_t(h));
+            const auto m = t.lookup({"t", "m"}, ids, int64_t(h));
             QVERIFY(m.tokens % 2 == 0 && m.tokens <= int(ids.size()));
             if (m.tokens > 0) {
                 QVERIFY(sequences.count(m.handle));
@@ -159,7 +159,7 @@ private Q_SLOTS:
                 QVERIFY(std::equal(ids.begin(), ids.begin() + m.tokens, s.begin()));
             }
             sequences[h] = ids;
-            t.insert("t", "m", ids, h, int64_t(h));
+            t.insert({"t", "m"}, ids, h, int64_t(h));
             QVERIFY(t.stats().entries <= 60);
             for (uint64_t r : t.releasedHandles()) {
                 QVERIFY(released.insert(r).second);
@@ -185,7 +185,7 @@ private Q_SLOTS:
             for (uint64_t h = 1; h <= 4000; ++h) {
                 const std::string tenant = "tenant" + std::to_string(rng() % 15);
                 const auto ids = seq(int(rng() % 5) * 100, 4 * int(1 + rng() % 4)); // the same few sequences
-                const auto m = t.lookup(tenant, "m", ids, int64_t(h));
+                const auto m = t.lookup({tenant, "m"}, ids, int64_t(h));
                 if (m.tokens > 0) {
                     ++hits;
                     const bool own = owner.at(m.handle) == tenant;
@@ -194,7 +194,7 @@ private Q_SLOTS:
                     cross += own ? 0 : 1;
                 }
                 owner[h] = tenant;
-                t.insert(tenant, "m", ids, h, int64_t(h));
+                t.insert({tenant, "m"}, ids, h, int64_t(h));
                 t.releasedHandles();
             }
             QVERIFY(hits > 0);
@@ -206,14 +206,14 @@ private Q_SLOTS:
     void modelAndTags()
     {
         PrefixTree t(limits(core::Eviction::Lru, 0), 2, 1);
-        t.insert("t", "m1", seq(1, 4), 1, 0, {"doc:a"});
-        QCOMPARE(t.lookup("t", "m2", seq(1, 4), 1).tokens, 0); // another fingerprint never hits
-        t.insert("t", "m2", seq(1, 4), 2, 1);
-        t.insert("t", "m1", cat(seq(1, 2), seq(7, 2)), 3, 2, {"doc:b"}); // shares [1,2] (tagged doc:a)
+        t.insert({"t", "m1"}, seq(1, 4), 1, 0, {"doc:a"});
+        QCOMPARE(t.lookup({"t", "m2"}, seq(1, 4), 1).tokens, 0); // another fingerprint never hits
+        t.insert({"t", "m2"}, seq(1, 4), 2, 1);
+        t.insert({"t", "m1"}, cat(seq(1, 2), seq(7, 2)), 3, 2, {"doc:b"}); // shares [1,2] (tagged doc:a)
         // doc:a's blocks go with their dependents, whatever those are tagged.
         QCOMPARE(t.invalidateTag("doc:a"), 3);
-        QCOMPARE(t.lookup("t", "m1", seq(1, 4), 3).tokens, 0);
-        QCOMPARE(t.lookup("t", "m2", seq(1, 4), 3).tokens, 4);
+        QCOMPARE(t.lookup({"t", "m1"}, seq(1, 4), 3).tokens, 0);
+        QCOMPARE(t.lookup({"t", "m2"}, seq(1, 4), 3).tokens, 4);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({1, 3}));
         QCOMPARE(t.invalidateModel("m2"), 2);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({2}));
@@ -225,10 +225,10 @@ private Q_SLOTS:
         TierLimits l;
         l.ttlMs = 100;
         PrefixTree t(l, 2, 1);
-        t.insert("t", "m", seq(1, 4), 1, 0);
-        t.insert("t", "m", seq(1, 6), 2, 50); // the first two blocks keep their insertion time (0)
-        QCOMPARE(t.lookup("t", "m", seq(1, 6), 99).tokens, 6);
-        QCOMPARE(t.lookup("t", "m", seq(1, 6), 100).tokens, 0); // the root block expired: all of it
+        t.insert({"t", "m"}, seq(1, 4), 1, 0);
+        t.insert({"t", "m"}, seq(1, 6), 2, 50); // the first two blocks keep their insertion time (0)
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 6), 99).tokens, 6);
+        QCOMPARE(t.lookup({"t", "m"}, seq(1, 6), 100).tokens, 0); // the root block expired: all of it
         QCOMPARE(t.stats().expirations, 3);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({1, 2}));
     }

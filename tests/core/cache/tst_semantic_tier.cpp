@@ -86,50 +86,50 @@ private Q_SLOTS:
     {
         core::LexicalEmbedder e(512);
         SemanticTier t(lru(0), 512, 0.5);
-        t.insert("t", "m", "How do I reset my password?", e.embed("How do I reset my password?"),
+        t.insert({"t", "m"}, "How do I reset my password?", e.embed("How do I reset my password?"),
                  response("Use the reset link."), 0);
-        t.insert("t", "m", "What is the capital of France?", e.embed("What is the capital of France?"),
+        t.insert({"t", "m"}, "What is the capital of France?", e.embed("What is the capital of France?"),
                  response("Paris."), 0);
         const auto near = e.embed("how can I reset my password");
-        const auto hit = t.lookup("t", "m", near, 1);
+        const auto hit = t.lookup({"t", "m"}, near, 1);
         QVERIFY(hit);
         QCOMPARE(hit->response.text, std::string("Use the reset link."));
         QCOMPARE(hit->cachedPrompt, std::string("How do I reset my password?"));
         qInfo("paraphrase similarity %.3f", hit->similarity);
         QVERIFY(hit->similarity > 0.5 && hit->similarity < 0.99);
-        const auto capital = t.lookup("t", "m", e.embed("what's the capital city of France"), 1);
+        const auto capital = t.lookup({"t", "m"}, e.embed("what's the capital city of France"), 1);
         QVERIFY(capital);
         QCOMPARE(capital->response.text, std::string("Paris."));
-        QVERIFY(!t.lookup("t", "m", e.embed("Recommend a good pasta recipe"), 1));
+        QVERIFY(!t.lookup({"t", "m"}, e.embed("Recommend a good pasta recipe"), 1));
         t.setThreshold(0.99);
         QCOMPARE(t.threshold(), 0.99);
-        QVERIFY(!t.lookup("t", "m", near, 1));
-        const auto n = t.nearest("t", "m", near, 1); // no threshold
+        QVERIFY(!t.lookup({"t", "m"}, near, 1));
+        const auto n = t.nearest({"t", "m"}, near, 1); // no threshold
         QVERIFY(n);
         QCOMPARE(n->similarity, hit->similarity);
-        QVERIFY(t.lookup("t", "m", e.embed("How do I reset my password?"), 1)); // identical: 1.0
+        QVERIFY(t.lookup({"t", "m"}, e.embed("How do I reset my password?"), 1)); // identical: 1.0
     }
 
     void shapesAndNormalisation()
     {
         SemanticTier t(lru(0), 8, 0.9);
         const std::vector<float> wrong(7, 0.1f);
-        QVERIFY_THROWS_EXCEPTION(core::Error, t.insert("t", "m", "p", wrong, response("r"), 0));
+        QVERIFY_THROWS_EXCEPTION(core::Error, t.insert({"t", "m"}, "p", wrong, response("r"), 0));
         try {
-            t.lookup("t", "m", wrong, 0);
+            t.lookup({"t", "m"}, wrong, 0);
             QFAIL("no error");
         } catch (const core::Error &e) {
             QCOMPARE(e.code(), core::ErrorCode::Shape);
         }
         std::vector<float> v(8, 0.0f);
         v[0] = 3.0f; // not unit length: normalised on the way in
-        t.insert("t", "m", "p", v, response("r"), 0);
+        t.insert({"t", "m"}, "p", v, response("r"), 0);
         std::vector<float> q(8, 0.0f);
         q[0] = 0.5f;
-        const auto hit = t.lookup("t", "m", q, 1);
+        const auto hit = t.lookup({"t", "m"}, q, 1);
         QVERIFY(hit);
         QVERIFY(std::abs(hit->similarity - 1.0) < 1e-5);
-        QVERIFY(!t.nearest("t", "other", q, 1)); // empty namespace
+        QVERIFY(!t.nearest({"t", "other"}, q, 1)); // empty namespace
         QVERIFY_THROWS_EXCEPTION(core::Error, SemanticTier(lru(0), 0, 0.5));
     }
 
@@ -144,7 +144,7 @@ private Q_SLOTS:
         std::vector<std::vector<float>> stored;
         for (int i = 0; i < n; ++i) {
             stored.push_back(randomUnit(rng, dim));
-            t.insert("t", "m", std::to_string(i), stored.back(), response(std::to_string(i)), 0);
+            t.insert({"t", "m"}, std::to_string(i), stored.back(), response(std::to_string(i)), 0);
         }
         for (bool noisy : {false, true}) {
             int agree = 0;
@@ -165,7 +165,7 @@ private Q_SLOTS:
                         best = i;
                     }
                 }
-                const auto hit = t.nearest("t", "m", query, 0);
+                const auto hit = t.nearest({"t", "m"}, query, 0);
                 QVERIFY(hit);
                 agree += hit->response.text == std::to_string(best) ? 1 : 0;
             }
@@ -188,7 +188,7 @@ private Q_SLOTS:
             for (int i = 0; i < 6000; ++i) {
                 const std::string tenant = "tenant" + std::to_string(rng() % 20);
                 const size_t p = rng() % pool.size();
-                if (auto h = t.lookup(tenant, "m", pool[p], i)) {
+                if (auto h = t.lookup({tenant, "m"}, pool[p], i)) {
                     ++hits;
                     const bool own = h->response.text.rfind(tenant + "/", 0) == 0;
                     if (!shared)
@@ -196,7 +196,7 @@ private Q_SLOTS:
                     cross += own ? 0 : 1;
                     QCOMPARE(h->cachedPrompt, "p" + std::to_string(p));
                 } else {
-                    t.insert(tenant, "m", "p" + std::to_string(p), pool[p],
+                    t.insert({tenant, "m"}, "p" + std::to_string(p), pool[p],
                              response(tenant + "/" + std::to_string(p)), i);
                 }
                 QVERIFY(t.stats().entries <= 120);
@@ -215,9 +215,9 @@ private Q_SLOTS:
         std::vector<std::vector<float>> vs;
         for (int i = 0; i < 200; ++i) {
             vs.push_back(randomUnit(rng, 32));
-            t.insert("t", "m", std::to_string(i), vs.back(), response(std::to_string(i)), i);
+            t.insert({"t", "m"}, std::to_string(i), vs.back(), response(std::to_string(i)), i);
             for (int j = 0; j <= i; ++j) {
-                const auto h = t.nearest("t", "m", vs[size_t(j)], i);
+                const auto h = t.nearest({"t", "m"}, vs[size_t(j)], i);
                 QVERIFY(h);
                 const int got = std::stoi(h->response.text);
                 QVERIFY2(got > i - 10, qPrintable(QString("%1 at step %2").arg(got).arg(i))); // live only
@@ -236,15 +236,15 @@ private Q_SLOTS:
             return v;
         };
         SemanticTier t(lru(2), 4, 0.9);
-        t.insert("t", "m", "a", e(0), response("a"), 0);
-        t.insert("t", "m", "b", e(1), response("b"), 1);
-        QVERIFY(t.nearest("t", "m", e(0), 2)); // does not refresh a
-        t.insert("t", "m", "c", e(2), response("c"), 3);
-        QVERIFY(!t.lookup("t", "m", e(0), 4)); // a was least recent
-        QVERIFY(t.lookup("t", "m", e(1), 5));  // a use: b is now more recent than c
-        t.insert("t", "m", "d", e(3), response("d"), 6);
-        QVERIFY(t.lookup("t", "m", e(1), 7));
-        QVERIFY(!t.lookup("t", "m", e(2), 7));
+        t.insert({"t", "m"}, "a", e(0), response("a"), 0);
+        t.insert({"t", "m"}, "b", e(1), response("b"), 1);
+        QVERIFY(t.nearest({"t", "m"}, e(0), 2)); // does not refresh a
+        t.insert({"t", "m"}, "c", e(2), response("c"), 3);
+        QVERIFY(!t.lookup({"t", "m"}, e(0), 4)); // a was least recent
+        QVERIFY(t.lookup({"t", "m"}, e(1), 5));  // a use: b is now more recent than c
+        t.insert({"t", "m"}, "d", e(3), response("d"), 6);
+        QVERIFY(t.lookup({"t", "m"}, e(1), 7));
+        QVERIFY(!t.lookup({"t", "m"}, e(2), 7));
     }
 
     void modelTagAndTtl()
@@ -253,17 +253,17 @@ private Q_SLOTS:
         l.ttlMs = 100;
         SemanticTier t(l, 4, 0.9);
         const std::vector<float> v{1, 0, 0, 0};
-        t.insert("t", "m1", "p", v, response("1"), 0, {"doc"});
-        t.insert("t", "m2", "p", v, response("2"), 0);
-        QVERIFY(!t.lookup("t", "m3", v, 1)); // another fingerprint never hits
-        QCOMPARE(t.lookup("t", "m2", v, 1)->response.text, std::string("2"));
+        t.insert({"t", "m1"}, "p", v, response("1"), 0, {"doc"});
+        t.insert({"t", "m2"}, "p", v, response("2"), 0);
+        QVERIFY(!t.lookup({"t", "m3"}, v, 1)); // another fingerprint never hits
+        QCOMPARE(t.lookup({"t", "m2"}, v, 1)->response.text, std::string("2"));
         QCOMPARE(t.invalidateTag("doc"), 1);
-        QVERIFY(!t.lookup("t", "m1", v, 1));
+        QVERIFY(!t.lookup({"t", "m1"}, v, 1));
         QCOMPARE(t.invalidateModel("m2"), 1);
-        QVERIFY(!t.nearest("t", "m2", v, 1));
-        t.insert("t", "m1", "p", v, response("3"), 50);
-        QVERIFY(t.lookup("t", "m1", v, 149));
-        QVERIFY(!t.nearest("t", "m1", v, 150));
+        QVERIFY(!t.nearest({"t", "m2"}, v, 1));
+        t.insert({"t", "m1"}, "p", v, response("3"), 50);
+        QVERIFY(t.lookup({"t", "m1"}, v, 149));
+        QVERIFY(!t.nearest({"t", "m1"}, v, 150));
         QCOMPARE(t.stats().expirations, 1);
     }
 };

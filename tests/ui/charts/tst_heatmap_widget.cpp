@@ -1,5 +1,6 @@
 // HeatmapWidget: low and high cells paint in different colours, the tooltip names the cell and its
 // value, and screenshots of a CKA map and a per-head R^2 map for a person to look at.
+#include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/charts/heatmap_widget.h"
 
@@ -104,7 +105,7 @@ private Q_SLOTS:
         cka.setAxisTitles("model B (target) layer", "model A (source) layer");
         cka.setValueRange(std::pair(0.0, 1.0));
         cka.resize(800, 500);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&cka, "heatmap_cka");
+        KVWB_VERIFY_SCREENSHOT(&cka, "heatmap_cka");
 
         // 16 layers x 8 heads: too small for values, labels thinned.
         core::Matrix r2{16, 8, {}};
@@ -117,7 +118,7 @@ private Q_SLOTS:
         heads.setAxisTitles("model B layer", "model B KV head");
         heads.setValueRange(std::pair(0.0, 1.0));
         heads.resize(800, 500);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&heads, "heatmap_heads");
+        KVWB_VERIFY_SCREENSHOT(&heads, "heatmap_heads");
     }
 };
 

@@ -1,5 +1,6 @@
 // LayerMetricsChart and SweepChart: series built from metric tables (points, names, axes, log axis
 // for tokens), NaN skipped, and screenshots for a person to look at.
+#include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/charts/layer_metrics_chart.h"
 #include "ui/charts/sweep_chart.h"
@@ -121,21 +122,21 @@ private Q_SLOTS:
         ui::LayerMetricsChart layers;
         layers.setTable(layerMetrics(16));
         layers.resize(800, 500);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&layers, "layer_metrics_chart");
+        KVWB_VERIFY_SCREENSHOT(&layers, "layer_metrics_chart");
 
         core::MetricTable t = sweep();
         std::erase_if(t.rows, [](const auto &row) { return row[2] != 16384.0; });
         ui::SweepChart byK;
         byK.setTable(t, "r2_k", ui::SweepChart::XAxis::K);
         byK.resize(800, 500);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&byK, "sweep_chart_k");
+        KVWB_VERIFY_SCREENSHOT(&byK, "sweep_chart_k");
 
         core::MetricTable tokens = sweep();
         std::erase_if(tokens.rows, [](const auto &row) { return row[0] != 2.0; });
         ui::SweepChart byTokens;
         byTokens.setTable(tokens, "r2_v", ui::SweepChart::XAxis::TrainTokens);
         byTokens.resize(800, 500);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&byTokens, "sweep_chart_tokens");
+        KVWB_VERIFY_SCREENSHOT(&byTokens, "sweep_chart_tokens");
     }
 };
 

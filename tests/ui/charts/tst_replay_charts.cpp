@@ -1,5 +1,6 @@
 // ReplayCharts: 50,000 rows fed in batches of 500 keep every series within the point budget, the
 // lines end at the exact cumulative values, clear() resets; batch time is printed, not asserted.
+#include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/charts/replay_charts.h"
 
@@ -91,7 +92,7 @@ private Q_SLOTS:
 
         // The legend lays itself out on a posted LayoutRequest, which grab() does not deliver.
         QCoreApplication::processEvents();
-        qInfo() << "screenshot:" << testing::saveScreenshot(&charts, "replay_charts");
+        KVWB_VERIFY_SCREENSHOT(&charts, "replay_charts");
 
         charts.clear();
         QCOMPARE(charts.requestCount(), int64_t(0));
@@ -109,7 +110,7 @@ private Q_SLOTS:
         ui::ReplayCharts charts;
         charts.resize(1000, 700);
         charts.addRows(testing::realisticLedger(3000));
-        qInfo() << "screenshot:" << testing::saveScreenshot(&charts, "replay_charts_early");
+        KVWB_VERIFY_SCREENSHOT(&charts, "replay_charts_early");
     }
 };
 

@@ -1,5 +1,6 @@
 // LedgerModel and LedgerFilterModel: well-formed item models while batches stream in, exact cell
 // text, exact filter counts on a patterned ledger (see synthetic_ledger.h for the pattern).
+#include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
@@ -189,7 +190,7 @@ private Q_SLOTS:
         view.verticalHeader()->hide();
         view.show();
         QVERIFY(QTest::qWaitForWindowExposed(&view));
-        qInfo() << "screenshot:" << testing::saveScreenshot(&view, "ledger_table");
+        KVWB_VERIFY_SCREENSHOT(&view, "ledger_table");
     }
 };
 

@@ -1,6 +1,7 @@
 // CapturePanel: request round trip, Capture refused (with the reason) without a prompt set or an
 // output file, the exact request emitted, busy/models toggling the buttons, the "This run" summary
 // with human sizes and warnings, "In the file" from a hand-built snapshot, and a screenshot.
+#include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/panels/capture_panel.h"
 
@@ -21,7 +22,7 @@ ui::CaptureRequest sampleRequest()
     ui::CaptureRequest r;
     r.promptsPath = "/data/prompts.txt";
     r.outPath = "/tmp/exp.h5";
-    r.storage = "bf16";
+    r.storage = core::KvStorage::BF16;
     r.compress = 4;
     r.maxTokens = 256;
     r.limit = 50;
@@ -236,7 +237,7 @@ private Q_SLOTS:
         p.resize(1300, 800);
         p.show();
         QVERIFY(QTest::qWaitForWindowExposed(&p));
-        QVERIFY(!testing::saveScreenshot(&p, "capture_panel").isEmpty());
+        KVWB_VERIFY_SCREENSHOT(&p, "capture_panel");
     }
 };
 

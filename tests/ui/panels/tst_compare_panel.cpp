@@ -2,6 +2,7 @@
 // in the two B panes only, KL colouring changes the B panes and leaves A's, the stats and summary
 // lines carry the numbers and the gate's decision, Run emits the request built from the controls
 // (never for an empty prompt), and a screenshot for a person to look at.
+#include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/panels/compare_panel.h"
 
@@ -445,13 +446,13 @@ private Q_SLOTS:
         }());
         panel.showResult(realistic());
         panel.resize(1400, 700);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&panel, "compare_panel");
+        KVWB_VERIFY_SCREENSHOT(&panel, "compare_panel");
         panel.setColouring(ui::ComparePanel::Colouring::Kl);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&panel, "compare_panel_kl");
+        KVWB_VERIFY_SCREENSHOT(&panel, "compare_panel_kl");
 
         ui::ComparePanel empty;
         empty.resize(1400, 700);
-        qInfo() << "screenshot:" << testing::saveScreenshot(&empty, "compare_panel_empty");
+        KVWB_VERIFY_SCREENSHOT(&empty, "compare_panel_empty");
     }
 };
 

@@ -2,6 +2,7 @@
 // Replay panel (tier stack, gate, Start/Pause/Stop, live mode): request round trips, the exact
 // requests emitted, refusals with a reason, busy toggling, live rows surviving a switch to a stored
 // ledger and back, and screenshots.
+#include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/panels/alignment_panel.h"
 #include "ui/models/ledger_model.h"
@@ -232,10 +233,10 @@ private Q_SLOTS:
         r.workloadPath = "/data/workload.jsonl";
         r.experimentPath = "/tmp/exp.h5";
         r.converter = "default";
-        r.tiers = {"exact", "prefix", "cross"};
+        r.tiers = {core::TierKind::Exact, core::TierKind::Prefix, core::TierKind::Cross};
         r.threshold = 0.85;
         r.embedder = "model";
-        r.gateSignal = "kv_cos";
+        r.gateSignal = core::GateSignal::KvCos;
         r.gateThreshold = 0.95;
         r.gate = false;
         r.maxTokens = 16;
@@ -254,10 +255,10 @@ private Q_SLOTS:
         auto *cross = p.findChild<QCheckBox *>("tierCross");
         QVERIFY(!cross->isEnabled());
         QVERIFY(cross->toolTip().contains("Use this converter"));
-        QCOMPARE(p.replayRequest().tiers, QStringList({"exact", "prefix"}));
+        QCOMPARE(p.replayRequest().tiers, std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
         QCOMPARE(p.replayRequest().converter, QString());
         p.setCrossAvailable(true, "other");
-        QCOMPARE(p.replayRequest().tiers, QStringList({"exact", "prefix", "cross"}));
+        QCOMPARE(p.replayRequest().tiers, std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix, core::TierKind::Cross}));
         QCOMPARE(p.replayRequest().converter, QString("other"));
     }
 
@@ -312,7 +313,7 @@ private Q_SLOTS:
         QCOMPARE(spy.count(), 1);
         auto r = spy.first().first().value<ui::ReplayRequest>();
         QCOMPARE(r.workloadPath, QString("projects/demo/workload.jsonl"));
-        QVERIFY(r.tiers.isEmpty());
+        QVERIFY(r.tiers.empty());
         QCOMPARE(r.experimentPath, QString());
         QVERIFY(p.statusText().contains("no tiers: baseline"));
         QVERIFY(!start->isEnabled());
@@ -411,7 +412,7 @@ private Q_SLOTS:
         align.show();
         QVERIFY(QTest::qWaitForWindowExposed(&align));
         QTest::qWait(50);
-        QVERIFY(!testing::saveScreenshot(&align, "alignment_controls").isEmpty());
+        KVWB_VERIFY_SCREENSHOT(&align, "alignment_controls");
 
         ui::ReplayPanel replay;
         replay.setModelsLoaded(true);
@@ -420,7 +421,7 @@ private Q_SLOTS:
         replay.setWorkloads({"projects/demo/workload.jsonl"});
         ui::ReplayRequest r;
         r.workloadPath = "projects/demo/workload.jsonl";
-        r.tiers = {"exact", "semantic", "prefix", "cross"};
+        r.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix, core::TierKind::Cross};
         r.ledgerName = "demo-run";
         replay.setReplayRequest(r);
         replay.setBusy(true);
@@ -431,7 +432,7 @@ private Q_SLOTS:
         replay.show();
         QVERIFY(QTest::qWaitForWindowExposed(&replay));
         QTest::qWait(100);
-        QVERIFY(!testing::saveScreenshot(&replay, "replay_controls").isEmpty());
+        KVWB_VERIFY_SCREENSHOT(&replay, "replay_controls");
     }
 };
 

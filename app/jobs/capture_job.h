@@ -1,0 +1,41 @@
+// Capture job set-up shared by `kvwb capture` and the window's Capture panel (engine thread):
+// create an experiment file with its provenance, or append to one that holds the same models, and
+// capture both models' KV caches for a prompt set into it.
+//
+// Threading: the engine thread (or a subcommand's main thread), which owns the models and the file.
+#pragma once
+
+#include "core/store/experiment_file.h"
+#include "core/tokenize/tokenizer.h"
+#include "gpu/capture/capture.h"
+#include "gpu/model/model.h"
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kvwb::app::jobs {
+
+// Provenance of a file this run writes: app version and commit, Qt and torch versions, the device
+// of `o`, the time, a fresh run id and the SHA-256 of configJson (the settings that determine it).
+core::Provenance runProvenance(const gpu::LoadOptions &o, const std::string &configJson);
+
+// What captureIntoFile did.
+struct FileCapture
+{
+    gpu::CaptureResult result;
+    bool appended = false;             // the file existed (same models): prompts were appended
+    core::ExperimentOptions storage;   // the file's storage settings (an existing file's win)
+    std::vector<std::string> warnings; // result.warnings plus the storage note when appending
+};
+
+// Captures prompts from both models into `out`: creates it (with provenance: app version, device,
+// the config hash of `settings` and the models' fingerprints) or appends to it when it exists and
+// holds the same models. options.layersA/B empty = every layer. The `kvwb capture` command and
+// the workbench's Capture panel both run this on their engine thread.
+FileCapture captureIntoFile(const std::filesystem::path &out, const gpu::Model &a,
+                            const core::Tokenizer &tokA, const gpu::Model &b, const core::Tokenizer &tokB,
+                            const std::vector<gpu::CapturePrompt> &prompts, gpu::CaptureOptions options,
+                            const std::string &promptsSource, const gpu::CaptureProgressFn &progress);
+
+} // namespace kvwb::app::jobs

@@ -1,0 +1,52 @@
+// Replay job set-up shared by `kvwb replay` and the window's Replay panel (engine thread): reading
+// and trimming the workload, the semantic tier's embedder, and the settings JSON stored beside a
+// ledger (/ledgers/<name>), so a ledger records the same settings whichever front end ran it.
+//
+// Threading: the engine thread (or a subcommand's main thread); the models must outlive what is
+// built from them.
+#pragma once
+
+#include "core/cache/semantic_tier.h"
+#include "core/tokenize/tokenizer.h"
+#include "core/util/warning_list.h"
+#include "core/workload/workload.h"
+#include "gpu/model/model.h"
+#include "gpu/replay/replay.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvwb::app::jobs {
+
+struct ReplayJob
+{
+    std::string workloadPath;    // workload JSONL
+    gpu::ReplayOptions options;  // tier stack, limits, gate, clock, prices
+    std::string embedder = "lexical"; // lexical | model (the semantic tier's)
+    int embedderLayer = -1;      // model embedder: the block to pool (-1: the middle one)
+    int limit = 0;               // first N requests (0 = all)
+    std::string converter;       // the cross tier's converter (/converters/<name>)
+};
+
+struct ReplayRequests
+{
+    std::vector<core::WorkloadRequest> requests;
+    core::WarningList warnings; // malformed workload lines skipped
+};
+
+// The workload's requests, the first `limit` of them when limit > 0. Error(Format) naming the file
+// when none is left to replay.
+ReplayRequests readReplayRequests(const std::string &workloadPath, int limit);
+
+// "lexical" or "model" (mean-pooled hidden states of model A); Error(InvalidArgument) otherwise.
+std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,
+                                             const core::Tokenizer &tokenizerA);
+
+// The settings stored beside a ledger and printed by `kvwb replay --json`: workload, tiers,
+// threshold, embedder, what it embeds, block, eviction, tenant sharing, gate, clock, speed, max
+// tokens, limit, converter, whether the replay was cancelled, both models' fingerprints, device.
+std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embedder, const gpu::Model &a,
+                               const gpu::Model *b, bool cancelled);
+
+} // namespace kvwb::app::jobs

@@ -1,0 +1,119 @@
+// The one interface every cache tier implements (exact and semantic responses here in core/cache,
+// same-model prefix KV and cross-model KV in gpu/replay), so a replay is a loop over a stack of
+// tiers and a new tier plugs in without touching the replay.
+//
+// A tier is asked, in stack order, whether it can serve a request (lookup); when no tier served it
+// and the model ran, every tier is offered what was computed (insert). Approximate reuse (semantic
+// answers, converted KV) reports itself as such through its TierKind, never as an exact hit.
+//
+// The tenant scope is part of every key: TenantScope has no default constructor, so a lookup or
+// insert without a scope does not compile.
+//
+// Thread-safety: none; tiers belong to the replay running on the engine thread. Ownership: a tier
+// owns its entries; a KV payload handed back by lookup belongs to the caller.
+#pragma once
+
+#include "core/cache/cache_store.h"
+#include "core/cache/replay_ledger.h"
+#include "core/model/kv_types.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvwb::core {
+
+// Who an entry belongs to and what may see it: the requesting tenant and the fingerprint of the
+// model whose entries may answer. Entries of another fingerprint never hit; another tenant's never
+// hit unless the tier's limits share entries across tenants on purpose.
+class TenantScope
+{
+public:
+    TenantScope(std::string tenant, std::string modelFingerprint)
+        : m_tenant(std::move(tenant)), m_modelFingerprint(std::move(modelFingerprint))
+    {
+    }
+    const std::string &tenant() const { return m_tenant; }
+    const std::string &modelFingerprint() const { return m_modelFingerprint; }
+
+private:
+    std::string m_tenant;
+    std::string m_modelFingerprint;
+};
+
+// What a response tier returns for a hit.
+struct CachedResponse
+{
+    std::string text;
+    std::vector<int> outputIds;
+    std::string intent;     // the intent label of the request that produced it ("" unknown)
+    int64_t requestId = -1; // the request that produced it
+};
+
+// A KV cache a KV tier hands to the caller (the gpu layer's KvCache behind a core-visible type).
+class KvPayload
+{
+public:
+    virtual ~KvPayload() = default;
+    virtual int tokens() const = 0; // positions filled
+};
+
+// One request as every tier sees it. The referenced values outlive the calls that receive it.
+struct TierRequest
+{
+    TenantScope scope;                       // tenant + the requested model's fingerprint
+    ModelRole role;                          // which model of the pair the request is for
+    int64_t requestId = 0;                   // the workload's request id
+    int64_t nowMs = 0;                       // workload time (replays are deterministic)
+    const std::string &prompt;               // the whole prompt text
+    const std::string &embedText;            // what a semantic tier embeds (the question, or the prompt)
+    const std::vector<int> &tokens;          // the prompt encoded by the requested model's tokenizer
+    const std::string &sampling;             // e.g. "greedy max=16": responses of other settings never match
+    const std::string &intent;               // the request's intent label ("" unknown)
+};
+
+// What one tier's lookup found. A hit either carries a response (response tiers) or a KV cache
+// covering `reusedTokens` prompt tokens (KV tiers); the rest is what the ledger records of the look.
+struct TierLookup
+{
+    bool hit = false;
+    std::optional<CachedResponse> response; // response tiers
+    std::unique_ptr<KvPayload> kv;          // KV tiers: continue from this cache
+    int reusedTokens = 0;                   // KV tiers: prompt tokens the cache covers
+    // Semantic tiers: the nearest entry's similarity (whether or not it passed the threshold) and
+    // that entry's intent, for the ledger and the threshold sweep.
+    std::optional<double> nearestSimilarity;
+    std::string nearestIntent;
+    // Gated tiers (cross-model KV): the gate's decision ("pass" | "fail") and measured signal.
+    std::string gate;
+    double gateValue = 0;
+    double modelMs = 0; // model work inside the lookup (gate, conversion): not tier overhead
+    std::vector<std::string> warnings;
+};
+
+// What the model computed for a request no tier served, offered to every tier to keep.
+struct TierInsert
+{
+    const CachedResponse &response;
+    // The requested model's KV cache after generation; a KV tier may take it (leaving null). At
+    // most one tier per model keeps it.
+    std::unique_ptr<KvPayload> &kv;
+};
+
+class CacheTier
+{
+public:
+    virtual ~CacheTier() = default;
+    virtual TierKind kind() const = 0;
+    virtual TierLookup lookup(const TierRequest &request) = 0;
+    virtual void insert(const TierRequest &request, TierInsert computed) = 0;
+    // Removes every entry expired at nowMs (capacity evictions happen on insert); entries removed.
+    virtual int64_t evict(int64_t nowMs) = 0;
+    virtual int64_t invalidateModel(const std::string &modelFingerprint) = 0; // entries removed
+    virtual int64_t invalidateTag(const std::string &tag) = 0;
+    virtual StoreStats stats() const = 0;
+};
+
+} // namespace kvwb::core

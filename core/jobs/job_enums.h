@@ -1,0 +1,45 @@
+// The choices a job is set up with, one enum each, shared by the command line, the window's panels
+// and the engine (gpu/ uses these same types): where a model runs and in which element type, how a
+// converter picks its source layers, and which signal the cross-model quality gate measures. Each
+// has one spelling for flags, JSON, projects and reports (…Name) and its inverse (parse…, nullopt
+// for anything else).
+//
+// Plain values and pure functions; thread-safe.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace kvwb::core {
+
+enum class Device
+{
+    Cpu,
+    Cuda
+};
+const char *deviceName(Device d) noexcept; // "cpu" | "cuda"
+std::optional<Device> parseDevice(std::string_view s) noexcept;
+
+enum class ComputeType
+{
+    F32,
+    BF16,
+    F16
+};
+const char *computeTypeName(ComputeType t) noexcept; // "f32" | "bf16" | "f16"
+// Also accepts "float32", "bfloat16", "float16".
+std::optional<ComputeType> parseComputeType(std::string_view s) noexcept;
+int computeTypeBytes(ComputeType t) noexcept; // bytes per element: 4 or 2
+
+// Which signal the cross-model quality gate measures before converted KV is used.
+enum class GateSignal
+{
+    KvCos,  // cosine of converted vs B's own KV on the prompt's tail (higher is better)
+    TailKl, // KL of B's next-token distribution from the converted cache vs B's own (lower is better)
+    Nll     // B's negative log-likelihood of the prompt's tail under the converted cache (lower is better)
+};
+const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nll"
+std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept;
+double defaultGateThreshold(GateSignal s) noexcept; // kv_cos 0.9, tail_kl 0.1, nll 3.0
+
+} // namespace kvwb::core

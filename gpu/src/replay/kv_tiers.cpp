@@ -1,0 +1,192 @@
+#include "gpu/replay/kv_tiers.h"
+
+#include "core/util/clock.h"
+#include "core/util/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kvwb::gpu {
+
+using core::ModelRole;
+using core::TierLookup;
+using core::TierRequest;
+
+PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize)
+{
+    if (blockSize < 1)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          fmt::format("prefix block size must be >= 1, got {}", blockSize));
+    const Model *models[2] = {a, b};
+    for (int i = 0; i < 2; ++i) {
+        ModelStore &s = m_stores[i];
+        s.model = models[i];
+        if (!s.model)
+            continue;
+        s.fingerprint = s.model->checkpoint().fingerprint();
+        const int elem = computeTypeBytes(s.model->options().dtype);
+        s.tree = std::make_unique<core::PrefixTree>(limits, blockSize, s.model->config().kvBytesPerToken(elem));
+    }
+}
+
+PrefixKvTier::ModelStore &PrefixKvTier::storeOf(ModelRole role)
+{
+    return m_stores[role == ModelRole::A ? 0 : 1];
+}
+
+void PrefixKvTier::releaseCaches(ModelStore &s)
+{
+    if (s.tree)
+        for (uint64_t h : s.tree->releasedHandles())
+            s.caches.erase(h);
+}
+
+void PrefixKvTier::releaseAll()
+{
+    for (auto &s : m_stores)
+        releaseCaches(s);
+}
+
+PrefixKvTier::Match PrefixKvTier::longestPrefix(ModelRole role, const std::string &tenant,
+                                                const std::vector<int> &tokens, int64_t nowMs)
+{
+    ModelStore &s = storeOf(role);
+    if (!s.tree)
+        return {};
+    const auto match = s.tree->lookup(core::TenantScope(tenant, s.fingerprint), tokens, nowMs);
+    if (match.tokens <= 0)
+        return {};
+    const auto it = s.caches.find(match.handle);
+    if (it == s.caches.end())
+        return {};
+    return Match{match.tokens, &it->second};
+}
+
+TierLookup PrefixKvTier::lookup(const TierRequest &request)
+{
+    TierLookup out;
+    const auto match = longestPrefix(request.role, request.scope.tenant(), request.tokens, request.nowMs);
+    if (!match.cache)
+        return out;
+    // the last prompt token is always computed: its logits give the first generated token
+    const int reused = std::min(match.tokens, int(request.tokens.size()) - 1);
+    if (reused <= 0)
+        return out;
+    auto cache = match.cache->fork();
+    cache.truncate(reused);
+    out.kv = std::make_unique<KvCachePayload>(std::move(cache));
+    out.reusedTokens = reused;
+    out.hit = true;
+    return out;
+}
+
+void PrefixKvTier::insert(const TierRequest &request, core::TierInsert computed)
+{
+    ModelStore &s = storeOf(request.role);
+    auto *payload = dynamic_cast<KvCachePayload *>(computed.kv.get());
+    if (!s.tree || !payload)
+        return;
+    const uint64_t handle = m_nextHandle++;
+    s.caches.emplace(handle, std::move(payload->cache));
+    computed.kv.reset();
+    s.tree->insert(core::TenantScope(request.scope.tenant(), s.fingerprint), request.tokens, handle,
+                   request.nowMs);
+    releaseCaches(s);
+}
+
+int64_t PrefixKvTier::evict(int64_t nowMs)
+{
+    int64_t n = 0;
+    for (auto &s : m_stores)
+        if (s.tree)
+            n += s.tree->expire(nowMs);
+    releaseAll();
+    return n;
+}
+
+int64_t PrefixKvTier::invalidateModel(const std::string &modelFingerprint)
+{
+    int64_t n = 0;
+    for (auto &s : m_stores)
+        if (s.tree)
+            n += s.tree->invalidateModel(modelFingerprint);
+    releaseAll();
+    return n;
+}
+
+int64_t PrefixKvTier::invalidateTag(const std::string &tag)
+{
+    int64_t n = 0;
+    for (auto &s : m_stores)
+        if (s.tree)
+            n += s.tree->invalidateTag(tag);
+    releaseAll();
+    return n;
+}
+
+core::StoreStats PrefixKvTier::stats() const
+{
+    core::StoreStats total;
+    for (const auto &s : m_stores) {
+        if (!s.tree)
+            continue;
+        const auto st = s.tree->stats();
+        total.entries += st.entries;
+        total.bytes += st.bytes;
+        total.inserts += st.inserts;
+        total.evictions += st.evictions;
+        total.expirations += st.expirations;
+        total.invalidations += st.invalidations;
+    }
+    return total;
+}
+
+CrossModelTier::CrossModelTier(PrefixKvTier &source, const Model &b, const core::Tokenizer &tokenizerA,
+                               const Converter &converter, CrossTierOptions options)
+    : m_source(source), m_b(b), m_tokenizerA(tokenizerA), m_converter(converter), m_options(options)
+{
+}
+
+TierLookup CrossModelTier::lookup(const TierRequest &request)
+{
+    TierLookup out;
+    if (request.role != ModelRole::B)
+        return out;
+    const std::vector<int> &prompt = request.tokens;
+    // A's tree is keyed by A's token ids: the two tokenizers must agree on this prompt
+    if (m_tokenizerA.encode(request.prompt, true) != prompt) {
+        if (!m_warnedTokenizers)
+            out.warnings.push_back(fmt::format("request {}: A and B tokenise prompts differently; the "
+                                               "cross-model tier skips such prompts",
+                                               request.requestId));
+        m_warnedTokenizers = true;
+        return out;
+    }
+    const auto match = m_source.longestPrefix(ModelRole::A, request.scope.tenant(), prompt, request.nowMs);
+    if (!match.cache || match.tokens < m_options.minTokens)
+        return out;
+    const int keep = std::min(match.tokens, int(prompt.size()) - 1);
+    auto source = match.cache->fork();
+    source.truncate(keep);
+    if (m_options.gate) {
+        const auto t0 = core::Clock::now();
+        const GateResult g = qualityGate(m_b, m_converter, source, prompt[size_t(keep)], m_options.gateTail,
+                                         m_options.gateSignal, m_options.gateThreshold);
+        out.modelMs += core::msSince(t0);
+        out.gate = g.passed ? "pass" : "fail";
+        out.gateValue = g.value;
+        if (!g.passed)
+            return out; // fall back to the next tier / B's own prefill, logged in the row
+    }
+    const auto t0 = core::Clock::now();
+    KvCache converted = m_b.newCache();
+    m_converter.convert(source, converted);
+    out.modelMs += core::msSince(t0);
+    out.kv = std::make_unique<KvCachePayload>(std::move(converted));
+    out.reusedTokens = keep;
+    out.hit = true;
+    return out;
+}
+
+} // namespace kvwb::gpu
