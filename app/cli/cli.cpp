@@ -9,11 +9,11 @@
 #include "app/cli/cli_wordnet.h"
 
 #include "core/model/checkpoint.h"
-#include "core/util/error.h"
-#include "core/store/experiment_file.h"
 #include "core/model/memory_estimate.h"
 #include "core/model/random_model.h"
+#include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
 #include "gpu/model/device.h"
 #include "gpu/model/model.h"
 

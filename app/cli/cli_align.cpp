@@ -1,18 +1,18 @@
 #include "app/cli/cli_align.h"
 
 #include "app/cli/cli_util.h"
-#include "core/util/clock.h"
+#include "core/metrics/text_metrics.h"
+#include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
-#include "core/util/error.h"
 #include "core/store/experiment_file.h"
-#include "core/model/random_model.h"
-#include "core/metrics/text_metrics.h"
-#include "core/util/text_util.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/clock.h"
+#include "core/util/error.h"
+#include "core/util/text_util.h"
 #include "gpu/align/alignment.h"
-#include "gpu/transfer/compare.h"
 #include "gpu/model/device.h"
+#include "gpu/transfer/compare.h"
 #include "gpu/transfer/transfer.h"
 
 #include <fmt/format.h>
@@ -661,12 +661,12 @@ int cmdBenchTransfer(const QStringList &args)
     fs::remove_all(dir);
     const auto &ca = a->config(), &cb = b->config();
     const bool headMatched = p.isSet("per-head") && ca.numKvHeads == cb.numKvHeads;
-    gpu::ConverterSet set;
+    core::ConverterRecord set;
     std::mt19937_64 rng(1);
     std::normal_distribution<float> N(0.0f, 0.05f);
     const int kk = std::min(k, ca.numLayers);
     for (int l = 0; l < cb.numLayers; ++l) {
-        gpu::LayerMap m;
+        core::LayerConverter m;
         m.targetLayer = l;
         m.sourceLayers = gpu::proportionalSourceLayers(l, cb.numLayers, ca.numLayers, kk);
         m.headMatched = headMatched;

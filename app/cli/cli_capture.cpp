@@ -2,10 +2,10 @@
 
 #include "app/cli/cli_util.h"
 #include "app/jobs/capture_job.h"
-#include "core/util/error.h"
 #include "core/store/experiment_file.h"
-#include "core/util/sha256.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
+#include "core/util/sha256.h"
 #include "gpu/capture/capture.h"
 #include "gpu/model/device.h"
 #include "gpu/model/model.h"
@@ -147,12 +147,13 @@ int cmdCapture(const QStringList &args)
     const fs::path out = str(p.value("out"));
     std::optional<InterruptScope> ctrlC(std::in_place);
     const bool asJson = p.isSet("json");
-    const auto fc = jobs::captureIntoFile(out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
-                                    str(p.value("prompts")), [&](int done, int total) {
-                                        if (!asJson && (done % 10 == 0 || done == total))
-                                            std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
-                                        return !InterruptScope::interrupted();
-                                    });
+    const auto fc =
+        jobs::captureIntoFile(out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
+                              str(p.value("prompts")), [&](int done, int total) {
+                                  if (!asJson && (done % 10 == 0 || done == total))
+                                      std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
+                                  return !InterruptScope::interrupted();
+                              });
     ctrlC.reset();
     const auto &r = fc.result;
     const bool appending = fc.appended;

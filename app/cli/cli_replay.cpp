@@ -1,14 +1,14 @@
 #include "app/cli/cli_replay.h"
 
-#include "app/jobs/replay_job.h"
 #include "app/cli/cli_util.h"
-#include "core/model/checkpoint.h"
-#include "core/store/converter_store.h"
-#include "core/util/error.h"
-#include "core/store/experiment_file.h"
+#include "app/jobs/replay_job.h"
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
+#include "core/model/checkpoint.h"
+#include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
 #include "core/workload/workload.h"
 #include "gpu/model/device.h"
 #include "gpu/replay/replay.h"
@@ -243,7 +243,8 @@ int cmdReplay(const QStringList &args)
         std::fprintf(stderr, "\n");
     for (const auto &w : r.warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
-    const json settings = json::parse(jobs::ledgerSettingsJson(job, embedder.get(), *a, b.get(), r.cancelled));
+    const json settings =
+        json::parse(jobs::ledgerSettingsJson(job, embedder.get(), *a, b.get(), r.cancelled));
     if (p.isSet("ledger"))
         core::writeLedgerCsv(str(p.value("ledger")), r.rows);
     if (p.isSet("save-ledger")) {
@@ -272,7 +273,8 @@ int cmdReplay(const QStringList &args)
         return r.cancelled ? 130 : 0;
     }
     std::printf("%s: %lld requests, tiers %s%s\n\n", qPrintable(p.value("workload")), (long long)s.requests,
-                settings["tiers"].get<std::string>().empty() ? "none" : settings["tiers"].get<std::string>().c_str(),
+                settings["tiers"].get<std::string>().empty() ? "none"
+                                                             : settings["tiers"].get<std::string>().c_str(),
                 r.cancelled ? " (cancelled)" : "");
     std::printf("| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms | "
                 "TTFT p95 ms |\n");

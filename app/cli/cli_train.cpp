@@ -1,12 +1,12 @@
 #include "app/cli/cli_train.h"
 
 #include "app/cli/cli_util.h"
-#include "core/util/error.h"
+#include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
 #include "core/tokenize/spm_library.h"
-#include "core/workload/text_corpus.h"
-#include "core/metrics/text_metrics.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
+#include "core/workload/text_corpus.h"
 #include "gpu/model/model.h"
 #include "gpu/train/trainer.h"
 

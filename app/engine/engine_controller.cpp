@@ -1,21 +1,21 @@
 #include "app/engine/engine_controller.h"
 
-#include "app/jobs/capture_job.h"
 #include "app/cli/cli_util.h"
+#include "app/jobs/capture_job.h"
 #include "app/jobs/replay_job.h"
-#include "core/util/clock.h"
+#include "core/cache/semantic_tier.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
-#include "core/util/error.h"
-#include "core/cache/semantic_tier.h"
-#include "core/util/text_util.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/clock.h"
+#include "core/util/error.h"
+#include "core/util/text_util.h"
 #include "core/workload/workload.h"
 #include "gpu/align/alignment.h"
-#include "gpu/transfer/compare.h"
 #include "gpu/model/device.h"
 #include "gpu/model/model.h"
 #include "gpu/replay/replay.h"
+#include "gpu/transfer/compare.h"
 #include "gpu/transfer/transfer.h"
 
 #include <QMetaObject>
@@ -271,12 +271,13 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
         if (request.limit > 0 && size_t(request.limit) < prompts.size())
             prompts.resize(request.limit);
         const fs::path out = request.outPath.toStdString();
-        const auto fc = jobs::captureIntoFile(out, *m_a, *m_tokA, *m_b, *m_tokB, prompts, co,
-                                        request.promptsPath.toStdString(), [&](int done, int total) {
-                                            Q_EMIT progress(job, total ? double(done) / total : 1.0,
-                                                            QString("%1 / %2 prompts").arg(done).arg(total));
-                                            return !cancel->load();
-                                        });
+        const auto fc =
+            jobs::captureIntoFile(out, *m_a, *m_tokA, *m_b, *m_tokB, prompts, co,
+                                  request.promptsPath.toStdString(), [&](int done, int total) {
+                                      Q_EMIT progress(job, total ? double(done) / total : 1.0,
+                                                      QString("%1 / %2 prompts").arg(done).arg(total));
+                                      return !cancel->load();
+                                  });
         warnings.insert(warnings.end(), fc.warnings.begin(), fc.warnings.end());
         auto s = std::make_shared<ui::CaptureSummary>();
         s->outPath = request.outPath;
@@ -476,8 +477,9 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         std::vector<std::string> warnings = read.warnings.messages();
         warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
         if (!request.ledgerName.isEmpty() && !request.experimentPath.isEmpty() && !r.rows.empty()) {
-            core::saveLedger(request.experimentPath.toStdString(), request.ledgerName.toStdString(), r.rows,
-                             jobs::ledgerSettingsJson(replayJob, embedder.get(), *m_a, m_b.get(), r.cancelled));
+            core::saveLedger(
+                request.experimentPath.toStdString(), request.ledgerName.toStdString(), r.rows,
+                jobs::ledgerSettingsJson(replayJob, embedder.get(), *m_a, m_b.get(), r.cancelled));
             out->storedLedger = request.ledgerName;
         }
         out->warnings = qStrings(warnings);

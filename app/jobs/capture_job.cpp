@@ -14,8 +14,8 @@
 namespace kvwb::app::jobs {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 using cli::modelTokenizerPath;
+using nlohmann::json;
 
 core::Provenance runProvenance(const gpu::LoadOptions &o, const std::string &configJson)
 {
@@ -56,8 +56,8 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
     FileCapture fc;
     fc.appended = fs::exists(out);
     auto writer = fc.appended ? core::ExperimentWriter::append(out, infoA, infoB)
-                              : core::ExperimentWriter::create(out, co.file, runProvenance(a.options(), config.dump()),
-                                                               infoA, infoB);
+                              : core::ExperimentWriter::create(
+                                    out, co.file, runProvenance(a.options(), config.dump()), infoA, infoB);
     if (fc.appended) {
         // the file's own storage settings win; say so when the request asked for something else
         const auto existing = writer.storage();

@@ -21,12 +21,12 @@ namespace kvwb::app::jobs {
 
 struct ReplayJob
 {
-    std::string workloadPath;    // workload JSONL
-    gpu::ReplayOptions options;  // tier stack, limits, gate, clock, prices
+    std::string workloadPath;         // workload JSONL
+    gpu::ReplayOptions options;       // tier stack, limits, gate, clock, prices
     std::string embedder = "lexical"; // lexical | model (the semantic tier's)
-    int embedderLayer = -1;      // model embedder: the block to pool (-1: the middle one)
-    int limit = 0;               // first N requests (0 = all)
-    std::string converter;       // the cross tier's converter (/converters/<name>)
+    int embedderLayer = -1;           // model embedder: the block to pool (-1: the middle one)
+    int limit = 0;                    // first N requests (0 = all)
+    std::string converter;            // the cross tier's converter (/converters/<name>)
 };
 
 struct ReplayRequests

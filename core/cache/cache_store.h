@@ -1,7 +1,7 @@
 // The bookkeeping every cache tier shares: capacity in bytes and/or entries, an eviction policy
 // (LRU, LFU, FIFO, TTL), per-tenant namespaces that cannot leak, invalidation by model fingerprint
-// and by tag. Tiers (core/cache/exact_tier.h, core/cache/semantic_tier.h, core/cache/prefix_tree.h) keep their own
-// payloads and use a CacheStore to decide what to keep.
+// and by tag. Tiers (core/cache/exact_tier.h, core/cache/semantic_tier.h, core/cache/prefix_tree.h) keep
+// their own payloads and use a CacheStore to decide what to keep.
 //
 // Time is the caller's: every call takes nowMs (workload time, so replays are deterministic). An
 // entry inserted at t is alive while nowMs < t + ttlMs.

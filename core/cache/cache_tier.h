@@ -33,8 +33,7 @@ class TenantScope
 public:
     TenantScope(std::string tenant, std::string modelFingerprint)
         : m_tenant(std::move(tenant)), m_modelFingerprint(std::move(modelFingerprint))
-    {
-    }
+    {}
     const std::string &tenant() const { return m_tenant; }
     const std::string &modelFingerprint() const { return m_modelFingerprint; }
 
@@ -63,15 +62,15 @@ public:
 // One request as every tier sees it. The referenced values outlive the calls that receive it.
 struct TierRequest
 {
-    TenantScope scope;                       // tenant + the requested model's fingerprint
-    ModelRole role;                          // which model of the pair the request is for
-    int64_t requestId = 0;                   // the workload's request id
-    int64_t nowMs = 0;                       // workload time (replays are deterministic)
-    const std::string &prompt;               // the whole prompt text
-    const std::string &embedText;            // what a semantic tier embeds (the question, or the prompt)
-    const std::vector<int> &tokens;          // the prompt encoded by the requested model's tokenizer
-    const std::string &sampling;             // e.g. "greedy max=16": responses of other settings never match
-    const std::string &intent;               // the request's intent label ("" unknown)
+    TenantScope scope;              // tenant + the requested model's fingerprint
+    ModelRole role;                 // which model of the pair the request is for
+    int64_t requestId = 0;          // the workload's request id
+    int64_t nowMs = 0;              // workload time (replays are deterministic)
+    const std::string &prompt;      // the whole prompt text
+    const std::string &embedText;   // what a semantic tier embeds (the question, or the prompt)
+    const std::vector<int> &tokens; // the prompt encoded by the requested model's tokenizer
+    const std::string &sampling;    // e.g. "greedy max=16": responses of other settings never match
+    const std::string &intent;      // the request's intent label ("" unknown)
 };
 
 // What one tier's lookup found. A hit either carries a response (response tiers) or a KV cache

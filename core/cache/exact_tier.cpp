@@ -91,7 +91,8 @@ void ExactTier::insert(const ExactKey &key, CachedResponse response, int64_t now
         d.store.erase(it->second.id); // a re-insert replaces: the callback drops the old payload
     const int64_t bytes = int64_t(normalisePrompt(key.prompt).size() + response.text.size() +
                                   response.outputIds.size() * sizeof(int));
-    const auto id = d.store.insert(EntryScope{key.scope.tenant(), key.scope.modelFingerprint(), tags}, bytes, nowMs);
+    const auto id =
+        d.store.insert(EntryScope{key.scope.tenant(), key.scope.modelFingerprint(), tags}, bytes, nowMs);
     if (!id)
         return;
     auto [it, added] = d.byKey.emplace(std::move(k), Impl::Slot{*id, std::move(response)});

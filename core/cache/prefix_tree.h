@@ -53,7 +53,7 @@ public:
     int64_t invalidateModel(const std::string &modelFingerprint);
     int64_t invalidateTag(const std::string &tag);
     int64_t expire(int64_t nowMs); // blocks removed because their TTL passed
-    StoreStats stats() const; // entries = blocks
+    StoreStats stats() const;      // entries = blocks
     int64_t cachedTokens() const;
 
 private:

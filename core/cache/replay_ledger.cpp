@@ -1,10 +1,10 @@
 #include "core/cache/replay_ledger.h"
 
+#include "core/store/converter_store.h"
+#include "core/store/hdf5_handle.h"
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
-#include "core/store/converter_store.h"
 #include "core/util/error.h"
-#include "core/store/hdf5_handle.h"
 #include "core/util/text_util.h"
 
 #include <fmt/format.h>

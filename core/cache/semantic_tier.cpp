@@ -281,8 +281,8 @@ void SemanticTier::setThreshold(double threshold)
     m_impl->threshold = threshold;
 }
 
-std::optional<SemanticHit> SemanticTier::nearest(const TenantScope &scope, const std::vector<float> &embedding,
-                                                 int64_t nowMs)
+std::optional<SemanticHit> SemanticTier::nearest(const TenantScope &scope,
+                                                 const std::vector<float> &embedding, int64_t nowMs)
 {
     Impl &d = *m_impl;
     const auto q = d.checked(embedding, "nearest");

@@ -1,7 +1,7 @@
 #include "core/model/random_model.h"
 
-#include "core/util/error.h"
 #include "core/model/safetensors.h"
+#include "core/util/error.h"
 
 #include <nlohmann/json.hpp>
 

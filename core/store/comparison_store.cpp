@@ -1,8 +1,8 @@
 #include "core/store/comparison_store.h"
 
+#include "core/store/hdf5_handle.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
-#include "core/store/hdf5_handle.h"
 #include "core/util/text_util.h"
 
 #include <fmt/format.h>

@@ -1,8 +1,8 @@
 // Fitted KV converters, their metrics and sweep tables, stored in an experiment file's own groups
 // (/converters/<name>, /sweeps/<name>) beside the captured KV (layout in docs/experiment-format.md).
 //
-// The types here are plain values: gpu/align/alignment.h fits them, gpu/transfer/transfer.h applies them, the UI
-// and reports read their metrics. saveConverters/saveTable open the file for writing without SWMR
+// The types here are plain values: gpu/align/alignment.h fits them, gpu/transfer/transfer.h applies them, the
+// UI and reports read their metrics. saveConverters/saveTable open the file for writing without SWMR
 // (HDF5 1.10 cannot create objects under SWMR), so no capture may be appending at the same time:
 // they take the capture's writer lock and fail with Error(Io) while one is.
 // A record is built as an unlinked HDF5 object, flushed, then linked in place of the old one, so a

@@ -1,9 +1,9 @@
 #include "core/store/experiment_file.h"
 
-#include "core/util/build_info.h"
 #include "core/model/dtype.h"
-#include "core/util/error.h"
 #include "core/store/hdf5_handle.h"
+#include "core/util/build_info.h"
+#include "core/util/error.h"
 #include "core/util/text_util.h"
 
 #include <algorithm>
@@ -248,14 +248,11 @@ struct FileState
     int64_t total(int model) const { return kv[size_t(model)].committed.back(); }
 };
 
-KvStorage parseStorage(const std::string &s, const std::string &where)
+// parseKvStorage, or Error(Format) naming the attribute at fault.
+KvStorage storageAttr(const std::string &s, const std::string &where)
 {
-    if (s == "f32")
-        return KvStorage::F32;
-    if (s == "f16")
-        return KvStorage::F16;
-    if (s == "bf16")
-        return KvStorage::BF16;
+    if (const auto kind = parseKvStorage(s))
+        return *kind;
     throw Error(ErrorCode::Format, where + " is '" + s + "', expected f32, f16 or bf16");
 }
 
@@ -271,8 +268,7 @@ void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorag
     writeAttr(group, site, "hidden_size", int64_t(c.hiddenSize));
     writeAttr(group, site, "vocab_size", int64_t(c.vocabSize));
     writeAttr(group, site, "rope_theta", c.ropeTheta);
-    writeAttr(group, site, "rope_layout",
-              std::string(ropeLayoutName(c.ropeLayout)));
+    writeAttr(group, site, "rope_layout", std::string(ropeLayoutName(c.ropeLayout)));
     writeAttr(group, site, "rope_scaling", c.ropeScaling.type);
     writeAttr(group, site, "rope_scaling_factor", c.ropeScaling.factor);
     writeAttr(group, site, "dtype", std::string(kvStorageName(storage)));
@@ -382,7 +378,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
         const std::string kpath = layerPath(0, s.models[0].capturedLayers.front(), "keys");
         h5::Dataset k = openDataset(f, n, kpath);
         const Site site(n, kpath);
-        s.options.storage = parseStorage(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
+        s.options.storage = storageAttr(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
         const std::string form = readStringAttr(k.get(), site, "key_form");
         if (form == "pre_rope")
             s.options.keyForm = KeyForm::PreRope;
@@ -473,7 +469,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
                                                        " has only " + std::to_string(dims[0]) + " rows");
                 const Site site(n, path);
                 const KvStorage st =
-                    parseStorage(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
+                    storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
                 h5::Datatype type(H5Dget_type(ds.get()));
                 const H5T_class_t cls = H5Tget_class(type.get());
                 const size_t size = H5Tget_size(type.get());

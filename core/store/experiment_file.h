@@ -17,8 +17,8 @@
 // caller data).
 #pragma once
 
-#include "core/model/model_config.h"
 #include "core/model/kv_types.h"
+#include "core/model/model_config.h"
 
 #include <cstdint>
 #include <filesystem>

@@ -1,7 +1,7 @@
 #include "core/tokenize/sentencepiece_tokenizer.h"
 
-#include "core/util/error.h"
 #include "core/tokenize/spm_library.h"
+#include "core/util/error.h"
 #include "core/util/text_util.h"
 
 namespace kvwb::core {

@@ -1,10 +1,10 @@
 #include "core/tokenize/tokenizer.h"
 
-#include "core/tokenize/bpe_tokenizer.h"
-#include "core/util/error.h"
-#include "core/tokenize/llama2c_tokenizer.h"
 #include "core/model/model_config.h"
+#include "core/tokenize/bpe_tokenizer.h"
+#include "core/tokenize/llama2c_tokenizer.h"
 #include "core/tokenize/sentencepiece_tokenizer.h"
+#include "core/util/error.h"
 
 #include <system_error>
 

@@ -1,7 +1,7 @@
 #include "core/workload/text_corpus.h"
 
-#include "core/util/warning_list.h"
 #include "core/util/error.h"
+#include "core/util/warning_list.h"
 
 #include <nlohmann/json.hpp>
 
@@ -78,9 +78,10 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
         c.documents.push_back(std::move(d));
     }
     if (c.documents.empty())
-        throw Error(ErrorCode::Format,
-                    path.string() + ": no documents" +
-                        (warnings.empty() ? std::string() : " (first problem: " + warnings.messages()[0] + ")"));
+        throw Error(
+            ErrorCode::Format,
+            path.string() + ": no documents" +
+                (warnings.empty() ? std::string() : " (first problem: " + warnings.messages()[0] + ")"));
     c.warnings = warnings.messages();
     return c;
 }

@@ -1,10 +1,10 @@
 #include "core/workload/workload.h"
 
 #include "core/util/atomic_file.h"
-#include "core/workload/corpus.h"
 #include "core/util/error.h"
 #include "core/util/seeded_random.h"
 #include "core/util/text_util.h"
+#include "core/workload/corpus.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,7 @@
 // Fitting linear maps from model A's KV cache to model B's, one target layer at a time, streaming
-// token rows from an experiment file (core/store/experiment_file.h) into ridge accumulators (gpu/align/ridge.h),
-// and scoring them: R^2, cosine and relative error per layer and per head, B's attention output
-// with converted K/V against its own, and a linear-CKA similarity matrix between the two models.
+// token rows from an experiment file (core/store/experiment_file.h) into ridge accumulators
+// (gpu/align/ridge.h), and scoring them: R^2, cosine and relative error per layer and per head, B's attention
+// output with converted K/V against its own, and a linear-CKA similarity matrix between the two models.
 //
 // A token row of model m at layer l is its K (or V) flattened over heads: [kvHeads * headDim]. The
 // features of a target layer are the rows of its source layers concatenated (full mode), or, in
@@ -15,8 +15,8 @@
 
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
-#include "gpu/model/model.h"
 #include "gpu/align/ridge.h"
+#include "gpu/model/model.h"
 
 #include <functional>
 #include <optional>
@@ -29,8 +29,6 @@ namespace kvwb::gpu {
 // Depth-proportional choice of k source layers for a target layer: the source layer at the same
 // relative depth, then its nearest neighbours (k = 1: just that layer).
 std::vector<int> proportionalSourceLayers(int targetLayer, int targetLayers, int sourceLayers, int k = 1);
-
-using LayerMap = core::LayerConverter;
 
 struct LayerFitStats
 {
@@ -55,27 +53,30 @@ struct LayerMetrics : KvFitMetrics
 // maxTokens token rows (0 = all; prompts in the given order, the last one cut). headMatched needs
 // equal kv-head counts (Error(InvalidArgument) otherwise). Error(InvalidArgument) naming the file
 // when a layer was not captured or fewer than 2 usable rows remain.
-LayerMap fitLayer(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
-                  const std::vector<int> &prompts, double lambda, LayerFitStats *stats = nullptr,
-                  bool headMatched = false, int64_t maxTokens = 0);
+core::LayerConverter fitLayer(const core::ExperimentReader &file, int targetLayer,
+                              const std::vector<int> &sourceLayers, const std::vector<int> &prompts,
+                              double lambda, LayerFitStats *stats = nullptr, bool headMatched = false,
+                              int64_t maxTokens = 0);
 // The same accumulation solved for every lambda of `lambdas` (one pass over the data).
-std::vector<LayerMap> fitLayerGrid(const core::ExperimentReader &file, int targetLayer,
-                                   const std::vector<int> &sourceLayers, const std::vector<int> &prompts,
-                                   const std::vector<double> &lambdas, LayerFitStats *stats = nullptr,
-                                   bool headMatched = false, int64_t maxTokens = 0);
+std::vector<core::LayerConverter>
+fitLayerGrid(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
+             const std::vector<int> &prompts, const std::vector<double> &lambdas,
+             LayerFitStats *stats = nullptr, bool headMatched = false, int64_t maxTokens = 0);
 
 // Scores a fitted map on other prompts (held out by prompt, never by token).
-LayerMetrics evaluateLayer(const core::ExperimentReader &file, const LayerMap &map,
+LayerMetrics evaluateLayer(const core::ExperimentReader &file, const core::LayerConverter &map,
                            const std::vector<int> &prompts);
 // Several maps of the same target layer in one pass over the prompts.
 std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &file,
-                                         const std::vector<LayerMap> &maps, const std::vector<int> &prompts);
+                                         const std::vector<core::LayerConverter> &maps,
+                                         const std::vector<int> &prompts);
 
 // B's rows [tokens, kvHeadsB * headDimB] (token-major) from A's rows of map.sourceLayers:
 // source[i] is [tokens, kvHeadsA * headDimA] of map.sourceLayers[i]. keys picks the key maps.
 // Error(Shape) naming the layer when the maps do not fit either geometry.
-std::vector<float> convertRows(const LayerMap &map, bool keys, const std::vector<const float *> &source,
-                               int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB);
+std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
+                               const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
+                               int headDimA, int kvHeadsB, int headDimB);
 
 // The k source layers whose single-layer fits explain the target layer best on `validation`
 // prompts (mean of key and value R^2), returned in layer order.
@@ -104,8 +105,9 @@ struct AttentionMetrics
     std::vector<double> layerCos;             // [B layers]
     std::vector<std::vector<double>> headCos; // [B layers][B kvHeads]
 };
-AttentionMetrics attentionCosine(const core::ExperimentReader &file, const std::vector<LayerMap> &layers,
-                                 const Model &target, const std::vector<int> &prompts, int maxPrompts = 32);
+AttentionMetrics attentionCosine(const core::ExperimentReader &file,
+                                 const std::vector<core::LayerConverter> &layers, const Model &target,
+                                 const std::vector<int> &prompts, int maxPrompts = 32);
 
 // Linear CKA between every (B layer, A layer) pair of token rows, on up to maxTokens rows of the
 // prompts: {keys, values}, each [B layers, A layers]; NaN where a layer was not captured.

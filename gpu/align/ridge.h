@@ -21,7 +21,6 @@
 namespace kvwb::gpu {
 
 // A fitted map: y = x W + b (core/store/converter_store.h stores it in experiment files).
-using RidgeSolution = core::LinearMap;
 
 // y [rows, outputDim] for x [rows, inputDim] (row-major float32).
 std::vector<float> applyLinearMap(const core::LinearMap &map, const float *x, int64_t rows);
@@ -45,11 +44,11 @@ public:
 
     // Error(InvalidArgument) with fewer than 2 rows or lambda < 0; Error(Internal) if the system
     // stays singular (lambda 0 on collinear features) after a tiny diagonal jitter.
-    RidgeSolution solve(double lambda) const;
+    core::LinearMap solve(double lambda) const;
 
     // Coefficient of determination of `s` on the accumulated rows, pooled over outputs:
     // 1 - SSE / SST, computed from the sums without revisiting the data.
-    double r2(const RidgeSolution &s) const;
+    double r2(const core::LinearMap &s) const;
 
 private:
     struct Impl;
@@ -57,6 +56,6 @@ private:
 };
 
 // Out-of-sample R^2 of s on x [rows, inputDim], y [rows, outputDim] (pooled over outputs).
-double ridgeR2(const RidgeSolution &s, const float *x, const float *y, int64_t rows);
+double ridgeR2(const core::LinearMap &s, const float *x, const float *y, int64_t rows);
 
 } // namespace kvwb::gpu

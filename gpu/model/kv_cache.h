@@ -18,14 +18,10 @@
 
 namespace kvwb::gpu {
 
-using core::KeyForm; // one KeyForm for every layer (core/model/kv_types.h)
-
-// One layer's K and V on the host, each [kvHeads, tokens, headDim] float32 row-major.
-struct LayerKv
-{
-    std::vector<float> keys;   // [kvHeads, tokens, headDim]
-    std::vector<float> values; // [kvHeads, tokens, headDim]
-};
+// One KeyForm and one pair of host KV layouts for every layer (core/model/kv_types.h).
+using core::HeadMajorKv;
+using core::KeyForm;
+using core::TokenMajorKv;
 
 class KvCache
 {
@@ -46,13 +42,13 @@ public:
     int64_t bytes() const;                    // device bytes held by filled positions
 
     // Copy one layer to the host, [kvHeads, tokens, headDim]. Error(InvalidArgument) for a bad layer.
-    LayerKv layer(int layer, KeyForm form) const;
+    HeadMajorKv layer(int layer, KeyForm form) const;
     // The same, token-major: [tokens, kvHeads, headDim] (the experiment file's layout).
-    LayerKv layerTokenMajor(int layer, KeyForm form) const;
+    TokenMajorKv layerTokenMajor(int layer, KeyForm form) const;
     // Replace the whole cache with externally computed K/V for tokenIds (positions 0..n-1).
     // layers.size() == numLayers(), each tensor [kvHeads, n, headDim]; Error(Shape) names the layer
     // and tensor whose size is wrong.
-    void assign(const std::vector<int> &tokenIds, const std::vector<LayerKv> &layers, KeyForm form);
+    void assign(const std::vector<int> &tokenIds, const std::vector<HeadMajorKv> &layers, KeyForm form);
     // Keep the first n positions (n <= tokens()).
     void truncate(int n);
     void clear() { truncate(0); }
@@ -63,7 +59,8 @@ public:
     explicit KvCache(std::unique_ptr<Impl> impl);
 
 private:
-    LayerKv read(int layer, KeyForm form, bool tokenMajor) const;
+    // keys and values in the layout asked for (token-major when tokenMajor), as two float buffers
+    std::pair<std::vector<float>, std::vector<float>> read(int layer, KeyForm form, bool tokenMajor) const;
     std::unique_ptr<Impl> m_impl;
 };
 

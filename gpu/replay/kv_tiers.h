@@ -48,7 +48,7 @@ public:
 
     struct Match
     {
-        int tokens = 0;               // matched whole-block prefix (0 = miss)
+        int tokens = 0;                 // matched whole-block prefix (0 = miss)
         const KvCache *cache = nullptr; // holds at least those tokens
     };
     // The longest cached prefix of `tokens` in `role`'s tree for (tenant, that model): for tiers that

@@ -1,8 +1,9 @@
 // Workload replay through a stack of cache tiers with real model calls: exact and semantic response
-// caches (core/cache/exact_tier.h, core/cache/semantic_tier.h), same-model prefix KV reuse (core/cache/prefix_tree.h)
-// and cross-model KV reuse (A's cached prefix converted into B's cache, gpu/transfer/transfer.h). Misses,
-// prefix and cross-model hits run the models, so latencies are measured, not modelled. Every
-// request yields one ledger row (core/cache/replay_ledger.h), streamed to a callback as it completes.
+// caches (core/cache/exact_tier.h, core/cache/semantic_tier.h), same-model prefix KV reuse
+// (core/cache/prefix_tree.h) and cross-model KV reuse (A's cached prefix converted into B's cache,
+// gpu/transfer/transfer.h). Misses, prefix and cross-model hits run the models, so latencies are measured,
+// not modelled. Every request yields one ledger row (core/cache/replay_ledger.h), streamed to a callback as
+// it completes.
 //
 // Also: ModelEmbedder, the semantic tier's embedder that mean-pools a loaded model's hidden states.
 //
@@ -12,9 +13,9 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
-#include "core/store/converter_store.h"
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
+#include "core/store/converter_store.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/workload/workload.h"
 #include "gpu/model/model.h"

@@ -21,14 +21,6 @@
 
 namespace kvwb::gpu {
 
-// One map per layer of B (index = B layer), all fitted on keys of the same form. A plain value
-// (tests build it by hand); Converter uploads it.
-struct ConverterSet
-{
-    std::vector<LayerMap> layers;
-    core::KeyForm keyForm = core::KeyForm::PreRope; // the form the key maps were fitted on
-};
-
 class Converter
 {
 public:
@@ -36,7 +28,6 @@ public:
     // Validates every map against A's and B's geometry (Error(Shape) naming the layer and map at
     // fault) and uploads the maps to B's device (float32; conversion computes in float32). Keeps
     // no reference to the models: their caches are recognised by their RoPE tables.
-    static Converter create(const ConverterSet &set, const Model &source, const Model &target);
     static Converter create(const core::ConverterRecord &record, const Model &source, const Model &target);
     Converter();
     ~Converter();
@@ -47,7 +38,7 @@ public:
     // token ids copied). Both caches must come from the models given to create().
     void convert(const KvCache &source, KvCache &target) const;
     // The same, to the host: [B layers] of [kvHeadsB, n, headDimB], keys in keyForm().
-    std::vector<LayerKv> convertToHost(const KvCache &source) const;
+    std::vector<HeadMajorKv> convertToHost(const KvCache &source) const;
     core::KeyForm keyForm() const;
 
 private:

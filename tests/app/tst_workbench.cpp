@@ -3,22 +3,22 @@
 // docks have unique names and the layout resets. Saves a screenshot of the window under the build
 // directory (screenshots/).
 #include "app/gui.h"
+#include "core/cache/replay_ledger.h"
+#include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
-#include "core/model/random_model.h"
-#include "core/cache/replay_ledger.h"
 #include "tests/support/test_paths.h"
-#include "ui/panels/alignment_panel.h"
-#include "ui/panels/capture_panel.h"
-#include "ui/panels/compare_panel.h"
 #include "ui/charts/layer_metrics_chart.h"
+#include "ui/charts/replay_charts.h"
+#include "ui/charts/sweep_chart.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
 #include "ui/models/metric_table_model.h"
 #include "ui/models/model_card_model.h"
-#include "ui/charts/replay_charts.h"
+#include "ui/panels/alignment_panel.h"
+#include "ui/panels/capture_panel.h"
+#include "ui/panels/compare_panel.h"
 #include "ui/panels/replay_panel.h"
-#include "ui/charts/sweep_chart.h"
 
 #include <QAbstractItemModelTester>
 #include <QApplication>

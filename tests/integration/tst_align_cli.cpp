@@ -2,10 +2,10 @@
 // CLI gives R^2 ~ 1 on every layer and a transfer identical to scratch; a cross-geometry pair fits,
 // stores and loads back; the JSON carries the documented fields; bad input fails with the right
 // exit code and a message naming what is at fault.
+#include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
-#include "core/model/random_model.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 

@@ -1,8 +1,8 @@
 // `kvwb capture` end to end: a file any HDF5 tool lists, append on matching models, refusal on
 // others, --layers-a/--layers-b selection, and a capture killed with SIGKILL mid-run that leaves
 // every reported prompt intact.
-#include "core/store/experiment_file.h"
 #include "core/model/random_model.h"
+#include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"

@@ -3,8 +3,8 @@
 // what a miss generates (shadow verification); a cross-model hit on a model paired with itself
 // reproduces B's own output; the ledger CSV and the experiment's /ledgers hold every request; bad
 // input fails with the right exit code and a message naming the request or line.
-#include "core/model/random_model.h"
 #include "core/cache/replay_ledger.h"
+#include "core/model/random_model.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 

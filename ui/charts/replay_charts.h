@@ -105,7 +105,7 @@ private:
     int64_t m_falseHits = 0;
     int64_t m_tokensReused = 0;
     int64_t m_tokensComputed = 0;
-    const int m_window = 500; // requests in the TTFT percentile window
+    const int m_window = 500;        // requests in the TTFT percentile window
     std::deque<double> m_ttftWindow; // [<= m_window] TTFT ms of the latest requests
 };
 

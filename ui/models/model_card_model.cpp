@@ -34,10 +34,7 @@ const std::vector<Row> &rows()
         {"Parameters", false,
          [](const auto &c) { return QLocale::c().toString(qlonglong(c.parameterCount())); }},
         {"RoPE theta", true, [](const auto &c) { return QString::number(c.ropeTheta, 'g', 10); }},
-        {"RoPE layout", true,
-         [](const auto &c) {
-             return QString(core::ropeLayoutName(c.ropeLayout));
-         }},
+        {"RoPE layout", true, [](const auto &c) { return QString(core::ropeLayoutName(c.ropeLayout)); }},
         {"RoPE scaling", true, [](const auto &c) { return QString::fromStdString(c.ropeScaling.type); }},
         {"QKV bias", false, [](const auto &c) { return QString(c.qkvBias ? "yes" : "no"); }},
         {"Tied embeddings", false, [](const auto &c) { return QString(c.tieWordEmbeddings ? "yes" : "no"); }},

@@ -2,8 +2,8 @@
 
 #include "ui/charts/heatmap_widget.h"
 #include "ui/charts/layer_metrics_chart.h"
-#include "ui/models/metric_table_model.h"
 #include "ui/charts/sweep_chart.h"
+#include "ui/models/metric_table_model.h"
 
 #include <QCheckBox>
 #include <QComboBox>

@@ -382,7 +382,8 @@ CompareRequest ComparePanel::request() const
     r.converter = m_converter->currentText();
     r.prompt = m_prompt->toPlainText();
     r.maxTokens = m_maxTokens->value();
-    r.gateSignal = core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
+    r.gateSignal =
+        core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
     r.gateTail = m_gateTail->value();
     r.save = m_save;

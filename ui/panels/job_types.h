@@ -18,13 +18,13 @@ namespace kvwb::ui {
 // Capture panel -> engine: run both loaded models over a prompt set into an experiment file.
 struct CaptureRequest
 {
-    QString promptsPath;     // text (one prompt per line) or JSONL (corpus/workload)
-    QString outPath;         // experiment file; appended to when it exists (same models)
+    QString promptsPath; // text (one prompt per line) or JSONL (corpus/workload)
+    QString outPath;     // experiment file; appended to when it exists (same models)
     core::KvStorage storage = core::KvStorage::F32;
-    int compress = 0;        // deflate level, 0 = off
-    int maxTokens = 0;       // truncate each prompt (0 = the model's context)
-    int limit = 0;           // at most N prompts (0 = all)
-    bool postRope = false;   // keys after RoPE (default: before)
+    int compress = 0;      // deflate level, 0 = off
+    int maxTokens = 0;     // truncate each prompt (0 = the model's context)
+    int limit = 0;         // at most N prompts (0 = all)
+    bool postRope = false; // keys after RoPE (default: before)
 };
 
 struct CaptureSummary

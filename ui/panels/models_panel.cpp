@@ -1,8 +1,8 @@
 #include "ui/panels/models_panel.h"
 
 #include "core/model/checkpoint.h"
-#include "core/util/error.h"
 #include "core/model/memory_estimate.h"
+#include "core/util/error.h"
 
 #include <QComboBox>
 #include <QFileDialog>

@@ -1,8 +1,8 @@
 #include "ui/panels/replay_panel.h"
 
+#include "ui/charts/replay_charts.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
-#include "ui/charts/replay_charts.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -469,7 +469,8 @@ ReplayRequest ReplayPanel::replayRequest() const
             r.tiers.push_back(kind);
     r.threshold = m_threshold->value();
     r.embedder = m_embedder->currentText();
-    r.gateSignal = core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
+    r.gateSignal =
+        core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
     r.gate = m_gate->isChecked();
     r.maxTokens = m_maxTokens->value();
@@ -481,7 +482,9 @@ ReplayRequest ReplayPanel::replayRequest() const
 void ReplayPanel::setReplayRequest(const ReplayRequest &r)
 {
     m_workload->setCurrentText(r.workloadPath);
-    const auto has = [&](core::TierKind t) { return std::find(r.tiers.begin(), r.tiers.end(), t) != r.tiers.end(); };
+    const auto has = [&](core::TierKind t) {
+        return std::find(r.tiers.begin(), r.tiers.end(), t) != r.tiers.end();
+    };
     m_exact->setChecked(has(core::TierKind::Exact));
     m_semantic->setChecked(has(core::TierKind::Semantic));
     m_prefix->setChecked(has(core::TierKind::Prefix));

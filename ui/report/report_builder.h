@@ -11,10 +11,10 @@
 // sees half a report file. Errors: core::Error naming the file (Io for an unwritable directory).
 #pragma once
 
+#include "core/cache/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
-#include "core/cache/replay_ledger.h"
 
 #include <QImage>
 #include <QString>

@@ -1,10 +1,10 @@
 #include "ui/window/main_window.h"
 
 #include "core/util/error.h"
+#include "ui/models/model_card_model.h"
 #include "ui/panels/alignment_panel.h"
 #include "ui/panels/capture_panel.h"
 #include "ui/panels/compare_panel.h"
-#include "ui/models/model_card_model.h"
 #include "ui/panels/replay_panel.h"
 
 #include <QAction>

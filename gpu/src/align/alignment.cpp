@@ -144,10 +144,10 @@ Accumulation accumulate(const core::ExperimentReader &f, int targetLayer, const 
     return acc;
 }
 
-LayerMap solveLayer(const Accumulation &acc, int targetLayer, const std::vector<int> &sources,
-                    bool headMatched, double lambda)
+core::LayerConverter solveLayer(const Accumulation &acc, int targetLayer, const std::vector<int> &sources,
+                                bool headMatched, double lambda)
 {
-    LayerMap m;
+    core::LayerConverter m;
     m.targetLayer = targetLayer;
     m.sourceLayers = sources;
     m.headMatched = headMatched;
@@ -306,15 +306,16 @@ std::vector<int> proportionalSourceLayers(int targetLayer, int targetLayers, int
     return out;
 }
 
-std::vector<LayerMap> fitLayerGrid(const core::ExperimentReader &f, int targetLayer,
-                                   const std::vector<int> &sourceLayers, const std::vector<int> &prompts,
-                                   const std::vector<double> &lambdas, LayerFitStats *stats, bool headMatched,
-                                   int64_t maxTokens)
+std::vector<core::LayerConverter> fitLayerGrid(const core::ExperimentReader &f, int targetLayer,
+                                               const std::vector<int> &sourceLayers,
+                                               const std::vector<int> &prompts,
+                                               const std::vector<double> &lambdas, LayerFitStats *stats,
+                                               bool headMatched, int64_t maxTokens)
 {
     if (lambdas.empty())
         throw Error(ErrorCode::InvalidArgument, "lambda grid is empty");
     auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens);
-    std::vector<LayerMap> out;
+    std::vector<core::LayerConverter> out;
     for (double lambda : lambdas)
         out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda));
     if (stats) {
@@ -324,16 +325,17 @@ std::vector<LayerMap> fitLayerGrid(const core::ExperimentReader &f, int targetLa
     return out;
 }
 
-LayerMap fitLayer(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
-                  const std::vector<int> &prompts, double lambda, LayerFitStats *stats, bool headMatched,
-                  int64_t maxTokens)
+core::LayerConverter fitLayer(const core::ExperimentReader &f, int targetLayer,
+                              const std::vector<int> &sourceLayers, const std::vector<int> &prompts,
+                              double lambda, LayerFitStats *stats, bool headMatched, int64_t maxTokens)
 {
     return std::move(
         fitLayerGrid(f, targetLayer, sourceLayers, prompts, {lambda}, stats, headMatched, maxTokens).front());
 }
 
-std::vector<float> convertRows(const LayerMap &map, bool keys, const std::vector<const float *> &source,
-                               int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB)
+std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
+                               const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
+                               int headDimA, int kvHeadsB, int headDimB)
 {
     for (const auto &lm : keys ? map.keys : map.values)
         if (lm.outputDim != (map.headMatched ? headDimB : kvHeadsB * headDimB) ||
@@ -381,7 +383,8 @@ std::vector<float> convertRows(const LayerMap &map, bool keys, const std::vector
     return y;
 }
 
-std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f, const std::vector<LayerMap> &maps,
+std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f,
+                                         const std::vector<core::LayerConverter> &maps,
                                          const std::vector<int> &prompts)
 {
     const Geometry g = geometry(f);
@@ -399,7 +402,7 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f, const 
             std::map<int, std::vector<float>> rowsA; // A layer -> [tokens, widthA]
             std::map<int, std::vector<float>> rowsB; // B layer -> [tokens, widthB]
             for (size_t m = 0; m < maps.size(); ++m) {
-                const LayerMap &map = maps[m];
+                const core::LayerConverter &map = maps[m];
                 std::vector<const float *> src;
                 for (int l : map.sourceLayers) {
                     auto it = rowsA.find(l);
@@ -435,7 +438,7 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f, const 
     return out;
 }
 
-LayerMetrics evaluateLayer(const core::ExperimentReader &f, const LayerMap &map,
+LayerMetrics evaluateLayer(const core::ExperimentReader &f, const core::LayerConverter &map,
                            const std::vector<int> &prompts)
 {
     return std::move(evaluateLayers(f, {map}, prompts).front());
@@ -495,8 +498,9 @@ double chooseLambda(const core::ExperimentReader &f, int targetLayer, const std:
     return grid[bestLambda(evaluateLayers(f, maps, validation), grid)];
 }
 
-AttentionMetrics attentionCosine(const core::ExperimentReader &f, const std::vector<LayerMap> &layers,
-                                 const Model &target, const std::vector<int> &prompts, int maxPrompts)
+AttentionMetrics attentionCosine(const core::ExperimentReader &f,
+                                 const std::vector<core::LayerConverter> &layers, const Model &target,
+                                 const std::vector<int> &prompts, int maxPrompts)
 {
     checkTarget(f, target);
     const Geometry g = geometry(f);
@@ -520,11 +524,11 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f, const std::vec
         auto own = target.newCache();
         const auto queries = target.queries(ids, own);
         // converted K/V for every B layer, head-major, then placed in a cache for B's RoPE
-        std::vector<LayerKv> converted(size_t(cb.numLayers));
+        std::vector<HeadMajorKv> converted(size_t(cb.numLayers));
         for (int kv = 0; kv < 2; ++kv) {
             std::map<int, std::vector<float>> rowsA;
             for (int l = 0; l < cb.numLayers; ++l) {
-                const LayerMap &m = layers[size_t(l)];
+                const core::LayerConverter &m = layers[size_t(l)];
                 std::vector<const float *> src;
                 for (int s : m.sourceLayers) {
                     auto it = rowsA.find(s);
@@ -858,7 +862,7 @@ SweepResult sweepAlignment(const core::ExperimentReader &f, const SweepOptions &
                 return result;
             }
             ++done;
-            std::vector<std::vector<LayerMap>> perLambda(o.lambdas.size());
+            std::vector<std::vector<core::LayerConverter>> perLambda(o.lambdas.size());
             std::vector<std::array<double, 6>> sums(o.lambdas.size(), std::array<double, 6>{});
             int64_t used = 0;
             for (int l = 0; l < lb; ++l) {

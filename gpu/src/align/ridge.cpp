@@ -98,7 +98,7 @@ void RidgeAccumulator::merge(const RidgeAccumulator &other)
     d.n += o.n;
 }
 
-RidgeSolution RidgeAccumulator::solve(double lambda) const
+core::LinearMap RidgeAccumulator::solve(double lambda) const
 {
     const auto &d = *m_impl;
     if (d.n < 2)
@@ -126,7 +126,7 @@ RidgeSolution RidgeAccumulator::solve(double lambda) const
                                     d.dx, lambda));
         auto b = my - torch::matmul(mx, w);
         auto wf = w.to(torch::kFloat32).contiguous(), bf = b.to(torch::kFloat32).contiguous();
-        RidgeSolution s;
+        core::LinearMap s;
         s.inputDim = d.dx;
         s.outputDim = d.dy;
         s.lambda = lambda;
@@ -136,7 +136,7 @@ RidgeSolution RidgeAccumulator::solve(double lambda) const
     });
 }
 
-double RidgeAccumulator::r2(const RidgeSolution &s) const
+double RidgeAccumulator::r2(const core::LinearMap &s) const
 {
     const auto &d = *m_impl;
     if (s.inputDim != d.dx || s.outputDim != d.dy)
@@ -172,7 +172,7 @@ std::vector<float> applyLinearMap(const core::LinearMap &m, const float *x, int6
     return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
 }
 
-double ridgeR2(const RidgeSolution &s, const float *x, const float *y, int64_t rows)
+double ridgeR2(const core::LinearMap &s, const float *x, const float *y, int64_t rows)
 {
     const auto pred = applyLinearMap(s, x, rows);
     const size_t n = size_t(rows) * size_t(s.outputDim);

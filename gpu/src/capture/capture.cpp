@@ -1,9 +1,9 @@
 #include "gpu/capture/capture.h"
 
-#include "core/util/warning_list.h"
+#include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
-#include "core/util/clock.h"
+#include "core/util/warning_list.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -43,8 +43,8 @@ std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const
     auto ids = tok.encode(text, o.addSpecial);
     const int limit = o.maxTokens > 0 ? std::min(o.maxTokens, model.contextLimit()) : model.contextLimit();
     if (limit > 0 && int(ids.size()) > limit) {
-        warnings.add(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(),
-                                           limit, model.checkpoint().path().filename().string()));
+        warnings.add(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(), limit,
+                                 model.checkpoint().path().filename().string()));
         ids.resize(size_t(limit));
     }
     return ids;

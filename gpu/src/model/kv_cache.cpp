@@ -143,23 +143,26 @@ int64_t KvCache::bytes() const
     return 2LL * d.numLayers * d.numKvHeads * d.headDim * d.length * int64_t(torch::elementSize(d.dtype));
 }
 
-LayerKv KvCache::layer(int layer, KeyForm form) const
+HeadMajorKv KvCache::layer(int layer, KeyForm form) const
 {
-    return read(layer, form, false);
+    auto [k, v] = read(layer, form, false);
+    return HeadMajorKv{std::move(k), std::move(v)};
 }
-LayerKv KvCache::layerTokenMajor(int layer, KeyForm form) const
+TokenMajorKv KvCache::layerTokenMajor(int layer, KeyForm form) const
 {
-    return read(layer, form, true);
+    auto [k, v] = read(layer, form, true);
+    return TokenMajorKv{std::move(k), std::move(v)};
 }
 
-LayerKv KvCache::read(int layer, KeyForm form, bool tokenMajor) const
+std::pair<std::vector<float>, std::vector<float>> KvCache::read(int layer, KeyForm form,
+                                                                bool tokenMajor) const
 {
     const auto &d = need(m_impl.get());
     if (layer < 0 || layer >= d.numLayers)
         throw core::Error(
             core::ErrorCode::InvalidArgument,
             fmt::format("KV cache layer {} out of range (model has {} layers)", layer, d.numLayers));
-    LayerKv out;
+    std::pair<std::vector<float>, std::vector<float>> out; // keys, values
     if (d.length == 0)
         return out; // nothing stored yet (storage may not even be allocated)
     return detail::translateTorch("KV cache read", [&] {
@@ -175,13 +178,13 @@ LayerKv KvCache::read(int layer, KeyForm form, bool tokenMajor) const
         }
         auto kf = k.to(torch::kCPU).contiguous();
         auto vf = v.to(torch::kCPU, torch::kFloat32).contiguous();
-        out.keys.assign(kf.data_ptr<float>(), kf.data_ptr<float>() + kf.numel());
-        out.values.assign(vf.data_ptr<float>(), vf.data_ptr<float>() + vf.numel());
+        out.first.assign(kf.data_ptr<float>(), kf.data_ptr<float>() + kf.numel());
+        out.second.assign(vf.data_ptr<float>(), vf.data_ptr<float>() + vf.numel());
         return out;
     });
 }
 
-void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<LayerKv> &layers, KeyForm form)
+void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<HeadMajorKv> &layers, KeyForm form)
 {
     auto &d = const_cast<Impl &>(need(m_impl.get()));
     if (int(layers.size()) != d.numLayers)

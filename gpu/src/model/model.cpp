@@ -1,8 +1,8 @@
 #include "gpu/model/model.h"
 
 #include "core/metrics/distributions.h"
-#include "core/util/error.h"
 #include "core/util/clock.h"
+#include "core/util/error.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 

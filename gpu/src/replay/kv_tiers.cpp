@@ -26,7 +26,8 @@ PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimit
             continue;
         s.fingerprint = s.model->checkpoint().fingerprint();
         const int elem = computeTypeBytes(s.model->options().dtype);
-        s.tree = std::make_unique<core::PrefixTree>(limits, blockSize, s.model->config().kvBytesPerToken(elem));
+        s.tree =
+            std::make_unique<core::PrefixTree>(limits, blockSize, s.model->config().kvBytesPerToken(elem));
     }
 }
 
@@ -145,8 +146,7 @@ core::StoreStats PrefixKvTier::stats() const
 CrossModelTier::CrossModelTier(PrefixKvTier &source, const Model &b, const core::Tokenizer &tokenizerA,
                                const Converter &converter, CrossTierOptions options)
     : m_source(source), m_b(b), m_tokenizerA(tokenizerA), m_converter(converter), m_options(options)
-{
-}
+{}
 
 TierLookup CrossModelTier::lookup(const TierRequest &request)
 {

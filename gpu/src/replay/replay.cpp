@@ -1,26 +1,26 @@
 #include "gpu/replay/replay.h"
 
-#include "core/util/error.h"
 #include "core/cache/exact_tier.h"
 #include "core/metrics/distributions.h"
-#include "gpu/replay/kv_tiers.h"
 #include "core/util/clock.h"
+#include "core/util/error.h"
+#include "gpu/replay/kv_tiers.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <random>
 #include <thread>
-#include <map>
 
 namespace kvwb::gpu {
 
+using core::Clock;
 using core::Error;
 using core::ErrorCode;
-using core::TierKind;
-using core::Clock;
 using core::msSince;
+using core::TierKind;
 
 ModelEmbedder::ModelEmbedder(const Model &model, const core::Tokenizer &tokenizer, int layer)
     : m_model(model), m_tokenizer(tokenizer), m_layer(layer < 0 ? model.config().numLayers / 2 : layer)
@@ -241,7 +241,8 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 result.warnings.push_back(std::move(w));
             if (found.nearestSimilarity) {
                 row.similarity = *found.nearestSimilarity;
-                nearestSeen.push_back({*found.nearestSimilarity, !r.intent.empty() && !found.nearestIntent.empty() &&
+                nearestSeen.push_back({*found.nearestSimilarity, !r.intent.empty() &&
+                                                                     !found.nearestIntent.empty() &&
                                                                      found.nearestIntent != r.intent});
             }
             if (!found.gate.empty()) {

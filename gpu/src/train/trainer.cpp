@@ -1,8 +1,8 @@
 #include "gpu/train/trainer.h"
 
+#include "core/model/safetensors.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
-#include "core/model/safetensors.h"
 #include "gpu/model/model.h"
 
 #include <fmt/format.h>

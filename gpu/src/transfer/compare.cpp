@@ -1,8 +1,8 @@
 #include "gpu/transfer/compare.h"
 
-#include "core/util/error.h"
 #include "core/metrics/text_metrics.h"
 #include "core/util/clock.h"
+#include "core/util/error.h"
 
 #include <fmt/format.h>
 

@@ -1,8 +1,8 @@
 #include "gpu/transfer/transfer.h"
 
 #include "core/metrics/distributions.h"
-#include "core/util/error.h"
 #include "core/util/clock.h"
+#include "core/util/error.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -14,9 +14,9 @@
 
 namespace kvwb::gpu {
 
+using core::Clock;
 using core::Error;
 using core::ErrorCode;
-using core::Clock;
 using core::msSince;
 using detail::translateTorch;
 
@@ -108,12 +108,7 @@ Converter::~Converter() = default;
 Converter::Converter(Converter &&) noexcept = default;
 Converter &Converter::operator=(Converter &&) noexcept = default;
 
-Converter Converter::create(const core::ConverterRecord &record, const Model &source, const Model &target)
-{
-    return create(ConverterSet{record.layers, record.keyForm}, source, target);
-}
-
-Converter Converter::create(const ConverterSet &set, const Model &source, const Model &target)
+Converter Converter::create(const core::ConverterRecord &set, const Model &source, const Model &target)
 {
     const auto &ca = source.config(), &cb = target.config();
     if (int(set.layers.size()) != cb.numLayers)
@@ -135,7 +130,7 @@ Converter Converter::create(const ConverterSet &set, const Model &source, const 
     const int widthA = d.kvA * d.hdA, widthB = d.kvB * d.hdB;
     translateTorch("converter upload", [&] {
         for (int l = 0; l < cb.numLayers; ++l) {
-            const LayerMap &m = set.layers[size_t(l)];
+            const core::LayerConverter &m = set.layers[size_t(l)];
             Impl::Layer L;
             L.headMatched = m.headMatched;
             for (int s : m.sourceLayers) {
@@ -233,12 +228,12 @@ void Converter::convert(const KvCache &source, KvCache &target) const
     });
 }
 
-std::vector<LayerKv> Converter::convertToHost(const KvCache &source) const
+std::vector<HeadMajorKv> Converter::convertToHost(const KvCache &source) const
 {
     auto cache = need(m_impl).emptyB.fork();
     convert(source, cache);
     const KeyForm form = m_impl->keyForm;
-    std::vector<LayerKv> out;
+    std::vector<HeadMajorKv> out;
     for (int l = 0; l < cache.numLayers(); ++l)
         out.push_back(cache.layer(l, form));
     return out;

@@ -1,7 +1,7 @@
 // ExactTier: key = namespace + sampling + normalised prompt; hits equal the exact repeats of a
 // generated request sequence; tenants and model fingerprints never leak; tags invalidate.
-#include "core/util/error.h"
 #include "core/cache/exact_tier.h"
+#include "core/util/error.h"
 
 #include <QtTest>
 

@@ -1,7 +1,7 @@
 // PrefixTree: longest whole-block prefix, handles re-pointed and released exactly when unreferenced,
 // only leaves evicted, partial inserts when capacity is short, isolation and invalidation.
-#include "core/util/error.h"
 #include "core/cache/prefix_tree.h"
+#include "core/util/error.h"
 
 #include <QtTest>
 
@@ -105,8 +105,8 @@ private Q_SLOTS:
         QCOMPARE(t.lookup({"t", "m"}, seq(1, 4), 3).tokens, 2);
         QCOMPARE(t.lookup({"t", "m"}, cat(seq(1, 2), seq(10, 2)), 3).tokens, 4);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({1})); // a1 moved to 2, a2 evicted
-        t.insert({"t", "m"}, seq(40, 2), 4, 4);                      // b2 goes; a1 is a leaf now
-        t.insert({"t", "m"}, seq(50, 2), 5, 5);                      // a1 goes
+        t.insert({"t", "m"}, seq(40, 2), 4, 4);                    // b2 goes; a1 is a leaf now
+        t.insert({"t", "m"}, seq(50, 2), 5, 5);                    // a1 goes
         QCOMPARE(t.lookup({"t", "m"}, seq(1, 2), 6).tokens, 0);
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({2}));
         QCOMPARE(t.stats().evictions, 3);

@@ -1,9 +1,9 @@
 // Replay ledger: numpy-compatible percentiles, per-tier aggregates and costs of a hand-built ledger,
 // the CSV form (every field back exactly, strings with commas, quotes and line breaks, errors naming
 // line and column) and /ledgers/<name> in an experiment file (round trip, replace, names, errors).
-#include "core/util/error.h"
-#include "core/store/experiment_file.h"
 #include "core/cache/replay_ledger.h"
+#include "core/store/experiment_file.h"
+#include "core/util/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
 #include "tests/support/tiny_experiment.h"

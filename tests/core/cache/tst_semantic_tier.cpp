@@ -1,7 +1,7 @@
 // SemanticTier and LexicalEmbedder: thresholds, HNSW recall against brute force, isolation,
 // evicted/invalidated entries never returned, nearest() without a use.
-#include "core/util/error.h"
 #include "core/cache/semantic_tier.h"
+#include "core/util/error.h"
 
 #include <QtTest>
 

@@ -1,6 +1,6 @@
 // Text and correlation metrics against hand-computed values.
-#include "core/util/error.h"
 #include "core/metrics/text_metrics.h"
+#include "core/util/error.h"
 
 #include <QtTest>
 

@@ -1,6 +1,6 @@
 // HF config.json parsing, RoPE scaling, validation and serialisation.
-#include "core/util/error.h"
 #include "core/model/model_config.h"
+#include "core/util/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
 

@@ -1,6 +1,6 @@
 // Safetensors reader/writer, sharded WeightSet, dtype conversion and sha256.
-#include "core/util/error.h"
 #include "core/model/safetensors.h"
+#include "core/util/error.h"
 #include "core/util/sha256.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"

@@ -3,8 +3,8 @@
 // records before the file is touched, leftovers of an interrupted save, appending prompts after
 // converters exist, read-only files, a file left by a killed capture, and errors naming the dataset.
 #include "core/store/converter_store.h"
-#include "core/util/error.h"
 #include "core/store/experiment_file.h"
+#include "core/util/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
 

@@ -1,8 +1,8 @@
 // Experiment file (HDF5, schema kvwb/1): round trips per storage dtype, ragged prompts, token
 // ranges, appending, captured-layer subsets, compression, errors naming the dataset at fault, a
 // full disk, a writer killed with SIGKILL mid-run, and the HDF5 command-line tools reading what we wrote.
-#include "core/util/error.h"
 #include "core/store/experiment_file.h"
+#include "core/util/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
 

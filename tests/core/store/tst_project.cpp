@@ -1,8 +1,8 @@
 // Project files: round trip with relative paths, unknown sections preserved, the capture, alignment
 // and replay settings sections (every field round-tripped, defaults when absent, unknown keys inside
 // them kept), and errors that name the field.
-#include "core/util/error.h"
 #include "core/store/project.h"
+#include "core/util/error.h"
 #include "tests/support/test_paths.h"
 
 #include <QTemporaryDir>

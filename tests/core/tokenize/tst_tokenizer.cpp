@@ -2,12 +2,12 @@
 // tokenizer.model and llama2.c tokenizer.bin. Every tokenizer file is generated here into a
 // temporary directory; expected splits marked "HF reference" are the ones asserted by the
 // huggingface/tokenizers test suite (byte_level.rs, digits.rs) and course material.
-#include "core/tokenize/bpe_tokenizer.h"
-#include "core/util/error.h"
-#include "core/tokenize/llama2c_tokenizer.h"
 #include "core/model/model_config.h"
+#include "core/tokenize/bpe_tokenizer.h"
+#include "core/tokenize/llama2c_tokenizer.h"
 #include "core/tokenize/sentencepiece_tokenizer.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
 
 #include "tests/support/test_paths.h"
 

@@ -1,7 +1,7 @@
 // Workload generator statistics (kinds, tenants, model split, Zipf skew, Poisson arrivals), the
 // relation each derived request has to its base, prompt format, and the JSONL reader.
-#include "core/workload/corpus.h"
 #include "core/util/error.h"
+#include "core/workload/corpus.h"
 #include "core/workload/workload.h"
 #include "tests/support/wordnet_fixture.h"
 

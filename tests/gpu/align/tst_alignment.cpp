@@ -1,10 +1,10 @@
 // Layer-wise fitting from an experiment file: on synthetic files whose B caches are an exact affine
 // function of A's, the fit recovers it on held-out prompts; prompts tokenised differently are
 // skipped, not mixed in; source-layer selection follows relative depth.
-#include "core/util/error.h"
-#include "core/store/experiment_file.h"
 #include "core/model/random_model.h"
+#include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
 #include "gpu/align/alignment.h"
 #include "gpu/capture/capture.h"
 #include "gpu/transfer/transfer.h"
@@ -363,7 +363,7 @@ private Q_SLOTS:
         const auto &c = b->config();
         const int w = c.numKvHeads * c.headDim;
         QCOMPARE(c.numKvHeads, 2);
-        std::vector<gpu::LayerMap> maps;
+        std::vector<core::LayerConverter> maps;
         std::mt19937_64 rng(4);
         std::normal_distribution<float> N(0.0f, 1.0f);
         for (int l = 0; l < c.numLayers; ++l) {

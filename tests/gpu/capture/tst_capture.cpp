@@ -1,10 +1,10 @@
 // Capture: what lands in the experiment file is exactly what the engine's caches hold (f32
 // bit-exact, pre- or post-RoPE keys), prompts are ragged per model, appending continues the file,
 // a file of other models is refused, and a layer subset reads only those layers.
-#include "core/util/error.h"
-#include "core/store/experiment_file.h"
 #include "core/model/random_model.h"
+#include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
 #include "gpu/capture/capture.h"
 #include "gpu/model/model.h"
 #include "tests/support/expect_error.h"

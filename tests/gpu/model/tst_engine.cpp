@@ -3,8 +3,8 @@
 // generation from a supplied prefix cache against generation from scratch, llama2.c against its HF
 // conversion, and the KV cache's read/write/truncate/fork contract.
 #include "core/model/checkpoint.h"
-#include "core/util/error.h"
 #include "core/model/random_model.h"
+#include "core/util/error.h"
 #include "gpu/model/model.h"
 #include "tests/support/reference_forward.h"
 
@@ -143,7 +143,7 @@ private Q_SLOTS:
 
         auto donor = model->newCache();
         model->forward(std::vector<int>(prompt.begin(), prompt.begin() + 25), donor);
-        std::vector<gpu::LayerKv> layers;
+        std::vector<gpu::HeadMajorKv> layers;
         for (int l = 0; l < donor.numLayers(); ++l)
             layers.push_back(donor.layer(l, gpu::KeyForm::PreRope));
         auto supplied = model->newCache();
@@ -213,7 +213,7 @@ private Q_SLOTS:
             QVERIFY(std::abs(pre.keys[size_t(i)] - post.keys[size_t(i)]) < 1e-6);
         QVERIFY(test::maxRelativeError(pre.keys, post.keys) > 1e-2);
         // writing pre-RoPE keys back reproduces the post-RoPE cache
-        std::vector<gpu::LayerKv> layers;
+        std::vector<gpu::HeadMajorKv> layers;
         for (int l = 0; l < cache.numLayers(); ++l)
             layers.push_back(cache.layer(l, gpu::KeyForm::PreRope));
         auto copy = model->newCache();
@@ -229,7 +229,7 @@ private Q_SLOTS:
         auto model = gpu::Model::load(makeVariant(tmp.path().toStdString(), "gqa"), {});
         auto cache = model->newCache();
         QVERIFY(cache.layer(0, gpu::KeyForm::PreRope).keys.empty());
-        cache.assign({}, std::vector<gpu::LayerKv>(3), gpu::KeyForm::PreRope);
+        cache.assign({}, std::vector<gpu::HeadMajorKv>(3), gpu::KeyForm::PreRope);
         QCOMPARE(cache.tokens(), 0);
         // a same-shaped cache of another model is refused, not silently mixed
         auto other = gpu::Model::load(makeVariant(tmp.path().toStdString(), "gqa"), {});
@@ -237,7 +237,7 @@ private Q_SLOTS:
         QVERIFY_THROWS_EXCEPTION(core::Error, model->forward({1, 2}, foreign));
         // wrong sizes name the layer
         try {
-            cache.assign({1, 2}, std::vector<gpu::LayerKv>(3), gpu::KeyForm::PreRope);
+            cache.assign({1, 2}, std::vector<gpu::HeadMajorKv>(3), gpu::KeyForm::PreRope);
             QFAIL("misshapen K/V accepted");
         } catch (const core::Error &e) {
             QCOMPARE(e.code(), core::ErrorCode::Shape);

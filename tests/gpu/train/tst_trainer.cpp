@@ -2,8 +2,8 @@
 // uninterrupted one, and the saved HF directory reloads in the engine scoring exactly what training
 // reported.
 #include "core/model/checkpoint.h"
-#include "core/util/error.h"
 #include "core/model/random_model.h"
+#include "core/util/error.h"
 #include "gpu/train/trainer.h"
 #include "tests/support/expect_error.h"
 

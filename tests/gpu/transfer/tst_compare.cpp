@@ -2,8 +2,8 @@
 // path is B's scratch path token for token (KL 0, top-1 1, no divergence, the gate passes, the
 // converted prefix reused), the per-token pieces rebuild the decoded text, and prompts a transfer
 // cannot serve are refused with the reason.
-#include "core/util/error.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/error.h"
 #include "gpu/transfer/compare.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/identity_map.h"
@@ -37,7 +37,7 @@ private Q_SLOTS:
         auto b = gpu::Model::load(dir, {});
         const auto tok = core::loadTokenizer(dir / "tokenizer.model");
         const auto &c = b->config();
-        gpu::ConverterSet set;
+        core::ConverterRecord set;
         for (int l = 0; l < c.numLayers; ++l)
             set.layers.push_back({l,
                                   {l},

@@ -1,8 +1,8 @@
 // Transfer: with identity maps from a model to itself, B generating from the converted cache equals
 // B from scratch token for token (the converted prefix is not recomputed); maps that do not fit the
 // geometry are refused naming the layer.
-#include "core/util/error.h"
 #include "core/model/random_model.h"
+#include "core/util/error.h"
 #include "gpu/transfer/transfer.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/identity_map.h"
@@ -35,7 +35,7 @@ private Q_SLOTS:
         auto a = gpu::Model::load(dir / "m", {});
         auto b = gpu::Model::load(dir / "m", {}); // separate instance: caches cannot be shared
         const auto &c = b->config();
-        gpu::ConverterSet conv;
+        core::ConverterRecord conv;
         conv.keyForm = postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
         for (int l = 0; l < c.numLayers; ++l)
             conv.layers.push_back({l,
@@ -70,7 +70,7 @@ private Q_SLOTS:
         auto a = gpu::Model::load(dir / "a", {});
         auto b = gpu::Model::load(dir / "b", {});
         const auto &c = b->config();
-        gpu::ConverterSet set;
+        core::ConverterRecord set;
         for (int l = 0; l < c.numLayers; ++l)
             set.layers.push_back({l,
                                   {l},
@@ -118,7 +118,7 @@ private Q_SLOTS:
         auto b = gpu::Model::load(dir / "m", {});
         const auto &c = b->config();
         const int w = c.numKvHeads * c.headDim;
-        gpu::ConverterSet good, bad;
+        core::ConverterRecord good, bad;
         std::mt19937_64 rng(3);
         std::normal_distribution<float> N(0.0f, 0.2f);
         for (int l = 0; l < c.numLayers; ++l) {
@@ -186,7 +186,7 @@ private Q_SLOTS:
         core::writeRandomHfModel(dir / "b", core::randomModelPreset("gqa"));
         auto a = gpu::Model::load(dir / "a", {});
         auto b = gpu::Model::load(dir / "b", {});
-        gpu::ConverterSet conv; // identity of A's width: wrong for B
+        core::ConverterRecord conv; // identity of A's width: wrong for B
         for (int l = 0; l < b->config().numLayers; ++l)
             conv.layers.push_back({l, {0}, false, {test::identityMap(64)}, {test::identityMap(64)}});
         const auto e = test::expectError([&] { gpu::Converter::create(conv, *a, *b); });

@@ -4,9 +4,9 @@
 // ledger and back, and screenshots.
 #include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
-#include "ui/panels/alignment_panel.h"
-#include "ui/models/ledger_model.h"
 #include "ui/charts/replay_charts.h"
+#include "ui/models/ledger_model.h"
+#include "ui/panels/alignment_panel.h"
 #include "ui/panels/replay_panel.h"
 
 #include <QCheckBox>
@@ -255,10 +255,13 @@ private Q_SLOTS:
         auto *cross = p.findChild<QCheckBox *>("tierCross");
         QVERIFY(!cross->isEnabled());
         QVERIFY(cross->toolTip().contains("Use this converter"));
-        QCOMPARE(p.replayRequest().tiers, std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
+        QCOMPARE(p.replayRequest().tiers,
+                 std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
         QCOMPARE(p.replayRequest().converter, QString());
         p.setCrossAvailable(true, "other");
-        QCOMPARE(p.replayRequest().tiers, std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix, core::TierKind::Cross}));
+        QCOMPARE(p.replayRequest().tiers,
+                 std::vector<core::TierKind>(
+                     {core::TierKind::Exact, core::TierKind::Prefix, core::TierKind::Cross}));
         QCOMPARE(p.replayRequest().converter, QString("other"));
     }
 
@@ -421,7 +424,8 @@ private Q_SLOTS:
         replay.setWorkloads({"projects/demo/workload.jsonl"});
         ui::ReplayRequest r;
         r.workloadPath = "projects/demo/workload.jsonl";
-        r.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix, core::TierKind::Cross};
+        r.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix,
+                   core::TierKind::Cross};
         r.ledgerName = "demo-run";
         replay.setReplayRequest(r);
         replay.setBusy(true);

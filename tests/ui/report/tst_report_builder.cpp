@@ -3,11 +3,11 @@
 // quotes, commas and line breaks parse back), self-contained HTML (fingerprints, embedded charts, no
 // external references, the first divergence marked, tokens shaded by KL), PDF and Markdown; each chart is
 // saved as a PNG under <test binary dir>/screenshots for a person to look at.
+#include "core/cache/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
-#include "core/util/error.h"
 #include "core/store/experiment_file.h"
-#include "core/cache/replay_ledger.h"
+#include "core/util/error.h"
 #include "tests/support/tiny_experiment.h"
 #include "ui/report/report_builder.h"
 
