@@ -2,6 +2,7 @@
 
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
+#include "core/util/csv.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
 
@@ -46,6 +47,7 @@ namespace kvwb::ui {
 namespace {
 
 namespace fs = std::filesystem;
+using core::csvField;
 using nlohmann::json;
 
 // ---------------------------------------------------------------------------------------------
@@ -129,16 +131,6 @@ json parseSettings(const std::string &text)
     } catch (const json::exception &) {
         return text; // kept verbatim: the stores validate JSON, but a report must never fail on it
     }
-}
-
-std::string csvField(const std::string &s)
-{
-    if (s.find_first_of(",\"\r\n") == std::string::npos)
-        return s;
-    std::string q = "\"";
-    for (char c : s)
-        q += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return q + "\"";
 }
 
 std::string tableCsv(const core::MetricTable &t)
