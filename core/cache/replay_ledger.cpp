@@ -4,6 +4,7 @@
 #include "core/store/hdf5_handle.h"
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
+#include "core/util/csv.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 
@@ -238,21 +239,6 @@ std::string cellText(const LedgerRow &r, const Field &field)
                           },
                       },
                       field);
-}
-
-void appendCsvField(std::string &out, const std::string &value)
-{
-    if (value.find_first_of(",\"\r\n") == std::string::npos) {
-        out += value;
-        return;
-    }
-    out += '"';
-    for (char c : value) {
-        if (c == '"')
-            out += '"';
-        out += c;
-    }
-    out += '"';
 }
 
 template <typename T> bool parseInteger(const std::string &s, T &out)

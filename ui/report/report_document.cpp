@@ -1,0 +1,377 @@
+#include "ui/report/report_document.h"
+
+#include "ui/report/report_comparison.h"
+#include "ui/report/report_text.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace kvwb::ui::report {
+
+namespace {
+
+struct Block
+{
+    enum Kind
+    {
+        Heading,
+        Para,
+        Table,
+        Chart,
+        Code,
+        Comparison
+    } kind = Para;
+    int level = 2;
+    std::string text;
+    std::vector<std::string> header;
+    std::vector<std::vector<std::string>> rows;
+    const ReportChart *chart = nullptr;
+    const core::ComparisonSample *sample = nullptr; // Comparison blocks
+};
+
+struct Doc
+{
+    std::vector<Block> blocks;
+    Block &add(Block::Kind kind)
+    {
+        blocks.emplace_back();
+        blocks.back().kind = kind;
+        return blocks.back();
+    }
+    void heading(int level, std::string text)
+    {
+        Block &b = add(Block::Heading);
+        b.level = level;
+        b.text = std::move(text);
+    }
+    void para(std::string text) { add(Block::Para).text = std::move(text); }
+    void code(std::string text) { add(Block::Code).text = std::move(text); }
+    void table(std::vector<std::string> header, std::vector<std::vector<std::string>> rows)
+    {
+        Block &b = add(Block::Table);
+        b.header = std::move(header);
+        b.rows = std::move(rows);
+    }
+    void chart(const ReportChart &c) { add(Block::Chart).chart = &c; }
+    void comparison(const core::ComparisonSample &sample) { add(Block::Comparison).sample = &sample; }
+    void metricTable(const core::MetricTable &t)
+    {
+        std::vector<std::vector<std::string>> rows;
+        for (const auto &r : t.rows) {
+            std::vector<std::string> cells;
+            for (double v : r)
+                cells.push_back(shown(v));
+            rows.push_back(std::move(cells));
+        }
+        table(t.columns, std::move(rows));
+    }
+    void matrixTable(const core::Matrix &m)
+    {
+        std::vector<std::string> header{"B \\ A"};
+        for (int c = 0; c < m.cols; ++c)
+            header.push_back(std::to_string(c));
+        std::vector<std::vector<std::string>> rows;
+        for (int r = 0; r < m.rows; ++r) {
+            std::vector<std::string> cells{std::to_string(r)};
+            for (int c = 0; c < m.cols; ++c)
+                cells.push_back(fmt::format("{:.3f}", m.data[size_t(r) * size_t(m.cols) + size_t(c)]));
+            rows.push_back(std::move(cells));
+        }
+        table(std::move(header), std::move(rows));
+    }
+};
+
+void addCharts(Doc &doc, const std::vector<ReportChart> &charts, const std::string &prefix)
+{
+    for (const auto &c : charts)
+        if (c.id.rfind(prefix, 0) == 0)
+            doc.chart(c);
+}
+
+Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
+{
+    Doc doc;
+    doc.heading(1, "KV Workbench report: " + d.experiment.filename().string());
+    doc.para(
+        fmt::format("Experiment file {} ({} bytes, schema {}), {} prompts ({} tokens for model A, {} for "
+                    "model B), {} converter(s), {} sweep(s), {} replay ledger(s). Configuration hash "
+                    "(sha256 of every setting below): {}.",
+                    d.experiment.string(), d.fileBytes, d.schema, d.prompts, d.tokensA, d.tokensB,
+                    d.converters.size(), d.sweeps.size(), d.ledgers.size(), d.configSha256));
+
+    doc.heading(2, "Environment");
+    doc.para("Left: what wrote the experiment file (its provenance). Right: what wrote this report.");
+    const auto &p = d.provenance;
+    const auto &e = d.environment;
+    doc.table({"", "experiment file", "this report"}, {{"kvwb version", p.appVersion, e.appVersion},
+                                                       {"git commit", p.gitCommit, e.gitCommit},
+                                                       {"Qt", p.qtVersion, e.qtVersion},
+                                                       {"LibTorch", p.torchVersion, "-"},
+                                                       {"HDF5", p.hdf5Version, "-"},
+                                                       {"device / CPU", p.device, e.cpuModel},
+                                                       {"threads", "-", std::to_string(e.threads)},
+                                                       {"OS", "-", e.os},
+                                                       {"created (UTC)", p.createdUtc, e.createdUtc},
+                                                       {"run id", p.runId, "-"},
+                                                       {"capture config sha256", p.configSha256, "-"}});
+
+    doc.heading(2, "Models");
+    const auto row = [&](const std::string &label, auto get) {
+        return std::vector<std::string>{label, get(d.modelA), get(d.modelB)};
+    };
+    const auto cfgInt = [](auto member) {
+        return [member](const core::ModelInfo &m) { return std::to_string(m.config.*member); };
+    };
+    doc.table({"", "model A (source)", "model B (target)"},
+              {row("architecture", [](const core::ModelInfo &m) { return m.config.architecture; }),
+               row("model type", [](const core::ModelInfo &m) { return m.config.modelType; }),
+               row("layers", cfgInt(&core::ModelConfig::numLayers)),
+               row("heads", cfgInt(&core::ModelConfig::numHeads)),
+               row("kv heads", cfgInt(&core::ModelConfig::numKvHeads)),
+               row("head dim", cfgInt(&core::ModelConfig::headDim)),
+               row("hidden size", cfgInt(&core::ModelConfig::hiddenSize)),
+               row("vocab size", cfgInt(&core::ModelConfig::vocabSize)),
+               row("RoPE",
+                   [](const core::ModelInfo &m) {
+                       return fmt::format("theta {}, {}, scaling {} x{}", m.config.ropeTheta,
+                                          m.config.ropeLayout == core::RopeLayout::Interleaved
+                                              ? "interleaved"
+                                              : "rotate_half",
+                                          m.config.ropeScaling.type, m.config.ropeScaling.factor);
+                   }),
+               row("captured layers", [](const core::ModelInfo &m) { return joinInts(m.capturedLayers); }),
+               row("weights sha256", [](const core::ModelInfo &m) { return m.weightsSha256; }),
+               row("tokenizer sha256", [](const core::ModelInfo &m) { return m.tokenizerSha256; }),
+               row("source", [](const core::ModelInfo &m) { return m.sourcePath; })});
+    doc.table({"storage", "value"}, {{"KV dtype", core::kvStorageName(d.storage.storage)},
+                                     {"deflate level", std::to_string(d.storage.compress)},
+                                     {"chunk rows", std::to_string(d.storage.chunkTokens)},
+                                     {"stored keys", core::keyFormName(d.storage.keyForm)},
+                                     {"prompts", std::to_string(d.prompts)},
+                                     {"tokens A / B", fmt::format("{} / {}", d.tokensA, d.tokensB)}});
+
+    for (const auto &r : d.converters) {
+        doc.heading(2, "Converter " + r.name);
+        doc.table({"setting", "value"},
+                  {{"key form", core::keyFormName(r.keyForm)},
+                   {"source-layer selection", fmt::format("{} (k = {})", r.selection, r.k)},
+                   {"lambda", r.lambdaMode},
+                   {"per-head maps asked for", r.perHead ? "yes" : "no"},
+                   {"train / valid / test prompts", fmt::format("{} / {} / {}", r.trainPrompts.size(),
+                                                                r.validPrompts.size(), r.testPrompts.size())},
+                   {"train tokens", std::to_string(r.trainTokens)},
+                   {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)},
+                   {"settings", r.settingsJson.empty() ? "-" : r.settingsJson}});
+        addCharts(doc, charts, "converter_" + safeName(r.name) + "_");
+        doc.heading(3, "Per-layer metrics (held-out prompts)");
+        doc.metricTable(r.layerMetrics);
+        if (!r.headMetrics.rows.empty()) {
+            doc.heading(3, "Per-head metrics");
+            doc.metricTable(r.headMetrics);
+        }
+        if (r.ckaKeys.rows > 0) {
+            doc.heading(3, "Linear CKA of keys (rows: B layers, columns: A layers)");
+            doc.matrixTable(r.ckaKeys);
+        }
+        if (r.ckaValues.rows > 0) {
+            doc.heading(3, "Linear CKA of values (rows: B layers, columns: A layers)");
+            doc.matrixTable(r.ckaValues);
+        }
+    }
+    for (const auto &s : d.sweeps) {
+        doc.heading(2, "Sweep " + s.name);
+        if (!s.settingsJson.empty())
+            doc.para("Settings: " + s.settingsJson);
+        addCharts(doc, charts, "sweep_" + safeName(s.name) + "_");
+        doc.metricTable(s.table);
+    }
+    for (const auto &l : d.ledgers) {
+        const auto &s = l.summary;
+        doc.heading(2, "Replay ledger " + l.name);
+        if (!l.settingsJson.empty())
+            doc.para("Settings: " + l.settingsJson);
+        doc.table(
+            {"measure", "value"},
+            {{"requests", std::to_string(s.requests)},
+             {"hits (any tier)", fmt::format("{} ({})", s.hits, percent(s.hitRate))},
+             {"false hits", fmt::format("{} ({} of response hits)", s.falseHits, percent(s.falseHitRate))},
+             {"tokens reused / computed", fmt::format("{} / {} (token hit rate {})", s.tokensReused,
+                                                      s.tokensComputed, percent(s.tokenHitRate))},
+             {"TTFT p50 / p95 / p99 (ms)",
+              fmt::format("{} / {} / {}", shown(s.ttftMsP50), shown(s.ttftMsP95), shown(s.ttftMsP99))},
+             {"total p50 / p95 / p99 (ms)",
+              fmt::format("{} / {} / {}", shown(s.totalMsP50), shown(s.totalMsP95), shown(s.totalMsP99))},
+             {"cost (USD), with / without cache",
+              fmt::format("{:.6f} / {:.6f}", s.costUsd, s.costUsdNoCache)}});
+        std::vector<std::vector<std::string>> tierRows;
+        for (const auto &[kind, a] : s.tiers)
+            tierRows.push_back({tierLabel(kind), std::to_string(a.requests), std::to_string(a.hits),
+                                a.requests ? percent(double(a.hits) / double(a.requests)) : "-",
+                                std::to_string(a.falseHits), std::to_string(a.tokensReused),
+                                std::to_string(a.tokensComputed), shown(a.ttftMsP50), shown(a.ttftMsP95),
+                                shown(a.ttftMsP99)});
+        doc.heading(3, "Per tier");
+        doc.table({"tier", "requests", "hits", "hit rate", "false hits", "tokens reused", "tokens computed",
+                   "TTFT p50 ms", "p95", "p99"},
+                  std::move(tierRows));
+        addCharts(doc, charts, "ledger_" + safeName(l.name) + "_");
+        doc.para(fmt::format("All {} ledger rows are in csv/ledger_{}.csv and report.json.", l.rows.size(),
+                             safeName(l.name)));
+    }
+    if (!d.comparisons.empty()) {
+        doc.heading(2, "Comparison samples");
+        doc.para("Each prompt answered three ways: by model A, by model B from its own prefill (B scratch) "
+                 "and by model B from A's converted cache (B transfer). The first token where scratch and "
+                 "transfer differ is marked (bold and underlined in HTML and PDF, between \u00ab and "
+                 "\u00bb in Markdown). In HTML and PDF each transfer token is shaded by its KL to scratch: "
+                 "white at 0 nats, red at 2 nats or more. Every field is in csv/comparisons.csv and "
+                 "report.json.");
+        for (const auto &c : d.comparisons) {
+            doc.heading(3, fmt::format("Comparison list {} ({} sample(s))", c.name, c.samples.size()));
+            for (size_t i = 0; i < c.samples.size(); ++i) {
+                doc.heading(4, fmt::format("Sample {}", i));
+                doc.comparison(c.samples[i]);
+            }
+        }
+    }
+    doc.heading(2, "Configuration");
+    doc.para("sha256 " + d.configSha256 + " of this canonical JSON (sorted keys):");
+    doc.code(d.configJson);
+    if (!d.warnings.empty()) {
+        doc.heading(2, "Warnings");
+        for (const auto &w : d.warnings)
+            doc.para(w);
+    }
+    return doc;
+}
+
+std::string mdCell(const std::string &s)
+{
+    std::string out;
+    for (char c : s) {
+        if (c == '|')
+            out += "\\|";
+        else if (c == '\n')
+            out += ' ';
+        else
+            out += c;
+    }
+    return out;
+}
+
+std::string markdownOf(const Doc &doc)
+{
+    std::string md;
+    for (const auto &b : doc.blocks) {
+        switch (b.kind) {
+        case Block::Heading:
+            md += std::string(size_t(b.level), '#') + " " + b.text + "\n\n";
+            break;
+        case Block::Para:
+            md += b.text + "\n\n";
+            break;
+        case Block::Code:
+            md += "```json\n" + b.text + "\n```\n\n";
+            break;
+        case Block::Comparison:
+            md += comparisonMarkdown(*b.sample);
+            break;
+        case Block::Chart:
+            md +=
+                "![" + b.chart->title + "](charts/" + b.chart->id + ".png)\n\n*" + b.chart->caption + "*\n\n";
+            break;
+        case Block::Table: {
+            md += "|";
+            for (const auto &h : b.header)
+                md += " " + mdCell(h) + " |";
+            md += "\n|";
+            for (size_t i = 0; i < b.header.size(); ++i)
+                md += "---|";
+            md += "\n";
+            for (const auto &r : b.rows) {
+                md += "|";
+                for (const auto &c : r)
+                    md += " " + mdCell(c) + " |";
+                md += "\n";
+            }
+            md += "\n";
+            break;
+        }
+        }
+    }
+    return md;
+}
+
+// imageSrc maps a chart to its src attribute: a data URI for HTML, a resource URL for PDF.
+std::string htmlOf(const Doc &doc, const std::string &title, bool withCss, const ChartSource &imageSrc,
+                   int imageWidth)
+{
+    std::string h =
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + htmlEscape(title) + "</title>\n";
+    if (withCss)
+        h += "<style>\n"
+             "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:2em auto;max-width:1000px;"
+             "color:#222;line-height:1.4}\n"
+             "h1{border-bottom:2px solid #3b528b}h2{margin-top:2em;border-bottom:1px solid #ccc}\n"
+             "table{border-collapse:collapse;margin:0.8em 0;font-size:0.85em}\n"
+             "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+             "th{background:#eef}tr:nth-child(even) td{background:#fafafa}\n"
+             "td{font-variant-numeric:tabular-nums;word-break:break-all}\n"
+             "figure{margin:1em 0}figcaption{color:#555;font-size:0.9em}img{max-width:100%}\n"
+             "pre{background:#f4f4f4;padding:0.8em;white-space:pre-wrap;word-break:break-all;font-size:0.8em}"
+             "\n"
+             "</style>\n";
+    h += "</head><body>\n";
+    for (const auto &b : doc.blocks) {
+        switch (b.kind) {
+        case Block::Heading:
+            h += fmt::format("<h{0}>{1}</h{0}>\n", b.level, htmlEscape(b.text));
+            break;
+        case Block::Para:
+            h += "<p>" + htmlEscape(b.text) + "</p>\n";
+            break;
+        case Block::Code:
+            h += "<pre>" + htmlEscape(b.text) + "</pre>\n";
+            break;
+        case Block::Comparison:
+            h += comparisonHtml(*b.sample);
+            break;
+        case Block::Chart:
+            h += fmt::format(
+                "<figure><img src=\"{}\" alt=\"{}\" width=\"{}\"><figcaption>{}</figcaption></figure>\n",
+                imageSrc(*b.chart), htmlEscape(b.chart->title), imageWidth, htmlEscape(b.chart->caption));
+            break;
+        case Block::Table:
+            h += "<table border=\"1\" cellspacing=\"0\" cellpadding=\"3\"><tr>";
+            for (const auto &c : b.header)
+                h += "<th>" + htmlEscape(c) + "</th>";
+            h += "</tr>\n";
+            for (const auto &r : b.rows) {
+                h += "<tr>";
+                for (const auto &c : r)
+                    h += "<td>" + htmlEscape(c) + "</td>";
+                h += "</tr>\n";
+            }
+            h += "</table>\n";
+            break;
+        }
+    }
+    h += "</body></html>\n";
+    return h;
+}
+
+} // namespace
+
+std::string renderMarkdown(const ReportData &data, const std::vector<ReportChart> &charts)
+{
+    return markdownOf(buildDoc(data, charts));
+}
+
+std::string renderHtml(const ReportData &data, const std::vector<ReportChart> &charts,
+                       const std::string &title, bool withCss, const ChartSource &imageSrc, int imageWidth)
+{
+    return htmlOf(buildDoc(data, charts), title, withCss, imageSrc, imageWidth);
+}
+
+} // namespace kvwb::ui::report
