@@ -442,7 +442,8 @@ private Q_SLOTS:
         auto *replay = w.replayPanel();
         ui::ReplayRequest rr = replay->replayRequest();
         QCOMPARE(rr.workloadPath, workload);
-        rr.tiers = QStringList{"exact", "semantic", "prefix", "cross"};
+        rr.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix,
+                    core::TierKind::Cross};
         rr.limit = 60;
         rr.maxTokens = 4;
         rr.ledgerName = "gui-run";

@@ -11,6 +11,8 @@
 #include <QTest>
 #include <QWidget>
 
+#include <algorithm>
+
 namespace kvwb::testing {
 
 // Saves w under <test binary dir>/screenshots/<name>.png. Returns "" when the file was written and

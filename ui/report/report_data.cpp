@@ -117,7 +117,7 @@ json modelJson(const core::ModelInfo &m)
             {"hidden_size", c.hiddenSize},
             {"vocab_size", c.vocabSize},
             {"rope_theta", c.ropeTheta},
-            {"rope_layout", c.ropeLayout == core::RopeLayout::Interleaved ? "interleaved" : "rotate_half"},
+            {"rope_layout", core::ropeLayoutName(c.ropeLayout)},
             {"rope_scaling", c.ropeScaling.type},
             {"rope_scaling_factor", c.ropeScaling.factor},
             {"weights_sha256", m.weightsSha256},

@@ -135,9 +135,7 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
                row("RoPE",
                    [](const core::ModelInfo &m) {
                        return fmt::format("theta {}, {}, scaling {} x{}", m.config.ropeTheta,
-                                          m.config.ropeLayout == core::RopeLayout::Interleaved
-                                              ? "interleaved"
-                                              : "rotate_half",
+                                          core::ropeLayoutName(m.config.ropeLayout),
                                           m.config.ropeScaling.type, m.config.ropeScaling.factor);
                    }),
                row("captured layers", [](const core::ModelInfo &m) { return joinInts(m.capturedLayers); }),

@@ -125,7 +125,7 @@ private Q_SLOTS:
         QCOMPARE(t.releasedHandles(), std::vector<uint64_t>({1}));
         QCOMPARE(t.cachedTokens(), 12);
         PrefixTree tiny(limits(core::Eviction::Lru, 0, 10), 4, 8); // one block is 32 bytes
-        QCOMPARE(tiny.insert("t", "m", seq(1, 8), 9, 0), 0);
+        QCOMPARE(tiny.insert({"t", "m"}, seq(1, 8), 9, 0), 0);
         QCOMPARE(tiny.releasedHandles(), std::vector<uint64_t>({9}));
     }
 

@@ -273,7 +273,7 @@ private Q_SLOTS:
         r.converter = "all";
         r.prompt = "Line one\nline two";
         r.maxTokens = 77;
-        r.gateSignal = "kv_cos";
+        r.gateSignal = core::GateSignal::KvCos;
         r.gateThreshold = 0.85;
         r.gateTail = 6;
         r.save = false;
@@ -306,7 +306,7 @@ private Q_SLOTS:
 
         ui::ComparePanel fresh;
         QCOMPARE(fresh.request().maxTokens, 32);
-        QCOMPARE(fresh.request().gateSignal, QString("tail_kl"));
+        QCOMPARE(fresh.request().gateSignal, core::GateSignal::TailKl);
         QVERIFY(fresh.request().save);
     }
 
@@ -337,7 +337,7 @@ private Q_SLOTS:
         QCOMPARE(r.converter, QString("all"));
         QCOMPARE(r.experimentPath, QString("/tmp/exp.h5"));
         QCOMPARE(r.maxTokens, 48);
-        QCOMPARE(r.gateSignal, QString("nll"));
+        QCOMPARE(r.gateSignal, core::GateSignal::Nll);
         QCOMPARE(r.gateThreshold, 3.0);
         QCOMPARE(r.gateTail, 8);
         QVERIFY(r.save);
