@@ -1,7 +1,7 @@
 // Fitting linear maps from model A's KV cache to model B's, one target layer at a time, streaming
-// token rows from an experiment file (core/store/experiment_file.h) into ridge accumulators (gpu/align/ridge.h),
-// and scoring them: R^2, cosine and relative error per layer and per head, B's attention output
-// with converted K/V against its own, and a linear-CKA similarity matrix between the two models.
+// token rows from an experiment file (core/store/experiment_file.h) into ridge accumulators
+// (gpu/align/ridge.h), and scoring them: R^2, cosine and relative error per layer and per head, B's attention
+// output with converted K/V against its own, and a linear-CKA similarity matrix between the two models.
 //
 // A token row of model m at layer l is its K (or V) flattened over heads: [kvHeads * headDim]. The
 // features of a target layer are the rows of its source layers concatenated (full mode), or, in
@@ -15,8 +15,8 @@
 
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
-#include "gpu/model/model.h"
 #include "gpu/align/ridge.h"
+#include "gpu/model/model.h"
 
 #include <functional>
 #include <optional>
@@ -77,21 +77,12 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &file,
 std::vector<float> convertRows(const LayerMap &map, bool keys, const std::vector<const float *> &source,
                                int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB);
 
-// The k source layers whose single-layer fits explain the target layer best on `validation`
-// prompts (mean of key and value R^2), returned in layer order.
-std::vector<int> topKSourceLayers(const core::ExperimentReader &file, int targetLayer, int k,
-                                  const std::vector<int> &train, const std::vector<int> &validation,
-                                  double lambda);
-// A's captured layers ranked by that score, best first (topKSourceLayers takes a prefix).
+// A's captured layers ranked by how well a single-layer fit of each (lambda, at most maxTokens
+// calibration rows) explains the target layer on `validation` prompts (mean of key and value R^2),
+// best first; LayerSelection::TopK takes the first k.
 std::vector<int> rankSourceLayers(const core::ExperimentReader &file, int targetLayer,
                                   const std::vector<int> &train, const std::vector<int> &validation,
                                   double lambda, int64_t maxTokens = 0);
-
-// The lambda of `grid` with the best mean key/value R^2 on `validation` prompts (ties: the larger,
-// i.e. the more regularised, lambda).
-double chooseLambda(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
-                    const std::vector<int> &train, const std::vector<int> &validation,
-                    const std::vector<double> &grid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0});
 
 // B's attention output computed with B's own queries on the converted K/V against the same with
 // its own K/V, per layer (cosine of each token's [numHeads * headDim] output, averaged over
@@ -134,7 +125,9 @@ struct AlignOptions
     std::string name = "default"; // record name under /converters
     LayerSelection selection = LayerSelection::Proportional;
     int k = 1;
-    bool autoLambda = false; // choose per layer from lambdaGrid on the validation prompts
+    // choose per layer from lambdaGrid: the best mean key/value R^2 on the validation prompts
+    // (ties: the larger, more regularised lambda)
+    bool autoLambda = false;
     double lambda = 0.01;
     std::vector<double> lambdaGrid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0};
     bool perHead = false;       // head-matched maps when kv-head counts agree (else full, warned)

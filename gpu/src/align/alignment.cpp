@@ -209,16 +209,6 @@ KvFitMetrics finish(const ScoreSums &k, const ScoreSums &v)
     return m;
 }
 
-std::vector<int> capturedLayers(const core::ExperimentReader &f, char role)
-{
-    auto layers = f.model(role).capturedLayers;
-    if (layers.empty()) {
-        layers.resize(size_t(f.model(role).config.numLayers));
-        std::iota(layers.begin(), layers.end(), 0);
-    }
-    return layers;
-}
-
 KeyForm gpuKeyForm(core::KeyForm f)
 {
     return f == core::KeyForm::PreRope ? KeyForm::PreRope : KeyForm::PostRope;
@@ -246,7 +236,7 @@ double cosineSum(const torch::Tensor &a, const torch::Tensor &b)
 std::vector<int> selectSources(const core::ExperimentReader &f, LayerSelection selection, int k,
                                int targetLayer, const std::vector<int> &ranked)
 {
-    const auto capA = capturedLayers(f, 'a');
+    const std::vector<int> &capA = f.model('a').capturedLayers;
     const int layersB = f.model('b').config.numLayers;
     std::vector<int> out;
     switch (selection) {
@@ -446,7 +436,7 @@ std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLay
                                   double lambda, int64_t maxTokens)
 {
     std::vector<std::pair<double, int>> scored; // (score, layer)
-    for (int l : capturedLayers(f, 'a')) {
+    for (int l : f.model('a').capturedLayers) {
         const auto m = evaluateLayer(
             f, fitLayer(f, targetLayer, {l}, train, lambda, nullptr, false, maxTokens), validation);
         scored.push_back({0.5 * (m.r2Keys + m.r2Values), l});
@@ -457,18 +447,6 @@ std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLay
     for (const auto &s : scored)
         out.push_back(s.second);
     return out;
-}
-
-std::vector<int> topKSourceLayers(const core::ExperimentReader &f, int targetLayer, int k,
-                                  const std::vector<int> &train, const std::vector<int> &validation,
-                                  double lambda)
-{
-    if (k <= 0)
-        throw Error(ErrorCode::InvalidArgument, fmt::format("top-k selection needs k > 0, got {}", k));
-    auto ranked = rankSourceLayers(f, targetLayer, train, validation, lambda);
-    ranked.resize(std::min(ranked.size(), size_t(k)));
-    std::sort(ranked.begin(), ranked.end());
-    return ranked;
 }
 
 namespace {
@@ -486,14 +464,6 @@ size_t bestLambda(const std::vector<LayerMetrics> &metrics, const std::vector<do
     return best;
 }
 } // namespace
-
-double chooseLambda(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
-                    const std::vector<int> &train, const std::vector<int> &validation,
-                    const std::vector<double> &grid)
-{
-    const auto maps = fitLayerGrid(f, targetLayer, sourceLayers, train, grid);
-    return grid[bestLambda(evaluateLayers(f, maps, validation), grid)];
-}
 
 AttentionMetrics attentionCosine(const core::ExperimentReader &f, const std::vector<LayerMap> &layers,
                                  const Model &target, const std::vector<int> &prompts, int maxPrompts)
@@ -577,7 +547,7 @@ std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &f,
                                                 const std::vector<int> &prompts, int64_t maxTokens)
 {
     const int la = f.model('a').config.numLayers, lb = f.model('b').config.numLayers;
-    const auto capA = capturedLayers(f, 'a'), capB = capturedLayers(f, 'b');
+    const std::vector<int> &capA = f.model('a').capturedLayers, &capB = f.model('b').capturedLayers;
     std::pair<core::Matrix, core::Matrix> out;
     for (core::Matrix *m : {&out.first, &out.second}) {
         m->rows = lb;
@@ -696,7 +666,7 @@ void requireSplit(const core::ExperimentReader &f, const PromptSplit &s, bool ne
 
 void checkCapturedB(const core::ExperimentReader &f)
 {
-    const auto capB = capturedLayers(f, 'b');
+    const std::vector<int> &capB = f.model('b').capturedLayers;
     if (int(capB.size()) != f.model('b').config.numLayers)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("{}: converters need every layer of model B, but the file captured {} of {}; "
@@ -735,7 +705,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     rec.name = o.name;
     rec.keyForm = f.storage().keyForm;
     rec.selection = layerSelectionName(o.selection);
-    const int capturedA = int(capturedLayers(f, 'a').size());
+    const int capturedA = int(f.model('a').capturedLayers.size());
     const int k = std::min(o.k, capturedA); // the k actually used
     rec.k = o.selection == LayerSelection::All ? capturedA : k;
     rec.lambdaMode = o.autoLambda ? "auto" : "fixed";
@@ -839,7 +809,7 @@ SweepResult sweepAlignment(const core::ExperimentReader &f, const SweepOptions &
     requireSplit(f, split, o.selection == LayerSelection::TopK);
     const int lb = f.model('b').config.numLayers;
     const std::vector<int> ks =
-        o.selection == LayerSelection::All ? std::vector<int>{int(capturedLayers(f, 'a').size())} : o.ks;
+        o.selection == LayerSelection::All ? std::vector<int>{int(f.model('a').capturedLayers.size())} : o.ks;
     core::MetricTable &table = result.table;
     table.columns = {"k",     "lambda", "train_tokens", "r2_k",  "r2_v",
                      "cos_k", "cos_v",  "rel_k",        "rel_v", "attn_cos"};
