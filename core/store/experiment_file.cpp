@@ -1,6 +1,10 @@
+// The experiment file's reader and writer: creating the skeleton, appending prompts under the
+// commit protocol, recovering after a crash, reading rows back. What a file must look like when it
+// is opened is checked in experiment_validation.cpp.
 #include "core/store/experiment_file.h"
 
 #include "core/model/dtype.h"
+#include "core/store/experiment_validation.h"
 #include "core/store/hdf5_handle.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
@@ -43,6 +47,18 @@ std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept
 
 namespace {
 
+using detail::checkModel;
+using detail::checkPromptShapes;
+using detail::checkSameModel;
+using detail::FileState;
+using detail::joinLayers;
+using detail::layerPath;
+using detail::loadState;
+using detail::ModelDatasets;
+using detail::RaggedBytes;
+using detail::resolvedLayers;
+using detail::roleIndex;
+using detail::roleName;
 using h5::check;
 using h5::checkReadable;
 using h5::createGroup;
@@ -51,12 +67,7 @@ using h5::fileAccess;
 using h5::keepAttributesCompact;
 using h5::openDataset;
 using h5::openForReading;
-using h5::openGroup;
-using h5::readDoubleAttr;
-using h5::readIntArrayAttr;
-using h5::readIntAttr;
 using h5::readRows;
-using h5::readStringAttr;
 using h5::Site;
 using h5::writeAttr;
 using h5::WriterLock;
@@ -68,52 +79,11 @@ constexpr hsize_t kOffsetsChunk = 1024; // 8 KiB
 constexpr hsize_t kIdsChunk = 4096;     // 16 KiB
 constexpr hsize_t kBytesChunk = 16384;  // 16 KiB
 
-int roleIndex(char role)
-{
-    if (role == 'a')
-        return 0;
-    if (role == 'b')
-        return 1;
-    throw Error(ErrorCode::InvalidArgument, std::string("model role must be 'a' or 'b', not '") + role + "'");
-}
-
-char roleName(int index)
-{
-    return index == 0 ? 'a' : 'b';
-}
-
-std::string layerPath(int model, int layer, const char *what)
-{
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d/%s", roleName(model), layer, what);
-    return buf;
-}
-
 std::string layerGroupPath(int model, int layer)
 {
     char buf[64];
     std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d", roleName(model), layer);
     return buf;
-}
-
-// "0, 5" for messages.
-std::string joinLayers(const std::vector<int> &layers)
-{
-    std::string out;
-    for (int l : layers)
-        out += (out.empty() ? "" : ", ") + std::to_string(l);
-    return out;
-}
-
-// The explicit layer list of a model: capturedLayers, or every layer when that is empty.
-std::vector<int> resolvedLayers(const ModelInfo &m)
-{
-    if (!m.capturedLayers.empty())
-        return m.capturedLayers;
-    std::vector<int> all(size_t(std::max(m.config.numLayers, 0)));
-    for (size_t i = 0; i < all.size(); ++i)
-        all[i] = int(i);
-    return all;
 }
 
 std::string randomHex(int bytes)
@@ -213,49 +183,6 @@ void writeRows(hid_t ds, const std::string &fileName, const std::string &path, h
 
 // ---- the whole file ----
 
-struct ModelDatasets
-{
-    h5::Dataset ids;                 // [tokens] int32
-    h5::Dataset offsets;             // [prompts + 1] int64
-    std::vector<h5::Dataset> keys;   // [captured layers] of [tokens, kvHeads, headDim]
-    std::vector<h5::Dataset> values; // [captured layers] of [tokens, kvHeads, headDim]
-    std::vector<int64_t> committed;  // offsets of committed prompts, [prompts + 1]
-};
-
-struct RaggedBytes
-{
-    h5::Dataset bytes;              // [bytes] uint8
-    h5::Dataset offsets;            // [prompts + 1] int64
-    std::vector<int64_t> committed; // [prompts + 1]
-    std::string bytesPath;
-    std::string offsetsPath;
-};
-
-struct FileState
-{
-    fs::path path;
-    std::string name; // path.string(), for messages
-    h5::File file;
-    std::string schema;
-    Provenance provenance;
-    std::array<ModelInfo, 2> models;
-    ExperimentOptions options;
-    std::array<ModelDatasets, 2> kv;
-    RaggedBytes text;
-    RaggedBytes label;
-    int promptCount = 0;
-
-    int64_t total(int model) const { return kv[size_t(model)].committed.back(); }
-};
-
-// parseKvStorage, or Error(Format) naming the attribute at fault.
-KvStorage storageAttr(const std::string &s, const std::string &where)
-{
-    if (const auto kind = parseKvStorage(s))
-        return *kind;
-    throw Error(ErrorCode::Format, where + " is '" + s + "', expected f32, f16 or bf16");
-}
-
 void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorage storage)
 {
     const ModelConfig &c = m.config;
@@ -278,238 +205,6 @@ void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorag
     // Always explicit, so a reader never has to know that "empty" once meant "all".
     const std::vector<int> layers = resolvedLayers(m);
     writeAttr(group, site, "captured_layers", std::vector<int64_t>(layers.begin(), layers.end()));
-}
-
-ModelInfo readModelAttrs(hid_t group, const Site &site, char role)
-{
-    ModelInfo m;
-    m.role = role;
-    ModelConfig &c = m.config;
-    c.architecture = readStringAttr(group, site, "architecture");
-    c.modelType = readStringAttr(group, site, "model_type");
-    const auto positive = [&](const char *name) {
-        const int64_t v = readIntAttr(group, site, name);
-        if (v <= 0 || v > (int64_t(1) << 30))
-            throw Error(ErrorCode::Format, site.attr(name) + " is " + std::to_string(v));
-        return int(v);
-    };
-    c.numLayers = positive("num_layers");
-    c.numHeads = positive("num_heads");
-    c.numKvHeads = positive("num_kv_heads");
-    c.headDim = positive("head_dim");
-    c.hiddenSize = positive("hidden_size");
-    c.vocabSize = positive("vocab_size");
-    c.ropeTheta = readDoubleAttr(group, site, "rope_theta");
-    const std::string layout = readStringAttr(group, site, "rope_layout");
-    if (const auto l = parseRopeLayout(layout))
-        c.ropeLayout = *l;
-    else
-        throw Error(ErrorCode::Format, site.attr("rope_layout") + " is '" + layout + "'");
-    c.ropeScaling.type = readStringAttr(group, site, "rope_scaling");
-    c.ropeScaling.factor = readDoubleAttr(group, site, "rope_scaling_factor");
-    m.weightsSha256 = readStringAttr(group, site, "weights_sha256");
-    m.tokenizerSha256 = readStringAttr(group, site, "tokenizer_sha256");
-    m.sourcePath = readStringAttr(group, site, "source_path");
-    // Files written before captured_layers existed store every layer.
-    if (H5Aexists(group, "captured_layers") > 0) {
-        const std::vector<int64_t> layers = readIntArrayAttr(group, site, "captured_layers");
-        if (layers.empty())
-            throw Error(ErrorCode::Format, site.attr("captured_layers") + " is empty");
-        for (size_t i = 0; i < layers.size(); ++i) {
-            if (layers[i] < 0 || layers[i] >= c.numLayers || (i > 0 && layers[i] <= layers[i - 1]))
-                throw Error(ErrorCode::Format, site.attr("captured_layers") + " entry " + std::to_string(i) +
-                                                   " (" + std::to_string(layers[i]) +
-                                                   ") is not a sorted, unique layer below num_layers " +
-                                                   std::to_string(c.numLayers));
-            m.capturedLayers.push_back(int(layers[i]));
-        }
-    } else {
-        m.capturedLayers = resolvedLayers(m);
-    }
-    return m;
-}
-
-// Reads an offsets dataset, checks it is int64 [n], non-decreasing from 0.
-std::vector<int64_t> readOffsets(hid_t ds, const std::string &fileName, const std::string &path)
-{
-    const std::vector<hsize_t> dims = datasetDims(ds, fileName, path);
-    h5::Datatype type(H5Dget_type(ds));
-    if (dims.size() != 1 || dims[0] < 1 || H5Tget_class(type.get()) != H5T_INTEGER)
-        throw Error(ErrorCode::Format,
-                    fileName + ": dataset " + path + " must be a non-empty 1-D integer array");
-    std::vector<int64_t> v(dims[0]);
-    readRows(ds, fileName, path, H5T_NATIVE_INT64, 0, dims[0], v.data());
-    if (v[0] != 0)
-        throw Error(ErrorCode::Format, fileName + ": dataset " + path + " does not start at 0");
-    for (size_t i = 1; i < v.size(); ++i)
-        if (v[i] < v[i - 1])
-            throw Error(ErrorCode::Format,
-                        fileName + ": dataset " + path + " decreases at index " + std::to_string(i));
-    return v;
-}
-
-// Opens and validates everything; the prompt count is the number of prompts whose every offsets
-// dataset has been extended (see the commit protocol in docs/experiment-format.md).
-void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
-{
-    const hid_t f = s.file.get();
-    const std::string &n = s.name;
-    const Site root(n, "/");
-    s.schema = h5::checkSchema(f, n);
-    Provenance &p = s.provenance;
-    p.appVersion = readStringAttr(f, root, "app_version");
-    p.gitCommit = readStringAttr(f, root, "git_commit");
-    p.qtVersion = readStringAttr(f, root, "qt_version");
-    p.torchVersion = readStringAttr(f, root, "torch_version");
-    p.hdf5Version = readStringAttr(f, root, "hdf5_version");
-    p.device = readStringAttr(f, root, "device");
-    p.createdUtc = readStringAttr(f, root, "created_utc");
-    p.runId = readStringAttr(f, root, "run_id");
-    p.configSha256 = readStringAttr(f, root, "config_sha256");
-
-    for (int m = 0; m < 2; ++m) {
-        const std::string gpath = std::string("/models/") + roleName(m);
-        h5::Group g = openGroup(f, n, gpath);
-        s.models[size_t(m)] = readModelAttrs(g.get(), Site(n, gpath), roleName(m));
-    }
-    // Storage options live on the KV datasets; model a's first captured layer's keys define them
-    // for the file.
-    {
-        const std::string kpath = layerPath(0, s.models[0].capturedLayers.front(), "keys");
-        h5::Dataset k = openDataset(f, n, kpath);
-        const Site site(n, kpath);
-        s.options.storage = storageAttr(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
-        const std::string form = readStringAttr(k.get(), site, "key_form");
-        if (form == "pre_rope")
-            s.options.keyForm = KeyForm::PreRope;
-        else if (form == "post_rope")
-            s.options.keyForm = KeyForm::PostRope;
-        else
-            throw Error(ErrorCode::Format, site.attr("key_form") + " is '" + form + "'");
-        h5::PropList dcpl(H5Dget_create_plist(k.get()));
-        hsize_t chunk[3] = {0, 0, 0};
-        if (H5Pget_chunk(dcpl.get(), 3, chunk) == 3)
-            s.options.chunkTokens = int(chunk[0]);
-        s.options.compress = 0;
-        const int nfilters = H5Pget_nfilters(dcpl.get());
-        for (int i = 0; i < nfilters; ++i) {
-            unsigned flags = 0, cd[4] = {0, 0, 0, 0};
-            size_t ncd = 4;
-            if (H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &ncd, cd, 0, nullptr, nullptr) ==
-                    H5Z_FILTER_DEFLATE &&
-                ncd >= 1)
-                s.options.compress = int(cd[0]);
-        }
-    }
-
-    // Offsets: committed prompt count = the shortest offsets dataset; a writer killed between
-    // extending them leaves others at most one prompt longer.
-    const auto openRagged = [&](RaggedBytes &r, const char *bytesName, const char *offsetsName) {
-        r.bytesPath = std::string("/prompts/") + bytesName;
-        r.offsetsPath = std::string("/prompts/") + offsetsName;
-        r.bytes = openDataset(f, n, r.bytesPath);
-        r.offsets = openDataset(f, n, r.offsetsPath);
-        r.committed = readOffsets(r.offsets.get(), n, r.offsetsPath);
-    };
-    openRagged(s.text, "text", "text_offsets");
-    openRagged(s.label, "label", "label_offsets");
-    for (int m = 0; m < 2; ++m) {
-        ModelDatasets &d = s.kv[size_t(m)];
-        const std::string base = std::string("/prompts/") + roleName(m);
-        d.ids = openDataset(f, n, base + "/ids");
-        d.offsets = openDataset(f, n, base + "/offsets");
-        d.committed = readOffsets(d.offsets.get(), n, base + "/offsets");
-    }
-    size_t shortest = std::min({s.text.committed.size(), s.label.committed.size(), s.kv[0].committed.size(),
-                                s.kv[1].committed.size()});
-    const auto trimOffsets = [&](std::vector<int64_t> &v, const std::string &path) {
-        if (v.size() > shortest + 1)
-            throw Error(ErrorCode::Format, n + ": dataset " + path + " has " + std::to_string(v.size()) +
-                                               " entries, other offsets datasets " +
-                                               std::to_string(shortest));
-        v.resize(shortest);
-    };
-    trimOffsets(s.text.committed, s.text.offsetsPath);
-    trimOffsets(s.label.committed, s.label.offsetsPath);
-    trimOffsets(s.kv[0].committed, "/prompts/a/offsets");
-    trimOffsets(s.kv[1].committed, "/prompts/b/offsets");
-    s.promptCount = int(shortest - 1);
-
-    const auto checkLength = [&](hid_t ds, const std::string &path, int64_t needed,
-                                 const std::string &offsetsPath) {
-        const std::vector<hsize_t> dims = datasetDims(ds, n, path);
-        if (dims.size() != 1)
-            throw Error(ErrorCode::Format, n + ": dataset " + path + " must be 1-D");
-        if (int64_t(dims[0]) < needed)
-            throw Error(ErrorCode::Format, n + ": dataset " + offsetsPath + " reaches " +
-                                               std::to_string(needed) + " but " + path + " has only " +
-                                               std::to_string(dims[0]) + " entries");
-    };
-    checkLength(s.text.bytes.get(), s.text.bytesPath, s.text.committed.back(), s.text.offsetsPath);
-    checkLength(s.label.bytes.get(), s.label.bytesPath, s.label.committed.back(), s.label.offsetsPath);
-
-    for (int m = 0; m < 2; ++m) {
-        ModelDatasets &d = s.kv[size_t(m)];
-        const ModelConfig &c = s.models[size_t(m)].config;
-        const std::string base = std::string("/prompts/") + roleName(m);
-        checkLength(d.ids.get(), base + "/ids", d.committed.back(), base + "/offsets");
-        for (int layer : s.models[size_t(m)].capturedLayers) {
-            for (const char *what : {"keys", "values"}) {
-                const std::string path = layerPath(m, layer, what);
-                h5::Dataset ds = openDataset(f, n, path, kvCacheBytesPerDataset);
-                const std::vector<hsize_t> dims = datasetDims(ds.get(), n, path);
-                if (dims.size() != 3 || dims[1] != hsize_t(c.numKvHeads) || dims[2] != hsize_t(c.headDim))
-                    throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, " +
-                                                       std::to_string(c.numKvHeads) + ", " +
-                                                       std::to_string(c.headDim) + "] as /models/" +
-                                                       roleName(m) + " num_kv_heads/head_dim say");
-                if (int64_t(dims[0]) < d.committed.back())
-                    throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches token " +
-                                                       std::to_string(d.committed.back()) + " but " + path +
-                                                       " has only " + std::to_string(dims[0]) + " rows");
-                const Site site(n, path);
-                const KvStorage st =
-                    storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
-                h5::Datatype type(H5Dget_type(ds.get()));
-                const H5T_class_t cls = H5Tget_class(type.get());
-                const size_t size = H5Tget_size(type.get());
-                const bool typeOk = (st == KvStorage::F32 && cls == H5T_FLOAT && size == 4) ||
-                                    (st == KvStorage::F16 && cls == H5T_FLOAT && size == 2) ||
-                                    (st == KvStorage::BF16 && cls == H5T_INTEGER && size == 2);
-                if (!typeOk || st != s.options.storage)
-                    throw Error(ErrorCode::Format, n + ": dataset " + path +
-                                                       " element type does not match its dtype "
-                                                       "attribute '" +
-                                                       kvStorageName(st) +
-                                                       "' (file: " + kvStorageName(s.options.storage) + ")");
-                (std::strcmp(what, "keys") == 0 ? d.keys : d.values).push_back(std::move(ds));
-            }
-        }
-    }
-}
-
-void checkModel(const ModelInfo &m, char expectedRole)
-{
-    if (m.role != expectedRole)
-        throw Error(ErrorCode::InvalidArgument,
-                    std::string("model info for role '") + expectedRole + "' has role '" + m.role + "'");
-    const ModelConfig &c = m.config;
-    if (c.numLayers <= 0 || c.numKvHeads <= 0 || c.headDim <= 0)
-        throw Error(ErrorCode::InvalidArgument,
-                    std::string("model ") + expectedRole +
-                        ": num_layers, num_kv_heads and head_dim must be positive");
-    const std::vector<int> &layers = m.capturedLayers;
-    for (size_t i = 0; i < layers.size(); ++i) {
-        if (layers[i] < 0 || layers[i] >= c.numLayers)
-            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
-                                                        ": captured layer " + std::to_string(layers[i]) +
-                                                        " is outside 0.." + std::to_string(c.numLayers - 1));
-        if (i > 0 && layers[i] <= layers[i - 1])
-            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
-                                                        ": captured layer " + std::to_string(layers[i]) +
-                                                        " is not above the one before it (the list must be "
-                                                        "sorted and unique)");
-    }
 }
 
 hsize_t kvCacheBytes(const ExperimentOptions &o, const ModelConfig &c)
@@ -738,33 +433,8 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
         check(H5Fincrement_filesize(s.file.get(), 1 << 20), ErrorCode::Io,
               name + ": cannot recover the end of allocated space");
         loadState(s, 0);
-        for (int m = 0; m < 2; ++m) {
-            const ModelInfo &want = m == 0 ? a : b;
-            const ModelInfo &have = s.models[size_t(m)];
-            if (want.weightsSha256 != have.weightsSha256)
-                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " weights fingerprint " +
-                                                   want.weightsSha256 + " differs from the file's " +
-                                                   have.weightsSha256 + "; append needs the same models");
-            // the same weights with another tokenizer would put two tokenizations in one file
-            if (!want.tokenizerSha256.empty() && !have.tokenizerSha256.empty() &&
-                want.tokenizerSha256 != have.tokenizerSha256)
-                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " tokenizer fingerprint " +
-                                                   want.tokenizerSha256 + " differs from the file's " +
-                                                   have.tokenizerSha256 +
-                                                   "; append needs the same tokenizers");
-            const ModelConfig &wc = want.config, &hc = have.config;
-            if (wc.numLayers != hc.numLayers || wc.numKvHeads != hc.numKvHeads || wc.headDim != hc.headDim)
-                throw Error(ErrorCode::Config, name + ": model " + roleName(m) +
-                                                   " geometry (layers, kv heads, "
-                                                   "head dim) differs from the file's /models/" +
-                                                   roleName(m));
-            const std::vector<int> wantLayers = resolvedLayers(want);
-            if (wantLayers != have.capturedLayers)
-                throw Error(ErrorCode::Config, name + ": model " + roleName(m) + " captured layers (" +
-                                                   joinLayers(wantLayers) + ") differ from the file's (" +
-                                                   joinLayers(have.capturedLayers) +
-                                                   "); append needs the same layers");
-        }
+        for (int m = 0; m < 2; ++m)
+            checkSameModel(name, m, m == 0 ? a : b, s.models[size_t(m)]);
         const auto trim = [&](hid_t ds, const std::string &path, int64_t rows) {
             std::vector<hsize_t> dims = datasetDims(ds, name, path);
             if (dims[0] != hsize_t(rows)) {
@@ -826,27 +496,7 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
         throw Error(ErrorCode::Io, s.name + ": an earlier write failed; reopen the file to append");
     const int index = s.promptCount;
 
-    // Validate everything before the first write.
-    for (int m = 0; m < 2; ++m) {
-        const PromptKv &p = m == 0 ? prompt.a : prompt.b;
-        const ModelConfig &c = s.models[size_t(m)].config;
-        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
-        const size_t expected = p.ids.size() * size_t(c.numKvHeads) * size_t(c.headDim);
-        if (p.keys.size() != layers.size() || p.values.size() != layers.size())
-            throw Error(ErrorCode::Shape,
-                        s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) + " has " +
-                            std::to_string(p.keys.size()) + " key and " + std::to_string(p.values.size()) +
-                            " value layers, expected one per captured layer (" + joinLayers(layers) + ")");
-        for (size_t i = 0; i < layers.size(); ++i)
-            if (p.keys[i].size() != expected || p.values[i].size() != expected)
-                throw Error(ErrorCode::Shape,
-                            s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) +
-                                " layer " + std::to_string(layers[i]) + " keys/values have " +
-                                std::to_string(p.keys[i].size()) + "/" + std::to_string(p.values[i].size()) +
-                                " floats, expected [" + std::to_string(p.ids.size()) + ", " +
-                                std::to_string(c.numKvHeads) + ", " + std::to_string(c.headDim) +
-                                "] = " + std::to_string(expected));
-    }
+    checkPromptShapes(s, prompt);
 
     try {
         // Phase 1: every row of the prompt (invisible until phase 2 extends the offsets).

@@ -78,21 +78,12 @@ std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
                                const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
                                int headDimA, int kvHeadsB, int headDimB);
 
-// The k source layers whose single-layer fits explain the target layer best on `validation`
-// prompts (mean of key and value R^2), returned in layer order.
-std::vector<int> topKSourceLayers(const core::ExperimentReader &file, int targetLayer, int k,
-                                  const std::vector<int> &train, const std::vector<int> &validation,
-                                  double lambda);
-// A's captured layers ranked by that score, best first (topKSourceLayers takes a prefix).
+// A's captured layers ranked by how well a single-layer fit of each (lambda, at most maxTokens
+// calibration rows) explains the target layer on `validation` prompts (mean of key and value R^2),
+// best first; LayerSelection::TopK takes the first k.
 std::vector<int> rankSourceLayers(const core::ExperimentReader &file, int targetLayer,
                                   const std::vector<int> &train, const std::vector<int> &validation,
                                   double lambda, int64_t maxTokens = 0);
-
-// The lambda of `grid` with the best mean key/value R^2 on `validation` prompts (ties: the larger,
-// i.e. the more regularised, lambda).
-double chooseLambda(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
-                    const std::vector<int> &train, const std::vector<int> &validation,
-                    const std::vector<double> &grid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0});
 
 // B's attention output computed with B's own queries on the converted K/V against the same with
 // its own K/V, per layer (cosine of each token's [numHeads * headDim] output, averaged over
@@ -136,7 +127,9 @@ struct AlignOptions
     std::string name = "default"; // record name under /converters
     LayerSelection selection = LayerSelection::Proportional;
     int k = 1;
-    bool autoLambda = false; // choose per layer from lambdaGrid on the validation prompts
+    // choose per layer from lambdaGrid: the best mean key/value R^2 on the validation prompts
+    // (ties: the larger, more regularised lambda)
+    bool autoLambda = false;
     double lambda = 0.01;
     std::vector<double> lambdaGrid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0};
     bool perHead = false;       // head-matched maps when kv-head counts agree (else full, warned)

@@ -209,18 +209,40 @@ private Q_SLOTS:
         QVERIFY(gpu::evaluateLayer(file, wrong, heldOut).r2Keys < 0.2);
     }
 
+    // What alignExperiment's top-k selection and automatic lambda rest on: the layer B was built
+    // from ranks first, every captured A layer is ranked, and on exact data the least regularised
+    // lambda of the grid wins; the whole fit then picks both for every layer.
     void topKAndLambda()
     {
         QTemporaryDir tmp;
         const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
         const std::vector<int> train = {0, 1, 2, 4}, valid = {5, 6, 7};
-        for (int l = 0; l < 3; ++l) // the layer B was built from ranks first
-            QCOMPARE(gpu::topKSourceLayers(file, l, 1, train, valid, 1e-6),
-                     gpu::proportionalSourceLayers(l, 3, 2));
-        QCOMPARE(gpu::topKSourceLayers(file, 1, 5, train, valid, 1e-6), std::vector<int>({0, 1}));
-        // exact data: the least regularisation explains it best
-        QCOMPARE(gpu::chooseLambda(file, 2, {1}, train, valid), 1e-4);
-        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::chooseLambda(file, 2, {1}, train, valid, {}));
+        for (int l = 0; l < 3; ++l) { // the layer B was built from ranks first
+            const auto ranked = gpu::rankSourceLayers(file, l, train, valid, 1e-6);
+            QCOMPARE(ranked.size(), size_t(2));
+            QCOMPARE(std::vector<int>{ranked.front()}, gpu::proportionalSourceLayers(l, 3, 2));
+            QCOMPARE(std::vector<int>{ranked.back()}, std::vector<int>{1 - ranked.front()});
+        }
+        gpu::AlignOptions o;
+        o.selection = gpu::LayerSelection::TopK;
+        o.k = 5; // more than A's 2 layers: both, in layer order
+        o.autoLambda = true;
+        o.validFraction = o.testFraction = 0.25;
+        const auto all = gpu::alignExperiment(file, o, nullptr);
+        for (const auto &map : all.record.layers)
+            QCOMPARE(map.sourceLayers, std::vector<int>({0, 1}));
+        o.k = 1;
+        const auto r = gpu::alignExperiment(file, o, nullptr);
+        QCOMPARE(r.record.layers.size(), size_t(3));
+        for (int l = 0; l < 3; ++l) {
+            const auto &map = r.record.layers[size_t(l)];
+            QCOMPARE(map.sourceLayers, gpu::proportionalSourceLayers(l, 3, 2));
+            // exact data: the least regularisation of the default grid explains it best
+            QCOMPARE(map.keys[0].lambda, 1e-4);
+            QCOMPARE(map.values[0].lambda, 1e-4);
+        }
+        o.lambdaGrid = {};
+        QVERIFY_THROWS_EXCEPTION(core::Error, gpu::alignExperiment(file, o, nullptr));
     }
 
     void headMatchedRecoversEachHeadsTransform()

@@ -1,5 +1,6 @@
 // Transfer: with identity maps from a model to itself, B generating from the converted cache equals
-// B from scratch token for token (the converted prefix is not recomputed); maps that do not fit the
+// B from scratch token for token (the converted prefix is not recomputed); scoring's host conversion
+// and transfer's device conversion agree on random multi-source maps; maps that do not fit the
 // geometry are refused naming the layer.
 #include "core/model/random_model.h"
 #include "core/util/error.h"
@@ -10,6 +11,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 
 using namespace kvwb;
@@ -176,6 +180,155 @@ private Q_SLOTS:
         QVERIFY(!klGate.passed && klGate.value == klGate.tailKl);
         // the source cache is untouched by the gate
         QCOMPARE(cacheA.tokens(), 23);
+    }
+
+    // Scoring (gpu::convertRows on the host, what alignment metrics use) and transfer
+    // (Converter, on B's device: the CPU here) are two implementations of one conversion: on random
+    // multi-source maps with biases, full cross-head and per-head, they must give the same B rows from the
+    // same A cache. A = demo-a (4 layers, 2 kv heads of 32), B = demo-b (6 layers, 2 kv heads of 64), so
+    // rows, heads and layers all change shape on the way.
+    void scoringAndTransferConvertAlike_data()
+    {
+        QTest::addColumn<bool>("perHead");
+        QTest::addColumn<bool>("postRope");
+        QTest::newRow("full cross-head, pre-rope keys") << false << false;
+        QTest::newRow("per head, pre-rope keys") << true << false;
+        QTest::newRow("full cross-head, post-rope keys") << false << true;
+        QTest::newRow("per head, post-rope keys") << true << true;
+    }
+    void scoringAndTransferConvertAlike()
+    {
+        QFETCH(bool, perHead);
+        QFETCH(bool, postRope);
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "a", core::randomModelPreset("demo-a"));
+        core::writeRandomHfModel(dir / "b", core::randomModelPreset("demo-b"));
+        auto a = gpu::Model::load(dir / "a", {});
+        auto b = gpu::Model::load(dir / "b", {});
+        const auto &ca = a->config(), &cb = b->config();
+        QCOMPARE(ca.numKvHeads, cb.numKvHeads); // per-head maps need it
+        QVERIFY(ca.headDim != cb.headDim && ca.numLayers != cb.numLayers);
+        const int kvA = ca.numKvHeads, hdA = ca.headDim, kvB = cb.numKvHeads, hdB = cb.headDim;
+        std::mt19937_64 rng(11);
+        std::normal_distribution<float> N(0.0f, 1.0f);
+        auto randomMap = [&](int in, int out) {
+            core::LinearMap m;
+            m.inputDim = in;
+            m.outputDim = out;
+            m.weight.resize(size_t(in) * size_t(out));
+            for (float &w : m.weight)
+                w = N(rng) / std::sqrt(float(in)); // outputs of the inputs' scale
+            m.bias.resize(size_t(out));
+            for (float &x : m.bias)
+                x = 0.5f * N(rng);
+            return m;
+        };
+        core::ConverterRecord set;
+        set.keyForm = postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
+        for (int l = 0; l < cb.numLayers; ++l) {
+            core::LayerConverter m;
+            m.targetLayer = l;
+            m.sourceLayers = gpu::proportionalSourceLayers(l, cb.numLayers, ca.numLayers, 2);
+            m.headMatched = perHead;
+            const int k = int(m.sourceLayers.size());
+            QCOMPARE(k, 2);
+            for (int h = 0; h < (perHead ? kvB : 1); ++h) {
+                m.keys.push_back(perHead ? randomMap(k * hdA, hdB) : randomMap(k * kvA * hdA, kvB * hdB));
+                m.values.push_back(perHead ? randomMap(k * hdA, hdB) : randomMap(k * kvA * hdA, kvB * hdB));
+            }
+            set.layers.push_back(std::move(m));
+        }
+        // Per-head maps are the block-diagonal case of a full map: head h of every source layer
+        // feeds B's head h only. The same maps written as full ones, for a third path.
+        auto blockDiagonal = [&](const std::vector<core::LinearMap> &heads, int k) {
+            core::LinearMap f;
+            f.inputDim = k * kvA * hdA;
+            f.outputDim = kvB * hdB;
+            f.weight.assign(size_t(f.inputDim) * size_t(f.outputDim), 0.0f);
+            f.bias.resize(size_t(f.outputDim));
+            for (int h = 0; h < kvB; ++h) {
+                const auto &m = heads[size_t(h)];
+                for (int blk = 0; blk < k; ++blk)
+                    for (int i = 0; i < hdA; ++i)
+                        for (int j = 0; j < hdB; ++j)
+                            f.weight[size_t((blk * kvA + h) * hdA + i) * size_t(f.outputDim) +
+                                     size_t(h * hdB + j)] =
+                                m.weight[size_t(blk * hdA + i) * size_t(hdB) + size_t(j)];
+                std::copy(m.bias.begin(), m.bias.end(), f.bias.begin() + h * hdB);
+            }
+            return f;
+        };
+
+        std::vector<int> ids;
+        for (int i = 0; i < 33; ++i)
+            ids.push_back((i * 37 + 11) % ca.vocabSize);
+        auto cacheA = a->newCache();
+        a->forward(ids, cacheA);
+        const int64_t n = int64_t(ids.size());
+        const gpu::KeyForm form = postRope ? gpu::KeyForm::PostRope : gpu::KeyForm::PreRope;
+        // A's rows as the experiment file holds them: token-major [n, kvA, hdA], keys in `form`
+        std::vector<gpu::TokenMajorKv> rowsA;
+        for (int l = 0; l < ca.numLayers; ++l)
+            rowsA.push_back(cacheA.layerTokenMajor(l, form));
+        // scoring's conversion of B layer l: token-major [n, kvB * hdB]
+        auto scoring = [&](const core::LayerConverter &m, bool keys) {
+            std::vector<const float *> src;
+            for (int s : m.sourceLayers)
+                src.push_back((keys ? rowsA[size_t(s)].keys : rowsA[size_t(s)].values).data());
+            return gpu::convertRows(m, keys, src, n, kvA, hdA, kvB, hdB);
+        };
+        // the largest |scoring - transfer| over every layer and kind, relative to the largest |scoring|
+        auto relativeDifference = [&](const std::vector<gpu::HeadMajorKv> &transfer) {
+            double maxDiff = 0, scale = 0;
+            for (int l = 0; l < cb.numLayers; ++l)
+                for (bool keys : {true, false}) {
+                    const auto want = scoring(set.layers[size_t(l)], keys); // [n, kvB, hdB]
+                    const auto &got =
+                        keys ? transfer[size_t(l)].keys : transfer[size_t(l)].values; // [kvB, n, hdB]
+                    if (got.size() != want.size())
+                        return std::numeric_limits<double>::infinity();
+                    for (int64_t t = 0; t < n; ++t)
+                        for (int h = 0; h < kvB; ++h)
+                            for (int j = 0; j < hdB; ++j) {
+                                const double w = want[size_t((t * kvB + h) * hdB + j)],
+                                             g = got[size_t((h * n + t) * hdB + j)];
+                                maxDiff = std::max(maxDiff, std::abs(w - g));
+                                scale = std::max(scale, std::abs(w));
+                            }
+                }
+            return scale > 0 ? maxDiff / scale : std::numeric_limits<double>::infinity();
+        };
+        // Converter's host output gives keys in the set's form: B's RoPE undone again for pre-RoPE
+        const double diff = relativeDifference(gpu::Converter::create(set, *a, *b).convertToHost(cacheA));
+        QVERIFY2(diff < 1e-4, qPrintable(QString::number(diff)));
+
+        // the check can fail: the same maps reading their source layers in the other order differ
+        core::ConverterRecord swapped = set;
+        for (auto &m : swapped.layers)
+            std::reverse(m.sourceLayers.begin(), m.sourceLayers.end());
+        const double off = relativeDifference(gpu::Converter::create(swapped, *a, *b).convertToHost(cacheA));
+        qInfo("max |scoring - transfer| / max |scoring|: %.3g; with the source layers swapped: %.3g", diff,
+              off);
+        QVERIFY2(off > 1e-2, qPrintable(QString::number(off)));
+
+        if (perHead) // the per-head maps written as block-diagonal full maps convert alike on the host
+            for (const auto &m : set.layers) {
+                core::LayerConverter full = m;
+                full.headMatched = false;
+                full.keys = {blockDiagonal(m.keys, int(m.sourceLayers.size()))};
+                full.values = {blockDiagonal(m.values, int(m.sourceLayers.size()))};
+                for (bool keys : {true, false}) {
+                    const auto x = scoring(m, keys), y = scoring(full, keys);
+                    QCOMPARE(y.size(), x.size());
+                    double d = 0, s = 0;
+                    for (size_t i = 0; i < x.size(); ++i) {
+                        d = std::max(d, double(std::abs(x[i] - y[i])));
+                        s = std::max(s, double(std::abs(x[i])));
+                    }
+                    QVERIFY2(d < 1e-5 * s, qPrintable(QString::number(d / s)));
+                }
+            }
     }
 
     void geometryMismatchIsRefused()

@@ -1,0 +1,175 @@
+// Token rows and geometry from the experiment file, and the choice of source layers.
+#include "gpu/src/align/alignment_p.h"
+
+#include "core/util/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvwb::gpu {
+
+using core::Error;
+using core::ErrorCode;
+
+namespace detail {
+
+Geometry geometry(const core::ExperimentReader &f)
+{
+    const auto &a = f.model('a').config, &b = f.model('b').config;
+    return {a.numKvHeads, a.headDim, b.numKvHeads, b.headDim};
+}
+
+std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector<int> &layers, int prompt,
+                              bool keys, int64_t tokens)
+{
+    const int w = geometry(f).widthA();
+    const size_t width = size_t(w) * layers.size();
+    std::vector<float> x(size_t(tokens) * width);
+    for (size_t li = 0; li < layers.size(); ++li) {
+        const auto part = keys ? f.keys('a', layers[li], prompt) : f.values('a', layers[li], prompt);
+        for (int64_t t = 0; t < tokens; ++t)
+            std::copy_n(part.data() + size_t(t) * size_t(w), size_t(w),
+                        x.data() + size_t(t) * width + li * size_t(w));
+    }
+    return x;
+}
+
+std::vector<float> headColumns(const float *x, int64_t tokens, int blocks, int heads, int hd, int h)
+{
+    const size_t inWidth = size_t(blocks) * size_t(heads) * size_t(hd),
+                 outWidth = size_t(blocks) * size_t(hd);
+    std::vector<float> out(size_t(tokens) * outWidth);
+    for (int64_t t = 0; t < tokens; ++t)
+        for (int b = 0; b < blocks; ++b)
+            std::copy_n(x + size_t(t) * inWidth + size_t(b) * size_t(heads) * size_t(hd) +
+                            size_t(h) * size_t(hd),
+                        size_t(hd), out.data() + size_t(t) * outWidth + size_t(b) * size_t(hd));
+    return out;
+}
+
+bool aligned(const core::ExperimentReader &f, int prompt, std::vector<std::string> *warnings)
+{
+    const auto info = f.prompt(prompt);
+    if (info.a.ids == info.b.ids && !info.a.ids.empty())
+        return true;
+    if (warnings && warnings->size() < 20)
+        warnings->push_back(
+            fmt::format("{}: prompt {} skipped: models A and B tokenised it differently ({} vs {} tokens)",
+                        f.path().filename().string(), prompt, info.a.ids.size(), info.b.ids.size()));
+    return false;
+}
+
+void checkHeadMatched(const core::ExperimentReader &f, bool headMatched)
+{
+    const Geometry g = geometry(f);
+    if (headMatched && g.kvA != g.kvB)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: head-matched maps need equal kv-head counts; A has {}, B has {}",
+                                f.path().string(), g.kvA, g.kvB));
+}
+
+void checkTarget(const core::ExperimentReader &f, const Model &target)
+{
+    const std::string have = target.checkpoint().fingerprint(), want = f.model('b').weightsSha256;
+    if (have != want)
+        throw Error(
+            ErrorCode::Config,
+            fmt::format("{}: model B of the file has weights fingerprint {}, the loaded model {} has {}",
+                        f.path().string(), want, target.checkpoint().path().string(), have));
+}
+
+std::vector<int> selectSources(const core::ExperimentReader &f, LayerSelection selection, int k,
+                               int targetLayer, const std::vector<int> &ranked)
+{
+    const std::vector<int> &capA = f.model('a').capturedLayers;
+    const int layersB = f.model('b').config.numLayers;
+    std::vector<int> out;
+    switch (selection) {
+    case LayerSelection::Proportional: {
+        // the layers at the same relative depth of A's real depth, then the nearest captured ones
+        const int la = f.model('a').config.numLayers;
+        // (as proportionalSourceLayers when every layer was captured: ties go to the lower layer)
+        const long centre =
+            std::lround(layersB > 1 ? double(targetLayer) * double(la - 1) / double(layersB - 1) : 0.0);
+        std::vector<int> byDistance = capA;
+        std::stable_sort(byDistance.begin(), byDistance.end(),
+                         [&](int x, int y) { return std::labs(x - centre) < std::labs(y - centre); });
+        out.assign(byDistance.begin(), byDistance.begin() + std::min<size_t>(size_t(k), byDistance.size()));
+        std::sort(out.begin(), out.end());
+        break;
+    }
+    case LayerSelection::TopK:
+        out.assign(ranked.begin(), ranked.begin() + std::min<size_t>(size_t(k), ranked.size()));
+        std::sort(out.begin(), out.end());
+        break;
+    case LayerSelection::All:
+        out = capA;
+        break;
+    }
+    return out;
+}
+
+} // namespace detail
+
+std::vector<int> proportionalSourceLayers(int targetLayer, int targetLayers, int sourceLayers, int k)
+{
+    if (targetLayers <= 0 || sourceLayers <= 0 || targetLayer < 0 || targetLayer >= targetLayers || k <= 0)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("bad layer selection: target {} of {}, {} source layers, k {}", targetLayer,
+                                targetLayers, sourceLayers, k));
+    // same relative depth: target 0 -> source 0, last -> last
+    const double depth = targetLayers > 1 ? double(targetLayer) / double(targetLayers - 1) : 0.0;
+    const int centre = int(std::lround(depth * double(sourceLayers - 1)));
+    std::vector<int> out = {centre};
+    for (int d = 1; int(out.size()) < std::min(k, sourceLayers); ++d) {
+        if (centre - d >= 0)
+            out.push_back(centre - d);
+        if (int(out.size()) < k && centre + d < sourceLayers)
+            out.push_back(centre + d);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLayer,
+                                  const std::vector<int> &train, const std::vector<int> &validation,
+                                  double lambda, int64_t maxTokens)
+{
+    std::vector<std::pair<double, int>> scored; // (score, layer)
+    for (int l : f.model('a').capturedLayers) {
+        const auto m = evaluateLayer(
+            f, fitLayer(f, targetLayer, {l}, train, lambda, nullptr, false, maxTokens), validation);
+        scored.push_back({0.5 * (m.r2Keys + m.r2Values), l});
+    }
+    std::stable_sort(scored.begin(), scored.end(),
+                     [](const auto &a, const auto &b) { return a.first > b.first; });
+    std::vector<int> out;
+    for (const auto &s : scored)
+        out.push_back(s.second);
+    return out;
+}
+
+const char *layerSelectionName(LayerSelection s) noexcept
+{
+    switch (s) {
+    case LayerSelection::Proportional:
+        return "proportional";
+    case LayerSelection::TopK:
+        return "topk";
+    case LayerSelection::All:
+        return "all";
+    }
+    return "?";
+}
+
+std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept
+{
+    for (LayerSelection s : {LayerSelection::Proportional, LayerSelection::TopK, LayerSelection::All})
+        if (name == layerSelectionName(s))
+            return s;
+    return std::nullopt;
+}
+
+} // namespace kvwb::gpu

@@ -1,0 +1,61 @@
+// Private to gpu/src/align/: what the units behind gpu/align/alignment.h share. They are split by
+// seam: alignment_data.cpp reads token rows and geometry from the experiment file and picks source
+// layers, alignment_fit.cpp accumulates and solves the ridge maps (and chooses lambda),
+// alignment_scores.cpp converts rows and scores them (R^2, cosine, attention output, CKA), and
+// alignment_pipeline.cpp runs the whole fit and the sweeps on a prompt split.
+//
+// Torch-free: the torch code stays inside the .cpp files. Same thread contract as the public header
+// (the calling thread, the engine thread, owns the file and the model).
+#pragma once
+
+#include "gpu/align/alignment.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace kvwb::gpu::detail {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// The KV geometry of the file's two models: kv heads and head dim of A and B.
+struct Geometry
+{
+    int kvA = 0, hdA = 0, kvB = 0, hdB = 0;
+    int widthA() const { return kvA * hdA; } // floats per token row of A
+    int widthB() const { return kvB * hdB; } // floats per token row of B
+};
+
+Geometry geometry(const core::ExperimentReader &f);
+
+// Features [tokens, layers.size() * widthA] for one prompt: A's rows of each source layer side by
+// side (keys or values), the first `tokens` rows of the prompt.
+std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector<int> &layers, int prompt,
+                              bool keys, int64_t tokens);
+
+// Head h's columns of token-major rows x [tokens, blocks * heads * hd] -> [tokens, blocks * hd]:
+// head h of every concatenated block (source layer) side by side.
+std::vector<float> headColumns(const float *x, int64_t tokens, int blocks, int heads, int hd, int h);
+
+// True when A and B tokenised the prompt identically (row t of A corresponds to row t of B);
+// otherwise false, with a warning naming the prompt (the first 20 only) when warnings is given.
+bool aligned(const core::ExperimentReader &f, int prompt, std::vector<std::string> *warnings);
+
+// Error(InvalidArgument) naming the file when headMatched and the kv-head counts differ.
+void checkHeadMatched(const core::ExperimentReader &f, bool headMatched);
+
+// Error(Config) naming both fingerprints when target is not the file's model B.
+void checkTarget(const core::ExperimentReader &f, const Model &target);
+
+// The source layers of targetLayer for a selection: Proportional (the k captured A layers nearest
+// the same relative depth), TopK (the first k of `ranked`, see rankSourceLayers) or All (every
+// captured A layer); sorted.
+std::vector<int> selectSources(const core::ExperimentReader &f, LayerSelection selection, int k,
+                               int targetLayer, const std::vector<int> &ranked);
+
+// The index of the lambda of grid whose maps (metrics[i] scores the maps fitted with grid[i]) have
+// the best mean key/value R^2; ties within 1e-12 go to the larger, more regularised lambda.
+size_t bestLambda(const std::vector<LayerMetrics> &metrics, const std::vector<double> &grid);
+
+} // namespace kvwb::gpu::detail

@@ -1,0 +1,261 @@
+// The pipeline: the prompt split, the whole fit of every B layer (alignExperiment) and the sweeps.
+#include "gpu/src/align/alignment_p.h"
+
+#include "core/util/error.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace kvwb::gpu {
+
+using core::Error;
+using core::ErrorCode;
+using detail::bestLambda;
+using detail::checkTarget;
+using detail::Geometry;
+using detail::geometry;
+using detail::kNaN;
+using detail::selectSources;
+
+PromptSplit splitPrompts(int count, double validFraction, double testFraction, uint64_t seed)
+{
+    if (validFraction < 0 || testFraction < 0 || validFraction + testFraction >= 1)
+        throw Error(
+            ErrorCode::InvalidArgument,
+            fmt::format("validation ({}) and test ({}) fractions must be >= 0 and leave training prompts",
+                        validFraction, testFraction));
+    std::vector<int> order(size_t(std::max(count, 0)));
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937_64 rng(seed);
+    for (size_t i = order.size(); i > 1; --i) // Fisher-Yates with our own draw: same split everywhere
+        std::swap(order[i - 1], order[size_t(rng() % i)]);
+    auto size = [&](double fraction) {
+        return fraction > 0 ? std::max<size_t>(1, size_t(std::lround(fraction * count))) : size_t(0);
+    };
+    PromptSplit s;
+    const size_t nTest = std::min(size(testFraction), order.size());
+    const size_t nValid = std::min(size(validFraction), order.size() - nTest);
+    s.test.assign(order.begin(), order.begin() + long(nTest));
+    s.valid.assign(order.begin() + long(nTest), order.begin() + long(nTest + nValid));
+    s.train.assign(order.begin() + long(nTest + nValid), order.end());
+    std::sort(s.test.begin(), s.test.end());
+    std::sort(s.valid.begin(), s.valid.end());
+    return s;
+}
+
+namespace {
+
+void requireSplit(const core::ExperimentReader &f, const PromptSplit &s, bool needValid)
+{
+    if (s.train.empty() || s.test.empty() || (needValid && s.valid.empty()))
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: {} prompts are too few to split into training ({}), validation ({}) and "
+                                "test ({}) prompts",
+                                f.path().string(), f.promptCount(), s.train.size(), s.valid.size(),
+                                s.test.size()));
+}
+
+void checkCapturedB(const core::ExperimentReader &f)
+{
+    const std::vector<int> &capB = f.model('b').capturedLayers;
+    if (int(capB.size()) != f.model('b').config.numLayers)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: converters need every layer of model B, but the file captured {} of {}; "
+                                "capture again without --layers-b",
+                                f.path().string(), capB.size(), f.model('b').config.numLayers));
+}
+
+std::vector<double> row(std::initializer_list<double> v)
+{
+    return std::vector<double>(v);
+}
+
+} // namespace
+
+AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions &o, const Model *target)
+{
+    AlignResult r;
+    auto &rec = r.record;
+    checkCapturedB(f);
+    if (target)
+        checkTarget(f, *target);
+    if (o.k <= 0)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("k must be positive, got {}", o.k));
+    const Geometry g = geometry(f);
+    const bool headMatched = o.perHead && g.kvA == g.kvB;
+    if (o.perHead && !headMatched)
+        r.warnings.push_back(fmt::format("per-head maps need equal kv-head counts (A {}, B {}): fitted full "
+                                         "cross-head maps instead",
+                                         g.kvA, g.kvB));
+    const PromptSplit split = splitPrompts(f.promptCount(), o.validFraction, o.testFraction, o.seed);
+    requireSplit(f, split, o.autoLambda || o.selection == LayerSelection::TopK);
+    const int lb = f.model('b').config.numLayers;
+    const std::vector<double> grid = o.autoLambda ? o.lambdaGrid : std::vector<double>{o.lambda};
+    auto report = [&](double fr, const std::string &stage) { return !o.progress || o.progress(fr, stage); };
+
+    rec.name = o.name;
+    rec.keyForm = f.storage().keyForm;
+    rec.selection = layerSelectionName(o.selection);
+    const int capturedA = int(f.model('a').capturedLayers.size());
+    const int k = std::min(o.k, capturedA); // the k actually used
+    rec.k = o.selection == LayerSelection::All ? capturedA : k;
+    rec.lambdaMode = o.autoLambda ? "auto" : "fixed";
+    rec.perHead = o.perHead;
+    rec.trainPrompts = split.train;
+    rec.validPrompts = split.valid;
+    rec.testPrompts = split.test;
+    rec.layerMetrics.columns = {"layer",     "sources", "first_source", "lambda", "train_rows",
+                                "test_rows", "r2_k",    "r2_v",         "cos_k",  "cos_v",
+                                "rel_k",     "rel_v",   "attn_cos"};
+    rec.headMetrics.columns = {"layer", "head",  "r2_k",  "r2_v",    "cos_k",
+                               "cos_v", "rel_k", "rel_v", "attn_cos"};
+    std::vector<LayerMetrics> metrics;
+    for (int l = 0; l < lb; ++l) {
+        if (!report(double(l) / (lb + 2), fmt::format("fitting layer {}/{}", l + 1, lb))) {
+            r.cancelled = true;
+            return r;
+        }
+        std::vector<int> ranked;
+        if (o.selection == LayerSelection::TopK)
+            ranked = rankSourceLayers(f, l, split.train, split.valid, o.autoLambda ? 0.01 : o.lambda,
+                                      o.maxTrainTokens);
+        const auto sources = selectSources(f, o.selection, k, l, ranked);
+        LayerFitStats stats;
+        auto maps = fitLayerGrid(f, l, sources, split.train, grid, &stats, headMatched, o.maxTrainTokens);
+        size_t chosen = 0;
+        if (grid.size() > 1)
+            chosen = bestLambda(evaluateLayers(f, maps, split.valid), grid);
+        if (l == 0) {
+            rec.trainTokens = stats.rows;
+            r.warnings.insert(r.warnings.end(), stats.warnings.begin(), stats.warnings.end());
+        }
+        rec.layers.push_back(std::move(maps[chosen]));
+        metrics.push_back(evaluateLayer(f, rec.layers.back(), split.test));
+    }
+    if (!report(double(lb) / (lb + 2), "attention-output cosine")) {
+        r.cancelled = true;
+        return r;
+    }
+    AttentionMetrics attn;
+    if (target)
+        attn = attentionCosine(f, rec.layers, *target, split.test, o.attentionPrompts);
+    else
+        r.warnings.push_back("model B not loaded: attention-output cosine not computed");
+    if (!report(double(lb + 1) / (lb + 2), "linear CKA")) {
+        r.cancelled = true;
+        return r;
+    }
+    std::tie(rec.ckaKeys, rec.ckaValues) = linearCka(f, split.test, o.ckaTokens);
+    for (int l = 0; l < lb; ++l) {
+        const auto &m = metrics[size_t(l)];
+        const auto &map = rec.layers[size_t(l)];
+        const double ac = target ? attn.layerCos[size_t(l)] : kNaN;
+        rec.layerMetrics.rows.push_back(
+            row({double(l), double(map.sourceLayers.size()), double(map.sourceLayers.front()),
+                 map.keys[0].lambda, double(rec.trainTokens), double(m.rows), m.r2Keys, m.r2Values, m.cosKeys,
+                 m.cosValues, m.relErrKeys, m.relErrValues, ac}));
+        for (int h = 0; h < g.kvB; ++h) {
+            const auto &hm = m.heads[size_t(h)];
+            rec.headMetrics.rows.push_back(
+                row({double(l), double(h), hm.r2Keys, hm.r2Values, hm.cosKeys, hm.cosValues, hm.relErrKeys,
+                     hm.relErrValues, target ? attn.headCos[size_t(l)][size_t(h)] : kNaN}));
+        }
+    }
+    nlohmann::json settings = {{"selection", rec.selection},
+                               {"k", rec.k},
+                               {"lambda", o.lambda},
+                               {"auto_lambda", o.autoLambda},
+                               {"lambda_grid", o.lambdaGrid},
+                               {"per_head", o.perHead},
+                               {"head_matched", headMatched},
+                               {"max_train_tokens", o.maxTrainTokens},
+                               {"valid_fraction", o.validFraction},
+                               {"test_fraction", o.testFraction},
+                               {"seed", o.seed},
+                               {"attention_prompts", target ? attn.prompts : 0},
+                               {"cka_tokens", o.ckaTokens},
+                               {"experiment_run_id", f.provenance().runId}};
+    rec.settingsJson = settings.dump();
+    report(1.0, "done");
+    return r;
+}
+
+SweepResult sweepAlignment(const core::ExperimentReader &f, const SweepOptions &o, const Model *target)
+{
+    SweepResult result;
+    auto *warnings = &result.warnings;
+    checkCapturedB(f);
+    if (target)
+        checkTarget(f, *target);
+    const Geometry g = geometry(f);
+    const bool headMatched = o.perHead && g.kvA == g.kvB;
+    if (o.perHead && !headMatched)
+        warnings->push_back("per-head maps need equal kv-head counts: swept full cross-head maps instead");
+    if (o.ks.empty() || o.lambdas.empty() || o.trainTokens.empty())
+        throw Error(ErrorCode::InvalidArgument, "a sweep needs at least one k, lambda and token count");
+    for (int k : o.ks)
+        if (k <= 0)
+            throw Error(ErrorCode::InvalidArgument, fmt::format("k must be positive, got {}", k));
+    const PromptSplit split = splitPrompts(f.promptCount(), o.validFraction, o.testFraction, o.seed);
+    requireSplit(f, split, o.selection == LayerSelection::TopK);
+    const int lb = f.model('b').config.numLayers;
+    const std::vector<int> ks =
+        o.selection == LayerSelection::All ? std::vector<int>{int(f.model('a').capturedLayers.size())} : o.ks;
+    core::MetricTable &table = result.table;
+    table.columns = {"k",     "lambda", "train_tokens", "r2_k",  "r2_v",
+                     "cos_k", "cos_v",  "rel_k",        "rel_v", "attn_cos"};
+    const size_t total = o.trainTokens.size() * ks.size();
+    size_t done = 0;
+    for (int64_t tokens : o.trainTokens) {
+        // rankings with this row's calibration tokens, shared by its ks
+        std::vector<std::vector<int>> ranked(static_cast<size_t>(lb));
+        if (o.selection == LayerSelection::TopK)
+            for (int l = 0; l < lb; ++l)
+                ranked[size_t(l)] = rankSourceLayers(f, l, split.train, split.valid, 0.01, tokens);
+        for (int k : ks) {
+            if (o.progress && !o.progress(double(done) / double(total),
+                                          fmt::format("k {}, {} calibration tokens", k, tokens))) {
+                result.cancelled = true;
+                return result;
+            }
+            ++done;
+            std::vector<std::vector<core::LayerConverter>> perLambda(o.lambdas.size());
+            std::vector<std::array<double, 6>> sums(o.lambdas.size(), std::array<double, 6>{});
+            int64_t used = 0;
+            for (int l = 0; l < lb; ++l) {
+                LayerFitStats stats;
+                const auto sources = selectSources(f, o.selection, k, l, ranked[size_t(l)]);
+                auto maps = fitLayerGrid(f, l, sources, split.train, o.lambdas, &stats, headMatched, tokens);
+                used = stats.rows;
+                const auto metrics = evaluateLayers(f, maps, split.test);
+                for (size_t i = 0; i < maps.size(); ++i) {
+                    const auto &m = metrics[i];
+                    const double v[6] = {m.r2Keys,    m.r2Values,   m.cosKeys,
+                                         m.cosValues, m.relErrKeys, m.relErrValues};
+                    for (int j = 0; j < 6; ++j)
+                        sums[i][size_t(j)] += v[j] / lb;
+                    perLambda[i].push_back(std::move(maps[i]));
+                }
+            }
+            for (size_t i = 0; i < o.lambdas.size(); ++i) {
+                double attn = kNaN;
+                if (target) {
+                    const auto a = attentionCosine(f, perLambda[i], *target, split.test, o.attentionPrompts);
+                    attn = std::accumulate(a.layerCos.begin(), a.layerCos.end(), 0.0) / lb;
+                }
+                const auto &s = sums[i];
+                table.rows.push_back(
+                    row({double(k), o.lambdas[i], double(used), s[0], s[1], s[2], s[3], s[4], s[5], attn}));
+            }
+        }
+    }
+    return result;
+}
+
+} // namespace kvwb::gpu

@@ -1,0 +1,353 @@
+// Scoring: A's rows converted by a fitted map (the CPU path; transfer's Converter does the same on
+// the device, tests/gpu/transfer/tst_transfer.cpp checks they agree) against B's own rows, B's
+// attention output with the converted K/V, and linear CKA between the two models' layers.
+#include "gpu/src/align/alignment_p.h"
+
+#include "core/util/error.h"
+#include "gpu/src/torch_error_p.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+
+namespace kvwb::gpu {
+
+using core::Error;
+using core::ErrorCode;
+using detail::aligned;
+using detail::checkTarget;
+using detail::Geometry;
+using detail::geometry;
+using detail::headColumns;
+using detail::kNaN;
+
+namespace {
+
+// Running sums for R^2, relative error and mean cosine over some columns of B's rows.
+struct ScoreSums
+{
+    double sse = 0, sumY2 = 0, cos = 0;
+    std::vector<double> colSum;
+    int64_t rows = 0;
+
+    void add(const float *pred, const float *y, int64_t tokens, int width, int stride, int offset)
+    {
+        if (colSum.empty())
+            colSum.assign(size_t(width), 0.0);
+        for (int64_t t = 0; t < tokens; ++t) {
+            double dot = 0, np = 0, ny = 0;
+            for (int j = 0; j < width; ++j) {
+                const size_t i = size_t(t) * size_t(stride) + size_t(offset) + size_t(j);
+                const double e = double(pred[i]) - y[i];
+                sse += e * e;
+                sumY2 += double(y[i]) * y[i];
+                colSum[size_t(j)] += y[i];
+                dot += double(pred[i]) * y[i];
+                np += double(pred[i]) * pred[i];
+                ny += double(y[i]) * y[i];
+            }
+            cos += np > 0 && ny > 0 ? dot / std::sqrt(np * ny) : 0.0;
+        }
+        rows += tokens;
+    }
+    double r2() const
+    {
+        double sst = sumY2;
+        for (double s : colSum)
+            sst -= s * s / double(std::max<int64_t>(rows, 1));
+        return sst > 0 ? 1.0 - sse / sst : 0.0;
+    }
+    double relErr() const { return sumY2 > 0 ? std::sqrt(sse / sumY2) : 0.0; }
+    double meanCos() const { return rows > 0 ? cos / double(rows) : 0.0; }
+};
+
+KvFitMetrics finish(const ScoreSums &k, const ScoreSums &v)
+{
+    KvFitMetrics m;
+    m.rows = k.rows;
+    m.r2Keys = k.r2();
+    m.r2Values = v.r2();
+    m.cosKeys = k.meanCos();
+    m.cosValues = v.meanCos();
+    m.relErrKeys = k.relErr();
+    m.relErrValues = v.relErr();
+    return m;
+}
+
+// Causal attention of q [nh, t, hd] over k, v [nkv, t, hd] (GQA: query head h uses kv head h / rep).
+torch::Tensor attend(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v)
+{
+    const int64_t nh = q.size(0), t = q.size(1), hd = q.size(2), rep = nh / k.size(0);
+    auto kk = k.repeat_interleave(rep, 0), vv = v.repeat_interleave(rep, 0);
+    auto scores = torch::matmul(q, kk.transpose(1, 2)) / std::sqrt(double(hd)); // [nh, t, t]
+    auto mask = torch::ones({t, t}, torch::kBool).triu(1);
+    scores = scores.masked_fill(mask, -INFINITY);
+    return torch::matmul(torch::softmax(scores, -1), vv); // [nh, t, hd]
+}
+
+// Sum over tokens of the cosine between a and b [t, width] row by row.
+double cosineSum(const torch::Tensor &a, const torch::Tensor &b)
+{
+    auto dot = (a * b).sum(1);
+    auto norm = a.norm(2, 1) * b.norm(2, 1);
+    return torch::where(norm > 0, dot / norm, torch::zeros_like(dot)).sum().item<double>();
+}
+
+} // namespace
+
+std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
+                               const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
+                               int headDimA, int kvHeadsB, int headDimB)
+{
+    for (const auto &lm : keys ? map.keys : map.values)
+        if (lm.outputDim != (map.headMatched ? headDimB : kvHeadsB * headDimB) ||
+            lm.weight.size() != size_t(lm.inputDim) * size_t(lm.outputDim) ||
+            lm.bias.size() != size_t(lm.outputDim))
+            throw Error(ErrorCode::Shape,
+                        fmt::format("layer {} {} map gives {} outputs; model B's layer takes {}",
+                                    map.targetLayer, keys ? "key" : "value", lm.outputDim,
+                                    map.headMatched ? headDimB : kvHeadsB * headDimB));
+    if (map.headMatched && int((keys ? map.keys : map.values).size()) != kvHeadsB)
+        throw Error(ErrorCode::Shape,
+                    fmt::format("layer {} has {} head-matched maps; model B has {} kv heads", map.targetLayer,
+                                (keys ? map.keys : map.values).size(), kvHeadsB));
+    const auto &maps = keys ? map.keys : map.values;
+    if (source.size() != map.sourceLayers.size() || maps.empty())
+        throw Error(ErrorCode::Shape, fmt::format("layer {} map reads {} source layers, got {}",
+                                                  map.targetLayer, map.sourceLayers.size(), source.size()));
+    const int blocks = int(source.size()), widthA = kvHeadsA * headDimA;
+    std::vector<float> x(size_t(tokens) * size_t(blocks) * size_t(widthA));
+    for (int b = 0; b < blocks; ++b)
+        for (int64_t t = 0; t < tokens; ++t)
+            std::copy_n(source[size_t(b)] + size_t(t) * size_t(widthA), size_t(widthA),
+                        x.data() + (size_t(t) * size_t(blocks) + size_t(b)) * size_t(widthA));
+    if (!map.headMatched) {
+        if (maps[0].inputDim != blocks * widthA)
+            throw Error(ErrorCode::Shape,
+                        fmt::format("layer {} map takes {} features; A's {} layer(s) give {}",
+                                    map.targetLayer, maps[0].inputDim, blocks, blocks * widthA));
+        return applyLinearMap(maps[0], x.data(), tokens);
+    }
+    const int heads = int(maps.size()), hdB = maps[0].outputDim, widthB = heads * hdB;
+    if (heads != kvHeadsA || maps[0].inputDim != blocks * headDimA)
+        throw Error(
+            ErrorCode::Shape,
+            fmt::format("layer {} head-matched map has {} heads of {} features; A gives {} heads of {}",
+                        map.targetLayer, heads, maps[0].inputDim, kvHeadsA, blocks * headDimA));
+    std::vector<float> y(size_t(tokens) * size_t(widthB));
+    for (int h = 0; h < heads; ++h) {
+        const auto xh = headColumns(x.data(), tokens, blocks, kvHeadsA, headDimA, h);
+        const auto yh = applyLinearMap(maps[size_t(h)], xh.data(), tokens);
+        for (int64_t t = 0; t < tokens; ++t)
+            std::copy_n(yh.data() + size_t(t) * size_t(hdB), size_t(hdB),
+                        y.data() + size_t(t) * size_t(widthB) + size_t(h) * size_t(hdB));
+    }
+    return y;
+}
+
+std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f,
+                                         const std::vector<core::LayerConverter> &maps,
+                                         const std::vector<int> &prompts)
+{
+    const Geometry g = geometry(f);
+    // [map] x {keys, values} x {whole row, head 0..kvB-1}
+    std::vector<std::array<std::vector<ScoreSums>, 2>> sums(maps.size());
+    for (auto &s : sums)
+        for (auto &kv : s)
+            kv.resize(size_t(g.kvB) + 1);
+    for (int p : prompts) {
+        if (!aligned(f, p, nullptr))
+            continue;
+        const int64_t tokens = int64_t(f.prompt(p).b.ids.size());
+        for (int kv = 0; kv < 2; ++kv) {
+            const bool keys = kv == 0;
+            std::map<int, std::vector<float>> rowsA; // A layer -> [tokens, widthA]
+            std::map<int, std::vector<float>> rowsB; // B layer -> [tokens, widthB]
+            for (size_t m = 0; m < maps.size(); ++m) {
+                const core::LayerConverter &map = maps[m];
+                std::vector<const float *> src;
+                for (int l : map.sourceLayers) {
+                    auto it = rowsA.find(l);
+                    if (it == rowsA.end())
+                        it = rowsA.emplace(l, keys ? f.keys('a', l, p) : f.values('a', l, p)).first;
+                    src.push_back(it->second.data());
+                }
+                auto yt = rowsB.find(map.targetLayer);
+                if (yt == rowsB.end())
+                    yt = rowsB
+                             .emplace(map.targetLayer, keys ? f.keys('b', map.targetLayer, p)
+                                                            : f.values('b', map.targetLayer, p))
+                             .first;
+                const auto pred = convertRows(map, keys, src, tokens, g.kvA, g.hdA, g.kvB, g.hdB);
+                const float *y = yt->second.data();
+                auto &s = sums[m][size_t(kv)];
+                s[0].add(pred.data(), y, tokens, g.widthB(), g.widthB(), 0);
+                for (int h = 0; h < g.kvB; ++h)
+                    s[size_t(h) + 1].add(pred.data(), y, tokens, g.hdB, g.widthB(), h * g.hdB);
+            }
+        }
+    }
+    std::vector<LayerMetrics> out;
+    for (auto &s : sums) {
+        if (s[0][0].rows == 0)
+            throw Error(ErrorCode::InvalidArgument, f.path().string() + ": no aligned prompts to evaluate");
+        LayerMetrics m;
+        static_cast<KvFitMetrics &>(m) = finish(s[0][0], s[1][0]);
+        for (int h = 0; h < g.kvB; ++h)
+            m.heads.push_back(finish(s[0][size_t(h) + 1], s[1][size_t(h) + 1]));
+        out.push_back(std::move(m));
+    }
+    return out;
+}
+
+LayerMetrics evaluateLayer(const core::ExperimentReader &f, const core::LayerConverter &map,
+                           const std::vector<int> &prompts)
+{
+    return std::move(evaluateLayers(f, {map}, prompts).front());
+}
+
+AttentionMetrics attentionCosine(const core::ExperimentReader &f,
+                                 const std::vector<core::LayerConverter> &layers, const Model &target,
+                                 const std::vector<int> &prompts, int maxPrompts)
+{
+    checkTarget(f, target);
+    const Geometry g = geometry(f);
+    const auto &cb = target.config();
+    if (int(layers.size()) != cb.numLayers)
+        throw Error(ErrorCode::Shape,
+                    fmt::format("{} layer maps for model B's {} layers", layers.size(), cb.numLayers));
+    const KeyForm form = f.storage().keyForm;
+    const int rep = cb.numHeads / cb.numKvHeads;
+    AttentionMetrics r;
+    r.layerCos.assign(size_t(cb.numLayers), 0.0);
+    r.headCos.assign(size_t(cb.numLayers), std::vector<double>(size_t(cb.numKvHeads), 0.0));
+    for (int p : prompts) {
+        if (r.prompts >= maxPrompts)
+            break;
+        if (!aligned(f, p, nullptr))
+            continue;
+        const auto info = f.prompt(p);
+        const std::vector<int> ids(info.b.ids.begin(), info.b.ids.end());
+        const int64_t t = int64_t(ids.size());
+        auto own = target.newCache();
+        const auto queries = target.queries(ids, own);
+        // converted K/V for every B layer, head-major, then placed in a cache for B's RoPE
+        std::vector<HeadMajorKv> converted(size_t(cb.numLayers));
+        for (int kv = 0; kv < 2; ++kv) {
+            std::map<int, std::vector<float>> rowsA;
+            for (int l = 0; l < cb.numLayers; ++l) {
+                const core::LayerConverter &m = layers[size_t(l)];
+                std::vector<const float *> src;
+                for (int s : m.sourceLayers) {
+                    auto it = rowsA.find(s);
+                    if (it == rowsA.end())
+                        it = rowsA.emplace(s, kv == 0 ? f.keys('a', s, p) : f.values('a', s, p)).first;
+                    src.push_back(it->second.data());
+                }
+                const auto rows =
+                    convertRows(m, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB); // [t, kvB, hdB]
+                auto headMajor = torch::from_blob(const_cast<float *>(rows.data()), {t, g.kvB, g.hdB})
+                                     .transpose(0, 1)
+                                     .contiguous();
+                (kv == 0 ? converted[size_t(l)].keys : converted[size_t(l)].values)
+                    .assign(headMajor.data_ptr<float>(), headMajor.data_ptr<float>() + headMajor.numel());
+            }
+        }
+        auto conv = target.newCache();
+        conv.assign(ids, converted, form);
+        detail::translateTorch("attention-output cosine", [&] {
+            c10::InferenceMode guard;
+            for (int l = 0; l < cb.numLayers; ++l) {
+                auto q = torch::from_blob(const_cast<float *>(queries[size_t(l)].data()),
+                                          {cb.numHeads, t, cb.headDim});
+                auto tensor = [&](const std::vector<float> &v) {
+                    return torch::from_blob(const_cast<float *>(v.data()), {cb.numKvHeads, t, cb.headDim})
+                        .clone();
+                };
+                const auto ownKv = own.layer(l, KeyForm::PostRope), convKv = conv.layer(l, KeyForm::PostRope);
+                auto a = attend(q, tensor(ownKv.keys), tensor(ownKv.values));   // [nh, t, hd]
+                auto b = attend(q, tensor(convKv.keys), tensor(convKv.values)); // [nh, t, hd]
+                auto flat = [&](const torch::Tensor &x) { return x.transpose(0, 1).reshape({t, -1}); };
+                r.layerCos[size_t(l)] += cosineSum(flat(a), flat(b));
+                for (int h = 0; h < cb.numKvHeads; ++h)
+                    r.headCos[size_t(l)][size_t(h)] +=
+                        cosineSum(flat(a.narrow(0, h * rep, rep)), flat(b.narrow(0, h * rep, rep)));
+            }
+        });
+        r.tokens += t;
+        ++r.prompts;
+    }
+    for (int l = 0; l < cb.numLayers; ++l) {
+        r.layerCos[size_t(l)] = r.tokens > 0 ? r.layerCos[size_t(l)] / double(r.tokens) : kNaN;
+        for (double &c : r.headCos[size_t(l)])
+            c = r.tokens > 0 ? c / double(r.tokens) : kNaN;
+    }
+    return r;
+}
+
+std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &f,
+                                                const std::vector<int> &prompts, int64_t maxTokens)
+{
+    const int la = f.model('a').config.numLayers, lb = f.model('b').config.numLayers;
+    const std::vector<int> &capA = f.model('a').capturedLayers, &capB = f.model('b').capturedLayers;
+    std::pair<core::Matrix, core::Matrix> out;
+    for (core::Matrix *m : {&out.first, &out.second}) {
+        m->rows = lb;
+        m->cols = la;
+        m->data.assign(size_t(la) * size_t(lb), kNaN);
+    }
+    // the prompts whose rows are used, and how many of each
+    std::vector<std::pair<int, int64_t>> use;
+    int64_t n = 0;
+    for (int p : prompts) {
+        if (maxTokens > 0 && n >= maxTokens)
+            break;
+        if (!aligned(f, p, nullptr))
+            continue;
+        int64_t t = int64_t(f.prompt(p).b.ids.size());
+        if (maxTokens > 0)
+            t = std::min(t, maxTokens - n);
+        use.push_back({p, t});
+        n += t;
+    }
+    if (n < 2)
+        return out;
+    detail::translateTorch("linear CKA", [&] {
+        c10::InferenceMode guard;
+        for (int kv = 0; kv < 2; ++kv) {
+            auto rows = [&](char role, int layer) {
+                std::vector<torch::Tensor> parts;
+                for (const auto &[p, t] : use) {
+                    auto v = kv == 0 ? f.keys(role, layer, p) : f.values(role, layer, p);
+                    const int64_t width = int64_t(v.size()) / int64_t(f.prompt(p).b.ids.size());
+                    parts.push_back(torch::from_blob(v.data(), {int64_t(v.size()) / width, width})
+                                        .narrow(0, 0, t)
+                                        .to(torch::kFloat64));
+                }
+                auto x = torch::cat(parts, 0);
+                return x - x.mean(0, true);
+            };
+            std::vector<torch::Tensor> xs, xxNorm;
+            for (int l : capA) {
+                xs.push_back(rows('a', l));
+                xxNorm.push_back(torch::matmul(xs.back().t(), xs.back()).norm());
+            }
+            core::Matrix &m = kv == 0 ? out.first : out.second;
+            for (int lbIdx : capB) {
+                auto y = rows('b', lbIdx);
+                const double yyNorm = torch::matmul(y.t(), y).norm().item<double>();
+                for (size_t i = 0; i < capA.size(); ++i) {
+                    const double hsic = torch::matmul(y.t(), xs[i]).pow(2).sum().item<double>();
+                    const double denom = xxNorm[i].item<double>() * yyNorm;
+                    m.data[size_t(lbIdx) * size_t(la) + size_t(capA[i])] = denom > 0 ? hsic / denom : 0.0;
+                }
+            }
+        }
+    });
+    return out;
+}
+
+} // namespace kvwb::gpu
