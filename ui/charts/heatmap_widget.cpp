@@ -1,33 +1,17 @@
 #include "ui/charts/heatmap_widget.h"
 
+#include "ui/charts/color_map.h"
+
 #include <QHelpEvent>
 #include <QPainter>
 #include <QToolTip>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 namespace kvwb::ui {
 
 namespace {
-
-// Viridis at 9 evenly spaced stops: perceptually uniform and readable by colour-blind users, so
-// equal steps in value look like equal steps in colour.
-constexpr std::array<QRgb, 9> kViridis = {0xff440154, 0xff472d7b, 0xff3b528b, 0xff2c728e, 0xff21918c,
-                                          0xff28ae80, 0xff5ec962, 0xffaddc30, 0xfffde725};
-const QColor kNanColor(0xc8, 0xc8, 0xc8);
-
-QColor viridis(double t)
-{
-    t = std::clamp(t, 0.0, 1.0) * double(kViridis.size() - 1);
-    const int i = std::min(int(t), int(kViridis.size()) - 2);
-    const double f = t - i;
-    const QColor a(kViridis[size_t(i)]), b(kViridis[size_t(i) + 1]);
-    return QColor::fromRgbF(float(a.redF() + f * (b.redF() - a.redF())),
-                            float(a.greenF() + f * (b.greenF() - a.greenF())),
-                            float(a.blueF() + f * (b.blueF() - a.blueF())));
-}
 
 constexpr int kMargin = 8;
 constexpr int kLegendBarWidth = 16;
@@ -92,9 +76,9 @@ std::pair<double, double> HeatmapWidget::valueRange() const
 QColor HeatmapWidget::colorFor(double value) const
 {
     if (!std::isfinite(value))
-        return kNanColor;
+        return noValueColor();
     const auto [lo, hi] = valueRange();
-    return viridis((value - lo) / (hi - lo));
+    return viridisColor((value - lo) / (hi - lo));
 }
 
 QString HeatmapWidget::rowLabel(int row) const
@@ -284,7 +268,7 @@ void HeatmapWidget::paintEvent(QPaintEvent *)
     const auto [lo, hi] = valueRange();
     for (int y = 0; y < g.legend.height(); ++y) {
         const double t = 1.0 - double(y) / std::max(1, g.legend.height() - 1);
-        p.setPen(viridis(t));
+        p.setPen(viridisColor(t));
         p.drawLine(g.legend.left(), g.legend.top() + y, g.legend.right(), g.legend.top() + y);
     }
     p.setPen(palette().windowText().color());

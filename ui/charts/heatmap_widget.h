@@ -4,8 +4,9 @@
 // names the cell and its value at any size.
 //
 // The colour scale runs over the matrix's finite min..max unless a fixed range is set: R^2 and
-// cosine maps should use a fixed 0..1 so that two maps side by side compare by colour. NaN cells
-// are grey. Row 0 is drawn at the top, like the matrix is written.
+// cosine maps should use a fixed 0..1 so that two maps side by side compare by colour. The colours
+// are ui/charts/color_map.h's viridis, the same as the report's heatmaps; NaN cells are grey.
+// Row 0 is drawn at the top, like the matrix is written.
 //
 // GUI-thread only (a QWidget). Holds a copy of the matrix it shows.
 #pragma once
@@ -39,7 +40,7 @@ public:
     const core::Matrix &matrix() const { return m_matrix; }
     QString title() const { return m_title; }
 
-    // Colour of a value under the current range (viridis: dark blue low, yellow high).
+    // Colour of a value under the current range (viridisColor: dark blue low, yellow high).
     QColor colorFor(double value) const;
     // Where a cell is drawn, in widget coordinates; empty for an index outside the matrix.
     QRect cellRect(int row, int col) const;

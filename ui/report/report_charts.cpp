@@ -1,5 +1,6 @@
 #include "ui/report/report_charts.h"
 
+#include "ui/charts/color_map.h"
 #include "ui/report/report_text.h"
 
 #include <QApplication>
@@ -74,21 +75,6 @@ std::pair<double, double> scoreRange(const std::vector<double> &values)
     return {std::floor(lo * 10) / 10, std::ceil(hi * 10) / 10};
 }
 
-// Viridis, five stops, linear in between: perceptually ordered and readable in grey print.
-QColor viridis(double t)
-{
-    static const QColor stops[] = {QColor(68, 1, 84), QColor(59, 82, 139), QColor(33, 145, 140),
-                                   QColor(94, 201, 98), QColor(253, 231, 37)};
-    if (!std::isfinite(t))
-        return QColor(200, 200, 200);
-    t = std::clamp(t, 0.0, 1.0) * 4.0;
-    const int i = std::min(3, int(t));
-    const double f = t - i;
-    const QColor &a = stops[i], &b = stops[i + 1];
-    return QColor(int(a.red() + f * (b.red() - a.red())), int(a.green() + f * (b.green() - a.green())),
-                  int(a.blue() + f * (b.blue() - a.blue())));
-}
-
 // rows x cols cells, row 0 at the top; values scaled to [lo, hi] for the colour. The title's second
 // line (after '\n') is drawn smaller, as a subtitle.
 QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString &colLabel,
@@ -130,7 +116,7 @@ QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString 
         for (int c = 0; c < cols; ++c) {
             const double v = data[size_t(r) * size_t(cols) + size_t(c)];
             const double t = hi > lo ? (v - lo) / (hi - lo) : 0.5;
-            const QColor color = viridis(t);
+            const QColor color = viridisColor(t);
             const QRect cellRect(left + c * cell, top + r * cell, cell, cell);
             p.fillRect(cellRect, color);
             if (cell >= 30) {
@@ -160,7 +146,7 @@ QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString 
     // colour bar
     const int barX = left + cols * cell + 24, barH = std::max(rows * cell, 120);
     for (int y = 0; y < barH; ++y)
-        p.fillRect(QRect(barX, top + y, 16, 1), viridis(1.0 - double(y) / (barH - 1)));
+        p.fillRect(QRect(barX, top + y, 16, 1), viridisColor(1.0 - double(y) / (barH - 1)));
     p.drawRect(QRect(barX, top, 16, barH));
     font.setPointSize(8);
     p.setFont(font);

@@ -1,8 +1,8 @@
 // Report charts: the report's figures drawn offscreen from a ReportData, per converter (fit quality
-// per layer; CKA and per-head heatmaps), per sweep (scores against the swept variables) and per
-// replay ledger (hit rate, TTFT and tokens by tier). Line and bar charts are Qt Charts grabbed at
-// kChartWidth x kChartHeight; heatmaps are painted with QPainter and sized by their cells (layout in
-// docs/reports.md, "Charts").
+// per layer; CKA and per-head heatmaps in ui/charts/color_map.h's viridis, as the Alignment panel
+// draws them), per sweep (scores against the swept variables) and per replay ledger (hit rate, TTFT
+// and tokens by tier). Line and bar charts are Qt Charts grabbed at kChartWidth x kChartHeight;
+// heatmaps are painted with QPainter and sized by their cells (layout in docs/reports.md, "Charts").
 //
 // Drawing needs a QApplication (any platform: offscreen works) and runs on its thread; without one
 // renderCharts returns nothing and adds a warning to ReportData::warnings. Each ReportChart owns its
