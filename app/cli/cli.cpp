@@ -108,11 +108,11 @@ json experimentCard(const fs::path &path)
                 {"created_utc", pv.createdUtc},
                 {"run_id", pv.runId},
                 {"config_sha256", pv.configSha256}}}};
-    for (char role : {'a', 'b'}) {
+    for (const core::ModelRole role : core::kRoles) {
         const auto &m = r.model(role);
         const auto &c = m.config;
         const int64_t tokens = r.totalTokens(role);
-        j["models"][std::string(1, role)] = {{"architecture", c.architecture},
+        j["models"][core::roleName(role)] = {{"architecture", c.architecture},
                                              {"layers", c.numLayers},
                                              {"kv_heads", c.numKvHeads},
                                              {"head_dim", c.headDim},

@@ -53,23 +53,22 @@ void addModelOptions(QCommandLineParser &p)
 
 // The file's model `role`, from --model-<role> or the recorded source path; Error(Config) when its
 // weights are not the ones captured.
-std::unique_ptr<gpu::Model> loadFileModel(const core::ExperimentReader &file, char role,
+std::unique_ptr<gpu::Model> loadFileModel(const core::ExperimentReader &file, core::ModelRole role,
                                           const QCommandLineParser &p, const gpu::LoadOptions &o)
 {
-    const QString flag = role == 'a' ? "model-a" : "model-b";
+    const QString flag = role == core::ModelRole::A ? "model-a" : "model-b";
     const auto &info = file.model(role);
     const fs::path path = p.isSet(flag) ? fs::path(str(p.value(flag))) : fs::path(info.sourcePath);
     if (!fs::exists(path))
         throw core::Error(core::ErrorCode::Io,
                           fmt::format("{}: model {} was captured from {}, which does not exist; pass --{}",
-                                      file.path().string(), char(std::toupper(role)), path.string(),
-                                      str(flag)));
+                                      file.path().string(), core::roleLabel(role), path.string(), str(flag)));
     const auto ck = core::Checkpoint::open(path);
     if (ck.fingerprint() != info.weightsSha256)
         throw core::Error(
             core::ErrorCode::Config,
             fmt::format("{}: model {} at {} has weights fingerprint {}, the file was captured with {}",
-                        file.path().string(), char(std::toupper(role)), path.string(), ck.fingerprint(),
+                        file.path().string(), core::roleLabel(role), path.string(), ck.fingerprint(),
                         info.weightsSha256));
     return gpu::Model::load(ck, o);
 }
@@ -186,7 +185,7 @@ int cmdAlign(const QStringList &args)
     gpu::AlignOptions o;
     o.name = str(p.value("name"));
     o.selection = parseSelection(p.value("select"));
-    const int layersA = file.model('a').config.numLayers;
+    const int layersA = file.model(core::ModelRole::A).config.numLayers;
     o.k = std::min(intOption(p, "k", o.selection == gpu::LayerSelection::TopK ? 8 : 1, 1), layersA);
     if (p.value("lambda") == "auto")
         o.autoLambda = true;
@@ -206,7 +205,7 @@ int cmdAlign(const QStringList &args)
     };
     std::unique_ptr<gpu::Model> b;
     if (!p.isSet("no-attention"))
-        b = loadFileModel(file, 'b', p, loadOptions(p));
+        b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
     InterruptScope ctrlC;
     const auto t0 = Clock::now();
     auto r = gpu::alignExperiment(file, o, b.get());
@@ -317,7 +316,7 @@ int cmdSweep(const QStringList &args)
     const core::ExperimentReader &file = *reader;
     gpu::SweepOptions o;
     o.selection = parseSelection(p.value("select"));
-    const int layersA = file.model('a').config.numLayers;
+    const int layersA = file.model(core::ModelRole::A).config.numLayers;
     for (int k : parseIdList(p.value("k"), "--k")) {
         if (k < 1 || k > layersA)
             throw UsageError{fmt::format("--k: {} is outside 1..{} (model A's layers)", k, layersA)};
@@ -339,7 +338,7 @@ int cmdSweep(const QStringList &args)
     };
     std::unique_ptr<gpu::Model> b;
     if (!p.isSet("no-attention"))
-        b = loadFileModel(file, 'b', p, loadOptions(p));
+        b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
     InterruptScope ctrlC;
     const auto sweep = gpu::sweepAlignment(file, o, b.get());
     const auto &table = sweep.table;
@@ -450,8 +449,8 @@ int cmdCompare(const QStringList &args)
     const int tail = co.gateTail;
     std::vector<core::ComparisonSample> samples;
     const auto lo = loadOptions(p);
-    auto a = loadFileModel(file, 'a', p, lo);
-    auto b = loadFileModel(file, 'b', p, lo);
+    auto a = loadFileModel(file, core::ModelRole::A, p, lo);
+    auto b = loadFileModel(file, core::ModelRole::B, p, lo);
     const auto conv = gpu::Converter::create(record, *a, *b);
     const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
     const bool asJson = p.isSet("json");

@@ -207,8 +207,8 @@ int cmdBenchCapture(const QStringList &args)
     const auto lengths = parseIdList(p.value("lengths"), "--lengths");
     const int n = intOption(p, "prompts", 8, 1);
     const fs::path dir = p.isSet("dir") ? fs::path(str(p.value("dir"))) : fs::temp_directory_path();
-    const auto infoA = gpu::describeModel('a', *pair.a, pair.tokPathA);
-    const auto infoB = gpu::describeModel('b', *pair.b, pair.tokPathB);
+    const auto infoA = gpu::describeModel(core::ModelRole::A, *pair.a, pair.tokPathA);
+    const auto infoB = gpu::describeModel(core::ModelRole::B, *pair.b, pair.tokPathB);
     std::printf("capture benchmark: A %s, B %s, %d prompts per row, f32 storage, device %s\n\n",
                 pathA.c_str(), pathB.c_str(), n, gpu::describeDevice(o.device).c_str());
     std::printf("| tokens | compress | prefill A+B ms | write ms | write MB/s | overhead vs prefill | "

@@ -185,8 +185,8 @@ int cmdReplay(const QStringList &args)
     std::optional<core::ExperimentReader> exp;
     if (p.isSet("experiment"))
         exp.emplace(core::ExperimentReader::open(str(p.value("experiment"))));
-    auto pathOf = [&](char role) -> std::optional<fs::path> {
-        const QString flag = role == 'a' ? "model-a" : "model-b";
+    auto pathOf = [&](core::ModelRole role) -> std::optional<fs::path> {
+        const QString flag = role == core::ModelRole::A ? "model-a" : "model-b";
         if (p.isSet(flag))
             return fs::path(str(p.value(flag)));
         if (exp)
@@ -194,13 +194,13 @@ int cmdReplay(const QStringList &args)
         return std::nullopt;
     };
     const auto lo = loadOptions(p);
-    const auto pathA = pathOf('a');
+    const auto pathA = pathOf(core::ModelRole::A);
     if (!pathA)
         throw UsageError{"--model-a (or --experiment) is required"};
     auto a = gpu::Model::load(*pathA, lo);
     std::unique_ptr<gpu::Model> b;
     if (anyB || needCross) {
-        const auto pathB = pathOf('b');
+        const auto pathB = pathOf(core::ModelRole::B);
         if (!pathB)
             throw UsageError{"the workload sends requests to model b: give --model-b (or --experiment)"};
         b = gpu::Model::load(*pathB, lo);
@@ -209,16 +209,15 @@ int cmdReplay(const QStringList &args)
     std::unique_ptr<core::Tokenizer> tokB = b ? loadModelTokenizer(*b) : nullptr;
     std::optional<gpu::Converter> converter;
     if (needCross) {
-        for (char role : {'a', 'b'}) {
-            const gpu::Model &mm = role == 'a' ? *a : *b;
+        for (const core::ModelRole role : core::kRoles) {
+            const gpu::Model &mm = role == core::ModelRole::A ? *a : *b;
             if (mm.checkpoint().fingerprint() != exp->model(role).weightsSha256)
                 throw core::Error(
                     core::ErrorCode::Config,
                     fmt::format("{}: model {} at {} has weights fingerprint {}, the converters were fitted "
                                 "for {}",
-                                exp->path().string(), char(std::toupper(role)),
-                                mm.checkpoint().path().string(), mm.checkpoint().fingerprint(),
-                                exp->model(role).weightsSha256));
+                                exp->path().string(), core::roleLabel(role), mm.checkpoint().path().string(),
+                                mm.checkpoint().fingerprint(), exp->model(role).weightsSha256));
         }
         converter.emplace(
             gpu::Converter::create(core::loadConverters(exp->path(), str(p.value("converter"))), *a, *b));

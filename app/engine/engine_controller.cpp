@@ -131,16 +131,16 @@ void EngineWorker::requireModels(const char *what) const
 void EngineWorker::requireExperimentModels(const QString &experiment) const
 {
     const auto reader = core::ExperimentReader::open(experiment.toStdString());
-    for (char role : {'a', 'b'}) {
-        const gpu::Model &m = role == 'a' ? *m_a : *m_b;
+    for (const core::ModelRole role : core::kRoles) {
+        const gpu::Model &m = role == core::ModelRole::A ? *m_a : *m_b;
         const auto &info = reader.model(role);
         if (m.checkpoint().fingerprint() != info.weightsSha256)
             throw core::Error(core::ErrorCode::Config,
                               fmt::format("{}: the loaded model {} ({}) is not the model this experiment was "
                                           "captured with ({}): load {} as model {}",
-                                          experiment.toStdString(), char(std::toupper(role)),
+                                          experiment.toStdString(), core::roleLabel(role),
                                           m.checkpoint().path().string(), info.weightsSha256.substr(0, 12),
-                                          info.sourcePath, char(std::toupper(role))));
+                                          info.sourcePath, core::roleLabel(role)));
     }
 }
 
@@ -222,12 +222,12 @@ void EngineWorker::readExperiment(quint64 job, const QString &path)
         const fs::path file = path.toStdString();
         {
             const auto reader = core::ExperimentReader::open(file);
-            snap->a = reader.model('a');
-            snap->b = reader.model('b');
+            snap->a = reader.model(core::ModelRole::A);
+            snap->b = reader.model(core::ModelRole::B);
             snap->prompts = reader.promptCount();
             snap->storage = reader.storage();
-            snap->tokensA = reader.totalTokens('a');
-            snap->tokensB = reader.totalTokens('b');
+            snap->tokensA = reader.totalTokens(core::ModelRole::A);
+            snap->tokensB = reader.totalTokens(core::ModelRole::B);
         }
         snap->path = path;
         for (const auto &name : core::listConverters(file))
@@ -295,8 +295,8 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
         {
             const auto reader = core::ExperimentReader::open(out);
             s->promptsInFile = reader.promptCount();
-            s->layersA = int(reader.model('a').capturedLayers.size());
-            s->layersB = int(reader.model('b').capturedLayers.size());
+            s->layersA = int(reader.model(core::ModelRole::A).capturedLayers.size());
+            s->layersB = int(reader.model(core::ModelRole::B).capturedLayers.size());
         }
         s->fileBytes = int64_t(fs::file_size(out));
         s->warnings = qStrings(warnings);
@@ -311,12 +311,7 @@ void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_p
         const fs::path path = request.experimentPath.toStdString();
         gpu::AlignOptions o;
         o.name = request.name.toStdString();
-        const auto selection = gpu::parseLayerSelection(request.selection.toStdString());
-        if (!selection)
-            throw core::Error(core::ErrorCode::InvalidArgument, "layer selection '" +
-                                                                    request.selection.toStdString() +
-                                                                    "': expected proportional, topk or all");
-        o.selection = *selection;
+        o.selection = request.selection;
         o.autoLambda = request.autoLambda;
         o.lambda = request.lambda;
         o.perHead = request.perHead;
@@ -333,10 +328,10 @@ void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_p
         gpu::AlignResult r;
         {
             std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
-            o.k = std::clamp(request.k, 1, reader->model('a').config.numLayers);
+            o.k = std::clamp(request.k, 1, reader->model(core::ModelRole::A).config.numLayers);
             // attention-output cosine needs model B's queries: the loaded B when it is the file's
             const gpu::Model *target = nullptr;
-            if (m_b && m_b->checkpoint().fingerprint() == reader->model('b').weightsSha256)
+            if (m_b && m_b->checkpoint().fingerprint() == reader->model(core::ModelRole::B).weightsSha256)
                 target = m_b.get();
             else
                 warnings.push_back(

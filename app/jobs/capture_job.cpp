@@ -36,8 +36,8 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
                             const std::vector<gpu::CapturePrompt> &prompts, gpu::CaptureOptions co,
                             const std::string &promptsSource, const gpu::CaptureProgressFn &progress)
 {
-    auto infoA = gpu::describeModel('a', a, modelTokenizerPath(a));
-    auto infoB = gpu::describeModel('b', b, modelTokenizerPath(b));
+    auto infoA = gpu::describeModel(core::ModelRole::A, a, modelTokenizerPath(a));
+    auto infoB = gpu::describeModel(core::ModelRole::B, b, modelTokenizerPath(b));
     // The same lists go to the writer (what the file records) and to the capture (what is read);
     // empty means every layer.
     infoA.capturedLayers = co.layersA;

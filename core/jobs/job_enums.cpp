@@ -71,4 +71,25 @@ double defaultGateThreshold(GateSignal s) noexcept
     return s == GateSignal::KvCos ? 0.9 : s == GateSignal::TailKl ? 0.1 : 3.0;
 }
 
+const char *layerSelectionName(LayerSelection s) noexcept
+{
+    switch (s) {
+    case LayerSelection::Proportional:
+        return "proportional";
+    case LayerSelection::TopK:
+        return "topk";
+    case LayerSelection::All:
+        return "all";
+    }
+    return "?";
+}
+
+std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept
+{
+    for (LayerSelection s : {LayerSelection::Proportional, LayerSelection::TopK, LayerSelection::All})
+        if (name == layerSelectionName(s))
+            return s;
+    return std::nullopt;
+}
+
 } // namespace kvwb::core

@@ -42,4 +42,14 @@ const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nl
 std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept;
 double defaultGateThreshold(GateSignal s) noexcept; // kv_cos 0.9, tail_kl 0.1, nll 3.0
 
+// How a converter picks the A layers that feed each B layer.
+enum class LayerSelection
+{
+    Proportional, // depth-proportional, k nearest (k = 1: the layer at the same relative depth)
+    TopK,         // top k by single-layer validation R^2
+    All           // every captured A layer
+};
+const char *layerSelectionName(LayerSelection s) noexcept; // "proportional" | "topk" | "all"
+std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept;
+
 } // namespace kvwb::core

@@ -7,6 +7,11 @@ const char *roleName(ModelRole r) noexcept
     return r == ModelRole::A ? "a" : "b";
 }
 
+const char *roleLabel(ModelRole r) noexcept
+{
+    return r == ModelRole::A ? "A" : "B";
+}
+
 std::optional<ModelRole> parseRole(std::string_view s) noexcept
 {
     if (s == "a")

@@ -17,7 +17,9 @@ enum class ModelRole
     A,
     B
 };
-const char *roleName(ModelRole r) noexcept;                      // "a" | "b" (files, JSON, ledgers)
+const char *roleName(ModelRole r) noexcept;  // "a" | "b" (files, JSON, ledgers)
+const char *roleLabel(ModelRole r) noexcept; // "A" | "B" (messages, the window)
+inline constexpr ModelRole kRoles[] = {ModelRole::A, ModelRole::B};
 std::optional<ModelRole> parseRole(std::string_view s) noexcept; // "a" | "b", else nullopt
 
 // Keys as attention consumes them (after RoPE) or with the rotation removed (before RoPE: the form

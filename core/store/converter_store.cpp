@@ -118,8 +118,8 @@ void checkPromptList(const std::string &where, const char *field, const std::vec
 void checkRecord(const std::string &file, const ConverterRecord &r, const ExperimentReader &reader)
 {
     const std::string where = file + ": converter " + r.name;
-    const ModelConfig &a = reader.model('a').config;
-    const ModelConfig &b = reader.model('b').config;
+    const ModelConfig &a = reader.model(core::ModelRole::A).config;
+    const ModelConfig &b = reader.model(core::ModelRole::B).config;
     h5::checkSettingsJson(where, r.settingsJson);
     if (r.trainTokens < 0)
         throw Error(ErrorCode::InvalidArgument, where + " train_tokens is negative");

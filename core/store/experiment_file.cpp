@@ -58,7 +58,7 @@ using detail::ModelDatasets;
 using detail::RaggedBytes;
 using detail::resolvedLayers;
 using detail::roleIndex;
-using detail::roleName;
+using detail::roleLetter;
 using h5::check;
 using h5::checkReadable;
 using h5::createGroup;
@@ -82,7 +82,7 @@ constexpr hsize_t kBytesChunk = 16384;  // 16 KiB
 std::string layerGroupPath(int model, int layer)
 {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d", roleName(model), layer);
+    std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d", roleLetter(model), layer);
     return buf;
 }
 
@@ -258,8 +258,8 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
                                           const ModelInfo &b)
 {
     h5::prepareLibrary();
-    checkModel(a, 'a');
-    checkModel(b, 'b');
+    checkModel(a, ModelRole::A);
+    checkModel(b, ModelRole::B);
     if (options.compress < 0 || options.compress > 9)
         throw Error(ErrorCode::InvalidArgument,
                     "compression level must be 0..9, not " + std::to_string(options.compress));
@@ -314,7 +314,7 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
 
         createGroup(f, name, "/models");
         for (const ModelInfo *m : {&a, &b}) {
-            const std::string gpath = std::string("/models/") + m->role;
+            const std::string gpath = std::string("/models/") + roleName(m->role);
             h5::Group g = createGroup(f, name, gpath);
             writeModelAttrs(g.get(), Site(name, gpath), *m, options.storage);
         }
@@ -344,11 +344,11 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
         const h5::Datatype kvType = kvFileType(options.storage);
         for (const ModelInfo *m : {&a, &b}) {
             const int mi = roleIndex(m->role);
-            const std::string base = std::string("/prompts/") + m->role;
+            const std::string base = std::string("/prompts/") + roleName(m->role);
             createGroup(f, name, base);
             createExtendible(f, name, base + "/ids", H5T_STD_I32LE, {}, kIdsChunk, options.compress);
             offsetsDataset(base + "/offsets");
-            createGroup(f, name, std::string("/kv/") + m->role);
+            createGroup(f, name, std::string("/kv/") + roleName(m->role));
             const ModelConfig &c = m->config;
             for (int layer : resolvedLayers(*m)) {
                 createGroup(f, name, layerGroupPath(mi, layer));
@@ -407,8 +407,8 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
                                           bool syncToDisk)
 {
     h5::prepareLibrary();
-    checkModel(a, 'a');
-    checkModel(b, 'b');
+    checkModel(a, ModelRole::A);
+    checkModel(b, ModelRole::B);
     const std::string name = path.string();
     checkReadable(path);
     if (::access(path.c_str(), W_OK) != 0)
@@ -449,7 +449,7 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
         }
         for (int m = 0; m < 2; ++m) {
             ModelDatasets &d = s.kv[size_t(m)];
-            const std::string base = std::string("/prompts/") + roleName(m);
+            const std::string base = std::string("/prompts/") + roleLetter(m);
             trim(d.ids.get(), base + "/ids", d.committed.back());
             trim(d.offsets.get(), base + "/offsets", offsetsRows);
             const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
@@ -532,8 +532,8 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
                     }
                 }
             }
-            writeRows(d.ids.get(), s.name, std::string("/prompts/") + roleName(m) + "/ids", H5T_NATIVE_INT32,
-                      first, count, {}, p.ids.data());
+            writeRows(d.ids.get(), s.name, std::string("/prompts/") + roleLetter(m) + "/ids",
+                      H5T_NATIVE_INT32, first, count, {}, p.ids.data());
         }
         writeRows(s.text.bytes.get(), s.name, s.text.bytesPath, H5T_NATIVE_UINT8,
                   hsize_t(s.text.committed.back()), prompt.text.size(), {}, prompt.text.data());
@@ -547,7 +547,7 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
         for (int m = 0; m < 2; ++m) {
             ModelDatasets &d = s.kv[size_t(m)];
             ends[size_t(m)] = d.committed.back() + int64_t((m == 0 ? prompt.a : prompt.b).ids.size());
-            writeRows(d.offsets.get(), s.name, std::string("/prompts/") + roleName(m) + "/offsets",
+            writeRows(d.offsets.get(), s.name, std::string("/prompts/") + roleLetter(m) + "/offsets",
                       H5T_NATIVE_INT64, slot, 1, {}, &ends[size_t(m)]);
         }
         const int64_t labelEnd = s.label.committed.back() + int64_t(prompt.label.size());
@@ -579,7 +579,7 @@ int ExperimentWriter::promptCount() const
     return m_impl->s.promptCount;
 }
 
-int64_t ExperimentWriter::totalTokens(char model) const
+int64_t ExperimentWriter::totalTokens(ModelRole model) const
 {
     return m_impl->s.total(roleIndex(model));
 }
@@ -589,7 +589,7 @@ const fs::path &ExperimentWriter::path() const
     return m_impl->s.path;
 }
 
-const std::vector<int> &ExperimentWriter::capturedLayers(char model) const
+const std::vector<int> &ExperimentWriter::capturedLayers(ModelRole model) const
 {
     return m_impl->s.models[size_t(roleIndex(model))].capturedLayers;
 }
@@ -621,18 +621,18 @@ struct ExperimentReader::Impl
         const ModelConfig &c = s.models[size_t(m)].config;
         if (layer < 0 || layer >= c.numLayers)
             throw Error(ErrorCode::InvalidArgument,
-                        s.name + ": model " + roleName(m) + " has no layer " + std::to_string(layer));
+                        s.name + ": model " + roleLetter(m) + " has no layer " + std::to_string(layer));
         const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
         const auto it = std::lower_bound(layers.begin(), layers.end(), layer);
         if (it == layers.end() || *it != layer)
             throw Error(ErrorCode::InvalidArgument,
-                        s.name + ": layer " + std::to_string(layer) + " of model " + roleName(m) +
+                        s.name + ": layer " + std::to_string(layer) + " of model " + roleLetter(m) +
                             " was not captured (captured: " + joinLayers(layers) + ")");
         const size_t slot = size_t(it - layers.begin());
         if (first < 0 || count < 0 || first + count > s.total(m))
             throw Error(ErrorCode::InvalidArgument, s.name + ": token range [" + std::to_string(first) +
                                                         ", " + std::to_string(first + count) +
-                                                        ") is outside model " + roleName(m) + "'s " +
+                                                        ") is outside model " + roleLetter(m) + "'s " +
                                                         std::to_string(s.total(m)) + " tokens");
         const std::string path = layerPath(m, layer, keys ? "keys" : "values");
         const hid_t ds = (keys ? s.kv[size_t(m)].keys : s.kv[size_t(m)].values)[slot].get();
@@ -695,7 +695,7 @@ const Provenance &ExperimentReader::provenance() const
 {
     return m_impl->s.provenance;
 }
-const ModelInfo &ExperimentReader::model(char role) const
+const ModelInfo &ExperimentReader::model(ModelRole role) const
 {
     return m_impl->s.models[size_t(roleIndex(role))];
 }
@@ -707,7 +707,7 @@ int ExperimentReader::promptCount() const
 {
     return m_impl->s.promptCount;
 }
-int64_t ExperimentReader::totalTokens(char model) const
+int64_t ExperimentReader::totalTokens(ModelRole model) const
 {
     return m_impl->s.total(roleIndex(model));
 }
@@ -729,13 +729,13 @@ PromptInfo ExperimentReader::prompt(int index) const
         t.firstToken = d.committed[size_t(index)];
         const int64_t count = d.committed[size_t(index) + 1] - t.firstToken;
         t.ids.resize(size_t(count));
-        readRows(d.ids.get(), s.name, std::string("/prompts/") + roleName(m) + "/ids", H5T_NATIVE_INT32,
+        readRows(d.ids.get(), s.name, std::string("/prompts/") + roleLetter(m) + "/ids", H5T_NATIVE_INT32,
                  hsize_t(t.firstToken), hsize_t(count), t.ids.data());
     }
     return info;
 }
 
-std::vector<float> ExperimentReader::keys(char model, int layer, int prompt) const
+std::vector<float> ExperimentReader::keys(ModelRole model, int layer, int prompt) const
 {
     m_impl->checkPrompt(prompt);
     const int m = roleIndex(model);
@@ -743,7 +743,7 @@ std::vector<float> ExperimentReader::keys(char model, int layer, int prompt) con
     return m_impl->readKv(m, layer, o[size_t(prompt)], o[size_t(prompt) + 1] - o[size_t(prompt)], true);
 }
 
-std::vector<float> ExperimentReader::values(char model, int layer, int prompt) const
+std::vector<float> ExperimentReader::values(ModelRole model, int layer, int prompt) const
 {
     m_impl->checkPrompt(prompt);
     const int m = roleIndex(model);
@@ -751,12 +751,13 @@ std::vector<float> ExperimentReader::values(char model, int layer, int prompt) c
     return m_impl->readKv(m, layer, o[size_t(prompt)], o[size_t(prompt) + 1] - o[size_t(prompt)], false);
 }
 
-std::vector<float> ExperimentReader::keyRange(char model, int layer, int64_t firstToken, int64_t count) const
+std::vector<float> ExperimentReader::keyRange(ModelRole model, int layer, int64_t firstToken,
+                                              int64_t count) const
 {
     return m_impl->readKv(roleIndex(model), layer, firstToken, count, true);
 }
 
-std::vector<float> ExperimentReader::valueRange(char model, int layer, int64_t firstToken,
+std::vector<float> ExperimentReader::valueRange(ModelRole model, int layer, int64_t firstToken,
                                                 int64_t count) const
 {
     return m_impl->readKv(roleIndex(model), layer, firstToken, count, false);

@@ -74,7 +74,7 @@ struct Provenance
 // One of the two models, as stored under /models/a or /models/b.
 struct ModelInfo
 {
-    char role = 'a'; // 'a' (source) or 'b' (target)
+    ModelRole role = ModelRole::A; // A (source) or B (target); "a" / "b" in the file
     // What the file stores: architecture, modelType, numLayers, numHeads, numKvHeads, headDim,
     // hiddenSize, vocabSize, ropeTheta, ropeLayout, ropeScaling.type/factor. A reader returns a
     // config with only these fields set.
@@ -149,10 +149,10 @@ public:
     // The file's storage settings (dtype, compression, chunking, key form): on append these are the
     // file's, whatever the caller asked for when it was created.
     ExperimentOptions storage() const;
-    int64_t totalTokens(char model) const;
+    int64_t totalTokens(ModelRole model) const;
     const std::filesystem::path &path() const;
     // The layers of model 'a' or 'b' the file stores, explicit (never empty), in PromptKv order.
-    const std::vector<int> &capturedLayers(char model) const;
+    const std::vector<int> &capturedLayers(ModelRole model) const;
     // Flushes and closes; Error(Io) if the final flush fails. Idempotent.
     void close();
 
@@ -176,21 +176,21 @@ public:
 
     const std::string &schema() const;
     const Provenance &provenance() const;
-    const ModelInfo &model(char role) const;
+    const ModelInfo &model(ModelRole role) const;
     ExperimentOptions storage() const; // storage, compress, chunkTokens, keyForm of the file
 
     int promptCount() const;
     PromptInfo prompt(int index) const;
-    int64_t totalTokens(char model) const; // committed KV rows of that model
+    int64_t totalTokens(ModelRole model) const; // committed KV rows of that model
 
     // One prompt's keys or values for one layer: [tokens, kvHeads, headDim] float32. layer is the
     // model's real layer index; Error(InvalidArgument) when it is out of range or was not captured.
-    std::vector<float> keys(char model, int layer, int prompt) const;
-    std::vector<float> values(char model, int layer, int prompt) const;
+    std::vector<float> keys(ModelRole model, int layer, int prompt) const;
+    std::vector<float> values(ModelRole model, int layer, int prompt) const;
     // Rows [firstToken, firstToken + count) of one layer, across prompt boundaries:
     // [count, kvHeads, headDim] float32. Reads only those rows (a hyperslab).
-    std::vector<float> keyRange(char model, int layer, int64_t firstToken, int64_t count) const;
-    std::vector<float> valueRange(char model, int layer, int64_t firstToken, int64_t count) const;
+    std::vector<float> keyRange(ModelRole model, int layer, int64_t firstToken, int64_t count) const;
+    std::vector<float> valueRange(ModelRole model, int layer, int64_t firstToken, int64_t count) const;
 
     const std::filesystem::path &path() const;
 

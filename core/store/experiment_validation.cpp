@@ -19,15 +19,6 @@ using h5::readRows;
 using h5::readStringAttr;
 using h5::Site;
 
-int roleIndex(char role)
-{
-    if (role == 'a')
-        return 0;
-    if (role == 'b')
-        return 1;
-    throw Error(ErrorCode::InvalidArgument, std::string("model role must be 'a' or 'b', not '") + role + "'");
-}
-
 std::string joinLayers(const std::vector<int> &layers)
 {
     std::string out;
@@ -55,7 +46,7 @@ KvStorage parseStorage(const std::string &s, const std::string &where)
     throw Error(ErrorCode::Format, where + " is '" + s + "', expected f32, f16 or bf16");
 }
 
-ModelInfo readModelAttrs(hid_t group, const Site &site, char role)
+ModelInfo readModelAttrs(hid_t group, const Site &site, ModelRole role)
 {
     ModelInfo m;
     m.role = role;
@@ -143,9 +134,9 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
     p.configSha256 = readStringAttr(f, root, "config_sha256");
 
     for (int m = 0; m < 2; ++m) {
-        const std::string gpath = std::string("/models/") + roleName(m);
+        const std::string gpath = std::string("/models/") + roleLetter(m);
         h5::Group g = openGroup(f, n, gpath);
-        s.models[size_t(m)] = readModelAttrs(g.get(), Site(n, gpath), roleName(m));
+        s.models[size_t(m)] = readModelAttrs(g.get(), Site(n, gpath), roleOf(m));
     }
     // Storage options live on the KV datasets; model a's first captured layer's keys define them
     // for the file.
@@ -190,7 +181,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
     openRagged(s.label, "label", "label_offsets");
     for (int m = 0; m < 2; ++m) {
         ModelDatasets &d = s.kv[size_t(m)];
-        const std::string base = std::string("/prompts/") + roleName(m);
+        const std::string base = std::string("/prompts/") + roleLetter(m);
         d.ids = openDataset(f, n, base + "/ids");
         d.offsets = openDataset(f, n, base + "/offsets");
         d.committed = readOffsets(d.offsets.get(), n, base + "/offsets");
@@ -226,7 +217,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
     for (int m = 0; m < 2; ++m) {
         ModelDatasets &d = s.kv[size_t(m)];
         const ModelConfig &c = s.models[size_t(m)].config;
-        const std::string base = std::string("/prompts/") + roleName(m);
+        const std::string base = std::string("/prompts/") + roleLetter(m);
         checkLength(d.ids.get(), base + "/ids", d.committed.back(), base + "/offsets");
         for (int layer : s.models[size_t(m)].capturedLayers) {
             for (const char *what : {"keys", "values"}) {
@@ -237,7 +228,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
                     throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, " +
                                                        std::to_string(c.numKvHeads) + ", " +
                                                        std::to_string(c.headDim) + "] as /models/" +
-                                                       roleName(m) + " num_kv_heads/head_dim say");
+                                                       roleLetter(m) + " num_kv_heads/head_dim say");
                 if (int64_t(dims[0]) < d.committed.back())
                     throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches token " +
                                                        std::to_string(d.committed.back()) + " but " + path +
@@ -263,24 +254,25 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
     }
 }
 
-void checkModel(const ModelInfo &m, char expectedRole)
+void checkModel(const ModelInfo &m, ModelRole expectedRole)
 {
     if (m.role != expectedRole)
-        throw Error(ErrorCode::InvalidArgument,
-                    std::string("model info for role '") + expectedRole + "' has role '" + m.role + "'");
+        throw Error(ErrorCode::InvalidArgument, std::string("model info for role '") +
+                                                    roleName(expectedRole) + "' has role '" +
+                                                    roleName(m.role) + "'");
     const ModelConfig &c = m.config;
     if (c.numLayers <= 0 || c.numKvHeads <= 0 || c.headDim <= 0)
         throw Error(ErrorCode::InvalidArgument,
-                    std::string("model ") + expectedRole +
+                    std::string("model ") + roleName(expectedRole) +
                         ": num_layers, num_kv_heads and head_dim must be positive");
     const std::vector<int> &layers = m.capturedLayers;
     for (size_t i = 0; i < layers.size(); ++i) {
         if (layers[i] < 0 || layers[i] >= c.numLayers)
-            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
+            throw Error(ErrorCode::InvalidArgument, std::string("model ") + roleName(expectedRole) +
                                                         ": captured layer " + std::to_string(layers[i]) +
                                                         " is outside 0.." + std::to_string(c.numLayers - 1));
         if (i > 0 && layers[i] <= layers[i - 1])
-            throw Error(ErrorCode::InvalidArgument, std::string("model ") + expectedRole +
+            throw Error(ErrorCode::InvalidArgument, std::string("model ") + roleName(expectedRole) +
                                                         ": captured layer " + std::to_string(layers[i]) +
                                                         " is not above the one before it (the list must be "
                                                         "sorted and unique)");
@@ -290,24 +282,24 @@ void checkModel(const ModelInfo &m, char expectedRole)
 void checkSameModel(const std::string &fileName, int model, const ModelInfo &want, const ModelInfo &have)
 {
     if (want.weightsSha256 != have.weightsSha256)
-        throw Error(ErrorCode::Config, fileName + ": model " + roleName(model) + " weights fingerprint " +
+        throw Error(ErrorCode::Config, fileName + ": model " + roleLetter(model) + " weights fingerprint " +
                                            want.weightsSha256 + " differs from the file's " +
                                            have.weightsSha256 + "; append needs the same models");
     // the same weights with another tokenizer would put two tokenizations in one file
     if (!want.tokenizerSha256.empty() && !have.tokenizerSha256.empty() &&
         want.tokenizerSha256 != have.tokenizerSha256)
-        throw Error(ErrorCode::Config, fileName + ": model " + roleName(model) + " tokenizer fingerprint " +
+        throw Error(ErrorCode::Config, fileName + ": model " + roleLetter(model) + " tokenizer fingerprint " +
                                            want.tokenizerSha256 + " differs from the file's " +
                                            have.tokenizerSha256 + "; append needs the same tokenizers");
     const ModelConfig &wc = want.config, &hc = have.config;
     if (wc.numLayers != hc.numLayers || wc.numKvHeads != hc.numKvHeads || wc.headDim != hc.headDim)
-        throw Error(ErrorCode::Config, fileName + ": model " + roleName(model) +
+        throw Error(ErrorCode::Config, fileName + ": model " + roleLetter(model) +
                                            " geometry (layers, kv heads, "
                                            "head dim) differs from the file's /models/" +
-                                           roleName(model));
+                                           roleLetter(model));
     const std::vector<int> wantLayers = resolvedLayers(want);
     if (wantLayers != have.capturedLayers)
-        throw Error(ErrorCode::Config, fileName + ": model " + roleName(model) + " captured layers (" +
+        throw Error(ErrorCode::Config, fileName + ": model " + roleLetter(model) + " captured layers (" +
                                            joinLayers(wantLayers) + ") differ from the file's (" +
                                            joinLayers(have.capturedLayers) +
                                            "); append needs the same layers");
@@ -323,13 +315,13 @@ void checkPromptShapes(const FileState &s, const PromptRecord &prompt)
         const size_t expected = p.ids.size() * size_t(c.numKvHeads) * size_t(c.headDim);
         if (p.keys.size() != layers.size() || p.values.size() != layers.size())
             throw Error(ErrorCode::Shape,
-                        s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) + " has " +
+                        s.name + ": prompt " + std::to_string(index) + " model " + roleLetter(m) + " has " +
                             std::to_string(p.keys.size()) + " key and " + std::to_string(p.values.size()) +
                             " value layers, expected one per captured layer (" + joinLayers(layers) + ")");
         for (size_t i = 0; i < layers.size(); ++i)
             if (p.keys[i].size() != expected || p.values[i].size() != expected)
                 throw Error(ErrorCode::Shape,
-                            s.name + ": prompt " + std::to_string(index) + " model " + roleName(m) +
+                            s.name + ": prompt " + std::to_string(index) + " model " + roleLetter(m) +
                                 " layer " + std::to_string(layers[i]) + " keys/values have " +
                                 std::to_string(p.keys[i].size()) + "/" + std::to_string(p.values[i].size()) +
                                 " floats, expected [" + std::to_string(p.ids.size()) + ", " +

@@ -23,10 +23,17 @@ namespace kvwb::core::detail {
 
 // ---- names in the file ----
 
-// 'a' -> 0, 'b' -> 1; Error(InvalidArgument) for any other role.
-int roleIndex(char role);
-
-inline char roleName(int index)
+// A -> 0, B -> 1: the index of a model's state in the arrays below.
+inline int roleIndex(ModelRole role)
+{
+    return role == ModelRole::A ? 0 : 1;
+}
+inline ModelRole roleOf(int index)
+{
+    return index == 0 ? ModelRole::A : ModelRole::B;
+}
+// The role's letter in the file's paths ("/kv/a/...").
+inline char roleLetter(int index)
 {
     return index == 0 ? 'a' : 'b';
 }
@@ -35,7 +42,7 @@ inline char roleName(int index)
 inline std::string layerPath(int model, int layer, const char *what)
 {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d/%s", roleName(model), layer, what);
+    std::snprintf(buf, sizeof buf, "/kv/%c/layer_%03d/%s", roleLetter(model), layer, what);
     return buf;
 }
 
@@ -94,7 +101,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset);
 
 // A model description given to ExperimentWriter::create or append: its role, positive geometry,
 // and a sorted, unique capturedLayers within the layers (Error(InvalidArgument) naming the model).
-void checkModel(const ModelInfo &m, char expectedRole);
+void checkModel(const ModelInfo &m, ModelRole expectedRole);
 
 // append: the given model (want) is the file's (have, read by loadState): the same weights and
 // tokenizer fingerprints, geometry and captured layers, else Error(Config) naming the file.

@@ -13,6 +13,7 @@
 // Runs on the calling thread (the engine thread): HDF5 reads and the model must stay on it.
 #pragma once
 
+#include "core/jobs/job_enums.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "gpu/align/ridge.h"
@@ -112,15 +113,10 @@ struct PromptSplit
 // A seeded shuffle of 0..count-1 cut into train / valid / test (each non-empty when count >= 3).
 PromptSplit splitPrompts(int count, double validFraction, double testFraction, uint64_t seed);
 
-enum class LayerSelection
-{
-    Proportional, // depth-proportional, k nearest (k = 1: the layer at the same relative depth)
-    TopK,         // top k by single-layer validation R^2
-    All           // every captured A layer
-};
-const char *layerSelectionName(LayerSelection s) noexcept; // "proportional" | "topk" | "all"
-// The inverse of layerSelectionName; nullopt for anything else.
-std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept;
+// The selection enum and its names are core's (core/jobs/job_enums.h).
+using core::LayerSelection;
+using core::layerSelectionName;
+using core::parseLayerSelection;
 
 struct AlignOptions
 {

@@ -62,7 +62,8 @@ using CaptureProgressFn = std::function<bool(int done, int total)>;
 
 // Model info as the experiment file records it (fingerprints of weights and tokenizer); capturedLayers
 // is left empty (all layers): set it to the CaptureOptions layers list for that model.
-core::ModelInfo describeModel(char role, const Model &model, const std::filesystem::path &tokenizerPath);
+core::ModelInfo describeModel(core::ModelRole role, const Model &model,
+                              const std::filesystem::path &tokenizerPath);
 
 // Appends to writer. Error(Tokenizer) when a tokenizer does not fit its model.
 CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, const core::Tokenizer &tokA,

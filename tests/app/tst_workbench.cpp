@@ -91,8 +91,8 @@ template <typename T> T *child(QWidget *parent, const char *name)
 void writeSmallExperiment(const std::filesystem::path &path)
 {
     core::ModelInfo a, b;
-    a.role = 'a';
-    b.role = 'b';
+    a.role = core::ModelRole::A;
+    b.role = core::ModelRole::B;
     a.config = b.config = core::randomModelPreset("tiny").config;
     a.weightsSha256 = "aa";
     b.weightsSha256 = "bb";
@@ -389,7 +389,7 @@ private Q_SLOTS:
         ui::FitRequest fr = align->fitRequest();
         QCOMPARE(fr.experimentPath, exp);
         fr.name = "gui";
-        fr.selection = "all";
+        fr.selection = core::LayerSelection::All;
         fr.k = 4;
         align->setFitRequest(fr);
         read.clear();

@@ -117,13 +117,14 @@ private Q_SLOTS:
         {
             const auto rd = core::ExperimentReader::open(out);
             QCOMPARE(rd.promptCount(), 4);
-            QCOMPARE(rd.model('a').capturedLayers, std::vector<int>{0});
-            QCOMPARE(rd.model('b').capturedLayers, (std::vector<int>{0, 1}));
+            QCOMPARE(rd.model(core::ModelRole::A).capturedLayers, std::vector<int>{0});
+            QCOMPARE(rd.model(core::ModelRole::B).capturedLayers, (std::vector<int>{0, 1}));
         }
         QVERIFY(fs::remove(out));
         r = runKvwb(base + QStringList{"--layers-b", "1"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
-        QCOMPARE(core::ExperimentReader::open(out).model('b').capturedLayers, std::vector<int>{1});
+        QCOMPARE(core::ExperimentReader::open(out).model(core::ModelRole::B).capturedLayers,
+                 std::vector<int>{1});
         // appending with another selection is refused, naming both lists
         r = runKvwb(base + QStringList{"--layers-b", "0"});
         QCOMPARE(r.exitCode, 1);
@@ -164,7 +165,8 @@ private Q_SLOTS:
                 QCOMPARE(rd.prompt(i).text, text);
                 const auto ids = tok->encode(text, true);
                 QCOMPARE(rd.prompt(i).b.ids, std::vector<int32_t>(ids.begin(), ids.end()));
-                QCOMPARE(rd.keys('b', 1, i).size(), ids.size() * 2 * 32); // llama3 preset: 2 kv heads of 32
+                QCOMPARE(rd.keys(core::ModelRole::B, 1, i).size(),
+                         ids.size() * 2 * 32); // llama3 preset: 2 kv heads of 32
             }
         }
         // and the file can be appended to afterwards

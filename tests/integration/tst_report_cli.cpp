@@ -31,7 +31,7 @@ QString q(const fs::path &p)
 ModelInfo model(char role)
 {
     ModelInfo m;
-    m.role = role;
+    m.role = *core::parseRole(std::string(1, role)); // test helpers name roles by letter
     ModelConfig &c = m.config;
     c.architecture = "LlamaForCausalLM";
     c.modelType = "llama";

@@ -5,7 +5,7 @@ namespace kvwb::test {
 core::ModelInfo tinyModelInfo(char role, int numLayers)
 {
     core::ModelInfo m;
-    m.role = role;
+    m.role = *core::parseRole(std::string(1, role)); // test helpers name roles by letter
     core::ModelConfig &c = m.config;
     c.architecture = "LlamaForCausalLM";
     c.modelType = "llama";

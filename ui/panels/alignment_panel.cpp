@@ -375,7 +375,8 @@ FitRequest AlignmentPanel::fitRequest() const
     FitRequest r;
     r.experimentPath = m_snapshot ? m_snapshot->path : QString();
     r.name = m_fitName->text().trimmed();
-    r.selection = m_selection->currentData().toString();
+    r.selection = core::parseLayerSelection(m_selection->currentData().toString().toStdString())
+                      .value_or(core::LayerSelection::Proportional);
     r.k = m_k->value();
     r.autoLambda = m_autoLambda->isChecked();
     bool ok = false;
@@ -389,7 +390,7 @@ FitRequest AlignmentPanel::fitRequest() const
 void AlignmentPanel::setFitRequest(const FitRequest &r)
 {
     m_fitName->setText(r.name);
-    const int sel = m_selection->findData(r.selection);
+    const int sel = m_selection->findData(QString::fromUtf8(core::layerSelectionName(r.selection)));
     m_selection->setCurrentIndex(sel >= 0 ? sel : 0);
     m_k->setValue(r.k);
     m_autoLambda->setChecked(r.autoLambda);

@@ -48,7 +48,7 @@ struct FitRequest
 {
     QString experimentPath;
     QString name = "default";
-    QString selection = "proportional"; // proportional | topk | all
+    core::LayerSelection selection = core::LayerSelection::Proportional;
     int k = 1;
     bool autoLambda = false;
     double lambda = 0.01;

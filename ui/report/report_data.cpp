@@ -218,12 +218,12 @@ ReportData collectReport(const fs::path &experiment)
         const auto r = core::ExperimentReader::open(experiment); // closed before the stores open it
         d.schema = r.schema();
         d.provenance = r.provenance();
-        d.modelA = r.model('a');
-        d.modelB = r.model('b');
+        d.modelA = r.model(core::ModelRole::A);
+        d.modelB = r.model(core::ModelRole::B);
         d.storage = r.storage();
         d.prompts = r.promptCount();
-        d.tokensA = r.totalTokens('a');
-        d.tokensB = r.totalTokens('b');
+        d.tokensA = r.totalTokens(core::ModelRole::A);
+        d.tokensB = r.totalTokens(core::ModelRole::B);
     }
     std::error_code ec;
     d.fileBytes = fs::file_size(experiment, ec);

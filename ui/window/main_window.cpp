@@ -142,7 +142,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     connect(m_alignment, &AlignmentPanel::fitRequested, this, [this](const FitRequest &r) {
         beginJob(Job::Fit);
         log(tr("fitting converter '%1' (%2, k %3) on %4")
-                .arg(r.name, r.selection)
+                .arg(r.name, QString::fromUtf8(core::layerSelectionName(r.selection)))
                 .arg(r.k)
                 .arg(r.experimentPath));
         Q_EMIT fitRequested(r);
@@ -671,7 +671,8 @@ void MainWindow::applyProjectSettings()
 
     FitRequest f;
     f.name = QString::fromStdString(p.alignment.name);
-    f.selection = QString::fromStdString(p.alignment.selection);
+    f.selection =
+        core::parseLayerSelection(p.alignment.selection).value_or(core::LayerSelection::Proportional);
     f.k = p.alignment.k;
     f.autoLambda = p.alignment.autoLambda;
     f.lambda = p.alignment.lambda;
@@ -706,7 +707,7 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.capture.postRope = c.postRope;
     const auto f = m_alignment->fitRequest();
     p.alignment.name = f.name.toStdString();
-    p.alignment.selection = f.selection.toStdString();
+    p.alignment.selection = core::layerSelectionName(f.selection);
     p.alignment.k = f.k;
     p.alignment.autoLambda = f.autoLambda;
     p.alignment.lambda = f.lambda;

@@ -17,7 +17,7 @@ namespace detail {
 
 Geometry geometry(const core::ExperimentReader &f)
 {
-    const auto &a = f.model('a').config, &b = f.model('b').config;
+    const auto &a = f.model(core::ModelRole::A).config, &b = f.model(core::ModelRole::B).config;
     return {a.numKvHeads, a.headDim, b.numKvHeads, b.headDim};
 }
 
@@ -28,7 +28,8 @@ std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector
     const size_t width = size_t(w) * layers.size();
     std::vector<float> x(size_t(tokens) * width);
     for (size_t li = 0; li < layers.size(); ++li) {
-        const auto part = keys ? f.keys('a', layers[li], prompt) : f.values('a', layers[li], prompt);
+        const auto part = keys ? f.keys(core::ModelRole::A, layers[li], prompt)
+                               : f.values(core::ModelRole::A, layers[li], prompt);
         for (int64_t t = 0; t < tokens; ++t)
             std::copy_n(part.data() + size_t(t) * size_t(w), size_t(w),
                         x.data() + size_t(t) * width + li * size_t(w));
@@ -72,7 +73,8 @@ void checkHeadMatched(const core::ExperimentReader &f, bool headMatched)
 
 void checkTarget(const core::ExperimentReader &f, const Model &target)
 {
-    const std::string have = target.checkpoint().fingerprint(), want = f.model('b').weightsSha256;
+    const std::string have = target.checkpoint().fingerprint(),
+                      want = f.model(core::ModelRole::B).weightsSha256;
     if (have != want)
         throw Error(
             ErrorCode::Config,
@@ -83,13 +85,13 @@ void checkTarget(const core::ExperimentReader &f, const Model &target)
 std::vector<int> selectSources(const core::ExperimentReader &f, LayerSelection selection, int k,
                                int targetLayer, const std::vector<int> &ranked)
 {
-    const std::vector<int> &capA = f.model('a').capturedLayers;
-    const int layersB = f.model('b').config.numLayers;
+    const std::vector<int> &capA = f.model(core::ModelRole::A).capturedLayers;
+    const int layersB = f.model(core::ModelRole::B).config.numLayers;
     std::vector<int> out;
     switch (selection) {
     case LayerSelection::Proportional: {
         // the layers at the same relative depth of A's real depth, then the nearest captured ones
-        const int la = f.model('a').config.numLayers;
+        const int la = f.model(core::ModelRole::A).config.numLayers;
         // (as proportionalSourceLayers when every layer was captured: ties go to the lower layer)
         const long centre =
             std::lround(layersB > 1 ? double(targetLayer) * double(la - 1) / double(layersB - 1) : 0.0);
@@ -138,7 +140,7 @@ std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLay
                                   double lambda, int64_t maxTokens)
 {
     std::vector<std::pair<double, int>> scored; // (score, layer)
-    for (int l : f.model('a').capturedLayers) {
+    for (int l : f.model(core::ModelRole::A).capturedLayers) {
         const auto m = evaluateLayer(
             f, fitLayer(f, targetLayer, {l}, train, lambda, nullptr, false, maxTokens), validation);
         scored.push_back({0.5 * (m.r2Keys + m.r2Values), l});
@@ -149,27 +151,6 @@ std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLay
     for (const auto &s : scored)
         out.push_back(s.second);
     return out;
-}
-
-const char *layerSelectionName(LayerSelection s) noexcept
-{
-    switch (s) {
-    case LayerSelection::Proportional:
-        return "proportional";
-    case LayerSelection::TopK:
-        return "topk";
-    case LayerSelection::All:
-        return "all";
-    }
-    return "?";
-}
-
-std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept
-{
-    for (LayerSelection s : {LayerSelection::Proportional, LayerSelection::TopK, LayerSelection::All})
-        if (name == layerSelectionName(s))
-            return s;
-    return std::nullopt;
 }
 
 } // namespace kvwb::gpu

@@ -57,7 +57,8 @@ Accumulation accumulate(const core::ExperimentReader &f, int targetLayer, const 
             tokens = std::min(tokens, maxTokens - acc.rows);
         for (bool keys : {true, false}) {
             const auto x = sourceRows(f, sources, p, keys, tokens);
-            const auto y = keys ? f.keys('b', targetLayer, p) : f.values('b', targetLayer, p);
+            const auto y = keys ? f.keys(core::ModelRole::B, targetLayer, p)
+                                : f.values(core::ModelRole::B, targetLayer, p);
             auto &list = keys ? acc.keys : acc.values;
             if (!headMatched) {
                 list[0].add(x.data(), y.data(), tokens);

@@ -63,12 +63,13 @@ void requireSplit(const core::ExperimentReader &f, const PromptSplit &s, bool ne
 
 void checkCapturedB(const core::ExperimentReader &f)
 {
-    const std::vector<int> &capB = f.model('b').capturedLayers;
-    if (int(capB.size()) != f.model('b').config.numLayers)
+    const std::vector<int> &capB = f.model(core::ModelRole::B).capturedLayers;
+    if (int(capB.size()) != f.model(core::ModelRole::B).config.numLayers)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("{}: converters need every layer of model B, but the file captured {} of {}; "
                                 "capture again without --layers-b",
-                                f.path().string(), capB.size(), f.model('b').config.numLayers));
+                                f.path().string(), capB.size(),
+                                f.model(core::ModelRole::B).config.numLayers));
 }
 
 std::vector<double> row(std::initializer_list<double> v)
@@ -95,14 +96,14 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                                          g.kvA, g.kvB));
     const PromptSplit split = splitPrompts(f.promptCount(), o.validFraction, o.testFraction, o.seed);
     requireSplit(f, split, o.autoLambda || o.selection == LayerSelection::TopK);
-    const int lb = f.model('b').config.numLayers;
+    const int lb = f.model(core::ModelRole::B).config.numLayers;
     const std::vector<double> grid = o.autoLambda ? o.lambdaGrid : std::vector<double>{o.lambda};
     auto report = [&](double fr, const std::string &stage) { return !o.progress || o.progress(fr, stage); };
 
     rec.name = o.name;
     rec.keyForm = f.storage().keyForm;
     rec.selection = layerSelectionName(o.selection);
-    const int capturedA = int(f.model('a').capturedLayers.size());
+    const int capturedA = int(f.model(core::ModelRole::A).capturedLayers.size());
     const int k = std::min(o.k, capturedA); // the k actually used
     rec.k = o.selection == LayerSelection::All ? capturedA : k;
     rec.lambdaMode = o.autoLambda ? "auto" : "fixed";
@@ -204,9 +205,10 @@ SweepResult sweepAlignment(const core::ExperimentReader &f, const SweepOptions &
             throw Error(ErrorCode::InvalidArgument, fmt::format("k must be positive, got {}", k));
     const PromptSplit split = splitPrompts(f.promptCount(), o.validFraction, o.testFraction, o.seed);
     requireSplit(f, split, o.selection == LayerSelection::TopK);
-    const int lb = f.model('b').config.numLayers;
-    const std::vector<int> ks =
-        o.selection == LayerSelection::All ? std::vector<int>{int(f.model('a').capturedLayers.size())} : o.ks;
+    const int lb = f.model(core::ModelRole::B).config.numLayers;
+    const std::vector<int> ks = o.selection == LayerSelection::All
+                                    ? std::vector<int>{int(f.model(core::ModelRole::A).capturedLayers.size())}
+                                    : o.ks;
     core::MetricTable &table = result.table;
     table.columns = {"k",     "lambda", "train_tokens", "r2_k",  "r2_v",
                      "cos_k", "cos_v",  "rel_k",        "rel_v", "attn_cos"};

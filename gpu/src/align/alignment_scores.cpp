@@ -172,15 +172,19 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f,
                 for (int l : map.sourceLayers) {
                     auto it = rowsA.find(l);
                     if (it == rowsA.end())
-                        it = rowsA.emplace(l, keys ? f.keys('a', l, p) : f.values('a', l, p)).first;
+                        it = rowsA
+                                 .emplace(l, keys ? f.keys(core::ModelRole::A, l, p)
+                                                  : f.values(core::ModelRole::A, l, p))
+                                 .first;
                     src.push_back(it->second.data());
                 }
                 auto yt = rowsB.find(map.targetLayer);
                 if (yt == rowsB.end())
-                    yt = rowsB
-                             .emplace(map.targetLayer, keys ? f.keys('b', map.targetLayer, p)
-                                                            : f.values('b', map.targetLayer, p))
-                             .first;
+                    yt =
+                        rowsB
+                            .emplace(map.targetLayer, keys ? f.keys(core::ModelRole::B, map.targetLayer, p)
+                                                           : f.values(core::ModelRole::B, map.targetLayer, p))
+                            .first;
                 const auto pred = convertRows(map, keys, src, tokens, g.kvA, g.hdA, g.kvB, g.hdB);
                 const float *y = yt->second.data();
                 auto &s = sums[m][size_t(kv)];
@@ -244,7 +248,10 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f,
                 for (int s : m.sourceLayers) {
                     auto it = rowsA.find(s);
                     if (it == rowsA.end())
-                        it = rowsA.emplace(s, kv == 0 ? f.keys('a', s, p) : f.values('a', s, p)).first;
+                        it = rowsA
+                                 .emplace(s, kv == 0 ? f.keys(core::ModelRole::A, s, p)
+                                                     : f.values(core::ModelRole::A, s, p))
+                                 .first;
                     src.push_back(it->second.data());
                 }
                 const auto rows =
@@ -291,8 +298,10 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f,
 std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &f,
                                                 const std::vector<int> &prompts, int64_t maxTokens)
 {
-    const int la = f.model('a').config.numLayers, lb = f.model('b').config.numLayers;
-    const std::vector<int> &capA = f.model('a').capturedLayers, &capB = f.model('b').capturedLayers;
+    const int la = f.model(core::ModelRole::A).config.numLayers,
+              lb = f.model(core::ModelRole::B).config.numLayers;
+    const std::vector<int> &capA = f.model(core::ModelRole::A).capturedLayers,
+                           &capB = f.model(core::ModelRole::B).capturedLayers;
     std::pair<core::Matrix, core::Matrix> out;
     for (core::Matrix *m : {&out.first, &out.second}) {
         m->rows = lb;
@@ -318,7 +327,7 @@ std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &f,
     detail::translateTorch("linear CKA", [&] {
         c10::InferenceMode guard;
         for (int kv = 0; kv < 2; ++kv) {
-            auto rows = [&](char role, int layer) {
+            auto rows = [&](core::ModelRole role, int layer) {
                 std::vector<torch::Tensor> parts;
                 for (const auto &[p, t] : use) {
                     auto v = kv == 0 ? f.keys(role, layer, p) : f.values(role, layer, p);
@@ -332,12 +341,12 @@ std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &f,
             };
             std::vector<torch::Tensor> xs, xxNorm;
             for (int l : capA) {
-                xs.push_back(rows('a', l));
+                xs.push_back(rows(core::ModelRole::A, l));
                 xxNorm.push_back(torch::matmul(xs.back().t(), xs.back()).norm());
             }
             core::Matrix &m = kv == 0 ? out.first : out.second;
             for (int lbIdx : capB) {
-                auto y = rows('b', lbIdx);
+                auto y = rows(core::ModelRole::B, lbIdx);
                 const double yyNorm = torch::matmul(y.t(), y).norm().item<double>();
                 for (size_t i = 0; i < capA.size(); ++i) {
                     const double hsic = torch::matmul(y.t(), xs[i]).pow(2).sum().item<double>();

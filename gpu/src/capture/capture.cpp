@@ -52,7 +52,7 @@ std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const
 
 // The explicit list the writer expects (empty = all layers), checked against the file so that a
 // caller passing different lists to the writer and to capturePrompts fails before any prompt.
-std::vector<int> layersFor(char role, const std::vector<int> &requested, const Model &model,
+std::vector<int> layersFor(core::ModelRole role, const std::vector<int> &requested, const Model &model,
                            const core::ExperimentWriter &writer)
 {
     std::vector<int> layers = requested;
@@ -63,14 +63,15 @@ std::vector<int> layersFor(char role, const std::vector<int> &requested, const M
     if (layers != file)
         throw core::Error(core::ErrorCode::Config,
                           fmt::format("{}: capture layers of model {} ({}) differ from the file's ({})",
-                                      writer.path().string(), role, fmt::join(layers, ", "),
+                                      writer.path().string(), core::roleName(role), fmt::join(layers, ", "),
                                       fmt::join(file, ", ")));
     return layers;
 }
 
 } // namespace
 
-core::ModelInfo describeModel(char role, const Model &model, const std::filesystem::path &tokenizerPath)
+core::ModelInfo describeModel(core::ModelRole role, const Model &model,
+                              const std::filesystem::path &tokenizerPath)
 {
     core::ModelInfo info;
     info.role = role;
@@ -90,8 +91,8 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
     core::checkTokenizerFitsModel(tokB, b.config(), "model B's tokenizer");
     // the file decides the key form (an appended file keeps the one it was created with)
     const KeyForm form = writer.storage().keyForm;
-    const std::vector<int> layersA = layersFor('a', o.layersA, a, writer);
-    const std::vector<int> layersB = layersFor('b', o.layersB, b, writer);
+    const std::vector<int> layersA = layersFor(core::ModelRole::A, o.layersA, a, writer);
+    const std::vector<int> layersB = layersFor(core::ModelRole::B, o.layersB, b, writer);
     CaptureResult r;
     core::WarningList warnings(20);
     r.firstPrompt = writer.promptCount();

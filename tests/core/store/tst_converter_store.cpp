@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 using namespace kvwb::core;
+namespace core = kvwb::core;
 namespace fs = std::filesystem;
 using kvwb::test::expectError;
 using kvwb::test::readFile;
@@ -38,7 +39,7 @@ constexpr int kPrompts = 4;
 ModelInfo model(char role)
 {
     ModelInfo m;
-    m.role = role;
+    m.role = *parseRole(std::string(1, role));
     ModelConfig &c = m.config;
     c.architecture = "LlamaForCausalLM";
     c.modelType = "llama";
@@ -390,7 +391,7 @@ void TestConverterStore::roundTripFullAndHeadMatched()
     // The captured KV is untouched and the file still opens as an experiment.
     const ExperimentReader r = ExperimentReader::open(path);
     QCOMPARE(r.promptCount(), kPrompts);
-    QVERIFY(r.keys('b', 1, 3) == makePrompt(3).b.keys[1]);
+    QVERIFY(r.keys(core::ModelRole::B, 1, 3) == makePrompt(3).b.keys[1]);
 }
 
 void TestConverterStore::replaceExisting()
@@ -629,7 +630,7 @@ void TestConverterStore::appendAfterConverters()
             QCOMPARE(r.prompt(p).text, want.text);
             QVERIFY(r.prompt(p).b.ids == want.b.ids);
             for (int l = 0; l < 3; ++l)
-                QVERIFY(r.values('a', l, p) == want.a.values[size_t(l)]);
+                QVERIFY(r.values(core::ModelRole::A, l, p) == want.a.values[size_t(l)]);
         }
     }
     QString e = compareRecords(loadConverters(path, "before-append"), rec);

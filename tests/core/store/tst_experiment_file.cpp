@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 using namespace kvwb::core;
+namespace core = kvwb::core;
 namespace fs = std::filesystem;
 using kvwb::test::expectError;
 
@@ -34,7 +35,7 @@ namespace {
 ModelInfo tinyModel(char role, const std::string &weights = "")
 {
     ModelInfo m;
-    m.role = role;
+    m.role = *core::parseRole(std::string(1, role)); // test helpers name roles by letter
     ModelConfig &c = m.config;
     c.architecture = role == 'a' ? "LlamaForCausalLM" : "Qwen2ForCausalLM";
     c.modelType = role == 'a' ? "llama" : "qwen2";
@@ -53,6 +54,11 @@ ModelInfo tinyModel(char role, const std::string &weights = "")
     m.tokenizerSha256 = std::string(64, role == 'a' ? '1' : '2');
     m.sourcePath = std::string("/models/") + role;
     return m;
+}
+
+ModelInfo tinyModel(ModelRole role, const std::string &weights = "")
+{
+    return tinyModel(roleName(role)[0], weights);
 }
 
 Provenance testProvenance()
@@ -163,11 +169,11 @@ QString checkPrompt(const ExperimentReader &r, int index, const PromptRecord &wa
     const KvStorage storage = r.storage().storage;
     for (int m = 0; m < 2; ++m) {
         const PromptKv &kv = m == 0 ? want.a : want.b;
-        const char role = m == 0 ? 'a' : 'b';
+        const ModelRole role = m == 0 ? ModelRole::A : ModelRole::B;
         const std::vector<int> &layers = r.model(role).capturedLayers;
         if (layers.size() != kv.keys.size())
             return QStringLiteral("model %1: file has %2 captured layers, prompt %3")
-                .arg(role)
+                .arg(roleName(role))
                 .arg(layers.size())
                 .arg(kv.keys.size());
         for (size_t i = 0; i < layers.size(); ++i) {
@@ -178,7 +184,7 @@ QString checkPrompt(const ExperimentReader &r, int index, const PromptRecord &wa
             if (!e.isEmpty())
                 return QStringLiteral("prompt %1 model %2 layer %3: %4")
                     .arg(index)
-                    .arg(role)
+                    .arg(roleName(role))
                     .arg(layer)
                     .arg(e);
         }
@@ -343,7 +349,7 @@ void TestExperimentFile::roundTrip()
     QCOMPARE(p.runId.size(), size_t(32));
     QCOMPARE(p.createdUtc.size(), size_t(20));
     QCOMPARE(p.createdUtc.back(), 'Z');
-    for (char role : {'a', 'b'}) {
+    for (ModelRole role : kRoles) {
         const ModelInfo want = tinyModel(role), got = r.model(role);
         QCOMPARE(got.role, role);
         QCOMPARE(got.config.architecture, want.config.architecture);
@@ -378,8 +384,8 @@ void TestExperimentFile::roundTrip()
         const QString e = checkPrompt(r, i, want);
         QVERIFY2(e.isEmpty(), qPrintable(e));
     }
-    QCOMPARE(r.totalTokens('a'), totalA);
-    QCOMPARE(r.totalTokens('b'), totalB);
+    QCOMPARE(r.totalTokens(core::ModelRole::A), totalA);
+    QCOMPARE(r.totalTokens(core::ModelRole::B), totalB);
     QVERIFY(totalA > 256);
 }
 
@@ -390,12 +396,12 @@ void TestExperimentFile::keyRangeAcrossPrompts()
     writeExperiment(path, KvStorage::F32, 3);
     const ExperimentReader r = ExperimentReader::open(path);
     const PromptInfo p1 = r.prompt(1);
-    for (char role : {'a', 'b'}) {
+    for (ModelRole role : kRoles) {
         // The last (up to) 2 rows of prompt 0 and the first 3 of prompt 1.
-        const int64_t boundary = (role == 'a' ? p1.a : p1.b).firstToken;
+        const int64_t boundary = (role == ModelRole::A ? p1.a : p1.b).firstToken;
         const int64_t tail = std::min<int64_t>(2, boundary);
         const int64_t first = boundary - tail, count = tail + 3;
-        const int rowFloats = role == 'a' ? 2 * 8 : 1 * 16;
+        const int rowFloats = role == ModelRole::A ? 2 * 8 : 1 * 16;
         const int layer = 1;
         std::vector<float> expect;
         const std::vector<float> k0 = r.keys(role, layer, 0), k1 = r.keys(role, layer, 1);
@@ -408,9 +414,9 @@ void TestExperimentFile::keyRangeAcrossPrompts()
         expectV.insert(expectV.end(), v1.begin(), v1.begin() + 3 * rowFloats);
         QVERIFY(r.valueRange(role, layer, first, count) == expectV);
     }
-    const Error e = expectError([&] { r.keyRange('a', 0, r.totalTokens('a') - 1, 2); });
+    const Error e =
+        expectError([&] { r.keyRange(core::ModelRole::A, 0, r.totalTokens(core::ModelRole::A) - 1, 2); });
     QCOMPARE(e.code(), ErrorCode::InvalidArgument);
-    QCOMPARE(expectError([&] { r.keys('c', 0, 0); }).code(), ErrorCode::InvalidArgument);
     QCOMPARE(expectError([&] { r.prompt(3); }).code(), ErrorCode::InvalidArgument);
 }
 
@@ -425,8 +431,8 @@ void TestExperimentFile::capturedLayersSubset()
     b.capturedLayers = {0, 2};
     {
         ExperimentWriter w = ExperimentWriter::create(path, o, testProvenance(), a, b);
-        QCOMPARE(w.capturedLayers('a'), std::vector<int>({1}));
-        QCOMPARE(w.capturedLayers('b'), std::vector<int>({0, 2}));
+        QCOMPARE(w.capturedLayers(core::ModelRole::A), std::vector<int>({1}));
+        QCOMPARE(w.capturedLayers(core::ModelRole::B), std::vector<int>({0, 2}));
         for (int p = 0; p < 2; ++p)
             QCOMPARE(w.appendPrompt(makePrompt(p, a, b)), p);
     }
@@ -454,8 +460,8 @@ void TestExperimentFile::capturedLayersSubset()
     }
     const ExperimentReader r = ExperimentReader::open(path);
     QCOMPARE(r.promptCount(), 3);
-    QCOMPARE(r.model('a').capturedLayers, std::vector<int>({1}));
-    QCOMPARE(r.model('b').capturedLayers, std::vector<int>({0, 2}));
+    QCOMPARE(r.model(core::ModelRole::A).capturedLayers, std::vector<int>({1}));
+    QCOMPARE(r.model(core::ModelRole::B).capturedLayers, std::vector<int>({0, 2}));
     for (int i = 0; i < 3; ++i) {
         const QString e = checkPrompt(r, i, makePrompt(i, a, b));
         QVERIFY2(e.isEmpty(), qPrintable(e));
@@ -463,19 +469,21 @@ void TestExperimentFile::capturedLayersSubset()
     // A token range of a captured layer, across the prompt 0/1 boundary, by its real index.
     const int64_t boundary = r.prompt(1).b.firstToken;
     std::vector<float> expect;
-    const std::vector<float> k0 = r.keys('b', 2, 0), k1 = r.keys('b', 2, 1);
+    const std::vector<float> k0 = r.keys(core::ModelRole::B, 2, 0), k1 = r.keys(core::ModelRole::B, 2, 1);
     expect.insert(expect.end(), k0.end() - 16, k0.end());
     expect.insert(expect.end(), k1.begin(), k1.begin() + 2 * 16);
-    QVERIFY(r.keyRange('b', 2, boundary - 1, 3) == expect);
-    QCOMPARE(r.valueRange('b', 2, 0, r.totalTokens('b')).size(), size_t(r.totalTokens('b')) * 16);
+    QVERIFY(r.keyRange(core::ModelRole::B, 2, boundary - 1, 3) == expect);
+    QCOMPARE(r.valueRange(core::ModelRole::B, 2, 0, r.totalTokens(core::ModelRole::B)).size(),
+             size_t(r.totalTokens(core::ModelRole::B)) * 16);
 
-    const Error notCaptured = expectError([&] { r.keys('b', 1, 0); });
+    const Error notCaptured = expectError([&] { r.keys(core::ModelRole::B, 1, 0); });
     QCOMPARE(notCaptured.code(), ErrorCode::InvalidArgument);
     QVERIFY2(std::string(notCaptured.what()).find("layer 1 of model b was not captured (captured: 0, 2)") !=
                  std::string::npos,
              notCaptured.what());
-    QCOMPARE(expectError([&] { r.valueRange('a', 0, 0, 1); }).code(), ErrorCode::InvalidArgument);
-    const Error outOfRange = expectError([&] { r.keys('b', 3, 0); });
+    QCOMPARE(expectError([&] { r.valueRange(core::ModelRole::A, 0, 0, 1); }).code(),
+             ErrorCode::InvalidArgument);
+    const Error outOfRange = expectError([&] { r.keys(core::ModelRole::B, 3, 0); });
     QCOMPARE(outOfRange.code(), ErrorCode::InvalidArgument);
     QVERIFY2(std::string(outOfRange.what()).find("has no layer 3") != std::string::npos, outOfRange.what());
 }
@@ -485,7 +493,8 @@ void TestExperimentFile::capturedLayersDefaultAndLegacy()
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
     writeExperiment(path, KvStorage::F32, 2);
-    QCOMPARE(ExperimentReader::open(path).model('b').capturedLayers, std::vector<int>({0, 1, 2}));
+    QCOMPARE(ExperimentReader::open(path).model(core::ModelRole::B).capturedLayers,
+             std::vector<int>({0, 1, 2}));
     // A file written before captured_layers existed stores every layer.
     {
         RawFile f(path);
@@ -493,7 +502,7 @@ void TestExperimentFile::capturedLayersDefaultAndLegacy()
         QVERIFY(H5Adelete_by_name(f.id, "/models/b", "captured_layers", H5P_DEFAULT) >= 0);
     }
     const ExperimentReader r = ExperimentReader::open(path);
-    QCOMPARE(r.model('b').capturedLayers, std::vector<int>({0, 1, 2}));
+    QCOMPARE(r.model(core::ModelRole::B).capturedLayers, std::vector<int>({0, 1, 2}));
     const QString e = checkPrompt(r, 1, makePrompt(1, tinyModel('a'), tinyModel('b')));
     QVERIFY2(e.isEmpty(), qPrintable(e));
 }
@@ -629,7 +638,7 @@ void TestExperimentFile::offsetsBeyondDataset()
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
     writeExperiment(path, KvStorage::F32, 2);
-    const int64_t total = ExperimentReader::open(path).totalTokens('b');
+    const int64_t total = ExperimentReader::open(path).totalTokens(core::ModelRole::B);
     // Prompt 1 of model b now claims 1000 more tokens than were written.
     editDataset1d(path, "/prompts/b/offsets", 3, 2, total + 1000);
     const Error e = expectError([&] { ExperimentReader::open(path); });
@@ -663,7 +672,7 @@ void TestExperimentFile::tornPromptIgnoredAndOverwritten()
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
     writeExperiment(path, KvStorage::F32, 2);
-    const int64_t total = ExperimentReader::open(path).totalTokens('a');
+    const int64_t total = ExperimentReader::open(path).totalTokens(core::ModelRole::A);
     // What a writer killed between extending /prompts/a/offsets and the others leaves behind:
     // model a's ids grown by 50 and its offsets by one entry.
     editDataset1d(path, "/prompts/a/ids", hsize_t(total + 50));
@@ -673,7 +682,7 @@ void TestExperimentFile::tornPromptIgnoredAndOverwritten()
     const ModelInfo a = tinyModel('a'), b = tinyModel('b');
     {
         ExperimentWriter w = ExperimentWriter::append(path, a, b, false);
-        QCOMPARE(w.totalTokens('a'), total);
+        QCOMPARE(w.totalTokens(core::ModelRole::A), total);
         QCOMPARE(w.appendPrompt(makePrompt(2, a, b)), 2);
         w.close();
     }
@@ -874,7 +883,7 @@ void TestExperimentFile::killedWriterLeavesReadableFile()
             qInfo(
                 "round %d (fsync %s): reported %d, visible %d, uncommitted rows in the last KV dataset: %lld",
                 round, round % 2 == 0 ? "on" : "off", reported, count,
-                (long long)rows[0] - (long long)r.totalTokens('b'));
+                (long long)rows[0] - (long long)r.totalTokens(core::ModelRole::B));
             // A prompt committed but not yet reported may be visible too.
             QVERIFY2(count == reported || count == reported + 1,
                      qPrintable(QStringLiteral("reported %1, file has %2").arg(reported).arg(count)));

@@ -24,7 +24,7 @@ namespace {
 core::ModelInfo info(char role, int layers, int kvHeads, int headDim, const char *sha)
 {
     core::ModelInfo m;
-    m.role = role;
+    m.role = *core::parseRole(std::string(1, role)); // test helpers name roles by letter
     m.config = core::randomModelPreset("tiny").config;
     m.config.numLayers = layers;
     m.config.numKvHeads = kvHeads;
@@ -152,9 +152,9 @@ fs::path captureSelf(const fs::path &dir, std::unique_ptr<gpu::Model> &a, std::u
     b = gpu::Model::load(dir / "m", {});
     const auto tok = core::loadTokenizer(dir / "m" / "tokenizer.json");
     const fs::path path = dir / "self.h5";
-    auto writer = core::ExperimentWriter::create(path, {}, {},
-                                                 gpu::describeModel('a', *a, dir / "m" / "tokenizer.json"),
-                                                 gpu::describeModel('b', *b, dir / "m" / "tokenizer.json"));
+    auto writer = core::ExperimentWriter::create(
+        path, {}, {}, gpu::describeModel(core::ModelRole::A, *a, dir / "m" / "tokenizer.json"),
+        gpu::describeModel(core::ModelRole::B, *b, dir / "m" / "tokenizer.json"));
     std::vector<gpu::CapturePrompt> list;
     for (int p = 0; p < prompts; ++p) {
         gpu::CapturePrompt cp;
@@ -426,8 +426,10 @@ private Q_SLOTS:
                 for (int la = 0; la < 2; ++la) {
                     std::vector<std::vector<double>> X, Y; // rows
                     for (int p : prompts) {
-                        const auto x = kv == 0 ? file.keys('a', la, p) : file.values('a', la, p);
-                        const auto y = kv == 0 ? file.keys('b', lb, p) : file.values('b', lb, p);
+                        const auto x = kv == 0 ? file.keys(core::ModelRole::A, la, p)
+                                               : file.values(core::ModelRole::A, la, p);
+                        const auto y = kv == 0 ? file.keys(core::ModelRole::B, lb, p)
+                                               : file.values(core::ModelRole::B, lb, p);
                         for (size_t t = 0; t < x.size() / 4; ++t) {
                             X.emplace_back(x.begin() + long(t * 4), x.begin() + long(t * 4 + 4));
                             Y.emplace_back(y.begin() + long(t * 6), y.begin() + long(t * 6 + 6));

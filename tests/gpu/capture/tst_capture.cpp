@@ -73,8 +73,8 @@ private Q_SLOTS:
             {"A longer prompt about key-value reuse.", "n3", {}, {}}};
         {
             auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(),
-                                                    gpu::describeModel('a', *p.a, p.tokPath),
-                                                    gpu::describeModel('b', *p.b, p.tokPath));
+                                                    gpu::describeModel(core::ModelRole::A, *p.a, p.tokPath),
+                                                    gpu::describeModel(core::ModelRole::B, *p.b, p.tokPath));
             std::vector<int> seen;
             const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o, [&](int done, int) {
                 seen.push_back(done);
@@ -91,7 +91,8 @@ private Q_SLOTS:
         for (int i = 0; i < 3; ++i) {
             const auto ids = p.tok->encode(prompts[size_t(i)].text, true);
             QCOMPARE(rd.prompt(i).a.ids, std::vector<int32_t>(ids.begin(), ids.end()));
-            for (const auto &[role, model] : {std::pair{'a', p.a.get()}, std::pair{'b', p.b.get()}}) {
+            for (const auto &[role, model] :
+                 {std::pair{core::ModelRole::A, p.a.get()}, std::pair{core::ModelRole::B, p.b.get()}}) {
                 auto cache = model->newCache();
                 model->forward(ids, cache);
                 for (int l = 0; l < model->config().numLayers; ++l) {
@@ -109,8 +110,8 @@ private Q_SLOTS:
         const fs::path dir = tmp.path().toStdString();
         auto p = makePair(dir);
         gpu::CaptureOptions o;
-        const auto infoA = gpu::describeModel('a', *p.a, p.tokPath),
-                   infoB = gpu::describeModel('b', *p.b, p.tokPath);
+        const auto infoA = gpu::describeModel(core::ModelRole::A, *p.a, p.tokPath),
+                   infoB = gpu::describeModel(core::ModelRole::B, *p.b, p.tokPath);
         {
             auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(), infoA, infoB);
             gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, {{"one", "", {}, {}}}, o);
@@ -127,7 +128,8 @@ private Q_SLOTS:
         core::writeRandomHfModel(dir / "other", core::randomModelPreset("gqa"));
         auto other = gpu::Model::load(dir / "other", {});
         const auto e = test::expectError([&] {
-            core::ExperimentWriter::append(dir / "e.h5", infoA, gpu::describeModel('b', *other, p.tokPath));
+            core::ExperimentWriter::append(dir / "e.h5", infoA,
+                                           gpu::describeModel(core::ModelRole::B, *other, p.tokPath));
         });
         QCOMPARE(e.code(), core::ErrorCode::Config);
         QVERIFY2(QString(e.what()).contains(QString::fromStdString(infoB.weightsSha256.substr(0, 12))),
@@ -142,8 +144,8 @@ private Q_SLOTS:
         QCOMPARE(p.b->config().numLayers, 2); // layer 0 stays out
         gpu::CaptureOptions o;
         o.layersB = {1};
-        const auto infoA = gpu::describeModel('a', *p.a, p.tokPath);
-        auto infoB = gpu::describeModel('b', *p.b, p.tokPath);
+        const auto infoA = gpu::describeModel(core::ModelRole::A, *p.a, p.tokPath);
+        auto infoB = gpu::describeModel(core::ModelRole::B, *p.b, p.tokPath);
         const std::vector<gpu::CapturePrompt> prompts = {{"What is a cache?", "", {}, {}},
                                                          {"Hi", "", {}, {}}};
         {
@@ -161,16 +163,17 @@ private Q_SLOTS:
             w.close();
         }
         const auto rd = core::ExperimentReader::open(dir / "e.h5");
-        QCOMPARE(rd.model('b').capturedLayers, std::vector<int>{1});
-        QCOMPARE(int(rd.model('a').capturedLayers.size()), p.a->config().numLayers);
-        QCOMPARE(test::expectError([&] { rd.keys('b', 0, 0); }).code(), core::ErrorCode::InvalidArgument);
+        QCOMPARE(rd.model(core::ModelRole::B).capturedLayers, std::vector<int>{1});
+        QCOMPARE(int(rd.model(core::ModelRole::A).capturedLayers.size()), p.a->config().numLayers);
+        QCOMPARE(test::expectError([&] { rd.keys(core::ModelRole::B, 0, 0); }).code(),
+                 core::ErrorCode::InvalidArgument);
         for (int i = 0; i < 2; ++i) {
             const auto ids = p.tok->encode(prompts[size_t(i)].text, true);
             auto cache = p.b->newCache();
             p.b->forward(ids, cache);
             const auto kv = cache.layerTokenMajor(1, gpu::KeyForm::PreRope);
-            QCOMPARE(rd.keys('b', 1, i), kv.keys); // f32: bit-exact
-            QCOMPARE(rd.values('b', 1, i), kv.values);
+            QCOMPARE(rd.keys(core::ModelRole::B, 1, i), kv.keys); // f32: bit-exact
+            QCOMPARE(rd.values(core::ModelRole::B, 1, i), kv.values);
         }
     }
 
@@ -181,8 +184,8 @@ private Q_SLOTS:
         auto p = makePair(dir);
         gpu::CaptureOptions o;
         auto w = core::ExperimentWriter::create(dir / "e.h5", o.file, prov(),
-                                                gpu::describeModel('a', *p.a, p.tokPath),
-                                                gpu::describeModel('b', *p.b, p.tokPath));
+                                                gpu::describeModel(core::ModelRole::A, *p.a, p.tokPath),
+                                                gpu::describeModel(core::ModelRole::B, *p.b, p.tokPath));
         std::vector<gpu::CapturePrompt> prompts(5, gpu::CapturePrompt{"same prompt", "", {}, {}});
         const auto r = gpu::capturePrompts(w, *p.a, *p.tok, *p.b, *p.tok, prompts, o,
                                            [](int done, int) { return done < 2; });

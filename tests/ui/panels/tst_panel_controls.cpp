@@ -107,7 +107,7 @@ private Q_SLOTS:
         ui::FitRequest r;
         r.experimentPath = "/tmp/exp.h5";
         r.name = "topk-3";
-        r.selection = "topk";
+        r.selection = core::LayerSelection::TopK;
         r.k = 3;
         r.autoLambda = false;
         r.lambda = 1e-3;
