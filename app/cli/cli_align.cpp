@@ -1,6 +1,8 @@
 #include "app/cli/cli_align.h"
 
 #include "app/cli/cli_util.h"
+#include "app/jobs/compare_job.h"
+#include "app/jobs/fit_job.h"
 #include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
@@ -179,14 +181,10 @@ int cmdAlign(const QStringList &args)
     if (!p.isSet("experiment"))
         throw UsageError{"--experiment is required"};
     const fs::path path = str(p.value("experiment"));
-    // closed before saving: HDF5 cannot reopen a file for writing while this process reads it
-    std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
-    const core::ExperimentReader &file = *reader;
     gpu::AlignOptions o;
     o.name = str(p.value("name"));
     o.selection = parseSelection(p.value("select"));
-    const int layersA = file.model(core::ModelRole::A).config.numLayers;
-    o.k = std::min(intOption(p, "k", o.selection == gpu::LayerSelection::TopK ? 8 : 1, 1), layersA);
+    o.k = intOption(p, "k", o.selection == gpu::LayerSelection::TopK ? 8 : 1, 1); // at most A's layers
     if (p.value("lambda") == "auto")
         o.autoLambda = true;
     else
@@ -204,21 +202,21 @@ int cmdAlign(const QStringList &args)
         return !InterruptScope::interrupted();
     };
     std::unique_ptr<gpu::Model> b;
-    if (!p.isSet("no-attention"))
-        b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
     InterruptScope ctrlC;
-    const auto t0 = Clock::now();
-    auto r = gpu::alignExperiment(file, o, b.get());
-    const double fitMs = msSince(t0);
+    const auto fit = jobs::runFit({path.string(), o, !p.isSet("dry-run")},
+                                  [&](const core::ExperimentReader &file, std::vector<std::string> &) {
+                                      if (!p.isSet("no-attention"))
+                                          b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
+                                      return static_cast<const gpu::Model *>(b.get());
+                                  });
+    const auto &r = fit.result;
+    const double fitMs = fit.fitMs;
     if (!asJson)
         std::fprintf(stderr, "\n");
     if (r.cancelled) {
         std::fprintf(stderr, "cancelled: nothing stored\n");
         return 130;
     }
-    reader.reset();
-    if (!p.isSet("dry-run"))
-        core::saveConverters(path, r.record);
     for (const auto &w : r.warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     const auto &rec = r.record;
@@ -453,6 +451,7 @@ int cmdCompare(const QStringList &args)
     auto b = loadFileModel(file, core::ModelRole::B, p, lo);
     const auto conv = gpu::Converter::create(record, *a, *b);
     const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
+    const jobs::ComparePair pair{*a, *tokA, *b, *tokB, conv, record.name};
     const bool asJson = p.isSet("json");
     InterruptScope ctrlC;
     json rows = json::array();
@@ -470,13 +469,10 @@ int cmdCompare(const QStringList &args)
         }
         co.warmUp = !warmed; // first-call allocations would otherwise land on prompt 0's timings
         warmed = true;
-        const auto outcome = gpu::compareTransfer(*a, *tokA, *b, *tokB, conv, ids, co);
+        const auto outcome = jobs::compareOne(pair, texts[i], ids, co);
         const auto &sample = outcome.sample;
         const auto &gate = outcome.gate;
         samples.push_back(sample);
-        samples.back().prompt = texts[i];
-        samples.back().converter = record.name;
-        samples.back().createdUtc = core::text::utcNowIso8601();
         const double kl = sample.meanKl;
         kls.push_back(kl);
         klFloor.push_back(sample.klNoPrefix);
@@ -551,7 +547,7 @@ int cmdCompare(const QStringList &args)
         throw core::Error(core::ErrorCode::InvalidArgument, "no prompt could be compared");
     if (p.isSet("save-samples")) {
         reader.reset(); // the store opens the file for writing
-        core::saveComparisons(path, str(p.value("save-samples")), samples);
+        jobs::storeComparisons(path, str(p.value("save-samples")), samples, false);
     }
     auto mean = [](const std::vector<double> &v) {
         return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());

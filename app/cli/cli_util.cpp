@@ -123,51 +123,6 @@ std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::s
     return readPromptFile(path, o, warnings);
 }
 
-std::vector<PromptText> readPromptFile(const std::string &path, const PromptFileOptions &o,
-                                       std::vector<std::string> &warnings)
-{
-    auto corpus = core::readTextCorpus(path);
-    warnings.insert(warnings.end(), corpus.warnings.begin(), corpus.warnings.end());
-    if (corpus.skipped > corpus.warnings.size())
-        warnings.push_back(fmt::format("{}: {} malformed lines skipped in all",
-                                       std::filesystem::path(path).filename().string(), corpus.skipped));
-    std::vector<PromptText> out;
-    int inGroup = 0;
-    for (auto &d : corpus.documents) {
-        if ((o.split == "train" && d.validation) || (o.split == "validation" && !d.validation))
-            continue;
-        std::string text = o.wholeText || d.prompt.empty() ? d.text : d.prompt;
-        while (!text.empty() && text.back() == '\n')
-            text.pop_back();
-        if (inGroup == 0)
-            out.push_back({std::move(text), d.synset});
-        else
-            out.back().text += "\n" + text;
-        inGroup = (inGroup + 1) % std::max(1, o.join);
-    }
-    if (out.empty())
-        throw core::Error(core::ErrorCode::Format,
-                          fmt::format("{}: no prompts of split '{}'", path, o.split));
-    return out;
-}
-
-std::filesystem::path modelTokenizerPath(const gpu::Model &model)
-{
-    const auto found = model.checkpoint().tokenizerPath();
-    if (!found)
-        throw core::Error(core::ErrorCode::Tokenizer,
-                          model.checkpoint().path().string() + ": no tokenizer beside the model");
-    return *found;
-}
-
-std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model)
-{
-    const auto path = modelTokenizerPath(model);
-    auto tok = core::loadTokenizer(path);
-    core::checkTokenizerFitsModel(*tok, model.config(), path.string());
-    return tok;
-}
-
 void addEngineOptions(QCommandLineParser &p)
 {
     p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});

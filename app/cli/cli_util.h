@@ -2,6 +2,7 @@
 // GUI-free; used on the main thread of a `kvwb <subcommand>` process.
 #pragma once
 
+#include "app/jobs/job_inputs.h"
 #include "core/tokenize/tokenizer.h"
 #include "gpu/model/model.h"
 
@@ -16,6 +17,14 @@
 #include <vector>
 
 namespace kvwb::app::cli {
+
+// Prompt files and model tokenizers are the jobs' (app/jobs/job_inputs.h); the subcommands name
+// them unqualified.
+using jobs::loadModelTokenizer;
+using jobs::modelTokenizerPath;
+using jobs::PromptFileOptions;
+using jobs::PromptText;
+using jobs::readPromptFile;
 
 // Thrown for bad usage; runSubcommand prints it and exits 2.
 struct UsageError
@@ -48,27 +57,9 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
 // train|validation|all, --whole-text (a corpus line's whole text, e.g. question and answer, instead
 // of its prompt), --join N (N consecutive documents joined with newlines into one prompt).
 void addPromptFileOptions(QCommandLineParser &p);
-struct PromptText
-{
-    std::string text;
-    std::string label; // intent / synset; the first document's when joined
-};
-struct PromptFileOptions
-{
-    std::string split = "all"; // train | validation | all
-    bool wholeText = false;
-    int join = 1;
-};
-std::vector<PromptText> readPromptFile(const std::string &path, const PromptFileOptions &options,
-                                       std::vector<std::string> &warnings);
 // The same with the options from --split, --whole-text and --join.
 std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
                                        std::vector<std::string> &warnings);
-
-// The tokenizer beside a loaded model's checkpoint, checked against the model: its path, and the
-// tokenizer. Error(Tokenizer) naming the model when there is none or it does not fit.
-std::filesystem::path modelTokenizerPath(const gpu::Model &model);
-std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model);
 
 // While alive, Ctrl-C sets a flag instead of killing the process, so long commands (train,
 // capture) can stop between steps and save their state. Restores the previous handler.

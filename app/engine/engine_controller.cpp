@@ -1,7 +1,9 @@
 #include "app/engine/engine_controller.h"
 
-#include "app/cli/cli_util.h"
 #include "app/jobs/capture_job.h"
+#include "app/jobs/compare_job.h"
+#include "app/jobs/fit_job.h"
+#include "app/jobs/job_inputs.h"
 #include "app/jobs/replay_job.h"
 #include "core/cache/semantic_tier.h"
 #include "core/store/comparison_store.h"
@@ -184,7 +186,7 @@ void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelReq
         std::string tokErrors[2];
         for (int i = 0; i < 2; ++i)
             try {
-                toks[i] = cli::loadModelTokenizer(*models[i]);
+                toks[i] = jobs::loadModelTokenizer(*models[i]);
             } catch (const core::Error &e) {
                 tokErrors[i] = e.what();
             }
@@ -266,7 +268,7 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
         co.maxTokens = request.maxTokens;
         std::vector<std::string> warnings;
         std::vector<gpu::CapturePrompt> prompts;
-        for (auto &t : cli::readPromptFile(request.promptsPath.toStdString(), {}, warnings))
+        for (auto &t : jobs::readPromptFile(request.promptsPath.toStdString(), {}, warnings))
             prompts.push_back({std::move(t.text), std::move(t.label), {}, {}});
         if (request.limit > 0 && size_t(request.limit) < prompts.size())
             prompts.resize(request.limit);
@@ -320,30 +322,24 @@ void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_p
             Q_EMIT progress(job, f, QString::fromStdString(stage));
             return !cancel->load();
         };
+        o.k = request.k;
         auto s = std::make_shared<ui::FitSummary>();
         s->experimentPath = request.experimentPath;
         s->name = request.name;
-        std::vector<std::string> warnings;
-        const auto t0 = Clock::now();
-        gpu::AlignResult r;
-        {
-            std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
-            o.k = std::clamp(request.k, 1, reader->model(core::ModelRole::A).config.numLayers);
-            // attention-output cosine needs model B's queries: the loaded B when it is the file's
-            const gpu::Model *target = nullptr;
-            if (m_b && m_b->checkpoint().fingerprint() == reader->model(core::ModelRole::B).weightsSha256)
-                target = m_b.get();
-            else
-                warnings.push_back(
-                    "attention-output cosine not computed: load the experiment's model B to get it");
-            r = gpu::alignExperiment(*reader, o, target);
-        }
-        s->fitMs = msSince(t0);
-        warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
-        s->warnings = qStrings(warnings);
+        // attention-output cosine needs model B's queries: the loaded B when it is the file's
+        const auto fit = jobs::runFit({path.string(), o, true}, [&](const core::ExperimentReader &file,
+                                                                    std::vector<std::string> &warnings) {
+            if (m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256)
+                return static_cast<const gpu::Model *>(m_b.get());
+            warnings.push_back("attention-output cosine not computed: load the "
+                               "experiment's model B to get it");
+            return static_cast<const gpu::Model *>(nullptr);
+        });
+        const auto &r = fit.result;
+        s->fitMs = fit.fitMs;
+        s->warnings = qStrings(fit.warnings);
         s->cancelled = r.cancelled;
         if (!r.cancelled) {
-            core::saveConverters(path, r.record);
             s->meanR2K = columnMean(r.record.layerMetrics, "r2_k");
             s->meanR2V = columnMean(r.record.layerMetrics, "r2_v");
             s->meanAttnCos = columnMean(r.record.layerMetrics, "attn_cos");
@@ -375,25 +371,17 @@ void EngineWorker::compare(quint64 job, const ui::CompareRequest &request,
         co.warmUp = !m_compareWarm; // the first comparison after a load would time allocations
         co.cancel = cancel.get();
         Q_EMIT progress(job, 0.3, "generating A, B from scratch and B from the converted cache");
-        auto outcome = gpu::compareTransfer(*m_a, *m_tokA, *m_b, *m_tokB, conv, ids, co);
+        const jobs::ComparePair pair{*m_a, *m_tokA, *m_b, *m_tokB, conv, request.converter.toStdString()};
+        auto outcome = jobs::compareOne(pair, request.prompt.toStdString(), ids, co);
         if (outcome.cancelled) {
             Q_EMIT cancelled(job); // nothing stored
             return;
         }
         m_compareWarm = true;
         auto sample = std::make_shared<core::ComparisonSample>(std::move(outcome.sample));
-        sample->prompt = request.prompt.toStdString();
-        sample->converter = request.converter.toStdString();
-        sample->createdUtc = core::text::utcNowIso8601();
         if (request.save) {
             Q_EMIT progress(job, 0.95, "storing the sample");
-            const fs::path path = request.experimentPath.toStdString();
-            std::vector<core::ComparisonSample> list;
-            const auto names = core::listComparisons(path);
-            if (std::find(names.begin(), names.end(), "workbench") != names.end())
-                list = core::loadComparisons(path, "workbench");
-            list.push_back(*sample);
-            core::saveComparisons(path, "workbench", list);
+            jobs::storeComparisons(request.experimentPath.toStdString(), "workbench", {*sample}, true);
         }
         Q_EMIT compared(job, sample);
     });

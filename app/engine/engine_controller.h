@@ -8,7 +8,12 @@
 // and it is never touched from elsewhere. No BlockingQueuedConnection, no QThread::terminate:
 // shutdown sets the cancel flag, quits the thread's event loop and waits for the job to notice.
 // Errors: every job catches core::Error and std::exception at this one boundary and reports them
-// as failed(job, message); cancellation is reported as cancelled(job), never as an error.
+// as failed(job, message).
+// Cancellation (one contract for every job): a cancelled job is never failed(). A job whose work
+// so far is kept reports it in its own result with `cancelled = true` (capture: the prompts
+// written; fit: nothing stored, but the summary says so; replay: the rows done, and the ledger when
+// one was asked for); a job that keeps nothing (loading models, a comparison) emits cancelled(job)
+// instead. Each job ends with exactly one of its result signal, cancelled(job) or failed(job).
 #pragma once
 
 #include "core/cache/replay_ledger.h"
@@ -75,23 +80,28 @@ public:
     const gpu::Model *modelA() const;
     const gpu::Model *modelB() const;
 
-    // Engine thread: loads A then B; replaces the loaded pair only when both loaded.
+    // Engine thread: loads A then B; replaces the loaded pair only when both loaded. Cancelled:
+    // cancelled(job), the old pair kept.
     void loadModels(quint64 job, const kvwb::app::ModelRequest &a, const kvwb::app::ModelRequest &b,
                     std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: reads everything the panels show from an experiment file.
     void readExperiment(quint64 job, const QString &path);
     // Engine thread: gathers a report's data (HDF5 reads); the GUI thread draws and writes it.
     void collectReport(quint64 job, const QString &path);
-    // Engine thread: both loaded models over a prompt set into an experiment file.
+    // Engine thread: both loaded models over a prompt set into an experiment file. Cancelled:
+    // captured(job, summary) with summary->cancelled and the prompts written so far.
     void capture(quint64 job, const kvwb::ui::CaptureRequest &request,
                  std::shared_ptr<std::atomic_bool> cancel);
-    // Engine thread: fits a converter and stores it in the experiment file (nothing when cancelled).
+    // Engine thread: fits a converter and stores it in the experiment file. Cancelled:
+    // fitted(job, summary) with summary->cancelled; nothing stored.
     void fit(quint64 job, const kvwb::ui::FitRequest &request, std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: one prompt three ways with the loaded models and a stored converter.
+    // Cancelled: cancelled(job); nothing stored.
     void compare(quint64 job, const kvwb::ui::CompareRequest &request,
                  std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: replays a workload; rows go out in batches at most every batchMs, and the
-    // replay waits between requests while *pause is set.
+    // replay waits between requests while *pause is set. Cancelled: replayFinished(job, outcome)
+    // with outcome->cancelled and the rows done.
     void replay(quint64 job, const kvwb::ui::ReplayRequest &request, std::shared_ptr<std::atomic_bool> cancel,
                 std::shared_ptr<std::atomic_bool> pause, int batchMs);
 

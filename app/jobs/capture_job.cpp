@@ -1,6 +1,6 @@
 #include "app/jobs/capture_job.h"
 
-#include "app/cli/cli_util.h"
+#include "app/jobs/job_inputs.h"
 #include "core/util/sha256.h"
 #include "gpu/model/device.h"
 
@@ -14,7 +14,6 @@
 namespace kvwb::app::jobs {
 
 namespace fs = std::filesystem;
-using cli::modelTokenizerPath;
 using nlohmann::json;
 
 core::Provenance runProvenance(const gpu::LoadOptions &o, const std::string &configJson)

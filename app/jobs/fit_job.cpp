@@ -1,0 +1,33 @@
+#include "app/jobs/fit_job.h"
+
+#include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
+#include "core/util/clock.h"
+
+#include <algorithm>
+#include <optional>
+
+namespace kvwb::app::jobs {
+
+FitOutcome runFit(const FitJob &job, const FitTargetFn &target)
+{
+    FitOutcome out;
+    gpu::AlignOptions o = job.options;
+    const auto t0 = core::Clock::now();
+    {
+        // closed before saving: HDF5 cannot reopen a file for writing while this process reads it
+        const auto reader = core::ExperimentReader::open(job.experimentPath);
+        o.k = std::clamp(o.k, 1, reader.model(core::ModelRole::A).config.numLayers);
+        const gpu::Model *b = target ? target(reader, out.warnings) : nullptr;
+        out.result = gpu::alignExperiment(reader, o, b);
+    }
+    out.fitMs = core::msSince(t0);
+    out.warnings.insert(out.warnings.end(), out.result.warnings.begin(), out.result.warnings.end());
+    if (!out.result.cancelled && job.store) {
+        core::saveConverters(job.experimentPath, out.result.record);
+        out.stored = true;
+    }
+    return out;
+}
+
+} // namespace kvwb::app::jobs

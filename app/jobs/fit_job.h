@@ -1,0 +1,39 @@
+// Fit job set-up shared by `kvwb align` and the window's Alignment panel (engine thread): open the
+// experiment file, bound k by model A's layers, fit and score a converter (gpu/align), close the
+// file and store the converter under /converters/<name> unless the fit was cancelled.
+//
+// Threading: the engine thread (or a subcommand's main thread), which owns the file while fitting.
+#pragma once
+
+#include "gpu/align/alignment.h"
+#include "gpu/model/model.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvwb::app::jobs {
+
+struct FitJob
+{
+    std::string experimentPath;
+    gpu::AlignOptions options; // k is bounded to 1..A's layers by runFit
+    bool store = true;         // false: fit and score only (`kvwb align --dry-run`)
+};
+
+struct FitOutcome
+{
+    gpu::AlignResult result;           // cancelled: nothing was stored
+    bool stored = false;               // the record is in the file
+    double fitMs = 0;                  // wall time of the fit and its scores
+    std::vector<std::string> warnings; // the target choice's, then the fit's
+};
+
+// The model whose queries score the attention-output cosine, chosen once the file is open (null:
+// that score is skipped; say why in `warnings`). It must outlive the call.
+using FitTargetFn =
+    std::function<const gpu::Model *(const core::ExperimentReader &file, std::vector<std::string> &warnings)>;
+
+FitOutcome runFit(const FitJob &job, const FitTargetFn &target);
+
+} // namespace kvwb::app::jobs
