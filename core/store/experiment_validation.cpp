@@ -39,7 +39,8 @@ std::vector<int> resolvedLayers(const ModelInfo &m)
 
 namespace {
 
-KvStorage parseStorage(const std::string &s, const std::string &where)
+// parseKvStorage, or Error(Format) naming the attribute at fault.
+KvStorage storageAttr(const std::string &s, const std::string &where)
 {
     if (const auto storage = parseKvStorage(s))
         return *storage;
@@ -144,7 +145,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
         const std::string kpath = layerPath(0, s.models[0].capturedLayers.front(), "keys");
         h5::Dataset k = openDataset(f, n, kpath);
         const Site site(n, kpath);
-        s.options.storage = parseStorage(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
+        s.options.storage = storageAttr(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
         const std::string form = readStringAttr(k.get(), site, "key_form");
         if (form == "pre_rope")
             s.options.keyForm = KeyForm::PreRope;
@@ -235,7 +236,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
                                                        " has only " + std::to_string(dims[0]) + " rows");
                 const Site site(n, path);
                 const KvStorage st =
-                    parseStorage(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
+                    storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
                 h5::Datatype type(H5Dget_type(ds.get()));
                 const H5T_class_t cls = H5Tget_class(type.get());
                 const size_t size = H5Tget_size(type.get());
