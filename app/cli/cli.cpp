@@ -13,6 +13,7 @@
 #include "core/model/random_model.h"
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "gpu/model/device.h"
 #include "gpu/model/model.h"
@@ -409,6 +410,7 @@ int cmdMakeModel(const QStringList &args)
     p.addOption({"out", "Output directory (HF layout).", "DIR"});
     p.addOption({"seed", "Weight seed (default 1).", "S", "1"});
     p.addOption({"weight-dtype", "F32 (default), F16 or BF16 safetensors.", "DTYPE", "F32"});
+    p.addOption({"force", "Replace --out when it exists and is not empty."});
     parse(p, args,
           "Write a random-weight Llama-family model (config.json, model.safetensors, tokenizer.json) "
           "for smoke tests and benchmarks.");
@@ -416,7 +418,9 @@ int cmdMakeModel(const QStringList &args)
         throw UsageError{"--out is required"};
     auto spec = core::randomModelPreset(str(p.value("preset")));
     spec.seed = uint64_t(intOption(p, "seed", 1, 0));
-    core::writeRandomHfModel(str(p.value("out")), spec, str(p.value("weight-dtype")));
+    core::writeDirectoryAtomic(str(p.value("out")), p.isSet("force"), "--force", [&](const fs::path &tmp) {
+        core::writeRandomHfModel(tmp, spec, str(p.value("weight-dtype")));
+    });
     std::printf("wrote %s (%s, %.2fM parameters)\n", qPrintable(p.value("out")),
                 qPrintable(p.value("preset")), spec.config.parameterCount() / 1e6);
     return 0;
@@ -427,13 +431,15 @@ int cmdConvert(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"model", "Model to convert (llama2.c .bin or HF directory).", "PATH"});
     p.addOption({"out", "Output HF directory.", "DIR"});
+    p.addOption({"force", "Replace --out when it exists and is not empty."});
     parse(p, args,
           "Convert a checkpoint to a Hugging Face directory (llama2.c q/k rows are permuted to "
           "rotate-half RoPE order).");
     if (!p.isSet("model") || !p.isSet("out"))
         throw UsageError{"--model and --out are required"};
     const auto ck = core::Checkpoint::open(str(p.value("model")));
-    core::convertToHf(ck, str(p.value("out")));
+    core::writeDirectoryAtomic(str(p.value("out")), p.isSet("force"), "--force",
+                               [&](const fs::path &tmp) { core::convertToHf(ck, tmp); });
     std::printf("wrote %s\n", qPrintable(p.value("out")));
     return 0;
 }
@@ -472,6 +478,24 @@ const std::vector<Subcommand> &subcommands()
     return all;
 }
 
+namespace {
+
+// An error is one line on stderr: HDF5 and foreign messages may carry newlines, and names taken
+// from a file may carry control characters.
+std::string oneLine(std::string s)
+{
+    for (char &c : s)
+        if (c == '\n' || c == '\r' || c == '\t')
+            c = ' ';
+        else if ((unsigned char)c < 0x20 || c == 0x7f)
+            c = '?';
+    while (!s.empty() && s.back() == ' ')
+        s.pop_back();
+    return s;
+}
+
+} // namespace
+
 int runSubcommand(const QStringList &args)
 {
     const std::string name = str(args.first());
@@ -483,14 +507,15 @@ int runSubcommand(const QStringList &args)
         } catch (const HelpShown &h) {
             return h.code;
         } catch (const UsageError &e) {
-            std::fprintf(stderr, "kvwb %s: %s (see kvwb %s --help)\n", c.name, e.message.c_str(), c.name);
+            std::fprintf(stderr, "kvwb %s: %s (see kvwb %s --help)\n", c.name, oneLine(e.message).c_str(),
+                         c.name);
             return 2;
         } catch (const core::Error &e) {
             std::fprintf(stderr, "kvwb %s: error [%s]: %s\n", c.name, core::errorCodeName(e.code()),
-                         e.what());
+                         oneLine(e.what()).c_str());
             return 1;
         } catch (const std::exception &e) {
-            std::fprintf(stderr, "kvwb %s: internal error: %s\n", c.name, e.what());
+            std::fprintf(stderr, "kvwb %s: internal error: %s\n", c.name, oneLine(e.what()).c_str());
             return 1;
         }
     }

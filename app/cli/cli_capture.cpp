@@ -202,7 +202,7 @@ int cmdBenchCapture(const QStringList &args)
     const fs::path pathA = p.isSet("model-a") ? fs::path(str(p.value("model-a"))) : root / "a";
     const fs::path pathB = p.isSet("model-b") ? fs::path(str(p.value("model-b"))) : root / "b";
     gpu::LoadOptions o;
-    o.threads = intOption(p, "threads", 0, 0);
+    o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
     auto pair = loadPair(pathA, pathB, o);
     const auto lengths = parseIdList(p.value("lengths"), "--lengths");
     const int n = intOption(p, "prompts", 8, 1);

@@ -2,6 +2,7 @@
 
 #include "app/cli/cli_util.h"
 #include "app/jobs/replay_job.h"
+#include "core/cache/prefix_tree.h"
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
 #include "core/model/checkpoint.h"
@@ -134,7 +135,7 @@ int cmdReplay(const QStringList &args)
     gpu::ReplayOptions o;
     o.tiers = parseTiers(p.value("tiers"));
     o.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
-    o.prefixBlock = intOption(p, "block", 16, 1);
+    o.prefixBlock = intOption(p, "block", 16, 1, core::kMaxPrefixBlock);
     o.minCrossTokens = intOption(p, "min-cross-tokens", 16, 1);
     o.exactLimits = limits(p, "exact");
     o.semanticLimits = limits(p, "semantic");

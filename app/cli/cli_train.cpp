@@ -129,7 +129,7 @@ int cmdTrain(const QStringList &args)
     if (o.weightDtype != "F32" && o.weightDtype != "BF16" && o.weightDtype != "F16")
         throw UsageError{"--weight-dtype expects F32, BF16 or F16, got '" + str(p.value("weight-dtype")) +
                          "'"};
-    o.threads = intOption(p, "threads", 0, 0);
+    o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
     o.resume = p.isSet("resume");
     if (o.seqLen > o.model.maxPositionEmbeddings)
         throw UsageError{fmt::format("--seq-len {} exceeds the architecture's context {}", o.seqLen,

@@ -34,15 +34,19 @@ QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const 
     return p;
 }
 
-int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min)
+int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min, int max)
 {
     if (!p.isSet(name))
         return fallback;
     bool ok = false;
     const int v = p.value(name).toInt(&ok);
-    if (!ok || v < min)
-        throw UsageError{
-            fmt::format("--{} expects an integer >= {}, got '{}'", str(name), min, str(p.value(name)))};
+    if (!ok || v < min || v > max) {
+        if (max == INT_MAX)
+            throw UsageError{
+                fmt::format("--{} expects an integer >= {}, got '{}'", str(name), min, str(p.value(name)))};
+        throw UsageError{fmt::format("--{} expects an integer in [{}, {}], got '{}'", str(name), min, max,
+                                     str(p.value(name)))};
+    }
     return v;
 }
 
@@ -52,7 +56,7 @@ double doubleOption(const QCommandLineParser &p, const QString &name, double fal
         return fallback;
     bool ok = false;
     const double v = p.value(name).toDouble(&ok);
-    if (!ok || v < min || v > max)
+    if (!ok || !(v >= min && v <= max)) // NaN is in no range
         throw UsageError{fmt::format("--{} expects a number in [{}, {}], got '{}'", str(name), min, max,
                                      str(p.value(name)))};
     return v;
@@ -99,7 +103,7 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
                              str(p.value(dtypeFlag)) + "'"};
         o.dtype = *t;
     }
-    o.threads = intOption(p, "threads", 0, 0);
+    o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
     return o;
 }
 

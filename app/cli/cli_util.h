@@ -41,7 +41,8 @@ std::string str(const QString &s);
 // Adds --help, parses, prints help (throws HelpShown) or throws UsageError.
 QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const QString &description,
                           const QString &positional = {}, const QString &positionalHelp = {});
-int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min = INT_MIN);
+int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min = INT_MIN,
+              int max = INT_MAX);
 double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min,
                     double max);
 std::vector<int> parseIdList(const QString &text, const char *flag);

@@ -13,7 +13,11 @@ ReplayRequests readReplayRequests(const std::string &workloadPath, int limit)
     if (limit > 0 && size_t(limit) < out.requests.size())
         out.requests.resize(size_t(limit));
     if (out.requests.empty())
-        throw core::Error(core::ErrorCode::Format, workloadPath + ": no requests to replay");
+        throw core::Error(core::ErrorCode::Format,
+                          workloadPath + ": no requests to replay" +
+                              (out.warnings.empty()
+                                   ? std::string()
+                                   : " (first problem: " + out.warnings.messages().front() + ")"));
     return out;
 }
 

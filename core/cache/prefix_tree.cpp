@@ -89,9 +89,10 @@ struct PrefixTree::Impl
 
 PrefixTree::PrefixTree(TierLimits limits, int blockSize, int64_t bytesPerToken)
 {
-    if (blockSize < 1)
-        throw Error(ErrorCode::InvalidArgument,
-                    fmt::format("prefix tree: blockSize is {}; expected >= 1 token", blockSize));
+    if (blockSize < 1 || blockSize > kMaxPrefixBlock)
+        throw Error(
+            ErrorCode::InvalidArgument,
+            fmt::format("prefix tree: block size is {}; expected 1..{} tokens", blockSize, kMaxPrefixBlock));
     if (bytesPerToken < 0)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("prefix tree: bytesPerToken is {}; expected >= 0", bytesPerToken));

@@ -29,6 +29,9 @@ struct PrefixMatch
     uint64_t handle = 0; // a cache holding at least those tokens (valid when tokens > 0)
 };
 
+// The largest block a tree takes (a block is compared and copied whole on every lookup).
+inline constexpr int kMaxPrefixBlock = 1 << 16;
+
 class PrefixTree
 {
 public:

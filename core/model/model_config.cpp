@@ -63,6 +63,8 @@ public:
             return std::nullopt;
         if (!v->is_number_integer())
             wrongType(name, "an integer", *v);
+        if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int>::max()))
+            wrongType(name, "a 32-bit integer", *v);
         const int64_t x = v->get<int64_t>();
         if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max())
             wrongType(name, "a 32-bit integer", *v);
@@ -240,14 +242,24 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
     }
     cfg.bosTokenId = r.optInt("bos_token_id");
     if (const json *eos = r.find("eos_token_id")) {
+        // an id beyond 32 bits must not wrap (4294967532 is not 236)
+        const auto id = [&](const json &e) {
+            if (!e.is_number_integer())
+                r.wrongType("eos_token_id", "an integer or a list of integers", *eos);
+            const int64_t x = e.get<int64_t>();
+            if (e.is_number_unsigned()
+                    ? e.get<uint64_t>() > uint64_t(std::numeric_limits<int>::max())
+                    : (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max()))
+                r.wrongType("eos_token_id", "32-bit integers", *eos);
+            return int(x);
+        };
         if (eos->is_number_integer()) {
-            cfg.eosTokenIds.push_back(eos->get<int>());
+            cfg.eosTokenIds.push_back(id(*eos));
         } else if (eos->is_array()) {
-            for (const json &e : *eos) {
-                if (!e.is_number_integer())
-                    r.wrongType("eos_token_id", "an integer or a list of integers", *eos);
-                cfg.eosTokenIds.push_back(e.get<int>());
-            }
+            if (eos->size() > 1024)
+                r.wrongType("eos_token_id", "at most 1024 ids", json(eos->size()));
+            for (const json &e : *eos)
+                cfg.eosTokenIds.push_back(id(e));
         } else {
             r.wrongType("eos_token_id", "an integer or a list of integers", *eos);
         }
@@ -325,6 +337,21 @@ void ModelConfig::validate(const std::string &source) const
             throw Error(ErrorCode::Config,
                         fmt::format("{}: field '{}' must be positive, got {}", source, field, v));
     };
+    // Stated limits (docs/model-formats.md), checked before anything is sized from them: a 500-byte
+    // config must not make the loader list two billion layers' tensors.
+    const auto atMost = [&](const char *field, int64_t v, int64_t limit) {
+        if (v > limit)
+            throw Error(ErrorCode::Config, fmt::format("{}: field '{}' is {}, more than kvwb's limit of {}",
+                                                       source, field, v, limit));
+    };
+    atMost("hidden_size", hiddenSize, kMaxHidden);
+    atMost("intermediate_size", intermediateSize, kMaxIntermediate);
+    atMost("num_hidden_layers", numLayers, kMaxLayers);
+    atMost("num_attention_heads", numHeads, kMaxHeads);
+    atMost("num_key_value_heads", numKvHeads, kMaxHeads);
+    atMost("head_dim", headDim, kMaxHeadDim);
+    atMost("vocab_size", vocabSize, kMaxVocab);
+    atMost("max_position_embeddings", maxPositionEmbeddings, kMaxPositions);
     positive("hidden_size", hiddenSize);
     positive("intermediate_size", intermediateSize);
     positive("num_hidden_layers", numLayers);
@@ -360,10 +387,16 @@ void ModelConfig::validate(const std::string &source) const
         }
     }
     for (int eos : eosTokenIds) {
-        if (eos < 0)
+        if (eos < 0 || eos >= vocabSize)
             throw Error(ErrorCode::Config,
-                        fmt::format("{}: field 'eos_token_id' has negative id {}", source, eos));
+                        fmt::format("{}: field 'eos_token_id' has id {}, outside the vocabulary "
+                                    "0..{}",
+                                    source, eos, vocabSize - 1));
     }
+    if (bosTokenId && (*bosTokenId < 0 || *bosTokenId >= vocabSize))
+        throw Error(ErrorCode::Config,
+                    fmt::format("{}: field 'bos_token_id' is {}, outside the vocabulary 0..{}", source,
+                                *bosTokenId, vocabSize - 1));
 }
 
 std::vector<double> ModelConfig::ropeInvFreq() const

@@ -36,6 +36,17 @@ struct RopeScaling
     bool operator==(const RopeScaling &) const = default;
 };
 
+// What kvwb accepts from a config (ModelConfig::validate), well above every released model
+// (Llama 3.1 405B: 126 layers, 128 heads, hidden 16384, vocab 128256): a config beyond them is
+// refused before anything is sized from it.
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxHeads = 1024;
+inline constexpr int kMaxHeadDim = 4096;
+inline constexpr int kMaxHidden = 1 << 18;       // 262,144
+inline constexpr int kMaxIntermediate = 1 << 20; // 1,048,576
+inline constexpr int kMaxVocab = 1 << 24;        // 16,777,216
+inline constexpr int kMaxPositions = 1 << 24;    // 16,777,216 tokens
+
 struct ModelConfig
 {
     std::string architecture; // e.g. LlamaForCausalLM, Qwen2ForCausalLM, Llama2c

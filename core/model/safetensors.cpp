@@ -263,9 +263,23 @@ WeightSet WeightSet::open(const std::filesystem::path &dirOrFile)
         auto it = shardIndex.find(shard);
         if (it == shardIndex.end()) {
             const fs::path shardPath = index.parent_path() / shard;
-            if (!fs::is_regular_file(shardPath))
+            // a shard is a file name inside the model directory: no absolute paths, no "..", no
+            // symlink out of it (the index is data, not a licence to read anything on the machine)
+            std::error_code ec;
+            const fs::path dir = fs::weakly_canonical(fs::absolute(index.parent_path()), ec);
+            const fs::path resolved = fs::weakly_canonical(fs::absolute(shardPath), ec);
+            const auto rel = resolved.lexically_relative(dir);
+            if (fs::path(shard).is_absolute() || ec || rel.empty() || *rel.begin() == "..")
+                throw Error(ErrorCode::Format,
+                            fmt::format("{}: tensor '{}': shard '{}' is outside the model directory",
+                                        indexName, tensor, shard));
+            if (!fs::exists(shardPath))
                 throw Error(ErrorCode::Io, fmt::format("{}: tensor '{}': shard '{}' does not exist",
                                                        indexName, tensor, shardPath.string()));
+            if (!fs::is_regular_file(shardPath))
+                throw Error(ErrorCode::Format,
+                            fmt::format("{}: tensor '{}': shard '{}' is not a regular file", indexName,
+                                        tensor, shardPath.string()));
             ws.m_files.push_back(shardPath);
             ws.m_shards.push_back(SafetensorsFile::open(shardPath));
             it = shardIndex.emplace(shard, ws.m_shards.size() - 1).first;

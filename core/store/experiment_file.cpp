@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -640,15 +641,28 @@ struct ExperimentReader::Impl
         std::vector<float> out(n);
         if (s.options.storage == KvStorage::F32) {
             readRows(ds, s.name, path, H5T_NATIVE_FLOAT, hsize_t(first), hsize_t(count), out.data());
-            return out;
-        }
-        std::vector<uint16_t> raw(n);
-        if (s.options.storage == KvStorage::F16) {
-            readRows(ds, s.name, path, half.get(), hsize_t(first), hsize_t(count), raw.data());
-            std::transform(raw.begin(), raw.end(), out.begin(), halfToFloat);
         } else {
-            readRows(ds, s.name, path, H5T_NATIVE_UINT16, hsize_t(first), hsize_t(count), raw.data());
-            std::transform(raw.begin(), raw.end(), out.begin(), bf16ToFloat);
+            std::vector<uint16_t> raw(n);
+            if (s.options.storage == KvStorage::F16) {
+                readRows(ds, s.name, path, half.get(), hsize_t(first), hsize_t(count), raw.data());
+                std::transform(raw.begin(), raw.end(), out.begin(), halfToFloat);
+            } else {
+                readRows(ds, s.name, path, H5T_NATIVE_UINT16, hsize_t(first), hsize_t(count), raw.data());
+                std::transform(raw.begin(), raw.end(), out.begin(), bf16ToFloat);
+            }
+        }
+        // NaN or Inf is never a key or a value a model made: a damaged file or a broken capture.
+        // Refused here, every reader (fitting, scoring, comparison) gets finite rows only.
+        const auto bad = std::find_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
+        if (bad != out.end()) {
+            const int64_t row = first + int64_t(bad - out.begin()) / (int64_t(c.numKvHeads) * c.headDim);
+            const auto &committed = s.kv[size_t(m)].committed;
+            const auto prompt =
+                std::upper_bound(committed.begin(), committed.end(), row) - committed.begin() - 1;
+            throw Error(ErrorCode::Format, s.name + ": " + path + " holds " + std::to_string(*bad) +
+                                               " at token " + std::to_string(row) + " (model " +
+                                               roleLetter(m) + ", layer " + std::to_string(layer) +
+                                               ", prompt " + std::to_string(prompt) + "): KV must be finite");
         }
         return out;
     }

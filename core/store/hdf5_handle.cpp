@@ -105,7 +105,7 @@ std::string checkSchema(hid_t file, const std::string &name)
     if (schema != kExperimentSchema) {
         if (schema.rfind("kvwb/", 0) == 0)
             throw Error(ErrorCode::Unsupported, name + ": schema " + schema +
-                                                    " is newer than this kvwb reads (" + kExperimentSchema +
+                                                    " is not one this kvwb reads (" + kExperimentSchema +
                                                     ")");
         throw Error(ErrorCode::Format, name + ": unknown schema '" + schema + "'");
     }

@@ -32,6 +32,27 @@ namespace {
     throw Error(ErrorCode::Tokenizer, source + ": " + what);
 }
 
+// Sequences nest (a Sequence of Sequences ...); real files nest two deep. The path names every
+// level ("normalizer.normalizers[0].normalizers[1]"), so its '[' count is the depth: refuse past
+// kMaxNesting before recursing further (a 1 MB file nested 30,000 deep would overflow the stack).
+constexpr int kMaxNesting = 16;
+void checkNesting(const std::string &source, const std::string &path)
+{
+    if (std::count(path.begin(), path.end(), '[') > kMaxNesting)
+        fail(source, path.substr(0, path.find('[')) + " nests Sequences more than " +
+                         std::to_string(kMaxNesting) + " deep");
+}
+
+// Text a normalizer chain may produce (4 x kMaxTextBytes): a chain of Replace normalizers each
+// multiplying the text must stop here, not at the end of memory.
+constexpr size_t kMaxNormalizedBytes = 4 * kMaxTextBytes;
+void checkNormalizedSize(size_t bytes)
+{
+    if (bytes > kMaxNormalizedBytes)
+        throw Error(ErrorCode::Tokenizer, "the tokenizer's normalizers expand the text past " +
+                                              std::to_string(kMaxNormalizedBytes >> 20) + " MiB");
+}
+
 [[noreturn]] void unsupported(const std::string &source, const std::string &what)
 {
     throw Error(ErrorCode::Unsupported, source + ": " + what);
@@ -301,6 +322,7 @@ public:
             out.append(s, last, b - last);
             out += m_content;
             last = e;
+            checkNormalizedSize(out.size());
         }
         out.append(s, last, std::string::npos);
         return out;
@@ -351,8 +373,10 @@ public:
     std::vector<std::unique_ptr<Normalizer>> parts;
     std::string apply(std::string s) const override
     {
-        for (const auto &p : parts)
+        for (const auto &p : parts) {
             s = p->apply(std::move(s));
+            checkNormalizedSize(s.size());
+        }
         return s;
     }
 };
@@ -360,6 +384,7 @@ public:
 std::unique_ptr<Normalizer> makeNormalizer(const json &spec, const std::string &source,
                                            const std::string &path)
 {
+    checkNesting(source, path);
     if (spec.is_null())
         return nullptr;
     const std::string type = typeOf(spec, source, path);
@@ -624,6 +649,7 @@ public:
 std::unique_ptr<PreTokenizer> makePreTokenizer(const json &spec, const std::string &source,
                                                const std::string &path)
 {
+    checkNesting(source, path);
     if (spec.is_null())
         return nullptr;
     const std::string type = typeOf(spec, source, path);
@@ -817,6 +843,7 @@ public:
 
 std::unique_ptr<Decoder> makeDecoder(const json &spec, const std::string &source, const std::string &path)
 {
+    checkNesting(source, path);
     if (spec.is_null())
         return nullptr;
     const std::string type = typeOf(spec, source, path);
@@ -942,6 +969,12 @@ void BpeTokenizer::Impl::load(const json &root)
         maxId = std::max(maxId, id);
     for (const auto &a : added)
         maxId = std::max(maxId, a.id);
+    // ids are dense in practice; holes are allowed, but an id far past the entries must not size
+    // the tables (one id of 2^31 - 1 would ask for 2 billion pieces)
+    const int64_t entries = int64_t(vocab.size() + added.size());
+    if (int64_t(maxId) >= entries + 65536)
+        fail(source, "token id " + std::to_string(maxId) + " is far past the " + std::to_string(entries) +
+                         " entries of the vocabulary");
     idToPiece.assign(size_t(maxId + 1), std::string());
     special.assign(size_t(maxId + 1), 0);
     for (const auto &[tok, id] : vocab)
@@ -951,10 +984,22 @@ void BpeTokenizer::Impl::load(const json &root)
         special[size_t(a.id)] = a.special;
     }
 
-    normalizer = makeNormalizer(root.value("normalizer", json()), source, "normalizer");
-    preTokenizer = makePreTokenizer(root.value("pre_tokenizer", json()), source, "pre_tokenizer");
-    decoder = makeDecoder(root.value("decoder", json()), source, "decoder");
-    loadPostProcessor(root.value("post_processor", json()), "post_processor", prefixIds, suffixIds);
+    // by reference: copying a section (json::value) recurses through all of it, which a deeply
+    // nested hostile section would turn into a stack overflow before checkNesting sees it
+    static const json none;
+    const auto section = [&](const char *key) -> const json & {
+        const auto it = root.find(key);
+        return it == root.end() ? none : *it;
+    };
+    normalizer = makeNormalizer(section("normalizer"), source, "normalizer");
+    preTokenizer = makePreTokenizer(section("pre_tokenizer"), source, "pre_tokenizer");
+    decoder = makeDecoder(section("decoder"), source, "decoder");
+    loadPostProcessor(section("post_processor"), "post_processor", prefixIds, suffixIds);
+    for (const std::vector<int> *ids : {&prefixIds, &suffixIds})
+        for (int id : *ids)
+            if (id < 0 || id > maxId)
+                fail(source, "post_processor adds token id " + std::to_string(id) +
+                                 ", outside the vocabulary 0.." + std::to_string(maxId));
     chooseBosEos();
 }
 
@@ -1095,6 +1140,11 @@ void BpeTokenizer::Impl::loadPostProcessor(const json &spec, const std::string &
                 for (const auto &x : specials.at(name).at("ids")) {
                     if (!x.is_number_integer())
                         fail(source, path + ".special_tokens[\"" + name + "\"].ids holds a non-integer");
+                    // checked before narrowing: 2^32 + 5 must not become id 5
+                    if ((x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT32_MAX)) ||
+                        (!x.is_number_unsigned() && (x.get<int64_t>() < 0 || x.get<int64_t>() > INT32_MAX)))
+                        fail(source, path + ".special_tokens[\"" + name + "\"].ids holds " + x.dump() +
+                                         ", not a token id");
                     ids.push_back(x.get<int>());
                 }
             } else {
@@ -1351,6 +1401,7 @@ std::vector<std::string> BpeTokenizer::preTokenize(std::string_view input) const
 std::vector<int> BpeTokenizer::encode(std::string_view input, bool addSpecial) const
 {
     const Impl &d = *m_impl;
+    checkTextSize(input, d.source);
     if (const auto bad = text::firstInvalidUtf8(input))
         throw Error(ErrorCode::InvalidArgument, "text is not valid UTF-8 at byte " + std::to_string(*bad));
     std::vector<int> ids;

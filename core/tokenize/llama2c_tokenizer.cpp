@@ -32,6 +32,7 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::fromBytes(std::string_view b
     if (maxLen <= 0)
         fail("invalid max_token_length " + std::to_string(maxLen));
     t->m_maxTokenLength = maxLen;
+    t->m_source = source;
     while (pos < bytes.size()) {
         const size_t entry = t->m_pieces.size();
         float score = 0;
@@ -44,6 +45,9 @@ std::unique_ptr<Llama2cTokenizer> Llama2cTokenizer::fromBytes(std::string_view b
             fail("truncated entry " + std::to_string(entry) + ": no length");
         if (len < 0)
             fail("entry " + std::to_string(entry) + " has negative length " + std::to_string(len));
+        if (len > maxLen)
+            fail("entry " + std::to_string(entry) + " is " + std::to_string(len) +
+                 " bytes, longer than max_token_length " + std::to_string(maxLen));
         if (bytes.size() - pos < size_t(len))
             fail("truncated entry " + std::to_string(entry) + ": length " + std::to_string(len) +
                  " but only " + std::to_string(bytes.size() - pos) + " bytes left");
@@ -71,6 +75,7 @@ int Llama2cTokenizer::lookup(std::string_view s) const
 
 std::vector<int> Llama2cTokenizer::encode(std::string_view input, bool addSpecial) const
 {
+    checkTextSize(input, m_source);
     // run.c works on a C string: stop at the first NUL.
     const std::string_view text = input.substr(0, input.find('\0'));
     std::vector<int> tokens;

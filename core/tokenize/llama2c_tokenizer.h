@@ -48,6 +48,7 @@ public:
 
 private:
     Llama2cTokenizer() = default;
+    std::string m_source;                 // file name, for error messages
     int lookup(std::string_view s) const; // run.c str_lookup: -1 when absent
 
     int m_maxTokenLength = 0;

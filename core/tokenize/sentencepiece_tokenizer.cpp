@@ -50,6 +50,7 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::fromFile(const s
 
 std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool addSpecial) const
 {
+    checkTextSize(text, m_source);
     const SpmApi &api = spmApi();
     std::vector<int> ids;
     if (addSpecial && api.bosId(m_sp) >= 0)

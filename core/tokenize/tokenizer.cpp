@@ -73,6 +73,15 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &path)
     throw Error(ErrorCode::Internal, "unreachable tokenizer kind");
 }
 
+void checkTextSize(std::string_view text, const std::string &tokenizerSource)
+{
+    if (text.size() > kMaxTextBytes)
+        throw Error(ErrorCode::InvalidArgument, tokenizerSource + ": a text of " +
+                                                    std::to_string(text.size()) +
+                                                    " bytes is more than a tokenizer takes (" +
+                                                    std::to_string(kMaxTextBytes >> 20) + " MiB)");
+}
+
 void checkTokenizerFitsModel(const Tokenizer &tok, const ModelConfig &config,
                              const std::string &tokenizerSource)
 {
@@ -82,6 +91,13 @@ void checkTokenizerFitsModel(const Tokenizer &tok, const ModelConfig &config,
         throw Error(ErrorCode::Tokenizer,
                     tokenizerSource + ": tokenizer has " + std::to_string(tok.vocabSize()) +
                         " ids but the model's vocab_size is " + std::to_string(config.vocabSize));
+    // tokenizer.bin has no entry count of its own: run.c reads exactly vocab_size entries. A file
+    // cut at an entry boundary would otherwise load a prefix of the vocabulary and tokenize wrongly.
+    if (tok.kind() == "llama2c" && tok.vocabSize() != config.vocabSize)
+        throw Error(ErrorCode::Tokenizer,
+                    tokenizerSource + ": tokenizer.bin has " + std::to_string(tok.vocabSize()) +
+                        " entries but the model's vocab_size is " + std::to_string(config.vocabSize) +
+                        " (truncated or for another model)");
 }
 
 } // namespace kvwb::core

@@ -38,6 +38,12 @@ public:
     virtual std::optional<int> pieceToId(std::string_view piece) const = 0;
 };
 
+// The longest text encode() takes: 4 MiB, about a million tokens, past every context kvwb runs;
+// longer text is refused (Error(InvalidArgument) naming the tokenizer) before any work is sized
+// from it (a tokenizer needs a few hundred bytes per character on the way).
+inline constexpr size_t kMaxTextBytes = size_t(4) << 20;
+void checkTextSize(std::string_view text, const std::string &tokenizerSource);
+
 // path: tokenizer.json, tokenizer.model, tokenizer.bin, or a directory holding one of them
 // (preferred in that order). Error(Io) for unreadable, Error(Tokenizer) naming the file and the
 // field/entry at fault for malformed content.

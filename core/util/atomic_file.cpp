@@ -84,4 +84,51 @@ void writeFileAtomic(const std::filesystem::path &path, std::string_view content
     f.commit();
 }
 
+void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const std::string &forceFlag,
+                          const std::function<void(const std::filesystem::path &tmp)> &write)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const bool exists = fs::exists(dir, ec);
+    if (exists && !fs::is_directory(dir, ec))
+        throw Error(ErrorCode::InvalidArgument, dir.string() + ": exists and is not a directory");
+    if (exists && !fs::is_empty(dir, ec) && !force)
+        throw Error(ErrorCode::InvalidArgument,
+                    dir.string() + ": exists and is not empty; pass " + forceFlag + " to replace it");
+    fs::path target = dir;
+    if (target.filename().empty())
+        target = target.parent_path(); // "out/" names "out"
+    const fs::path tmp = fs::path(target.string() + ".kvwb-tmp"),
+                   old = fs::path(target.string() + ".kvwb-old");
+    fs::remove_all(tmp, ec);
+    if (target.has_parent_path())
+        fs::create_directories(target.parent_path(), ec);
+    if (!fs::create_directory(tmp, ec) || ec)
+        throw Error(ErrorCode::Io, tmp.string() + ": cannot create directory: " + ec.message());
+    try {
+        write(tmp);
+    } catch (...) {
+        fs::remove_all(tmp, ec);
+        throw;
+    }
+    if (exists) {
+        fs::remove_all(old, ec);
+        fs::rename(target, old, ec);
+        if (ec) {
+            fs::remove_all(tmp, ec);
+            throw Error(ErrorCode::Io,
+                        target.string() + ": cannot move the old directory aside: " + ec.message());
+        }
+    }
+    fs::rename(tmp, target, ec);
+    if (ec) {
+        const std::string why = ec.message();
+        if (exists)
+            fs::rename(old, target, ec); // put the old one back
+        throw Error(ErrorCode::Io, target.string() + ": cannot move the new directory in place: " + why);
+    }
+    if (exists)
+        fs::remove_all(old, ec);
+}
+
 } // namespace kvwb::core

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string_view>
 
@@ -36,5 +37,12 @@ private:
 
 // Convenience: the whole file in one call.
 void writeFileAtomic(const std::filesystem::path &path, std::string_view contents);
+
+// Writes a whole output directory through a temporary sibling: `write` fills a fresh directory
+// (dir + ".kvwb-tmp"), which then takes dir's place, so a failure or a kill leaves dir as it was and
+// no file of an old dir survives in the new one. An existing dir that is not empty is refused
+// (Error(InvalidArgument) naming it and `forceFlag`) unless `force`.
+void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const std::string &forceFlag,
+                          const std::function<void(const std::filesystem::path &tmp)> &write);
 
 } // namespace kvwb::core

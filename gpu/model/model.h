@@ -26,11 +26,14 @@
 
 namespace kvwb::gpu {
 
+// The most intra-op threads a job may ask for (each costs a stack and a spinning worker).
+inline constexpr int kMaxThreads = 1024;
+
 struct LoadOptions
 {
     Device device = Device::Cpu;
     ComputeType dtype = ComputeType::F32;
-    int threads = 0; // intra-op threads; 0 = all cores
+    int threads = 0; // intra-op threads; 0 = all cores, at most kMaxThreads
 };
 
 // fraction in [0, 1]; return false to cancel.

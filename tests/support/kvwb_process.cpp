@@ -2,11 +2,14 @@
 
 #include "tests/support/test_paths.h"
 
+#include <sys/resource.h>
+
 namespace kvwb::test {
 
-KvwbRun runKvwb(const QStringList &args, int timeoutMs)
+namespace {
+
+KvwbRun run(QProcess &p, const QStringList &args, int timeoutMs)
 {
-    QProcess p;
     p.start(QString::fromStdString(kvwbBinary().string()), args);
     KvwbRun r;
     if (!p.waitForFinished(timeoutMs)) {
@@ -19,6 +22,26 @@ KvwbRun runKvwb(const QStringList &args, int timeoutMs)
     r.out = p.readAllStandardOutput();
     r.err = p.readAllStandardError();
     return r;
+}
+
+} // namespace
+
+KvwbRun runKvwb(const QStringList &args, int timeoutMs)
+{
+    QProcess p;
+    return run(p, args, timeoutMs);
+}
+
+KvwbRun runKvwbLimited(const QStringList &args, int64_t addressSpaceBytes, int cpuSeconds, int timeoutMs)
+{
+    QProcess p;
+    p.setChildProcessModifier([addressSpaceBytes, cpuSeconds] {
+        const rlimit as{rlim_t(addressSpaceBytes), rlim_t(addressSpaceBytes)};
+        setrlimit(RLIMIT_AS, &as);
+        const rlimit cpu{rlim_t(cpuSeconds), rlim_t(cpuSeconds)};
+        setrlimit(RLIMIT_CPU, &cpu);
+    });
+    return run(p, args, timeoutMs);
 }
 
 } // namespace kvwb::test

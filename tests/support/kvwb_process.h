@@ -5,6 +5,8 @@
 #include <QProcess>
 #include <QStringList>
 
+#include <cstdint>
+
 namespace kvwb::test {
 
 struct KvwbRun
@@ -16,5 +18,11 @@ struct KvwbRun
 };
 
 KvwbRun runKvwb(const QStringList &args, int timeoutMs = 300000);
+
+// The same under setrlimit: at most addressSpaceBytes of virtual memory (RLIMIT_AS) and cpuSeconds
+// of CPU time (RLIMIT_CPU), so a run that would allocate or loop without bound dies (exitCode -1)
+// instead of taking the machine with it.
+KvwbRun runKvwbLimited(const QStringList &args, int64_t addressSpaceBytes, int cpuSeconds,
+                       int timeoutMs = 60000);
 
 } // namespace kvwb::test

@@ -236,6 +236,9 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
                                    const ProgressFn &progress)
 {
     checkDeviceSupport(options.device, options.dtype);
+    if (options.threads < 0 || options.threads > kMaxThreads)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("threads is {}; expected 0 (all cores) .. {}", options.threads, kMaxThreads));
     JobScope scope(options.threads);
     std::unique_ptr<Model> model(new Model());
     Impl &m = *model->m_impl;
@@ -457,6 +460,16 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
     const core::ModelConfig &c = m_impl->config;
     if (prompt.empty())
         throw Error(ErrorCode::InvalidArgument, "generate: the prompt has no tokens");
+    const auto &so = options.sampling;
+    if (!(so.temperature >= 0 && std::isfinite(so.temperature))) // NaN must not quietly mean greedy
+        throw Error(
+            ErrorCode::InvalidArgument,
+            fmt::format("generate: temperature is {}; expected a finite number >= 0", so.temperature));
+    if (!(so.topP > 0 && so.topP <= 1))
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("generate: top_p is {}; expected (0, 1]", so.topP));
+    if (so.topK < 0)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("generate: top_k is {}; expected >= 0", so.topK));
     if (options.maxTokens < 0)
         throw Error(ErrorCode::InvalidArgument, "generate: max tokens must be >= 0");
     checkIds(prompt, c);

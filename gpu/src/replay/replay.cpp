@@ -171,6 +171,10 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                         fmt::format("request {} asks for model b, but no model B is loaded", r.id));
         if (r.prompt.empty())
             throw Error(ErrorCode::InvalidArgument, fmt::format("request {}: empty prompt", r.id));
+        if (r.tenant.find('\x1f') != std::string::npos) // the tiers' namespace separator
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("request {}: field 'tenant' contains the control character U+001F", r.id));
         ids[i] = s.tokenizer->encode(r.prompt, true);
         const int maxTokens = o.maxTokens > 0 ? o.maxTokens : r.maxTokens;
         if (int(ids[i].size()) + maxTokens > s.model->contextLimit())

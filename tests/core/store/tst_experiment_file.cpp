@@ -17,6 +17,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <poll.h>
 #include <random>
 #include <sys/resource.h>
@@ -302,6 +304,8 @@ private Q_SLOTS:
     void appendRefusesOtherModels();
     void compressionShrinksCompressibleData();
     void notHdf5();
+    void nonFiniteKvRefused_data();
+    void nonFiniteKvRefused();
     void missingFile();
     void futureSchema();
     void tamperedAttribute();
@@ -588,6 +592,51 @@ void TestExperimentFile::compressionShrinksCompressibleData()
     QCOMPARE(r.storage().compress, 4);
     const QString e = checkPrompt(r, 5, makePrompt(5, tinyModel('a'), tinyModel('b'), true));
     QVERIFY2(e.isEmpty(), qPrintable(e));
+}
+
+void TestExperimentFile::nonFiniteKvRefused_data()
+{
+    QTest::addColumn<float>("bad");
+    QTest::addColumn<KvStorage>("storage");
+    QTest::newRow("nan f32") << std::numeric_limits<float>::quiet_NaN() << KvStorage::F32;
+    QTest::newRow("inf f16") << std::numeric_limits<float>::infinity() << KvStorage::F16;
+    QTest::newRow("-inf bf16") << -std::numeric_limits<float>::infinity() << KvStorage::BF16;
+}
+
+// KV that is not finite is refused on the way out, with the dataset, token, model, layer and prompt
+// named: fitting never sees it (a NaN layer used to fit a 100% NaN converter with exit 0).
+void TestExperimentFile::nonFiniteKvRefused()
+{
+    QFETCH(float, bad);
+    QFETCH(KvStorage, storage);
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "e.h5";
+    ExperimentOptions o;
+    o.storage = storage;
+    o.syncToDisk = false;
+    const ModelInfo a = tinyModel('a'), b = tinyModel('b');
+    {
+        ExperimentWriter w = ExperimentWriter::create(path, o, testProvenance(), a, b);
+        w.appendPrompt(makePrompt(0, a, b));
+        PromptRecord p = makePrompt(1, a, b);
+        p.b.values.back()[5] = bad; // model B, its last captured layer, prompt 1
+        w.appendPrompt(p);
+        w.close();
+    }
+    const ExperimentReader r = ExperimentReader::open(path);
+    const int layer = r.model(ModelRole::B).capturedLayers.back();
+    QVERIFY(!r.keys(ModelRole::B, layer, 1).empty());   // the keys are fine
+    QVERIFY(!r.values(ModelRole::B, layer, 0).empty()); // so is prompt 0
+    const auto e = expectError([&] { r.values(ModelRole::B, layer, 1); });
+    QCOMPARE(e.code(), ErrorCode::Format);
+    const QString msg = QString::fromUtf8(e.what());
+    QVERIFY2(msg.contains("e.h5") &&
+                 msg.contains(QString("/kv/b/layer_%1/values").arg(layer, 3, 10, QChar('0'))) &&
+                 msg.contains("prompt 1") && msg.contains(QString("layer %1").arg(layer)) &&
+                 msg.contains("finite"),
+             e.what());
+    // a range over both prompts meets it too
+    expectError([&] { r.valueRange(ModelRole::B, layer, 0, r.totalTokens(ModelRole::B)); });
 }
 
 void TestExperimentFile::notHdf5()

@@ -806,6 +806,27 @@ private Q_SLOTS:
         kvwb::test::writeFile(path("trunc2/tokenizer.bin"), bytes.substr(0, 2));
         expectError([&] { kvwb::core::loadTokenizer(path("trunc2/tokenizer.bin")); }, ErrorCode::Tokenizer,
                     "trunc2/tokenizer.bin");
+
+        // cut at an entry boundary, the file parses (it has no count of its own): the model's
+        // vocab_size tells, and the pair is refused instead of tokenizing with a prefix of the vocabulary
+        auto entries = llama2cEntries();
+        const int full = int(entries.size());
+        entries.resize(100);
+        const auto cut = Llama2cTokenizer::fromBytes(llama2cBytes(entries, 8), "cut/tokenizer.bin");
+        QCOMPARE(cut->vocabSize(), 100);
+        kvwb::core::ModelConfig c;
+        c.vocabSize = full;
+        expectError([&] { kvwb::core::checkTokenizerFitsModel(*cut, c, "cut/tokenizer.bin"); },
+                    ErrorCode::Tokenizer,
+                    "cut/tokenizer.bin: tokenizer.bin has 100 entries but the model's vocab_size is");
+        const auto whole = Llama2cTokenizer::fromBytes(llama2cBytes(llama2cEntries(), 8), "whole.bin");
+        kvwb::core::checkTokenizerFitsModel(*whole, c, "whole.bin"); // the full file fits
+
+        // a piece longer than the header's max_token_length is malformed
+        auto longer = llama2cEntries();
+        longer.push_back({-9.f, "abcdefghijk"});
+        expectError([&] { Llama2cTokenizer::fromBytes(llama2cBytes(longer, 8), "long.bin"); },
+                    ErrorCode::Tokenizer, "longer than max_token_length 8");
     }
 
     void badJson_data()
@@ -864,7 +885,10 @@ private Q_SLOTS:
         cfg.vocabSize = 271;
         kvwb::core::checkTokenizerFitsModel(*tok, cfg, "tok.bin"); // equal: fine
         cfg.vocabSize = 32000;
-        kvwb::core::checkTokenizerFitsModel(*tok, cfg, "tok.bin"); // model larger: fine
+        // a padded embedding is fine for tokenizer.json / tokenizer.model, but run.c reads exactly
+        // vocab_size entries of tokenizer.bin: fewer means a cut file or another model's
+        expectError([&] { kvwb::core::checkTokenizerFitsModel(*tok, cfg, "tok.bin"); }, ErrorCode::Tokenizer,
+                    "tok.bin: tokenizer.bin has 271 entries but the model's vocab_size is 32000");
         cfg.vocabSize = 100;
         expectError([&] { kvwb::core::checkTokenizerFitsModel(*tok, cfg, "tok.bin"); }, ErrorCode::Tokenizer,
                     "tok.bin: tokenizer has 271 ids but the model's vocab_size is 100");

@@ -1,0 +1,309 @@
+// Hostile input against the kvwb executable: every case builds its bad input from code, runs kvwb
+// under setrlimit (2 GiB of address space, 30 s of CPU) and expects a clean refusal - exit 1 (a
+// kvwb error) or 2 (bad usage), one line on stderr naming the culprit, no crash, no hang - and
+// that nothing the user did not name is read or overwritten.
+#include "tests/support/kvwb_process.h"
+#include "tests/support/test_paths.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kAddressSpace = int64_t(2) << 30;
+constexpr int kCpuSeconds = 30;
+
+QString q(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
+
+// Runs kvwb bounded and checks the refusal: the exit code, one stderr line, and that it names
+// `culprit`.
+void expectRefusal(const QStringList &args, int exitCode, const QString &culprit)
+{
+    const auto r = test::runKvwbLimited(args, kAddressSpace, kCpuSeconds);
+    const QString err = QString::fromUtf8(r.err).trimmed();
+    QVERIFY2(r.status == QProcess::NormalExit,
+             qPrintable("crashed or killed: " + args.join(' ') + "\n" + err));
+    QVERIFY2(
+        r.exitCode == exitCode,
+        qPrintable(
+            QString("exit %1, expected %2: %3\n%4").arg(r.exitCode).arg(exitCode).arg(args.join(' '), err)));
+    QVERIFY2(!err.contains('\n'), qPrintable("more than one line:\n" + err));
+    QVERIFY2(err.contains(culprit), qPrintable("does not name '" + culprit + "': " + err));
+}
+
+json readJson(const fs::path &p)
+{
+    return json::parse(test::readFile(p));
+}
+
+void writeJson(const fs::path &p, const json &j)
+{
+    test::writeFile(p, j.dump());
+}
+
+// `depth` nested Sequence wrappers of kind (normalizers / pretokenizers / decoders) around leaf.
+std::string nestedSequence(const char *listField, int depth, const std::string &leaf)
+{
+    std::string s;
+    s.reserve(size_t(depth) * 40 + leaf.size());
+    for (int i = 0; i < depth; ++i)
+        s += std::string("{\"type\":\"Sequence\",\"") + listField + "\":[";
+    s += leaf;
+    for (int i = 0; i < depth; ++i)
+        s += "]}";
+    return s;
+}
+
+} // namespace
+
+class TestHostileInput : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    fs::path m_root, m_model;
+
+    // A fresh copy of the tiny model to damage.
+    fs::path copyModel(const std::string &name)
+    {
+        const fs::path dir = m_root / name;
+        fs::remove_all(dir);
+        fs::copy(m_model, dir, fs::copy_options::recursive);
+        return dir;
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_tmp.isValid());
+        m_root = fs::path(m_tmp.path().toStdString());
+        m_model = m_root / "tiny";
+        const auto r = test::runKvwb({"make-model", "--preset", "tiny", "--out", q(m_model)});
+        QCOMPARE(r.exitCode, 0);
+    }
+
+    // config.json counts are checked before anything is sized from them.
+    void configCounts_data()
+    {
+        QTest::addColumn<QString>("field");
+        QTest::addColumn<qint64>("value");
+        QTest::newRow("layers") << "num_hidden_layers" << qint64(2147483647);
+        QTest::newRow("heads") << "num_attention_heads" << qint64(1 << 20);
+        QTest::newRow("vocab") << "vocab_size" << qint64(2000000000);
+        QTest::newRow("hidden") << "hidden_size" << qint64(1 << 30);
+        QTest::newRow("eos wraps") << "eos_token_id" << qint64(4294967532LL);
+        QTest::newRow("eos outside vocab") << "eos_token_id" << qint64(99999);
+        QTest::newRow("bos outside vocab") << "bos_token_id" << qint64(-3);
+    }
+    void configCounts()
+    {
+        QFETCH(QString, field);
+        QFETCH(qint64, value);
+        const fs::path dir = copyModel("config");
+        json c = readJson(dir / "config.json");
+        c[field.toStdString()] = value;
+        writeJson(dir / "config.json", c);
+        expectRefusal({"info", q(dir)}, 1, field);
+        expectRefusal({"generate", "--model", q(dir), "--prompt", "hi"}, 1, field);
+    }
+
+    // Numeric options are range-checked, NaN included.
+    void optionRanges_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("culprit");
+        QTest::newRow("threads") << QStringList{"--threads", "100000"} << "--threads";
+        QTest::newRow("temperature nan") << QStringList{"--temperature", "nan"} << "--temperature";
+        QTest::newRow("temperature inf") << QStringList{"--temperature", "inf"} << "--temperature";
+        QTest::newRow("top-p nan") << QStringList{"--top-p", "nan"} << "--top-p";
+    }
+    void optionRanges()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(QString, culprit);
+        expectRefusal(QStringList{"generate", "--model", q(m_model), "--prompt", "hi"} + args, 2, culprit);
+    }
+
+    void replayBlock()
+    {
+        const fs::path w = m_root / "w.jsonl";
+        test::writeFile(
+            w,
+            R"({"id":1,"t_ms":0,"tenant":"t","user":"u","intent":"","model":"a","prompt":"hi","max_tokens":2})"
+            "\n");
+        expectRefusal({"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers", "prefix", "--block",
+                       "2147483647"},
+                      2, "--block");
+    }
+
+    // A tenant holding the tiers' namespace separator is refused before the replay starts, naming
+    // the request and the field.
+    void replayTenantSeparator()
+    {
+        const fs::path w = m_root / "tenant.jsonl";
+        test::writeFile(
+            w,
+            R"({"id":1,"t_ms":0,"tenant":"ok","user":"u","intent":"","model":"a","prompt":"hi","max_tokens":2})"
+            "\n"
+            R"({"id":7,"t_ms":1,"tenant":"a\u001fb","user":"u","intent":"","model":"a","prompt":"hi","max_tokens":2})"
+            "\n");
+        expectRefusal({"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers", "exact"}, 1,
+                      "request 7");
+        expectRefusal({"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers", "exact"}, 1,
+                      "tenant");
+    }
+
+    // Nesting, expansion and size are bounded in the tokenizer, with the file named.
+    void tokenizerNesting_data()
+    {
+        QTest::addColumn<QString>("key");
+        QTest::addColumn<QString>("list");
+        QTest::addColumn<QString>("leaf");
+        QTest::newRow("normalizer") << "normalizer"
+                                    << "normalizers"
+                                    << R"({"type":"Lowercase"})";
+        QTest::newRow("pre_tokenizer")
+            << "pre_tokenizer"
+            << "pretokenizers"
+            << R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})";
+        QTest::newRow("decoder") << "decoder"
+                                 << "decoders"
+                                 << R"({"type":"ByteLevel"})";
+    }
+    void tokenizerNesting()
+    {
+        QFETCH(QString, key);
+        QFETCH(QString, list);
+        QFETCH(QString, leaf);
+        const fs::path dir = copyModel("nest");
+        std::string text = test::readFile(dir / "tokenizer.json");
+        json t = json::parse(text);
+        t[key.toStdString()] = nullptr;
+        text = t.dump();
+        // a 30,000-deep Sequence (about 1 MB), spliced in as text: json values this deep are not built here
+        const std::string marker = "\"" + key.toStdString() + "\":null";
+        const size_t at = text.find(marker);
+        QVERIFY(at != std::string::npos);
+        text.replace(at, marker.size(),
+                     "\"" + key.toStdString() +
+                         "\":" + nestedSequence(list.toLatin1().constData(), 30000, leaf.toStdString()));
+        test::writeFile(dir / "tokenizer.json", text);
+        expectRefusal({"tokenize", "--tokenizer", q(dir / "tokenizer.json"), "--text", "hi"}, 1, "nests");
+        expectRefusal({"tokenize", "--tokenizer", q(dir / "tokenizer.json"), "--text", "hi"}, 1,
+                      "tokenizer.json");
+    }
+
+    void tokenizerExpansion()
+    {
+        const fs::path dir = copyModel("expand");
+        json t = readJson(dir / "tokenizer.json");
+        json chain = json::array();
+        for (int i = 0; i < 8; ++i)
+            chain.push_back(
+                {{"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", std::string(16, 'a')}});
+        t["normalizer"] = {{"type", "Sequence"}, {"normalizers", chain}};
+        writeJson(dir / "tokenizer.json", t);
+        expectRefusal({"tokenize", "--tokenizer", q(dir / "tokenizer.json"), "--text", QString(1000, 'a')}, 1,
+                      "expand");
+    }
+
+    void hugeText()
+    {
+        const fs::path f = m_root / "huge.txt";
+        test::writeFile(f, std::string(size_t(5) << 20, 'x'));
+        expectRefusal({"tokenize", "--tokenizer", q(m_model / "tokenizer.json"), "--text-file", q(f)}, 1,
+                      "MiB");
+    }
+
+    void postProcessorIds_data()
+    {
+        QTest::addColumn<qint64>("id");
+        QTest::newRow("past the vocabulary") << qint64(99999);
+        QTest::newRow("negative") << qint64(-1);
+        QTest::newRow("wraps to a real id") << qint64(4294967296LL + 5);
+    }
+    void postProcessorIds()
+    {
+        QFETCH(qint64, id);
+        const fs::path dir = copyModel("post");
+        json t = readJson(dir / "tokenizer.json");
+        t["post_processor"] = {
+            {"type", "TemplateProcessing"},
+            {"single", json::array({{{"SpecialToken", {{"id", "<x>"}, {"type_id", 0}}}},
+                                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+            {"special_tokens",
+             {{"<x>", {{"id", "<x>"}, {"ids", json::array({id})}, {"tokens", json::array({"<x>"})}}}}}};
+        writeJson(dir / "tokenizer.json", t);
+        expectRefusal({"tokenize", "--tokenizer", q(dir / "tokenizer.json"), "--text", "hi", "--add-special"},
+                      1, "post_processor");
+    }
+
+    // Outputs that exist are not overwritten without --force; with it, the old contents go.
+    void outputsNotOverwritten()
+    {
+        const fs::path out = m_root / "existing";
+        fs::create_directories(out);
+        test::writeFile(out / "tokenizer.model", "an old tokenizer that must not win over the new one");
+        expectRefusal({"make-model", "--preset", "tiny", "--out", q(out)}, 1, "--force");
+        QCOMPARE(test::readFile(out / "tokenizer.model"),
+                 std::string("an old tokenizer that must not win over the new one"));
+        expectRefusal({"convert", "--model", q(m_model), "--out", q(out)}, 1, "--force");
+        QVERIFY(!fs::exists(out / "config.json"));
+
+        auto r = test::runKvwb({"convert", "--model", q(m_model), "--out", q(out), "--force"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(fs::exists(out / "config.json"));
+        QVERIFY(!fs::exists(out / "tokenizer.model")); // replaced as a whole: no stale file left
+        r = test::runKvwb({"make-model", "--preset", "tiny", "--out", q(out), "--force"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY(!fs::exists(m_root / "existing.kvwb-tmp"));
+        QVERIFY(!fs::exists(m_root / "existing.kvwb-old"));
+    }
+
+    // A sharded index names files inside the model directory only.
+    void shardsStayInside_data()
+    {
+        QTest::addColumn<QString>("shard");
+        QTest::newRow("parent") << "../outside/x.safetensors";
+        QTest::newRow("absolute") << "/etc/passwd";
+        QTest::newRow("device") << "/dev/zero";
+        QTest::newRow("deep parent") << "../../../../etc/passwd";
+        QTest::newRow("symlink out") << "link.safetensors";
+    }
+    void shardsStayInside()
+    {
+        QFETCH(QString, shard);
+        const fs::path dir = copyModel("shards");
+        fs::create_directories(m_root / "outside");
+        fs::copy_file(dir / "model.safetensors", m_root / "outside" / "x.safetensors",
+                      fs::copy_options::overwrite_existing);
+        fs::create_symlink(m_root / "outside" / "x.safetensors", dir / "link.safetensors");
+        // every tensor of the real file, mapped to the hostile shard
+        json index = {{"metadata", json::object()}, {"weight_map", json::object()}};
+        const std::string st = test::readFile(dir / "model.safetensors");
+        uint64_t headerLen = 0;
+        std::memcpy(&headerLen, st.data(), 8);
+        const json header = json::parse(st.substr(8, headerLen));
+        for (const auto &[name, info] : header.items())
+            if (name != "__metadata__")
+                index["weight_map"][name] = shard.toStdString();
+        fs::remove(dir / "model.safetensors");
+        writeJson(dir / "model.safetensors.index.json", index);
+        expectRefusal({"info", q(dir)}, 1, "outside the model directory");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestHostileInput)
+#include "tst_hostile_input.moc"
