@@ -104,8 +104,16 @@ std::vector<int> Llama2cTokenizer::encode(std::string_view input, bool addSpecia
         if (const int id = lookup(buf); id != -1) {
             tokens.push_back(id);
         } else {
-            for (char b : buf)
-                tokens.push_back(static_cast<unsigned char>(b) + 3);
+            for (char b : buf) {
+                const int byteId = static_cast<unsigned char>(b) + 3;
+                // run.c assumes the 256 byte pieces at 3..258; a shorter file has none to fall back to
+                if (byteId >= vocabSize())
+                    throw Error(ErrorCode::Tokenizer, m_source + ": no byte piece for byte " +
+                                                          std::to_string(byteId - 3) + " (the file has " +
+                                                          std::to_string(vocabSize()) +
+                                                          " entries; bytes are ids 3..258)");
+                tokens.push_back(byteId);
+            }
         }
         buf.clear();
     }

@@ -327,6 +327,9 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
         } catch (const json::parse_error &e) {
             result.warnings.add(where + "not valid JSON (byte " + std::to_string(e.byte) + ")");
             return true;
+        } catch (const json::exception &e) { // e.g. a number too large for a double: 1e46333
+            result.warnings.add(where + "not usable JSON (" + e.what() + ")");
+            return true;
         }
         if (!j.is_object()) {
             result.warnings.add(where + "not a JSON object");

@@ -127,6 +127,8 @@ ImportResult parseShareGpt(std::string_view json, const std::string &sourceName,
     } catch (const nlohmann::json::parse_error &e) {
         throw Error(ErrorCode::Format,
                     sourceName + ": not valid JSON (byte " + std::to_string(e.byte) + "): " + e.what());
+    } catch (const nlohmann::json::exception &e) { // e.g. a number too large for a double
+        throw Error(ErrorCode::Format, sourceName + ": not usable JSON: " + e.what());
     }
     if (!doc.is_array())
         throw Error(ErrorCode::Format, sourceName + ": expected a JSON array of conversations, found a " +

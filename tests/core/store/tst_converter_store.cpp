@@ -195,12 +195,15 @@ ConverterRecord makeRecord(const std::string &name, bool headMatched, uint32_t s
 
 bool sameBits(const std::vector<float> &x, const std::vector<float> &y)
 {
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    // empty vectors may hold null data, which memcmp must not be given
+    return x.size() == y.size() &&
+           (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
 }
 
 bool sameBits(const std::vector<double> &x, const std::vector<double> &y)
 {
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+    return x.size() == y.size() &&
+           (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0);
 }
 
 QString compareTables(const MetricTable &got, const MetricTable &want, const char *what)

@@ -822,6 +822,14 @@ private Q_SLOTS:
         const auto whole = Llama2cTokenizer::fromBytes(llama2cBytes(llama2cEntries(), 8), "whole.bin");
         kvwb::core::checkTokenizerFitsModel(*whole, c, "whole.bin"); // the full file fits
 
+        // found by fuzz_tokenizer_bin: with fewer than the 259 entries run.c assumes, a byte without
+        // a piece fell back to an id past the vocabulary (an out-of-bounds read)
+        auto few = llama2cEntries();
+        few.resize(40);
+        const auto small = Llama2cTokenizer::fromBytes(llama2cBytes(few, 8), "few.bin");
+        expectError([&] { small->encode("\xe2\x82\xac", false); }, ErrorCode::Tokenizer,
+                    "few.bin: no byte piece for byte");
+
         // a piece longer than the header's max_token_length is malformed
         auto longer = llama2cEntries();
         longer.push_back({-9.f, "abcdefghijk"});
