@@ -9,6 +9,7 @@
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/atomic_file.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -181,6 +182,8 @@ int cmdAlign(const QStringList &args)
     if (!p.isSet("experiment"))
         throw UsageError{"--experiment is required"};
     const fs::path path = str(p.value("experiment"));
+    if (!p.isSet("dry-run")) // the converter is stored in the file: checked before the fit, not after
+        core::checkWritableOutput(path, "--experiment");
     gpu::AlignOptions o;
     o.name = str(p.value("name"));
     o.selection = parseSelection(p.value("select"));
@@ -416,8 +419,10 @@ int cmdCompare(const QStringList &args)
     const fs::path path = str(p.value("experiment"));
     std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
     const auto &file = *reader;
-    if (p.isSet("save-samples")) // before the run, not after it
+    if (p.isSet("save-samples")) { // before the run, not after it
         core::checkComparisonName(path, str(p.value("save-samples")));
+        core::checkWritableOutput(path, "--save-samples");
+    }
     const auto record = core::loadConverters(path, str(p.value("converter")));
     std::vector<std::string> warnings;
     std::vector<std::string> texts;

@@ -9,6 +9,7 @@
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/workload/workload.h"
 #include "gpu/model/device.h"
@@ -160,6 +161,11 @@ int cmdReplay(const QStringList &args)
     const bool needCross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
     if (p.isSet("save-ledger") && !p.isSet("experiment"))
         throw UsageError{"--save-ledger needs --experiment"};
+    // outputs checked before the replay, not after it
+    if (p.isSet("ledger"))
+        core::checkWritableOutput(str(p.value("ledger")), "--ledger");
+    if (p.isSet("save-ledger"))
+        core::checkWritableOutput(str(p.value("experiment")), "--save-ledger");
     if (needCross && !p.isSet("experiment"))
         throw UsageError{"the cross tier needs --experiment (its converter)"};
 

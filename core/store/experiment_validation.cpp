@@ -235,20 +235,26 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
                                                        std::to_string(d.committed.back()) + " but " + path +
                                                        " has only " + std::to_string(dims[0]) + " rows");
                 const Site site(n, path);
-                const KvStorage st =
-                    storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
+                const KvStorage st = storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
                 h5::Datatype type(H5Dget_type(ds.get()));
                 const H5T_class_t cls = H5Tget_class(type.get());
                 const size_t size = H5Tget_size(type.get());
                 const bool typeOk = (st == KvStorage::F32 && cls == H5T_FLOAT && size == 4) ||
                                     (st == KvStorage::F16 && cls == H5T_FLOAT && size == 2) ||
                                     (st == KvStorage::BF16 && cls == H5T_INTEGER && size == 2);
-                if (!typeOk || st != s.options.storage)
-                    throw Error(ErrorCode::Format, n + ": dataset " + path +
-                                                       " element type does not match its dtype "
-                                                       "attribute '" +
-                                                       kvStorageName(st) +
-                                                       "' (file: " + kvStorageName(s.options.storage) + ")");
+                if (!typeOk) {
+                    const std::string actual = std::string(cls == H5T_FLOAT     ? "float"
+                                                           : cls == H5T_INTEGER ? "integer"
+                                                                                : "non-numeric") +
+                                               " of " + std::to_string(size) + " bytes";
+                    throw Error(ErrorCode::Format, n + ": dataset " + path + " holds " + actual +
+                                                       " elements, but its dtype attribute says '" +
+                                                       kvStorageName(st) + "'");
+                }
+                if (st != s.options.storage)
+                    throw Error(ErrorCode::Format, n + ": dataset " + path + " is stored as '" +
+                                                       kvStorageName(st) + "', the file's storage is '" +
+                                                       kvStorageName(s.options.storage) + "'");
                 (std::strcmp(what, "keys") == 0 ? d.keys : d.values).push_back(std::move(ds));
             }
         }

@@ -84,6 +84,27 @@ void writeFileAtomic(const std::filesystem::path &path, std::string_view content
     f.commit();
 }
 
+void checkWritableOutput(const std::filesystem::path &path, const std::string &flag)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto fail = [&](const std::string &why) {
+        throw Error(ErrorCode::Io, path.string() + " (" + flag + "): cannot be written: " + why);
+    };
+    if (fs::exists(path, ec)) {
+        if (!fs::is_regular_file(path, ec))
+            fail("not a regular file");
+        if (::access(path.c_str(), W_OK) != 0)
+            fail(std::strerror(errno));
+        return;
+    }
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    if (!fs::is_directory(dir, ec))
+        fail("no directory " + dir.string());
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        fail(dir.string() + ": " + std::strerror(errno));
+}
+
 void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const std::string &forceFlag,
                           const std::function<void(const std::filesystem::path &tmp)> &write)
 {

@@ -38,6 +38,10 @@ private:
 // Convenience: the whole file in one call.
 void writeFileAtomic(const std::filesystem::path &path, std::string_view contents);
 
+// Checks, before any work, that an output named by `flag` can be written: an existing path must be
+// a writable regular file; a new one needs a writable directory. Error(Io) naming the path and flag.
+void checkWritableOutput(const std::filesystem::path &path, const std::string &flag);
+
 // Writes a whole output directory through a temporary sibling: `write` fills a fresh directory
 // (dir + ".kvwb-tmp"), which then takes dir's place, so a failure or a kill leaves dir as it was and
 // no file of an old dir survives in the new one. An existing dir that is not empty is refused

@@ -148,6 +148,23 @@ private Q_SLOTS:
                       2, "--block");
     }
 
+    // Outputs are checked before the work, not after it.
+    void unwritableOutputFirst()
+    {
+        const fs::path w = m_root / "w2.jsonl";
+        test::writeFile(
+            w,
+            R"({"id":1,"t_ms":0,"tenant":"t","user":"u","intent":"","model":"a","prompt":"hi","max_tokens":2})"
+            "\n");
+        const fs::path out = m_root / "no-such-dir" / "ledger.csv";
+        expectRefusal(
+            {"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers", "exact", "--ledger", q(out)},
+            1, "--ledger");
+        const auto r = test::runKvwb(
+            {"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers", "exact", "--ledger", q(out)});
+        QVERIFY2(!r.err.contains("replayed"), r.err.constData()); // refused before any request ran
+    }
+
     // A tenant holding the tiers' namespace separator is refused before the replay starts, naming
     // the request and the field.
     void replayTenantSeparator()
