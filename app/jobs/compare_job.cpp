@@ -6,8 +6,8 @@
 
 namespace kvwb::app::jobs {
 
-gpu::CompareOutcome compareOne(const ComparePair &pair, const std::string &prompt, const std::vector<int> &ids,
-                               const gpu::CompareOptions &options)
+gpu::CompareOutcome compareOne(const ComparePair &pair, const std::string &prompt,
+                               const std::vector<int> &ids, const gpu::CompareOptions &options)
 {
     auto outcome =
         gpu::compareTransfer(pair.a, pair.tokenizerA, pair.b, pair.tokenizerB, pair.converter, ids, options);

@@ -31,8 +31,8 @@ struct ComparePair
 
 // gpu::compareTransfer on prompt's ids (gpu::comparablePrompt), the sample labelled with prompt,
 // converter name and the current UTC time. A cancelled outcome is returned as it is.
-gpu::CompareOutcome compareOne(const ComparePair &pair, const std::string &prompt, const std::vector<int> &ids,
-                               const gpu::CompareOptions &options);
+gpu::CompareOutcome compareOne(const ComparePair &pair, const std::string &prompt,
+                               const std::vector<int> &ids, const gpu::CompareOptions &options);
 
 // Stores samples as /comparisons/<name>: after the ones already there when `append`, else in
 // their place.

@@ -150,10 +150,6 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
 
 namespace {
 
-// The tiers that have a hit column; TierKind::None is not a tier one consults.
-constexpr std::array<TierKind, 4> kHitTiers = {TierKind::Exact, TierKind::Semantic, TierKind::Prefix,
-                                               TierKind::Cross};
-
 // Whole numbers stored as float64 in the HDF5 form are exact up to 2^53.
 constexpr int64_t kMaxExactInt = int64_t(1) << 53;
 

@@ -1,5 +1,6 @@
 #include "ui/panels/models_panel.h"
 
+#include "core/jobs/job_enums.h"
 #include "core/model/checkpoint.h"
 #include "core/model/memory_estimate.h"
 #include "core/util/error.h"
@@ -120,7 +121,9 @@ void ModelsPanel::refreshEstimate(char role)
         try {
             const auto ck = core::Checkpoint::open(path.toStdString());
             r.config = ck.config();
-            const int bytes = r.dtype->currentText() == "f32" ? 4 : 2;
+            const int bytes =
+                core::computeTypeBytes(core::parseComputeType(r.dtype->currentText().toStdString())
+                                           .value_or(core::ComputeType::F32));
             const int context = r.config->maxPositionEmbeddings;
             const auto e = core::estimateMemory(*r.config, bytes, context);
             r.estimate->setText(
