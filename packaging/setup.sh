@@ -20,7 +20,7 @@ PACKAGES=(
   libtorch-dev
   # LibTorch otherwise links the reference BLAS: matmuls run ~15x slower.
   libopenblas0-pthread
-  libhdf5-dev hdf5-tools libhnswlib-dev libfmt-dev nlohmann-json3-dev
+  libhdf5-dev hdf5-tools zlib1g-dev libhnswlib-dev libfmt-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev libssl-dev
   wordnet-base
   # the fuzz targets (libFuzzer, packaging/fuzz.sh)

@@ -12,6 +12,7 @@
 #include "core/model/memory_estimate.h"
 #include "core/model/random_model.h"
 #include "core/store/experiment_file.h"
+#include "core/store/experiment_upgrade.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
@@ -142,6 +143,28 @@ int cmdInfo(const QStringList &args)
         return modelCard(ck, ck.tokenizerPath());
     }();
     std::printf("%s\n", card.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+    return 0;
+}
+
+int cmdUpgrade(const QStringList &args)
+{
+    QCommandLineParser p;
+    parse(p, args,
+          "Rewrite an experiment file of an older kvwb (schema kvwb/1) as kvwb/2: fixed-size strings instead "
+          "of variable-length ones, and a CRC-32 of every prompt's KV rows. Works on a copy beside the file "
+          "and replaces the file only when the copy is complete; a kvwb/2 file is left as it is.",
+          "FILE", "Experiment .h5 file.");
+    if (p.positionalArguments().size() != 1)
+        throw UsageError{"expected exactly one FILE"};
+    const fs::path path = str(p.positionalArguments().first());
+    const core::UpgradeResult r = core::upgradeExperiment(path);
+    if (!r.upgraded)
+        std::printf("%s: already %s, nothing to do\n", path.c_str(), r.fromSchema.c_str());
+    else
+        std::printf("%s: upgraded %s -> %s (%d attributes and %d string datasets rewritten, checksums for "
+                    "%d prompts)\n",
+                    path.c_str(), r.fromSchema.c_str(), core::kExperimentSchema, r.attributes,
+                    r.stringDatasets, r.checksummedPrompts);
     return 0;
 }
 
@@ -450,6 +473,7 @@ const std::vector<Subcommand> &subcommands()
 {
     static const std::vector<Subcommand> all = {
         {"info", "Print a model card (JSON) for an HF directory or llama2.c checkpoint.", cmdInfo},
+        {"upgrade", "Rewrite an experiment file of an older kvwb (schema kvwb/1) as kvwb/2.", cmdUpgrade},
         {"tokenize", "Encode text with a tokenizer and print the ids.", cmdTokenize},
         {"generate", "Generate from a prompt (greedy or sampled), with TTFT and tok/s.", cmdGenerate},
         {"bench", "Prefill/decode throughput at several prompt lengths.", cmdBench},

@@ -51,6 +51,10 @@ namespace {
 using detail::checkModel;
 using detail::checkPromptShapes;
 using detail::checkSameModel;
+using detail::crc32Of;
+using detail::crcIndex;
+using detail::crcPath;
+using detail::createExtendible;
 using detail::FileState;
 using detail::joinLayers;
 using detail::layerPath;
@@ -79,6 +83,7 @@ using h5::WriterLock;
 constexpr hsize_t kOffsetsChunk = 1024; // 8 KiB
 constexpr hsize_t kIdsChunk = 4096;     // 16 KiB
 constexpr hsize_t kBytesChunk = 16384;  // 16 KiB
+constexpr hsize_t kCrcChunk = 64;       // prompts per chunk of /kv/<m>/crc32
 
 std::string layerGroupPath(int model, int layer)
 {
@@ -133,34 +138,6 @@ h5::Datatype kvFileType(KvStorage s)
 }
 
 // ---- datasets ----
-
-// An empty dataset extendible along its first dimension: [0, rest...], chunked [chunkRows, rest...].
-h5::Dataset createExtendible(hid_t file, const std::string &fileName, const std::string &path, hid_t type,
-                             const std::vector<hsize_t> &rest, hsize_t chunkRows, int deflate)
-{
-    std::vector<hsize_t> dims{0}, maxDims{H5S_UNLIMITED}, chunk{chunkRows};
-    for (hsize_t d : rest) {
-        dims.push_back(d);
-        maxDims.push_back(d);
-        chunk.push_back(d);
-    }
-    h5::Dataspace space(H5Screate_simple(int(dims.size()), dims.data(), maxDims.data()));
-    h5::PropList dcpl(H5Pcreate(H5P_DATASET_CREATE));
-    const std::string what = fileName + ": cannot create dataset " + path;
-    check(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), ErrorCode::Internal, what);
-    // Every row is written before the offsets that make it visible, so fill values would only
-    // cost a write of each new chunk.
-    check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), ErrorCode::Internal, what);
-    if (deflate > 0) {
-        check(H5Pset_shuffle(dcpl.get()), ErrorCode::Internal, what);
-        check(H5Pset_deflate(dcpl.get(), unsigned(deflate)), ErrorCode::Internal, what);
-    }
-    h5::PropList lcpl(H5Pcreate(H5P_LINK_CREATE));
-    H5Pset_create_intermediate_group(lcpl.get(), 1);
-    return h5::Dataset(
-        check(H5Dcreate2(file, path.c_str(), type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
-              ErrorCode::Io, what));
-}
 
 // Sets the dataset to `rows` rows and writes `count` rows at `first` from buf (memType elements).
 void writeRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
@@ -350,6 +327,13 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
             createExtendible(f, name, base + "/ids", H5T_STD_I32LE, {}, kIdsChunk, options.compress);
             offsetsDataset(base + "/offsets");
             createGroup(f, name, std::string("/kv/") + roleName(m->role));
+            {
+                const std::string cpath = std::string("/kv/") + roleName(m->role) + "/crc32";
+                h5::Dataset crc = createExtendible(f, name, cpath, H5T_STD_U32LE,
+                                                   {hsize_t(resolvedLayers(*m).size()), 2}, kCrcChunk, 0);
+                writeAttr(crc.get(), Site(name, cpath), "layout",
+                          std::string("[prompts, captured layers, keys|values]: CRC-32 of the stored rows"));
+            }
             const ModelConfig &c = m->config;
             for (int layer : resolvedLayers(*m)) {
                 createGroup(f, name, layerGroupPath(mi, layer));
@@ -454,6 +438,7 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
             trim(d.ids.get(), base + "/ids", d.committed.back());
             trim(d.offsets.get(), base + "/offsets", offsetsRows);
             const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+            trim(d.crc.get(), crcPath(m), s.promptCount);
             for (size_t i = 0; i < layers.size(); ++i) {
                 trim(d.keys[i].get(), layerPath(m, layers[i], "keys"), d.committed.back());
                 trim(d.values[i].get(), layerPath(m, layers[i], "values"), d.committed.back());
@@ -509,14 +494,17 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
             const hsize_t first = hsize_t(d.committed.back()), count = p.ids.size();
             const std::vector<hsize_t> rest{hsize_t(c.numKvHeads), hsize_t(c.headDim)};
             const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
+            std::vector<uint32_t> crcs(layers.size() * 2);
             for (size_t i = 0; i < layers.size(); ++i) {
                 for (int kind = 0; kind < 2; ++kind) {
                     const std::vector<float> &src = (kind == 0 ? p.keys : p.values)[i];
+                    uint32_t &crc = crcs[crcIndex(0, i, layers.size(), kind)];
                     const hid_t ds = (kind == 0 ? d.keys : d.values)[i].get();
                     const std::string path = layerPath(m, layers[i], kind == 0 ? "keys" : "values");
                     switch (s.options.storage) {
                     case KvStorage::F32:
                         writeRows(ds, s.name, path, H5T_NATIVE_FLOAT, first, count, rest, src.data());
+                        crc = crc32Of(src.data(), src.size() * sizeof(float));
                         break;
                     case KvStorage::F16:
                         // Converted here (round to nearest even) and written as raw binary16: HDF5's own
@@ -524,15 +512,19 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
                         converted.resize(src.size());
                         std::transform(src.begin(), src.end(), converted.begin(), floatToHalf);
                         writeRows(ds, s.name, path, w.half.get(), first, count, rest, converted.data());
+                        crc = crc32Of(converted.data(), converted.size() * sizeof(uint16_t));
                         break;
                     case KvStorage::BF16:
                         converted.resize(src.size());
                         std::transform(src.begin(), src.end(), converted.begin(), floatToBf16);
                         writeRows(ds, s.name, path, H5T_NATIVE_UINT16, first, count, rest, converted.data());
+                        crc = crc32Of(converted.data(), converted.size() * sizeof(uint16_t));
                         break;
                     }
                 }
             }
+            writeRows(d.crc.get(), s.name, crcPath(m), H5T_NATIVE_UINT32, hsize_t(index), 1,
+                      {hsize_t(layers.size()), 2}, crcs.data());
             writeRows(d.ids.get(), s.name, std::string("/prompts/") + roleLetter(m) + "/ids",
                       H5T_NATIVE_INT32, first, count, {}, p.ids.data());
         }
@@ -616,6 +608,8 @@ struct ExperimentReader::Impl
 {
     FileState s;
     h5::Datatype half;
+    // Per model, crcIndex -> 1 once that prompt's rows of that layer and kind passed their CRC.
+    mutable std::array<std::vector<uint8_t>, 2> verified;
 
     std::vector<float> readKv(int m, int layer, int64_t first, int64_t count, bool keys) const
     {
@@ -623,40 +617,86 @@ struct ExperimentReader::Impl
         if (layer < 0 || layer >= c.numLayers)
             throw Error(ErrorCode::InvalidArgument,
                         s.name + ": model " + roleLetter(m) + " has no layer " + std::to_string(layer));
-        const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
-        const auto it = std::lower_bound(layers.begin(), layers.end(), layer);
-        if (it == layers.end() || *it != layer)
+        const std::vector<int> &captured = s.models[size_t(m)].capturedLayers;
+        const auto it = std::lower_bound(captured.begin(), captured.end(), layer);
+        if (it == captured.end() || *it != layer)
             throw Error(ErrorCode::InvalidArgument,
                         s.name + ": layer " + std::to_string(layer) + " of model " + roleLetter(m) +
-                            " was not captured (captured: " + joinLayers(layers) + ")");
-        const size_t slot = size_t(it - layers.begin());
+                            " was not captured (captured: " + joinLayers(captured) + ")");
+        const size_t slot = size_t(it - captured.begin());
         if (first < 0 || count < 0 || first + count > s.total(m))
             throw Error(ErrorCode::InvalidArgument, s.name + ": token range [" + std::to_string(first) +
                                                         ", " + std::to_string(first + count) +
                                                         ") is outside model " + roleLetter(m) + "'s " +
                                                         std::to_string(s.total(m)) + " tokens");
         const std::string path = layerPath(m, layer, keys ? "keys" : "values");
-        const hid_t ds = (keys ? s.kv[size_t(m)].keys : s.kv[size_t(m)].values)[slot].get();
-        const size_t n = size_t(count) * size_t(c.numKvHeads) * size_t(c.headDim);
-        std::vector<float> out(n);
-        if (s.options.storage == KvStorage::F32) {
-            readRows(ds, s.name, path, H5T_NATIVE_FLOAT, hsize_t(first), hsize_t(count), out.data());
-        } else {
-            std::vector<uint16_t> raw(n);
-            if (s.options.storage == KvStorage::F16) {
-                readRows(ds, s.name, path, half.get(), hsize_t(first), hsize_t(count), raw.data());
-                std::transform(raw.begin(), raw.end(), out.begin(), halfToFloat);
-            } else {
-                readRows(ds, s.name, path, H5T_NATIVE_UINT16, hsize_t(first), hsize_t(count), raw.data());
-                std::transform(raw.begin(), raw.end(), out.begin(), bf16ToFloat);
+        const ModelDatasets &d = s.kv[size_t(m)];
+        const hid_t ds = (keys ? d.keys : d.values)[slot].get();
+        const int kind = keys ? 0 : 1;
+        const size_t rowElements = size_t(c.numKvHeads) * size_t(c.headDim);
+        const bool f32 = s.options.storage == KvStorage::F32;
+        const size_t elementBytes = f32 ? 4 : 2;
+        const hid_t memType =
+            f32 ? H5T_NATIVE_FLOAT : (s.options.storage == KvStorage::F16 ? half.get() : H5T_NATIVE_UINT16);
+
+        // Every prompt the range touches is checked against its CRC-32 once per reader, so rows
+        // damaged on disk are refused rather than fitted. An unchecked prompt is read whole.
+        const std::vector<int64_t> &committed = d.committed;
+        std::vector<uint8_t> &checked = verified[size_t(m)];
+        checked.resize(d.crcs.size(), 0);
+        const size_t layers = captured.size();
+        int64_t spanFirst = first, spanEnd = first + count;
+        size_t pa = 0, pb = 0;
+        bool unchecked = false;
+        if (count > 0) {
+            pa = size_t(std::upper_bound(committed.begin(), committed.end(), first) - committed.begin() - 1);
+            pb = size_t(std::upper_bound(committed.begin(), committed.end(), first + count - 1) -
+                        committed.begin() - 1);
+            for (size_t p = pa; p <= pb; ++p)
+                unchecked = unchecked || !checked[crcIndex(p, slot, layers, kind)];
+            if (unchecked) {
+                spanFirst = committed[pa];
+                spanEnd = committed[pb + 1];
             }
+        }
+        const size_t rowBytes = rowElements * elementBytes;
+        std::vector<uint8_t> raw(size_t(spanEnd - spanFirst) * rowBytes);
+        readRows(ds, s.name, path, memType, hsize_t(spanFirst), hsize_t(spanEnd - spanFirst), raw.data());
+        if (unchecked) {
+            for (size_t p = pa; p <= pb; ++p) {
+                const size_t at = crcIndex(p, slot, layers, kind);
+                if (checked[at])
+                    continue;
+                const uint8_t *rows = raw.data() + size_t(committed[p] - spanFirst) * rowBytes;
+                const uint32_t got = crc32Of(rows, size_t(committed[p + 1] - committed[p]) * rowBytes);
+                if (got != d.crcs[at]) {
+                    char hex[32];
+                    std::snprintf(hex, sizeof hex, "%08x, stored %08x", got, d.crcs[at]);
+                    throw Error(ErrorCode::Format,
+                                s.name + ": " + path + " rows " + std::to_string(committed[p]) + ".." +
+                                    std::to_string(committed[p + 1] - 1) + " (model " + roleLetter(m) +
+                                    ", layer " + std::to_string(layer) + ", prompt " + std::to_string(p) +
+                                    ") fail their CRC-32 (computed " + hex + "): the file is damaged");
+                }
+                checked[at] = 1;
+            }
+        }
+        const size_t n = size_t(count) * rowElements;
+        const uint8_t *src = raw.data() + size_t(first - spanFirst) * rowBytes;
+        std::vector<float> out(n);
+        if (f32) {
+            if (n > 0)
+                std::memcpy(out.data(), src, n * sizeof(float));
+        } else {
+            const auto *u = reinterpret_cast<const uint16_t *>(src);
+            std::transform(u, u + n, out.begin(),
+                           s.options.storage == KvStorage::F16 ? halfToFloat : bf16ToFloat);
         }
         // NaN or Inf is never a key or a value a model made: a damaged file or a broken capture.
         // Refused here, every reader (fitting, scoring, comparison) gets finite rows only.
         const auto bad = std::find_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
         if (bad != out.end()) {
             const int64_t row = first + int64_t(bad - out.begin()) / (int64_t(c.numKvHeads) * c.headDim);
-            const auto &committed = s.kv[size_t(m)].committed;
             const auto prompt =
                 std::upper_bound(committed.begin(), committed.end(), row) - committed.begin() - 1;
             throw Error(ErrorCode::Format, s.name + ": " + path + " holds " + std::to_string(*bad) +

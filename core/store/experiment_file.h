@@ -1,4 +1,4 @@
-// The HDF5 experiment file, schema "kvwb/1": both models' KV caches for a prompt set, with
+// The HDF5 experiment file, schema "kvwb/2": both models' KV caches for a prompt set, with
 // provenance, readable by any HDF5 tool (layout in docs/experiment-format.md).
 //
 // ExperimentWriter streams prompts into a file opened in HDF5 SWMR mode: each appendPrompt writes
@@ -30,7 +30,7 @@
 
 namespace kvwb::core {
 
-inline constexpr const char *kExperimentSchema = "kvwb/1";
+inline constexpr const char *kExperimentSchema = "kvwb/2";
 
 // How KV values are stored on disk; the API always speaks float32.
 enum class KvStorage

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <zlib.h>
 
 namespace kvwb::core::detail {
 
@@ -18,6 +19,46 @@ using h5::readIntAttr;
 using h5::readRows;
 using h5::readStringAttr;
 using h5::Site;
+
+uint32_t crc32Of(const void *data, size_t bytes)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const auto *p = static_cast<const Bytef *>(data);
+    while (bytes > 0) {
+        const size_t piece = std::min<size_t>(bytes, size_t(1) << 30);
+        crc = crc32(crc, p, uInt(piece));
+        p += piece;
+        bytes -= piece;
+    }
+    return uint32_t(crc);
+}
+
+h5::Dataset createExtendible(hid_t file, const std::string &fileName, const std::string &path, hid_t type,
+                             const std::vector<hsize_t> &rest, hsize_t chunkRows, int deflate)
+{
+    std::vector<hsize_t> dims{0}, maxDims{H5S_UNLIMITED}, chunk{chunkRows};
+    for (hsize_t d : rest) {
+        dims.push_back(d);
+        maxDims.push_back(d);
+        chunk.push_back(d);
+    }
+    h5::Dataspace space(H5Screate_simple(int(dims.size()), dims.data(), maxDims.data()));
+    h5::PropList dcpl(H5Pcreate(H5P_DATASET_CREATE));
+    const std::string what = fileName + ": cannot create dataset " + path;
+    h5::check(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), ErrorCode::Internal, what);
+    // Every row is written before the offsets that make it visible, so fill values would only
+    // cost a write of each new chunk.
+    h5::check(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), ErrorCode::Internal, what);
+    if (deflate > 0) {
+        h5::check(H5Pset_shuffle(dcpl.get()), ErrorCode::Internal, what);
+        h5::check(H5Pset_deflate(dcpl.get(), unsigned(deflate)), ErrorCode::Internal, what);
+    }
+    h5::PropList lcpl(H5Pcreate(H5P_LINK_CREATE));
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    return h5::Dataset(
+        h5::check(H5Dcreate2(file, path.c_str(), type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+                  ErrorCode::Io, what));
+}
 
 std::string joinLayers(const std::vector<int> &layers)
 {
@@ -104,6 +145,7 @@ std::vector<int64_t> readOffsets(hid_t ds, const std::string &fileName, const st
     if (dims.size() != 1 || dims[0] < 1 || H5Tget_class(type.get()) != H5T_INTEGER)
         throw Error(ErrorCode::Format,
                     fileName + ": dataset " + path + " must be a non-empty 1-D integer array");
+    h5::checkWholeRead(ds, fileName, path, dims, sizeof(int64_t));
     std::vector<int64_t> v(dims[0]);
     readRows(ds, fileName, path, H5T_NATIVE_INT64, 0, dims[0], v.data());
     if (v[0] != 0)
@@ -117,7 +159,7 @@ std::vector<int64_t> readOffsets(hid_t ds, const std::string &fileName, const st
 
 } // namespace
 
-void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
+void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums)
 {
     const hid_t f = s.file.get();
     const std::string &n = s.name;
@@ -211,6 +253,9 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
             throw Error(ErrorCode::Format, n + ": dataset " + offsetsPath + " reaches " +
                                                std::to_string(needed) + " but " + path + " has only " +
                                                std::to_string(dims[0]) + " entries");
+        // The committed rows were all written, so the file must store them: a damaged offset
+        // cannot make a reader allocate for rows that are not there.
+        h5::checkWholeRead(ds, n, path, {hsize_t(needed)}, 8);
     };
     checkLength(s.text.bytes.get(), s.text.bytesPath, s.text.committed.back(), s.text.offsetsPath);
     checkLength(s.label.bytes.get(), s.label.bytesPath, s.label.committed.back(), s.label.offsetsPath);
@@ -234,6 +279,7 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
                     throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches token " +
                                                        std::to_string(d.committed.back()) + " but " + path +
                                                        " has only " + std::to_string(dims[0]) + " rows");
+                h5::checkWholeRead(ds.get(), n, path, {hsize_t(d.committed.back()), dims[1], dims[2]}, 4);
                 const Site site(n, path);
                 const KvStorage st = storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
                 h5::Datatype type(H5Dget_type(ds.get()));
@@ -258,6 +304,28 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset)
                 (std::strcmp(what, "keys") == 0 ? d.keys : d.values).push_back(std::move(ds));
             }
         }
+        if (!checksums)
+            continue;
+        // Checksums: one row per committed prompt at least (a killed writer may have written the
+        // next prompt's row before its offsets).
+        const std::string cpath = crcPath(m);
+        d.crc = openDataset(f, n, cpath);
+        const std::vector<hsize_t> cdims = datasetDims(d.crc.get(), n, cpath);
+        const h5::Datatype ctype(H5Dget_type(d.crc.get()));
+        const size_t layers = s.models[size_t(m)].capturedLayers.size();
+        if (cdims.size() != 3 || cdims[1] != layers || cdims[2] != 2 ||
+            H5Tget_class(ctype.get()) != H5T_INTEGER || H5Tget_size(ctype.get()) != 4)
+            throw Error(ErrorCode::Format, n + ": dataset " + cpath + " must be uint32 [prompts, " +
+                                               std::to_string(layers) + ", 2] (one CRC-32 per prompt, " +
+                                               "captured layer, keys and values), not " +
+                                               h5::shapeText(cdims));
+        if (cdims[0] < hsize_t(s.promptCount))
+            throw Error(ErrorCode::Format, n + ": dataset " + cpath + " has " + std::to_string(cdims[0]) +
+                                               " rows for " + std::to_string(s.promptCount) + " prompts");
+        const std::vector<hsize_t> committed{hsize_t(s.promptCount), layers, 2};
+        h5::checkWholeRead(d.crc.get(), n, cpath, committed, 4);
+        d.crcs.assign(size_t(s.promptCount) * layers * 2, 0);
+        readRows(d.crc.get(), n, cpath, H5T_NATIVE_UINT32, 0, hsize_t(s.promptCount), d.crcs.data());
     }
 }
 

@@ -1,4 +1,4 @@
-// The open-time validation of an experiment file (schema "kvwb/1", docs/experiment-format.md) and
+// The open-time validation of an experiment file (schema "kvwb/2", docs/experiment-format.md) and
 // the layout ExperimentReader and ExperimentWriter hold open: every check of the file's groups,
 // attributes, dataset shapes, element types and offsets, each failure an Error(Format) naming the
 // file and the group, dataset or attribute at fault; and the checks of the model descriptions a
@@ -46,6 +46,14 @@ inline std::string layerPath(int model, int layer, const char *what)
     return buf;
 }
 
+// CRC-32 (zlib's) of stored KV bytes, in pieces of at most 1 GiB (zlib takes a uInt length).
+uint32_t crc32Of(const void *data, size_t bytes);
+
+// An empty dataset extendible along its first dimension: [0, rest...], chunked [chunkRows, rest...]
+// (deflate > 0: shuffle + deflate at that level); intermediate groups are created.
+h5::Dataset createExtendible(hid_t file, const std::string &fileName, const std::string &path, hid_t type,
+                             const std::vector<hsize_t> &rest, hsize_t chunkRows, int deflate);
+
 // "0, 5" for messages.
 std::string joinLayers(const std::vector<int> &layers);
 
@@ -61,7 +69,22 @@ struct ModelDatasets
     std::vector<h5::Dataset> keys;   // [captured layers] of [tokens, kvHeads, headDim]
     std::vector<h5::Dataset> values; // [captured layers] of [tokens, kvHeads, headDim]
     std::vector<int64_t> committed;  // offsets of committed prompts, [prompts + 1]
+    // /kv/<m>/crc32 uint32 [prompts, captured layers, 2]: CRC-32 (zlib) of each committed prompt's
+    // stored key (0) and value (1) rows of each captured layer, written with the rows.
+    h5::Dataset crc;
+    std::vector<uint32_t> crcs; // the committed prompts' rows, flattened
 };
+
+// Index of prompt p, captured-layer slot, kind (0 keys, 1 values) in ModelDatasets::crcs.
+inline size_t crcIndex(size_t prompt, size_t slot, size_t layers, int kind)
+{
+    return (prompt * layers + slot) * 2 + size_t(kind);
+}
+// "/kv/<role>/crc32"
+inline std::string crcPath(int model)
+{
+    return std::string("/kv/") + roleLetter(model) + "/crc32";
+}
 
 struct RaggedBytes
 {
@@ -96,8 +119,9 @@ struct FileState
 // offsets (int64 [n], from 0, non-decreasing), and every KV dataset's shape and element type against
 // the models and the file's dtype. The prompt count is the number of prompts whose every offsets
 // dataset has been extended (see the commit protocol in docs/experiment-format.md). KV datasets
-// are opened with a chunk cache of kvCacheBytesPerDataset bytes (0: HDF5's default).
-void loadState(FileState &s, hsize_t kvCacheBytesPerDataset);
+// are opened with a chunk cache of kvCacheBytesPerDataset bytes (0: HDF5's default). checksums:
+// open and read /kv/<m>/crc32 (false only while kvwb upgrade adds them to a kvwb/1 file).
+void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums = true);
 
 // A model description given to ExperimentWriter::create or append: its role, positive geometry,
 // and a sorted, unique capturedLayers within the layers (Error(InvalidArgument) naming the model).

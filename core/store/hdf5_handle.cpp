@@ -46,6 +46,11 @@ PropList fileAccess(bool recover)
     PropList fapl(H5Pcreate(H5P_FILE_ACCESS));
     // SWMR needs the 1.10 file format (superblock v3, extensible-array chunk indexes).
     H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    // Under SWMR, a metadata block that fails its checksum is read again, in case a writer was
+    // half-way through writing it, with a sleep that doubles each time: HDF5's default of 100
+    // attempts made one damaged block hang an open for hours. 24 attempts wait ~17 ms in all,
+    // ages for a writer's pwrite of one block to land.
+    H5Pset_metadata_read_attempts(fapl.get(), 24);
     if (recover) {
         // What `h5clear -s` does: a writer that died in SWMR mode leaves the superblock's
         // "open for writing" flags set, and a plain open refuses such a file. Our commit protocol
@@ -101,6 +106,20 @@ std::string checkSchema(hid_t file, const std::string &name)
 {
     if (H5Aexists(file, "schema") <= 0)
         throw Error(ErrorCode::Format, name + ": not a kvwb experiment file (no schema attribute on /)");
+    {
+        // kvwb/1 files hold their strings in HDF5's global heap, which HDF5 1.10 reads without
+        // checking the lengths it finds there (a damaged file crashes it). Recognised by the type
+        // alone, without reading the value.
+        const Attribute a(check(H5Aopen(file, "schema", H5P_DEFAULT), ErrorCode::Format,
+                                name + ": cannot open attribute schema of /"));
+        const Datatype type(H5Aget_type(a.get()));
+        if (H5Tget_class(type.get()) == H5T_STRING && H5Tis_variable_str(type.get()) > 0)
+            throw Error(ErrorCode::Unsupported,
+                        name +
+                            ": written by an older kvwb (schema kvwb/1, variable-length strings); "
+                            "`kvwb upgrade " +
+                            name + "` rewrites it as " + kExperimentSchema);
+    }
     const std::string schema = readStringAttr(file, Site(name, "/"), "schema");
     if (schema != kExperimentSchema) {
         if (schema.rfind("kvwb/", 0) == 0)
@@ -151,16 +170,25 @@ void flushFile(hid_t file, const std::string &name, const char *stage, bool sync
 
 // ---- attributes ----
 
+Datatype fixedString(size_t bytes)
+{
+    // NULLTERM with a terminator always stored: h5dump prints the text without padding, h5py
+    // returns it (as bytes) without the NULs.
+    Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, "cannot build an HDF5 string type"));
+    check(H5Tset_size(type.get(), bytes + 1), ErrorCode::Internal,
+          "cannot build an HDF5 string type of " + std::to_string(bytes) + " bytes");
+    H5Tset_strpad(type.get(), H5T_STR_NULLTERM);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    return type;
+}
+
 void writeAttr(hid_t obj, const Site &site, const char *name, const std::string &value)
 {
-    Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, site.attr(name)));
-    H5Tset_size(type.get(), H5T_VARIABLE);
-    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    const Datatype type = fixedString(value.size());
     Dataspace space(H5Screate(H5S_SCALAR));
     Attribute a(check(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), ErrorCode::Io,
                       "cannot create " + site.attr(name)));
-    const char *p = value.c_str();
-    check(H5Awrite(a.get(), type.get(), &p), ErrorCode::Io, "cannot write " + site.attr(name));
+    check(H5Awrite(a.get(), type.get(), value.c_str()), ErrorCode::Io, "cannot write " + site.attr(name));
 }
 
 void writeAttr(hid_t obj, const Site &site, const char *name, int64_t value)
@@ -191,19 +219,20 @@ void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<
 
 void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<std::string> &values)
 {
-    Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, site.attr(name)));
-    H5Tset_size(type.get(), H5T_VARIABLE);
-    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    size_t longest = 0;
+    for (const std::string &v : values)
+        longest = std::max(longest, v.size());
+    const Datatype type = fixedString(longest);
+    const size_t width = longest + 1;
     const hsize_t n = values.size();
     Dataspace space(H5Screate_simple(1, &n, nullptr));
     Attribute a(check(H5Acreate2(obj, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), ErrorCode::Io,
                       "cannot create " + site.attr(name)));
-    std::vector<const char *> pointers;
-    for (const std::string &v : values)
-        pointers.push_back(v.c_str());
+    std::string buffer(width * values.size(), '\0');
+    for (size_t i = 0; i < values.size(); ++i)
+        std::memcpy(buffer.data() + i * width, values[i].data(), values[i].size());
     if (n > 0)
-        check(H5Awrite(a.get(), type.get(), pointers.data()), ErrorCode::Io,
-              "cannot write " + site.attr(name));
+        check(H5Awrite(a.get(), type.get(), buffer.data()), ErrorCode::Io, "cannot write " + site.attr(name));
 }
 
 Attribute openAttr(hid_t obj, const Site &site, const char *name)
@@ -215,28 +244,72 @@ Attribute openAttr(hid_t obj, const Site &site, const char *name)
         check(H5Aopen(obj, name, H5P_DEFAULT), ErrorCode::Format, "cannot open " + site.attr(name)));
 }
 
+namespace {
+
+// Strings in kvwb/2 files are fixed-size (NULLTERM, UTF-8); variable-length ones live in HDF5's
+// global heap, which HDF5 1.10 reads without checking the lengths stored there, so a reader never
+// touches one (checkSchema turns kvwb/1 files away before anything else is read).
+void checkFixedString(hid_t type, const std::string &what)
+{
+    if (H5Tget_class(type) != H5T_STRING)
+        throw Error(ErrorCode::Format, what + " is not a string");
+    if (H5Tis_variable_str(type) != 0)
+        throw Error(ErrorCode::Format, what + " is a variable-length string, which kvwb files never hold");
+}
+
+// The bytes of `count` elements of type, checked before they are allocated against
+// kMaxAttributeBytes and the size of the file holding obj (an attribute is stored in the file).
+size_t attributeBytes(hid_t obj, hid_t type, hsize_t count, const std::string &what)
+{
+    const size_t width = H5Tget_size(type);
+    const uint64_t bytes = uint64_t(width) * count;
+    if (width == 0 || (count != 0 && bytes / count != width) || bytes > kMaxAttributeBytes)
+        throw Error(ErrorCode::Format, what + " claims " + std::to_string(count) + " elements of " +
+                                           std::to_string(width) + " bytes, over the limit of " +
+                                           std::to_string(kMaxAttributeBytes) + " bytes");
+    hsize_t fileSize = 0;
+    const hid_t fid = H5Iget_file_id(obj);
+    if (fid >= 0) {
+        H5Fget_filesize(fid, &fileSize);
+        H5Fclose(fid);
+    }
+    if (fileSize > 0 && bytes > fileSize)
+        throw Error(ErrorCode::Format, what + " claims " + std::to_string(bytes) +
+                                           " bytes, more than the whole file (" + std::to_string(fileSize) +
+                                           ")");
+    return size_t(bytes);
+}
+
+// H5Aread fills as many elements as the attribute holds: a single value's read needs exactly one.
+void requireScalar(hid_t attr, const std::string &what)
+{
+    const Dataspace space(H5Aget_space(attr));
+    if (H5Sget_simple_extent_npoints(space.get()) != 1)
+        throw Error(ErrorCode::Format, what + " holds " +
+                                           std::to_string(H5Sget_simple_extent_npoints(space.get())) +
+                                           " values, not one");
+}
+
+// One fixed-size string without its NULLTERM (or NULLPAD) padding.
+std::string unpad(const char *p, size_t width)
+{
+    size_t n = width;
+    while (n > 0 && p[n - 1] == '\0')
+        --n;
+    return std::string(p, n);
+}
+
+} // namespace
+
 std::string readStringAttr(hid_t obj, const Site &site, const char *name)
 {
     Attribute a = openAttr(obj, site, name);
     Datatype type(H5Aget_type(a.get()));
-    if (H5Tget_class(type.get()) != H5T_STRING)
-        throw Error(ErrorCode::Format, site.attr(name) + " is not a string");
-    const htri_t variable = H5Tis_variable_str(type.get());
-    if (variable > 0) {
-        Datatype mem(H5Tcopy(H5T_C_S1));
-        H5Tset_size(mem.get(), H5T_VARIABLE);
-        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-        char *p = nullptr;
-        check(H5Aread(a.get(), mem.get(), &p), ErrorCode::Format, "cannot read " + site.attr(name));
-        std::string value = p ? p : "";
-        H5free_memory(p);
-        return value;
-    }
-    const size_t size = H5Tget_size(type.get());
-    std::string value(size, '\0');
+    checkFixedString(type.get(), site.attr(name));
+    requireScalar(a.get(), site.attr(name));
+    std::string value(attributeBytes(obj, type.get(), 1, site.attr(name)), '\0');
     check(H5Aread(a.get(), type.get(), value.data()), ErrorCode::Format, "cannot read " + site.attr(name));
-    value.resize(std::strlen(value.c_str()));
-    return value;
+    return unpad(value.data(), value.size());
 }
 
 int64_t readIntAttr(hid_t obj, const Site &site, const char *name)
@@ -245,6 +318,7 @@ int64_t readIntAttr(hid_t obj, const Site &site, const char *name)
     Datatype type(H5Aget_type(a.get()));
     if (H5Tget_class(type.get()) != H5T_INTEGER)
         throw Error(ErrorCode::Format, site.attr(name) + " is not an integer");
+    requireScalar(a.get(), site.attr(name));
     int64_t v = 0;
     check(H5Aread(a.get(), H5T_NATIVE_INT64, &v), ErrorCode::Format, "cannot read " + site.attr(name));
     return v;
@@ -260,6 +334,7 @@ std::vector<int64_t> readIntArrayAttr(hid_t obj, const Site &site, const char *n
     const hssize_t n = H5Sget_simple_extent_npoints(space.get());
     if (n < 0 || H5Sget_simple_extent_ndims(space.get()) > 1)
         throw Error(ErrorCode::Format, site.attr(name) + " is not a 1-D integer array");
+    attributeBytes(obj, type.get(), hsize_t(n), site.attr(name));
     std::vector<int64_t> v(static_cast<size_t>(n));
     if (n > 0)
         check(H5Aread(a.get(), H5T_NATIVE_INT64, v.data()), ErrorCode::Format,
@@ -274,6 +349,7 @@ double readDoubleAttr(hid_t obj, const Site &site, const char *name)
     const H5T_class_t cls = H5Tget_class(type.get());
     if (cls != H5T_FLOAT && cls != H5T_INTEGER)
         throw Error(ErrorCode::Format, site.attr(name) + " is not a number");
+    requireScalar(a.get(), site.attr(name));
     double v = 0;
     check(H5Aread(a.get(), H5T_NATIVE_DOUBLE, &v), ErrorCode::Format, "cannot read " + site.attr(name));
     return v;
@@ -283,8 +359,7 @@ std::vector<std::string> readStringArrayAttr(hid_t obj, const Site &site, const 
 {
     Attribute a = openAttr(obj, site, name);
     Datatype type(H5Aget_type(a.get()));
-    if (H5Tget_class(type.get()) != H5T_STRING)
-        throw Error(ErrorCode::Format, site.attr(name) + " is not a string array");
+    checkFixedString(type.get(), site.attr(name));
     Dataspace space(H5Aget_space(a.get()));
     const hssize_t n = H5Sget_simple_extent_npoints(space.get());
     if (n < 0 || H5Sget_simple_extent_ndims(space.get()) > 1)
@@ -292,26 +367,12 @@ std::vector<std::string> readStringArrayAttr(hid_t obj, const Site &site, const 
     std::vector<std::string> values;
     if (n == 0)
         return values;
-    if (H5Tis_variable_str(type.get()) > 0) {
-        Datatype mem(H5Tcopy(H5T_C_S1));
-        H5Tset_size(mem.get(), H5T_VARIABLE);
-        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-        std::vector<char *> pointers(size_t(n), nullptr);
-        check(H5Aread(a.get(), mem.get(), pointers.data()), ErrorCode::Format,
-              "cannot read " + site.attr(name));
-        for (char *p : pointers) {
-            values.emplace_back(p ? p : "");
-            H5free_memory(p);
-        }
-        return values;
-    }
-    const size_t size = H5Tget_size(type.get());
-    std::string buffer(size * size_t(n), '\0');
+    const size_t width = H5Tget_size(type.get());
+    std::string buffer(attributeBytes(obj, type.get(), hsize_t(n), site.attr(name)), '\0');
     check(H5Aread(a.get(), type.get(), buffer.data()), ErrorCode::Format, "cannot read " + site.attr(name));
-    for (hssize_t i = 0; i < n; ++i) {
-        const char *p = buffer.data() + size_t(i) * size;
-        values.emplace_back(p, strnlen(p, size));
-    }
+    values.reserve(size_t(n));
+    for (hssize_t i = 0; i < n; ++i)
+        values.push_back(unpad(buffer.data() + size_t(i) * width, width));
     return values;
 }
 
@@ -345,6 +406,40 @@ std::vector<hsize_t> datasetDims(hid_t ds, const std::string &fileName, const st
     std::vector<hsize_t> dims(static_cast<size_t>(rank));
     H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
     return dims;
+}
+
+hsize_t checkWholeRead(hid_t ds, const std::string &fileName, const std::string &path,
+                       const std::vector<hsize_t> &dims, size_t memBytes)
+{
+    const std::string what = fileName + ": dataset " + path + " " + shapeText(dims);
+    const uint64_t limit = kMaxDatasetBytes / std::max<size_t>(memBytes, 1);
+    uint64_t elements = 1;
+    for (hsize_t d : dims) {
+        if (d != 0 && elements > limit / d)
+            throw Error(ErrorCode::Format,
+                        what + " claims more than " + std::to_string(kMaxDatasetBytes) + " bytes");
+        elements *= d;
+    }
+    const Datatype type(H5Dget_type(ds));
+    const uint64_t claimed = elements * std::max<size_t>(H5Tget_size(type.get()), 1);
+    const PropList dcpl(H5Dget_create_plist(ds));
+    uint64_t slack = 0; // one chunk, which a killed writer may have extended over but not written
+    if (dcpl && H5Pget_layout(dcpl.get()) == H5D_CHUNKED) {
+        std::vector<hsize_t> chunk(dims.size() ? dims.size() : 1, 1);
+        if (H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data()) >= 0) {
+            slack = std::max<size_t>(H5Tget_size(type.get()), 1);
+            for (hsize_t c : chunk)
+                slack *= c;
+        }
+    }
+    const bool filtered = dcpl && H5Pget_nfilters(dcpl.get()) > 0;
+    const uint64_t stored = H5Dget_storage_size(ds);
+    const uint64_t room = (filtered ? stored * 1100 : stored) + slack;
+    if (claimed > room)
+        throw Error(ErrorCode::Format, what + " claims " + std::to_string(claimed) +
+                                           " bytes but the file stores " + std::to_string(stored) +
+                                           " for it");
+    return elements;
 }
 
 void readRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
@@ -503,15 +598,16 @@ Dataset writeDataset(const Place &parent, const std::string &name, hid_t fileTyp
 
 void writeStrings(const Place &parent, const std::string &name, const std::vector<std::string> &values)
 {
-    const std::string path = parent.path + "/" + name;
-    Datatype type(check(H5Tcopy(H5T_C_S1), ErrorCode::Internal, parent.file + ": " + path));
-    H5Tset_size(type.get(), H5T_VARIABLE);
-    H5Tset_cset(type.get(), H5T_CSET_UTF8);
-    std::vector<const char *> pointers;
-    pointers.reserve(values.size());
-    for (const std::string &v : values)
-        pointers.push_back(v.c_str());
-    writeDataset(parent, name, type.get(), type.get(), {hsize_t(values.size())}, pointers.data());
+    std::string bytes;
+    std::vector<int64_t> offsets{0};
+    offsets.reserve(values.size() + 1);
+    for (const std::string &v : values) {
+        bytes += v;
+        offsets.push_back(int64_t(bytes.size()));
+    }
+    writeDataset(parent, name, H5T_STD_U8LE, H5T_NATIVE_UINT8, {hsize_t(bytes.size())}, bytes.data());
+    writeDataset(parent, name + "_offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, {hsize_t(offsets.size())},
+                 offsets.data());
 }
 
 Dataset writeTable(const Place &parent, const std::string &name, const MetricTable &t)
@@ -537,6 +633,7 @@ Dims openArray(hid_t file, const std::string &name, const std::string &path, siz
         throw Error(ErrorCode::Format, name + ": dataset " + path + " must be a " + std::to_string(rank) +
                                            "-D " + (integer ? "integer" : "numeric") + " array, not " +
                                            shapeText(d.dims));
+    checkWholeRead(d.ds.get(), name, path, d.dims, 8);
     return d;
 }
 
@@ -559,44 +656,33 @@ MetricTable readTable(hid_t file, const std::string &name, const std::string &pa
 
 std::vector<std::string> readStrings(hid_t file, const std::string &name, const std::string &path)
 {
-    const Dataset ds = openDataset(file, name, path);
-    const std::vector<hsize_t> dims = datasetDims(ds.get(), name, path);
-    const Datatype type(H5Dget_type(ds.get()));
-    if (dims.size() != 1 || H5Tget_class(type.get()) != H5T_STRING)
-        throw Error(ErrorCode::Format,
-                    name + ": dataset " + path + " must be a 1-D string array, not " + shapeText(dims));
-    const size_t n = dims[0];
+    const Dims bytes = openArray(file, name, path, 1, true);
+    const std::string offsetsPath = path + "_offsets";
+    const Dims offsets = openArray(file, name, offsetsPath, 1, true);
+    if (offsets.dims[0] < 1)
+        throw Error(ErrorCode::Format, name + ": dataset " + offsetsPath + " is empty (it starts with 0)");
+    std::vector<int64_t> ends(offsets.dims[0]);
+    readRows(offsets.ds.get(), name, offsetsPath, H5T_NATIVE_INT64, 0, ends.size(), ends.data());
+    if (ends[0] != 0)
+        throw Error(ErrorCode::Format, name + ": dataset " + offsetsPath + " does not start at 0");
+    for (size_t i = 1; i < ends.size(); ++i)
+        if (ends[i] < ends[i - 1] || uint64_t(ends[i]) > bytes.dims[0])
+            throw Error(ErrorCode::Format,
+                        name + ": dataset " + offsetsPath + " entry " + std::to_string(i) + " (" +
+                            std::to_string(ends[i]) + ") " +
+                            (ends[i] < ends[i - 1] ? "decreases"
+                                                   : "passes the end of " + path + " (" +
+                                                         std::to_string(bytes.dims[0]) + " bytes)"));
+    std::string all(size_t(bytes.dims[0]), '\0');
+    readRows(bytes.ds.get(), name, path, H5T_NATIVE_UINT8, 0, bytes.dims[0], all.data());
     std::vector<std::string> values;
-    values.reserve(n);
-    if (n == 0)
-        return values;
-    if (H5Tis_variable_str(type.get()) > 0) {
-        Datatype mem(H5Tcopy(H5T_C_S1));
-        H5Tset_size(mem.get(), H5T_VARIABLE);
-        H5Tset_cset(mem.get(), H5Tget_cset(type.get()));
-        std::vector<char *> pointers(n, nullptr);
-        readRows(ds.get(), name, path, mem.get(), 0, n, pointers.data());
-        for (char *p : pointers) {
-            values.emplace_back(p ? p : "");
-            H5free_memory(p);
-        }
-        return values;
-    }
-    const size_t size = H5Tget_size(type.get());
-    std::string buffer(size * n, '\0');
-    readRows(ds.get(), name, path, type.get(), 0, n, buffer.data());
-    for (size_t i = 0; i < n; ++i) {
-        const char *p = buffer.data() + i * size;
-        values.emplace_back(p, strnlen(p, size));
-    }
+    values.reserve(ends.size() - 1);
+    for (size_t i = 1; i < ends.size(); ++i)
+        values.emplace_back(all, size_t(ends[i - 1]), size_t(ends[i] - ends[i - 1]));
     return values;
 }
 
-namespace {
-
-// A file whose superblock still says "open for writing" was left by a killed capture or save (the
-// lock the caller holds rules out a live one), and is recovered as ExperimentWriter::append does.
-File openForSaving(const std::filesystem::path &path)
+File openForUpdate(const std::filesystem::path &path)
 {
     {
         const PropList fapl = fileAccess(false);
@@ -614,14 +700,12 @@ File openForSaving(const std::filesystem::path &path)
     return f;
 }
 
-} // namespace
-
 Save::Save(const std::filesystem::path &path) : m_name(path.string())
 {
     if (::access(path.c_str(), W_OK) != 0)
         throw Error(ErrorCode::Io, m_name + ": cannot write: " + std::strerror(errno));
     m_lock = WriterLock::acquire(path);
-    m_file = openForSaving(path);
+    m_file = openForUpdate(path);
 }
 
 void Save::link(hid_t object, const char *group, const char *description, const std::string &name)

@@ -112,6 +112,10 @@ File openForReading(const std::filesystem::path &path);
 // The root's schema attribute, checked to be kExperimentSchema: Error(Format) when it is missing or
 // unknown, Error(Unsupported) for a newer kvwb/N. name: the path, for messages.
 std::string checkSchema(hid_t file, const std::string &name);
+// Opens for writing without SWMR; the caller holds the WriterLock. A file whose superblock still
+// says "open for writing" was left by a killed capture or save (the lock rules out a live one) and
+// is recovered as ExperimentWriter::append does.
+File openForUpdate(const std::filesystem::path &path);
 // H5Fflush, then (syncToDisk) fsync of the file's descriptor; Error(Io) naming name and stage.
 void flushFile(hid_t file, const std::string &name, const char *stage, bool syncToDisk);
 
@@ -162,20 +166,30 @@ private:
     std::string m_object;
 };
 
-// Strings are variable-length UTF-8 (h5py returns str); integers int64; reals float64.
+// What a reader allocates for one attribute, and for one dataset read whole, at most (bigger
+// claims are damage, refused naming the object before anything is allocated). A converter for two
+// 70B-class models is ~1 GiB per layer group at most; attributes hold settings and names.
+inline constexpr uint64_t kMaxAttributeBytes = uint64_t(16) << 20;
+inline constexpr uint64_t kMaxDatasetBytes = uint64_t(4) << 30;
+
+// Strings are fixed-size UTF-8, NULL-terminated (h5py returns bytes): never variable-length, whose
+// global-heap storage HDF5 1.10 reads without checking it. Integers int64; reals float64.
+// The type of a string of up to `bytes` bytes (plus its terminator).
+Datatype fixedString(size_t bytes);
 void writeAttr(hid_t obj, const Site &site, const char *name, const std::string &value);
 void writeAttr(hid_t obj, const Site &site, const char *name, int64_t value);
 void writeAttr(hid_t obj, const Site &site, const char *name, double value);
 void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<int64_t> &values);
 void writeAttr(hid_t obj, const Site &site, const char *name, const std::vector<std::string> &values);
 
-// Error(Format) naming the attribute when it is missing or of another type.
+// Error(Format) naming the attribute when it is missing, of another type or shape (a scalar read
+// of an array), variable-length, or larger than kMaxAttributeBytes or the file.
 Attribute openAttr(hid_t obj, const Site &site, const char *name);
 std::string readStringAttr(hid_t obj, const Site &site, const char *name);
 int64_t readIntAttr(hid_t obj, const Site &site, const char *name);
 std::vector<int64_t> readIntArrayAttr(hid_t obj, const Site &site, const char *name);
 double readDoubleAttr(hid_t obj, const Site &site, const char *name);
-// A 1-D array of strings, variable-length or fixed-size.
+// A 1-D array of fixed-size strings.
 std::vector<std::string> readStringArrayAttr(hid_t obj, const Site &site, const char *name);
 
 // ---- groups and datasets ----
@@ -192,6 +206,12 @@ Group openGroup(hid_t parent, const std::string &file, const std::string &path);
 // cacheBytes > 0 sets the dataset's chunk cache.
 Dataset openDataset(hid_t file, const std::string &fileName, const std::string &path, hsize_t cacheBytes = 0);
 std::vector<hsize_t> datasetDims(hid_t ds, const std::string &fileName, const std::string &path);
+// Before a dataset is read whole into memory: Error(Format) naming it when its shape claims more
+// than kMaxDatasetBytes (at memBytes per element), or more than the file can hold for it: without
+// filters, the bytes it has allocated (plus one chunk not yet written); with filters, 1100 times
+// that (deflate's ratio is at most ~1032). Returns the element count.
+hsize_t checkWholeRead(hid_t ds, const std::string &fileName, const std::string &path,
+                       const std::vector<hsize_t> &dims, size_t memBytes);
 // Reads rows [first, first + count) along the first dimension (all of the others) into buf, as
 // memType elements.
 void readRows(hid_t ds, const std::string &fileName, const std::string &path, hid_t memType, hsize_t first,
@@ -237,9 +257,11 @@ Group newGroup(const Place &parent, const std::string &name);
 // be linked as parent.path once complete.
 Dataset writeDataset(const Place &parent, const std::string &name, hid_t fileType, hid_t memType,
                      const std::vector<hsize_t> &dims, const void *data);
-// A 1-D dataset of variable-length UTF-8 strings (h5py returns str).
+// A list of strings as two datasets, like the prompts' text: <name> uint8 [bytes] (UTF-8, all
+// strings concatenated) and <name>_offsets int64 [strings + 1] (string i is bytes
+// [offsets[i], offsets[i+1])).
 void writeStrings(const Place &parent, const std::string &name, const std::vector<std::string> &values);
-// A [rows, columns] float64 dataset with a "columns" attribute (variable-length UTF-8 strings).
+// A [rows, columns] float64 dataset with a "columns" attribute (fixed-size UTF-8 strings).
 Dataset writeTable(const Place &parent, const std::string &name, const MetricTable &t);
 
 struct Dims
@@ -247,11 +269,13 @@ struct Dims
     Dataset ds;
     std::vector<hsize_t> dims;
 };
-// Opens path and checks its rank (and element class: float, or integer when integer is set).
+// Opens path and checks its rank (and element class: float, or integer when integer is set) and,
+// by checkWholeRead (8 bytes per element), that it can be read whole.
 Dims openArray(hid_t file, const std::string &name, const std::string &path, size_t rank, bool integer);
 // writeTable's dataset back; Error(Format) when "columns" does not match the second dimension.
 MetricTable readTable(hid_t file, const std::string &name, const std::string &path);
-// A 1-D string dataset (variable-length or fixed-size); Error(Format) naming it otherwise.
+// writeStrings' datasets back; Error(Format) naming the dataset when they are missing, of another
+// type, or their offsets do not start at 0, decrease or pass the end of the bytes.
 std::vector<std::string> readStrings(hid_t file, const std::string &name, const std::string &path);
 
 // One save: holds the writer lock and the file open for writing without SWMR (HDF5 1.10 cannot

@@ -1,10 +1,14 @@
 // Writes the fuzz targets' seed corpora from the project's own writers: a random model's
 // config.json, tokenizer.json and a small safetensors file, a llama2.c checkpoint and tokenizer.bin,
-// a SentencePiece tokenizer.model (when the demo's is given), workload lines and a project file.
+// a SentencePiece tokenizer.model (when the demo's is given), workload lines, a project file and
+// small experiment files (prompts, a converter, a table, a ledger).
 // Usage: kvwb_fuzz_seeds OUT_DIR [DEMO_TOKENIZER_MODEL]
+#include "core/cache/replay_ledger.h"
 #include "core/model/checkpoint.h"
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
+#include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
 #include "core/store/project.h"
 
 #include <cstdio>
@@ -51,6 +55,100 @@ std::string tokenizerBin()
     for (const char *p : {" ", "h", "e", "l", "o", "he", "ll", "hello", " hello"})
         entry(-float(std::strlen(p)), p);
     return s;
+}
+
+ModelInfo tinyInfo(ModelRole role)
+{
+    ModelInfo m;
+    m.role = role;
+    ModelConfig &c = m.config;
+    c.architecture = "LlamaForCausalLM";
+    c.modelType = "llama";
+    c.numLayers = 2;
+    c.numHeads = 2;
+    c.numKvHeads = 1;
+    c.headDim = 4;
+    c.hiddenSize = 8;
+    c.vocabSize = 100;
+    c.ropeTheta = 10000.0;
+    c.ropeScaling.type = "default";
+    c.ropeScaling.factor = 1.0;
+    m.weightsSha256 = std::string(64, role == ModelRole::A ? 'a' : 'b');
+    m.tokenizerSha256 = std::string(64, '1');
+    m.sourcePath = "/models/x";
+    return m;
+}
+
+// Two prompts (both models, both layers), then a converter, a table and a ledger when full.
+void writeExperimentSeed(const fs::path &path, KvStorage storage, int compress, bool full)
+{
+    fs::create_directories(path.parent_path());
+    fs::remove(path);
+    ExperimentOptions o;
+    o.storage = storage;
+    o.compress = compress;
+    o.syncToDisk = false;
+    o.chunkTokens = 8;
+    const ModelInfo a = tinyInfo(ModelRole::A), b = tinyInfo(ModelRole::B);
+    ExperimentWriter w = ExperimentWriter::create(path, o, Provenance{}, a, b);
+    for (int p = 0; p < 2; ++p) {
+        PromptRecord r;
+        r.text = "prompt " + std::to_string(p);
+        r.label = p ? "intent" : "";
+        for (PromptKv *kv : {&r.a, &r.b}) {
+            for (int t = 0; t < 3 + p; ++t)
+                kv->ids.push_back(t);
+            for (int l = 0; l < 2; ++l) {
+                std::vector<float> v(kv->ids.size() * 4);
+                for (size_t i = 0; i < v.size(); ++i)
+                    v[i] = float(i % 7) * 0.25f - float(l);
+                kv->keys.push_back(v);
+                kv->values.push_back(v);
+            }
+        }
+        w.appendPrompt(r);
+    }
+    w.close();
+    if (!full)
+        return;
+    ConverterRecord c;
+    c.name = "ridge";
+    c.selection = "proportional";
+    c.lambdaMode = "fixed";
+    c.settingsJson = "{}";
+    c.trainPrompts = {0};
+    c.validPrompts = {1};
+    c.trainTokens = 3;
+    for (int l = 0; l < 2; ++l) {
+        LayerConverter lc;
+        lc.targetLayer = l;
+        lc.sourceLayers = {l};
+        LinearMap m;
+        m.inputDim = 4;
+        m.outputDim = 4;
+        m.weight.assign(16, 0.5f);
+        m.bias.assign(4, 0.0f);
+        lc.keys = {m};
+        lc.values = {m};
+        c.layers.push_back(lc);
+    }
+    c.layerMetrics.columns = {"layer", "r2_k"};
+    c.layerMetrics.rows = {{0, 0.5}, {1, 0.25}};
+    c.headMetrics.columns = {"layer", "head", "r2_k"};
+    c.headMetrics.rows = {{0, 0, 0.5}, {1, 0, 0.25}};
+    c.ckaKeys = Matrix{2, 2, {1, 0.5, 0.5, 1}};
+    c.ckaValues = c.ckaKeys;
+    saveConverters(path, c);
+    saveTable(path, "sweep", MetricTable{{"k", "r2"}, {{1, 0.5}}}, "{}");
+    LedgerRow row;
+    row.tenant = "t1";
+    row.model = "b";
+    row.intent = "cat";
+    row.tierHits = {{TierKind::Exact, false}};
+    row.promptTokens = 4;
+    row.tokensComputed = 6;
+    row.generatedTokens = 2;
+    saveLedger(path, "run", {row, row}, "{}");
 }
 
 } // namespace
@@ -105,6 +203,9 @@ int main(int argc, char **argv)
         fs::create_directories(out / "project");
         p.save(out / "project" / "seed.kvwb");
     }
+    writeExperimentSeed(out / "experiment" / "plain.h5", KvStorage::F16, 0, false);
+    writeExperimentSeed(out / "experiment" / "records.h5", KvStorage::F32, 0, true);
+    writeExperimentSeed(out / "experiment" / "deflate.h5", KvStorage::BF16, 1, true);
     if (argc > 2)
         put(out / "tokenizer_model", "demo.model", read(argv[2]));
     return 0;

@@ -84,7 +84,7 @@ private Q_SLOTS:
         r = runKvwb({"info", q(out)});
         QCOMPARE(r.exitCode, 0);
         const auto card = QJsonDocument::fromJson(r.out).object();
-        QCOMPARE(card["schema"].toString(), QString("kvwb/1"));
+        QCOMPARE(card["schema"].toString(), QString("kvwb/2"));
         QCOMPARE(card["prompts"].toInt(), 5);
         QCOMPARE(card["storage"].toObject()["dtype"].toString(), QString("f16"));
         QCOMPARE(card["models"].toObject()["b"].toObject()["kv_heads"].toInt(), 2);

@@ -442,13 +442,16 @@ void TestReplayLedger::hdf5Layout()
     H5Sclose(space);
     H5Dclose(numbers);
     for (const char *name : {"tenant", "model", "intent", "cached_intent", "answered_by", "gate"}) {
-        const hid_t ds = H5Dopen2(f, (std::string("/ledgers/r/") + name).c_str(), H5P_DEFAULT);
-        QVERIFY2(ds >= 0, name);
-        const hid_t type = H5Dget_type(ds);
-        QCOMPARE(H5Tget_class(type), H5T_STRING);
-        QVERIFY(H5Tis_variable_str(type) > 0);
-        H5Tclose(type);
-        H5Dclose(ds);
+        // bytes + offsets, like the prompts' text: nothing variable-length in a kvwb/2 file
+        for (const std::string suffix : {"", "_offsets"}) {
+            const hid_t ds = H5Dopen2(f, (std::string("/ledgers/r/") + name + suffix).c_str(), H5P_DEFAULT);
+            QVERIFY2(ds >= 0, name);
+            const hid_t type = H5Dget_type(ds);
+            QCOMPARE(H5Tget_class(type), H5T_INTEGER);
+            QCOMPARE(H5Tget_size(type), suffix.empty() ? size_t(1) : size_t(8));
+            H5Tclose(type);
+            H5Dclose(ds);
+        }
     }
     QVERIFY(H5Aexists_by_name(f, "/ledgers/r", "settings", H5P_DEFAULT) > 0);
     H5Fclose(f);

@@ -19,6 +19,8 @@
 
 #include <hdf5.h>
 
+#include <cstring>
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -117,51 +119,58 @@ QString compareSamples(const std::vector<ComparisonSample> &got, const std::vect
     return {};
 }
 
-// Replaces /comparisons/<name>/samples with these JSON texts, as a hand edit would.
+// Replaces /comparisons/<name>/samples (bytes + offsets) with these JSON texts, as a hand edit would.
 void rewriteSamples(const fs::path &path, const std::string &name, const std::vector<std::string> &texts)
 {
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     QVERIFY(f >= 0);
     const std::string ds = "/comparisons/" + name + "/samples";
-    QVERIFY(H5Ldelete(f, ds.c_str(), H5P_DEFAULT) >= 0);
-    const hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    const hsize_t n = texts.size();
-    const hid_t space = H5Screate_simple(1, &n, nullptr);
-    const hid_t d = H5Dcreate2(f, ds.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    QVERIFY(d >= 0);
-    std::vector<const char *> ptrs;
-    for (const auto &t : texts)
-        ptrs.push_back(t.c_str());
-    QVERIFY(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) >= 0);
-    H5Dclose(d);
-    H5Sclose(space);
-    H5Tclose(type);
+    std::string bytes;
+    std::vector<int64_t> offsets{0};
+    for (const auto &t : texts) {
+        bytes += t;
+        offsets.push_back(int64_t(bytes.size()));
+    }
+    const auto write = [&](const std::string &at, hid_t type, hsize_t n, const void *data) {
+        QVERIFY(H5Ldelete(f, at.c_str(), H5P_DEFAULT) >= 0);
+        const hid_t space = H5Screate_simple(1, &n, nullptr);
+        const hid_t d = H5Dcreate2(f, at.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        QVERIFY(d >= 0);
+        if (n > 0)
+            QVERIFY(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
+        H5Dclose(d);
+        H5Sclose(space);
+    };
+    write(ds, H5T_NATIVE_UINT8, bytes.size(), bytes.data());
+    write(ds + "_offsets", H5T_NATIVE_INT64, offsets.size(), offsets.data());
     H5Fclose(f);
 }
 
-// The i-th JSON text of a saved list, read through raw HDF5.
+// The JSON texts of a saved list, read through raw HDF5.
 std::vector<std::string> rawSamples(const fs::path &path, const std::string &name)
 {
-    std::vector<std::string> out;
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    const hid_t d = H5Dopen2(f, ("/comparisons/" + name + "/samples").c_str(), H5P_DEFAULT);
-    const hid_t space = H5Dget_space(d);
-    hsize_t n = 0;
-    H5Sget_simple_extent_dims(space, &n, nullptr);
-    const hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
-    std::vector<char *> ptrs(n);
-    H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data());
-    for (char *p : ptrs)
-        out.emplace_back(p);
-    H5Dvlen_reclaim(type, space, H5P_DEFAULT, ptrs.data());
-    H5Tclose(type);
-    H5Sclose(space);
-    H5Dclose(d);
+    const auto read = [&](const std::string &at, hid_t type, size_t size) {
+        const hid_t d = H5Dopen2(f, at.c_str(), H5P_DEFAULT);
+        const hid_t space = H5Dget_space(d);
+        hsize_t n = 0;
+        H5Sget_simple_extent_dims(space, &n, nullptr);
+        std::vector<char> out(size_t(n) * size);
+        if (n > 0)
+            H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+        H5Sclose(space);
+        H5Dclose(d);
+        return out;
+    };
+    const std::string ds = "/comparisons/" + name + "/samples";
+    const std::vector<char> bytes = read(ds, H5T_NATIVE_UINT8, 1);
+    const std::vector<char> raw = read(ds + "_offsets", H5T_NATIVE_INT64, 8);
+    std::vector<int64_t> offsets(raw.size() / 8);
+    std::memcpy(offsets.data(), raw.data(), raw.size());
     H5Fclose(f);
+    std::vector<std::string> out;
+    for (size_t i = 1; i < offsets.size(); ++i)
+        out.emplace_back(bytes.data() + offsets[i - 1], size_t(offsets[i] - offsets[i - 1]));
     return out;
 }
 

@@ -1,4 +1,4 @@
-// Experiment file (HDF5, schema kvwb/1): round trips per storage dtype, ragged prompts, token
+// Experiment file (HDF5, schema kvwb/2): round trips per storage dtype, ragged prompts, token
 // ranges, appending, captured-layer subsets, compression, errors naming the dataset at fault, a
 // full disk, a writer killed with SIGKILL mid-run, and the HDF5 command-line tools reading what we wrote.
 #include "core/store/experiment_file.h"
@@ -18,6 +18,7 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <poll.h>
 #include <random>
@@ -306,6 +307,8 @@ private Q_SLOTS:
     void notHdf5();
     void nonFiniteKvRefused_data();
     void nonFiniteKvRefused();
+    void flippedKvBitRefused();
+    void variableLengthStringRefused();
     void missingFile();
     void futureSchema();
     void tamperedAttribute();
@@ -341,7 +344,7 @@ void TestExperimentFile::roundTrip()
     writeExperiment(path, storage, 5, compress);
 
     const ExperimentReader r = ExperimentReader::open(path);
-    QCOMPARE(r.schema(), std::string("kvwb/1"));
+    QCOMPARE(r.schema(), std::string("kvwb/2"));
     const Provenance &p = r.provenance();
     QCOMPARE(p.qtVersion, std::string("6.4.2"));
     QCOMPARE(p.torchVersion, std::string("1.13.1"));
@@ -651,6 +654,83 @@ void TestExperimentFile::notHdf5()
              ErrorCode::Format);
 }
 
+// One flipped bit in a stored value (still finite, so only the checksum can see it) is refused
+// naming the dataset, model, layer and prompt; the other prompts still read.
+void TestExperimentFile::flippedKvBitRefused()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "e.h5";
+    writeExperiment(path, KvStorage::F32, 3);
+    int64_t row = 0;
+    size_t rowBytes = 0;
+    std::vector<float> before;
+    {
+        const ExperimentReader r = ExperimentReader::open(path);
+        row = r.prompt(1).b.firstToken;
+        const ModelConfig &c = r.model(ModelRole::B).config;
+        rowBytes = size_t(c.numKvHeads) * size_t(c.headDim) * sizeof(float);
+        before = r.values(ModelRole::B, 0, 0);
+    }
+    {
+        RawFile f(path);
+        const hid_t ds = H5Dopen2(f.id, "/kv/b/layer_000/values", H5P_DEFAULT);
+        QVERIFY(ds >= 0);
+        const hsize_t origin[3] = {0, 0, 0};
+        hsize_t bytes = 0;
+        QVERIFY(H5Dget_chunk_storage_size(ds, origin, &bytes) >= 0);
+        QVERIFY(bytes > row * rowBytes);
+        std::vector<uint8_t> chunk(bytes);
+        uint32_t filters = 0;
+        QVERIFY(H5Dread_chunk(ds, H5P_DEFAULT, origin, &filters, chunk.data()) >= 0);
+        chunk[size_t(row) * rowBytes] ^= 1; // the lowest mantissa bit of prompt 1's first value
+        QVERIFY(H5Dwrite_chunk(ds, H5P_DEFAULT, filters, origin, bytes, chunk.data()) >= 0);
+        H5Dclose(ds);
+    }
+    const ExperimentReader r = ExperimentReader::open(path);
+    QVERIFY(r.values(ModelRole::B, 0, 0) == before);
+    QVERIFY(!r.keys(ModelRole::B, 0, 1).empty());
+    for (const auto &read : std::vector<std::function<void()>>{
+             [&] { r.values(ModelRole::B, 0, 1); },
+             [&] { r.valueRange(ModelRole::B, 0, row + 1, 1); }, // inside the prompt, not at the flip
+         }) {
+        const Error e = expectError(read);
+        QCOMPARE(e.code(), ErrorCode::Format);
+        const std::string msg = e.what();
+        for (const char *part : {"/kv/b/layer_000/values", "CRC-32", "model b", "layer 0", "prompt 1"})
+            QVERIFY2(msg.find(part) != std::string::npos, e.what());
+    }
+}
+
+// A kvwb/2 file never holds a variable-length string (HDF5 reads them from its global heap without
+// checking the stored sizes): one found is refused by its type, never read.
+void TestExperimentFile::variableLengthStringRefused()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "e.h5";
+    writeExperiment(path, KvStorage::F16, 1);
+    {
+        RawFile f(path);
+        const hid_t g = H5Gopen2(f.id, "/models/a", H5P_DEFAULT);
+        QVERIFY(H5Adelete(g, "rope_layout") >= 0);
+        const hid_t type = H5Tcopy(H5T_C_S1);
+        H5Tset_size(type, H5T_VARIABLE);
+        const hid_t space = H5Screate(H5S_SCALAR);
+        const hid_t a = H5Acreate2(g, "rope_layout", type, space, H5P_DEFAULT, H5P_DEFAULT);
+        const char *value = "rotate_half";
+        QVERIFY(H5Awrite(a, type, &value) >= 0);
+        H5Aclose(a);
+        H5Sclose(space);
+        H5Tclose(type);
+        H5Gclose(g);
+    }
+    const Error e = expectError([&] { ExperimentReader::open(path); });
+    QCOMPARE(e.code(), ErrorCode::Format);
+    const std::string msg = e.what();
+    QVERIFY2(msg.find("rope_layout") != std::string::npos && msg.find("/models/a") != std::string::npos &&
+                 msg.find("variable-length") != std::string::npos,
+             e.what());
+}
+
 void TestExperimentFile::missingFile()
 {
     const Error e = expectError([&] { ExperimentReader::open("/nonexistent/exp.h5"); });
@@ -663,11 +743,11 @@ void TestExperimentFile::futureSchema()
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
     writeExperiment(path, KvStorage::F32, 1);
-    setStringAttr(path, "schema", "kvwb/2");
+    setStringAttr(path, "schema", "kvwb/3");
     const Error e = expectError([&] { ExperimentReader::open(path); });
     QCOMPARE(e.code(), ErrorCode::Unsupported);
     const std::string msg = e.what();
-    QVERIFY2(msg.find("kvwb/2") != std::string::npos && msg.find(path.string()) != std::string::npos,
+    QVERIFY2(msg.find("kvwb/3") != std::string::npos && msg.find(path.string()) != std::string::npos,
              e.what());
 }
 
@@ -976,7 +1056,7 @@ void TestExperimentFile::hdf5ToolsListSchema()
     QVERIFY2(ls.contains(QStringLiteral("/prompts/b/offsets")), qPrintable(ls));
     const QString dump = run(h5dump, {QStringLiteral("-A"), file});
     QVERIFY2(dump.contains(QStringLiteral("ATTRIBUTE \"schema\"")), qPrintable(dump.left(4000)));
-    QVERIFY2(dump.contains(QStringLiteral("\"kvwb/1\"")), qPrintable(dump.left(4000)));
+    QVERIFY2(dump.contains(QStringLiteral("\"kvwb/2\"")), qPrintable(dump.left(4000)));
     QVERIFY2(dump.contains(QStringLiteral("DATASET \"keys\"")), qPrintable(dump.left(4000)));
     QVERIFY2(dump.contains(QStringLiteral("\"pre_rope\"")), qPrintable(dump.left(4000)));
     // The half type is a real IEEE binary16 float to HDF5, not an opaque blob.

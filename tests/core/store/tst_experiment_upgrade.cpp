@@ -1,0 +1,326 @@
+// kvwb upgrade: a kvwb/1 file (made here from a kvwb/2 one by turning every string back into the
+// variable-length storage kvwb/1 used and dropping the checksums) is refused by every reader with
+// a message naming the command, and reads back after the upgrade exactly as before.
+#include "core/cache/replay_ledger.h"
+#include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
+#include "core/store/experiment_upgrade.h"
+#include "core/util/error.h"
+#include "tests/support/expect_error.h"
+#include "tests/support/tiny_experiment.h"
+
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <hdf5.h>
+
+#include <cstring>
+#include <functional>
+#include <random>
+
+using namespace kvwb::core;
+namespace fs = std::filesystem;
+using kvwb::test::expectError;
+
+namespace {
+
+PromptRecord prompt(int index, const ModelInfo &a, const ModelInfo &b)
+{
+    std::mt19937 rng(uint32_t(index + 1));
+    std::normal_distribution<float> normal;
+    PromptRecord r;
+    r.text = "prompt " + std::to_string(index) + " \xc3\xa9t\xc3\xa9";
+    r.label = index % 2 ? "intent" : "";
+    for (const ModelInfo *m : {&a, &b}) {
+        PromptKv &kv = m == &a ? r.a : r.b;
+        const int tokens = 3 + index;
+        for (int t = 0; t < tokens; ++t)
+            kv.ids.push_back(t + index);
+        const size_t n = size_t(tokens) * size_t(m->config.numKvHeads) * size_t(m->config.headDim);
+        for (int l = 0; l < m->config.numLayers; ++l) {
+            kv.keys.emplace_back(n);
+            kv.values.emplace_back(n);
+            for (size_t i = 0; i < n; ++i) {
+                kv.keys.back()[i] = normal(rng);
+                kv.values.back()[i] = normal(rng);
+            }
+        }
+    }
+    return r;
+}
+
+std::vector<LedgerRow> ledger()
+{
+    std::vector<LedgerRow> rows(3);
+    for (size_t i = 0; i < rows.size(); ++i) {
+        LedgerRow &r = rows[i];
+        r.requestId = int64_t(i);
+        r.arrivalMs = int64_t(i) * 10;
+        r.tenant = i == 1 ? "acme, inc.\nsecond line" : "t" + std::to_string(i);
+        r.model = "b";
+        r.intent = "intent " + std::to_string(i);
+        r.tierHits = {{TierKind::Exact, false}};
+        r.promptTokens = 10;
+        r.tokensComputed = 15;
+        r.generatedTokens = 5;
+        r.ttftMs = 1.5 * double(i);
+        r.totalMs = 3.0 * double(i);
+    }
+    return rows;
+}
+
+std::vector<std::string> readFixedStrings(hid_t attr, hid_t type, hsize_t n)
+{
+    const size_t width = H5Tget_size(type);
+    std::string buffer(width * n, '\0');
+    if (n > 0)
+        H5Aread(attr, type, buffer.data());
+    std::vector<std::string> out;
+    for (hsize_t i = 0; i < n; ++i)
+        out.emplace_back(buffer.c_str() + i * width);
+    return out;
+}
+
+// Every fixed-size string attribute rewritten variable-length (as kvwb/1 wrote them).
+void downgradeAttributes(hid_t object)
+{
+    std::vector<std::string> names;
+    H5Aiterate2(
+        object, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+        [](hid_t, const char *name, const H5A_info_t *, void *data) -> herr_t {
+            static_cast<std::vector<std::string> *>(data)->emplace_back(name);
+            return 0;
+        },
+        &names);
+    for (const std::string &name : names) {
+        const hid_t a = H5Aopen(object, name.c_str(), H5P_DEFAULT);
+        const hid_t type = H5Aget_type(a);
+        const hid_t space = H5Aget_space(a);
+        const bool isString = H5Tget_class(type) == H5T_STRING;
+        const bool scalar = H5Sget_simple_extent_type(space) == H5S_SCALAR;
+        const hsize_t n = hsize_t(H5Sget_simple_extent_npoints(space));
+        const std::vector<std::string> values =
+            isString ? readFixedStrings(a, type, n) : std::vector<std::string>{};
+        H5Sclose(space);
+        H5Tclose(type);
+        H5Aclose(a);
+        if (!isString)
+            continue;
+        QVERIFY(H5Adelete(object, name.c_str()) >= 0);
+        const hid_t vtype = H5Tcopy(H5T_C_S1);
+        H5Tset_size(vtype, H5T_VARIABLE);
+        H5Tset_cset(vtype, H5T_CSET_UTF8);
+        const hid_t vspace = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, nullptr);
+        const hid_t va = H5Acreate2(object, name.c_str(), vtype, vspace, H5P_DEFAULT, H5P_DEFAULT);
+        std::vector<const char *> pointers;
+        for (const std::string &v : values)
+            pointers.push_back(v.c_str());
+        if (!pointers.empty())
+            QVERIFY(H5Awrite(va, vtype, pointers.data()) >= 0);
+        H5Aclose(va);
+        H5Sclose(vspace);
+        H5Tclose(vtype);
+    }
+}
+
+template <typename T> std::vector<T> readAll(hid_t file, const std::string &path, hid_t memType)
+{
+    const hid_t ds = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
+    const hid_t space = H5Dget_space(ds);
+    std::vector<T> out(size_t(H5Sget_simple_extent_npoints(space)));
+    if (!out.empty())
+        H5Dread(ds, memType, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data());
+    H5Sclose(space);
+    H5Dclose(ds);
+    return out;
+}
+
+// The file as kvwb/1 wrote it: variable-length strings everywhere but the prompts' text, no
+// /kv/<m>/crc32.
+void downgrade(const fs::path &path)
+{
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    QVERIFY(f >= 0);
+    std::vector<std::string> objects;
+    H5Ovisit2(
+        f, H5_INDEX_NAME, H5_ITER_INC,
+        [](hid_t, const char *name, const H5O_info_t *, void *data) -> herr_t {
+            static_cast<std::vector<std::string> *>(data)->push_back(
+                std::strcmp(name, ".") == 0 ? std::string("/") : "/" + std::string(name));
+            return 0;
+        },
+        &objects, H5O_INFO_BASIC);
+    for (const std::string &o : objects) {
+        const hid_t id = H5Oopen(f, o.c_str(), H5P_DEFAULT);
+        downgradeAttributes(id);
+        H5Oclose(id);
+    }
+    for (const std::string &o : objects) {
+        const std::string suffix = "_offsets";
+        if (o.rfind("/prompts/", 0) == 0 || o.size() <= suffix.size() ||
+            o.compare(o.size() - suffix.size(), suffix.size(), suffix) != 0)
+            continue;
+        const std::string bytesPath = o.substr(0, o.size() - suffix.size());
+        const std::vector<char> bytes = readAll<char>(f, bytesPath, H5T_NATIVE_CHAR);
+        const std::vector<int64_t> offsets = readAll<int64_t>(f, o, H5T_NATIVE_INT64);
+        std::vector<std::string> values;
+        for (size_t i = 1; i < offsets.size(); ++i)
+            values.emplace_back(bytes.data() + offsets[i - 1], size_t(offsets[i] - offsets[i - 1]));
+        QVERIFY(H5Ldelete(f, o.c_str(), H5P_DEFAULT) >= 0);
+        QVERIFY(H5Ldelete(f, bytesPath.c_str(), H5P_DEFAULT) >= 0);
+        const hid_t vtype = H5Tcopy(H5T_C_S1);
+        H5Tset_size(vtype, H5T_VARIABLE);
+        H5Tset_cset(vtype, H5T_CSET_UTF8);
+        const hsize_t n = values.size();
+        const hid_t space = H5Screate_simple(1, &n, nullptr);
+        const hid_t ds =
+            H5Dcreate2(f, bytesPath.c_str(), vtype, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        QVERIFY(ds >= 0);
+        std::vector<const char *> pointers;
+        for (const std::string &v : values)
+            pointers.push_back(v.c_str());
+        if (n > 0)
+            QVERIFY(H5Dwrite(ds, vtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) >= 0);
+        H5Dclose(ds);
+        H5Sclose(space);
+        H5Tclose(vtype);
+    }
+    QVERIFY(H5Ldelete(f, "/kv/a/crc32", H5P_DEFAULT) >= 0);
+    QVERIFY(H5Ldelete(f, "/kv/b/crc32", H5P_DEFAULT) >= 0);
+    // the schema, already variable-length, now says kvwb/1
+    QVERIFY(H5Adelete(f, "schema") >= 0);
+    const hid_t vtype = H5Tcopy(H5T_C_S1);
+    H5Tset_size(vtype, H5T_VARIABLE);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, "schema", vtype, space, H5P_DEFAULT, H5P_DEFAULT);
+    const char *schema = "kvwb/1";
+    QVERIFY(H5Awrite(a, vtype, &schema) >= 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(vtype);
+    H5Fclose(f);
+}
+
+struct Snapshot
+{
+    std::vector<std::string> texts;
+    std::vector<std::vector<float>> kv;
+    std::vector<std::string> tenants;
+    std::string settings;
+    MetricTable table;
+};
+
+Snapshot snapshot(const fs::path &path)
+{
+    Snapshot s;
+    const ExperimentReader r = ExperimentReader::open(path);
+    for (int p = 0; p < r.promptCount(); ++p) {
+        s.texts.push_back(r.prompt(p).text + "|" + r.prompt(p).label);
+        for (ModelRole m : kRoles)
+            for (int layer : r.model(m).capturedLayers) {
+                s.kv.push_back(r.keys(m, layer, p));
+                s.kv.push_back(r.values(m, layer, p));
+            }
+    }
+    for (const LedgerRow &row : loadLedger(path, "run", &s.settings))
+        s.tenants.push_back(row.tenant + "/" + row.intent);
+    s.table = loadTable(path, "sweep");
+    return s;
+}
+
+} // namespace
+
+class TestExperimentUpgrade : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void upgradesKvwb1();
+    void kvwb2Untouched();
+    void notAnExperiment();
+};
+
+void TestExperimentUpgrade::upgradesKvwb1()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    const ModelInfo a = kvwb::test::tinyModelInfo('a', 2), b = kvwb::test::tinyModelInfo('b', 2);
+    {
+        ExperimentOptions o;
+        o.storage = KvStorage::F16;
+        o.syncToDisk = false;
+        ExperimentWriter w = ExperimentWriter::create(path, o, Provenance{}, a, b);
+        for (int p = 0; p < 3; ++p)
+            w.appendPrompt(prompt(p, a, b));
+        w.close();
+    }
+    saveLedger(path, "run", ledger(), R"({"tiers":["exact"]})");
+    saveTable(path, "sweep", MetricTable{{"k", "r2"}, {{1, 0.5}, {2, 0.75}}}, "{}");
+    const Snapshot before = snapshot(path);
+
+    downgrade(path);
+    for (const auto &read : std::vector<std::function<void()>>{
+             [&] { ExperimentReader::open(path); },
+             [&] { loadLedger(path, "run"); },
+             [&] { loadTable(path, "sweep"); },
+         }) {
+        const Error e = expectError(read);
+        QCOMPARE(e.code(), ErrorCode::Unsupported);
+        const std::string msg = e.what();
+        QVERIFY2(msg.find("kvwb/1") != std::string::npos &&
+                     msg.find("kvwb upgrade " + path.string()) != std::string::npos,
+                 e.what());
+    }
+
+    const UpgradeResult r = upgradeExperiment(path, false);
+    QVERIFY(r.upgraded);
+    QCOMPARE(r.fromSchema, std::string("kvwb/1"));
+    QCOMPARE(r.checksummedPrompts, 3);
+    QCOMPARE(r.stringDatasets, 6); // the ledger's text columns
+    QVERIFY(r.attributes > 40);
+    QVERIFY(!fs::exists(fs::path(path.string() + ".upgrade.tmp")));
+
+    const Snapshot after = snapshot(path);
+    QVERIFY(after.texts == before.texts);
+    QVERIFY(after.kv == before.kv);
+    QVERIFY(after.tenants == before.tenants);
+    QCOMPARE(after.settings, before.settings);
+    QVERIFY(after.table.columns == before.table.columns && after.table.rows == before.table.rows);
+    QCOMPARE(ExperimentReader::open(path).schema(), std::string(kExperimentSchema));
+
+    // Appending after the upgrade writes checksums the reader checks.
+    {
+        ExperimentWriter w = ExperimentWriter::append(path, a, b, false);
+        w.appendPrompt(prompt(3, a, b));
+        w.close();
+    }
+    QCOMPARE(ExperimentReader::open(path).values(ModelRole::B, 1, 3).size(), size_t(6 * 4));
+    QVERIFY(!upgradeExperiment(path, false).upgraded);
+}
+
+void TestExperimentUpgrade::kvwb2Untouched()
+{
+    QTemporaryDir dir;
+    const fs::path path = kvwb::test::makeTinyExperiment(dir);
+    const auto stamp = fs::last_write_time(path);
+    const UpgradeResult r = upgradeExperiment(path, false);
+    QVERIFY(!r.upgraded);
+    QCOMPARE(r.fromSchema, std::string(kExperimentSchema));
+    QVERIFY(fs::last_write_time(path) == stamp);
+}
+
+void TestExperimentUpgrade::notAnExperiment()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "plain.h5";
+    const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    H5Fclose(f);
+    const Error e = expectError([&] { upgradeExperiment(path, false); });
+    QCOMPARE(e.code(), ErrorCode::Format);
+    QVERIFY2(std::string(e.what()).find("no schema attribute") != std::string::npos, e.what());
+    QCOMPARE(expectError([&] { upgradeExperiment(path.string() + ".missing", false); }).code(),
+             ErrorCode::Io);
+}
+
+QTEST_GUILESS_MAIN(TestExperimentUpgrade)
+#include "tst_experiment_upgrade.moc"
