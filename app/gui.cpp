@@ -12,6 +12,8 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::cancelRequested, &m_engine, &EngineController::cancel);
     connect(w, &ui::MainWindow::experimentRequested, this,
             [this](const QString &path) { m_engine.readExperiment(path); });
+    connect(w, &ui::MainWindow::experimentUpgradeRequested, this,
+            [this](const QString &path) { m_engine.readExperiment(path, /*upgradeFirst=*/true); });
     connect(w, &ui::MainWindow::reportRequested, this,
             [this](const QString &path) { m_engine.collectReport(path); });
     connect(&m_engine, &EngineController::reportCollected, w,

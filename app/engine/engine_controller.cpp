@@ -8,6 +8,7 @@
 #include "core/cache/semantic_tier.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
+#include "core/store/experiment_upgrade.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
@@ -217,11 +218,15 @@ void EngineWorker::loadModels(quint64 job, const ModelRequest &a, const ModelReq
     });
 }
 
-void EngineWorker::readExperiment(quint64 job, const QString &path)
+void EngineWorker::readExperiment(quint64 job, const QString &path, bool upgradeFirst)
 {
     guarded(job, [&] {
         auto snap = std::make_shared<ExperimentSnapshot>();
         const fs::path file = path.toStdString();
+        if (upgradeFirst) {
+            Q_EMIT progress(job, 0, QStringLiteral("upgrading"));
+            core::upgradeExperiment(file);
+        }
         {
             const auto reader = core::ExperimentReader::open(file);
             snap->a = reader.model(core::ModelRole::A);
@@ -554,10 +559,12 @@ quint64 EngineController::loadModels(const ModelRequest &a, const ModelRequest &
                  [a, b](EngineWorker *w, quint64 id, auto cancel) { w->loadModels(id, a, b, cancel); });
 }
 
-quint64 EngineController::readExperiment(const QString &path)
+quint64 EngineController::readExperiment(const QString &path, bool upgradeFirst)
 {
-    return start("reading " + path,
-                 [path](EngineWorker *w, quint64 id, auto) { w->readExperiment(id, path); });
+    return start((upgradeFirst ? "upgrading and reading " : "reading ") + path,
+                 [path, upgradeFirst](EngineWorker *w, quint64 id, auto) {
+                     w->readExperiment(id, path, upgradeFirst);
+                 });
 }
 
 quint64 EngineController::collectReport(const QString &path)

@@ -85,7 +85,8 @@ public:
     void loadModels(quint64 job, const kvwb::app::ModelRequest &a, const kvwb::app::ModelRequest &b,
                     std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: reads everything the panels show from an experiment file.
-    void readExperiment(quint64 job, const QString &path);
+    // upgradeFirst: core::upgradeExperiment (a kvwb/1 file) before reading.
+    void readExperiment(quint64 job, const QString &path, bool upgradeFirst = false);
     // Engine thread: gathers a report's data (HDF5 reads); the GUI thread draws and writes it.
     void collectReport(quint64 job, const QString &path);
     // Engine thread: both loaded models over a prompt set into an experiment file. Cancelled:
@@ -148,7 +149,7 @@ public:
     // Starts loading the pair on the engine thread; returns the job id. One job at a time: a
     // second request while busy() is refused with failed(0, ...).
     quint64 loadModels(const ModelRequest &a, const ModelRequest &b);
-    quint64 readExperiment(const QString &path);
+    quint64 readExperiment(const QString &path, bool upgradeFirst = false);
     quint64 collectReport(const QString &path);
     quint64 capture(const ui::CaptureRequest &request);
     quint64 fit(const ui::FitRequest &request);

@@ -7,6 +7,7 @@
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
+#include "tests/support/legacy_experiment.h"
 #include "tests/support/test_paths.h"
 #include "ui/charts/layer_metrics_chart.h"
 #include "ui/charts/replay_charts.h"
@@ -31,6 +32,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QLineSeries>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QSet>
 #include <QSignalSpy>
@@ -590,6 +592,31 @@ private Q_SLOTS:
         QFile json(tmp.path() + "/report/report.json");
         QVERIFY(json.open(QIODevice::ReadOnly));
         QVERIFY(!QJsonDocument::fromJson(json.readAll()).isNull());
+    }
+
+    // A kvwb/1 file is refused with an offer to upgrade it; accepting upgrades and reads it.
+    void offersToUpgradeAnOldExperiment()
+    {
+        QTemporaryDir tmp;
+        const std::filesystem::path path = tmp.path().toStdString() + "/old.h5";
+        writeSmallExperiment(path);
+        test::downgradeToKvwb1(path);
+        app::Workbench bench;
+        auto &w = bench.window();
+        QSignalSpy failed(&bench.engine(), &app::EngineController::failed);
+        Q_EMIT w.experimentRequested(QString::fromStdString(path.string()));
+        QVERIFY(failed.wait(30000));
+        QVERIFY2(failed.first().at(1).toString().contains("kvwb upgrade"),
+                 qPrintable(failed.first().at(1).toString()));
+        QMessageBox *box = nullptr;
+        QTRY_VERIFY((box = w.findChild<QMessageBox *>("upgradeExperimentBox")) != nullptr);
+        QSignalSpy read(&bench.engine(), &app::EngineController::experimentRead);
+        box->button(QMessageBox::Yes)->click();
+        QVERIFY(read.wait(30000));
+        const auto snap = read.first().at(1).value<std::shared_ptr<const app::ExperimentSnapshot>>();
+        QCOMPARE(snap->prompts, 1);
+        QCOMPARE(snap->ledgers.size(), size_t(1));
+        QCOMPARE(core::ExperimentReader::open(path).schema(), std::string(core::kExperimentSchema));
     }
 
     void docksHaveUniqueNamesAndTheLayoutResets()

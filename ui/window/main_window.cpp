@@ -7,6 +7,7 @@
 #include "ui/panels/compare_panel.h"
 #include "ui/panels/replay_panel.h"
 
+#include <QAbstractButton>
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
@@ -19,6 +20,7 @@
 #include <QLabel>
 #include <QMenu>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QScrollArea>
 #include <QSettings>
@@ -56,6 +58,8 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     setObjectName("kvwbMainWindow");
     setWindowTitle(tr("KV Workbench"));
     resize(1200, 800);
+    connect(this, &MainWindow::experimentRequested, this,
+            [this](const QString &p) { m_requestedExperiment = p; });
     m_summary = new QLabel(this);
     m_summary->setObjectName("projectSummary");
     m_summary->setWordWrap(true);
@@ -498,6 +502,30 @@ void MainWindow::showFailure(const QString &message)
         break;
     }
     showError(message);
+    // the refusal of a kvwb/1 file names `kvwb upgrade <its path>`
+    if (!m_requestedExperiment.isEmpty() &&
+        message.contains(QLatin1String("kvwb upgrade ") + m_requestedExperiment))
+        offerUpgrade(m_requestedExperiment, message);
+}
+
+void MainWindow::offerUpgrade(const QString &path, const QString &message)
+{
+    auto *box = new QMessageBox(QMessageBox::Question, tr("Upgrade experiment file"),
+                                tr("%1\n\nUpgrade it now? The upgrade works on a copy beside the file and "
+                                   "replaces the file only when the copy is complete.")
+                                    .arg(message),
+                                QMessageBox::Yes | QMessageBox::No, this);
+    box->setObjectName("upgradeExperimentBox");
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    connect(box, &QMessageBox::buttonClicked, this, [this, box, path](QAbstractButton *button) {
+        if (box->standardButton(button) != QMessageBox::Yes)
+            return;
+        log(tr("upgrading %1 (kvwb upgrade)").arg(path));
+        beginJob(Job::Read);
+        m_requestedExperiment = path;
+        Q_EMIT experimentUpgradeRequested(path);
+    });
+    box->open();
 }
 
 void MainWindow::showError(const QString &message)

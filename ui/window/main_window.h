@@ -96,6 +96,8 @@ Q_SIGNALS:
     void cancelRequested();
     // Read this experiment file on the engine thread (File > Open Experiment, or a project's).
     void experimentRequested(const QString &path);
+    // The user agreed to upgrade this kvwb/1 experiment file (kvwb upgrade), then read it.
+    void experimentUpgradeRequested(const QString &path);
     // Gather the report data of this experiment on the engine thread (File > Export Report).
     void reportRequested(const QString &experimentPath);
     void reportWritten(const QStringList &files);
@@ -141,6 +143,9 @@ private:
     CapturePanel *m_capture = nullptr;
     ComparePanel *m_compare = nullptr;
     Job m_job = Job::None;
+    QString m_requestedExperiment; // the last experimentRequested path, for the upgrade offer
+    // A kvwb/1 file was refused: asks (without blocking) whether to upgrade it and read it again.
+    void offerUpgrade(const QString &path, const QString &message);
     bool m_modelsLoaded = false;
     bool m_engineBusy = false;
     int64_t m_weightBytes = 0;
