@@ -149,7 +149,9 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path &path)
             throw Error(ErrorCode::Format,
                         fmt::format("{}: data_offsets [{}, {}] hold {} bytes but {} {} needs {}", where,
                                     begin, end, end - begin, dtypeName(t.dtype), shapeString(t.shape),
-                                    uint64_t(need)));
+                                    need > std::numeric_limits<uint64_t>::max()
+                                        ? std::string("more than 2^64 bytes")
+                                        : std::to_string(uint64_t(need))));
         t.offset = begin;
         t.bytes = end - begin;
         impl->tensors.push_back(std::move(t));

@@ -104,8 +104,18 @@ File openForReading(const std::filesystem::path &path)
 
 std::string checkSchema(hid_t file, const std::string &name)
 {
-    if (H5Aexists(file, "schema") <= 0)
+    if (H5Aexists(file, "schema") <= 0) {
+        // Opened past a missing end (the recovery open skips HDF5's end-of-file check): say so,
+        // not that the file is something else.
+        haddr_t eoa = 0;
+        std::error_code ec;
+        const uintmax_t size = std::filesystem::file_size(name, ec); // H5Fget_filesize says max(EOF, EOA)
+        if (!ec && H5Fget_eoa(file, &eoa) >= 0 && size < eoa)
+            throw Error(ErrorCode::Format, name + ": truncated: the file has " + std::to_string(size) +
+                                               " bytes, its superblock says " + std::to_string(eoa) +
+                                               " (a copy or download cut short?)");
         throw Error(ErrorCode::Format, name + ": not a kvwb experiment file (no schema attribute on /)");
+    }
     {
         // kvwb/1 files hold their strings in HDF5's global heap, which HDF5 1.10 reads without
         // checking the lengths it finds there (a damaged file crashes it). Recognised by the type

@@ -154,6 +154,7 @@ class Regex
 {
 public:
     Regex(const std::string &pattern, const std::string &source, const std::string &path)
+        : m_where(source + ": " + path)
     {
         int err = 0;
         PCRE2_SIZE errOffset = 0;
@@ -191,8 +192,8 @@ public:
             if (rc < 0) {
                 PCRE2_UCHAR msg[256];
                 pcre2_get_error_message(rc, msg, sizeof msg);
-                throw Error(ErrorCode::Internal, std::string("tokenizer regex match failed: ") +
-                                                     reinterpret_cast<const char *>(msg));
+                throw Error(ErrorCode::Tokenizer, m_where + ": regex match failed on the text (" +
+                                                      reinterpret_cast<const char *>(msg) + ")");
             }
             const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md.get());
             const size_t b = ov[0], e = ov[1];
@@ -210,6 +211,7 @@ public:
     }
 
 private:
+    std::string m_where; // "<file>: <json path>" for messages
     pcre2_code *m_code = nullptr;
     bool m_jit = false;
 };

@@ -11,7 +11,9 @@
 #include <hdf5.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -257,6 +259,60 @@ private Q_SLOTS:
         writeJson(dir / "tokenizer.json", t);
         expectRefusal({"tokenize", "--tokenizer", q(dir / "tokenizer.json"), "--text", QString(1000, 'a')}, 1,
                       "expand");
+    }
+
+    // A pattern that backtracks past PCRE2's match limit on the text: refused naming the file and
+    // the pattern's place in it, not an internal error.
+    void tokenizerRegexLimit()
+    {
+        const fs::path dir = copyModel("regex");
+        json t = readJson(dir / "tokenizer.json");
+        t["pre_tokenizer"] = {{"type", "Split"},
+                              {"pattern", {{"Regex", "(a|a?)+$"}}},
+                              {"behavior", "Isolated"},
+                              {"invert", false}};
+        writeJson(dir / "tokenizer.json", t);
+        const QString text = QString(200, 'a') + "b";
+        expectRefusal({"tokenize", "--tokenizer", q(dir / "tokenizer.json"), "--text", text}, 1,
+                      "tokenizer.json");
+        expectRefusal({"tokenize", "--tokenizer", q(dir / "tokenizer.json"), "--text", text}, 1,
+                      "pre_tokenizer");
+    }
+
+    // A shape whose byte size passes 2^64 is reported as such, not as "needs 0 bytes".
+    void safetensorsShapeOverflow()
+    {
+        const fs::path dir = copyModel("overflow");
+        const std::string header = R"({"model.norm.weight":{"dtype":"F32","shape":[4611686018427387904],)"
+                                   R"("data_offsets":[0,0]}})";
+        std::string file(8, '\0');
+        const uint64_t n = header.size();
+        std::memcpy(file.data(), &n, 8);
+        test::writeFile(dir / "model.safetensors", file + header);
+        expectRefusal({"info", q(dir)}, 1, "more than 2^64 bytes");
+    }
+
+    // Non-finite weights in an f32 model: the message says so, not "try --dtype f32".
+    void nanWeightsInF32()
+    {
+        const fs::path dir = copyModel("nan");
+        std::string st = test::readFile(dir / "model.safetensors");
+        uint64_t headerLen = 0;
+        std::memcpy(&headerLen, st.data(), 8);
+        const json header = json::parse(st.substr(8, headerLen));
+        const json &norm = header.at("model.norm.weight");
+        QCOMPARE(norm.at("dtype").get<std::string>(), std::string("F32"));
+        const uint64_t begin = 8 + headerLen + norm.at("data_offsets")[0].get<uint64_t>();
+        const uint64_t end = 8 + headerLen + norm.at("data_offsets")[1].get<uint64_t>();
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        for (uint64_t at = begin; at + 4 <= end; at += 4)
+            std::memcpy(st.data() + at, &nan, 4);
+        test::writeFile(dir / "model.safetensors", st);
+        const QStringList args{"generate",     "--model", q(dir),      "--prompt", "hi",
+                               "--max-tokens", "2",       "--threads", "1"};
+        expectRefusal(args, 1, "NaN");
+        const auto r = test::runKvwbLimited(args, kAddressSpace, kCpuSeconds);
+        QVERIFY2(!r.err.contains("--dtype f32"), r.err.constData());
     }
 
     void hugeText()

@@ -516,10 +516,14 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
         float lp = 0;
         const float *row = logits.data_ptr<float>();
         if (!std::all_of(row, row + c.vocabSize, [](float v) { return std::isfinite(v); }))
-            throw Error(
-                ErrorCode::Device,
-                fmt::format("logits at generation step {} are not finite (overflow in {}?); try --dtype f32",
-                            step, computeTypeName(m_impl->options.dtype)));
+            throw Error(ErrorCode::Device,
+                        m_impl->options.dtype == ComputeType::F32
+                            ? fmt::format("logits at generation step {} are not finite in f32: the model's "
+                                          "weights hold NaN or Inf, or its activations overflow",
+                                          step)
+                            : fmt::format("logits at generation step {} are not finite (overflow in {}?); "
+                                          "try f32 (--dtype f32 / --compute-dtype f32)",
+                                          step, computeTypeName(m_impl->options.dtype)));
         const int next =
             sampleToken(logits.data_ptr<float>(), c.vocabSize, options.sampling, uint64_t(step), &lp);
         if (step == 0) {
