@@ -8,6 +8,18 @@
 #include <filesystem>
 #include <vector>
 
+// AddressSanitizer builds: GCC says __SANITIZE_ADDRESS__, clang (before 16) only __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define KVWB_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KVWB_ASAN 1
+#endif
+#endif
+#ifndef KVWB_ASAN
+#define KVWB_ASAN 0
+#endif
+
 namespace kvwb::core {
 
 namespace {
@@ -40,7 +52,7 @@ SpmApi loadApi()
         }
         // LOCAL: nothing else binds to sentencepiece's protobuf; DEEPBIND: sentencepiece binds
         // to its own protobuf, not LibTorch's.
-#if defined(__SANITIZE_ADDRESS__)
+#if KVWB_ASAN
         // ASan refuses RTLD_DEEPBIND: sanitizer builds bind normally (fine without LibTorch loaded)
         void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
 #else
