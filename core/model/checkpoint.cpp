@@ -402,6 +402,10 @@ void Checkpoint::validateTensors() const
         }
         if (c.oBias)
             need.push_back({layerName(i, "self_attn.o_proj.bias"), {h}});
+        if (c.qkNorm) {
+            need.push_back({layerName(i, "self_attn.q_norm.weight"), {c.headDim}});
+            need.push_back({layerName(i, "self_attn.k_norm.weight"), {c.headDim}});
+        }
         need.push_back({layerName(i, "post_attention_layernorm.weight"), {h}});
         need.push_back({layerName(i, "mlp.gate_proj.weight"), {inter, h}});
         need.push_back({layerName(i, "mlp.up_proj.weight"), {inter, h}});

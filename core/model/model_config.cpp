@@ -192,10 +192,13 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         defaultArch = "MistralForCausalLM";
     else if (cfg.modelType == "qwen2")
         defaultArch = "Qwen2ForCausalLM";
+    else if (cfg.modelType == "qwen3")
+        defaultArch = "Qwen3ForCausalLM";
     else
-        throw Error(ErrorCode::Unsupported,
-                    fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2)",
-                                sourceName, cfg.modelType));
+        throw Error(
+            ErrorCode::Unsupported,
+            fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                        sourceName, cfg.modelType));
     cfg.architecture = defaultArch;
     if (const json *arch = r.find("architectures")) {
         if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string())
@@ -239,6 +242,13 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         // Qwen2Attention hard-codes bias=True for q/k/v and bias=False for o; config has no switch.
         cfg.qkvBias = true;
         cfg.oBias = false;
+    } else if (cfg.modelType == "qwen3") {
+        // Qwen3Attention: attention_bias (default false) for all four projections, q_norm/k_norm
+        // always; the MLP has no bias.
+        const bool ab = r.optBool("attention_bias").value_or(false);
+        cfg.qkvBias = ab;
+        cfg.oBias = ab;
+        cfg.qkNorm = true;
     }
     cfg.bosTokenId = r.optInt("bos_token_id");
     if (const json *eos = r.find("eos_token_id")) {
@@ -314,6 +324,8 @@ std::string ModelConfig::toHfJson() const
         // HF Llama has one switch for all four attention projections; qkv-only bias is Qwen2's.
         j["attention_bias"] = qkvBias || oBias;
         j["mlp_bias"] = mlpBias;
+    } else if (modelType == "qwen3") {
+        j["attention_bias"] = qkvBias || oBias;
     }
     if (bosTokenId)
         j["bos_token_id"] = *bosTokenId;
@@ -444,6 +456,8 @@ int64_t ModelConfig::parameterCount() const
     layer += 3 * h * inter; // gate, up, down
     if (mlpBias)
         layer += 2 * inter + h;
+    if (qkNorm)
+        layer += 2 * int64_t(headDim);
     int64_t total = v * h + int64_t(numLayers) * layer + h;
     if (!tieWordEmbeddings)
         total += v * h;

@@ -49,8 +49,8 @@ inline constexpr int kMaxPositions = 1 << 24;    // 16,777,216 tokens
 
 struct ModelConfig
 {
-    std::string architecture; // e.g. LlamaForCausalLM, Qwen2ForCausalLM, Llama2c
-    std::string modelType;    // llama | mistral | qwen2 | llama2c
+    std::string architecture; // e.g. LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Llama2c
+    std::string modelType;    // llama | mistral | qwen2 | qwen3 | llama2c
     int hiddenSize = 0;
     int intermediateSize = 0;
     int numLayers = 0;
@@ -67,6 +67,9 @@ struct ModelConfig
     bool qkvBias = false; // q/k/v projections carry a bias (Qwen2 always; Llama attention_bias)
     bool oBias = false;   // o_proj carries a bias (Llama attention_bias only)
     bool mlpBias = false;
+    // Per-head RMSNorm of queries and keys over head_dim (self_attn.q_norm / k_norm, [head_dim]),
+    // after the projections and before RoPE (Qwen3).
+    bool qkNorm = false;
     std::optional<int> bosTokenId;
     std::vector<int> eosTokenIds;
     std::string torchDtype; // as written in config.json, informational

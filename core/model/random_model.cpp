@@ -65,7 +65,8 @@ std::string utf8(char32_t c)
 
 std::vector<std::string> randomModelPresetNames()
 {
-    return {"tiny", "gqa", "qwen2", "smollm", "llama3", "bias", "10m", "demo-a", "demo-b"};
+    return {"tiny",   "gqa",  "qwen2", "qwen3",  "qwen3-b", "smollm",
+            "llama3", "bias", "10m",   "demo-a", "demo-b"};
 }
 
 RandomModelSpec randomModelPreset(const std::string &name)
@@ -83,6 +84,22 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.modelType = "qwen2";
         c.numKvHeads = 2;
         c.qkvBias = true;
+        c.ropeTheta = 1000000.0;
+        c.rmsNormEps = 1e-6;
+    } else if (name == "qwen3" || name == "qwen3-b") {
+        // Qwen3: q/k norms, head_dim given and != hidden / heads (as in every Qwen3), no bias. The
+        // -b variant is a wider, deeper member of the family with another KV geometry, for
+        // cross-model pairs (as Qwen3 14B -> 32B).
+        const bool b = name == "qwen3-b";
+        c.architecture = "Qwen3ForCausalLM";
+        c.modelType = "qwen3";
+        c.qkNorm = true;
+        c.hiddenSize = b ? 96 : 64;
+        c.numLayers = b ? 3 : 2;
+        c.numHeads = 4;
+        c.numKvHeads = 2;
+        c.headDim = b ? 32 : 24;
+        c.intermediateSize = b ? 192 : 128;
         c.ropeTheta = 1000000.0;
         c.rmsNormEps = 1e-6;
     } else if (name == "smollm") {
@@ -186,6 +203,10 @@ std::map<std::string, std::vector<float>> randomWeights(const RandomModelSpec &s
         }
         if (c.oBias)
             bias(p + "self_attn.o_proj.bias", h);
+        if (c.qkNorm) {
+            norm(p + "self_attn.q_norm.weight", c.headDim);
+            norm(p + "self_attn.k_norm.weight", c.headDim);
+        }
         norm(p + "post_attention_layernorm.weight", h);
         matrix(p + "mlp.gate_proj.weight", c.intermediateSize, h);
         matrix(p + "mlp.up_proj.weight", c.intermediateSize, h);

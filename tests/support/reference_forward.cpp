@@ -68,7 +68,7 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
     const auto invFreq = c.ropeInvFreq();
     struct L
     {
-        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, fn, w1, w2, w3, b1, b2, b3;
+        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, fn, w1, w2, w3, b1, b2, b3;
     };
     std::vector<L> layers(size_t(c.numLayers));
     for (int l = 0; l < c.numLayers; ++l) {
@@ -86,6 +86,10 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
         }
         if (c.oBias)
             y.bo = load(ck, p + "self_attn.o_proj.bias");
+        if (c.qkNorm) {
+            y.qn = load(ck, p + "self_attn.q_norm.weight");
+            y.kn = load(ck, p + "self_attn.k_norm.weight");
+        }
         y.fn = load(ck, p + "post_attention_layernorm.weight");
         y.w1 = load(ck, p + "mlp.gate_proj.weight");
         y.w3 = load(ck, p + "mlp.up_proj.weight");
@@ -112,6 +116,18 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
             Vec q = matvec(y.wq, xb, c.qkvBias ? &y.bq : nullptr);
             Vec k = matvec(y.wk, xb, c.qkvBias ? &y.bk : nullptr);
             Vec v = matvec(y.wv, xb, c.qkvBias ? &y.bv : nullptr);
+            if (c.qkNorm) { // Qwen3: RMSNorm of each head's query and key, before RoPE
+                const auto perHead = [&](Vec &t, int heads, const Vec &w) {
+                    for (int h = 0; h < heads; ++h) {
+                        const Vec part(t.begin() + std::ptrdiff_t(h * hd),
+                                       t.begin() + std::ptrdiff_t((h + 1) * hd));
+                        const Vec normed = rmsnorm(part, w, c.rmsNormEps);
+                        std::copy(normed.begin(), normed.end(), t.begin() + std::ptrdiff_t(h * hd));
+                    }
+                };
+                perHead(q, nh, y.qn);
+                perHead(k, nkv, y.kn);
+            }
             rope(q, nh, hd, int(pos), invFreq, c.ropeLayout);
             rope(k, nkv, hd, int(pos), invFreq, c.ropeLayout);
             kc[size_t(l)].push_back(k);

@@ -76,6 +76,7 @@ struct Layer
     torch::Tensor wk, bk;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
     torch::Tensor wv, bv;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
     torch::Tensor wo, bo;       // [hidden, heads*headDim], [hidden]
+    torch::Tensor qNorm, kNorm; // [headDim] each (Qwen3), else undefined
     torch::Tensor postNorm;     // [hidden]
     torch::Tensor wGate, bGate; // [intermediate, hidden]
     torch::Tensor wUp, bUp;     // [intermediate, hidden]
@@ -171,6 +172,10 @@ struct Model::Impl
             auto q = linear(h, L.wq, L.bq).view({t, nh, hd}).transpose(0, 1);  // [nh, t, hd]
             auto k = linear(h, L.wk, L.bk).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
             auto v = linear(h, L.wv, L.bv).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
+            if (L.qNorm.defined()) { // per head over hd, before RoPE: the cache holds normed keys
+                q = rmsNorm(q, L.qNorm);
+                k = rmsNorm(k, L.kNorm);
+            }
             q = rope->apply(q, start, false);
             k = rope->apply(k, start, false);
             if (queries)
@@ -284,6 +289,10 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         }
         if (c.oBias)
             L.bo = tensor(p + "self_attn.o_proj.bias", {h});
+        if (c.qkNorm) {
+            L.qNorm = tensor(p + "self_attn.q_norm.weight", {c.headDim});
+            L.kNorm = tensor(p + "self_attn.k_norm.weight", {c.headDim});
+        }
         L.postNorm = tensor(p + "post_attention_layernorm.weight", {h});
         L.wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
         L.wUp = tensor(p + "mlp.up_proj.weight", {inter, h});

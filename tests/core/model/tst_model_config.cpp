@@ -48,6 +48,14 @@ const char *kQwen2_05b = R"({
   "attention_bias": false, "bos_token_id": 151643, "eos_token_id": 151643,
   "use_sliding_window": false, "torch_dtype": "bfloat16"})";
 
+const char *kQwen3_06b = R"({
+  "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+  "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+  "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+  "rms_norm_eps": 1e-06, "rope_theta": 1000000, "rope_scaling": null, "tie_word_embeddings": true,
+  "attention_bias": false, "attention_dropout": 0.0, "hidden_act": "silu", "bos_token_id": 151643,
+  "eos_token_id": 151645, "sliding_window": null, "use_sliding_window": false, "torch_dtype": "bfloat16"})";
+
 const char *kSmolLM135m = R"({
   "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
   "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -192,6 +200,23 @@ private Q_SLOTS:
         QCOMPARE(c.parameterCount(), int64_t(494032768)); // Qwen2-0.5B
     }
 
+    void qwen3QkNorm()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kQwen3_06b, "q3");
+        QCOMPARE(c.modelType, std::string("qwen3"));
+        QCOMPARE(c.architecture, std::string("Qwen3ForCausalLM"));
+        QVERIFY(c.qkNorm);
+        QVERIFY(!c.qkvBias && !c.oBias && !c.mlpBias);
+        QCOMPARE(c.headDim, 128);                         // from the config: 1024 / 16 would be 64
+        QCOMPARE(c.parameterCount(), int64_t(596049920)); // Qwen3-0.6B: 0.44B non-embedding
+        const ModelConfig biased = ModelConfig::fromHfJsonText(
+            std::string(kQwen3_06b)
+                .replace(std::string(kQwen3_06b).find("\"attention_bias\": false"), 23,
+                         "\"attention_bias\": true"),
+            "q3b");
+        QVERIFY(biased.qkvBias && biased.oBias);
+    }
+
     void smolLmTied()
     {
         const ModelConfig c = ModelConfig::fromHfJsonText(kSmolLM135m, "s");
@@ -228,6 +253,7 @@ private Q_SLOTS:
         QTest::newRow("mistral") << QString(kMistral7b);
         QTest::newRow("qwen2") << QString(kQwen2_05b);
         QTest::newRow("smollm") << QString(kSmolLM135m);
+        QTest::newRow("qwen3") << QString(kQwen3_06b);
         QTest::newRow("head_dim+bias")
             << QString::fromStdString(tiny(R"("head_dim": 32, "attention_bias": true)"));
         QTest::newRow("linear") << QString::fromStdString(

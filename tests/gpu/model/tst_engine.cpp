@@ -60,8 +60,8 @@ private Q_SLOTS:
     void variants_data()
     {
         QTest::addColumn<QString>("variant");
-        for (const char *v : {"tiny", "gqa", "qwen2", "smollm", "llama3", "bias", "llama2c-legacy-shared",
-                              "llama2c-legacy-separate", "llama2c-v1"})
+        for (const char *v : {"tiny", "gqa", "qwen2", "qwen3", "qwen3-b", "smollm", "llama3", "bias",
+                              "llama2c-legacy-shared", "llama2c-legacy-separate", "llama2c-v1"})
             QTest::newRow(v) << QString(v);
     }
 
