@@ -1,6 +1,7 @@
 #include "app/jobs/capture_job.h"
 
 #include "app/jobs/job_inputs.h"
+#include "core/util/build_info.h"
 #include "core/util/sha256.h"
 #include "gpu/model/device.h"
 
@@ -19,8 +20,8 @@ using nlohmann::json;
 core::Provenance runProvenance(const gpu::LoadOptions &o, const std::string &configJson)
 {
     core::Provenance p;
-    p.appVersion = KVWB_VERSION;
-    p.gitCommit = KVWB_GIT_COMMIT;
+    p.appVersion = core::appVersion();
+    p.gitCommit = core::gitCommit();
     p.qtVersion = qVersion();
     p.torchVersion = gpu::torchVersion();
     p.device = gpu::describeDevice(o.device);

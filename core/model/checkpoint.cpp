@@ -162,6 +162,16 @@ struct Checkpoint::Impl
     std::shared_ptr<const MappedFile> bin;                     // llama2.c
     std::map<std::string, TensorInfo, std::less<>> binTensors; // llama2.c; offset is from file start
 
+    // Phi-3's fused projections shown split under the Llama names: row ranges of the fused
+    // tensor (a row-major [out, in] matrix's rows are contiguous).
+    struct View
+    {
+        TensorInfo info;
+        const std::byte *data = nullptr;
+        fs::path file;
+    };
+    std::map<std::string, View, std::less<>> views;
+
     mutable std::mutex fingerprintMutex;
     mutable std::optional<std::string> fingerprint;
 
@@ -169,6 +179,8 @@ struct Checkpoint::Impl
 
     std::optional<TensorRef> find(std::string_view name) const
     {
+        if (const auto v = views.find(name); v != views.end())
+            return TensorRef{&v->second.info, v->second.data, v->second.file};
         if (weights) {
             if (!weights->contains(name))
                 return std::nullopt;
@@ -178,6 +190,50 @@ struct Checkpoint::Impl
         if (it == binTensors.end())
             return std::nullopt;
         return TensorRef{&it->second, bin->data() + it->second.offset, bin->path()};
+    }
+
+    // Phi-3: qkv_proj [q + 2 kv, hidden] -> q_proj, k_proj, v_proj; gate_up_proj [2 inter, hidden]
+    // -> gate_proj, up_proj (Phi3MLP chunks gate first). Error(Shape) naming a fused tensor that is
+    // missing or of another shape.
+    void splitFusedProjections()
+    {
+        const ModelConfig &c = config;
+        const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                      kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
+        const auto split = [&](const std::string &fused, const std::vector<int64_t> &shape,
+                               const std::vector<std::pair<const char *, int64_t>> &parts, int layer) {
+            const auto ref = find(fused);
+            if (!ref)
+                throw Error(ErrorCode::Shape,
+                            fmt::format("{}: tensor '{}' is missing", weightSource(), fused));
+            if (ref->info->shape != shape)
+                throw Error(ErrorCode::Shape,
+                            fmt::format("{}: tensor '{}' has shape {}, expected {}", ref->file.string(),
+                                        fused, shapeString(ref->info->shape), shapeString(shape)));
+            const uint64_t rowBytes = ref->info->bytes / uint64_t(shape[0]);
+            int64_t row = 0;
+            for (const auto &[suffix, rows] : parts) {
+                View v;
+                v.info.name = layerName(layer, suffix);
+                v.info.dtype = ref->info->dtype;
+                v.info.shape = {rows, shape[1]};
+                v.info.offset = ref->info->offset + uint64_t(row) * rowBytes;
+                v.info.bytes = uint64_t(rows) * rowBytes;
+                v.data = ref->data + uint64_t(row) * rowBytes;
+                v.file = ref->file;
+                row += rows;
+                views.emplace(v.info.name, std::move(v));
+            }
+        };
+        for (int l = 0; l < c.numLayers; ++l) {
+            split(layerName(l, "self_attn.qkv_proj.weight"), {q + 2 * kv, h},
+                  {{"self_attn.q_proj.weight", q},
+                   {"self_attn.k_proj.weight", kv},
+                   {"self_attn.v_proj.weight", kv}},
+                  l);
+            split(layerName(l, "mlp.gate_up_proj.weight"), {2 * inter, h},
+                  {{"mlp.gate_proj.weight", inter}, {"mlp.up_proj.weight", inter}}, l);
+        }
     }
 };
 
@@ -316,6 +372,8 @@ Checkpoint Checkpoint::open(const fs::path &path)
         impl->config = ModelConfig::fromHfJsonFile(impl->dir / "config.json");
         const bool weightFile = ext == ".safetensors" || path.filename().string().ends_with(".index.json");
         impl->weights = WeightSet::open(weightFile ? path : impl->dir);
+        if (impl->config.fusedProjections)
+            impl->splitFusedProjections();
     } else {
         impl->dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
         Llama2cData data = openLlama2c(path);

@@ -194,11 +194,14 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         defaultArch = "Qwen2ForCausalLM";
     else if (cfg.modelType == "qwen3")
         defaultArch = "Qwen3ForCausalLM";
+    else if (cfg.modelType == "phi3")
+        defaultArch = "Phi3ForCausalLM";
     else
         throw Error(
             ErrorCode::Unsupported,
-            fmt::format("{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3)",
-                        sourceName, cfg.modelType));
+            fmt::format(
+                "{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)",
+                sourceName, cfg.modelType));
     cfg.architecture = defaultArch;
     if (const json *arch = r.find("architectures")) {
         if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string())
@@ -249,6 +252,14 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         cfg.qkvBias = ab;
         cfg.oBias = ab;
         cfg.qkNorm = true;
+    } else if (cfg.modelType == "phi3") {
+        // Phi3Attention / Phi3MLP: fused projections, no bias; the whole head rotates.
+        cfg.fusedProjections = true;
+        if (auto f = r.optDouble("partial_rotary_factor"); f && *f != 1.0)
+            throw Error(ErrorCode::Unsupported,
+                        fmt::format("{}: field 'partial_rotary_factor' is {}: partial RoPE is not supported "
+                                    "(only 1.0)",
+                                    sourceName, *f));
     }
     cfg.bosTokenId = r.optInt("bos_token_id");
     if (const json *eos = r.find("eos_token_id")) {

@@ -50,7 +50,7 @@ inline constexpr int kMaxPositions = 1 << 24;    // 16,777,216 tokens
 struct ModelConfig
 {
     std::string architecture; // e.g. LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Llama2c
-    std::string modelType;    // llama | mistral | qwen2 | qwen3 | llama2c
+    std::string modelType;    // llama | mistral | qwen2 | qwen3 | phi3 | llama2c
     int hiddenSize = 0;
     int intermediateSize = 0;
     int numLayers = 0;
@@ -70,6 +70,9 @@ struct ModelConfig
     // Per-head RMSNorm of queries and keys over head_dim (self_attn.q_norm / k_norm, [head_dim]),
     // after the projections and before RoPE (Qwen3).
     bool qkNorm = false;
+    // Phi-3 stores q/k/v as one self_attn.qkv_proj ([q + 2 kv, hidden]) and gate/up as one
+    // mlp.gate_up_proj ([2 intermediate, hidden]); Checkpoint shows them split under the Llama names.
+    bool fusedProjections = false;
     std::optional<int> bosTokenId;
     std::vector<int> eosTokenIds;
     std::string torchDtype; // as written in config.json, informational

@@ -65,8 +65,8 @@ std::string utf8(char32_t c)
 
 std::vector<std::string> randomModelPresetNames()
 {
-    return {"tiny",   "gqa",  "qwen2", "qwen3",  "qwen3-b", "smollm",
-            "llama3", "bias", "10m",   "demo-a", "demo-b"};
+    return {"tiny",   "gqa",    "qwen2", "qwen3", "qwen3-b", "phi3",
+            "smollm", "llama3", "bias",  "10m",   "demo-a",  "demo-b"};
 }
 
 RandomModelSpec randomModelPreset(const std::string &name)
@@ -102,6 +102,12 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.intermediateSize = b ? 192 : 128;
         c.ropeTheta = 1000000.0;
         c.rmsNormEps = 1e-6;
+    } else if (name == "phi3") {
+        // Phi-3: fused qkv_proj and gate_up_proj, no bias, full RoPE.
+        c.architecture = "Phi3ForCausalLM";
+        c.modelType = "phi3";
+        c.fusedProjections = true;
+        c.numKvHeads = 2;
     } else if (name == "smollm") {
         c.tieWordEmbeddings = true;
         c.numHeads = 8;
@@ -283,7 +289,23 @@ void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec 
                     "unsupported weight dtype '" + dtype + "' (F32, F16 or BF16)");
     ModelConfig c = spec.config;
     c.torchDtype = *st == DType::F32 ? "float32" : *st == DType::F16 ? "float16" : "bfloat16";
-    const auto weights = randomWeights(spec);
+    auto weights = randomWeights(spec);
+    if (c.fusedProjections) { // Phi-3's layout: row blocks q, k, v and gate, up of one tensor each
+        const auto fuse = [&](const std::string &p, const char *fused, std::vector<const char *> parts) {
+            std::vector<float> all;
+            for (const char *part : parts) {
+                auto node = weights.extract(p + part);
+                all.insert(all.end(), node.mapped().begin(), node.mapped().end());
+            }
+            weights[p + fused] = std::move(all);
+        };
+        for (int l = 0; l < c.numLayers; ++l) {
+            const std::string p = "model.layers." + std::to_string(l) + ".";
+            fuse(p, "self_attn.qkv_proj.weight",
+                 {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"});
+            fuse(p, "mlp.gate_up_proj.weight", {"mlp.gate_proj.weight", "mlp.up_proj.weight"});
+        }
+    }
     SafetensorsWriter writer;
     writer.setMetadata("format", "pt");
     for (const auto &[name, values] : weights) {

@@ -75,9 +75,23 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
         const std::string p = "model.layers." + std::to_string(l) + ".";
         L &y = layers[size_t(l)];
         y.an = load(ck, p + "input_layernorm.weight");
-        y.wq = load(ck, p + "self_attn.q_proj.weight");
-        y.wk = load(ck, p + "self_attn.k_proj.weight");
-        y.wv = load(ck, p + "self_attn.v_proj.weight");
+        if (c.fusedProjections) {
+            // Phi-3, split here from the stored tensors (not through Checkpoint's views): rows
+            // [0, q) are q, then k, then v; gate_up is gate then up (Phi3MLP's chunk order).
+            const size_t qn = size_t(nh) * size_t(hd) * size_t(H), kvn = size_t(nkv) * size_t(hd) * size_t(H);
+            const Vec qkv = load(ck, p + "self_attn.qkv_proj.weight");
+            y.wq.assign(qkv.begin(), qkv.begin() + std::ptrdiff_t(qn));
+            y.wk.assign(qkv.begin() + std::ptrdiff_t(qn), qkv.begin() + std::ptrdiff_t(qn + kvn));
+            y.wv.assign(qkv.begin() + std::ptrdiff_t(qn + kvn), qkv.end());
+            const Vec gateUp = load(ck, p + "mlp.gate_up_proj.weight");
+            const auto half = std::ptrdiff_t(gateUp.size() / 2);
+            y.w1.assign(gateUp.begin(), gateUp.begin() + half);
+            y.w3.assign(gateUp.begin() + half, gateUp.end());
+        } else {
+            y.wq = load(ck, p + "self_attn.q_proj.weight");
+            y.wk = load(ck, p + "self_attn.k_proj.weight");
+            y.wv = load(ck, p + "self_attn.v_proj.weight");
+        }
         y.wo = load(ck, p + "self_attn.o_proj.weight");
         if (c.qkvBias) {
             y.bq = load(ck, p + "self_attn.q_proj.bias");
@@ -91,8 +105,10 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
             y.kn = load(ck, p + "self_attn.k_norm.weight");
         }
         y.fn = load(ck, p + "post_attention_layernorm.weight");
-        y.w1 = load(ck, p + "mlp.gate_proj.weight");
-        y.w3 = load(ck, p + "mlp.up_proj.weight");
+        if (!c.fusedProjections) {
+            y.w1 = load(ck, p + "mlp.gate_proj.weight");
+            y.w3 = load(ck, p + "mlp.up_proj.weight");
+        }
         y.w2 = load(ck, p + "mlp.down_proj.weight");
         if (c.mlpBias) {
             y.b1 = load(ck, p + "mlp.gate_proj.bias");

@@ -56,6 +56,14 @@ const char *kQwen3_06b = R"({
   "attention_bias": false, "attention_dropout": 0.0, "hidden_act": "silu", "bos_token_id": 151643,
   "eos_token_id": 151645, "sliding_window": null, "use_sliding_window": false, "torch_dtype": "bfloat16"})";
 
+const char *kPhi3Mini4k = R"({
+  "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 3072,
+  "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32,
+  "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096,
+  "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+  "rope_scaling": null, "sliding_window": 2047, "tie_word_embeddings": false, "hidden_act": "silu",
+  "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000, "torch_dtype": "bfloat16"})";
+
 const char *kSmolLM135m = R"({
   "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 576,
   "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
@@ -217,6 +225,20 @@ private Q_SLOTS:
         QVERIFY(biased.qkvBias && biased.oBias);
     }
 
+    void phi3Fused()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kPhi3Mini4k, "p3");
+        QCOMPARE(c.architecture, std::string("Phi3ForCausalLM"));
+        QVERIFY(c.fusedProjections);
+        QVERIFY(!c.qkvBias && !c.oBias && !c.mlpBias && !c.qkNorm);
+        QCOMPARE(c.parameterCount(), int64_t(3821079552)); // Phi-3-mini-4k
+        std::string partial = kPhi3Mini4k;
+        partial.insert(partial.find("\"rope_theta\""), "\"partial_rotary_factor\": 0.75, ");
+        const Error e = expectError([&] { ModelConfig::fromHfJsonText(partial, "p3"); });
+        QCOMPARE(e.code(), ErrorCode::Unsupported);
+        QVERIFY2(std::string(e.what()).find("partial_rotary_factor") != std::string::npos, e.what());
+    }
+
     void smolLmTied()
     {
         const ModelConfig c = ModelConfig::fromHfJsonText(kSmolLM135m, "s");
@@ -254,6 +276,7 @@ private Q_SLOTS:
         QTest::newRow("qwen2") << QString(kQwen2_05b);
         QTest::newRow("smollm") << QString(kSmolLM135m);
         QTest::newRow("qwen3") << QString(kQwen3_06b);
+        QTest::newRow("phi3") << QString(kPhi3Mini4k);
         QTest::newRow("head_dim+bias")
             << QString::fromStdString(tiny(R"("head_dim": 32, "attention_bias": true)"));
         QTest::newRow("linear") << QString::fromStdString(

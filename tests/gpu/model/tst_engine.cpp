@@ -60,7 +60,7 @@ private Q_SLOTS:
     void variants_data()
     {
         QTest::addColumn<QString>("variant");
-        for (const char *v : {"tiny", "gqa", "qwen2", "qwen3", "qwen3-b", "smollm", "llama3", "bias",
+        for (const char *v : {"tiny", "gqa", "qwen2", "qwen3", "qwen3-b", "phi3", "smollm", "llama3", "bias",
                               "llama2c-legacy-shared", "llama2c-legacy-separate", "llama2c-v1"})
             QTest::newRow(v) << QString(v);
     }
