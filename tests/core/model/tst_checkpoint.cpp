@@ -1,5 +1,6 @@
 // Checkpoint: HF directories, llama2.c legacy/v1 files, tensor validation, conversion, fingerprints.
 #include "core/model/checkpoint.h"
+#include "core/model/random_model.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
 #include "tests/support/expect_error.h"
@@ -125,6 +126,44 @@ class TestCheckpoint : public QObject
     Q_OBJECT
 
 private Q_SLOTS:
+    // Phi-3's fused projections are shown split: each view is its row block of the fused tensor.
+    void phi3FusedViews()
+    {
+        QTemporaryDir tmp;
+        const std::filesystem::path dir = tmp.path().toStdString() + "/phi3";
+        writeRandomHfModel(dir, randomModelPreset("phi3"));
+        const Checkpoint ck = Checkpoint::open(dir);
+        const ModelConfig &c = ck.config();
+        const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                      kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
+        const auto rows = [&](const std::string &name, int64_t first, int64_t count) {
+            const std::vector<float> all = toFloatVector(ck.require(name, {}));
+            return std::vector<float>(all.begin() + first * h, all.begin() + (first + count) * h);
+        };
+        const std::string p = "model.layers.1.";
+        QCOMPARE(toFloatVector(ck.require(p + "self_attn.q_proj.weight", {q, h})),
+                 rows(p + "self_attn.qkv_proj.weight", 0, q));
+        QCOMPARE(toFloatVector(ck.require(p + "self_attn.k_proj.weight", {kv, h})),
+                 rows(p + "self_attn.qkv_proj.weight", q, kv));
+        QCOMPARE(toFloatVector(ck.require(p + "self_attn.v_proj.weight", {kv, h})),
+                 rows(p + "self_attn.qkv_proj.weight", q + kv, kv));
+        QCOMPARE(toFloatVector(ck.require(p + "mlp.gate_proj.weight", {inter, h})),
+                 rows(p + "mlp.gate_up_proj.weight", 0, inter));
+        QCOMPARE(toFloatVector(ck.require(p + "mlp.up_proj.weight", {inter, h})),
+                 rows(p + "mlp.gate_up_proj.weight", inter, inter));
+
+        // A phi3 config over split (Llama-layout) weights: the fused tensor is named as missing.
+        RandomModelSpec split = randomModelPreset("phi3");
+        split.config.fusedProjections = false;
+        const std::filesystem::path other = tmp.path().toStdString() + "/split";
+        writeRandomHfModel(other, split);
+        const Error e = expectError([&] { Checkpoint::open(other); });
+        QCOMPARE(e.code(), ErrorCode::Shape);
+        QVERIFY2(std::string(e.what()).find("model.layers.0.self_attn.qkv_proj.weight' is missing") !=
+                     std::string::npos,
+                 e.what());
+    }
+
     void llama2cRoundTrip_data()
     {
         QTest::addColumn<int>("version");
