@@ -6,6 +6,7 @@
 #include "core/model/dtype.h"
 #include "core/store/experiment_validation.h"
 #include "core/store/hdf5_handle.h"
+#include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -258,18 +259,7 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
         keepAttributesCompact(fcpl.get()); // the root group's attributes
         h5::File file(check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), ErrorCode::Io,
                             name + ": cannot create " + tmp.string()));
-        struct RemoveTmp
-        {
-            const fs::path &p;
-            bool keep = false;
-            ~RemoveTmp()
-            {
-                if (!keep) {
-                    std::error_code ignored;
-                    fs::remove(p, ignored);
-                }
-            }
-        } removeTmp{tmp};
+        TempPathGuard removeTmp(tmp);
         const hid_t f = file.get();
         const Site root(name, "/");
         Provenance p = provenance;
@@ -362,21 +352,8 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
         }
         check(H5Fflush(f, H5F_SCOPE_GLOBAL), ErrorCode::Io, name + ": cannot write " + tmp.string());
         check(file.reset(), ErrorCode::Io, name + ": cannot write " + tmp.string());
-        if (options.syncToDisk) {
-            const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-            if (fd < 0 || ::fsync(fd) != 0) {
-                const int err = errno;
-                if (fd >= 0)
-                    ::close(fd);
-                throw Error(ErrorCode::Io,
-                            name + ": cannot sync " + tmp.string() + ": " + std::strerror(err));
-            }
-            ::close(fd);
-        }
-        if (std::rename(tmp.c_str(), path.c_str()) != 0)
-            throw Error(ErrorCode::Io,
-                        name + ": cannot rename " + tmp.string() + " into place: " + std::strerror(errno));
-        removeTmp.keep = true;
+        syncAndRename(tmp, path, name, options.syncToDisk);
+        removeTmp.keep();
     }
 
     auto impl = std::make_unique<Impl>();

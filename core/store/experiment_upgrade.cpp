@@ -3,11 +3,11 @@
 #include "core/store/experiment_file.h"
 #include "core/store/experiment_validation.h"
 #include "core/store/hdf5_handle.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <unistd.h>
 
 namespace kvwb::core {
@@ -168,18 +168,6 @@ int addChecksums(detail::FileState &s)
     return s.promptCount;
 }
 
-void syncFile(const fs::path &path, const std::string &name)
-{
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::fsync(fd) != 0) {
-        const int err = errno;
-        if (fd >= 0)
-            ::close(fd);
-        throw Error(ErrorCode::Io, name + ": cannot sync " + path.string() + ": " + std::strerror(err));
-    }
-    ::close(fd);
-}
-
 } // namespace
 
 UpgradeResult upgradeExperiment(const fs::path &path, bool syncToDisk)
@@ -218,18 +206,7 @@ UpgradeResult upgradeExperiment(const fs::path &path, bool syncToDisk)
     fs::copy_file(path, tmp, fs::copy_options::overwrite_existing, ec);
     if (ec)
         throw Error(ErrorCode::Io, name + ": cannot copy to " + tmp.string() + ": " + ec.message());
-    struct RemoveTmp
-    {
-        const fs::path &p;
-        bool keep = false;
-        ~RemoveTmp()
-        {
-            if (!keep) {
-                std::error_code ignored;
-                fs::remove(p, ignored);
-            }
-        }
-    } removeTmp{tmp};
+    TempPathGuard removeTmp(tmp);
 
     {
         detail::FileState s;
@@ -275,12 +252,8 @@ UpgradeResult upgradeExperiment(const fs::path &path, bool syncToDisk)
         verify.file = h5::openForReading(tmp);
         detail::loadState(verify, 0);
     }
-    if (syncToDisk)
-        syncFile(tmp, name);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0)
-        throw Error(ErrorCode::Io,
-                    name + ": cannot rename " + tmp.string() + " into place: " + std::strerror(errno));
-    removeTmp.keep = true;
+    syncAndRename(tmp, path, name, syncToDisk);
+    removeTmp.keep();
     result.upgraded = true;
     return result;
 }

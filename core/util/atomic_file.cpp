@@ -77,6 +77,32 @@ void AtomicFile::commit()
     }
 }
 
+TempPathGuard::~TempPathGuard()
+{
+    if (!m_keep) {
+        std::error_code ignored;
+        std::filesystem::remove_all(m_path, ignored);
+    }
+}
+
+void syncAndRename(const std::filesystem::path &from, const std::filesystem::path &to,
+                   const std::string &what, bool syncToDisk)
+{
+    if (syncToDisk) {
+        const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || ::fsync(fd) != 0) {
+            const int err = errno;
+            if (fd >= 0)
+                ::close(fd);
+            throw Error(ErrorCode::Io, what + ": cannot sync " + from.string() + ": " + std::strerror(err));
+        }
+        ::close(fd);
+    }
+    if (std::rename(from.c_str(), to.c_str()) != 0)
+        throw Error(ErrorCode::Io,
+                    what + ": cannot rename " + from.string() + " into place: " + std::strerror(errno));
+}
+
 void writeFileAtomic(const std::filesystem::path &path, std::string_view contents)
 {
     AtomicFile f(path);

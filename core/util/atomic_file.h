@@ -35,6 +35,28 @@ private:
     bool m_committed = false;
 };
 
+// Removes a temporary file (or directory) when destroyed, unless keep() was called: the clean-up
+// of a build-then-rename that failed half-way.
+class TempPathGuard
+{
+public:
+    explicit TempPathGuard(std::filesystem::path path) : m_path(std::move(path)) {}
+    ~TempPathGuard();
+    TempPathGuard(const TempPathGuard &) = delete;
+    TempPathGuard &operator=(const TempPathGuard &) = delete;
+    void keep() noexcept { m_keep = true; }
+
+private:
+    std::filesystem::path m_path;
+    bool m_keep = false;
+};
+
+// fsync of a finished file, then rename(from, to) (same directory): the commit of a file written
+// under a temporary name by a library that does its own writes (HDF5). Error(Io) naming `what`
+// (the file as the user knows it), the step and the system's reason.
+void syncAndRename(const std::filesystem::path &from, const std::filesystem::path &to,
+                   const std::string &what, bool syncToDisk);
+
 // Convenience: the whole file in one call.
 void writeFileAtomic(const std::filesystem::path &path, std::string_view contents);
 
