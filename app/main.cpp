@@ -11,12 +11,30 @@
 #include <string_view>
 #include <unistd.h>
 
+namespace {
+
+// Subcommands that run no LibTorch work (no forward, no fit): they skip the restart below, which
+// would load LibTorch a second time (about half of their start-up).
+bool runsNoModel(int argc, char **argv)
+{
+    if (argc < 2)
+        return false; // the window
+    const std::string_view name = argv[1];
+    for (const char *light : {"--help", "-h", "help", "--version", "info", "upgrade", "tokenize",
+                              "make-model", "convert", "report", "corpus", "workload"})
+        if (name == light)
+            return true;
+    return false;
+}
+
+} // namespace
+
 int main(int argc, char **argv)
 {
     // LibTorch's OpenMP workers spin while OpenBLAS's own threads run the matmuls; on a 2-core
     // machine that made a 128-token prefill 7x slower (229 ms vs 34 ms, docs/engine.md). libgomp
     // reads OMP_WAIT_POLICY once, when it is loaded, so set it and start again.
-    if (!std::getenv("OMP_WAIT_POLICY")) {
+    if (!std::getenv("OMP_WAIT_POLICY") && !runsNoModel(argc, argv)) {
         ::setenv("OMP_WAIT_POLICY", "passive", 1);
         ::execv("/proc/self/exe", argv); // returns only on failure: then run as we are
     }
