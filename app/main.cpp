@@ -1,8 +1,10 @@
 // kvwb: one executable for the workbench and all its headless subcommands.
 #include "app/cli/cli.h"
+#ifndef KVWB_HEADLESS
 #include "app/gui.h"
 
 #include <QApplication>
+#endif
 #include <QCoreApplication>
 
 #include <cstdio>
@@ -40,6 +42,14 @@ int main(int argc, char **argv)
     }
     // No arguments, or `open PROJECT`: the window. Everything else is a headless subcommand.
     const bool gui = argc == 1 || (argc >= 2 && std::string_view(argv[1]) == "open");
+#ifdef KVWB_HEADLESS
+    if (gui) {
+        std::fprintf(stderr, "kvwb: this build is headless (KVWB_HEADLESS): no window; run a subcommand "
+                             "(kvwb --help)\n");
+        return 2;
+    }
+    QCoreApplication coreApp(argc, argv);
+#else
     // `report` draws charts (Qt Charts, QPainter text): a QApplication, offscreen when headless.
     const bool charts = argc >= 2 && std::string_view(argv[1]) == "report";
     if (charts && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") &&
@@ -50,10 +60,13 @@ int main(int argc, char **argv)
         app = std::make_unique<QApplication>(argc, argv);
     else
         app = std::make_unique<QCoreApplication>(argc, argv);
+#endif
     QCoreApplication::setApplicationName("kvwb");
     QCoreApplication::setApplicationVersion(KVWB_VERSION " (" KVWB_GIT_COMMIT ")");
+#ifndef KVWB_HEADLESS
     if (gui)
         return kvwb::app::runWorkbench(argc >= 3 ? QString::fromLocal8Bit(argv[2]) : QString());
+#endif
     QStringList args = QCoreApplication::arguments();
     args.removeFirst();
     if (args.first() == "--help" || args.first() == "-h" || args.first() == "help") {

@@ -2,7 +2,9 @@
 #include "app/cli/cli_align.h"
 #include "app/cli/cli_capture.h"
 #include "app/cli/cli_replay.h"
+#ifndef KVWB_HEADLESS
 #include "app/cli/cli_report.h"
+#endif
 #include "app/cli/cli_tiers.h"
 #include "app/cli/cli_train.h"
 #include "app/cli/cli_util.h"
@@ -493,8 +495,10 @@ const std::vector<Subcommand> &subcommands()
         {"bench-transfer", "Conversion vs prefill time at several prompt lengths.", cmdBenchTransfer},
         {"replay", "Replay a workload through exact, semantic, prefix and cross-model cache tiers.",
          cmdReplay},
+#ifndef KVWB_HEADLESS
         {"report", "Write an experiment's report: HTML (charts embedded), PDF, Markdown, CSV/JSON.",
          cmdReport},
+#endif
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", cmdCorpus},
         {"workload", "Write a request workload (JSONL) for cache replay: WordNet, ShareGPT or Quora pairs.",
          cmdWorkload},
