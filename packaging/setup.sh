@@ -60,6 +60,12 @@ case "$MODE" in
     build
     # Tests set their own torch thread counts; run two at a time on small machines.
     ctest --test-dir "$BUILD" --output-on-failure -j2
+    # The headless build (no window, no report writer: Qt Core only), its own tests; the compiler
+    # cache makes core/ and gpu/ nearly free after the build above.
+    HEADLESS="${KVWB_HEADLESS_BUILD_DIR:-$ROOT/build-headless}"
+    cmake -S "$ROOT" -B "$HEADLESS" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVWB_HEADLESS=ON >/dev/null
+    cmake --build "$HEADLESS" -j"$(nproc)"
+    ctest --test-dir "$HEADLESS" --output-on-failure -j2
     # The sanitizer job: core/ and its tests again under AddressSanitizer + UBSan (the integration
     # tests run kvwb, whose LibTorch and SentencePiece clash under ASan: docs/model-formats.md).
     ASAN="${KVWB_ASAN_BUILD_DIR:-$ROOT/build-asan}"
