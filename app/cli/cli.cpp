@@ -29,7 +29,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <random>
+#include <stdexcept>
 #include <thread>
 
 namespace kvwb::app {
@@ -522,6 +524,20 @@ std::string oneLine(std::string s)
     return s;
 }
 
+// The arguments that name existing files or directories, for an error that cannot name its
+// culprit itself ("its input").
+std::string inputFiles(const QStringList &args)
+{
+    std::string out;
+    for (qsizetype i = 1; i < args.size(); ++i) {
+        std::error_code ec;
+        const fs::path p = str(args[i]);
+        if (!args[i].startsWith('-') && fs::exists(p, ec))
+            out += (out.empty() ? "" : ", ") + p.string();
+    }
+    return out.empty() ? std::string("its input") : out;
+}
+
 } // namespace
 
 int runSubcommand(const QStringList &args)
@@ -541,6 +557,15 @@ int runSubcommand(const QStringList &args)
         } catch (const core::Error &e) {
             std::fprintf(stderr, "kvwb %s: error [%s]: %s\n", c.name, core::errorCodeName(e.code()),
                          oneLine(e.what()).c_str());
+            return 1;
+        } catch (const std::bad_alloc &) {
+            // An allocation sized from an input no reader bounded: say which inputs were in play.
+            std::fprintf(stderr, "kvwb %s: error [resource]: out of memory while reading %s\n", c.name,
+                         oneLine(inputFiles(args)).c_str());
+            return 1;
+        } catch (const std::length_error &e) {
+            std::fprintf(stderr, "kvwb %s: error [resource]: a size read from %s is too large (%s)\n", c.name,
+                         oneLine(inputFiles(args)).c_str(), oneLine(e.what()).c_str());
             return 1;
         } catch (const std::exception &e) {
             std::fprintf(stderr, "kvwb %s: internal error: %s\n", c.name, oneLine(e.what()).c_str());
