@@ -22,21 +22,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 }
         }
     });
-    kvwb::fuzz::expectOnlyKvwbErrors([&] {
-        for (const std::string &name : listConverters(path))
-            kvwb::fuzz::expectOnlyKvwbErrors([&] { (void)loadConverters(path, name); });
-    });
-    kvwb::fuzz::expectOnlyKvwbErrors([&] {
-        for (const std::string &name : listTables(path))
-            kvwb::fuzz::expectOnlyKvwbErrors([&] { (void)loadTable(path, name); });
-    });
-    kvwb::fuzz::expectOnlyKvwbErrors([&] {
-        for (const std::string &name : listLedgers(path))
-            kvwb::fuzz::expectOnlyKvwbErrors([&] { (void)loadLedger(path, name); });
-    });
-    kvwb::fuzz::expectOnlyKvwbErrors([&] {
-        for (const std::string &name : listComparisons(path))
-            kvwb::fuzz::expectOnlyKvwbErrors([&] { (void)loadComparisons(path, name); });
-    });
+    // every record of each kind, each one on its own (one bad record must not hide the next)
+    const auto each = [&](auto list, auto load) {
+        kvwb::fuzz::expectOnlyKvwbErrors([&] {
+            for (const std::string &name : list(path))
+                kvwb::fuzz::expectOnlyKvwbErrors([&] { (void)load(path, name); });
+        });
+    };
+    each(listConverters, [](const auto &p, const std::string &n) { return loadConverters(p, n); });
+    each(listTables, [](const auto &p, const std::string &n) { return loadTable(p, n); });
+    each(listLedgers, [](const auto &p, const std::string &n) { return loadLedger(p, n); });
+    each(listComparisons, loadComparisons);
     return 0;
 }
