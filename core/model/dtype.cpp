@@ -22,8 +22,9 @@ int dtypeSize(DType t) noexcept
     case DType::U8:
     case DType::Bool:
         return 1;
+    default:
+        return 0;
     }
-    return 0;
 }
 
 const char *dtypeName(DType t) noexcept
@@ -49,8 +50,71 @@ const char *dtypeName(DType t) noexcept
         return "U8";
     case DType::Bool:
         return "BOOL";
+    case DType::Q4_0:
+        return "Q4_0";
+    case DType::Q4_1:
+        return "Q4_1";
+    case DType::Q5_0:
+        return "Q5_0";
+    case DType::Q5_1:
+        return "Q5_1";
+    case DType::Q8_0:
+        return "Q8_0";
+    case DType::Q4_K:
+        return "Q4_K";
+    case DType::Q5_K:
+        return "Q5_K";
+    case DType::Q6_K:
+        return "Q6_K";
     }
     return "?";
+}
+
+bool isBlockQuantized(DType t) noexcept
+{
+    return dtypeBlockElements(t) > 1;
+}
+
+int dtypeBlockElements(DType t) noexcept
+{
+    switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+        return 32;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+        return 256;
+    default:
+        return 1;
+    }
+}
+
+int dtypeBlockBytes(DType t) noexcept
+{
+    switch (t) {
+    case DType::Q4_0:
+        return 18; // f16 d, 16 bytes of nibbles
+    case DType::Q4_1:
+        return 20; // f16 d, f16 m, 16 bytes of nibbles
+    case DType::Q5_0:
+        return 22; // f16 d, 4 bytes of high bits, 16 bytes of nibbles
+    case DType::Q5_1:
+        return 24;
+    case DType::Q8_0:
+        return 34; // f16 d, 32 int8
+    case DType::Q4_K:
+        return 144; // f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+    case DType::Q5_K:
+        return 176; // as Q4_K plus 32 bytes of high bits
+    case DType::Q6_K:
+        return 210; // 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 scales, f16 d
+    default:
+        return dtypeSize(t);
+    }
 }
 
 std::optional<DType> parseDType(std::string_view s) noexcept

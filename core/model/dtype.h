@@ -22,14 +22,31 @@ enum class DType
     I16,
     I8,
     U8,
-    Bool
+    Bool,
+    // ggml block-quantised types (GGUF files only): a row of n elements is n / blockElements
+    // blocks of blockBytes bytes each; core/model/quant.h converts them.
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q4_K,
+    Q5_K,
+    Q6_K
 };
 
-// Bytes per element.
+// Bytes per element; 0 for a block-quantised type (see dtypeBlockBytes).
 int dtypeSize(DType t) noexcept;
-// Safetensors spelling: "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL".
+// Safetensors spelling: "F32", "F16", "BF16", "F64", "I64", "I32", "I16", "I8", "U8", "BOOL"; the
+// quantised types as ggml spells them ("Q4_K", ...).
 const char *dtypeName(DType t) noexcept;
+// The safetensors types only: a quantised name is not a safetensors dtype.
 std::optional<DType> parseDType(std::string_view safetensorsName) noexcept;
+
+bool isBlockQuantized(DType t) noexcept;
+// Elements per block (1 for plain types) and bytes per block (dtypeSize for plain types).
+int dtypeBlockElements(DType t) noexcept;
+int dtypeBlockBytes(DType t) noexcept;
 
 float halfToFloat(uint16_t h) noexcept;
 uint16_t floatToHalf(float f) noexcept;

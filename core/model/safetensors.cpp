@@ -1,5 +1,7 @@
 #include "core/model/safetensors.h"
 
+#include "core/model/quant.h"
+
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
@@ -402,24 +404,15 @@ void SafetensorsWriter::write(const std::filesystem::path &path) const
 std::vector<float> toFloatVector(const TensorRef &t)
 {
     const TensorInfo &info = *t.info;
-    const size_t n = size_t(info.numel());
-    std::vector<float> out(n);
-    switch (info.dtype) {
-    case DType::F32:
-        std::memcpy(out.data(), t.data, n * sizeof(float));
-        break;
-    case DType::F16:
-    case DType::BF16:
-        for (size_t i = 0; i < n; ++i) {
-            uint16_t h;
-            std::memcpy(&h, t.data + 2 * i, 2);
-            out[i] = info.dtype == DType::F16 ? halfToFloat(h) : bf16ToFloat(h);
-        }
-        break;
-    default:
-        throw Error(ErrorCode::Shape, fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16 or BF16",
-                                                  t.file.string(), info.name, dtypeName(info.dtype)));
-    }
+    const int64_t n = info.numel();
+    const std::string what = fmt::format("{}: tensor '{}'", t.file.string(), info.name);
+    if (info.dtype != DType::F32 && info.dtype != DType::F16 && info.dtype != DType::BF16 &&
+        !isBlockQuantized(info.dtype))
+        throw Error(ErrorCode::Shape,
+                    fmt::format("{} has dtype {}, expected F32, F16, BF16 or a GGUF quantised type", what,
+                                dtypeName(info.dtype)));
+    std::vector<float> out(static_cast<size_t>(n));
+    dequantize(info.dtype, {t.data, size_t(info.bytes)}, n, out.data(), what);
     return out;
 }
 

@@ -106,7 +106,7 @@ private:
     std::map<std::string, std::string> m_metadata;
 };
 
-// Convert n elements of a F32/F16/BF16 tensor to float. Error(Shape) for other dtypes.
+// A F32/F16/BF16 or GGUF block-quantised tensor as floats. Error(Shape) for other dtypes.
 std::vector<float> toFloatVector(const TensorRef &t);
 
 } // namespace kvwb::core
