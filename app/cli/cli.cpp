@@ -11,10 +11,12 @@
 #include "app/cli/cli_wordnet.h"
 
 #include "core/model/checkpoint.h"
+#include "core/model/gguf_model.h"
 #include "core/model/memory_estimate.h"
 #include "core/model/random_model.h"
 #include "core/store/experiment_file.h"
 #include "core/store/experiment_upgrade.h"
+#include "core/tokenize/gguf_tokenizer.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
@@ -79,6 +81,20 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
     j["memory_estimate"] = {{"context_tokens", ctx},
                             {"f32_bytes", core::estimateMemory(c, 4, ctx).totalBytes()},
                             {"bf16_bytes", core::estimateMemory(c, 2, ctx).totalBytes()}};
+    if (ck.format() == core::CheckpointFormat::Gguf) {
+        const auto file = core::GgufFile::open(ck.path());
+        const auto sum = core::ggufSummary(file);
+        json types = json::object();
+        for (const auto &t : sum.types)
+            types[t.type] = {{"tensors", t.tensors}, {"bytes", t.bytes}};
+        j["gguf"] = {{"version", sum.version},
+                     {"architecture", sum.architecture},
+                     {"name", sum.name},
+                     {"tensor_types", types},
+                     {"file_bytes", file.fileSize()},
+                     {"dequantised_f32_bytes", sum.elements * 4},
+                     {"dequantised_bf16_bytes", sum.elements * 2}};
+    }
     if (tokenizerPath) {
         const auto tok = core::loadTokenizer(*tokenizerPath);
         j["tokenizer"] = {
@@ -138,7 +154,8 @@ int cmdInfo(const QStringList &args)
           "Print a JSON card: for a model its architecture, shapes, RoPE, tokenizer, fingerprint and memory "
           "estimate; for an experiment file (.h5) its provenance, models, storage and prompt count.",
           "PATH",
-          "HF model directory (or its config.json), llama2.c .bin checkpoint, or experiment .h5 file.");
+          "HF model directory (or its config.json), .gguf file, llama2.c .bin checkpoint, or experiment .h5 "
+          "file.");
     if (p.positionalArguments().size() != 1)
         throw UsageError{"expected exactly one PATH"};
     const fs::path path = str(p.positionalArguments().first());
@@ -226,7 +243,7 @@ size_t completeUtf8Prefix(const std::string &s)
 int cmdGenerate(const QStringList &args)
 {
     QCommandLineParser p;
-    p.addOption({"model", "HF model directory or llama2.c .bin.", "PATH"});
+    p.addOption({"model", "HF model directory, .gguf file or llama2.c .bin.", "PATH"});
     p.addOption({"tokenizer", "Tokenizer (default: the one beside the model).", "PATH"});
     p.addOption({"prompt", "Prompt text (encoded with the model's special tokens, e.g. BOS).", "STR"});
     p.addOption({"prompt-ids", "Prompt as comma-separated token ids.", "IDS"});
@@ -356,7 +373,7 @@ int cmdBench(const QStringList &args)
     p.addOption({"json", "Print JSON rows instead of a table."});
     addEngineOptions(p);
     parse(p, args, "Measure prefill and decode throughput at several prompt lengths.", "MODEL",
-          "HF model directory or llama2.c .bin.");
+          "HF model directory, .gguf file or llama2.c .bin.");
     if (p.positionalArguments().size() != 1)
         throw UsageError{"expected exactly one MODEL path"};
     const auto opts = loadOptions(p);
@@ -427,6 +444,34 @@ int cmdBench(const QStringList &args)
     return 0;
 }
 
+core::DType ggufWeightType(const std::string &name)
+{
+    for (core::DType t : {core::DType::F32, core::DType::F16, core::DType::BF16, core::DType::Q8_0,
+                          core::DType::Q4_0, core::DType::Q4_1, core::DType::Q5_0, core::DType::Q5_1,
+                          core::DType::Q4_K, core::DType::Q5_K, core::DType::Q6_K})
+        if (name == core::dtypeName(t))
+            return t;
+    throw UsageError{"weight type " + name +
+                     " is not one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"};
+}
+
+// The checkpoint as GGUF, its tokenizer (when it has one) in the metadata; prints what stayed F32.
+void writeGgufFrom(const core::Checkpoint &ck, const fs::path &out, core::DType type)
+{
+    core::GgufWriter w;
+    if (const auto tok = ck.tokenizerPath()) {
+        if (tok->extension() == ".gguf") {
+            // GGUF to GGUF: carry every tokenizer key over as it is
+            const auto src = core::GgufFile::open(*tok);
+            core::copyTokenizerMetadata(src, w);
+        } else {
+            core::writeTokenizerToGguf(*tok, w);
+        }
+    }
+    for (const std::string &note : core::writeGguf(ck, out, type, std::move(w)))
+        std::fprintf(stderr, "%s\n", note.c_str());
+}
+
 int cmdMakeModel(const QStringList &args)
 {
     QCommandLineParser p;
@@ -436,18 +481,45 @@ int cmdMakeModel(const QStringList &args)
     p.addOption({"preset", "One of: " + presets.join(", ") + " (default tiny).", "NAME", "tiny"});
     p.addOption({"out", "Output directory (HF layout).", "DIR"});
     p.addOption({"seed", "Weight seed (default 1).", "S", "1"});
-    p.addOption({"weight-dtype", "F32 (default), F16 or BF16 safetensors.", "DTYPE", "F32"});
+    p.addOption(
+        {"weight-dtype",
+         "F32 (default), F16 or BF16 safetensors; with --format gguf also Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+         "Q4_K, Q5_K, Q6_K.",
+         "DTYPE", "F32"});
+    p.addOption({"format", "hf (default: a directory) or gguf (one .gguf file at --out).", "FORMAT", "hf"});
     p.addOption({"force", "Replace --out when it exists and is not empty."});
     parse(p, args,
-          "Write a random-weight Llama-family model (config.json, model.safetensors, tokenizer.json) "
-          "for smoke tests and benchmarks.");
+          "Write a random-weight Llama-family model (config.json, model.safetensors, tokenizer.json; or one "
+          "GGUF file) for smoke tests and benchmarks.");
     if (!p.isSet("out"))
         throw UsageError{"--out is required"};
     auto spec = core::randomModelPreset(str(p.value("preset")));
     spec.seed = uint64_t(intOption(p, "seed", 1, 0));
-    core::writeDirectoryAtomic(str(p.value("out")), p.isSet("force"), "--force", [&](const fs::path &tmp) {
-        core::writeRandomHfModel(tmp, spec, str(p.value("weight-dtype")));
-    });
+    const std::string format = str(p.value("format"));
+    if (format == "gguf") {
+        const core::DType type = ggufWeightType(str(p.value("weight-dtype")));
+        const fs::path out = str(p.value("out"));
+        if (fs::exists(out) && !p.isSet("force"))
+            throw UsageError{out.string() + " exists; pass --force to replace it"};
+        fs::path dir = out;
+        dir += ".hf.tmp";
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+        core::writeRandomHfModel(dir, spec, "F32");
+        try {
+            writeGgufFrom(core::Checkpoint::open(dir), out, type);
+        } catch (...) {
+            fs::remove_all(dir, ec);
+            throw;
+        }
+        fs::remove_all(dir, ec);
+    } else if (format == "hf") {
+        core::writeDirectoryAtomic(
+            str(p.value("out")), p.isSet("force"), "--force",
+            [&](const fs::path &tmp) { core::writeRandomHfModel(tmp, spec, str(p.value("weight-dtype"))); });
+    } else {
+        throw UsageError{"--format must be hf or gguf, not " + format};
+    }
     std::printf("wrote %s (%s, %.2fM parameters)\n", qPrintable(p.value("out")),
                 qPrintable(p.value("preset")), spec.config.parameterCount() / 1e6);
     return 0;
@@ -456,17 +528,42 @@ int cmdMakeModel(const QStringList &args)
 int cmdConvert(const QStringList &args)
 {
     QCommandLineParser p;
-    p.addOption({"model", "Model to convert (llama2.c .bin or HF directory).", "PATH"});
-    p.addOption({"out", "Output HF directory.", "DIR"});
-    p.addOption({"force", "Replace --out when it exists and is not empty."});
-    parse(p, args,
-          "Convert a checkpoint to a Hugging Face directory (llama2.c q/k rows are permuted to "
-          "rotate-half RoPE order).");
+    p.addOption({"model", "Model to convert (HF directory, .gguf file or llama2.c .bin).", "PATH"});
+    p.addOption({"out", "Output HF directory, or .gguf file with --to gguf.", "PATH"});
+    p.addOption({"to", "hf (default) or gguf.", "FORMAT", "hf"});
+    p.addOption(
+        {"weight-type",
+         "With --to gguf: F32 (default), F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K for "
+         "the matrices (norms and biases stay F32).",
+         "TYPE", "F32"});
+    p.addOption({"force", "Replace --out when it exists."});
+    parse(
+        p, args,
+        "Convert a checkpoint to a Hugging Face directory (llama2.c and GGUF llama q/k rows are permuted to "
+        "rotate-half RoPE order; GGUF tensors are dequantised to F32), or to a GGUF file with the tokenizer "
+        "in its metadata.");
     if (!p.isSet("model") || !p.isSet("out"))
         throw UsageError{"--model and --out are required"};
     const auto ck = core::Checkpoint::open(str(p.value("model")));
-    core::writeDirectoryAtomic(str(p.value("out")), p.isSet("force"), "--force",
-                               [&](const fs::path &tmp) { core::convertToHf(ck, tmp); });
+    const std::string to = str(p.value("to"));
+    if (to == "gguf") {
+        const core::DType type = ggufWeightType(str(p.value("weight-type")));
+        const fs::path out = str(p.value("out"));
+        if (fs::exists(out) && !p.isSet("force"))
+            throw UsageError{out.string() + " exists; pass --force to replace it"};
+        writeGgufFrom(ck, out, type);
+    } else if (to == "hf") {
+        core::writeDirectoryAtomic(
+            str(p.value("out")), p.isSet("force"), "--force", [&](const fs::path &tmp) {
+                core::convertToHf(ck, tmp);
+                if (ck.format() == core::CheckpointFormat::Gguf && ck.tokenizerPath()) {
+                    const auto t = core::ggufTokenizerFile(core::GgufFile::open(ck.path()));
+                    core::writeFileAtomic(tmp / t.name, t.bytes);
+                }
+            });
+    } else {
+        throw UsageError{"--to must be hf or gguf, not " + to};
+    }
     std::printf("wrote %s\n", qPrintable(p.value("out")));
     return 0;
 }
@@ -476,13 +573,16 @@ int cmdConvert(const QStringList &args)
 const std::vector<Subcommand> &subcommands()
 {
     static const std::vector<Subcommand> all = {
-        {"info", "Print a model card (JSON) for an HF directory or llama2.c checkpoint.", cmdInfo},
+        {"info",
+         "Print a model card (JSON) for an HF directory, GGUF file or llama2.c checkpoint, or an experiment "
+         "file.",
+         cmdInfo},
         {"upgrade", "Rewrite an experiment file of an older kvwb (schema kvwb/1) as kvwb/2.", cmdUpgrade},
         {"tokenize", "Encode text with a tokenizer and print the ids.", cmdTokenize},
         {"generate", "Generate from a prompt (greedy or sampled), with TTFT and tok/s.", cmdGenerate},
         {"bench", "Prefill/decode throughput at several prompt lengths.", cmdBench},
         {"make-model", "Write a random-weight model for smoke tests and benchmarks.", cmdMakeModel},
-        {"convert", "Convert a llama2.c checkpoint to a Hugging Face directory.", cmdConvert},
+        {"convert", "Convert a checkpoint to a Hugging Face directory or a GGUF file.", cmdConvert},
         {"train", "Train a Llama-architecture model on a corpus (AdamW, cosine, resumable).", cmdTrain},
         {"eval-qa", "Score a model's greedy answers to corpus questions (exact match, word F1).", cmdEvalQa},
         {"capture", "Capture both models' KV caches for a prompt set into an HDF5 experiment file.",

@@ -101,7 +101,7 @@ std::vector<int> layerList(const QCommandLineParser &p, const char *flag, int nu
 int cmdCapture(const QStringList &args)
 {
     QCommandLineParser p;
-    p.addOption({"model-a", "Source model (HF directory or llama2.c .bin).", "PATH"});
+    p.addOption({"model-a", "Source model (HF directory, .gguf file or llama2.c .bin).", "PATH"});
     p.addOption({"model-b", "Target model.", "PATH"});
     p.addOption({"prompts",
                  "Prompts: text (one per line) or JSONL (workload/corpus: 'prompt', label 'intent').",

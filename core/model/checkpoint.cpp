@@ -1,5 +1,7 @@
 #include "core/model/checkpoint.h"
 
+#include "core/model/gguf_model.h"
+
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
@@ -23,6 +25,8 @@ const char *checkpointFormatName(CheckpointFormat f) noexcept
         return "llama2c-legacy";
     case CheckpointFormat::Llama2cV1:
         return "llama2c-v1";
+    case CheckpointFormat::Gguf:
+        return "gguf";
     }
     return "unknown";
 }
@@ -162,6 +166,9 @@ struct Checkpoint::Impl
     std::shared_ptr<const MappedFile> bin;                     // llama2.c
     std::map<std::string, TensorInfo, std::less<>> binTensors; // llama2.c; offset is from file start
 
+    std::optional<GgufFile> gguf;         // GGUF
+    std::optional<GgufModel> ggufTensors; // GGUF: its tensors under HF names
+
     // Phi-3's fused projections shown split under the Llama names: row ranges of the fused
     // tensor (a row-major [out, in] matrix's rows are contiguous).
     struct View
@@ -175,7 +182,10 @@ struct Checkpoint::Impl
     mutable std::mutex fingerprintMutex;
     mutable std::optional<std::string> fingerprint;
 
-    std::string weightSource() const { return weights ? weights->source().string() : bin->path().string(); }
+    std::string weightSource() const
+    {
+        return weights ? weights->source().string() : gguf ? gguf->path().string() : bin->path().string();
+    }
 
     std::optional<TensorRef> find(std::string_view name) const
     {
@@ -185,6 +195,12 @@ struct Checkpoint::Impl
             if (!weights->contains(name))
                 return std::nullopt;
             return weights->get(name);
+        }
+        if (ggufTensors) {
+            const auto g = ggufTensors->tensors.find(name);
+            if (g == ggufTensors->tensors.end())
+                return std::nullopt;
+            return TensorRef{&g->second.info, g->second.data, gguf->path()};
         }
         const auto it = binTensors.find(name);
         if (it == binTensors.end())
@@ -374,6 +390,14 @@ Checkpoint Checkpoint::open(const fs::path &path)
         impl->weights = WeightSet::open(weightFile ? path : impl->dir);
         if (impl->config.fusedProjections)
             impl->splitFusedProjections();
+    } else if (ext == ".gguf" || GgufFile::looksLikeGguf(path)) {
+        impl->format = CheckpointFormat::Gguf;
+        impl->dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+        impl->gguf = GgufFile::open(path);
+        impl->ggufTensors = ggufModel(*impl->gguf);
+        impl->config = impl->ggufTensors->config;
+        if (impl->config.fusedProjections)
+            impl->splitFusedProjections();
     } else {
         impl->dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
         Llama2cData data = openLlama2c(path);
@@ -424,6 +448,11 @@ std::vector<std::string> Checkpoint::tensorNames() const
     if (m_impl->weights)
         return m_impl->weights->names();
     std::vector<std::string> out;
+    if (m_impl->ggufTensors) {
+        for (const auto &[name, t] : m_impl->ggufTensors->tensors)
+            out.push_back(name);
+        return out;
+    }
     for (const auto &[name, info] : m_impl->binTensors)
         out.push_back(name);
     return out;
@@ -434,6 +463,11 @@ uint64_t Checkpoint::weightBytes() const
     if (m_impl->weights)
         return m_impl->weights->totalBytes();
     uint64_t total = 0;
+    if (m_impl->ggufTensors) {
+        for (const auto &[name, t] : m_impl->ggufTensors->tensors)
+            total += t.info.bytes;
+        return total;
+    }
     for (const auto &[name, info] : m_impl->binTensors)
         total += info.bytes;
     return total;
@@ -482,15 +516,19 @@ void Checkpoint::validateTensors() const
     for (const auto &[name, shape] : need) {
         const TensorRef ref = require(name, shape);
         const DType t = ref.info->dtype;
-        if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
+        if (t != DType::F32 && t != DType::F16 && t != DType::BF16 && !isBlockQuantized(t))
             throw Error(ErrorCode::Shape,
-                        fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16 or BF16",
+                        fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16, BF16 or a GGUF "
+                                    "quantised type",
                                     ref.file.string(), name, dtypeName(t)));
     }
 }
 
 std::optional<fs::path> Checkpoint::tokenizerPath() const
 {
+    if (m_impl->gguf) // the tokenizer is in the file's metadata (core/tokenize/gguf_tokenizer.h)
+        return m_impl->gguf->find("tokenizer.ggml.model") ? std::optional<fs::path>(m_impl->path)
+                                                          : std::nullopt;
     const std::vector<const char *> candidates =
         m_impl->weights ? std::vector<const char *>{"tokenizer.json", "tokenizer.model", "tokenizer.bin"}
                         : std::vector<const char *>{"tokenizer.bin"};
@@ -506,8 +544,9 @@ std::string Checkpoint::fingerprint() const
 {
     std::lock_guard lock(m_impl->fingerprintMutex);
     if (!m_impl->fingerprint) {
-        const std::vector<fs::path> files =
-            m_impl->weights ? m_impl->weights->files() : std::vector<fs::path>{m_impl->bin->path()};
+        const std::vector<fs::path> files = m_impl->weights ? m_impl->weights->files()
+                                            : m_impl->gguf  ? std::vector<fs::path>{m_impl->gguf->path()}
+                                                            : std::vector<fs::path>{m_impl->bin->path()};
         m_impl->fingerprint = sha256Files(files);
     }
     return *m_impl->fingerprint;
@@ -548,7 +587,7 @@ void convertToHf(const Checkpoint &from, const fs::path &outDir)
     writeFileAtomic(outDir / "config.json", cfg.toHfJson());
     writer.write(outDir / "model.safetensors");
 
-    if (const auto tok = from.tokenizerPath()) {
+    if (const auto tok = from.tokenizerPath(); tok && from.format() != CheckpointFormat::Gguf) {
         fs::copy_file(*tok, outDir / tok->filename(), fs::copy_options::overwrite_existing, ec);
         if (ec)
             throw Error(ErrorCode::Io, fmt::format("{}: cannot copy tokenizer to {}: {}", tok->string(),

@@ -1,8 +1,10 @@
 // A model on disk: its configuration, its weights by Hugging Face tensor name, its fingerprint, and
 // where its tokenizer is.
 //
-// Opens either a Hugging Face directory (config.json + model.safetensors or a sharded index) or a
-// llama2.c checkpoint (.bin: legacy 7-int32 header, or the "ak42" version-1 float32 export). llama2.c
+// Opens a Hugging Face directory (config.json + model.safetensors or a sharded index), a GGUF file
+// (core/model/gguf_model.h: quantised tensors keep their block type in TensorInfo::dtype and are
+// dequantised by toFloatVector or the engine as it loads), or a llama2.c checkpoint (.bin: legacy
+// 7-int32 header, or the "ak42" version-1 float32 export). llama2.c
 // weights are exposed under HF names (model.layers.N.self_attn.q_proj.weight, ...) with their
 // original row order, and config().ropeLayout == Interleaved says how to rotate them.
 //
@@ -26,14 +28,15 @@ enum class CheckpointFormat
 {
     HfSafetensors,
     Llama2cLegacy,
-    Llama2cV1
+    Llama2cV1,
+    Gguf
 };
 const char *checkpointFormatName(CheckpointFormat f) noexcept;
 
 class Checkpoint
 {
 public:
-    // path: an HF model directory, its config.json, or a llama2.c .bin file.
+    // path: an HF model directory, its config.json, a .gguf file, or a llama2.c .bin file.
     static Checkpoint open(const std::filesystem::path &path);
 
     const ModelConfig &config() const;
@@ -52,7 +55,8 @@ public:
     void validateTensors() const;
 
     // The tokenizer next to the model: tokenizer.json, then tokenizer.model, then tokenizer.bin in
-    // the model directory (for a .bin checkpoint: tokenizer.bin in the same directory).
+    // the model directory (for a .bin checkpoint: tokenizer.bin in the same directory); for a GGUF
+    // file the file itself when its metadata holds a tokenizer (loadTokenizer reads it).
     std::optional<std::filesystem::path> tokenizerPath() const;
 
     // sha256 (hex) over the weight files' bytes in order; computed on first call, then cached.
@@ -64,7 +68,8 @@ private:
 };
 
 // Write an HF directory (config.json + model.safetensors, F32) with the same function as `from`;
-// interleaved-RoPE q/k rows are permuted to rotate-half order. The tokenizer is copied if present.
+// interleaved-RoPE q/k rows are permuted to rotate-half order. The tokenizer file is copied if
+// present (a GGUF file's tokenizer is in its metadata: core/tokenize/gguf_tokenizer.h writes it).
 void convertToHf(const Checkpoint &from, const std::filesystem::path &outDir);
 
 // Write a llama2.c checkpoint (version 0: legacy 7-int header; version 1: "ak42" 256-byte header)

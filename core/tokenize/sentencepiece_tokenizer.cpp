@@ -36,15 +36,20 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::fromFile(const s
 {
     // Read it ourselves so that a missing file is Error(Io) like everywhere else, and a bad one is
     // Error(Tokenizer) carrying sentencepiece's reason.
-    const std::string bytes = text::readWholeFile(path);
+    return fromBytes(text::readWholeFile(path), path.string());
+}
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::fromBytes(std::string_view bytes,
+                                                                          const std::string &sourceName)
+{
     const SpmApi &api = spmApi();
     kvwb_spm *sp = nullptr;
     std::string err;
     if (api.load(bytes.data(), bytes.size(), &sp, appendBytes, &err) != 0)
-        throw Error(ErrorCode::Tokenizer, path.string() + ": not a SentencePiece model: " + err);
-    std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer(sp, path.string()));
+        throw Error(ErrorCode::Tokenizer, sourceName + ": not a SentencePiece model: " + err);
+    std::unique_ptr<SentencePieceTokenizer> tok(new SentencePieceTokenizer(sp, sourceName));
     if (api.pieceSize(sp) <= 0)
-        throw Error(ErrorCode::Tokenizer, path.string() + ": SentencePiece model has no pieces");
+        throw Error(ErrorCode::Tokenizer, sourceName + ": SentencePiece model has no pieces");
     return tok;
 }
 

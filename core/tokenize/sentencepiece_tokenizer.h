@@ -24,6 +24,9 @@ class SentencePieceTokenizer : public Tokenizer
 public:
     // Error(Io) if unreadable; Error(Tokenizer) naming the file if sentencepiece rejects it.
     static std::unique_ptr<SentencePieceTokenizer> fromFile(const std::filesystem::path &path);
+    // A serialized ModelProto; sourceName appears in error messages in place of a file name.
+    static std::unique_ptr<SentencePieceTokenizer> fromBytes(std::string_view bytes,
+                                                             const std::string &sourceName);
     ~SentencePieceTokenizer() override;
 
     std::vector<int> encode(std::string_view text, bool addSpecial) const override;

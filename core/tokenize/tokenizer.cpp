@@ -1,7 +1,9 @@
 #include "core/tokenize/tokenizer.h"
 
+#include "core/model/gguf.h"
 #include "core/model/model_config.h"
 #include "core/tokenize/bpe_tokenizer.h"
+#include "core/tokenize/gguf_tokenizer.h"
 #include "core/tokenize/llama2c_tokenizer.h"
 #include "core/tokenize/sentencepiece_tokenizer.h"
 #include "core/util/error.h"
@@ -57,6 +59,8 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &path)
     } else if (!fs::exists(path, ec)) {
         throw Error(ErrorCode::Io, path.string() + ": no such file or directory");
     }
+    if (file.extension() == ".gguf")
+        return tokenizerFromGguf(GgufFile::open(file));
     const auto kind = kindOfFile(file);
     if (!kind)
         throw Error(ErrorCode::Tokenizer, file.string() +

@@ -44,7 +44,8 @@ public:
 inline constexpr size_t kMaxTextBytes = size_t(4) << 20;
 void checkTextSize(std::string_view text, const std::string &tokenizerSource);
 
-// path: tokenizer.json, tokenizer.model, tokenizer.bin, or a directory holding one of them
+// path: tokenizer.json, tokenizer.model, tokenizer.bin, a .gguf file (its tokenizer.ggml.* metadata), or a
+// directory holding one of the first three
 // (preferred in that order). Error(Io) for unreadable, Error(Tokenizer) naming the file and the
 // field/entry at fault for malformed content.
 std::unique_ptr<Tokenizer> loadTokenizer(const std::filesystem::path &path);

@@ -5,11 +5,13 @@
 // Usage: kvwb_fuzz_seeds OUT_DIR [DEMO_TOKENIZER_MODEL]
 #include "core/cache/replay_ledger.h"
 #include "core/model/checkpoint.h"
+#include "core/model/gguf_model.h"
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/store/project.h"
+#include "core/tokenize/gguf_tokenizer.h"
 
 #include <cstdio>
 #include <cstring>
@@ -191,6 +193,20 @@ int main(int argc, char **argv)
         fs::create_directories(out / "llama2c");
         writeLlama2c(out / "llama2c" / "legacy.bin", c, weights, 0);
         writeLlama2c(out / "llama2c" / "v1.bin", c, weights, 1);
+    }
+    {
+        // a whole small model as GGUF, F32 and Q8_0, its byte-level tokenizer in the metadata
+        RandomModelSpec tiny = randomModelPreset("tiny");
+        const fs::path hf = out / "gguf.hf.tmp";
+        writeRandomHfModel(hf, tiny);
+        fs::create_directories(out / "gguf");
+        for (DType t : {DType::F32, DType::Q8_0}) {
+            GgufWriter w;
+            writeTokenizerToGguf(hf / "tokenizer.json", w);
+            writeGguf(Checkpoint::open(hf), out / "gguf" / (std::string("tiny-") + dtypeName(t) + ".gguf"), t,
+                      std::move(w));
+        }
+        fs::remove_all(hf);
     }
     put(out / "workload", "lines.jsonl",
         R"({"id":1,"t_ms":0,"tenant":"t1","user":"u1","model":"a","intent":"cat","prompt":"What is a cat?","max_tokens":8})"

@@ -7,6 +7,7 @@
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 
+#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -137,6 +138,60 @@ private Q_SLOTS:
         const Run c = runKvwb({"generate", "--model", path(m_model), "--prompt-ids", ids.join(","),
                                "--max-tokens", "8", "--ignore-eos", "--json"});
         QCOMPARE(QJsonDocument::fromJson(c.out).object()["output_ids"], ja["output_ids"]);
+    }
+
+    // GGUF end to end: written by make-model and by convert, read by info, tokenize and generate
+    // with the same results as the HF directory; back to HF; bad input is one line.
+    void ggufFiles()
+    {
+        const fs::path dir = fs::path(m_tmp.path().toStdString()) / "gguf";
+        fs::create_directories(dir);
+        const Run conv =
+            runKvwb({"convert", "--model", path(m_model), "--to", "gguf", "--out", path(dir / "m.gguf")});
+        QCOMPARE(conv.exitCode, 0);
+        const Run made = runKvwb({"make-model", "--preset", "gqa", "--seed", "5", "--format", "gguf",
+                                  "--weight-dtype", "Q8_0", "--out", path(dir / "q8.gguf")});
+        QVERIFY2(made.exitCode == 0, made.err.constData());
+        const Run info = runKvwb({"info", path(dir / "q8.gguf")});
+        QCOMPARE(info.exitCode, 0);
+        const auto card = QJsonDocument::fromJson(info.out).object();
+        QCOMPARE(card["format"].toString(), QString("gguf"));
+        QCOMPARE(card["gguf"].toObject()["architecture"].toString(), QString("llama"));
+        QVERIFY(card["gguf"].toObject()["tensor_types"].toObject().contains("Q8_0"));
+        QVERIFY(card["gguf"].toObject()["dequantised_f32_bytes"].toDouble() > card["bytes"].toDouble());
+        QCOMPARE(card["tokenizer"].toObject()["kind"].toString(), QString("bpe"));
+        const QStringList gen = {"generate", "--prompt",     "hello", "--max-tokens",
+                                 "8",        "--ignore-eos", "--json"};
+        const Run a = runKvwb(QStringList{gen} << "--model" << path(m_model));
+        const Run b = runKvwb(QStringList{gen} << "--model" << path(dir / "m.gguf"));
+        QCOMPARE(b.exitCode, 0);
+        const auto ja = QJsonDocument::fromJson(a.out).object(), jb = QJsonDocument::fromJson(b.out).object();
+        QCOMPARE(jb["prompt_ids"], ja["prompt_ids"]);
+        QCOMPARE(jb["output_ids"], ja["output_ids"]);
+        QCOMPARE(jb["logprobs"], ja["logprobs"]);
+        const Run back = runKvwb({"convert", "--model", path(dir / "m.gguf"), "--out", path(dir / "back")});
+        QCOMPARE(back.exitCode, 0);
+        const Run c = runKvwb(QStringList{gen} << "--model" << path(dir / "back"));
+        QCOMPARE(QJsonDocument::fromJson(c.out).object()["output_ids"], ja["output_ids"]);
+        // refusals
+        const Run exists =
+            runKvwb({"convert", "--model", path(m_model), "--to", "gguf", "--out", path(dir / "m.gguf")});
+        QCOMPARE(exists.exitCode, 2);
+        const Run badType = runKvwb({"convert", "--model", path(m_model), "--to", "gguf", "--weight-type",
+                                     "Q3_K", "--out", path(dir / "x.gguf")});
+        QCOMPARE(badType.exitCode, 2);
+        QVERIFY(badType.err.contains("Q3_K"));
+        QFile f(path(dir / "m.gguf"));
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const QByteArray head = f.read(200);
+        QFile cut(path(dir / "cut.gguf"));
+        QVERIFY(cut.open(QIODevice::WriteOnly));
+        cut.write(head);
+        cut.close();
+        const Run bad = runKvwb({"info", path(dir / "cut.gguf")});
+        QCOMPARE(bad.exitCode, 1);
+        QCOMPARE(bad.err.count('\n'), 1);
+        QVERIFY2(bad.err.contains("cut.gguf"), bad.err.constData());
     }
 
     void bench()

@@ -2,6 +2,7 @@
 
 #include "core/jobs/job_enums.h"
 #include "core/model/checkpoint.h"
+#include "core/model/gguf_model.h"
 #include "core/model/memory_estimate.h"
 #include "core/util/error.h"
 
@@ -11,6 +12,7 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QVBoxLayout>
@@ -78,8 +80,16 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     grid->addWidget(new QLabel(name, this), line, 0);
     r.path = new QLineEdit(this);
     r.path->setObjectName(role == 'a' ? "pathA" : "pathB");
-    r.path->setPlaceholderText(tr("path/to/model"));
+    r.path->setPlaceholderText(tr("model folder, .gguf file or llama2.c .bin"));
+    // Models are folders (HF) or single files (GGUF, llama2.c): Browse offers both.
     auto *browse = new QPushButton(tr("Browse..."), this);
+    browse->setObjectName(role == 'a' ? "browseA" : "browseB");
+    auto *browseMenu = new QMenu(browse);
+    QAction *pickFolder = browseMenu->addAction(tr("Model folder (Hugging Face)..."));
+    pickFolder->setObjectName(role == 'a' ? "browseFolderA" : "browseFolderB");
+    QAction *pickFile = browseMenu->addAction(tr("Model file (.gguf, llama2.c .bin)..."));
+    pickFile->setObjectName(role == 'a' ? "browseFileA" : "browseFileB");
+    browse->setMenu(browseMenu);
     r.device = new QComboBox(this);
     r.device->setObjectName(role == 'a' ? "deviceA" : "deviceB");
     r.device->addItems({"cpu", "cuda"});
@@ -98,11 +108,18 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     grid->addWidget(r.device, line, 3);
     grid->addWidget(r.dtype, line, 4);
     grid->addWidget(r.estimate, line + 1, 1, 1, 4);
-    connect(browse, &QPushButton::clicked, this, [this, role] {
+    connect(pickFolder, &QAction::triggered, this, [this, role] {
         const QString dir =
             QFileDialog::getExistingDirectory(this, tr("Model directory"), row(role).path->text());
         if (!dir.isEmpty())
             row(role).path->setText(dir);
+    });
+    connect(pickFile, &QAction::triggered, this, [this, role] {
+        const QString file = QFileDialog::getOpenFileName(
+            this, tr("Model file"), row(role).path->text(),
+            tr("Model files (*.gguf *.bin);;GGUF (*.gguf);;llama2.c checkpoints (*.bin);;All files (*)"));
+        if (!file.isEmpty())
+            row(role).path->setText(file);
     });
     connect(r.path, &QLineEdit::textChanged, this, [this, role] { refreshEstimate(role); });
     connect(r.device, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
@@ -138,6 +155,15 @@ void ModelsPanel::refreshEstimate(char role)
                          megabytes(e.kvBytes))
                     .arg(context)
                     .arg(megabytes(e.activationBytes)));
+            if (ck.format() == core::CheckpointFormat::Gguf) {
+                QStringList types;
+                for (const auto &t : core::ggufSummary(core::GgufFile::open(ck.path())).types)
+                    types << tr("%1 %2").arg(t.tensors).arg(QString::fromStdString(t.type));
+                r.estimate->setText(
+                    r.estimate->text() +
+                    tr(" GGUF file: %1 tensors, %2 on disk, dequantised to %3 as it loads.")
+                        .arg(types.join(", "), megabytes(int64_t(ck.weightBytes())), r.dtype->currentText()));
+            }
         } catch (const core::Error &e) {
             r.estimate->setText(QString("<span style='color:#b00020'>%1</span>")
                                     .arg(QString::fromUtf8(e.what()).toHtmlEscaped()));

@@ -259,6 +259,15 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     auto tensor = [&](const std::string &name, std::vector<int64_t> shape) {
         const core::TensorRef ref = checkpoint.require(name, shape);
         return translateTorch(name.c_str(), [&] {
+            if (core::isBlockQuantized(ref.info->dtype)) {
+                // GGUF blocks: dequantise one tensor at a time, then convert like an f32 one
+                std::vector<float> values = core::toFloatVector(ref);
+                auto t = torch::from_blob(values.data(), shape, torch::kFloat32)
+                             .to(m.device, m.dtype, /*non_blocking=*/false, /*copy=*/true)
+                             .contiguous();
+                m.deviceBytes += t.numel() * int64_t(t.element_size());
+                return t;
+            }
             auto cpu = torch::from_blob(const_cast<std::byte *>(ref.data), shape, torchType(ref.info->dtype));
             // clone: the mapping is read-only and may be unaligned for the dtype
             auto t = cpu.to(m.device, m.dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();

@@ -1,8 +1,10 @@
 // Engine correctness on tiny random models the test builds itself, one per architecture variant:
 // logits against a naive double-precision reference, incremental decode against a full forward,
 // generation from a supplied prefix cache against generation from scratch, llama2.c against its HF
-// conversion, and the KV cache's read/write/truncate/fork contract.
+// conversion, GGUF files against the HF directory they were written from, and the KV cache's
+// read/write/truncate/fork contract.
 #include "core/model/checkpoint.h"
+#include "core/model/gguf_model.h"
 #include "core/model/random_model.h"
 #include "core/util/error.h"
 #include "gpu/model/model.h"
@@ -197,6 +199,38 @@ private Q_SLOTS:
                 mapped[row * size_t(hd) + size_t(j + hd / 2)] = ka.keys[row * size_t(hd) + size_t(2 * j + 1)];
             }
         QVERIFY(test::maxRelativeError(mapped, kb.keys) < 1e-5);
+    }
+
+    // A GGUF written from an HF directory (llama's q/k rows permuted for llama.cpp and back) gives
+    // the same logits and the same captured KV; quantised weights give close logits.
+    void ggufMatchesHf_data()
+    {
+        QTest::addColumn<QString>("variant");
+        for (const char *v : {"gqa", "qwen2", "qwen3", "phi3", "llama3"})
+            QTest::newRow(v) << QString(v);
+    }
+    void ggufMatchesHf()
+    {
+        QFETCH(QString, variant);
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        const auto hf = core::Checkpoint::open(makeVariant(dir, variant));
+        core::writeGguf(hf, dir / "m.gguf", core::DType::F32);
+        core::writeGguf(hf, dir / "q8.gguf", core::DType::Q8_0);
+        auto a = gpu::Model::load(hf, {});
+        auto b = gpu::Model::load(core::Checkpoint::open(dir / "m.gguf"), {});
+        auto q = gpu::Model::load(core::Checkpoint::open(dir / "q8.gguf"), {});
+        const auto ids = randomIds(29, hf.config().vocabSize, 5);
+        auto ca = a->newCache(), cb = b->newCache(), cq = q->newCache();
+        const auto la = a->forward(ids, ca, true), lb = b->forward(ids, cb, true),
+                   lq = q->forward(ids, cq, true);
+        QCOMPARE(lb, la);
+        for (int l = 0; l < hf.config().numLayers; ++l) {
+            QCOMPARE(cb.layer(l, gpu::KeyForm::PreRope).keys, ca.layer(l, gpu::KeyForm::PreRope).keys);
+            QCOMPARE(cb.layer(l, gpu::KeyForm::PreRope).values, ca.layer(l, gpu::KeyForm::PreRope).values);
+        }
+        const double e = test::maxRelativeError(lq, la);
+        QVERIFY2(e > 0 && e < 0.05, qPrintable(QString("Q8_0 logits relative error %1").arg(e)));
     }
 
     void preRopeRoundTrip()

@@ -1,12 +1,17 @@
-// The run controls of the Alignment panel (fit settings, Fit/Cancel, the converter in use) and of the
+// The Models panel's model choice (a folder or a GGUF file, with what loading it costs), and the run
+// controls of the Alignment panel (fit settings, Fit/Cancel, the converter in use) and of the
 // Replay panel (tier stack, gate, Start/Pause/Stop, live mode): request round trips, the exact
 // requests emitted, refusals with a reason, busy toggling, live rows surviving a switch to a stored
 // ledger and back, and screenshots.
+#include "core/model/checkpoint.h"
+#include "core/model/gguf_model.h"
+#include "core/model/random_model.h"
 #include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/charts/replay_charts.h"
 #include "ui/models/ledger_model.h"
 #include "ui/panels/alignment_panel.h"
+#include "ui/panels/models_panel.h"
 #include "ui/panels/replay_panel.h"
 
 #include <QCheckBox>
@@ -15,8 +20,10 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QLineSeries>
+#include <QMenu>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QTemporaryDir>
 #include <QtTest>
 
 using namespace kvwb;
@@ -99,6 +106,26 @@ class TestPanelControls : public QObject
     Q_OBJECT
 
 private Q_SLOTS:
+    // Browse offers a folder and a file; a GGUF path shows its tensor types next to the estimate.
+    void modelsPanelTakesGgufFiles()
+    {
+        QTemporaryDir tmp;
+        const std::filesystem::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "hf", core::randomModelPreset("gqa"));
+        core::writeGguf(core::Checkpoint::open(dir / "hf"), dir / "m.gguf", core::DType::Q8_0);
+        ui::ModelsPanel panel;
+        auto *browse = panel.findChild<QPushButton *>("browseA");
+        QVERIFY(browse && browse->menu());
+        QCOMPARE(browse->menu()->actions().size(), 2);
+        QVERIFY(panel.findChild<QAction *>("browseFileA"));
+        panel.findChild<QLineEdit *>("pathA")->setText(QString::fromStdString((dir / "m.gguf").string()));
+        const QString text = panel.findChild<QLabel *>("estimateA")->text();
+        QVERIFY2(text.contains("3 layers") && text.contains("GGUF file") && text.contains("Q8_0"),
+                 qPrintable(text));
+        panel.findChild<QLineEdit *>("pathA")->setText(QString::fromStdString((dir / "hf").string()));
+        QVERIFY(!panel.findChild<QLabel *>("estimateA")->text().contains("GGUF"));
+    }
+
     void fitRequestRoundTrip()
     {
         ui::AlignmentPanel p;
