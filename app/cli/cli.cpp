@@ -57,6 +57,8 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
             rope["original_max_position_embeddings"] = c.ropeScaling.originalMaxPositionEmbeddings;
         }
     }
+    if (c.ropeLocalTheta) // Gemma 3: the sliding layers' base
+        rope["local_theta"] = *c.ropeLocalTheta;
     json j = {{"path", ck.path().string()},
               {"format", core::checkpointFormatName(ck.format())},
               {"architecture", c.architecture},
@@ -77,6 +79,14 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
               {"rope", rope},
               {"kv_bytes_per_token_f32", c.kvBytesPerToken(4)},
               {"fingerprint", ck.fingerprint()}};
+    if (!c.layerAttention.empty()) {
+        std::vector<int> sliding;
+        for (int l = 0; l < c.numLayers; ++l)
+            if (c.isSlidingLayer(l))
+                sliding.push_back(l);
+        j["sliding_window"] = c.slidingWindow;
+        j["sliding_layers"] = sliding;
+    }
     const int ctx = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : 2048;
     j["memory_estimate"] = {{"context_tokens", ctx},
                             {"f32_bytes", core::estimateMemory(c, 4, ctx).totalBytes()},

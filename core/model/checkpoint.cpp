@@ -499,6 +499,10 @@ void Checkpoint::validateTensors() const
             need.push_back({layerName(i, "self_attn.k_norm.weight"), {c.headDim}});
         }
         need.push_back({layerName(i, "post_attention_layernorm.weight"), {h}});
+        if (c.sandwichNorms) { // Gemma: around the MLP
+            need.push_back({layerName(i, "pre_feedforward_layernorm.weight"), {h}});
+            need.push_back({layerName(i, "post_feedforward_layernorm.weight"), {h}});
+        }
         need.push_back({layerName(i, "mlp.gate_proj.weight"), {inter, h}});
         need.push_back({layerName(i, "mlp.up_proj.weight"), {inter, h}});
         need.push_back({layerName(i, "mlp.down_proj.weight"), {h, inter}});

@@ -178,11 +178,11 @@ void readRopeFreqs(const GgufFile &f, const GgufTensor &t, ModelConfig &c, const
     factor = float(decimalOf(factor));
     ModelConfig plain = c;
     plain.ropeScaling = RopeScaling{};
-    const auto base = plain.ropeInvFreq();
+    const auto base = plain.ropeInvFreq(0);
     const auto reproduces = [&](const RopeScaling &rs) {
         ModelConfig scaled = c;
         scaled.ropeScaling = rs;
-        const auto b = scaled.ropeInvFreq();
+        const auto b = scaled.ropeInvFreq(0);
         for (int i = 0; i < half; ++i)
             if (std::fabs(base[size_t(i)] / b[size_t(i)] - double(div[size_t(i)])) >
                 1e-4 * double(div[size_t(i)]))
@@ -423,7 +423,7 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
         // factors have no llama.cpp key; kvwb's own keys carry them so the file reads back exactly.
         ModelConfig plain = c;
         plain.ropeScaling = RopeScaling{};
-        const auto a = plain.ropeInvFreq(), b = c.ropeInvFreq();
+        const auto a = plain.ropeInvFreq(0), b = c.ropeInvFreq(0);
         std::vector<float> div;
         for (size_t i = 0; i < a.size(); ++i)
             div.push_back(float(a[i] / b[i]));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -159,6 +160,119 @@ void readRope(const json &obj, const std::string &source, const char *field, Mod
     cfg.ropeScaling = s;
 }
 
+constexpr const char *kSupportedModelTypes = "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text";
+
+// Gemma2Config / Gemma3TextConfig: the fields Gemma adds, with the config class's default where
+// config.json leaves one out (Gemma 2 files carry no tie_word_embeddings: it defaults to true).
+void readGemma(const json &j, const FieldReader &r, const std::string &source, ModelConfig &cfg)
+{
+    const bool g3 = cfg.modelType == "gemma3_text";
+    cfg.unitOffsetNorm = true;
+    cfg.scaleEmbeddings = true;
+    cfg.sandwichNorms = true;
+    cfg.qkNorm = g3; // Gemma3Attention's q_norm / k_norm
+    cfg.tieWordEmbeddings = r.optBool("tie_word_embeddings").value_or(true);
+    const bool ab = r.optBool("attention_bias").value_or(false);
+    cfg.qkvBias = ab;
+    cfg.oBias = ab;
+    // Gemma2MLP reads hidden_activation; hidden_act, the older spelling some files also carry, is
+    // ignored there and here.
+    const std::string act = r.optString("hidden_activation").value_or("gelu_pytorch_tanh");
+    if (act != "gelu_pytorch_tanh")
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("{}: field 'hidden_activation' is '{}', which is not supported (supported: "
+                                "gelu_pytorch_tanh)",
+                                source, act));
+    cfg.activation = MlpActivation::GeluTanh;
+    cfg.queryPreAttnScalar = r.optDouble("query_pre_attn_scalar").value_or(256.0);
+    // A soft-cap left out takes the class default (Gemma 2: 50 and 30; Gemma 3: none); null is off.
+    const auto softcap = [&](const char *name, std::optional<double> byDefault) {
+        return j.contains(name) ? r.optDouble(name) : byDefault;
+    };
+    cfg.attnLogitSoftcap = softcap("attn_logit_softcapping", g3 ? std::nullopt : std::optional(50.0));
+    cfg.finalLogitSoftcap = softcap("final_logit_softcapping", g3 ? std::nullopt : std::optional(30.0));
+    if (j.contains("sliding_window") && j["sliding_window"].is_null())
+        throw Error(ErrorCode::Config,
+                    fmt::format("{}: field 'sliding_window' is null; {}'s sliding layers need a window",
+                                source, cfg.modelType));
+    cfg.slidingWindow = r.optInt("sliding_window").value_or(4096);
+    if (g3) {
+        cfg.ropeLocalTheta = r.optDouble("rope_local_base_freq").value_or(10000.0);
+        if (r.optBool("use_bidirectional_attention").value_or(false))
+            throw Error(ErrorCode::Unsupported,
+                        fmt::format("{}: field 'use_bidirectional_attention' is true (an embedding model); "
+                                    "kvwb runs causal decoders only",
+                                    source));
+    }
+    // Sized from num_hidden_layers only once it is within bounds (validate() refuses it otherwise).
+    cfg.layerAttention.clear();
+    if (cfg.numLayers <= 0 || cfg.numLayers > kMaxLayers)
+        return;
+    if (const json *types = r.find("layer_types")) { // transformers >= 4.53 names every layer
+        if (!types->is_array() || types->size() != size_t(cfg.numLayers))
+            r.wrongType("layer_types",
+                        fmt::format("a list of num_hidden_layers ({}) strings", cfg.numLayers).c_str(),
+                        *types);
+        for (size_t i = 0; i < types->size(); ++i) {
+            const json &t = (*types)[i];
+            if (t == "sliding_attention")
+                cfg.layerAttention.push_back(LayerAttention::Sliding);
+            else if (t == "full_attention")
+                cfg.layerAttention.push_back(LayerAttention::Full);
+            else
+                throw Error(ErrorCode::Unsupported,
+                            fmt::format("{}: field 'layer_types' entry {} is {}, which is not supported "
+                                        "(supported: full_attention, sliding_attention)",
+                                        source, i, t.dump()));
+        }
+        return;
+    }
+    // Older files give the pattern: Gemma 2 alternates, layer 0 sliding; Gemma 3 makes every
+    // sliding_window_pattern-th layer (counting from 1) global.
+    const int pattern = g3 ? r.optInt("sliding_window_pattern").value_or(6) : 2;
+    if (pattern <= 0)
+        throw Error(
+            ErrorCode::Config,
+            fmt::format("{}: field 'sliding_window_pattern' must be positive, got {}", source, pattern));
+    for (int i = 0; i < cfg.numLayers; ++i)
+        cfg.layerAttention.push_back((i + 1) % pattern != 0 ? LayerAttention::Sliding : LayerAttention::Full);
+}
+
+// rope_parameters keyed by layer type (Gemma 3 under transformers >= 5): full_attention is the
+// global RoPE (theta and scaling), sliding_attention the sliding layers' base (never scaled).
+void readRopePerLayerType(const json &obj, const std::string &source, ModelConfig &cfg)
+{
+    if (cfg.modelType != "gemma3_text")
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("{}: field 'rope_parameters' is keyed by layer type, which kvwb reads for "
+                                "gemma3_text only",
+                                source));
+    FieldReader r(obj, source, "rope_parameters");
+    if (const json *full = r.find("full_attention"))
+        readRope(*full, source, "rope_parameters.full_attention", cfg);
+    if (const json *sliding = r.find("sliding_attention")) {
+        ModelConfig local;
+        local.ropeTheta = cfg.ropeLocalTheta.value_or(10000.0);
+        readRope(*sliding, source, "rope_parameters.sliding_attention", local);
+        if (local.ropeScaling.type != "default")
+            throw Error(ErrorCode::Unsupported,
+                        fmt::format("{}: field 'rope_parameters.sliding_attention' has rope type '{}'; the "
+                                    "sliding layers' RoPE is supported unscaled (default) only",
+                                    source, local.ropeScaling.type));
+        cfg.ropeLocalTheta = local.ropeTheta;
+    }
+}
+
+// Plain RoPE inverse frequencies, [headDim / 2], in double.
+std::vector<double> baseInvFreq(double theta, int headDim)
+{
+    const int half = headDim / 2;
+    std::vector<double> inv(size_t(std::max(half, 0)));
+    for (int i = 0; i < half; ++i)
+        inv[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(headDim));
+    return inv;
+}
+
 } // namespace
 
 ModelConfig ModelConfig::fromHfJsonFile(const std::filesystem::path &configJson)
@@ -185,6 +299,7 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
     if (!modelType)
         r.missing("model_type");
     cfg.modelType = *modelType;
+    const bool gemma = cfg.modelType == "gemma2" || cfg.modelType == "gemma3_text";
     std::string defaultArch;
     if (cfg.modelType == "llama")
         defaultArch = "LlamaForCausalLM";
@@ -196,12 +311,22 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         defaultArch = "Qwen3ForCausalLM";
     else if (cfg.modelType == "phi3")
         defaultArch = "Phi3ForCausalLM";
+    else if (cfg.modelType == "gemma2")
+        defaultArch = "Gemma2ForCausalLM";
+    else if (cfg.modelType == "gemma3_text")
+        defaultArch = "Gemma3ForCausalLM";
+    else if (cfg.modelType == "gemma3")
+        // Gemma3ForConditionalGeneration: its text model's fields are in text_config (most left to
+        // Gemma3TextConfig's defaults) and its weights sit under the multimodal model's prefixes.
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("{}: model_type 'gemma3' (Gemma3ForConditionalGeneration, text and vision) "
+                                "is not supported: its text model is in field 'text_config'; kvwb reads "
+                                "Gemma 3 text checkpoints (model_type gemma3_text, Gemma3ForCausalLM)",
+                                sourceName));
     else
-        throw Error(
-            ErrorCode::Unsupported,
-            fmt::format(
-                "{}: model_type '{}' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)",
-                sourceName, cfg.modelType));
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("{}: model_type '{}' is not supported (supported: {})", sourceName,
+                                cfg.modelType, kSupportedModelTypes));
     cfg.architecture = defaultArch;
     if (const json *arch = r.find("architectures")) {
         if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string())
@@ -221,6 +346,8 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
     cfg.numKvHeads = r.optInt("num_key_value_heads").value_or(cfg.numHeads);
     if (auto hd = r.optInt("head_dim")) {
         cfg.headDim = *hd;
+    } else if (gemma) {
+        cfg.headDim = 256; // Gemma2Config / Gemma3TextConfig default, not hidden / heads
     } else {
         if (cfg.numHeads <= 0 || cfg.hiddenSize % cfg.numHeads != 0)
             throw Error(
@@ -290,11 +417,19 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
     else if (auto dt2 = r.optString("dtype")) // transformers >= 4.56 renamed it
         cfg.torchDtype = *dt2;
 
+    if (cfg.modelType == "gemma2" || cfg.modelType == "gemma3_text")
+        readGemma(j, r, sourceName, cfg);
+
     if (const json *rs = r.find("rope_scaling"))
         readRope(*rs, sourceName, "rope_scaling", cfg);
     // rope_parameters is the newer layout; when both exist it wins (it is what new HF code reads).
-    if (const json *rp = r.find("rope_parameters"))
-        readRope(*rp, sourceName, "rope_parameters", cfg);
+    // Gemma 3 under transformers >= 5 keys it by layer type.
+    if (const json *rp = r.find("rope_parameters")) {
+        if (rp->is_object() && (rp->contains("full_attention") || rp->contains("sliding_attention")))
+            readRopePerLayerType(*rp, sourceName, cfg);
+        else
+            readRope(*rp, sourceName, "rope_parameters", cfg);
+    }
 
     cfg.validate(sourceName);
     return cfg;
@@ -337,6 +472,32 @@ std::string ModelConfig::toHfJson() const
         j["mlp_bias"] = mlpBias;
     } else if (modelType == "qwen3") {
         j["attention_bias"] = qkvBias || oBias;
+    } else if (modelType == "gemma2" || modelType == "gemma3_text") {
+        j["attention_bias"] = qkvBias || oBias;
+        j["hidden_activation"] = activation == MlpActivation::GeluTanh ? "gelu_pytorch_tanh" : "silu";
+        j["query_pre_attn_scalar"] = queryPreAttnScalar.value_or(256.0);
+        // null, not absent: an absent soft-cap means Gemma 2's default of 50 / 30
+        j["attn_logit_softcapping"] = attnLogitSoftcap ? nlohmann::ordered_json(*attnLogitSoftcap) : nullptr;
+        j["final_logit_softcapping"] =
+            finalLogitSoftcap ? nlohmann::ordered_json(*finalLogitSoftcap) : nullptr;
+        j["sliding_window"] = slidingWindow;
+        nlohmann::ordered_json types = nlohmann::ordered_json::array();
+        for (int l = 0; l < numLayers; ++l)
+            types.push_back(isSlidingLayer(l) ? "sliding_attention" : "full_attention");
+        j["layer_types"] = types;
+        if (modelType == "gemma3_text") {
+            j["rope_local_base_freq"] = ropeLocalTheta.value_or(ropeTheta);
+            // transformers < 4.53 reads the pattern, not layer_types: written when one fits
+            for (int p = 1; p <= numLayers + 1; ++p) {
+                bool fits = true;
+                for (int l = 0; l < numLayers && fits; ++l)
+                    fits = isSlidingLayer(l) == ((l + 1) % p != 0);
+                if (fits) {
+                    j["sliding_window_pattern"] = p;
+                    break;
+                }
+            }
+        }
     }
     if (bosTokenId)
         j["bos_token_id"] = *bosTokenId;
@@ -409,6 +570,20 @@ void ModelConfig::validate(const std::string &source) const
                                 source, ropeScaling.highFreqFactor, ropeScaling.lowFreqFactor));
         }
     }
+    if (queryPreAttnScalar)
+        positive("query_pre_attn_scalar", *queryPreAttnScalar);
+    if (attnLogitSoftcap)
+        positive("attn_logit_softcapping", *attnLogitSoftcap);
+    if (finalLogitSoftcap)
+        positive("final_logit_softcapping", *finalLogitSoftcap);
+    if (ropeLocalTheta)
+        positive("rope_local_base_freq", *ropeLocalTheta);
+    if (!layerAttention.empty() && layerAttention.size() != size_t(numLayers))
+        throw Error(ErrorCode::Config, fmt::format("{}: field 'layer_types' has {} entries for {} layers",
+                                                   source, layerAttention.size(), numLayers));
+    if (std::find(layerAttention.begin(), layerAttention.end(), LayerAttention::Sliding) !=
+        layerAttention.end())
+        positive("sliding_window", slidingWindow);
     for (int eos : eosTokenIds) {
         if (eos < 0 || eos >= vocabSize)
             throw Error(ErrorCode::Config,
@@ -422,12 +597,17 @@ void ModelConfig::validate(const std::string &source) const
                                 *bosTokenId, vocabSize - 1));
 }
 
-std::vector<double> ModelConfig::ropeInvFreq() const
+bool ModelConfig::isSlidingLayer(int layer) const
 {
-    const int half = headDim / 2;
-    std::vector<double> inv(size_t(std::max(half, 0)));
-    for (int i = 0; i < half; ++i)
-        inv[size_t(i)] = 1.0 / std::pow(ropeTheta, double(2 * i) / double(headDim));
+    return layer >= 0 && size_t(layer) < layerAttention.size() &&
+           layerAttention[size_t(layer)] == LayerAttention::Sliding;
+}
+
+std::vector<double> ModelConfig::ropeInvFreq(int layer) const
+{
+    if (ropeLocalTheta && isSlidingLayer(layer)) // Gemma3RotaryEmbedding's local copy: no scaling
+        return baseInvFreq(*ropeLocalTheta, headDim);
+    std::vector<double> inv = baseInvFreq(ropeTheta, headDim);
     if (ropeScaling.type == "linear") {
         for (double &f : inv)
             f /= ropeScaling.factor;
@@ -469,6 +649,8 @@ int64_t ModelConfig::parameterCount() const
         layer += 2 * inter + h;
     if (qkNorm)
         layer += 2 * int64_t(headDim);
+    if (sandwichNorms)
+        layer += 2 * h; // pre_feedforward_layernorm + post_feedforward_layernorm
     int64_t total = v * h + int64_t(numLayers) * layer + h;
     if (!tieWordEmbeddings)
         total += v * h;

@@ -1,9 +1,10 @@
 // Architecture description of a Llama-family decoder, parsed from a Hugging Face config.json or
 // derived from a llama2.c checkpoint header.
 //
-// Supported model_type values: llama (Llama 2/3, SmolLM), mistral, qwen2. RoPE scaling is read from
-// both the `rope_scaling` object and the newer `rope_parameters` layout (types default, linear,
-// llama3). Value type; thread-safe to copy and read.
+// Supported model_type values: llama (Llama 2/3, SmolLM), mistral, qwen2, qwen3, phi3, gemma2 and
+// gemma3_text (Gemma 3's text model). RoPE scaling is read from both the `rope_scaling` object and
+// the newer `rope_parameters` layout (types default, linear, llama3; Gemma 3's per-layer-type
+// layout too). Value type; thread-safe to copy and read.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,21 @@ enum class RopeLayout
 // The one spelling of a layout in files, JSON, reports and the window: "rotate_half" | "interleaved".
 const char *ropeLayoutName(RopeLayout l) noexcept;
 std::optional<RopeLayout> parseRopeLayout(std::string_view name) noexcept; // the inverse, else nullopt
+
+// What one layer's attention sees: the whole prefix, or the last `slidingWindow` positions (Gemma).
+enum class LayerAttention
+{
+    Full,
+    Sliding
+};
+
+// The gate activation of the gated MLP: SiLU (SwiGLU, Llama) or GELU with the tanh approximation
+// (GeGLU, Gemma's gelu_pytorch_tanh).
+enum class MlpActivation
+{
+    Silu,
+    GeluTanh
+};
 
 struct RopeScaling
 {
@@ -50,7 +66,7 @@ inline constexpr int kMaxPositions = 1 << 24;    // 16,777,216 tokens
 struct ModelConfig
 {
     std::string architecture; // e.g. LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Llama2c
-    std::string modelType;    // llama | mistral | qwen2 | qwen3 | phi3 | llama2c
+    std::string modelType;    // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text | llama2c
     int hiddenSize = 0;
     int intermediateSize = 0;
     int numLayers = 0;
@@ -73,6 +89,30 @@ struct ModelConfig
     // Phi-3 stores q/k/v as one self_attn.qkv_proj ([q + 2 kv, hidden]) and gate/up as one
     // mlp.gate_up_proj ([2 intermediate, hidden]); Checkpoint shows them split under the Llama names.
     bool fusedProjections = false;
+    // Gemma 2/3: every RMSNorm (layers, final, q/k) scales by (1 + weight), multiplied in f32 before
+    // the cast back (Gemma2RMSNorm); Llama's scales by weight after the cast.
+    bool unitOffsetNorm = false;
+    // Gemma: the embeddings are multiplied by sqrt(hidden_size), rounded to the compute dtype first
+    // (HF's normalizer: sqrt(2304) = 48 exactly, sqrt(1152) = 33.94 becomes 34 in bf16).
+    bool scaleEmbeddings = false;
+    // Gemma: post_attention_layernorm ([hidden]) normalises the attention output before the residual
+    // add, and pre_feedforward_layernorm / post_feedforward_layernorm ([hidden] each) wrap the MLP.
+    bool sandwichNorms = false;
+    MlpActivation activation = MlpActivation::Silu;
+    // Attention scores are scaled by queryPreAttnScalar^-0.5 when given (Gemma), else headDim^-0.5.
+    std::optional<double> queryPreAttnScalar;
+    // Soft-capping: x -> cap * tanh(x / cap); of the scaled attention scores before the mask
+    // (Gemma 2 attn_logit_softcapping), and of the output logits (final_logit_softcapping).
+    std::optional<double> attnLogitSoftcap;
+    std::optional<double> finalLogitSoftcap;
+    // [numLayers] what each layer attends to, or empty: every layer attends to the whole prefix.
+    std::vector<LayerAttention> layerAttention;
+    // Tokens a sliding layer's query sees, itself included: the query at position i attends to the
+    // keys j with i - slidingWindow < j <= i. 0 when no layer slides.
+    int slidingWindow = 0;
+    // RoPE base of the sliding layers when it differs from rope_theta (Gemma 3's
+    // rope_local_base_freq; never scaled); nullopt: every layer uses rope_theta and ropeScaling.
+    std::optional<double> ropeLocalTheta;
     std::optional<int> bosTokenId;
     std::vector<int> eosTokenIds;
     std::string torchDtype; // as written in config.json, informational
@@ -87,8 +127,11 @@ struct ModelConfig
     // Error(Config) naming `source` and the field when dimensions are inconsistent.
     void validate(const std::string &source) const;
 
-    // RoPE inverse frequencies after scaling, [headDim / 2]; theta_i = pos * invFreq[i].
-    std::vector<double> ropeInvFreq() const;
+    // Whether layer `layer` (0-based) is a sliding-window layer.
+    bool isSlidingLayer(int layer) const;
+    // Layer `layer`'s RoPE inverse frequencies after scaling, [headDim / 2]; theta_i = pos * invFreq[i].
+    // The same for every layer except in Gemma 3, whose sliding layers use rope_local_base_freq.
+    std::vector<double> ropeInvFreq(int layer) const;
 
     int64_t parameterCount() const;
     // K and V bytes per token over all layers for the given element size.

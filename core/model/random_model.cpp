@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 
@@ -65,8 +66,8 @@ std::string utf8(char32_t c)
 
 std::vector<std::string> randomModelPresetNames()
 {
-    return {"tiny",   "gqa",    "qwen2", "qwen3", "qwen3-b", "phi3",
-            "smollm", "llama3", "bias",  "10m",   "demo-a",  "demo-b"};
+    return {"tiny",     "gqa",    "qwen2",  "qwen3", "qwen3-b", "phi3",   "gemma2", "gemma3",
+            "gemma3-b", "smollm", "llama3", "bias",  "10m",     "demo-a", "demo-b"};
 }
 
 RandomModelSpec randomModelPreset(const std::string &name)
@@ -108,6 +109,62 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.modelType = "phi3";
         c.fusedProjections = true;
         c.numKvHeads = 2;
+    } else if (name == "gemma2") {
+        // Gemma 2: (1 + w) norms, scaled embeddings, GeGLU, the four norms per layer, soft-capping
+        // at Gemma 2's 50 / 30, alternating sliding layers (0 and 2 slide, 1 is global) with a window
+        // of 8 tokens so that the test prompts cross it, query_pre_attn_scalar = hidden / heads
+        // (as Gemma 2 27B) != head_dim, tied embeddings.
+        c.architecture = "Gemma2ForCausalLM";
+        c.modelType = "gemma2";
+        c.numLayers = 3;
+        c.numKvHeads = 2;
+        c.headDim = 24;
+        c.intermediateSize = 128;
+        c.rmsNormEps = 1e-6;
+        c.tieWordEmbeddings = true;
+        c.unitOffsetNorm = true;
+        c.scaleEmbeddings = true;
+        c.sandwichNorms = true;
+        c.activation = MlpActivation::GeluTanh;
+        c.queryPreAttnScalar = 16.0;
+        c.attnLogitSoftcap = 50.0;
+        c.finalLogitSoftcap = 30.0;
+        c.slidingWindow = 8;
+        c.layerAttention = {LayerAttention::Sliding, LayerAttention::Full, LayerAttention::Sliding};
+    } else if (name == "gemma3" || name == "gemma3-b") {
+        // Gemma 3: as Gemma 2 plus q/k norms, without soft-capping; sliding layers use
+        // rope_local_base_freq (10000), global ones rope_theta (1e6). gemma3 has 2 layers (sliding,
+        // global: sliding_window_pattern 2), MQA with head_dim 32 and query_pre_attn_scalar =
+        // head_dim (as Gemma 3 1B); gemma3-b is wider and deeper with another KV geometry (4
+        // layers, pattern 3, 2 kv heads of 16, query_pre_attn_scalar = hidden / heads as 27B) and
+        // linear RoPE scaling 8 on its global layers (as 4B and up), for cross-model pairs.
+        const bool b = name == "gemma3-b";
+        c.architecture = "Gemma3ForCausalLM";
+        c.modelType = "gemma3_text";
+        c.hiddenSize = b ? 96 : 64;
+        c.numLayers = b ? 4 : 2;
+        c.numHeads = 4;
+        c.numKvHeads = b ? 2 : 1;
+        c.headDim = b ? 16 : 32;
+        c.intermediateSize = b ? 192 : 128;
+        c.rmsNormEps = 1e-6;
+        c.ropeTheta = 1000000.0;
+        c.ropeLocalTheta = 10000.0;
+        if (b) {
+            c.ropeScaling.type = "linear";
+            c.ropeScaling.factor = 8.0;
+        }
+        c.tieWordEmbeddings = true;
+        c.unitOffsetNorm = true;
+        c.scaleEmbeddings = true;
+        c.sandwichNorms = true;
+        c.qkNorm = true;
+        c.activation = MlpActivation::GeluTanh;
+        c.queryPreAttnScalar = b ? 24.0 : 32.0;
+        c.slidingWindow = b ? 12 : 8;
+        for (int l = 0; l < c.numLayers; ++l)
+            c.layerAttention.push_back((l + 1) % (b ? 3 : 2) != 0 ? LayerAttention::Sliding
+                                                                  : LayerAttention::Full);
     } else if (name == "smollm") {
         c.tieWordEmbeddings = true;
         c.numHeads = 8;
@@ -174,10 +231,12 @@ std::map<std::string, std::vector<float>> randomWeights(const RandomModelSpec &s
             x = float(spec.weightStd) * normal(rng);
         w[name] = std::move(v);
     };
+    // Gemma's norms scale by (1 + w): their weights sit around 0, not 1.
+    const float normCentre = c.unitOffsetNorm ? 0.0f : 1.0f;
     auto norm = [&](const std::string &name, int64_t n) {
         std::vector<float> v(static_cast<size_t>(n));
         for (float &x : v)
-            x = 1.0f + 0.1f * normal(rng);
+            x = normCentre + 0.1f * normal(rng);
         w[name] = std::move(v);
     };
     auto bias = [&](const std::string &name, int64_t n) {
@@ -188,11 +247,15 @@ std::map<std::string, std::vector<float>> randomWeights(const RandomModelSpec &s
     };
     const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
                   kv = int64_t(c.numKvHeads) * c.headDim;
-    // Embeddings are larger than the matrices so that logits differ clearly between tokens.
+    // Embeddings are larger than the matrices so that logits differ clearly between tokens. Gemma
+    // multiplies them by sqrt(hidden): they are drawn that much smaller, or the scaled token
+    // embedding would outweigh every attention output (each normed to ~1 by post_attention_layernorm)
+    // and B's logits would not depend on the context at all.
     {
+        const float std = c.scaleEmbeddings ? float(1.0 / std::sqrt(double(h))) : 1.0f;
         std::vector<float> e(size_t(c.vocabSize) * size_t(h));
         for (float &x : e)
-            x = normal(rng);
+            x = std * normal(rng);
         w["model.embed_tokens.weight"] = std::move(e);
     }
     for (int l = 0; l < c.numLayers; ++l) {
@@ -214,6 +277,10 @@ std::map<std::string, std::vector<float>> randomWeights(const RandomModelSpec &s
             norm(p + "self_attn.k_norm.weight", c.headDim);
         }
         norm(p + "post_attention_layernorm.weight", h);
+        if (c.sandwichNorms) {
+            norm(p + "pre_feedforward_layernorm.weight", h);
+            norm(p + "post_feedforward_layernorm.weight", h);
+        }
         matrix(p + "mlp.gate_proj.weight", c.intermediateSize, h);
         matrix(p + "mlp.up_proj.weight", c.intermediateSize, h);
         matrix(p + "mlp.down_proj.weight", h, c.intermediateSize);

@@ -7,7 +7,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     return kvwb::fuzz::expectOnlyKvwbErrors([&] {
         const auto c = kvwb::core::ModelConfig::fromHfJsonText(
             std::string_view(reinterpret_cast<const char *>(data), size), "config.json");
-        (void)c.ropeInvFreq();
+        (void)c.ropeInvFreq(0);
+        (void)c.ropeInvFreq(c.numLayers - 1);
         (void)c.toHfJson();
     });
 }

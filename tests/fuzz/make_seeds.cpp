@@ -164,6 +164,9 @@ int main(int argc, char **argv)
     const fs::path out = argv[1];
     RandomModelSpec spec = randomModelPreset("tiny");
     put(out / "config_json", "tiny.json", spec.config.toHfJson());
+    // Gemma's fields: soft-caps, layer_types, sliding_window_pattern, rope_local_base_freq
+    put(out / "config_json", "gemma2.json", randomModelPreset("gemma2").config.toHfJson());
+    put(out / "config_json", "gemma3.json", randomModelPreset("gemma3-b").config.toHfJson());
     put(out / "tokenizer_json", "byte_level.json", byteLevelTokenizerJson());
     {
         SafetensorsWriter w;

@@ -49,6 +49,8 @@ private Q_SLOTS:
         m_dir = m_tmp.path().toStdString();
         core::writeRandomHfModel(m_dir / "a", core::randomModelPreset("tiny"));
         core::writeRandomHfModel(m_dir / "b", core::randomModelPreset("gqa"));
+        core::writeRandomHfModel(m_dir / "g3", core::randomModelPreset("gemma3"));
+        core::writeRandomHfModel(m_dir / "g3b", core::randomModelPreset("gemma3-b"));
         std::string prompts;
         for (int i = 0; i < 40; ++i)
             prompts += "Question " + std::to_string(i) + ": what does the cache hold for prompt number " +
@@ -87,6 +89,38 @@ private Q_SLOTS:
         QCOMPARE(p0["rouge_l"].toDouble(), 1.0);
         QCOMPARE(p0["gate"].toObject()["passed"].toBool(), true);
         QVERIFY2(r.err.contains("gate: prompt 0 tail_kl"), r.err.constData());
+    }
+
+    // Gemma 3 end to end: a model aligned with itself through capture (keys before each layer's
+    // RoPE), align and compare reproduces itself over prompts longer than its sliding window; a
+    // pair of two geometries fits and compares.
+    void gemma3ThroughTheCli()
+    {
+        const auto self = capture("g3b", "g3b", "gemma-self.h5");
+        auto r = runKvwb({"align", "--experiment", q(self), "--lambda", "1e-7", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        for (const auto &v : QJsonDocument::fromJson(r.out).object()["layers"].toArray())
+            for (const char *k : {"r2_k", "r2_v", "attn_cos"})
+                QVERIFY2(v.toObject()[k].toDouble() > 0.999,
+                         qPrintable(QString("%1 = %2").arg(k).arg(v.toObject()[k].toDouble())));
+        r = runKvwb({"compare", "--experiment", q(self), "--held-out", "--limit", "2", "--max-tokens", "6",
+                     "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
+        QVERIFY2(s["kl"].toDouble() < 1e-4, qPrintable(QString::number(s["kl"].toDouble())));
+        QCOMPARE(s["top1"].toDouble(), 1.0);
+
+        const auto pair = capture("g3", "g3b", "gemma-pair.h5");
+        r = runKvwb({"align", "--experiment", q(pair), "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["layers"].toArray().size(),
+                 core::randomModelPreset("gemma3-b").config.numLayers);
+        r = runKvwb({"compare", "--experiment", q(pair), "--held-out", "--limit", "2", "--max-tokens", "4",
+                     "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
+        QCOMPARE(s["prompts"].toInt(), 2);
+        QVERIFY(s["kl"].toDouble() >= 0);
     }
 
     void crossPairFitsStoresAndCompares()

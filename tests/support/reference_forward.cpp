@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numbers>
+#include <optional>
 #include <string>
 
 namespace kvwb::test {
@@ -31,7 +33,8 @@ Vec matvec(const Vec &w, const Vec &x, const Vec *b)
     return y;
 }
 
-Vec rmsnorm(const Vec &x, const Vec &w, double eps)
+// Llama: x / rms * w; Gemma (unitOffset): x / rms * (1 + w).
+Vec rmsnormOf(const Vec &x, const Vec &w, double eps, bool unitOffset)
 {
     double ss = 0;
     for (double v : x)
@@ -39,8 +42,19 @@ Vec rmsnorm(const Vec &x, const Vec &w, double eps)
     const double inv = 1.0 / std::sqrt(ss / double(x.size()) + eps);
     Vec y(x.size());
     for (size_t i = 0; i < x.size(); ++i)
-        y[i] = w[i] * (x[i] * inv);
+        y[i] = ((unitOffset ? 1.0 : 0.0) + w[i]) * (x[i] * inv);
     return y;
+}
+
+double softcap(double x, const std::optional<double> &cap)
+{
+    return cap ? *cap * std::tanh(x / *cap) : x;
+}
+
+// GELU, tanh approximation (HF gelu_pytorch_tanh).
+double geluTanh(double x)
+{
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
 void rope(Vec &v, int heads, int hd, int pos, const std::vector<double> &invFreq, core::RopeLayout layout)
@@ -61,14 +75,19 @@ void rope(Vec &v, int heads, int hd, int pos, const std::vector<double> &invFreq
 
 } // namespace
 
-std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, const std::vector<int> &ids)
+std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, const std::vector<int> &ids,
+                                                  std::vector<std::vector<std::vector<double>>> *preRopeKeys)
 {
     const core::ModelConfig &c = ck.config();
     const int H = c.hiddenSize, nh = c.numHeads, nkv = c.numKvHeads, hd = c.headDim;
-    const auto invFreq = c.ropeInvFreq();
+    const bool g = c.unitOffsetNorm;
+    const auto rmsnorm = [&](const Vec &x, const Vec &w) { return rmsnormOf(x, w, c.rmsNormEps, g); };
+    if (preRopeKeys)
+        preRopeKeys->assign(size_t(c.numLayers), {});
     struct L
     {
-        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, fn, w1, w2, w3, b1, b2, b3;
+        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, fn, pre, post, w1, w2, w3, b1, b2, b3;
+        std::vector<double> invFreq; // this layer's RoPE
     };
     std::vector<L> layers(size_t(c.numLayers));
     for (int l = 0; l < c.numLayers; ++l) {
@@ -105,6 +124,11 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
             y.kn = load(ck, p + "self_attn.k_norm.weight");
         }
         y.fn = load(ck, p + "post_attention_layernorm.weight");
+        if (c.sandwichNorms) {
+            y.pre = load(ck, p + "pre_feedforward_layernorm.weight");
+            y.post = load(ck, p + "post_feedforward_layernorm.weight");
+        }
+        y.invFreq = c.ropeInvFreq(l);
         if (!c.fusedProjections) {
             y.w1 = load(ck, p + "mlp.gate_proj.weight");
             y.w3 = load(ck, p + "mlp.up_proj.weight");
@@ -126,9 +150,12 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
     for (size_t pos = 0; pos < ids.size(); ++pos) {
         Vec x(emb.begin() + std::ptrdiff_t(size_t(ids[pos]) * size_t(H)),
               emb.begin() + std::ptrdiff_t(size_t(ids[pos] + 1) * size_t(H)));
+        if (c.scaleEmbeddings)
+            for (double &v : x)
+                v *= std::sqrt(double(H));
         for (int l = 0; l < c.numLayers; ++l) {
             const L &y = layers[size_t(l)];
-            const Vec xb = rmsnorm(x, y.an, c.rmsNormEps);
+            const Vec xb = rmsnorm(x, y.an);
             Vec q = matvec(y.wq, xb, c.qkvBias ? &y.bq : nullptr);
             Vec k = matvec(y.wk, xb, c.qkvBias ? &y.bk : nullptr);
             Vec v = matvec(y.wv, xb, c.qkvBias ? &y.bv : nullptr);
@@ -137,49 +164,66 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
                     for (int h = 0; h < heads; ++h) {
                         const Vec part(t.begin() + std::ptrdiff_t(h * hd),
                                        t.begin() + std::ptrdiff_t((h + 1) * hd));
-                        const Vec normed = rmsnorm(part, w, c.rmsNormEps);
+                        const Vec normed = rmsnorm(part, w);
                         std::copy(normed.begin(), normed.end(), t.begin() + std::ptrdiff_t(h * hd));
                     }
                 };
                 perHead(q, nh, y.qn);
                 perHead(k, nkv, y.kn);
             }
-            rope(q, nh, hd, int(pos), invFreq, c.ropeLayout);
-            rope(k, nkv, hd, int(pos), invFreq, c.ropeLayout);
+            if (preRopeKeys)
+                (*preRopeKeys)[size_t(l)].push_back(k);
+            rope(q, nh, hd, int(pos), y.invFreq, c.ropeLayout);
+            rope(k, nkv, hd, int(pos), y.invFreq, c.ropeLayout);
             kc[size_t(l)].push_back(k);
             vc[size_t(l)].push_back(v);
+            // A sliding layer's query at pos sees keys t with pos - window < t <= pos.
+            const size_t first = c.isSlidingLayer(l) && pos + 1 > size_t(c.slidingWindow)
+                                     ? pos + 1 - size_t(c.slidingWindow)
+                                     : 0;
+            const double scale = 1.0 / std::sqrt(c.queryPreAttnScalar.value_or(double(hd)));
             Vec att(size_t(nh) * size_t(hd), 0.0);
             for (int h = 0; h < nh; ++h) {
-                const int g = h / (nh / nkv); // kv head shared by this query head
-                std::vector<double> scores(pos + 1);
+                const int kvh = h / (nh / nkv); // kv head shared by this query head
+                std::vector<double> scores(pos + 1 - first);
                 double mx = -1e300;
-                for (size_t t = 0; t <= pos; ++t) {
+                for (size_t t = first; t <= pos; ++t) {
                     double s = 0;
                     for (int i = 0; i < hd; ++i)
-                        s += q[size_t(h * hd + i)] * kc[size_t(l)][t][size_t(g * hd + i)];
-                    scores[t] = s / std::sqrt(double(hd));
-                    mx = std::max(mx, scores[t]);
+                        s += q[size_t(h * hd + i)] * kc[size_t(l)][t][size_t(kvh * hd + i)];
+                    scores[t - first] = softcap(s * scale, c.attnLogitSoftcap);
+                    mx = std::max(mx, scores[t - first]);
                 }
                 double z = 0;
                 for (double &s : scores)
                     z += (s = std::exp(s - mx));
-                for (size_t t = 0; t <= pos; ++t)
+                for (size_t t = first; t <= pos; ++t)
                     for (int i = 0; i < hd; ++i)
-                        att[size_t(h * hd + i)] += scores[t] / z * vc[size_t(l)][t][size_t(g * hd + i)];
+                        att[size_t(h * hd + i)] +=
+                            scores[t - first] / z * vc[size_t(l)][t][size_t(kvh * hd + i)];
             }
-            const Vec o = matvec(y.wo, att, c.oBias ? &y.bo : nullptr);
+            Vec o = matvec(y.wo, att, c.oBias ? &y.bo : nullptr);
+            if (c.sandwichNorms) // Gemma: post_attention_layernorm on the attention output
+                o = rmsnorm(o, y.fn);
             for (int i = 0; i < H; ++i)
                 x[size_t(i)] += o[size_t(i)];
-            const Vec xb2 = rmsnorm(x, y.fn, c.rmsNormEps);
+            const Vec xb2 = rmsnorm(x, c.sandwichNorms ? y.pre : y.fn);
             Vec g1 = matvec(y.w1, xb2, c.mlpBias ? &y.b1 : nullptr);
             const Vec g3 = matvec(y.w3, xb2, c.mlpBias ? &y.b3 : nullptr);
-            for (size_t i = 0; i < g1.size(); ++i)
-                g1[i] = g1[i] / (1.0 + std::exp(-g1[i])) * g3[i]; // silu(w1 x) * w3 x
-            const Vec d = matvec(y.w2, g1, c.mlpBias ? &y.b2 : nullptr);
+            for (size_t i = 0; i < g1.size(); ++i) // act(w1 x) * w3 x
+                g1[i] = (c.activation == core::MlpActivation::GeluTanh ? geluTanh(g1[i])
+                                                                       : g1[i] / (1.0 + std::exp(-g1[i]))) *
+                        g3[i];
+            Vec d = matvec(y.w2, g1, c.mlpBias ? &y.b2 : nullptr);
+            if (c.sandwichNorms)
+                d = rmsnorm(d, y.post);
             for (int i = 0; i < H; ++i)
                 x[size_t(i)] += d[size_t(i)];
         }
-        out.push_back(matvec(cls, rmsnorm(x, finalNorm, c.rmsNormEps), nullptr));
+        Vec logits = matvec(cls, rmsnorm(x, finalNorm), nullptr);
+        for (double &v : logits)
+            v = softcap(v, c.finalLogitSoftcap);
+        out.push_back(std::move(logits));
     }
     return out;
 }

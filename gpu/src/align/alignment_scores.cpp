@@ -77,13 +77,20 @@ KvFitMetrics finish(const ScoreSums &k, const ScoreSums &v)
     return m;
 }
 
-// Causal attention of q [nh, t, hd] over k, v [nkv, t, hd] (GQA: query head h uses kv head h / rep).
-torch::Tensor attend(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v)
+// Causal attention of q [nh, t, hd] over k, v [nkv, t, hd] (GQA: query head h uses kv head h / rep)
+// as layer `layer` of the model `c` attends: its score scale, soft-cap and sliding window (Gemma).
+torch::Tensor attend(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                     const core::ModelConfig &c, int layer)
 {
     const int64_t nh = q.size(0), t = q.size(1), hd = q.size(2), rep = nh / k.size(0);
     auto kk = k.repeat_interleave(rep, 0), vv = v.repeat_interleave(rep, 0);
-    auto scores = torch::matmul(q, kk.transpose(1, 2)) / std::sqrt(double(hd)); // [nh, t, t]
+    auto scores = torch::matmul(q, kk.transpose(1, 2)) /
+                  std::sqrt(c.queryPreAttnScalar.value_or(double(hd))); // [nh, t, t]
+    if (c.attnLogitSoftcap)
+        scores = torch::tanh(scores / *c.attnLogitSoftcap) * *c.attnLogitSoftcap;
     auto mask = torch::ones({t, t}, torch::kBool).triu(1);
+    if (c.isSlidingLayer(layer)) // query i sees keys j > i - window
+        mask = mask.logical_or(torch::ones({t, t}, torch::kBool).tril(-c.slidingWindow));
     scores = scores.masked_fill(mask, -INFINITY);
     return torch::matmul(torch::softmax(scores, -1), vv); // [nh, t, hd]
 }
@@ -275,8 +282,8 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f,
                         .clone();
                 };
                 const auto ownKv = own.layer(l, KeyForm::PostRope), convKv = conv.layer(l, KeyForm::PostRope);
-                auto a = attend(q, tensor(ownKv.keys), tensor(ownKv.values));   // [nh, t, hd]
-                auto b = attend(q, tensor(convKv.keys), tensor(convKv.values)); // [nh, t, hd]
+                auto a = attend(q, tensor(ownKv.keys), tensor(ownKv.values), cb, l);   // [nh, t, hd]
+                auto b = attend(q, tensor(convKv.keys), tensor(convKv.values), cb, l); // [nh, t, hd]
                 auto flat = [&](const torch::Tensor &x) { return x.transpose(0, 1).reshape({t, -1}); };
                 r.layerCos[size_t(l)] += cosineSum(flat(a), flat(b));
                 for (int h = 0; h < cb.numKvHeads; ++h)

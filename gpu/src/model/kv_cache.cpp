@@ -15,37 +15,51 @@ namespace detail {
 RopeTables::RopeTables(const core::ModelConfig &config, torch::Device device)
     : m_layout(config.ropeLayout), m_device(device)
 {
-    for (double f : config.ropeInvFreq())
-        m_invFreq.push_back(float(f));
+    for (int l = 0; l < config.numLayers; ++l) {
+        std::vector<float> inv;
+        for (double f : config.ropeInvFreq(l))
+            inv.push_back(float(f));
+        size_t set = 0;
+        while (set < m_sets.size() && m_sets[set].invFreq != inv)
+            ++set;
+        if (set == m_sets.size())
+            m_sets.push_back(Set{std::move(inv), {}, {}, 0});
+        m_setOfLayer.push_back(set);
+    }
 }
 
-std::pair<torch::Tensor, torch::Tensor> RopeTables::tables(int64_t start, int64_t count)
+std::pair<torch::Tensor, torch::Tensor> RopeTables::tables(size_t set, int64_t start, int64_t count)
 {
     std::lock_guard lock(m_mutex);
+    Set &s = m_sets[set];
     const int64_t positions = start + count;
-    if (positions <= m_capacity)
-        return {m_cos.narrow(0, start, count), m_sin.narrow(0, start, count)};
-    int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(256, m_capacity * 2));
-    const int64_t half = int64_t(m_invFreq.size());
-    std::vector<float> c(size_t(cap * half)), s(size_t(cap * half));
+    if (positions <= s.capacity)
+        return {s.cos.narrow(0, start, count), s.sin.narrow(0, start, count)};
+    int64_t cap = std::max<int64_t>(positions, std::max<int64_t>(256, s.capacity * 2));
+    const int64_t half = int64_t(s.invFreq.size());
+    std::vector<float> c(size_t(cap * half)), sn(size_t(cap * half));
     for (int64_t p = 0; p < cap; ++p) {
         for (int64_t i = 0; i < half; ++i) {
             // float32 product, like HF's inv_freq @ position_ids and llama2.c's pos * freq
-            const float angle = float(p) * m_invFreq[size_t(i)];
+            const float angle = float(p) * s.invFreq[size_t(i)];
             c[size_t(p * half + i)] = std::cos(angle);
-            s[size_t(p * half + i)] = std::sin(angle);
+            sn[size_t(p * half + i)] = std::sin(angle);
         }
     }
-    m_cos = torch::from_blob(c.data(), {cap, half}, torch::kFloat32).clone().to(m_device);
-    m_sin = torch::from_blob(s.data(), {cap, half}, torch::kFloat32).clone().to(m_device);
-    m_capacity = cap;
-    return {m_cos.narrow(0, start, count), m_sin.narrow(0, start, count)};
+    s.cos = torch::from_blob(c.data(), {cap, half}, torch::kFloat32).clone().to(m_device);
+    s.sin = torch::from_blob(sn.data(), {cap, half}, torch::kFloat32).clone().to(m_device);
+    s.capacity = cap;
+    return {s.cos.narrow(0, start, count), s.sin.narrow(0, start, count)};
 }
 
-torch::Tensor RopeTables::apply(const torch::Tensor &x, int64_t start, bool inverse)
+torch::Tensor RopeTables::apply(const torch::Tensor &x, int layer, int64_t start, bool inverse)
 {
+    if (layer < 0 || size_t(layer) >= m_setOfLayer.size())
+        throw core::Error(
+            core::ErrorCode::InvalidArgument,
+            fmt::format("RoPE of layer {}: the model has {} layers", layer, m_setOfLayer.size()));
     const int64_t t = x.size(1);
-    auto [cos, sinTable] = tables(start, t); // [t, half] each
+    auto [cos, sinTable] = tables(m_setOfLayer[size_t(layer)], start, t); // [t, half] each
     const auto sin = inverse ? -sinTable : sinTable;
     const auto xf = x.to(torch::kFloat32);
     const int64_t d = x.size(2), half = d / 2;
@@ -170,7 +184,7 @@ std::pair<std::vector<float>, std::vector<float>> KvCache::read(int layer, KeyFo
         // f32 before un-rotating: a bf16 cache is rounded once, not twice
         auto k = d.keysUpTo(layer, d.length).to(torch::kFloat32);
         if (form == KeyForm::PreRope)
-            k = d.rope->apply(k, 0, /*inverse=*/true);
+            k = d.rope->apply(k, layer, 0, /*inverse=*/true);
         auto v = d.valuesUpTo(layer, d.length);
         if (tokenMajor) { // [kvHeads, tokens, headDim] -> [tokens, kvHeads, headDim]
             k = k.transpose(0, 1);
@@ -219,7 +233,7 @@ void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<HeadMaj
                                       {d.numKvHeads, n, d.headDim}, torch::kFloat32)
                          .to(d.device);
             if (form == KeyForm::PreRope && n > 0)
-                k = d.rope->apply(k, 0, /*inverse=*/false);
+                k = d.rope->apply(k, int(l), 0, /*inverse=*/false);
             d.write(int(l), k.to(d.dtype), v.to(d.dtype));
         }
     });

@@ -76,8 +76,12 @@ struct Layer
     torch::Tensor wk, bk;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
     torch::Tensor wv, bv;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
     torch::Tensor wo, bo;       // [hidden, heads*headDim], [hidden]
-    torch::Tensor qNorm, kNorm; // [headDim] each (Qwen3), else undefined
-    torch::Tensor postNorm;     // [hidden]
+    torch::Tensor qNorm, kNorm; // [headDim] each (Qwen3, Gemma 3), else undefined
+    torch::Tensor postNorm;     // [hidden] before the MLP; Gemma: on the attention output
+    torch::Tensor preFfNorm;    // [hidden] before the MLP (Gemma), else undefined
+    torch::Tensor postFfNorm;   // [hidden] on the MLP output (Gemma), else undefined
+    // Sliding-window layer (Gemma): its queries see only the last `window` positions.
+    bool sliding = false;
     torch::Tensor wGate, bGate; // [intermediate, hidden]
     torch::Tensor wUp, bUp;     // [intermediate, hidden]
     torch::Tensor wDown, bDown; // [hidden, intermediate]
@@ -101,10 +105,20 @@ struct Model::Impl
 
     torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w) const
     {
-        // HF LlamaRMSNorm: normalise in f32, cast back, then scale.
         const auto xf = x.to(torch::kFloat32);
         const auto var = xf.pow(2).mean(-1, true);
-        return w * (xf * torch::rsqrt(var + config.rmsNormEps)).to(x.scalar_type());
+        const auto normed = xf * torch::rsqrt(var + config.rmsNormEps);
+        // Gemma2RMSNorm: scale by (1 + w) in f32, then cast back.
+        if (config.unitOffsetNorm)
+            return (normed * (w.to(torch::kFloat32) + 1.0)).to(x.scalar_type());
+        // HF LlamaRMSNorm: normalise in f32, cast back, then scale.
+        return w * normed.to(x.scalar_type());
+    }
+
+    // cap * tanh(x / cap) (Gemma's soft-capping), or x when there is no cap.
+    static torch::Tensor softcap(const torch::Tensor &x, const std::optional<double> &cap)
+    {
+        return cap ? torch::tanh(x / *cap) * *cap : x;
     }
 
     static torch::Tensor linear(const torch::Tensor &x, const torch::Tensor &w, const torch::Tensor &b)
@@ -153,17 +167,35 @@ struct Model::Impl
         std::vector<int64_t> ids64(ids.begin(), ids.end());
         auto idx = torch::from_blob(ids64.data(), {t}, torch::kInt64).to(device);
         auto x = embed.index_select(0, idx); // [t, hidden]
+        if (config.scaleEmbeddings)          // HF's normalizer: sqrt(hidden) as a tensor of the compute dtype
+            x = x * torch::scalar_tensor(std::sqrt(double(config.hiddenSize)), x.options());
         cache.reserve(total);
 
-        // Causal mask for the new queries over all keys: query i (position start+i) sees key j <= start+i.
-        torch::Tensor mask;
-        if (t > 1) {
-            auto qpos =
-                torch::arange(start, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
-            auto kpos = torch::arange(0, total, torch::TensorOptions().dtype(torch::kInt64).device(device));
-            mask = kpos.unsqueeze(0) > qpos.unsqueeze(1); // [t, total], true = masked
-        }
-        const double scale = 1.0 / std::sqrt(double(hd));
+        // Causal mask for the new queries over the keys from kStart: query i (position start+i) sees
+        // key j <= start+i, and in a sliding layer only j > start+i-window. A sliding layer reads
+        // only the keys its first query can see (decode: the last `window`), so one token needs no
+        // mask in either kind of layer.
+        const auto positions = torch::TensorOptions().dtype(torch::kInt64).device(device);
+        const int64_t window = config.slidingWindow;
+        const auto maskFrom = [&](int64_t kStart, bool sliding) {
+            torch::Tensor m;
+            if (t > 1) {
+                auto qpos = torch::arange(start, total, positions).unsqueeze(1);
+                auto kpos = torch::arange(kStart, total, positions).unsqueeze(0);
+                m = kpos > qpos; // [t, total - kStart], true = masked
+                if (sliding)
+                    m = m.logical_or(kpos <= qpos - window);
+            }
+            return m;
+        };
+        const int64_t slidingStart = std::max<int64_t>(0, start - window + 1);
+        const torch::Tensor fullMask = maskFrom(0, false);
+        torch::Tensor slidingMask;
+        if (std::any_of(layers.begin(), layers.end(), [](const Layer &L) { return L.sliding; }))
+            slidingMask = maskFrom(slidingStart, true);
+        // Gemma scales by query_pre_attn_scalar^-0.5, which need not be head_dim.
+        const double scale = 1.0 / std::sqrt(config.queryPreAttnScalar.value_or(double(hd)));
+        const bool gelu = config.activation == core::MlpActivation::GeluTanh;
         for (size_t l = 0; l < layers.size(); ++l) {
             if (hidden && int(l) == hiddenLayer)
                 *hidden = x.to(torch::kFloat32);
@@ -176,31 +208,38 @@ struct Model::Impl
                 q = rmsNorm(q, L.qNorm);
                 k = rmsNorm(k, L.kNorm);
             }
-            q = rope->apply(q, start, false);
-            k = rope->apply(k, start, false);
+            q = rope->apply(q, int(l), start, false);
+            k = rope->apply(k, int(l), start, false);
             if (queries)
                 queries->push_back(q.to(torch::kFloat32).contiguous().cpu());
             cache.write(int(l), k, v);
-            auto K = cache.keysUpTo(int(l), total);   // [nkv, total, hd]
-            auto V = cache.valuesUpTo(int(l), total); // [nkv, total, hd]
+            // The cache holds every position; a sliding layer reads the window's keys only.
+            const int64_t kStart = L.sliding ? slidingStart : 0, keys = total - kStart;
+            const torch::Tensor &mask = L.sliding ? slidingMask : fullMask;
+            auto K = cache.keysUpTo(int(l), total).narrow(1, kStart, keys);   // [nkv, keys, hd]
+            auto V = cache.valuesUpTo(int(l), total).narrow(1, kStart, keys); // [nkv, keys, hd]
             // GQA without copying K/V: query heads h = g*rep + r share kv head g.
             auto qg = q.reshape({nkv, rep * t, hd});
             auto scores =
-                torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*t, total]
+                torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*t, keys]
+            scores = softcap(scores, config.attnLogitSoftcap);
             if (mask.defined())
-                scores = scores.view({nkv, rep, t, total})
-                             .masked_fill(mask, -INFINITY)
-                             .view({nkv, rep * t, total});
+                scores =
+                    scores.view({nkv, rep, t, keys}).masked_fill(mask, -INFINITY).view({nkv, rep * t, keys});
             auto probs = torch::softmax(scores, -1).to(dtype);
             auto att = torch::matmul(probs, V) // [nkv, rep*t, hd]
                            .view({nh, t, hd})
                            .transpose(0, 1)
                            .reshape({t, nh * hd});
-            x = x + linear(att, L.wo, L.bo);
-            auto h2 = rmsNorm(x, L.postNorm);
+            auto o = linear(att, L.wo, L.bo);
+            // Gemma's post_attention_layernorm norms the attention output; Llama's is the MLP's input.
+            const bool sandwich = L.preFfNorm.defined();
+            x = x + (sandwich ? rmsNorm(o, L.postNorm) : o);
+            auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
             auto gate = linear(h2, L.wGate, L.bGate);
-            auto up = linear(h2, L.wUp, L.bUp);
-            x = x + linear(torch::silu(gate) * up, L.wDown, L.bDown);
+            gate = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
+            auto mlp = linear(gate * linear(h2, L.wUp, L.bUp), L.wDown, L.bDown);
+            x = x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
         }
         if (hidden && hiddenLayer == int(layers.size()))
             *hidden = x.to(torch::kFloat32);
@@ -209,7 +248,8 @@ struct Model::Impl
         if (!allLogits)
             x = x.narrow(0, t - 1, 1);
         x = rmsNorm(x, finalNorm);
-        return torch::linear(x, lmHead).to(torch::kFloat32); // [t or 1, vocab]
+        return softcap(torch::linear(x, lmHead).to(torch::kFloat32),
+                       config.finalLogitSoftcap); // [t or 1, vocab]
     }
 };
 
@@ -303,6 +343,11 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
             L.kNorm = tensor(p + "self_attn.k_norm.weight", {c.headDim});
         }
         L.postNorm = tensor(p + "post_attention_layernorm.weight", {h});
+        if (c.sandwichNorms) {
+            L.preFfNorm = tensor(p + "pre_feedforward_layernorm.weight", {h});
+            L.postFfNorm = tensor(p + "post_feedforward_layernorm.weight", {h});
+        }
+        L.sliding = c.isSlidingLayer(l);
         L.wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
         L.wUp = tensor(p + "mlp.up_proj.weight", {inter, h});
         L.wDown = tensor(p + "mlp.down_proj.weight", {h, inter});

@@ -139,14 +139,16 @@ torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w, double eps
 }
 
 // Logits [B, T, vocab] for tokens [B, T]; the same function the engine computes (rotate-half RoPE).
-torch::Tensor forward(const Params &p, const core::ModelConfig &c, const torch::Tensor &cos,
-                      const torch::Tensor &sin, const torch::Tensor &tokens)
+// cos / sin: per layer [layers] x [T, half], each layer's RoPE (ModelConfig::ropeInvFreq(layer)).
+torch::Tensor forward(const Params &p, const core::ModelConfig &c, const std::vector<torch::Tensor> &cos,
+                      const std::vector<torch::Tensor> &sin, const torch::Tensor &tokens)
 {
     const int64_t B = tokens.size(0), T = tokens.size(1);
     const int64_t nh = c.numHeads, nkv = c.numKvHeads, hd = c.headDim, half = hd / 2;
-    auto rope = [&](const torch::Tensor &x) { // x [B, heads, T, hd]; cos/sin [T, half]
+    auto rope = [&](const torch::Tensor &x, int l) { // x [B, heads, T, hd]; cos/sin [T, half]
+        const auto &co = cos[size_t(l)], &si = sin[size_t(l)];
         auto x1 = x.narrow(3, 0, half), x2 = x.narrow(3, half, half);
-        return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, 3);
+        return torch::cat({x1 * co - x2 * si, x2 * co + x1 * si}, 3);
     };
     auto lin = [&](const torch::Tensor &x, const std::string &w, const std::string &b) {
         return c.qkvBias && !b.empty() ? torch::linear(x, p[w], p[b]) : torch::linear(x, p[w]);
@@ -165,8 +167,8 @@ torch::Tensor forward(const Params &p, const core::ModelConfig &c, const torch::
         auto v = lin(h, n + "self_attn.v_proj.weight", n + "self_attn.v_proj.bias")
                      .view({B, T, nkv, hd})
                      .transpose(1, 2);
-        q = rope(q);
-        k = rope(k);
+        q = rope(q, l);
+        k = rope(k, l);
         if (nkv != nh) { // GQA: query head h uses kv head h / (nh / nkv)
             k = k.repeat_interleave(nh / nkv, 1);
             v = v.repeat_interleave(nh / nkv, 1);
@@ -240,6 +242,11 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
     if (c.oBias || c.mlpBias)
         throw Error(ErrorCode::Unsupported,
                     "the trainer implements q/k/v biases only (Qwen2 style), not o_proj or MLP biases");
+    if (c.unitOffsetNorm || c.sandwichNorms || c.scaleEmbeddings || !c.layerAttention.empty())
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("the trainer implements the Llama architecture; model_type '{}' (Gemma's "
+                                "norms, GeGLU and sliding-window layers) is not supported for training",
+                                c.modelType));
     checkWeightDtype(o.weightDtype);
     if (c.ropeLayout != core::RopeLayout::RotateHalf)
         throw Error(ErrorCode::InvalidArgument, "the trainer writes HF layout: RoPE must be rotate-half");
@@ -339,14 +346,15 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         }
     }
 
-    const auto cosSin = [&](int64_t T) {
-        const auto inv = c.ropeInvFreq();
+    std::vector<torch::Tensor> cosT, sinT; // [layers] x [seqLen, half]
+    for (int l = 0; l < c.numLayers; ++l) {
+        const auto inv = c.ropeInvFreq(l);
         std::vector<float> invf(inv.begin(), inv.end());
         auto invT = torch::from_blob(invf.data(), {int64_t(invf.size())}, torch::kFloat32).clone();
-        auto ang = torch::arange(T, torch::kFloat32).unsqueeze(1) * invT.unsqueeze(0); // [T, half]
-        return std::make_pair(ang.cos(), ang.sin());
-    };
-    const auto [cosT, sinT] = cosSin(o.seqLen);
+        auto ang = torch::arange(o.seqLen, torch::kFloat32).unsqueeze(1) * invT.unsqueeze(0); // [T, half]
+        cosT.push_back(ang.cos());
+        sinT.push_back(ang.sin());
+    }
     const auto valRows = validationRows(val, o);
     auto evaluate = [&] {
         torch::NoGradGuard ng;

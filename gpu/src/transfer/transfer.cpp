@@ -71,8 +71,8 @@ struct Converter::Impl
             if (!x.defined()) {
                 auto t = (keys ? s.keysUpTo(int(src), n) : s.valuesUpTo(int(src), n)).to(torch::kFloat32);
                 if (keys && keyForm == core::KeyForm::PreRope)
-                    t = s.rope->apply(t, 0, true); // on A's device, with A's tables, in f32
-                x = t.to(device);                  // [kvA, n, hdA]
+                    t = s.rope->apply(t, int(src), 0, true); // on A's device, A's layer tables, f32
+                x = t.to(device);                            // [kvA, n, hdA]
             }
             return x;
         };
@@ -96,7 +96,7 @@ struct Converter::Impl
                 y = torch::addmm(b, x, w).view({n, kvB, hdB}).transpose(0, 1).contiguous(); // [kvB, n, hdB]
             }
             if (keys && keyForm == core::KeyForm::PreRope)
-                y = ropeB->apply(y, 0, false);
+                y = ropeB->apply(y, l, 0, false);
             (keys ? out.first : out.second) = y;
         }
         return out;

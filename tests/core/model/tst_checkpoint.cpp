@@ -401,6 +401,44 @@ private Q_SLOTS:
         QCOMPARE(ck.fingerprint(), sha256Files({dir / "a.safetensors", dir / "b.safetensors"}));
     }
 
+    // Gemma's extra norms are required tensors: a gemma3_text config over weights without them
+    // names the first one missing.
+    void gemmaNorms_data()
+    {
+        QTest::addColumn<bool>("sandwich");
+        QTest::addColumn<bool>("qkNorm");
+        QTest::addColumn<QString>("missing");
+        QTest::newRow("complete") << true << true << "";
+        QTest::newRow("no feed-forward norms")
+            << false << true << "model.layers.0.pre_feedforward_layernorm.weight";
+        QTest::newRow("no q/k norms") << true << false << "model.layers.0.self_attn.q_norm.weight";
+    }
+    void gemmaNorms()
+    {
+        QFETCH(bool, sandwich);
+        QFETCH(bool, qkNorm);
+        QFETCH(QString, missing);
+        QTemporaryDir tmp;
+        const std::filesystem::path dir = tmp.path().toStdString() + "/gemma3";
+        RandomModelSpec spec = randomModelPreset("gemma3");
+        spec.config.sandwichNorms = sandwich; // what the weights hold; config.json says gemma3_text
+        spec.config.qkNorm = qkNorm;
+        writeRandomHfModel(dir, spec);
+        if (missing.isEmpty()) {
+            const Checkpoint ck = Checkpoint::open(dir);
+            QVERIFY(ck.contains("model.layers.1.post_feedforward_layernorm.weight"));
+            int64_t stored = 0; // parameterCount counts exactly the tensors a Gemma 3 checkpoint holds
+            for (const std::string &name : ck.tensorNames())
+                stored += numel(ck.require(name, {}).info->shape);
+            QCOMPARE(ck.config().parameterCount(), stored);
+            return;
+        }
+        const Error e = expectError([&] { Checkpoint::open(dir); });
+        QCOMPARE(e.code(), ErrorCode::Shape);
+        QVERIFY2(std::string(e.what()).find(missing.toStdString() + "' is missing") != std::string::npos,
+                 e.what());
+    }
+
     void validateTensors_data()
     {
         QTest::addColumn<QString>("config");

@@ -1,5 +1,6 @@
 // HF config.json parsing, RoPE scaling, validation and serialisation.
 #include "core/model/model_config.h"
+#include "core/model/random_model.h"
 #include "core/util/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
@@ -71,6 +72,44 @@ const char *kSmolLM135m = R"({
   "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "rope_scaling": null,
   "tie_word_embeddings": true, "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32"})";
 
+// google/gemma-2-2b: no tie_word_embeddings (Gemma2Config's default, true, applies); both
+// activation spellings.
+const char *kGemma2_2b = R"({
+  "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "attention_bias": false,
+  "attention_dropout": 0.0, "attn_logit_softcapping": 50.0, "bos_token_id": 2,
+  "cache_implementation": "hybrid", "eos_token_id": 1, "final_logit_softcapping": 30.0,
+  "head_dim": 256, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+  "hidden_size": 2304, "initializer_range": 0.02, "intermediate_size": 9216,
+  "max_position_embeddings": 8192, "num_attention_heads": 8, "num_hidden_layers": 26,
+  "num_key_value_heads": 4, "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0, "sliding_window": 4096, "torch_dtype": "float32", "use_cache": true,
+  "vocab_size": 256000})";
+
+// google/gemma-3-1b-it (transformers 4.50): sliding_window_pattern, rope_local_base_freq.
+const char *kGemma3_1b = R"({
+  "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "attention_bias": false,
+  "attention_dropout": 0.0, "attn_logit_softcapping": null, "bos_token_id": 2,
+  "cache_implementation": "hybrid", "eos_token_id": [1, 106], "final_logit_softcapping": null,
+  "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+  "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+  "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "pad_token_id": 0,
+  "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000,
+  "rope_scaling": null, "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+  "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 262144})";
+
+// Gemma 3 4B's text model as transformers >= 5 writes it: layer_types, and rope_parameters keyed by
+// layer type (the global layers' linear scaling 8; the local base 10000).
+const char *kGemma3_4bText = R"({
+  "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 2560,
+  "intermediate_size": 10240, "num_hidden_layers": 8, "num_attention_heads": 8,
+  "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262208, "max_position_embeddings": 131072,
+  "query_pre_attn_scalar": 256, "sliding_window": 1024,
+  "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                  "sliding_attention", "full_attention", "sliding_attention", "sliding_attention"],
+  "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+  "dtype": "bfloat16"})";
+
 std::string tiny(const std::string &extra)
 {
     return R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
@@ -110,7 +149,7 @@ private Q_SLOTS:
         // Llama-2-7b's published parameter count.
         QCOMPARE(c.parameterCount(), int64_t(6738415616));
         QCOMPARE(c.kvBytesPerToken(2), int64_t(2 * 32 * 32 * 128 * 2)); // 512 KiB per token in f16
-        const auto inv = c.ropeInvFreq();
+        const auto inv = c.ropeInvFreq(0);
         QCOMPARE(inv.size(), size_t(64));
         QCOMPARE(inv[0], 1.0);
         QVERIFY(near(inv[1], std::pow(10000.0, -2.0 / 128.0)));
@@ -130,7 +169,7 @@ private Q_SLOTS:
         QCOMPARE(c.eosTokenIds, (std::vector<int>{128001, 128008, 128009}));
         QCOMPARE(c.kvBytesPerToken(2), int64_t(131072)); // 128 KiB per token: GQA's 4x saving
 
-        const auto inv = c.ropeInvFreq();
+        const auto inv = c.ropeInvFreq(0);
         QCOMPARE(inv.size(), size_t(64));
         const auto base = [](int i) { return std::pow(500000.0, -2.0 * i / 128.0); };
         // Wavelengths 2*pi/inv: below 8192/4 = 2048 tokens is high frequency (kept), above 8192/1 is
@@ -160,7 +199,7 @@ private Q_SLOTS:
         const ModelConfig c =
             ModelConfig::fromHfJsonText(tiny(R"("rope_scaling": {"type": "linear", "factor": 4.0})"), "t");
         QCOMPARE(c.ropeScaling.type, std::string("linear"));
-        const auto inv = c.ropeInvFreq();
+        const auto inv = c.ropeInvFreq(0);
         QCOMPARE(inv.size(), size_t(8));
         QCOMPARE(inv[0], 0.25);
         QVERIFY(near(inv[3], std::pow(10000.0, -6.0 / 16.0) / 4));
@@ -239,6 +278,101 @@ private Q_SLOTS:
         QVERIFY2(std::string(e.what()).find("partial_rotary_factor") != std::string::npos, e.what());
     }
 
+    void gemma2()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kGemma2_2b, "g2");
+        QCOMPARE(c.modelType, std::string("gemma2"));
+        QCOMPARE(c.architecture, std::string("Gemma2ForCausalLM"));
+        QCOMPARE(c.hiddenSize, 2304);
+        QCOMPARE(c.numLayers, 26);
+        QCOMPARE(c.numHeads, 8);
+        QCOMPARE(c.numKvHeads, 4);
+        QCOMPARE(c.headDim, 256); // from the config: 2304 / 8 would be 288
+        QCOMPARE(c.intermediateSize, 9216);
+        QCOMPARE(c.vocabSize, 256000);
+        QVERIFY(c.unitOffsetNorm && c.scaleEmbeddings && c.sandwichNorms);
+        QVERIFY(!c.qkNorm && !c.qkvBias && !c.oBias && !c.mlpBias);
+        QVERIFY(c.tieWordEmbeddings); // absent from the file
+        QCOMPARE(c.activation, MlpActivation::GeluTanh);
+        QCOMPARE(c.queryPreAttnScalar, std::optional<double>(256.0));
+        QCOMPARE(c.attnLogitSoftcap, std::optional<double>(50.0));
+        QCOMPARE(c.finalLogitSoftcap, std::optional<double>(30.0));
+        QCOMPARE(c.slidingWindow, 4096);
+        // alternating, layer 0 sliding
+        QCOMPARE(c.layerAttention.size(), size_t(26));
+        for (int l = 0; l < 26; ++l)
+            QCOMPARE(c.isSlidingLayer(l), l % 2 == 0);
+        QVERIFY(!c.ropeLocalTheta);
+        QCOMPARE(c.ropeInvFreq(0), c.ropeInvFreq(1)); // one RoPE for both kinds of layer
+        QVERIFY(near(c.ropeInvFreq(1)[1], std::pow(10000.0, -2.0 / 256.0)));
+        // Gemma 2 2B's published total: 2,614,341,888 (tied; the four norms per layer counted)
+        QCOMPARE(c.parameterCount(), int64_t(2614341888));
+
+        // A soft-cap written as null is off; one left out takes Gemma2Config's default.
+        std::string text = kGemma2_2b;
+        text.replace(text.find("\"final_logit_softcapping\": 30.0"), 31, "\"final_logit_softcapping\": null");
+        text.replace(text.find("\"attn_logit_softcapping\": 50.0, "), 32, "");
+        const ModelConfig d = ModelConfig::fromHfJsonText(text, "g2b");
+        QVERIFY(!d.finalLogitSoftcap);
+        QCOMPARE(d.attnLogitSoftcap, std::optional<double>(50.0));
+    }
+
+    void gemma3()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kGemma3_1b, "g3");
+        QCOMPARE(c.modelType, std::string("gemma3_text"));
+        QCOMPARE(c.architecture, std::string("Gemma3ForCausalLM"));
+        QCOMPARE(c.hiddenSize, 1152);
+        QCOMPARE(c.numLayers, 26);
+        QCOMPARE(c.numHeads, 4);
+        QCOMPARE(c.numKvHeads, 1);
+        QCOMPARE(c.headDim, 256);
+        QCOMPARE(c.intermediateSize, 6912);
+        QCOMPARE(c.vocabSize, 262144);
+        QVERIFY(c.unitOffsetNorm && c.scaleEmbeddings && c.sandwichNorms && c.qkNorm);
+        QVERIFY(c.tieWordEmbeddings);
+        QVERIFY(!c.attnLogitSoftcap && !c.finalLogitSoftcap);
+        QCOMPARE(c.queryPreAttnScalar, std::optional<double>(256.0));
+        QCOMPARE(c.slidingWindow, 512);
+        QCOMPARE(c.eosTokenIds, (std::vector<int>{1, 106}));
+        // sliding_window_pattern 6: layers 5, 11, 17, 23 are global, the other 22 slide
+        int global = 0;
+        for (int l = 0; l < 26; ++l) {
+            QCOMPARE(c.isSlidingLayer(l), (l + 1) % 6 != 0);
+            global += c.isSlidingLayer(l) ? 0 : 1;
+        }
+        QCOMPARE(global, 4);
+        // sliding layers rotate with rope_local_base_freq, global ones with rope_theta
+        QCOMPARE(c.ropeLocalTheta, std::optional<double>(10000.0));
+        QCOMPARE(c.ropeTheta, 1000000.0);
+        QVERIFY(near(c.ropeInvFreq(0)[1], std::pow(10000.0, -2.0 / 256.0)));
+        QVERIFY(near(c.ropeInvFreq(5)[1], std::pow(1000000.0, -2.0 / 256.0)));
+        QVERIFY(near(c.ropeInvFreq(6)[127], std::pow(10000.0, -254.0 / 256.0)));
+        // Gemma 3 1B's published total: 999,885,952 (q/k norms and four norms per layer)
+        QCOMPARE(c.parameterCount(), int64_t(999885952));
+        QCOMPARE(c.kvBytesPerToken(2), int64_t(2 * 26 * 1 * 256 * 2)); // every layer holds every position
+    }
+
+    void gemma3LayerTypesAndRopePerType()
+    {
+        const ModelConfig c = ModelConfig::fromHfJsonText(kGemma3_4bText, "g3v5");
+        QCOMPARE(c.layerAttention.size(), size_t(8));
+        for (int l = 0; l < 8; ++l)
+            QCOMPARE(c.isSlidingLayer(l), l != 5);
+        QCOMPARE(c.ropeScaling.type, std::string("linear"));
+        QCOMPARE(c.ropeScaling.factor, 8.0);
+        QCOMPARE(c.ropeTheta, 1000000.0);
+        QCOMPARE(c.ropeLocalTheta, std::optional<double>(10000.0));
+        QCOMPARE(c.ropeInvFreq(5)[0], 1.0 / 8); // global: scaled
+        QCOMPARE(c.ropeInvFreq(0)[0], 1.0);     // local: never scaled
+        QVERIFY(near(c.ropeInvFreq(5)[3], std::pow(1e6, -6.0 / 256.0) / 8));
+        QVERIFY(near(c.ropeInvFreq(7)[3], std::pow(1e4, -6.0 / 256.0)));
+        // layer_types wins over sliding_window_pattern
+        std::string text = kGemma3_4bText;
+        text.insert(text.find("\"sliding_window\""), "\"sliding_window_pattern\": 2, ");
+        QCOMPARE(ModelConfig::fromHfJsonText(text, "g3p").layerAttention, c.layerAttention);
+    }
+
     void smolLmTied()
     {
         const ModelConfig c = ModelConfig::fromHfJsonText(kSmolLM135m, "s");
@@ -277,6 +411,9 @@ private Q_SLOTS:
         QTest::newRow("smollm") << QString(kSmolLM135m);
         QTest::newRow("qwen3") << QString(kQwen3_06b);
         QTest::newRow("phi3") << QString(kPhi3Mini4k);
+        QTest::newRow("gemma2") << QString(kGemma2_2b);
+        QTest::newRow("gemma3") << QString(kGemma3_1b);
+        QTest::newRow("gemma3 layer_types") << QString(kGemma3_4bText);
         QTest::newRow("head_dim+bias")
             << QString::fromStdString(tiny(R"("head_dim": 32, "attention_bias": true)"));
         QTest::newRow("linear") << QString::fromStdString(
@@ -286,6 +423,23 @@ private Q_SLOTS:
     {
         QFETCH(QString, json);
         const ModelConfig c = ModelConfig::fromHfJsonText(json.toStdString(), "a");
+        const ModelConfig d = ModelConfig::fromHfJsonText(c.toHfJson(), "b");
+        QVERIFY2(c == d, c.toHfJson().c_str());
+    }
+
+    // What make-model writes reads back as the preset's config (Gemma's layer types, soft-caps, local
+    // RoPE base and scaling included).
+    void presetsRoundTrip_data()
+    {
+        QTest::addColumn<QString>("preset");
+        for (const std::string &name : randomModelPresetNames())
+            QTest::newRow(name.c_str()) << QString::fromStdString(name);
+    }
+    void presetsRoundTrip()
+    {
+        QFETCH(QString, preset);
+        const ModelConfig c = randomModelPreset(preset.toStdString()).config;
+        c.validate("preset");
         const ModelConfig d = ModelConfig::fromHfJsonText(c.toHfJson(), "b");
         QVERIFY2(c == d, c.toHfJson().c_str());
     }
@@ -326,6 +480,51 @@ private Q_SLOTS:
         row("eos wrong type", tiny(R"("eos_token_id": "</s>")"), ErrorCode::Config, "field 'eos_token_id'");
         row("unsupported model_type", R"({"model_type": "gpt2", "hidden_size": 64})", ErrorCode::Unsupported,
             "model_type 'gpt2'");
+        row("unsupported model_type names the list", R"({"model_type": "gemma", "hidden_size": 64})",
+            ErrorCode::Unsupported, "phi3, gemma2, gemma3_text)");
+        row("gemma3 multimodal",
+            R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                "text_config": {"hidden_size": 2560, "model_type": "gemma3_text"}})",
+            ErrorCode::Unsupported, "field 'text_config'");
+        const std::string g2 = kGemma2_2b;
+        const auto gemma2With = [&](const char *from, const char *to) {
+            std::string t = g2;
+            t.replace(t.find(from), std::string(from).size(), to);
+            return t;
+        };
+        row("gemma2 exact gelu",
+            gemma2With("\"hidden_activation\": \"gelu_pytorch_tanh\"", "\"hidden_activation\": \"gelu\""),
+            ErrorCode::Unsupported, "field 'hidden_activation' is 'gelu'");
+        row("gemma2 layer type", gemma2With("\"sliding_window\": 4096", R"("sliding_window": 4096,
+            "layer_types": ["chunked_attention", "full_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "full_attention", "sliding_attention", "full_attention", "sliding_attention",
+            "full_attention", "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "full_attention"])"),
+            ErrorCode::Unsupported, "field 'layer_types' entry 0 is \"chunked_attention\"");
+        row("gemma2 layer_types length",
+            gemma2With("\"sliding_window\": 4096",
+                       R"("sliding_window": 4096, "layer_types": ["full_attention"])"),
+            ErrorCode::Config, "field 'layer_types' must be a list of num_hidden_layers (26) strings");
+        row("gemma2 null window", gemma2With("\"sliding_window\": 4096", "\"sliding_window\": null"),
+            ErrorCode::Config, "field 'sliding_window' is null");
+        row("gemma2 zero window", gemma2With("\"sliding_window\": 4096", "\"sliding_window\": 0"),
+            ErrorCode::Config, "field 'sliding_window' must be positive");
+        row("gemma2 negative softcap",
+            gemma2With("\"final_logit_softcapping\": 30.0", "\"final_logit_softcapping\": -1"),
+            ErrorCode::Config, "field 'final_logit_softcapping' must be positive");
+        row("gemma3 bidirectional",
+            std::string(kGemma3_1b).insert(1, "\"use_bidirectional_attention\": true, "),
+            ErrorCode::Unsupported, "field 'use_bidirectional_attention'");
+        row("gemma3 scaled local rope",
+            std::string(kGemma3_4bText)
+                .replace(std::string(kGemma3_4bText).find("{\"rope_type\": \"default\""), 23,
+                         "{\"rope_type\": \"linear\", \"factor\": 2.0"),
+            ErrorCode::Unsupported, "field 'rope_parameters.sliding_attention' has rope type 'linear'");
+        row("rope per layer type outside gemma3",
+            tiny(R"("rope_parameters": {"full_attention": {"rope_type": "default"}})"),
+            ErrorCode::Unsupported, "keyed by layer type");
         row("unsupported architecture", tiny(R"("architectures": ["LlamaForSequenceClassification"])"),
             ErrorCode::Unsupported, "LlamaForSequenceClassification");
         row("yarn", tiny(R"("rope_scaling": {"rope_type": "yarn", "factor": 4.0})"), ErrorCode::Unsupported,

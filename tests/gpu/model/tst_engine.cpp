@@ -45,11 +45,27 @@ fs::path makeVariant(const fs::path &dir, const QString &variant)
         core::writeLlama2c(out, spec.config, core::randomWeights(spec), version);
         return out;
     }
-    core::RandomModelSpec spec = core::randomModelPreset(variant.toStdString());
+    // gemma2-caps: soft-caps tight enough to bind on random weights (Gemma 2's 50 / 30 barely do)
+    const bool caps = variant == "gemma2-caps";
+    core::RandomModelSpec spec = core::randomModelPreset(caps ? "gemma2" : variant.toStdString());
+    if (caps) {
+        spec.config.attnLogitSoftcap = 0.5;
+        spec.config.finalLogitSoftcap = 5.0;
+    }
     spec.seed = 11;
     const fs::path out = dir / "hf";
     core::writeRandomHfModel(out, spec);
     return out;
+}
+
+// Logits [ids.size() * vocab] of a full forward of the model `spec` describes (seed 11).
+std::vector<float> logitsOf(const fs::path &dir, core::RandomModelSpec spec, const std::vector<int> &ids)
+{
+    spec.seed = 11;
+    core::writeRandomHfModel(dir, spec);
+    auto model = gpu::Model::load(dir, {});
+    auto cache = model->newCache();
+    return model->forward(ids, cache, true);
 }
 
 } // namespace
@@ -62,8 +78,9 @@ private Q_SLOTS:
     void variants_data()
     {
         QTest::addColumn<QString>("variant");
-        for (const char *v : {"tiny", "gqa", "qwen2", "qwen3", "qwen3-b", "phi3", "smollm", "llama3", "bias",
-                              "llama2c-legacy-shared", "llama2c-legacy-separate", "llama2c-v1"})
+        for (const char *v : {"tiny", "gqa", "qwen2", "qwen3", "qwen3-b", "phi3", "gemma2", "gemma2-caps",
+                              "gemma3", "gemma3-b", "smollm", "llama3", "bias", "llama2c-legacy-shared",
+                              "llama2c-legacy-separate", "llama2c-v1"})
             QTest::newRow(v) << QString(v);
     }
 
@@ -231,6 +248,92 @@ private Q_SLOTS:
         }
         const double e = test::maxRelativeError(lq, la);
         QVERIFY2(e > 0 && e < 0.05, qPrintable(QString("Q8_0 logits relative error %1").arg(e)));
+    }
+
+    // Keys read back before RoPE are the reference's keys before RoPE, in every layer: each layer's
+    // rotation is undone with that layer's tables (Gemma 3: local and global RoPE).
+    void preRopeKeysMatchReference_data() { variants_data(); }
+    void preRopeKeysMatchReference()
+    {
+        QFETCH(QString, variant);
+        QTemporaryDir tmp;
+        const auto ck = core::Checkpoint::open(makeVariant(tmp.path().toStdString(), variant));
+        auto model = gpu::Model::load(ck, {});
+        const auto ids = randomIds(30, ck.config().vocabSize, 8);
+        auto cache = model->newCache();
+        model->forward(ids, cache);
+        std::vector<std::vector<std::vector<double>>> ref; // [layer][pos][kvHeads * headDim]
+        test::referenceForward(ck, ids, &ref);
+        const int nkv = cache.numKvHeads(), hd = cache.headDim();
+        for (int l = 0; l < cache.numLayers(); ++l) {
+            const auto keys = cache.layer(l, gpu::KeyForm::PreRope).keys; // [kvHeads, tokens, headDim]
+            std::vector<double> expected(keys.size());
+            for (int h = 0; h < nkv; ++h)
+                for (size_t p = 0; p < ids.size(); ++p)
+                    for (int i = 0; i < hd; ++i)
+                        expected[(size_t(h) * ids.size() + p) * size_t(hd) + size_t(i)] =
+                            ref[size_t(l)][p][size_t(h * hd + i)];
+            const double err = test::maxRelativeError(keys, expected);
+            if (err > 1e-4)
+                QFAIL(qPrintable(QString("layer %1: relative error %2").arg(l).arg(err)));
+        }
+    }
+
+    // The sliding window changes the logits exactly where a query has keys beyond it: the same
+    // weights with a window longer than the prompt agree on the first `window` positions and
+    // differ after them (so matchesReference would catch an engine that ignored the mask).
+    void slidingWindowMatters_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::newRow("gemma2") << "gemma2";
+        QTest::newRow("gemma3") << "gemma3";
+        QTest::newRow("gemma3-b") << "gemma3-b";
+    }
+    void slidingWindowMatters()
+    {
+        QFETCH(QString, preset);
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        const core::RandomModelSpec spec = core::randomModelPreset(preset.toStdString());
+        const int window = spec.config.slidingWindow;
+        QVERIFY(window > 0 && window < 40);
+        const auto ids = randomIds(40, spec.config.vocabSize, 6);
+        const auto windowed = logitsOf(dir / "windowed", spec, ids);
+        core::RandomModelSpec wide = spec;
+        wide.config.slidingWindow = 1000; // the sliding layers keep their RoPE, lose their mask
+        const auto unmasked = logitsOf(dir / "wide", wide, ids);
+        const size_t vocab = size_t(spec.config.vocabSize);
+        const auto row = [&](const std::vector<float> &l, size_t p) {
+            return std::vector<float>(l.begin() + std::ptrdiff_t(p * vocab),
+                                      l.begin() + std::ptrdiff_t((p + 1) * vocab));
+        };
+        for (size_t p = 0; p < ids.size(); ++p) {
+            const double diff = test::maxRelativeError(row(windowed, p), row(unmasked, p));
+            if (p < size_t(window) && diff > 1e-6)
+                QFAIL(qPrintable(QString("position %1 inside the window differs by %2").arg(p).arg(diff)));
+            if (p >= size_t(window) && diff < 1e-3)
+                QFAIL(
+                    qPrintable(QString("position %1 beyond the window differs by only %2").arg(p).arg(diff)));
+        }
+    }
+
+    // Tight soft-caps change the logits (so the gemma2-caps reference comparison tests them).
+    void softcapsMatter()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::RandomModelSpec spec = core::randomModelPreset("gemma2");
+        const auto ids = randomIds(20, spec.config.vocabSize, 6);
+        const auto base = logitsOf(dir / "base", spec, ids);
+        spec.config.attnLogitSoftcap = 0.5;
+        const auto attn = logitsOf(dir / "attn", spec, ids);
+        QVERIFY(test::maxRelativeError(attn, base) > 1e-2);
+        spec.config.attnLogitSoftcap = 50.0;
+        spec.config.finalLogitSoftcap = 5.0;
+        const auto final = logitsOf(dir / "final", spec, ids);
+        QVERIFY(test::maxRelativeError(final, base) > 1e-2);
+        for (float v : final)
+            QVERIFY(std::abs(v) <= 5.0f); // tanh saturates to 1 in f32
     }
 
     void preRopeRoundTrip()

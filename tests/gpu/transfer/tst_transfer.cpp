@@ -26,16 +26,21 @@ class TestTransfer : public QObject
 private Q_SLOTS:
     void identityTransferEqualsScratch_data()
     {
+        QTest::addColumn<QString>("preset");
         QTest::addColumn<bool>("postRope");
-        QTest::newRow("pre-rope keys") << false;
-        QTest::newRow("post-rope keys") << true;
+        QTest::newRow("pre-rope keys") << "gqa" << false;
+        QTest::newRow("post-rope keys") << "gqa" << true;
+        // sliding-window layers with their own RoPE base, global layers with scaled RoPE
+        QTest::newRow("gemma3-b pre-rope keys") << "gemma3-b" << false;
+        QTest::newRow("gemma3-b post-rope keys") << "gemma3-b" << true;
     }
     void identityTransferEqualsScratch()
     {
+        QFETCH(QString, preset);
         QFETCH(bool, postRope);
         QTemporaryDir tmp;
         const fs::path dir = tmp.path().toStdString();
-        core::writeRandomHfModel(dir / "m", core::randomModelPreset("gqa"));
+        core::writeRandomHfModel(dir / "m", core::randomModelPreset(preset.toStdString()));
         auto a = gpu::Model::load(dir / "m", {});
         auto b = gpu::Model::load(dir / "m", {}); // separate instance: caches cannot be shared
         const auto &c = b->config();
@@ -109,6 +114,49 @@ private Q_SLOTS:
         const auto d0 = direct.layer(0, gpu::KeyForm::PostRope);
         for (size_t i = 0; i < d0.keys.size(); ++i)
             QVERIFY(std::abs(d0.keys[i] - convPost.keys[i]) < 1e-6);
+    }
+
+    // Pre-RoPE conversion undoes each source layer's RoPE and applies each target layer's: with
+    // Gemma 3's two RoPEs (local base on sliding layers, scaled global one) an identity map of a
+    // model onto itself gives back every layer's own keys, before and after RoPE.
+    void perLayerRopeIdentity()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "m", core::randomModelPreset("gemma3-b"));
+        auto a = gpu::Model::load(dir / "m", {});
+        auto b = gpu::Model::load(dir / "m", {});
+        const auto &c = b->config();
+        QVERIFY(c.ropeInvFreq(0) != c.ropeInvFreq(2)); // layer 0 slides, layer 2 is global
+        core::ConverterRecord set;
+        for (int l = 0; l < c.numLayers; ++l)
+            set.layers.push_back({l,
+                                  {l},
+                                  false,
+                                  {test::identityMap(c.numKvHeads * c.headDim)},
+                                  {test::identityMap(c.numKvHeads * c.headDim)}});
+        std::vector<int> ids;
+        for (int i = 0; i < 40; ++i)
+            ids.push_back((i * 17 + 3) % c.vocabSize);
+        auto cacheA = a->newCache();
+        a->forward(ids, cacheA);
+        const auto converter = gpu::Converter::create(set, *a, *b);
+        const auto host = converter.convertToHost(cacheA);
+        auto direct = b->newCache();
+        converter.convert(cacheA, direct);
+        for (int l = 0; l < c.numLayers; ++l) {
+            const auto pre = cacheA.layer(l, gpu::KeyForm::PreRope).keys;
+            const auto post = cacheA.layer(l, gpu::KeyForm::PostRope).keys;
+            const auto got = direct.layer(l, gpu::KeyForm::PostRope).keys;
+            QCOMPARE(host[size_t(l)].keys.size(), pre.size());
+            double hostErr = 0, directErr = 0;
+            for (size_t i = 0; i < pre.size(); ++i) {
+                hostErr = std::max(hostErr, double(std::abs(host[size_t(l)].keys[i] - pre[i])));
+                directErr = std::max(directErr, double(std::abs(got[i] - post[i])));
+            }
+            QVERIFY2(hostErr < 1e-4, qPrintable(QString("layer %1 pre-RoPE: %2").arg(l).arg(hostErr)));
+            QVERIFY2(directErr < 1e-4, qPrintable(QString("layer %1 post-RoPE: %2").arg(l).arg(directErr)));
+        }
     }
 
     // Identity transfer: KL 0, top-1 agreement 1, the gate's signal 1; maps that scramble the cache
