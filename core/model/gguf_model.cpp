@@ -21,11 +21,14 @@ struct Arch
     const char *modelType; // ModelConfig::modelType
     const char *hfArch;    // ModelConfig::architecture
     bool permutedQk;       // llama.cpp's converter permuted q/k rows for interleaved RoPE
+    bool gemma;            // Gemma's norm names, norms stored as 1 + weight, Gemma's attention keys
 };
-constexpr Arch kArchs[] = {{"llama", "llama", "LlamaForCausalLM", true},
-                           {"qwen2", "qwen2", "Qwen2ForCausalLM", false},
-                           {"qwen3", "qwen3", "Qwen3ForCausalLM", false},
-                           {"phi3", "phi3", "Phi3ForCausalLM", false}};
+constexpr Arch kArchs[] = {{"llama", "llama", "LlamaForCausalLM", true, false},
+                           {"qwen2", "qwen2", "Qwen2ForCausalLM", false, false},
+                           {"qwen3", "qwen3", "Qwen3ForCausalLM", false, false},
+                           {"phi3", "phi3", "Phi3ForCausalLM", false, false},
+                           {"gemma2", "gemma2", "Gemma2ForCausalLM", false, true},
+                           {"gemma3", "gemma3_text", "Gemma3ForCausalLM", false, true}};
 
 // GGUF tensor name suffixes (after "blk.N.") and their HF names (after "model.layers.N.").
 struct LayerName
@@ -54,6 +57,10 @@ constexpr LayerName kLayerNames[] = {
     {"ffn_down.weight", "mlp.down_proj.weight"},
     {"ffn_down.bias", "mlp.down_proj.bias"},
 };
+// Gemma's four norms per layer: llama.cpp's ffn_norm is the pre-feed-forward norm there.
+constexpr LayerName kGemmaNames[] = {{"post_attention_norm.weight", "post_attention_layernorm.weight"},
+                                     {"ffn_norm.weight", "pre_feedforward_layernorm.weight"},
+                                     {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"}};
 constexpr LayerName kGlobalNames[] = {{"token_embd.weight", "model.embed_tokens.weight"},
                                       {"output_norm.weight", "model.norm.weight"},
                                       {"output.weight", "lm_head.weight"}};
@@ -67,6 +74,8 @@ const Arch *findArch(std::string_view name)
 }
 const Arch *archForModelType(std::string_view modelType)
 {
+    if (modelType == "gemma3")
+        return nullptr; // the multimodal config; only gemma3_text is a model kvwb runs
     if (modelType == "mistral" || modelType == "llama2c")
         return &kArchs[0];
     for (const Arch &a : kArchs)
@@ -97,6 +106,10 @@ std::string hfName(const std::string &gguf, const Arch &arch)
     // Phi-3 keeps gate and up in one ffn_up tensor, gate rows first (HF's gate_up_proj).
     if (std::string_view(arch.gguf) == "phi3" && rest == "ffn_up.weight")
         return fmt::format("model.layers.{}.mlp.gate_up_proj.weight", m[1].str());
+    if (arch.gemma)
+        for (const LayerName &l : kGemmaNames)
+            if (rest == l.gguf)
+                return fmt::format("model.layers.{}.{}", m[1].str(), l.hf);
     for (const LayerName &l : kLayerNames)
         if (rest == l.gguf)
             return fmt::format("model.layers.{}.{}", m[1].str(), l.hf);
@@ -115,6 +128,10 @@ std::string ggufName(const std::string &hf, const Arch &arch)
     const std::string rest = m[2].str();
     if (std::string_view(arch.gguf) == "phi3" && rest == "mlp.gate_up_proj.weight")
         return fmt::format("blk.{}.ffn_up.weight", m[1].str());
+    if (arch.gemma)
+        for (const LayerName &l : kGemmaNames)
+            if (rest == l.hf)
+                return fmt::format("blk.{}.{}", m[1].str(), l.gguf);
     for (const LayerName &l : kLayerNames)
         if (rest == l.hf)
             return fmt::format("blk.{}.{}", m[1].str(), l.gguf);
@@ -222,6 +239,75 @@ void readRopeFreqs(const GgufFile &f, const GgufTensor &t, ModelConfig &c, const
     c.ropeScaling = rs;
 }
 
+// Gemma 2/3's attention as llama.cpp's loader reads it: the sliding window, the layers that slide
+// (Gemma 2 alternates from layer 0; Gemma 3 makes every sixth layer global, or as
+// attention.sliding_window_pattern says), the sliding layers' RoPE base (Gemma 3: rope.freq_base_swa,
+// else 10000), the soft-caps, and the attention scale (head_dim, or hidden / heads for the 27B
+// models, as llama.cpp decides; kvwb's own key when kvwb wrote the file).
+void readGemmaKeys(const GgufFile &f, const std::string &p, const Arch &arch, ModelConfig &c)
+{
+    const std::string file = f.path().string();
+    const bool g3 = std::string_view(arch.gguf) == "gemma3";
+    c.unitOffsetNorm = true;
+    c.scaleEmbeddings = true;
+    c.sandwichNorms = true;
+    c.activation = MlpActivation::GeluTanh;
+    // Gemma 2 without the key slides over 4096 tokens (llama.cpp's default); Gemma 3 without it (or
+    // with 0) does not slide at all (its converter leaves the key out for sliding_window_pattern 1).
+    const int window = f.find(p + "attention.sliding_window")
+                           ? reqInt(f, p + "attention.sliding_window", 0, kMaxPositions)
+                           : (g3 ? 0 : 4096);
+    if (const auto cap = f.number(p + "attn_logit_softcapping"); cap && *cap > 0)
+        c.attnLogitSoftcap = decimalOf(*cap);
+    if (const auto cap = f.number(p + "final_logit_softcapping"); cap && *cap > 0)
+        c.finalLogitSoftcap = decimalOf(*cap);
+    if (g3)
+        c.ropeLocalTheta = decimalOf(f.number(p + "rope.freq_base_swa").value_or(10000.0));
+    c.layerAttention.clear();
+    c.slidingWindow = window;
+    if (window == 0) {
+        c.layerAttention.assign(size_t(c.numLayers), LayerAttention::Full);
+    } else if (const auto *sliding = f.numberArray("kvwb.sliding_layers")) {
+        if (sliding->size() != size_t(c.numLayers))
+            throw Error(ErrorCode::Config,
+                        fmt::format("{}: metadata 'kvwb.sliding_layers' has {} entries for {} layers", file,
+                                    sliding->size(), c.numLayers));
+        for (double x : *sliding)
+            c.layerAttention.push_back(x != 0 ? LayerAttention::Sliding : LayerAttention::Full);
+    } else {
+        const int pattern = g3 ? (f.find(p + "attention.sliding_window_pattern")
+                                      ? reqInt(f, p + "attention.sliding_window_pattern", 1, kMaxLayers)
+                                      : 6)
+                               : 2;
+        for (int l = 0; l < c.numLayers; ++l)
+            c.layerAttention.push_back((l + 1) % pattern != 0 ? LayerAttention::Sliding
+                                                              : LayerAttention::Full);
+    }
+    if (const auto q = f.number("kvwb.query_pre_attn_scalar"))
+        c.queryPreAttnScalar = decimalOf(*q);
+    else if ((!g3 && c.numLayers == 46) || (g3 && c.numLayers == 62))
+        c.queryPreAttnScalar = double(c.hiddenSize / c.numHeads); // the 27B models
+    else
+        c.queryPreAttnScalar = double(c.headDim);
+}
+
+// llama.cpp's converter stores Gemma's norm weights as 1 + w (its RMSNorm multiplies by the
+// weight); kvwb's Gemma norm adds the 1 itself. Subtracting 1 from the stored f32 is exact for
+// stored values of 0.5 and up (Sterbenz; above 2 the result keeps the stored value's spacing), so
+// the engine's 1 + w' is the very f32 1 + w that HF computes, though w' itself may differ from w
+// in its last bit.
+std::shared_ptr<const std::vector<std::byte>> shiftNorm(const GgufModel::Tensor &t, float by,
+                                                        const std::string &what)
+{
+    std::vector<float> v(static_cast<size_t>(t.info.numel()));
+    dequantize(t.info.dtype, {t.data, size_t(t.info.bytes)}, t.info.numel(), v.data(), what);
+    for (float &x : v)
+        x += by;
+    auto out = std::make_shared<std::vector<std::byte>>(v.size() * 4);
+    std::memcpy(out->data(), v.data(), out->size());
+    return out;
+}
+
 } // namespace
 
 std::vector<std::string> ggufArchitectures()
@@ -297,6 +383,8 @@ GgufModel ggufModel(const GgufFile &f)
     }
     c.ropeLayout = RopeLayout::RotateHalf;
     c.torchDtype = "float32";
+    if (arch->gemma)
+        readGemmaKeys(f, p, *arch, c);
 
     // Tensors under HF names.
     for (const GgufTensor &t : f.tensors()) {
@@ -317,6 +405,15 @@ GgufModel ggufModel(const GgufFile &f)
         mt.data = f.data(t);
         m.tensors.emplace(hf, std::move(mt));
     }
+    if (arch->gemma)
+        for (auto &[name, t] : m.tensors)
+            if (name.ends_with("norm.weight")) {
+                auto shifted = shiftNorm(t, -1.0f, file + ": tensor '" + name + "'");
+                t.info.dtype = DType::F32;
+                t.info.bytes = shifted->size();
+                t.data = shifted->data();
+                m.owned.push_back(std::move(shifted));
+            }
     const auto has = [&](const std::string &n) { return m.tensors.count(n) > 0; };
     const auto embed = m.tensors.find("model.embed_tokens.weight");
     if (embed == m.tensors.end() || embed->second.info.shape.size() != 2)
@@ -434,6 +531,23 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
         w.addTensor("rope_freqs.weight", DType::F32, {int64_t(div.size())},
                     quantize(DType::F32, div, "rope_freqs"));
     }
+    if (arch->gemma) {
+        if (c.slidingWindow > 0)
+            w.setU32(p + "attention.sliding_window", uint32_t(c.slidingWindow));
+        if (c.attnLogitSoftcap)
+            w.setF32(p + "attn_logit_softcapping", float(*c.attnLogitSoftcap));
+        if (c.finalLogitSoftcap)
+            w.setF32(p + "final_logit_softcapping", float(*c.finalLogitSoftcap));
+        if (c.ropeLocalTheta)
+            w.setF32(p + "rope.freq_base_swa", float(*c.ropeLocalTheta));
+        // Not in llama.cpp's keys (it decides both from the architecture and size): kvwb's own, so
+        // any geometry reads back exactly.
+        w.setF32("kvwb.query_pre_attn_scalar", float(c.queryPreAttnScalar.value_or(double(c.headDim))));
+        std::vector<int32_t> sliding;
+        for (int l = 0; l < c.numLayers; ++l)
+            sliding.push_back(c.isSlidingLayer(l) ? 1 : 0);
+        w.setI32s("kvwb.sliding_layers", std::move(sliding));
+    }
     // The file's own RoPE layout: llama.cpp's llama architecture rotates interleaved pairs.
     const bool wantInterleaved = arch->permutedQk;
     const bool haveInterleaved = c.ropeLayout == RopeLayout::Interleaved;
@@ -462,6 +576,9 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
                 std::memcpy(values.data(), bytes.data(), bytes.size());
             }
         }
+        if (arch->gemma && name.ends_with("norm.weight"))
+            for (float &x : values)
+                x += 1.0f; // stored as llama.cpp's converter stores Gemma norms
         DType type = shape.size() == 2 ? weightType : DType::F32;
         if (type != DType::F32 && shape.back() % dtypeBlockElements(type) != 0) {
             notes.push_back(fmt::format("{}: rows of {} are not whole {} blocks; kept as F32", g,

@@ -1,7 +1,8 @@
 // A GGUF file as a model: its configuration from the `<arch>.*` metadata, its tensors under
 // Hugging Face names, and the reverse (a Checkpoint written as GGUF, optionally quantised).
 //
-// Architectures: llama (also Mistral-style files), qwen2, qwen3, phi3. llama.cpp's converter
+// Architectures: llama (also Mistral-style files), qwen2, qwen3, phi3, gemma2, gemma3 (text; Gemma
+// norms are stored as 1 + w and read back as w). llama.cpp's converter
 // permutes a llama-architecture file's q/k rows for its interleaved RoPE; they are permuted back to
 // HF's rotate-half order here (the row permutation works on quantised rows too), so a GGUF and the
 // HF directory it came from capture the same KV. Quantised tensors keep their block type in

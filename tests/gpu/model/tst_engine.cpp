@@ -223,7 +223,7 @@ private Q_SLOTS:
     void ggufMatchesHf_data()
     {
         QTest::addColumn<QString>("variant");
-        for (const char *v : {"gqa", "qwen2", "qwen3", "phi3", "llama3"})
+        for (const char *v : {"gqa", "qwen2", "qwen3", "phi3", "llama3", "gemma2", "gemma3", "gemma3-b"})
             QTest::newRow(v) << QString(v);
     }
     void ggufMatchesHf()
