@@ -383,8 +383,13 @@ GgufModel ggufModel(const GgufFile &f)
     }
     c.ropeLayout = RopeLayout::RotateHalf;
     c.torchDtype = "float32";
-    if (arch->gemma)
+    if (arch->gemma) {
         readGemmaKeys(f, p, *arch, c);
+    } else if (const auto w = f.integer(p + "attention.sliding_window"); w && *w > 0) {
+        // Phi-3's window (llama.cpp reads it too); in a llama file, a Mistral window kvwb wrote
+        c.slidingWindow = reqInt(f, p + "attention.sliding_window", 1, kMaxPositions);
+        c.layerAttention.assign(size_t(c.numLayers), LayerAttention::Sliding);
+    }
 
     // Tensors under HF names.
     for (const GgufTensor &t : f.tensors()) {
@@ -531,6 +536,9 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
         w.addTensor("rope_freqs.weight", DType::F32, {int64_t(div.size())},
                     quantize(DType::F32, div, "rope_freqs"));
     }
+    if (!arch->gemma && std::find(c.layerAttention.begin(), c.layerAttention.end(),
+                                  LayerAttention::Sliding) != c.layerAttention.end())
+        w.setU32(p + "attention.sliding_window", uint32_t(c.slidingWindow));
     if (arch->gemma) {
         if (c.slidingWindow > 0)
             w.setU32(p + "attention.sliding_window", uint32_t(c.slidingWindow));

@@ -419,6 +419,14 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
 
     if (cfg.modelType == "gemma2" || cfg.modelType == "gemma3_text")
         readGemma(j, r, sourceName, cfg);
+    // Mistral (v0.1: 4096) and Phi-3 (mini: 2047) slide every layer when sliding_window is set
+    // (MistralAttention / Phi3Attention's sliding-window mask); null or absent: no window.
+    if ((cfg.modelType == "mistral" || cfg.modelType == "phi3") && cfg.numLayers > 0 &&
+        cfg.numLayers <= kMaxLayers)
+        if (const auto w = r.optInt("sliding_window")) {
+            cfg.slidingWindow = *w;
+            cfg.layerAttention.assign(size_t(cfg.numLayers), LayerAttention::Sliding);
+        }
 
     if (const json *rs = r.find("rope_scaling"))
         readRope(*rs, sourceName, "rope_scaling", cfg);
@@ -472,6 +480,12 @@ std::string ModelConfig::toHfJson() const
         j["mlp_bias"] = mlpBias;
     } else if (modelType == "qwen3") {
         j["attention_bias"] = qkvBias || oBias;
+    } else if (modelType == "mistral" || modelType == "phi3") {
+        if (std::find(layerAttention.begin(), layerAttention.end(), LayerAttention::Sliding) !=
+            layerAttention.end())
+            j["sliding_window"] = slidingWindow;
+        else
+            j["sliding_window"] = nullptr;
     } else if (modelType == "gemma2" || modelType == "gemma3_text") {
         j["attention_bias"] = qkvBias || oBias;
         j["hidden_activation"] = activation == MlpActivation::GeluTanh ? "gelu_pytorch_tanh" : "silu";

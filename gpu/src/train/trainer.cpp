@@ -247,6 +247,12 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
                     fmt::format("the trainer implements the Llama architecture; model_type '{}' (Gemma's "
                                 "norms, GeGLU and sliding-window layers) is not supported for training",
                                 c.modelType));
+    if (c.qkNorm || c.fusedProjections)
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("the trainer implements the Llama architecture; model_type '{}' ({}) is not "
+                                "supported for training",
+                                c.modelType,
+                                c.qkNorm ? "per-head q/k norms" : "fused qkv and gate/up projections"));
     checkWeightDtype(o.weightDtype);
     if (c.ropeLayout != core::RopeLayout::RotateHalf)
         throw Error(ErrorCode::InvalidArgument, "the trainer writes HF layout: RoPE must be rotate-half");

@@ -232,6 +232,15 @@ private Q_SLOTS:
         QCOMPARE(c.maxPositionEmbeddings, 32768);
         QVERIFY(!c.qkvBias && !c.oBias);
         QCOMPARE(c.parameterCount(), int64_t(7241732096)); // Mistral-7B-v0.1
+        // v0.1's 4096-token window on every layer; v0.2 and later write null: no window
+        QCOMPARE(c.slidingWindow, 4096);
+        QVERIFY(c.isSlidingLayer(0) && c.isSlidingLayer(31));
+        std::string v02 = kMistral7b;
+        v02.replace(v02.find("\"sliding_window\": 4096"), 22, "\"sliding_window\": null");
+        const ModelConfig d = ModelConfig::fromHfJsonText(v02, "m2");
+        QVERIFY(d.layerAttention.empty() && !d.isSlidingLayer(0));
+        QVERIFY(ModelConfig::fromHfJsonText(d.toHfJson(), "rt") == d);
+        QVERIFY(ModelConfig::fromHfJsonText(c.toHfJson(), "rt") == c);
     }
 
     void qwen2BiasForced()
@@ -271,6 +280,8 @@ private Q_SLOTS:
         QVERIFY(c.fusedProjections);
         QVERIFY(!c.qkvBias && !c.oBias && !c.mlpBias && !c.qkNorm);
         QCOMPARE(c.parameterCount(), int64_t(3821079552)); // Phi-3-mini-4k
+        QCOMPARE(c.slidingWindow, 2047);
+        QVERIFY(c.isSlidingLayer(0) && c.isSlidingLayer(c.numLayers - 1));
         std::string partial = kPhi3Mini4k;
         partial.insert(partial.find("\"rope_theta\""), "\"partial_rotary_factor\": 0.75, ");
         const Error e = expectError([&] { ModelConfig::fromHfJsonText(partial, "p3"); });
