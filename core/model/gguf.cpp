@@ -165,8 +165,8 @@ GgufValue readValue(Cursor &c, GgufType type, const std::string &key)
     }
     if (type != GgufType::Array) {
         v.number = readNumber(c, type, fmt::format("metadata '{}'", key), &v.integer);
-        if (type != GgufType::U64 && type != GgufType::I64)
-            v.integer = std::isfinite(v.number) ? int64_t(v.number) : 0;
+        if (v.isInteger() && type != GgufType::U64 && type != GgufType::I64)
+            v.integer = int64_t(v.number); // a 32-bit or smaller integer: exact
         return v;
     }
     const uint32_t elem = c.read<uint32_t>(fmt::format("metadata '{}' element type", key));
@@ -664,8 +664,9 @@ void GgufWriter::setValue(std::string key, const GgufValue &v)
             for (const auto &s : v.strings)
                 appendString(p, s);
         else
-            for (double x : v.numbers)
-                appendNumber(p, v.elemType, x, int64_t(x));
+            for (double x : v.numbers) // integers were read from this very type, so they fit it
+                appendNumber(p, v.elemType, x,
+                             x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : int64_t(x));
     } else {
         appendNumber(p, v.type, v.number, v.integer);
     }

@@ -120,6 +120,11 @@ std::string bpeJson(const GgufFile &f, const std::vector<std::string> &tokens)
             fmt::format("{}: tokenizer.ggml.pre '{}' is not a pre-tokenizer kvwb knows (supported: {})", file,
                         pre, joinNames()));
     const std::vector<int> types = tokenTypes(f, tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i)
+        if (const auto bad = text::firstInvalidUtf8(tokens[i]))
+            throw Error(ErrorCode::Tokenizer,
+                        fmt::format("{}: tokenizer.ggml.tokens entry {} is not valid UTF-8 (byte {})", file,
+                                    i, *bad));
     json vocab = json::object(), added = json::array();
     for (size_t i = 0; i < tokens.size(); ++i) {
         vocab[tokens[i]] = i; // every id is in the vocabulary, as llama.cpp sees it (merges may name any)

@@ -59,7 +59,7 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &path)
     } else if (!fs::exists(path, ec)) {
         throw Error(ErrorCode::Io, path.string() + ": no such file or directory");
     }
-    if (file.extension() == ".gguf")
+    if (file.extension() == ".gguf" || GgufFile::looksLikeGguf(file))
         return tokenizerFromGguf(GgufFile::open(file));
     const auto kind = kindOfFile(file);
     if (!kind)

@@ -625,6 +625,16 @@ private Q_SLOTS:
             QVERIFY(QString::fromStdString(e.what()).contains("'falcon'"));
         }
         {
+            GgufWriter w;
+            w.setString("tokenizer.ggml.model", "gpt2");
+            w.setString("tokenizer.ggml.pre", "gpt-2");
+            w.setStrings("tokenizer.ggml.tokens", {"a", "\xc3\x81\x81", "b"});
+            w.write(root / "utf8.gguf");
+            const auto e = expectError([&] { (void)loadTokenizer(root / "utf8.gguf"); });
+            QCOMPARE(e.code(), ErrorCode::Tokenizer);
+            QVERIFY(QString::fromStdString(e.what()).contains("entry 1 is not valid UTF-8"));
+        }
+        {
             // a tensor kvwb does not know is refused, not ignored
             auto spec = randomModelPreset("tiny");
             writeRandomHfModel(root / "hf", spec);
