@@ -666,7 +666,9 @@ void GgufWriter::setValue(std::string key, const GgufValue &v)
         else
             for (double x : v.numbers) // integers were read from this very type, so they fit it
                 appendNumber(p, v.elemType, x,
-                             x >= 9.2e18 ? INT64_MAX : x <= -9.2e18 ? INT64_MIN : int64_t(x));
+                             x >= 9.2e18    ? INT64_MAX
+                             : x <= -9.2e18 ? INT64_MIN
+                                            : int64_t(x));
     } else {
         appendNumber(p, v.type, v.number, v.integer);
     }
