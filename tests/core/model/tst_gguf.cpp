@@ -458,7 +458,8 @@ private Q_SLOTS:
         QFETCH(QString, mentions);
         QTemporaryDir dir;
         std::vector<std::byte> b(size_t(bytes.size()));
-        std::memcpy(b.data(), bytes.data(), b.size());
+        if (!b.empty())
+            std::memcpy(b.data(), bytes.data(), b.size());
         const fs::path p = writeBytes(dir, "bad.gguf", b);
         const auto e = expectError([&] { (void)GgufFile::open(p); });
         QCOMPARE(e.code(), code);
