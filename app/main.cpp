@@ -23,8 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Replaces this process with kvwb-engine, found from this executable: beside it in the build tree,
-// in ../lib/kvwb/ when installed (bin/kvwb, lib/kvwb/kvwb-engine). Returns only by exiting 1.
-[[noreturn]] void execEngine(char **argv)
+// in ../lib/kvwb/ when installed (bin/kvwb, lib/kvwb/kvwb-engine). Returns only by exiting 1;
+// `what` names what needed the engine in that message.
+[[noreturn]] void execEngine(char **argv, const std::string &what)
 {
     // LibTorch's OpenMP workers spin while OpenBLAS's own threads run the matmuls; on a 2-core
     // machine that made a 128-token prefill 7x slower (229 ms vs 34 ms, docs/engine.md). libgomp
@@ -49,7 +50,8 @@ namespace fs = std::filesystem;
         }
         tried += (tried.empty() ? "" : " or ") + engine.string();
     }
-    std::fprintf(stderr, "kvwb: this needs kvwb-engine, which is missing: no %s\n", tried.c_str());
+    std::fprintf(stderr, "kvwb: %s runs in kvwb-engine, which is missing: no %s\n", what.c_str(),
+                 tried.c_str());
     std::exit(1);
 }
 
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
     // No arguments, or `open PROJECT`: the window.
     const app::Subcommand *c = app::findSubcommand(first);
     if (argc < 2 || first == "open" || (c && !c->run))
-        execEngine(argv);
+        execEngine(argv,
+                   argc < 2 || first == "open" ? std::string("the window") : "'" + std::string(first) + "'");
     if (!c) {
         std::fprintf(stderr, "kvwb: unknown subcommand '%s' (kvwb --help lists them)\n", argv[1]);
         return 2;
