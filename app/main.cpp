@@ -1,86 +1,87 @@
-// kvwb: one executable for the workbench and all its headless subcommands.
+// kvwb: the light front end. It links Qt Core and core/ only, so the subcommands that run no model
+// and draw nothing (--help, --version and the Runs::FrontEnd rows of app/cli/subcommands.cpp: info,
+// upgrade, tokenize, make-model, convert, corpus, workload, bench-tiers) start without the dynamic
+// loader pulling in LibTorch (~300 shared libraries) or Qt Widgets. For the window and every other
+// subcommand it execs kvwb-engine, the whole program, with the same arguments (docs/engine.md,
+// "Start-up").
 #include "app/cli/cli.h"
-#ifndef KVWB_HEADLESS
-#include "app/gui.h"
+#include "core/util/build_info.h"
 
-#include <QApplication>
-#endif
 #include <QCoreApplication>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
+#include <cstring>
+#include <filesystem>
+#include <string>
 #include <string_view>
 #include <unistd.h>
 
 namespace {
 
-// Subcommands that run no LibTorch work (no forward, no fit): they skip the restart below, which
-// would load LibTorch a second time (about half of their start-up).
-bool runsNoModel(int argc, char **argv)
+namespace fs = std::filesystem;
+
+// Replaces this process with kvwb-engine, found from this executable: beside it in the build tree,
+// in ../lib/kvwb/ when installed (bin/kvwb, lib/kvwb/kvwb-engine). Returns only by exiting 1;
+// `what` names what needed the engine in that message.
+[[noreturn]] void execEngine(char **argv, const std::string &what)
 {
-    if (argc < 2)
-        return false; // the window
-    const std::string_view name = argv[1];
-    for (const char *light : {"--help", "-h", "help", "--version", "info", "upgrade", "tokenize",
-                              "make-model", "convert", "report", "corpus", "workload"})
-        if (name == light)
-            return true;
-    return false;
+    // LibTorch's OpenMP workers spin while OpenBLAS's own threads run the matmuls; on a 2-core
+    // machine that made a 128-token prefill 7x slower (229 ms vs 34 ms, docs/engine.md). libgomp
+    // reads OMP_WAIT_POLICY once, when it is loaded, so it must be set before the engine starts.
+    if (!std::getenv("OMP_WAIT_POLICY"))
+        ::setenv("OMP_WAIT_POLICY", "passive", 1);
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (ec) {
+        std::fprintf(stderr, "kvwb: cannot find kvwb-engine: /proc/self/exe is unreadable (%s)\n",
+                     ec.message().c_str());
+        std::exit(1);
+    }
+    const fs::path dir = self.parent_path();
+    std::string tried;
+    for (const fs::path &engine :
+         {dir / "kvwb-engine", (dir.parent_path() / "lib" / "kvwb" / "kvwb-engine")}) {
+        ::execv(engine.c_str(), argv); // returns only on failure
+        if (errno != ENOENT) {
+            std::fprintf(stderr, "kvwb: cannot run %s: %s\n", engine.c_str(), std::strerror(errno));
+            std::exit(1);
+        }
+        tried += (tried.empty() ? "" : " or ") + engine.string();
+    }
+    std::fprintf(stderr, "kvwb: %s runs in kvwb-engine, which is missing: no %s\n", what.c_str(),
+                 tried.c_str());
+    std::exit(1);
 }
 
 } // namespace
 
 int main(int argc, char **argv)
 {
-    // LibTorch's OpenMP workers spin while OpenBLAS's own threads run the matmuls; on a 2-core
-    // machine that made a 128-token prefill 7x slower (229 ms vs 34 ms, docs/engine.md). libgomp
-    // reads OMP_WAIT_POLICY once, when it is loaded, so set it and start again.
-    if (!std::getenv("OMP_WAIT_POLICY") && !runsNoModel(argc, argv)) {
-        ::setenv("OMP_WAIT_POLICY", "passive", 1);
-        ::execv("/proc/self/exe", argv); // returns only on failure: then run as we are
+    using namespace kvwb;
+    const std::string_view first = argc >= 2 ? argv[1] : "";
+    if (first == "--help" || first == "-h" || first == "help") {
+        app::printUsage();
+        return 0;
     }
-    // No arguments, or `open PROJECT`: the window. Everything else is a headless subcommand.
-    const bool gui = argc == 1 || (argc >= 2 && std::string_view(argv[1]) == "open");
-#ifdef KVWB_HEADLESS
-    if (gui) {
-        std::fprintf(stderr, "kvwb: this build is headless (KVWB_HEADLESS): no window; run a subcommand "
-                             "(kvwb --help)\n");
+    if (first == "--version") {
+        std::printf("kvwb %s (%s)\n", core::appVersion(), core::gitCommit());
+        return 0;
+    }
+    // No arguments, or `open PROJECT`: the window.
+    const app::Subcommand *c = app::findSubcommand(first);
+    if (argc < 2 || first == "open" || (c && !c->run))
+        execEngine(argv,
+                   argc < 2 || first == "open" ? std::string("the window") : "'" + std::string(first) + "'");
+    if (!c) {
+        std::fprintf(stderr, "kvwb: unknown subcommand '%s' (kvwb --help lists them)\n", argv[1]);
         return 2;
     }
     QCoreApplication coreApp(argc, argv);
-#else
-    // `report` draws charts (Qt Charts, QPainter text): a QApplication, offscreen when headless.
-    const bool charts = argc >= 2 && std::string_view(argv[1]) == "report";
-    if (charts && !std::getenv("DISPLAY") && !std::getenv("WAYLAND_DISPLAY") &&
-        !std::getenv("QT_QPA_PLATFORM"))
-        ::setenv("QT_QPA_PLATFORM", "offscreen", 1);
-    std::unique_ptr<QCoreApplication> app;
-    if (gui || charts)
-        app = std::make_unique<QApplication>(argc, argv);
-    else
-        app = std::make_unique<QCoreApplication>(argc, argv);
-#endif
     QCoreApplication::setApplicationName("kvwb");
-    QCoreApplication::setApplicationVersion(KVWB_VERSION " (" KVWB_GIT_COMMIT ")");
-#ifndef KVWB_HEADLESS
-    if (gui)
-        return kvwb::app::runWorkbench(argc >= 3 ? QString::fromLocal8Bit(argv[2]) : QString());
-#endif
+    QCoreApplication::setApplicationVersion(QString("%1 (%2)").arg(core::appVersion(), core::gitCommit()));
     QStringList args = QCoreApplication::arguments();
     args.removeFirst();
-    if (args.first() == "--help" || args.first() == "-h" || args.first() == "help") {
-        std::printf("Usage: kvwb <subcommand> [options]   (kvwb <subcommand> --help for its options)\n\n"
-                    "KV Workbench %s: LLM cache and KV-converter experiments.\n\nSubcommands:\n",
-                    KVWB_VERSION);
-        for (const auto &c : kvwb::app::subcommands())
-            std::printf("  %-12s %s\n", c.name, c.summary);
-        std::printf("\nWithout arguments (or with `open PROJECT.kvwb`) kvwb opens the workbench window.\n");
-        return 0;
-    }
-    if (args.first() == "--version") {
-        std::printf("kvwb %s (%s)\n", KVWB_VERSION, KVWB_GIT_COMMIT);
-        return 0;
-    }
-    return kvwb::app::runSubcommand(args);
+    return app::runSubcommand(*c, args);
 }

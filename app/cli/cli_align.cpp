@@ -1,6 +1,6 @@
 #include "app/cli/cli_align.h"
 
-#include "app/cli/cli_util.h"
+#include "app/cli/engine_options.h"
 #include "app/jobs/compare_job.h"
 #include "app/jobs/fit_job.h"
 #include "core/metrics/text_metrics.h"

@@ -1,6 +1,6 @@
 #include "app/cli/cli_capture.h"
 
-#include "app/cli/cli_util.h"
+#include "app/cli/engine_options.h"
 #include "app/jobs/capture_job.h"
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"

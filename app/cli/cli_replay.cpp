@@ -1,6 +1,6 @@
 #include "app/cli/cli_replay.h"
 
-#include "app/cli/cli_util.h"
+#include "app/cli/engine_options.h"
 #include "app/jobs/replay_job.h"
 #include "core/cache/prefix_tree.h"
 #include "core/cache/replay_ledger.h"

@@ -1,6 +1,6 @@
 #include "app/cli/cli_train.h"
 
-#include "app/cli/cli_util.h"
+#include "app/cli/engine_options.h"
 #include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
 #include "core/tokenize/spm_library.h"

@@ -22,6 +22,31 @@ namespace {
 
 using Run = kvwb::test::KvwbRun;
 using kvwb::test::runKvwb;
+using kvwb::test::runProgram;
+
+// Every subcommand, in `kvwb --help` order (app/cli/subcommands.cpp).
+QStringList allSubcommands()
+{
+    QStringList all = {"info",    "upgrade", "tokenize", "generate",       "bench",         "make-model",
+                       "convert", "train",   "eval-qa",  "capture",        "bench-capture", "bench-tiers",
+                       "align",   "sweep",   "compare",  "bench-transfer", "replay"};
+#ifndef KVWB_HEADLESS
+    all << "report";
+#endif
+    all << "corpus"
+        << "workload";
+    return all;
+}
+
+// What the dynamic loader would map for an executable, every library transitively (ldd).
+QByteArray loadedLibraries(const fs::path &exe)
+{
+    QProcess p;
+    p.start("ldd", {QString::fromStdString(exe.string())});
+    if (!p.waitForFinished(30000) || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0)
+        return {};
+    return p.readAllStandardOutput();
+}
 
 QString path(const fs::path &p)
 {
@@ -46,12 +71,12 @@ private Q_SLOTS:
         QCOMPARE(r.exitCode, 0);
     }
 
+    // Through the front end: its own subcommands and those it forwards to kvwb-engine.
     void helpForEverySubcommand_data()
     {
         QTest::addColumn<QString>("cmd");
-        for (const char *c :
-             {"info", "tokenize", "generate", "bench", "make-model", "convert", "corpus", "workload"})
-            QTest::newRow(c) << QString(c);
+        for (const QString &c : allSubcommands())
+            QTest::newRow(qPrintable(c)) << c;
     }
     void helpForEverySubcommand()
     {
@@ -59,6 +84,81 @@ private Q_SLOTS:
         const Run r = runKvwb({cmd, "--help"});
         QCOMPARE(r.exitCode, 0);
         QVERIFY(r.out.contains("Usage:"));
+    }
+
+    // The front end's --help lists every subcommand, those it forwards too, in one table with the
+    // engine's: kvwb-engine --help prints the same.
+    void helpListsEverySubcommand()
+    {
+        const Run r = runKvwb({"--help"});
+        QCOMPARE(r.exitCode, 0);
+        QStringList listed;
+        for (const QByteArray &line : r.out.split('\n'))
+            if (line.startsWith("  ") && line.size() > 2 && line[2] != ' ')
+                listed << QString::fromUtf8(line.mid(2).split(' ').first());
+        QCOMPARE(listed, allSubcommands());
+        const Run e = runProgram(test::kvwbEngineBinary(), {"--help"});
+        QCOMPARE(e.exitCode, 0);
+        QCOMPARE(e.out, r.out);
+        const Run v = runKvwb({"--version"}), ev = runProgram(test::kvwbEngineBinary(), {"--version"});
+        QCOMPARE(v.exitCode, 0);
+        QVERIFY(v.out.startsWith("kvwb "));
+        QCOMPARE(ev.out, v.out);
+    }
+
+    // `kvwb` is the light front end: neither it nor anything it loads is LibTorch or Qt Widgets,
+    // Gui or Charts. kvwb-engine's list names LibTorch, so the check can fail.
+    void frontEndLoadsNoEngine()
+    {
+        const QByteArray front = loadedLibraries(test::kvwbBinary());
+        const QByteArray engine = loadedLibraries(test::kvwbEngineBinary());
+        QVERIFY2(front.contains("libQt6Core.so"), front.constData()); // ldd answered
+        QVERIFY2(engine.contains("libtorch"), engine.constData());
+        QVERIFY2(engine.contains("libc10.so"), engine.constData());
+        for (const char *lib :
+             {"libtorch", "libc10", "libQt6Gui", "libQt6Widgets", "libQt6Charts", "libkvwb_spm"})
+            QVERIFY2(!front.contains(lib), qPrintable(QString("kvwb loads %1:\n%2").arg(lib, front)));
+    }
+
+    // A subcommand that needs the engine runs in kvwb-engine, exec'd by the front end with the
+    // arguments unchanged: the same result as kvwb-engine run directly, and its errors and exit codes.
+    void forwardsToTheEngine()
+    {
+        const QStringList args = {"generate",     "--model", path(m_model),  "--prompt-ids", "1,2,3",
+                                  "--max-tokens", "4",       "--ignore-eos", "--json"};
+        const Run front = runKvwb(args), direct = runProgram(test::kvwbEngineBinary(), args);
+        QCOMPARE(front.exitCode, 0);
+        QCOMPARE(direct.exitCode, 0);
+        const auto jf = QJsonDocument::fromJson(front.out).object();
+        QCOMPARE(jf["output_ids"].toArray().size(), 4);
+        QCOMPARE(jf["output_ids"], QJsonDocument::fromJson(direct.out).object()["output_ids"]);
+        const Run bad = runKvwb({"generate", "--model", path(m_model)});
+        QCOMPARE(bad.exitCode, 2);
+        QVERIFY2(bad.err.startsWith("kvwb generate: give exactly one of --prompt or --prompt-ids"),
+                 bad.err.constData());
+        const Run unknown = runKvwb({"no-such-command"});
+        QCOMPARE(unknown.exitCode, 2);
+        QVERIFY(unknown.err.contains("unknown subcommand 'no-such-command'"));
+    }
+
+    // A copy of kvwb alone (no kvwb-engine beside it, none in ../lib/kvwb/) still runs its own
+    // subcommands, and for the others says in one line which paths it tried.
+    void frontEndWithoutEngine()
+    {
+        QTemporaryDir tmp;
+        const fs::path bin = fs::path(tmp.path().toStdString()) / "bin";
+        fs::create_directories(bin);
+        fs::copy_file(test::kvwbBinary(), bin / "kvwb");
+        fs::permissions(bin / "kvwb", fs::perms::owner_all, fs::perm_options::add);
+        const Run tok = runProgram(bin / "kvwb", {"tokenize", "--tokenizer", path(m_model), "--text", "Hi!"});
+        QCOMPARE(tok.exitCode, 0);
+        QCOMPARE(tok.out.trimmed(), QByteArray("72 105 33"));
+        const Run gen = runProgram(bin / "kvwb", {"generate", "--model", path(m_model), "--prompt-ids", "1"});
+        QCOMPARE(gen.exitCode, 1);
+        const QString err = QString::fromUtf8(gen.err).trimmed();
+        QCOMPARE(err.count('\n'), 0);
+        QVERIFY2(err.contains(path(bin / "kvwb-engine")), qPrintable(err));
+        QVERIFY2(err.contains(path(bin.parent_path() / "lib" / "kvwb" / "kvwb-engine")), qPrintable(err));
     }
 
     void infoCard()
@@ -90,8 +190,14 @@ private Q_SLOTS:
         QCOMPARE(o["pieces"].toArray()[1].toString(), QString::fromUtf8("\u0120")); // 'Ġ' = space
     }
 
-    // SentencePiece runs inside the torch-linked executable (its protobuf must not clash with
-    // LibTorch's), and kvwb's ids equal those of the library's own processor.
+    // SentencePiece runs in the front end and inside the torch-linked kvwb-engine (its protobuf
+    // must not clash with LibTorch's), and kvwb's ids equal those of the library's own processor.
+    void sentencePieceInsideKvwb_data()
+    {
+        QTest::addColumn<bool>("engine");
+        QTest::newRow("kvwb") << false;
+        QTest::newRow("kvwb-engine") << true;
+    }
     void sentencePieceInsideKvwb()
     {
         QTemporaryDir tmp;
@@ -102,8 +208,11 @@ private Q_SLOTS:
         test::writeFile(dir / "corpus.txt", corpus);
         core::trainSentencePiece("--input=" + (dir / "corpus.txt").string() + " --model_prefix=" +
                                  (dir / "sp").string() + " --vocab_size=80 --model_type=bpe --minloglevel=2");
-        const Run r = runKvwb({"tokenize", "--tokenizer", path(dir / "sp.model"), "--text", "the cache saves",
-                               "--add-special", "--json"});
+        QFETCH(bool, engine);
+        const QStringList args = {"tokenize", "--tokenizer",     path(dir / "sp.model"),
+                                  "--text",   "the cache saves", "--add-special",
+                                  "--json"};
+        const Run r = engine ? runProgram(test::kvwbEngineBinary(), args) : runKvwb(args);
         QCOMPARE(r.exitCode, 0);
         const auto o = QJsonDocument::fromJson(r.out).object();
         QCOMPARE(o["kind"].toString(), QString("sentencepiece"));

@@ -8,9 +8,9 @@ namespace kvwb::test {
 
 namespace {
 
-KvwbRun run(QProcess &p, const QStringList &args, int timeoutMs)
+KvwbRun run(QProcess &p, const std::filesystem::path &program, const QStringList &args, int timeoutMs)
 {
-    p.start(QString::fromStdString(kvwbBinary().string()), args);
+    p.start(QString::fromStdString(program.string()), args);
     KvwbRun r;
     if (!p.waitForFinished(timeoutMs)) {
         p.kill();
@@ -29,7 +29,13 @@ KvwbRun run(QProcess &p, const QStringList &args, int timeoutMs)
 KvwbRun runKvwb(const QStringList &args, int timeoutMs)
 {
     QProcess p;
-    return run(p, args, timeoutMs);
+    return run(p, kvwbBinary(), args, timeoutMs);
+}
+
+KvwbRun runProgram(const std::filesystem::path &program, const QStringList &args, int timeoutMs)
+{
+    QProcess p;
+    return run(p, program, args, timeoutMs);
 }
 
 KvwbRun runKvwbLimited(const QStringList &args, int64_t addressSpaceBytes, int cpuSeconds, int timeoutMs)
@@ -41,7 +47,7 @@ KvwbRun runKvwbLimited(const QStringList &args, int64_t addressSpaceBytes, int c
         const rlimit cpu{rlim_t(cpuSeconds), rlim_t(cpuSeconds)};
         setrlimit(RLIMIT_CPU, &cpu);
     });
-    return run(p, args, timeoutMs);
+    return run(p, kvwbBinary(), args, timeoutMs);
 }
 
 } // namespace kvwb::test

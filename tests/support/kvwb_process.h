@@ -1,4 +1,5 @@
-// Runs the built kvwb executable (KVWB_BINARY) for integration tests and captures its result.
+// Runs the built kvwb executable (KVWB_BINARY, the front end) or another program for integration
+// tests and captures its result.
 #pragma once
 
 #include <QByteArray>
@@ -6,6 +7,7 @@
 #include <QStringList>
 
 #include <cstdint>
+#include <filesystem>
 
 namespace kvwb::test {
 
@@ -18,6 +20,8 @@ struct KvwbRun
 };
 
 KvwbRun runKvwb(const QStringList &args, int timeoutMs = 300000);
+// The same for another executable, e.g. kvwb-engine run directly or a copy of kvwb.
+KvwbRun runProgram(const std::filesystem::path &program, const QStringList &args, int timeoutMs = 300000);
 
 // The same under setrlimit: at most addressSpaceBytes of virtual memory (RLIMIT_AS) and cpuSeconds
 // of CPU time (RLIMIT_CPU), so a run that would allocate or loop without bound dies (exitCode -1)

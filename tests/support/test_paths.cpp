@@ -19,6 +19,12 @@ std::filesystem::path kvwbBinary()
     return p ? std::filesystem::path(p) : std::filesystem::path("kvwb");
 }
 
+std::filesystem::path kvwbEngineBinary()
+{
+    const char *p = std::getenv("KVWB_ENGINE_BINARY");
+    return p ? std::filesystem::path(p) : kvwbBinary().parent_path() / "kvwb-engine";
+}
+
 void writeFile(const std::filesystem::path &path, const std::string &text)
 {
     if (path.has_parent_path())

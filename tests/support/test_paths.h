@@ -1,4 +1,6 @@
-// Paths tests need: the source tree and the built kvwb binary (both passed by CTest's environment).
+// Paths tests need: the source tree and the built kvwb executables (passed by CTest's environment):
+// kvwb, the light front end that the integration tests run, and kvwb-engine, the whole program it
+// execs for the window and the subcommands that need the engine.
 #pragma once
 
 #include <filesystem>
@@ -6,8 +8,9 @@
 
 namespace kvwb::test {
 
-std::filesystem::path sourceDir();  // KVWB_SOURCE_DIR
-std::filesystem::path kvwbBinary(); // KVWB_BINARY
+std::filesystem::path sourceDir();        // KVWB_SOURCE_DIR
+std::filesystem::path kvwbBinary();       // KVWB_BINARY
+std::filesystem::path kvwbEngineBinary(); // KVWB_ENGINE_BINARY
 // Writes text to path (creating parent directories); throws std::runtime_error on failure.
 void writeFile(const std::filesystem::path &path, const std::string &text);
 std::string readFile(const std::filesystem::path &path);

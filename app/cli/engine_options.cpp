@@ -1,0 +1,52 @@
+#include "app/cli/engine_options.h"
+
+namespace kvwb::app::cli {
+
+gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFlag)
+{
+    gpu::LoadOptions o;
+    if (p.isSet("device")) {
+        auto d = gpu::parseDevice(str(p.value("device")));
+        if (!d)
+            throw UsageError{"--device expects cpu or cuda, got '" + str(p.value("device")) + "'"};
+        o.device = *d;
+    }
+    if (p.isSet(dtypeFlag)) {
+        auto t = gpu::parseComputeType(str(p.value(dtypeFlag)));
+        if (!t)
+            throw UsageError{"--" + str(dtypeFlag) + " expects f32, bf16 or f16, got '" +
+                             str(p.value(dtypeFlag)) + "'"};
+        o.dtype = *t;
+    }
+    o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
+    return o;
+}
+
+void addPromptFileOptions(QCommandLineParser &p)
+{
+    p.addOption(
+        {"split", "Only prompts of this corpus split: train, validation or all (default).", "SPLIT", "all"});
+    p.addOption({"whole-text", "Use a corpus line's whole text (question and answer), not its prompt."});
+    p.addOption({"join", "Join N consecutive documents into one prompt (default 1).", "N", "1"});
+}
+
+std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::string &path,
+                                       std::vector<std::string> &warnings)
+{
+    PromptFileOptions o;
+    o.split = str(p.value("split"));
+    if (o.split != "all" && o.split != "train" && o.split != "validation")
+        throw UsageError{"--split expects train, validation or all, got '" + o.split + "'"};
+    o.join = intOption(p, "join", 1, 1);
+    o.wholeText = p.isSet("whole-text");
+    return readPromptFile(path, o, warnings);
+}
+
+void addEngineOptions(QCommandLineParser &p)
+{
+    p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
+    p.addOption({"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"});
+    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+}
+
+} // namespace kvwb::app::cli
