@@ -3,10 +3,13 @@
 #include "core/metrics/distributions.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
 #include <fmt/format.h>
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,7 +58,22 @@ torch::Dtype torchType(core::DType t)
     }
 }
 
-// Sets the job's thread count and inference mode on whichever thread runs it.
+// OpenBLAS keeps its own thread pool (one thread per core by default), which at::set_num_threads
+// does not touch: a "1 thread" job ran its matmuls on two threads that yield-spin against each
+// other (12% of a 135M decode profile in sched_yield). LibTorch links OpenBLAS (or another BLAS)
+// through libblas.so.3, so look the setter up at run time; without it there is nothing to set.
+void setBlasThreads(int n)
+{
+    using SetThreads = void (*)(int);
+    static const auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    static int current = 0;
+    if (set && current != n) {
+        set(n);
+        current = n;
+    }
+}
+
+// Sets the job's thread count (torch's and the BLAS's) and inference mode on whichever thread runs it.
 struct JobScope
 {
     explicit JobScope(int threads)
@@ -63,28 +81,42 @@ struct JobScope
         const int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
         if (at::get_num_threads() != n)
             at::set_num_threads(n);
+        setBlasThreads(n);
     }
     c10::InferenceMode guard;
 };
 
 using detail::translateTorch;
 
+// How a projection's weight is stored: for the matmul that runs it fastest on the device and dtype.
+enum class WeightLayout
+{
+    OutIn, // [out, in] as in the checkpoint: torch::linear (oneDNN for bf16, cuBLAS on CUDA)
+    InOut, // [in, out], transposed once at load: CPU f32, where OpenBLAS runs x @ W as a plain NN
+           // gemm (prefill) and W^T x as gemv 'N' (decode), both faster than linear's transposed
+           // operand, which it re-packs on every call (37% of a 135M f32 decode profile)
+};
+
+// y = x W^T + b.
+struct Proj
+{
+    torch::Tensor w; // [out, in] (OutIn) or [in, out] (InOut)
+    torch::Tensor b; // [out], or undefined
+};
+
 struct Layer
 {
     torch::Tensor inputNorm;    // [hidden]
-    torch::Tensor wq, bq;       // [heads*headDim, hidden], [heads*headDim] (bias optional)
-    torch::Tensor wk, bk;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
-    torch::Tensor wv, bv;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
-    torch::Tensor wo, bo;       // [hidden, heads*headDim], [hidden]
+    Proj qkv;                   // q, k, v rows fused: out = (heads + 2*kvHeads) * headDim
+    Proj o;                     // [hidden] x [heads*headDim]
     torch::Tensor qNorm, kNorm; // [headDim] each (Qwen3, Gemma 3), else undefined
     torch::Tensor postNorm;     // [hidden] before the MLP; Gemma: on the attention output
     torch::Tensor preFfNorm;    // [hidden] before the MLP (Gemma), else undefined
     torch::Tensor postFfNorm;   // [hidden] on the MLP output (Gemma), else undefined
     // Sliding-window layer (Gemma): its queries see only the last `window` positions.
     bool sliding = false;
-    torch::Tensor wGate, bGate; // [intermediate, hidden]
-    torch::Tensor wUp, bUp;     // [intermediate, hidden]
-    torch::Tensor wDown, bDown; // [hidden, intermediate]
+    Proj gateUp; // gate and up rows fused: out = 2 * intermediate
+    Proj down;   // [hidden] x [intermediate]
 };
 
 } // namespace
@@ -96,10 +128,11 @@ struct Model::Impl
     LoadOptions options;
     torch::Device device = torch::kCPU;
     torch::Dtype dtype = torch::kFloat32;
-    torch::Tensor embed; // [vocab, hidden]
+    WeightLayout layout = WeightLayout::OutIn;
+    torch::Tensor embed; // [vocab, hidden]; undefined when tied and InOut (rows read from lmHead.w)
     std::vector<Layer> layers;
     torch::Tensor finalNorm; // [hidden]
-    torch::Tensor lmHead;    // [vocab, hidden] (aliases embed when tied)
+    Proj lmHead;             // out = vocab (OutIn and tied: aliases embed)
     std::shared_ptr<detail::RopeTables> rope;
     int64_t deviceBytes = 0;
 
@@ -121,9 +154,28 @@ struct Model::Impl
         return cap ? torch::tanh(x / *cap) * *cap : x;
     }
 
-    static torch::Tensor linear(const torch::Tensor &x, const torch::Tensor &w, const torch::Tensor &b)
+    // x [t, in] -> [t, out].
+    torch::Tensor project(const torch::Tensor &x, const Proj &p) const
     {
-        return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
+        const bool one = x.size(0) == 1;
+        if (layout == WeightLayout::InOut) {
+            if (one) { // BLAS gemv: reads W once, packs nothing
+                const auto xv = x.select(0, 0);
+                return (p.b.defined() ? torch::addmv(p.b, p.w.t(), xv) : torch::mv(p.w.t(), xv)).unsqueeze(0);
+            }
+            return p.b.defined() ? torch::addmm(p.b, x, p.w) : torch::mm(x, p.w);
+        }
+        if (one && dtype == torch::kBFloat16 && device.is_cpu() && detail::haveBf16Gemv())
+            return detail::bf16Gemv(p.w, x.select(0, 0), p.b);
+        return p.b.defined() ? torch::linear(x, p.w, p.b) : torch::linear(x, p.w);
+    }
+
+    // Embedding rows of ids [t] -> [t, hidden].
+    torch::Tensor embedRows(const torch::Tensor &idx) const
+    {
+        if (embed.defined())
+            return embed.index_select(0, idx);
+        return lmHead.w.index_select(1, idx).t().contiguous(); // tied, InOut: [hidden, vocab]
     }
 
     // The cache must come from this model: same geometry, device, dtype and RoPE tables (a cache
@@ -166,8 +218,8 @@ struct Model::Impl
         const int64_t rep = nh / nkv;
         std::vector<int64_t> ids64(ids.begin(), ids.end());
         auto idx = torch::from_blob(ids64.data(), {t}, torch::kInt64).to(device);
-        auto x = embed.index_select(0, idx); // [t, hidden]
-        if (config.scaleEmbeddings)          // HF's normalizer: sqrt(hidden) as a tensor of the compute dtype
+        auto x = embedRows(idx);    // [t, hidden]
+        if (config.scaleEmbeddings) // HF's normalizer: sqrt(hidden) as a tensor of the compute dtype
             x = x * torch::scalar_tensor(std::sqrt(double(config.hiddenSize)), x.options());
         cache.reserve(total);
 
@@ -201,9 +253,10 @@ struct Model::Impl
                 *hidden = x.to(torch::kFloat32);
             const Layer &L = layers[l];
             auto h = rmsNorm(x, L.inputNorm);
-            auto q = linear(h, L.wq, L.bq).view({t, nh, hd}).transpose(0, 1);  // [nh, t, hd]
-            auto k = linear(h, L.wk, L.bk).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
-            auto v = linear(h, L.wv, L.bv).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
+            const auto qkv = project(h, L.qkv);                                   // [t, (nh + 2*nkv) * hd]
+            auto q = qkv.narrow(1, 0, nh * hd).view({t, nh, hd}).transpose(0, 1); // [nh, t, hd]
+            auto k = qkv.narrow(1, nh * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
+            auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1);
             if (L.qNorm.defined()) { // per head over hd, before RoPE: the cache holds normed keys
                 q = rmsNorm(q, L.qNorm);
                 k = rmsNorm(k, L.kNorm);
@@ -231,14 +284,16 @@ struct Model::Impl
                            .view({nh, t, hd})
                            .transpose(0, 1)
                            .reshape({t, nh * hd});
-            auto o = linear(att, L.wo, L.bo);
+            auto o = project(att, L.o);
             // Gemma's post_attention_layernorm norms the attention output; Llama's is the MLP's input.
             const bool sandwich = L.preFfNorm.defined();
             x = x + (sandwich ? rmsNorm(o, L.postNorm) : o);
             auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
-            auto gate = linear(h2, L.wGate, L.bGate);
+            const auto gateUp = project(h2, L.gateUp); // [t, 2 * intermediate]
+            const int64_t inter = gateUp.size(1) / 2;
+            auto gate = gateUp.narrow(1, 0, inter);
             gate = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
-            auto mlp = linear(gate * linear(h2, L.wUp, L.bUp), L.wDown, L.bDown);
+            auto mlp = project(gate * gateUp.narrow(1, inter, inter), L.down);
             x = x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
         }
         if (hidden && hiddenLayer == int(layers.size()))
@@ -248,7 +303,7 @@ struct Model::Impl
         if (!allLogits)
             x = x.narrow(0, t - 1, 1);
         x = rmsNorm(x, finalNorm);
-        return softcap(torch::linear(x, lmHead).to(torch::kFloat32),
+        return softcap(project(x, lmHead).to(torch::kFloat32),
                        config.finalLogitSoftcap); // [t or 1, vocab]
     }
 };
@@ -316,6 +371,16 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         });
     };
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
+    m.layout = m.device.is_cpu() && m.dtype == torch::kFloat32 ? WeightLayout::InOut : WeightLayout::OutIn;
+    // w [out, in] (fused rows already concatenated), b [out] or undefined, stored in m.layout.
+    auto proj = [&](torch::Tensor w, torch::Tensor b) {
+        return translateTorch("weight layout", [&] {
+            Proj out;
+            out.w = m.layout == WeightLayout::InOut ? w.t().contiguous() : w.contiguous();
+            out.b = std::move(b);
+            return out;
+        });
+    };
 
     const int total = c.numLayers + 2;
     if (!report(0.0, "embeddings"))
@@ -327,17 +392,19 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         const std::string p = fmt::format("model.layers.{}.", l);
         Layer L;
         L.inputNorm = tensor(p + "input_layernorm.weight", {h});
-        L.wq = tensor(p + "self_attn.q_proj.weight", {q, h});
-        L.wk = tensor(p + "self_attn.k_proj.weight", {kv, h});
-        L.wv = tensor(p + "self_attn.v_proj.weight", {kv, h});
-        L.wo = tensor(p + "self_attn.o_proj.weight", {h, q});
-        if (c.qkvBias) {
-            L.bq = tensor(p + "self_attn.q_proj.bias", {q});
-            L.bk = tensor(p + "self_attn.k_proj.bias", {kv});
-            L.bv = tensor(p + "self_attn.v_proj.bias", {kv});
+        {
+            auto wq = tensor(p + "self_attn.q_proj.weight", {q, h});
+            auto wk = tensor(p + "self_attn.k_proj.weight", {kv, h});
+            auto wv = tensor(p + "self_attn.v_proj.weight", {kv, h});
+            torch::Tensor b;
+            if (c.qkvBias)
+                b = torch::cat({tensor(p + "self_attn.q_proj.bias", {q}),
+                                tensor(p + "self_attn.k_proj.bias", {kv}),
+                                tensor(p + "self_attn.v_proj.bias", {kv})});
+            L.qkv = proj(torch::cat({wq, wk, wv}), b);
         }
-        if (c.oBias)
-            L.bo = tensor(p + "self_attn.o_proj.bias", {h});
+        L.o = proj(tensor(p + "self_attn.o_proj.weight", {h, q}),
+                   c.oBias ? tensor(p + "self_attn.o_proj.bias", {h}) : torch::Tensor());
         if (c.qkNorm) {
             L.qNorm = tensor(p + "self_attn.q_norm.weight", {c.headDim});
             L.kNorm = tensor(p + "self_attn.k_norm.weight", {c.headDim});
@@ -348,20 +415,31 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
             L.postFfNorm = tensor(p + "post_feedforward_layernorm.weight", {h});
         }
         L.sliding = c.isSlidingLayer(l);
-        L.wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
-        L.wUp = tensor(p + "mlp.up_proj.weight", {inter, h});
-        L.wDown = tensor(p + "mlp.down_proj.weight", {h, inter});
-        if (c.mlpBias) {
-            L.bGate = tensor(p + "mlp.gate_proj.bias", {inter});
-            L.bUp = tensor(p + "mlp.up_proj.bias", {inter});
-            L.bDown = tensor(p + "mlp.down_proj.bias", {h});
+        {
+            auto wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
+            auto wUp = tensor(p + "mlp.up_proj.weight", {inter, h});
+            torch::Tensor b;
+            if (c.mlpBias)
+                b = torch::cat(
+                    {tensor(p + "mlp.gate_proj.bias", {inter}), tensor(p + "mlp.up_proj.bias", {inter})});
+            L.gateUp = proj(torch::cat({wGate, wUp}), b);
         }
+        L.down = proj(tensor(p + "mlp.down_proj.weight", {h, inter}),
+                      c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
         m.layers.push_back(std::move(L));
     }
     if (!report(double(total - 1) / total, "output"))
         return nullptr;
     m.finalNorm = tensor("model.norm.weight", {h});
-    m.lmHead = c.tieWordEmbeddings ? m.embed : tensor("lm_head.weight", {c.vocabSize, h});
+    if (!c.tieWordEmbeddings) {
+        m.lmHead = proj(tensor("lm_head.weight", {c.vocabSize, h}), {});
+    } else if (m.layout == WeightLayout::InOut) {
+        // one [hidden, vocab] table serves both: the head's gemv and the embedding's column reads
+        m.lmHead = proj(m.embed, {});
+        m.embed = torch::Tensor();
+    } else {
+        m.lmHead.w = m.embed;
+    }
     m.rope = std::make_shared<detail::RopeTables>(c, m.device);
     report(1.0, "ready");
     return model;
