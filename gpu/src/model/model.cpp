@@ -88,19 +88,10 @@ struct JobScope
 
 using detail::translateTorch;
 
-// How a projection's weight is stored: for the matmul that runs it fastest on the device and dtype.
-enum class WeightLayout
-{
-    OutIn, // [out, in] as in the checkpoint: torch::linear (oneDNN for bf16, cuBLAS on CUDA)
-    InOut, // [in, out], transposed once at load: CPU f32, where OpenBLAS runs x @ W as a plain NN
-           // gemm (prefill) and W^T x as gemv 'N' (decode), both faster than linear's transposed
-           // operand, which it re-packs on every call (37% of a 135M f32 decode profile)
-};
-
 // y = x W^T + b.
 struct Proj
 {
-    torch::Tensor w; // [out, in] (OutIn) or [in, out] (InOut)
+    torch::Tensor w; // [out, in], as in the checkpoint
     torch::Tensor b; // [out], or undefined
 };
 
@@ -128,16 +119,18 @@ struct Model::Impl
     LoadOptions options;
     torch::Device device = torch::kCPU;
     torch::Dtype dtype = torch::kFloat32;
-    WeightLayout layout = WeightLayout::OutIn;
-    torch::Tensor embed; // [vocab, hidden]; undefined when tied and InOut (rows read from lmHead.w)
+    torch::Tensor embed; // [vocab, hidden]
     std::vector<Layer> layers;
     torch::Tensor finalNorm; // [hidden]
-    Proj lmHead;             // out = vocab (OutIn and tied: aliases embed)
+    Proj lmHead;             // out = vocab (w aliases embed when tied)
+    bool rowGemv = false;    // one-token projections through detail::rowGemv (CPU f32 / bf16)
     std::shared_ptr<detail::RopeTables> rope;
     int64_t deviceBytes = 0;
 
     torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w) const
     {
+        if (detail::cpuKernelFits(x) && x.is_contiguous())
+            return detail::rmsNormCpu(x, w, config.rmsNormEps, config.unitOffsetNorm);
         const auto xf = x.to(torch::kFloat32);
         const auto var = xf.pow(2).mean(-1, true);
         const auto normed = xf * torch::rsqrt(var + config.rmsNormEps);
@@ -154,28 +147,14 @@ struct Model::Impl
         return cap ? torch::tanh(x / *cap) * *cap : x;
     }
 
-    // x [t, in] -> [t, out].
+    // x [t, in] -> [t, out]. One token on the CPU: a row-dot kernel that streams W once (torch's
+    // linear re-packed the f32 weight on every call, 37% of a 135M decode profile, and ran bf16
+    // through oneDNN at ~4 GB/s).
     torch::Tensor project(const torch::Tensor &x, const Proj &p) const
     {
-        const bool one = x.size(0) == 1;
-        if (layout == WeightLayout::InOut) {
-            if (one) { // BLAS gemv: reads W once, packs nothing
-                const auto xv = x.select(0, 0);
-                return (p.b.defined() ? torch::addmv(p.b, p.w.t(), xv) : torch::mv(p.w.t(), xv)).unsqueeze(0);
-            }
-            return p.b.defined() ? torch::addmm(p.b, x, p.w) : torch::mm(x, p.w);
-        }
-        if (one && dtype == torch::kBFloat16 && device.is_cpu() && detail::haveBf16Gemv())
-            return detail::bf16Gemv(p.w, x.select(0, 0), p.b);
+        if (rowGemv && x.size(0) == 1)
+            return detail::rowGemv(p.w, x.select(0, 0), p.b);
         return p.b.defined() ? torch::linear(x, p.w, p.b) : torch::linear(x, p.w);
-    }
-
-    // Embedding rows of ids [t] -> [t, hidden].
-    torch::Tensor embedRows(const torch::Tensor &idx) const
-    {
-        if (embed.defined())
-            return embed.index_select(0, idx);
-        return lmHead.w.index_select(1, idx).t().contiguous(); // tied, InOut: [hidden, vocab]
     }
 
     // The cache must come from this model: same geometry, device, dtype and RoPE tables (a cache
@@ -218,8 +197,8 @@ struct Model::Impl
         const int64_t rep = nh / nkv;
         std::vector<int64_t> ids64(ids.begin(), ids.end());
         auto idx = torch::from_blob(ids64.data(), {t}, torch::kInt64).to(device);
-        auto x = embedRows(idx);    // [t, hidden]
-        if (config.scaleEmbeddings) // HF's normalizer: sqrt(hidden) as a tensor of the compute dtype
+        auto x = embed.index_select(0, idx); // [t, hidden]
+        if (config.scaleEmbeddings)          // HF's normalizer: sqrt(hidden) as a tensor of the compute dtype
             x = x * torch::scalar_tensor(std::sqrt(double(config.hiddenSize)), x.options());
         cache.reserve(total);
 
@@ -371,16 +350,9 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         });
     };
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
-    m.layout = m.device.is_cpu() && m.dtype == torch::kFloat32 ? WeightLayout::InOut : WeightLayout::OutIn;
-    // w [out, in] (fused rows already concatenated), b [out] or undefined, stored in m.layout.
-    auto proj = [&](torch::Tensor w, torch::Tensor b) {
-        return translateTorch("weight layout", [&] {
-            Proj out;
-            out.w = m.layout == WeightLayout::InOut ? w.t().contiguous() : w.contiguous();
-            out.b = std::move(b);
-            return out;
-        });
-    };
+    m.rowGemv = m.device.is_cpu() && detail::haveRowGemv(m.dtype);
+    // w [out, in] (fused rows already concatenated), b [out] or undefined.
+    auto proj = [&](torch::Tensor w, torch::Tensor b) { return Proj{w.contiguous(), std::move(b)}; };
 
     const int total = c.numLayers + 2;
     if (!report(0.0, "embeddings"))
@@ -426,20 +398,24 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         }
         L.down = proj(tensor(p + "mlp.down_proj.weight", {h, inter}),
                       c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
+        translateTorch("weights", [&] {
+            detail::packWeights({&L.inputNorm, &L.qkv.w, &L.qkv.b, &L.o.w, &L.o.b, &L.qNorm, &L.kNorm,
+                                 &L.postNorm, &L.preFfNorm, &L.postFfNorm, &L.gateUp.w, &L.gateUp.b,
+                                 &L.down.w, &L.down.b});
+            return 0;
+        });
         m.layers.push_back(std::move(L));
     }
     if (!report(double(total - 1) / total, "output"))
         return nullptr;
     m.finalNorm = tensor("model.norm.weight", {h});
-    if (!c.tieWordEmbeddings) {
-        m.lmHead = proj(tensor("lm_head.weight", {c.vocabSize, h}), {});
-    } else if (m.layout == WeightLayout::InOut) {
-        // one [hidden, vocab] table serves both: the head's gemv and the embedding's column reads
-        m.lmHead = proj(m.embed, {});
-        m.embed = torch::Tensor();
-    } else {
-        m.lmHead.w = m.embed;
-    }
+    translateTorch("weights", [&] {
+        m.lmHead.w = c.tieWordEmbeddings ? torch::Tensor() : tensor("lm_head.weight", {c.vocabSize, h});
+        detail::packWeights({&m.embed, &m.finalNorm, &m.lmHead.w});
+        if (c.tieWordEmbeddings)
+            m.lmHead.w = m.embed;
+        return 0;
+    });
     m.rope = std::make_shared<detail::RopeTables>(c, m.device);
     report(1.0, "ready");
     return model;
