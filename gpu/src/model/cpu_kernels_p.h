@@ -3,10 +3,10 @@
 //
 // LibTorch 1.13 runs a [1, in] x [out, in]^T product through oneDNN (bf16) at ~4 GB/s and OpenBLAS
 // (f32) at ~7-11 GB/s of weights on the AVX-512 machines we measured; the row-dot kernels here
-// (vdpbf16ps / FMA, f32 accumulation) stream them at up to ~19 GB/s from huge pages. RMSNorm and RoPE are one
-// loop each here instead of 6-8 torch kernels of a few microseconds each (~120 per token on a 30-layer
-// model), with the same float arithmetic. Thread-safe: pure functions over caller-owned tensors; the matrix
-// kernel splits rows over torch's intra-op threads.
+// (vdpbf16ps / FMA, f32 accumulation) stream them at up to ~19 GB/s from huge pages. RMSNorm and
+// RoPE are one loop each here instead of 6-8 torch kernels of a few microseconds each (~120 per
+// token on a 30-layer model), with the same float arithmetic. Thread-safe: pure functions over
+// caller-owned tensors; the matrix kernels split rows over torch's intra-op threads.
 #pragma once
 
 #include <torch/torch.h>
