@@ -162,7 +162,7 @@ void writeGgufFrom(const core::Checkpoint &ck, const fs::path &out, core::DType 
             const auto src = core::GgufFile::open(*tok);
             core::copyTokenizerMetadata(src, w);
         } else {
-            core::writeTokenizerToGguf(*tok, w);
+            core::writeTokenizerToGguf(*tok, w, ck.config().vocabSize);
         }
     }
     for (const std::string &note : core::writeGguf(ck, out, type, std::move(w)))

@@ -66,8 +66,8 @@ std::string utf8(char32_t c)
 
 std::vector<std::string> randomModelPresetNames()
 {
-    return {"tiny",     "gqa",    "qwen2",  "qwen3", "qwen3-b", "phi3",   "gemma2", "gemma3",
-            "gemma3-b", "smollm", "llama3", "bias",  "10m",     "demo-a", "demo-b"};
+    return {"tiny",     "gqa",    "qwen2",  "qwen3", "qwen3-b", "phi3", "gemma2", "gemma3",
+            "gemma3-b", "smollm", "llama3", "bias",  "10m",     "135m", "demo-a", "demo-b"};
 }
 
 RandomModelSpec randomModelPreset(const std::string &name)
@@ -195,6 +195,20 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.vocabSize = 4096;
         c.maxPositionEmbeddings = 2048;
         s.weightStd = 0.03;
+    } else if (name == "135m") {
+        // SmolLM-135M's geometry (134.5M parameters): 30 layers, hidden 576, 9 heads and 3 kv heads
+        // of 64, intermediate 1536, vocab 49152, tied embeddings; for engine speed against
+        // llama.cpp on a memory-bound model (docs/engine.md). The byte tokenizer names 258 ids.
+        c.hiddenSize = 576;
+        c.intermediateSize = 1536;
+        c.numLayers = 30;
+        c.numHeads = 9;
+        c.numKvHeads = 3;
+        c.headDim = 64;
+        c.vocabSize = 49152;
+        c.maxPositionEmbeddings = 2048;
+        c.tieWordEmbeddings = true;
+        s.weightStd = 0.02;
     } else if (name == "demo-a" || name == "demo-b") {
         // The demo pair (projects/demo): same tokenizer, different KV geometry. A is small and fast
         // (hidden 128, 4 layers, 4 heads, 2 kv heads of 32: 0.9M parameters); B is wider and deeper

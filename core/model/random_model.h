@@ -26,7 +26,7 @@ struct RandomModelSpec
 // (llama3 rope scaling), "bias" (attention and MLP biases), "qwen3" / "qwen3-b" (q/k norms),
 // "phi3" (fused projections), "gemma2", "gemma3" / "gemma3-b" (Gemma's norms, GeGLU, soft-caps,
 // sliding-window layers of 8-12 tokens; gemma3-b has another KV geometry, for pairs),
-// "10m" (~10M params, for benchmarks),
+// "10m" (~10M params, for benchmarks), "135m" (SmolLM-135M's geometry, for speed against llama.cpp),
 // "demo-a" / "demo-b" (the demo pair's architectures). Error(InvalidArgument) otherwise.
 RandomModelSpec randomModelPreset(const std::string &name);
 std::vector<std::string> randomModelPresetNames();

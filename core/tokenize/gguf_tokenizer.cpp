@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace kvwb::core {
@@ -328,7 +329,7 @@ struct Wire
     }
 };
 
-void writeSpm(const fs::path &path, GgufWriter &out)
+void writeSpm(const fs::path &path, GgufWriter &out, int vocabSize)
 {
     const std::string bytes = text::readWholeFile(path);
     const std::string src = path.string();
@@ -400,6 +401,13 @@ void writeSpm(const fs::path &path, GgufWriter &out)
         throw Error(
             ErrorCode::Unsupported,
             fmt::format("{}: SentencePiece normalizer '{}' has no GGUF form (only identity)", src, normName));
+    // Ids past the tokenizer's pieces that the model's embedding still has, as
+    // convert_hf_to_gguf.py writes them: llama.cpp sizes token_embd from this list.
+    for (int i = int(tokens.size()); i < vocabSize; ++i) {
+        tokens.push_back(fmt::format("[PAD{}]", i));
+        scores.push_back(-1000.0f);
+        types.push_back(kUnused);
+    }
     out.setString("tokenizer.ggml.model", "llama");
     out.setString("tokenizer.ggml.pre", "default");
     const auto n = tokens.size();
@@ -447,7 +455,7 @@ std::optional<std::string> preName(const json &pre)
     return std::nullopt;
 }
 
-void writeBpe(const fs::path &path, GgufWriter &out)
+void writeBpe(const fs::path &path, GgufWriter &out, int vocabSize)
 {
     const std::string src = path.string();
     json j;
@@ -470,7 +478,9 @@ void writeBpe(const fs::path &path, GgufWriter &out)
                         src, joinNames()));
     if (j.value("normalizer", json()) != json())
         throw Error(ErrorCode::Unsupported, fmt::format("{}: a normalizer has no GGUF form", src));
-    const int n = tok->vocabSize();
+    // The model's embedding may have more rows than the tokenizer names (vocab_size 49152 with 258
+    // pieces): llama.cpp sizes token_embd from this list, so it covers every row.
+    const int n = std::max(tok->vocabSize(), vocabSize);
     std::vector<std::string> tokens(static_cast<size_t>(n));
     std::vector<int32_t> types(size_t(n), kUnused);
     for (const auto &[piece, id] : model.at("vocab").items()) {
@@ -559,13 +569,13 @@ void copyTokenizerMetadata(const GgufFile &from, GgufWriter &out)
             out.setValue(key, value);
 }
 
-void writeTokenizerToGguf(const fs::path &tokenizerFile, GgufWriter &out)
+void writeTokenizerToGguf(const fs::path &tokenizerFile, GgufWriter &out, int vocabSize)
 {
     const std::string ext = tokenizerFile.extension().string();
     if (ext == ".json")
-        return writeBpe(tokenizerFile, out);
+        return writeBpe(tokenizerFile, out, vocabSize);
     if (ext == ".model")
-        return writeSpm(tokenizerFile, out);
+        return writeSpm(tokenizerFile, out, vocabSize);
     throw Error(ErrorCode::Unsupported,
                 fmt::format("{}: only tokenizer.json and tokenizer.model can be written to GGUF",
                             tokenizerFile.string()));

@@ -39,9 +39,11 @@ GgufTokenizerFile ggufTokenizerFile(const GgufFile &file);
 // The llama.cpp pre-tokenizer names kvwb reads, for messages and docs.
 std::vector<std::string> ggufPreTokenizerNames();
 
-// Sets tokenizer.ggml.* (and the BOS/EOS ids) from tokenizer.json or tokenizer.model.
+// Sets tokenizer.ggml.* (and the BOS/EOS ids) from tokenizer.json or tokenizer.model. The token
+// list is padded with unused "[PAD<id>]" tokens up to vocabSize (the model's embedding rows), as
+// convert_hf_to_gguf.py does: llama.cpp refuses a token_embd with more rows than tokens.
 // Error(Unsupported) naming the file for a tokenizer GGUF cannot express the same way.
-void writeTokenizerToGguf(const std::filesystem::path &tokenizerFile, GgufWriter &out);
+void writeTokenizerToGguf(const std::filesystem::path &tokenizerFile, GgufWriter &out, int vocabSize = 0);
 // Every tokenizer.* key of `from`, as it is.
 void copyTokenizerMetadata(const GgufFile &from, GgufWriter &out);
 

@@ -1,6 +1,7 @@
 #include "gpu/model/kv_cache.h"
 
 #include "core/util/error.h"
+#include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -60,6 +61,8 @@ torch::Tensor RopeTables::apply(const torch::Tensor &x, int layer, int64_t start
             fmt::format("RoPE of layer {}: the model has {} layers", layer, m_setOfLayer.size()));
     const int64_t t = x.size(1);
     auto [cos, sinTable] = tables(m_setOfLayer[size_t(layer)], start, t); // [t, half] each
+    if (detail::cpuKernelFits(x) && x.dim() == 3)
+        return ropeCpu(x, cos, sinTable, m_layout == core::RopeLayout::RotateHalf, inverse);
     const auto sin = inverse ? -sinTable : sinTable;
     const auto xf = x.to(torch::kFloat32);
     const int64_t d = x.size(2), half = d / 2;

@@ -3,10 +3,16 @@
 #include "core/metrics/distributions.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
 #include <fmt/format.h>
+
+#include <dlfcn.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -55,36 +61,76 @@ torch::Dtype torchType(core::DType t)
     }
 }
 
-// Sets the job's thread count and inference mode on whichever thread runs it.
+// OpenBLAS keeps its own thread pool (one thread per core by default), which at::set_num_threads
+// does not touch: a "1 thread" job ran its matmuls on two threads that yield-spin against each
+// other (12% of a 135M decode profile in sched_yield). LibTorch links OpenBLAS (or another BLAS)
+// through libblas.so.3, so look the setter up at run time; without it there is nothing to set.
+void setBlasThreads(int n)
+{
+    using SetThreads = void (*)(int);
+    static const auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    static int current = 0;
+    if (set && current != n) {
+        set(n);
+        current = n;
+    }
+}
+
+// glibc returns every freed block over 128 KiB (or its adaptive threshold) to the kernel, so each
+// prefill activation ([512, 3072] f32 is 6 MiB) came back as fresh pages the kernel zeroes: a
+// 512-token prefill of a 135M model took ~200k page faults, ~20% of its time. Keep blocks up to 32
+// MiB (the most mallopt takes) in the heap and trim it only past 256 MiB free. Process-wide, once.
+void keepFreedActivations()
+{
+#ifdef __GLIBC__
+    static const bool once = [] {
+        mallopt(M_MMAP_THRESHOLD, 32 << 20);
+        mallopt(M_TRIM_THRESHOLD, 256 << 20);
+        return true;
+    }();
+    (void)once;
+#endif
+}
+
+// Sets the job's thread count (torch's and the BLAS's) and inference mode on whichever thread runs it.
 struct JobScope
 {
     explicit JobScope(int threads)
     {
+        keepFreedActivations();
         const int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
         if (at::get_num_threads() != n)
             at::set_num_threads(n);
+        setBlasThreads(n);
     }
     c10::InferenceMode guard;
 };
 
 using detail::translateTorch;
 
+// Queries per attention block in a long prefill (Model::Impl::run).
+constexpr int64_t kQueryBlock = 128;
+
+// y = x W^T + b.
+struct Proj
+{
+    torch::Tensor w; // [out, in], as in the checkpoint
+    torch::Tensor b; // [out], or undefined
+};
+
 struct Layer
 {
     torch::Tensor inputNorm;    // [hidden]
-    torch::Tensor wq, bq;       // [heads*headDim, hidden], [heads*headDim] (bias optional)
-    torch::Tensor wk, bk;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
-    torch::Tensor wv, bv;       // [kvHeads*headDim, hidden], [kvHeads*headDim]
-    torch::Tensor wo, bo;       // [hidden, heads*headDim], [hidden]
+    Proj qkv;                   // q, k, v rows fused: out = (heads + 2*kvHeads) * headDim
+    Proj o;                     // [hidden] x [heads*headDim]
     torch::Tensor qNorm, kNorm; // [headDim] each (Qwen3, Gemma 3), else undefined
     torch::Tensor postNorm;     // [hidden] before the MLP; Gemma: on the attention output
     torch::Tensor preFfNorm;    // [hidden] before the MLP (Gemma), else undefined
     torch::Tensor postFfNorm;   // [hidden] on the MLP output (Gemma), else undefined
     // Sliding-window layer (Gemma): its queries see only the last `window` positions.
     bool sliding = false;
-    torch::Tensor wGate, bGate; // [intermediate, hidden]
-    torch::Tensor wUp, bUp;     // [intermediate, hidden]
-    torch::Tensor wDown, bDown; // [hidden, intermediate]
+    Proj gateUp; // gate and up rows fused: out = 2 * intermediate
+    Proj down;   // [hidden] x [intermediate]
 };
 
 } // namespace
@@ -99,12 +145,15 @@ struct Model::Impl
     torch::Tensor embed; // [vocab, hidden]
     std::vector<Layer> layers;
     torch::Tensor finalNorm; // [hidden]
-    torch::Tensor lmHead;    // [vocab, hidden] (aliases embed when tied)
+    Proj lmHead;             // out = vocab (w aliases embed when tied)
+    bool rowGemv = false;    // one-token projections through detail::rowGemv (CPU f32 / bf16)
     std::shared_ptr<detail::RopeTables> rope;
     int64_t deviceBytes = 0;
 
     torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w) const
     {
+        if (detail::cpuKernelFits(x) && x.is_contiguous())
+            return detail::rmsNormCpu(x, w, config.rmsNormEps, config.unitOffsetNorm);
         const auto xf = x.to(torch::kFloat32);
         const auto var = xf.pow(2).mean(-1, true);
         const auto normed = xf * torch::rsqrt(var + config.rmsNormEps);
@@ -121,9 +170,14 @@ struct Model::Impl
         return cap ? torch::tanh(x / *cap) * *cap : x;
     }
 
-    static torch::Tensor linear(const torch::Tensor &x, const torch::Tensor &w, const torch::Tensor &b)
+    // x [t, in] -> [t, out]. One token on the CPU: a row-dot kernel that streams W once (torch's
+    // linear re-packed the f32 weight on every call, 37% of a 135M decode profile, and ran bf16
+    // through oneDNN at ~4 GB/s).
+    torch::Tensor project(const torch::Tensor &x, const Proj &p) const
     {
-        return b.defined() ? torch::linear(x, w, b) : torch::linear(x, w);
+        if (rowGemv && x.size(0) == 1)
+            return detail::rowGemv(p.w, x.select(0, 0), p.b);
+        return p.b.defined() ? torch::linear(x, p.w, p.b) : torch::linear(x, p.w);
     }
 
     // The cache must come from this model: same geometry, device, dtype and RoPE tables (a cache
@@ -201,9 +255,10 @@ struct Model::Impl
                 *hidden = x.to(torch::kFloat32);
             const Layer &L = layers[l];
             auto h = rmsNorm(x, L.inputNorm);
-            auto q = linear(h, L.wq, L.bq).view({t, nh, hd}).transpose(0, 1);  // [nh, t, hd]
-            auto k = linear(h, L.wk, L.bk).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
-            auto v = linear(h, L.wv, L.bv).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
+            const auto qkv = project(h, L.qkv);                                   // [t, (nh + 2*nkv) * hd]
+            auto q = qkv.narrow(1, 0, nh * hd).view({t, nh, hd}).transpose(0, 1); // [nh, t, hd]
+            auto k = qkv.narrow(1, nh * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1); // [nkv, t, hd]
+            auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1);
             if (L.qNorm.defined()) { // per head over hd, before RoPE: the cache holds normed keys
                 q = rmsNorm(q, L.qNorm);
                 k = rmsNorm(k, L.kNorm);
@@ -214,31 +269,41 @@ struct Model::Impl
                 queries->push_back(q.to(torch::kFloat32).contiguous().cpu());
             cache.write(int(l), k, v);
             // The cache holds every position; a sliding layer reads the window's keys only.
-            const int64_t kStart = L.sliding ? slidingStart : 0, keys = total - kStart;
-            const torch::Tensor &mask = L.sliding ? slidingMask : fullMask;
-            auto K = cache.keysUpTo(int(l), total).narrow(1, kStart, keys);   // [nkv, keys, hd]
-            auto V = cache.valuesUpTo(int(l), total).narrow(1, kStart, keys); // [nkv, keys, hd]
-            // GQA without copying K/V: query heads h = g*rep + r share kv head g.
-            auto qg = q.reshape({nkv, rep * t, hd});
-            auto scores =
-                torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*t, keys]
-            scores = softcap(scores, config.attnLogitSoftcap);
-            if (mask.defined())
-                scores =
-                    scores.view({nkv, rep, t, keys}).masked_fill(mask, -INFINITY).view({nkv, rep * t, keys});
-            auto probs = torch::softmax(scores, -1).to(dtype);
-            auto att = torch::matmul(probs, V) // [nkv, rep*t, hd]
-                           .view({nh, t, hd})
-                           .transpose(0, 1)
-                           .reshape({t, nh * hd});
-            auto o = linear(att, L.wo, L.bo);
+            const int64_t kStart = L.sliding ? slidingStart : 0;
+            const torch::Tensor &mask = L.sliding ? slidingMask : fullMask; // [t, total - kStart]
+            // Long prompts attend in blocks of queries, each over the keys up to its last query
+            // only: causal attention needs about half the products of the full [t, keys] square,
+            // and a block's scores stay cache-sized ([9, 128, 512] f32 is 2.4 MiB).
+            const int64_t block = t > 2 * kQueryBlock ? kQueryBlock : t;
+            std::vector<torch::Tensor> parts; // [nh, n, hd] per block
+            for (int64_t i0 = 0; i0 < t; i0 += block) {
+                const int64_t n = std::min(block, t - i0), keys = start + i0 + n - kStart;
+                auto K = cache.keysUpTo(int(l), kStart + keys).narrow(1, kStart, keys);   // [nkv, keys, hd]
+                auto V = cache.valuesUpTo(int(l), kStart + keys).narrow(1, kStart, keys); // [nkv, keys, hd]
+                // GQA without copying K/V: query heads h = g*rep + r share kv head g.
+                auto qg = q.narrow(1, i0, n).reshape({nkv, rep * n, hd});
+                auto scores =
+                    torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*n, keys]
+                scores = softcap(scores, config.attnLogitSoftcap);
+                if (mask.defined())
+                    scores = scores.view({nkv, rep, n, keys})
+                                 .masked_fill(mask.narrow(0, i0, n).narrow(1, 0, keys), -INFINITY)
+                                 .view({nkv, rep * n, keys});
+                auto probs = torch::softmax(scores, -1).to(dtype);
+                parts.push_back(torch::matmul(probs, V).view({nh, n, hd})); // [nkv, rep*n, hd] as heads
+            }
+            auto att =
+                (parts.size() == 1 ? parts[0] : torch::cat(parts, 1)).transpose(0, 1).reshape({t, nh * hd});
+            auto o = project(att, L.o);
             // Gemma's post_attention_layernorm norms the attention output; Llama's is the MLP's input.
             const bool sandwich = L.preFfNorm.defined();
             x = x + (sandwich ? rmsNorm(o, L.postNorm) : o);
             auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
-            auto gate = linear(h2, L.wGate, L.bGate);
+            const auto gateUp = project(h2, L.gateUp); // [t, 2 * intermediate]
+            const int64_t inter = gateUp.size(1) / 2;
+            auto gate = gateUp.narrow(1, 0, inter);
             gate = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
-            auto mlp = linear(gate * linear(h2, L.wUp, L.bUp), L.wDown, L.bDown);
+            auto mlp = project(gate * gateUp.narrow(1, inter, inter), L.down);
             x = x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
         }
         if (hidden && hiddenLayer == int(layers.size()))
@@ -248,7 +313,7 @@ struct Model::Impl
         if (!allLogits)
             x = x.narrow(0, t - 1, 1);
         x = rmsNorm(x, finalNorm);
-        return softcap(torch::linear(x, lmHead).to(torch::kFloat32),
+        return softcap(project(x, lmHead).to(torch::kFloat32),
                        config.finalLogitSoftcap); // [t or 1, vocab]
     }
 };
@@ -316,6 +381,9 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         });
     };
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
+    m.rowGemv = m.device.is_cpu() && detail::haveRowGemv(m.dtype);
+    // w [out, in] (fused rows already concatenated), b [out] or undefined.
+    auto proj = [&](torch::Tensor w, torch::Tensor b) { return Proj{w.contiguous(), std::move(b)}; };
 
     const int total = c.numLayers + 2;
     if (!report(0.0, "embeddings"))
@@ -327,17 +395,19 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         const std::string p = fmt::format("model.layers.{}.", l);
         Layer L;
         L.inputNorm = tensor(p + "input_layernorm.weight", {h});
-        L.wq = tensor(p + "self_attn.q_proj.weight", {q, h});
-        L.wk = tensor(p + "self_attn.k_proj.weight", {kv, h});
-        L.wv = tensor(p + "self_attn.v_proj.weight", {kv, h});
-        L.wo = tensor(p + "self_attn.o_proj.weight", {h, q});
-        if (c.qkvBias) {
-            L.bq = tensor(p + "self_attn.q_proj.bias", {q});
-            L.bk = tensor(p + "self_attn.k_proj.bias", {kv});
-            L.bv = tensor(p + "self_attn.v_proj.bias", {kv});
+        {
+            auto wq = tensor(p + "self_attn.q_proj.weight", {q, h});
+            auto wk = tensor(p + "self_attn.k_proj.weight", {kv, h});
+            auto wv = tensor(p + "self_attn.v_proj.weight", {kv, h});
+            torch::Tensor b;
+            if (c.qkvBias)
+                b = torch::cat({tensor(p + "self_attn.q_proj.bias", {q}),
+                                tensor(p + "self_attn.k_proj.bias", {kv}),
+                                tensor(p + "self_attn.v_proj.bias", {kv})});
+            L.qkv = proj(torch::cat({wq, wk, wv}), b);
         }
-        if (c.oBias)
-            L.bo = tensor(p + "self_attn.o_proj.bias", {h});
+        L.o = proj(tensor(p + "self_attn.o_proj.weight", {h, q}),
+                   c.oBias ? tensor(p + "self_attn.o_proj.bias", {h}) : torch::Tensor());
         if (c.qkNorm) {
             L.qNorm = tensor(p + "self_attn.q_norm.weight", {c.headDim});
             L.kNorm = tensor(p + "self_attn.k_norm.weight", {c.headDim});
@@ -348,20 +418,35 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
             L.postFfNorm = tensor(p + "post_feedforward_layernorm.weight", {h});
         }
         L.sliding = c.isSlidingLayer(l);
-        L.wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
-        L.wUp = tensor(p + "mlp.up_proj.weight", {inter, h});
-        L.wDown = tensor(p + "mlp.down_proj.weight", {h, inter});
-        if (c.mlpBias) {
-            L.bGate = tensor(p + "mlp.gate_proj.bias", {inter});
-            L.bUp = tensor(p + "mlp.up_proj.bias", {inter});
-            L.bDown = tensor(p + "mlp.down_proj.bias", {h});
+        {
+            auto wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
+            auto wUp = tensor(p + "mlp.up_proj.weight", {inter, h});
+            torch::Tensor b;
+            if (c.mlpBias)
+                b = torch::cat(
+                    {tensor(p + "mlp.gate_proj.bias", {inter}), tensor(p + "mlp.up_proj.bias", {inter})});
+            L.gateUp = proj(torch::cat({wGate, wUp}), b);
         }
+        L.down = proj(tensor(p + "mlp.down_proj.weight", {h, inter}),
+                      c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
+        translateTorch("weights", [&] {
+            detail::packWeights({&L.inputNorm, &L.qkv.w, &L.qkv.b, &L.o.w, &L.o.b, &L.qNorm, &L.kNorm,
+                                 &L.postNorm, &L.preFfNorm, &L.postFfNorm, &L.gateUp.w, &L.gateUp.b,
+                                 &L.down.w, &L.down.b});
+            return 0;
+        });
         m.layers.push_back(std::move(L));
     }
     if (!report(double(total - 1) / total, "output"))
         return nullptr;
     m.finalNorm = tensor("model.norm.weight", {h});
-    m.lmHead = c.tieWordEmbeddings ? m.embed : tensor("lm_head.weight", {c.vocabSize, h});
+    translateTorch("weights", [&] {
+        m.lmHead.w = c.tieWordEmbeddings ? torch::Tensor() : tensor("lm_head.weight", {c.vocabSize, h});
+        detail::packWeights({&m.embed, &m.finalNorm, &m.lmHead.w});
+        if (c.tieWordEmbeddings)
+            m.lmHead.w = m.embed;
+        return 0;
+    });
     m.rope = std::make_shared<detail::RopeTables>(c, m.device);
     report(1.0, "ready");
     return model;

@@ -522,9 +522,18 @@ private Q_SLOTS:
         writeRandomHfModel(root / "hf", spec);
         const auto hf = Checkpoint::open(root / "hf");
         GgufWriter w;
-        writeTokenizerToGguf(*hf.tokenizerPath(), w);
+        writeTokenizerToGguf(*hf.tokenizerPath(), w, hf.config().vocabSize);
         QVERIFY(writeGguf(hf, root / "m.gguf", DType::F32, std::move(w)).empty());
         const auto g = Checkpoint::open(root / "m.gguf");
+        // llama.cpp sizes token_embd from the token list: it covers every embedding row (300 rows,
+        // 258 tokenizer pieces), the rest as unused [PAD<id>] tokens
+        {
+            const auto f = GgufFile::open(root / "m.gguf");
+            const auto *tokens = f.stringArray("tokenizer.ggml.tokens");
+            QVERIFY(tokens);
+            QCOMPARE(int(tokens->size()), hf.config().vocabSize);
+            QCOMPARE(tokens->back(), "[PAD" + std::to_string(hf.config().vocabSize - 1) + "]");
+        }
         QCOMPARE(g.format(), CheckpointFormat::Gguf);
         ModelConfig a = hf.config(), b = g.config();
         a.torchDtype = b.torchDtype = "";

@@ -1,0 +1,50 @@
+// Private to gpu/: hand-written CPU kernels for the decode step, where LibTorch's own paths are
+// slow for one token. Includes torch.
+//
+// LibTorch 1.13 runs a [1, in] x [out, in]^T product through oneDNN (bf16) at ~4 GB/s and OpenBLAS
+// (f32) at ~7-11 GB/s of weights on the AVX-512 machines we measured; the row-dot kernels here
+// (vdpbf16ps / FMA, f32 accumulation) stream them at up to ~19 GB/s from huge pages. RMSNorm and
+// RoPE are one loop each here instead of 6-8 torch kernels of a few microseconds each (~120 per
+// token on a 30-layer model), with the same float arithmetic. Thread-safe: pure functions over
+// caller-owned tensors; the matrix kernels split rows over torch's intra-op threads.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+namespace kvwb::gpu::detail {
+
+// Whether this CPU runs rowGemv for dtype (f32: AVX-512F and FMA; bf16: also AVX-512 BF16),
+// checked once at run time.
+bool haveRowGemv(torch::Dtype dtype);
+
+// y = W x (+ bias) for one token: W [out, in] row-major contiguous, x [in], bias [out] or
+// undefined, all f32 or all bf16, on the CPU. Each row is one dot product accumulated in f32
+// (bf16 pairs multiply exactly in f32); a bf16 result is rounded once, as torch's bf16 linear
+// rounds. Returns [1, out] of W's dtype. Precondition: haveRowGemv(W's dtype).
+torch::Tensor rowGemv(const torch::Tensor &w, const torch::Tensor &x, const torch::Tensor &bias);
+
+// Moves CPU tensors into one anonymous mapping advised MADV_HUGEPAGE (2 MiB pages where
+// transparent huge pages are on "madvise" or "always"); each tensor is replaced by a view of it
+// and the mapping lives as long as any of them. Streaming a 135M model's weights once per token ran
+// at ~10 GB/s on 4 KiB pages and ~19 GB/s on 2 MiB ones here: the hardware prefetcher stops at
+// every 4 KiB page boundary. Does nothing elsewhere, or for less than 1 MiB in all.
+void packWeights(const std::vector<torch::Tensor *> &tensors);
+
+// Whether rmsNormCpu / ropeCpu take x: a CPU f32 or bf16 tensor whose last dimension is dense.
+bool cpuKernelFits(const torch::Tensor &x);
+
+// HF RMSNorm over the last dimension of a contiguous x [..., n] with weight w [n] of x's dtype:
+// mean of squares and the scale in f32; Llama: w * (x * rsqrt(var + eps)).to(dtype); unitOffset
+// (Gemma): (x * rsqrt(var + eps) * (w + 1)).to(dtype). Returns a new tensor like x.
+torch::Tensor rmsNormCpu(const torch::Tensor &x, const torch::Tensor &w, double eps, bool unitOffset);
+
+// Rotates x [heads, tokens, headDim] (any strides with a dense last dimension) by cos/sin
+// [tokens, headDim/2] f32 contiguous: rotate-half pairs (i, i + half) or interleaved pairs
+// (2i, 2i + 1); inverse rotates by -angle. In f32, rounded once to x's dtype. Returns a new
+// contiguous tensor.
+torch::Tensor ropeCpu(const torch::Tensor &x, const torch::Tensor &cos, const torch::Tensor &sin,
+                      bool rotateHalf, bool inverse);
+
+} // namespace kvwb::gpu::detail
