@@ -34,7 +34,7 @@ ModelsPanel::ModelsPanel(QWidget *parent) : QWidget(parent)
     auto *layout = new QVBoxLayout(this);
     auto *grid = new QGridLayout;
     grid->addWidget(new QLabel(tr("<b>Model</b>")), 0, 0);
-    grid->addWidget(new QLabel(tr("<b>Path</b> (HF directory or llama2.c .bin)")), 0, 1);
+    grid->addWidget(new QLabel(tr("<b>Path</b> (HF directory, .gguf file or llama2.c .bin)")), 0, 1);
     grid->addWidget(new QLabel(tr("<b>Device</b>")), 0, 3);
     grid->addWidget(new QLabel(tr("<b>Dtype</b>")), 0, 4);
     buildRow('a', grid, 1);

@@ -27,7 +27,7 @@ namespace kvwb::ui {
 // What the user chose for one model.
 struct ModelChoice
 {
-    QString path;           // HF directory or llama2.c .bin
+    QString path;           // HF directory, .gguf file or llama2.c .bin
     QString device = "cpu"; // cpu | cuda
     QString dtype = "f32";  // f32 | bf16 | f16
     int threads = 0;        // 0 = all cores
