@@ -39,6 +39,12 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
             rope["low_freq_factor"] = c.ropeScaling.lowFreqFactor;
             rope["high_freq_factor"] = c.ropeScaling.highFreqFactor;
             rope["original_max_position_embeddings"] = c.ropeScaling.originalMaxPositionEmbeddings;
+        } else if (c.ropeScaling.type == "longrope") {
+            // the short divisors serve the original context by default; --context above it
+            // switches a loaded model to the long ones
+            rope["original_max_position_embeddings"] = c.ropeScaling.originalMaxPositionEmbeddings;
+            rope["attention_factor"] = c.ropeScaling.attentionFactor;
+            rope["default_context"] = c.contextLimit();
         }
     }
     if (c.ropeLocalTheta) // Gemma 3: the sliding layers' base
@@ -71,7 +77,7 @@ json modelCard(const core::Checkpoint &ck, const std::optional<fs::path> &tokeni
         j["sliding_window"] = c.slidingWindow;
         j["sliding_layers"] = sliding;
     }
-    const int ctx = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : 2048;
+    const int ctx = c.contextLimit() > 0 ? c.contextLimit() : 2048;
     j["memory_estimate"] = {{"context_tokens", ctx},
                             {"f32_bytes", core::estimateMemory(c, 4, ctx).totalBytes()},
                             {"bf16_bytes", core::estimateMemory(c, 2, ctx).totalBytes()}};

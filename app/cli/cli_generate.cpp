@@ -188,7 +188,7 @@ int cmdBench(const QStringList &args)
     std::vector<int> lengths = parseIdList(p.value("lengths"), "--lengths");
     auto model = gpu::Model::load(str(p.positionalArguments().first()), opts);
     const auto &c = model->config();
-    const int ctx = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : 1 << 30;
+    const int ctx = model->contextLimit() > 0 ? model->contextLimit() : 1 << 30;
     std::mt19937_64 rng(1);
     json rows = json::array();
     const bool asJson = p.isSet("json");

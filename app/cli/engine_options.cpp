@@ -19,6 +19,8 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
         o.dtype = *t;
     }
     o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
+    if (p.isSet("context"))
+        o.context = intOption(p, "context", 0, 1, core::kMaxPositions);
     return o;
 }
 
@@ -47,6 +49,10 @@ void addEngineOptions(QCommandLineParser &p)
     p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
     p.addOption({"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+    p.addOption({"context",
+                 "Positions each model serves (default: its config's; LongRoPE models use their long "
+                 "factors above the original context).",
+                 "N"});
 }
 
 } // namespace kvwb::app::cli

@@ -23,7 +23,7 @@ using jobs::PromptFileOptions;
 using jobs::PromptText;
 using jobs::readPromptFile;
 
-// --device, --dtype, --threads
+// --device, --dtype, --threads, --context
 void addEngineOptions(QCommandLineParser &p);
 // Reads --device, --threads and the compute dtype from dtypeFlag (capture calls it --compute-dtype
 // because its --dtype is the storage type).

@@ -308,6 +308,46 @@ std::shared_ptr<const std::vector<std::byte>> shiftNorm(const GgufModel::Tensor 
     return out;
 }
 
+// LongRoPE (Phi-3 128k) as llama.cpp's converter writes it: the divisors as rope_factors_long /
+// rope_factors_short.weight (F32 [headDim/2]), the original context and the attention factor as
+// rope.scaling.original_context_length / rope.scaling.attn_factor.
+void readLongRope(const GgufFile &f, ModelConfig &c, const std::string &p)
+{
+    const GgufTensor *lf = f.tensor("rope_factors_long.weight"), *sf = f.tensor("rope_factors_short.weight");
+    if (!lf && !sf)
+        return;
+    const std::string file = f.path().string();
+    const int half = c.headDim / 2;
+    const auto factors = [&](const GgufTensor *t, const char *name) {
+        if (!t)
+            throw Error(ErrorCode::Shape, fmt::format("{}: LongRoPE needs tensor '{}' too", file, name));
+        if (t->info.dtype != DType::F32 || t->info.shape != std::vector<int64_t>{half})
+            throw Error(ErrorCode::Shape,
+                        fmt::format("{}: tensor '{}' should be F32 [{}]", file, name, half));
+        std::vector<float> v(static_cast<size_t>(half));
+        std::memcpy(v.data(), f.data(*t), size_t(half) * 4);
+        std::vector<double> out;
+        for (float x : v)
+            out.push_back(decimalOf(x));
+        return out;
+    };
+    RopeScaling rs;
+    rs.type = "longrope";
+    rs.longFactor = factors(lf, "rope_factors_long.weight");
+    rs.shortFactor = factors(sf, "rope_factors_short.weight");
+    rs.originalMaxPositionEmbeddings =
+        reqInt(f, p + "rope.scaling.original_context_length", 1, kMaxPositions);
+    rs.factor = double(c.maxPositionEmbeddings) / rs.originalMaxPositionEmbeddings;
+    const double derived =
+        rs.factor <= 1.0 || rs.originalMaxPositionEmbeddings <= 1
+            ? 1.0
+            : std::sqrt(1.0 + std::log(rs.factor) / std::log(double(rs.originalMaxPositionEmbeddings)));
+    // f32 in the file: the derived factor when it is the one written, else the decimal written
+    const auto stored = f.number(p + "rope.scaling.attn_factor");
+    rs.attentionFactor = !stored || float(*stored) == float(derived) ? derived : decimalOf(*stored);
+    c.ropeScaling = rs;
+}
+
 } // namespace
 
 std::vector<std::string> ggufArchitectures()
@@ -395,10 +435,8 @@ GgufModel ggufModel(const GgufFile &f)
     for (const GgufTensor &t : f.tensors()) {
         if (t.info.name == "rope_freqs.weight")
             continue;
-        if (t.info.name.find("rope_factors") != std::string::npos)
-            throw Error(ErrorCode::Unsupported,
-                        fmt::format("{}: tensor '{}': LongRoPE scaling (Phi-3 128k) is not supported", file,
-                                    t.info.name));
+        if (t.info.name == "rope_factors_long.weight" || t.info.name == "rope_factors_short.weight")
+            continue; // LongRoPE, read below
         const std::string hf = hfName(t.info.name, *arch);
         if (hf.empty())
             throw Error(ErrorCode::Unsupported,
@@ -438,6 +476,7 @@ GgufModel ggufModel(const GgufFile &f)
         c.bosTokenId = int(*b);
     if (const auto e = f.integer("tokenizer.ggml.eos_token_id"); e && *e >= 0 && *e < c.vocabSize)
         c.eosTokenIds = {int(*e)};
+    readLongRope(f, c, p);
     c.validate(file);
     if (const GgufTensor *rf = f.tensor("rope_freqs.weight"))
         readRopeFreqs(f, *rf, c, p);
@@ -494,10 +533,12 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
         throw Error(ErrorCode::Unsupported,
                     fmt::format("{}: model_type '{}' has no GGUF architecture kvwb writes ({})",
                                 from.path().string(), c.modelType, archList()));
-    if (c.ropeScaling.type != "default" && c.ropeScaling.type != "linear" && c.ropeScaling.type != "llama3")
-        throw Error(ErrorCode::Unsupported,
-                    fmt::format("{}: RoPE scaling '{}' is not written to GGUF (default, linear, llama3)",
-                                from.path().string(), c.ropeScaling.type));
+    if (c.ropeScaling.type != "default" && c.ropeScaling.type != "linear" && c.ropeScaling.type != "llama3" &&
+        c.ropeScaling.type != "longrope")
+        throw Error(
+            ErrorCode::Unsupported,
+            fmt::format("{}: RoPE scaling '{}' is not written to GGUF (default, linear, llama3, longrope)",
+                        from.path().string(), c.ropeScaling.type));
     if (weightType != DType::F32 && weightType != DType::F16 && weightType != DType::BF16 &&
         !isBlockQuantized(weightType))
         throw Error(ErrorCode::InvalidArgument,
@@ -535,6 +576,16 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
         w.setF32("kvwb.rope_scaling.high_freq_factor", float(c.ropeScaling.highFreqFactor));
         w.addTensor("rope_freqs.weight", DType::F32, {int64_t(div.size())},
                     quantize(DType::F32, div, "rope_freqs"));
+    } else if (c.ropeScaling.type == "longrope") {
+        w.setU32(p + "rope.scaling.original_context_length",
+                 uint32_t(c.ropeScaling.originalMaxPositionEmbeddings));
+        w.setF32(p + "rope.scaling.attn_factor", float(c.ropeScaling.attentionFactor));
+        for (const auto &[name, v] : {std::pair{"rope_factors_long", &c.ropeScaling.longFactor},
+                                      std::pair{"rope_factors_short", &c.ropeScaling.shortFactor}}) {
+            const std::vector<float> f32(v->begin(), v->end());
+            w.addTensor(std::string(name) + ".weight", DType::F32, {int64_t(f32.size())},
+                        quantize(DType::F32, f32, name));
+        }
     }
     if (!arch->gemma && std::find(c.layerAttention.begin(), c.layerAttention.end(),
                                   LayerAttention::Sliding) != c.layerAttention.end())

@@ -103,6 +103,22 @@ public:
             wrongType(name, "true or false", *v);
         return v->get<bool>();
     }
+    // A list of at most maxCount finite numbers.
+    std::optional<std::vector<double>> optDoubles(const char *name, size_t maxCount) const
+    {
+        const json *v = find(name);
+        if (!v)
+            return std::nullopt;
+        if (!v->is_array() || v->size() > maxCount)
+            wrongType(name, fmt::format("a list of at most {} numbers", maxCount).c_str(), *v);
+        std::vector<double> out;
+        for (const json &x : *v) {
+            if (!x.is_number() || !std::isfinite(x.get<double>()))
+                wrongType(name, "a list of finite numbers", *v);
+            out.push_back(x.get<double>());
+        }
+        return out;
+    }
     std::optional<std::string> optString(const char *name) const
     {
         const json *v = find(name);
@@ -150,14 +166,50 @@ void readRope(const json &obj, const std::string &source, const char *field, Mod
         s.lowFreqFactor = r.reqDouble("low_freq_factor");
         s.highFreqFactor = r.reqDouble("high_freq_factor");
         s.originalMaxPositionEmbeddings = r.reqInt("original_max_position_embeddings");
+    } else if (type == "longrope" || type == "su") {
+        // Phi-3 / Phi-3.5 (Phi3Config: "su" is the older name). The original context and the
+        // attention factor are settled by finishLongRope once the top-level fields are read.
+        s.type = "longrope";
+        const size_t most = size_t(kMaxHeadDim / 2);
+        s.shortFactor = r.optDoubles("short_factor", most).value_or(std::vector<double>{});
+        s.longFactor = r.optDoubles("long_factor", most).value_or(std::vector<double>{});
+        if (!r.find("short_factor"))
+            r.missing("short_factor");
+        if (!r.find("long_factor"))
+            r.missing("long_factor");
+        s.factor = r.optDouble("factor").value_or(1.0);
+        s.attentionFactor = r.optDouble("attention_factor").value_or(0.0); // 0: not given
+        s.originalMaxPositionEmbeddings = r.optInt("original_max_position_embeddings").value_or(0);
     } else {
         throw Error(
             ErrorCode::Unsupported,
             fmt::format("{}: field '{}.{}' is '{}', which is not supported (supported: default, linear, "
-                        "llama3)",
+                        "llama3, longrope)",
                         source, field, typeKey, type));
     }
     cfg.ropeScaling = s;
+}
+
+// LongRoPE's original context and attention factor, as transformers' _compute_longrope_parameters:
+// with a top-level original_max_position_embeddings (Phi3Config) the scaling factor is
+// max_position_embeddings / original; else the original is max_position_embeddings and the factor
+// rope_scaling's own. An attention_factor not given is sqrt(1 + ln(factor) / ln(original)).
+void finishLongRope(ModelConfig &cfg, std::optional<int> topLevelOriginal)
+{
+    RopeScaling &s = cfg.ropeScaling;
+    if (s.type != "longrope")
+        return;
+    if (topLevelOriginal && *topLevelOriginal > 0)
+        s.originalMaxPositionEmbeddings = *topLevelOriginal;
+    if (s.originalMaxPositionEmbeddings > 0)
+        s.factor = double(cfg.maxPositionEmbeddings) / double(s.originalMaxPositionEmbeddings);
+    else
+        s.originalMaxPositionEmbeddings = cfg.maxPositionEmbeddings;
+    if (s.attentionFactor == 0.0)
+        s.attentionFactor =
+            s.factor <= 1.0 || s.originalMaxPositionEmbeddings <= 1
+                ? 1.0
+                : std::sqrt(1.0 + std::log(s.factor) / std::log(double(s.originalMaxPositionEmbeddings)));
 }
 
 constexpr const char *kSupportedModelTypes = "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text";
@@ -438,6 +490,7 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         else
             readRope(*rp, sourceName, "rope_parameters", cfg);
     }
+    finishLongRope(cfg, r.optInt("original_max_position_embeddings"));
 
     cfg.validate(sourceName);
     return cfg;
@@ -462,6 +515,19 @@ std::string ModelConfig::toHfJson() const
     j["rope_theta"] = ropeTheta;
     if (ropeScaling.type == "default") {
         j["rope_scaling"] = nullptr;
+    } else if (ropeScaling.type == "longrope") {
+        // Phi3Config's layout: three keys, the original context at the top level.
+        nlohmann::ordered_json rs;
+        rs["type"] = "longrope";
+        rs["short_factor"] = ropeScaling.shortFactor;
+        rs["long_factor"] = ropeScaling.longFactor;
+        ModelConfig derived = *this;
+        derived.ropeScaling.attentionFactor = 0.0;
+        finishLongRope(derived, ropeScaling.originalMaxPositionEmbeddings);
+        if (derived.ropeScaling.attentionFactor != ropeScaling.attentionFactor)
+            rs["attention_factor"] = ropeScaling.attentionFactor;
+        j["rope_scaling"] = rs;
+        j["original_max_position_embeddings"] = ropeScaling.originalMaxPositionEmbeddings;
     } else {
         nlohmann::ordered_json rs;
         rs["rope_type"] = ropeScaling.type;
@@ -569,6 +635,20 @@ void ModelConfig::validate(const std::string &source) const
     if (headDim % 2 != 0)
         throw Error(ErrorCode::Config,
                     fmt::format("{}: field 'head_dim' ({}) must be even for RoPE", source, headDim));
+    if (ropeScaling.type == "longrope") {
+        const size_t half = size_t(headDim / 2);
+        for (const auto &[name, f] : {std::pair{"rope_scaling.short_factor", &ropeScaling.shortFactor},
+                                      std::pair{"rope_scaling.long_factor", &ropeScaling.longFactor}}) {
+            if (f->size() != half)
+                throw Error(ErrorCode::Config,
+                            fmt::format("{}: field '{}' has {} entries; head_dim {} needs {}", source, name,
+                                        f->size(), headDim, half));
+            for (double x : *f)
+                positive(name, x);
+        }
+        positive("rope_scaling.attention_factor", ropeScaling.attentionFactor);
+        positive("original_max_position_embeddings", ropeScaling.originalMaxPositionEmbeddings);
+    }
     if (ropeScaling.type != "default") {
         positive("rope_scaling.factor", ropeScaling.factor);
         if (ropeScaling.type == "llama3") {
@@ -622,7 +702,12 @@ std::vector<double> ModelConfig::ropeInvFreq(int layer) const
     if (ropeLocalTheta && isSlidingLayer(layer)) // Gemma3RotaryEmbedding's local copy: no scaling
         return baseInvFreq(*ropeLocalTheta, headDim);
     std::vector<double> inv = baseInvFreq(ropeTheta, headDim);
-    if (ropeScaling.type == "linear") {
+    if (ropeScaling.type == "longrope") {
+        // 1 / (ext_i * theta^(2i/d)) with the set the loaded model uses
+        const auto &ext = ropeScaling.useLongFactor ? ropeScaling.longFactor : ropeScaling.shortFactor;
+        for (size_t i = 0; i < inv.size() && i < ext.size(); ++i)
+            inv[i] /= ext[i];
+    } else if (ropeScaling.type == "linear") {
         for (double &f : inv)
             f /= ropeScaling.factor;
     } else if (ropeScaling.type == "llama3") {
@@ -646,6 +731,18 @@ std::vector<double> ModelConfig::ropeInvFreq(int layer) const
         }
     }
     return inv;
+}
+
+int ModelConfig::contextLimit() const
+{
+    if (ropeScaling.type == "longrope" && !ropeScaling.useLongFactor)
+        return std::min(maxPositionEmbeddings, ropeScaling.originalMaxPositionEmbeddings);
+    return maxPositionEmbeddings;
+}
+
+double ModelConfig::ropeAttentionFactor() const
+{
+    return ropeScaling.type == "longrope" ? ropeScaling.attentionFactor : 1.0;
 }
 
 int64_t ModelConfig::parameterCount() const

@@ -44,11 +44,21 @@ enum class MlpActivation
 
 struct RopeScaling
 {
-    std::string type = "default"; // default | linear | llama3
+    std::string type = "default"; // default | linear | llama3 | longrope (Phi-3's, alias "su")
     double factor = 1.0;
     double lowFreqFactor = 1.0;               // llama3 only
     double highFreqFactor = 4.0;              // llama3 only
-    int originalMaxPositionEmbeddings = 8192; // llama3 only
+    int originalMaxPositionEmbeddings = 8192; // llama3 and longrope
+    // longrope: per-frequency divisors [headDim/2] for contexts up to / beyond the original one,
+    // and the factor cos and sin are multiplied by (HF's attention_scaling; given, or
+    // sqrt(1 + ln(max / original) / ln(original)) as transformers computes it).
+    std::vector<double> shortFactor;
+    std::vector<double> longFactor;
+    double attentionFactor = 1.0;
+    // longrope: which divisors a loaded model uses, fixed for its whole life as llama.cpp fixes
+    // them by its context size (a cache computed with one set is never mixed with the other).
+    // Chosen by the engine's context (gpu::LoadOptions::context); not part of config.json.
+    bool useLongFactor = false;
     bool operator==(const RopeScaling &) const = default;
 };
 
@@ -126,6 +136,12 @@ struct ModelConfig
 
     // Error(Config) naming `source` and the field when dimensions are inconsistent.
     void validate(const std::string &source) const;
+
+    // Positions a loaded model serves: max_position_embeddings, or for LongRoPE with the short
+    // divisors the original context they hold for (Phi-3-mini-128k: 4096 of 131072).
+    int contextLimit() const;
+    // The factor RoPE multiplies cos and sin by (LongRoPE's attention factor; else 1).
+    double ropeAttentionFactor() const;
 
     // Whether layer `layer` (0-based) is a sliding-window layer.
     bool isSlidingLayer(int layer) const;

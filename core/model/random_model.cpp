@@ -66,8 +66,8 @@ std::string utf8(char32_t c)
 
 std::vector<std::string> randomModelPresetNames()
 {
-    return {"tiny",     "gqa",    "qwen2",  "qwen3", "qwen3-b", "phi3", "gemma2", "gemma3",
-            "gemma3-b", "smollm", "llama3", "bias",  "10m",     "135m", "demo-a", "demo-b"};
+    return {"tiny",     "gqa",    "qwen2",  "qwen3", "qwen3-b", "phi3", "phi3-longrope", "gemma2", "gemma3",
+            "gemma3-b", "smollm", "llama3", "bias",  "10m",     "135m", "demo-a",        "demo-b"};
 }
 
 RandomModelSpec randomModelPreset(const std::string &name)
@@ -103,12 +103,25 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.intermediateSize = b ? 192 : 128;
         c.ropeTheta = 1000000.0;
         c.rmsNormEps = 1e-6;
-    } else if (name == "phi3") {
+    } else if (name == "phi3" || name == "phi3-longrope") {
         // Phi-3: fused qkv_proj and gate_up_proj, no bias, full RoPE.
         c.architecture = "Phi3ForCausalLM";
         c.modelType = "phi3";
         c.fusedProjections = true;
         c.numKvHeads = 2;
+        if (name == "phi3-longrope") {
+            // Phi-3-mini-128k's LongRoPE shrunk: an original context of 16 of 256 positions (factor
+            // 16, attention factor sqrt(1 + ln 16 / ln 16) = sqrt 2), divisors growing with the
+            // wavelength as the released ones do (short 1..1.44, long 1..8.44; exact in f32 for GGUF).
+            c.ropeScaling.type = "longrope";
+            c.ropeScaling.originalMaxPositionEmbeddings = 16;
+            c.ropeScaling.factor = 16.0;
+            c.ropeScaling.attentionFactor = std::sqrt(2.0);
+            for (int i = 0; i < c.headDim / 2; ++i) {
+                c.ropeScaling.shortFactor.push_back(1.0 + i / 16.0);
+                c.ropeScaling.longFactor.push_back(1.0 + 1.0625 * i);
+            }
+        }
     } else if (name == "gemma2") {
         // Gemma 2: (1 + w) norms, scaled embeddings, GeGLU, the four norms per layer, soft-capping
         // at Gemma 2's 50 / 30, alternating sliding layers (0 and 2 slide, 1 is global) with a window

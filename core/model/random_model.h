@@ -24,10 +24,10 @@ struct RandomModelSpec
 
 // Named presets: "tiny" (~40k params), "gqa", "qwen2" (qkv bias), "smollm" (tied), "llama3"
 // (llama3 rope scaling), "bias" (attention and MLP biases), "qwen3" / "qwen3-b" (q/k norms),
-// "phi3" (fused projections), "gemma2", "gemma3" / "gemma3-b" (Gemma's norms, GeGLU, soft-caps,
-// sliding-window layers of 8-12 tokens; gemma3-b has another KV geometry, for pairs),
-// "10m" (~10M params, for benchmarks), "135m" (SmolLM-135M's geometry, for speed against llama.cpp),
-// "demo-a" / "demo-b" (the demo pair's architectures). Error(InvalidArgument) otherwise.
+// "phi3" (fused projections), "phi3-longrope" (and Phi-3 128k's LongRoPE), "gemma2", "gemma3" / "gemma3-b"
+// (Gemma's norms, GeGLU, soft-caps, sliding-window layers of 8-12 tokens; gemma3-b has another KV geometry,
+// for pairs), "10m" (~10M params, for benchmarks), "135m" (SmolLM-135M's geometry, for speed against
+// llama.cpp), "demo-a" / "demo-b" (the demo pair's architectures). Error(InvalidArgument) otherwise.
 RandomModelSpec randomModelPreset(const std::string &name);
 std::vector<std::string> randomModelPresetNames();
 

@@ -34,6 +34,10 @@ struct LoadOptions
     Device device = Device::Cpu;
     ComputeType dtype = ComputeType::F32;
     int threads = 0; // intra-op threads; 0 = all cores, at most kMaxThreads
+    // Positions the model serves; 0 = the config's (core::ModelConfig::contextLimit), at most
+    // max_position_embeddings. LongRoPE (Phi-3 128k) uses its long divisors when this exceeds the
+    // original context, as llama.cpp does for a context above it.
+    int context = 0;
 };
 
 // fraction in [0, 1]; return false to cancel.
@@ -103,7 +107,7 @@ public:
     const core::Checkpoint &checkpoint() const;
     const LoadOptions &options() const;
     int64_t deviceBytes() const; // bytes of weights on the device
-    int contextLimit() const;    // maxPositionEmbeddings
+    int contextLimit() const;    // positions served (LoadOptions::context or the config's limit)
 
     KvCache newCache() const;
 

@@ -303,6 +303,47 @@ private Q_SLOTS:
         QVERIFY2(bad.err.contains("cut.gguf"), bad.err.constData());
     }
 
+    // A LongRoPE model serves its original context by default (info says so) and refuses a longer
+    // prompt in one line naming the way out; --context above it loads the long factors, which
+    // continue the same prompt differently from the short ones.
+    void longRopeContext()
+    {
+        const fs::path dir = fs::path(m_tmp.path().toStdString()) / "longrope";
+        QCOMPARE(
+            runKvwb({"make-model", "--preset", "phi3-longrope", "--seed", "5", "--out", path(dir)}).exitCode,
+            0);
+        const auto rope =
+            QJsonDocument::fromJson(runKvwb({"info", path(dir)}).out).object()["rope"].toObject();
+        QCOMPARE(rope["scaling"].toString(), QString("longrope"));
+        QCOMPARE(rope["default_context"].toInt(), 16);
+        const QStringList gen = {"generate", "--model",      path(dir), "--max-tokens",
+                                 "4",        "--ignore-eos", "--json"};
+        const Run refused = runKvwb(QStringList{gen} << "--prompt"
+                                                     << "a prompt of 20 bytes");
+        QCOMPARE(refused.exitCode, 1);
+        QCOMPARE(refused.err.count('\n'), 1);
+        QVERIFY2(refused.err.contains("larger context"), refused.err.constData());
+        const QStringList shortPrompt = QStringList{gen} << "--prompt"
+                                                         << "hi";
+        const Run s = runKvwb(shortPrompt), l = runKvwb(QStringList{shortPrompt} << "--context"
+                                                                                 << "64");
+        QCOMPARE(s.exitCode, 0);
+        QCOMPARE(l.exitCode, 0);
+        const auto js = QJsonDocument::fromJson(s.out).object(), jl = QJsonDocument::fromJson(l.out).object();
+        QCOMPARE(jl["prompt_ids"], js["prompt_ids"]);
+        QVERIFY(jl["logprobs"] != js["logprobs"]);
+        QCOMPARE(runKvwb(QStringList{gen} << "--prompt"
+                                          << "a prompt of 20 bytes"
+                                          << "--context"
+                                          << "64")
+                     .exitCode,
+                 0);
+        const Run over = runKvwb(QStringList{shortPrompt} << "--context"
+                                                          << "257");
+        QCOMPARE(over.exitCode, 1);
+        QVERIFY2(over.err.contains("max_position_embeddings"), over.err.constData());
+    }
+
     void bench()
     {
         const Run r =

@@ -57,13 +57,15 @@ double geluTanh(double x)
     return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
 
-void rope(Vec &v, int heads, int hd, int pos, const std::vector<double> &invFreq, core::RopeLayout layout)
+// scale: LongRoPE's attention factor on cos and sin (1 otherwise)
+void rope(Vec &v, int heads, int hd, int pos, const std::vector<double> &invFreq, core::RopeLayout layout,
+          double scale)
 {
     for (int h = 0; h < heads; ++h) {
         double *x = v.data() + size_t(h) * size_t(hd);
         for (int j = 0; j < hd / 2; ++j) {
             const double a = pos * invFreq[size_t(j)];
-            const double c = std::cos(a), s = std::sin(a);
+            const double c = std::cos(a) * scale, s = std::sin(a) * scale;
             const int i0 = layout == core::RopeLayout::Interleaved ? 2 * j : j;
             const int i1 = layout == core::RopeLayout::Interleaved ? 2 * j + 1 : j + hd / 2;
             const double x0 = x[i0], x1 = x[i1];
@@ -76,9 +78,12 @@ void rope(Vec &v, int heads, int hd, int pos, const std::vector<double> &invFreq
 } // namespace
 
 std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, const std::vector<int> &ids,
-                                                  std::vector<std::vector<std::vector<double>>> *preRopeKeys)
+                                                  std::vector<std::vector<std::vector<double>>> *preRopeKeys,
+                                                  bool longRopeFactors)
 {
-    const core::ModelConfig &c = ck.config();
+    core::ModelConfig c = ck.config();
+    c.ropeScaling.useLongFactor = longRopeFactors;
+    const double ropeScale = c.ropeAttentionFactor();
     const int H = c.hiddenSize, nh = c.numHeads, nkv = c.numKvHeads, hd = c.headDim;
     const bool g = c.unitOffsetNorm;
     const auto rmsnorm = [&](const Vec &x, const Vec &w) { return rmsnormOf(x, w, c.rmsNormEps, g); };
@@ -173,8 +178,8 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
             }
             if (preRopeKeys)
                 (*preRopeKeys)[size_t(l)].push_back(k);
-            rope(q, nh, hd, int(pos), y.invFreq, c.ropeLayout);
-            rope(k, nkv, hd, int(pos), y.invFreq, c.ropeLayout);
+            rope(q, nh, hd, int(pos), y.invFreq, c.ropeLayout, ropeScale);
+            rope(k, nkv, hd, int(pos), y.invFreq, c.ropeLayout, ropeScale);
             kc[size_t(l)].push_back(k);
             vc[size_t(l)].push_back(v);
             // A sliding layer's query at pos sees keys t with pos - window < t <= pos.

@@ -30,7 +30,7 @@ const std::vector<Row> &rows()
         {"Head dim", true, [](const auto &c) { return QString::number(c.headDim); }},
         {"MLP size", false, [](const auto &c) { return QString::number(c.intermediateSize); }},
         {"Vocabulary", false, [](const auto &c) { return QString::number(c.vocabSize); }},
-        {"Context", false, [](const auto &c) { return QString::number(c.maxPositionEmbeddings); }},
+        {"Context", false, [](const auto &c) { return QString::number(c.contextLimit()); }},
         {"Parameters", false,
          [](const auto &c) { return QLocale::c().toString(qlonglong(c.parameterCount())); }},
         {"RoPE theta", true, [](const auto &c) { return QString::number(c.ropeTheta, 'g', 10); }},

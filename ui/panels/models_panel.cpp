@@ -141,7 +141,7 @@ void ModelsPanel::refreshEstimate(char role)
             const int bytes =
                 core::computeTypeBytes(core::parseComputeType(r.dtype->currentText().toStdString())
                                            .value_or(core::ComputeType::F32));
-            const int context = r.config->maxPositionEmbeddings;
+            const int context = r.config->contextLimit();
             const auto e = core::estimateMemory(*r.config, bytes, context);
             r.estimate->setText(
                 tr("%1 layers, %2 heads / %3 kv heads of %4, %5M parameters. Needs about %6 on %7 "

@@ -14,7 +14,7 @@ namespace kvwb::gpu {
 namespace detail {
 
 RopeTables::RopeTables(const core::ModelConfig &config, torch::Device device)
-    : m_layout(config.ropeLayout), m_device(device)
+    : m_layout(config.ropeLayout), m_device(device), m_scale(float(config.ropeAttentionFactor()))
 {
     for (int l = 0; l < config.numLayers; ++l) {
         std::vector<float> inv;
@@ -43,8 +43,9 @@ std::pair<torch::Tensor, torch::Tensor> RopeTables::tables(size_t set, int64_t s
         for (int64_t i = 0; i < half; ++i) {
             // float32 product, like HF's inv_freq @ position_ids and llama2.c's pos * freq
             const float angle = float(p) * s.invFreq[size_t(i)];
-            c[size_t(p * half + i)] = std::cos(angle);
-            sn[size_t(p * half + i)] = std::sin(angle);
+            // LongRoPE multiplies both by its attention factor (HF's cos * attention_scaling)
+            c[size_t(p * half + i)] = std::cos(angle) * m_scale;
+            sn[size_t(p * half + i)] = std::sin(angle) * m_scale;
         }
     }
     s.cos = torch::from_blob(c.data(), {cap, half}, torch::kFloat32).clone().to(m_device);
@@ -61,6 +62,12 @@ torch::Tensor RopeTables::apply(const torch::Tensor &x, int layer, int64_t start
             fmt::format("RoPE of layer {}: the model has {} layers", layer, m_setOfLayer.size()));
     const int64_t t = x.size(1);
     auto [cos, sinTable] = tables(m_setOfLayer[size_t(layer)], start, t); // [t, half] each
+    if (inverse && m_scale != 1.0f) {
+        // (s R)^-1 = R^T / s: the transposed rotation of the s-scaled tables, divided by s twice
+        const float undo = 1.0f / (m_scale * m_scale);
+        cos = (cos * undo).contiguous();
+        sinTable = (sinTable * undo).contiguous();
+    }
     if (detail::cpuKernelFits(x) && x.dim() == 3)
         return ropeCpu(x, cos, sinTable, m_layout == core::RopeLayout::RotateHalf, inverse);
     const auto sin = inverse ? -sinTable : sinTable;

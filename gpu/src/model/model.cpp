@@ -148,6 +148,7 @@ struct Model::Impl
     Proj lmHead;             // out = vocab (w aliases embed when tied)
     bool rowGemv = false;    // one-token projections through detail::rowGemv (CPU f32 / bf16)
     std::shared_ptr<detail::RopeTables> rope;
+    int context = 0; // positions served
     int64_t deviceBytes = 0;
 
     torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w) const
@@ -216,6 +217,12 @@ struct Model::Impl
         const int64_t t = int64_t(ids.size());
         const int64_t start = cache.length;
         const int64_t total = start + t;
+        if (config.ropeScaling.type == "longrope" && total > context)
+            // the divisors in use hold for `context` positions; past them the other set applies
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("{} positions exceed the context of {} this model was loaded for "
+                                    "(LongRoPE's {} divisors); load it with a larger context",
+                                    total, context, config.ropeScaling.useLongFactor ? "long" : "short"));
         const int64_t nh = config.numHeads, nkv = config.numKvHeads, hd = config.headDim;
         const int64_t rep = nh / nkv;
         std::vector<int64_t> ids64(ids.begin(), ids.end());
@@ -355,6 +362,14 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     m.checkpoint = checkpoint;
     m.config = checkpoint.config();
     m.options = options;
+    if (options.context < 0 || options.context > m.config.maxPositionEmbeddings)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("context {} is outside 1..{} (the model's max_position_embeddings)",
+                                options.context, m.config.maxPositionEmbeddings));
+    if (options.context > 0 && m.config.ropeScaling.type == "longrope")
+        m.config.ropeScaling.useLongFactor =
+            options.context > m.config.ropeScaling.originalMaxPositionEmbeddings;
+    m.context = options.context > 0 ? options.context : m.config.contextLimit();
     m.device = options.device == Device::Cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     m.dtype = torchType(options.dtype);
     const core::ModelConfig &c = m.config;
@@ -470,7 +485,7 @@ int64_t Model::deviceBytes() const
 }
 int Model::contextLimit() const
 {
-    return m_impl->config.maxPositionEmbeddings;
+    return m_impl->context;
 }
 
 KvCache Model::newCache() const
@@ -482,7 +497,7 @@ KvCache Model::newCache() const
     impl->device = m_impl->device;
     impl->dtype = m_impl->dtype;
     impl->rope = m_impl->rope;
-    impl->maxPositions = m_impl->config.maxPositionEmbeddings;
+    impl->maxPositions = m_impl->context;
     impl->keys.resize(size_t(impl->numLayers));
     impl->values.resize(size_t(impl->numLayers));
     return KvCache(std::move(impl));
@@ -622,10 +637,14 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
         throw Error(ErrorCode::InvalidArgument, "generate: max tokens must be >= 0");
     checkIds(prompt, c);
     auto &ci = m_impl->cacheOf(cache);
-    const int limit = c.maxPositionEmbeddings > 0 ? c.maxPositionEmbeddings : std::numeric_limits<int>::max();
+    const int limit = m_impl->context > 0 ? m_impl->context : std::numeric_limits<int>::max();
     if (int(prompt.size()) > limit)
         throw Error(ErrorCode::InvalidArgument,
-                    fmt::format("prompt has {} tokens; the model's context is {}", prompt.size(), limit));
+                    fmt::format("prompt has {} tokens; the model's context is {}{}", prompt.size(), limit,
+                                c.ropeScaling.type == "longrope" && !c.ropeScaling.useLongFactor
+                                    ? " (LongRoPE's original context: load it with a larger context to use "
+                                      "its long factors)"
+                                    : ""));
     JobScope scope(m_impl->options.threads);
 
     GenerateResult r;

@@ -11,7 +11,8 @@ namespace kvwb::gpu::detail {
 
 // cos/sin tables [positions, headDim/2] float32 on the model's device, grown on demand, one set per
 // distinct RoPE in the model (one, or two for Gemma 3: its sliding layers' local base and its
-// global layers' scaled one); each layer rotates with its own set.
+// global layers' scaled one); each layer rotates with its own set. LongRoPE's attention factor
+// scales both tables (and the inverse undoes it).
 class RopeTables
 {
 public:
@@ -37,6 +38,7 @@ private:
     std::mutex m_mutex;
     core::RopeLayout m_layout;
     torch::Device m_device;
+    float m_scale = 1.0f; // multiplies cos and sin (ModelConfig::ropeAttentionFactor)
     std::vector<Set> m_sets;
     std::vector<size_t> m_setOfLayer; // [layers] index into m_sets
 };

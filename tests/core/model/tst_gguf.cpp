@@ -509,8 +509,8 @@ private Q_SLOTS:
     void modelRoundTrip_data()
     {
         QTest::addColumn<QString>("preset");
-        for (const char *p :
-             {"gqa", "qwen2", "qwen3", "phi3", "smollm", "llama3", "bias", "gemma2", "gemma3", "gemma3-b"})
+        for (const char *p : {"gqa", "qwen2", "qwen3", "phi3", "phi3-longrope", "smollm", "llama3", "bias",
+                              "gemma2", "gemma3", "gemma3-b"})
             QTest::newRow(p) << QString(p);
     }
     void modelRoundTrip()

@@ -6,6 +6,7 @@
 #include "tests/support/test_paths.h"
 
 #include <QTest>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <numbers>
@@ -289,6 +290,56 @@ private Q_SLOTS:
         QVERIFY2(std::string(e.what()).find("partial_rotary_factor") != std::string::npos, e.what());
     }
 
+    // Phi-3-mini-128k's LongRoPE: short and long divisors per frequency, the original context at the
+    // top level, the attention factor sqrt(1 + ln(131072 / 4096) / ln 4096) = sqrt(17 / 12) that
+    // transformers derives; "su" is the older name. The short divisors hold for 4096 positions.
+    void phi3LongRope()
+    {
+        std::string shortF, longF;
+        for (int i = 0; i < 48; ++i) {
+            shortF += fmt::format("{}{}", i ? ", " : "", 1.0 + 0.01 * i);
+            longF += fmt::format("{}{}", i ? ", " : "", 1.0 + 0.5 * i);
+        }
+        const auto replaced = [](std::string t, const std::string &from, const std::string &to) {
+            return t.replace(t.find(from), from.size(), to);
+        };
+        std::string text =
+            replaced(kPhi3Mini4k, "\"max_position_embeddings\": 4096", "\"max_position_embeddings\": 131072");
+        text = replaced(
+            text, "\"rope_scaling\": null",
+            fmt::format(R"("rope_scaling": {{"type": "su", "short_factor": [{}], "long_factor": [{}]}})",
+                        shortF, longF));
+        ModelConfig c = ModelConfig::fromHfJsonText(text, "p3");
+        QCOMPARE(c.ropeScaling.type, std::string("longrope"));
+        QCOMPARE(c.ropeScaling.originalMaxPositionEmbeddings, 4096);
+        QCOMPARE(c.ropeScaling.factor, 32.0);
+        QVERIFY(near(c.ropeScaling.attentionFactor, std::sqrt(17.0 / 12.0)));
+        QVERIFY(near(c.ropeAttentionFactor(), 1.1902380714238083));
+        QCOMPARE(c.contextLimit(), 4096);
+        const auto plain = ModelConfig::fromHfJsonText(kPhi3Mini4k, "p3").ropeInvFreq(0);
+        auto inv = c.ropeInvFreq(0);
+        QCOMPARE(inv.size(), size_t(48));
+        QVERIFY(near(inv[10], plain[10] / 1.1));
+        c.ropeScaling.useLongFactor = true;
+        inv = c.ropeInvFreq(0);
+        QVERIFY(near(inv[10], plain[10] / 6.0));
+        QCOMPARE(c.contextLimit(), 131072);
+        c.ropeScaling.useLongFactor = false;
+        // written back in Phi3Config's layout and read to an equal config
+        const auto back = ModelConfig::fromHfJsonText(c.toHfJson(), "back");
+        QVERIFY(back == c);
+        QVERIFY(c.toHfJson().find("attention_factor") == std::string::npos);
+        // an explicit attention_factor wins
+        const std::string given =
+            replaced(text, "\"type\": \"su\"", "\"type\": \"longrope\", \"attention_factor\": 1.5");
+        const auto g = ModelConfig::fromHfJsonText(given, "p3");
+        QCOMPARE(g.ropeAttentionFactor(), 1.5);
+        QVERIFY(ModelConfig::fromHfJsonText(g.toHfJson(), "back") == g);
+        // plain models: no factor, the whole context
+        QCOMPARE(ModelConfig::fromHfJsonText(kPhi3Mini4k, "p3").ropeAttentionFactor(), 1.0);
+        QCOMPARE(ModelConfig::fromHfJsonText(kPhi3Mini4k, "p3").contextLimit(), 4096);
+    }
+
     void gemma2()
     {
         const ModelConfig c = ModelConfig::fromHfJsonText(kGemma2_2b, "g2");
@@ -542,8 +593,15 @@ private Q_SLOTS:
             "field 'rope_scaling.rope_type' is 'yarn'");
         row("dynamic", tiny(R"("rope_scaling": {"type": "dynamic", "factor": 2.0})"), ErrorCode::Unsupported,
             "field 'rope_scaling.type' is 'dynamic'");
-        row("longrope", tiny(R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4})"),
-            ErrorCode::Unsupported, "field 'rope_parameters.rope_type' is 'longrope'");
+        row("longrope without factors",
+            tiny(R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4})"), ErrorCode::Config,
+            "field 'rope_parameters.short_factor' is missing");
+        row("longrope factors of the wrong length",
+            tiny(R"("rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [1, 1]})"),
+            ErrorCode::Config, "field 'rope_scaling.short_factor' has 2 entries");
+        row("longrope factor not a number",
+            tiny(R"("rope_scaling": {"type": "su", "short_factor": [1, "x"], "long_factor": [1, 1]})"),
+            ErrorCode::Config, "field 'rope_scaling.short_factor' must be a list of finite numbers");
         row("llama3 missing field", tiny(R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0})"),
             ErrorCode::Config, "field 'rope_scaling.low_freq_factor' is missing");
         row("heads not multiple of kv", tiny(R"("num_key_value_heads": 3)"), ErrorCode::Config,

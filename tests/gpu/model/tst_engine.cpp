@@ -8,6 +8,7 @@
 #include "core/model/random_model.h"
 #include "core/util/error.h"
 #include "gpu/model/model.h"
+#include "tests/support/expect_error.h"
 #include "tests/support/reference_forward.h"
 
 #include <QTemporaryDir>
@@ -277,6 +278,75 @@ private Q_SLOTS:
             if (err > 1e-4)
                 QFAIL(qPrintable(QString("layer %1: relative error %2").arg(l).arg(err)));
         }
+    }
+
+    // Phi-3's LongRoPE (original context 16 of 256, attention factor sqrt 2): loaded with the
+    // default context, the model serves 16 positions with the short divisors; loaded for 48, the
+    // long ones. Either way logits, decode steps and keys read back before RoPE (the factor undone)
+    // are the reference's, the two sets give different logits, and a sequence past the context is
+    // refused rather than rotated with the wrong set. A GGUF of it reads back the same.
+    void longRopeMatchesReference()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        const auto ck = core::Checkpoint::open(makeVariant(dir, "phi3-longrope"));
+        const int vocab = ck.config().vocabSize;
+        std::vector<float> shortLogits;
+        for (const int context : {0, 48}) {
+            gpu::LoadOptions o;
+            o.context = context;
+            auto model = gpu::Model::load(ck, o);
+            QCOMPARE(model->contextLimit(), context == 0 ? 16 : 48);
+            const auto ids = randomIds(model->contextLimit(), vocab, 4);
+            auto cache = model->newCache();
+            const auto logits = model->forward(std::vector<int>(ids.begin(), ids.end() - 5), cache, true);
+            std::vector<float> steps = logits;
+            for (size_t p = ids.size() - 5; p < ids.size(); ++p) {
+                const auto step = model->forward({ids[p]}, cache);
+                steps.insert(steps.end(), step.begin(), step.end());
+            }
+            std::vector<std::vector<std::vector<double>>> keys;
+            const auto ref = test::referenceForward(ck, ids, &keys, context > 16);
+            for (size_t p = 0; p < ids.size(); ++p) {
+                std::vector<float> row(steps.begin() + std::ptrdiff_t(p * size_t(vocab)),
+                                       steps.begin() + std::ptrdiff_t((p + 1) * size_t(vocab)));
+                const double err = test::maxRelativeError(row, ref[p]);
+                if (err > 1e-4)
+                    QFAIL(qPrintable(
+                        QString("context %1, position %2: relative error %3").arg(context).arg(p).arg(err)));
+            }
+            const int hd = cache.headDim();
+            for (int l = 0; l < cache.numLayers(); ++l) {
+                const auto k = cache.layer(l, gpu::KeyForm::PreRope).keys; // [kvHeads, tokens, headDim]
+                std::vector<double> expected(k.size());
+                for (int h = 0; h < cache.numKvHeads(); ++h)
+                    for (size_t p = 0; p < ids.size(); ++p)
+                        for (int i = 0; i < hd; ++i)
+                            expected[(size_t(h) * ids.size() + p) * size_t(hd) + size_t(i)] =
+                                keys[size_t(l)][p][size_t(h * hd + i)];
+                QVERIFY2(test::maxRelativeError(k, expected) < 1e-5, qPrintable(QString::number(l)));
+            }
+            const auto e = test::expectError([&] { model->forward({ids[0]}, cache); });
+            QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+            QVERIFY2(QString(e.what()).contains("exceed the context of"), e.what());
+            if (context == 0) {
+                shortLogits.assign(logits.begin(), logits.begin() + 8 * vocab);
+            } else {
+                const std::vector<float> first(logits.begin(), logits.begin() + 8 * vocab);
+                QVERIFY(test::maxRelativeError(first, shortLogits) > 1e-2); // the divisors matter
+            }
+        }
+        gpu::LoadOptions tooLong;
+        tooLong.context = 257;
+        const auto e = test::expectError([&] { (void)gpu::Model::load(ck, tooLong); });
+        QVERIFY2(QString(e.what()).contains("max_position_embeddings"), e.what());
+        core::writeGguf(ck, dir / "m.gguf", core::DType::F32);
+        const auto g = core::Checkpoint::open(dir / "m.gguf");
+        QVERIFY(g.config().ropeScaling == ck.config().ropeScaling);
+        auto a = gpu::Model::load(ck, {}), b = gpu::Model::load(g, {});
+        const auto ids = randomIds(16, vocab, 9);
+        auto ca = a->newCache(), cb = b->newCache();
+        QCOMPARE(b->forward(ids, cb, true), a->forward(ids, ca, true));
     }
 
     // The sliding window changes the logits exactly where a query has keys beyond it: the same
