@@ -259,6 +259,19 @@ ProjectReplay readReplay(Section &s)
     return r;
 }
 
+ProjectCompare readCompare(Section &s)
+{
+    ProjectCompare c;
+    s.string("prompt", c.prompt);
+    s.integer("max_tokens", c.maxTokens, 1, 4096);
+    return c;
+}
+
+json compareJson(const ProjectCompare &c)
+{
+    return {{"prompt", c.prompt}, {"max_tokens", c.maxTokens}};
+}
+
 json captureJson(const ProjectCapture &c)
 {
     return {{"storage", c.storage},
@@ -330,11 +343,13 @@ Project Project::load(const fs::path &file)
         extra.erase(k);
     // The sections' known keys live in the structs; any others stay in extraJson under the
     // section's name, so that save() can merge them back.
-    Section capture(j, "capture", file), alignment(j, "alignment", file), replay(j, "replay", file);
+    Section capture(j, "capture", file), alignment(j, "alignment", file), replay(j, "replay", file),
+        compare(j, "compare", file);
     p.capture = readCapture(capture);
     p.alignment = readAlignment(alignment);
     p.replay = readReplay(replay);
-    for (const Section *sec : {&capture, &alignment, &replay}) {
+    p.compare = readCompare(compare);
+    for (const Section *sec : {&capture, &alignment, &replay, &compare}) {
         const json rest = sec->unknown();
         if (rest.is_null())
             extra.erase(sec->name());
@@ -346,6 +361,11 @@ Project Project::load(const fs::path &file)
 }
 
 void Project::save(const fs::path &file) const
+{
+    writeFileAtomic(file, toJson(file));
+}
+
+std::string Project::toJson(const fs::path &file) const
 {
     const fs::path dir = fs::absolute(file).parent_path();
     json j = json::parse(extraJson.empty() ? "{}" : extraJson);
@@ -377,7 +397,8 @@ void Project::save(const fs::path &file) const
     section("capture", captureJson(capture));
     section("alignment", alignmentJson(alignment));
     section("replay", replayJson(replay));
-    writeFileAtomic(file, j.dump(2) + "\n");
+    section("compare", compareJson(compare));
+    return j.dump(2) + "\n";
 }
 
 Project Project::resolved(const fs::path &file) const

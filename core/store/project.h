@@ -58,6 +58,13 @@ struct ProjectReplay
     int limit = 0;     // replay only the first N requests (0 = all)
 };
 
+// Compare settings (section "compare"): the last prompt compared and its length.
+struct ProjectCompare
+{
+    std::string prompt;
+    int maxTokens = 32;
+};
+
 struct Project
 {
     std::string name;
@@ -71,6 +78,7 @@ struct Project
     ProjectCapture capture;
     ProjectAlignment alignment;
     ProjectReplay replay;
+    ProjectCompare compare;
     std::string extraJson = "{}"; // sections this version does not interpret, kept verbatim
 
     // Error(Io) unreadable; Error(Format) not JSON / wrong schema (naming the file); Error(Config)
@@ -78,6 +86,8 @@ struct Project
     static Project load(const std::filesystem::path &file);
     // Writes atomically; paths under the project's directory are stored relative to it.
     void save(const std::filesystem::path &file) const;
+    // The JSON save() writes for `file` (equal texts: nothing to save).
+    std::string toJson(const std::filesystem::path &file) const;
     // Copy with every path made absolute against the directory of `file`.
     Project resolved(const std::filesystem::path &file) const;
 };

@@ -7,6 +7,7 @@
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
+#include "tests/support/identity_map.h"
 #include "tests/support/legacy_experiment.h"
 #include "tests/support/test_paths.h"
 #include "ui/charts/layer_metrics_chart.h"
@@ -24,6 +25,7 @@
 #include <QAbstractItemModelTester>
 #include <QApplication>
 #include <QCheckBox>
+#include <QComboBox>
 #include <QDir>
 #include <QDockWidget>
 #include <QElapsedTimer>
@@ -34,6 +36,7 @@
 #include <QLineSeries>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSet>
 #include <QSignalSpy>
 #include <QStandardPaths>
@@ -619,7 +622,7 @@ private Q_SLOTS:
         QCOMPARE(core::ExperimentReader::open(path).schema(), std::string(core::kExperimentSchema));
     }
 
-    void docksHaveUniqueNamesAndTheLayoutResets()
+    void panelsHaveUniqueNamesAndTheLayoutResets()
     {
         app::Workbench bench;
         auto &w = bench.window();
@@ -630,15 +633,214 @@ private Q_SLOTS:
             names.insert(d->objectName());
         }
         QCOMPARE(names.size(), w.docks().size());
-        for (const char *name : {"modelsDock", "modelCardDock", "projectDock", "logDock", "captureDock",
-                                 "alignmentDock", "compareDock", "replayDock"})
-            QVERIFY2(names.contains(name), name);
+        QCOMPARE(names, (QSet<QString>{"projectDock", "logDock"}));
+        QCOMPARE(w.steps(), (QStringList{"models", "capture", "alignment", "compare", "replay", "report"}));
+        for (const QString &step : w.steps()) {
+            QVERIFY2(w.stepPage(step), qPrintable(step));
+            w.showStep(step);
+            QCOMPARE(w.currentStep(), step);
+        }
         QVERIFY(w.findChild<QLabel *>("memoryLabel")->text().startsWith("memory: "));
-        auto *dock = w.docks().front();
+        auto *dock = w.findChild<QDockWidget *>("logDock");
         dock->hide();
         QVERIFY(dock->isHidden());
         w.resetLayout();
         QVERIFY(!dock->isHidden());
+        // the first size follows the screen: a laptop's free area holds the whole window, a large
+        // screen gives the content the room
+        for (const QSize available :
+             {QSize(1366, 740), QSize(1280, 720), QSize(1920, 1050), QSize(2560, 1400)}) {
+            const QSize s = ui::MainWindow::initialSize(available);
+            QVERIFY(s.width() <= available.width() && s.height() <= available.height());
+            QVERIFY(s.width() >= std::min(1600, available.width() - 24));
+        }
+    }
+
+    // The window at a laptop's 1366x768 and at 1920x1080 on every step, the demo project open: no
+    // page needs a horizontal scrollbar, every button of the step is fully in view, and no control
+    // moves when its job starts (busy, progress and a long stage text shown). Screenshots of each
+    // step at each size go to screenshots/.
+    void fitsTheScreenOnEveryStep_data()
+    {
+        QTest::addColumn<QSize>("size");
+        QTest::newRow("1366x768") << QSize(1366, 768);
+        QTest::newRow("1920x1080") << QSize(1920, 1080);
+    }
+    void fitsTheScreenOnEveryStep()
+    {
+        QFETCH(QSize, size);
+        app::Workbench bench;
+        auto &w = bench.window();
+        QVERIFY(
+            w.openProject(QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string())));
+        w.resize(size.width(), size.height() - 30); // the title bar's share of the screen
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        const QString tag = QString("%1x%2").arg(size.width()).arg(size.height());
+        const QString longStage =
+            "prompt 137/200: 'a rather long prompt text that the stage line must not widen the panel with'";
+        for (const QString &step : w.steps()) {
+            w.showStep(step);
+            QTest::qWait(30);
+            QScrollArea *page = w.stepPage(step);
+            QWidget *content = page->widget();
+            QWidget *view = page->viewport();
+            QVERIFY2(content->minimumSizeHint().width() <= view->width(),
+                     qPrintable(QString("%1 at %2: the page needs %3 px, has %4")
+                                    .arg(step, tag)
+                                    .arg(content->minimumSizeHint().width())
+                                    .arg(view->width())));
+            QVERIFY2(content->width() <= view->width(), qPrintable(step));
+            QMap<QPushButton *, QRect> before;
+            for (QPushButton *b : content->findChildren<QPushButton *>()) {
+                if (!b->isVisibleTo(content))
+                    continue;
+                const QRect r(b->mapTo(view, QPoint(0, 0)), b->size());
+                QVERIFY2(view->rect().contains(r),
+                         qPrintable(QString("%1 at %2: button '%3' at %4,%5 %6x%7 is outside the %8x%9 view")
+                                        .arg(step, tag, b->text())
+                                        .arg(r.x())
+                                        .arg(r.y())
+                                        .arg(r.width())
+                                        .arg(r.height())
+                                        .arg(view->width())
+                                        .arg(view->height())));
+                before[b] = QRect(b->mapTo(&w, QPoint(0, 0)), b->size());
+            }
+            QVERIFY(w.grab().save(screenshotDir() + QString("/layout_%1_%2.png").arg(tag, step)));
+            // a job starts: every panel goes busy, the step's own shows progress and its stage
+            w.setEngineBusy(true);
+            w.modelsPanel()->setProgress(0.4, longStage);
+            w.capturePanel()->setProgress(0.4, longStage);
+            w.alignmentPanel()->setFitProgress(0.4, longStage);
+            w.comparePanel()->setProgress(0.4, longStage);
+            w.replayPanel()->setReplayProgress(40, 100);
+            QTest::qWait(30);
+            for (auto it = before.begin(); it != before.end(); ++it) {
+                const QRect now(it.key()->mapTo(&w, QPoint(0, 0)), it.key()->size());
+                QVERIFY2(now == it.value(),
+                         qPrintable(QString("%1 at %2: button '%3' moved from %4,%5 to %6,%7")
+                                        .arg(step, tag, it.key()->text())
+                                        .arg(it.value().x())
+                                        .arg(it.value().y())
+                                        .arg(now.x())
+                                        .arg(now.y())));
+            }
+            if (step == "capture" || step == "replay")
+                QVERIFY(w.grab().save(screenshotDir() + QString("/layout_%1_%2_busy.png").arg(tag, step)));
+            w.setEngineBusy(false);
+        }
+    }
+
+    // A project remembers its work: an experiment Capture wrote beside it (its default name) before
+    // the project was saved is found on opening; the title's unsaved marker follows changes; saving
+    // stores the experiment, the converter in use and the Compare prompt, and reopening restores
+    // them with the experiment's converters, comparisons and ledgers.
+    void reopensASavedProjectsWork()
+    {
+        QTemporaryDir tmp;
+        const QString demo = QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string());
+        const QString mine = tmp.path() + "/mine.kvwb";
+        {
+            app::Workbench first;
+            QVERIFY(first.window().openProject(demo));
+            QVERIFY(!first.window().isProjectModified());
+            QVERIFY(first.window().saveProject(mine));
+        }
+        const std::filesystem::path exp = tmp.path().toStdString() + "/mine-experiment.h5";
+        writeSmallExperiment(exp);
+        const auto c = core::randomModelPreset("tiny").config;
+        core::ConverterRecord conv;
+        conv.name = "mine";
+        conv.selection = "all";
+        conv.lambdaMode = "fixed";
+        for (int l = 0; l < c.numLayers; ++l)
+            conv.layers.push_back({l,
+                                   {l},
+                                   false,
+                                   {test::identityMap(c.numKvHeads * c.headDim)},
+                                   {test::identityMap(c.numKvHeads * c.headDim)}});
+        core::saveConverters(exp, conv);
+        core::ComparisonSample sample;
+        sample.prompt = "What does a KV cache hold?";
+        sample.converter = "mine";
+        core::saveComparisons(exp, "workbench", {sample});
+
+        const auto open = [&](app::Workbench &bench) {
+            QSignalSpy read(&bench.engine(), &app::EngineController::experimentRead);
+            if (!bench.window().openProject(mine) || !read.wait(30000))
+                return false;
+            QCoreApplication::processEvents(); // the window shows what the engine read
+            return true;
+        };
+        {
+            app::Workbench second;
+            auto &w = second.window();
+            QVERIFY(open(second));
+            QCOMPARE(w.experimentPath(), QString::fromStdString(exp.string()));
+            QVERIFY(w.findChild<QLabel *>("projectSummary")->text().contains("mine-experiment.h5"));
+            QCOMPARE(w.alignmentPanel()->inUse(), QString("mine"));
+            QVERIFY(w.isProjectModified()); // the experiment found beside it is not in the file yet
+            auto request = w.comparePanel()->request();
+            request.prompt = "Explain prefix caching in one sentence.";
+            w.comparePanel()->setRequest(request);
+            QVERIFY(w.isProjectModified());
+            QVERIFY(w.saveProject(mine));
+            QVERIFY(!w.isProjectModified());
+        }
+        app::Workbench third;
+        auto &w = third.window();
+        QVERIFY(open(third));
+        QVERIFY(!w.isProjectModified());
+        QCOMPARE(w.experimentPath(), QString::fromStdString(exp.string()));
+        QCOMPARE(w.alignmentPanel()->inUse(), QString("mine"));
+        QCOMPARE(w.comparePanel()->request().prompt, QString("Explain prefix caching in one sentence."));
+        QCOMPARE(w.replayPanel()->ledger()->rowCount(), 1); // the experiment's ledger
+        QCOMPARE(w.comparePanel()->findChild<QComboBox *>("historyCombo")->count(), 1); // its comparison
+        const auto project = core::Project::load(mine.toStdString());
+        QCOMPARE(project.alignment.inUse, std::string("mine"));
+        QVERIFY(project.experiment.has_value());
+    }
+
+    // Closing asks before unsaved work is lost (Cancel keeps the window, Discard closes), and
+    // closing during a job asks to stop it, stops it and closes once the engine has stopped.
+    void asksBeforeClosing()
+    {
+        app::Workbench bench;
+        auto &w = bench.window();
+        QVERIFY(
+            w.openProject(QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string())));
+        w.show();
+        w.modelsPanel()->setChoice('b', {w.modelsPanel()->choice('b').path, "cpu", "bf16", 0});
+        QVERIFY(w.isProjectModified());
+        // answers the box named `box` once it is shown (it runs its own event loop)
+        const auto answer = [&w](const char *box, QMessageBox::StandardButton button) {
+            auto *timer = new QTimer(&w);
+            timer->setInterval(10);
+            QObject::connect(timer, &QTimer::timeout, &w, [&w, timer, box, button] {
+                if (auto *b = w.findChild<QMessageBox *>(box); b && b->isVisible()) {
+                    timer->stop();
+                    timer->deleteLater();
+                    b->button(button)->click();
+                }
+            });
+            timer->start();
+        };
+        answer("unsavedProjectBox", QMessageBox::Cancel);
+        QVERIFY(!w.close());
+        QVERIFY(w.isVisible());
+        QSignalSpy cancel(&w, &ui::MainWindow::cancelRequested);
+        w.setEngineBusy(true); // a job runs
+        answer("closeDuringJobBox", QMessageBox::No);
+        QVERIFY(!w.close());
+        QCOMPARE(cancel.count(), 0);
+        answer("closeDuringJobBox", QMessageBox::Yes);
+        QVERIFY(!w.close());
+        QCOMPARE(cancel.count(), 1); // the job is asked to stop; the window waits for it
+        QVERIFY(w.isVisible());
+        answer("unsavedProjectBox", QMessageBox::Discard);
+        w.setEngineBusy(false); // the engine stopped: the window closes (asking about the project)
+        QTRY_VERIFY(!w.isVisible());
     }
 
     void savesAndReopensAProject()

@@ -235,10 +235,11 @@ void ReplayCharts::rescale(ChartParts &chart, const std::vector<const Track *> &
     for (const Track *t : tracks)
         for (const QPointF &p : t->series->points())
             top = std::max(top, p.y());
-    // Headroom above the highest line, then round numbers; percentages stop at 100.
+    // Headroom above the highest line, then round numbers; percentages run 0-5 at least (an empty
+    // chart's 0-1 read as a fraction) and stop at 100.
     top = top > 0 ? top * 1.1 : 1.0;
     if (cap > 0)
-        top = std::min(top, cap);
+        top = std::clamp(top, 5.0, cap);
     chart.y->setRange(0, top);
     chart.y->applyNiceNumbers();
     const double shown = chart.y->max();

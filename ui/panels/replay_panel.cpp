@@ -339,29 +339,29 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     gateRow->addWidget(m_gateThreshold);
     gateRow->addStretch(1);
     grid->addLayout(gateRow, 2, 1);
-    grid->addWidget(new QLabel(tr("Max tokens:"), box), 1, 7);
+    grid->addWidget(new QLabel(tr("Max tokens:"), box), 2, 2);
     m_maxTokens = new QSpinBox(box);
     m_maxTokens->setObjectName("replayMaxTokensSpin");
     m_maxTokens->setRange(0, 1 << 20);
     m_maxTokens->setSpecialValueText(tr("per request"));
     m_maxTokens->setToolTip(tr("Tokens to generate per request; 0 keeps each request's own max_tokens."));
-    grid->addWidget(m_maxTokens, 1, 8);
-    grid->addWidget(new QLabel(tr("Limit:"), box), 1, 9);
+    grid->addWidget(m_maxTokens, 2, 3);
+    grid->addWidget(new QLabel(tr("Limit:"), box), 2, 4);
     m_limit = new QSpinBox(box);
     m_limit->setObjectName("replayLimitSpin");
     m_limit->setRange(0, 1 << 24);
     m_limit->setSpecialValueText(tr("all requests"));
     m_limit->setSuffix(tr(" requests"));
     m_limit->setToolTip(tr("Replay only the first N requests; 0 replays them all."));
-    grid->addWidget(m_limit, 1, 10);
-    grid->addWidget(new QLabel(tr("Store ledger as:"), box), 0, 7);
+    grid->addWidget(m_limit, 2, 5, 1, 2);
+    grid->addWidget(new QLabel(tr("Store ledger as:"), box), 3, 0);
     m_ledgerName = new QLineEdit(box);
     m_ledgerName->setObjectName("ledgerNameEdit");
     m_ledgerName->setPlaceholderText(tr("(don't store)"));
     m_ledgerName->setToolTip(
         tr("Store the per-request ledger under this name in the experiment file; leave empty to keep it "
            "only on screen."));
-    grid->addWidget(m_ledgerName, 0, 8, 1, 3);
+    grid->addWidget(m_ledgerName, 3, 1, 1, 6);
 
     auto *buttons = new QHBoxLayout;
     m_start = new QPushButton(tr("Start"), box);
@@ -389,10 +389,10 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     buttons->addWidget(m_stop);
     buttons->addWidget(m_progress, 2);
     buttons->addWidget(m_runStatus, 3);
-    grid->addLayout(buttons, 2, 2, 1, 9);
+    grid->addLayout(buttons, 4, 0, 1, 7);
     grid->setColumnStretch(1, 2);
-    grid->setColumnStretch(8, 1);
-    grid->setColumnStretch(10, 1);
+    grid->setColumnStretch(3, 1);
+    grid->setColumnStretch(5, 1);
     parent->addWidget(box);
 
     setReplayRequest(ReplayRequest{});

@@ -12,22 +12,34 @@
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDateTime>
+#include <QDesktopServices>
 #include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
 #include <QMenu>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
+#include <QPushButton>
+#include <QScreen>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
+#include <QStackedWidget>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QTableView>
 #include <QTimer>
+#include <QUrl>
+#include <QVBoxLayout>
 
+#include <algorithm>
 #include <fstream>
 
 #include <unistd.h>
@@ -56,8 +68,7 @@ int64_t residentBytes()
 MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
 {
     setObjectName("kvwbMainWindow");
-    setWindowTitle(tr("KV Workbench"));
-    resize(1200, 800);
+    setWindowTitle(tr("KV Workbench[*]"));
     connect(this, &MainWindow::experimentRequested, this,
             [this](const QString &p) { m_requestedExperiment = p; });
     m_summary = new QLabel(this);
@@ -85,29 +96,84 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(5000);
 
-    auto *modelsDock = addDock("modelsDock", tr("Models"), m_models, Qt::TopDockWidgetArea);
-    auto *cardDock = m_cardDock =
-        addDock("modelCardDock", tr("Model cards (A | B)"), m_cardView, Qt::RightDockWidgetArea);
-    auto *projectDock = addDock("projectDock", tr("Project"), m_summary, Qt::RightDockWidgetArea);
-    tabifyDockWidget(cardDock, projectDock);
-    auto *logDock = addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
     m_capture = new CapturePanel(this);
     m_alignment = new AlignmentPanel(this);
     m_compare = new ComparePanel(this);
     m_replay = new ReplayPanel(this);
-    // the workflow's order: capture, fit, compare, replay
-    auto *captureDock = addDock("captureDock", tr("Capture"), m_capture, Qt::LeftDockWidgetArea);
-    auto *alignDock = addDock("alignmentDock", tr("Alignment"), m_alignment, Qt::LeftDockWidgetArea);
-    auto *compareDock = addDock("compareDock", tr("Compare"), m_compare, Qt::LeftDockWidgetArea);
-    auto *replayDock = addDock("replayDock", tr("Replay"), m_replay, Qt::LeftDockWidgetArea);
-    tabifyDockWidget(captureDock, alignDock);
-    tabifyDockWidget(alignDock, compareDock);
-    tabifyDockWidget(compareDock, replayDock);
-    captureDock->raise();
-    projectDock->raise(); // a newcomer reads the project and the steps first
-    // no central widget: the workflow docks on the left take the room
-    resizeDocks({captureDock, cardDock}, {900, 380}, Qt::Horizontal);
-    resizeDocks({modelsDock, captureDock, logDock}, {200, 600, 110}, Qt::Vertical);
+
+    // The Models step: the two choices, then both cards side by side below them.
+    auto *modelsPage = new QWidget(this);
+    auto *modelsLayout = new QVBoxLayout(modelsPage);
+    modelsLayout->addWidget(m_models);
+    auto *cardTitle = new QLabel(
+        tr("<b>Model cards</b>: A | B, rows where their KV-cache geometry differs marked"), modelsPage);
+    modelsLayout->addWidget(cardTitle);
+    m_cardView->setMinimumHeight(240);
+    m_cardView->setMinimumWidth(0);
+    modelsLayout->addWidget(m_cardView, 1);
+
+    // One large content area with a step navigator beside it, in the workflow's order; the project
+    // details and the log are side and bottom panels that collapse (View menu).
+    m_steps = new QListWidget(this);
+    m_steps->setObjectName("stepList");
+    m_steps->setFrameShape(QFrame::NoFrame);
+    m_steps->setFixedWidth(176);
+    m_steps->setSpacing(2);
+    m_steps->setStyleSheet("QListWidget#stepList { background: palette(window); font-size: 11pt; }"
+                           "QListWidget#stepList::item { padding: 8px 10px; border-radius: 4px; }"
+                           "QListWidget#stepList::item:selected { background: palette(highlight); "
+                           "color: palette(highlighted-text); }");
+    m_pages = new QStackedWidget(this);
+    m_pages->setObjectName("stepPages");
+    addStep("models", tr("Models"),
+            tr("Choose model A (source) and B (target), check the memory estimate, "
+               "load both."),
+            modelsPage);
+    addStep("capture", tr("Capture"),
+            tr("Run both models over a prompt set; their K/V go into an experiment "
+               "file."),
+            m_capture);
+    addStep("alignment", tr("Alignment"),
+            tr("Fit a converter from A's KV into B's; its per-layer and per-head scores."), m_alignment);
+    addStep("compare", tr("Compare"),
+            tr("One prompt answered by A, by B from scratch and by B from A's converted cache."), m_compare);
+    addStep("replay", tr("Replay"), tr("A workload through the cache tiers, live, with its ledger."),
+            m_replay);
+    addStep("report", tr("Report"), tr("Export the experiment as HTML, PDF, Markdown and CSV/JSON."),
+            buildReportPage());
+    auto *central = new QWidget(this);
+    auto *row = new QHBoxLayout(central);
+    row->setContentsMargins(0, 0, 0, 0);
+    row->setSpacing(0);
+    row->addWidget(m_steps);
+    auto *rule = new QFrame(central);
+    rule->setFrameShape(QFrame::VLine);
+    rule->setFrameShadow(QFrame::Sunken);
+    row->addWidget(rule);
+    row->addWidget(m_pages, 1);
+    setCentralWidget(central);
+    connect(m_steps, &QListWidget::currentRowChanged, m_pages, &QStackedWidget::setCurrentIndex);
+    m_steps->setCurrentRow(0);
+
+    auto *projectDock = m_projectDock =
+        addDock("projectDock", tr("Project"), m_summary, Qt::RightDockWidgetArea);
+    auto *logDock = addDock("logDock", tr("Log"), m_log, Qt::BottomDockWidgetArea);
+    resizeDocks({projectDock}, {300}, Qt::Horizontal);
+    resizeDocks({logDock}, {110}, Qt::Vertical);
+    // the log follows new lines unless the user scrolled up to read (a resize keeps it at the end)
+    auto *logBar = m_log->verticalScrollBar();
+    connect(logBar, &QScrollBar::valueChanged, this,
+            [this, logBar](int v) { m_logAtEnd = v >= logBar->maximum(); });
+    connect(logBar, &QScrollBar::rangeChanged, this, [this, logBar](int, int max) {
+        if (m_logAtEnd)
+            logBar->setValue(max);
+    });
+
+    // The first size follows the screen: the whole window fits a 1366x768 laptop, and a 1920x1080
+    // screen gives the content the room; the project panel starts open where there is room for it.
+    const QSize available = screen() ? screen()->availableGeometry().size() : QSize(1366, 768);
+    resize(initialSize(available));
+    projectDock->setVisible(available.width() >= 1600);
 
     m_engineLabel = new QLabel(tr("engine: idle"), this);
     m_engineLabel->setObjectName("engineState");
@@ -121,6 +187,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     auto *memoryTimer = new QTimer(this);
     memoryTimer->setInterval(2000);
     connect(memoryTimer, &QTimer::timeout, this, &MainWindow::refreshMemory);
+    connect(memoryTimer, &QTimer::timeout, this, &MainWindow::refreshModified); // the title's [*]
     memoryTimer->start();
     refreshMemory();
 
@@ -199,6 +266,106 @@ QDockWidget *MainWindow::addDock(const QString &objectName, const QString &title
     return dock;
 }
 
+QSize MainWindow::initialSize(const QSize &available)
+{
+    // room for the frame and the desktop's panels; beyond 1680 x 1050 the content only gets wider
+    return {std::clamp(available.width() - 24, 800, 1680), std::clamp(available.height() - 48, 560, 1050)};
+}
+
+void MainWindow::addStep(const QString &id, const QString &title, const QString &hint, QWidget *content)
+{
+    // a page scrolls vertically only: its controls wrap to the width they get, never sideways
+    auto *scroll = new QScrollArea(m_pages);
+    scroll->setObjectName(id + "Page");
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setWidget(content);
+    m_pages->addWidget(scroll);
+    auto *item = new QListWidgetItem(QString("%1   %2").arg(m_steps->count() + 1).arg(title), m_steps);
+    item->setData(Qt::UserRole, id);
+    item->setData(Qt::UserRole + 1, title);
+    item->setToolTip(hint);
+    m_stepIds << id;
+}
+
+void MainWindow::showStep(const QString &id)
+{
+    const int i = int(m_stepIds.indexOf(id));
+    if (i >= 0)
+        m_steps->setCurrentRow(i);
+}
+
+QString MainWindow::currentStep() const
+{
+    return m_stepIds.value(m_steps->currentRow());
+}
+
+QScrollArea *MainWindow::stepPage(const QString &id) const
+{
+    return findChild<QScrollArea *>(id + "Page");
+}
+
+void MainWindow::markStep(const QString &id, bool done)
+{
+    const int i = int(m_stepIds.indexOf(id));
+    if (i < 0)
+        return;
+    QListWidgetItem *item = m_steps->item(i);
+    item->setText(
+        QString("%1   %2%3")
+            .arg(i + 1)
+            .arg(item->data(Qt::UserRole + 1).toString(), done ? QString::fromUtf8("  \u2713") : QString()));
+}
+
+QWidget *MainWindow::buildReportPage()
+{
+    auto *page = new QWidget(this);
+    auto *v = new QVBoxLayout(page);
+    auto *intro = new QLabel(tr("<h3>Report</h3><p>The shown experiment as one report: HTML (charts as SVG), "
+                                "PDF, Markdown, and its tables as CSV and JSON, with the settings and the "
+                                "configuration's sha256. The folder is created if it does not exist.</p>"),
+                             page);
+    intro->setWordWrap(true);
+    v->addWidget(intro);
+    auto *row = new QHBoxLayout;
+    row->addWidget(new QLabel(tr("Folder:"), page));
+    m_reportFolder = new QLineEdit(page);
+    m_reportFolder->setObjectName("reportFolder");
+    row->addWidget(m_reportFolder, 1);
+    auto *browse = new QPushButton(tr("Browse..."), page);
+    browse->setObjectName("reportBrowse");
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString dir =
+            QFileDialog::getExistingDirectory(this, tr("Export the report into"), m_reportFolder->text());
+        if (!dir.isEmpty())
+            m_reportFolder->setText(dir);
+    });
+    row->addWidget(browse);
+    v->addLayout(row);
+    auto *buttons = new QHBoxLayout;
+    m_exportButton = new QPushButton(tr("Export report"), page);
+    m_exportButton->setObjectName("exportReportButton");
+    m_exportButton->setEnabled(false);
+    connect(m_exportButton, &QPushButton::clicked, this, [this] { exportReport(m_reportFolder->text()); });
+    buttons->addWidget(m_exportButton);
+    m_openReportButton = new QPushButton(tr("Open report"), page);
+    m_openReportButton->setObjectName("openReportButton");
+    m_openReportButton->setEnabled(false);
+    connect(m_openReportButton, &QPushButton::clicked, this,
+            [this] { QDesktopServices::openUrl(QUrl::fromLocalFile(m_lastReport)); });
+    buttons->addWidget(m_openReportButton);
+    buttons->addStretch(1);
+    v->addLayout(buttons);
+    m_reportStatus = new QLabel(tr("Open or capture an experiment first."), page);
+    m_reportStatus->setObjectName("reportStatus");
+    m_reportStatus->setWordWrap(true);
+    m_reportStatus->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    v->addWidget(m_reportStatus);
+    v->addStretch(1);
+    return page;
+}
+
 QList<QDockWidget *> MainWindow::docks() const
 {
     return findChildren<QDockWidget *>();
@@ -223,10 +390,14 @@ void MainWindow::buildMenus()
             Q_EMIT experimentRequested(path);
         }
     });
-    m_openExperimentAction->setShortcut(Qt::CTRL | Qt::Key_E);
+    // Ctrl+Shift+E: a text field keeps Ctrl+E (end of line) for itself
+    m_openExperimentAction->setShortcut(Qt::CTRL | Qt::SHIFT | Qt::Key_E);
     m_exportAction = file->addAction(tr("E&xport Report..."), this, [this] {
-        const QString dir = QFileDialog::getExistingDirectory(this, tr("Export the report into"),
-                                                              QFileInfo(m_experimentPath).path());
+        showStep("report");
+        QString dir = m_reportFolder->text();
+        if (dir.isEmpty())
+            dir = QFileDialog::getExistingDirectory(this, tr("Export the report into"),
+                                                    QFileInfo(m_experimentPath).path());
         if (!dir.isEmpty())
             exportReport(dir);
     });
@@ -275,7 +446,17 @@ void MainWindow::resetLayout()
 bool MainWindow::openProject(const QString &path)
 {
     try {
-        const auto project = core::Project::load(path.toStdString()).resolved(path.toStdString());
+        auto project = core::Project::load(path.toStdString()).resolved(path.toStdString());
+        m_experimentBeside = false;
+        if (!project.experiment) {
+            // Capture's default file beside the project, written before the project was saved
+            const QFileInfo f(path);
+            const QString beside = f.dir().filePath(f.completeBaseName() + "-experiment.h5");
+            if (QFileInfo::exists(beside)) {
+                project.experiment = beside.toStdString();
+                m_experimentBeside = true;
+            }
+        }
         m_project = project;
         m_projectPath = QFileInfo(path).absoluteFilePath();
         for (char role : {'a', 'b'}) {
@@ -284,14 +465,19 @@ bool MainWindow::openProject(const QString &path)
                                        QString::fromStdString(m.device), QString::fromStdString(m.dtype), 0});
         }
         rememberRecent(m_projectPath);
-        setWindowTitle(tr("KV Workbench - %1").arg(QString::fromStdString(project.name)));
+        setWindowTitle(tr("KV Workbench - %1[*]").arg(QString::fromStdString(project.name)));
         applyProjectSettings();
+        m_openingRead = false;
         if (project.experiment) {
+            m_openingRead = true;
+            m_openingExperiment = QString::fromStdString(project.experiment->string());
             beginJob(Job::Read);
-            Q_EMIT experimentRequested(QString::fromStdString(project.experiment->string()));
+            Q_EMIT experimentRequested(m_openingExperiment);
         }
         log(tr("opened project %1").arg(m_projectPath));
         refreshSummary();
+        m_savedState = projectState(m_projectPath, m_experimentBeside);
+        refreshModified();
         return true;
     } catch (const core::Error &e) {
         showError(tr("cannot open project: %1").arg(QString::fromUtf8(e.what())));
@@ -299,7 +485,7 @@ bool MainWindow::openProject(const QString &path)
     }
 }
 
-bool MainWindow::saveProject(const QString &path)
+core::Project MainWindow::currentProject(const QString &path) const
 {
     core::Project p = m_project.value_or(core::Project{});
     if (p.name.empty())
@@ -314,13 +500,43 @@ bool MainWindow::saveProject(const QString &path)
     storeProjectSettings(p);
     if (!m_experimentPath.isEmpty())
         p.experiment = m_experimentPath.toStdString();
+    return p;
+}
+
+QString MainWindow::projectState(const QString &path, bool withoutExperiment) const
+{
+    core::Project p = currentProject(path);
+    if (withoutExperiment)
+        p.experiment.reset();
+    return QString::fromStdString(p.toJson(path.toStdString()));
+}
+
+bool MainWindow::isProjectModified() const
+{
+    if (m_projectPath.isEmpty()) // no project yet: work worth keeping is an experiment or a choice
+        return !m_experimentPath.isEmpty();
+    return projectState(m_projectPath) != m_savedState;
+}
+
+void MainWindow::refreshModified()
+{
+    setWindowModified(isProjectModified());
+}
+
+bool MainWindow::saveProject(const QString &path)
+{
+    const core::Project p = currentProject(path);
     try {
         p.save(path.toStdString());
         m_project = p.resolved(path.toStdString());
         m_projectPath = QFileInfo(path).absoluteFilePath();
         rememberRecent(m_projectPath);
+        m_experimentBeside = false;
         log(tr("saved project %1").arg(m_projectPath));
+        setWindowTitle(tr("KV Workbench - %1[*]").arg(QString::fromStdString(m_project->name)));
         refreshSummary();
+        m_savedState = projectState(m_projectPath);
+        refreshModified();
         return true;
     } catch (const core::Error &e) {
         showError(tr("cannot save project: %1").arg(QString::fromUtf8(e.what())));
@@ -447,20 +663,26 @@ void MainWindow::setEngineBusy(bool busy)
     m_openExperimentAction->setEnabled(!busy);
     m_recentMenu->setEnabled(!busy && !m_recentMenu->actions().isEmpty());
     m_exportAction->setEnabled(!busy && !m_experimentPath.isEmpty());
+    m_exportButton->setEnabled(!busy && !m_experimentPath.isEmpty());
     if (m_job != Job::Load)
         m_models->setEngineBusy(busy);
     m_capture->setBusy(busy);
     m_alignment->setBusy(busy);
     m_compare->setBusy(busy);
     m_replay->setBusy(busy);
-    if (!busy)
+    if (!busy) {
         m_job = Job::None;
+        refreshModified();
+        if (m_closeAfterJob) // the user chose to stop the job and quit: it has stopped
+            QTimer::singleShot(0, this, &QWidget::close);
+    }
 }
 
 void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, double ms)
 {
     m_models->setLoaded(a, b, ms);
     m_modelsLoaded = true;
+    markStep("models", true);
     m_capture->setModelsLoaded(true);
     m_compare->setModelsLoaded(true);
     m_replay->setModelsLoaded(true);
@@ -471,7 +693,6 @@ void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInf
         m_card->setIdentity(column,
                             m->tokenizer.isEmpty() ? tr("none: %1").arg(m->tokenizerError) : m->tokenizer,
                             m->fingerprint);
-    m_cardDock->raise(); // the pair's cards side by side, their KV-geometry differences marked
     m_deviceLabel->setText(tr("device: %1").arg(a.device));
     m_weightBytes = a.deviceBytes + b.deviceBytes;
     refreshMemory();
@@ -641,8 +862,31 @@ void MainWindow::setInUse(const QString &converter)
 void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapshot)
 {
     m_snapshot = snapshot;
+    const bool opening = m_openingRead && snapshot->path == m_openingExperiment;
     m_experimentPath = snapshot->path;
     m_exportAction->setEnabled(true);
+    m_exportButton->setEnabled(!m_engineBusy);
+    const QFileInfo exp(snapshot->path);
+    if (m_reportFolder->text().isEmpty() || m_reportFolderIsDefault) {
+        m_reportFolder->setText(exp.dir().filePath(exp.completeBaseName() + "-report"));
+        m_reportFolderIsDefault = true;
+    }
+    m_reportStatus->setText(tr("Experiment %1: %2 prompts, %3 converter(s), %4 comparison list(s), %5 "
+                               "ledger(s).")
+                                .arg(snapshot->path)
+                                .arg(snapshot->prompts)
+                                .arg(snapshot->converters.size())
+                                .arg(snapshot->comparisons.size())
+                                .arg(snapshot->ledgers.size()));
+    if (m_project && (!m_project->experiment ||
+                      QString::fromStdString(m_project->experiment->string()) != snapshot->path)) {
+        m_project->experiment = snapshot->path.toStdString(); // File > Open Experiment too
+        refreshSummary();
+    }
+    markStep("capture", snapshot->prompts > 0);
+    markStep("alignment", !snapshot->converters.empty());
+    markStep("compare", !snapshot->comparisons.empty());
+    markStep("replay", !snapshot->ledgers.empty());
     m_capture->setSnapshot(snapshot);
     m_alignment->setSnapshot(snapshot);
     m_replay->setSnapshot(snapshot);
@@ -651,6 +895,12 @@ void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapsh
     for (const auto &[name, samples] : snapshot->comparisons)
         history.insert(history.end(), samples.begin(), samples.end());
     m_compare->setHistory(history);
+    if (m_project && !m_project->compare.prompt.empty()) {
+        // the project's own prompt, not the newest sample's
+        auto request = m_compare->request();
+        request.prompt = QString::fromStdString(m_project->compare.prompt);
+        m_compare->setRequest(request);
+    }
     QString inUse = m_alignment->inUse();
     if (inUse.isEmpty() && m_project)
         inUse = QString::fromStdString(m_project->alignment.inUse);
@@ -661,6 +911,13 @@ void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapsh
         inUse = snapshot->converters.empty() ? QString()
                                              : QString::fromStdString(snapshot->converters.front().name);
     setInUse(inUse);
+    if (opening) {
+        // what opening the project shows is what the file says (the panels took the experiment's
+        // converter and newest comparison); an experiment found beside the file is new to it
+        m_openingRead = false;
+        m_savedState = projectState(m_projectPath, m_experimentBeside);
+        refreshModified();
+    }
     log(tr("experiment %1: %2 prompts, %3 converter(s), %4 sweep(s), %5 ledger(s), %6 comparison list(s)")
             .arg(snapshot->path)
             .arg(snapshot->prompts)
@@ -688,8 +945,15 @@ void MainWindow::applyProjectSettings()
     m_capture->setPromptSets(promptSets);
     CaptureRequest c;
     c.promptsPath = promptSets.value(0);
+    // Capture's default file sits beside the project, or where this user can write when the
+    // project's folder is read-only (the installed demo under /usr/share)
+    QString captureDir = projectFile.dir().path();
+    if (!QFileInfo(captureDir).isWritable()) {
+        captureDir = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
+        QDir().mkpath(captureDir);
+    }
     c.outPath = p.experiment ? QString::fromStdString(p.experiment->string())
-                             : projectFile.dir().filePath(projectFile.completeBaseName() + "-experiment.h5");
+                             : QDir(captureDir).filePath(projectFile.completeBaseName() + "-experiment.h5");
     c.storage = core::parseKvStorage(p.capture.storage).value_or(core::KvStorage::F32);
     c.compress = p.capture.compress;
     c.maxTokens = p.capture.maxTokens;
@@ -723,6 +987,12 @@ void MainWindow::applyProjectSettings()
     r.maxTokens = p.replay.maxTokens;
     r.limit = p.replay.limit;
     m_replay->setReplayRequest(r);
+
+    CompareRequest cmp = m_compare->request();
+    if (!p.compare.prompt.empty())
+        cmp.prompt = QString::fromStdString(p.compare.prompt);
+    cmp.maxTokens = p.compare.maxTokens;
+    m_compare->setRequest(cmp);
 }
 
 void MainWindow::storeProjectSettings(core::Project &p) const
@@ -753,13 +1023,26 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.replay.gate = r.gate;
     p.replay.maxTokens = r.maxTokens;
     p.replay.limit = r.limit;
+    const auto cmp = m_compare->request();
+    p.compare.prompt = cmp.prompt.toStdString();
+    p.compare.maxTokens = cmp.maxTokens;
 }
 
 bool MainWindow::exportReport(const QString &outDir)
 {
     if (m_experimentPath.isEmpty() || m_engineBusy)
         return false;
+    if (outDir.trimmed().isEmpty()) {
+        showError(tr("Choose a folder for the report first."));
+        return false;
+    }
+    if (!QDir().mkpath(outDir)) { // the folder is created, parents included
+        showError(tr("cannot create the report folder %1").arg(outDir));
+        m_reportStatus->setText(tr("Cannot create the folder %1.").arg(outDir));
+        return false;
+    }
     m_reportDir = outDir;
+    m_reportStatus->setText(tr("Writing the report into %1 ...").arg(outDir));
     beginJob(Job::Report);
     log(tr("exporting the report of %1 into %2").arg(m_experimentPath, outDir));
     Q_EMIT reportRequested(m_experimentPath);
@@ -783,8 +1066,20 @@ QStringList MainWindow::writeReport(std::shared_ptr<const ReportData> data)
                 .arg(files.size())
                 .arg(m_reportDir, QString::fromStdString(copy.configSha256).left(16)));
         statusBar()->showMessage(tr("Report written to %1").arg(m_reportDir), 10000);
+        m_lastReport.clear();
+        for (const QString &f : files)
+            if (f.endsWith(".html") && m_lastReport.isEmpty())
+                m_lastReport = f;
+        m_openReportButton->setEnabled(!m_lastReport.isEmpty());
+        QStringList names;
+        for (const QString &f : files)
+            names << QFileInfo(f).fileName();
+        m_reportStatus->setText(tr("Written to %1: %2. <i>Open report</i> shows it in the browser.")
+                                    .arg(m_reportDir.toHtmlEscaped(), names.join(", ").toHtmlEscaped()));
+        markStep("report", true);
     } catch (const core::Error &e) {
         showError(tr("cannot write the report: %1").arg(QString::fromUtf8(e.what())));
+        m_reportStatus->setText(tr("The report could not be written: %1").arg(QString::fromUtf8(e.what())));
     }
     m_reportDir.clear();
     Q_EMIT reportWritten(files);
@@ -793,11 +1088,83 @@ QStringList MainWindow::writeReport(std::shared_ptr<const ReportData> data)
 
 void MainWindow::log(const QString &line)
 {
+    const bool follow = m_logAtEnd;
     m_log->appendPlainText(QString("%1  %2").arg(QDateTime::currentDateTime().toString("HH:mm:ss"), line));
+    if (follow)
+        m_log->verticalScrollBar()->setValue(m_log->verticalScrollBar()->maximum());
+}
+
+QString MainWindow::jobName() const
+{
+    switch (m_job) {
+    case Job::Load:
+        return tr("Loading the models");
+    case Job::Capture:
+        return tr("The capture");
+    case Job::Fit:
+        return tr("The converter fit");
+    case Job::Compare:
+        return tr("The comparison");
+    case Job::Replay:
+        return tr("The replay");
+    case Job::Report:
+        return tr("The report");
+    default:
+        return tr("A job");
+    }
+}
+
+bool MainWindow::confirmClose()
+{
+    if (m_engineBusy) {
+        if (m_closeAfterJob)
+            return false; // already stopping; closes when the engine reports it stopped
+        QMessageBox box(QMessageBox::Question, tr("A job is running"),
+                        tr("%1 is still running. Stop it and quit? What it has written so far is kept "
+                           "(a capture keeps the prompts already in the file, a replay its ledger rows).")
+                            .arg(jobName()),
+                        QMessageBox::Yes | QMessageBox::No, this);
+        box.setObjectName("closeDuringJobBox");
+        box.button(QMessageBox::Yes)->setText(tr("Stop and quit"));
+        box.button(QMessageBox::No)->setText(tr("Keep working"));
+        if (box.exec() != QMessageBox::Yes)
+            return false;
+        m_closeAfterJob = true;
+        log(tr("stopping %1 before quitting").arg(jobName().toLower()));
+        statusBar()->showMessage(tr("Stopping the job; the window closes when it has stopped."));
+        Q_EMIT cancelRequested();
+        return false;
+    }
+    if (!isProjectModified())
+        return true;
+    QMessageBox box(QMessageBox::Warning, tr("Unsaved project"),
+                    m_projectPath.isEmpty()
+                        ? tr("This session's models and experiment are not in a project yet. Save them as a "
+                             "project before closing?")
+                        : tr("%1 has changes that are not saved (models, experiment, converter in use or "
+                             "step settings). Save them before closing?")
+                              .arg(QFileInfo(m_projectPath).fileName()),
+                    QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, this);
+    box.setObjectName("unsavedProjectBox");
+    box.setDefaultButton(QMessageBox::Save);
+    const int answer = box.exec();
+    if (answer == QMessageBox::Cancel)
+        return false;
+    if (answer == QMessageBox::Discard)
+        return true;
+    QString path = m_projectPath;
+    if (path.isEmpty())
+        path =
+            QFileDialog::getSaveFileName(this, tr("Save project"), {}, tr("KV Workbench projects (*.kvwb)"));
+    return !path.isEmpty() && saveProject(path);
 }
 
 void MainWindow::closeEvent(QCloseEvent *event)
 {
+    if (!confirmClose()) {
+        event->ignore();
+        return;
+    }
     auto s = settings();
     s.setValue("window/geometry", saveGeometry());
     s.setValue("window/state", saveState());

@@ -1,10 +1,13 @@
-// The workbench window: dock panels around a project summary, File and View menus, a status bar
-// with the engine's state, device and memory in use. The window knows core and ui types only; the
+// The workbench window: a step navigator (Models, Capture, Alignment, Compare, Replay, Report)
+// beside one large content area showing the current step's page, the project details and the log
+// as collapsible side and bottom panels, File and View menus, a status bar with the engine's state,
+// device and memory in use. The window knows core and ui types only; the
 // composition root (app/gui.cpp) connects its requests to the engine controller and the engine's
 // results back to its slots.
 //
-// Every dock has a unique object name, so the layout is saved on close and restored on start
-// (QSettings "kvwb"/"workbench"); View > Reset Layout restores the layout the window started with.
+// Pages scroll vertically only. The two panels have unique object names, so the layout is saved on
+// close and restored on start (QSettings "kvwb"/"workbench"); View > Reset Layout restores the
+// layout the window started with.
 //
 // GUI-thread only.
 #pragma once
@@ -24,7 +27,12 @@ class QAction;
 class QDockWidget;
 class QLabel;
 class QMenu;
+class QLineEdit;
+class QListWidget;
 class QPlainTextEdit;
+class QPushButton;
+class QScrollArea;
+class QStackedWidget;
 class QTableView;
 
 namespace kvwb::ui {
@@ -51,6 +59,14 @@ public:
     ComparePanel *comparePanel() const { return m_compare; }
     QString experimentPath() const { return m_experimentPath; }
     QList<QDockWidget *> docks() const;
+    // The steps by id ("models", "capture", "alignment", "compare", "replay", "report"): switch to
+    // one, the one shown, and a step's page (a vertical-only scroll area around its panel).
+    void showStep(const QString &id);
+    QString currentStep() const;
+    QStringList steps() const { return m_stepIds; }
+    QScrollArea *stepPage(const QString &id) const;
+    // The first window size on a screen whose free area is `available`.
+    static QSize initialSize(const QSize &available);
     const std::optional<core::Project> &project() const { return m_project; }
     QString projectPath() const { return m_projectPath; }
 
@@ -59,6 +75,9 @@ public:
     bool openProject(const QString &path);
     // Saves the current choices into the project file (the other sections are kept).
     bool saveProject(const QString &path);
+    // Whether the window holds choices or results the project file does not (the title's [*]):
+    // the models, the experiment, the converter in use, the steps' settings.
+    bool isProjectModified() const;
 
 public Q_SLOTS:
     void setEngineState(const QString &state);
@@ -113,10 +132,20 @@ protected:
 private:
     QDockWidget *addDock(const QString &objectName, const QString &title, QWidget *widget,
                          Qt::DockWidgetArea area);
+    void addStep(const QString &id, const QString &title, const QString &hint, QWidget *content);
+    void markStep(const QString &id, bool done); // a check mark beside a step that has results
+    QWidget *buildReportPage();
     void buildMenus();
     void rememberRecent(const QString &path);
     void refreshRecentMenu();
     void refreshSummary();
+    core::Project currentProject(const QString &path) const; // the project as it would be saved
+    // its JSON, to compare with the saved one (withoutExperiment: as a file that names none)
+    QString projectState(const QString &path, bool withoutExperiment = false) const;
+    void refreshModified();
+    // Closing: asks to save unsaved work; during a job, asks to stop it and closes once it stopped.
+    bool confirmClose();
+    QString jobName() const;                           // the running job in the window's words
     void applyProjectSettings();                       // project sections -> panels
     void storeProjectSettings(core::Project &p) const; // panels -> project sections
     void setInUse(const QString &converter);
@@ -151,7 +180,22 @@ private:
     int64_t m_weightBytes = 0;
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QTableView *m_cardView = nullptr;
-    QDockWidget *m_cardDock = nullptr;
+    QListWidget *m_steps = nullptr;
+    QStackedWidget *m_pages = nullptr;
+    QStringList m_stepIds;
+    QDockWidget *m_projectDock = nullptr;
+    bool m_logAtEnd = true;
+    QLineEdit *m_reportFolder = nullptr;
+    QPushButton *m_exportButton = nullptr;
+    QPushButton *m_openReportButton = nullptr;
+    QLabel *m_reportStatus = nullptr;
+    QString m_lastReport;                 // index.html of the last export
+    bool m_reportFolderIsDefault = false; // the folder field holds the experiment's default
+    QString m_savedState;                 // projectState() when the project was opened or saved
+    bool m_closeAfterJob = false;         // the user chose to stop the running job and quit
+    bool m_experimentBeside = false;      // the open project's experiment was found beside it
+    bool m_openingRead = false;           // the experiment read that opening the project started
+    QString m_openingExperiment;
     QPlainTextEdit *m_log = nullptr;
     QLabel *m_summary = nullptr;
     QLabel *m_engineLabel = nullptr;
