@@ -2,7 +2,8 @@
 # CTest packaging.deb: packs the already-built tree BUILD into a .deb (cpack, into a scratch
 # folder), checks its control fields and contents, unpacks it with dpkg-deb -x (no root, no
 # network) and runs the unpacked binaries with LD_LIBRARY_PATH unset: the front end, the engine it
-# must find beside itself (lib/kvwb/), the SentencePiece shim and the installed demo project.
+# must find in ../lib/kvwb/, the SentencePiece shim beside the engine and the installed demo
+# project (core/util/install_layout.h), none of them the build tree's.
 #
 #   packaging/test-deb.sh BUILD [CPACK]
 set -euo pipefail
@@ -19,7 +20,7 @@ done
 "$CPACK" -G DEB --config "$BUILD/CPackConfig.cmake" -B "$TMP/out" >"$TMP/cpack.log" 2>&1 ||
   { cat "$TMP/cpack.log" >&2; fail "cpack failed"; }
 DEBS=("$TMP"/out/*.deb)
-[ "${#DEBS[@]}" -eq 1 ] && [ -f "${DEBS[0]}" ] || fail "expected one .deb in $TMP/out"
+if [ "${#DEBS[@]}" -ne 1 ] || [ ! -f "${DEBS[0]}" ]; then fail "expected one .deb in $TMP/out"; fi
 DEB="${DEBS[0]}"
 echo "package: $(basename "$DEB"), $(du -k "$DEB" | cut -f1) KiB"
 
