@@ -25,6 +25,9 @@ PACKAGES=(
   wordnet-base
   # the fuzz targets (libFuzzer, packaging/fuzz.sh)
   clang
+  # the Debian package (packaging/build-deb.sh, CTest packaging.deb): CPack's DEB generator needs
+  # file, its dependency scan dpkg-shlibdeps
+  dpkg-dev file
 )
 
 as_root() {

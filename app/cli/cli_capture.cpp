@@ -189,8 +189,8 @@ int cmdCapture(const QStringList &args)
 int cmdBenchCapture(const QStringList &args)
 {
     QCommandLineParser p;
-    p.addOption({"model-a", "Source model (default: projects/demo/models/a).", "PATH"});
-    p.addOption({"model-b", "Target model (default: projects/demo/models/b).", "PATH"});
+    p.addOption({"model-a", "Source model (default: the demo project's models/a).", "PATH"});
+    p.addOption({"model-b", "Target model (default: the demo project's models/b).", "PATH"});
     p.addOption({"lengths", "Prompt lengths in tokens (default 128,512,2048).", "LIST", "128,512,2048"});
     p.addOption({"prompts", "Prompts per length (default 8).", "N", "8"});
     p.addOption({"dir", "Where to write the temporary files (default: the system temp dir).", "DIR"});
@@ -198,7 +198,7 @@ int cmdBenchCapture(const QStringList &args)
     parse(p, args,
           "Measure capture cost: bare prefill of both models vs writing their KV to an experiment file, "
           "uncompressed and compressed.");
-    const fs::path root = fs::path(KVWB_SOURCE_DIR) / "projects" / "demo" / "models";
+    const fs::path root = demoProjectDir() / "models";
     const fs::path pathA = p.isSet("model-a") ? fs::path(str(p.value("model-a"))) : root / "a";
     const fs::path pathB = p.isSet("model-b") ? fs::path(str(p.value("model-b"))) : root / "b";
     gpu::LoadOptions o;

@@ -1,6 +1,7 @@
 #include "app/cli/cli_util.h"
 
 #include "core/util/error.h"
+#include "core/util/install_layout.h"
 
 #include <QFile>
 
@@ -84,6 +85,13 @@ std::string readTextFile(const QString &path)
         throw core::Error(core::ErrorCode::Io,
                           fmt::format("{}: cannot read: {}", str(path), str(f.errorString())));
     return f.readAll().toStdString();
+}
+
+std::filesystem::path demoProjectDir()
+{
+    if (auto installed = core::installedDemoProject())
+        return *installed;
+    return std::filesystem::path(KVWB_SOURCE_DIR) / "projects" / "demo";
 }
 
 namespace {

@@ -37,6 +37,10 @@ double doubleOption(const QCommandLineParser &p, const QString &name, double fal
 std::vector<int> parseIdList(const QString &text, const char *flag);
 // Error(Io) naming the path when unreadable.
 std::string readTextFile(const QString &path);
+// The demo project folder (holding demo.kvwb, models/a, models/b, workloads/): the installed one,
+// <prefix>/share/kvwb/projects/demo, when this executable runs installed (core/util/install_layout.h),
+// else the source tree's projects/demo.
+std::filesystem::path demoProjectDir();
 // While alive, Ctrl-C sets a flag instead of killing the process, so long commands (train,
 // capture) can stop between steps and save their state. Restores the previous handler.
 class InterruptScope

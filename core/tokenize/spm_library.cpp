@@ -1,6 +1,7 @@
 #include "core/tokenize/spm_library.h"
 
 #include "core/util/error.h"
+#include "core/util/install_layout.h"
 
 #include <dlfcn.h>
 
@@ -24,26 +25,22 @@ namespace kvwb::core {
 
 namespace {
 
-std::filesystem::path executableDir()
-{
-    std::error_code ec;
-    const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-    return ec ? std::filesystem::path() : exe.parent_path();
-}
-
 SpmApi loadApi()
 {
     std::vector<std::filesystem::path> candidates;
     if (const char *env = std::getenv("KVWB_SPM_LIBRARY"))
         candidates.emplace_back(env);
-#ifdef KVWB_SPM_BUILD_PATH
-    candidates.emplace_back(KVWB_SPM_BUILD_PATH);
-#endif
+    // Beside the executable (build/ holds kvwb, kvwb-engine and the library; installed, the engine
+    // in lib/kvwb/ has it beside), or in ../lib/kvwb/ (installed bin/kvwb): these come before the
+    // build tree's path compiled in, so an installed kvwb never loads a build tree's copy.
     const auto dir = executableDir();
     if (!dir.empty()) {
         candidates.push_back(dir / "libkvwb_spm.so");
         candidates.push_back(dir.parent_path() / "lib" / "kvwb" / "libkvwb_spm.so");
     }
+#ifdef KVWB_SPM_BUILD_PATH
+    candidates.emplace_back(KVWB_SPM_BUILD_PATH); // test executables in build/tests/
+#endif
     std::string tried;
     for (const auto &path : candidates) {
         if (!std::filesystem::exists(path)) {
