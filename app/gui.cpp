@@ -1,5 +1,7 @@
 #include "app/gui.h"
 
+#include "gpu/model/device.h"
+
 #include <QApplication>
 
 namespace kvwb::app {
@@ -7,6 +9,11 @@ namespace kvwb::app {
 Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_unique<ui::MainWindow>())
 {
     ui::MainWindow *w = m_window.get();
+    w->setCudaAvailable(
+        gpu::cudaAvailable(),
+        QObject::tr("No CUDA here: this build's LibTorch (%1) has no CUDA support or sees no GPU. "
+                    "The README's GPU set-up builds one that does.")
+            .arg(QString::fromStdString(gpu::torchVersion())));
     connect(w, &ui::MainWindow::loadRequested, this,
             [this](const ui::ModelChoice &a, const ui::ModelChoice &b) { m_engine.loadModels(a, b); });
     connect(w, &ui::MainWindow::cancelRequested, &m_engine, &EngineController::cancel);

@@ -292,6 +292,21 @@ Llama2cData openLlama2c(const fs::path &path)
                                 headerBytes));
     }
 
+    // A text file (notes, a config, a README picked by mistake) reads as huge header fields: say so.
+    {
+        const size_t n = std::min<uint64_t>(size, 28);
+        bool text = n >= 16;
+        for (size_t i = 0; i < n && text; ++i) {
+            const auto c = std::to_integer<uint8_t>(impl.bin->data()[i]);
+            text = c == '\n' || c == '\r' || c == '\t' || (c >= 0x20 && c < 0x7f) || c >= 0x80;
+        }
+        if (text)
+            throw Error(ErrorCode::Format,
+                        fmt::format("{}: not a model: the file starts with text, not a llama2.c header (kvwb "
+                                    "reads Hugging Face model folders, .gguf files and llama2.c .bin "
+                                    "checkpoints)",
+                                    file));
+    }
     Llama2cDims d;
     const char *names[] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
     int64_t *fields[] = {&d.dim, &d.hidden, &d.layers, &d.heads, &d.kvHeads, &d.vocab, &d.seqLen};

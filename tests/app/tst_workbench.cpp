@@ -7,6 +7,7 @@
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
+#include "gpu/model/device.h"
 #include "tests/support/identity_map.h"
 #include "tests/support/legacy_experiment.h"
 #include "tests/support/test_paths.h"
@@ -35,10 +36,12 @@
 #include <QLineEdit>
 #include <QLineSeries>
 #include <QMessageBox>
+#include <QProgressBar>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QSet>
 #include <QSignalSpy>
+#include <QStandardItemModel>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -320,7 +323,18 @@ private Q_SLOTS:
         QVERIFY(replay->summaryText().contains("400 requests"));
         replay->filter()->setAnsweredBy(core::TierKind::Exact);
         QCOMPARE(replay->filter()->rowCount(), 58); // i % 7 == 0 for i < 400
+        QCOMPARE(replay->findChild<QLabel *>("ledgerRowCount")->text(), QString("58 of 400 rows"));
         replay->filter()->setAnsweredBy(std::nullopt);
+        QCOMPARE(replay->findChild<QLabel *>("ledgerRowCount")->text(), QString("400 rows"));
+        // a stored ledger is never replaced silently: its name is refused before the replay starts
+        QSignalSpy started(replay, &ui::ReplayPanel::replayRequested);
+        replay->setWorkloads({"w.jsonl"});
+        replay->setModelsLoaded(true);
+        replay->findChild<QLineEdit *>("ledgerNameEdit")->setText("run");
+        replay->findChild<QPushButton *>("startButton")->click();
+        QCOMPARE(started.count(), 0);
+        QVERIFY2(replay->statusText().contains("already holds a ledger 'run'"),
+                 qPrintable(replay->statusText()));
         QCoreApplication::processEvents();
         for (auto [widget, name] :
              {std::pair<QWidget *, const char *>{align, "alignment_panel"}, {replay, "replay_panel"}}) {
@@ -841,6 +855,35 @@ private Q_SLOTS:
         answer("unsavedProjectBox", QMessageBox::Discard);
         w.setEngineBusy(false); // the engine stopped: the window closes (asking about the project)
         QTRY_VERIFY(!w.isVisible());
+    }
+
+    // CUDA is offered only where this LibTorch runs it; a job's bar keeps its value while the engine
+    // reports its state between steps and its stage line carries the elapsed time; a failed load
+    // says what is still loaded.
+    void progressDevicesAndFailedLoads()
+    {
+        app::Workbench bench;
+        auto &w = bench.window();
+        auto *device = w.modelsPanel()->findChild<QComboBox *>("deviceA");
+        const int cuda = device->findText("cuda");
+        QVERIFY(cuda >= 0);
+        QCOMPARE(qobject_cast<QStandardItemModel *>(device->model())->item(cuda)->isEnabled(),
+                 gpu::cudaAvailable());
+        w.setEngineBusy(true);
+        w.capturePanel()->setProgress(0.5, "3 / 6 prompts");
+        w.setEngineBusy(true); // the state line that follows every progress step
+        QCOMPARE(w.capturePanel()->findChild<QProgressBar *>("captureProgress")->value(), 500);
+        w.setEngineBusy(false);
+        ui::LoadedModelInfo a, b;
+        a.path = "/m/a";
+        b.path = "/m/b";
+        a.device = b.device = "cpu";
+        a.dtype = b.dtype = "f32";
+        w.modelsPanel()->setLoaded(a, b, 12);
+        QCOMPARE(w.modelsPanel()->findChild<QProgressBar *>()->value(), 0); // not full forever
+        w.modelsPanel()->setFailed("/m/notes.txt: not a model");
+        const QString status = w.modelsPanel()->findChild<QLabel *>("statusLabel")->text();
+        QVERIFY2(status.contains("Still loaded and in use: A a and B b"), qPrintable(status));
     }
 
     void savesAndReopensAProject()

@@ -44,9 +44,14 @@ void SweepChart::setTable(const core::MetricTable &table, const QString &metric,
     c->setTitle(tr("%1 vs %2")
                     .arg(metricLabel(metric),
                          xKind == XAxis::K ? tr("source layers per converter") : tr("calibration tokens")));
+    if (table.columns.empty() || table.rows.empty()) {
+        c->setTitle(tr("No sweep yet: Alignment > Sweep fits converters over k, lambda or calibration "
+                       "tokens and draws them here"));
+        return;
+    }
     if (xColumn < 0 || yColumn < 0) {
         c->setTitle(
-            tr("Sweep has no column \"%1\"").arg(xColumn < 0 ? QString::fromStdString(xName) : metric));
+            tr("This sweep has no column \"%1\"").arg(xColumn < 0 ? QString::fromStdString(xName) : metric));
         return;
     }
 

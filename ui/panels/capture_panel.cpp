@@ -366,8 +366,10 @@ void CapturePanel::showSummary(const CaptureSummary &s)
         m_summaryText += k.trimmed() + ": " + v + "\n";
 
     m_progress->setValue(s.cancelled ? m_progress->value() : 1000);
-    const QString what =
-        tr("%1 prompts (%2) into %3").arg(s.promptsWritten).arg(humanBytes(s.kvBytes), s.outPath);
+    // the KV computed (f32) and what the file holds on disk differ by the storage type and compression
+    const QString what = tr("%1 prompts (KV %2 in f32 as computed; the file is now %3) into %4")
+                             .arg(s.promptsWritten)
+                             .arg(humanBytes(s.kvBytes), humanBytes(s.fileBytes), s.outPath);
     setStatus((s.cancelled ? tr("Cancelled after %1; they stay in the file.") : tr("Captured %1."))
                   .arg(what.toHtmlEscaped()) +
               (s.warnings.isEmpty()

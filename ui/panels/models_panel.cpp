@@ -8,6 +8,7 @@
 
 #include <QComboBox>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -15,6 +16,7 @@
 #include <QMenu>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QStandardItemModel>
 #include <QVBoxLayout>
 
 namespace kvwb::ui {
@@ -227,10 +229,29 @@ void ModelsPanel::setProgress(double fraction, const QString &stage)
     m_status->setText(tr("Loading: %1").arg(stage));
 }
 
+void ModelsPanel::setCudaAvailable(bool available, const QString &why)
+{
+    for (QComboBox *combo : findChildren<QComboBox *>()) {
+        if (!combo->objectName().startsWith("device"))
+            continue;
+        auto *model = qobject_cast<QStandardItemModel *>(combo->model());
+        const int i = combo->findText("cuda");
+        if (!model || i < 0)
+            continue;
+        QStandardItem *item = model->item(i);
+        item->setEnabled(available);
+        item->setToolTip(available ? QString() : why);
+        if (!available && combo->currentIndex() == i)
+            combo->setToolTip(why);
+    }
+}
+
 void ModelsPanel::setLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, double ms)
 {
     setBusy(false);
-    m_progress->setValue(1000);
+    m_progress->setValue(0); // the bar shows a load in progress; the line below says what is loaded
+    m_loadedText = tr("A %1 and B %2 (%3 / %4)")
+                       .arg(QFileInfo(a.path).fileName(), QFileInfo(b.path).fileName(), a.device, a.dtype);
     m_status->setText(
         tr("Loaded in %1 ms: A on %2 (%3, %4 weights), B on %5 (%6, %7 weights).")
             .arg(ms, 0, 'f', 0)
@@ -249,14 +270,19 @@ void ModelsPanel::setFailed(const QString &message)
     setBusy(false);
     m_progress->setValue(0);
     m_status->setText(QString("<span style='color:#b00020'>%1</span><br>%2")
-                          .arg(message.toHtmlEscaped(), tr("Check the path and device, then load again.")));
+                          .arg(message.toHtmlEscaped(),
+                               m_loadedText.isEmpty()
+                                   ? tr("Nothing is loaded. Check the path and device, then load again.")
+                                   : tr("Still loaded and in use: %1").arg(m_loadedText.toHtmlEscaped())));
 }
 
 void ModelsPanel::setCancelled()
 {
     setBusy(false);
     m_progress->setValue(0);
-    m_status->setText(tr("Loading cancelled; the models loaded before (if any) are still in use."));
+    m_status->setText(m_loadedText.isEmpty()
+                          ? tr("Loading cancelled; nothing is loaded.")
+                          : tr("Loading cancelled; still loaded and in use: %1").arg(m_loadedText));
 }
 
 } // namespace kvwb::ui

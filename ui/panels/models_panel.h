@@ -54,6 +54,9 @@ public:
     explicit ModelsPanel(QWidget *parent = nullptr);
 
     void setChoice(char role, const ModelChoice &choice); // role 'a' or 'b'
+    // What the linked LibTorch offers: without CUDA the cuda entries are disabled, `why` in their
+    // tooltip.
+    void setCudaAvailable(bool available, const QString &why);
     ModelChoice choice(char role) const;
     // The config read from the chosen path, when it could be read.
     std::optional<core::ModelConfig> previewConfig(char role) const;
@@ -92,6 +95,7 @@ private:
     QPushButton *m_load = nullptr;
     QPushButton *m_cancel = nullptr;
     QProgressBar *m_progress = nullptr;
+    QString m_loadedText; // what the last successful load loaded, for the failure and cancel lines
     QLabel *m_status = nullptr;
 };
 

@@ -103,10 +103,25 @@ ReplayPanel::ReplayPanel(QWidget *parent) : QWidget(parent)
     m_search->setPlaceholderText(tr("search tenant or intent"));
     m_search->setToolTip(tr("Show only the requests whose tenant or intent contains this text."));
     filters->addWidget(m_search, 1);
+    m_rowCount = new QLabel(tablePart);
+    m_rowCount->setObjectName("ledgerRowCount");
+    filters->addWidget(m_rowCount);
     tableLayout->addLayout(filters);
     m_ledger = new LedgerModel(this);
     m_filter = new LedgerFilterModel(this);
     m_filter->setLedgerModel(m_ledger);
+    const auto countRows = [this] {
+        const int shown = m_filter->rowCount(), all = m_ledger->rowCount();
+        m_rowCount->setText(shown == all ? tr("%1 rows").arg(all) : tr("%1 of %2 rows").arg(shown).arg(all));
+    };
+    for (auto *m :
+         {static_cast<QAbstractItemModel *>(m_filter), static_cast<QAbstractItemModel *>(m_ledger)}) {
+        connect(m, &QAbstractItemModel::rowsInserted, this, countRows);
+        connect(m, &QAbstractItemModel::rowsRemoved, this, countRows);
+        connect(m, &QAbstractItemModel::modelReset, this, countRows);
+        connect(m, &QAbstractItemModel::layoutChanged, this, countRows);
+    }
+    countRows();
     m_view = new QTableView(tablePart);
     m_view->setObjectName("ledgerView");
     m_view->setModel(m_filter);
@@ -426,6 +441,16 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
                          .arg(r.ledgerName));
             return;
         }
+        if (!r.ledgerName.isEmpty() && m_snapshot)
+            for (const auto &l : m_snapshot->ledgers)
+                if (QString::fromStdString(l.first) ==
+                    r.ledgerName) { // a stored ledger is never replaced silently
+                    setError(
+                        tr("The experiment already holds a ledger '%1': choose another name (or leave it "
+                           "empty not to store this run).")
+                            .arg(r.ledgerName));
+                    return;
+                }
         setBusy(true);
         m_runStatus->setText(tr("Starting %1 through %2...")
                                  .arg(r.workloadPath.toHtmlEscaped(),

@@ -86,6 +86,7 @@ private:
     void setError(const QString &message);
     int liveComboIndex() const;
 
+    QLabel *m_rowCount = nullptr; // "N of M rows" under the filters
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QComboBox *m_ledgers = nullptr;
     QLabel *m_summary = nullptr;

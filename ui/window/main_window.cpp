@@ -620,23 +620,46 @@ void MainWindow::setEngineState(const QString &state)
 
 void MainWindow::showLoadProgress(double fraction, const QString &stage)
 {
-    m_models->setProgress(fraction, stage);
+    m_models->setProgress(fraction, withTiming(fraction, stage));
+}
+
+void MainWindow::setCudaAvailable(bool available, const QString &why)
+{
+    m_models->setCudaAvailable(available, why);
 }
 
 void MainWindow::beginJob(Job job)
 {
-    if (!m_engineBusy) // else the engine refuses the request; the running job keeps its panel
+    if (!m_engineBusy) { // else the engine refuses the request; the running job keeps its panel
         m_job = job;
+        m_jobClock.start();
+    }
+}
+
+QString MainWindow::withTiming(double fraction, const QString &stage) const
+{
+    if (!m_jobClock.isValid())
+        return stage;
+    const auto seconds = [](double s) {
+        return s < 90 ? tr("%1 s").arg(int(s + 0.5)) : tr("%1 min").arg(s / 60, 0, 'f', 1);
+    };
+    const double elapsed = double(m_jobClock.elapsed()) / 1000.0;
+    QString t = tr("%1 elapsed").arg(seconds(elapsed));
+    if (fraction >= 0.02 && fraction < 1 && elapsed >= 1)
+        t += tr(", about %1 left").arg(seconds(elapsed * (1 - fraction) / fraction));
+    return stage + QString::fromUtf8(" \u00b7 ") + t;
 }
 
 void MainWindow::chainJob(Job job)
 {
     m_engineBusy = false; // called from a result handler: the engine is free (it delivers results so)
     m_job = job;
+    m_jobClock.start();
 }
 
-void MainWindow::showProgress(double fraction, const QString &stage)
+void MainWindow::showProgress(double fraction, const QString &text)
 {
+    const QString stage = withTiming(fraction, text);
     switch (m_job) {
     case Job::Load:
         m_models->setProgress(fraction, stage);
@@ -658,6 +681,11 @@ void MainWindow::showProgress(double fraction, const QString &stage)
 void MainWindow::setEngineBusy(bool busy)
 {
     m_engineBusy = busy;
+    // the engine reports its state with every progress step: the panels hear of changes only (a
+    // panel going busy again would reset its bar)
+    if (busy == m_busyShown)
+        return;
+    m_busyShown = busy;
     // the window's own engine requests wait for the running job
     m_openAction->setEnabled(!busy);
     m_openExperimentAction->setEnabled(!busy);

@@ -18,6 +18,7 @@
 #include "ui/panels/models_panel.h"
 #include "ui/report/report_builder.h"
 
+#include <QElapsedTimer>
 #include <QMainWindow>
 
 #include <memory>
@@ -82,6 +83,8 @@ public:
 public Q_SLOTS:
     void setEngineState(const QString &state);
     void showLoadProgress(double fraction, const QString &stage);
+    // Whether the engine can run on CUDA here (the Models step disables it otherwise, saying why).
+    void setCudaAvailable(bool available, const QString &why);
     void showModelsLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
     // An engine job failed: the message goes to the panel whose job it was, the log and the status bar.
     void showFailure(const QString &message);
@@ -162,6 +165,8 @@ private:
         Replay
     };
     void beginJob(Job job);
+    // The stage line with the job's elapsed time and, from the fraction done, the time left.
+    QString withTiming(double fraction, const QString &stage) const;
     void chainJob(Job job); // the next job, started from the previous one's result
     void refreshMemory();   // status bar: weights on the device and the process's resident memory
 
@@ -177,6 +182,8 @@ private:
     void offerUpgrade(const QString &path, const QString &message);
     bool m_modelsLoaded = false;
     bool m_engineBusy = false;
+    bool m_busyShown = false; // what the panels were last told
+    QElapsedTimer m_jobClock; // since the running job started
     int64_t m_weightBytes = 0;
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QTableView *m_cardView = nullptr;

@@ -26,11 +26,11 @@ void checkDeviceSupport(Device d, ComputeType t)
                               (torch::cuda::device_count() == 0
                                    ? " sees no CUDA device (or was built without CUDA)"
                                    : " cannot initialise CUDA") +
-                              "; use --device cpu");
+                              "; run it on the CPU instead");
     }
     if (d == Device::Cpu && t == ComputeType::F16) {
         throw core::Error(core::ErrorCode::Device, "f16 is only supported on CUDA (CPU half matmuls are "
-                                                   "emulated and slow); use --dtype bf16 or f32");
+                                                   "emulated and slow); use bf16 or f32 on the CPU");
     }
 }
 

@@ -306,6 +306,8 @@ private Q_SLOTS:
             << "bad-heads" << ErrorCode::Format << "not divisible by n_heads";
         QTest::newRow("v1 version 2") << "v2" << ErrorCode::Unsupported << "version 2";
         QTest::newRow("v1 truncated header") << "v1-short" << ErrorCode::Format << "256-byte";
+        QTest::newRow("a text file") << "text" << ErrorCode::Format
+                                     << "not a model: the file starts with text";
     }
     void llama2cBadFiles()
     {
@@ -334,6 +336,8 @@ private Q_SLOTS:
             std::memcpy(bytes.data() + 4, &two, 4);
         else if (mutation == "v1-short")
             bytes.resize(100);
+        else if (mutation == "text")
+            bytes = "These are my notes about the models I want to compare.\nSee README.\n";
         writeBytes(bin, bytes);
         const Error e = expectError([&] { Checkpoint::open(bin); });
         const std::string msg = e.what();
