@@ -335,11 +335,17 @@ std::string htmlOf(const Doc &doc, const std::string &title, bool withCss, const
         case Block::Comparison:
             h += comparisonHtml(*b.sample);
             break;
-        case Block::Chart:
+        case Block::Chart: {
+            // at its natural size, never stretched (a 500 px heatmap stays 500 px), at most imageWidth
+            const QImage &img = b.chart->image;
+            const int natural =
+                img.isNull() ? imageWidth : int(img.width() / std::max(1.0, img.devicePixelRatio()));
             h += fmt::format(
                 "<figure><img src=\"{}\" alt=\"{}\" width=\"{}\"><figcaption>{}</figcaption></figure>\n",
-                imageSrc(*b.chart), htmlEscape(b.chart->title), imageWidth, htmlEscape(b.chart->caption));
+                imageSrc(*b.chart), htmlEscape(b.chart->title), std::min(imageWidth, natural),
+                htmlEscape(b.chart->caption));
             break;
+        }
         case Block::Table:
             h += "<table border=\"1\" cellspacing=\"0\" cellpadding=\"3\"><tr>";
             for (const auto &c : b.header)
