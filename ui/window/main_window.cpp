@@ -568,7 +568,7 @@ void MainWindow::refreshRecentMenu()
 void MainWindow::refreshSummary()
 {
     const QString steps =
-        tr("<p><b>Steps</b></p><ol>"
+        tr("<p><b>Steps</b> (the navigator on the left)</p><ol>"
            "<li><b>Models</b>: choose A (source) and B (target), check the memory estimate, <i>Load both "
            "models</i>. The model cards show where their KV-cache geometry differs.</li>"
            "<li><b>Capture</b>: run both over a prompt set; their K/V go into an experiment file.</li>"
@@ -578,7 +578,7 @@ void MainWindow::refreshSummary()
            "cache, token by token.</li>"
            "<li><b>Replay</b>: a workload through exact, semantic, prefix and cross-model cache tiers, "
            "with live hit rates and latency.</li>"
-           "<li><b>File &gt; Export Report</b>: HTML, PDF, Markdown and CSV/JSON of the experiment.</li>"
+           "<li><b>Report</b>: HTML, PDF, Markdown and CSV/JSON of the experiment.</li>"
            "</ol>");
     if (!m_project) {
         m_summary->setText(tr("<h2>KV Workbench</h2><p>Open a project (File &gt; Open Project) or choose "
