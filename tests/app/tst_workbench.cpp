@@ -764,16 +764,10 @@ private Q_SLOTS:
         const std::filesystem::path exp = tmp.path().toStdString() + "/mine-experiment.h5";
         writeSmallExperiment(exp);
         const auto c = core::randomModelPreset("tiny").config;
-        core::ConverterRecord conv;
+        core::ConverterRecord conv = test::identityConverter(c);
         conv.name = "mine";
         conv.selection = "all";
         conv.lambdaMode = "fixed";
-        for (int l = 0; l < c.numLayers; ++l)
-            conv.layers.push_back({l,
-                                   {l},
-                                   false,
-                                   {test::identityMap(c.numKvHeads * c.headDim)},
-                                   {test::identityMap(c.numKvHeads * c.headDim)}});
         core::saveConverters(exp, conv);
         core::ComparisonSample sample;
         sample.prompt = "What does a KV cache hold?";

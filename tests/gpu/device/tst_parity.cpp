@@ -69,19 +69,6 @@ double top1Agreement(const std::vector<float> &a, const std::vector<float> &b, i
     return rows ? double(same) / double(rows) : 1.0;
 }
 
-core::ConverterRecord identityConverter(const core::ModelConfig &c)
-{
-    core::ConverterRecord conv;
-    conv.keyForm = core::KeyForm::PreRope;
-    for (int l = 0; l < c.numLayers; ++l)
-        conv.layers.push_back({l,
-                               {l},
-                               false,
-                               {test::identityMap(c.numKvHeads * c.headDim)},
-                               {test::identityMap(c.numKvHeads * c.headDim)}});
-    return conv;
-}
-
 // Everything one (model, device, compute type) run produces that the table compares.
 struct Outputs
 {
@@ -110,7 +97,7 @@ Outputs run(const core::Checkpoint &ck, gpu::LoadOptions o, const std::vector<in
     auto a = gpu::Model::load(ck, o);
     auto ac = a->newCache();
     a->forward(prompt, ac);
-    const auto conv = gpu::Converter::create(identityConverter(ck.config()), *a, *m);
+    const auto conv = gpu::Converter::create(test::identityConverter(ck.config()), *a, *m);
     auto bc = m->newCache();
     conv.convert(ac, bc);
     out.transferLogits = m->forward(continuation, bc, true);

@@ -37,13 +37,7 @@ private Q_SLOTS:
         auto b = gpu::Model::load(dir, {});
         const auto tok = core::loadTokenizer(dir / "tokenizer.model");
         const auto &c = b->config();
-        core::ConverterRecord set;
-        for (int l = 0; l < c.numLayers; ++l)
-            set.layers.push_back({l,
-                                  {l},
-                                  false,
-                                  {test::identityMap(c.numKvHeads * c.headDim)},
-                                  {test::identityMap(c.numKvHeads * c.headDim)}});
+        core::ConverterRecord set = test::identityConverter(c);
         const auto conv = gpu::Converter::create(set, *a, *b);
         gpu::CompareOptions o;
         o.maxTokens = 12;

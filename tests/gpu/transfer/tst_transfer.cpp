@@ -44,14 +44,8 @@ private Q_SLOTS:
         auto a = gpu::Model::load(dir / "m", {});
         auto b = gpu::Model::load(dir / "m", {}); // separate instance: caches cannot be shared
         const auto &c = b->config();
-        core::ConverterRecord conv;
-        conv.keyForm = postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
-        for (int l = 0; l < c.numLayers; ++l)
-            conv.layers.push_back({l,
-                                   {l},
-                                   false,
-                                   {test::identityMap(c.numKvHeads * c.headDim)},
-                                   {test::identityMap(c.numKvHeads * c.headDim)}});
+        core::ConverterRecord conv =
+            test::identityConverter(c, postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope);
         std::vector<int> prompt;
         for (int i = 0; i < 30; ++i)
             prompt.push_back((i * 37 + 11) % c.vocabSize);
@@ -79,13 +73,7 @@ private Q_SLOTS:
         auto a = gpu::Model::load(dir / "a", {});
         auto b = gpu::Model::load(dir / "b", {});
         const auto &c = b->config();
-        core::ConverterRecord set;
-        for (int l = 0; l < c.numLayers; ++l)
-            set.layers.push_back({l,
-                                  {l},
-                                  false,
-                                  {test::identityMap(c.numKvHeads * c.headDim)},
-                                  {test::identityMap(c.numKvHeads * c.headDim)}});
+        core::ConverterRecord set = test::identityConverter(c);
         std::vector<int> ids;
         for (int i = 0; i < 40; ++i)
             ids.push_back((i * 17 + 3) % c.vocabSize);
@@ -128,13 +116,7 @@ private Q_SLOTS:
         auto b = gpu::Model::load(dir / "m", {});
         const auto &c = b->config();
         QVERIFY(c.ropeInvFreq(0) != c.ropeInvFreq(2)); // layer 0 slides, layer 2 is global
-        core::ConverterRecord set;
-        for (int l = 0; l < c.numLayers; ++l)
-            set.layers.push_back({l,
-                                  {l},
-                                  false,
-                                  {test::identityMap(c.numKvHeads * c.headDim)},
-                                  {test::identityMap(c.numKvHeads * c.headDim)}});
+        core::ConverterRecord set = test::identityConverter(c);
         std::vector<int> ids;
         for (int i = 0; i < 40; ++i)
             ids.push_back((i * 17 + 3) % c.vocabSize);
