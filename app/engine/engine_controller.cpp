@@ -463,6 +463,11 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         out->total = int(requests.size());
         out->cancelled = r.cancelled;
         std::vector<std::string> warnings = read.warnings.messages();
+        if (request.limit > 0 && size_t(request.limit) > requests.size()) // said, not silently capped
+            warnings.push_back("the limit of " + std::to_string(request.limit) +
+                               " requests is more than the "
+                               "workload holds: all " +
+                               std::to_string(requests.size()) + " were replayed");
         warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
         if (!request.ledgerName.isEmpty() && !request.experimentPath.isEmpty() && !r.rows.empty()) {
             core::saveLedger(

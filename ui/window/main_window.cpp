@@ -701,8 +701,10 @@ void MainWindow::setEngineBusy(bool busy)
     if (!busy) {
         m_job = Job::None;
         refreshModified();
-        if (m_closeAfterJob) // the user chose to stop the job and quit: it has stopped
+        if (m_closeAfterJob) { // the user chose to stop the job and quit: it has stopped
+            m_closeAfterJob = false; // asked once: if the close is cancelled now, it stays cancelled
             QTimer::singleShot(0, this, &QWidget::close);
+        }
     }
 }
 
