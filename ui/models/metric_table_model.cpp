@@ -28,6 +28,29 @@ QString columnDescription(const QString &name)
     return descriptions.value(name);
 }
 
+// The heading a column shows: its label in words where the store's name is snake_case
+// ("r2_k" -> "R² K"); the stored name stays in the tooltip.
+QString columnLabel(const QString &name)
+{
+    static const QHash<QString, QString> labels = {
+        {"layer", QObject::tr("Layer")},
+        {"head", QObject::tr("Head")},
+        {"r2_k", QObject::tr("R\u00b2 K")},
+        {"r2_v", QObject::tr("R\u00b2 V")},
+        {"attn_cos", QObject::tr("Attention cos")},
+        {"k", QObject::tr("k")},
+        {"lambda", QObject::tr("\u03bb")},
+        {"train_tokens", QObject::tr("Train tokens")},
+    };
+    if (const auto it = labels.find(name); it != labels.end())
+        return *it;
+    QString words = name;
+    words.replace('_', ' ');
+    if (!words.isEmpty())
+        words[0] = words[0].toUpper();
+    return words;
+}
+
 } // namespace
 
 MetricTableModel::MetricTableModel(QObject *parent) : QAbstractTableModel(parent) {}
@@ -89,10 +112,10 @@ QVariant MetricTableModel::headerData(int section, Qt::Orientation orientation, 
         return {};
     const QString name = QString::fromStdString(m_table.columns[size_t(section)]);
     if (role == Qt::DisplayRole)
-        return name;
+        return columnLabel(name);
     if (role == Qt::ToolTipRole) {
         const QString description = columnDescription(name);
-        return description.isEmpty() ? QVariant() : QVariant(description);
+        return description.isEmpty() ? QVariant(name) : QVariant(QString("%1 (%2)").arg(description, name));
     }
     return {};
 }

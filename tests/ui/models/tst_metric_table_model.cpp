@@ -63,7 +63,9 @@ private Q_SLOTS:
         QCOMPARE(reset.count(), 1);
         QCOMPARE(model.rowCount(), 4);
         QCOMPARE(model.columnCount(), 4);
-        QCOMPARE(model.headerData(1, Qt::Horizontal).toString(), QString("r2_k"));
+        QCOMPARE(model.headerData(1, Qt::Horizontal).toString(),
+                 QString::fromUtf8("R\u00b2 K")); // not snake_case
+        QVERIFY(model.headerData(1, Qt::Horizontal, Qt::ToolTipRole).toString().contains("(r2_k)"));
         QVERIFY(model.headerData(1, Qt::Horizontal, Qt::ToolTipRole).toString().contains("keys"));
         QCOMPARE(model.index(0, 1).data().toString(), QString("0.9123"));
         QCOMPARE(model.index(0, 3).data().toString(), QString("0.9999"));
