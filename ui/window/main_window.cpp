@@ -90,6 +90,14 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_cardView->horizontalHeader()->setSectionResizeMode(ModelCardModel::ModelAColumn, QHeaderView::Stretch);
     m_cardView->horizontalHeader()->setSectionResizeMode(ModelCardModel::ModelBColumn, QHeaderView::Stretch);
     m_cardView->verticalHeader()->hide();
+    // long values (the tokenizer line, paths) wrap onto more lines instead of being cut off
+    m_cardView->setWordWrap(true);
+    m_cardView->setTextElideMode(Qt::ElideNone);
+    connect(m_card, &QAbstractItemModel::modelReset, m_cardView, &QTableView::resizeRowsToContents);
+    connect(m_card, &QAbstractItemModel::dataChanged, m_cardView,
+            [this] { m_cardView->resizeRowsToContents(); });
+    connect(m_cardView->horizontalHeader(), &QHeaderView::sectionResized, m_cardView,
+            [this] { m_cardView->resizeRowsToContents(); });
     m_cardView->setMinimumWidth(420);
     m_log = new QPlainTextEdit(this);
     m_log->setObjectName("logView");
@@ -701,7 +709,7 @@ void MainWindow::setEngineBusy(bool busy)
     if (!busy) {
         m_job = Job::None;
         refreshModified();
-        if (m_closeAfterJob) { // the user chose to stop the job and quit: it has stopped
+        if (m_closeAfterJob) {       // the user chose to stop the job and quit: it has stopped
             m_closeAfterJob = false; // asked once: if the close is cancelled now, it stays cancelled
             QTimer::singleShot(0, this, &QWidget::close);
         }
