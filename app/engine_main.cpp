@@ -2,7 +2,6 @@
 // and, unless headless, Qt Widgets and Charts. The `kvwb` front end (app/main.cpp) execs it for
 // the window and the Runs::Engine subcommands, argv unchanged; run directly it works the same.
 #include "app/cli/cli.h"
-#include "core/util/build_info.h"
 #ifndef KVWB_HEADLESS
 #include "app/gui.h"
 
@@ -51,24 +50,15 @@ int main(int argc, char **argv)
     else
         qtApp = std::make_unique<QCoreApplication>(argc, argv);
 #endif
-    QCoreApplication::setApplicationName("kvwb");
-    QCoreApplication::setApplicationVersion(QString("%1 (%2)").arg(core::appVersion(), core::gitCommit()));
+    app::setApplicationIdentity();
 #ifndef KVWB_HEADLESS
     if (gui)
         return app::runWorkbench(argc >= 3 ? QString::fromLocal8Bit(argv[2]) : QString());
 #endif
-    if (first == "--help" || first == "-h" || first == "help") {
-        app::printUsage();
-        return 0;
-    }
-    if (first == "--version") {
-        std::printf("kvwb %s (%s)\n", core::appVersion(), core::gitCommit());
-        return 0;
-    }
-    if (!c) {
-        std::fprintf(stderr, "kvwb: unknown subcommand '%s' (kvwb --help lists them)\n", argv[1]);
-        return 2;
-    }
+    if (const auto code = app::runTopLevelOption(first))
+        return *code;
+    if (!c)
+        return app::unknownSubcommand(argv[1]);
     QStringList args = QCoreApplication::arguments();
     args.removeFirst();
     return app::runSubcommand(*c, args);

@@ -5,7 +5,6 @@
 // subcommand it execs kvwb-engine, the whole program, with the same arguments (docs/engine.md,
 // "Start-up").
 #include "app/cli/cli.h"
-#include "core/util/build_info.h"
 
 #include <QCoreApplication>
 
@@ -61,26 +60,17 @@ int main(int argc, char **argv)
 {
     using namespace kvwb;
     const std::string_view first = argc >= 2 ? argv[1] : "";
-    if (first == "--help" || first == "-h" || first == "help") {
-        app::printUsage();
-        return 0;
-    }
-    if (first == "--version") {
-        std::printf("kvwb %s (%s)\n", core::appVersion(), core::gitCommit());
-        return 0;
-    }
+    if (const auto code = app::runTopLevelOption(first))
+        return *code;
     // No arguments, or `open PROJECT`: the window.
     const app::Subcommand *c = app::findSubcommand(first);
     if (argc < 2 || first == "open" || (c && !c->run))
         execEngine(argv,
                    argc < 2 || first == "open" ? std::string("the window") : "'" + std::string(first) + "'");
-    if (!c) {
-        std::fprintf(stderr, "kvwb: unknown subcommand '%s' (kvwb --help lists them)\n", argv[1]);
-        return 2;
-    }
+    if (!c)
+        return app::unknownSubcommand(argv[1]);
     QCoreApplication coreApp(argc, argv);
-    QCoreApplication::setApplicationName("kvwb");
-    QCoreApplication::setApplicationVersion(QString("%1 (%2)").arg(core::appVersion(), core::gitCommit()));
+    app::setApplicationIdentity();
     QStringList args = QCoreApplication::arguments();
     args.removeFirst();
     return app::runSubcommand(*c, args);

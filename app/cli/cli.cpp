@@ -4,6 +4,8 @@
 #include "core/util/build_info.h"
 #include "core/util/error.h"
 
+#include <QCoreApplication>
+
 #include <cstdio>
 #include <filesystem>
 #include <new>
@@ -63,6 +65,31 @@ void printUsage()
     for (const auto &c : subcommands())
         std::printf("  %-14s %s\n", c.name, c.summary);
     std::printf("\nWithout arguments (or with `open PROJECT.kvwb`) kvwb opens the workbench window.\n");
+}
+
+std::optional<int> runTopLevelOption(std::string_view first)
+{
+    if (first == "--help" || first == "-h" || first == "help") {
+        printUsage();
+        return 0;
+    }
+    if (first == "--version") {
+        std::printf("kvwb %s (%s)\n", core::appVersion(), core::gitCommit());
+        return 0;
+    }
+    return std::nullopt;
+}
+
+int unknownSubcommand(const char *name)
+{
+    std::fprintf(stderr, "kvwb: unknown subcommand '%s' (kvwb --help lists them)\n", name);
+    return 2;
+}
+
+void setApplicationIdentity()
+{
+    QCoreApplication::setApplicationName("kvwb");
+    QCoreApplication::setApplicationVersion(QString("%1 (%2)").arg(core::appVersion(), core::gitCommit()));
 }
 
 int runSubcommand(const Subcommand &c, const QStringList &args)

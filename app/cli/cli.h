@@ -11,6 +11,7 @@
 
 #include <QStringList>
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -41,5 +42,12 @@ const Subcommand *findSubcommand(std::string_view name); // nullptr when there i
 int runSubcommand(const Subcommand &c, const QStringList &args);
 // `kvwb --help`: usage, then every subcommand with its summary.
 void printUsage();
+// What both executables answer before any subcommand: `--help` / `-h` / `help` and `--version`
+// print and give 0; anything else gives nullopt.
+std::optional<int> runTopLevelOption(std::string_view first);
+// `kvwb <name>` with no such subcommand: one line on stderr, exit code 2.
+int unknownSubcommand(const char *name);
+// The application name and version Qt reports (QCoreApplication must exist).
+void setApplicationIdentity();
 
 } // namespace kvwb::app
