@@ -330,10 +330,11 @@ QWidget *MainWindow::buildReportPage()
 {
     auto *page = new QWidget(this);
     auto *v = new QVBoxLayout(page);
-    auto *intro = new QLabel(tr("<h3>Report</h3><p>The shown experiment as one report: HTML (charts as SVG), "
-                                "PDF, Markdown, and its tables as CSV and JSON, with the settings and the "
-                                "configuration's sha256. The folder is created if it does not exist.</p>"),
-                             page);
+    auto *intro =
+        new QLabel(tr("<h3>Report</h3><p>The shown experiment as one report: HTML (charts embedded), "
+                      "PDF, Markdown, and its tables as CSV and JSON, with the settings and the "
+                      "configuration's sha256. The folder is created if it does not exist.</p>"),
+                   page);
     intro->setWordWrap(true);
     v->addWidget(intro);
     auto *row = new QHBoxLayout;
