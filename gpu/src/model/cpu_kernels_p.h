@@ -6,7 +6,8 @@
 // (vdpbf16ps / FMA, f32 accumulation) stream them at up to ~19 GB/s from huge pages. RMSNorm and
 // RoPE are one loop each here instead of 6-8 torch kernels of a few microseconds each (~120 per
 // token on a 30-layer model), with the same float arithmetic. Thread-safe: pure functions over
-// caller-owned tensors; the matrix kernels split rows over torch's intra-op threads.
+// caller-owned tensors; the matrix kernels split rows over one persistent team of threads (as many
+// as torch's intra-op thread count of the calling thread).
 #pragma once
 
 #include <torch/torch.h>
@@ -14,6 +15,10 @@
 #include <vector>
 
 namespace kvwb::gpu::detail {
+
+// The number of threads the row kernels split a product over, for products started on this thread
+// (0: torch's intra-op thread count).
+void setRowThreads(int threads);
 
 // Whether this CPU runs rowGemv for dtype (f32: AVX-512F and FMA; bf16: also AVX-512 BF16),
 // checked once at run time.
@@ -24,6 +29,15 @@ bool haveRowGemv(torch::Dtype dtype);
 // (bf16 pairs multiply exactly in f32); a bf16 result is rounded once, as torch's bf16 linear
 // rounds. Returns [1, out] of W's dtype. Precondition: haveRowGemv(W's dtype).
 torch::Tensor rowGemv(const torch::Tensor &w, const torch::Tensor &x, const torch::Tensor &bias);
+
+// Attention of one query token: q [heads, 1, hd] (post-RoPE), keys/values [kvHeads, capacity, hd]
+// contiguous (the cache's layout), over positions [k0, k1); GQA head h reads kv head h / (heads /
+// kvHeads). Scores scaled by `scale`, soft-capped when softcap > 0 (Gemma 2), softmax and the
+// value sum in f32; returns [1, heads * hd] of q's dtype, rounded once. Replaces ~10 torch ops
+// per layer (two bmm through oneDNN among them) in decode. Heads split over the team for long
+// caches. Precondition: haveRowGemv(q's dtype).
+torch::Tensor attendOneCpu(const torch::Tensor &q, const torch::Tensor &keys, const torch::Tensor &values,
+                           int64_t k0, int64_t k1, double scale, double softcap);
 
 // Moves CPU tensors into one anonymous mapping advised MADV_HUGEPAGE (2 MiB pages where
 // transparent huge pages are on "madvise" or "always"); each tensor is replaced by a view of it

@@ -102,6 +102,7 @@ struct JobScope
         if (at::get_num_threads() != n)
             at::set_num_threads(n);
         setBlasThreads(n);
+        detail::setRowThreads(n);
     }
     c10::InferenceMode guard;
 };
@@ -206,6 +207,23 @@ struct Model::Impl
         return *impl;
     }
 
+    // The rest of a layer after attention: output projection, residual, MLP, residual.
+    torch::Tensor finishLayer(const Layer &L, const torch::Tensor &x0, const torch::Tensor &att,
+                              bool gelu) const
+    {
+        auto o = project(att, L.o);
+        // Gemma's post_attention_layernorm norms the attention output; Llama's is the MLP's input.
+        const bool sandwich = L.preFfNorm.defined();
+        auto x = x0 + (sandwich ? rmsNorm(o, L.postNorm) : o);
+        auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
+        const auto gateUp = project(h2, L.gateUp); // [t, 2 * intermediate]
+        const int64_t inter = gateUp.size(1) / 2;
+        auto gate = gateUp.narrow(1, 0, inter);
+        gate = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
+        auto mlp = project(gate * gateUp.narrow(1, inter, inter), L.down);
+        return x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
+    }
+
     // x [t, hidden] at positions cache.length.. -> x after all layers; appends K/V to the cache.
     // queries, when given, receives each layer's post-RoPE queries [nh, t, hd] (float32);
     // hidden, when given, the residual stream after hiddenLayer blocks [t, hidden] (float32;
@@ -281,6 +299,12 @@ struct Model::Impl
             // Long prompts attend in blocks of queries, each over the keys up to its last query
             // only: causal attention needs about half the products of the full [t, keys] square,
             // and a block's scores stay cache-sized ([9, 128, 512] f32 is 2.4 MiB).
+            if (t == 1 && rowGemv) { // one token: one fused loop per head
+                auto att = detail::attendOneCpu(q, cache.keys[l], cache.values[l], kStart, total, scale,
+                                                config.attnLogitSoftcap.value_or(0.0));
+                x = finishLayer(L, x, att, gelu);
+                continue;
+            }
             const int64_t block = t > 2 * kQueryBlock ? kQueryBlock : t;
             std::vector<torch::Tensor> parts; // [nh, n, hd] per block
             for (int64_t i0 = 0; i0 < t; i0 += block) {
@@ -301,17 +325,7 @@ struct Model::Impl
             }
             auto att =
                 (parts.size() == 1 ? parts[0] : torch::cat(parts, 1)).transpose(0, 1).reshape({t, nh * hd});
-            auto o = project(att, L.o);
-            // Gemma's post_attention_layernorm norms the attention output; Llama's is the MLP's input.
-            const bool sandwich = L.preFfNorm.defined();
-            x = x + (sandwich ? rmsNorm(o, L.postNorm) : o);
-            auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
-            const auto gateUp = project(h2, L.gateUp); // [t, 2 * intermediate]
-            const int64_t inter = gateUp.size(1) / 2;
-            auto gate = gateUp.narrow(1, 0, inter);
-            gate = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
-            auto mlp = project(gate * gateUp.narrow(1, inter, inter), L.down);
-            x = x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
+            x = finishLayer(L, x, att, gelu);
         }
         if (hidden && hiddenLayer == int(layers.size()))
             *hidden = x.to(torch::kFloat32);

@@ -723,6 +723,51 @@ private Q_SLOTS:
         }
     }
 
+    // The one-token products split their rows over a team of threads; each row is one thread's
+    // dot product, so decode gives the same logits, bit for bit, on 1, 2 or 3 threads (f32 and bf16,
+    // products large enough to be split), and the team is reused across models. (A multi-token
+    // f32 prefill goes through the BLAS, whose sums may depend on its thread count.)
+    void decodeIdenticalOnAnyThreadCount_data()
+    {
+        QTest::addColumn<bool>("bf16");
+        QTest::newRow("f32") << false;
+        QTest::newRow("bf16") << true;
+    }
+    void decodeIdenticalOnAnyThreadCount()
+    {
+        QFETCH(bool, bf16);
+        QTemporaryDir tmp;
+        core::RandomModelSpec spec = core::randomModelPreset("gqa");
+        spec.config.hiddenSize = 128;
+        spec.config.numHeads = 4;
+        spec.config.numKvHeads = 2;
+        spec.config.headDim = 32;
+        spec.config.intermediateSize = 520; // not a multiple of the 16-row blocks
+        spec.config.vocabSize = 4099;
+        spec.seed = 5;
+        const fs::path path = fs::path(tmp.path().toStdString()) / "hf";
+        core::writeRandomHfModel(path, spec);
+        const auto ids = randomIds(12, spec.config.vocabSize, 3);
+        std::vector<std::vector<float>> runs;
+        for (int threads : {1, 2, 3}) {
+            gpu::LoadOptions o;
+            o.threads = threads;
+            if (bf16)
+                o.dtype = gpu::ComputeType::BF16;
+            auto model = gpu::Model::load(path, o);
+            auto cache = model->newCache(); // one token at a time from the start: all one-token products
+            std::vector<float> all;
+            for (size_t p = 0; p < ids.size(); ++p) {
+                const auto step = model->forward({ids[p]}, cache);
+                all.insert(all.end(), step.begin(), step.end());
+            }
+            runs.push_back(std::move(all));
+        }
+        QCOMPARE(runs[0].size(), ids.size() * size_t(spec.config.vocabSize));
+        QVERIFY(runs[1] == runs[0]);
+        QVERIFY(runs[2] == runs[0]);
+    }
+
     void cudaMatchesCpu()
     {
         if (!gpu::cudaAvailable())
