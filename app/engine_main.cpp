@@ -2,6 +2,7 @@
 // and, unless headless, Qt Widgets and Charts. The `kvwb` front end (app/main.cpp) execs it for
 // the window and the Runs::Engine subcommands, argv unchanged; run directly it works the same.
 #include "app/cli/cli.h"
+#include "gpu/model/device.h"
 #ifndef KVWB_HEADLESS
 #include "app/gui.h"
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <unistd.h>
 
@@ -27,9 +29,27 @@ int main(int argc, char **argv)
     // reads OMP_WAIT_POLICY once, when it is loaded (before main, here), so the front end sets it
     // before it execs this program; run directly without it, set it and start again - unless the
     // command runs no model, where the restart would only load LibTorch twice.
-    if (!std::getenv("OMP_WAIT_POLICY") && (gui || (c && c->runs == app::Runs::Engine))) {
-        ::setenv("OMP_WAIT_POLICY", "passive", 1);
-        ::execv("/proc/self/exe", argv); // returns only on failure: then run as we are
+    //
+    // OpenBLAS, loaded with LibTorch, picks its kernels when it is loaded too, and Debian 12's falls
+    // back to SSE3 ones on CPUs newer than itself (gpu/model/device.h, blasCoreOverride): set
+    // OPENBLAS_CORETYPE to the family the CPU runs and start again, once.
+    if (gui || (c && c->runs == app::Runs::Engine)) {
+        bool restart = false;
+        if (!std::getenv("OMP_WAIT_POLICY")) {
+            ::setenv("OMP_WAIT_POLICY", "passive", 1);
+            if (!std::getenv("GOMP_SPINCOUNT")) // docs/engine.md, "OpenMP wait policy"
+                ::setenv("GOMP_SPINCOUNT", "3000", 1);
+            restart = true;
+        }
+        if (!std::getenv("OPENBLAS_CORETYPE")) {
+            const std::string core = gpu::blasCoreOverride();
+            if (!core.empty()) {
+                ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+                restart = true;
+            }
+        }
+        if (restart)
+            ::execv("/proc/self/exe", argv); // returns only on failure: then run as we are
     }
 #ifdef KVWB_HEADLESS
     if (gui) {

@@ -29,4 +29,14 @@ void checkDeviceSupport(Device d, ComputeType t);
 std::string describeDevice(Device d);
 std::string torchVersion();
 
+// The kernel family of the linked BLAS when it is OpenBLAS ("Cooperlake", "Haswell", ...; looked up
+// at run time), else empty.
+std::string blasCore();
+// The OPENBLAS_CORETYPE this CPU should run when OpenBLAS chose generic kernels for it, else empty.
+// OpenBLAS 0.3.21 (Debian 12) does not know CPUs newer than itself (Emerald Rapids, say) and falls
+// back to its SSE3 "Prescott" kernels there: f32 prefill ran at a third of llama.cpp's speed. Its
+// AVX-512 (SkylakeX, Cooperlake with BF16) or AVX2 (Haswell) kernels are what such a CPU runs. Only
+// takes effect in a process started with the variable set (OpenBLAS reads it when it is loaded).
+std::string blasCoreOverride();
+
 } // namespace kvwb::gpu
