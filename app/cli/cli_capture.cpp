@@ -119,6 +119,10 @@ int cmdCapture(const QStringList &args)
     p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
     p.addOption({"compute-dtype", "Engine dtype: f32 (default), bf16, f16 (CUDA).", "DTYPE", "f32"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+    p.addOption({"context",
+                 "Positions each model serves (default: its config's; LongRoPE models use their long "
+                 "factors above the original context).",
+                 "N"});
     p.addOption({"json", "Print the summary as JSON."});
     addPromptFileOptions(p);
     parse(p, args,
