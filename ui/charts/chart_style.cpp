@@ -64,6 +64,25 @@ QColor tierColor(core::TierKind tier)
     return QColor(0x40, 0x40, 0x40);
 }
 
+QColor reusedTokensColor()
+{
+    return QColor(0x2c, 0xa0, 0x2c);
+}
+
+QColor computedTokensColor()
+{
+    return QColor(0x7f, 0x7f, 0x7f);
+}
+
+QColor percentileColor(int percentile)
+{
+    if (percentile <= 50)
+        return QColor(0x1f, 0x77, 0xb4);
+    if (percentile <= 95)
+        return QColor(0xd6, 0x27, 0x28);
+    return QColor(0x94, 0x67, 0xbd);
+}
+
 QColor metricColor(const QString &metric, int fallbackIndex)
 {
     if (metric == "r2_k")

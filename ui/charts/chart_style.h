@@ -25,6 +25,11 @@ void styleAxis(QAbstractAxis *axis, const QString &title);
 void setScoreRange(QValueAxis *axis, double dataMin, double dataMax);
 
 QColor tierColor(core::TierKind tier);
+// Prompt tokens reused from a cache / computed by the model (replay charts, window and report).
+QColor reusedTokensColor();
+QColor computedTokensColor();
+// A latency percentile's colour: 50 blue, 95 red, 99 purple (window and report alike).
+QColor percentileColor(int percentile);
 // "r2_k" -> colour of keys, "r2_v" values, "attn_cos" attention; others a fallback palette by index.
 QColor metricColor(const QString &metric, int fallbackIndex = 0);
 // "r2_k" -> "R² of keys"; unknown names are returned as they are.

@@ -65,12 +65,12 @@ ReplayCharts::ReplayCharts(QWidget *parent) : QWidget(parent)
         [this] { return percentOf(m_hits, m_requests); }, Qt::DashLine);
     m_falseHitTrack = track(m_falseHit, tr("false hits / (exact + semantic hits)"), QColor(0xd6, 0x27, 0x28),
                             [this] { return percentOf(m_falseHits, m_responseHits); });
-    m_p50 = track(m_latency, tr("p50 (median)"), QColor(0x1f, 0x77, 0xb4),
-                  [this] { return windowPercentile(50); });
-    m_p95 = track(m_latency, tr("p95"), QColor(0xd6, 0x27, 0x28), [this] { return windowPercentile(95); });
-    m_reused = track(m_tokens, tr("reused from caches (not computed)"), QColor(0x2c, 0xa0, 0x2c),
+    m_p50 =
+        track(m_latency, tr("p50 (median)"), percentileColor(50), [this] { return windowPercentile(50); });
+    m_p95 = track(m_latency, tr("p95"), percentileColor(95), [this] { return windowPercentile(95); });
+    m_reused = track(m_tokens, tr("reused from caches (not computed)"), reusedTokensColor(),
                      [this] { return double(m_tokensReused) / 1000.0; });
-    m_computed = track(m_tokens, tr("computed by the model"), QColor(0x7f, 0x7f, 0x7f),
+    m_computed = track(m_tokens, tr("computed by the model"), computedTokensColor(),
                        [this] { return double(m_tokensComputed) / 1000.0; });
 
     auto *grid = new QGridLayout(this);

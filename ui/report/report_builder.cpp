@@ -4,6 +4,7 @@
 #include "core/util/build_info.h"
 #include "core/util/error.h"
 #include "ui/report/report_document.h"
+#include "ui/report/report_pages.h"
 #include "ui/report/report_text.h"
 
 #include <QBuffer>
@@ -14,6 +15,7 @@
 #include <QTextDocument>
 #include <QUrl>
 
+#include <memory>
 #include <string_view>
 
 namespace kvwb::ui {
@@ -68,6 +70,32 @@ std::vector<fs::path> writeHtml(ReportData &data, const fs::path &outDir)
     return {html};
 }
 
+std::unique_ptr<QTextDocument> layoutPdf(ReportData &data, QSizeF *pagePixels)
+{
+    std::vector<ReportChart> storage;
+    const auto &charts = chartsOf(data, storage);
+    auto doc = std::make_unique<QTextDocument>();
+    QFont font("DejaVu Sans");
+    font.setPointSize(8);
+    doc->setDefaultFont(font);
+    for (const auto &c : charts)
+        doc->addResource(QTextDocument::ImageResource, QUrl(QString::fromStdString("chart:" + c.id)),
+                         c.image);
+    // A4 at 15 mm margins leaves 180 mm; QTextDocument lays out at the writer's 96 dpi-ish logical
+    // resolution, so a 640 px wide image fills about the text width.
+    doc->setHtml(QString::fromStdString(report::renderHtml(
+        data, charts, "KV Workbench report", false, [](const ReportChart &c) { return "chart:" + c.id; },
+        640)));
+    const QPageLayout page(QPageSize(QPageSize::A4), QPageLayout::Portrait, QMarginsF(15, 15, 15, 15),
+                           QPageLayout::Millimeter);
+    const QSizeF size = page.paintRectPixels(96).size();
+    if (pagePixels)
+        *pagePixels = size;
+    doc->setPageSize(size);
+    report::keepWithNext(*doc);
+    return doc;
+}
+
 std::vector<fs::path> writePdf(ReportData &data, const fs::path &outDir)
 {
     if (!canRenderCharts())
@@ -75,19 +103,7 @@ std::vector<fs::path> writePdf(ReportData &data, const fs::path &outDir)
             core::ErrorCode::Unsupported,
             "the PDF report needs a QApplication (run kvwb report with the offscreen platform)");
     ensureDir(outDir);
-    std::vector<ReportChart> storage;
-    const auto &charts = chartsOf(data, storage);
-    QTextDocument doc;
-    QFont font("DejaVu Sans");
-    font.setPointSize(8);
-    doc.setDefaultFont(font);
-    for (const auto &c : charts)
-        doc.addResource(QTextDocument::ImageResource, QUrl(QString::fromStdString("chart:" + c.id)), c.image);
-    // A4 at 15 mm margins leaves 180 mm; QTextDocument lays out at the writer's 96 dpi-ish logical
-    // resolution, so a 640 px wide image fills about the text width.
-    doc.setHtml(QString::fromStdString(report::renderHtml(
-        data, charts, "KV Workbench report", false, [](const ReportChart &c) { return "chart:" + c.id; },
-        640)));
+    const auto doc = layoutPdf(data);
     QByteArray bytes;
     QBuffer buffer(&bytes);
     buffer.open(QIODevice::WriteOnly);
@@ -99,8 +115,7 @@ std::vector<fs::path> writePdf(ReportData &data, const fs::path &outDir)
         writer.setTitle(
             QString::fromStdString("KV Workbench report: " + data.experiment.filename().string()));
         writer.setCreator("kvwb " + QString(core::appVersion()));
-        doc.setPageSize(writer.pageLayout().paintRectPixels(96).size());
-        doc.print(&writer);
+        doc->print(&writer);
     }
     buffer.close();
     const fs::path pdf = outDir / "report.pdf";

@@ -18,8 +18,13 @@
 #include "ui/report/report_charts.h"
 #include "ui/report/report_data.h"
 
+#include <QSizeF>
+
 #include <filesystem>
+#include <memory>
 #include <vector>
+
+class QTextDocument;
 
 namespace kvwb::ui {
 
@@ -31,5 +36,9 @@ std::vector<std::filesystem::path> writeMarkdown(ReportData &data, const std::fi
 std::vector<std::filesystem::path> writeHtml(ReportData &data, const std::filesystem::path &outDir);
 // report.pdf, A4, charts as images. Error(Unsupported) without a QApplication.
 std::vector<std::filesystem::path> writePdf(ReportData &data, const std::filesystem::path &outDir);
+// The document writePdf prints: laid out on A4 pages (the page's paint area, in pixels at 96 dpi,
+// in *pagePixels when given), with headings, charts and table labels kept with what follows
+// (report_pages.h). Needs a QApplication for the charts.
+std::unique_ptr<QTextDocument> layoutPdf(ReportData &data, QSizeF *pagePixels = nullptr);
 
 } // namespace kvwb::ui

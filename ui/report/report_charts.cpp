@@ -1,5 +1,6 @@
 #include "ui/report/report_charts.h"
 
+#include "ui/charts/chart_style.h"
 #include "ui/charts/color_map.h"
 #include "ui/report/report_text.h"
 
@@ -25,6 +26,7 @@
 #include <cmath>
 #include <optional>
 #include <set>
+#include <tuple>
 
 namespace kvwb::ui {
 
@@ -160,14 +162,11 @@ QImage drawHeatmap(const QString &title, const QString &rowLabel, const QString 
     return image;
 }
 
-// One colour per metric in every line chart, so R^2 of keys looks the same everywhere.
+// The window's colour for each metric (ui/charts/chart_style.h), so R^2 of keys looks the same in
+// the window and in the report.
 QColor metricColor(const std::string &column)
 {
-    if (column == "r2_k")
-        return QColor(31, 119, 180);
-    if (column == "r2_v")
-        return QColor(44, 160, 44);
-    return QColor(255, 127, 14); // attn_cos
+    return ui::metricColor(QString::fromStdString(column));
 }
 
 QLineSeries *lineSeries(const QString &name, const std::vector<std::pair<double, double>> &points)
@@ -422,12 +421,13 @@ std::vector<ReportChart> ledgerCharts(const ReportLedger &l)
         chart->setTitle(QString("Replay %1: time to first token by the tier that answered").arg(name));
         auto *series = new QBarSeries;
         double hi = 1;
-        const std::pair<const char *, double core::TierAggregate::*> pcts[] = {
-            {"p50", &core::TierAggregate::ttftMsP50},
-            {"p95", &core::TierAggregate::ttftMsP95},
-            {"p99", &core::TierAggregate::ttftMsP99}};
-        for (const auto &[label, member] : pcts) {
+        const std::tuple<const char *, int, double core::TierAggregate::*> pcts[] = {
+            {"p50", 50, &core::TierAggregate::ttftMsP50},
+            {"p95", 95, &core::TierAggregate::ttftMsP95},
+            {"p99", 99, &core::TierAggregate::ttftMsP99}};
+        for (const auto &[label, pct, member] : pcts) {
             auto *set = new QBarSet(QString("%1 TTFT (ms)").arg(label));
+            set->setColor(percentileColor(pct)); // the window's latency colours
             for (auto k : allKinds) {
                 const double v = l.summary.tiers.at(k).*member;
                 *set << v;
@@ -459,8 +459,8 @@ std::vector<ReportChart> ledgerCharts(const ReportLedger &l)
             *computed << double(a.tokensComputed);
             hi = std::max(hi, double(a.tokensReused + a.tokensComputed));
         }
-        reused->setColor(QColor(33, 145, 140));
-        computed->setColor(QColor(200, 90, 60));
+        reused->setColor(reusedTokensColor()); // as in the window's replay charts
+        computed->setColor(computedTokensColor());
         auto *series = new QStackedBarSeries;
         series->append(reused);
         series->append(computed);

@@ -170,8 +170,10 @@ std::string comparisonMarkdown(const core::ComparisonSample &s)
 
 std::string comparisonHtml(const core::ComparisonSample &s)
 {
+    // the texts in the body font at reading size (not a small monospace): they are what is compared
     const char *pre = "<pre style=\"white-space:pre-wrap;background:#f8f8f8;border:1px solid #ddd;"
-                      "padding:4px;margin:0.2em 0 0.6em 0\">";
+                      "padding:4px;margin:0.2em 0 0.6em 0;font-family:'DejaVu Sans',Helvetica,Arial,"
+                      "sans-serif;font-size:10pt\">";
     std::string h = "<div class=\"comparison\" style=\"margin:0.5em 0 1.2em 0\">\n";
     std::string note;
     const std::string prompt = promptShown(validUtf8(s.prompt), &note);

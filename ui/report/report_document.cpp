@@ -340,10 +340,16 @@ std::string htmlOf(const Doc &doc, const std::string &title, bool withCss, const
             const QImage &img = b.chart->image;
             const int natural =
                 img.isNull() ? imageWidth : int(img.width() / std::max(1.0, img.devicePixelRatio()));
-            h += fmt::format(
-                "<figure><img src=\"{}\" alt=\"{}\" width=\"{}\"><figcaption>{}</figcaption></figure>\n",
-                imageSrc(*b.chart), htmlEscape(b.chart->title), std::min(imageWidth, natural),
-                htmlEscape(b.chart->caption));
+            if (withCss)
+                h += fmt::format("<figure><img src=\"{}\" alt=\"{}\" width=\"{}\"><figcaption>{}</figcaption>"
+                                 "</figure>\n",
+                                 imageSrc(*b.chart), htmlEscape(b.chart->title),
+                                 std::min(imageWidth, natural), htmlEscape(b.chart->caption));
+            else // Qt's rich text has no <figure>: the image and its caption as two paragraphs
+                h += fmt::format("<p style=\"margin-top:8px\"><img src=\"{}\" alt=\"{}\" width=\"{}\"></p>\n"
+                                 "<p style=\"color:#555555;margin-bottom:10px\"><i>{}</i></p>\n",
+                                 imageSrc(*b.chart), htmlEscape(b.chart->title),
+                                 std::min(imageWidth, natural), htmlEscape(b.chart->caption));
             break;
         }
         case Block::Table:

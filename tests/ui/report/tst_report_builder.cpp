@@ -10,6 +10,8 @@
 #include "core/util/error.h"
 #include "tests/support/tiny_experiment.h"
 #include "ui/report/report_builder.h"
+#include "ui/report/report_document.h"
+#include "ui/report/report_pages.h"
 
 #include <QApplication>
 #include <QDir>
@@ -18,6 +20,8 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTemporaryDir>
+#include <QTextDocument>
+#include <QUrl>
 #include <QtTest>
 
 #include <cmath>
@@ -408,6 +412,41 @@ private Q_SLOTS:
         for (const auto &f : mdFiles)
             QVERIFY2(fs::exists(f), f.c_str());
         QVERIFY(d.warnings.empty());
+    }
+
+    // The PDF keeps each heading, chart and table label on the page of what it introduces: before
+    // keepWithNext some were stranded at a page's foot (checked here too, so the test cannot pass
+    // with a document that never needed moving); after it none is, with at most one page more.
+    void pdfKeepsHeadingsWithWhatFollows()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        QSizeF page;
+        const auto kept = ui::layoutPdf(d, &page);
+        QVERIFY(page.height() > 900 && page.height() < 1100); // A4 less margins at 96 dpi
+        const QStringList stranded = ui::report::strandedBlocks(*kept);
+        QVERIFY2(stranded.isEmpty(), qPrintable(stranded.join(" | ")));
+
+        // the same document without the moves: something was stranded
+        QTextDocument plain;
+        plain.setDefaultFont(kept->defaultFont());
+        const std::vector<ui::ReportChart> charts = ui::renderCharts(d);
+        for (const auto &c : charts)
+            plain.addResource(QTextDocument::ImageResource, QUrl(QString::fromStdString("chart:" + c.id)),
+                              c.image);
+        plain.setHtml(QString::fromStdString(ui::report::renderHtml(
+            d, charts, "KV Workbench report", false, [](const ui::ReportChart &c) { return "chart:" + c.id; },
+            640)));
+        plain.setPageSize(page);
+        const QStringList before = ui::report::strandedBlocks(plain);
+        QVERIFY2(!before.isEmpty(), "the test report never needed a block moved");
+        const int pagesBefore = plain.pageCount();
+        const int breaks = ui::report::keepWithNext(plain);
+        QVERIFY(breaks >= 1);
+        QVERIFY(ui::report::strandedBlocks(plain).isEmpty());
+        QCOMPARE(plain.pageCount(), kept->pageCount());
+        QVERIFY(plain.pageCount() <= pagesBefore + breaks);
+        qInfo("%d pages (%d before), %d block(s) moved to the next page (stranded before: %s)",
+              plain.pageCount(), pagesBefore, breaks, qPrintable(before.join(" | ")));
     }
 
     void comparisonSamples()
