@@ -1,8 +1,10 @@
 #include "app/gui.h"
 
+#include "app/cli/cli_util.h"
 #include "gpu/model/device.h"
 
 #include <QApplication>
+#include <QFileInfo>
 
 namespace kvwb::app {
 
@@ -70,11 +72,26 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
 
 Workbench::~Workbench() = default;
 
+QString startupProject(const QStringList &recent, const QString &demo)
+{
+    for (const QString &p : recent)
+        if (QFileInfo(p).isFile())
+            return p;
+    return QFileInfo(demo).isFile() ? demo : QString();
+}
+
 int runWorkbench(const QString &projectPath)
 {
     Workbench bench;
-    if (!projectPath.isEmpty())
-        bench.window().openProject(projectPath);
+    QString path = projectPath;
+    if (path.isEmpty()) {
+        path = startupProject(ui::MainWindow::recentProjects(),
+                              QString::fromStdString((cli::demoProjectDir() / "demo.kvwb").string()));
+        if (!path.isEmpty())
+            bench.window().log(QObject::tr("No project named on the command line: opened %1").arg(path));
+    }
+    if (!path.isEmpty())
+        bench.window().openProject(path);
     bench.window().show();
     return QApplication::exec();
 }

@@ -7,6 +7,7 @@
 
 #include <QObject>
 #include <QString>
+#include <QStringList>
 
 namespace kvwb::app {
 
@@ -25,7 +26,13 @@ private:
     std::unique_ptr<ui::MainWindow> m_window;
 };
 
-// Opens the window (on projectPath when not empty) and runs the event loop; returns its exit code.
+// The project the window opens when none is named: the most recent of `recent` that still exists,
+// else `demo` (kvwb's demo project) when it exists, else none (empty).
+QString startupProject(const QStringList &recent, const QString &demo);
+
+// Opens the window on projectPath, or when it is empty on startupProject(the window's recent
+// projects, the demo project: installed or in the source tree), and runs the event loop; returns
+// its exit code.
 int runWorkbench(const QString &projectPath);
 
 } // namespace kvwb::app

@@ -53,6 +53,7 @@ gpu::LoadOptions loadOptions(const ModelRequest &r)
     o.device = *device;
     o.dtype = *dtype;
     o.threads = r.threads;
+    o.context = r.context;
     return o;
 }
 

@@ -59,6 +59,16 @@ ProjectModel readModel(const json &j, const char *role, const fs::path &file)
     if (pm.dtype != "f32" && pm.dtype != "bf16" && pm.dtype != "f16")
         throw Error(ErrorCode::Config, file.string() + ": field '" + where +
                                            "dtype' must be f32, bf16 or f16, got '" + pm.dtype + "'");
+    if (m.contains("context")) {
+        const json &c = m.at("context");
+        constexpr int64_t kMaxContext = int64_t(1) << 24;
+        if (!c.is_number_integer() || (c.is_number_unsigned() && c.get<uint64_t>() > uint64_t(kMaxContext)) ||
+            c.get<int64_t>() < 0 || c.get<int64_t>() > kMaxContext)
+            throw Error(ErrorCode::Config,
+                        file.string() + ": field '" + where + "context' must be an integer in 0.." +
+                            std::to_string(kMaxContext) + " (0: the model's own), got " + c.dump());
+        pm.context = int(c.get<int64_t>());
+    }
     return pm;
 }
 
@@ -373,7 +383,10 @@ std::string Project::toJson(const fs::path &file) const
     j["name"] = name;
     j["description"] = description;
     auto model = [&](const ProjectModel &m) {
-        return json{{"path", relativeTo(m.path, dir).string()}, {"device", m.device}, {"dtype", m.dtype}};
+        json o{{"path", relativeTo(m.path, dir).string()}, {"device", m.device}, {"dtype", m.dtype}};
+        if (m.context > 0)
+            o["context"] = m.context;
+        return o;
     };
     j["models"] = {{"a", model(modelA)}, {"b", model(modelB)}};
     auto paths = [&](const std::vector<fs::path> &ps) {

@@ -20,6 +20,7 @@ struct ProjectModel
     std::filesystem::path path; // HF directory or llama2.c .bin (relative to the project file)
     std::string device = "cpu"; // cpu | cuda
     std::string dtype = "f32";  // f32 | bf16 | f16
+    int context = 0;            // positions served (gpu::LoadOptions::context); 0 = the model's own
 };
 
 // Capture settings (section "capture"): what `kvwb capture` takes as flags.

@@ -16,6 +16,8 @@
 #include <QMenu>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QSignalBlocker>
+#include <QSpinBox>
 #include <QStandardItemModel>
 #include <QVBoxLayout>
 
@@ -39,6 +41,7 @@ ModelsPanel::ModelsPanel(QWidget *parent) : QWidget(parent)
     grid->addWidget(new QLabel(tr("<b>Path</b> (HF directory, .gguf file or llama2.c .bin)")), 0, 1);
     grid->addWidget(new QLabel(tr("<b>Device</b>")), 0, 3);
     grid->addWidget(new QLabel(tr("<b>Dtype</b>")), 0, 4);
+    grid->addWidget(new QLabel(tr("<b>Context</b>")), 0, 5);
     buildRow('a', grid, 1);
     buildRow('b', grid, 3);
     grid->setColumnStretch(1, 1);
@@ -102,6 +105,16 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     r.dtype->setObjectName(role == 'a' ? "dtypeA" : "dtypeB");
     r.dtype->addItems({"f32", "bf16", "f16"});
     r.dtype->setToolTip(tr("f16 runs on CUDA only"));
+    r.context = new QSpinBox(this);
+    r.context->setObjectName(role == 'a' ? "contextA" : "contextB");
+    r.context->setRange(0, 1 << 24);
+    r.context->setSingleStep(1024);
+    r.context->setSpecialValueText(tr("model's own"));
+    r.context->setToolTip(
+        tr("Positions the model serves (prompt and answer together). \"model's own\" is its "
+           "configured context; a Phi-3 128k model then serves its original 4096 with the short RoPE "
+           "factors, and a larger value switches it to the long ones for its whole life, as llama.cpp "
+           "does for its context size. At most the model's max_position_embeddings."));
     r.estimate = new QLabel(this);
     r.estimate->setObjectName(role == 'a' ? "estimateA" : "estimateB");
     r.estimate->setWordWrap(true);
@@ -109,7 +122,8 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     grid->addWidget(browse, line, 2);
     grid->addWidget(r.device, line, 3);
     grid->addWidget(r.dtype, line, 4);
-    grid->addWidget(r.estimate, line + 1, 1, 1, 4);
+    grid->addWidget(r.context, line, 5);
+    grid->addWidget(r.estimate, line + 1, 1, 1, 5);
     connect(pickFolder, &QAction::triggered, this, [this, role] {
         const QString dir =
             QFileDialog::getExistingDirectory(this, tr("Model directory"), row(role).path->text());
@@ -126,6 +140,7 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     connect(r.path, &QLineEdit::textChanged, this, [this, role] { refreshEstimate(role); });
     connect(r.device, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
     connect(r.dtype, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
+    connect(r.context, &QSpinBox::valueChanged, this, [this, role] { refreshEstimate(role); });
     refreshEstimate(role);
 }
 
@@ -143,7 +158,13 @@ void ModelsPanel::refreshEstimate(char role)
             const int bytes =
                 core::computeTypeBytes(core::parseComputeType(r.dtype->currentText().toStdString())
                                            .value_or(core::ComputeType::F32));
-            const int context = r.config->contextLimit();
+            const int most =
+                r.config->maxPositionEmbeddings > 0 ? r.config->maxPositionEmbeddings : (1 << 24);
+            if (r.context->maximum() != most) {
+                const QSignalBlocker quiet(r.context);
+                r.context->setMaximum(most); // clamps a value above it
+            }
+            const int context = r.context->value() > 0 ? r.context->value() : r.config->contextLimit();
             const auto e = core::estimateMemory(*r.config, bytes, context);
             r.estimate->setText(
                 tr("%1 layers, %2 heads / %3 kv heads of %4, %5M parameters. Needs about %6 on %7 "
@@ -179,6 +200,11 @@ void ModelsPanel::setChoice(char role, const ModelChoice &c)
     Row &r = row(role);
     r.device->setCurrentText(c.device);
     r.dtype->setCurrentText(c.dtype);
+    {
+        const QSignalBlocker quiet(r.context);
+        r.context->setMaximum(1 << 24); // the model's own bound is applied as its config is read
+        r.context->setValue(c.context);
+    }
     r.path->setText(c.path); // last: refreshes the estimate once with the new device and dtype
     refreshEstimate(role);
 }
@@ -186,7 +212,7 @@ void ModelsPanel::setChoice(char role, const ModelChoice &c)
 ModelChoice ModelsPanel::choice(char role) const
 {
     const Row &r = row(role);
-    return {r.path->text().trimmed(), r.device->currentText(), r.dtype->currentText(), 0};
+    return {r.path->text().trimmed(), r.device->currentText(), r.dtype->currentText(), 0, r.context->value()};
 }
 
 std::optional<core::ModelConfig> ModelsPanel::previewConfig(char role) const
@@ -207,6 +233,7 @@ void ModelsPanel::setBusy(bool busy)
         r->path->setEnabled(!busy);
         r->device->setEnabled(!busy);
         r->dtype->setEnabled(!busy);
+        r->context->setEnabled(!busy);
     }
     if (busy)
         m_progress->setValue(0);
@@ -220,6 +247,7 @@ void ModelsPanel::setEngineBusy(bool busy)
         r->path->setEnabled(!busy);
         r->device->setEnabled(!busy);
         r->dtype->setEnabled(!busy);
+        r->context->setEnabled(!busy);
     }
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 
 class QComboBox;
+class QSpinBox;
 class QGridLayout;
 class QLabel;
 class QLineEdit;
@@ -31,6 +32,7 @@ struct ModelChoice
     QString device = "cpu"; // cpu | cuda
     QString dtype = "f32";  // f32 | bf16 | f16
     int threads = 0;        // 0 = all cores
+    int context = 0;        // positions served (gpu::LoadOptions::context); 0 = the model's own
 };
 
 // What the engine loaded.
@@ -82,6 +84,7 @@ private:
         QLineEdit *path = nullptr;
         QComboBox *device = nullptr;
         QComboBox *dtype = nullptr;
+        QSpinBox *context = nullptr;
         QLabel *estimate = nullptr;
         std::optional<core::ModelConfig> config;
     };

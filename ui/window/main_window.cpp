@@ -470,8 +470,9 @@ bool MainWindow::openProject(const QString &path)
         m_projectPath = QFileInfo(path).absoluteFilePath();
         for (char role : {'a', 'b'}) {
             const auto &m = role == 'a' ? project.modelA : project.modelB;
-            m_models->setChoice(role, {QString::fromStdString(m.path.string()),
-                                       QString::fromStdString(m.device), QString::fromStdString(m.dtype), 0});
+            m_models->setChoice(role,
+                                {QString::fromStdString(m.path.string()), QString::fromStdString(m.device),
+                                 QString::fromStdString(m.dtype), 0, m.context});
         }
         rememberRecent(m_projectPath);
         setWindowTitle(tr("KV Workbench - %1[*]").arg(QString::fromStdString(project.name)));
@@ -505,6 +506,7 @@ core::Project MainWindow::currentProject(const QString &path) const
         m.path = c.path.toStdString();
         m.device = c.device.toStdString();
         m.dtype = c.dtype.toStdString();
+        m.context = c.context;
     }
     storeProjectSettings(p);
     if (!m_experimentPath.isEmpty())
@@ -565,10 +567,15 @@ void MainWindow::rememberRecent(const QString &path)
     refreshRecentMenu();
 }
 
+QStringList MainWindow::recentProjects()
+{
+    return settings().value("recentProjects").toStringList();
+}
+
 void MainWindow::refreshRecentMenu()
 {
     m_recentMenu->clear();
-    const QStringList recent = settings().value("recentProjects").toStringList();
+    const QStringList recent = recentProjects();
     for (const QString &p : recent)
         m_recentMenu->addAction(p, this, [this, p] { openProject(p); });
     m_recentMenu->setEnabled(!recent.isEmpty());
@@ -642,6 +649,7 @@ void MainWindow::beginJob(Job job)
     if (!m_engineBusy) { // else the engine refuses the request; the running job keeps its panel
         m_job = job;
         m_jobClock.start();
+        statusBar()->clearMessage(); // the last job's "Cancelled." or error is not this job's
     }
 }
 

@@ -68,6 +68,8 @@ public:
     QScrollArea *stepPage(const QString &id) const;
     // The first window size on a screen whose free area is `available`.
     static QSize initialSize(const QSize &available);
+    // The projects File > Open Recent lists, newest first (from the user's settings).
+    static QStringList recentProjects();
     const std::optional<core::Project> &project() const { return m_project; }
     QString projectPath() const { return m_projectPath; }
 

@@ -21,7 +21,7 @@ private Q_SLOTS:
         QTemporaryDir tmp;
         const fs::path dir = tmp.path().toStdString();
         test::writeFile(dir / "p.kvwb", R"({"schema": "kvwb-project/1", "name": "demo",
-            "models": {"a": {"path": "models/a"}, "b": {"path": "models/b", "dtype": "bf16"}},
+            "models": {"a": {"path": "models/a"}, "b": {"path": "models/b", "dtype": "bf16", "context": 8192}},
             "workloads": ["workloads/w.jsonl"], "corpus": "corpus.jsonl",
             "tiers": {"semantic": {"threshold": 0.8}}})");
         const auto p = core::Project::load(dir / "p.kvwb");
@@ -29,6 +29,8 @@ private Q_SLOTS:
         QCOMPARE(p.modelA.path, fs::path("models/a"));
         QCOMPARE(p.modelA.device, std::string("cpu"));
         QCOMPARE(p.modelB.dtype, std::string("bf16"));
+        QCOMPARE(p.modelA.context, 0);
+        QCOMPARE(p.modelB.context, 8192);
         const auto r = p.resolved(dir / "p.kvwb");
         QCOMPARE(r.modelB.path, dir / "models/b");
         QCOMPARE(r.workloads.at(0), dir / "workloads/w.jsonl");
@@ -39,6 +41,9 @@ private Q_SLOTS:
         QVERIFY(text.find("\"threshold\": 0.8") != std::string::npos);
         const auto again = core::Project::load(dir / "copy.kvwb");
         QCOMPARE(again.corpus.value(), fs::path("corpus.jsonl"));
+        QCOMPARE(again.modelB.context, 8192);
+        QVERIFY(text.find("\"context\": 8192") != std::string::npos);
+        QCOMPARE(text.find("\"context\": 0"), std::string::npos); // the model's own: not written
     }
 
     void sectionsDefaultWhenAbsent()
@@ -149,6 +154,13 @@ private Q_SLOTS:
                 .arg(section);
         };
         const int config = int(core::ErrorCode::Config);
+        QTest::newRow("context")
+            << R"({"schema": "kvwb-project/1", "models": {"a": {"path": "x", "context": -4}, "b": {"path": "y"}}})"
+            << config
+            << "field 'models.a.context' must be an integer in 0..16777216 (0: the model's own), got -4";
+        QTest::newRow("context type")
+            << R"({"schema": "kvwb-project/1", "models": {"a": {"path": "x"}, "b": {"path": "y", "context": "4k"}}})"
+            << config << "field 'models.b.context' must be an integer";
         QTest::newRow("capture not object")
             << bad(R"("capture": [1])") << config << "field 'capture' must be an object";
         QTest::newRow("storage") << bad(R"("capture": {"storage": "f64"})") << config

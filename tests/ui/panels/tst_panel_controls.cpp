@@ -23,6 +23,7 @@
 #include <QMenu>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -124,6 +125,37 @@ private Q_SLOTS:
                  qPrintable(text));
         panel.findChild<QLineEdit *>("pathA")->setText(QString::fromStdString((dir / "hf").string()));
         QVERIFY(!panel.findChild<QLabel *>("estimateA")->text().contains("GGUF"));
+    }
+
+    // The context a model serves: "model's own" (0) by default, bounded by the model's
+    // max_position_embeddings once its config is read, in the estimate and in the choice.
+    void modelsPanelContext()
+    {
+        QTemporaryDir tmp;
+        const std::filesystem::path dir = tmp.path().toStdString();
+        const auto spec = core::randomModelPreset("phi3-longrope"); // original 16 of 256 positions
+        core::writeRandomHfModel(dir / "phi3", spec);
+        ui::ModelsPanel panel;
+        auto *context = panel.findChild<QSpinBox *>("contextA");
+        QVERIFY(context);
+        QCOMPARE(context->value(), 0);
+        QCOMPARE(context->text(), QString("model's own"));
+        panel.findChild<QLineEdit *>("pathA")->setText(QString::fromStdString((dir / "phi3").string()));
+        QCOMPARE(context->maximum(), spec.config.maxPositionEmbeddings);
+        const auto estimate = [&] { return panel.findChild<QLabel *>("estimateA")->text(); };
+        QVERIFY2(estimate().contains(QString("at %1 tokens").arg(spec.config.contextLimit())),
+                 qPrintable(estimate()));
+        context->setValue(128);
+        QVERIFY2(estimate().contains("at 128 tokens"), qPrintable(estimate()));
+        QCOMPARE(panel.choice('a').context, 128);
+        QCOMPARE(panel.choice('b').context, 0);
+        context->setValue(100000); // past the model's positions: held at them
+        QCOMPARE(panel.choice('a').context, spec.config.maxPositionEmbeddings);
+        ui::ModelChoice c = panel.choice('a');
+        c.context = 64;
+        panel.setChoice('b', c);
+        QCOMPARE(panel.choice('b').context, 64);
+        QCOMPARE(panel.choice('b').path, c.path);
     }
 
     void fitRequestRoundTrip()
