@@ -34,13 +34,7 @@ int main(int argc, char **argv)
     // back to SSE3 ones on CPUs newer than itself (gpu/model/device.h, blasCoreOverride): set
     // OPENBLAS_CORETYPE to the family the CPU runs and start again, once.
     if (gui || (c && c->runs == app::Runs::Engine)) {
-        bool restart = false;
-        if (!std::getenv("OMP_WAIT_POLICY")) {
-            ::setenv("OMP_WAIT_POLICY", "passive", 1);
-            if (!std::getenv("GOMP_SPINCOUNT")) // docs/engine.md, "OpenMP wait policy"
-                ::setenv("GOMP_SPINCOUNT", "3000", 1);
-            restart = true;
-        }
+        bool restart = app::setOpenMpDefaults();
         if (!std::getenv("OPENBLAS_CORETYPE")) {
             const std::string core = gpu::blasCoreOverride();
             if (!core.empty()) {

@@ -26,16 +26,7 @@ namespace fs = std::filesystem;
 // `what` names what needed the engine in that message.
 [[noreturn]] void execEngine(char **argv, const std::string &what)
 {
-    // LibTorch's OpenMP workers spin while OpenBLAS's own threads run the matmuls; on a 2-core
-    // machine that made a 128-token prefill 7x slower (229 ms vs 34 ms, docs/engine.md). libgomp
-    // reads OMP_WAIT_POLICY once, when it is loaded, so it must be set before the engine starts.
-    // Passive, but a worker spins 3,000 rounds before it sleeps: a futex wake for every oneDNN
-    // product made 2-thread bf16 prefill slower than 1-thread (docs/engine.md).
-    if (!std::getenv("OMP_WAIT_POLICY")) {
-        ::setenv("OMP_WAIT_POLICY", "passive", 1);
-        if (!std::getenv("GOMP_SPINCOUNT"))
-            ::setenv("GOMP_SPINCOUNT", "3000", 1);
-    }
+    kvwb::app::setOpenMpDefaults(); // before the engine loads libgomp
     std::error_code ec;
     const fs::path self = fs::read_symlink("/proc/self/exe", ec);
     if (ec) {

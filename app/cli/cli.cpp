@@ -7,6 +7,7 @@
 #include <QCoreApplication>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <new>
 #include <stdexcept>
@@ -90,6 +91,16 @@ void setApplicationIdentity()
 {
     QCoreApplication::setApplicationName("kvwb");
     QCoreApplication::setApplicationVersion(QString("%1 (%2)").arg(core::appVersion(), core::gitCommit()));
+}
+
+bool setOpenMpDefaults()
+{
+    if (std::getenv("OMP_WAIT_POLICY"))
+        return false;
+    ::setenv("OMP_WAIT_POLICY", "passive", 1);
+    if (!std::getenv("GOMP_SPINCOUNT"))
+        ::setenv("GOMP_SPINCOUNT", "3000", 1);
+    return true;
 }
 
 int runSubcommand(const Subcommand &c, const QStringList &args)

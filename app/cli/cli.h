@@ -49,5 +49,12 @@ std::optional<int> runTopLevelOption(std::string_view first);
 int unknownSubcommand(const char *name);
 // The application name and version Qt reports (QCoreApplication must exist).
 void setApplicationIdentity();
+// The OpenMP settings the engine runs with, set in the environment unless the user set
+// OMP_WAIT_POLICY: passive (LibTorch's workers spinning while OpenBLAS's threads ran the matmuls made
+// a 128-token prefill 7x slower on 2 cores), with GOMP_SPINCOUNT=3000 unless set (a futex wake for
+// every oneDNN product made 2-thread bf16 prefill slower than 1-thread; docs/engine.md, "OpenMP
+// wait policy"). libgomp reads them once, when it is loaded: call before LibTorch is. Returns
+// whether it set anything.
+bool setOpenMpDefaults();
 
 } // namespace kvwb::app

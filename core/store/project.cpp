@@ -1,5 +1,7 @@
 #include "core/store/project.h"
 
+#include "core/model/model_config.h"
+
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
@@ -61,7 +63,7 @@ ProjectModel readModel(const json &j, const char *role, const fs::path &file)
                                            "dtype' must be f32, bf16 or f16, got '" + pm.dtype + "'");
     if (m.contains("context")) {
         const json &c = m.at("context");
-        constexpr int64_t kMaxContext = int64_t(1) << 24;
+        constexpr int64_t kMaxContext = kMaxPositions;
         if (!c.is_number_integer() || (c.is_number_unsigned() && c.get<uint64_t>() > uint64_t(kMaxContext)) ||
             c.get<int64_t>() < 0 || c.get<int64_t>() > kMaxContext)
             throw Error(ErrorCode::Config,

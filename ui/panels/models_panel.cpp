@@ -107,7 +107,7 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     r.dtype->setToolTip(tr("f16 runs on CUDA only"));
     r.context = new QSpinBox(this);
     r.context->setObjectName(role == 'a' ? "contextA" : "contextB");
-    r.context->setRange(0, 1 << 24);
+    r.context->setRange(0, core::kMaxPositions);
     r.context->setSingleStep(1024);
     r.context->setSpecialValueText(tr("model's own"));
     r.context->setToolTip(
@@ -159,7 +159,7 @@ void ModelsPanel::refreshEstimate(char role)
                 core::computeTypeBytes(core::parseComputeType(r.dtype->currentText().toStdString())
                                            .value_or(core::ComputeType::F32));
             const int most =
-                r.config->maxPositionEmbeddings > 0 ? r.config->maxPositionEmbeddings : (1 << 24);
+                r.config->maxPositionEmbeddings > 0 ? r.config->maxPositionEmbeddings : core::kMaxPositions;
             if (r.context->maximum() != most) {
                 const QSignalBlocker quiet(r.context);
                 r.context->setMaximum(most); // clamps a value above it
@@ -202,7 +202,7 @@ void ModelsPanel::setChoice(char role, const ModelChoice &c)
     r.dtype->setCurrentText(c.dtype);
     {
         const QSignalBlocker quiet(r.context);
-        r.context->setMaximum(1 << 24); // the model's own bound is applied as its config is read
+        r.context->setMaximum(core::kMaxPositions); // the model's own bound is applied as its config is read
         r.context->setValue(c.context);
     }
     r.path->setText(c.path); // last: refreshes the estimate once with the new device and dtype

@@ -183,13 +183,6 @@ private:
     int m_parts = 0;
 };
 
-thread_local int t_rowThreads = 0;
-
-int rowThreads()
-{
-    return t_rowThreads > 0 ? t_rowThreads : at::get_num_threads();
-}
-
 // Splits rows into parts of whole blocks of `block` rows over the team (work: the elements a
 // product touches, to skip the handover for small ones); each row is computed by one thread with
 // the same arithmetic, so the result does not depend on the thread count.
@@ -198,7 +191,7 @@ template <class Body> void splitRows(int64_t rows, int64_t work, const Body &bod
     // below ~64k weights (128 KiB of bf16) a product takes a few microseconds: not worth a handover
     constexpr int64_t kMinWork = int64_t(1) << 16;
     const int64_t blocks = (rows + block - 1) / block;
-    int parts = int(std::min<int64_t>(rowThreads(), blocks));
+    int parts = int(std::min<int64_t>(at::get_num_threads(), blocks));
     if (rows * work < kMinWork)
         parts = 1;
     struct Ctx
@@ -288,11 +281,6 @@ struct Mapping
 #endif
 
 } // namespace
-
-void setRowThreads(int threads)
-{
-    t_rowThreads = threads;
-}
 
 bool haveRowGemv(torch::Dtype dtype)
 {

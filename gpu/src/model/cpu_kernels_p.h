@@ -16,10 +16,6 @@
 
 namespace kvwb::gpu::detail {
 
-// The number of threads the row kernels split a product over, for products started on this thread
-// (0: torch's intra-op thread count).
-void setRowThreads(int threads);
-
 // Whether this CPU runs rowGemv for dtype (f32: AVX-512F and FMA; bf16: also AVX-512 BF16),
 // checked once at run time.
 bool haveRowGemv(torch::Dtype dtype);

@@ -102,7 +102,6 @@ struct JobScope
         if (at::get_num_threads() != n)
             at::set_num_threads(n);
         setBlasThreads(n);
-        detail::setRowThreads(n);
     }
     c10::InferenceMode guard;
 };
