@@ -31,6 +31,11 @@
 #include <filesystem>
 #include <thread>
 
+#ifdef __linux__
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
+
 namespace kvwb::app {
 
 namespace fs = std::filesystem;
@@ -495,6 +500,18 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
     m_worker = new EngineWorker;
     m_worker->moveToThread(&m_thread);
     connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+    // The engine's threads yield to the window's: the engine thread runs at nice +5, and the
+    // threads it starts (the CPU kernels' team, torch's and the BLAS's pools) inherit that, so the
+    // GUI thread keeps ~3x their share of a busy core and repaints while a job holds every core.
+    // (QThread::LowPriority does nothing under Linux's default scheduler; nice is per thread.)
+    connect(
+        &m_thread, &QThread::started, m_worker,
+        [] {
+#ifdef __linux__
+            setpriority(PRIO_PROCESS, pid_t(gettid()), std::min(19, getpriority(PRIO_PROCESS, 0) + 5));
+#endif
+        },
+        Qt::DirectConnection);
     connect(m_worker, &EngineWorker::progress, this, [this](quint64 job, double f, const QString &stage) {
         m_state = QString("%1 %2% (%3)").arg(m_jobLabel).arg(int(100 * f)).arg(stage);
         Q_EMIT progress(job, f, stage);

@@ -1,3 +1,11 @@
+// GCC 12's AVX-512 intrinsics start some results from a self-initialised "undefined" vector,
+// which its flow analysis reports as uninitialised once they are inlined under target
+// attributes; the headers (torch's among them) are read before any line of this file's own.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include "gpu/src/model/cpu_kernels_p.h"
 
 #include <ATen/Parallel.h>
@@ -5,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,6 +24,7 @@
 #include <vector>
 
 #ifdef __linux__
+#include <dlfcn.h>
 #include <sys/mman.h>
 #endif
 
@@ -183,6 +193,18 @@ private:
     int m_parts = 0;
 };
 
+// The team's thread count for products on this thread (setTeamThreads); 0: torch's intra-op count.
+thread_local int t_teamThreads = 0;
+int teamThreads()
+{
+    return t_teamThreads > 0 ? t_teamThreads : at::get_num_threads();
+}
+
+// splitRows' work per element for the scalar loops (norms, RoPE, activations, softmax): a few
+// nanoseconds each against a fraction of one for a product's multiply-add, so a prompt's rows are
+// split and one token's stay on the calling thread.
+constexpr int64_t kScalarWork = 16;
+
 // Splits rows into parts of whole blocks of `block` rows over the team (work: the elements a
 // product touches, to skip the handover for small ones); each row is computed by one thread with
 // the same arithmetic, so the result does not depend on the thread count.
@@ -191,7 +213,7 @@ template <class Body> void splitRows(int64_t rows, int64_t work, const Body &bod
     // below ~64k weights (128 KiB of bf16) a product takes a few microseconds: not worth a handover
     constexpr int64_t kMinWork = int64_t(1) << 16;
     const int64_t blocks = (rows + block - 1) / block;
-    int parts = int(std::min<int64_t>(at::get_num_threads(), blocks));
+    int parts = int(std::min<int64_t>(teamThreads(), blocks));
     if (rows * work < kMinWork)
         parts = 1;
     struct Ctx
@@ -266,6 +288,230 @@ void attendHead(const T *q, const T *keys, const T *values, int64_t k0, int64_t 
         axpyRow(out, scores[j] * inv, values + (k0 + j) * hd, hd);
 }
 #endif
+
+#ifdef KVWB_X86_AVX512
+// The four 16-lane sums a, b, c, d reduced to [sum a, sum b, sum c, sum d]: a transpose-and-add
+// (15 adds and shuffles for four dot products instead of 4 x 8).
+__attribute__((target("avx512f"))) inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// row[J], or zeros past the row's NR accumulators.
+template <int J, int NR>
+__attribute__((target("avx512f"), always_inline)) inline __m512 lane(const __m512 (&row)[NR])
+{
+    if constexpr (J < NR)
+        return row[J];
+    else
+        return _mm512_setzero_ps();
+}
+
+#define KVWB_TILE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+// One step of a tile: 16 columns (those of mask m) from column kk, one FMA per accumulator.
+template <int MR, int NR>
+KVWB_TILE_TARGET __attribute__((always_inline)) inline void
+tileStep(__m512 (&acc)[MR][NR], const float *x, int64_t k, const float *w, int64_t kk, __mmask16 m)
+{
+    __m512 wv[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j)
+        wv[j] = _mm512_maskz_loadu_ps(m, w + j * k + kk);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+        const __m512 xv = _mm512_maskz_loadu_ps(m, x + i * k + kk);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j)
+            acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+}
+
+// c[i][j] = x_i . w_j (+ bias[j]) for MR rows of x and NR rows of w (f32, k columns): MR x NR
+// accumulators of 16 lanes, the last partial step masked (zeros add nothing).
+template <int MR, int NR>
+KVWB_TILE_TARGET inline void gemmTile(const float *x, int64_t k, const float *w, float *c, int64_t ldc,
+                                      const float *bias)
+{
+    __m512 acc[MR][NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j)
+            acc[i][j] = _mm512_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 16 <= k; kk += 16)
+        tileStep<MR, NR>(acc, x, k, w, kk, __mmask16(0xffff));
+    if (kk < k)
+        tileStep<MR, NR>(acc, x, k, w, kk, __mmask16((1u << (k - kk)) - 1));
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+        const __m128 s = reduce4(lane<0>(acc[i]), lane<1>(acc[i]), lane<2>(acc[i]), lane<3>(acc[i]));
+        alignas(16) float out[4];
+        _mm_store_ps(out, s);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j)
+            c[i * ldc + j] = bias ? out[j] + bias[j] : out[j];
+    }
+}
+
+template <int MR>
+KVWB_TILE_TARGET inline void gemmTileRows(int nr, const float *x, int64_t k, const float *w, float *c,
+                                          int64_t ldc, const float *bias)
+{
+    switch (nr) {
+    case 4:
+        return gemmTile<MR, 4>(x, k, w, c, ldc, bias);
+    case 3:
+        return gemmTile<MR, 3>(x, k, w, c, ldc, bias);
+    case 2:
+        return gemmTile<MR, 2>(x, k, w, c, ldc, bias);
+    default:
+        return gemmTile<MR, 1>(x, k, w, c, ldc, bias);
+    }
+}
+
+// bf16 -> f32 (exact: the bf16 bits are the f32's top half).
+KVWB_TILE_TARGET void widenBf16(const uint16_t *src, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(
+            dst + i,
+            _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(src + i))), 16)));
+    for (; i < n; ++i)
+        dst[i] = bf16ToFloat(src[i]);
+}
+
+// Columns [j0, j1) of c [m, ldc] = x [m, k] w^T (+ bias) for f32 x and w [n, k] (row-major, f32
+// or bf16), f32 out. Rows of x in chunks that stay in L2 while four rows of w at a time (in L1;
+// bf16 rows widened to f32 once for the chunk, exactly) pass over them; each element is one
+// tile's dot product, whatever the split. bf16 x bf16 products are exact in f32, so a bf16
+// product's sums are those of f32 arithmetic, as torch's bf16 matmul accumulates. (vdpbf16ps
+// ran these tiles at ~0.65x of f32 FMA's speed on the AVX-512 BF16 machine we measured.)
+template <class TW>
+KVWB_TILE_TARGET void gemmCols(const float *x, int64_t m, const TW *w, int64_t k, int64_t j0, int64_t j1,
+                               float *c, int64_t ldc, const float *bias)
+{
+    // ~256 KiB of x per chunk: 2 MiB L2 holds it and the w rows passing over it
+    const int64_t chunk = std::max<int64_t>(4, (int64_t(256) << 10) / (int64_t(sizeof(float)) * k) / 4 * 4);
+    std::vector<float> wide(std::is_same_v<TW, float> ? 0 : size_t(4 * k));
+    for (int64_t m0 = 0; m0 < m; m0 += chunk) {
+        const int64_t m1 = std::min(m, m0 + chunk);
+        for (int64_t j = j0; j < j1; j += 4) {
+            const int nr = int(std::min<int64_t>(4, j1 - j));
+            const float *wj;
+            if constexpr (std::is_same_v<TW, float>) {
+                wj = w + j * k;
+            } else {
+                widenBf16(w + j * k, wide.data(), nr * k);
+                wj = wide.data();
+            }
+            const float *bj = bias ? bias + j : nullptr;
+            int64_t i = m0;
+            for (; i + 4 <= m1; i += 4)
+                gemmTileRows<4>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+            switch (m1 - i) {
+            case 3:
+                gemmTileRows<3>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                break;
+            case 2:
+                gemmTileRows<2>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                break;
+            case 1:
+                gemmTileRows<1>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+}
+#undef KVWB_TILE_TARGET
+#endif
+
+// cblas_sgemm of the BLAS LibTorch links (libblas.so.3: OpenBLAS on Debian), looked up at run time
+// like openblas_set_num_threads; null where there is none.
+using CblasSgemm = void (*)(int order, int transA, int transB, int m, int n, int k, float alpha,
+                            const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+CblasSgemm cblasSgemm()
+{
+#ifdef __linux__
+    static const auto f = reinterpret_cast<CblasSgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+    return f;
+#else
+    return nullptr;
+#endif
+}
+
+// Whether an f32 product of m rows goes through the BLAS: its packed kernels win on long prompts,
+// the tiles (no packing) on short ones (m < 256).
+bool blasRows(int64_t m)
+{
+    return m >= 256;
+}
+
+// One share of a prompt product: columns [j0, j1) of c = x w^T (+ bias). f32 weights go through
+// the BLAS's sgemm on this thread alone where there is one (OpenBLAS's packed kernels ran a
+// 512-token f32 prefill ~1.4x faster than the tiles here); bf16, and f32 without a BLAS, through
+// the tiles.
+template <class TW>
+void productShare(const float *x, int64_t m, const TW *w, int64_t k, int64_t j0, int64_t j1, float *c,
+                  int64_t ldc, const float *bias)
+{
+    if constexpr (std::is_same_v<TW, float>) {
+        if (const auto gemm = blasRows(m) ? cblasSgemm() : nullptr) {
+            constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+            gemm(kRowMajor, kNoTrans, kTrans, int(m), int(j1 - j0), int(k), 1.0f, x, int(k), w + j0 * k,
+                 int(k), 0.0f, c + j0, int(ldc));
+            if (bias)
+                for (int64_t i = 0; i < m; ++i)
+                    for (int64_t j = j0; j < j1; ++j)
+                        c[i * ldc + j] += bias[j];
+            return;
+        }
+    }
+#ifdef KVWB_X86_AVX512
+    gemmCols(x, m, w, k, j0, j1, c, ldc, bias);
+#else
+    TORCH_CHECK(false, "prompt products: not built for this CPU");
+#endif
+}
+
+// Columns of the products per call: fixed, so that each output element comes from the same call
+// (same shape, same BLAS kernel path) on any thread count; the team splits whole chunks.
+// (sgemm packs x once per call: 128 columns ran a 512-token f32 prefill ~10% faster than 64; the
+// tiles read w in 4-row blocks either way.)
+int64_t productChunk(bool blas)
+{
+    return blas ? 128 : 64;
+}
+
+// y[i] = x[i] w[i]^T (+ bias) for i < b: x [b, m, k] f32 contiguous, w rows of k (batch stride
+// wStride), y [b, m, n] f32; (product, column chunk) pairs split over the team.
+template <class TW>
+void teamProducts(int64_t b, const float *x, int64_t m, const TW *w, int64_t wStride, int64_t n, int64_t k,
+                  float *y, const float *bias)
+{
+    const int64_t chunk = productChunk(std::is_same_v<TW, float> && blasRows(m) && cblasSgemm());
+    const int64_t chunks = (n + chunk - 1) / chunk;
+    splitRows(
+        b * chunks, m * k * chunk,
+        [&](int64_t u0, int64_t u1) {
+            for (int64_t u = u0; u < u1; ++u) {
+                const int64_t i = u / chunks, j0 = u % chunks * chunk, j1 = std::min(n, j0 + chunk);
+                productShare(x + i * m * k, m, w + i * wStride, k, j0, j1, y + i * m * n, n, bias);
+            }
+        },
+        1);
+}
 
 #ifdef __linux__
 struct Mapping
@@ -397,6 +643,101 @@ void packWeights(const std::vector<torch::Tensor *> &tensors)
 #endif
 }
 
+int setBlasThreads(int n)
+{
+#ifdef __linux__
+    using Set = void (*)(int);
+    using Get = int (*)();
+    static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    if (!set || !get)
+        return 0;
+    const int before = get();
+    if (n > 0 && before != n)
+        set(n);
+    return before;
+#else
+    (void)n;
+    return 0;
+#endif
+}
+
+int setOmpThreads(int n)
+{
+#ifdef __linux__
+    using Set = void (*)(int);
+    using Get = int (*)();
+    static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    if (!set || !get)
+        return 0;
+    (void)at::get_num_threads(); // torch's once-per-thread set-up first, or it would undo this later
+    const int before = get();
+    if (n > 0 && before != n)
+        set(n);
+    return before;
+#else
+    (void)n;
+    return 0;
+#endif
+}
+
+int setTeamThreads(int n)
+{
+    const int before = t_teamThreads;
+    t_teamThreads = n;
+    return before;
+}
+
+bool haveTeamGemm(torch::Dtype dtype)
+{
+    return haveRowGemv(dtype);
+}
+
+torch::Tensor teamMatmulNT(const torch::Tensor &x, const torch::Tensor &w)
+{
+    const auto dt = x.scalar_type();
+    TORCH_CHECK((dt == torch::kBFloat16 || dt == torch::kFloat32) && w.scalar_type() == dt && x.dim() == 3 &&
+                    w.dim() == 3 && x.size(0) == w.size(0) && x.size(2) == w.size(2) && w.stride(2) == 1 &&
+                    w.stride(1) == w.size(2) && x.device().is_cpu() && w.device().is_cpu() &&
+                    std::max({x.size(1), w.size(1), x.size(2)}) <= INT32_MAX,
+                "teamMatmulNT: expected x [b, m, k] and w [b, n, k] (dense rows) of one dtype (f32 or bf16) "
+                "on the CPU");
+    const int64_t b = x.size(0), m = x.size(1), n = w.size(1), k = x.size(2), wStride = w.stride(0);
+    const auto xc = x.to(torch::kFloat32).contiguous();
+    const float *xp = xc.data_ptr<float>();
+    auto y = torch::empty({b, m, n}, x.options().dtype(torch::kFloat32));
+    if (dt == torch::kBFloat16)
+        teamProducts(b, xp, m, reinterpret_cast<const uint16_t *>(w.data_ptr()), wStride, n, k,
+                     y.data_ptr<float>(), nullptr);
+    else
+        teamProducts(b, xp, m, w.data_ptr<float>(), wStride, n, k, y.data_ptr<float>(), nullptr);
+    return y;
+}
+
+torch::Tensor teamLinear(const torch::Tensor &x, const torch::Tensor &w, const torch::Tensor &bias)
+{
+    const auto dt = w.scalar_type();
+    TORCH_CHECK((dt == torch::kBFloat16 || dt == torch::kFloat32) && x.scalar_type() == dt && w.dim() == 2 &&
+                    x.dim() == 2 && w.is_contiguous() && w.device().is_cpu() && x.size(1) == w.size(1) &&
+                    std::max({x.size(0), w.size(0), w.size(1)}) <= INT32_MAX &&
+                    (!bias.defined() || bias.numel() == w.size(0)),
+                "teamLinear: expected x [t, in] and W [out, in] of one dtype (f32 or bf16), W contiguous, "
+                "on the CPU");
+    const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
+    const auto xc = x.to(torch::kFloat32).contiguous();
+    const float *xp = xc.data_ptr<float>();
+    auto y = torch::empty({m, n}, w.options().dtype(torch::kFloat32));
+    const auto bf = bias.defined() ? bias.to(torch::kFloat32).contiguous() : torch::Tensor();
+    const float *bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
+    if (dt == torch::kBFloat16)
+        teamProducts(1, xp, m, reinterpret_cast<const uint16_t *>(w.data_ptr()), 0, n, k, y.data_ptr<float>(),
+                     bp);
+    else
+        teamProducts(1, xp, m, w.data_ptr<float>(), 0, n, k, y.data_ptr<float>(), bp);
+    return dt == torch::kFloat32 ? y : y.to(dt);
+}
+
 bool cpuKernelFits(const torch::Tensor &x)
 {
     return x.device().is_cpu() &&
@@ -430,12 +771,12 @@ void rmsNormRows(const T *x, const T *w, T *out, int64_t rows, int64_t n, float 
 
 template <class T>
 void ropeHeads(const torch::Tensor &x, const float *cos, const float *sin, T *out, bool rotateHalf,
-               bool inverse)
+               bool inverse, int64_t h0, int64_t h1)
 {
-    const int64_t heads = x.size(0), tokens = x.size(1), d = x.size(2), half = d / 2;
+    const int64_t tokens = x.size(1), d = x.size(2), half = d / 2;
     const int64_t s0 = x.stride(0), s1 = x.stride(1);
     const T *base = x.data_ptr<T>();
-    for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t h = h0; h < h1; ++h) {
         for (int64_t t = 0; t < tokens; ++t) {
             const T *in = base + h * s0 + t * s1;
             T *o = out + (h * tokens + t) * d;
@@ -464,12 +805,18 @@ torch::Tensor rmsNormCpu(const torch::Tensor &x, const torch::Tensor &w, double 
     const auto wc = w.to(x.scalar_type()).contiguous();
     const int64_t n = x.size(-1), rows = n > 0 ? x.numel() / n : 0;
     auto out = torch::empty_like(xc);
-    if (x.scalar_type() == torch::kFloat32)
-        rmsNormRows(xc.data_ptr<float>(), wc.data_ptr<float>(), out.data_ptr<float>(), rows, n, float(eps),
-                    unitOffset);
-    else
-        rmsNormRows(xc.data_ptr<c10::BFloat16>(), wc.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(),
-                    rows, n, float(eps), unitOffset);
+    // rows over the team for a prompt (one row: not worth a handover); each row one thread's loop
+    splitRows(
+        rows, kScalarWork * n,
+        [&](int64_t r0, int64_t r1) {
+            if (x.scalar_type() == torch::kFloat32)
+                rmsNormRows(xc.data_ptr<float>() + r0 * n, wc.data_ptr<float>(),
+                            out.data_ptr<float>() + r0 * n, r1 - r0, n, float(eps), unitOffset);
+            else
+                rmsNormRows(xc.data_ptr<c10::BFloat16>() + r0 * n, wc.data_ptr<c10::BFloat16>(),
+                            out.data_ptr<c10::BFloat16>() + r0 * n, r1 - r0, n, float(eps), unitOffset);
+        },
+        4);
     return out;
 }
 
@@ -482,12 +829,221 @@ torch::Tensor ropeCpu(const torch::Tensor &x, const torch::Tensor &cos, const to
                 "ropeCpu: expected x [heads, tokens, headDim] and cos/sin [tokens, headDim/2] f32");
     auto out = torch::empty({x.size(0), x.size(1), x.size(2)},
                             x.options().memory_format(at::MemoryFormat::Contiguous));
-    if (x.scalar_type() == torch::kFloat32)
-        ropeHeads(x, cos.data_ptr<float>(), sin.data_ptr<float>(), out.data_ptr<float>(), rotateHalf,
-                  inverse);
-    else
-        ropeHeads(x, cos.data_ptr<float>(), sin.data_ptr<float>(), out.data_ptr<c10::BFloat16>(), rotateHalf,
-                  inverse);
+    splitRows(
+        x.size(0), kScalarWork * x.size(1) * x.size(2),
+        [&](int64_t h0, int64_t h1) {
+            if (x.scalar_type() == torch::kFloat32)
+                ropeHeads(x, cos.data_ptr<float>(), sin.data_ptr<float>(), out.data_ptr<float>(), rotateHalf,
+                          inverse, h0, h1);
+            else
+                ropeHeads(x, cos.data_ptr<float>(), sin.data_ptr<float>(), out.data_ptr<c10::BFloat16>(),
+                          rotateHalf, inverse, h0, h1);
+        },
+        1);
+    return out;
+}
+
+namespace {
+
+#ifdef KVWB_X86_AVX512
+#define KVWB_VEC_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+// 16 lanes of f32 or bf16 (widened exactly), lanes outside m read as 0.
+KVWB_VEC_TARGET inline __m512 load16(const float *p, __mmask16 m)
+{
+    return _mm512_maskz_loadu_ps(m, p);
+}
+KVWB_VEC_TARGET inline __m512 load16(const c10::BFloat16 *p, __mmask16 m)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+
+// f32 -> bf16 bits, rounded to nearest even as c10::BFloat16 rounds finite values.
+KVWB_VEC_TARGET inline __m512i bf16Bits(__m512 v)
+{
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    return _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+}
+KVWB_VEC_TARGET inline void store16(float *p, __m512 v, __mmask16 m)
+{
+    _mm512_mask_storeu_ps(p, m, v);
+}
+KVWB_VEC_TARGET inline void store16(c10::BFloat16 *p, __m512 v, __mmask16 m)
+{
+    _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(bf16Bits(v)));
+}
+// v rounded to T and back (f32: v itself).
+KVWB_VEC_TARGET inline __m512 roundVec(__m512 v, const float *)
+{
+    return v;
+}
+KVWB_VEC_TARGET inline __m512 roundVec(__m512 v, const c10::BFloat16 *)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bf16Bits(v), 16));
+}
+
+// e^x in f32 (Cephes' expf: x = n ln2 + r, |r| <= ln2/2, a degree-5 polynomial; ~1 ulp), 0 below
+// -87.3 (and for -inf: the masked scores), +inf above 88.7.
+KVWB_VEC_TARGET inline __m512 exp16(__m512 x)
+{
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512 e = _mm512_scalef_ps(p, n);
+    const __mmask16 low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
+    const __mmask16 high = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.7f), _CMP_GT_OQ);
+    return _mm512_mask_blend_ps(high, _mm512_mask_blend_ps(low, e, _mm512_setzero_ps()),
+                                _mm512_set1_ps(INFINITY));
+}
+
+// tanh(x) = 1 - 2 / (e^2x + 1): +-1 where e^2x over- or underflows.
+KVWB_VEC_TARGET inline __m512 tanh16(__m512 x)
+{
+    const __m512 e = exp16(_mm512_add_ps(x, x));
+    return _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                         _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f))));
+}
+
+inline __mmask16 tailMask(int64_t left)
+{
+    return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+}
+
+template <class T>
+KVWB_VEC_TARGET void gluRows(const T *gu, T *out, int64_t r0, int64_t r1, int64_t inter, bool gelu)
+{
+    for (int64_t r = r0; r < r1; ++r) {
+        const T *g = gu + r * 2 * inter, *u = g + inter;
+        T *o = out + r * inter;
+        for (int64_t i = 0; i < inter; i += 16) {
+            const __mmask16 m = tailMask(inter - i);
+            const __m512 x = load16(g + i, m);
+            __m512 a;
+            if (gelu) { // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+                const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+                const __m512 z = _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f),
+                                               _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
+                a = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x),
+                                  _mm512_add_ps(_mm512_set1_ps(1.0f), tanh16(z)));
+            } else { // x / (1 + e^-x)
+                a = _mm512_div_ps(
+                    x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp16(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+            }
+            // as torch: the activation rounded to T, then the product
+            store16(o + i, _mm512_mul_ps(roundVec(a, o), load16(u + i, m)), m);
+        }
+    }
+}
+
+template <class T>
+KVWB_VEC_TARGET void softmaxRows(float *s, T *out, int64_t r0, int64_t r1, int64_t keys, int64_t queries,
+                                 float scale, float cap, const bool *mask)
+{
+    const __m512 sv = _mm512_set1_ps(scale), cv = _mm512_set1_ps(cap), inf = _mm512_set1_ps(-INFINITY);
+    const __m512 invCap = _mm512_set1_ps(cap > 0 ? 1.0f / cap : 0.0f);
+    for (int64_t r = r0; r < r1; ++r) {
+        float *row = s + r * keys;
+        const bool *mk = mask ? mask + (r % queries) * keys : nullptr;
+        __m512 hi = inf;
+        for (int64_t j = 0; j < keys; j += 16) {
+            const __mmask16 m = tailMask(keys - j);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), sv);
+            if (cap > 0)
+                v = _mm512_mul_ps(tanh16(_mm512_mul_ps(v, invCap)), cv);
+            if (mk) {
+                const __m128i bytes = _mm_maskz_loadu_epi8(m, mk + j);
+                v = _mm512_mask_blend_ps(
+                    _mm512_test_epi32_mask(_mm512_cvtepu8_epi32(bytes), _mm512_cvtepu8_epi32(bytes)), v, inf);
+            }
+            _mm512_mask_storeu_ps(row + j, m, v);
+            hi = _mm512_mask_max_ps(hi, m, hi, v);
+        }
+        const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(hi));
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < keys; j += 16) {
+            const __mmask16 m = tailMask(keys - j);
+            const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), top));
+            _mm512_mask_storeu_ps(row + j, m, e);
+            sum = _mm512_mask_add_ps(sum, m, sum, e);
+        }
+        const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+        T *o = out + r * keys;
+        for (int64_t j = 0; j < keys; j += 16) {
+            const __mmask16 m = tailMask(keys - j);
+            store16(o + j, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv), m);
+        }
+    }
+}
+#undef KVWB_VEC_TARGET
+#endif
+
+} // namespace
+
+torch::Tensor gluCpu(const torch::Tensor &gateUp, bool gelu)
+{
+    TORCH_CHECK(gateUp.dim() == 2 && gateUp.size(1) % 2 == 0 && cpuKernelFits(gateUp),
+                "gluCpu: expected gate|up [t, 2 * intermediate] f32 or bf16 on the CPU");
+    const auto gu = gateUp.contiguous();
+    const int64_t rows = gu.size(0), inter = gu.size(1) / 2;
+    auto out = torch::empty({rows, inter}, gu.options());
+#ifdef KVWB_X86_AVX512
+    splitRows(
+        rows, kScalarWork * inter,
+        [&](int64_t r0, int64_t r1) {
+            if (gu.scalar_type() == torch::kFloat32)
+                gluRows(gu.data_ptr<float>(), out.data_ptr<float>(), r0, r1, inter, gelu);
+            else
+                gluRows(gu.data_ptr<c10::BFloat16>(), out.data_ptr<c10::BFloat16>(), r0, r1, inter, gelu);
+        },
+        1);
+#else
+    TORCH_CHECK(false, "gluCpu: not built for this CPU");
+#endif
+    return out;
+}
+
+torch::Tensor attentionSoftmaxCpu(torch::Tensor scores, const torch::Tensor &mask, double scale,
+                                  double softcap, torch::Dtype dtype)
+{
+    TORCH_CHECK(scores.dim() == 3 && scores.scalar_type() == torch::kFloat32 && scores.is_contiguous() &&
+                    scores.device().is_cpu() && (dtype == torch::kFloat32 || dtype == torch::kBFloat16),
+                "attentionSoftmaxCpu: expected contiguous f32 scores [g, r, keys] on the CPU");
+    const int64_t g = scores.size(0), r = scores.size(1), keys = scores.size(2);
+    torch::Tensor m;
+    int64_t queries = r;
+    if (mask.defined()) {
+        TORCH_CHECK(mask.dim() == 2 && mask.size(1) == keys && mask.size(0) > 0 && r % mask.size(0) == 0 &&
+                        mask.scalar_type() == torch::kBool,
+                    "attentionSoftmaxCpu: expected a bool mask [queries, keys]");
+        m = mask.contiguous();
+        queries = m.size(0);
+    }
+    auto out = dtype == torch::kFloat32 ? scores : torch::empty({g, r, keys}, scores.options().dtype(dtype));
+    const bool *mp = m.defined() ? m.data_ptr<bool>() : nullptr;
+#ifdef KVWB_X86_AVX512
+    splitRows(
+        g * r, kScalarWork * keys,
+        [&](int64_t r0, int64_t r1) {
+            if (dtype == torch::kFloat32)
+                softmaxRows(scores.data_ptr<float>(), out.data_ptr<float>(), r0, r1, keys, queries,
+                            float(scale), float(softcap), mp);
+            else
+                softmaxRows(scores.data_ptr<float>(), out.data_ptr<c10::BFloat16>(), r0, r1, keys, queries,
+                            float(scale), float(softcap), mp);
+        },
+        4);
+#else
+    TORCH_CHECK(false, "attentionSoftmaxCpu: not built for this CPU");
+#endif
     return out;
 }
 

@@ -1,5 +1,6 @@
-// Private to gpu/: hand-written CPU kernels for the decode step, where LibTorch's own paths are
-// slow for one token. Includes torch.
+// Private to gpu/: hand-written CPU kernels for decode, where LibTorch's own paths are slow for
+// one token, and for a prompt's products, attention and elementwise loops, which LibTorch ran on
+// thread pools of its own beside the team (docs/engine.md, Threads). Includes torch.
 //
 // LibTorch 1.13 runs a [1, in] x [out, in]^T product through oneDNN (bf16) at ~4 GB/s and OpenBLAS
 // (f32) at ~7-11 GB/s of weights on the AVX-512 machines we measured; the row-dot kernels here
@@ -42,6 +43,38 @@ torch::Tensor attendOneCpu(const torch::Tensor &q, const torch::Tensor &keys, co
 // every 4 KiB page boundary. Does nothing elsewhere, or for less than 1 MiB in all.
 void packWeights(const std::vector<torch::Tensor *> &tensors);
 
+// Sets the BLAS's own thread count (OpenBLAS keeps a pool that torch's thread setting does not
+// reach) when n > 0; returns the count it had, 0 where the BLAS has no such setting.
+int setBlasThreads(int n);
+
+// Sets the OpenMP thread count of the calling thread's parallel regions (torch's parallel_for
+// reads it) when n > 0; returns the count it had, 0 where OpenMP is not in the process.
+int setOmpThreads(int n);
+
+// The row team's thread count for the products this thread starts, until set again; returns the
+// count it had. 0 (the default): torch's intra-op thread count. A model job sets its count here
+// and runs torch's own ops on one thread (Model's JobScope): torch's OpenMP threads and the team
+// would otherwise take turns on the same cores between every two products.
+int setTeamThreads(int n);
+
+// Whether teamLinear / teamMatmulNT run for dtype (the AVX-512 kernels of haveRowGemv).
+bool haveTeamGemm(torch::Dtype dtype);
+
+// y = x W^T (+ bias) for a prompt: x [t, in], W [out, in] contiguous, bias [out] or undefined,
+// all of one dtype (f32 or bf16) on the CPU; returns [t, out] of that dtype. W's rows are split
+// over the row team in blocks of 16; each output element is one dot product of 4 x 4 register
+// tiles (vdpbf16ps or FMA, f32 sums, bias added in f32, one rounding), so a prompt's logits are
+// the same bits on any thread count. Neither LibTorch's bf16 linear (oneDNN) nor its f32 one
+// (OpenBLAS) scaled a 64-token product of a 135M model to two threads beside torch's own
+// OpenMP threads (2-thread prefill at ~1.05x of one thread).
+torch::Tensor teamLinear(const torch::Tensor &x, const torch::Tensor &w, const torch::Tensor &bias);
+
+// y[i] = x[i] w[i]^T for x [b, m, k] and w [b, n, k] whose rows are dense (stride k; any batch
+// stride: a narrow of the KV cache), f32 or bf16; returns f32 [b, m, n], the columns of all b
+// products split over the team as one. Prefill attention: scores = Q K^T, and probs V as
+// probs (V^T)^T.
+torch::Tensor teamMatmulNT(const torch::Tensor &x, const torch::Tensor &w);
+
 // Whether rmsNormCpu / ropeCpu take x: a CPU f32 or bf16 tensor whose last dimension is dense.
 bool cpuKernelFits(const torch::Tensor &x);
 
@@ -56,5 +89,17 @@ torch::Tensor rmsNormCpu(const torch::Tensor &x, const torch::Tensor &w, double 
 // contiguous tensor.
 torch::Tensor ropeCpu(const torch::Tensor &x, const torch::Tensor &cos, const torch::Tensor &sin,
                       bool rotateHalf, bool inverse);
+
+// The gated MLP's activation for a prompt: gateUp [t, 2 * intermediate] (gate | up, f32 or bf16,
+// on the CPU) -> act(gate) * up [t, intermediate], act SiLU or GELU (tanh), in f32 with the
+// activation rounded to the dtype before the product, as torch's two ops round. Rows over the team.
+torch::Tensor gluCpu(const torch::Tensor &gateUp, bool gelu);
+
+// Prompt attention's probabilities: scores [g, r, keys] contiguous f32 (Q K^T), scaled, soft-capped
+// when softcap > 0, masked where mask [queries, keys] (bool, true = masked; row i of scores uses
+// mask row i % queries, GQA's heads stacked over the queries) is set, softmax per row in f32;
+// returns dtype (f32: scores itself, overwritten). Rows over the team.
+torch::Tensor attentionSoftmaxCpu(torch::Tensor scores, const torch::Tensor &mask, double scale,
+                                  double softcap, torch::Dtype dtype);
 
 } // namespace kvwb::gpu::detail

@@ -9,7 +9,6 @@
 
 #include <fmt/format.h>
 
-#include <dlfcn.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -61,21 +60,6 @@ torch::Dtype torchType(core::DType t)
     }
 }
 
-// OpenBLAS keeps its own thread pool (one thread per core by default), which at::set_num_threads
-// does not touch: a "1 thread" job ran its matmuls on two threads that yield-spin against each
-// other (12% of a 135M decode profile in sched_yield). LibTorch links OpenBLAS (or another BLAS)
-// through libblas.so.3, so look the setter up at run time; without it there is nothing to set.
-void setBlasThreads(int n)
-{
-    using SetThreads = void (*)(int);
-    static const auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    static int current = 0;
-    if (set && current != n) {
-        set(n);
-        current = n;
-    }
-}
-
 // glibc returns every freed block over 128 KiB (or its adaptive threshold) to the kernel, so each
 // prefill activation ([512, 3072] f32 is 6 MiB) came back as fresh pages the kernel zeroes: a
 // 512-token prefill of a 135M model took ~200k page faults, ~20% of its time. Keep blocks up to 32
@@ -92,17 +76,41 @@ void keepFreedActivations()
 #endif
 }
 
-// Sets the job's thread count (torch's and the BLAS's) and inference mode on whichever thread runs it.
+// Sets the job's thread counts and inference mode on whichever thread runs it, until it ends.
+// OpenBLAS keeps its own pool (one thread per core by default), which at::set_num_threads does not
+// touch: a "1 thread" job ran its matmuls on two threads that yield-spin against each other (12%
+// of a 135M decode profile in sched_yield). Where the CPU kernels run the products (team), the
+// job's threads are the row team's and torch's own ops (elementwise, softmax) run on this thread
+// alone, and the BLAS (f32 shares of the team's products) at one thread: with torch's OpenMP
+// threads, OpenBLAS's pool and the team all awake on two cores, each took the core another needed
+// between every two products (2-thread prefill at 1.05-1.15x of one thread).
 struct JobScope
 {
-    explicit JobScope(int threads)
+    JobScope(int threads, bool team)
     {
         keepFreedActivations();
         const int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-        if (at::get_num_threads() != n)
-            at::set_num_threads(n);
-        setBlasThreads(n);
+        teamBefore = detail::setTeamThreads(n);
+        if (team) {
+            ompBefore = detail::setOmpThreads(1);   // this thread only: torch's parallel_for reads it
+            blasBefore = detail::setBlasThreads(1); // each share's sgemm on its team thread alone
+        } else {
+            if (at::get_num_threads() != n)
+                at::set_num_threads(n);
+            detail::setBlasThreads(n);
+        }
     }
+    ~JobScope()
+    {
+        if (ompBefore > 0)
+            detail::setOmpThreads(ompBefore);
+        if (blasBefore > 0)
+            detail::setBlasThreads(blasBefore);
+        detail::setTeamThreads(teamBefore);
+    }
+    JobScope(const JobScope &) = delete;
+    JobScope &operator=(const JobScope &) = delete;
+    int teamBefore = 0, ompBefore = 0, blasBefore = 0;
     c10::InferenceMode guard;
 };
 
@@ -147,6 +155,7 @@ struct Model::Impl
     torch::Tensor finalNorm; // [hidden]
     Proj lmHead;             // out = vocab (w aliases embed when tied)
     bool rowGemv = false;    // one-token projections through detail::rowGemv (CPU f32 / bf16)
+    bool teamGemm = false;   // prompt projections through detail::teamLinear (CPU f32 / bf16)
     std::shared_ptr<detail::RopeTables> rope;
     int context = 0; // positions served
     int64_t deviceBytes = 0;
@@ -178,6 +187,8 @@ struct Model::Impl
     {
         if (rowGemv && x.size(0) == 1)
             return detail::rowGemv(p.w, x.select(0, 0), p.b);
+        if (teamGemm)
+            return detail::teamLinear(x, p.w, p.b);
         return p.b.defined() ? torch::linear(x, p.w, p.b) : torch::linear(x, p.w);
     }
 
@@ -216,10 +227,16 @@ struct Model::Impl
         auto x = x0 + (sandwich ? rmsNorm(o, L.postNorm) : o);
         auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
         const auto gateUp = project(h2, L.gateUp); // [t, 2 * intermediate]
-        const int64_t inter = gateUp.size(1) / 2;
-        auto gate = gateUp.narrow(1, 0, inter);
-        gate = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
-        auto mlp = project(gate * gateUp.narrow(1, inter, inter), L.down);
+        torch::Tensor act;
+        if (teamGemm) {
+            act = detail::gluCpu(gateUp, gelu);
+        } else {
+            const int64_t inter = gateUp.size(1) / 2;
+            auto gate = gateUp.narrow(1, 0, inter);
+            gate = gelu ? torch::gelu(gate, "tanh") : torch::silu(gate);
+            act = gate * gateUp.narrow(1, inter, inter);
+        }
+        auto mlp = project(act, L.down);
         return x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
     }
 
@@ -312,15 +329,23 @@ struct Model::Impl
                 auto V = cache.valuesUpTo(int(l), kStart + keys).narrow(1, kStart, keys); // [nkv, keys, hd]
                 // GQA without copying K/V: query heads h = g*rep + r share kv head g.
                 auto qg = q.narrow(1, i0, n).reshape({nkv, rep * n, hd});
-                auto scores =
-                    torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale; // [nkv, rep*n, keys]
-                scores = softcap(scores, config.attnLogitSoftcap);
-                if (mask.defined())
-                    scores = scores.view({nkv, rep, n, keys})
-                                 .masked_fill(mask.narrow(0, i0, n).narrow(1, 0, keys), -INFINITY)
-                                 .view({nkv, rep * n, keys});
-                auto probs = torch::softmax(scores, -1).to(dtype);
-                parts.push_back(torch::matmul(probs, V).view({nh, n, hd})); // [nkv, rep*n, hd] as heads
+                const auto blockMask = mask.defined() ? mask.narrow(0, i0, n).narrow(1, 0, keys) : mask;
+                torch::Tensor out; // [nkv, rep*n, hd]
+                if (teamGemm) {    // the CPU kernels: products and softmax over the team
+                    const auto probs =
+                        detail::attentionSoftmaxCpu(detail::teamMatmulNT(qg, K), blockMask, scale,
+                                                    config.attnLogitSoftcap.value_or(0.0), dtype);
+                    out = detail::teamMatmulNT(probs, V.transpose(1, 2).contiguous()).to(dtype);
+                } else {
+                    auto scores = torch::matmul(qg, K.transpose(1, 2)).to(torch::kFloat32) * scale;
+                    scores = softcap(scores, config.attnLogitSoftcap); // [nkv, rep*n, keys]
+                    if (blockMask.defined())
+                        scores = scores.view({nkv, rep, n, keys})
+                                     .masked_fill(blockMask, -INFINITY)
+                                     .view({nkv, rep * n, keys});
+                    out = torch::matmul(torch::softmax(scores, -1).to(dtype), V);
+                }
+                parts.push_back(out.view({nh, n, hd})); // as heads
             }
             auto att =
                 (parts.size() == 1 ? parts[0] : torch::cat(parts, 1)).transpose(0, 1).reshape({t, nh * hd});
@@ -369,7 +394,7 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     if (options.threads < 0 || options.threads > kMaxThreads)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("threads is {}; expected 0 (all cores) .. {}", options.threads, kMaxThreads));
-    JobScope scope(options.threads);
+    JobScope scope(options.threads, false); // weight conversions: torch's threads
     std::unique_ptr<Model> model(new Model());
     Impl &m = *model->m_impl;
     m.checkpoint = checkpoint;
@@ -410,6 +435,7 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     };
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
     m.rowGemv = m.device.is_cpu() && detail::haveRowGemv(m.dtype);
+    m.teamGemm = m.device.is_cpu() && detail::haveTeamGemm(m.dtype);
     // w [out, in] (fused rows already concatenated), b [out] or undefined.
     auto proj = [&](torch::Tensor w, torch::Tensor b) { return Proj{w.contiguous(), std::move(b)}; };
 
@@ -532,7 +558,7 @@ std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, b
         throw Error(ErrorCode::InvalidArgument, "forward: no tokens");
     checkIds(ids, m_impl->config);
     auto &ci = m_impl->cacheOf(cache);
-    JobScope scope(m_impl->options.threads);
+    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
     auto logits =
         translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
@@ -544,7 +570,7 @@ std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCa
         throw Error(ErrorCode::InvalidArgument, "queries: no tokens");
     checkIds(ids, m_impl->config);
     auto &ci = m_impl->cacheOf(cache);
-    JobScope scope(m_impl->options.threads);
+    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
     std::vector<torch::Tensor> q;
     translateTorch("forward", [&] { return m_impl->run(ids, ci, false, &q); });
     std::vector<std::vector<float>> out;
@@ -563,7 +589,7 @@ std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer
     checkIds(ids, m_impl->config);
     auto cache = newCache();
     auto &ci = m_impl->cacheOf(cache);
-    JobScope scope(m_impl->options.threads);
+    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
     torch::Tensor h;
     return translateTorch("hidden state", [&] {
         m_impl->run(ids, ci, false, nullptr, layer, &h);
@@ -658,7 +684,7 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
                                     ? " (LongRoPE's original context: load it with a larger context to use "
                                       "its long factors)"
                                     : ""));
-    JobScope scope(m_impl->options.threads);
+    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
 
     GenerateResult r;
     r.stats.promptTokens = int(prompt.size());
