@@ -643,13 +643,17 @@ void packWeights(const std::vector<torch::Tensor *> &tensors)
 #endif
 }
 
-int setBlasThreads(int n)
+namespace {
+
+// Sets a library's thread count through its C setter and getter, looked up at run time by name;
+// returns the count before, 0 where the process has no such library.
+int setThreadsVia(const char *setter, const char *getter, int n)
 {
 #ifdef __linux__
     using Set = void (*)(int);
     using Get = int (*)();
-    static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-    static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, setter));
+    const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, getter));
     if (!set || !get)
         return 0;
     const int before = get();
@@ -657,29 +661,24 @@ int setBlasThreads(int n)
         set(n);
     return before;
 #else
+    (void)setter;
+    (void)getter;
     (void)n;
     return 0;
 #endif
 }
 
+} // namespace
+
+int setBlasThreads(int n)
+{
+    return setThreadsVia("openblas_set_num_threads", "openblas_get_num_threads", n);
+}
+
 int setOmpThreads(int n)
 {
-#ifdef __linux__
-    using Set = void (*)(int);
-    using Get = int (*)();
-    static const auto set = reinterpret_cast<Set>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-    static const auto get = reinterpret_cast<Get>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-    if (!set || !get)
-        return 0;
     (void)at::get_num_threads(); // torch's once-per-thread set-up first, or it would undo this later
-    const int before = get();
-    if (n > 0 && before != n)
-        set(n);
-    return before;
-#else
-    (void)n;
-    return 0;
-#endif
+    return setThreadsVia("omp_set_num_threads", "omp_get_max_threads", n);
 }
 
 int setTeamThreads(int n)
