@@ -3,6 +3,7 @@
 #include "app/cli/engine_options.h"
 #include "app/jobs/compare_job.h"
 #include "app/jobs/fit_job.h"
+#include "core/metrics/bootstrap.h"
 #include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
@@ -561,8 +562,32 @@ int cmdCompare(const QStringList &args)
         std::sort(v.begin(), v.end());
         return v[v.size() / 2];
     };
+    // Against the baselines, with paired bootstrap 95% intervals over the prompts (null with
+    // fewer than 2 prompts or a value that is not finite).
+    const auto interval = [&](auto &&f) -> std::optional<core::Interval> {
+        if (done < 2)
+            return std::nullopt;
+        try {
+            return f();
+        } catch (const core::Error &) {
+            return std::nullopt;
+        }
+    };
+    const auto klGapClosed = interval([&] { return core::gapClosed(kls, klFloor); });
+    const auto top1Gain = interval([&] { return core::meanDifference(top1s, top1Floor); });
+    const auto rougeGain = interval([&] { return core::meanDifference(rouges, rougesA); });
+    const auto intervalJson = [](const std::optional<core::Interval> &i) {
+        return i ? json{{"estimate", num(i->estimate)}, {"lo", num(i->lo)}, {"hi", num(i->hi)}}
+                 : json(nullptr);
+    };
     // lower KL should go with a higher signal: report the correlations as they are
     const json summary = {{"prompts", done},
+                          {"baselines",
+                           {{"level", 0.95},
+                            {"resamples", core::BootstrapOptions{}.resamples},
+                            {"kl_gap_closed_vs_no_prefix", intervalJson(klGapClosed)},
+                            {"top1_gain_vs_no_prefix", intervalJson(top1Gain)},
+                            {"rouge_l_gain_vs_a", intervalJson(rougeGain)}}},
                           {"kl", mean(kls)},
                           {"top1", mean(top1s)},
                           {"kl_no_prefix", mean(klFloor)},
@@ -612,6 +637,13 @@ int cmdCompare(const QStringList &args)
                 mean(top1Floor));
     std::printf("| ROUGE-L transfer vs scratch | %.3f |\n", mean(rouges));
     std::printf("| ROUGE-L A vs B scratch | %.3f |\n", mean(rougesA));
+    const auto cell = [](const std::optional<core::Interval> &i) {
+        return i ? core::formatInterval(*i) : std::string("n/a (fewer than 2 prompts)");
+    };
+    std::printf("| KL gap closed vs no prefix, 1 - KL / KL(no prefix), 95%% CI over prompts | %s |\n",
+                cell(klGapClosed).c_str());
+    std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(top1Gain).c_str());
+    std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(rougeGain).c_str());
     std::printf("| identical outputs | %.3f |\n", double(identical) / done);
     std::printf("| TTFT scratch (median ms) | %.2f |\n", median(ttftScratch));
     std::printf("| TTFT transfer, A prefill + convert (ms) | %.2f |\n", median(ttftTransfer));

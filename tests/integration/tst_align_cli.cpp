@@ -15,6 +15,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cmath>
+
 using namespace kvwb;
 namespace fs = std::filesystem;
 using test::runKvwb;
@@ -109,6 +111,9 @@ private Q_SLOTS:
         auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
         QVERIFY2(s["kl"].toDouble() < 1e-4, qPrintable(QString::number(s["kl"].toDouble())));
         QCOMPARE(s["top1"].toDouble(), 1.0);
+        // B's own cache through an identity map closes the whole gap to no prefix, on every resample
+        const auto gap = s["baselines"].toObject()["kl_gap_closed_vs_no_prefix"].toObject();
+        QVERIFY2(gap["lo"].toDouble() > 0.999, qPrintable(QString::number(gap["lo"].toDouble())));
 
         const auto pair = capture("g3", "g3b", "gemma-pair.h5");
         r = runKvwb({"align", "--experiment", q(pair), "--json"});
@@ -146,6 +151,17 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
         QCOMPARE(s["prompts"].toInt(), 3);
+        // the baselines' paired intervals: the estimate is the plain statistic and lies inside
+        const auto base = s["baselines"].toObject();
+        const auto gap = base["kl_gap_closed_vs_no_prefix"].toObject();
+        QVERIFY(std::abs(gap["estimate"].toDouble() -
+                         (1 - s["kl"].toDouble() / s["kl_no_prefix"].toDouble())) < 1e-9);
+        const auto top1 = base["top1_gain_vs_no_prefix"].toObject();
+        QVERIFY(std::abs(top1["estimate"].toDouble() -
+                         (s["top1"].toDouble() - s["top1_no_prefix"].toDouble())) < 1e-9);
+        for (const auto &iv : {gap, top1, base["rouge_l_gain_vs_a"].toObject()})
+            QVERIFY(iv["lo"].toDouble() <= iv["estimate"].toDouble() &&
+                    iv["estimate"].toDouble() <= iv["hi"].toDouble());
         // the samples are stored with what the JSON printed
         const auto samples = core::loadComparisons(exp, "held-out");
         QCOMPARE(samples.size(), size_t(3));
