@@ -389,6 +389,10 @@ int cmdCompare(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"experiment", "Experiment file holding the converter.", "EXP.h5"});
     p.addOption({"converter", "Converter name under /converters (default 'default').", "NAME", "default"});
+    p.addOption({"versus",
+                 "A second converter run on the same prompts: the differences (this one minus it) with "
+                 "paired bootstrap 95% intervals over the prompts.",
+                 "NAME"});
     p.addOption({"prompt", "One prompt.", "STR"});
     p.addOption({"prompts", "Prompts: text lines or JSONL ('prompt' or 'text').", "FILE"});
     p.addOption({"held-out", "The converter's own test prompts from the experiment file."});
@@ -425,6 +429,9 @@ int cmdCompare(const QStringList &args)
         core::checkWritableOutput(path, "--save-samples");
     }
     const auto record = core::loadConverters(path, str(p.value("converter")));
+    std::optional<core::ConverterRecord> versus;
+    if (p.isSet("versus"))
+        versus = core::loadConverters(path, str(p.value("versus")));
     std::vector<std::string> warnings;
     std::vector<std::string> texts;
     if (p.isSet("prompt"))
@@ -437,6 +444,17 @@ int cmdCompare(const QStringList &args)
             texts.push_back(std::move(t.text));
     if (p.isSet("limit"))
         texts.resize(std::min(texts.size(), size_t(intOption(p, "limit", 0, 1))));
+    if (versus && p.isSet("held-out")) { // the second converter must not have been fitted on them
+        std::vector<int> seen(versus->trainPrompts.begin(), versus->trainPrompts.end());
+        seen.insert(seen.end(), versus->validPrompts.begin(), versus->validPrompts.end());
+        int overlap = 0;
+        for (size_t i = 0; i < texts.size(); ++i)
+            overlap += std::count(seen.begin(), seen.end(), record.testPrompts[i]) > 0;
+        if (overlap > 0)
+            warnings.push_back(fmt::format("{} of the {} held-out prompts of '{}' were fitting or validation "
+                                           "prompts of '{}': the comparison favours '{}'",
+                                           overlap, texts.size(), record.name, versus->name, versus->name));
+    }
     gpu::GenerateOptions go;
     go.maxTokens = intOption(p, "max-tokens", 32, 1);
     const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
@@ -458,6 +476,10 @@ int cmdCompare(const QStringList &args)
     const auto conv = gpu::Converter::create(record, *a, *b);
     const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
     const jobs::ComparePair pair{*a, *tokA, *b, *tokB, conv, record.name};
+    std::optional<gpu::Converter> convVersus;
+    if (versus)
+        convVersus = gpu::Converter::create(*versus, *a, *b);
+    std::vector<double> klsV, top1sV, rougesV; // the --versus converter's, prompt by prompt
     const bool asJson = p.isSet("json");
     InterruptScope ctrlC;
     json rows = json::array();
@@ -479,6 +501,15 @@ int cmdCompare(const QStringList &args)
         const auto &sample = outcome.sample;
         const auto &gate = outcome.gate;
         samples.push_back(sample);
+        if (convVersus) {
+            const jobs::ComparePair other{*a, *tokA, *b, *tokB, *convVersus, versus->name};
+            const auto o = jobs::compareOne(other, texts[i], ids, co);
+            if (o.cancelled)
+                break;
+            klsV.push_back(o.sample.meanKl);
+            top1sV.push_back(o.sample.top1);
+            rougesV.push_back(o.sample.rougeL);
+        }
         const double kl = sample.meanKl;
         kls.push_back(kl);
         klFloor.push_back(sample.klNoPrefix);
@@ -580,8 +611,23 @@ int cmdCompare(const QStringList &args)
         return i ? json{{"estimate", num(i->estimate)}, {"lo", num(i->lo)}, {"hi", num(i->hi)}}
                  : json(nullptr);
     };
+    json versusJson = nullptr;
+    std::optional<core::Interval> klVs, top1Vs, rougeVs;
+    if (versus && klsV.size() == size_t(done)) {
+        klVs = interval([&] { return core::meanDifference(kls, klsV); });
+        top1Vs = interval([&] { return core::meanDifference(top1s, top1sV); });
+        rougeVs = interval([&] { return core::meanDifference(rouges, rougesV); });
+        versusJson = {{"converter", versus->name},
+                      {"kl", mean(klsV)},
+                      {"top1", mean(top1sV)},
+                      {"rouge_l", mean(rougesV)},
+                      {"kl_difference", intervalJson(klVs)},
+                      {"top1_difference", intervalJson(top1Vs)},
+                      {"rouge_l_difference", intervalJson(rougeVs)}};
+    }
     // lower KL should go with a higher signal: report the correlations as they are
     const json summary = {{"prompts", done},
+                          {"versus", versusJson},
                           {"baselines",
                            {{"level", 0.95},
                             {"resamples", core::BootstrapOptions{}.resamples},
@@ -644,6 +690,14 @@ int cmdCompare(const QStringList &args)
                 cell(klGapClosed).c_str());
     std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(top1Gain).c_str());
     std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(rougeGain).c_str());
+    if (versus && klsV.size() == size_t(done)) {
+        std::printf("| '%s': KL / top-1 / ROUGE-L | %.4f / %.3f / %.3f |\n", versus->name.c_str(), mean(klsV),
+                    mean(top1sV), mean(rougesV));
+        std::printf("| KL minus '%s' (negative: this one is closer to scratch), 95%% CI | %s |\n",
+                    versus->name.c_str(), (klVs ? core::formatInterval(*klVs, 4) : cell(klVs)).c_str());
+        std::printf("| top-1 minus '%s', 95%% CI | %s |\n", versus->name.c_str(), cell(top1Vs).c_str());
+        std::printf("| ROUGE-L minus '%s', 95%% CI | %s |\n", versus->name.c_str(), cell(rougeVs).c_str());
+    }
     std::printf("| identical outputs | %.3f |\n", double(identical) / done);
     std::printf("| TTFT scratch (median ms) | %.2f |\n", median(ttftScratch));
     std::printf("| TTFT transfer, A prefill + convert (ms) | %.2f |\n", median(ttftTransfer));

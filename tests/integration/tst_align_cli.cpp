@@ -162,6 +162,27 @@ private Q_SLOTS:
         for (const auto &iv : {gap, top1, base["rouge_l_gain_vs_a"].toObject()})
             QVERIFY(iv["lo"].toDouble() <= iv["estimate"].toDouble() &&
                     iv["estimate"].toDouble() <= iv["hi"].toDouble());
+        QVERIFY(s["versus"].isNull());
+        // two converters on the same prompts: the paired differences; 'ph' shares top2's split
+        auto rv = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--versus", "ph",
+                           "--held-out", "--limit", "3", "--max-tokens", "4", "--json"});
+        QVERIFY2(rv.exitCode == 0, rv.err.constData());
+        QVERIFY2(!rv.err.contains("were fitting or validation prompts"), rv.err.constData());
+        const auto vs = QJsonDocument::fromJson(rv.out).object()["summary"].toObject();
+        const auto other = vs["versus"].toObject();
+        QCOMPARE(other["converter"].toString(), QString("ph"));
+        QVERIFY(std::abs(other["kl_difference"].toObject()["estimate"].toDouble() -
+                         (vs["kl"].toDouble() - other["kl"].toDouble())) < 1e-9);
+        QVERIFY(std::abs(other["top1_difference"].toObject()["estimate"].toDouble() -
+                         (vs["top1"].toDouble() - other["top1"].toDouble())) < 1e-9);
+        QCOMPARE(vs["kl"].toDouble(), s["kl"].toDouble()); // the first converter's run is unchanged
+        // a converter fitted on another split has seen some of top2's test prompts: said so
+        rv = runKvwb({"align", "--experiment", q(exp), "--seed", "7", "--name", "s7", "--no-attention"});
+        QVERIFY2(rv.exitCode == 0, rv.err.constData());
+        rv = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--versus", "s7",
+                      "--held-out", "--max-tokens", "2", "--json"});
+        QVERIFY2(rv.exitCode == 0, rv.err.constData());
+        QVERIFY2(rv.err.contains("were fitting or validation prompts of 's7'"), rv.err.constData());
         // the samples are stored with what the JSON printed
         const auto samples = core::loadComparisons(exp, "held-out");
         QCOMPARE(samples.size(), size_t(3));
