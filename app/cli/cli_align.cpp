@@ -389,6 +389,11 @@ int cmdCompare(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"experiment", "Experiment file holding the converter.", "EXP.h5"});
     p.addOption({"converter", "Converter name under /converters (default 'default').", "NAME", "default"});
+    p.addOption({"baselines",
+                 "Also run the baselines on the same prompts: the raw source KV (A's layer at the same depth "
+                 "unchanged, when the KV widths match) and a random map of the converter's shape; the "
+                 "differences with paired bootstrap 95% intervals.",
+                 ""});
     p.addOption({"versus",
                  "A second converter run on the same prompts: the differences (this one minus it) with "
                  "paired bootstrap 95% intervals over the prompts.",
@@ -479,7 +484,28 @@ int cmdCompare(const QStringList &args)
     std::optional<gpu::Converter> convVersus;
     if (versus)
         convVersus = gpu::Converter::create(*versus, *a, *b);
-    std::vector<double> klsV, top1sV, rougesV; // the --versus converter's, prompt by prompt
+    // The other converters run on every prompt: --versus, then the baselines.
+    struct Other
+    {
+        std::string key; // "versus", "raw_source_kv", "random_map"
+        core::ConverterRecord record;
+        gpu::Converter converter;
+        std::vector<double> kls, top1s, rouges; // prompt by prompt
+    };
+    std::vector<Other> others;
+    if (versus)
+        others.push_back({"versus", *versus, std::move(*convVersus), {}, {}, {}});
+    if (p.isSet("baselines")) {
+        const auto &ca = file.model(core::ModelRole::A).config, &cb = file.model(core::ModelRole::B).config;
+        if (auto raw = gpu::rawSourceRecord(record, ca.numLayers, ca.numKvHeads * ca.headDim, cb.numLayers,
+                                            cb.numKvHeads * cb.headDim))
+            others.push_back({"raw_source_kv", *raw, gpu::Converter::create(*raw, *a, *b), {}, {}, {}});
+        else
+            warnings.push_back(fmt::format("no raw-source-KV baseline: A's KV rows are {} wide, B's {}",
+                                           ca.numKvHeads * ca.headDim, cb.numKvHeads * cb.headDim));
+        const auto random = gpu::randomMapRecord(record, 1);
+        others.push_back({"random_map", random, gpu::Converter::create(random, *a, *b), {}, {}, {}});
+    }
     const bool asJson = p.isSet("json");
     InterruptScope ctrlC;
     json rows = json::array();
@@ -501,14 +527,12 @@ int cmdCompare(const QStringList &args)
         const auto &sample = outcome.sample;
         const auto &gate = outcome.gate;
         samples.push_back(sample);
-        if (convVersus) {
-            const jobs::ComparePair other{*a, *tokA, *b, *tokB, *convVersus, versus->name};
-            const auto o = jobs::compareOne(other, texts[i], ids, co);
-            if (o.cancelled)
-                break;
-            klsV.push_back(o.sample.meanKl);
-            top1sV.push_back(o.sample.top1);
-            rougesV.push_back(o.sample.rougeL);
+        for (auto &other : others) {
+            const jobs::ComparePair run{*a, *tokA, *b, *tokB, other.converter, other.record.name};
+            const auto o = jobs::compareOne(run, texts[i], ids, co);
+            other.kls.push_back(o.sample.meanKl);
+            other.top1s.push_back(o.sample.top1);
+            other.rouges.push_back(o.sample.rougeL);
         }
         const double kl = sample.meanKl;
         kls.push_back(kl);
@@ -611,29 +635,43 @@ int cmdCompare(const QStringList &args)
         return i ? json{{"estimate", num(i->estimate)}, {"lo", num(i->lo)}, {"hi", num(i->hi)}}
                  : json(nullptr);
     };
-    json versusJson = nullptr;
-    std::optional<core::Interval> klVs, top1Vs, rougeVs;
-    if (versus && klsV.size() == size_t(done)) {
-        klVs = interval([&] { return core::meanDifference(kls, klsV); });
-        top1Vs = interval([&] { return core::meanDifference(top1s, top1sV); });
-        rougeVs = interval([&] { return core::meanDifference(rouges, rougesV); });
-        versusJson = {{"converter", versus->name},
-                      {"kl", mean(klsV)},
-                      {"top1", mean(top1sV)},
-                      {"rouge_l", mean(rougesV)},
-                      {"kl_difference", intervalJson(klVs)},
-                      {"top1_difference", intervalJson(top1Vs)},
-                      {"rouge_l_difference", intervalJson(rougeVs)}};
+    // each other converter: its means and this converter minus it, with paired intervals
+    struct OtherSummary
+    {
+        std::optional<core::Interval> kl, top1, rouge;
+    };
+    std::vector<OtherSummary> otherSummaries;
+    json otherJson = json::object();
+    for (const auto &o : others) {
+        OtherSummary d;
+        if (o.kls.size() == size_t(done)) {
+            d.kl = interval([&] { return core::meanDifference(kls, o.kls); });
+            d.top1 = interval([&] { return core::meanDifference(top1s, o.top1s); });
+            d.rouge = interval([&] { return core::meanDifference(rouges, o.rouges); });
+        }
+        otherJson[o.key] = {{"converter", o.record.name},
+                            {"kl", o.kls.empty() ? json(nullptr) : json(mean(o.kls))},
+                            {"top1", o.top1s.empty() ? json(nullptr) : json(mean(o.top1s))},
+                            {"rouge_l", o.rouges.empty() ? json(nullptr) : json(mean(o.rouges))},
+                            {"kl_difference", intervalJson(d.kl)},
+                            {"top1_difference", intervalJson(d.top1)},
+                            {"rouge_l_difference", intervalJson(d.rouge)}};
+        otherSummaries.push_back(d);
     }
+    const auto otherOf = [&](const char *key) {
+        return otherJson.contains(key) ? otherJson[key] : json(nullptr);
+    };
     // lower KL should go with a higher signal: report the correlations as they are
     const json summary = {{"prompts", done},
-                          {"versus", versusJson},
+                          {"versus", otherOf("versus")},
                           {"baselines",
                            {{"level", 0.95},
                             {"resamples", core::BootstrapOptions{}.resamples},
                             {"kl_gap_closed_vs_no_prefix", intervalJson(klGapClosed)},
                             {"top1_gain_vs_no_prefix", intervalJson(top1Gain)},
-                            {"rouge_l_gain_vs_a", intervalJson(rougeGain)}}},
+                            {"rouge_l_gain_vs_a", intervalJson(rougeGain)},
+                            {"raw_source_kv", otherOf("raw_source_kv")},
+                            {"random_map", otherOf("random_map")}}},
                           {"kl", mean(kls)},
                           {"top1", mean(top1s)},
                           {"kl_no_prefix", mean(klFloor)},
@@ -690,13 +728,20 @@ int cmdCompare(const QStringList &args)
                 cell(klGapClosed).c_str());
     std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(top1Gain).c_str());
     std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(rougeGain).c_str());
-    if (versus && klsV.size() == size_t(done)) {
-        std::printf("| '%s': KL / top-1 / ROUGE-L | %.4f / %.3f / %.3f |\n", versus->name.c_str(), mean(klsV),
-                    mean(top1sV), mean(rougesV));
+    for (size_t k = 0; k < others.size(); ++k) {
+        const auto &o = others[k];
+        const auto &d = otherSummaries[k];
+        if (o.kls.size() != size_t(done))
+            continue;
+        const char *what = o.key == "versus"          ? ""
+                           : o.key == "raw_source_kv" ? "baseline, raw source KV: "
+                                                      : "baseline, random map: ";
+        std::printf("| %s'%s': KL / top-1 / ROUGE-L | %.4f / %.3f / %.3f |\n", what, o.record.name.c_str(),
+                    mean(o.kls), mean(o.top1s), mean(o.rouges));
         std::printf("| KL minus '%s' (negative: this one is closer to scratch), 95%% CI | %s |\n",
-                    versus->name.c_str(), (klVs ? core::formatInterval(*klVs, 4) : cell(klVs)).c_str());
-        std::printf("| top-1 minus '%s', 95%% CI | %s |\n", versus->name.c_str(), cell(top1Vs).c_str());
-        std::printf("| ROUGE-L minus '%s', 95%% CI | %s |\n", versus->name.c_str(), cell(rougeVs).c_str());
+                    o.record.name.c_str(), (d.kl ? core::formatInterval(*d.kl, 4) : cell(d.kl)).c_str());
+        std::printf("| top-1 minus '%s', 95%% CI | %s |\n", o.record.name.c_str(), cell(d.top1).c_str());
+        std::printf("| ROUGE-L minus '%s', 95%% CI | %s |\n", o.record.name.c_str(), cell(d.rouge).c_str());
     }
     std::printf("| identical outputs | %.3f |\n", double(identical) / done);
     std::printf("| TTFT scratch (median ms) | %.2f |\n", median(ttftScratch));

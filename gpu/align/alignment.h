@@ -106,6 +106,17 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &file,
 std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &file,
                                                 const std::vector<int> &prompts, int64_t maxTokens = 2048);
 
+// Baselines a converter is compared with (kvwb compare --baselines), as converter records of the
+// experiment's geometry:
+// - the raw source KV: B layer l reads A's layer at the same relative depth unchanged (identity
+//   maps, no bias); only when A's and B's KV rows have the same width (kvHeads * headDim), nullopt
+//   otherwise;
+// - a random map of like's shape: every map's weight drawn N(0, 1 / inputDim) (seeded), its bias
+//   kept (the fitted bias is the target's mean row, which needs no learning of the map).
+std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord &like, int layersA, int kvDimA,
+                                                     int layersB, int kvDimB);
+core::ConverterRecord randomMapRecord(const core::ConverterRecord &like, uint64_t seed);
+
 struct PromptSplit
 {
     std::vector<int> train, valid, test;

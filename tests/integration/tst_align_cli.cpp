@@ -114,6 +114,17 @@ private Q_SLOTS:
         // B's own cache through an identity map closes the whole gap to no prefix, on every resample
         const auto gap = s["baselines"].toObject()["kl_gap_closed_vs_no_prefix"].toObject();
         QVERIFY2(gap["lo"].toDouble() > 0.999, qPrintable(QString::number(gap["lo"].toDouble())));
+        // the baselines on a self pair: the raw source KV is B's own cache (KL ~ 0), a random map of
+        // the same shape is far from it, and the fitted map beats the random one on every resample
+        r = runKvwb({"compare", "--experiment", q(self), "--held-out", "--limit", "3", "--max-tokens", "6",
+                     "--baselines", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto bs = QJsonDocument::fromJson(r.out).object()["summary"].toObject()["baselines"].toObject();
+        const auto raw = bs["raw_source_kv"].toObject(), random = bs["random_map"].toObject();
+        QVERIFY2(raw["kl"].toDouble() < 1e-4, qPrintable(QString::number(raw["kl"].toDouble())));
+        QVERIFY2(random["kl"].toDouble() > 100 * raw["kl"].toDouble() + 1e-3,
+                 qPrintable(QString::number(random["kl"].toDouble())));
+        QVERIFY(random["kl_difference"].toObject()["hi"].toDouble() < 0);
 
         const auto pair = capture("g3", "g3b", "gemma-pair.h5");
         r = runKvwb({"align", "--experiment", q(pair), "--json"});
@@ -169,6 +180,7 @@ private Q_SLOTS:
         QVERIFY2(rv.exitCode == 0, rv.err.constData());
         QVERIFY2(!rv.err.contains("were fitting or validation prompts"), rv.err.constData());
         const auto vs = QJsonDocument::fromJson(rv.out).object()["summary"].toObject();
+        QVERIFY(vs["baselines"].toObject()["raw_source_kv"].isNull()); // not asked for
         const auto other = vs["versus"].toObject();
         QCOMPARE(other["converter"].toString(), QString("ph"));
         QVERIFY(std::abs(other["kl_difference"].toObject()["estimate"].toDouble() -

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 namespace kvwb::gpu {
 
@@ -151,6 +152,52 @@ std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLay
     for (const auto &s : scored)
         out.push_back(s.second);
     return out;
+}
+
+std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord &like, int layersA, int kvDimA,
+                                                     int layersB, int kvDimB)
+{
+    if (kvDimA != kvDimB || kvDimA <= 0 || layersA <= 0 || layersB <= 0)
+        return std::nullopt;
+    core::ConverterRecord r;
+    r.name = "raw-source-kv";
+    r.keyForm = like.keyForm;
+    r.selection = "proportional";
+    r.k = 1;
+    r.lambdaMode = "fixed";
+    r.trainPrompts = like.trainPrompts;
+    r.validPrompts = like.validPrompts;
+    r.testPrompts = like.testPrompts;
+    core::LinearMap identity;
+    identity.inputDim = identity.outputDim = kvDimA;
+    identity.weight.assign(size_t(kvDimA) * size_t(kvDimA), 0.0f);
+    for (int i = 0; i < kvDimA; ++i)
+        identity.weight[size_t(i) * size_t(kvDimA) + size_t(i)] = 1.0f;
+    identity.bias.assign(size_t(kvDimA), 0.0f);
+    for (int l = 0; l < layersB; ++l) {
+        core::LayerConverter c;
+        c.targetLayer = l;
+        c.sourceLayers = proportionalSourceLayers(l, layersB, layersA, 1);
+        c.keys = {identity};
+        c.values = {identity};
+        r.layers.push_back(std::move(c));
+    }
+    return r;
+}
+
+core::ConverterRecord randomMapRecord(const core::ConverterRecord &like, uint64_t seed)
+{
+    core::ConverterRecord r = like;
+    r.name = like.name + "-random";
+    std::mt19937_64 rng(seed);
+    for (auto &layer : r.layers)
+        for (auto *maps : {&layer.keys, &layer.values})
+            for (auto &m : *maps) {
+                std::normal_distribution<float> w(0.0f, 1.0f / std::sqrt(float(std::max(1, m.inputDim))));
+                for (auto &x : m.weight)
+                    x = w(rng);
+            }
+    return r;
 }
 
 } // namespace kvwb::gpu
