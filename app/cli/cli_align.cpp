@@ -4,6 +4,7 @@
 #include "app/jobs/compare_job.h"
 #include "app/jobs/fit_job.h"
 #include "core/metrics/bootstrap.h"
+#include "core/metrics/gate_curve.h"
 #include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
@@ -389,6 +390,15 @@ int cmdCompare(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"experiment", "Experiment file holding the converter.", "EXP.h5"});
     p.addOption({"converter", "Converter name under /converters (default 'default').", "NAME", "default"});
+    p.addOption(
+        {"good-kl",
+         "For the gate's precision and recall: a transfer is good when its KL to scratch is at most X "
+         "nats/token (default 0.1).",
+         "X", "0.1"});
+    p.addOption({"min-precision",
+                 "For each gate signal, report the threshold with the highest recall at precision >= P "
+                 "(default 0.9).",
+                 "P", "0.9"});
     p.addOption({"baselines",
                  "Also run the baselines on the same prompts: the raw source KV (A's layer at the same depth "
                  "unchanged, when the KV widths match) and a random map of the converter's shape; the "
@@ -661,6 +671,50 @@ int cmdCompare(const QStringList &args)
     const auto otherOf = [&](const char *key) {
         return otherJson.contains(key) ? otherJson[key] : json(nullptr);
     };
+    // the gate's signals against "KL <= good-kl": precision and recall at the threshold in use, and
+    // for every signal the threshold with the highest recall at the wanted precision
+    const double goodKl = doubleOption(p, "good-kl", 0.1, 0.0, 1e9);
+    const double minPrecision = doubleOption(p, "min-precision", 0.9, 0.0, 1.0);
+    std::vector<bool> good;
+    for (double kl : kls)
+        good.push_back(kl <= goodKl);
+    const std::vector<std::pair<gpu::GateSignal, const std::vector<double> *>> signals = {
+        {gpu::GateSignal::KvCos, &kvCos}, {gpu::GateSignal::TailKl, &tailKls}, {gpu::GateSignal::Nll, &nlls}};
+    const auto pointJson = [](const std::optional<core::GatePoint> &g) {
+        return g ? json{{"threshold", num(g->threshold)},
+                        {"pass_rate", num(g->passRate)},
+                        {"precision", num(g->precision)},
+                        {"recall", num(g->recall)}}
+                 : json(nullptr);
+    };
+    json perSignal = json::object();
+    std::optional<core::GatePoint> atThreshold;
+    std::vector<std::pair<std::string, std::optional<core::GatePoint>>> bestPerSignal;
+    for (const auto &[sig, values] : signals) {
+        const bool higher = sig == gpu::GateSignal::KvCos;
+        std::vector<double> finite;
+        std::vector<bool> goodFinite;
+        for (size_t i = 0; i < values->size(); ++i)
+            if (std::isfinite((*values)[i])) {
+                finite.push_back((*values)[i]);
+                goodFinite.push_back(good[i]);
+            }
+        const auto curve = core::gateCurve(finite, goodFinite, higher);
+        const auto best = core::bestThreshold(curve, minPrecision);
+        json points = json::array();
+        for (const auto &pt : curve)
+            points.push_back(pointJson(pt));
+        if (sig == gateSignal)
+            atThreshold = core::gatePoint(finite, goodFinite, threshold, higher);
+        perSignal[gpu::gateSignalName(sig)] = {{"curve", points}, {"best", pointJson(best)}};
+        bestPerSignal.emplace_back(gpu::gateSignalName(sig), best);
+    }
+    const json gateQuality = {
+        {"good_kl", goodKl},
+        {"good_rate", double(std::count(good.begin(), good.end(), true)) / double(done)},
+        {"min_precision", minPrecision},
+        {"at_threshold", pointJson(atThreshold)},
+        {"signals", perSignal}};
     // lower KL should go with a higher signal: report the correlations as they are
     const json summary = {{"prompts", done},
                           {"versus", otherOf("versus")},
@@ -690,6 +744,7 @@ int cmdCompare(const QStringList &args)
                             {"threshold", threshold},
                             {"tail", tail},
                             {"pass_rate", double(passed) / done},
+                            {"quality", gateQuality},
                             {"kl_gated", mean(gatedKl)},
                             {"kl_passed", klPassed.empty() ? json(nullptr) : json(mean(klPassed))},
                             {"kl_failed", klFailed.empty() ? json(nullptr) : json(mean(klFailed))},
@@ -753,6 +808,17 @@ int cmdCompare(const QStringList &args)
                 double(passed) / done);
     std::printf("| mean KL of passed / failed prompts | %.4f / %.4f |\n",
                 klPassed.empty() ? NAN : mean(klPassed), klFailed.empty() ? NAN : mean(klFailed));
+    std::printf("| gate precision / recall at its threshold (good: KL <= %g) | %.3f / %.3f |\n", goodKl,
+                atThreshold ? atThreshold->precision : NAN, atThreshold ? atThreshold->recall : NAN);
+    for (const auto &[name, best] : bestPerSignal)
+        if (best)
+            std::printf(
+                "| %s: highest recall at precision >= %g | threshold %.4g: recall %.3f, precision %.3f, "
+                "pass rate %.3f |\n",
+                name.c_str(), minPrecision, best->threshold, best->recall, best->precision, best->passRate);
+        else
+            std::printf("| %s: highest recall at precision >= %g | none reaches it |\n", name.c_str(),
+                        minPrecision);
     std::printf("| Spearman(kv_cos, KL) | %.3f |\n", core::spearman(kvCos, kls));
     std::printf("| Spearman(tail_kl, KL) | %.3f |\n", core::spearman(tailKls, kls));
     std::printf("| Spearman(nll, KL) | %.3f |\n", core::spearman(nlls, kls));

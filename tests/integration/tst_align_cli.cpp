@@ -174,6 +174,27 @@ private Q_SLOTS:
             QVERIFY(iv["lo"].toDouble() <= iv["estimate"].toDouble() &&
                     iv["estimate"].toDouble() <= iv["hi"].toDouble());
         QVERIFY(s["versus"].isNull());
+        // the gate's precision and recall against KL <= good-kl, recounted from the printed prompts
+        {
+            const auto quality = s["gate"].toObject()["quality"].toObject();
+            const double goodKl = quality["good_kl"].toDouble();
+            QCOMPARE(goodKl, 0.1);
+            int passedGood = 0, passedAll = 0, goodAll = 0;
+            for (const auto &v : QJsonDocument::fromJson(r.out).object()["prompts"].toArray()) {
+                const bool good = v.toObject()["kl"].toDouble() <= goodKl;
+                const bool pass = v.toObject()["gate"].toObject()["passed"].toBool();
+                passedGood += good && pass;
+                passedAll += pass;
+                goodAll += good;
+            }
+            const auto at = quality["at_threshold"].toObject();
+            if (passedAll > 0)
+                QCOMPARE(at["precision"].toDouble(), double(passedGood) / passedAll);
+            if (goodAll > 0)
+                QCOMPARE(at["recall"].toDouble(), double(passedGood) / goodAll);
+            for (const char *sig : {"kv_cos", "tail_kl", "nll"})
+                QVERIFY(quality["signals"].toObject()[sig].toObject()["curve"].toArray().size() >= 1);
+        }
         // two converters on the same prompts: the paired differences; 'ph' shares top2's split
         auto rv = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--versus", "ph",
                            "--held-out", "--limit", "3", "--max-tokens", "4", "--json"});
