@@ -9,6 +9,17 @@
 
 namespace kvwb::core {
 
+LinearMap identityMap(int dim)
+{
+    LinearMap s;
+    s.inputDim = s.outputDim = dim;
+    s.weight.assign(size_t(dim) * size_t(dim), 0.0f);
+    for (int i = 0; i < dim; ++i)
+        s.weight[size_t(i) * size_t(dim) + size_t(i)] = 1.0f;
+    s.bias.assign(size_t(dim), 0.0f);
+    return s;
+}
+
 namespace fs = std::filesystem;
 
 int MetricTable::column(const std::string &name) const

@@ -33,6 +33,10 @@ struct LinearMap
     std::vector<float> bias;   // [outputDim]
 };
 
+// The identity map of width dim: weight I, bias 0 (a baseline, and the map of a model aligned with
+// itself).
+LinearMap identityMap(int dim);
+
 // The maps that produce one target (B) layer from concatenated source (A) layer rows.
 // Full mode: one map per kind, input [sourceLayers.size() * kvHeadsA * headDimA] (the layers'
 // token rows side by side, each flattened over heads), output [kvHeadsB * headDimB].

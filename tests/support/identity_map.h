@@ -11,13 +11,7 @@ namespace kvwb::test {
 
 inline core::LinearMap identityMap(int dim)
 {
-    core::LinearMap s;
-    s.inputDim = s.outputDim = dim;
-    s.weight.assign(size_t(dim) * size_t(dim), 0.0f);
-    for (int i = 0; i < dim; ++i)
-        s.weight[size_t(i) * size_t(dim) + size_t(i)] = 1.0f;
-    s.bias.assign(size_t(dim), 0.0f);
-    return s;
+    return core::identityMap(dim);
 }
 
 // A converter of identity maps, B layer l from A layer l, for a model aligned with itself (or

@@ -154,8 +154,8 @@ std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLay
     return out;
 }
 
-std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord &like, int layersA, int kvDimA,
-                                                     int layersB, int kvDimB)
+std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord &like, int layersA,
+                                                     int kvDimA, int layersB, int kvDimB)
 {
     if (kvDimA != kvDimB || kvDimA <= 0 || layersA <= 0 || layersB <= 0)
         return std::nullopt;
@@ -168,12 +168,7 @@ std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord
     r.trainPrompts = like.trainPrompts;
     r.validPrompts = like.validPrompts;
     r.testPrompts = like.testPrompts;
-    core::LinearMap identity;
-    identity.inputDim = identity.outputDim = kvDimA;
-    identity.weight.assign(size_t(kvDimA) * size_t(kvDimA), 0.0f);
-    for (int i = 0; i < kvDimA; ++i)
-        identity.weight[size_t(i) * size_t(kvDimA) + size_t(i)] = 1.0f;
-    identity.bias.assign(size_t(kvDimA), 0.0f);
+    const core::LinearMap identity = core::identityMap(kvDimA);
     for (int l = 0; l < layersB; ++l) {
         core::LayerConverter c;
         c.targetLayer = l;

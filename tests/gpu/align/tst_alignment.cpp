@@ -389,12 +389,7 @@ private Q_SLOTS:
         std::mt19937_64 rng(4);
         std::normal_distribution<float> N(0.0f, 1.0f);
         for (int l = 0; l < c.numLayers; ++l) {
-            core::LinearMap id;
-            id.inputDim = id.outputDim = w;
-            id.weight.assign(size_t(w) * size_t(w), 0.0f);
-            for (int i = 0; i < w; ++i)
-                id.weight[size_t(i) * size_t(w) + size_t(i)] = 1.0f;
-            id.bias.assign(size_t(w), 0.0f);
+            const core::LinearMap id = core::identityMap(w);
             auto scrambled = id;
             for (int i = 0; i < w; ++i) // output columns of kv head 1 read random mixtures
                 for (int j = c.headDim; j < w; ++j)
