@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -129,12 +130,24 @@ public:
         m_ctx = ctx;
         m_parts = parts;
         m_pending.store(int(m_workers.size()), std::memory_order_relaxed);
+        m_error = nullptr;
         m_epoch.fetch_add(1, std::memory_order_seq_cst);
         if (m_sleepers.load(std::memory_order_seq_cst) > 0)
             m_epoch.notify_all();
-        fn(ctx, 0, parts);
+        // The workers read ctx until they are done: wait for them even when part 0 throws (an
+        // allocation), then rethrow the first failure of any part on the caller.
+        std::exception_ptr mine;
+        try {
+            fn(ctx, 0, parts);
+        } catch (...) {
+            mine = std::current_exception();
+        }
         while (m_pending.load(std::memory_order_acquire) != 0)
             pause();
+        if (mine)
+            std::rethrow_exception(mine);
+        if (m_error)
+            std::rethrow_exception(m_error);
     }
 
 private:
@@ -177,8 +190,15 @@ private:
                 }
             }
             seen = e;
-            if (index < m_parts)
-                m_fn(m_ctx, index, m_parts);
+            if (index < m_parts) {
+                try {
+                    m_fn(m_ctx, index, m_parts);
+                } catch (...) { // handed to the caller, which waits for every worker before it reads this
+                    const std::lock_guard lock(m_errorMutex);
+                    if (!m_error)
+                        m_error = std::current_exception();
+                }
+            }
             m_pending.fetch_sub(1, std::memory_order_release);
         }
     }
@@ -191,6 +211,8 @@ private:
     Fn m_fn = nullptr;
     const void *m_ctx = nullptr;
     int m_parts = 0;
+    std::mutex m_errorMutex;
+    std::exception_ptr m_error; // a worker's failure in the current product
 };
 
 // The team's thread count for products on this thread (setTeamThreads); 0: torch's intra-op count.
@@ -531,9 +553,10 @@ struct Mapping
 bool haveRowGemv(torch::Dtype dtype)
 {
 #ifdef KVWB_X86_AVX512
-    static const bool f32 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-    static const bool bf16 = f32 && __builtin_cpu_supports("avx512bf16") &&
-                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    // (the prompt kernels' masked byte and word loads need BW and VL: not on Knights Landing)
+    static const bool f32 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+                            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    static const bool bf16 = f32 && __builtin_cpu_supports("avx512bf16");
     return dtype == torch::kFloat32 ? f32 : dtype == torch::kBFloat16 ? bf16 : false;
 #else
     (void)dtype;

@@ -17,8 +17,8 @@
 
 namespace kvwb::gpu::detail {
 
-// Whether this CPU runs rowGemv for dtype (f32: AVX-512F and FMA; bf16: also AVX-512 BF16),
-// checked once at run time.
+// Whether this CPU runs rowGemv (and the other kernels here) for dtype (f32: AVX-512 F, BW and VL
+// and FMA; bf16: also AVX-512 BF16), checked once at run time.
 bool haveRowGemv(torch::Dtype dtype);
 
 // y = W x (+ bias) for one token: W [out, in] row-major contiguous, x [in], bias [out] or

@@ -100,12 +100,12 @@ struct JobScope
             detail::setBlasThreads(n);
         }
     }
-    ~JobScope()
+    ~JobScope() // the reverse of the constructor (an OpenMP OpenBLAS also sets this thread's count)
     {
-        if (ompBefore > 0)
-            detail::setOmpThreads(ompBefore);
         if (blasBefore > 0)
             detail::setBlasThreads(blasBefore);
+        if (ompBefore > 0)
+            detail::setOmpThreads(ompBefore);
         detail::setTeamThreads(teamBefore);
     }
     JobScope(const JobScope &) = delete;
