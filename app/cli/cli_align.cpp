@@ -481,6 +481,8 @@ int cmdCompare(const QStringList &args)
     co.gateSignal = *gs;
     co.gateTail = intOption(p, "gate-tail", 4, 1);
     co.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
+    const double goodKl = doubleOption(p, "good-kl", 0.1, 0.0, 1e9); // read before the run, not after it
+    const double minPrecision = doubleOption(p, "min-precision", 0.9, 0.0, 1.0);
     const auto gateSignal = co.gateSignal;
     const double threshold = co.gateThreshold;
     const int tail = co.gateTail;
@@ -491,9 +493,6 @@ int cmdCompare(const QStringList &args)
     const auto conv = gpu::Converter::create(record, *a, *b);
     const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
     const jobs::ComparePair pair{*a, *tokA, *b, *tokB, conv, record.name};
-    std::optional<gpu::Converter> convVersus;
-    if (versus)
-        convVersus = gpu::Converter::create(*versus, *a, *b);
     // The other converters run on every prompt: --versus, then the baselines.
     struct Other
     {
@@ -504,7 +503,7 @@ int cmdCompare(const QStringList &args)
     };
     std::vector<Other> others;
     if (versus)
-        others.push_back({"versus", *versus, std::move(*convVersus), {}, {}, {}});
+        others.push_back({"versus", *versus, gpu::Converter::create(*versus, *a, *b), {}, {}, {}});
     if (p.isSet("baselines")) {
         const auto &ca = file.model(core::ModelRole::A).config, &cb = file.model(core::ModelRole::B).config;
         if (auto raw = gpu::rawSourceRecord(record, ca.numLayers, ca.numKvHeads * ca.headDim, cb.numLayers,
@@ -673,8 +672,6 @@ int cmdCompare(const QStringList &args)
     };
     // the gate's signals against "KL <= good-kl": precision and recall at the threshold in use, and
     // for every signal the threshold with the highest recall at the wanted precision
-    const double goodKl = doubleOption(p, "good-kl", 0.1, 0.0, 1e9);
-    const double minPrecision = doubleOption(p, "min-precision", 0.9, 0.0, 1.0);
     std::vector<bool> good;
     for (double kl : kls)
         good.push_back(kl <= goodKl);

@@ -113,8 +113,8 @@ std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &fi
 //   otherwise;
 // - a random map of like's shape: every map's weight drawn N(0, 1 / inputDim) (seeded), its bias
 //   kept (the fitted bias is the target's mean row, which needs no learning of the map).
-std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord &like, int layersA, int kvDimA,
-                                                     int layersB, int kvDimB);
+std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord &like, int layersA,
+                                                     int kvDimA, int layersB, int kvDimB);
 core::ConverterRecord randomMapRecord(const core::ConverterRecord &like, uint64_t seed);
 
 struct PromptSplit

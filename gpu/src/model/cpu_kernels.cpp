@@ -711,11 +711,6 @@ int setTeamThreads(int n)
     return before;
 }
 
-bool haveTeamGemm(torch::Dtype dtype)
-{
-    return haveRowGemv(dtype);
-}
-
 torch::Tensor teamMatmulNT(const torch::Tensor &x, const torch::Tensor &w)
 {
     const auto dt = x.scalar_type();

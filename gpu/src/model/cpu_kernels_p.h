@@ -57,14 +57,12 @@ int setOmpThreads(int n);
 // would otherwise take turns on the same cores between every two products.
 int setTeamThreads(int n);
 
-// Whether teamLinear / teamMatmulNT run for dtype (the AVX-512 kernels of haveRowGemv).
-bool haveTeamGemm(torch::Dtype dtype);
-
 // y = x W^T (+ bias) for a prompt: x [t, in], W [out, in] contiguous, bias [out] or undefined,
 // all of one dtype (f32 or bf16) on the CPU; returns [t, out] of that dtype. W's rows are split
-// over the row team in blocks of 16; each output element is one dot product of 4 x 4 register
-// tiles (vdpbf16ps or FMA, f32 sums, bias added in f32, one rounding), so a prompt's logits are
-// the same bits on any thread count. Neither LibTorch's bf16 linear (oneDNN) nor its f32 one
+// over the row team in fixed column chunks; each output element is one dot product of a 4 x 4
+// register tile (FMA; bf16 widened exactly to f32; bias added in f32, one rounding), or of one
+// sgemm call for f32 prompts of 256 rows or more, so a prompt's logits are the same bits on any
+// thread count. Precondition: haveRowGemv(W's dtype). Neither LibTorch's bf16 linear (oneDNN) nor its f32 one
 // (OpenBLAS) scaled a 64-token product of a 135M model to two threads beside torch's own
 // OpenMP threads (2-thread prefill at ~1.05x of one thread).
 torch::Tensor teamLinear(const torch::Tensor &x, const torch::Tensor &w, const torch::Tensor &bias);

@@ -154,8 +154,9 @@ struct Model::Impl
     std::vector<Layer> layers;
     torch::Tensor finalNorm; // [hidden]
     Proj lmHead;             // out = vocab (w aliases embed when tied)
-    bool rowGemv = false;    // one-token projections through detail::rowGemv (CPU f32 / bf16)
-    bool teamGemm = false;   // prompt projections through detail::teamLinear (CPU f32 / bf16)
+    // The CPU kernels (detail::haveRowGemv: CPU, f32 / bf16, AVX-512): one-token products through
+    // detail::rowGemv, prompts through teamLinear, attention, norms and activations on the team.
+    bool cpuKernels = false;
     std::shared_ptr<detail::RopeTables> rope;
     int context = 0; // positions served
     int64_t deviceBytes = 0;
@@ -185,9 +186,9 @@ struct Model::Impl
     // through oneDNN at ~4 GB/s).
     torch::Tensor project(const torch::Tensor &x, const Proj &p) const
     {
-        if (rowGemv && x.size(0) == 1)
+        if (cpuKernels && x.size(0) == 1)
             return detail::rowGemv(p.w, x.select(0, 0), p.b);
-        if (teamGemm)
+        if (cpuKernels)
             return detail::teamLinear(x, p.w, p.b);
         return p.b.defined() ? torch::linear(x, p.w, p.b) : torch::linear(x, p.w);
     }
@@ -228,7 +229,7 @@ struct Model::Impl
         auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
         const auto gateUp = project(h2, L.gateUp); // [t, 2 * intermediate]
         torch::Tensor act;
-        if (teamGemm) {
+        if (cpuKernels) {
             act = detail::gluCpu(gateUp, gelu);
         } else {
             const int64_t inter = gateUp.size(1) / 2;
@@ -315,7 +316,7 @@ struct Model::Impl
             // Long prompts attend in blocks of queries, each over the keys up to its last query
             // only: causal attention needs about half the products of the full [t, keys] square,
             // and a block's scores stay cache-sized ([9, 128, 512] f32 is 2.4 MiB).
-            if (t == 1 && rowGemv) { // one token: one fused loop per head
+            if (t == 1 && cpuKernels) { // one token: one fused loop per head
                 auto att = detail::attendOneCpu(q, cache.keys[l], cache.values[l], kStart, total, scale,
                                                 config.attnLogitSoftcap.value_or(0.0));
                 x = finishLayer(L, x, att, gelu);
@@ -331,7 +332,7 @@ struct Model::Impl
                 auto qg = q.narrow(1, i0, n).reshape({nkv, rep * n, hd});
                 const auto blockMask = mask.defined() ? mask.narrow(0, i0, n).narrow(1, 0, keys) : mask;
                 torch::Tensor out; // [nkv, rep*n, hd]
-                if (teamGemm) {    // the CPU kernels: products and softmax over the team
+                if (cpuKernels) {  // the CPU kernels: products and softmax over the team
                     const auto probs =
                         detail::attentionSoftmaxCpu(detail::teamMatmulNT(qg, K), blockMask, scale,
                                                     config.attnLogitSoftcap.value_or(0.0), dtype);
@@ -434,8 +435,7 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         });
     };
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
-    m.rowGemv = m.device.is_cpu() && detail::haveRowGemv(m.dtype);
-    m.teamGemm = m.device.is_cpu() && detail::haveTeamGemm(m.dtype);
+    m.cpuKernels = m.device.is_cpu() && detail::haveRowGemv(m.dtype);
     // w [out, in] (fused rows already concatenated), b [out] or undefined.
     auto proj = [&](torch::Tensor w, torch::Tensor b) { return Proj{w.contiguous(), std::move(b)}; };
 
@@ -558,7 +558,7 @@ std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, b
         throw Error(ErrorCode::InvalidArgument, "forward: no tokens");
     checkIds(ids, m_impl->config);
     auto &ci = m_impl->cacheOf(cache);
-    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
+    JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
     auto logits =
         translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
@@ -570,7 +570,7 @@ std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCa
         throw Error(ErrorCode::InvalidArgument, "queries: no tokens");
     checkIds(ids, m_impl->config);
     auto &ci = m_impl->cacheOf(cache);
-    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
+    JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
     std::vector<torch::Tensor> q;
     translateTorch("forward", [&] { return m_impl->run(ids, ci, false, &q); });
     std::vector<std::vector<float>> out;
@@ -589,7 +589,7 @@ std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer
     checkIds(ids, m_impl->config);
     auto cache = newCache();
     auto &ci = m_impl->cacheOf(cache);
-    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
+    JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
     torch::Tensor h;
     return translateTorch("hidden state", [&] {
         m_impl->run(ids, ci, false, nullptr, layer, &h);
@@ -684,7 +684,7 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
                                     ? " (LongRoPE's original context: load it with a larger context to use "
                                       "its long factors)"
                                     : ""));
-    JobScope scope(m_impl->options.threads, m_impl->teamGemm);
+    JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
 
     GenerateResult r;
     r.stats.promptTokens = int(prompt.size());
