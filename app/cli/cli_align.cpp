@@ -167,6 +167,17 @@ int cmdAlign(const QStringList &args)
                  "on the validation prompts from 1e-4..1 (default 0.01).",
                  "L|auto", "0.01"});
     p.addOption({"per-head", "Map each B head only from the same head of A (needs equal kv-head counts)."});
+    p.addOption({"family",
+                 "Form of each map: ridge (default; y = xW + b), low-rank (reduced-rank ridge, needs --rank) "
+                 "or mlp (ridge skip path plus a trained GELU branch).",
+                 "ridge|low-rank|mlp", "ridge"});
+    p.addOption({"rank", "low-rank: the rank of each map.", "R"});
+    p.addOption({"hidden", "mlp: the branch's width (default 256).", "N", "256"});
+    p.addOption({"epochs", "mlp: at most this many epochs (default 30).", "N", "30"});
+    p.addOption({"batch", "mlp: rows per step (default 256).", "N", "256"});
+    p.addOption({"learning-rate", "mlp: Adam's learning rate (default 1e-3).", "LR", "0.001"});
+    p.addOption(
+        {"patience", "mlp: stop a kind after N epochs without a validation gain (default 3).", "N", "3"});
     p.addOption({"max-train-tokens", "Calibration tokens (default: every training prompt).", "N"});
     p.addOption({"name", "Converter name under /converters (default 'default'; replaced if present).", "NAME",
                  "default"});
@@ -195,6 +206,25 @@ int cmdAlign(const QStringList &args)
     else
         o.lambda = doubleOption(p, "lambda", 0.01, 0.0, 1e6);
     o.perHead = p.isSet("per-head");
+    {
+        const auto family = core::parseConverterFamily(str(p.value("family")));
+        if (!family)
+            throw UsageError{"--family expects ridge, low-rank or mlp, got '" + str(p.value("family")) + "'"};
+        o.family = *family;
+    }
+    if (o.family == core::ConverterFamily::LowRank && !p.isSet("rank"))
+        throw UsageError{"--family low-rank needs --rank R"};
+    if (o.family != core::ConverterFamily::LowRank && p.isSet("rank"))
+        throw UsageError{"--rank applies to --family low-rank only"};
+    o.rank = intOption(p, "rank", 0, 1);
+    for (const char *flag : {"hidden", "epochs", "batch", "learning-rate", "patience"})
+        if (p.isSet(flag) && o.family != core::ConverterFamily::Mlp)
+            throw UsageError{fmt::format("--{} applies to --family mlp only", flag)};
+    o.mlp.hidden = intOption(p, "hidden", 256, 1);
+    o.mlp.epochs = intOption(p, "epochs", 30, 0);
+    o.mlp.batch = intOption(p, "batch", 256, 1);
+    o.mlp.learningRate = doubleOption(p, "learning-rate", 1e-3, 1e-9, 10.0);
+    o.mlp.patience = intOption(p, "patience", 3, 1);
     o.maxTrainTokens = intOption(p, "max-train-tokens", 0, 2);
     o.validFraction = doubleOption(p, "valid-fraction", 0.15, 0.0, 0.9);
     o.testFraction = doubleOption(p, "test-fraction", 0.15, 0.0, 0.9);
@@ -246,6 +276,12 @@ int cmdAlign(const QStringList &args)
                           {"k", rec.k},
                           {"lambda_mode", rec.lambdaMode},
                           {"per_head", rec.perHead},
+                          {"family", core::converterFamilyName(rec.family)},
+                          {"parameters", rec.parameterCount()},
+                          {"bytes", rec.bytes()},
+                          {"fit_seconds", rec.fitSeconds},
+                          {"convert_ms_per_1k", rec.convertMsPer1k},
+                          {"settings", json::parse(rec.settingsJson)},
                           {"key_form", core::keyFormName(rec.keyForm)},
                           {"train_prompts", rec.trainPrompts.size()},
                           {"valid_prompts", rec.validPrompts.size()},
@@ -259,12 +295,16 @@ int cmdAlign(const QStringList &args)
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
         return 0;
     }
-    std::printf("%s: converter '%s' (%s, k %d, lambda %s%s), %zu train / %zu valid / %zu test prompts, %lld "
-                "calibration tokens, %.1f s%s\n\n",
-                path.c_str(), rec.name.c_str(), rec.selection.c_str(), rec.k, rec.lambdaMode.c_str(),
-                rec.perHead ? ", per head" : "", rec.trainPrompts.size(), rec.validPrompts.size(),
-                rec.testPrompts.size(), (long long)rec.trainTokens, fitMs / 1000,
-                p.isSet("dry-run") ? "" : ", stored");
+    std::printf(
+        "%s: converter '%s' (%s, %s, k %d, lambda %s%s), %zu train / %zu valid / %zu test prompts, %lld "
+        "calibration tokens, %.1f s%s\n",
+        path.c_str(), rec.name.c_str(), core::converterFamilyName(rec.family), rec.selection.c_str(), rec.k,
+        rec.lambdaMode.c_str(), rec.perHead ? ", per head" : "", rec.trainPrompts.size(),
+        rec.validPrompts.size(), rec.testPrompts.size(), (long long)rec.trainTokens, fitMs / 1000,
+        p.isSet("dry-run") ? "" : ", stored");
+    std::printf(
+        "fit %.1f s, %lld parameters (%.2f MB as f32), conversion %.2f ms per 1k tokens of every layer\n\n",
+        rec.fitSeconds, (long long)rec.parameterCount(), double(rec.bytes()) / 1e6, rec.convertMsPer1k);
     std::printf(
         "| B layer | A layers | lambda | R2 K | R2 V | cos K | cos V | rel err K | rel err V | attn cos |\n");
     std::printf(
@@ -830,6 +870,10 @@ int cmdBenchTransfer(const QStringList &args)
     p.addOption({"lengths", "Prompt lengths in tokens (default 128,512,2048).", "LIST", "128,512,2048"});
     p.addOption({"k", "Source layers per target layer (default 1).", "K", "1"});
     p.addOption({"per-head", "Head-matched maps."});
+    p.addOption({"family", "Converter family: ridge (default), low-rank or mlp.", "NAME", "ridge"});
+    p.addOption(
+        {"rank", "low-rank: the rank of each map (default 32, at most the map's widths).", "R", "32"});
+    p.addOption({"hidden", "mlp: the branch's width (default 256).", "N", "256"});
     p.addOption({"reps", "Repetitions per length; the median is reported (default 5).", "N", "5"});
     p.addOption({"json", "Print the rows as JSON."});
     addEngineOptions(p);
@@ -839,6 +883,10 @@ int cmdBenchTransfer(const QStringList &args)
           "geometry (the work does not depend on the values), context raised to fit the longest length.");
     const auto lengths = parseIdList(p.value("lengths"), "--lengths");
     const int k = intOption(p, "k", 1, 1), reps = intOption(p, "reps", 5, 1);
+    const auto family = core::parseConverterFamily(str(p.value("family")));
+    if (!family)
+        throw UsageError{"--family expects ridge, low-rank or mlp, got '" + str(p.value("family")) + "'"};
+    const int rank = intOption(p, "rank", 32, 1), hidden = intOption(p, "hidden", 256, 1);
     const auto lo = loadOptions(p);
     const fs::path dir = fs::temp_directory_path() / fmt::format("kvwb-bench-transfer-{}", ::getpid());
     fs::create_directories(dir);
@@ -856,8 +904,14 @@ int cmdBenchTransfer(const QStringList &args)
     const auto &ca = a->config(), &cb = b->config();
     const bool headMatched = p.isSet("per-head") && ca.numKvHeads == cb.numKvHeads;
     core::ConverterRecord set;
+    set.family = *family;
     std::mt19937_64 rng(1);
     std::normal_distribution<float> N(0.0f, 0.05f);
+    const auto randomPart = [&](std::vector<float> &v, size_t n) {
+        v.resize(n);
+        for (float &w : v)
+            w = N(rng);
+    };
     const int kk = std::min(k, ca.numLayers);
     for (int l = 0; l < cb.numLayers; ++l) {
         core::LayerConverter m;
@@ -868,12 +922,25 @@ int cmdBenchTransfer(const QStringList &args)
         const int in = (headMatched ? ca.headDim : ca.numKvHeads * ca.headDim) * kk;
         const int out = headMatched ? cb.headDim : cb.numKvHeads * cb.headDim;
         for (int h = 0; h < 2 * maps; ++h) {
-            core::LinearMap lm;
+            core::KvMap lm;
             lm.inputDim = in;
             lm.outputDim = out;
-            lm.weight.resize(size_t(in) * size_t(out));
-            for (float &w : lm.weight)
-                w = N(rng);
+            if (*family == core::ConverterFamily::LowRank) {
+                if (rank > std::min(in, out))
+                    throw UsageError{
+                        fmt::format("--rank {} exceeds the maps' widths ({} in, {} out)", rank, in, out)};
+                lm.rank = rank;
+                randomPart(lm.down, size_t(in) * size_t(rank));
+                randomPart(lm.up, size_t(rank) * size_t(out));
+            } else {
+                randomPart(lm.weight, size_t(in) * size_t(out));
+            }
+            if (*family == core::ConverterFamily::Mlp) {
+                lm.hidden = hidden;
+                randomPart(lm.hiddenWeight, size_t(in) * size_t(hidden));
+                randomPart(lm.hiddenBias, size_t(hidden));
+                randomPart(lm.outWeight, size_t(hidden) * size_t(out));
+            }
             lm.bias.assign(size_t(out), 0.0f);
             (h < maps ? m.keys : m.values).push_back(std::move(lm));
         }
@@ -882,11 +949,11 @@ int cmdBenchTransfer(const QStringList &args)
     const auto conv = gpu::Converter::create(set, *a, *b);
     const bool asJson = p.isSet("json");
     if (!asJson) {
-        std::printf("transfer benchmark: A %s (%d layers, %dx%d KV), B %s (%d layers, %dx%d KV), k %d%s, %s "
-                    "%s, median "
-                    "of %d\n\n",
+        std::printf("transfer benchmark: A %s (%d layers, %dx%d KV), B %s (%d layers, %dx%d KV), %s maps "
+                    "(%lld parameters), k %d%s, %s %s, median of %d\n\n",
                     str(p.value("preset-a")).c_str(), ca.numLayers, ca.numKvHeads, ca.headDim,
-                    str(p.value("preset-b")).c_str(), cb.numLayers, cb.numKvHeads, cb.headDim, kk,
+                    str(p.value("preset-b")).c_str(), cb.numLayers, cb.numKvHeads, cb.headDim,
+                    core::converterFamilyName(*family), (long long)set.parameterCount(), kk,
                     headMatched ? " per head" : "", gpu::describeDevice(lo.device).c_str(),
                     gpu::computeTypeName(lo.dtype), reps);
         std::printf("| tokens | B prefill ms | convert ms | A prefill ms | B prefill / convert | B prefill / "

@@ -328,6 +328,10 @@ void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_p
         o.autoLambda = request.autoLambda;
         o.lambda = request.lambda;
         o.perHead = request.perHead;
+        o.family = request.family;
+        o.rank = request.rank;
+        o.mlp.hidden = request.mlpHidden;
+        o.mlp.epochs = request.mlpEpochs;
         o.maxTrainTokens = request.maxTrainTokens;
         o.progress = [&](double f, const std::string &stage) {
             Q_EMIT progress(job, f, QString::fromStdString(stage));

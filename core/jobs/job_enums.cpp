@@ -92,4 +92,28 @@ std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcep
     return std::nullopt;
 }
 
+const char *converterFamilyName(ConverterFamily f) noexcept
+{
+    switch (f) {
+    case ConverterFamily::Ridge:
+        return "ridge";
+    case ConverterFamily::LowRank:
+        return "low_rank";
+    case ConverterFamily::Mlp:
+        return "mlp";
+    }
+    return "?";
+}
+
+std::optional<ConverterFamily> parseConverterFamily(std::string_view name) noexcept
+{
+    if (name == "ridge")
+        return ConverterFamily::Ridge;
+    if (name == "low_rank" || name == "low-rank")
+        return ConverterFamily::LowRank;
+    if (name == "mlp")
+        return ConverterFamily::Mlp;
+    return std::nullopt;
+}
+
 } // namespace kvwb::core

@@ -1,8 +1,8 @@
 // The choices a job is set up with, one enum each, shared by the command line, the window's panels
 // and the engine (gpu/ uses these same types): where a model runs and in which element type, how a
-// converter picks its source layers, and which signal the cross-model quality gate measures. Each
-// has one spelling for flags, JSON, projects and reports (…Name) and its inverse (parse…, nullopt
-// for anything else).
+// converter picks its source layers and which form its maps take, and which signal the cross-model quality
+// gate measures. Each has one spelling for flags, JSON, projects and reports (…Name) and its inverse (parse…,
+// nullopt for anything else).
 //
 // Plain values and pure functions; thread-safe.
 #pragma once
@@ -51,5 +51,17 @@ enum class LayerSelection
 };
 const char *layerSelectionName(LayerSelection s) noexcept; // "proportional" | "topk" | "all"
 std::optional<LayerSelection> parseLayerSelection(std::string_view name) noexcept;
+
+// The form of each map of a converter (core/store/converter_store.h KvMap). Head-matched fitting
+// (each B kv head from the same A head only) is a mode of every family, not a family of its own.
+enum class ConverterFamily
+{
+    Ridge,   // y = x W + b, closed-form ridge
+    LowRank, // y = (x D) U + b, reduced-rank regression: rank r bounds the mapper's size
+    Mlp      // y = x W + b + gelu(x W1 + b1) W2: ridge skip path plus a trained nonlinear branch
+};
+const char *converterFamilyName(ConverterFamily f) noexcept; // "ridge" | "low_rank" | "mlp"
+// Also accepts "low-rank" (the command line's spelling).
+std::optional<ConverterFamily> parseConverterFamily(std::string_view name) noexcept;
 
 } // namespace kvwb::core

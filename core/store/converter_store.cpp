@@ -6,18 +6,55 @@
 #include "core/util/text_util.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace kvwb::core {
 
-LinearMap identityMap(int dim)
+KvMap identityMap(int dim)
 {
-    LinearMap s;
+    KvMap s;
     s.inputDim = s.outputDim = dim;
     s.weight.assign(size_t(dim) * size_t(dim), 0.0f);
     for (int i = 0; i < dim; ++i)
         s.weight[size_t(i) * size_t(dim) + size_t(i)] = 1.0f;
     s.bias.assign(size_t(dim), 0.0f);
     return s;
+}
+
+int64_t KvMap::parameterCount() const
+{
+    const int64_t in = inputDim, out = outputDim;
+    int64_t n = out; // bias
+    n += rank > 0 ? int64_t(rank) * (in + out) : in * out;
+    if (hidden > 0)
+        n += int64_t(hidden) * (in + 1 + out);
+    return n;
+}
+
+ConverterFamily KvMap::family() const
+{
+    if (rank > 0)
+        return ConverterFamily::LowRank;
+    if (hidden > 0)
+        return ConverterFamily::Mlp;
+    return ConverterFamily::Ridge;
+}
+
+int64_t LayerConverter::parameterCount() const
+{
+    int64_t n = 0;
+    for (const auto *list : {&keys, &values})
+        for (const KvMap &m : *list)
+            n += m.parameterCount();
+    return n;
+}
+
+int64_t ConverterRecord::parameterCount() const
+{
+    int64_t n = 0;
+    for (const LayerConverter &l : layers)
+        n += l.parameterCount();
+    return n;
 }
 
 namespace fs = std::filesystem;
@@ -89,29 +126,58 @@ void checkMatrix(const std::string &where, const Matrix &m)
                                                     std::to_string(m.rows) + " x " + std::to_string(m.cols));
 }
 
-void checkMaps(const std::string &where, const char *kind, const std::vector<LinearMap> &maps, size_t count,
-               int inputDim, int outputDim)
+void checkSize(const std::string &at, const char *part, size_t have, int64_t rows, int64_t cols,
+               const char *shape)
+{
+    if (have != size_t(rows) * size_t(cols))
+        throw Error(ErrorCode::InvalidArgument, at + " " + part + " has " + std::to_string(have) +
+                                                    " floats, expected " + shape + " = " +
+                                                    std::to_string(rows) + " x " + std::to_string(cols));
+}
+
+// Every map of a list is stacked into one dataset per part, so all must have one family, rank and
+// width; family is the record's.
+void checkMaps(const std::string &where, const char *kind, const std::vector<KvMap> &maps, size_t count,
+               int inputDim, int outputDim, ConverterFamily family)
 {
     if (maps.size() != count)
         throw Error(ErrorCode::InvalidArgument, where + " has " + std::to_string(maps.size()) + " " + kind +
                                                     " maps, expected " + std::to_string(count));
     for (size_t j = 0; j < maps.size(); ++j) {
-        const LinearMap &m = maps[j];
+        const KvMap &m = maps[j];
         const std::string at = where + " " + kind + " map " + std::to_string(j);
-        if (m.inputDim < 0 || m.outputDim < 0 || m.weight.size() != size_t(m.inputDim) * size_t(m.outputDim))
-            throw Error(ErrorCode::InvalidArgument,
-                        at + " weight has " + std::to_string(m.weight.size()) +
-                            " floats, expected inputDim x outputDim = " + std::to_string(m.inputDim) + " x " +
-                            std::to_string(m.outputDim));
-        if (m.bias.size() != size_t(m.outputDim))
-            throw Error(ErrorCode::InvalidArgument,
-                        at + " bias has " + std::to_string(m.bias.size()) +
-                            " floats, expected outputDim = " + std::to_string(m.outputDim));
         if (m.inputDim != inputDim || m.outputDim != outputDim)
             throw Error(ErrorCode::InvalidArgument,
                         at + " is [inputDim, outputDim] = [" + std::to_string(m.inputDim) + ", " +
                             std::to_string(m.outputDim) + "], the models and source layers need [" +
                             std::to_string(inputDim) + ", " + std::to_string(outputDim) + "]");
+        if (m.family() != family)
+            throw Error(ErrorCode::InvalidArgument, at + " is a " + converterFamilyName(m.family()) +
+                                                        " map in a " + converterFamilyName(family) +
+                                                        " converter");
+        if (m.rank != maps[0].rank || m.hidden != maps[0].hidden)
+            throw Error(ErrorCode::InvalidArgument, at + " has rank " + std::to_string(m.rank) +
+                                                        " and width " + std::to_string(m.hidden) +
+                                                        ", map 0 has " + std::to_string(maps[0].rank) +
+                                                        " and " + std::to_string(maps[0].hidden));
+        if (m.rank < 0 || m.hidden < 0 || m.rank > std::min(inputDim, outputDim))
+            throw Error(ErrorCode::InvalidArgument,
+                        at + " rank " + std::to_string(m.rank) + " or width " + std::to_string(m.hidden) +
+                            " is out of range (rank at most min(inputDim, outputDim) = " +
+                            std::to_string(std::min(inputDim, outputDim)) + ")");
+        checkSize(at, "bias", m.bias.size(), 1, m.outputDim, "outputDim");
+        if (m.rank > 0) {
+            checkSize(at, "weight", m.weight.size(), 0, 0, "nothing (low-rank)");
+            checkSize(at, "down", m.down.size(), m.inputDim, m.rank, "inputDim x rank");
+            checkSize(at, "up", m.up.size(), m.rank, m.outputDim, "rank x outputDim");
+        } else {
+            checkSize(at, "weight", m.weight.size(), m.inputDim, m.outputDim, "inputDim x outputDim");
+        }
+        if (m.hidden > 0) {
+            checkSize(at, "hidden weight", m.hiddenWeight.size(), m.inputDim, m.hidden, "inputDim x hidden");
+            checkSize(at, "hidden bias", m.hiddenBias.size(), 1, m.hidden, "hidden");
+            checkSize(at, "out weight", m.outWeight.size(), m.hidden, m.outputDim, "hidden x outputDim");
+        }
     }
 }
 
@@ -134,6 +200,8 @@ void checkRecord(const std::string &file, const ConverterRecord &r, const Experi
     h5::checkSettingsJson(where, r.settingsJson);
     if (r.trainTokens < 0)
         throw Error(ErrorCode::InvalidArgument, where + " train_tokens is negative");
+    if (!(r.fitSeconds >= 0) || !(r.convertMsPer1k >= 0))
+        throw Error(ErrorCode::InvalidArgument, where + " fit_seconds or convert_ms_per_1k is not >= 0");
     checkPromptList(where, "train_prompts", r.trainPrompts, reader.promptCount());
     checkPromptList(where, "valid_prompts", r.validPrompts, reader.promptCount());
     checkPromptList(where, "test_prompts", r.testPrompts, reader.promptCount());
@@ -164,12 +232,12 @@ void checkRecord(const std::string &file, const ConverterRecord &r, const Experi
                 throw Error(ErrorCode::InvalidArgument,
                             at + " is head_matched, but model a has " + std::to_string(a.numKvHeads) +
                                 " kv heads and model b " + std::to_string(b.numKvHeads));
-            checkMaps(at, "keys", l.keys, size_t(b.numKvHeads), sources * a.headDim, b.headDim);
-            checkMaps(at, "values", l.values, size_t(b.numKvHeads), sources * a.headDim, b.headDim);
+            checkMaps(at, "keys", l.keys, size_t(b.numKvHeads), sources * a.headDim, b.headDim, r.family);
+            checkMaps(at, "values", l.values, size_t(b.numKvHeads), sources * a.headDim, b.headDim, r.family);
         } else {
             const int in = sources * a.numKvHeads * a.headDim, out = b.numKvHeads * b.headDim;
-            checkMaps(at, "keys", l.keys, 1, in, out);
-            checkMaps(at, "values", l.values, 1, in, out);
+            checkMaps(at, "keys", l.keys, 1, in, out, r.family);
+            checkMaps(at, "values", l.values, 1, in, out, r.family);
         }
     }
     checkTable(where + " layer metrics", r.layerMetrics);
@@ -191,25 +259,46 @@ void writeMatrix(const Place &parent, const std::string &name, const Matrix &m)
                  m.data.data());
 }
 
-// <kind>_weight [maps, inputDim, outputDim] f32, <kind>_bias [maps, outputDim] f32,
-// <kind>_lambda [maps] f64; checkMaps made every map the same shape.
-void writeMaps(const Place &layer, const std::string &kind, const std::vector<LinearMap> &maps)
+// Stacked over the list's maps (checkMaps made them one shape): <kind>_bias [maps, outputDim] f32,
+// <kind>_lambda [maps] f64 and, by family, <kind>_weight [maps, inputDim, outputDim] (ridge, MLP),
+// <kind>_down [maps, inputDim, rank] and <kind>_up [maps, rank, outputDim] (low-rank),
+// <kind>_hidden_weight [maps, inputDim, hidden], <kind>_hidden_bias [maps, hidden] and
+// <kind>_out_weight [maps, hidden, outputDim] (MLP).
+void writeMaps(const Place &layer, const std::string &kind, const std::vector<KvMap> &maps)
 {
-    const hsize_t n = maps.size(), in = hsize_t(maps.front().inputDim), out = hsize_t(maps.front().outputDim);
-    std::vector<float> weight, bias;
-    std::vector<double> lambda;
-    weight.reserve(n * in * out);
-    bias.reserve(n * out);
-    for (const LinearMap &m : maps) {
-        weight.insert(weight.end(), m.weight.begin(), m.weight.end());
-        bias.insert(bias.end(), m.bias.begin(), m.bias.end());
-        lambda.push_back(m.lambda);
+    const KvMap &first = maps.front();
+    const hsize_t n = maps.size(), in = hsize_t(first.inputDim), out = hsize_t(first.outputDim),
+                  rank = hsize_t(first.rank), hidden = hsize_t(first.hidden);
+    const auto stacked = [&](std::vector<float> KvMap::*part, const std::string &suffix,
+                             std::vector<hsize_t> dims) {
+        std::vector<float> all;
+        for (const KvMap &m : maps)
+            all.insert(all.end(), (m.*part).begin(), (m.*part).end());
+        dims.insert(dims.begin(), n);
+        return writeDataset(layer, kind + suffix, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, all.data());
+    };
+    if (rank == 0) {
+        const h5::Dataset ds = stacked(&KvMap::weight, "_weight", {in, out});
+        writeAttr(ds.get(), Site(layer.file, layer.path + "/" + kind + "_weight"), "layout",
+                  std::string("[maps, input_dim, output_dim]: y = x W + b for row vectors x"));
+    } else {
+        const h5::Dataset ds = stacked(&KvMap::down, "_down", {in, rank});
+        writeAttr(ds.get(), Site(layer.file, layer.path + "/" + kind + "_down"), "layout",
+                  std::string("[maps, input_dim, rank]: y = (x D) U + b for row vectors x"));
+        stacked(&KvMap::up, "_up", {rank, out});
     }
-    const h5::Dataset ds =
-        writeDataset(layer, kind + "_weight", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, in, out}, weight.data());
-    writeAttr(ds.get(), Site(layer.file, layer.path + "/" + kind + "_weight"), "layout",
-              std::string("[maps, input_dim, output_dim]: y = x W + b for row vectors x"));
-    writeDataset(layer, kind + "_bias", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, out}, bias.data());
+    if (hidden > 0) {
+        const h5::Dataset ds = stacked(&KvMap::hiddenWeight, "_hidden_weight", {in, hidden});
+        writeAttr(
+            ds.get(), Site(layer.file, layer.path + "/" + kind + "_hidden_weight"), "layout",
+            std::string("[maps, input_dim, hidden]: y = x W + b + gelu(x W1 + b1) W2 for row vectors x"));
+        stacked(&KvMap::hiddenBias, "_hidden_bias", {hidden});
+        stacked(&KvMap::outWeight, "_out_weight", {hidden, out});
+    }
+    stacked(&KvMap::bias, "_bias", {out});
+    std::vector<double> lambda;
+    for (const KvMap &m : maps)
+        lambda.push_back(m.lambda);
     writeDataset(layer, kind + "_lambda", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {n}, lambda.data());
 }
 
@@ -223,6 +312,9 @@ void writeRecord(const Place &root, const ConverterRecord &r)
     writeAttr(g, site, "k", int64_t(r.k));
     writeAttr(g, site, "lambda_mode", r.lambdaMode);
     writeAttr(g, site, "per_head", int64_t(r.perHead ? 1 : 0));
+    writeAttr(g, site, "family", std::string(converterFamilyName(r.family)));
+    writeAttr(g, site, "fit_seconds", r.fitSeconds);
+    writeAttr(g, site, "convert_ms_per_1k", r.convertMsPer1k);
     writeAttr(g, site, "settings", r.settingsJson);
     // provenance the caller left empty is this build's and this moment's
     writeAttr(g, site, "created_utc", r.createdUtc.empty() ? text::utcNowIso8601() : r.createdUtc);
@@ -276,43 +368,101 @@ Matrix readMatrix(hid_t file, const std::string &name, const std::string &path)
     return m;
 }
 
-std::vector<LinearMap> readMaps(hid_t file, const std::string &name, const std::string &group,
-                                const std::string &kind, bool withData)
+std::vector<KvMap> readMaps(hid_t file, const std::string &name, const std::string &group,
+                            const std::string &kind, bool withData)
 {
-    const std::string wpath = group + "/" + kind + "_weight", bpath = group + "/" + kind + "_bias",
-                      lpath = group + "/" + kind + "_lambda";
-    Dims w = openArray(file, name, wpath, 3, false);
+    const std::string base = group + "/" + kind;
+    const std::string bpath = base + "_bias", lpath = base + "_lambda";
     Dims b = openArray(file, name, bpath, 2, false);
     Dims l = openArray(file, name, lpath, 1, false);
-    const hsize_t n = w.dims[0], in = w.dims[1], out = w.dims[2];
+    const hsize_t n = b.dims[0], out = b.dims[1];
     if (n == 0)
-        throw Error(ErrorCode::Format, name + ": dataset " + wpath + " holds no maps");
+        throw Error(ErrorCode::Format, name + ": dataset " + bpath + " holds no maps");
     const auto expect = [&](const Dims &d, const std::string &path, const std::vector<hsize_t> &want) {
         if (d.dims != want)
             throw Error(ErrorCode::Format, name + ": dataset " + path + " is " + shapeText(d.dims) +
-                                               ", expected " + shapeText(want) + " to match " + wpath + " " +
-                                               shapeText(w.dims));
+                                               ", expected " + shapeText(want) + " to match " + bpath + " " +
+                                               shapeText(b.dims));
     };
-    expect(b, bpath, {n, out});
     expect(l, lpath, {n});
+    // The parts present say the family: <kind>_down (low-rank) or <kind>_weight (ridge, MLP).
+    const bool lowRank = h5::linkExists(file, base + "_down");
+    const bool mlp = h5::linkExists(file, base + "_hidden_weight");
+    struct Part
+    {
+        std::vector<float> KvMap::*field;
+        std::string path;
+        Dims dims;
+        hsize_t rows = 0, cols = 0; // per map
+    };
+    std::vector<Part> parts;
+    hsize_t in = 0, rank = 0, hidden = 0;
+    if (lowRank) {
+        Dims d = openArray(file, name, base + "_down", 3, false);
+        if (d.dims[0] != n || d.dims[2] == 0)
+            throw Error(ErrorCode::Format, name + ": dataset " + base + "_down is " + shapeText(d.dims) +
+                                               ", expected [" + std::to_string(n) +
+                                               ", input_dim, rank >= 1]");
+        in = d.dims[1];
+        rank = d.dims[2];
+        Dims u = openArray(file, name, base + "_up", 3, false);
+        expect(u, base + "_up", {n, rank, out});
+        parts.push_back({&KvMap::down, base + "_down", std::move(d), in, rank});
+        parts.push_back({&KvMap::up, base + "_up", std::move(u), rank, out});
+    } else {
+        Dims w = openArray(file, name, base + "_weight", 3, false);
+        if (w.dims[0] != n || w.dims[2] != out)
+            throw Error(ErrorCode::Format, name + ": dataset " + base + "_weight is " + shapeText(w.dims) +
+                                               ", expected [" + std::to_string(n) + ", input_dim, " +
+                                               std::to_string(out) + "] to match " + bpath);
+        in = w.dims[1];
+        parts.push_back({&KvMap::weight, base + "_weight", std::move(w), in, out});
+    }
+    if (in == 0 || rank > std::min(in, out))
+        throw Error(ErrorCode::Format, name + ": the " + kind + " maps of " + group + " take " +
+                                           std::to_string(in) + " inputs at rank " + std::to_string(rank) +
+                                           " (rank at most min(inputs, outputs))");
+    if (mlp) {
+        if (lowRank)
+            throw Error(ErrorCode::Format,
+                        name + ": " + group + " holds both " + kind + "_down and " + kind + "_hidden_weight");
+        Dims h = openArray(file, name, base + "_hidden_weight", 3, false);
+        if (h.dims[0] != n || h.dims[1] != in || h.dims[2] == 0)
+            throw Error(ErrorCode::Format, name + ": dataset " + base + "_hidden_weight is " +
+                                               shapeText(h.dims) + ", expected [" + std::to_string(n) + ", " +
+                                               std::to_string(in) + ", hidden >= 1]");
+        hidden = h.dims[2];
+        Dims hb = openArray(file, name, base + "_hidden_bias", 2, false);
+        expect(hb, base + "_hidden_bias", {n, hidden});
+        Dims o = openArray(file, name, base + "_out_weight", 3, false);
+        expect(o, base + "_out_weight", {n, hidden, out});
+        parts.push_back({&KvMap::hiddenWeight, base + "_hidden_weight", std::move(h), in, hidden});
+        parts.push_back({&KvMap::hiddenBias, base + "_hidden_bias", std::move(hb), 1, hidden});
+        parts.push_back({&KvMap::outWeight, base + "_out_weight", std::move(o), hidden, out});
+    }
+    parts.push_back({&KvMap::bias, bpath, std::move(b), 1, out});
+    if (in > hsize_t(std::numeric_limits<int>::max()) || out > hsize_t(std::numeric_limits<int>::max()) ||
+        hidden > hsize_t(std::numeric_limits<int>::max()))
+        throw Error(ErrorCode::Format, name + ": the " + kind + " maps of " + group + " are too large");
     std::vector<double> lambda(n);
     readRows(l.ds.get(), name, lpath, H5T_NATIVE_DOUBLE, 0, n, lambda.data());
-    std::vector<LinearMap> maps(n);
+    std::vector<KvMap> maps(n);
     for (hsize_t j = 0; j < n; ++j) {
         maps[j].inputDim = int(in);
         maps[j].outputDim = int(out);
+        maps[j].rank = int(rank);
+        maps[j].hidden = int(hidden);
         maps[j].lambda = lambda[j];
     }
     if (!withData)
         return maps;
-    std::vector<float> weight(n * in * out), bias(n * out);
-    readRows(w.ds.get(), name, wpath, H5T_NATIVE_FLOAT, 0, n, weight.data());
-    readRows(b.ds.get(), name, bpath, H5T_NATIVE_FLOAT, 0, n, bias.data());
-    for (hsize_t j = 0; j < n; ++j) {
-        LinearMap &m = maps[j];
-        m.weight.assign(weight.begin() + ptrdiff_t(j * in * out),
-                        weight.begin() + ptrdiff_t((j + 1) * in * out));
-        m.bias.assign(bias.begin() + ptrdiff_t(j * out), bias.begin() + ptrdiff_t((j + 1) * out));
+    for (Part &p : parts) {
+        const hsize_t each = p.rows * p.cols; // openArray checked the whole dataset can be read
+        std::vector<float> all(n * each);
+        readRows(p.dims.ds.get(), name, p.path, H5T_NATIVE_FLOAT, 0, n, all.data());
+        for (hsize_t j = 0; j < n; ++j)
+            (maps[j].*p.field)
+                .assign(all.begin() + ptrdiff_t(j * each), all.begin() + ptrdiff_t((j + 1) * each));
     }
     return maps;
 }
@@ -344,11 +494,12 @@ LayerConverter readLayer(hid_t file, const std::string &name, const std::string 
     }
     l.keys = readMaps(file, name, path, "keys", withData);
     l.values = readMaps(file, name, path, "values", withData);
-    const std::string kpath = path + "/keys_weight";
+    const std::string kpath = path + "/keys_bias";
     if (l.keys.size() != l.values.size() || l.keys.front().inputDim != l.values.front().inputDim ||
-        l.keys.front().outputDim != l.values.front().outputDim)
+        l.keys.front().outputDim != l.values.front().outputDim ||
+        l.keys.front().family() != l.values.front().family())
         throw Error(ErrorCode::Format,
-                    name + ": datasets " + kpath + " and " + path + "/values_weight disagree in shape");
+                    name + ": the key and value maps of " + path + " disagree in shape or family");
     if (!l.headMatched && l.keys.size() != 1)
         throw Error(ErrorCode::Format, name + ": dataset " + kpath + " holds " +
                                            std::to_string(l.keys.size()) +
@@ -420,6 +571,19 @@ ConverterRecord loadConverters(const fs::path &experiment, const std::string &na
         r.k = int(readIntAttr(g.get(), site, "k"));
         r.lambdaMode = readStringAttr(g.get(), site, "lambda_mode");
         r.perHead = readIntAttr(g.get(), site, "per_head") != 0;
+        // Records written before converter families are ridge, of unknown cost.
+        if (H5Aexists(g.get(), "family") > 0) {
+            const std::string family = readStringAttr(g.get(), site, "family");
+            const auto parsed = parseConverterFamily(family);
+            if (!parsed || family == "low-rank")
+                throw Error(ErrorCode::Format, site.attr("family") + " is '" + family + "'");
+            r.family = *parsed;
+            r.fitSeconds = readDoubleAttr(g.get(), site, "fit_seconds");
+            r.convertMsPer1k = readDoubleAttr(g.get(), site, "convert_ms_per_1k");
+            if (!(r.fitSeconds >= 0) || !(r.convertMsPer1k >= 0))
+                throw Error(ErrorCode::Format,
+                            site.attr("fit_seconds") + " or convert_ms_per_1k is not >= 0");
+        }
         r.settingsJson = readStringAttr(g.get(), site, "settings");
         r.createdUtc = readStringAttr(g.get(), site, "created_utc");
         r.appVersion = readStringAttr(g.get(), site, "app_version");
@@ -448,9 +612,15 @@ ConverterRecord loadConverters(const fs::path &experiment, const std::string &na
             throw Error(ErrorCode::Format, file + ": group " + layersPath + " lacks layer " +
                                                std::to_string(i) + " (it holds " +
                                                std::to_string(indices.size()) + " layers)");
-    for (int i : indices)
+    for (int i : indices) {
         r.layers.push_back(
             readLayer(fid, file, layersPath + "/" + std::to_string(i), i, parts == ConverterParts::WithMaps));
+        if (r.layers.back().keys.front().family() != r.family)
+            throw Error(ErrorCode::Format,
+                        file + ": layer " + std::to_string(i) + " of converter " + name + " holds " +
+                            converterFamilyName(r.layers.back().keys.front().family()) +
+                            " maps, but the converter's family is " + converterFamilyName(r.family));
+    }
 
     r.layerMetrics = readTable(fid, file, base + "/metrics/layers");
     r.headMetrics = readTable(fid, file, base + "/metrics/heads");

@@ -15,6 +15,7 @@
 // InvalidArgument for an unknown, bad or hidden name or an inconsistent record).
 #pragma once
 
+#include "core/jobs/job_enums.h"
 #include "core/store/experiment_file.h"
 
 #include <filesystem>
@@ -23,19 +24,36 @@
 
 namespace kvwb::core {
 
-// y = x W + b for row vectors x [inputDim]; W [inputDim, outputDim] row-major float32.
-struct LinearMap
+// One map of a converter, from a source row x [inputDim] to a target row y [outputDim] (row vectors,
+// float32, row-major). Its family (core/jobs/job_enums.h ConverterFamily) says which parts it has:
+//   ridge:    y = x W + b                              (weight, bias)
+//   low-rank: y = (x D) U + b                          (down, up, bias; weight empty)
+//   MLP:      y = x W + b + gelu(x W1 + b1) W2         (weight, bias, hiddenWeight, hiddenBias,
+//                                                       outWeight; gelu is the erf form)
+// applyKvMap (gpu/align/ridge.h) and the transfer's Converter evaluate all three with one function.
+struct KvMap
 {
     int inputDim = 0;
     int outputDim = 0;
-    double lambda = 0;         // ridge regularisation it was fitted with (relative, see gpu/align/ridge.h)
-    std::vector<float> weight; // [inputDim, outputDim]
+    double lambda = 0;         // ridge regularisation of the (skip) fit (relative, see gpu/align/ridge.h)
+    std::vector<float> weight; // [inputDim, outputDim]; empty when rank > 0
     std::vector<float> bias;   // [outputDim]
+    int rank = 0;              // > 0: low-rank, W = D U
+    std::vector<float> down;   // D [inputDim, rank]
+    std::vector<float> up;     // U [rank, outputDim]
+    int hidden = 0;            // > 0: the MLP branch's width
+    std::vector<float> hiddenWeight; // W1 [inputDim, hidden]
+    std::vector<float> hiddenBias;   // b1 [hidden]
+    std::vector<float> outWeight;    // W2 [hidden, outputDim]
+
+    // Numbers the map holds (from the dimensions, so also for a MetricsOnly load).
+    int64_t parameterCount() const;
+    ConverterFamily family() const; // from the parts present: rank > 0 low-rank, hidden > 0 MLP
 };
 
 // The identity map of width dim: weight I, bias 0 (a baseline, and the map of a model aligned with
 // itself).
-LinearMap identityMap(int dim);
+KvMap identityMap(int dim);
 
 // The maps that produce one target (B) layer from concatenated source (A) layer rows.
 // Full mode: one map per kind, input [sourceLayers.size() * kvHeadsA * headDimA] (the layers'
@@ -47,8 +65,10 @@ struct LayerConverter
     int targetLayer = 0;
     std::vector<int> sourceLayers; // A's layers, ascending
     bool headMatched = false;
-    std::vector<LinearMap> keys;   // [1] or [kvHeadsB]
-    std::vector<LinearMap> values; // [1] or [kvHeadsB]
+    std::vector<KvMap> keys;   // [1] or [kvHeadsB]
+    std::vector<KvMap> values; // [1] or [kvHeadsB]
+
+    int64_t parameterCount() const; // of every key and value map
 };
 
 // A numeric table with named columns (per-layer metrics, per-head metrics, sweeps), row-major.
@@ -75,10 +95,13 @@ struct ConverterRecord
     KeyForm keyForm = KeyForm::PreRope;
     std::string selection; // "proportional" | "topk" | "all"
     int k = 1;
-    std::string lambdaMode;   // "fixed" | "auto"
-    bool perHead = false;     // asked for; LayerConverter::headMatched says what was done
-    std::string settingsJson; // everything else that determined the fit (splits, seeds, ...)
-    std::string createdUtc;   // ISO 8601; saveConverters fills it (and the two below) when empty
+    std::string lambdaMode; // "fixed" | "auto"
+    bool perHead = false;   // asked for; LayerConverter::headMatched says what was done
+    ConverterFamily family = ConverterFamily::Ridge; // every map's form (files before it: ridge)
+    double fitSeconds = 0;     // wall time of the fit (selection, lambda, solve or training); 0 unknown
+    double convertMsPer1k = 0; // converting 1,024 tokens of every B layer's K and V, ms; 0 unknown
+    std::string settingsJson;  // everything else that determined the fit (splits, seeds, ...)
+    std::string createdUtc;    // ISO 8601; saveConverters fills it (and the two below) when empty
     std::string appVersion;
     std::string gitCommit;
     std::vector<int> trainPrompts; // prompt indices of the experiment used for fitting
@@ -90,6 +113,9 @@ struct ConverterRecord
     MetricTable headMetrics;            // one row per (B layer, B kv head)
     Matrix ckaKeys;                     // [B layers, A layers] linear CKA of K rows
     Matrix ckaValues;                   // [B layers, A layers] linear CKA of V rows
+
+    int64_t parameterCount() const;                        // of every map of every layer
+    int64_t bytes() const { return parameterCount() * 4; } // as stored and converted: float32
 };
 
 // Writes (or replaces) /converters/<record.name> in the experiment file. Error(InvalidArgument)
@@ -100,7 +126,7 @@ std::vector<std::string> listConverters(const std::filesystem::path &experiment)
 enum class ConverterParts
 {
     WithMaps,   // everything (what a conversion needs)
-    MetricsOnly // every LinearMap's weight and bias left empty (dimensions and lambdas read): what
+    MetricsOnly // every KvMap's float arrays left empty (dimensions, ranks and lambdas read): what
                 // panels and reports show, without reading the maps (~100 MB for a 22-layer pair)
 };
 // Error(InvalidArgument) naming the file and the converter when absent.

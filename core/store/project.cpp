@@ -236,6 +236,10 @@ ProjectAlignment readAlignment(Section &s)
     s.boolean("auto_lambda", a.autoLambda);
     s.number("lambda", a.lambda, 0.0, kDoubleMax, true);
     s.boolean("per_head", a.perHead);
+    s.string("family", a.family, {"ridge", "low_rank", "mlp"});
+    s.integer("rank", a.rank, 1, 1 << 20);
+    s.integer("mlp_hidden", a.mlpHidden, 1, 1 << 20);
+    s.integer("mlp_epochs", a.mlpEpochs, 0, 100000);
     s.integer("max_train_tokens", a.maxTrainTokens, 0, INT64_MAX);
     s.string("in_use", a.inUse);
     return a;
@@ -301,6 +305,10 @@ json alignmentJson(const ProjectAlignment &a)
             {"auto_lambda", a.autoLambda},
             {"lambda", a.lambda},
             {"per_head", a.perHead},
+            {"family", a.family},
+            {"rank", a.rank},
+            {"mlp_hidden", a.mlpHidden},
+            {"mlp_epochs", a.mlpEpochs},
             {"max_train_tokens", a.maxTrainTokens},
             {"in_use", a.inUse}};
 }

@@ -42,8 +42,12 @@ struct ProjectAlignment
     bool autoLambda = false;
     double lambda = 0.01;
     bool perHead = false;
-    int64_t maxTrainTokens = 0; // 0 = every train prompt
-    std::string inUse;          // converter used by Compare and the cross tier ("" = none chosen)
+    std::string family = "ridge"; // ridge | low_rank | mlp (core::converterFamilyName)
+    int rank = 16;                // low_rank: the rank of each map
+    int mlpHidden = 256;          // mlp: the branch's width
+    int mlpEpochs = 30;           // mlp: at most this many epochs
+    int64_t maxTrainTokens = 0;   // 0 = every train prompt
+    std::string inUse;            // converter used by Compare and the cross tier ("" = none chosen)
 };
 
 // Replay settings (section "replay"): the tier stack and its parameters.

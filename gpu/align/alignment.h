@@ -64,6 +64,52 @@ fitLayerGrid(const core::ExperimentReader &file, int targetLayer, const std::vec
              const std::vector<int> &prompts, const std::vector<double> &lambdas,
              LayerFitStats *stats = nullptr, bool headMatched = false, int64_t maxTokens = 0);
 
+// The reduced-rank form of fitLayerGrid: each lambda's ridge solution projected onto its top `rank`
+// output directions (RidgeAccumulator::solveReducedRank), from the same one pass over the data.
+std::vector<core::LayerConverter>
+fitLayerGridLowRank(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
+                    const std::vector<int> &prompts, const std::vector<double> &lambdas, int rank,
+                    LayerFitStats *stats = nullptr, bool headMatched = false, int64_t maxTokens = 0);
+
+// The MLP family's training (gpu/src/align/mlp_fit.cpp): per kind (keys, values) and map
+//   y = x W + b + gelu(x W1 + b1) W2,
+// the skip path starting at the layer's ridge maps and W2 at zero (so epoch 0 is ridge exactly),
+// Adam on the mean squared error of each map divided by its targets' variance, the rows of the
+// training prompts streamed through a shuffle buffer each epoch, the epoch with the lowest
+// validation loss kept per kind (early stopping after `patience` epochs without a 0.01% gain).
+// Seeded: the same options and file give the same maps on the same thread count.
+struct MlpOptions
+{
+    int hidden = 256;                        // branch width
+    int epochs = 30;                         // at most
+    int batch = 256;                         // rows per step
+    double learningRate = 1e-3;              // Adam
+    int patience = 3;                        // epochs without gain before a kind stops
+    int64_t validationRows = 16384;          // validation rows held in memory for the loss
+    int64_t maxTrainRows = 0;                // calibration rows (0 = every training prompt; the last one cut)
+    int64_t bufferBytes = int64_t(64) << 20; // shuffle buffer of training rows (both kinds)
+    uint64_t seed = 1;
+    // After each epoch (1-based) of at most `epochs`; return false to cancel.
+    std::function<bool(int epoch, int epochs)> progress;
+};
+struct MlpFitStats
+{
+    int epochs = 0;                                // epochs run
+    int bestEpochKeys = 0, bestEpochValues = 0;    // 0: ridge itself was best
+    double ridgeLossKeys = 0, ridgeLossValues = 0; // validation loss at the start (ridge)
+    double lossKeys = 0, lossValues = 0;           // of the kept epoch
+    int64_t trainRows = 0;                         // rows per epoch
+    double seconds = 0;
+    std::vector<std::string> warnings; // skipped prompts
+};
+// `ridge`: the layer's fitted ridge maps (full or head-matched). nullopt when progress cancelled.
+// Error(InvalidArgument) for bad options, no validation rows or maps that are not ridge.
+std::optional<core::LayerConverter> trainMlpLayer(const core::ExperimentReader &file,
+                                                  const core::LayerConverter &ridge,
+                                                  const std::vector<int> &train,
+                                                  const std::vector<int> &valid, const MlpOptions &options,
+                                                  MlpFitStats *stats = nullptr);
+
 // Scores a fitted map on other prompts (held out by prompt, never by token).
 LayerMetrics evaluateLayer(const core::ExperimentReader &file, const core::LayerConverter &map,
                            const std::vector<int> &prompts);
@@ -139,8 +185,11 @@ struct AlignOptions
     bool autoLambda = false;
     double lambda = 0.01;
     std::vector<double> lambdaGrid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0};
-    bool perHead = false;       // head-matched maps when kv-head counts agree (else full, warned)
-    int64_t maxTrainTokens = 0; // calibration tokens (0 = every train prompt)
+    bool perHead = false; // head-matched maps when kv-head counts agree (else full, warned)
+    core::ConverterFamily family = core::ConverterFamily::Ridge;
+    int rank = 0;               // low-rank: the rank bound (required, >= 1)
+    MlpOptions mlp;             // MLP: the training (its seed is `seed`)
+    int64_t maxTrainTokens = 0; // calibration tokens (0 = every train prompt; ridge part of the MLP)
     double validFraction = 0.15, testFraction = 0.15;
     uint64_t seed = 1;
     int attentionPrompts = 32; // test prompts scored by attention-output cosine (needs model B)

@@ -20,10 +20,12 @@
 
 namespace kvwb::gpu {
 
-// A fitted map: y = x W + b (core/store/converter_store.h stores it in experiment files).
+// A fitted map: y = x W + b, or its low-rank or MLP form (core/store/converter_store.h KvMap stores
+// it in experiment files).
 
-// y [rows, outputDim] for x [rows, inputDim] (row-major float32).
-std::vector<float> applyLinearMap(const core::LinearMap &map, const float *x, int64_t rows);
+// y [rows, outputDim] for x [rows, inputDim] (row-major float32), any family: the same evaluation
+// as the transfer's (gpu/src/align/kv_map_p.h).
+std::vector<float> applyKvMap(const core::KvMap &map, const float *x, int64_t rows);
 
 class RidgeAccumulator
 {
@@ -44,11 +46,17 @@ public:
 
     // Error(InvalidArgument) with fewer than 2 rows or lambda < 0; Error(Internal) if the system
     // stays singular (lambda 0 on collinear features) after a tiny diagonal jitter.
-    core::LinearMap solve(double lambda) const;
+    core::KvMap solve(double lambda) const;
+    // Reduced-rank ridge regression: the ridge solution projected onto the top `rank` principal
+    // directions of its fitted outputs (W_r = W V_r V_r^T, V_r the top eigenvectors of
+    // W^T Xc^T Xc W), stored factored as down = W V_r [inputDim, rank], up = V_r^T [rank, outputDim].
+    // Error(InvalidArgument) for rank outside 1..min(inputDim, outputDim).
+    core::KvMap solveReducedRank(double lambda, int rank) const;
 
     // Coefficient of determination of `s` on the accumulated rows, pooled over outputs:
-    // 1 - SSE / SST, computed from the sums without revisiting the data.
-    double r2(const core::LinearMap &s) const;
+    // 1 - SSE / SST, computed from the sums without revisiting the data (ridge and low-rank maps;
+    // Error(InvalidArgument) for an MLP map).
+    double r2(const core::KvMap &s) const;
 
 private:
     struct Impl;
@@ -56,6 +64,6 @@ private:
 };
 
 // Out-of-sample R^2 of s on x [rows, inputDim], y [rows, outputDim] (pooled over outputs).
-double ridgeR2(const core::LinearMap &s, const float *x, const float *y, int64_t rows);
+double ridgeR2(const core::KvMap &s, const float *x, const float *y, int64_t rows);
 
 } // namespace kvwb::gpu

@@ -125,7 +125,7 @@ void writeExperimentSeed(const fs::path &path, KvStorage storage, int compress, 
         LayerConverter lc;
         lc.targetLayer = l;
         lc.sourceLayers = {l};
-        LinearMap m;
+        KvMap m;
         m.inputDim = 4;
         m.outputDim = 4;
         m.weight.assign(16, 0.5f);

@@ -236,6 +236,54 @@ private Q_SLOTS:
         QCOMPARE(core::loadTable(exp, "sweep").rows.size(), size_t(8));
     }
 
+    // The low-rank and MLP families through the command line: stored with their family, size and
+    // cost, listed with them, and B continues from their converted caches in compare.
+    void familiesThroughTheCli()
+    {
+        const auto exp = capture("a", "b", "families.h5");
+        auto r = runKvwb({"align", "--experiment", q(exp), "--family", "low-rank", "--rank", "8", "--name",
+                          "lr8", "--no-attention", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["family"].toString(), QString("low_rank"));
+        QVERIFY(j["fit_seconds"].toDouble() > 0 && j["convert_ms_per_1k"].toDouble() > 0);
+        const auto low = core::loadConverters(exp, "lr8");
+        QCOMPARE(low.family, core::ConverterFamily::LowRank);
+        QCOMPARE(low.layers[0].keys[0].rank, 8);
+        QCOMPARE(j["parameters"].toInteger(), low.parameterCount());
+        QCOMPARE(j["bytes"].toInteger(), 4 * low.parameterCount());
+        r = runKvwb({"align", "--experiment", q(exp), "--family", "mlp", "--hidden", "16", "--epochs", "2",
+                     "--name", "mlp", "--no-attention", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["family"].toString(), QString("mlp"));
+        const auto layers = j["settings"].toObject()["mlp"].toObject()["layers"].toArray();
+        QCOMPARE(layers.size(), core::randomModelPreset("gqa").config.numLayers);
+        for (const auto &v : layers) // never worse than the ridge start on the validation prompts
+            QVERIFY(v.toObject()["valid_loss_k"].toDouble() <= v.toObject()["valid_loss_ridge_k"].toDouble());
+        QCOMPARE(core::loadConverters(exp, "mlp").layers[0].values[0].hidden, 16);
+        r = runKvwb({"compare", "--experiment", q(exp), "--converter", "mlp", "--held-out", "--limit", "2",
+                     "--max-tokens", "4", "--versus", "lr8", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
+        QCOMPARE(s["prompts"].toInt(), 2);
+        QVERIFY(std::isfinite(s["kl"].toDouble()));
+        // usage errors: exit 2, one line naming the flag
+        for (const QStringList &bad :
+             {QStringList{"--family", "spline"}, QStringList{"--family", "low-rank"},
+              QStringList{"--rank", "4"}, QStringList{"--family", "ridge", "--hidden", "8"}}) {
+            r = runKvwb(QStringList{"align", "--experiment", q(exp)} + bad);
+            QCOMPARE(r.exitCode, 2);
+            QVERIFY2(r.err.contains("--family") || r.err.contains("--rank") || r.err.contains("--hidden"),
+                     r.err.constData());
+        }
+        // a rank the maps cannot have: refused naming it
+        r = runKvwb(
+            {"align", "--experiment", q(exp), "--family", "low-rank", "--rank", "100000", "--no-attention"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("rank 100000 is outside"), r.err.constData());
+    }
+
     void errors()
     {
         const auto exp = capture("a", "b", "err.h5");

@@ -9,7 +9,7 @@
 
 namespace kvwb::test {
 
-inline core::LinearMap identityMap(int dim)
+inline core::KvMap identityMap(int dim)
 {
     return core::identityMap(dim);
 }

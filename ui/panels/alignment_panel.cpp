@@ -38,6 +38,34 @@ QStringList labels(const QString &prefix, int n)
     return out;
 }
 
+// "ridge", "low-rank (rank 16)", "MLP (width 256)".
+QString familyText(const core::ConverterRecord &c)
+{
+    const core::KvMap *m = c.layers.empty() || c.layers[0].keys.empty() ? nullptr : &c.layers[0].keys[0];
+    switch (c.family) {
+    case core::ConverterFamily::LowRank:
+        return QObject::tr("low-rank (rank %1)").arg(m ? m->rank : 0);
+    case core::ConverterFamily::Mlp:
+        return QObject::tr("MLP (width %1)").arg(m ? m->hidden : 0);
+    case core::ConverterFamily::Ridge:
+        break;
+    }
+    return QObject::tr("ridge");
+}
+
+// "1.23 M parameters (4.9 MB), fitted in 12.3 s, conversion 0.41 ms per 1k tokens."
+QString costText(const core::ConverterRecord &c)
+{
+    QString t = QObject::tr("%1 M parameters (%2 MB)")
+                    .arg(double(c.parameterCount()) / 1e6, 0, 'f', 3)
+                    .arg(double(c.bytes()) / 1e6, 0, 'f', 2);
+    if (c.fitSeconds > 0)
+        t += QObject::tr(", fitted in %1 s").arg(c.fitSeconds, 0, 'f', 1);
+    if (c.convertMsPer1k > 0)
+        t += QObject::tr(", conversion %1 ms per 1k tokens").arg(c.convertMsPer1k, 0, 'f', 2);
+    return t + ".";
+}
+
 // [B layers, heads] from the per-head table's (layer, head, metric) rows.
 core::Matrix headMatrix(const core::MetricTable &t, const std::string &metric, int layers, int heads)
 {
@@ -208,8 +236,8 @@ void AlignmentPanel::showConverter(int index)
     const int layersA = m_snapshot->a.config.numLayers, layersB = m_snapshot->b.config.numLayers;
     const int heads = m_snapshot->b.config.numKvHeads;
     m_summary->setText(
-        tr("<b>%1</b>: source layers %2 (k = %3), lambda %4, %5 maps, keys %6; fitted on %7 "
-           "prompts (%8 tokens), scored on %9 held-out prompts. Created %10.")
+        tr("<b>%1</b>: %11 maps, source layers %2 (k = %3), lambda %4, %5 maps, keys %6; fitted on %7 "
+           "prompts (%8 tokens), scored on %9 held-out prompts. Created %10. %12")
             .arg(QString::fromStdString(c.name), QString::fromStdString(c.selection))
             .arg(c.k)
             .arg(QString::fromStdString(c.lambdaMode),
@@ -218,7 +246,8 @@ void AlignmentPanel::showConverter(int index)
             .arg(c.trainPrompts.size())
             .arg(c.trainTokens)
             .arg(c.testPrompts.size())
-            .arg(QString::fromStdString(c.createdUtc)));
+            .arg(QString::fromStdString(c.createdUtc))
+            .arg(familyText(c), costText(c)));
     m_layerModel->setTable(c.layerMetrics);
     m_layerView->resizeColumnsToContents();
     m_layerChart->setTable(c.layerMetrics);
@@ -317,6 +346,46 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     grid->addWidget(m_maxTokens, 0, 11);
     grid->setColumnStretch(12, 1);
 
+    grid->addWidget(new QLabel(tr("Family:"), box), 1, 0);
+    m_family = new QComboBox(box);
+    m_family->setObjectName("familyCombo");
+    m_family->addItem(tr("ridge"), "ridge");
+    m_family->setItemData(0, tr("One least-squares linear map per B layer and kind: y = xW + b."),
+                          Qt::ToolTipRole);
+    m_family->addItem(tr("low-rank"), "low_rank");
+    m_family->setItemData(1,
+                          tr("Reduced-rank ridge: W factored as D U of the chosen rank, for small mappers."),
+                          Qt::ToolTipRole);
+    m_family->addItem(tr("MLP"), "mlp");
+    m_family->setItemData(
+        2, tr("The ridge map plus a trained GELU branch, early-stopped on the validation prompts."),
+        Qt::ToolTipRole);
+    m_family->setToolTip(tr("The form of every map: ridge, low-rank or MLP (docs/transfer.md)."));
+    grid->addWidget(m_family, 1, 1);
+    grid->addWidget(new QLabel(tr("Rank:"), box), 1, 2);
+    m_rank = new QSpinBox(box);
+    m_rank->setObjectName("rankSpin");
+    m_rank->setRange(1, 1 << 20);
+    m_rank->setValue(16);
+    m_rank->setToolTip(
+        tr("Low-rank: the rank of each map (at most the smaller of its input and output widths)."));
+    grid->addWidget(m_rank, 1, 3);
+    grid->addWidget(new QLabel(tr("MLP width:"), box), 1, 4);
+    m_mlpHidden = new QSpinBox(box);
+    m_mlpHidden->setObjectName("mlpHiddenSpin");
+    m_mlpHidden->setRange(1, 1 << 16);
+    m_mlpHidden->setValue(256);
+    m_mlpHidden->setToolTip(tr("MLP: the width of the trained branch."));
+    grid->addWidget(m_mlpHidden, 1, 5);
+    grid->addWidget(new QLabel(tr("Max epochs:"), box), 1, 6);
+    m_mlpEpochs = new QSpinBox(box);
+    m_mlpEpochs->setObjectName("mlpEpochsSpin");
+    m_mlpEpochs->setRange(0, 10000);
+    m_mlpEpochs->setValue(30);
+    m_mlpEpochs->setToolTip(tr("MLP: at most this many passes over the calibration rows; training stops "
+                               "earlier when the validation loss stops improving."));
+    grid->addWidget(m_mlpEpochs, 1, 7);
+
     auto *buttons = new QHBoxLayout;
     m_fit = new QPushButton(tr("Fit"), box);
     m_fit->setObjectName("fitButton");
@@ -333,16 +402,17 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     buttons->addWidget(m_fit);
     buttons->addWidget(m_cancel);
     buttons->addWidget(m_progress, 1);
-    grid->addLayout(buttons, 1, 0, 1, 13);
+    grid->addLayout(buttons, 2, 0, 1, 13);
     m_fitStatus = new QLabel(box);
     m_fitStatus->setObjectName("fitStatus");
     m_fitStatus->setWordWrap(true);
     m_fitStatus->setTextFormat(Qt::RichText);
-    grid->addWidget(m_fitStatus, 2, 0, 1, 13);
+    grid->addWidget(m_fitStatus, 3, 0, 1, 13);
     parent->addWidget(box);
 
     connect(m_autoLambda, &QCheckBox::toggled, this, [this] { refreshFitEnabled(); });
     connect(m_selection, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
+    connect(m_family, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
     connect(m_fit, &QPushButton::clicked, this, [this] {
         const FitRequest r = fitRequest();
         static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
@@ -383,6 +453,11 @@ FitRequest AlignmentPanel::fitRequest() const
     const double lambda = QLocale::c().toDouble(m_lambda->text().trimmed(), &ok);
     r.lambda = ok ? lambda : FitRequest{}.lambda;
     r.perHead = m_perHead->isChecked();
+    r.family = core::parseConverterFamily(m_family->currentData().toString().toStdString())
+                   .value_or(core::ConverterFamily::Ridge);
+    r.rank = m_rank->value();
+    r.mlpHidden = m_mlpHidden->value();
+    r.mlpEpochs = m_mlpEpochs->value();
     r.maxTrainTokens = m_maxTokens->value();
     return r;
 }
@@ -396,6 +471,11 @@ void AlignmentPanel::setFitRequest(const FitRequest &r)
     m_autoLambda->setChecked(r.autoLambda);
     m_lambda->setText(QLocale::c().toString(r.lambda, 'g', 12));
     m_perHead->setChecked(r.perHead);
+    const int family = m_family->findData(QString::fromUtf8(core::converterFamilyName(r.family)));
+    m_family->setCurrentIndex(family >= 0 ? family : 0);
+    m_rank->setValue(r.rank);
+    m_mlpHidden->setValue(r.mlpHidden);
+    m_mlpEpochs->setValue(r.mlpEpochs);
     m_maxTokens->setValue(int(std::min<int64_t>(r.maxTrainTokens, std::numeric_limits<int>::max())));
 }
 
@@ -431,9 +511,13 @@ void AlignmentPanel::refreshFitEnabled()
     const bool havePrompts = m_snapshot && m_snapshot->prompts > 0;
     m_fit->setEnabled(!m_busy && havePrompts);
     m_cancel->setEnabled(m_busy);
-    for (QWidget *w :
-         std::initializer_list<QWidget *>{m_fitName, m_selection, m_autoLambda, m_perHead, m_maxTokens})
+    for (QWidget *w : std::initializer_list<QWidget *>{m_fitName, m_selection, m_autoLambda, m_perHead,
+                                                       m_maxTokens, m_family})
         w->setEnabled(!m_busy);
+    const QString family = m_family->currentData().toString();
+    m_rank->setEnabled(!m_busy && family == "low_rank");
+    m_mlpHidden->setEnabled(!m_busy && family == "mlp");
+    m_mlpEpochs->setEnabled(!m_busy && family == "mlp");
     m_k->setEnabled(!m_busy && m_selection->currentData().toString() != "all");
     m_lambda->setEnabled(!m_busy && !m_autoLambda->isChecked());
     if (!m_busy && !havePrompts)

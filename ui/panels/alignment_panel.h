@@ -103,6 +103,10 @@ private:
     QLineEdit *m_lambda = nullptr;
     QCheckBox *m_autoLambda = nullptr;
     QCheckBox *m_perHead = nullptr;
+    QComboBox *m_family = nullptr;
+    QSpinBox *m_rank = nullptr;
+    QSpinBox *m_mlpHidden = nullptr;
+    QSpinBox *m_mlpEpochs = nullptr;
     QSpinBox *m_maxTokens = nullptr;
     QPushButton *m_fit = nullptr;
     QPushButton *m_cancel = nullptr;

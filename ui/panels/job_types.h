@@ -53,6 +53,10 @@ struct FitRequest
     bool autoLambda = false;
     double lambda = 0.01;
     bool perHead = false;
+    core::ConverterFamily family = core::ConverterFamily::Ridge;
+    int rank = 16;              // low-rank
+    int mlpHidden = 256;        // MLP
+    int mlpEpochs = 30;         // MLP
     int64_t maxTrainTokens = 0; // 0 = every train prompt
 };
 

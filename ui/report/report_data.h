@@ -69,7 +69,7 @@ struct ReportData
     int prompts = 0;
     int64_t tokensA = 0; // KV rows of model A (all prompts)
     int64_t tokensB = 0;
-    // Converters without their weights (LinearMap::weight/bias emptied: a 22-layer pair carries
+    // Converters without their weights (KvMap::weight/bias emptied: a 22-layer pair carries
     // ~100 MB of them, and a report shows only dimensions, lambdas and metrics).
     std::vector<core::ConverterRecord> converters;
     std::vector<ReportSweep> sweeps;

@@ -151,16 +151,22 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
 
     for (const auto &r : d.converters) {
         doc.heading(2, "Converter " + r.name);
-        doc.table({"setting", "value"},
-                  {{"key form", core::keyFormName(r.keyForm)},
-                   {"source-layer selection", fmt::format("{} (k = {})", r.selection, r.k)},
-                   {"lambda", r.lambdaMode},
-                   {"per-head maps asked for", r.perHead ? "yes" : "no"},
-                   {"train / valid / test prompts", fmt::format("{} / {} / {}", r.trainPrompts.size(),
-                                                                r.validPrompts.size(), r.testPrompts.size())},
-                   {"train tokens", std::to_string(r.trainTokens)},
-                   {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)},
-                   {"settings", r.settingsJson.empty() ? "-" : r.settingsJson}});
+        doc.table(
+            {"setting", "value"},
+            {{"family", core::converterFamilyName(r.family)},
+             {"parameters", fmt::format("{} ({:.2f} MB as float32)", r.parameterCount(), r.bytes() / 1e6)},
+             {"fit time", r.fitSeconds > 0 ? fmt::format("{:.1f} s", r.fitSeconds) : "-"},
+             {"conversion per 1k tokens",
+              r.convertMsPer1k > 0 ? fmt::format("{:.2f} ms", r.convertMsPer1k) : "-"},
+             {"key form", core::keyFormName(r.keyForm)},
+             {"source-layer selection", fmt::format("{} (k = {})", r.selection, r.k)},
+             {"lambda", r.lambdaMode},
+             {"per-head maps asked for", r.perHead ? "yes" : "no"},
+             {"train / valid / test prompts", fmt::format("{} / {} / {}", r.trainPrompts.size(),
+                                                          r.validPrompts.size(), r.testPrompts.size())},
+             {"train tokens", std::to_string(r.trainTokens)},
+             {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)},
+             {"settings", r.settingsJson.empty() ? "-" : r.settingsJson}});
         addCharts(doc, charts, "converter_" + safeName(r.name) + "_");
         doc.heading(3, "Per-layer metrics (held-out prompts)");
         doc.metricTable(r.layerMetrics);

@@ -1016,6 +1016,10 @@ void MainWindow::applyProjectSettings()
     f.autoLambda = p.alignment.autoLambda;
     f.lambda = p.alignment.lambda;
     f.perHead = p.alignment.perHead;
+    f.family = core::parseConverterFamily(p.alignment.family).value_or(core::ConverterFamily::Ridge);
+    f.rank = p.alignment.rank;
+    f.mlpHidden = p.alignment.mlpHidden;
+    f.mlpEpochs = p.alignment.mlpEpochs;
     f.maxTrainTokens = p.alignment.maxTrainTokens;
     m_alignment->setFitRequest(f);
 
@@ -1057,6 +1061,10 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.alignment.autoLambda = f.autoLambda;
     p.alignment.lambda = f.lambda;
     p.alignment.perHead = f.perHead;
+    p.alignment.family = core::converterFamilyName(f.family);
+    p.alignment.rank = f.rank;
+    p.alignment.mlpHidden = f.mlpHidden;
+    p.alignment.mlpEpochs = f.mlpEpochs;
     p.alignment.maxTrainTokens = f.maxTrainTokens;
     p.alignment.inUse = m_alignment->inUse().toStdString();
     const auto r = m_replay->replayRequest();

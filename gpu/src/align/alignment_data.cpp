@@ -168,7 +168,7 @@ std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord
     r.trainPrompts = like.trainPrompts;
     r.validPrompts = like.validPrompts;
     r.testPrompts = like.testPrompts;
-    const core::LinearMap identity = core::identityMap(kvDimA);
+    const core::KvMap identity = core::identityMap(kvDimA);
     for (int l = 0; l < layersB; ++l) {
         core::LayerConverter c;
         c.targetLayer = l;

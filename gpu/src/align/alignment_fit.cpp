@@ -79,18 +79,44 @@ Accumulation accumulate(const core::ExperimentReader &f, int targetLayer, const 
     return acc;
 }
 
+// rank 0: ridge; otherwise reduced-rank ridge of that rank.
 core::LayerConverter solveLayer(const Accumulation &acc, int targetLayer, const std::vector<int> &sources,
-                                bool headMatched, double lambda)
+                                bool headMatched, double lambda, int rank)
 {
+    const auto solve = [&](const RidgeAccumulator &a) {
+        return rank > 0 ? a.solveReducedRank(lambda, rank) : a.solve(lambda);
+    };
     core::LayerConverter m;
     m.targetLayer = targetLayer;
     m.sourceLayers = sources;
     m.headMatched = headMatched;
     for (const auto &a : acc.keys)
-        m.keys.push_back(a.solve(lambda));
+        m.keys.push_back(solve(a));
     for (const auto &a : acc.values)
-        m.values.push_back(a.solve(lambda));
+        m.values.push_back(solve(a));
     return m;
+}
+
+} // namespace
+
+namespace {
+
+std::vector<core::LayerConverter> fitGrid(const core::ExperimentReader &f, int targetLayer,
+                                          const std::vector<int> &sourceLayers,
+                                          const std::vector<int> &prompts, const std::vector<double> &lambdas,
+                                          int rank, LayerFitStats *stats, bool headMatched, int64_t maxTokens)
+{
+    if (lambdas.empty())
+        throw Error(ErrorCode::InvalidArgument, "lambda grid is empty");
+    auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens);
+    std::vector<core::LayerConverter> out;
+    for (double lambda : lambdas)
+        out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda, rank));
+    if (stats) {
+        stats->rows = acc.rows;
+        stats->warnings = std::move(acc.warnings);
+    }
+    return out;
 }
 
 } // namespace
@@ -101,17 +127,17 @@ std::vector<core::LayerConverter> fitLayerGrid(const core::ExperimentReader &f, 
                                                const std::vector<double> &lambdas, LayerFitStats *stats,
                                                bool headMatched, int64_t maxTokens)
 {
-    if (lambdas.empty())
-        throw Error(ErrorCode::InvalidArgument, "lambda grid is empty");
-    auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens);
-    std::vector<core::LayerConverter> out;
-    for (double lambda : lambdas)
-        out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda));
-    if (stats) {
-        stats->rows = acc.rows;
-        stats->warnings = std::move(acc.warnings);
-    }
-    return out;
+    return fitGrid(f, targetLayer, sourceLayers, prompts, lambdas, 0, stats, headMatched, maxTokens);
+}
+
+std::vector<core::LayerConverter>
+fitLayerGridLowRank(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
+                    const std::vector<int> &prompts, const std::vector<double> &lambdas, int rank,
+                    LayerFitStats *stats, bool headMatched, int64_t maxTokens)
+{
+    if (rank < 1)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("a low-rank map needs rank >= 1, got {}", rank));
+    return fitGrid(f, targetLayer, sourceLayers, prompts, lambdas, rank, stats, headMatched, maxTokens);
 }
 
 core::LayerConverter fitLayer(const core::ExperimentReader &f, int targetLayer,

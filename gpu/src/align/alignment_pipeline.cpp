@@ -1,6 +1,7 @@
 // The pipeline: the prompt split, the whole fit of every B layer (alignExperiment) and the sweeps.
 #include "gpu/src/align/alignment_p.h"
 
+#include "core/util/clock.h"
 #include "core/util/error.h"
 
 #include <fmt/format.h>
@@ -77,6 +78,30 @@ std::vector<double> row(std::initializer_list<double> v)
     return std::vector<double>(v);
 }
 
+// Milliseconds to convert 1,024 tokens of every B layer's K and V (convertRows, the scoring and
+// transfer evaluation, on this thread's CPU settings): the median of three runs on random rows.
+double conversionMsPer1k(const Geometry &g, const std::vector<core::LayerConverter> &layers)
+{
+    constexpr int64_t kTokens = 1024;
+    std::vector<float> rows(size_t(kTokens) * size_t(g.widthA()));
+    std::mt19937 rng(1);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    for (float &v : rows)
+        v = n(rng);
+    std::vector<double> times;
+    for (int run = 0; run < 3; ++run) {
+        const auto t0 = core::Clock::now();
+        for (const auto &layer : layers) {
+            const std::vector<const float *> source(layer.sourceLayers.size(), rows.data());
+            for (bool keys : {true, false})
+                convertRows(layer, keys, source, kTokens, g.kvA, g.hdA, g.kvB, g.hdB);
+        }
+        times.push_back(core::msSince(t0));
+    }
+    std::sort(times.begin(), times.end());
+    return times[1];
+}
+
 } // namespace
 
 AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions &o, const Model *target)
@@ -94,9 +119,16 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         r.warnings.push_back(fmt::format("per-head maps need equal kv-head counts (A {}, B {}): fitted full "
                                          "cross-head maps instead",
                                          g.kvA, g.kvB));
+    const bool mlp = o.family == core::ConverterFamily::Mlp,
+               lowRank = o.family == core::ConverterFamily::LowRank;
+    if (lowRank && o.rank < 1)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("a low-rank converter needs rank >= 1, got {}", o.rank));
     const PromptSplit split = splitPrompts(f.promptCount(), o.validFraction, o.testFraction, o.seed);
-    requireSplit(f, split, o.autoLambda || o.selection == LayerSelection::TopK);
+    requireSplit(f, split, o.autoLambda || o.selection == LayerSelection::TopK || mlp);
     const int lb = f.model(core::ModelRole::B).config.numLayers;
+    const auto started = core::Clock::now();
+    nlohmann::json mlpLayers = nlohmann::json::array();
     const std::vector<double> grid = o.autoLambda ? o.lambdaGrid : std::vector<double>{o.lambda};
     auto report = [&](double fr, const std::string &stage) { return !o.progress || o.progress(fr, stage); };
 
@@ -128,7 +160,10 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                                       o.maxTrainTokens);
         const auto sources = selectSources(f, o.selection, k, l, ranked);
         LayerFitStats stats;
-        auto maps = fitLayerGrid(f, l, sources, split.train, grid, &stats, headMatched, o.maxTrainTokens);
+        auto maps =
+            lowRank ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.rank, &stats, headMatched,
+                                          o.maxTrainTokens)
+                    : fitLayerGrid(f, l, sources, split.train, grid, &stats, headMatched, o.maxTrainTokens);
         size_t chosen = 0;
         if (grid.size() > 1)
             chosen = bestLambda(evaluateLayers(f, maps, split.valid), grid);
@@ -136,9 +171,39 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             rec.trainTokens = stats.rows;
             r.warnings.insert(r.warnings.end(), stats.warnings.begin(), stats.warnings.end());
         }
-        rec.layers.push_back(std::move(maps[chosen]));
+        if (mlp) {
+            MlpOptions mo = o.mlp;
+            mo.seed = o.seed;
+            mo.maxTrainRows = o.maxTrainTokens;
+            mo.progress = [&](int epoch, int epochs) {
+                return report((l + double(epoch) / std::max(1, epochs)) / (lb + 2),
+                              fmt::format("layer {}/{}: MLP epoch {}/{}", l + 1, lb, epoch, epochs));
+            };
+            MlpFitStats ms;
+            auto trained = trainMlpLayer(f, maps[chosen], split.train, split.valid, mo, &ms);
+            if (!trained) {
+                r.cancelled = true;
+                return r;
+            }
+            mlpLayers.push_back({{"layer", l},
+                                 {"epochs", ms.epochs},
+                                 {"best_epoch_k", ms.bestEpochKeys},
+                                 {"best_epoch_v", ms.bestEpochValues},
+                                 {"valid_loss_ridge_k", ms.ridgeLossKeys},
+                                 {"valid_loss_ridge_v", ms.ridgeLossValues},
+                                 {"valid_loss_k", ms.lossKeys},
+                                 {"valid_loss_v", ms.lossValues},
+                                 {"train_rows", ms.trainRows},
+                                 {"seconds", ms.seconds}});
+            rec.layers.push_back(std::move(*trained));
+        } else {
+            rec.layers.push_back(std::move(maps[chosen]));
+        }
         metrics.push_back(evaluateLayer(f, rec.layers.back(), split.test));
     }
+    rec.fitSeconds = core::msSince(started) / 1000;
+    rec.family = o.family;
+    rec.convertMsPer1k = conversionMsPer1k(g, rec.layers);
     if (!report(double(lb) / (lb + 2), "attention-output cosine")) {
         r.cancelled = true;
         return r;
@@ -174,6 +239,8 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                                {"auto_lambda", o.autoLambda},
                                {"lambda_grid", o.lambdaGrid},
                                {"per_head", o.perHead},
+                               {"family", core::converterFamilyName(o.family)},
+                               {"rank", lowRank ? o.rank : 0},
                                {"head_matched", headMatched},
                                {"max_train_tokens", o.maxTrainTokens},
                                {"valid_fraction", o.validFraction},
@@ -182,6 +249,12 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                                {"attention_prompts", target ? attn.prompts : 0},
                                {"cka_tokens", o.ckaTokens},
                                {"experiment_run_id", f.provenance().runId}};
+    if (mlp) {
+        settings["mlp"] = {{"hidden", o.mlp.hidden},     {"max_epochs", o.mlp.epochs},
+                           {"batch", o.mlp.batch},       {"learning_rate", o.mlp.learningRate},
+                           {"patience", o.mlp.patience}, {"validation_rows", o.mlp.validationRows},
+                           {"layers", mlpLayers}};
+    }
     rec.settingsJson = settings.dump();
     report(1.0, "done");
     return r;

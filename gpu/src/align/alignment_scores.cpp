@@ -2,6 +2,7 @@
 // the device, tests/gpu/transfer/tst_transfer.cpp checks they agree) against B's own rows, B's
 // attention output with the converted K/V, and linear CKA between the two models' layers.
 #include "gpu/src/align/alignment_p.h"
+#include "gpu/src/align/kv_map_p.h"
 
 #include "core/util/error.h"
 #include "gpu/src/torch_error_p.h"
@@ -109,50 +110,49 @@ std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
                                const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
                                int headDimA, int kvHeadsB, int headDimB)
 {
-    for (const auto &lm : keys ? map.keys : map.values)
-        if (lm.outputDim != (map.headMatched ? headDimB : kvHeadsB * headDimB) ||
-            lm.weight.size() != size_t(lm.inputDim) * size_t(lm.outputDim) ||
-            lm.bias.size() != size_t(lm.outputDim))
+    const auto &maps = keys ? map.keys : map.values;
+    for (const auto &lm : maps)
+        if (lm.outputDim != (map.headMatched ? headDimB : kvHeadsB * headDimB))
             throw Error(ErrorCode::Shape,
                         fmt::format("layer {} {} map gives {} outputs; model B's layer takes {}",
                                     map.targetLayer, keys ? "key" : "value", lm.outputDim,
                                     map.headMatched ? headDimB : kvHeadsB * headDimB));
-    if (map.headMatched && int((keys ? map.keys : map.values).size()) != kvHeadsB)
+    if (map.headMatched && int(maps.size()) != kvHeadsB)
         throw Error(ErrorCode::Shape,
                     fmt::format("layer {} has {} head-matched maps; model B has {} kv heads", map.targetLayer,
-                                (keys ? map.keys : map.values).size(), kvHeadsB));
-    const auto &maps = keys ? map.keys : map.values;
+                                maps.size(), kvHeadsB));
     if (source.size() != map.sourceLayers.size() || maps.empty())
         throw Error(ErrorCode::Shape, fmt::format("layer {} map reads {} source layers, got {}",
                                                   map.targetLayer, map.sourceLayers.size(), source.size()));
     const int blocks = int(source.size()), widthA = kvHeadsA * headDimA;
-    std::vector<float> x(size_t(tokens) * size_t(blocks) * size_t(widthA));
-    for (int b = 0; b < blocks; ++b)
-        for (int64_t t = 0; t < tokens; ++t)
-            std::copy_n(source[size_t(b)] + size_t(t) * size_t(widthA), size_t(widthA),
-                        x.data() + (size_t(t) * size_t(blocks) + size_t(b)) * size_t(widthA));
-    if (!map.headMatched) {
-        if (maps[0].inputDim != blocks * widthA)
-            throw Error(ErrorCode::Shape,
-                        fmt::format("layer {} map takes {} features; A's {} layer(s) give {}",
-                                    map.targetLayer, maps[0].inputDim, blocks, blocks * widthA));
-        return applyLinearMap(maps[0], x.data(), tokens);
-    }
-    const int heads = int(maps.size()), hdB = maps[0].outputDim, widthB = heads * hdB;
-    if (heads != kvHeadsA || maps[0].inputDim != blocks * headDimA)
+    if (!map.headMatched && maps[0].inputDim != blocks * widthA)
+        throw Error(ErrorCode::Shape,
+                    fmt::format("layer {} map takes {} features; A's {} layer(s) give {}", map.targetLayer,
+                                maps[0].inputDim, blocks, blocks * widthA));
+    if (map.headMatched && (int(maps.size()) != kvHeadsA || maps[0].inputDim != blocks * headDimA))
         throw Error(
             ErrorCode::Shape,
             fmt::format("layer {} head-matched map has {} heads of {} features; A gives {} heads of {}",
-                        map.targetLayer, heads, maps[0].inputDim, kvHeadsA, blocks * headDimA));
-    std::vector<float> y(size_t(tokens) * size_t(widthB));
-    for (int h = 0; h < heads; ++h) {
-        const auto xh = headColumns(x.data(), tokens, blocks, kvHeadsA, headDimA, h);
-        const auto yh = applyLinearMap(maps[size_t(h)], xh.data(), tokens);
-        for (int64_t t = 0; t < tokens; ++t)
-            std::copy_n(yh.data() + size_t(t) * size_t(hdB), size_t(hdB),
-                        y.data() + size_t(t) * size_t(widthB) + size_t(h) * size_t(hdB));
-    }
-    return y;
+                        map.targetLayer, maps.size(), maps[0].inputDim, kvHeadsA, blocks * headDimA));
+    return detail::translateTorch("convert rows", [&] {
+        c10::InferenceMode guard;
+        std::vector<torch::Tensor> parts; // each [tokens, kvA, hdA]
+        for (const float *p : source)
+            parts.push_back(
+                torch::from_blob(const_cast<float *>(p), {tokens, kvHeadsA, headDimA}, torch::kFloat32));
+        const auto stacked = detail::stackMaps(
+            maps, torch::kCPU, fmt::format("layer {} {}", map.targetLayer, keys ? "key" : "value"));
+        torch::Tensor x, y;
+        if (map.headMatched) {
+            x = torch::cat(parts, 2).transpose(0, 1).contiguous(); // [kvA, tokens, blocks * hdA]
+            y = detail::applyMaps(stacked, x).transpose(0, 1);     // [tokens, kvB, hdB]
+        } else {
+            x = torch::cat(parts, 1).reshape({1, tokens, blocks * widthA}); // [1, tokens, blocks * wA]
+            y = detail::applyMaps(stacked, x);                              // [1, tokens, kvB * hdB]
+        }
+        y = y.contiguous();
+        return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
+    });
 }
 
 std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f,

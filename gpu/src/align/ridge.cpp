@@ -1,6 +1,7 @@
 #include "gpu/align/ridge.h"
 
 #include "core/util/error.h"
+#include "gpu/src/align/kv_map_p.h"
 #include "gpu/src/torch_error_p.h"
 
 #include <fmt/format.h>
@@ -28,6 +29,8 @@ struct RidgeAccumulator::Impl
         cxx = xtx - double(n) * torch::outer(mx, mx);
         cxy = xty - double(n) * torch::outer(mx, my);
     }
+    // The ridge solution: W [dx, dy] and b [dy], float64.
+    std::pair<torch::Tensor, torch::Tensor> solve(double lambda) const;
 };
 
 RidgeAccumulator::RidgeAccumulator(int inputDim, int outputDim) : m_impl(std::make_unique<Impl>())
@@ -98,9 +101,25 @@ void RidgeAccumulator::merge(const RidgeAccumulator &other)
     d.n += o.n;
 }
 
-core::LinearMap RidgeAccumulator::solve(double lambda) const
+namespace {
+
+core::KvMap hostMap(int dx, int dy, double lambda, const torch::Tensor &w, const torch::Tensor &b)
 {
-    const auto &d = *m_impl;
+    auto wf = w.to(torch::kFloat32).contiguous(), bf = b.to(torch::kFloat32).contiguous();
+    core::KvMap s;
+    s.inputDim = dx;
+    s.outputDim = dy;
+    s.lambda = lambda;
+    s.weight.assign(wf.data_ptr<float>(), wf.data_ptr<float>() + wf.numel());
+    s.bias.assign(bf.data_ptr<float>(), bf.data_ptr<float>() + bf.numel());
+    return s;
+}
+
+} // namespace
+
+std::pair<torch::Tensor, torch::Tensor> RidgeAccumulator::Impl::solve(double lambda) const
+{
+    const auto &d = *this;
     if (d.n < 2)
         throw Error(ErrorCode::InvalidArgument, fmt::format("ridge fit needs at least 2 rows, has {}", d.n));
     if (!(lambda >= 0))
@@ -124,26 +143,69 @@ core::LinearMap RidgeAccumulator::solve(double lambda) const
             throw Error(ErrorCode::Internal,
                         fmt::format("ridge system [{} x {}] is singular at lambda {}; use lambda > 0", d.dx,
                                     d.dx, lambda));
-        auto b = my - torch::matmul(mx, w);
-        auto wf = w.to(torch::kFloat32).contiguous(), bf = b.to(torch::kFloat32).contiguous();
-        core::LinearMap s;
+        return std::pair{w, my - torch::matmul(mx, w)};
+    });
+}
+
+core::KvMap RidgeAccumulator::solve(double lambda) const
+{
+    const auto [w, b] = m_impl->solve(lambda);
+    c10::InferenceMode guard;
+    return hostMap(m_impl->dx, m_impl->dy, lambda, w, b);
+}
+
+core::KvMap RidgeAccumulator::solveReducedRank(double lambda, int rank) const
+{
+    const auto &d = *m_impl;
+    if (rank < 1 || rank > std::min(d.dx, d.dy))
+        throw Error(
+            ErrorCode::InvalidArgument,
+            fmt::format("rank {} is outside 1..{} (the smaller of the map's {} inputs and {} outputs)", rank,
+                        std::min(d.dx, d.dy), d.dx, d.dy));
+    const auto [w, b0] = d.solve(lambda);
+    return detail::translateTorch("reduced-rank solve", [&, w = w] {
+        c10::InferenceMode guard;
+        torch::Tensor cxx, cxy, mx, my;
+        d.centred(cxx, cxy, mx, my);
+        // The fitted values' covariance (Xc W)^T (Xc W) = W^T Cxx W [dy, dy]; its top eigenvectors
+        // V_r span the best rank-r subspace of the fitted outputs: W_r = W V_r V_r^T.
+        auto fitted = torch::matmul(w.t(), torch::matmul(cxx, w));
+        fitted = 0.5 * (fitted + fitted.t());
+        auto [values, vectors] = torch::linalg_eigh(fitted);               // ascending
+        auto vr = vectors.slice(1, d.dy - rank, d.dy);                     // [dy, rank]
+        auto down = torch::matmul(w, vr).to(torch::kFloat32).contiguous(); // [dx, rank]
+        auto up = vr.t().to(torch::kFloat32).contiguous();                 // [rank, dy]
+        auto b = (my - torch::matmul(mx, torch::matmul(down.to(torch::kFloat64), up.to(torch::kFloat64))))
+                     .to(torch::kFloat32)
+                     .contiguous();
+        core::KvMap s;
         s.inputDim = d.dx;
         s.outputDim = d.dy;
         s.lambda = lambda;
-        s.weight.assign(wf.data_ptr<float>(), wf.data_ptr<float>() + wf.numel());
-        s.bias.assign(bf.data_ptr<float>(), bf.data_ptr<float>() + bf.numel());
+        s.rank = rank;
+        s.down.assign(down.data_ptr<float>(), down.data_ptr<float>() + down.numel());
+        s.up.assign(up.data_ptr<float>(), up.data_ptr<float>() + up.numel());
+        s.bias.assign(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
         return s;
     });
 }
 
-double RidgeAccumulator::r2(const core::LinearMap &s) const
+double RidgeAccumulator::r2(const core::KvMap &s) const
 {
     const auto &d = *m_impl;
     if (s.inputDim != d.dx || s.outputDim != d.dy)
         throw Error(ErrorCode::Shape, "ridge solution does not match the accumulator's dimensions");
+    if (s.hidden > 0)
+        throw Error(ErrorCode::InvalidArgument,
+                    "an MLP map's R^2 needs its rows, not sums: score it with ridgeR2 on the data");
     c10::InferenceMode guard;
-    auto W = torch::from_blob(const_cast<float *>(s.weight.data()), {d.dx, d.dy}, torch::kFloat32)
-                 .to(torch::kFloat64);
+    auto W = s.rank > 0
+                 ? torch::matmul(
+                       torch::from_blob(const_cast<float *>(s.down.data()), {d.dx, s.rank}, torch::kFloat32),
+                       torch::from_blob(const_cast<float *>(s.up.data()), {s.rank, d.dy}, torch::kFloat32))
+                       .to(torch::kFloat64)
+                 : torch::from_blob(const_cast<float *>(s.weight.data()), {d.dx, d.dy}, torch::kFloat32)
+                       .to(torch::kFloat64);
     auto b =
         torch::from_blob(const_cast<float *>(s.bias.data()), {d.dy}, torch::kFloat32).to(torch::kFloat64);
     const double n = double(d.n);
@@ -159,22 +221,20 @@ double RidgeAccumulator::r2(const core::LinearMap &s) const
     return sst > 0 ? 1.0 - sse / sst : 0.0;
 }
 
-std::vector<float> applyLinearMap(const core::LinearMap &m, const float *x, int64_t rows)
+std::vector<float> applyKvMap(const core::KvMap &m, const float *x, int64_t rows)
 {
-    const int inputDim = m.inputDim, outputDim = m.outputDim;
-    const auto &weight = m.weight;
-    const auto &bias = m.bias;
-    c10::InferenceMode guard;
-    auto X = torch::from_blob(const_cast<float *>(x), {rows, inputDim}, torch::kFloat32);
-    auto W = torch::from_blob(const_cast<float *>(weight.data()), {inputDim, outputDim}, torch::kFloat32);
-    auto b = torch::from_blob(const_cast<float *>(bias.data()), {outputDim}, torch::kFloat32);
-    auto y = torch::addmm(b, X, W).contiguous();
-    return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
+    return detail::translateTorch("map rows", [&] {
+        c10::InferenceMode guard;
+        const auto maps = detail::stackMaps({m}, torch::kCPU, "map");
+        auto X = torch::from_blob(const_cast<float *>(x), {1, rows, int64_t(m.inputDim)}, torch::kFloat32);
+        auto y = detail::applyMaps(maps, X).contiguous();
+        return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
+    });
 }
 
-double ridgeR2(const core::LinearMap &s, const float *x, const float *y, int64_t rows)
+double ridgeR2(const core::KvMap &s, const float *x, const float *y, int64_t rows)
 {
-    const auto pred = applyLinearMap(s, x, rows);
+    const auto pred = applyKvMap(s, x, rows);
     const size_t n = size_t(rows) * size_t(s.outputDim);
     std::vector<double> mean(size_t(s.outputDim), 0.0);
     for (size_t i = 0; i < n; ++i)

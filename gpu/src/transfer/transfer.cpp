@@ -3,6 +3,7 @@
 #include "core/metrics/distributions.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "gpu/src/align/kv_map_p.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -37,8 +38,7 @@ struct Converter::Impl
     {
         std::vector<int64_t> sources;
         bool headMatched = false;
-        torch::Tensor wk, bk, wv,
-            bv; // full: [in, out], [out]; head-matched: [heads, in, out], [heads, 1, out]
+        detail::MapTensors keys, values; // full: one map; head-matched: one per B kv head
     };
     std::vector<Layer> layers; // [B layers]
     core::KeyForm keyForm = core::KeyForm::PreRope;
@@ -82,18 +82,20 @@ struct Converter::Impl
             std::vector<torch::Tensor> parts;
             for (int64_t src : L.sources)
                 parts.push_back(rows(keys ? kA : vA, src, keys));
-            const auto &w = keys ? L.wk : L.wv;
-            const auto &b = keys ? L.bk : L.bv;
+            const auto &maps = keys ? L.keys : L.values;
             torch::Tensor y;
             if (L.headMatched) {
-                auto x = torch::cat(parts, 2); // [kvA, n, k * hdA]
-                y = torch::baddbmm(b, x, w);   // [kvB, n, hdB]
+                auto x = torch::cat(parts, 2);  // [kvA, n, k * hdA]
+                y = detail::applyMaps(maps, x); // [kvB, n, hdB]
             } else {
                 std::vector<torch::Tensor> flat;
                 for (auto &p : parts)
                     flat.push_back(p.transpose(0, 1).reshape({n, kvA * hdA}));
-                auto x = torch::cat(flat, 1);                                               // [n, k * wA]
-                y = torch::addmm(b, x, w).view({n, kvB, hdB}).transpose(0, 1).contiguous(); // [kvB, n, hdB]
+                auto x = torch::cat(flat, 1).unsqueeze(0); // [1, n, k * wA]
+                y = detail::applyMaps(maps, x)
+                        .view({n, kvB, hdB})
+                        .transpose(0, 1)
+                        .contiguous(); // [kvB, n, hdB]
             }
             if (keys && keyForm == core::KeyForm::PreRope)
                 y = ropeB->apply(y, l, 0, false);
@@ -156,29 +158,17 @@ Converter Converter::create(const core::ConverterRecord &set, const Model &sourc
                 if (list.size() != maps)
                     throw Error(ErrorCode::Shape, fmt::format("layer {} has {} {} maps; expected {}", l,
                                                               list.size(), kind, maps));
-                std::vector<torch::Tensor> ws, bs;
                 for (size_t h = 0; h < maps; ++h) {
                     const auto &s = list[h];
-                    if (s.inputDim != in || s.outputDim != out ||
-                        s.weight.size() != size_t(in) * size_t(out) || s.bias.size() != size_t(out))
+                    if (s.inputDim != in || s.outputDim != out)
                         throw Error(
                             ErrorCode::Shape,
                             fmt::format("layer {} {} map {} is [{} -> {}], but A's {} source layer(s) give "
                                         "{} features and B's layer takes {}",
                                         l, kind, h, s.inputDim, s.outputDim, blocks, in, out));
-                    ws.push_back(torch::from_blob(const_cast<float *>(s.weight.data()), {in, out}).clone());
-                    bs.push_back(torch::from_blob(const_cast<float *>(s.bias.data()), {out}).clone());
                 }
-                torch::Tensor w, b;
-                if (m.headMatched) {
-                    w = torch::stack(ws);              // [heads, in, out]
-                    b = torch::stack(bs).unsqueeze(1); // [heads, 1, out]
-                } else {
-                    w = ws[0];
-                    b = bs[0];
-                }
-                (kv == 0 ? L.wk : L.wv) = w.to(d.device);
-                (kv == 0 ? L.bk : L.bv) = b.to(d.device);
+                (kv == 0 ? L.keys : L.values) =
+                    detail::stackMaps(list, d.device, fmt::format("layer {} {}", l, kind));
             }
             d.layers.push_back(std::move(L));
         }

@@ -435,7 +435,7 @@ void TestComparisonStore::otherGroupsUntouched()
     r.lambdaMode = "fixed";
     LayerConverter l;
     l.sourceLayers = {0};
-    LinearMap m;
+    KvMap m;
     m.inputDim = m.outputDim = 4;
     m.lambda = 0.01;
     for (int i = 0; i < 16; ++i)

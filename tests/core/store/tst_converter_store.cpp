@@ -111,9 +111,9 @@ void writeExperiment(const fs::path &path, int prompts = kPrompts)
     w.close();
 }
 
-LinearMap makeMap(int in, int out, uint32_t seed)
+KvMap makeMap(int in, int out, uint32_t seed)
 {
-    LinearMap m;
+    KvMap m;
     m.inputDim = in;
     m.outputDim = out;
     m.lambda = 1e-3 * double(seed % 7 + 1) / 3.0; // not exactly representable in binary
@@ -221,19 +221,22 @@ QString compareTables(const MetricTable &got, const MetricTable &want, const cha
     return {};
 }
 
-QString compareMaps(const std::vector<LinearMap> &got, const std::vector<LinearMap> &want,
-                    const QString &what)
+QString compareMaps(const std::vector<KvMap> &got, const std::vector<KvMap> &want, const QString &what)
 {
     if (got.size() != want.size())
         return QStringLiteral("%1: %2 maps, expected %3").arg(what).arg(got.size()).arg(want.size());
     for (size_t j = 0; j < got.size(); ++j) {
-        const LinearMap &g = got[j], &w = want[j];
+        const KvMap &g = got[j], &w = want[j];
         if (g.inputDim != w.inputDim || g.outputDim != w.outputDim)
             return QStringLiteral("%1 map %2: dims differ").arg(what).arg(j);
         if (std::memcmp(&g.lambda, &w.lambda, sizeof(double)) != 0)
             return QStringLiteral("%1 map %2: lambda differs").arg(what).arg(j);
         if (!sameBits(g.weight, w.weight) || !sameBits(g.bias, w.bias))
             return QStringLiteral("%1 map %2: weight or bias differs").arg(what).arg(j);
+        if (g.rank != w.rank || g.hidden != w.hidden || !sameBits(g.down, w.down) || !sameBits(g.up, w.up) ||
+            !sameBits(g.hiddenWeight, w.hiddenWeight) || !sameBits(g.hiddenBias, w.hiddenBias) ||
+            !sameBits(g.outWeight, w.outWeight))
+            return QStringLiteral("%1 map %2: low-rank or MLP part differs").arg(what).arg(j);
     }
     return {};
 }
@@ -242,7 +245,9 @@ QString compareMaps(const std::vector<LinearMap> &got, const std::vector<LinearM
 QString compareRecords(const ConverterRecord &got, const ConverterRecord &want)
 {
     if (got.name != want.name || got.keyForm != want.keyForm || got.selection != want.selection ||
-        got.k != want.k || got.lambdaMode != want.lambdaMode || got.perHead != want.perHead)
+        got.k != want.k || got.lambdaMode != want.lambdaMode || got.perHead != want.perHead ||
+        got.family != want.family || std::memcmp(&got.fitSeconds, &want.fitSeconds, sizeof(double)) != 0 ||
+        std::memcmp(&got.convertMsPer1k, &want.convertMsPer1k, sizeof(double)) != 0)
         return QStringLiteral("fit settings differ");
     if (got.settingsJson != want.settingsJson)
         return QStringLiteral("settings JSON differs: %1").arg(QString::fromStdString(got.settingsJson));
@@ -348,6 +353,7 @@ class TestConverterStore : public QObject
 
 private Q_SLOTS:
     void roundTripFullAndHeadMatched();
+    void roundTripLowRankAndMlp();
     void replaceExisting();
     void listSortedAndEmpty();
     void groupsCreatedOnDemand();
@@ -395,6 +401,87 @@ void TestConverterStore::roundTripFullAndHeadMatched()
     const ExperimentReader r = ExperimentReader::open(path);
     QCOMPARE(r.promptCount(), kPrompts);
     QVERIFY(r.keys(core::ModelRole::B, 1, 3) == makePrompt(3).b.keys[1]);
+}
+
+// The low-rank and MLP families keep their parts (factors; hidden weight, bias, output weight), their
+// cost fields and, loaded without maps, their ranks and widths; a map of another family than the
+// record's is refused before the file is touched.
+void TestConverterStore::roundTripLowRankAndMlp()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    writeExperiment(path);
+    const auto fill = [](std::vector<float> &v, size_t n, uint32_t seed) {
+        v.resize(n);
+        for (size_t i = 0; i < n; ++i)
+            v[i] = value(seed, i);
+    };
+    ConverterRecord lowRank = makeRecord("low", true, 3);
+    lowRank.family = ConverterFamily::LowRank;
+    lowRank.fitSeconds = 1.25;
+    lowRank.convertMsPer1k = 0.3;
+    ConverterRecord mlp = makeRecord("mlp", false, 4);
+    mlp.family = ConverterFamily::Mlp;
+    mlp.fitSeconds = 12.5;
+    uint32_t seed = 100;
+    for (auto &layer : lowRank.layers)
+        for (auto *maps : {&layer.keys, &layer.values})
+            for (auto &m : *maps) {
+                m.weight.clear();
+                m.rank = 3;
+                fill(m.down, size_t(m.inputDim) * 3, seed++);
+                fill(m.up, size_t(3 * m.outputDim), seed++);
+            }
+    for (auto &layer : mlp.layers)
+        for (auto *maps : {&layer.keys, &layer.values})
+            for (auto &m : *maps) {
+                m.hidden = 5;
+                fill(m.hiddenWeight, size_t(m.inputDim) * 5, seed++);
+                fill(m.hiddenBias, 5, seed++);
+                fill(m.outWeight, size_t(5 * m.outputDim), seed++);
+            }
+    saveConverters(path, lowRank);
+    saveConverters(path, mlp);
+    for (const ConverterRecord *want : {&lowRank, &mlp}) {
+        const ConverterRecord got = loadConverters(path, want->name);
+        const QString e = compareRecords(got, *want);
+        QVERIFY2(e.isEmpty(), qPrintable(e));
+        QCOMPARE(got.parameterCount(), want->parameterCount());
+        const ConverterRecord lean = loadConverters(path, want->name, ConverterParts::MetricsOnly);
+        QCOMPARE(lean.family, want->family);
+        QCOMPARE(lean.layers[0].keys[0].rank, want->layers[0].keys[0].rank);
+        QCOMPARE(lean.layers[0].keys[0].hidden, want->layers[0].keys[0].hidden);
+        QVERIFY(lean.layers[0].keys[0].down.empty() && lean.layers[0].keys[0].hiddenWeight.empty());
+        QCOMPARE(lean.parameterCount(), want->parameterCount());
+    }
+    // parameters: a full map of 3 layers x 2 heads x 4 = 24 inputs to 16 outputs at rank 3 holds
+    // 3 x (24 + 16) + 16; the same map as an MLP of width 5 holds 24 x 16 + 16 + 5 x (24 + 1 + 16)
+    KvMap one;
+    one.inputDim = 24;
+    one.outputDim = 16;
+    one.rank = 3;
+    QCOMPARE(one.parameterCount(), int64_t(3 * 40 + 16));
+    one.rank = 0;
+    one.hidden = 5;
+    QCOMPARE(one.parameterCount(), int64_t(24 * 16 + 16 + 5 * 41));
+    // one ridge map in an MLP record: refused, the stored record untouched
+    ConverterRecord mixed = mlp;
+    mixed.layers[1].values[0].hidden = 0;
+    mixed.layers[1].values[0].hiddenWeight.clear();
+    mixed.layers[1].values[0].hiddenBias.clear();
+    mixed.layers[1].values[0].outWeight.clear();
+    core::Error err = expectError([&] { saveConverters(path, mixed); });
+    QCOMPARE(err.code(), ErrorCode::InvalidArgument);
+    QVERIFY2(QString(err.what()).contains("layer 1 values map 0 is a ridge map in a mlp converter"),
+             err.what());
+    QString e = compareRecords(loadConverters(path, "mlp"), mlp);
+    QVERIFY2(e.isEmpty(), qPrintable(e));
+    // a low-rank map whose factors do not match its rank
+    ConverterRecord badRank = lowRank;
+    badRank.layers[0].keys[1].up.pop_back();
+    err = expectError([&] { saveConverters(path, badRank); });
+    QCOMPARE(err.code(), ErrorCode::InvalidArgument);
+    QVERIFY2(QString(err.what()).contains("layer 0 keys map 1 up has 23 floats"), err.what());
 }
 
 void TestConverterStore::replaceExisting()

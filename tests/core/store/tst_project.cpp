@@ -81,7 +81,8 @@ private Q_SLOTS:
             "capture": {"storage": "bf16", "compress": 4, "max_tokens": 512, "limit": 20, "post_rope": true,
                         "future_flag": {"x": 1}},
             "alignment": {"name": "fit-2", "selection": "topk", "k": 3, "auto_lambda": true, "lambda": 0.25,
-                          "per_head": true, "max_train_tokens": 5000000000, "in_use": "fit-1"},
+                          "per_head": true, "family": "mlp", "rank": 12, "mlp_hidden": 64, "mlp_epochs": 9,
+                          "max_train_tokens": 5000000000, "in_use": "fit-1"},
             "replay": {"tiers": ["cross", "exact"], "threshold": -0.5, "embedder": "model",
                        "gate_signal": "kv_cos", "gate_threshold": 0.875, "gate": false, "max_tokens": 64,
                        "limit": 7},
@@ -98,6 +99,10 @@ private Q_SLOTS:
             QCOMPARE(p.alignment.autoLambda, true);
             QCOMPARE(p.alignment.lambda, 0.25);
             QCOMPARE(p.alignment.perHead, true);
+            QCOMPARE(p.alignment.family, std::string("mlp"));
+            QCOMPARE(p.alignment.rank, 12);
+            QCOMPARE(p.alignment.mlpHidden, 64);
+            QCOMPARE(p.alignment.mlpEpochs, 9);
             QCOMPARE(p.alignment.maxTrainTokens, int64_t(5000000000));
             QCOMPARE(p.alignment.inUse, std::string("fit-1"));
             QCOMPARE(p.replay.tiers, (std::vector<std::string>{"cross", "exact"}));

@@ -14,6 +14,8 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <random>
 
 using namespace kvwb;
@@ -141,6 +143,60 @@ HeadSynthetic writeHeadSynthetic(const fs::path &dir)
     }
     writer.close();
     return s;
+}
+
+// A: one layer of 1 kv head x 4, B: one layer of 1 kv head x 6; every B row is f(A row) for keys
+// and values alike, on `prompts` prompts of 30-39 tokens of N(0, 1) rows.
+fs::path writePlanted(const fs::path &dir, const std::function<std::vector<float>(const float *x)> &f,
+                      int prompts = 40)
+{
+    const auto a = info('a', 1, 1, 4, "aaaa"), b = info('b', 1, 1, 6, "bbbb");
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    const fs::path path = dir / "planted.h5";
+    auto writer = core::ExperimentWriter::create(path, {}, {}, a, b);
+    for (int p = 0; p < prompts; ++p) {
+        const int tokens = 30 + p % 10;
+        core::PromptRecord rec;
+        for (int t = 0; t < tokens; ++t)
+            rec.a.ids.push_back(7 + t);
+        rec.b.ids = rec.a.ids;
+        for (int kv = 0; kv < 2; ++kv) {
+            std::vector<float> x(size_t(tokens) * 4), y;
+            for (float &v : x)
+                v = N(rng);
+            for (int t = 0; t < tokens; ++t) {
+                const auto row = f(x.data() + t * 4);
+                y.insert(y.end(), row.begin(), row.end());
+            }
+            (kv == 0 ? rec.a.keys : rec.a.values).push_back(x);
+            (kv == 0 ? rec.b.keys : rec.b.values).push_back(y);
+        }
+        writer.appendPrompt(rec);
+    }
+    writer.close();
+    return path;
+}
+
+// Random [rows, cols] matrix, row-major.
+std::vector<float> randomMatrix(int rows, int cols, uint64_t seed)
+{
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    std::vector<float> m(size_t(rows) * size_t(cols));
+    for (float &v : m)
+        v = N(rng);
+    return m;
+}
+
+// x [4] times m [4, 6].
+std::vector<float> times(const float *x, const std::vector<float> &m)
+{
+    std::vector<float> y(6, 0.0f);
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 6; ++j)
+            y[size_t(j)] += x[i] * m[size_t(i * 6 + j)];
+    return y;
 }
 
 // Captures a random model together with itself (A = B, separate instances).
@@ -279,9 +335,136 @@ private Q_SLOTS:
         // head-matched needs equal kv-head counts
         QTemporaryDir tmp2;
         const auto other = core::ExperimentReader::open(writeSynthetic(tmp2.path().toStdString()));
-        QCOMPARE(test::expectError([&] {
-                     gpu::fitLayer(other, 0, {0}, {0, 1}, 0.01, nullptr, true);
-                 }).code(),
+        const auto refused = test::expectError([&] {
+            gpu::fitLayer(other, 0, {0}, {0, 1}, 0.01, nullptr, true);
+        });
+        QCOMPARE(refused.code(), core::ErrorCode::InvalidArgument);
+        QVERIFY2(
+            QString(refused.what()).contains("head-matched maps need equal kv-head counts; A has 1, B has 2"),
+            refused.what());
+    }
+
+    // Reduced-rank regression recovers a planted rank-2 map exactly at rank 2, stores it as factors
+    // of that rank, loses fit at rank 1, and refuses ranks the map cannot have.
+    void lowRankRecoversAPlantedLowRankMap()
+    {
+        const auto u = randomMatrix(4, 2, 21), v = randomMatrix(2, 6, 22);
+        std::vector<float> w(24, 0.0f); // u v, [4, 6]
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 6; ++j)
+                for (int r = 0; r < 2; ++r)
+                    w[size_t(i * 6 + j)] += u[size_t(i * 2 + r)] * v[size_t(r * 6 + j)];
+        QTemporaryDir tmp;
+        const auto file =
+            core::ExperimentReader::open(writePlanted(tmp.path().toStdString(), [&](const float *x) {
+                auto y = times(x, w);
+                for (int j = 0; j < 6; ++j)
+                    y[size_t(j)] += 0.5f * float(j);
+                return y;
+            }));
+        std::vector<int> train(30), test = {30, 31, 32, 33, 34, 35, 36, 37, 38, 39};
+        std::iota(train.begin(), train.end(), 0);
+        const auto two = gpu::fitLayerGridLowRank(file, 0, {0}, train, {1e-9}, 2).front();
+        QCOMPARE(two.keys[0].rank, 2);
+        QVERIFY(two.keys[0].weight.empty());
+        QCOMPARE(two.keys[0].down.size(), size_t(4 * 2));
+        QCOMPARE(two.keys[0].up.size(), size_t(2 * 6));
+        QCOMPARE(two.keys[0].parameterCount(), int64_t(2 * (4 + 6) + 6));
+        const auto m2 = gpu::evaluateLayer(file, two, test);
+        QVERIFY2(m2.r2Keys > 0.99999 && m2.r2Values > 0.99999, qPrintable(QString::number(m2.r2Keys)));
+        const auto one = gpu::fitLayerGridLowRank(file, 0, {0}, train, {1e-9}, 1).front();
+        const auto m1 = gpu::evaluateLayer(file, one, test);
+        QVERIFY2(m1.r2Keys < 0.97, qPrintable(QString::number(m1.r2Keys)));
+        const auto err = test::expectError([&] { gpu::fitLayerGridLowRank(file, 0, {0}, train, {0.01}, 5); });
+        QCOMPARE(err.code(), core::ErrorCode::InvalidArgument);
+        QVERIFY2(QString(err.what()).contains("rank 5 is outside 1..4"), err.what());
+    }
+
+    // Every family recovers an exact affine map (low-rank at full rank; the MLP starts at ridge and
+    // keeps it when training cannot improve on it), records its family, size and cost, and the MLP is
+    // seeded: the same options give the same maps.
+    void everyFamilyRecoversALinearMap()
+    {
+        QTemporaryDir tmp;
+        const auto w = randomMatrix(4, 6, 31);
+        const auto file = core::ExperimentReader::open(
+            writePlanted(tmp.path().toStdString(), [&](const float *x) { return times(x, w); }));
+        for (auto family :
+             {core::ConverterFamily::Ridge, core::ConverterFamily::LowRank, core::ConverterFamily::Mlp}) {
+            gpu::AlignOptions o;
+            o.family = family;
+            o.rank = 4;
+            o.lambda = 1e-9;
+            o.mlp.hidden = 8;
+            o.mlp.epochs = 3;
+            const auto r = gpu::alignExperiment(file, o, nullptr);
+            QVERIFY(!r.cancelled);
+            QCOMPARE(r.record.family, family);
+            QCOMPARE(r.record.layers[0].keys[0].family(), family);
+            QVERIFY(r.record.fitSeconds > 0 && r.record.convertMsPer1k > 0);
+            const double r2k = r.record.layerMetrics.at(0, "r2_k"), r2v = r.record.layerMetrics.at(0, "r2_v");
+            QVERIFY2(
+                r2k > 0.9999 && r2v > 0.9999,
+                qPrintable(QString("%1: %2 %3").arg(core::converterFamilyName(family)).arg(r2k).arg(r2v)));
+            const int64_t want = family == core::ConverterFamily::LowRank ? 2 * (4 * (4 + 6) + 6)
+                                 : family == core::ConverterFamily::Mlp   ? 2 * (4 * 6 + 6 + 8 * (4 + 1 + 6))
+                                                                          : 2 * (4 * 6 + 6);
+            QCOMPARE(r.record.parameterCount(), want);
+            if (family == core::ConverterFamily::Mlp) {
+                const auto again = gpu::alignExperiment(file, o, nullptr);
+                QVERIFY(again.record.layers[0].keys[0].hiddenWeight ==
+                        r.record.layers[0].keys[0].hiddenWeight);
+                QVERIFY(again.record.layers[0].values[0].outWeight == r.record.layers[0].values[0].outWeight);
+            }
+        }
+    }
+
+    // y = x W + (x * x) M + b: the square is uncorrelated with x, so no linear map (ridge or
+    // low-rank) explains more than the linear part; the MLP learns the rest.
+    void onlyTheMlpFitsAPlantedNonlinearity()
+    {
+        QTemporaryDir tmp;
+        const auto w = randomMatrix(4, 6, 41), m = randomMatrix(4, 6, 42);
+        const auto file =
+            core::ExperimentReader::open(writePlanted(tmp.path().toStdString(), [&](const float *x) {
+                const float sq[4] = {x[0] * x[0], x[1] * x[1], x[2] * x[2], x[3] * x[3]};
+                auto y = times(x, w);
+                const auto q = times(sq, m);
+                for (int j = 0; j < 6; ++j)
+                    y[size_t(j)] += q[size_t(j)];
+                return y;
+            }));
+        std::vector<int> train(28), valid = {28, 29, 30, 31}, test = {32, 33, 34, 35, 36, 37, 38, 39};
+        std::iota(train.begin(), train.end(), 0);
+        const auto ridge = gpu::fitLayer(file, 0, {0}, train, 1e-6);
+        const auto lowRank = gpu::fitLayerGridLowRank(file, 0, {0}, train, {1e-6}, 4).front();
+        gpu::MlpOptions o;
+        o.hidden = 64;
+        o.epochs = 150;
+        o.batch = 64;
+        o.learningRate = 3e-3;
+        o.patience = 20;
+        gpu::MlpFitStats stats;
+        const auto mlp = gpu::trainMlpLayer(file, ridge, train, valid, o, &stats);
+        QVERIFY(mlp.has_value());
+        QCOMPARE(mlp->keys[0].hidden, 64);
+        QVERIFY(stats.bestEpochKeys > 0 && stats.lossKeys < stats.ridgeLossKeys);
+        const double r2Ridge = gpu::evaluateLayer(file, ridge, test).r2Keys,
+                     r2Low = gpu::evaluateLayer(file, lowRank, test).r2Keys;
+        const auto mm = gpu::evaluateLayer(file, *mlp, test);
+        qInfo("held-out R^2 of keys: ridge %.3f, low-rank %.3f, MLP %.3f (values %.3f), %d epochs", r2Ridge,
+              r2Low, mm.r2Keys, mm.r2Values, stats.epochs);
+        QVERIFY2(r2Ridge < 0.7 && r2Low < 0.7, qPrintable(QString("%1 %2").arg(r2Ridge).arg(r2Low)));
+        QVERIFY2(mm.r2Keys > 0.9 && mm.r2Values > 0.9,
+                 qPrintable(QString("%1 %2").arg(mm.r2Keys).arg(mm.r2Values)));
+        // cancelling after the first epoch gives nothing
+        o.progress = [](int, int) { return false; };
+        QVERIFY(!gpu::trainMlpLayer(file, ridge, train, valid, o).has_value());
+        // early stopping needs validation prompts; the start must be a ridge map
+        o.progress = nullptr;
+        QCOMPARE(test::expectError([&] { gpu::trainMlpLayer(file, ridge, train, {}, o); }).code(),
+                 core::ErrorCode::InvalidArgument);
+        QCOMPARE(test::expectError([&] { gpu::trainMlpLayer(file, lowRank, train, valid, o); }).code(),
                  core::ErrorCode::InvalidArgument);
     }
 
@@ -389,7 +572,7 @@ private Q_SLOTS:
         std::mt19937_64 rng(4);
         std::normal_distribution<float> N(0.0f, 1.0f);
         for (int l = 0; l < c.numLayers; ++l) {
-            const core::LinearMap id = core::identityMap(w);
+            const core::KvMap id = core::identityMap(w);
             auto scrambled = id;
             for (int i = 0; i < w; ++i) // output columns of kv head 1 read random mixtures
                 for (int j = c.headDim; j < w; ++j)

@@ -7,6 +7,7 @@
 
 #include <QtTest>
 
+#include <cmath>
 #include <random>
 
 using namespace kvwb;
@@ -123,6 +124,84 @@ private Q_SLOTS:
         const auto s = acc.solve(0.5); // regularised: fine
         QCOMPARE(s.weight.size(), size_t(6));
         QVERIFY_THROWS_EXCEPTION(core::Error, gpu::RidgeAccumulator(0, 2));
+    }
+
+    // applyKvMap against each family's formula written out with loops (gelu in its erf form): the
+    // one evaluation scoring and transfer share.
+    void everyFamilyEvaluatesItsFormula()
+    {
+        std::mt19937_64 rng(3);
+        std::normal_distribution<float> N(0.0f, 1.0f);
+        const int in = 7, out = 5, rank = 3, hidden = 6, rows = 4;
+        auto fill = [&](std::vector<float> &v, size_t n) {
+            v.resize(n);
+            for (float &x : v)
+                x = N(rng);
+        };
+        std::vector<float> x;
+        fill(x, size_t(rows * in));
+        for (auto family :
+             {core::ConverterFamily::Ridge, core::ConverterFamily::LowRank, core::ConverterFamily::Mlp}) {
+            core::KvMap m;
+            m.inputDim = in;
+            m.outputDim = out;
+            fill(m.bias, out);
+            if (family == core::ConverterFamily::LowRank) {
+                m.rank = rank;
+                fill(m.down, size_t(in * rank));
+                fill(m.up, size_t(rank * out));
+            } else {
+                fill(m.weight, size_t(in * out));
+            }
+            if (family == core::ConverterFamily::Mlp) {
+                m.hidden = hidden;
+                fill(m.hiddenWeight, size_t(in * hidden));
+                fill(m.hiddenBias, size_t(hidden));
+                fill(m.outWeight, size_t(hidden * out));
+            }
+            QCOMPARE(m.family(), family);
+            const auto got = gpu::applyKvMap(m, x.data(), rows);
+            QCOMPARE(got.size(), size_t(rows * out));
+            for (int r = 0; r < rows; ++r) {
+                const float *xr = x.data() + r * in;
+                for (int j = 0; j < out; ++j) {
+                    double y = m.bias[size_t(j)];
+                    for (int i = 0; i < in; ++i) {
+                        double w = 0;
+                        if (m.rank > 0)
+                            for (int k = 0; k < rank; ++k)
+                                w += double(m.down[size_t(i * rank + k)]) * m.up[size_t(k * out + j)];
+                        else
+                            w = m.weight[size_t(i * out + j)];
+                        y += xr[i] * w;
+                    }
+                    for (int h = 0; h < m.hidden; ++h) {
+                        double a = m.hiddenBias[size_t(h)];
+                        for (int i = 0; i < in; ++i)
+                            a += double(xr[i]) * m.hiddenWeight[size_t(i * hidden + h)];
+                        y += 0.5 * a * (1 + std::erf(a / std::sqrt(2.0))) * m.outWeight[size_t(h * out + j)];
+                    }
+                    QVERIFY2(std::abs(got[size_t(r * out + j)] - y) < 1e-4 * (1 + std::abs(y)),
+                             qPrintable(QString("%1 row %2 output %3: %4 vs %5")
+                                            .arg(core::converterFamilyName(family))
+                                            .arg(r)
+                                            .arg(j)
+                                            .arg(got[size_t(r * out + j)])
+                                            .arg(y)));
+                }
+            }
+        }
+        // a map whose parts do not match its dimensions is refused naming the part
+        core::KvMap bad;
+        bad.inputDim = in;
+        bad.outputDim = out;
+        bad.rank = 2;
+        fill(bad.down, size_t(in * 2));
+        fill(bad.up, size_t(2 * out - 1));
+        fill(bad.bias, out);
+        const auto e = test::expectError([&] { gpu::applyKvMap(bad, x.data(), rows); });
+        QCOMPARE(e.code(), core::ErrorCode::Shape);
+        QVERIFY2(QString(e.what()).contains("down or up"), e.what());
     }
 };
 

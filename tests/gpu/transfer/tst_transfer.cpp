@@ -221,15 +221,23 @@ private Q_SLOTS:
     {
         QTest::addColumn<bool>("perHead");
         QTest::addColumn<bool>("postRope");
-        QTest::newRow("full cross-head, pre-rope keys") << false << false;
-        QTest::newRow("per head, pre-rope keys") << true << false;
-        QTest::newRow("full cross-head, post-rope keys") << false << true;
-        QTest::newRow("per head, post-rope keys") << true << true;
+        QTest::addColumn<int>("family");
+        const int ridge = int(core::ConverterFamily::Ridge), lowRank = int(core::ConverterFamily::LowRank),
+                  mlp = int(core::ConverterFamily::Mlp);
+        QTest::newRow("full cross-head, pre-rope keys") << false << false << ridge;
+        QTest::newRow("per head, pre-rope keys") << true << false << ridge;
+        QTest::newRow("full cross-head, post-rope keys") << false << true << ridge;
+        QTest::newRow("per head, post-rope keys") << true << true << ridge;
+        QTest::newRow("low-rank, full cross-head") << false << false << lowRank;
+        QTest::newRow("low-rank, per head") << true << false << lowRank;
+        QTest::newRow("MLP, full cross-head") << false << false << mlp;
+        QTest::newRow("MLP, per head") << true << true << mlp;
     }
     void scoringAndTransferConvertAlike()
     {
         QFETCH(bool, perHead);
         QFETCH(bool, postRope);
+        QFETCH(int, family);
         QTemporaryDir tmp;
         const fs::path dir = tmp.path().toStdString();
         core::writeRandomHfModel(dir / "a", core::randomModelPreset("demo-a"));
@@ -242,19 +250,35 @@ private Q_SLOTS:
         const int kvA = ca.numKvHeads, hdA = ca.headDim, kvB = cb.numKvHeads, hdB = cb.headDim;
         std::mt19937_64 rng(11);
         std::normal_distribution<float> N(0.0f, 1.0f);
+        auto randomPart = [&](std::vector<float> &v, int rows, int cols) {
+            v.resize(size_t(rows) * size_t(cols));
+            for (float &w : v)
+                w = N(rng) / std::sqrt(float(rows)); // outputs of the inputs' scale
+        };
         auto randomMap = [&](int in, int out) {
-            core::LinearMap m;
+            core::KvMap m;
             m.inputDim = in;
             m.outputDim = out;
-            m.weight.resize(size_t(in) * size_t(out));
-            for (float &w : m.weight)
-                w = N(rng) / std::sqrt(float(in)); // outputs of the inputs' scale
+            if (family == int(core::ConverterFamily::LowRank)) {
+                m.rank = 5;
+                randomPart(m.down, in, 5);
+                randomPart(m.up, 5, out);
+            } else {
+                randomPart(m.weight, in, out);
+            }
+            if (family == int(core::ConverterFamily::Mlp)) {
+                m.hidden = 24;
+                randomPart(m.hiddenWeight, in, 24);
+                randomPart(m.hiddenBias, 1, 24);
+                randomPart(m.outWeight, 24, out);
+            }
             m.bias.resize(size_t(out));
             for (float &x : m.bias)
                 x = 0.5f * N(rng);
             return m;
         };
         core::ConverterRecord set;
+        set.family = core::ConverterFamily(family);
         set.keyForm = postRope ? core::KeyForm::PostRope : core::KeyForm::PreRope;
         for (int l = 0; l < cb.numLayers; ++l) {
             core::LayerConverter m;
@@ -271,8 +295,8 @@ private Q_SLOTS:
         }
         // Per-head maps are the block-diagonal case of a full map: head h of every source layer
         // feeds B's head h only. The same maps written as full ones, for a third path.
-        auto blockDiagonal = [&](const std::vector<core::LinearMap> &heads, int k) {
-            core::LinearMap f;
+        auto blockDiagonal = [&](const std::vector<core::KvMap> &heads, int k) {
+            core::KvMap f;
             f.inputDim = k * kvA * hdA;
             f.outputDim = kvB * hdB;
             f.weight.assign(size_t(f.inputDim) * size_t(f.outputDim), 0.0f);
@@ -342,7 +366,8 @@ private Q_SLOTS:
               off);
         QVERIFY2(off > 1e-2, qPrintable(QString::number(off)));
 
-        if (perHead) // the per-head maps written as block-diagonal full maps convert alike on the host
+        if (perHead && family == int(core::ConverterFamily::Ridge))
+            // the per-head maps written as block-diagonal full maps convert alike on the host
             for (const auto &m : set.layers) {
                 core::LayerConverter full = m;
                 full.headMatched = false;

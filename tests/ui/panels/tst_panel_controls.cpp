@@ -81,6 +81,10 @@ void compareFit(const ui::FitRequest &a, const ui::FitRequest &b)
     QCOMPARE(a.autoLambda, b.autoLambda);
     QCOMPARE(a.lambda, b.lambda);
     QCOMPARE(a.perHead, b.perHead);
+    QCOMPARE(a.family, b.family);
+    QCOMPARE(a.rank, b.rank);
+    QCOMPARE(a.mlpHidden, b.mlpHidden);
+    QCOMPARE(a.mlpEpochs, b.mlpEpochs);
     QCOMPARE(a.maxTrainTokens, b.maxTrainTokens);
 }
 
@@ -171,9 +175,22 @@ private Q_SLOTS:
         r.autoLambda = false;
         r.lambda = 1e-3;
         r.perHead = true;
+        r.family = core::ConverterFamily::LowRank;
+        r.rank = 24;
+        r.mlpHidden = 128;
+        r.mlpEpochs = 7;
         r.maxTrainTokens = 20000;
         p.setFitRequest(r);
         compareFit(p.fitRequest(), r);
+        // the family's own settings are the only ones enabled
+        auto *rank = p.findChild<QSpinBox *>("rankSpin");
+        auto *hidden = p.findChild<QSpinBox *>("mlpHiddenSpin");
+        QVERIFY(rank->isEnabled() && !hidden->isEnabled());
+        auto *family = p.findChild<QComboBox *>("familyCombo");
+        family->setCurrentIndex(family->findData("mlp"));
+        QCOMPARE(p.fitRequest().family, core::ConverterFamily::Mlp);
+        QVERIFY(!rank->isEnabled() && hidden->isEnabled());
+        family->setCurrentIndex(family->findData("low_rank"));
         // lambda typed in scientific notation; auto lambda disables the field
         auto *lambda = p.findChild<QLineEdit *>("lambdaEdit");
         lambda->setText("2.5e-2");

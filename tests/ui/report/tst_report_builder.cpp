@@ -75,7 +75,7 @@ ConverterRecord makeConverter()
         LayerConverter lc;
         lc.targetLayer = l;
         lc.sourceLayers = {l * kLayersA / kLayersB};
-        LinearMap m;
+        KvMap m;
         m.inputDim = kKvDim;
         m.outputDim = kKvDim;
         m.lambda = 0.01;
