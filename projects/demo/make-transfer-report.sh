@@ -2,7 +2,11 @@
 # Reproduces the numbers of docs/transfer-report.md on the demo pair: capture calibration text,
 # fit converters in several configurations, sweep k x lambda x calibration tokens, compare B from
 # scratch with B from A's converted cache on held-out questions, and time conversion vs prefill.
-# Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 15 minutes on 2 cores)
+# Then the converter families (low-rank, MLP) against ridge on the same data, and, when the demo has
+# them, the unrelated pair (A -> B2, B2 trained on the other half of the corpus from another seed)
+# and the cross-tokenizer pair (C -> B).
+# Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 45 minutes on 2 cores)
+# KVWB_REPORT_PARTS="base families unrelated" runs only those parts (default: all of them).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KVWB="${1:-$HERE/../../build/kvwb}"
@@ -11,7 +15,25 @@ OUT="$WORK/transfer"
 mkdir -p "$OUT"
 [ -f "$WORK/corpus.jsonl" ] || "$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed 1
 
+PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok}"
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 EXP="$OUT/demo-transfer.h5"
+
+# compare NAME on the 150 held-out questions into compare-<tag>.json; extra flags follow
+compare150() {
+  local exp="$1" conv="$2" tag="$3"; shift 3
+  "$KVWB" compare --experiment "$exp" --converter "$conv" --prompts "$WORK/corpus.jsonl" --split validation \
+    --limit 150 --max-tokens 24 --json "$@" > "$OUT/compare-$tag.json" 2> "$OUT/compare-$tag.log"
+  python3 - "$OUT/compare-$tag.json" "$tag" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+g = s["baselines"]["kl_gap_closed_vs_no_prefix"]
+print(f"{sys.argv[2]}: KL {s['kl']:.4f} (no prefix {s['kl_no_prefix']:.4f}), top-1 {s['top1']:.3f} "
+      f"(no prefix {s['top1_no_prefix']:.3f}), KL gap closed {g['estimate']:.3f} [{g['lo']:.3f}, {g['hi']:.3f}]")
+PY
+}
+
+if want base; then
 rm -f "$EXP"
 echo "== capture: 600 calibration sequences of 4 training documents (question + answer) each"
 "$KVWB" capture --model-a "$HERE/models/a" --model-b "$HERE/models/b" --prompts "$WORK/corpus.jsonl" \
@@ -22,7 +44,14 @@ echo "== align: one converter per configuration"
 align() { # name, then flags
   local name="$1"; shift
   "$KVWB" align --experiment "$EXP" --name "$name" "$@" --json > "$OUT/align-$name.json"
-  "$KVWB" align --experiment "$EXP" --name "$name" "$@" --dry-run 2>/dev/null | sed -n '1,20p'
+  python3 - "$OUT/align-$name.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+mean = lambda k: sum(l[k] for l in j["layers"] if l[k] is not None) / len(j["layers"])
+print(f"{j['converter']}: {j['family']}, R2 K {mean('r2_k'):.3f}, R2 V {mean('r2_v'):.3f}, "
+      f"attn cos {mean('attn_cos'):.3f}, {j['parameters']} parameters, fit {j['fit_seconds']:.1f} s, "
+      f"{j['convert_ms_per_1k']:.2f} ms per 1k tokens")
+PY
 }
 align prop-k1 --select proportional --k 1 --lambda auto
 align prop-k1-head --select proportional --k 1 --lambda auto --per-head
@@ -49,3 +78,33 @@ echo "== conversion vs prefill"
 "$KVWB" bench-transfer | tee "$OUT/bench-transfer.md"
 "$KVWB" bench-transfer --k 4 | tee "$OUT/bench-transfer-k4.md"
 "$KVWB" bench-transfer --preset-a 10m --preset-b 10m | tee "$OUT/bench-transfer-10m.md"
+fi
+
+if want families; then
+echo "== converter families on the demo pair (same capture, split and held-out questions)"
+align lowrank-16 --select all --lambda auto --family low-rank --rank 16
+align lowrank-64 --select all --lambda auto --family low-rank --rank 64
+align mlp --select all --lambda auto --family mlp
+for c in lowrank-16 lowrank-64 mlp; do compare150 "$EXP" "$c" "$c"; done
+compare150 "$EXP" mlp mlp-vs-all --versus all --baselines
+for f in "ridge" "low-rank --rank 16" "mlp"; do
+  # shellcheck disable=SC2086
+  "$KVWB" bench-transfer --k 4 --lengths 512 --family $f | tee "$OUT/bench-transfer-${f%% *}.md"
+done
+fi
+
+if want unrelated && [ -d "$HERE/models/b2" ]; then
+echo "== the unrelated pair: A -> B2 (B2: another seed, the other half of the corpus)"
+EXP2="$OUT/demo-unrelated.h5"
+rm -f "$EXP2"
+"$KVWB" capture --model-a "$HERE/models/a" --model-b "$HERE/models/b2" --prompts "$WORK/corpus.jsonl" \
+  --split train --whole-text --join 4 --limit 600 --out "$EXP2" --json > "$OUT/capture-unrelated.json"
+for cfg in "u-all --select all --lambda auto" "u-lowrank-64 --select all --lambda auto --family low-rank --rank 64" \
+           "u-mlp --select all --lambda auto --family mlp"; do
+  set -- $cfg
+  name="$1"; shift
+  "$KVWB" align --experiment "$EXP2" --name "$name" "$@" --json > "$OUT/align-$name.json"
+  compare150 "$EXP2" "$name" "$name"
+done
+compare150 "$EXP2" u-mlp u-mlp-vs-all --versus u-all --baselines
+fi
