@@ -346,7 +346,10 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     grid->addWidget(m_maxTokens, 0, 11);
     grid->setColumnStretch(12, 1);
 
-    grid->addWidget(new QLabel(tr("Family:"), box), 1, 0);
+    // The family and its own settings in a row of their own, so their labels do not widen the
+    // columns of the row above.
+    auto *familyRow = new QHBoxLayout;
+    familyRow->addWidget(new QLabel(tr("Family:"), box));
     m_family = new QComboBox(box);
     m_family->setObjectName("familyCombo");
     m_family->addItem(tr("ridge"), "ridge");
@@ -361,30 +364,32 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
         2, tr("The ridge map plus a trained GELU branch, early-stopped on the validation prompts."),
         Qt::ToolTipRole);
     m_family->setToolTip(tr("The form of every map: ridge, low-rank or MLP (docs/transfer.md)."));
-    grid->addWidget(m_family, 1, 1);
-    grid->addWidget(new QLabel(tr("Rank:"), box), 1, 2);
+    familyRow->addWidget(m_family);
+    familyRow->addWidget(new QLabel(tr("Rank:"), box));
     m_rank = new QSpinBox(box);
     m_rank->setObjectName("rankSpin");
     m_rank->setRange(1, 1 << 20);
     m_rank->setValue(16);
     m_rank->setToolTip(
         tr("Low-rank: the rank of each map (at most the smaller of its input and output widths)."));
-    grid->addWidget(m_rank, 1, 3);
-    grid->addWidget(new QLabel(tr("MLP width:"), box), 1, 4);
+    familyRow->addWidget(m_rank);
+    familyRow->addWidget(new QLabel(tr("MLP width:"), box));
     m_mlpHidden = new QSpinBox(box);
     m_mlpHidden->setObjectName("mlpHiddenSpin");
     m_mlpHidden->setRange(1, 1 << 16);
     m_mlpHidden->setValue(256);
     m_mlpHidden->setToolTip(tr("MLP: the width of the trained branch."));
-    grid->addWidget(m_mlpHidden, 1, 5);
-    grid->addWidget(new QLabel(tr("Max epochs:"), box), 1, 6);
+    familyRow->addWidget(m_mlpHidden);
+    familyRow->addWidget(new QLabel(tr("Max epochs:"), box));
     m_mlpEpochs = new QSpinBox(box);
     m_mlpEpochs->setObjectName("mlpEpochsSpin");
     m_mlpEpochs->setRange(0, 10000);
     m_mlpEpochs->setValue(30);
     m_mlpEpochs->setToolTip(tr("MLP: at most this many passes over the calibration rows; training stops "
                                "earlier when the validation loss stops improving."));
-    grid->addWidget(m_mlpEpochs, 1, 7);
+    familyRow->addWidget(m_mlpEpochs);
+    familyRow->addStretch(1);
+    grid->addLayout(familyRow, 1, 0, 1, 13);
 
     auto *buttons = new QHBoxLayout;
     m_fit = new QPushButton(tr("Fit"), box);
