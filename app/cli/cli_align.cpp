@@ -10,6 +10,7 @@
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
+#include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/clock.h"
@@ -464,6 +465,10 @@ int cmdCompare(const QStringList &args)
                  "Store every compared prompt (texts, per-token probabilities and KL, timings, gate) in the "
                  "experiment file as /comparisons/NAME, for the workbench and reports.",
                  "NAME"});
+    p.addOption({"align-policy",
+                 "Prompts A and B tokenise differently: which overlapping A token each B token's row is "
+                 "converted from: last (default), first or longest (docs/transfer.md).",
+                 "POLICY", "last"});
     p.addOption({"json", "Print per-prompt results and the summary as JSON."});
     addPromptFileOptions(p);
     addModelOptions(p);
@@ -516,6 +521,11 @@ int cmdCompare(const QStringList &args)
     if (!gs)
         throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
                          "'"};
+    const auto policy = core::parseAlignPolicy(str(p.value("align-policy")));
+    if (!policy)
+        throw UsageError{"--align-policy expects first, last or longest, got '" +
+                         str(p.value("align-policy")) + "'"};
+    const core::AlignPolicy alignPolicy = *policy;
     gpu::CompareOptions co;
     co.maxTokens = go.maxTokens;
     co.gateSignal = *gs;
@@ -560,25 +570,26 @@ int cmdCompare(const QStringList &args)
     json rows = json::array();
     std::vector<double> kls, top1s, rouges, rougesA, ttftScratch, ttftTransfer, ttftCached, kvCos, tailKls,
         nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor, ttftGated;
-    int identical = 0, passed = 0, done = 0;
+    int identical = 0, passed = 0, done = 0, crossTokenizer = 0;
     bool warmed = false;
     for (size_t i = 0; i < texts.size() && !InterruptScope::interrupted(); ++i) {
-        std::vector<int> ids;
+        gpu::TokenPairing tokens;
         try {
-            ids = gpu::comparablePrompt(texts[i], *a, *tokA, *b, *tokB, go.maxTokens);
+            tokens = gpu::comparablePair(texts[i], *a, *tokA, *b, *tokB, go.maxTokens, alignPolicy);
         } catch (const core::Error &e) {
             warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
             continue;
         }
         co.warmUp = !warmed; // first-call allocations would otherwise land on prompt 0's timings
         warmed = true;
-        const auto outcome = jobs::compareOne(pair, texts[i], ids, co);
+        const auto outcome = jobs::compareOne(pair, texts[i], tokens, co);
+        crossTokenizer += tokens.crossTokenizer() ? 1 : 0;
         const auto &sample = outcome.sample;
         const auto &gate = outcome.gate;
         samples.push_back(sample);
         for (auto &other : others) {
             const jobs::ComparePair run{*a, *tokA, *b, *tokB, other.converter, other.record.name};
-            const auto o = jobs::compareOne(run, texts[i], ids, co);
+            const auto o = jobs::compareOne(run, texts[i], tokens, co);
             other.kls.push_back(o.sample.meanKl);
             other.top1s.push_back(o.sample.top1);
             other.rouges.push_back(o.sample.rougeL);
@@ -604,7 +615,9 @@ int cmdCompare(const QStringList &args)
         ++done;
         const json row = {
             {"prompt", texts[i]},
-            {"prompt_tokens", ids.size()},
+            {"prompt_tokens", tokens.idsB.size()},
+            {"prompt_tokens_a", tokens.idsA.size()},
+            {"token_alignment", tokens.crossTokenizer() ? core::alignPolicyName(tokens.policy) : "none"},
             {"text_scratch", sample.scratch.text},
             {"text_transfer", sample.transfer.text},
             {"text_a", sample.a.text},
@@ -754,6 +767,8 @@ int cmdCompare(const QStringList &args)
         {"signals", perSignal}};
     // lower KL should go with a higher signal: report the correlations as they are
     const json summary = {{"prompts", done},
+                          {"prompts_token_aligned", crossTokenizer},
+                          {"align_policy", core::alignPolicyName(alignPolicy)},
                           {"versus", otherOf("versus")},
                           {"baselines",
                            {{"level", 0.95},

@@ -3,6 +3,7 @@
 #include "app/cli/engine_options.h"
 #include "app/jobs/capture_job.h"
 #include "core/store/experiment_file.h"
+#include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
@@ -123,6 +124,10 @@ int cmdCapture(const QStringList &args)
                  "Positions each model serves (default: its config's; LongRoPE models use their long "
                  "factors above the original context).",
                  "N"});
+    p.addOption({"align-policy",
+                 "Where A and B tokenise a prompt differently, which overlapping A token each B token pairs "
+                 "with: last (default: the one covering the end of B's token), first or longest.",
+                 "POLICY", "last"});
     p.addOption({"json", "Print the summary as JSON."});
     addPromptFileOptions(p);
     parse(p, args,
@@ -139,6 +144,10 @@ int cmdCapture(const QStringList &args)
         throw UsageError{"--compress-level expects 1-9"};
     co.file.keyForm = p.isSet("post-rope") ? core::KeyForm::PostRope : core::KeyForm::PreRope;
     co.maxTokens = intOption(p, "max-tokens", 0, 1);
+    if (const auto policy = core::parseAlignPolicy(str(p.value("align-policy"))))
+        co.alignPolicy = *policy;
+    else
+        throw UsageError{"--align-policy expects first, last or longest"};
     std::vector<std::string> warnings;
     std::vector<gpu::CapturePrompt> prompts;
     for (auto &t : readPromptFile(p, str(p.value("prompts")), warnings))
@@ -173,6 +182,8 @@ int cmdCapture(const QStringList &args)
                           {"cancelled", r.cancelled},
                           {"tokens_a", r.tokensA},
                           {"tokens_b", r.tokensB},
+                          {"prompts_aligned", r.promptsAligned},
+                          {"align_policy", core::alignPolicyName(co.alignPolicy)},
                           {"prefill_ms_a", r.timings.prefillMsA},
                           {"prefill_ms_b", r.timings.prefillMsB},
                           {"read_ms", r.timings.readMs},

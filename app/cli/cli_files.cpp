@@ -144,6 +144,25 @@ json experimentCard(const fs::path &path)
                                              {"tokenizer_sha256", m.tokenizerSha256},
                                              {"source_path", m.sourcePath}};
     }
+    // Different tokenizers: how many prompts pair B's rows with A's through a token alignment, and
+    // how many cannot be paired at all (a file from before alignments were stored).
+    int aligned = 0, same = 0, unpaired = 0;
+    for (int i = 0; i < r.promptCount(); ++i) {
+        const auto info = r.prompt(i);
+        if (!info.alignment.empty())
+            ++aligned;
+        else if (info.a.ids == info.b.ids)
+            ++same;
+        else
+            ++unpaired;
+    }
+    j["token_alignment"] = {{"in_use", aligned > 0},
+                            {"same_tokenizer", r.model(core::ModelRole::A).tokenizerSha256 ==
+                                                   r.model(core::ModelRole::B).tokenizerSha256},
+                            {"stored", r.storesAlignment()},
+                            {"prompts_aligned", aligned},
+                            {"prompts_same_tokens", same},
+                            {"prompts_unpaired", unpaired}};
     return j;
 }
 

@@ -382,7 +382,7 @@ void EngineWorker::compare(quint64 job, const ui::CompareRequest &request,
         co.gateThreshold = request.gateThreshold;
         co.gateTail = request.gateTail;
         const auto ids =
-            gpu::comparablePrompt(request.prompt.toStdString(), *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
+            gpu::comparablePair(request.prompt.toStdString(), *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
         co.warmUp = !m_compareWarm; // the first comparison after a load would time allocations
         co.cancel = cancel.get();
         Q_EMIT progress(job, 0.3, "generating A, B from scratch and B from the converted cache");

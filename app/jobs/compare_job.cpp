@@ -7,10 +7,10 @@
 namespace kvwb::app::jobs {
 
 gpu::CompareOutcome compareOne(const ComparePair &pair, const std::string &prompt,
-                               const std::vector<int> &ids, const gpu::CompareOptions &options)
+                               const gpu::TokenPairing &tokens, const gpu::CompareOptions &options)
 {
-    auto outcome =
-        gpu::compareTransfer(pair.a, pair.tokenizerA, pair.b, pair.tokenizerB, pair.converter, ids, options);
+    auto outcome = gpu::compareTransfer(pair.a, pair.tokenizerA, pair.b, pair.tokenizerB, pair.converter,
+                                        tokens, options);
     if (outcome.cancelled)
         return outcome;
     outcome.sample.prompt = prompt;

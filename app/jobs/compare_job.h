@@ -10,6 +10,7 @@
 #include "core/tokenize/tokenizer.h"
 #include "gpu/model/model.h"
 #include "gpu/transfer/compare.h"
+#include "gpu/transfer/cross_tokenizer.h"
 #include "gpu/transfer/transfer.h"
 
 #include <filesystem>
@@ -29,10 +30,11 @@ struct ComparePair
     std::string converterName; // /converters/<name> the converter came from
 };
 
-// gpu::compareTransfer on prompt's ids (gpu::comparablePrompt), the sample labelled with prompt,
-// converter name and the current UTC time. A cancelled outcome is returned as it is.
+// gpu::compareTransfer on the prompt as both models tokenise it (gpu::comparablePair: paired token
+// by token when their tokenizers differ), the sample labelled with prompt, converter name and the
+// current UTC time. A cancelled outcome is returned as it is.
 gpu::CompareOutcome compareOne(const ComparePair &pair, const std::string &prompt,
-                               const std::vector<int> &ids, const gpu::CompareOptions &options);
+                               const gpu::TokenPairing &tokens, const gpu::CompareOptions &options);
 
 // Stores samples as /comparisons/<name>: after the ones already there when `append`, else in
 // their place.

@@ -315,6 +315,21 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
             const std::string base = std::string("/prompts/") + roleName(m->role);
             createGroup(f, name, base);
             createExtendible(f, name, base + "/ids", H5T_STD_I32LE, {}, kIdsChunk, options.compress);
+            {
+                h5::Dataset spans = createExtendible(f, name, base + "/spans", H5T_STD_I32LE, {2}, kIdsChunk,
+                                                     options.compress);
+                writeAttr(spans.get(), Site(name, base + "/spans"), "layout",
+                          std::string("[tokens, 2]: byte span [begin, end) of each token in its prompt's "
+                                      "text; -1, -1 when unknown"));
+            }
+            if (m->role == ModelRole::B) {
+                h5::Dataset align = createExtendible(f, name, base + "/align", H5T_STD_I32LE, {}, kIdsChunk,
+                                                     options.compress);
+                writeAttr(align.get(), Site(name, base + "/align"), "layout",
+                          std::string("[tokens_b]: for each token of model b the index, within the prompt, "
+                                      "of the model-a token its KV row pairs with; -1 throughout a prompt "
+                                      "both models tokenised identically"));
+            }
             offsetsDataset(base + "/offsets");
             createGroup(f, name, std::string("/kv/") + roleName(m->role));
             {
@@ -413,6 +428,11 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
             ModelDatasets &d = s.kv[size_t(m)];
             const std::string base = std::string("/prompts/") + roleLetter(m);
             trim(d.ids.get(), base + "/ids", d.committed.back());
+            if (s.hasAlignment) {
+                trim(d.spans.get(), base + "/spans", d.committed.back());
+                if (m == 1)
+                    trim(s.align.get(), base + "/align", d.committed.back());
+            }
             trim(d.offsets.get(), base + "/offsets", offsetsRows);
             const std::vector<int> &layers = s.models[size_t(m)].capturedLayers;
             trim(d.crc.get(), crcPath(m), s.promptCount);
@@ -425,6 +445,7 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
         s.kv = {};
         s.text = {};
         s.label = {};
+        s.align = {};
         check(s.file.reset(), ErrorCode::Io, name + ": cannot close after recovery");
     }
 
@@ -504,6 +525,17 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
                       {hsize_t(layers.size()), 2}, crcs.data());
             writeRows(d.ids.get(), s.name, std::string("/prompts/") + roleLetter(m) + "/ids",
                       H5T_NATIVE_INT32, first, count, {}, p.ids.data());
+            if (s.hasAlignment) {
+                const std::vector<int32_t> unknown(p.spans.empty() ? 2 * p.ids.size() : 0, -1);
+                writeRows(d.spans.get(), s.name, std::string("/prompts/") + roleLetter(m) + "/spans",
+                          H5T_NATIVE_INT32, first, count, {2},
+                          p.spans.empty() ? unknown.data() : p.spans.data());
+                if (m == 1) {
+                    const std::vector<int32_t> none(prompt.alignment.empty() ? p.ids.size() : 0, -1);
+                    writeRows(s.align.get(), s.name, "/prompts/b/align", H5T_NATIVE_INT32, first, count, {},
+                              prompt.alignment.empty() ? none.data() : prompt.alignment.data());
+                }
+            }
         }
         writeRows(s.text.bytes.get(), s.name, s.text.bytesPath, H5T_NATIVE_UINT8,
                   hsize_t(s.text.committed.back()), prompt.text.size(), {}, prompt.text.data());
@@ -564,6 +596,11 @@ const std::vector<int> &ExperimentWriter::capturedLayers(ModelRole model) const
     return m_impl->s.models[size_t(roleIndex(model))].capturedLayers;
 }
 
+bool ExperimentWriter::storesAlignment() const
+{
+    return m_impl->s.hasAlignment;
+}
+
 void ExperimentWriter::close()
 {
     if (!m_impl || !m_impl->s.file)
@@ -572,6 +609,7 @@ void ExperimentWriter::close()
     s.kv = {};
     s.text = {};
     s.label = {};
+    s.align = {};
     const herr_t status = s.file.reset();
     m_impl->lock.release();
     if (status < 0 && !m_impl->broken)
@@ -734,6 +772,10 @@ ExperimentOptions ExperimentReader::storage() const
 {
     return m_impl->s.options;
 }
+bool ExperimentReader::storesAlignment() const
+{
+    return m_impl->s.hasAlignment;
+}
 int ExperimentReader::promptCount() const
 {
     return m_impl->s.promptCount;
@@ -762,6 +804,42 @@ PromptInfo ExperimentReader::prompt(int index) const
         t.ids.resize(size_t(count));
         readRows(d.ids.get(), s.name, std::string("/prompts/") + roleLetter(m) + "/ids", H5T_NATIVE_INT32,
                  hsize_t(t.firstToken), hsize_t(count), t.ids.data());
+        if (!s.hasAlignment)
+            continue;
+        // counts come from the committed offsets, checked against every dataset's length at open
+        const std::string path = std::string("/prompts/") + roleLetter(m) + "/spans";
+        t.spans.resize(size_t(count) * 2);
+        readRows(d.spans.get(), s.name, path, H5T_NATIVE_INT32, hsize_t(t.firstToken), hsize_t(count),
+                 t.spans.data());
+        if (std::all_of(t.spans.begin(), t.spans.end(), [](int32_t v) { return v == -1; })) {
+            t.spans.clear();
+            continue;
+        }
+        const int64_t textBytes = int64_t(info.text.size());
+        for (size_t i = 0; i < t.spans.size(); i += 2)
+            if (t.spans[i] < 0 || t.spans[i + 1] < t.spans[i] || t.spans[i + 1] > textBytes)
+                throw Error(ErrorCode::Format,
+                            s.name + ": " + path + " row " + std::to_string(t.firstToken + int64_t(i / 2)) +
+                                " (prompt " + std::to_string(index) + ") holds [" +
+                                std::to_string(t.spans[i]) + ", " + std::to_string(t.spans[i + 1]) +
+                                "), not a byte span of the prompt's " + std::to_string(textBytes) +
+                                "-byte text");
+    }
+    if (s.hasAlignment) {
+        std::vector<int32_t> al(info.b.ids.size());
+        readRows(s.align.get(), s.name, "/prompts/b/align", H5T_NATIVE_INT32, hsize_t(info.b.firstToken),
+                 hsize_t(al.size()), al.data());
+        if (!std::all_of(al.begin(), al.end(), [](int32_t v) { return v == -1; })) {
+            for (size_t t = 0; t < al.size(); ++t)
+                if (al[t] < 0 || size_t(al[t]) >= info.a.ids.size())
+                    throw Error(ErrorCode::Format,
+                                s.name + ": /prompts/b/align row " +
+                                    std::to_string(info.b.firstToken + int64_t(t)) + " (prompt " +
+                                    std::to_string(index) + ", token " + std::to_string(t) + ") is " +
+                                    std::to_string(al[t]) + ", not one of model a's " +
+                                    std::to_string(info.a.ids.size()) + " tokens of the prompt");
+            info.alignment = std::move(al);
+        }
     }
     return info;
 }

@@ -91,6 +91,9 @@ struct ModelInfo
 struct PromptKv
 {
     std::vector<int32_t> ids; // [tokens]
+    // [tokens * 2]: token i covers bytes [spans[2i], spans[2i+1]) of the prompt's text
+    // (Tokenizer::encodeWithOffsets); empty when unknown (prompts given as ids).
+    std::vector<int32_t> spans;
     // One entry per captured layer, in capturedLayers order (all layers when that is empty).
     std::vector<std::vector<float>> keys;   // [captured layers] x [tokens, kvHeads, headDim] float32
     std::vector<std::vector<float>> values; // [captured layers] x [tokens, kvHeads, headDim] float32
@@ -102,12 +105,17 @@ struct PromptRecord
     std::string label; // optional (e.g. the workload's intent); "" when none
     PromptKv a;
     PromptKv b;
+    // [b tokens]: for each B token the index (within this prompt) of the A token whose row pairs
+    // with it (core/tokenize/token_alignment.h), when A and B tokenised the prompt differently;
+    // empty when they did not.
+    std::vector<int32_t> alignment;
 };
 
 struct PromptTokens
 {
-    std::vector<int32_t> ids; // [tokens]
-    int64_t firstToken = 0;   // row of token 0 in every layer's KV dataset of this model
+    std::vector<int32_t> ids;   // [tokens]
+    std::vector<int32_t> spans; // [tokens * 2] byte spans as in PromptKv; empty when not stored
+    int64_t firstToken = 0;     // row of token 0 in every layer's KV dataset of this model
 };
 
 struct PromptInfo
@@ -116,6 +124,9 @@ struct PromptInfo
     std::string label;
     PromptTokens a;
     PromptTokens b;
+    // [b tokens] as PromptRecord::alignment; empty when none was stored (identical tokenisation,
+    // or a file written before alignments existed).
+    std::vector<int32_t> alignment;
 };
 
 class ExperimentWriter
@@ -141,7 +152,9 @@ public:
 
     // Writes the prompt and makes it durable; returns its index. Error(Shape) when a model's
     // keys/values do not have one entry per captured layer of ids.size() * numKvHeads * headDim
-    // floats.
+    // floats, its spans are neither empty nor 2 per id, or the alignment is neither empty nor one
+    // A index in [0, a.ids.size()) per B id. Spans and alignment are dropped in a file that does
+    // not store them (storesAlignment()).
     // Error(Io) (disk full, ...) leaves every earlier prompt intact; the writer then refuses
     // further prompts.
     int appendPrompt(const PromptRecord &prompt);
@@ -153,6 +166,9 @@ public:
     const std::filesystem::path &path() const;
     // The layers of model 'a' or 'b' the file stores, explicit (never empty), in PromptKv order.
     const std::vector<int> &capturedLayers(ModelRole model) const;
+    // Whether the file has the token span and alignment datasets (every file this kvwb creates;
+    // not one written before them, whose new prompts then store neither).
+    bool storesAlignment() const;
     // Flushes and closes; Error(Io) if the final flush fails. Idempotent.
     void close();
 
@@ -178,6 +194,8 @@ public:
     const Provenance &provenance() const;
     const ModelInfo &model(ModelRole role) const;
     ExperimentOptions storage() const; // storage, compress, chunkTokens, keyForm of the file
+    // Whether the file has the token span and alignment datasets (see ExperimentWriter).
+    bool storesAlignment() const;
 
     int promptCount() const;
     PromptInfo prompt(int index) const;

@@ -229,6 +229,13 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums)
         d.offsets = openDataset(f, n, base + "/offsets");
         d.committed = readOffsets(d.offsets.get(), n, base + "/offsets");
     }
+    // Token spans and the alignment: all three datasets, or none (a file from before them).
+    s.hasAlignment = h5::linkExists(f, "/prompts/b/align");
+    if (s.hasAlignment) {
+        s.align = openDataset(f, n, "/prompts/b/align");
+        for (int m = 0; m < 2; ++m)
+            s.kv[size_t(m)].spans = openDataset(f, n, std::string("/prompts/") + roleLetter(m) + "/spans");
+    }
     size_t shortest = std::min({s.text.committed.size(), s.label.committed.size(), s.kv[0].committed.size(),
                                 s.kv[1].committed.size()});
     const auto trimOffsets = [&](std::vector<int64_t> &v, const std::string &path) {
@@ -260,11 +267,24 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums)
     checkLength(s.text.bytes.get(), s.text.bytesPath, s.text.committed.back(), s.text.offsetsPath);
     checkLength(s.label.bytes.get(), s.label.bytesPath, s.label.committed.back(), s.label.offsetsPath);
 
+    if (s.hasAlignment)
+        checkLength(s.align.get(), "/prompts/b/align", s.kv[1].committed.back(), "/prompts/b/offsets");
     for (int m = 0; m < 2; ++m) {
         ModelDatasets &d = s.kv[size_t(m)];
         const ModelConfig &c = s.models[size_t(m)].config;
         const std::string base = std::string("/prompts/") + roleLetter(m);
         checkLength(d.ids.get(), base + "/ids", d.committed.back(), base + "/offsets");
+        if (s.hasAlignment) {
+            const std::string path = base + "/spans";
+            const std::vector<hsize_t> dims = datasetDims(d.spans.get(), n, path);
+            if (dims.size() != 2 || dims[1] != 2)
+                throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, 2]");
+            if (int64_t(dims[0]) < d.committed.back())
+                throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches " +
+                                                   std::to_string(d.committed.back()) + " but " + path +
+                                                   " has only " + std::to_string(dims[0]) + " rows");
+            h5::checkWholeRead(d.spans.get(), n, path, {hsize_t(d.committed.back()), 2}, 4);
+        }
         for (int layer : s.models[size_t(m)].capturedLayers) {
             for (const char *what : {"keys", "values"}) {
                 const std::string path = layerPath(m, layer, what);
@@ -402,7 +422,23 @@ void checkPromptShapes(const FileState &s, const PromptRecord &prompt)
                                 " floats, expected [" + std::to_string(p.ids.size()) + ", " +
                                 std::to_string(c.numKvHeads) + ", " + std::to_string(c.headDim) +
                                 "] = " + std::to_string(expected));
+        if (!p.spans.empty() && p.spans.size() != 2 * p.ids.size())
+            throw Error(ErrorCode::Shape, s.name + ": prompt " + std::to_string(index) + " model " +
+                                              roleLetter(m) + " has " + std::to_string(p.spans.size()) +
+                                              " span values for " + std::to_string(p.ids.size()) +
+                                              " tokens, expected 2 per token or none");
     }
+    const auto &al = prompt.alignment;
+    if (!al.empty() && al.size() != prompt.b.ids.size())
+        throw Error(ErrorCode::Shape, s.name + ": prompt " + std::to_string(index) + " alignment has " +
+                                          std::to_string(al.size()) + " entries for model b's " +
+                                          std::to_string(prompt.b.ids.size()) + " tokens");
+    for (size_t t = 0; t < al.size(); ++t)
+        if (al[t] < 0 || size_t(al[t]) >= prompt.a.ids.size())
+            throw Error(ErrorCode::Shape, s.name + ": prompt " + std::to_string(index) + " alignment[" +
+                                              std::to_string(t) + "] is " + std::to_string(al[t]) +
+                                              ", not a token of model a's " +
+                                              std::to_string(prompt.a.ids.size()));
 }
 
 } // namespace kvwb::core::detail

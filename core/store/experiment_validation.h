@@ -65,6 +65,7 @@ std::vector<int> resolvedLayers(const ModelInfo &m);
 struct ModelDatasets
 {
     h5::Dataset ids;                 // [tokens] int32
+    h5::Dataset spans;               // [tokens, 2] int32 byte spans; closed when the file has none
     h5::Dataset offsets;             // [prompts + 1] int64
     std::vector<h5::Dataset> keys;   // [captured layers] of [tokens, kvHeads, headDim]
     std::vector<h5::Dataset> values; // [captured layers] of [tokens, kvHeads, headDim]
@@ -107,6 +108,10 @@ struct FileState
     std::array<ModelDatasets, 2> kv;
     RaggedBytes text;
     RaggedBytes label;
+    // /prompts/b/align [b tokens] int32: B token -> A token of its prompt, -1 throughout a prompt
+    // stored without one. With kv[m].spans, present in files created since alignments exist.
+    h5::Dataset align;
+    bool hasAlignment = false;
     int promptCount = 0;
 
     int64_t total(int model) const { return kv[size_t(model)].committed.back(); }
@@ -132,7 +137,8 @@ void checkModel(const ModelInfo &m, ModelRole expectedRole);
 void checkSameModel(const std::string &fileName, int model, const ModelInfo &want, const ModelInfo &have);
 
 // appendPrompt: one key and one value tensor per captured layer of each model, each
-// [ids, kvHeads, headDim] floats, else Error(Shape) naming the file, prompt, model and layer.
+// [ids, kvHeads, headDim] floats, spans empty or two per id, the alignment empty or one A index
+// per B id, else Error(Shape) naming the file, prompt, model and layer or field.
 void checkPromptShapes(const FileState &s, const PromptRecord &prompt);
 
 } // namespace kvwb::core::detail

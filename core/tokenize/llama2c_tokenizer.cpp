@@ -143,6 +143,18 @@ std::vector<int> Llama2cTokenizer::encode(std::string_view input, bool addSpecia
     return tokens;
 }
 
+Encoding Llama2cTokenizer::encodeWithOffsets(std::string_view text, bool addSpecial) const
+{
+    std::vector<int> ids = encode(text, addSpecial);
+    // BOS only ever comes first; it may merge with what follows only in a vocabulary that has such
+    // a piece, which then starts with "<s>" and matches no text: the matcher ends exact matching.
+    const size_t leading = addSpecial && !ids.empty() && ids[0] == kBos ? 1 : 0;
+    std::vector<std::string> surfaces(ids.size());
+    for (size_t i = leading; i < ids.size(); ++i)
+        surfaces[i] = decode({ids[i]}); // no BOS before it: the piece's space kept, bytes as bytes
+    return detail::matchSurfaces(text, std::move(ids), surfaces, leading, 0, text.empty() ? "" : " ", *this);
+}
+
 std::string Llama2cTokenizer::decode(const std::vector<int> &ids, bool skipSpecial) const
 {
     std::string out;

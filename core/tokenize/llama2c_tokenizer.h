@@ -30,6 +30,9 @@ public:
     // one id per UTF-8 code point (or per byte, as byte + 3, when the code point is not a piece),
     // then merges of the best-scoring adjacent pair until none is in the vocabulary. No EOS.
     std::vector<int> encode(std::string_view text, bool addSpecial) const override;
+    // encode()'s ids; the dummy-prefix space is no text of the input (the token carrying it starts
+    // at the text's first byte).
+    Encoding encodeWithOffsets(std::string_view text, bool addSpecial) const override;
     // run.c decode(): a piece after BOS loses its leading space; "<0xXX>" is the raw byte.
     std::string decode(const std::vector<int> &ids, bool skipSpecial = false) const override;
     std::string piece(int id) const override;

@@ -4,6 +4,10 @@
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
 namespace kvwb::core {
 
 namespace {
@@ -64,6 +68,57 @@ std::vector<int> SentencePieceTokenizer::encode(std::string_view text, bool addS
     if (api.encode(m_sp, text.data(), text.size(), appendIds, &ids, appendBytes, &err) != 0)
         throw Error(ErrorCode::Tokenizer, m_source + ": encode failed: " + err);
     return ids;
+}
+
+Encoding SentencePieceTokenizer::encodeWithOffsets(std::string_view text, bool addSpecial) const
+{
+    checkTextSize(text, m_source);
+    const SpmApi &api = spmApi();
+    Encoding e;
+    if (addSpecial && api.bosId(m_sp) >= 0) {
+        e.ids.push_back(api.bosId(m_sp));
+        e.spans.push_back({0, 0});
+    }
+    std::vector<int> ids, spans; // spans: (begin, end) per id
+    std::string err;
+    if (api.encodeSpans(m_sp, text.data(), text.size(), appendIds, &ids, appendIds, &spans, appendBytes,
+                        &err) != 0)
+        throw Error(ErrorCode::Tokenizer, m_source + ": encode failed: " + err);
+    if (spans.size() != 2 * ids.size())
+        throw Error(ErrorCode::Internal, m_source + ": sentencepiece gave " +
+                                             std::to_string(spans.size() / 2) + " spans for " +
+                                             std::to_string(ids.size()) + " ids");
+    const size_t first = e.ids.size();
+    for (size_t i = 0; i < ids.size(); ++i) {
+        e.ids.push_back(ids[i]);
+        // sentencepiece's offsets are into the original text, through its normaliser
+        const int32_t b = std::clamp<int32_t>(spans[2 * i], 0, int32_t(text.size())),
+                      en = std::clamp<int32_t>(spans[2 * i + 1], b, int32_t(text.size()));
+        e.spans.push_back({b, en});
+    }
+    // A character sentencepiece spells as byte pieces is reported as one span for the run (on its
+    // first or spread oddly over the pieces): give each byte piece its own byte when the run's
+    // bytes are exactly that many.
+    for (size_t i = first; i < e.ids.size();) {
+        if (!(api.flags(m_sp, e.ids[i]) & KVWB_SPM_BYTE)) {
+            ++i;
+            continue;
+        }
+        size_t j = i;
+        int32_t lo = INT32_MAX, hi = -1;
+        while (j < e.ids.size() && (api.flags(m_sp, e.ids[j]) & KVWB_SPM_BYTE)) {
+            if (!e.spans[j].empty()) {
+                lo = std::min(lo, e.spans[j].begin);
+                hi = std::max(hi, e.spans[j].end);
+            }
+            ++j;
+        }
+        if (hi >= lo && size_t(hi - lo) == j - i)
+            for (size_t k = i; k < j; ++k)
+                e.spans[k] = {lo + int32_t(k - i), lo + int32_t(k - i) + 1};
+        i = j;
+    }
+    return e;
 }
 
 std::string SentencePieceTokenizer::decode(const std::vector<int> &ids, bool skipSpecial) const

@@ -30,6 +30,9 @@ public:
     ~SentencePieceTokenizer() override;
 
     std::vector<int> encode(std::string_view text, bool addSpecial) const override;
+    // sentencepiece's own offsets (through its normaliser, so exact for NFKC and collapsed
+    // whitespace too), each byte-fallback piece narrowed to its byte.
+    Encoding encodeWithOffsets(std::string_view text, bool addSpecial) const override;
     std::string decode(const std::vector<int> &ids, bool skipSpecial = false) const override;
     std::string piece(int id) const override;
     int vocabSize() const override;

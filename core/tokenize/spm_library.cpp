@@ -73,6 +73,7 @@ SpmApi loadApi()
         bind(api.unkId, "kvwb_spm_unk_id");
         bind(api.flags, "kvwb_spm_flags");
         bind(api.encode, "kvwb_spm_encode");
+        bind(api.encodeSpans, "kvwb_spm_encode_spans");
         bind(api.decode, "kvwb_spm_decode");
         bind(api.idToPiece, "kvwb_spm_id_to_piece");
         bind(api.pieceToId, "kvwb_spm_piece_to_id");

@@ -20,6 +20,7 @@ struct SpmApi
     decltype(&kvwb_spm_unk_id) unkId = nullptr;
     decltype(&kvwb_spm_flags) flags = nullptr;
     decltype(&kvwb_spm_encode) encode = nullptr;
+    decltype(&kvwb_spm_encode_spans) encodeSpans = nullptr;
     decltype(&kvwb_spm_decode) decode = nullptr;
     decltype(&kvwb_spm_id_to_piece) idToPiece = nullptr;
     decltype(&kvwb_spm_piece_to_id) pieceToId = nullptr;

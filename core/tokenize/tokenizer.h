@@ -6,16 +6,40 @@
 // called concurrently.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kvwb::core {
 
 struct ModelConfig;
+
+// A token's bytes [begin, end) in the text it was encoded from. A token that stands for no text (BOS
+// or EOS added by the post-processor, the dummy-prefix space a tokenizer adds on its own) has an
+// empty span: at 0 before the text, at the text's end after it.
+struct TokenSpan
+{
+    int32_t begin = 0;
+    int32_t end = 0;
+    bool empty() const { return end <= begin; }
+    bool operator==(const TokenSpan &) const = default;
+};
+
+// ids as encode() returns them, with one span per id. exact is false when the tokenizer's
+// normalizer changed the text in a way the spans could not follow (NFKC on compatibility
+// characters, lower-casing): from the first such token on, the spans are spread over the rest of
+// the text in proportion to the tokens' decoded lengths.
+struct Encoding
+{
+    std::vector<int> ids;
+    std::vector<TokenSpan> spans; // [ids.size()]
+    bool exact = true;
+};
 
 class Tokenizer
 {
@@ -36,7 +60,31 @@ public:
     virtual std::string kind() const = 0; // "bpe" | "sentencepiece" | "llama2c"
     // id of an exact piece string, if present.
     virtual std::optional<int> pieceToId(std::string_view piece) const = 0;
+
+    // encode() with each token's byte span in text. Each byte token of a character split over byte
+    // pieces covers its own byte; a "▁" or leading-space token covers the space it stands for (none
+    // when the tokenizer added it); a merge across words covers all of them. The default works
+    // for any tokenizer whose decode() gives the text back: it decodes the tokens one by one and
+    // follows the text (tokenizer.json BPE); SentencePiece and llama2.c override it.
+    virtual Encoding encodeWithOffsets(std::string_view text, bool addSpecial) const;
 };
+
+namespace detail {
+// The matching behind encodeWithOffsets: ids with, per id, the bytes it decodes to ("surface");
+// the first `leading` and last `trailing` ids were added by the post-processor (no text). The
+// surfaces, in order, spell syntheticPrefix + text up to what the tokenizer normalised: a token
+// whose surface has a space the text lacks at that point gets the rest of its surface, a special
+// token absent from the text an empty span, whitespace the tokenizer dropped is skipped; anything
+// else ends exact matching (Encoding::exact false, the rest spread in proportion).
+Encoding matchSurfaces(std::string_view text, std::vector<int> ids, const std::vector<std::string> &surfaces,
+                       size_t leading, size_t trailing, std::string_view syntheticPrefix,
+                       const Tokenizer &tok);
+// How many ids the post-processor put before and after plain (the ids of encode(text, false)) in
+// full (encode(text, true)): {leading, trailing}; every special id at either end when plain is not
+// a contiguous part of full.
+std::pair<size_t, size_t> addedAround(const std::vector<int> &full, const std::vector<int> &plain,
+                                      const Tokenizer &tok);
+} // namespace detail
 
 // The longest text encode() takes: 4 MiB, about a million tokens, past every context kvwb runs;
 // longer text is refused (Error(InvalidArgument) naming the tokenizer) before any work is sized

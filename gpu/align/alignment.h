@@ -7,8 +7,10 @@
 // features of a target layer are the rows of its source layers concatenated (full mode), or, in
 // head-matched mode (same kv-head count), head h of each source layer for B's head h only. Keys are
 // mapped as the file stores them (pre-RoPE by default, so B's RoPE is applied after conversion).
-// Prompts whose token ids differ between A and B (different tokenizers) have no row-to-row
-// correspondence and are skipped with a warning. Splits are by prompt, never by token.
+// B's row t pairs with A's row t when A and B tokenised the prompt identically, else with A's row
+// align[t], the token alignment capture stored with the prompt (different tokenizers,
+// core/tokenize/token_alignment.h); prompts tokenised differently in a file without alignments are
+// skipped with a warning. Splits are by prompt, never by token.
 //
 // Runs on the calling thread (the engine thread): HDF5 reads and the model must stay on it.
 #pragma once

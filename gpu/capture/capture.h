@@ -1,12 +1,15 @@
 // Capturing both models' KV caches for a prompt set into an experiment file (core/store/experiment_file.h).
 //
-// For each prompt: tokenize with each model's tokenizer, prefill A and B from empty caches, read each
-// selected layer's K (pre-RoPE by default) and V, and append the prompt to the file, which makes it durable
-// before the next prompt starts. Runs on the calling thread (the engine thread); progress returns
+// For each prompt: tokenize with each model's tokenizer (with each token's byte span in the text),
+// prefill A and B from empty caches, read each selected layer's K (pre-RoPE by default) and V, and
+// append the prompt to the file, which makes it durable before the next prompt starts. When the two
+// tokenisations differ, the prompt is stored with a token alignment: for each B token the A token
+// its row pairs with. Runs on the calling thread (the engine thread); progress returns
 // false to cancel between prompts (the prompts already written stay in the file).
 #pragma once
 
 #include "core/store/experiment_file.h"
+#include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
 #include "gpu/model/model.h"
 
@@ -35,6 +38,9 @@ struct CaptureOptions
     // them against writer.capturedLayers() and throws Error(Config) before the first prompt.
     std::vector<int> layersA;
     std::vector<int> layersB;
+    // Which A token each B token's row pairs with when the two tokenisations of a prompt differ
+    // (core/tokenize/token_alignment.h); stored per prompt with both models' token byte spans.
+    core::AlignPolicy alignPolicy = core::kDefaultAlignPolicy;
 };
 
 struct CaptureTimings
@@ -52,6 +58,7 @@ struct CaptureResult
     int firstPrompt = 0; // index in the file of the first prompt written by this run
     int64_t tokensA = 0;
     int64_t tokensB = 0;
+    int promptsAligned = 0; // prompts stored with a token alignment (A and B tokenised them differently)
     bool cancelled = false;
     std::vector<std::string> warnings; // e.g. prompts truncated or skipped because empty
     CaptureTimings timings;

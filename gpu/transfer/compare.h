@@ -11,6 +11,7 @@
 #include "core/store/comparison_store.h"
 #include "core/tokenize/tokenizer.h"
 #include "gpu/model/model.h"
+#include "gpu/transfer/cross_tokenizer.h"
 #include "gpu/transfer/transfer.h"
 
 #include <atomic>
@@ -41,15 +42,29 @@ struct CompareOutcome
     bool cancelled = false;        // options.cancel was set: the sample is incomplete
 };
 
-// The prompt's ids, when A and B tokenise it identically and it leaves room for maxTokens:
+// The prompt's ids, when A and B tokenise it identically and it leaves room for maxTokens (for
+// prompts the two tokenise differently, comparablePair):
 // Error(InvalidArgument) saying which condition failed otherwise (a transfer needs >= 3 tokens).
 std::vector<int> comparablePrompt(const std::string &prompt, const Model &a, const core::Tokenizer &tokA,
                                   const Model &b, const core::Tokenizer &tokB, int maxTokens);
+
+// The prompt as A and B tokenise it, paired token by token when they differ
+// (gpu/transfer/cross_tokenizer.h), when it leaves room for maxTokens in both contexts:
+// Error(InvalidArgument) otherwise (a transfer needs >= 3 tokens of B).
+TokenPairing comparablePair(const std::string &prompt, const Model &a, const core::Tokenizer &tokA,
+                            const Model &b, const core::Tokenizer &tokB, int maxTokens,
+                            core::AlignPolicy policy = core::kDefaultAlignPolicy);
 
 // Runs the three paths (greedy) on ids from comparablePrompt.
 CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, const Model &b,
                                const core::Tokenizer &tokB, const Converter &converter,
                                const std::vector<int> &ids, const CompareOptions &options);
+// The same on a pairing from comparablePair: A answers its own tokens (idsA), B's scratch and
+// transfer paths run on B's (idsB), the transfer from A's cache of the A tokens B's prefix is paired
+// with, re-laid in B's positions (the quality gate reads the same).
+CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, const Model &b,
+                               const core::Tokenizer &tokB, const Converter &converter,
+                               const TokenPairing &pairing, const CompareOptions &options);
 
 // Each id's text as it appears in the decoded continuation (decoding ids[0..j] minus ids[0..j-1];
 // the token's own piece where that is not a prefix, e.g. inside a multi-byte character).

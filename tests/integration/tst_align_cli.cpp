@@ -26,6 +26,34 @@ QString q(const fs::path &p)
 {
     return QString::fromStdString(p.string());
 }
+
+// The random models' byte tokenizer with merges for words of the test prompts (ids 258..281, inside
+// the presets' 300-row vocabulary): a second tokenizer that splits the prompts differently, into
+// fewer tokens, with merges that take in the space before a word.
+std::string mergedTokenizerJson()
+{
+    QJsonObject root =
+        QJsonDocument::fromJson(QByteArray::fromStdString(core::byteLevelTokenizerJson())).object();
+    QJsonObject model = root["model"].toObject();
+    QJsonObject vocab = model["vocab"].toObject();
+    QJsonArray merges;
+    const char *pairs[][2] = {{"Ġ", "t"},   {"h", "e"},     {"Ġt", "he"},    {"a", "c"},   {"Ġ", "c"},
+                              {"Ġc", "ac"}, {"Ġcac", "he"}, {"Ġ", "p"},      {"r", "o"},   {"Ġp", "ro"},
+                              {"m", "p"},   {"Ġpro", "mp"}, {"Ġpromp", "t"}, {"Q", "u"},   {"e", "s"},
+                              {"Qu", "es"}, {"Ques", "t"},  {"i", "o"},      {"io", "n"},  {"Quest", "ion"},
+                              {"Ġ", "w"},   {"h", "a"},     {"Ġw", "ha"},    {"Ġwha", "t"}};
+    int next = 258;
+    for (const auto &pr : pairs) {
+        const QString merged = QString::fromUtf8(pr[0]) + QString::fromUtf8(pr[1]);
+        if (!vocab.contains(merged))
+            vocab[merged] = next++;
+        merges.append(QString::fromUtf8(pr[0]) + " " + QString::fromUtf8(pr[1]));
+    }
+    model["vocab"] = vocab;
+    model["merges"] = merges;
+    root["model"] = model;
+    return QJsonDocument(root).toJson().toStdString();
+}
 } // namespace
 
 class TestAlignCli : public QObject
@@ -282,6 +310,64 @@ private Q_SLOTS:
             {"align", "--experiment", q(exp), "--family", "low-rank", "--rank", "100000", "--no-attention"});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("rank 100000 is outside"), r.err.constData());
+    }
+
+    // Different tokenizers end to end: A reads the prompts byte by byte, B through its own merges.
+    // Capture stores a token alignment for every prompt (info says so), align fits on every prompt
+    // without skipping any, and compare runs A on A's tokens and B on B's, through the alignment.
+    void crossTokenizerThroughTheCli()
+    {
+        core::writeRandomHfModel(m_dir / "bx", core::randomModelPreset("gqa"));
+        test::writeFile(m_dir / "bx" / "tokenizer.json", mergedTokenizerJson());
+        const fs::path exp = m_dir / "xtok.h5";
+        auto r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "bx"), "--out",
+                          q(exp), "--prompts", q(m_dir / "prompts.txt"), "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto cap = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(cap["prompts_aligned"].toInt(), 40);
+        QCOMPARE(cap["align_policy"].toString(), QString("last"));
+        QVERIFY(cap["tokens_b"].toInt() < cap["tokens_a"].toInt());
+        {
+            const auto file = core::ExperimentReader::open(exp);
+            const auto p0 = file.prompt(0);
+            QVERIFY(p0.a.ids != p0.b.ids);
+            QCOMPARE(p0.alignment.size(), p0.b.ids.size());
+            QCOMPARE(p0.a.spans.size(), 2 * p0.a.ids.size());
+            QCOMPARE(p0.alignment.front(), 0); // BOS to BOS
+            // under 'last' each B token pairs with the byte token of its last byte (A: BOS + bytes)
+            for (size_t t = 1; t < p0.b.ids.size(); ++t)
+                QCOMPARE(p0.alignment[t], p0.b.spans[2 * t + 1]);
+        }
+        r = runKvwb({"info", q(exp)});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto info = QJsonDocument::fromJson(r.out).object()["token_alignment"].toObject();
+        QCOMPARE(info["in_use"].toBool(), true);
+        QCOMPARE(info["same_tokenizer"].toBool(), false);
+        QCOMPARE(info["prompts_aligned"].toInt(), 40);
+        QCOMPARE(info["prompts_unpaired"].toInt(), 0);
+
+        r = runKvwb({"align", "--experiment", q(exp), "--name", "xtok", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(!r.err.contains("skipped"), r.err.constData());
+        const auto fit = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(fit["layers"].toArray().size(), core::randomModelPreset("gqa").config.numLayers);
+        for (const auto &v : fit["layers"].toArray())
+            QVERIFY(std::isfinite(v.toObject()["r2_k"].toDouble()));
+
+        r = runKvwb({"compare", "--experiment", q(exp), "--converter", "xtok", "--held-out", "--limit", "2",
+                     "--max-tokens", "4", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto cmp = QJsonDocument::fromJson(r.out).object();
+        const auto s = cmp["summary"].toObject();
+        QCOMPARE(s["prompts"].toInt(), 2);
+        QCOMPARE(s["prompts_token_aligned"].toInt(), 2);
+        for (const auto &v : cmp["prompts"].toArray()) {
+            const auto p = v.toObject();
+            QCOMPARE(p["token_alignment"].toString(), QString("last"));
+            QVERIFY(p["prompt_tokens"].toInt() < p["prompt_tokens_a"].toInt());
+            QVERIFY(std::isfinite(p["kl"].toDouble()) && p["kl"].toDouble() >= 0);
+            QVERIFY(!p["text_transfer"].toString().isNull());
+        }
     }
 
     void errors()

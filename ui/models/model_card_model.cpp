@@ -70,7 +70,8 @@ void ModelCardModel::setIdentity(int column, const QString &tokenizer, const QSt
         return;
     (column == ModelAColumn ? m_idA : m_idB) = {tokenizer, fingerprint};
     const int first = int(rows().size());
-    Q_EMIT dataChanged(index(first, column), index(first + kIdentityRows - 1, column));
+    // both columns: the other model's tokenizer row is marked when the two differ
+    Q_EMIT dataChanged(index(first, ModelAColumn), index(first + kIdentityRows - 1, ModelBColumn));
 }
 
 int ModelCardModel::rowCount(const QModelIndex &parent) const
@@ -94,12 +95,22 @@ QVariant ModelCardModel::data(const QModelIndex &index, int role) const
                                            : QVariant();
         const Identity &id = index.column() == ModelAColumn ? m_idA : m_idB;
         const QString value = tokenizerRow ? id.tokenizer : id.fingerprint;
+        const bool tokenizersDiffer = tokenizerRow && !m_idA.tokenizer.isEmpty() &&
+                                      !m_idB.tokenizer.isEmpty() && m_idA.tokenizer != m_idB.tokenizer;
         if (role == Qt::DisplayRole)
             return value.isEmpty() ? tr("- (load to see)")
                    : tokenizerRow  ? value
                                    : value.left(16) + QStringLiteral("\u2026");
+        if (role == Qt::ToolTipRole && tokenizersDiffer)
+            return value + "\n" +
+                   tr("A and B tokenise differently: capture stores a token alignment for each prompt they "
+                      "split differently, and fitting and transfers pair B's tokens with A's through it");
         if (role == Qt::ToolTipRole && !value.isEmpty())
             return value;
+        if (role == Qt::BackgroundRole && tokenizersDiffer)
+            return QBrush(QColor(255, 236, 179));
+        if (role == TokenizerDiffersRole)
+            return tokenizersDiffer;
         if (role == GeometryDiffersRole)
             return false;
         return {};

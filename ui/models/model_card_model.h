@@ -28,6 +28,10 @@ public:
     // Qt::UserRole + 1 on a value cell: true when A and B differ in a property that changes the KV
     // cache's geometry (layers, kv heads, head dim, RoPE).
     static constexpr int GeometryDiffersRole = Qt::UserRole + 1;
+    // Qt::UserRole + 2 on the tokenizer row: true when both tokenizers are known and differ, so
+    // prompts are paired token by token through an alignment (docs/transfer.md, "Different
+    // tokenizers"); the row is then marked like a geometry difference, with a tooltip saying so.
+    static constexpr int TokenizerDiffersRole = Qt::UserRole + 2;
 
     explicit ModelCardModel(QObject *parent = nullptr);
 

@@ -90,6 +90,29 @@ KVWB_SPM_EXPORT int kvwb_spm_encode(const kvwb_spm *sp, const char *text, size_t
     }
 }
 
+KVWB_SPM_EXPORT int kvwb_spm_encode_spans(const kvwb_spm *sp, const char *text, size_t len, kvwb_spm_sink ids,
+                                          void *idsCtx, kvwb_spm_sink spans, void *spansCtx,
+                                          kvwb_spm_sink err, void *errCtx)
+{
+    try {
+        sentencepiece::ImmutableSentencePieceText spt;
+        const auto status = sp->processor.Encode(std::string_view(text, len), spt.mutable_proto());
+        if (!status.ok())
+            return fail(err, errCtx, status.ToString());
+        std::vector<int> outIds, outSpans;
+        for (const auto &piece : spt.pieces()) {
+            outIds.push_back(int(piece.id()));
+            outSpans.push_back(int(piece.begin()));
+            outSpans.push_back(int(piece.end()));
+        }
+        ids(idsCtx, outIds.data(), outIds.size() * sizeof(int));
+        spans(spansCtx, outSpans.data(), outSpans.size() * sizeof(int));
+        return 0;
+    } catch (const std::exception &e) {
+        return fail(err, errCtx, e.what());
+    }
+}
+
 KVWB_SPM_EXPORT int kvwb_spm_decode(const kvwb_spm *sp, const int *ids, size_t n, kvwb_spm_sink text,
                                     void *ctx, kvwb_spm_sink err, void *errCtx)
 {

@@ -40,6 +40,9 @@ int kvwb_spm_unk_id(const kvwb_spm *sp);
 int kvwb_spm_flags(const kvwb_spm *sp, int id); /* KVWB_SPM_* bits */
 int kvwb_spm_encode(const kvwb_spm *sp, const char *text, size_t len, kvwb_spm_sink ids, void *ctx,
                     kvwb_spm_sink err, void *errCtx);
+/* The same ids, and per id its byte span in text as two ints (begin, end) to spans. */
+int kvwb_spm_encode_spans(const kvwb_spm *sp, const char *text, size_t len, kvwb_spm_sink ids, void *idsCtx,
+                          kvwb_spm_sink spans, void *spansCtx, kvwb_spm_sink err, void *errCtx);
 int kvwb_spm_decode(const kvwb_spm *sp, const int *ids, size_t n, kvwb_spm_sink text, void *ctx,
                     kvwb_spm_sink err, void *errCtx);
 int kvwb_spm_id_to_piece(const kvwb_spm *sp, int id, kvwb_spm_sink piece, void *ctx);

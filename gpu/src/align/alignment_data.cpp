@@ -27,15 +27,32 @@ std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector
 {
     const int w = geometry(f).widthA();
     const size_t width = size_t(w) * layers.size();
+    // B row t -> A row: empty = the same row (A and B tokenised the prompt identically)
+    const std::vector<int32_t> pairing = f.prompt(prompt).alignment;
     std::vector<float> x(size_t(tokens) * width);
     for (size_t li = 0; li < layers.size(); ++li) {
         const auto part = keys ? f.keys(core::ModelRole::A, layers[li], prompt)
                                : f.values(core::ModelRole::A, layers[li], prompt);
-        for (int64_t t = 0; t < tokens; ++t)
-            std::copy_n(part.data() + size_t(t) * size_t(w), size_t(w),
+        for (int64_t t = 0; t < tokens; ++t) {
+            const size_t row = pairing.empty() ? size_t(t) : size_t(pairing[size_t(t)]);
+            std::copy_n(part.data() + row * size_t(w), size_t(w),
                         x.data() + size_t(t) * width + li * size_t(w));
+        }
     }
     return x;
+}
+
+std::vector<float> sourceLayerRows(const core::ExperimentReader &f, int layer, int prompt, bool keys)
+{
+    auto own = keys ? f.keys(core::ModelRole::A, layer, prompt) : f.values(core::ModelRole::A, layer, prompt);
+    const std::vector<int32_t> pairing = f.prompt(prompt).alignment;
+    if (pairing.empty())
+        return own;
+    const size_t w = size_t(geometry(f).widthA());
+    std::vector<float> out(pairing.size() * w);
+    for (size_t t = 0; t < pairing.size(); ++t)
+        std::copy_n(own.data() + size_t(pairing[t]) * w, w, out.data() + t * w);
+    return out;
 }
 
 std::vector<float> headColumns(const float *x, int64_t tokens, int blocks, int heads, int hd, int h)
@@ -56,10 +73,13 @@ bool aligned(const core::ExperimentReader &f, int prompt, std::vector<std::strin
     const auto info = f.prompt(prompt);
     if (info.a.ids == info.b.ids && !info.a.ids.empty())
         return true;
+    if (!info.alignment.empty() && info.alignment.size() == info.b.ids.size())
+        return true;
     if (warnings && warnings->size() < 20)
-        warnings->push_back(
-            fmt::format("{}: prompt {} skipped: models A and B tokenised it differently ({} vs {} tokens)",
-                        f.path().filename().string(), prompt, info.a.ids.size(), info.b.ids.size()));
+        warnings->push_back(fmt::format(
+            "{}: prompt {} skipped: models A and B tokenised it differently ({} vs {} tokens) and the file "
+            "stores no token alignment for it (captured by an older kvwb: capture it again)",
+            f.path().filename().string(), prompt, info.a.ids.size(), info.b.ids.size()));
     return false;
 }
 

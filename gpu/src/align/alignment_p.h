@@ -30,16 +30,23 @@ struct Geometry
 Geometry geometry(const core::ExperimentReader &f);
 
 // Features [tokens, layers.size() * widthA] for one prompt: A's rows of each source layer side by
-// side (keys or values), the first `tokens` rows of the prompt.
+// side (keys or values), paired with B's first `tokens` rows: row t is A's row t, or A's row
+// alignment[t] when the prompt was stored with a token alignment (A and B tokenised it differently).
 std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector<int> &layers, int prompt,
                               bool keys, int64_t tokens);
+
+// A's rows of one layer paired with every B row of the prompt, [B tokens, widthA]: A's own rows when
+// A and B tokenised the prompt identically, else gathered through the prompt's alignment.
+std::vector<float> sourceLayerRows(const core::ExperimentReader &f, int layer, int prompt, bool keys);
 
 // Head h's columns of token-major rows x [tokens, blocks * heads * hd] -> [tokens, blocks * hd]:
 // head h of every concatenated block (source layer) side by side.
 std::vector<float> headColumns(const float *x, int64_t tokens, int blocks, int heads, int hd, int h);
 
-// True when A and B tokenised the prompt identically (row t of A corresponds to row t of B);
-// otherwise false, with a warning naming the prompt (the first 20 only) when warnings is given.
+// True when B's rows of the prompt have A rows to pair with: A and B tokenised it identically (row t
+// with row t), or the file stores its token alignment (row t with A's row alignment[t]); otherwise
+// (different tokenisations in a file without alignments) false, with a warning naming the prompt
+// (the first 20 only) when warnings is given.
 bool aligned(const core::ExperimentReader &f, int prompt, std::vector<std::string> *warnings);
 
 // Error(InvalidArgument) naming the file when headMatched and the kv-head counts differ.

@@ -179,10 +179,7 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f,
                 for (int l : map.sourceLayers) {
                     auto it = rowsA.find(l);
                     if (it == rowsA.end())
-                        it = rowsA
-                                 .emplace(l, keys ? f.keys(core::ModelRole::A, l, p)
-                                                  : f.values(core::ModelRole::A, l, p))
-                                 .first;
+                        it = rowsA.emplace(l, detail::sourceLayerRows(f, l, p, keys)).first;
                     src.push_back(it->second.data());
                 }
                 auto yt = rowsB.find(map.targetLayer);
@@ -255,10 +252,7 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f,
                 for (int s : m.sourceLayers) {
                     auto it = rowsA.find(s);
                     if (it == rowsA.end())
-                        it = rowsA
-                                 .emplace(s, kv == 0 ? f.keys(core::ModelRole::A, s, p)
-                                                     : f.values(core::ModelRole::A, s, p))
-                                 .first;
+                        it = rowsA.emplace(s, detail::sourceLayerRows(f, s, p, kv == 0)).first;
                     src.push_back(it->second.data());
                 }
                 const auto rows =
@@ -337,7 +331,9 @@ std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &f,
             auto rows = [&](core::ModelRole role, int layer) {
                 std::vector<torch::Tensor> parts;
                 for (const auto &[p, t] : use) {
-                    auto v = kv == 0 ? f.keys(role, layer, p) : f.values(role, layer, p);
+                    auto v = role == core::ModelRole::A ? detail::sourceLayerRows(f, layer, p, kv == 0)
+                             : kv == 0                  ? f.keys(role, layer, p)
+                                                        : f.values(role, layer, p);
                     const int64_t width = int64_t(v.size()) / int64_t(f.prompt(p).b.ids.size());
                     parts.push_back(torch::from_blob(v.data(), {int64_t(v.size()) / width, width})
                                         .narrow(0, 0, t)

@@ -1,5 +1,6 @@
 #include "gpu/capture/capture.h"
 
+#include "core/tokenize/token_alignment.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
@@ -37,17 +38,30 @@ core::PromptKv captureModel(const Model &model, const std::vector<int> &ids, con
     return kv;
 }
 
-std::vector<int> encodeFor(const core::Tokenizer &tok, const Model &model, const std::string &text,
-                           const CaptureOptions &o, size_t index, core::WarningList &warnings)
+// The prompt's ids (and their byte spans) for one model, cut to its context.
+core::Encoding encodeFor(const core::Tokenizer &tok, const Model &model, const std::string &text,
+                         const CaptureOptions &o, size_t index, core::WarningList &warnings)
 {
-    auto ids = tok.encode(text, o.addSpecial);
+    auto e = tok.encodeWithOffsets(text, o.addSpecial);
     const int limit = o.maxTokens > 0 ? std::min(o.maxTokens, model.contextLimit()) : model.contextLimit();
-    if (limit > 0 && int(ids.size()) > limit) {
-        warnings.add(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, ids.size(), limit,
+    if (limit > 0 && int(e.ids.size()) > limit) {
+        warnings.add(fmt::format("prompt {}: {} tokens truncated to {} for {}", index, e.ids.size(), limit,
                                  model.checkpoint().path().filename().string()));
-        ids.resize(size_t(limit));
+        e.ids.resize(size_t(limit));
+        e.spans.resize(size_t(limit));
     }
-    return ids;
+    return e;
+}
+
+std::vector<int32_t> flatSpans(const core::Encoding &e)
+{
+    std::vector<int32_t> out;
+    out.reserve(e.spans.size() * 2);
+    for (const auto &s : e.spans) {
+        out.push_back(s.begin);
+        out.push_back(s.end);
+    }
+    return out;
 }
 
 // The explicit list the writer expects (empty = all layers), checked against the file so that a
@@ -97,10 +111,16 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
     core::WarningList warnings(20);
     r.firstPrompt = writer.promptCount();
     for (size_t i = 0; i < prompts.size(); ++i) {
-        const auto idsA =
-            prompts[i].idsA.empty() ? encodeFor(tokA, a, prompts[i].text, o, i, warnings) : prompts[i].idsA;
-        const auto idsB =
-            prompts[i].idsB.empty() ? encodeFor(tokB, b, prompts[i].text, o, i, warnings) : prompts[i].idsB;
+        core::Encoding encA, encB;
+        if (prompts[i].idsA.empty())
+            encA = encodeFor(tokA, a, prompts[i].text, o, i, warnings);
+        else
+            encA.ids = prompts[i].idsA;
+        if (prompts[i].idsB.empty())
+            encB = encodeFor(tokB, b, prompts[i].text, o, i, warnings);
+        else
+            encB.ids = prompts[i].idsB;
+        const std::vector<int> &idsA = encA.ids, &idsB = encB.ids;
         if (idsA.empty() || idsB.empty()) {
             warnings.add(fmt::format("prompt {}: no tokens, skipped", i));
             continue;
@@ -110,6 +130,27 @@ CaptureResult capturePrompts(core::ExperimentWriter &writer, const Model &a, con
         rec.label = prompts[i].label;
         rec.a = captureModel(a, idsA, layersA, form, r.timings.prefillMsA, r.timings.readMs);
         rec.b = captureModel(b, idsB, layersB, form, r.timings.prefillMsB, r.timings.readMs);
+        const bool spans = encA.spans.size() == idsA.size() && encB.spans.size() == idsB.size();
+        if (spans) {
+            rec.a.spans = flatSpans(encA);
+            rec.b.spans = flatSpans(encB);
+        }
+        // Identical ids pair row t with row t; otherwise B's rows pair through the alignment.
+        if (idsA != idsB) {
+            if (!spans)
+                warnings.add(fmt::format("prompt {}: models A and B have different ids given as ids (no "
+                                         "text offsets): stored without an alignment, fitting skips it",
+                                         i));
+            else if (!writer.storesAlignment())
+                warnings.add(fmt::format("prompt {}: A and B tokenised it differently, but {} predates "
+                                         "token alignments: stored without one, fitting skips it",
+                                         i, writer.path().filename().string()));
+            else
+                rec.alignment = core::alignTokens(core::alignSide(encA, tokA), core::alignSide(encB, tokB),
+                                                  o.alignPolicy);
+            if (rec.alignment.size() == idsB.size())
+                ++r.promptsAligned;
+        }
         for (const auto *kv : {&rec.a, &rec.b})
             for (size_t l = 0; l < kv->keys.size(); ++l)
                 r.timings.kvBytes += int64_t(kv->keys[l].size() + kv->values[l].size()) * 4;

@@ -30,6 +30,22 @@ std::vector<int> comparablePrompt(const std::string &prompt, const Model &a, con
     return ids;
 }
 
+TokenPairing comparablePair(const std::string &prompt, const Model &a, const core::Tokenizer &tokA,
+                            const Model &b, const core::Tokenizer &tokB, int maxTokens,
+                            core::AlignPolicy policy)
+{
+    TokenPairing p = pairTokens(prompt, tokA, tokB, policy);
+    const int limit = std::min(a.contextLimit(), b.contextLimit());
+    const size_t longest = std::max(p.idsA.size(), p.idsB.size());
+    if (p.idsB.size() < 3 || int(longest) + maxTokens > limit)
+        throw core::Error(
+            core::ErrorCode::InvalidArgument,
+            fmt::format("the prompt has {} tokens of model B (and {} of A): a transfer needs at "
+                        "least 3, and room for {} more in the context of {}",
+                        p.idsB.size(), p.idsA.size(), maxTokens, limit));
+    return p;
+}
+
 std::vector<std::string> tokenPieces(const core::Tokenizer &tok, const std::vector<int> &ids)
 {
     std::vector<std::string> pieces;
@@ -71,24 +87,34 @@ CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, cons
                                const core::Tokenizer &tokB, const Converter &converter,
                                const std::vector<int> &ids, const CompareOptions &options)
 {
+    return compareTransfer(a, tokA, b, tokB, converter, samePairing(ids), options);
+}
+
+CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, const Model &b,
+                               const core::Tokenizer &tokB, const Converter &converter,
+                               const TokenPairing &pairing, const CompareOptions &options)
+{
+    const std::vector<int> &ids = pairing.idsB; // B's prompt: scratch and transfer paths
     if (ids.size() < 3)
         throw core::Error(core::ErrorCode::InvalidArgument, "a transfer needs a prompt of at least 3 tokens");
     GenerateOptions go;
     go.maxTokens = options.maxTokens;
     CompareOutcome out;
     const auto stop = [&] { return options.cancel && options.cancel->load(); };
-    const std::vector<int> prefix(ids.begin(), ids.end() - 1);
+    // A's prompt prefix the transfer reads: all but the last token, or across tokenizers the A
+    // tokens B's prefix is paired with
+    const std::vector<int> prefix(pairing.idsA.begin(), pairing.idsA.begin() + sourceTokensNeeded(pairing));
     if (options.warmUp) {
         b.generate(ids, go, {}, options.cancel);
         auto warm = a.newCache();
-        transferGenerate(a, b, converter, ids, go, &warm);
+        transferGenerate(a, b, converter, pairing, go, &warm);
     }
     if (stop()) {
         out.cancelled = true;
         return out;
     }
     const auto scratch = b.generate(ids, go, {}, options.cancel);
-    const auto selfA = a.generate(ids, go, {}, options.cancel);
+    const auto selfA = a.generate(pairing.idsA, go, {}, options.cancel);
     if (stop()) {
         out.cancelled = true;
         return out;
@@ -97,16 +123,21 @@ CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, cons
     const auto t0 = Clock::now();
     a.forward(prefix, cacheA);
     const double prefillA = msSince(t0);
-    out.gate = qualityGate(b, converter, cacheA, ids.back(), options.gateTail, options.gateSignal,
-                           options.gateThreshold);
-    const auto tr = transferGenerate(a, b, converter, ids, go, &cacheA);
+    if (pairing.crossTokenizer()) {
+        const KvCache paired = pairedSourceCache(a, cacheA, pairing, converter.keyForm());
+        out.gate = qualityGate(b, converter, paired, ids.back(), options.gateTail, options.gateSignal,
+                               options.gateThreshold);
+    } else {
+        out.gate = qualityGate(b, converter, cacheA, ids.back(), options.gateTail, options.gateSignal,
+                               options.gateThreshold);
+    }
+    const auto tr = transferGenerate(a, b, converter, pairing, go, &cacheA);
     if (stop()) {
         out.cancelled = true;
         return out;
     }
-    const auto agree = teacherForcedAgreement(a, b, converter, ids, scratch.outputIds);
+    const auto agree = teacherForcedAgreement(a, b, converter, pairing, scratch.outputIds);
     const auto floor = noPrefixAgreement(b, ids, scratch.outputIds);
-
     auto &s = out.sample;
     s.a = path(selfA, tokA);
     s.scratch = path(scratch, tokB);

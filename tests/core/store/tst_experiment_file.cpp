@@ -290,6 +290,25 @@ void writeExperiment(const fs::path &path, KvStorage storage, int prompts, int c
 
 } // namespace
 
+// Spans that tile the prompt's text over n tokens and, for B, the A token covering each B token's
+// last byte (what capture stores for two tokenizers).
+void addAlignment(PromptRecord &r)
+{
+    const int32_t bytes = int32_t(r.text.size());
+    for (PromptKv *kv : {&r.a, &r.b}) {
+        const int32_t n = int32_t(kv->ids.size());
+        kv->spans.clear();
+        for (int32_t i = 0; i < n; ++i) {
+            kv->spans.push_back(i * bytes / n);
+            kv->spans.push_back((i + 1) * bytes / n);
+        }
+    }
+    const size_t na = r.a.ids.size(), nb = r.b.ids.size();
+    r.alignment.clear();
+    for (size_t t = 0; t < nb; ++t)
+        r.alignment.push_back(int32_t(std::min(na - 1, (t * na) / nb)));
+}
+
 class TestExperimentFile : public QObject
 {
     Q_OBJECT
@@ -322,6 +341,8 @@ private Q_SLOTS:
     void diskFullKeepsCommittedPrompts();
     void killedWriterLeavesReadableFile();
     void hdf5ToolsListSchema();
+    void tokenAlignmentRoundTrip();
+    void tokenAlignmentLegacyAndDamage();
 };
 
 void TestExperimentFile::roundTrip_data()
@@ -1065,6 +1086,130 @@ void TestExperimentFile::hdf5ToolsListSchema()
     QVERIFY2(keys.contains(QStringLiteral("16-bit")) || keys.contains(QStringLiteral("H5T_IEEE_F16")) ||
                  keys.contains(QStringLiteral("SIZE 2")),
              qPrintable(keys));
+}
+
+void TestExperimentFile::tokenAlignmentRoundTrip()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    const ModelInfo a = tinyModel('a'), b = tinyModel('b');
+    ExperimentOptions o;
+    o.syncToDisk = false;
+    std::vector<PromptRecord> want;
+    {
+        ExperimentWriter w = ExperimentWriter::create(path, o, testProvenance(), a, b);
+        QVERIFY(w.storesAlignment());
+        want.push_back(makePrompt(0, a, b)); // no spans, no alignment (given as ids)
+        want.push_back(makePrompt(1, a, b));
+        addAlignment(want.back());
+        want.push_back(makePrompt(2, a, b, false, 5, 5));
+        addAlignment(want.back());
+        want.back().alignment.clear(); // spans, but one tokenisation: no alignment
+        for (const auto &p : want)
+            w.appendPrompt(p);
+    }
+    {
+        ExperimentWriter w = ExperimentWriter::append(path, a, b, false);
+        QVERIFY(w.storesAlignment());
+        want.push_back(makePrompt(3, a, b));
+        addAlignment(want.back());
+        w.appendPrompt(want.back());
+    }
+    {
+        const ExperimentReader r = ExperimentReader::open(path);
+        QVERIFY(r.storesAlignment());
+        QCOMPARE(r.promptCount(), 4);
+        for (int i = 0; i < 4; ++i) {
+            const QString e = checkPrompt(r, i, want[size_t(i)]);
+            QVERIFY2(e.isEmpty(), qPrintable(e));
+            const PromptInfo got = r.prompt(i);
+            QCOMPARE(got.a.spans, want[size_t(i)].a.spans);
+            QCOMPARE(got.b.spans, want[size_t(i)].b.spans);
+            QCOMPARE(got.alignment, want[size_t(i)].alignment);
+        }
+        QVERIFY(r.prompt(0).alignment.empty() && r.prompt(0).b.spans.empty());
+        QVERIFY(!r.prompt(1).alignment.empty());
+    } // closed: the file is appended to below
+
+    // bad shapes are refused before anything is written
+    ExperimentWriter w = ExperimentWriter::append(path, a, b, false);
+    PromptRecord bad = makePrompt(4, a, b);
+    addAlignment(bad);
+    bad.alignment.pop_back();
+    QCOMPARE(expectError([&] { w.appendPrompt(bad); }).code(), ErrorCode::Shape);
+    addAlignment(bad);
+    bad.alignment[1] = int32_t(bad.a.ids.size());
+    const Error e = expectError([&] { w.appendPrompt(bad); });
+    QCOMPARE(e.code(), ErrorCode::Shape);
+    QVERIFY2(std::string(e.what()).find("alignment[1]") != std::string::npos, e.what());
+    addAlignment(bad);
+    bad.b.spans.pop_back();
+    QCOMPARE(expectError([&] { w.appendPrompt(bad); }).code(), ErrorCode::Shape);
+    QCOMPARE(w.promptCount(), 4);
+}
+
+void TestExperimentFile::tokenAlignmentLegacyAndDamage()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    const ModelInfo a = tinyModel('a'), b = tinyModel('b');
+    ExperimentOptions o;
+    o.syncToDisk = false;
+    PromptRecord p = makePrompt(1, a, b);
+    addAlignment(p);
+    {
+        ExperimentWriter w = ExperimentWriter::create(path, o, testProvenance(), a, b);
+        w.appendPrompt(p);
+    }
+    const int64_t tokensB = ExperimentReader::open(path).totalTokens(ModelRole::B);
+    // an A index past the prompt's A tokens
+    const fs::path damaged = fs::path(dir.path().toStdString()) / "damaged.h5";
+    fs::copy_file(path, damaged);
+    editDataset1d(damaged, "/prompts/b/align", hsize_t(tokensB), 2, int64_t(p.a.ids.size()));
+    {
+        const ExperimentReader r = ExperimentReader::open(damaged);
+        const Error e = expectError([&] { r.prompt(0); });
+        QCOMPARE(e.code(), ErrorCode::Format);
+        QVERIFY2(std::string(e.what()).find("/prompts/b/align row 2") != std::string::npos, e.what());
+    }
+    // shorter than the prompts it should cover
+    fs::remove(damaged);
+    fs::copy_file(path, damaged);
+    editDataset1d(damaged, "/prompts/b/align", hsize_t(tokensB - 1));
+    QCOMPARE(expectError([&] { ExperimentReader::open(damaged); }).code(), ErrorCode::Format);
+    // the alignment without the spans
+    fs::remove(damaged);
+    fs::copy_file(path, damaged);
+    {
+        RawFile f(damaged);
+        QVERIFY(H5Ldelete(f.id, "/prompts/a/spans", H5P_DEFAULT) >= 0);
+    }
+    const Error missing = expectError([&] { ExperimentReader::open(damaged); });
+    QCOMPARE(missing.code(), ErrorCode::Format);
+    QVERIFY2(std::string(missing.what()).find("/prompts/a/spans") != std::string::npos, missing.what());
+
+    // a file from before alignments: none of the three datasets; it reads, and appends drop them
+    {
+        RawFile f(path);
+        for (const char *name : {"/prompts/a/spans", "/prompts/b/spans", "/prompts/b/align"})
+            QVERIFY(H5Ldelete(f.id, name, H5P_DEFAULT) >= 0);
+    }
+    {
+        ExperimentWriter w = ExperimentWriter::append(path, a, b, false);
+        QVERIFY(!w.storesAlignment());
+        PromptRecord q = makePrompt(2, a, b);
+        addAlignment(q);
+        QCOMPARE(w.appendPrompt(q), 1);
+    }
+    const ExperimentReader r = ExperimentReader::open(path);
+    QVERIFY(!r.storesAlignment());
+    QCOMPARE(r.promptCount(), 2);
+    for (int i = 0; i < 2; ++i) {
+        const PromptInfo info = r.prompt(i);
+        QVERIFY(info.alignment.empty() && info.a.spans.empty() && info.b.spans.empty());
+    }
+    const QString e = checkPrompt(r, 1, makePrompt(2, a, b));
+    QVERIFY2(e.isEmpty(), qPrintable(e));
 }
 
 QTEST_GUILESS_MAIN(TestExperimentFile)

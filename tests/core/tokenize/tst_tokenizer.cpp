@@ -246,6 +246,65 @@ json spStyleVocab()
     return vocab;
 }
 
+// Llama 2's HF tokenizer.json: SentencePiece-style BPE with byte fallback (Prepend + Replace
+// normalizer, TemplateProcessing adding <s>, Replace/ByteFallback/Fuse/Strip decoder).
+json llama2StyleJson()
+{
+    const json vocab = spStyleVocab();
+    json j = {{"added_tokens",
+               {addedToken(0, "<unk>", true), addedToken(1, "<s>", true), addedToken(2, "</s>", true)}},
+              {"normalizer",
+               {{"type", "Sequence"},
+                {"normalizers",
+                 {{{"type", "Prepend"}, {"prepend", "▁"}},
+                  {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}}},
+              {"pre_tokenizer", nullptr},
+              {"post_processor",
+               {{"type", "TemplateProcessing"},
+                {"single",
+                 {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+                {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
+              {"decoder",
+               {{"type", "Sequence"},
+                {"decoders",
+                 {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
+                  {{"type", "ByteFallback"}},
+                  {{"type", "Fuse"}},
+                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+              {"model",
+               {{"type", "BPE"},
+                {"unk_token", "<unk>"},
+                {"fuse_unk", true},
+                {"byte_fallback", true},
+                {"vocab", vocab},
+                {"merges", {"▁ h", "▁h i", "h i"}}}}};
+    return j;
+}
+
+// "b-e" per token, space separated: an Encoding's spans, for readable comparisons.
+QString spansOf(const kvwb::core::Encoding &e)
+{
+    QStringList parts;
+    for (const auto &s : e.spans)
+        parts << QString("%1-%2").arg(s.begin).arg(s.end);
+    return parts.join(' ');
+}
+
+// Spans of a lossless encoding: one per id, in order, each starting where the text covered so far
+// ends (empty ones included), together covering the whole text.
+void checkTiles(const kvwb::core::Encoding &e, std::string_view text)
+{
+    QCOMPARE(e.spans.size(), e.ids.size());
+    QVERIFY(e.exact);
+    int32_t at = 0;
+    for (const auto &s : e.spans) {
+        QVERIFY2(s.begin == at || (s.empty() && s.begin <= at), qPrintable(spansOf(e)));
+        at = std::max(at, s.end);
+    }
+    QCOMPARE(at, int32_t(text.size()));
+}
+
 // Malformed tokenizer.json files and what the error must say. (At file scope: moc trips over
 // some raw string literals inside a Q_OBJECT class.)
 struct BadJsonCase
@@ -606,38 +665,10 @@ private Q_SLOTS:
         expectError([&] { m_bpe.at("gpt2")->encode("ab\xC3", false); }, ErrorCode::InvalidArgument, "UTF-8");
     }
 
-    void llama2StyleJson()
+    void llama2StyleTokenizerJson()
     {
         // Llama 2's HF tokenizer.json: SentencePiece-style BPE with byte fallback.
-        const json vocab = spStyleVocab();
-        json j = {{"added_tokens",
-                   {addedToken(0, "<unk>", true), addedToken(1, "<s>", true), addedToken(2, "</s>", true)}},
-                  {"normalizer",
-                   {{"type", "Sequence"},
-                    {"normalizers",
-                     {{{"type", "Prepend"}, {"prepend", "▁"}},
-                      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}}}}}},
-                  {"pre_tokenizer", nullptr},
-                  {"post_processor",
-                   {{"type", "TemplateProcessing"},
-                    {"single",
-                     {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                      {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-                    {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
-                  {"decoder",
-                   {{"type", "Sequence"},
-                    {"decoders",
-                     {{{"type", "Replace"}, {"pattern", {{"String", "▁"}}}, {"content", " "}},
-                      {{"type", "ByteFallback"}},
-                      {{"type", "Fuse"}},
-                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
-                  {"model",
-                   {{"type", "BPE"},
-                    {"unk_token", "<unk>"},
-                    {"fuse_unk", true},
-                    {"byte_fallback", true},
-                    {"vocab", vocab},
-                    {"merges", {"▁ h", "▁h i", "h i"}}}}};
+        const json j = llama2StyleJson();
         QTemporaryDir dir;
         const auto t = bpeFrom(j, dir);
         // "▁hi▁hi": ▁ h merges at both places first (rank 0, leftmost first), then ▁h i.
@@ -741,6 +772,178 @@ private Q_SLOTS:
         kvwb::test::writeFile(root / "bad" / "tokenizer.model", "definitely not a protobuf");
         expectError([&] { kvwb::core::loadTokenizer(root / "bad" / "tokenizer.model"); },
                     ErrorCode::Tokenizer, "tokenizer.model");
+    }
+
+    void offsetsBpe_data()
+    {
+        QTest::addColumn<QString>("config");
+        QTest::addColumn<QByteArray>("input");
+        QTest::addColumn<bool>("special");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("words") << "gpt2" << QByteArray("Hello world") << false << "0-5 5-11";
+        // é has no merge: its two bytes are two tokens, each covering its byte
+        QTest::newRow("split character") << "gpt2" << QByteArray("\xC3\xA9") << false << "0-1 1-2";
+        QTest::newRow("split after space")
+            << "gpt2" << QByteArray("Hello \xC3\xA9!") << false << "0-5 5-6 6-7 7-8 8-9";
+        // the prefix space the pre-tokenizer adds covers nothing
+        QTest::newRow("prefix space alone") << "gpt2-prefix" << QByteArray("Hello") << false << "0-0 0-5";
+        QTest::newRow("prefix space merged") << "gpt2-prefix" << QByteArray("world") << false << "0-5";
+        QTest::newRow("text space kept") << "gpt2-prefix" << QByteArray(" world") << false << "0-6";
+        // one merge across the words: one token over both
+        QTest::newRow("merge across words") << "cross" << QByteArray("Hello world") << false << "0-11";
+        QTest::newRow("merge across words, more")
+            << "cross" << QByteArray("Hello worlds") << false << "0-11 11-12";
+        // Llama 2 style: BOS empty at 0, the ▁ of the second word is its space
+        QTest::newRow("llama2 bos") << "llama2" << QByteArray("hi hi") << true << "0-0 0-2 2-5";
+        QTest::newRow("llama2 byte fallback")
+            << "llama2" << QByteArray("h\xC3\xA9") << false << "0-1 1-2 2-3";
+        // the prepended ▁ is a token of its own; the text's space belongs to the token carrying its ▁
+        QTest::newRow("llama2 leading space") << "llama2" << QByteArray(" hi") << false << "0-0 0-3";
+        // an added token in the text covers its text; BOS added before it does not
+        QTest::newRow("llama2 added token in text")
+            << "llama2" << QByteArray("<s>hi") << true << "0-0 0-3 3-5";
+        QTest::newRow("metaspace") << "metaspace" << QByteArray("hi hi") << false << "0-2 2-5";
+        QTest::newRow("empty") << "llama2" << QByteArray("") << true << "0-0";
+    }
+
+    void offsetsBpe()
+    {
+        QFETCH(QString, config);
+        QFETCH(QByteArray, input);
+        QFETCH(bool, special);
+        QFETCH(QString, expected);
+        QTemporaryDir dir;
+        std::unique_ptr<BpeTokenizer> own;
+        const BpeTokenizer *tok = nullptr;
+        if (config == "cross") {
+            BpeSpec cross;
+            cross.merges = demoMerges();
+            cross.merges.push_back({"Hello", "Ġworld"});
+            cross.preTokenizer = byteLevelPre(false, false);
+            own = bpeFrom(byteLevelJson(cross), dir);
+        } else if (config == "llama2") {
+            own = bpeFrom(llama2StyleJson(), dir);
+        } else if (config == "metaspace") {
+            json j = llama2StyleJson();
+            const json metaspace = {
+                {"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "first"}, {"split", true}};
+            j["normalizer"] = nullptr;
+            j["pre_tokenizer"] = metaspace;
+            j["decoder"] = metaspace;
+            j["post_processor"] = nullptr;
+            own = bpeFrom(j, dir);
+        }
+        tok = own ? own.get() : m_bpe.at(config.toStdString()).get();
+        const std::string text = input.toStdString();
+        const auto e = tok->encodeWithOffsets(text, special);
+        QCOMPARE(e.ids, tok->encode(text, special));
+        QCOMPARE(spansOf(e), expected);
+        checkTiles(e, text);
+    }
+
+    void offsetsTileEveryText()
+    {
+        // Lossless tokenizers: whatever the text, the spans tile it and each token's span holds what it
+        // decodes to (less a space the tokenizer added).
+        const char *texts[] = {"Hello world's 123 and 4567!", "  two  spaces\n\nnewlines\t",
+                               "caf\xC3\xA9 \xE2\x82\xAC\xF0\x9F\x98\x80 mixed", "x", ""};
+        for (const auto &[name, tok] : m_bpe)
+            for (const char *t : texts) {
+                const auto e = tok->encodeWithOffsets(t, true);
+                QCOMPARE(e.ids, tok->encode(t, true));
+                checkTiles(e, t);
+                for (size_t i = 0; i < e.ids.size(); ++i) {
+                    const std::string piece = tok->decode({e.ids[i]});
+                    const std::string covered(std::string_view(t).substr(
+                        size_t(e.spans[i].begin), size_t(e.spans[i].end - e.spans[i].begin)));
+                    QVERIFY2(piece == covered || piece == " " + covered,
+                             qPrintable(QString::fromStdString(name + ": " + t)));
+                }
+            }
+    }
+
+    void offsetsLlama2c_data()
+    {
+        QTest::addColumn<QByteArray>("input");
+        QTest::addColumn<bool>("bos");
+        QTest::addColumn<QString>("expected");
+        // the dummy-prefix space is no text: alone it is empty, merged it adds nothing
+        QTest::newRow("abc") << QByteArray("abc") << true << "0-0 0-3";
+        QTest::newRow("ab") << QByteArray("ab") << false << "0-0 0-2";
+        // the text's own leading space belongs to " a", the dummy prefix stays empty
+        QTest::newRow("space a") << QByteArray(" a") << false << "0-0 0-2";
+        QTest::newRow("he") << QByteArray("h\xC3\xA9") << false << "0-1 1-3";
+        QTest::newRow("byte fallback") << QByteArray("\xC3\xBC") << false << "0-0 0-1 1-2";
+        QTest::newRow("empty bos") << QByteArray("") << true << "0-0";
+    }
+
+    void offsetsLlama2c()
+    {
+        QFETCH(QByteArray, input);
+        QFETCH(bool, bos);
+        QFETCH(QString, expected);
+        const auto tok = Llama2cTokenizer::fromBytes(llama2cBytes(llama2cEntries(), 8), "mem.bin");
+        const auto e = tok->encodeWithOffsets(input.toStdString(), bos);
+        QCOMPARE(e.ids, tok->encode(input.toStdString(), bos));
+        QCOMPARE(spansOf(e), expected);
+        checkTiles(e, input.toStdString());
+    }
+
+    void offsetsSentencePiece()
+    {
+        QTemporaryDir dir;
+        const std::filesystem::path root = dir.path().toStdString();
+        std::string corpus;
+        for (int i = 0; i < 200; ++i)
+            corpus += "the quick brown fox jumps over the lazy dog near the river stone\n";
+        kvwb::test::writeFile(root / "corpus.txt", corpus);
+        const std::string args = "--input=" + (root / "corpus.txt").string() +
+                                 " --model_prefix=" + (root / "tokenizer").string() +
+                                 " --vocab_size=300 --model_type=bpe --character_coverage=1.0"
+                                 " --byte_fallback=true --hard_vocab_limit=false";
+        const auto status = sentencepiece::SentencePieceTrainer::Train(args);
+        QVERIFY2(status.ok(), status.ToString().c_str());
+        const auto tok = kvwb::core::loadTokenizer(root / "tokenizer.model");
+        // é and € are not in the corpus: byte pieces, one byte each
+        const std::string text = "the fox \xC3\xA9 river \xE2\x82\xAC";
+        const auto e = tok->encodeWithOffsets(text, true);
+        QCOMPARE(e.ids, tok->encode(text, true));
+        QCOMPARE(e.spans.front(), (kvwb::core::TokenSpan{0, 0})); // BOS
+        checkTiles(e, text);
+        int bytePieces = 0;
+        for (size_t i = 1; i < e.ids.size(); ++i) {
+            const std::string piece = tok->piece(e.ids[i]);
+            const std::string covered =
+                text.substr(size_t(e.spans[i].begin), size_t(e.spans[i].end - e.spans[i].begin));
+            if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0) {
+                QCOMPARE(int(covered.size()), 1);
+                QCOMPARE(int(static_cast<unsigned char>(covered[0])),
+                         std::stoi(piece.substr(3, 2), nullptr, 16));
+                ++bytePieces;
+                continue;
+            }
+            std::string spelled;
+            for (size_t k = 0; k < piece.size();)
+                if (piece.compare(k, 3, "\xE2\x96\x81") == 0) {
+                    spelled += ' ';
+                    k += 3;
+                } else {
+                    spelled += piece[k++];
+                }
+            // the dummy prefix's ▁ is no text
+            QVERIFY2(covered == spelled || (e.spans[i].begin == 0 && " " + covered == spelled),
+                     qPrintable(QString::fromStdString(piece + " covers '" + covered + "'")));
+        }
+        QCOMPARE(bytePieces, 5);
+        // whitespace sentencepiece collapses: spans stay in order and inside the text
+        const std::string spaced = "  the   fox  ";
+        const auto s = tok->encodeWithOffsets(spaced, false);
+        QCOMPARE(s.ids, tok->encode(spaced, false));
+        int32_t at = 0;
+        for (const auto &sp : s.spans) {
+            QVERIFY(sp.begin >= at && sp.end >= sp.begin && sp.end <= int32_t(spaced.size()));
+            at = sp.begin;
+        }
     }
 
     void llama2cEncode_data()

@@ -94,6 +94,54 @@ fs::path writeSynthetic(const fs::path &dir)
     return path;
 }
 
+// Different tokenizers: A's prompt p has 15 + p tokens, B's 10 + p, and B's row t is an exact affine
+// function of A's row alignment[t] (an arbitrary pairing, stored with the prompt as capture stores
+// it); one layer each, A rows 1 x 4, B rows 1 x 3. withAlignment false writes the same rows without
+// the pairing (a file from before alignments, or prompts given as ids).
+fs::path writeCrossTokenizer(const fs::path &dir, bool withAlignment)
+{
+    const auto a = info('a', 1, 1, 4, "aaaa"), b = info('b', 1, 1, 3, "bbbb");
+    std::mt19937_64 rng(11);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    std::vector<std::vector<float>> W(2, std::vector<float>(12)), B(2, std::vector<float>(3));
+    for (auto *m : {&W, &B})
+        for (auto &w : *m)
+            for (float &v : w)
+                v = N(rng);
+    const fs::path path = dir / (withAlignment ? "cross.h5" : "cross-unpaired.h5");
+    auto writer = core::ExperimentWriter::create(path, {}, {}, a, b);
+    for (int p = 0; p < 10; ++p) {
+        const int na = 15 + p, nb = 10 + p;
+        core::PromptRecord rec;
+        for (int t = 0; t < na; ++t)
+            rec.a.ids.push_back(3 + t);
+        for (int t = 0; t < nb; ++t) {
+            rec.b.ids.push_back(200 + t);
+            rec.alignment.push_back(int32_t((t * 7 + p) % na));
+        }
+        for (int kv = 0; kv < 2; ++kv) {
+            std::vector<float> x(size_t(na) * 4), y(size_t(nb) * 3);
+            for (float &v : x)
+                v = N(rng);
+            for (int t = 0; t < nb; ++t)
+                for (int j = 0; j < 3; ++j) {
+                    float acc = B[size_t(kv)][size_t(j)];
+                    for (int i = 0; i < 4; ++i)
+                        acc += x[size_t(rec.alignment[size_t(t)]) * 4 + size_t(i)] *
+                               W[size_t(kv)][size_t(i * 3 + j)];
+                    y[size_t(t * 3 + j)] = acc;
+                }
+            (kv == 0 ? rec.a.keys : rec.a.values).push_back(x);
+            (kv == 0 ? rec.b.keys : rec.b.values).push_back(y);
+        }
+        if (!withAlignment)
+            rec.alignment.clear();
+        writer.appendPrompt(rec);
+    }
+    writer.close();
+    return path;
+}
+
 // A: 2 kv heads of 4, B: 2 kv heads of 3, one layer each. B head h = A head h * W_h + b_h: a map
 // that never mixes heads, which head-matched fitting must recover weight for weight.
 struct HeadSynthetic
@@ -263,6 +311,33 @@ private Q_SLOTS:
         // the wrong source layer cannot explain B: R^2 collapses
         const auto wrong = gpu::fitLayer(file, 2, {0}, train, 1e-3);
         QVERIFY(gpu::evaluateLayer(file, wrong, heldOut).r2Keys < 0.2);
+    }
+
+    // Different tokenizers: B's rows pair with A's through the stored alignment, so the exact map is
+    // recovered on held-out prompts (R^2 1), every B row counts, and CKA sees the same pairing; in a
+    // file without the alignment every such prompt is skipped, leaving nothing to fit.
+    void crossTokenizerRowsPairThroughAlignment()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeCrossTokenizer(tmp.path().toStdString(), true));
+        QCOMPARE(file.prompt(0).alignment.size(), size_t(10));
+        const std::vector<int> train = {0, 1, 2, 3, 4, 5, 6}, heldOut = {7, 8, 9};
+        gpu::LayerFitStats stats;
+        const auto map = gpu::fitLayer(file, 0, {0}, train, 1e-9, &stats);
+        QCOMPARE(stats.rows, int64_t(10 + 11 + 12 + 13 + 14 + 15 + 16)); // B's rows
+        QVERIFY(stats.warnings.empty());
+        const auto m = gpu::evaluateLayer(file, map, heldOut);
+        QCOMPARE(m.rows, int64_t(17 + 18 + 19));
+        QVERIFY2(m.r2Keys > 0.99999 && m.r2Values > 0.99999, qPrintable(QString::number(m.r2Keys)));
+        const auto cka = gpu::linearCka(file, heldOut);
+        QVERIFY2(cka.first.data[0] > 0.3, qPrintable(QString::number(cka.first.data[0])));
+
+        const auto unpaired =
+            core::ExperimentReader::open(writeCrossTokenizer(tmp.path().toStdString(), false));
+        QVERIFY(unpaired.prompt(0).alignment.empty());
+        const auto e = test::expectError([&] { gpu::fitLayer(unpaired, 0, {0}, train, 1e-9); });
+        QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+        QVERIFY2(std::string(e.what()).find("only 0 aligned token rows") != std::string::npos, e.what());
     }
 
     // What alignExperiment's top-k selection and automatic lambda rest on: the layer B was built

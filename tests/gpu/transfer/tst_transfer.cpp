@@ -4,6 +4,7 @@
 // geometry are refused naming the layer.
 #include "core/model/random_model.h"
 #include "core/util/error.h"
+#include "gpu/transfer/cross_tokenizer.h"
 #include "gpu/transfer/transfer.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/identity_map.h"
@@ -61,6 +62,81 @@ private Q_SLOTS:
 
     // Keys converted pre-RoPE and rotated at B's positions with B's RoPE are B's own keys: A and B
     // share weights but not rope_theta, so their post-RoPE keys differ while layer 0's pre-RoPE
+    // The cross-tokenizer path: A's cache re-laid in B's positions holds A's row alignment[t] at
+    // position t (values and post-RoPE keys bit for bit, pre-RoPE keys through the rotation and
+    // back) with B's ids; with an identity pairing and identity maps the whole path (re-lay,
+    // convert, B's last token, generation, teacher-forced agreement) reproduces B from scratch.
+    void crossTokenizerPath()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "m", core::randomModelPreset("gqa"));
+        auto a = gpu::Model::load(dir / "m", {});
+        auto b = gpu::Model::load(dir / "m", {});
+        const auto &c = b->config();
+        std::vector<int> prompt;
+        for (int i = 0; i < 30; ++i)
+            prompt.push_back((i * 37 + 11) % c.vocabSize);
+
+        gpu::TokenPairing shuffled;
+        shuffled.idsA = prompt;
+        for (int t = 0; t < 12; ++t) {
+            shuffled.idsB.push_back((t * 13 + 5) % c.vocabSize);
+            shuffled.alignment.push_back(int32_t((t * 5 + 3) % 29));
+        }
+        const int needed = gpu::sourceTokensNeeded(shuffled);
+        QCOMPARE(needed, 29); // the largest paired index among B's 11 prefix positions is 28
+        auto cacheA = a->newCache();
+        a->forward(std::vector<int>(prompt.begin(), prompt.begin() + needed), cacheA);
+        for (const core::KeyForm form : {core::KeyForm::PostRope, core::KeyForm::PreRope}) {
+            const auto paired = gpu::pairedSourceCache(*a, cacheA, shuffled, form);
+            QCOMPARE(paired.tokens(), 11);
+            QCOMPARE(paired.tokenIds(), std::vector<int>(shuffled.idsB.begin(), shuffled.idsB.end() - 1));
+            const size_t hd = size_t(c.headDim), heads = size_t(c.numKvHeads);
+            for (int l = 0; l < c.numLayers; ++l) {
+                const auto own = cacheA.layer(l, form), got = paired.layer(l, form);
+                for (size_t h = 0; h < heads; ++h)
+                    for (size_t t = 0; t < 11; ++t)
+                        for (size_t i = 0; i < hd; ++i) {
+                            const size_t from = (h * size_t(needed) + size_t(shuffled.alignment[t])) * hd + i,
+                                         to = (h * 11 + t) * hd + i;
+                            QCOMPARE(got.values[to], own.values[from]);
+                            if (form == core::KeyForm::PostRope)
+                                QCOMPARE(got.keys[to], own.keys[from]);
+                            else
+                                QVERIFY(std::abs(got.keys[to] - own.keys[from]) <=
+                                        1e-4f * (1.0f + std::abs(own.keys[from])));
+                        }
+            }
+        }
+        auto tooShort = a->newCache();
+        a->forward({prompt[0], prompt[1]}, tooShort);
+        QCOMPARE(test::expectError([&] {
+                     gpu::pairedSourceCache(*a, tooShort, shuffled, core::KeyForm::PreRope);
+                 }).code(),
+                 core::ErrorCode::InvalidArgument);
+
+        gpu::TokenPairing identity;
+        identity.idsA = prompt;
+        identity.idsB = prompt;
+        for (int t = 0; t < 30; ++t)
+            identity.alignment.push_back(t);
+        QVERIFY(identity.crossTokenizer());
+        gpu::GenerateOptions o;
+        o.maxTokens = 8;
+        o.stopAtEos = false;
+        const auto scratch = b->generate(prompt, o);
+        for (const core::KeyForm form : {core::KeyForm::PreRope, core::KeyForm::PostRope}) {
+            const auto conv = gpu::Converter::create(test::identityConverter(c, form), *a, *b);
+            const auto t = gpu::transferGenerate(*a, *b, conv, identity, o);
+            QCOMPARE(t.generation.stats.reusedTokens, 29);
+            QCOMPARE(t.generation.outputIds, scratch.outputIds);
+            const auto agree = gpu::teacherForcedAgreement(*a, *b, conv, identity, scratch.outputIds);
+            QCOMPARE(agree.top1Rate(), 1.0);
+            QVERIFY2(agree.meanKl() < 1e-5, qPrintable(QString::number(agree.meanKl())));
+        }
+    }
+
     // keys are the same; an identity map must give B's own layer-0 keys.
     void preRopeIdentityMatchesTargetsOwnKeys()
     {

@@ -48,6 +48,17 @@ private Q_SLOTS:
         QCOMPARE(model.index(sha, 1).data().toString(), fp.left(16) + QChar(0x2026));
         QCOMPARE(model.index(sha, 1).data(Qt::ToolTipRole).toString(), fp);
         QVERIFY(model.index(sha, 2).data().toString().contains("load to see"));
+        // tokenizers: marked only when both are known and differ (a token alignment is then in use)
+        QCOMPARE(model.index(tok, 2).data(ui::ModelCardModel::TokenizerDiffersRole).toBool(), false);
+        model.setIdentity(ui::ModelCardModel::ModelBColumn, "bpe, 300 ids (tokenizer.json)", fp);
+        QCOMPARE(model.index(tok, 2).data(ui::ModelCardModel::TokenizerDiffersRole).toBool(), true);
+        QVERIFY(model.index(tok, 1).data(Qt::BackgroundRole).isValid());
+        QVERIFY(model.index(tok, 2).data(Qt::ToolTipRole).toString().contains("token alignment"));
+        QCOMPARE(model.index(sha, 2).data(ui::ModelCardModel::TokenizerDiffersRole).toBool(), false);
+        model.setIdentity(ui::ModelCardModel::ModelBColumn, "sentencepiece, 1024 pieces (tokenizer.model)",
+                          fp);
+        QCOMPARE(model.index(tok, 2).data(ui::ModelCardModel::TokenizerDiffersRole).toBool(), false);
+        QVERIFY(!model.index(tok, 1).data(Qt::BackgroundRole).isValid());
         model.setModel(ui::ModelCardModel::ModelAColumn, core::randomModelPreset("tiny").config);
         QVERIFY(model.index(sha, 1).data().toString().contains("load to see"));
     }
