@@ -414,11 +414,12 @@ int cmdCompare(const QStringList &args)
     p.addOption({"limit", "At most N prompts.", "N"});
     p.addOption({"max-tokens", "Tokens to generate per path (default 32).", "N", "32"});
     p.addOption({"gate-tail", "Prompt positions B recomputes for the quality gate (default 4).", "N", "4"});
-    p.addOption({"gate-signal", "Gate signal: tail_kl (default), kv_cos or nll (see docs/transfer.md).", "S",
+    p.addOption({"gate-signal",
+                 "Gate signal: tail_kl (default), kv_cos, attn_cos or nll (see docs/transfer.md).", "S",
                  "tail_kl"});
     p.addOption({"gate-threshold",
-                 "Gate passes when tail_kl or nll <= T, or kv_cos >= T (default 0.1 for tail_kl, "
-                 "0.9 for kv_cos, 3 for nll).",
+                 "Gate passes when tail_kl or nll <= T, or kv_cos or attn_cos >= T (default 0.1 for tail_kl, "
+                 "0.9 for kv_cos and attn_cos, 3 for nll).",
                  "T"});
     p.addOption({"save-samples",
                  "Store every compared prompt (texts, per-token probabilities and KL, timings, gate) in the "
@@ -474,8 +475,8 @@ int cmdCompare(const QStringList &args)
     go.maxTokens = intOption(p, "max-tokens", 32, 1);
     const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
     if (!gs)
-        throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
-                         "'"};
+        throw UsageError{"--gate-signal expects tail_kl, kv_cos, attn_cos or nll, got '" +
+                         str(p.value("gate-signal")) + "'"};
     gpu::CompareOptions co;
     co.maxTokens = go.maxTokens;
     co.gateSignal = *gs;
@@ -519,7 +520,7 @@ int cmdCompare(const QStringList &args)
     InterruptScope ctrlC;
     json rows = json::array();
     std::vector<double> kls, top1s, rouges, rougesA, ttftScratch, ttftTransfer, ttftCached, kvCos, tailKls,
-        nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor, ttftGated;
+        nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor, ttftGated, attnCos;
     int identical = 0, passed = 0, done = 0;
     bool warmed = false;
     for (size_t i = 0; i < texts.size() && !InterruptScope::interrupted(); ++i) {
@@ -557,6 +558,7 @@ int cmdCompare(const QStringList &args)
         kvCos.push_back(gate.kvCos);
         tailKls.push_back(gate.tailKl);
         nlls.push_back(gate.nll);
+        attnCos.push_back(gate.attnCos);
         (gate.passed ? klPassed : klFailed).push_back(kl);
         gatedKl.push_back(gate.passed ? kl : 0.0);
         identical += sample.firstDivergence < 0 ? 1 : 0;
@@ -592,6 +594,7 @@ int cmdCompare(const QStringList &args)
               {"kv_cos", gate.kvCos},
               {"tail_kl", gate.tailKl},
               {"nll", gate.nll},
+              {"attn_cos", gate.attnCos},
               {"tail", gate.tail},
               {"threshold", gate.threshold},
               {"passed", gate.passed},
@@ -607,7 +610,7 @@ int cmdCompare(const QStringList &args)
                 std::fprintf(stderr, "\rcompared %d/%zu prompts", done, texts.size());
         }
         // the gate's decision, logged for every prompt
-        const bool higherIsBetter = gateSignal == gpu::GateSignal::KvCos;
+        const bool higherIsBetter = core::gateHigherIsBetter(gateSignal);
         fmt::print(stderr, "{}gate: prompt {} {} {:.4f} {} {:.4f} -> {}\n",
                    asJson || texts.size() == 1 ? "" : "\n", i, gpu::gateSignalName(gateSignal), gate.value,
                    gate.passed ? (higherIsBetter ? ">=" : "<=") : (higherIsBetter ? "<" : ">"), threshold,
@@ -675,8 +678,22 @@ int cmdCompare(const QStringList &args)
     std::vector<bool> good;
     for (double kl : kls)
         good.push_back(kl <= goodKl);
-    const std::vector<std::pair<gpu::GateSignal, const std::vector<double> *>> signals = {
-        {gpu::GateSignal::KvCos, &kvCos}, {gpu::GateSignal::TailKl, &tailKls}, {gpu::GateSignal::Nll, &nlls}};
+    const auto valuesOf = [&](gpu::GateSignal sig) -> const std::vector<double> * {
+        switch (sig) {
+        case gpu::GateSignal::KvCos:
+            return &kvCos;
+        case gpu::GateSignal::TailKl:
+            return &tailKls;
+        case gpu::GateSignal::Nll:
+            return &nlls;
+        case gpu::GateSignal::AttnCos:
+            return &attnCos;
+        }
+        return &tailKls;
+    };
+    std::vector<std::pair<gpu::GateSignal, const std::vector<double> *>> signals;
+    for (gpu::GateSignal sig : core::kGateSignals)
+        signals.emplace_back(sig, valuesOf(sig));
     const auto pointJson = [](const std::optional<core::GatePoint> &g) {
         return g ? json{{"threshold", num(g->threshold)},
                         {"pass_rate", num(g->passRate)},
@@ -688,7 +705,7 @@ int cmdCompare(const QStringList &args)
     std::optional<core::GatePoint> atThreshold;
     std::vector<std::pair<std::string, std::optional<core::GatePoint>>> bestPerSignal;
     for (const auto &[sig, values] : signals) {
-        const bool higher = sig == gpu::GateSignal::KvCos;
+        const bool higher = core::gateHigherIsBetter(sig);
         std::vector<double> finite;
         std::vector<bool> goodFinite;
         for (size_t i = 0; i < values->size(); ++i)
@@ -748,9 +765,11 @@ int cmdCompare(const QStringList &args)
                             {"spearman_kv_cos_kl", num(core::spearman(kvCos, kls))},
                             {"spearman_tail_kl_kl", num(core::spearman(tailKls, kls))},
                             {"spearman_nll_kl", num(core::spearman(nlls, kls))},
+                            {"spearman_attn_cos_kl", num(core::spearman(attnCos, kls))},
                             {"pearson_kv_cos_kl", num(core::pearson(kvCos, kls))},
                             {"pearson_tail_kl_kl", num(core::pearson(tailKls, kls))},
-                            {"pearson_nll_kl", num(core::pearson(nlls, kls))}}}};
+                            {"pearson_nll_kl", num(core::pearson(nlls, kls))},
+                            {"pearson_attn_cos_kl", num(core::pearson(attnCos, kls))}}}};
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (asJson) {
@@ -819,6 +838,7 @@ int cmdCompare(const QStringList &args)
     std::printf("| Spearman(kv_cos, KL) | %.3f |\n", core::spearman(kvCos, kls));
     std::printf("| Spearman(tail_kl, KL) | %.3f |\n", core::spearman(tailKls, kls));
     std::printf("| Spearman(nll, KL) | %.3f |\n", core::spearman(nlls, kls));
+    std::printf("| Spearman(attn_cos, KL) | %.3f |\n", core::spearman(attnCos, kls));
     return 0;
 }
 

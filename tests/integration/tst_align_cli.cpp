@@ -192,8 +192,13 @@ private Q_SLOTS:
                 QCOMPARE(at["precision"].toDouble(), double(passedGood) / passedAll);
             if (goodAll > 0)
                 QCOMPARE(at["recall"].toDouble(), double(passedGood) / goodAll);
-            for (const char *sig : {"kv_cos", "tail_kl", "nll"})
+            for (const char *sig : {"kv_cos", "tail_kl", "nll", "attn_cos"})
                 QVERIFY(quality["signals"].toObject()[sig].toObject()["curve"].toArray().size() >= 1);
+            for (const auto &v : QJsonDocument::fromJson(r.out).object()["prompts"].toArray()) {
+                const double attn = v.toObject()["gate"].toObject()["attn_cos"].toDouble(-2);
+                QVERIFY2(attn >= -1 && attn <= 1 + 1e-6, qPrintable(QString::number(attn)));
+            }
+            QVERIFY(s["gate"].toObject().contains("spearman_attn_cos_kl"));
         }
         // two converters on the same prompts: the paired differences; 'ph' shares top2's split
         auto rv = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--versus", "ph",

@@ -203,9 +203,10 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     controls->addSpacing(8);
     m_gateSignal = new QComboBox(this);
     m_gateSignal->setObjectName("gateSignalCombo");
-    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll"});
+    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll", "attn_cos"});
     m_gateSignal->setToolTip(tr("What the quality gate measures before trusting the converted cache: tail_kl "
-                                "and nll pass when low, kv_cos when high."));
+                                "and nll pass when low, kv_cos and attn_cos (B's attention output on the "
+                                "tail, converted vs own K/V) when high."));
     label(tr("&Gate:"), m_gateSignal);
     auto *comparison = new QLabel(QString::fromUtf8("\u2264"), this);
     comparison->setObjectName("gateComparison");
@@ -217,7 +218,7 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     m_gateThreshold->setSingleStep(0.01);
     m_gateThreshold->setValue(0.1);
     m_gateThreshold->setToolTip(tr("The gate passes when the signal is at or below this (at or above for "
-                                   "kv_cos); a failed gate falls back to B's own prefill."));
+                                   "kv_cos and attn_cos); a failed gate falls back to B's own prefill."));
     controls->addWidget(m_gateThreshold);
     m_gateTail = new QSpinBox(this);
     m_gateTail->setObjectName("gateTailSpin");
@@ -337,8 +338,9 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     });
     connect(m_gateSignal, &QComboBox::currentTextChanged, this, [this, comparison](const QString &signal) {
         // each signal has its own scale: reset to the default threshold the CLI uses
-        m_gateThreshold->setValue(signal == "kv_cos" ? 0.9 : signal == "nll" ? 3.0 : 0.1);
-        comparison->setText(QString::fromUtf8(signal == "kv_cos" ? "\u2265" : "\u2264"));
+        const auto s = core::parseGateSignal(signal.toStdString()).value_or(core::GateSignal::TailKl);
+        m_gateThreshold->setValue(core::defaultGateThreshold(s));
+        comparison->setText(QString::fromUtf8(core::gateHigherIsBetter(s) ? "\u2265" : "\u2264"));
     });
     connect(m_colourBy, &QComboBox::currentIndexChanged, this,
             [this](int i) { setColouring(i == 1 ? Colouring::Kl : Colouring::Probability); });
@@ -590,7 +592,8 @@ void ComparePanel::render()
                                   : tr("first divergence at token %1").arg(r.firstDivergence));
     QString gate;
     if (!r.gateSignal.empty()) {
-        const bool higherIsBetter = r.gateSignal == "kv_cos";
+        const auto signal = core::parseGateSignal(r.gateSignal);
+        const bool higherIsBetter = signal && core::gateHigherIsBetter(*signal);
         const char *op = higherIsBetter ? (r.gatePassed ? "\u2265" : "<") : (r.gatePassed ? "\u2264" : ">");
         gate = tr("gate %1 %2 %3 %4: %5")
                    .arg(QString::fromStdString(r.gateSignal), fmt(r.gateValue, 3), QString::fromUtf8(op),
