@@ -78,6 +78,19 @@ Agreement teacherForcedAgreement(const Model &source, const Model &target, const
 Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
                             const std::vector<int> &continuation);
 
+// Multi-turn hand-off: A served the first turns of a conversation and holds the cache of
+// tokens[0 .. handoff-1]; B takes over from that cache converted and processes the rest of the
+// conversation itself. Both B from its own prefill of the whole conversation and B from the
+// converted cache are fed `tokens` (teacher-forced) and compared on the positions that predict the
+// tokens of each span [begin, end) (e.g. each later turn's answer): one Agreement per span, in the
+// order given, kl[i] at the position predicting tokens[begin + i]. Spans must be non-empty, start
+// after the hand-off (begin > handoff >= 1) and not overlap, in increasing order, end <=
+// tokens.size(); Error(InvalidArgument) otherwise. Logits are taken only where a span needs them,
+// so a long conversation costs two prefills, not [tokens, vocab] floats.
+std::vector<Agreement> handoffAgreement(const Model &source, const Model &target, const Converter &converter,
+                                        const std::vector<int> &tokens, int handoff,
+                                        const std::vector<std::pair<int, int>> &spans);
+
 // The quality gate, computed before committing to a converted cache of prompt[0 .. n-2] (in
 // sourceCache, A's cache of those positions). B recomputes the last `tail` converted positions
 // itself on top of the converted cache of the positions before them, then processes the prompt's

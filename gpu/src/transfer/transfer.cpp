@@ -357,6 +357,49 @@ Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
     return compareLogits(ls, target.forward(fed, empty, true), fed.size());
 }
 
+std::vector<Agreement> handoffAgreement(const Model &source, const Model &target, const Converter &converter,
+                                        const std::vector<int> &tokens, int handoff,
+                                        const std::vector<std::pair<int, int>> &spans)
+{
+    const int n = int(tokens.size());
+    if (handoff < 1 || handoff >= n)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("hand-off after {} of {} tokens: it needs 1 .. {}", handoff, n, n - 1));
+    int last = handoff;
+    for (const auto &[begin, end] : spans) {
+        if (begin <= last || end <= begin || end > n)
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("span [{}, {}) of a {}-token conversation must be non-empty, after the "
+                                    "hand-off at {} and after the span before it",
+                                    begin, end, n, handoff));
+        last = end - 1; // the next span's first predicting position (its begin - 1) may be this end - 1
+    }
+    // Feeds tokens[from ..] into cache span by span: logits only at the positions predicting a span.
+    const auto run = [&](KvCache &cache, int from) {
+        std::vector<std::vector<float>> out;
+        int cursor = from;
+        for (const auto &[begin, end] : spans) {
+            if (begin - 1 > cursor)
+                target.forward(std::vector<int>(tokens.begin() + cursor, tokens.begin() + begin - 1), cache);
+            out.push_back(target.forward(
+                std::vector<int>(tokens.begin() + begin - 1, tokens.begin() + end - 1), cache, true));
+            cursor = end - 1;
+        }
+        return out;
+    };
+    auto scratch = target.newCache();
+    const auto ls = run(scratch, 0);
+    auto cacheA = source.newCache();
+    source.forward(std::vector<int>(tokens.begin(), tokens.begin() + handoff), cacheA);
+    auto transfer = target.newCache();
+    converter.convert(cacheA, transfer);
+    const auto lt = run(transfer, handoff);
+    std::vector<Agreement> out;
+    for (size_t i = 0; i < spans.size(); ++i)
+        out.push_back(compareLogits(ls[i], lt[i], size_t(spans[i].second - spans[i].first)));
+    return out;
+}
+
 GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache,
                        int lastToken, int tail, GateSignal signal, double threshold)
 {
