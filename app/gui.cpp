@@ -34,6 +34,8 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::fitRequested, this, [this](const ui::FitRequest &r) { m_engine.fit(r); });
     connect(w, &ui::MainWindow::compareRequested, this,
             [this](const ui::CompareRequest &r) { m_engine.compare(r); });
+    connect(w, &ui::MainWindow::compareSetRequested, this,
+            [this](const ui::CompareSetRequest &r) { m_engine.compareSet(r); });
     connect(w, &ui::MainWindow::replayRequested, this,
             [this](const ui::ReplayRequest &r) { m_engine.replay(r); });
     connect(w, &ui::MainWindow::pauseRequested, &m_engine, &EngineController::setPaused);
@@ -51,6 +53,8 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
             [w](quint64, std::shared_ptr<const ui::FitSummary> s) { w->showFitted(*s); });
     connect(&m_engine, &EngineController::compared, w,
             [w](quint64, std::shared_ptr<const ui::CompareResult> r) { w->showCompared(*r); });
+    connect(&m_engine, &EngineController::comparedSet, w,
+            [w](quint64, std::shared_ptr<const ui::CompareSetSummary> s) { w->showComparedSet(*s); });
     connect(&m_engine, &EngineController::replayRows, w,
             [w](quint64, std::shared_ptr<const RowBatch> rows) { w->showReplayRows(*rows); });
     connect(&m_engine, &EngineController::replayProgress, w,

@@ -3,6 +3,7 @@
 #include "app/cli/engine_options.h"
 #include "app/jobs/compare_job.h"
 #include "app/jobs/fit_job.h"
+#include "app/jobs/handoff_job.h"
 #include "core/metrics/bootstrap.h"
 #include "core/metrics/gate_curve.h"
 #include "core/metrics/text_metrics.h"
@@ -16,6 +17,7 @@
 #include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
+#include "core/workload/workload.h"
 #include "gpu/align/alignment.h"
 #include "gpu/model/device.h"
 #include "gpu/transfer/compare.h"
@@ -28,6 +30,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -426,6 +429,172 @@ int cmdSweep(const QStringList &args)
     return 0;
 }
 
+// `kvwb compare --handoff`: conversations served by A for their first turns and continued by B from
+// A's converted cache, per turn against B from scratch (docs/transfer.md, "Multi-turn hand-off").
+int compareHandoff(const QCommandLineParser &p, const fs::path &path, const core::ExperimentReader &file,
+                   const core::ConverterRecord &record)
+{
+    jobs::HandoffSettings settings;
+    settings.handoffTurn = intOption(p, "handoff-turn", 1, 1);
+    settings.maxTurns = intOption(p, "turns", 0, 0);
+    settings.maxTokens = intOption(p, "max-tokens", 32, 1);
+    if (settings.maxTurns > 0 && settings.maxTurns <= settings.handoffTurn)
+        throw UsageError{fmt::format("--turns {} leaves no turn after the hand-off at turn {}",
+                                     settings.maxTurns, settings.handoffTurn)};
+    std::vector<std::string> warnings;
+    const fs::path workload = str(p.value("handoff"));
+    auto read = core::readWorkloadJsonl(workload);
+    for (const auto &w : read.warnings.messages())
+        warnings.push_back(w);
+    auto conversations = jobs::conversationsOf(read.requests, warnings);
+    const auto flushWarnings = [&] {
+        for (const auto &w : warnings)
+            std::fprintf(stderr, "warning: %s\n", w.c_str());
+        warnings.clear();
+    };
+    if (p.isSet("limit"))
+        conversations.resize(std::min(conversations.size(), size_t(intOption(p, "limit", 0, 1))));
+    if (conversations.empty())
+        flushWarnings();
+    if (conversations.empty())
+        throw core::Error(
+            core::ErrorCode::InvalidArgument,
+            fmt::format("{}: no conversation (requests of one tenant and user whose prompts grow "
+                        "turn by turn, as `kvwb workload sharegpt` writes them)",
+                        workload.string()));
+    const auto lo = loadOptions(p);
+    auto a = loadFileModel(file, core::ModelRole::A, p, lo);
+    auto b = loadFileModel(file, core::ModelRole::B, p, lo);
+    const auto conv = gpu::Converter::create(record, *a, *b);
+    const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
+    const bool asJson = p.isSet("json");
+    InterruptScope ctrlC;
+    json rows = json::array();
+    // per turn number: the conversations' mean KL and top-1, by conversation index
+    std::map<int, std::map<size_t, std::pair<double, double>>> byTurn;
+    int done = 0;
+    for (size_t i = 0; i < conversations.size() && !InterruptScope::interrupted(); ++i) {
+        jobs::HandoffOutcome o;
+        try {
+            o = jobs::runHandoff(*a, *tokA, *b, *tokB, conv, conversations[i], settings);
+        } catch (const core::Error &e) {
+            if (e.code() != core::ErrorCode::InvalidArgument)
+                throw;
+            warnings.push_back(fmt::format("conversation {} skipped: {}", conversations[i].name, e.what()));
+            continue;
+        }
+        ++done;
+        json turns = json::array();
+        for (const auto &t : o.turns) {
+            byTurn[t.turn][i] = {t.meanKl, t.top1};
+            turns.push_back({{"turn", t.turn},
+                             {"answer_tokens", t.answerTokens},
+                             {"kl", t.meanKl},
+                             {"kl_max", *std::max_element(t.kl.begin(), t.kl.end())},
+                             {"top1", t.top1}});
+        }
+        rows.push_back({{"conversation", conversations[i].name},
+                        {"turns_available", conversations[i].prompts.size()},
+                        {"transcript_tokens", o.transcriptTokens},
+                        {"handoff_tokens", o.handoffTokens},
+                        {"turns", turns}});
+        if (!asJson)
+            std::fprintf(stderr, "\rhanded off %d/%zu conversations", done, conversations.size());
+    }
+    if (!asJson && done > 0)
+        std::fprintf(stderr, "\n");
+    flushWarnings();
+    if (done == 0)
+        throw core::Error(core::ErrorCode::InvalidArgument, "no conversation could be compared");
+    const auto intervalJson = [](const std::optional<core::Interval> &i) {
+        return i ? json{{"estimate", num(i->estimate)}, {"lo", num(i->lo)}, {"hi", num(i->hi)}}
+                 : json(nullptr);
+    };
+    const auto interval = [](auto &&f) -> std::optional<core::Interval> {
+        try {
+            return f();
+        } catch (const core::Error &) { // fewer than 2 conversations, or a value that is not finite
+            return std::nullopt;
+        }
+    };
+    const int firstTurn = settings.handoffTurn + 1;
+    struct TurnRow
+    {
+        int turn = 0, conversations = 0;
+        double kl = 0, top1 = 0;
+        std::optional<core::Interval> klCi, top1Ci, change;
+    };
+    std::vector<TurnRow> table;
+    json summaryTurns = json::array();
+    for (const auto &[turn, perConversation] : byTurn) {
+        TurnRow row;
+        row.turn = turn;
+        row.conversations = int(perConversation.size());
+        std::vector<double> kl, top1, now, before;
+        for (const auto &[i, v] : perConversation) {
+            kl.push_back(v.first);
+            top1.push_back(v.second);
+            // paired with the same conversation's first turn after the hand-off
+            const auto &first = byTurn[firstTurn];
+            if (turn != firstTurn && first.count(i)) {
+                now.push_back(v.first);
+                before.push_back(first.at(i).first);
+            }
+        }
+        row.kl = std::accumulate(kl.begin(), kl.end(), 0.0) / double(kl.size());
+        row.top1 = std::accumulate(top1.begin(), top1.end(), 0.0) / double(top1.size());
+        row.klCi = interval([&] { return core::meanInterval(kl); });
+        row.top1Ci = interval([&] { return core::meanInterval(top1); });
+        if (turn != firstTurn)
+            row.change = interval([&] { return core::meanDifference(now, before); });
+        summaryTurns.push_back({{"turn", turn},
+                                {"conversations", row.conversations},
+                                {"kl", row.kl},
+                                {"top1", row.top1},
+                                {"kl_ci", intervalJson(row.klCi)},
+                                {"top1_ci", intervalJson(row.top1Ci)},
+                                {"kl_change_vs_first", intervalJson(row.change)}});
+        table.push_back(row);
+    }
+    if (asJson) {
+        const json summary = {{"conversations", done},
+                              {"handoff_turn", settings.handoffTurn},
+                              {"level", 0.95},
+                              {"resamples", core::BootstrapOptions{}.resamples},
+                              {"turns", summaryTurns}};
+        std::printf("%s\n", json{{"experiment", path.string()},
+                                 {"converter", record.name},
+                                 {"workload", workload.string()},
+                                 {"handoff_turn", settings.handoffTurn},
+                                 {"max_turns", settings.maxTurns},
+                                 {"max_tokens", settings.maxTokens},
+                                 {"device", gpu::deviceName(lo.device)},
+                                 {"conversations", rows},
+                                 {"summary", summary}}
+                                .dump(2, ' ', false, json::error_handler_t::replace)
+                                .c_str());
+        return 0;
+    }
+    std::printf("\n%d conversations, converter '%s': A serves turns 1..%d, B continues from A's converted "
+                "cache; teacher-forced on each conversation, B's scratch answer to its last turn (%d tokens, "
+                "greedy)\n\n",
+                done, record.name.c_str(), settings.handoffTurn, settings.maxTokens);
+    std::printf(
+        "| turn | conversations | KL(scratch || transfer), 95%% CI | top-1, 95%% CI | KL minus turn %d's, "
+        "95%% CI |\n|--:|--:|--:|--:|--:|\n",
+        firstTurn);
+    const auto cell = [](const std::optional<core::Interval> &i, double plain, int digits) {
+        return i ? core::formatInterval(*i, digits) : fmt::format("{:.{}f}", plain, digits);
+    };
+    for (const auto &row : table)
+        std::printf("| %d | %d | %s | %s | %s |\n", row.turn, row.conversations,
+                    cell(row.klCi, row.kl, 4).c_str(), cell(row.top1Ci, row.top1, 3).c_str(),
+                    row.turn == firstTurn ? ""
+                    : row.change          ? core::formatInterval(*row.change, 4).c_str()
+                                          : "n/a");
+    return 0;
+}
+
 int cmdCompare(const QStringList &args)
 {
     QCommandLineParser p;
@@ -452,14 +621,23 @@ int cmdCompare(const QStringList &args)
     p.addOption({"prompt", "One prompt.", "STR"});
     p.addOption({"prompts", "Prompts: text lines or JSONL ('prompt' or 'text').", "FILE"});
     p.addOption({"held-out", "The converter's own test prompts from the experiment file."});
-    p.addOption({"limit", "At most N prompts.", "N"});
+    p.addOption(
+        {"handoff",
+         "Multi-turn hand-off: the conversations of a workload file (`kvwb workload sharegpt`), A serving "
+         "the first turns and B continuing from A's converted cache; KL and top-1 per turn against B "
+         "from scratch.",
+         "W.jsonl"});
+    p.addOption({"handoff-turn", "With --handoff: A serves turns 1..K, B the rest (default 1).", "K", "1"});
+    p.addOption({"turns", "With --handoff: at most N turns of each conversation (default all).", "N"});
+    p.addOption({"limit", "At most N prompts (with --handoff: conversations).", "N"});
     p.addOption({"max-tokens", "Tokens to generate per path (default 32).", "N", "32"});
     p.addOption({"gate-tail", "Prompt positions B recomputes for the quality gate (default 4).", "N", "4"});
-    p.addOption({"gate-signal", "Gate signal: tail_kl (default), kv_cos or nll (see docs/transfer.md).", "S",
+    p.addOption({"gate-signal",
+                 "Gate signal: tail_kl (default), kv_cos, attn_cos or nll (see docs/transfer.md).", "S",
                  "tail_kl"});
     p.addOption({"gate-threshold",
-                 "Gate passes when tail_kl or nll <= T, or kv_cos >= T (default 0.1 for tail_kl, "
-                 "0.9 for kv_cos, 3 for nll).",
+                 "Gate passes when tail_kl or nll <= T, or kv_cos or attn_cos >= T (default 0.1 for tail_kl, "
+                 "0.9 for kv_cos and attn_cos, 3 for nll).",
                  "T"});
     p.addOption({"save-samples",
                  "Store every compared prompt (texts, per-token probabilities and KL, timings, gate) in the "
@@ -479,8 +657,16 @@ int cmdCompare(const QStringList &args)
           "and the quality gate's decision.");
     if (!p.isSet("experiment"))
         throw UsageError{"--experiment is required"};
-    if (int(p.isSet("prompt")) + int(p.isSet("prompts")) + int(p.isSet("held-out")) != 1)
-        throw UsageError{"give exactly one of --prompt, --prompts or --held-out"};
+    if (int(p.isSet("prompt")) + int(p.isSet("prompts")) + int(p.isSet("held-out")) +
+            int(p.isSet("handoff")) !=
+        1)
+        throw UsageError{"give exactly one of --prompt, --prompts, --held-out or --handoff"};
+    if (!p.isSet("handoff") && (p.isSet("handoff-turn") || p.isSet("turns")))
+        throw UsageError{"--handoff-turn and --turns go with --handoff"};
+    if (p.isSet("handoff"))
+        for (const char *other : {"baselines", "versus", "save-samples"})
+            if (p.isSet(other))
+                throw UsageError{fmt::format("--{} does not go with --handoff", other)};
     const fs::path path = str(p.value("experiment"));
     std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
     const auto &file = *reader;
@@ -489,6 +675,8 @@ int cmdCompare(const QStringList &args)
         core::checkWritableOutput(path, "--save-samples");
     }
     const auto record = core::loadConverters(path, str(p.value("converter")));
+    if (p.isSet("handoff"))
+        return compareHandoff(p, path, file, record);
     std::optional<core::ConverterRecord> versus;
     if (p.isSet("versus"))
         versus = core::loadConverters(path, str(p.value("versus")));
@@ -519,8 +707,8 @@ int cmdCompare(const QStringList &args)
     go.maxTokens = intOption(p, "max-tokens", 32, 1);
     const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
     if (!gs)
-        throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
-                         "'"};
+        throw UsageError{"--gate-signal expects tail_kl, kv_cos, attn_cos or nll, got '" +
+                         str(p.value("gate-signal")) + "'"};
     const auto policy = core::parseAlignPolicy(str(p.value("align-policy")));
     if (!policy)
         throw UsageError{"--align-policy expects first, last or longest, got '" +
@@ -569,7 +757,7 @@ int cmdCompare(const QStringList &args)
     InterruptScope ctrlC;
     json rows = json::array();
     std::vector<double> kls, top1s, rouges, rougesA, ttftScratch, ttftTransfer, ttftCached, kvCos, tailKls,
-        nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor, ttftGated;
+        nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor, ttftGated, attnCos;
     int identical = 0, passed = 0, done = 0, crossTokenizer = 0;
     bool warmed = false;
     for (size_t i = 0; i < texts.size() && !InterruptScope::interrupted(); ++i) {
@@ -608,6 +796,7 @@ int cmdCompare(const QStringList &args)
         kvCos.push_back(gate.kvCos);
         tailKls.push_back(gate.tailKl);
         nlls.push_back(gate.nll);
+        attnCos.push_back(gate.attnCos);
         (gate.passed ? klPassed : klFailed).push_back(kl);
         gatedKl.push_back(gate.passed ? kl : 0.0);
         identical += sample.firstDivergence < 0 ? 1 : 0;
@@ -645,6 +834,7 @@ int cmdCompare(const QStringList &args)
               {"kv_cos", gate.kvCos},
               {"tail_kl", gate.tailKl},
               {"nll", gate.nll},
+              {"attn_cos", gate.attnCos},
               {"tail", gate.tail},
               {"threshold", gate.threshold},
               {"passed", gate.passed},
@@ -660,7 +850,7 @@ int cmdCompare(const QStringList &args)
                 std::fprintf(stderr, "\rcompared %d/%zu prompts", done, texts.size());
         }
         // the gate's decision, logged for every prompt
-        const bool higherIsBetter = gateSignal == gpu::GateSignal::KvCos;
+        const bool higherIsBetter = core::gateHigherIsBetter(gateSignal);
         fmt::print(stderr, "{}gate: prompt {} {} {:.4f} {} {:.4f} -> {}\n",
                    asJson || texts.size() == 1 ? "" : "\n", i, gpu::gateSignalName(gateSignal), gate.value,
                    gate.passed ? (higherIsBetter ? ">=" : "<=") : (higherIsBetter ? "<" : ">"), threshold,
@@ -728,8 +918,22 @@ int cmdCompare(const QStringList &args)
     std::vector<bool> good;
     for (double kl : kls)
         good.push_back(kl <= goodKl);
-    const std::vector<std::pair<gpu::GateSignal, const std::vector<double> *>> signals = {
-        {gpu::GateSignal::KvCos, &kvCos}, {gpu::GateSignal::TailKl, &tailKls}, {gpu::GateSignal::Nll, &nlls}};
+    const auto valuesOf = [&](gpu::GateSignal sig) -> const std::vector<double> * {
+        switch (sig) {
+        case gpu::GateSignal::KvCos:
+            return &kvCos;
+        case gpu::GateSignal::TailKl:
+            return &tailKls;
+        case gpu::GateSignal::Nll:
+            return &nlls;
+        case gpu::GateSignal::AttnCos:
+            return &attnCos;
+        }
+        return &tailKls;
+    };
+    std::vector<std::pair<gpu::GateSignal, const std::vector<double> *>> signals;
+    for (gpu::GateSignal sig : core::kGateSignals)
+        signals.emplace_back(sig, valuesOf(sig));
     const auto pointJson = [](const std::optional<core::GatePoint> &g) {
         return g ? json{{"threshold", num(g->threshold)},
                         {"pass_rate", num(g->passRate)},
@@ -741,7 +945,7 @@ int cmdCompare(const QStringList &args)
     std::optional<core::GatePoint> atThreshold;
     std::vector<std::pair<std::string, std::optional<core::GatePoint>>> bestPerSignal;
     for (const auto &[sig, values] : signals) {
-        const bool higher = sig == gpu::GateSignal::KvCos;
+        const bool higher = core::gateHigherIsBetter(sig);
         std::vector<double> finite;
         std::vector<bool> goodFinite;
         for (size_t i = 0; i < values->size(); ++i)
@@ -803,9 +1007,11 @@ int cmdCompare(const QStringList &args)
                             {"spearman_kv_cos_kl", num(core::spearman(kvCos, kls))},
                             {"spearman_tail_kl_kl", num(core::spearman(tailKls, kls))},
                             {"spearman_nll_kl", num(core::spearman(nlls, kls))},
+                            {"spearman_attn_cos_kl", num(core::spearman(attnCos, kls))},
                             {"pearson_kv_cos_kl", num(core::pearson(kvCos, kls))},
                             {"pearson_tail_kl_kl", num(core::pearson(tailKls, kls))},
-                            {"pearson_nll_kl", num(core::pearson(nlls, kls))}}}};
+                            {"pearson_nll_kl", num(core::pearson(nlls, kls))},
+                            {"pearson_attn_cos_kl", num(core::pearson(attnCos, kls))}}}};
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (asJson) {
@@ -874,6 +1080,7 @@ int cmdCompare(const QStringList &args)
     std::printf("| Spearman(kv_cos, KL) | %.3f |\n", core::spearman(kvCos, kls));
     std::printf("| Spearman(tail_kl, KL) | %.3f |\n", core::spearman(tailKls, kls));
     std::printf("| Spearman(nll, KL) | %.3f |\n", core::spearman(nlls, kls));
+    std::printf("| Spearman(attn_cos, KL) | %.3f |\n", core::spearman(attnCos, kls));
     return 0;
 }
 

@@ -113,8 +113,10 @@ int cmdReplay(const QStringList &args)
     p.addOption({"eviction", "lru (default), lfu, fifo or ttl.", "POLICY", "lru"});
     p.addOption({"ttl-ms", "Entries older than this (workload time) never hit.", "MS"});
     p.addOption({"share-tenants", "One cache scope for all tenants (default: isolated per tenant)."});
-    p.addOption({"gate-signal", "Cross-tier gate signal: tail_kl (default), kv_cos or nll.", "S", "tail_kl"});
-    p.addOption({"gate-threshold", "Gate threshold (default 0.1 for tail_kl, 0.9 kv_cos, 3 nll).", "T"});
+    p.addOption({"gate-signal", "Cross-tier gate signal: tail_kl (default), kv_cos, attn_cos or nll.", "S",
+                 "tail_kl"});
+    p.addOption(
+        {"gate-threshold", "Gate threshold (default 0.1 for tail_kl, 0.9 kv_cos and attn_cos, 3 nll).", "T"});
     p.addOption({"no-gate", "Use every cross-model match without the quality gate."});
     p.addOption({"clock", "Replay on the workload's clock (arrival times), not as fast as possible."});
     p.addOption({"speed", "With --clock: speed factor (default 1; 10 = ten times faster).", "F", "1"});
@@ -143,8 +145,8 @@ int cmdReplay(const QStringList &args)
     o.prefixLimits = limits(p, "prefix");
     const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
     if (!gs)
-        throw UsageError{"--gate-signal expects tail_kl, kv_cos or nll, got '" + str(p.value("gate-signal")) +
-                         "'"};
+        throw UsageError{"--gate-signal expects tail_kl, kv_cos, attn_cos or nll, got '" +
+                         str(p.value("gate-signal")) + "'"};
     o.gateSignal = *gs;
     o.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
     o.gate = !p.isSet("no-gate");

@@ -6,6 +6,8 @@
 #include "app/jobs/job_inputs.h"
 #include "app/jobs/replay_job.h"
 #include "core/cache/semantic_tier.h"
+#include "core/metrics/bootstrap.h"
+#include "core/metrics/text_metrics.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_upgrade.h"
@@ -29,6 +31,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <thread>
 
 #ifdef __linux__
@@ -402,6 +405,157 @@ void EngineWorker::compare(quint64 job, const ui::CompareRequest &request,
     });
 }
 
+void EngineWorker::compareSet(quint64 job, const ui::CompareSetRequest &request,
+                              std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        requireModels("a comparison");
+        if (request.experimentPath.isEmpty() || request.converter.isEmpty())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "a comparison needs an experiment file with a converter: fit one first");
+        requireExperimentModels(request.experimentPath);
+        Q_EMIT progress(job, 0.02, "preparing the converters");
+        const std::string path = request.experimentPath.toStdString();
+        const auto record = core::loadConverters(path, request.converter.toStdString());
+        const auto &conv = converter(request.experimentPath, request.converter);
+        auto out = std::make_shared<ui::CompareSetSummary>();
+        out->converter = request.converter;
+        std::vector<std::string> warnings;
+        std::vector<std::string> texts;
+        if (request.promptsPath.isEmpty()) {
+            out->source = "held-out prompts";
+            const auto file = core::ExperimentReader::open(path);
+            for (int i : record.testPrompts)
+                texts.push_back(file.prompt(i).text);
+        } else {
+            out->source = request.promptsPath;
+            for (auto &t : jobs::readPromptFile(request.promptsPath.toStdString(), {}, warnings))
+                texts.push_back(std::move(t.text));
+        }
+        if (request.limit > 0 && texts.size() > size_t(request.limit))
+            texts.resize(size_t(request.limit));
+        if (texts.empty())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              fmt::format("'{}' has no held-out prompts to compare", record.name));
+        out->requested = int(texts.size());
+        // the baselines of `kvwb compare --baselines`, built from the loaded pair's geometry
+        struct Other
+        {
+            ui::CompareSetBaseline shown;
+            gpu::Converter converter;
+            std::vector<double> kl, top1, rouge;
+        };
+        std::vector<Other> others;
+        const auto addOther = [&](const char *key, const core::ConverterRecord &rec) {
+            Other o;
+            o.shown.key = key;
+            o.shown.converter = QString::fromStdString(rec.name);
+            o.converter = gpu::Converter::create(rec, *m_a, *m_b);
+            others.push_back(std::move(o));
+        };
+        if (request.baselines) {
+            const auto &ca = m_a->config(), &cb = m_b->config();
+            if (auto raw = gpu::rawSourceRecord(record, ca.numLayers, ca.numKvHeads * ca.headDim,
+                                                cb.numLayers, cb.numKvHeads * cb.headDim))
+                addOther("raw_source_kv", *raw);
+            else
+                warnings.push_back(fmt::format("no raw-source-KV baseline: A's KV rows are {} wide, B's {}",
+                                               ca.numKvHeads * ca.headDim, cb.numKvHeads * cb.headDim));
+            addOther("random_map", gpu::randomMapRecord(record, 1));
+        }
+        gpu::CompareOptions co;
+        co.maxTokens = request.maxTokens;
+        co.gateSignal = request.gateSignal;
+        co.gateThreshold = request.gateThreshold;
+        co.gateTail = request.gateTail;
+        co.cancel = cancel.get();
+        const jobs::ComparePair pair{*m_a, *m_tokA, *m_b, *m_tokB, conv, record.name};
+        std::vector<double> kl, top1, rouge, klFloor, top1Floor, rougeA;
+        for (size_t i = 0; i < texts.size() && !out->cancelled; ++i) {
+            Q_EMIT progress(job, 0.05 + 0.9 * double(i) / double(texts.size()),
+                            QString("prompt %1 of %2").arg(i + 1).arg(texts.size()));
+            std::vector<int> ids;
+            try {
+                ids = gpu::comparablePrompt(texts[i], *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
+            } catch (const core::Error &e) {
+                warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
+                continue;
+            }
+            co.warmUp = !m_compareWarm; // the first comparison after a load would time allocations
+            const auto outcome = jobs::compareOne(pair, texts[i], ids, co);
+            if (outcome.cancelled)
+                break;
+            m_compareWarm = true;
+            std::vector<gpu::CompareOutcome> runs;
+            for (auto &o : others) {
+                const jobs::ComparePair run{*m_a,    *m_tokA,     *m_b,
+                                            *m_tokB, o.converter, o.shown.converter.toStdString()};
+                runs.push_back(jobs::compareOne(run, texts[i], ids, co));
+                if (runs.back().cancelled)
+                    break;
+            }
+            if (cancel->load()) // a prompt counts only with every converter's measurement
+                break;
+            const auto &sample = outcome.sample;
+            kl.push_back(sample.meanKl);
+            top1.push_back(sample.top1);
+            rouge.push_back(sample.rougeL);
+            klFloor.push_back(sample.klNoPrefix);
+            top1Floor.push_back(outcome.top1NoPrefix);
+            rougeA.push_back(core::rougeL(sample.a.text, sample.scratch.text));
+            for (size_t k = 0; k < others.size(); ++k) {
+                others[k].kl.push_back(runs[k].sample.meanKl);
+                others[k].top1.push_back(runs[k].sample.top1);
+                others[k].rouge.push_back(runs[k].sample.rougeL);
+            }
+        }
+        out->cancelled = cancel->load();
+        out->prompts = int(kl.size());
+        if (out->prompts == 0) {
+            if (out->cancelled) {
+                Q_EMIT cancelled(job);
+                return;
+            }
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "no prompt could be compared" +
+                                  (warnings.empty() ? std::string() : ": " + warnings.front()));
+        }
+        const auto mean = [](const std::vector<double> &v) {
+            return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+        };
+        // paired bootstrap 95% intervals over the prompts, as `kvwb compare` gives them
+        const auto interval = [&](auto &&f) -> std::optional<core::Interval> {
+            if (out->prompts < 2)
+                return std::nullopt;
+            try {
+                return f();
+            } catch (const core::Error &) {
+                return std::nullopt;
+            }
+        };
+        out->kl = mean(kl);
+        out->top1 = mean(top1);
+        out->rougeL = mean(rouge);
+        out->klNoPrefix = mean(klFloor);
+        out->top1NoPrefix = mean(top1Floor);
+        out->rougeLA = mean(rougeA);
+        out->klGapClosed = interval([&] { return core::gapClosed(kl, klFloor); });
+        out->top1Gain = interval([&] { return core::meanDifference(top1, top1Floor); });
+        out->rougeLGainVsA = interval([&] { return core::meanDifference(rouge, rougeA); });
+        for (auto &o : others) {
+            o.shown.kl = mean(o.kl);
+            o.shown.top1 = mean(o.top1);
+            o.shown.rougeL = mean(o.rouge);
+            o.shown.klDifference = interval([&] { return core::meanDifference(kl, o.kl); });
+            o.shown.top1Difference = interval([&] { return core::meanDifference(top1, o.top1); });
+            o.shown.rougeLDifference = interval([&] { return core::meanDifference(rouge, o.rouge); });
+            out->baselines.push_back(o.shown);
+        }
+        out->warnings = qStrings(warnings);
+        Q_EMIT comparedSet(job, out);
+    });
+}
+
 void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
                           std::shared_ptr<std::atomic_bool> cancel, std::shared_ptr<std::atomic_bool> pause,
                           int batchMs)
@@ -498,6 +652,7 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::CaptureSummary>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::FitSummary>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::CompareResult>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::CompareSetSummary>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::RowBatch>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::ReplayOutcome>>();
     m_thread.setObjectName("kvwb-engine");
@@ -527,6 +682,7 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
     relay(&EngineWorker::captured, &EngineController::captured);
     relay(&EngineWorker::fitted, &EngineController::fitted);
     relay(&EngineWorker::compared, &EngineController::compared);
+    relay(&EngineWorker::comparedSet, &EngineController::comparedSet);
     relay(&EngineWorker::replayFinished, &EngineController::replayFinished);
     relay(&EngineWorker::failed, &EngineController::failed);
     relay(&EngineWorker::cancelled, &EngineController::cancelled);
@@ -614,6 +770,13 @@ quint64 EngineController::fit(const ui::FitRequest &r)
 quint64 EngineController::compare(const ui::CompareRequest &r)
 {
     return start("comparing", [r](EngineWorker *w, quint64 id, auto cancel) { w->compare(id, r, cancel); });
+}
+
+quint64 EngineController::compareSet(const ui::CompareSetRequest &r)
+{
+    return start(QString("comparing %1")
+                     .arg(r.promptsPath.isEmpty() ? QString("the held-out prompts") : r.promptsPath),
+                 [r](EngineWorker *w, quint64 id, auto cancel) { w->compareSet(id, r, cancel); });
 }
 
 quint64 EngineController::replay(const ui::ReplayRequest &r)

@@ -100,6 +100,11 @@ public:
     // Cancelled: cancelled(job); nothing stored.
     void compare(quint64 job, const kvwb::ui::CompareRequest &request,
                  std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: a prompt set (held-out prompts or a file) through the converter and, when
+    // asked, the baselines; the summary with paired intervals. Cancelled: comparedSet(job, summary)
+    // with summary->cancelled over the prompts done, or cancelled(job) when none was; nothing stored.
+    void compareSet(quint64 job, const kvwb::ui::CompareSetRequest &request,
+                    std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: replays a workload; rows go out in batches at most every batchMs, and the
     // replay waits between requests while *pause is set. Cancelled: replayFinished(job, outcome)
     // with outcome->cancelled and the rows done.
@@ -110,6 +115,7 @@ Q_SIGNALS:
     void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
     void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
     void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
+    void comparedSet(quint64 job, std::shared_ptr<const kvwb::ui::CompareSetSummary> summary);
     void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
     void replayProgress(quint64 job, int done, int total);
     void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
@@ -154,6 +160,7 @@ public:
     quint64 capture(const ui::CaptureRequest &request);
     quint64 fit(const ui::FitRequest &request);
     quint64 compare(const ui::CompareRequest &request);
+    quint64 compareSet(const ui::CompareSetRequest &request);
     quint64 replay(const ui::ReplayRequest &request);
     void setPaused(bool paused); // the running replay waits between requests while paused
     void cancel();               // the running job stops at its next progress check
@@ -171,6 +178,7 @@ Q_SIGNALS:
     void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
     void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
     void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
+    void comparedSet(quint64 job, std::shared_ptr<const kvwb::ui::CompareSetSummary> summary);
     void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
     void replayProgress(quint64 job, int done, int total);
     void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);

@@ -54,13 +54,15 @@ const char *gateSignalName(GateSignal s) noexcept
         return "tail_kl";
     case GateSignal::Nll:
         return "nll";
+    case GateSignal::AttnCos:
+        return "attn_cos";
     }
     return "?";
 }
 
 std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept
 {
-    for (GateSignal s : {GateSignal::KvCos, GateSignal::TailKl, GateSignal::Nll})
+    for (GateSignal s : kGateSignals)
         if (name == gateSignalName(s))
             return s;
     return std::nullopt;
@@ -68,7 +70,21 @@ std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept
 
 double defaultGateThreshold(GateSignal s) noexcept
 {
-    return s == GateSignal::KvCos ? 0.9 : s == GateSignal::TailKl ? 0.1 : 3.0;
+    switch (s) {
+    case GateSignal::KvCos:
+    case GateSignal::AttnCos:
+        return 0.9;
+    case GateSignal::TailKl:
+        return 0.1;
+    case GateSignal::Nll:
+        return 3.0;
+    }
+    return 0.1;
+}
+
+bool gateHigherIsBetter(GateSignal s) noexcept
+{
+    return s == GateSignal::KvCos || s == GateSignal::AttnCos;
 }
 
 const char *layerSelectionName(LayerSelection s) noexcept

@@ -36,11 +36,17 @@ enum class GateSignal
 {
     KvCos,  // cosine of converted vs B's own KV on the prompt's tail (higher is better)
     TailKl, // KL of B's next-token distribution from the converted cache vs B's own (lower is better)
-    Nll     // B's negative log-likelihood of the prompt's tail under the converted cache (lower is better)
+    Nll,    // B's negative log-likelihood of the prompt's tail under the converted cache (lower is better)
+    AttnCos // cosine of B's attention output on the tail over converted vs own KV (higher is better)
 };
-const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nll"
+// Every signal, in the order flags, menus and the per-signal gate curves list them.
+inline constexpr GateSignal kGateSignals[] = {GateSignal::TailKl, GateSignal::KvCos, GateSignal::AttnCos,
+                                              GateSignal::Nll};
+const char *gateSignalName(GateSignal s) noexcept; // "kv_cos" | "tail_kl" | "nll" | "attn_cos"
 std::optional<GateSignal> parseGateSignal(std::string_view name) noexcept;
-double defaultGateThreshold(GateSignal s) noexcept; // kv_cos 0.9, tail_kl 0.1, nll 3.0
+double defaultGateThreshold(GateSignal s) noexcept; // kv_cos 0.9, tail_kl 0.1, nll 3.0, attn_cos 0.9
+// Whether the gate passes at signal >= threshold (the cosines) rather than <= threshold (KL, NLL).
+bool gateHigherIsBetter(GateSignal s) noexcept;
 
 // How a converter picks the A layers that feed each B layer.
 enum class LayerSelection

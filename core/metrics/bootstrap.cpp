@@ -87,6 +87,12 @@ Interval gapClosed(const std::vector<double> &a, const std::vector<double> &b,
         a, b, [](double ma, double mb) { return mb > 0 ? 1.0 - ma / mb : NAN; }, options);
 }
 
+Interval meanInterval(const std::vector<double> &a, const BootstrapOptions &options)
+{
+    return pairedBootstrap(
+        a, a, [](double ma, double) { return ma; }, options);
+}
+
 std::string formatInterval(const Interval &i, int digits)
 {
     return fmt::format("{:.{}f} [{:.{}f}, {:.{}f}]", i.estimate, digits, i.lo, digits, i.hi, digits);

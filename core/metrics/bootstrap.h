@@ -45,6 +45,11 @@ Interval meanDifference(const std::vector<double> &a, const std::vector<double> 
 Interval gapClosed(const std::vector<double> &a, const std::vector<double> &b,
                    const BootstrapOptions &options = {});
 
+// Interval of mean(a) alone over prompts, for a measurement that is already paired within each
+// prompt (a KL or a top-1 agreement between two paths run on the same prompt): the same
+// resampling as pairedBootstrap, a's own prompts drawn with replacement.
+Interval meanInterval(const std::vector<double> &a, const BootstrapOptions &options = {});
+
 // "0.987 [0.981, 0.992]" with `digits` decimals.
 std::string formatInterval(const Interval &i, int digits = 3);
 

@@ -267,7 +267,7 @@ ProjectReplay readReplay(Section &s)
     }
     s.number("threshold", r.threshold, -1.0, 1.0);
     s.string("embedder", r.embedder, {"lexical", "model"});
-    s.string("gate_signal", r.gateSignal, {"tail_kl", "kv_cos", "nll"});
+    s.string("gate_signal", r.gateSignal, {"tail_kl", "kv_cos", "nll", "attn_cos"});
     s.number("gate_threshold", r.gateThreshold, -kDoubleMax, kDoubleMax);
     s.boolean("gate", r.gate);
     s.integer("max_tokens", r.maxTokens, 0, INT32_MAX);

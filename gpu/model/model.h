@@ -119,6 +119,11 @@ public:
     // [numLayers] of [numHeads, ids.size(), headDim] float32 (alignment metrics score B's attention
     // output with converted K/V against its own using these).
     std::vector<std::vector<float>> queries(const std::vector<int> &ids, KvCache &cache) const;
+    // Both at once, from one pass: forward()'s logits, and each layer's queries into *queries as
+    // queries() returns them (the quality gate's attention-output cosine reads the queries of the
+    // positions whose logits it also needs).
+    std::vector<float> forward(const std::vector<int> &ids, KvCache &cache, bool allLogits,
+                               std::vector<std::vector<float>> *queries) const;
 
     // Mean over tokens of the residual stream after `layer` blocks (0 = embeddings, numLayers = the
     // last block's output before the final norm): [hiddenSize] float32. For embedding texts.

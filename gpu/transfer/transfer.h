@@ -78,17 +78,37 @@ Agreement teacherForcedAgreement(const Model &source, const Model &target, const
 Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
                             const std::vector<int> &continuation);
 
+// Multi-turn hand-off: A served the first turns of a conversation and holds the cache of
+// tokens[0 .. handoff-1]; B takes over from that cache converted and processes the rest of the
+// conversation itself. Both B from its own prefill of the whole conversation and B from the
+// converted cache are fed `tokens` (teacher-forced) and compared on the positions that predict the
+// tokens of each span [begin, end) (e.g. each later turn's answer): one Agreement per span, in the
+// order given, kl[i] at the position predicting tokens[begin + i]. Spans must be non-empty, start
+// after the hand-off (begin > handoff >= 1) and not overlap, in increasing order, end <=
+// tokens.size(); Error(InvalidArgument) otherwise. Logits are taken only where a span needs them,
+// so a long conversation costs two prefills, not [tokens, vocab] floats.
+std::vector<Agreement> handoffAgreement(const Model &source, const Model &target, const Converter &converter,
+                                        const std::vector<int> &tokens, int handoff,
+                                        const std::vector<std::pair<int, int>> &spans);
+
 // The quality gate, computed before committing to a converted cache of prompt[0 .. n-2] (in
 // sourceCache, A's cache of those positions). B recomputes the last `tail` converted positions
 // itself on top of the converted cache of the positions before them, then processes the prompt's
-// last token both ways. Three signals, all from these tail + 2 token steps of B:
+// last token both ways. Four signals, all from these tail + 2 token steps of B:
 //  - kvCos: cosine between B's own K/V at the tail positions and the converted K/V there, averaged
 //    over layers, keys and values (1 = the conversion reproduces B there);
 //  - tailKl: KL between B's next-token distribution after the last prompt token with the tail
 //    recomputed and with the fully converted cache (0 = recomputing changes nothing);
 //  - nll: B's mean negative log-likelihood of the tail's following tokens given the converted
-//    prefix (how plausible B finds the prompt it is about to continue).
-// The gate passes when the chosen signal clears the threshold (kvCos >= t; tailKl, nll <= t).
+//    prefix (how plausible B finds the prompt it is about to continue);
+//  - attnCos: B's attention output at the tail with its own K/V there against with the converted
+//    K/V there. B's queries of the tail positions and of the last prompt token (from the recompute,
+//    post-RoPE) attend over the tail's keys and values only (tail query i over tail keys 0..i, the
+//    last token over all of them; the positions before the tail hold converted K/V both ways and
+//    are left out of both softmaxes); the cosine of the two outputs per query over
+//    [heads * headDim], averaged over queries and layers. kvCos weighs every direction of K and V
+//    alike, this one only what B's queries read (1 = the conversion changes nothing B reads there).
+// The gate passes when the chosen signal clears the threshold (kvCos, attnCos >= t; tailKl, nll <= t).
 // The signal enum and its names are core's (core/jobs/job_enums.h).
 using core::defaultGateThreshold;
 using core::GateSignal;
@@ -100,6 +120,7 @@ struct GateResult
     double kvCos = 0;
     double tailKl = 0;
     double nll = 0;
+    double attnCos = 0;
     int tail = 0;
     GateSignal signal = GateSignal::TailKl;
     double threshold = 0;

@@ -571,6 +571,47 @@ private Q_SLOTS:
         QCOMPARE(stored.front().transfer.ids, sample->transfer.ids);
         fault = left("compare");
         QVERIFY2(fault.isEmpty(), qPrintable(fault));
+        // the converter's held-out prompts with the baselines: the summary with paired intervals
+        QSignalSpy comparedSet(&engine, &app::EngineController::comparedSet);
+        ui::CompareSetRequest sr = cmp->promptSetRequest();
+        QVERIFY(sr.promptsPath.isEmpty()); // the held-out prompts unless a file is typed
+        QCOMPARE(sr.converter, QString("gui"));
+        QVERIFY(sr.baselines);
+        sr.limit = 3;
+        sr.maxTokens = 4;
+        cmp->setPromptSetRequest(sr);
+        QVERIFY(cmp->setSummaryText().isEmpty());
+        std::tie(fault, places) = enter("compare");
+        QVERIFY2(fault.isEmpty(), qPrintable(fault));
+        child<QPushButton>(cmp, "runSetButton")->click();
+        QVERIFY(engine.busy());
+        QTest::qWait(30);
+        moved = movedButton(w, places, "compare at " + tag + ", comparing the held-out prompts");
+        QVERIFY2(moved.isEmpty(), qPrintable(moved));
+        QVERIFY(comparedSet.wait(120000));
+        QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.first().at(1).toString()));
+        const auto set = comparedSet.first().at(1).value<std::shared_ptr<const ui::CompareSetSummary>>();
+        QCOMPARE(set->prompts, 3);
+        QVERIFY(!set->cancelled);
+        QVERIFY(set->klGapClosed && set->klGapClosed->lo <= set->klGapClosed->estimate &&
+                set->klGapClosed->estimate <= set->klGapClosed->hi);
+        // the random map always; the raw source KV only when the KV rows are equally wide (else a
+        // warning says why)
+        QVERIFY(!set->baselines.empty() && set->baselines.back().key == "random_map");
+        QVERIFY(set->baselines.back().klDifference);
+        QVERIFY(set->baselines.size() == 2 || set->warnings.join(' ').contains("no raw-source-KV baseline"));
+        const QString setText = cmp->setSummaryText();
+        QVERIFY2(setText.contains("3 of 3 held-out prompts with 'gui'") &&
+                     setText.contains("KL gap closed") &&
+                     setText.contains(QString::fromStdString(core::formatInterval(*set->klGapClosed))) &&
+                     setText.contains("KL minus random map"),
+                 qPrintable(setText));
+        QVERIFY(child<QLabel>(cmp, "compareSetSummary")->isVisible());
+        QTRY_VERIFY(!engine.busy());
+        QVERIFY(child<QPushButton>(cmp, "runSetButton")->isEnabled());
+        QCOMPARE(core::loadComparisons(exp.toStdString(), "workbench").size(), size_t(1)); // nothing stored
+        fault = left("compare");
+        QVERIFY2(fault.isEmpty(), qPrintable(fault));
         // a comparison cancelled before it ends stores nothing and frees the panel
         QSignalSpy cancelled(&engine, &app::EngineController::cancelled);
         child<QPushButton>(cmp, "runButton")->click();

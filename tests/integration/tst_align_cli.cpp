@@ -220,8 +220,13 @@ private Q_SLOTS:
                 QCOMPARE(at["precision"].toDouble(), double(passedGood) / passedAll);
             if (goodAll > 0)
                 QCOMPARE(at["recall"].toDouble(), double(passedGood) / goodAll);
-            for (const char *sig : {"kv_cos", "tail_kl", "nll"})
+            for (const char *sig : {"kv_cos", "tail_kl", "nll", "attn_cos"})
                 QVERIFY(quality["signals"].toObject()[sig].toObject()["curve"].toArray().size() >= 1);
+            for (const auto &v : QJsonDocument::fromJson(r.out).object()["prompts"].toArray()) {
+                const double attn = v.toObject()["gate"].toObject()["attn_cos"].toDouble(-2);
+                QVERIFY2(attn >= -1 && attn <= 1 + 1e-6, qPrintable(QString::number(attn)));
+            }
+            QVERIFY(s["gate"].toObject().contains("spearman_attn_cos_kl"));
         }
         // two converters on the same prompts: the paired differences; 'ph' shares top2's split
         auto rv = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--versus", "ph",
@@ -368,6 +373,107 @@ private Q_SLOTS:
             QVERIFY(std::isfinite(p["kl"].toDouble()) && p["kl"].toDouble() >= 0);
             QVERIFY(!p["text_transfer"].toString().isNull());
         }
+    }
+
+    // Multi-turn hand-off: ShareGPT conversations imported as a workload, A serving the first turns
+    // and B continuing from the converted cache. On a self pair every later turn matches scratch; on
+    // a cross pair the per-turn KL is measured with intervals over conversations.
+    void handoffThroughTheCli()
+    {
+        std::string chats = "[";
+        for (int i = 0; i < 4; ++i) {
+            chats +=
+                std::string(i ? "," : "") + "{\"id\": \"c" + std::to_string(i) + "\", \"conversations\": [";
+            for (int t = 0; t < 4; ++t)
+                chats += std::string(t ? "," : "") + "{\"from\": \"human\", \"value\": \"q" +
+                         std::to_string(t) + " of chat " + std::to_string(i) +
+                         "?\"}, {\"from\": \"gpt\", \"value\": \"answer " + std::to_string(i * 10 + t) +
+                         " here.\"}";
+            chats += "]}";
+        }
+        chats += "]";
+        test::writeFile(m_dir / "chats.json", chats);
+        auto r = runKvwb(
+            {"workload", "sharegpt", "--input", q(m_dir / "chats.json"), "--out", q(m_dir / "chats.jsonl")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto self = capture("b", "b", "handoff-self.h5");
+        r = runKvwb({"align", "--experiment", q(self), "--lambda", "1e-7", "--no-attention"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        r = runKvwb({"compare", "--experiment", q(self), "--handoff", q(m_dir / "chats.jsonl"),
+                     "--max-tokens", "4", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["conversations"].toArray().size(), 4);
+        auto s = j["summary"].toObject();
+        QCOMPARE(s["conversations"].toInt(), 4);
+        auto turns = s["turns"].toArray();
+        QCOMPARE(turns.size(), 3); // turns 2, 3 and 4 after A's first
+        for (int t = 0; t < 3; ++t) {
+            const auto row = turns[t].toObject();
+            QCOMPARE(row["turn"].toInt(), t + 2);
+            QCOMPARE(row["conversations"].toInt(), 4);
+            QVERIFY2(row["kl"].toDouble() < 1e-4, qPrintable(QString::number(row["kl"].toDouble())));
+            QCOMPARE(row["top1"].toDouble(), 1.0);
+            const auto ci = row["kl_ci"].toObject();
+            QVERIFY(ci["lo"].toDouble() <= ci["estimate"].toDouble() &&
+                    ci["estimate"].toDouble() <= ci["hi"].toDouble());
+            QCOMPARE(row["kl_change_vs_first"].isNull(), t == 0);
+        }
+        // per conversation: the converted prefix ends before every compared answer
+        for (const auto &v : j["conversations"].toArray()) {
+            const auto c = v.toObject();
+            QVERIFY(c["handoff_tokens"].toInt() > 0 &&
+                    c["handoff_tokens"].toInt() < c["transcript_tokens"].toInt());
+            QCOMPARE(c["turns"].toArray().size(), 3);
+            QVERIFY(c["turns"].toArray()[0].toObject()["answer_tokens"].toInt() > 0);
+        }
+
+        // a cross pair, handed off after turn 2 and cut at turn 3: one compared turn, a KL above 0
+        const auto pair = capture("a", "b", "handoff-pair.h5");
+        r = runKvwb({"align", "--experiment", q(pair), "--no-attention"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        r = runKvwb({"compare", "--experiment", q(pair), "--handoff", q(m_dir / "chats.jsonl"),
+                     "--handoff-turn", "2", "--turns", "3", "--max-tokens", "4", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        turns = QJsonDocument::fromJson(r.out).object()["summary"].toObject()["turns"].toArray();
+        QCOMPARE(turns.size(), 1);
+        QCOMPARE(turns[0].toObject()["turn"].toInt(), 3);
+        QVERIFY(turns[0].toObject()["kl"].toDouble() > 1e-6);
+        QVERIFY(std::isfinite(turns[0].toObject()["kl"].toDouble()));
+        // the table
+        r = runKvwb({"compare", "--experiment", q(pair), "--handoff", q(m_dir / "chats.jsonl"),
+                     "--max-tokens", "2", "--limit", "2"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.out.contains("2 conversations") && r.out.contains("| 4 | 2 |"), r.out.constData());
+
+        // a user whose prompts do not grow is no conversation; a file of only those is an error
+        test::writeFile(m_dir / "flat.jsonl",
+                        "{\"t_ms\": 0, \"tenant\": \"t\", \"user\": \"u\", \"prompt\": \"Q: one?\\nA:\", "
+                        "\"intent\": \"\", \"model\": \"a\", \"max_tokens\": 4}\n"
+                        "{\"t_ms\": 1, \"tenant\": \"t\", \"user\": \"u\", \"prompt\": \"Q: two?\\nA:\", "
+                        "\"intent\": \"\", \"model\": \"a\", \"max_tokens\": 4}\n");
+        r = runKvwb({"compare", "--experiment", q(pair), "--handoff", q(m_dir / "flat.jsonl")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("not conversations") && r.err.contains("no conversation"), r.err.constData());
+        // conversations too short for the hand-off turn are skipped, naming why
+        r = runKvwb({"compare", "--experiment", q(pair), "--handoff", q(m_dir / "chats.jsonl"),
+                     "--handoff-turn", "4", "--max-tokens", "2"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("a hand-off after turn 4 needs at least 5"), r.err.constData());
+        // usage
+        QCOMPARE(runKvwb({"compare", "--experiment", q(pair), "--handoff", q(m_dir / "chats.jsonl"),
+                          "--prompt", "x"})
+                     .exitCode,
+                 2);
+        QCOMPARE(runKvwb({"compare", "--experiment", q(pair), "--prompt", "x", "--turns", "3"}).exitCode, 2);
+        QCOMPARE(runKvwb({"compare", "--experiment", q(pair), "--handoff", q(m_dir / "chats.jsonl"),
+                          "--turns", "1"})
+                     .exitCode,
+                 2);
+        QCOMPARE(runKvwb({"compare", "--experiment", q(pair), "--handoff", q(m_dir / "chats.jsonl"),
+                          "--baselines"})
+                     .exitCode,
+                 2);
     }
 
     void errors()

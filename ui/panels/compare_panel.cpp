@@ -1,5 +1,6 @@
 #include "ui/panels/compare_panel.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
 #include <QDoubleSpinBox>
@@ -12,9 +13,11 @@
 #include <QPlainTextEdit>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QScrollBar>
 #include <QShortcut>
 #include <QSpinBox>
+#include <QStackedWidget>
 #include <QTextBrowser>
 #include <QUrl>
 #include <QVBoxLayout>
@@ -203,9 +206,10 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     controls->addSpacing(8);
     m_gateSignal = new QComboBox(this);
     m_gateSignal->setObjectName("gateSignalCombo");
-    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll"});
+    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll", "attn_cos"});
     m_gateSignal->setToolTip(tr("What the quality gate measures before trusting the converted cache: tail_kl "
-                                "and nll pass when low, kv_cos when high."));
+                                "and nll pass when low, kv_cos and attn_cos (B's attention output on the "
+                                "tail, converted vs own K/V) when high."));
     label(tr("&Gate:"), m_gateSignal);
     auto *comparison = new QLabel(QString::fromUtf8("\u2264"), this);
     comparison->setObjectName("gateComparison");
@@ -217,7 +221,7 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     m_gateThreshold->setSingleStep(0.01);
     m_gateThreshold->setValue(0.1);
     m_gateThreshold->setToolTip(tr("The gate passes when the signal is at or below this (at or above for "
-                                   "kv_cos); a failed gate falls back to B's own prefill."));
+                                   "kv_cos and attn_cos); a failed gate falls back to B's own prefill."));
     controls->addWidget(m_gateThreshold);
     m_gateTail = new QSpinBox(this);
     m_gateTail->setObjectName("gateTailSpin");
@@ -254,6 +258,54 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     m_progress->hide();
     controls->addWidget(m_progress);
     layout->addLayout(controls);
+
+    // a prompt set with the baselines and paired intervals, as `kvwb compare --held-out --baselines`
+    auto *setRow = new QHBoxLayout;
+    m_setSource = new QComboBox(this);
+    m_setSource->setObjectName("promptSetCombo");
+    m_setSource->setEditable(true);
+    m_setSource->addItem(tr("held-out prompts"));
+    m_setSource->setInsertPolicy(QComboBox::NoInsert);
+    m_setSource->setMinimumContentsLength(24);
+    m_setSource->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_setSource->setToolTip(tr("The prompts of a set run: the converter's held-out (test) prompts, or type "
+                               "the path of a prompt file (text lines or JSONL)."));
+    auto *setLabel = new QLabel(tr("Prompt &set:"), this);
+    setLabel->setBuddy(m_setSource);
+    setLabel->setToolTip(m_setSource->toolTip());
+    setRow->addWidget(setLabel);
+    setRow->addWidget(m_setSource, 1);
+    m_setLimit = new QSpinBox(this);
+    m_setLimit->setObjectName("promptSetLimitSpin");
+    m_setLimit->setRange(0, 100000);
+    m_setLimit->setValue(12);
+    m_setLimit->setSpecialValueText(tr("all"));
+    m_setLimit->setToolTip(tr("At most this many prompts of the set (0: all); each runs A and B three ways "
+                              "(and twice more with the baselines)."));
+    auto *limitLabel = new QLabel(tr("&Prompts:"), this);
+    limitLabel->setBuddy(m_setLimit);
+    limitLabel->setToolTip(m_setLimit->toolTip());
+    setRow->addWidget(limitLabel);
+    setRow->addWidget(m_setLimit);
+    m_setBaselines = new QCheckBox(tr("&Baselines"), this);
+    m_setBaselines->setObjectName("baselinesCheck");
+    m_setBaselines->setChecked(true);
+    m_setBaselines->setToolTip(tr("Also run A's raw KV (when the KV widths match) and a random map of the "
+                                  "converter's shape on the same prompts, with paired differences."));
+    setRow->addWidget(m_setBaselines);
+    m_runSet = new QPushButton(tr("Run s&et"), this);
+    m_runSet->setObjectName("runSetButton");
+    m_runSet->setToolTip(tr("Compare every prompt of the set and summarise it with paired bootstrap 95% "
+                            "intervals over the prompts (nothing is stored)."));
+    setRow->addWidget(m_runSet);
+    m_showSetSummary = new QPushButton(tr("Set s&ummary"), this);
+    m_showSetSummary->setObjectName("setSummaryButton");
+    m_showSetSummary->setCheckable(true);
+    m_showSetSummary->setEnabled(false);
+    m_showSetSummary->setToolTip(tr("Show the last prompt set's summary in place of the three panes (or the "
+                                    "panes again)."));
+    setRow->addWidget(m_showSetSummary);
+    layout->addLayout(setRow);
 
     m_message = new QLabel(this);
     m_message->setObjectName("compareMessage");
@@ -300,7 +352,30 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     m_headers[1]->setToolTip(tr("Model B after computing the whole prompt itself: the reference."));
     m_headers[2]->setToolTip(tr("Model B after taking the prompt's cache from A through the converter: what "
                                 "a cross-model cache hit would produce."));
-    layout->addLayout(panes, 1);
+    // the panes and the prompt set's summary share one place: the page does not grow when a
+    // summary arrives (at 1366x768 it would need a scroll bar)
+    m_views = new QStackedWidget(this);
+    m_views->setObjectName("compareViews");
+    auto *panesPage = new QWidget(m_views);
+    panes->setContentsMargins(0, 0, 0, 0);
+    panesPage->setLayout(panes);
+    m_views->addWidget(panesPage);
+    auto *summaryPage = new QScrollArea(m_views);
+    summaryPage->setObjectName("compareSetSummaryPage");
+    summaryPage->setWidgetResizable(true);
+    summaryPage->setFrameShape(QFrame::NoFrame);
+    m_setSummary = new QLabel(summaryPage);
+    m_setSummary->setObjectName("compareSetSummary");
+    m_setSummary->setWordWrap(true);
+    m_setSummary->setTextFormat(Qt::RichText);
+    m_setSummary->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_setSummary->setAlignment(Qt::AlignLeft | Qt::AlignTop);
+    QFont setFont = m_setSummary->font();
+    setFont.setPointSizeF(setFont.pointSizeF() + 1);
+    m_setSummary->setFont(setFont);
+    summaryPage->setWidget(m_setSummary);
+    m_views->addWidget(summaryPage);
+    layout->addWidget(m_views, 1);
 
     auto *legendRow = new QHBoxLayout;
     m_legendBar = new QLabel(this);
@@ -329,6 +404,12 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
 
     connect(m_run, &QPushButton::clicked, this, &ComparePanel::run);
     connect(m_cancel, &QPushButton::clicked, this, &ComparePanel::cancelRequested);
+    connect(m_showSetSummary, &QPushButton::toggled, this,
+            [this](bool on) { m_views->setCurrentIndex(on ? 1 : 0); });
+    connect(m_runSet, &QPushButton::clicked, this, [this] {
+        showMessage({});
+        Q_EMIT compareSetRequested(promptSetRequest());
+    });
     auto *shortcut = new QShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return), m_prompt);
     shortcut->setContext(Qt::WidgetShortcut);
     connect(shortcut, &QShortcut::activated, this, [this] {
@@ -337,8 +418,9 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     });
     connect(m_gateSignal, &QComboBox::currentTextChanged, this, [this, comparison](const QString &signal) {
         // each signal has its own scale: reset to the default threshold the CLI uses
-        m_gateThreshold->setValue(signal == "kv_cos" ? 0.9 : signal == "nll" ? 3.0 : 0.1);
-        comparison->setText(QString::fromUtf8(signal == "kv_cos" ? "\u2265" : "\u2264"));
+        const auto s = core::parseGateSignal(signal.toStdString()).value_or(core::GateSignal::TailKl);
+        m_gateThreshold->setValue(core::defaultGateThreshold(s));
+        comparison->setText(QString::fromUtf8(core::gateHigherIsBetter(s) ? "\u2265" : "\u2264"));
     });
     connect(m_colourBy, &QComboBox::currentIndexChanged, this,
             [this](int i) { setColouring(i == 1 ? Colouring::Kl : Colouring::Probability); });
@@ -410,6 +492,96 @@ void ComparePanel::setRequest(const CompareRequest &r)
     m_gateTail->setValue(r.gateTail);
     m_save = r.save;
     refreshReadiness();
+}
+
+CompareSetRequest ComparePanel::promptSetRequest() const
+{
+    const CompareRequest one = request();
+    CompareSetRequest r;
+    r.experimentPath = one.experimentPath;
+    r.converter = one.converter;
+    r.maxTokens = one.maxTokens;
+    r.gateSignal = one.gateSignal;
+    r.gateThreshold = one.gateThreshold;
+    r.gateTail = one.gateTail;
+    const QString source = m_setSource->currentText().trimmed();
+    r.promptsPath = source == m_setSource->itemText(0) || source.isEmpty() ? QString() : source;
+    r.limit = m_setLimit->value();
+    r.baselines = m_setBaselines->isChecked();
+    return r;
+}
+
+void ComparePanel::setPromptSetRequest(const CompareSetRequest &r)
+{
+    CompareRequest one = request();
+    one.experimentPath = r.experimentPath;
+    one.converter = r.converter;
+    one.maxTokens = r.maxTokens;
+    one.gateSignal = r.gateSignal;
+    one.gateThreshold = r.gateThreshold;
+    one.gateTail = r.gateTail;
+    setRequest(one);
+    m_setSource->setCurrentText(r.promptsPath.isEmpty() ? m_setSource->itemText(0) : r.promptsPath);
+    m_setLimit->setValue(r.limit);
+    m_setBaselines->setChecked(r.baselines);
+}
+
+void ComparePanel::showSetSummary(const CompareSetSummary &s)
+{
+    setBusy(false);
+    const auto ci = [](const std::optional<core::Interval> &i, int digits) {
+        return i ? QString::fromStdString(core::formatInterval(*i, digits))
+                 : tr("n/a (fewer than 2 prompts)");
+    };
+    // one wrapped line per measure (a rich-text table would not wrap and widens the page), values in
+    // bold; the same lines as plain text for logs and tests
+    std::vector<std::vector<std::pair<QString, QString>>> lines = {
+        {{tr("KL(scratch \u2016 transfer)"), fmt(s.kl, 4) + tr(" nats/token")},
+         {tr("no prefix"), fmt(s.klNoPrefix, 4)},
+         {tr("KL gap closed vs no prefix"), ci(s.klGapClosed, 3)}},
+        {{tr("top-1 agreement"), fmt(s.top1, 3)},
+         {tr("no prefix"), fmt(s.top1NoPrefix, 3)},
+         {tr("gain over no prefix"), ci(s.top1Gain, 3)}},
+        {{tr("ROUGE-L vs scratch"), fmt(s.rougeL, 3)},
+         {tr("A's own answer"), fmt(s.rougeLA, 3)},
+         {tr("gain over answering with A"), ci(s.rougeLGainVsA, 3)}},
+    };
+    for (const auto &b : s.baselines) {
+        const QString name = b.key == "raw_source_kv" ? tr("raw source KV") : tr("random map");
+        lines.push_back({{tr("baseline %1: KL / top-1 / ROUGE-L").arg(name),
+                          fmt(b.kl, 4) + " / " + fmt(b.top1, 3) + " / " + fmt(b.rougeL, 3)},
+                         {tr("KL minus %1").arg(name), ci(b.klDifference, 4)},
+                         {tr("top-1 minus it"), ci(b.top1Difference, 3)},
+                         {tr("ROUGE-L minus it"), ci(b.rougeLDifference, 3)}});
+    }
+    const QString title = tr("%1 of %2 %3 with '%4'%5 (paired bootstrap 95% intervals over the prompts; "
+                             "KL minus a baseline below 0: closer to scratch)")
+                              .arg(s.prompts)
+                              .arg(s.requested)
+                              .arg(s.source, s.converter, s.cancelled ? tr(" (cancelled)") : QString());
+    QString html = "<b>" + title.toHtmlEscaped() + "</b>";
+    m_setSummaryPlain = title + "\n";
+    for (const auto &line : lines) {
+        QStringList rich, plain;
+        for (const auto &[what, value] : line) {
+            rich << what.toHtmlEscaped() + " <b>" + value.toHtmlEscaped() + "</b>";
+            plain << what + " " + value;
+        }
+        html += "<br>" + rich.join(QStringLiteral(" \u00b7 "));
+        m_setSummaryPlain += plain.join(QStringLiteral(" \u00b7 ")) + "\n";
+    }
+    for (const QString &w : s.warnings) {
+        html += "<br><span style=\"color:#8a6d00\">" + tr("warning: %1").arg(w).toHtmlEscaped() + "</span>";
+        m_setSummaryPlain += tr("warning: %1").arg(w) + "\n";
+    }
+    m_setSummary->setText(html);
+    m_showSetSummary->setEnabled(true);
+    m_showSetSummary->setChecked(true); // shows it
+}
+
+QString ComparePanel::setSummaryText() const
+{
+    return m_setSummaryPlain;
 }
 
 void ComparePanel::showResult(const CompareResult &r)
@@ -512,6 +684,7 @@ void ComparePanel::run()
 
 void ComparePanel::showSample(const CompareResult &r)
 {
+    m_showSetSummary->setChecked(false); // the panes again
     m_shown = r;
     render();
 }
@@ -590,7 +763,8 @@ void ComparePanel::render()
                                   : tr("first divergence at token %1").arg(r.firstDivergence));
     QString gate;
     if (!r.gateSignal.empty()) {
-        const bool higherIsBetter = r.gateSignal == "kv_cos";
+        const auto signal = core::parseGateSignal(r.gateSignal);
+        const bool higherIsBetter = signal && core::gateHigherIsBetter(*signal);
         const char *op = higherIsBetter ? (r.gatePassed ? "\u2265" : "<") : (r.gatePassed ? "\u2264" : ">");
         gate = tr("gate %1 %2 %3 %4: %5")
                    .arg(QString::fromStdString(r.gateSignal), fmt(r.gateValue, 3), QString::fromUtf8(op),
@@ -619,6 +793,7 @@ void ComparePanel::refreshReadiness()
     else if (m_converter->count() == 0)
         missing << tr("This experiment has no converter yet: fit one in the Alignment dock.");
     m_run->setEnabled(!m_busy && missing.isEmpty());
+    m_runSet->setEnabled(!m_busy && missing.isEmpty());
     m_hint->setText(missing.isEmpty() ? tr("Experiment: %1").arg(m_experimentPath) : missing.join(' '));
     m_hint->setToolTip(m_experimentPath);
 }

@@ -2,7 +2,11 @@
 // model B from its own prefill ("scratch") and by B from A's converted cache ("transfer") - with
 // each generated token's background coloured by its probability or by the per-token KL of the
 // transfer path to scratch, the first divergence marked, per-path timings and a summary line with
-// the teacher-forced KL, top-1 agreement, ROUGE-L and the quality gate's decision.
+// the teacher-forced KL, top-1 agreement, ROUGE-L and the quality gate's decision. Below the
+// controls, a prompt set (the converter's held-out prompts or a prompt file) can be run as `kvwb
+// compare --held-out --baselines` does: the summary shows the KL gap closed, top-1 and ROUGE-L
+// against the no-prefix floor and A's own answer, and the differences from the raw-source-KV and
+// random-map baselines, each with its paired bootstrap 95% interval over the prompts.
 //
 // The panel only builds a CompareRequest from its controls and emits it; app/ runs it on the
 // engine thread and hands the result back through showResult(). Earlier results (this session's,
@@ -21,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
@@ -28,6 +33,7 @@ class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
+class QStackedWidget;
 class QTextBrowser;
 class QUrl;
 
@@ -58,6 +64,14 @@ public:
     CompareRequest request() const;
     // Sets the controls; a converter the combo does not list is added so the request round-trips.
     void setRequest(const CompareRequest &r);
+    // The prompt-set run from the controls (converter, max tokens and gate as for one prompt).
+    CompareSetRequest promptSetRequest() const;
+    // Sets the prompt-set controls (and, from r, the converter, max tokens and gate).
+    void setPromptSetRequest(const CompareSetRequest &r);
+    // Shows a prompt set's summary in place of the panes (Set summary toggles back).
+    void showSetSummary(const kvwb::ui::CompareSetSummary &s);
+    // That summary as plain text (empty before the first one).
+    QString setSummaryText() const;
 
     // Fills the three panes, their stats lines and the summary; appends r to the history combo.
     void showResult(const kvwb::ui::CompareResult &r);
@@ -83,6 +97,7 @@ public Q_SLOTS:
 
 Q_SIGNALS:
     void compareRequested(const kvwb::ui::CompareRequest &request);
+    void compareSetRequested(const kvwb::ui::CompareSetRequest &request);
     void cancelRequested();
 
 private:
@@ -108,6 +123,7 @@ private:
     std::vector<CompareResult> m_history;
     std::array<QString, PaneCount> m_html;
     QString m_summaryPlain;
+    QString m_setSummaryPlain;
 
     QPlainTextEdit *m_prompt = nullptr;
     QComboBox *m_converter = nullptr;
@@ -129,6 +145,13 @@ private:
     QLabel *m_legendBar = nullptr;
     QLabel *m_tokenInfo = nullptr;
     QLabel *m_summary = nullptr;
+    QComboBox *m_setSource = nullptr; // "held-out prompts" or a prompt file's path (editable)
+    QSpinBox *m_setLimit = nullptr;
+    QCheckBox *m_setBaselines = nullptr;
+    QPushButton *m_runSet = nullptr;
+    QPushButton *m_showSetSummary = nullptr; // checked: m_views shows the set summary
+    QStackedWidget *m_views = nullptr;       // page 0: the three panes; page 1: the set summary
+    QLabel *m_setSummary = nullptr;
 };
 
 } // namespace kvwb::ui

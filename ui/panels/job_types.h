@@ -5,6 +5,7 @@
 
 #include "core/cache/replay_ledger.h"
 #include "core/jobs/job_enums.h"
+#include "core/metrics/bootstrap.h"
 #include "core/store/comparison_store.h"
 #include "core/store/experiment_file.h"
 
@@ -12,6 +13,8 @@
 #include <QStringList>
 
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 namespace kvwb::ui {
 
@@ -83,6 +86,44 @@ struct CompareRequest
     bool save = true; // append the sample to /comparisons/workbench of the experiment
 };
 using CompareResult = core::ComparisonSample;
+
+// Compare panel -> engine: a prompt set compared as `kvwb compare --held-out` (or --prompts FILE)
+// does, with the baselines of `--baselines` when asked; the summary with paired bootstrap 95%
+// intervals over the prompts comes back (docs/transfer.md, "Comparison").
+struct CompareSetRequest
+{
+    QString experimentPath;
+    QString converter;
+    QString promptsPath; // empty: the converter's held-out (test) prompts
+    int limit = 12;      // at most N prompts (0 = all)
+    int maxTokens = 16;
+    core::GateSignal gateSignal = core::GateSignal::TailKl;
+    double gateThreshold = 0.1;
+    int gateTail = 4;
+    bool baselines = true; // also the raw source KV and a random map of the converter's shape
+};
+
+// One other converter run on the same prompts: its means and this converter minus it.
+struct CompareSetBaseline
+{
+    QString key;       // "raw_source_kv" | "random_map"
+    QString converter; // its record name
+    double kl = 0, top1 = 0, rougeL = 0;
+    std::optional<core::Interval> klDifference, top1Difference, rougeLDifference; // null: < 2 prompts
+};
+
+struct CompareSetSummary
+{
+    QString converter;
+    QString source;         // "held-out prompts" or the prompt file
+    int prompts = 0;        // compared
+    int requested = 0;      // in the set (after the limit)
+    bool cancelled = false; // the prompts done so far are summarised
+    double kl = 0, top1 = 0, rougeL = 0, klNoPrefix = 0, top1NoPrefix = 0, rougeLA = 0;
+    std::optional<core::Interval> klGapClosed, top1Gain, rougeLGainVsA; // null: fewer than 2 prompts
+    std::vector<CompareSetBaseline> baselines;
+    QStringList warnings;
+};
 
 // Replay panel -> engine: replay a workload through a tier stack with the loaded models.
 struct ReplayRequest

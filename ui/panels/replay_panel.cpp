@@ -29,10 +29,12 @@ namespace {
 
 constexpr int LiveEntry = -1; // ledger combo item data of the live replay; stored ledgers: their index
 
-// The gate passes when tail_kl or nll <= threshold, or kv_cos >= threshold (docs/transfer.md).
+// The gate passes when tail_kl or nll <= threshold, or kv_cos or attn_cos >= threshold
+// (docs/transfer.md).
 double defaultGateThreshold(const QString &signal)
 {
-    return signal == "kv_cos" ? 0.9 : signal == "nll" ? 3.0 : 0.1;
+    return core::defaultGateThreshold(
+        core::parseGateSignal(signal.toStdString()).value_or(core::GateSignal::TailKl));
 }
 
 } // namespace
@@ -331,7 +333,7 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     gateRow->addWidget(new QLabel(tr("signal:"), box));
     m_gateSignal = new QComboBox(box);
     m_gateSignal->setObjectName("gateSignalCombo");
-    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll"});
+    m_gateSignal->addItems({"tail_kl", "kv_cos", "nll", "attn_cos"});
     m_gateSignal->setItemData(
         0, tr("KL of B's next-token distribution, tail recomputed vs converted; passes <= T."),
         Qt::ToolTipRole);
@@ -339,8 +341,12 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
                               Qt::ToolTipRole);
     m_gateSignal->setItemData(2, tr("B's mean negative log-likelihood of the tail tokens; passes <= T."),
                               Qt::ToolTipRole);
+    m_gateSignal->setItemData(3,
+                              tr("Cosine of B's attention output on the tail over its own K/V to that over "
+                                 "the converted K/V; passes >= T."),
+                              Qt::ToolTipRole);
     m_gateSignal->setToolTip(
-        tr("What the gate measures: tail_kl and nll pass below the threshold, kv_cos above it "
+        tr("What the gate measures: tail_kl and nll pass below the threshold, kv_cos and attn_cos above it "
            "(choosing one resets the threshold to its default)."));
     gateRow->addWidget(m_gateSignal);
     gateRow->addWidget(new QLabel(tr("threshold:"), box));
@@ -349,8 +355,8 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_gateThreshold->setRange(0, 1000);
     m_gateThreshold->setDecimals(3);
     m_gateThreshold->setSingleStep(0.05);
-    m_gateThreshold->setToolTip(
-        tr("The gate's limit for the chosen signal (defaults: tail_kl 0.1, kv_cos 0.9, nll 3)."));
+    m_gateThreshold->setToolTip(tr(
+        "The gate's limit for the chosen signal (defaults: tail_kl 0.1, kv_cos and attn_cos 0.9, nll 3)."));
     gateRow->addWidget(m_gateThreshold);
     gateRow->addStretch(1);
     grid->addLayout(gateRow, 2, 1);

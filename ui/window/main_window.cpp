@@ -231,6 +231,13 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
         beginJob(Job::Compare);
         Q_EMIT compareRequested(r);
     });
+    connect(m_compare, &ComparePanel::compareSetRequested, this, [this](const CompareSetRequest &r) {
+        beginJob(Job::Compare);
+        log(tr("comparing %1 with '%2'%3")
+                .arg(r.promptsPath.isEmpty() ? tr("the held-out prompts") : r.promptsPath, r.converter,
+                     r.baselines ? tr(" and the baselines") : QString()));
+        Q_EMIT compareSetRequested(r);
+    });
     connect(m_replay, &ReplayPanel::replayRequested, this, [this](const ReplayRequest &r) {
         beginJob(Job::Replay);
         m_replay->beginLive(QFileInfo(r.workloadPath).fileName() + " | " +
@@ -865,6 +872,20 @@ void MainWindow::showCompared(const CompareResult &result)
             .arg(result.top1, 0, 'f', 3)
             .arg(result.firstDivergence)
             .arg(result.gatePassed ? tr("pass") : tr("fall back")));
+}
+
+void MainWindow::showComparedSet(const CompareSetSummary &summary)
+{
+    m_compare->showSetSummary(summary);
+    log(tr("compared %1 of %2 prompts with '%3'%4: KL %5 nats/token, gap closed vs no prefix %6")
+            .arg(summary.prompts)
+            .arg(summary.requested)
+            .arg(summary.converter, summary.cancelled ? tr(" (cancelled)") : QString())
+            .arg(summary.kl, 0, 'f', 4)
+            .arg(summary.klGapClosed ? QString::fromStdString(core::formatInterval(*summary.klGapClosed))
+                                     : tr("n/a")));
+    for (const QString &w : summary.warnings)
+        log(tr("compare: %1").arg(w));
 }
 
 void MainWindow::showReplayRows(const std::vector<core::LedgerRow> &rows)

@@ -100,6 +100,7 @@ public Q_SLOTS:
     void showCaptured(const kvwb::ui::CaptureSummary &summary);
     void showFitted(const kvwb::ui::FitSummary &summary);
     void showCompared(const kvwb::ui::CompareResult &result);
+    void showComparedSet(const kvwb::ui::CompareSetSummary &summary);
     void showReplayRows(const std::vector<kvwb::core::LedgerRow> &rows);
     void showReplayProgress(int done, int total);
     void showReplayFinished(bool cancelled, int requests, const QString &storedLedger);
@@ -128,6 +129,7 @@ Q_SIGNALS:
     void captureRequested(const kvwb::ui::CaptureRequest &request);
     void fitRequested(const kvwb::ui::FitRequest &request);
     void compareRequested(const kvwb::ui::CompareRequest &request);
+    void compareSetRequested(const kvwb::ui::CompareSetRequest &request);
     void replayRequested(const kvwb::ui::ReplayRequest &request);
     void pauseRequested(bool paused);
 

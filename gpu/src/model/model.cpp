@@ -564,6 +564,25 @@ std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, b
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
 }
 
+std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, bool allLogits,
+                                  std::vector<std::vector<float>> *queries) const
+{
+    if (!queries)
+        return forward(ids, cache, allLogits);
+    if (ids.empty())
+        throw Error(ErrorCode::InvalidArgument, "forward: no tokens");
+    checkIds(ids, m_impl->config);
+    auto &ci = m_impl->cacheOf(cache);
+    JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
+    std::vector<torch::Tensor> q;
+    auto logits =
+        translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits, &q).contiguous().cpu(); });
+    queries->clear();
+    for (const auto &t : q)
+        queries->emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+}
+
 std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCache &cache) const
 {
     if (ids.empty())

@@ -269,6 +269,29 @@ double Agreement::top1Rate() const
 
 namespace {
 
+// The quality gate's attention: queries q [nh, tail + 1, hd] (the tail positions, then the last
+// prompt token) over the tail's keys and values k, v [nkv, tail, hd] only, as layer `layer` of the
+// model `c` attends (score scale, soft-cap, sliding window; GQA: query head h reads kv head h / rep):
+// tail query i sees tail keys 0..i, the last token sees all of them. Returns [nh, tail + 1, hd].
+torch::Tensor tailAttention(const torch::Tensor &q, const torch::Tensor &k, const torch::Tensor &v,
+                            const core::ModelConfig &c, int layer)
+{
+    const int64_t nh = q.size(0), rows = q.size(1), hd = q.size(2), keys = k.size(1), rep = nh / k.size(0);
+    const auto kk = k.repeat_interleave(rep, 0), vv = v.repeat_interleave(rep, 0);
+    auto scores = torch::matmul(q, kk.transpose(1, 2)) /
+                  std::sqrt(c.queryPreAttnScalar.value_or(double(hd))); // [nh, tail + 1, tail]
+    if (c.attnLogitSoftcap)
+        scores = torch::tanh(scores / *c.attnLogitSoftcap) * *c.attnLogitSoftcap;
+    const auto opts = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+    const auto qpos = torch::arange(rows, opts).unsqueeze(1), kpos = torch::arange(keys, opts).unsqueeze(0);
+    auto mask = kpos > qpos; // [tail + 1, tail], true = masked
+    if (c.isSlidingLayer(layer))
+        mask = mask.logical_or(kpos <= qpos - c.slidingWindow);
+    scores = scores.masked_fill(mask, -INFINITY);
+    // a row with no key in its window (a window of 1 for the last token) reads nothing: zeros
+    return torch::matmul(torch::nan_to_num(torch::softmax(scores, -1), 0.0), vv);
+}
+
 // KL(p || q) and argmax agreement per row of two logit matrices [rows, vocab].
 Agreement compareLogits(const std::vector<float> &ls, const std::vector<float> &lt, size_t rows)
 {
@@ -324,6 +347,49 @@ Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,
     return compareLogits(ls, target.forward(fed, empty, true), fed.size());
 }
 
+std::vector<Agreement> handoffAgreement(const Model &source, const Model &target, const Converter &converter,
+                                        const std::vector<int> &tokens, int handoff,
+                                        const std::vector<std::pair<int, int>> &spans)
+{
+    const int n = int(tokens.size());
+    if (handoff < 1 || handoff >= n)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("hand-off after {} of {} tokens: it needs 1 .. {}", handoff, n, n - 1));
+    int last = handoff;
+    for (const auto &[begin, end] : spans) {
+        if (begin <= last || end <= begin || end > n)
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("span [{}, {}) of a {}-token conversation must be non-empty, after the "
+                                    "hand-off at {} and after the span before it",
+                                    begin, end, n, handoff));
+        last = end - 1; // the next span's first predicting position (its begin - 1) may be this end - 1
+    }
+    // Feeds tokens[from ..] into cache span by span: logits only at the positions predicting a span.
+    const auto run = [&](KvCache &cache, int from) {
+        std::vector<std::vector<float>> out;
+        int cursor = from;
+        for (const auto &[begin, end] : spans) {
+            if (begin - 1 > cursor)
+                target.forward(std::vector<int>(tokens.begin() + cursor, tokens.begin() + begin - 1), cache);
+            out.push_back(target.forward(
+                std::vector<int>(tokens.begin() + begin - 1, tokens.begin() + end - 1), cache, true));
+            cursor = end - 1;
+        }
+        return out;
+    };
+    auto scratch = target.newCache();
+    const auto ls = run(scratch, 0);
+    auto cacheA = source.newCache();
+    source.forward(std::vector<int>(tokens.begin(), tokens.begin() + handoff), cacheA);
+    auto transfer = target.newCache();
+    converter.convert(cacheA, transfer);
+    const auto lt = run(transfer, handoff);
+    std::vector<Agreement> out;
+    for (size_t i = 0; i < spans.size(); ++i)
+        out.push_back(compareLogits(ls[i], lt[i], size_t(spans[i].second - spans[i].first)));
+    return out;
+}
+
 GateResult qualityGate(const Model &target, const Converter &converter, const KvCache &sourceCache,
                        int lastToken, int tail, GateSignal signal, double threshold)
 {
@@ -352,7 +418,8 @@ GateResult qualityGate(const Model &target, const Converter &converter, const Kv
     cache.truncate(start);
     std::vector<int> ids(sourceCache.tokenIds().begin() + start, sourceCache.tokenIds().end());
     ids.push_back(lastToken);
-    const auto logits = target.forward(ids, cache, true); // [tail + 1, vocab]
+    std::vector<std::vector<float>> queries; // [layers] of [heads, tail + 1, headDim], post-RoPE
+    const auto logits = target.forward(ids, cache, true, &queries); // [tail + 1, vocab]
     double nll = 0;
     for (int i = 0; i < g.tail; ++i) // position i predicts ids[i + 1]
         nll -= core::logSoftmax(logits.data() + size_t(i) * vocab, vocab)[size_t(ids[size_t(i) + 1])];
@@ -375,6 +442,28 @@ GateResult qualityGate(const Model &target, const Converter &converter, const Kv
             }
         return sum / (2.0 * cache.numLayers());
     });
+    // B's queries of the tail and the last token (from the recompute above, so no extra pass) read
+    // the tail's K/V twice: B's own and the converted. The positions before the tail hold converted
+    // K/V in both caches, so they are left out of both softmaxes rather than diluting the difference.
+    g.attnCos = translateTorch("quality gate attention", [&] {
+        c10::InferenceMode guard;
+        const auto &c = target.config();
+        const auto device = cache.impl()->device;
+        const int64_t nh = c.numHeads, hd = c.headDim, q = g.tail + 1;
+        double sum = 0;
+        for (int l = 0; l < cache.numLayers(); ++l) {
+            auto query = torch::from_blob(queries[size_t(l)].data(), {nh, q, hd}).to(device);
+            auto own = [&](const std::vector<torch::Tensor> &kv) {
+                return kv[size_t(l)].narrow(1, start, g.tail).to(torch::kFloat32); // [kvB, tail, hdB]
+            };
+            const auto mine = tailAttention(query, own(cache.impl()->keys), own(cache.impl()->values), c, l);
+            const auto conv =
+                tailAttention(query, converted[size_t(l)].first, converted[size_t(l)].second, c, l);
+            auto rows = [&](const torch::Tensor &x) { return x.transpose(0, 1).reshape({q, nh * hd}); };
+            sum += torch::cosine_similarity(rows(mine), rows(conv), 1).mean().item<double>();
+        }
+        return sum / double(cache.numLayers());
+    });
     switch (signal) {
     case GateSignal::KvCos:
         g.value = g.kvCos;
@@ -387,6 +476,10 @@ GateResult qualityGate(const Model &target, const Converter &converter, const Kv
     case GateSignal::Nll:
         g.value = g.nll;
         g.passed = g.nll <= threshold;
+        break;
+    case GateSignal::AttnCos:
+        g.value = g.attnCos;
+        g.passed = g.attnCos >= threshold;
         break;
     }
     g.ms = msSince(t0);

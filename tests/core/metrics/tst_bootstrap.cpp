@@ -48,6 +48,16 @@ private Q_SLOTS:
         const auto three = core::meanDifference(noisy, base, other);
         QVERIFY(three.lo != one.lo || three.hi != one.hi);
         QVERIFY(one.lo < one.estimate && one.estimate < one.hi);
+        // the mean alone: the plain mean, inside its interval, which is as wide as the mean
+        // difference against a constant (the same draws)
+        const auto m = core::meanInterval(noisy);
+        double sum = 0;
+        for (double x : noisy)
+            sum += x;
+        QVERIFY(std::abs(m.estimate - sum / 30) < 1e-12);
+        QVERIFY(m.lo < m.estimate && m.estimate < m.hi);
+        const auto shiftedMean = core::meanDifference(noisy, std::vector<double>(30, 0.0));
+        QVERIFY(std::abs(m.lo - shiftedMean.lo) < 1e-12 && std::abs(m.hi - shiftedMean.hi) < 1e-12);
     }
 
     void errors()
@@ -63,6 +73,7 @@ private Q_SLOTS:
         const std::vector<double> two = {1, 2}, three = {1, 2, 3};
         QCOMPARE(code([&] { core::meanDifference(two, three); }), core::ErrorCode::InvalidArgument);
         QCOMPARE(code([&] { core::meanDifference({1.0}, {2.0}); }), core::ErrorCode::InvalidArgument);
+        QCOMPARE(code([] { core::meanInterval({1.0}); }), core::ErrorCode::InvalidArgument);
         QCOMPARE(code([&] {
                      core::meanDifference({1.0, NAN}, {2.0, 1.0});
                  }),

@@ -211,8 +211,9 @@ private Q_SLOTS:
             << bad(R"("replay": {"threshold": -1.01})") << config << "field 'replay.threshold' must be >= -1";
         QTest::newRow("embedder") << bad(R"("replay": {"embedder": "bert"})") << config
                                   << "field 'replay.embedder' must be lexical or model, got 'bert'";
-        QTest::newRow("gate_signal") << bad(R"("replay": {"gate_signal": "kl"})") << config
-                                     << "field 'replay.gate_signal' must be tail_kl, kv_cos or nll, got 'kl'";
+        QTest::newRow("gate_signal")
+            << bad(R"("replay": {"gate_signal": "kl"})") << config
+            << "field 'replay.gate_signal' must be tail_kl, kv_cos, nll or attn_cos, got 'kl'";
         QTest::newRow("gate_threshold") << bad(R"("replay": {"gate_threshold": "x"})") << config
                                         << "'replay.gate_threshold' must be a number";
         QTest::newRow("gate") << bad(R"("replay": {"gate": "on"})") << config

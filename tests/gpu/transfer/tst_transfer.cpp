@@ -284,6 +284,64 @@ private Q_SLOTS:
         const auto klGate =
             gpu::qualityGate(*b, bad1, cacheA, prompt.back(), 4, gpu::GateSignal::TailKl, 1e-6);
         QVERIFY(!klGate.passed && klGate.value == klGate.tailKl);
+        // attention-output cosine: 1 for the identity on a self pair, lower for noise maps, and the
+        // gate passes or fails on it alone
+        const auto attnPass =
+            gpu::qualityGate(*b, good1, cacheA, prompt.back(), 4, gpu::GateSignal::AttnCos, 0.9);
+        QVERIFY2(attnPass.attnCos > 0.99999 && attnPass.passed,
+                 qPrintable(QString::number(attnPass.attnCos)));
+        QCOMPARE(attnPass.value, attnPass.attnCos);
+        const auto attnFail =
+            gpu::qualityGate(*b, bad1, cacheA, prompt.back(), 4, gpu::GateSignal::AttnCos, 0.9);
+        QVERIFY2(attnFail.attnCos < 0.9 && !attnFail.passed, qPrintable(QString::number(attnFail.attnCos)));
+        QCOMPARE(attnFail.kvCos, fail.kvCos); // one computation whatever signal decides
+        // a random map of the converter's shape (weights N(0, 1/width), biases kept)
+        const auto randomMap = gpu::Converter::create(gpu::randomMapRecord(good, 1), *a, *b);
+        const auto attnRandom =
+            gpu::qualityGate(*b, randomMap, cacheA, prompt.back(), 4, gpu::GateSignal::AttnCos, 0.9);
+        QVERIFY2(attnRandom.attnCos < 0.9 && !attnRandom.passed,
+                 qPrintable(QString::number(attnRandom.attnCos)));
+        // a tail of 1: both queries read the single tail key, so the outputs are that position's
+        // values (repeated over each kv head's query group): the cosine of B's own value row there
+        // (recomputed on the converted prefix) with the converted one, averaged over layers
+        const auto one = gpu::qualityGate(*b, bad1, cacheA, prompt.back(), 1, gpu::GateSignal::AttnCos, 0.9);
+        QCOMPARE(one.tail, 1);
+        {
+            const int n = cacheA.tokens();
+            const auto conv = bad1.convertToHost(cacheA);
+            auto recomputed = b->newCache();
+            bad1.convert(cacheA, recomputed);
+            recomputed.truncate(n - 1);
+            b->forward({prompt[size_t(n) - 1]}, recomputed);
+            double expected = 0;
+            for (int l = 0; l < c.numLayers; ++l) {
+                const auto own = recomputed.layer(l, core::KeyForm::PreRope);
+                double dot = 0, nx = 0, ny = 0;
+                for (int h = 0; h < c.numKvHeads; ++h)
+                    for (int d = 0; d < c.headDim; ++d) {
+                        const size_t at =
+                            (size_t(h) * size_t(n) + size_t(n - 1)) * size_t(c.headDim) + size_t(d);
+                        const double x = own.values[at], y = conv[size_t(l)].values[at];
+                        dot += x * y;
+                        nx += x * x;
+                        ny += y * y;
+                    }
+                expected += dot / std::sqrt(nx * ny);
+            }
+            expected /= c.numLayers;
+            QVERIFY2(std::abs(one.attnCos - expected) < 1e-4,
+                     qPrintable(QString("%1 vs %2").arg(one.attnCos).arg(expected)));
+        }
+        // a tail longer than the converted prefix is clamped to n - 1 positions, still exact for the
+        // identity
+        const auto longTail =
+            gpu::qualityGate(*b, good1, cacheA, prompt.back(), 100, gpu::GateSignal::AttnCos, 0.9);
+        QCOMPARE(longTail.tail, cacheA.tokens() - 1);
+        QVERIFY2(longTail.attnCos > 0.99999, qPrintable(QString::number(longTail.attnCos)));
+        QCOMPARE(core::gateSignalName(core::GateSignal::AttnCos), "attn_cos");
+        QVERIFY(core::parseGateSignal("attn_cos") == core::GateSignal::AttnCos);
+        QVERIFY(core::gateHigherIsBetter(core::GateSignal::AttnCos));
+        QCOMPARE(core::defaultGateThreshold(core::GateSignal::AttnCos), 0.9);
         // the source cache is untouched by the gate
         QCOMPARE(cacheA.tokens(), 23);
     }

@@ -433,6 +433,78 @@ private Q_SLOTS:
         QVERIFY(std::abs(double(bars[1]->value()) / bars[1]->maximum() - 0.5) < 0.05);
     }
 
+    // A prompt set: its request from the controls, and its summary with the intervals in place of
+    // the panes until one prompt is shown again.
+    void promptSetSummary()
+    {
+        ui::ComparePanel panel;
+        panel.setExperimentPath("/tmp/x.h5");
+        panel.setConverters({"all", "top2"}, "top2");
+        panel.setModelsLoaded(true);
+        panel.resize(1200, 700);
+        panel.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&panel));
+        auto r = panel.promptSetRequest();
+        QCOMPARE(r.converter, QString("top2"));
+        QVERIFY(r.promptsPath.isEmpty()); // the held-out prompts
+        QVERIFY(r.baselines);
+        r.promptsPath = "/data/questions.jsonl";
+        r.limit = 5;
+        r.baselines = false;
+        r.gateSignal = core::GateSignal::AttnCos;
+        r.gateThreshold = 0.8;
+        panel.setPromptSetRequest(r);
+        const auto back = panel.promptSetRequest();
+        QCOMPARE(back.promptsPath, r.promptsPath);
+        QCOMPARE(back.limit, 5);
+        QVERIFY(!back.baselines);
+        QCOMPARE(back.gateSignal, core::GateSignal::AttnCos);
+        QCOMPARE(back.gateThreshold, 0.8);
+        QSignalSpy asked(&panel, &ui::ComparePanel::compareSetRequested);
+        auto *run = panel.findChild<QPushButton *>("runSetButton");
+        QVERIFY(run->isEnabled());
+        run->click();
+        QCOMPARE(asked.count(), 1);
+        QCOMPARE(asked.first().at(0).value<ui::CompareSetRequest>().promptsPath, r.promptsPath);
+
+        QVERIFY(panel.setSummaryText().isEmpty());
+        auto *toggle = panel.findChild<QPushButton *>("setSummaryButton");
+        QVERIFY(!toggle->isEnabled());
+        ui::CompareSetSummary s;
+        s.converter = "top2";
+        s.source = "held-out prompts";
+        s.prompts = s.requested = 12;
+        s.kl = 0.0123;
+        s.klNoPrefix = 1.5;
+        s.klGapClosed = core::Interval{0.9918, 0.985, 0.996};
+        s.top1Gain = core::Interval{0.5, 0.4, 0.6};
+        ui::CompareSetBaseline random;
+        random.key = "random_map";
+        random.converter = "random";
+        random.kl = 2.5;
+        random.klDifference = core::Interval{-2.49, -2.7, -2.3};
+        s.baselines.push_back(random);
+        s.warnings << "no raw-source-KV baseline: A's KV rows are 64 wide, B's 128";
+        panel.showSetSummary(s);
+        const QString text = panel.setSummaryText();
+        QVERIFY2(text.contains("12 of 12 held-out prompts with 'top2'") &&
+                     text.contains("KL gap closed vs no prefix 0.992 [0.985, 0.996]") &&
+                     text.contains("KL minus random map -2.4900 [-2.7000, -2.3000]") &&
+                     text.contains("gain over answering with A n/a (fewer than 2 prompts)") &&
+                     text.contains("warning: no raw-source-KV baseline"),
+                 qPrintable(text));
+        auto *label = panel.findChild<QLabel *>("compareSetSummary");
+        QVERIFY(label->isVisible());
+        QVERIFY(!panel.findChild<QTextBrowser *>("pane2")->isVisible());
+        QVERIFY(toggle->isEnabled() && toggle->isChecked());
+        // one prompt's result: the panes again; the toggle brings the summary back
+        panel.showResult(sixTokens());
+        QVERIFY(panel.findChild<QTextBrowser *>("pane2")->isVisible());
+        QVERIFY(!label->isVisible());
+        toggle->click();
+        QVERIFY(label->isVisible());
+    }
+
     void screenshots()
     {
         ui::ComparePanel panel;
