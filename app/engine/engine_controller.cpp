@@ -474,9 +474,9 @@ void EngineWorker::compareSet(quint64 job, const ui::CompareSetRequest &request,
         for (size_t i = 0; i < texts.size() && !out->cancelled; ++i) {
             Q_EMIT progress(job, 0.05 + 0.9 * double(i) / double(texts.size()),
                             QString("prompt %1 of %2").arg(i + 1).arg(texts.size()));
-            std::vector<int> ids;
+            gpu::TokenPairing ids; // the prompt in both tokenisations (aligned when they differ)
             try {
-                ids = gpu::comparablePrompt(texts[i], *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
+                ids = gpu::comparablePair(texts[i], *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
             } catch (const core::Error &e) {
                 warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
                 continue;
