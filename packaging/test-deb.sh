@@ -37,7 +37,8 @@ dpkg-deb -c "$DEB" >"$TMP/contents"
 for f in usr/bin/kvwb usr/lib/kvwb/kvwb-engine usr/lib/kvwb/libkvwb_spm.so \
   usr/share/applications/kvwb.desktop usr/share/icons/hicolor/scalable/apps/kvwb.svg \
   usr/share/kvwb/projects/demo/demo.kvwb usr/share/kvwb/projects/demo/models/a/model.safetensors \
-  usr/share/kvwb/projects/demo/models/b/tokenizer.model usr/share/kvwb/projects/demo/workloads/demo.jsonl; do
+  usr/share/kvwb/projects/demo/models/b/tokenizer.model usr/share/kvwb/projects/demo/workloads/demo.jsonl \
+  usr/share/kvwb/projects/demo/models/b2/model.safetensors usr/share/kvwb/projects/demo/models/c/tokenizer.model; do
   grep -q " \./$f\$" "$TMP/contents" || fail "package lacks /$f"
 done
 # Everything under /usr; none of the demo's training leftovers or experiment files.

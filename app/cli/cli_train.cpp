@@ -6,6 +6,7 @@
 #include "core/tokenize/spm_library.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/error.h"
+#include "core/workload/corpus_shard.h"
 #include "core/workload/text_corpus.h"
 #include "gpu/model/model.h"
 #include "gpu/train/trainer.h"
@@ -73,6 +74,25 @@ fs::path trainTokenizer(const core::TextCorpus &corpus, const fs::path &outDir, 
     return outDir / "tokenizer.model";
 }
 
+// --NAME I/N (0 <= I < N); the whole corpus (0/1) when not set.
+core::CorpusShard shardOption(const QCommandLineParser &p, const QString &name)
+{
+    if (!p.isSet(name))
+        return {};
+    const QString text = p.value(name);
+    const QStringList parts = text.split('/');
+    bool okIndex = false, okCount = false;
+    core::CorpusShard s;
+    if (parts.size() == 2) {
+        s.index = parts[0].trimmed().toInt(&okIndex);
+        s.count = parts[1].trimmed().toInt(&okCount);
+    }
+    if (!okIndex || !okCount || s.count < 1 || s.index < 0 || s.index >= s.count)
+        throw UsageError{
+            fmt::format("--{} expects I/N with 0 <= I < N (e.g. 1/2), got '{}'", str(name), str(text))};
+    return s;
+}
+
 } // namespace
 
 int cmdTrain(const QStringList &args)
@@ -85,6 +105,10 @@ int cmdTrain(const QStringList &args)
     p.addOption(
         {"tokenizer", "Existing tokenizer (tokenizer.model / tokenizer.json) to use and copy.", "PATH"});
     p.addOption({"train-tokenizer", "Train a SentencePiece BPE tokenizer of this vocabulary size.", "VOCAB"});
+    p.addOption({"shard",
+                 "Train on part I of N only: the documents whose concept rank (corpus field rank; "
+                 "without one, the document's position in its split) mod N is I, in both splits.",
+                 "I/N"});
     p.addOption({"steps", "Optimizer steps (default 1000).", "N", "1000"});
     p.addOption({"seq-len", "Tokens per row (default 128).", "N", "128"});
     p.addOption({"batch", "Rows per step (default 16).", "N", "16"});
@@ -135,18 +159,32 @@ int cmdTrain(const QStringList &args)
         throw UsageError{fmt::format("--seq-len {} exceeds the architecture's context {}", o.seqLen,
                                      o.model.maxPositionEmbeddings)};
     const int tokenizerVocab = p.isSet("train-tokenizer") ? intOption(p, "train-tokenizer", 1024, 260) : 0;
+    const core::CorpusShard shard = shardOption(p, "shard");
+    if (shard.count > 1)
+        o.shard = fmt::format("{}/{}", shard.index, shard.count);
 
     const fs::path corpusPath = str(p.value("corpus"));
-    const auto corpus = core::readTextCorpus(corpusPath);
-    for (const auto &w : corpus.warnings)
+    const auto whole = core::readTextCorpus(corpusPath);
+    for (const auto &w : whole.warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
-    if (corpus.skipped > corpus.warnings.size())
-        std::fprintf(stderr, "warning: %zu malformed lines skipped in all\n", corpus.skipped);
-    const auto validationDocs = std::count_if(corpus.documents.begin(), corpus.documents.end(),
-                                              [](const auto &d) { return d.validation; });
-    if (validationDocs == 0 || validationDocs == std::ptrdiff_t(corpus.documents.size()))
+    if (whole.skipped > whole.warnings.size())
+        std::fprintf(stderr, "warning: %zu malformed lines skipped in all\n", whole.skipped);
+    const auto corpus = core::selectShard(whole, shard);
+    const auto countValidation = [](const core::TextCorpus &c) {
+        return size_t(std::count_if(c.documents.begin(), c.documents.end(),
+                                    [](const auto &d) { return d.validation; }));
+    };
+    const size_t validationDocs = countValidation(corpus);
+    if (shard.count > 1) {
+        const size_t wholeValidation = countValidation(whole);
+        std::fprintf(stderr, "shard %s: %zu of %zu training documents, %zu of %zu validation\n",
+                     o.shard.c_str(), corpus.documents.size() - validationDocs,
+                     whole.documents.size() - wholeValidation, validationDocs, wholeValidation);
+    }
+    if (validationDocs == 0 || validationDocs == corpus.documents.size())
         throw core::Error(core::ErrorCode::InvalidArgument,
                           corpusPath.string() +
+                              (shard.count > 1 ? " (shard " + o.shard + ")" : std::string()) +
                               ": training needs both training and validation documents (JSONL: "
                               "'split' train/validation; plain text: every 20th line is validation)");
 
@@ -227,6 +265,8 @@ int cmdEvalQa(const QStringList &args)
     p.addOption({"top", "Only concepts of popularity rank < N (default 200).", "N", "200"});
     p.addOption({"limit", "At most this many questions (default 400).", "N", "400"});
     p.addOption({"max-tokens", "Answer length limit (default 64).", "N", "64"});
+    p.addOption(
+        {"shard", "Only the questions of corpus part I of N, as `kvwb train --shard` selects them.", "I/N"});
     p.addOption({"json", "Print JSON."});
     addEngineOptions(p);
     parse(p, args,
@@ -238,7 +278,8 @@ int cmdEvalQa(const QStringList &args)
     if (!validation && p.value("split") != "train")
         throw UsageError{"--split expects validation or train"};
     const int top = intOption(p, "top", 200, 1), limit = intOption(p, "limit", 400, 1);
-    const auto corpus = core::readTextCorpus(str(p.value("corpus")));
+    const core::CorpusShard shard = shardOption(p, "shard");
+    const auto corpus = core::selectShard(core::readTextCorpus(str(p.value("corpus"))), shard);
     auto model = gpu::Model::load(str(p.value("model")), loadOptions(p));
     const auto tok = core::loadTokenizer(modelTokenizerPath(*model));
     gpu::GenerateOptions go;
@@ -266,14 +307,16 @@ int cmdEvalQa(const QStringList &args)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           str(p.value("corpus")) + ": no " + str(p.value("split")) +
                               " questions with prompt/answer/rank below --top");
-    const json result = {{"model", model->checkpoint().path().string()},
-                         {"split", str(p.value("split"))},
-                         {"top", top},
-                         {"questions", n},
-                         {"exact_match", double(exact) / n},
-                         {"word_f1", f1 / n},
-                         {"mean_ttft_ms", ttft / n},
-                         {"samples", samples}};
+    json result = {{"model", model->checkpoint().path().string()},
+                   {"split", str(p.value("split"))},
+                   {"top", top},
+                   {"questions", n},
+                   {"exact_match", double(exact) / n},
+                   {"word_f1", f1 / n},
+                   {"mean_ttft_ms", ttft / n},
+                   {"samples", samples}};
+    if (shard.count > 1)
+        result["shard"] = fmt::format("{}/{}", shard.index, shard.count);
     if (p.isSet("json")) {
         std::printf("%s\n", result.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {

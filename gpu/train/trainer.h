@@ -43,6 +43,7 @@ struct TrainOptions
     int threads = 0;                 // intra-op threads; 0 = all cores
     std::string weightDtype = "F32"; // F32 | BF16 | F16 storage in model.safetensors
     bool resume = false;             // continue from <out>/train_state if present
+    std::string shard;               // "I/N" when the data is a corpus shard (logged; resume checks it)
 };
 
 // Each sequence is one document (e.g. one question/answer), already with BOS/EOS as wanted. Rows

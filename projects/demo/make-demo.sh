@@ -1,46 +1,94 @@
 #!/usr/bin/env bash
 # Regenerates everything in projects/demo from WordNet (Debian's wordnet-base) with fixed seeds:
-# the corpus, the shared SentencePiece tokenizer, model A and model B, and the demo workload.
-# About 20 minutes on a 2-core machine.
+# the corpus, the shared SentencePiece tokenizer, model A and model B, the demo workload, and two
+# more models: B2 (B's preset and tokenizer, another seed, the other half of the concepts: an
+# unrelated pair A -> B2) and C (A's geometry with its own tokenizer of 1536 pieces: a
+# cross-tokenizer pair C -> B). About 30 minutes on a 2-core machine.
 #
 #   projects/demo/make-demo.sh [path/to/kvwb]
+#   KVWB_DEMO_ONLY="b2 c" projects/demo/make-demo.sh    # only these steps (a b workload b2 c)
 #
-# The corpus itself is not committed (it is rebuilt in seconds); models/, workloads/ and the
-# evaluation numbers in docs/demo-models.md are.
+# KVWB_DEMO_ONLY names the steps to run, leaving the other models as they are; the corpus is always
+# rebuilt (seconds), and B2 needs models/a's tokenizer. The corpus itself is not committed;
+# models/, workloads/ and the evaluation numbers in docs/demo-models.md are.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KVWB="${1:-$HERE/../../build/kvwb}"
 WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 SEED=1
+ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c}"
+for step in $ONLY; do
+  case "$step" in a | b | workload | b2 | c) ;; *) echo "KVWB_DEMO_ONLY: unknown step '$step' (a b workload b2 c)" >&2; exit 2 ;; esac
+done
+want() { [[ " $ONLY " == *" $1 "* ]]; }
 mkdir -p "$WORK" "$HERE/models" "$HERE/workloads"
 
 echo "== corpus"
 "$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed $SEED
 
+if want a; then
 echo "== model A (source: 4 layers, 4 heads / 2 kv heads of 32)"
 rm -rf "$HERE/models/a"
 "$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/a" --preset demo-a \
   --train-tokenizer 1024 --steps 1300 --batch 16 --seq-len 128 --lr 4e-3 --warmup 60 \
   --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed $SEED --threads 2
+fi
 
+if want b; then
 echo "== model B (target: 6 layers, 4 heads / 2 kv heads of 64)"
 rm -rf "$HERE/models/b"
 "$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/b" --preset demo-b \
   --tokenizer "$HERE/models/a/tokenizer.model" --steps 1200 --batch 16 --seq-len 128 --lr 2.5e-3 \
   --warmup 60 --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed $SEED --threads 2
+fi
 
 # training state is for resuming; the committed models keep only what the engine loads
 rm -rf "$HERE/models/a/train_state" "$HERE/models/b/train_state"
 
+if want workload; then
 echo "== workload"
 # system prompts of at most 120 words keep prompt + 64 answer tokens inside the models' 512 context
 "$KVWB" workload wordnet --out "$HERE/workloads/demo.jsonl" --requests 2000 --concepts 1000 --seed $SEED \
   --system-words 10,40,120
+fi
+
+if want b2; then
+echo "== model B2 (target: B's preset and tokenizer; seed 2; concepts of odd rank only)"
+# --shard 1/2 keeps the documents of every second concept (popularity rank 1, 3, 5, ...), training
+# and validation alike: B2 has never seen a question about half the concepts A and B know. Half the
+# documents in half of B's steps: B2 sees each of its documents about as often as B did (6.4 vs 6.3
+# times).
+rm -rf "$HERE/models/b2"
+"$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/b2" --preset demo-b --shard 1/2 \
+  --tokenizer "$HERE/models/a/tokenizer.model" --steps 600 --batch 16 --seq-len 128 --lr 2.5e-3 \
+  --warmup 60 --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed 2 --threads 2
+rm -rf "$HERE/models/b2/train_state"
+fi
+
+if want c; then
+echo "== model C (source: A's geometry, its own SentencePiece tokenizer of 1536 pieces; seed 3)"
+rm -rf "$HERE/models/c"
+"$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/c" --preset demo-a \
+  --train-tokenizer 1536 --steps 1300 --batch 16 --seq-len 128 --lr 4e-3 --warmup 60 \
+  --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed 3 --threads 2
+rm -rf "$HERE/models/c/train_state"
+fi
 
 echo "== evaluation (held-out phrasings of the 200 most popular concepts)"
-for m in a b; do
+for m in a b b2 c; do
+  want "$m" || continue
   "$KVWB" eval-qa --model "$HERE/models/$m" --corpus "$WORK/corpus.jsonl" --top 200 --limit 400 --json \
     > "$WORK/eval-$m.json"
   cat "$WORK/eval-$m.json"; echo
 done
-du -b "$HERE/models/a" "$HERE/models/b"
+if want b2; then
+  # B2 on its own concepts (shard 1/2) and on the ones it never saw (shard 0/2)
+  for s in 1 0; do
+    "$KVWB" eval-qa --model "$HERE/models/b2" --corpus "$WORK/corpus.jsonl" --top 200 --limit 400 \
+      --shard $s/2 --json > "$WORK/eval-b2-shard$s.json"
+    cat "$WORK/eval-b2-shard$s.json"; echo
+  done
+fi
+for m in a b b2 c; do
+  if want "$m"; then du -b "$HERE/models/$m"; fi
+done

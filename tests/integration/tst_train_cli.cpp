@@ -1,8 +1,11 @@
 // `kvwb train` end to end: trains its own SentencePiece tokenizer, writes an HF directory that
-// `kvwb info`/`generate`/`eval-qa` load, can be interrupted and resumed, and reports bad corpora.
+// `kvwb info`/`generate`/`eval-qa` load, can be interrupted and resumed, trains on a corpus shard,
+// and reports bad corpora and bad options.
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 
+#include <QFile>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -144,6 +147,113 @@ private Q_SLOTS:
         QCOMPARE(b["steps"].toInt(), 400);
         QVERIFY(std::abs(a["final_val_loss"].toDouble() - b["final_val_loss"].toDouble()) < 1e-6);
         QVERIFY(std::abs(a["final_loss"].toDouble() - b["final_loss"].toDouble()) < 1e-6);
+    }
+
+    // --shard I/N keeps the documents whose concept rank mod N is I, in both splits (ranks of
+    // uneven document counts, so the counts name the concepts), or for plain text every N-th line
+    // of each split; train_log.json records the shard.
+    void shardSelectsDocuments()
+    {
+        const fs::path dir = fs::path(m_tmp.path().toStdString());
+        const fs::path tok = dir / "model" / "tokenizer.model";
+        const fs::path ranked = dir / "ranked.jsonl";
+        std::string text;
+        for (int rank = 0; rank < 4; ++rank) { // rank r: r + 1 training documents, 1 validation
+            for (int t = 0; t <= rank + 1; ++t)
+                text += "{\"text\": \"Q: What is thing " + std::to_string(rank) + " (" + std::to_string(t) +
+                        ")?\\nA: A thing.\\n\", \"rank\": " + std::to_string(rank) + ", \"split\": \"" +
+                        (t == rank + 1 ? "validation" : "train") + "\"}\n";
+        }
+        test::writeFile(ranked, text);
+        auto train = [&](const fs::path &corpus, const char *shard, const fs::path &out) {
+            return runKvwb({"train", "--corpus",  q(corpus), "--out",
+                            q(out),  "--preset",  "tiny",    "--tokenizer",
+                            q(tok),  "--steps",   "2",       "--seq-len",
+                            "16",    "--batch",   "2",       "--checkpoint-every",
+                            "0",     "--threads", "1",       "--shard",
+                            shard});
+        };
+        struct Case
+        {
+            const char *shard;
+            const char *line;
+            int train, validation;
+        };
+        for (const Case &c :
+             {Case{"1/2", "shard 1/2: 6 of 10 training documents, 2 of 4 validation", 6, 2},
+              Case{"0/2", "shard 0/2: 4 of 10 training documents, 2 of 4 validation", 4, 2},
+              Case{"2/3", "shard 2/3: 3 of 10 training documents, 1 of 4 validation", 3, 1}}) {
+            const fs::path out =
+                dir / ("shard-" + std::to_string(c.train) + "-" + std::to_string(c.validation));
+            const Run r = train(ranked, c.shard, out);
+            QVERIFY2(r.exitCode == 0, r.err.constData());
+            QVERIFY2(r.err.contains(c.line), r.err.constData());
+            QFile f(q(out / "train_log.json"));
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            const auto log = QJsonDocument::fromJson(f.readAll()).object();
+            QCOMPARE(log["shard"].toString(), QString(c.shard));
+            QCOMPARE(log["train_documents"].toInt(), c.train);
+            QCOMPARE(log["validation_documents"].toInt(), c.validation);
+        }
+
+        // plain text: lines 20 and 40 are validation; shard 0/2 keeps training lines 1, 3, ..., 37
+        // and the first validation line
+        const fs::path plain = dir / "plain.txt";
+        std::string lines;
+        for (int i = 1; i <= 40; ++i)
+            lines += "Line " + std::to_string(i) + " of a plain text corpus.\n";
+        test::writeFile(plain, lines);
+        const Run r = train(plain, "0/2", dir / "shard-plain");
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.err.contains("shard 0/2: 19 of 38 training documents, 1 of 2 validation"),
+                 r.err.constData());
+
+        // a shard without validation documents is refused like such a corpus
+        const Run empty = train(plain, "2/3", dir / "shard-empty");
+        QCOMPARE(empty.exitCode, 1);
+        QVERIFY2(empty.err.contains("(shard 2/3): training needs both training and validation documents"),
+                 empty.err.constData());
+
+        // eval-qa asks only the shard's questions (m_corpus: 8 concepts, one validation phrasing each)
+        const Run eval = runKvwb({"eval-qa", "--model", q(dir / "model"), "--corpus", q(m_corpus), "--json",
+                                  "--max-tokens", "2", "--shard", "1/4"});
+        QVERIFY2(eval.exitCode == 0, eval.err.constData());
+        const auto e = QJsonDocument::fromJson(eval.out).object();
+        QCOMPARE(e["questions"].toInt(), 2); // ranks 1 and 5
+        QCOMPARE(e["shard"].toString(), QString("1/4"));
+    }
+
+    void badShard_data()
+    {
+        QTest::addColumn<QString>("command");
+        QTest::addColumn<QString>("value");
+        for (const char *value : {"2/2", "x", "1/0", "-1/2", "1/2/3", "1/"})
+            QTest::addRow("train %s", value) << "train" << value;
+        for (const char *value : {"2/2", "x"})
+            QTest::addRow("eval-qa %s", value) << "eval-qa" << value;
+    }
+
+    // refused before the corpus is read: exit code 2 and one line naming the option
+    void badShard()
+    {
+        QFETCH(QString, command);
+        QFETCH(QString, value);
+        const fs::path dir = fs::path(m_tmp.path().toStdString());
+        const QStringList args =
+            command == "train"
+                ? QStringList{"train",    "--corpus", q(dir / "missing.jsonl"), "--out", q(dir / "never"),
+                              "--preset", "tiny",     "--train-tokenizer",      "300",   "--shard",
+                              value}
+                : QStringList{
+                      "eval-qa", "--model", q(dir / "missing-model"), "--corpus", q(dir / "missing.jsonl"),
+                      "--shard", value};
+        const Run r = runKvwb(args);
+        QCOMPARE(r.exitCode, 2);
+        QCOMPARE(r.err.trimmed().count('\n'), 0);
+        QVERIFY2(
+            r.err.contains("--shard expects I/N with 0 <= I < N (e.g. 1/2), got '" + value.toUtf8() + "'"),
+            r.err.constData());
+        QVERIFY(!fs::exists(dir / "never"));
     }
 
     void badCorpus()

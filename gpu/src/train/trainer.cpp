@@ -292,20 +292,22 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
     // Everything that decides which batches and updates a step makes: a resume with other settings
     // or other data would silently mix two runs, so it is refused, naming the setting.
     size_t trainTokens = train.tokens.size(), valTokens = val.tokens.size();
-    const nlohmann::json settings = {{"seed", o.seed},
-                                     {"seq_len", o.seqLen},
-                                     {"batch_size", o.batchSize},
-                                     {"steps", o.steps},
-                                     {"lr", o.lr},
-                                     {"min_lr", o.minLr},
-                                     {"warmup_steps", o.warmupSteps},
-                                     {"weight_decay", o.weightDecay},
-                                     {"beta1", o.beta1},
-                                     {"beta2", o.beta2},
-                                     {"grad_clip", o.gradClip},
-                                     {"architecture", c.toHfJson()},
-                                     {"train_tokens", trainTokens},
-                                     {"validation_tokens", valTokens}};
+    nlohmann::json settings = {{"seed", o.seed},
+                               {"seq_len", o.seqLen},
+                               {"batch_size", o.batchSize},
+                               {"steps", o.steps},
+                               {"lr", o.lr},
+                               {"min_lr", o.minLr},
+                               {"warmup_steps", o.warmupSteps},
+                               {"weight_decay", o.weightDecay},
+                               {"beta1", o.beta1},
+                               {"beta2", o.beta2},
+                               {"grad_clip", o.gradClip},
+                               {"architecture", c.toHfJson()},
+                               {"train_tokens", trainTokens},
+                               {"validation_tokens", valTokens}};
+    if (!o.shard.empty()) // only then, so states saved before shards existed still resume
+        settings["shard"] = o.shard;
     if (o.resume && fs::exists(stateDir / "state.json")) {
         try {
             const auto st = nlohmann::json::parse(std::ifstream(stateDir / "state.json"));
@@ -500,6 +502,8 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
                           {"final_loss", result.finalLoss},
                           {"final_val_loss", result.finalValLoss},
                           {"val_perplexity", std::exp(result.finalValLoss)}};
+    if (!o.shard.empty())
+        log["shard"] = o.shard;
     nlohmann::json ev = nlohmann::json::array();
     for (const auto &e : result.evaluations)
         ev.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});
