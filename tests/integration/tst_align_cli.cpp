@@ -1,7 +1,8 @@
 // `kvwb align`, `kvwb sweep` and `kvwb compare` end to end: a model aligned with itself through the
 // CLI gives R^2 ~ 1 on every layer and a transfer identical to scratch; a cross-geometry pair fits,
-// stores and loads back; the JSON carries the documented fields; bad input fails with the right
-// exit code and a message naming what is at fault.
+// stores and loads back; a pair with different tokenizers captures, fits and compares through its
+// token alignment; the JSON carries the documented fields; bad input fails with the right exit code
+// and a message naming what is at fault.
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"

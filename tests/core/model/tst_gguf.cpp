@@ -608,6 +608,15 @@ private Q_SLOTS:
                               "ünïcödé 日本語 🙂", "123456789 1.5e10", ""}) {
             QCOMPARE(b->encode(s, true), a->encode(s, true));
             QCOMPARE(b->decode(b->encode(s, false)), a->decode(a->encode(s, false)));
+            // byte spans through the GGUF tokenizer: its ids, in order, inside the text, BOS empty
+            const auto e = b->encodeWithOffsets(s, true);
+            QCOMPARE(e.ids, b->encode(s, true));
+            QCOMPARE(e.spans.front(), (TokenSpan{0, 0}));
+            int32_t at = 0;
+            for (const auto &span : e.spans) {
+                QVERIFY(span.begin >= at && span.end >= span.begin && span.end <= int32_t(std::strlen(s)));
+                at = span.begin;
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 // Layer-wise fitting from an experiment file: on synthetic files whose B caches are an exact affine
-// function of A's, the fit recovers it on held-out prompts; prompts tokenised differently are
-// skipped, not mixed in; source-layer selection follows relative depth.
+// function of A's, the fit recovers it on held-out prompts; prompts tokenised differently pair
+// through their stored token alignment, or are skipped, not mixed in, without one; source-layer
+// selection follows relative depth.
 #include "core/model/random_model.h"
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"

@@ -1,7 +1,7 @@
 // Transfer: with identity maps from a model to itself, B generating from the converted cache equals
 // B from scratch token for token (the converted prefix is not recomputed); scoring's host conversion
-// and transfer's device conversion agree on random multi-source maps; maps that do not fit the
-// geometry are refused naming the layer.
+// and transfer's device conversion agree on random multi-source maps; the cross-tokenizer path puts
+// A's paired rows at B's positions; maps that do not fit the geometry are refused naming the layer.
 #include "core/model/random_model.h"
 #include "core/util/error.h"
 #include "gpu/transfer/cross_tokenizer.h"
