@@ -77,7 +77,11 @@ void makeExperiment(const fs::path &path)
         LayerConverter lc;
         lc.targetLayer = l;
         lc.sourceLayers = {l};
-        KvMap m{4, 4, 0.01, std::vector<float>(16, 0.1f), std::vector<float>(4, 0.0f)};
+        KvMap m;
+        m.inputDim = m.outputDim = 4;
+        m.lambda = 0.01;
+        m.weight.assign(16, 0.1f);
+        m.bias.assign(4, 0.0f);
         lc.keys = {m};
         lc.values = {m};
         r.layers.push_back(lc);
