@@ -108,3 +108,13 @@ for cfg in "u-all --select all --lambda auto" "u-lowrank-64 --select all --lambd
 done
 compare150 "$EXP2" u-mlp u-mlp-vs-all --versus u-all --baselines
 fi
+
+if want crosstok && [ -d "$HERE/models/c" ]; then
+echo "== the cross-tokenizer pair: C (its own tokenizer) -> B, B's rows paired with C's through the alignment"
+EXP3="$OUT/demo-crosstok.h5"
+rm -f "$EXP3"
+"$KVWB" capture --model-a "$HERE/models/c" --model-b "$HERE/models/b" --prompts "$WORK/corpus.jsonl" \
+  --split train --whole-text --join 4 --limit 600 --out "$EXP3" --json > "$OUT/capture-crosstok.json"
+"$KVWB" align --experiment "$EXP3" --name x-all --select all --lambda auto --json > "$OUT/align-x-all.json"
+compare150 "$EXP3" x-all x-all --baselines
+fi
