@@ -60,8 +60,6 @@ private Q_SLOTS:
         QCOMPARE(t.generation.outputIds, scratch.outputIds);
     }
 
-    // Keys converted pre-RoPE and rotated at B's positions with B's RoPE are B's own keys: A and B
-    // share weights but not rope_theta, so their post-RoPE keys differ while layer 0's pre-RoPE
     // The cross-tokenizer path: A's cache re-laid in B's positions holds A's row alignment[t] at
     // position t (values and post-RoPE keys bit for bit, pre-RoPE keys through the rotation and
     // back) with B's ids; with an identity pairing and identity maps the whole path (re-lay,
@@ -137,6 +135,8 @@ private Q_SLOTS:
         }
     }
 
+    // Keys converted pre-RoPE and rotated at B's positions with B's RoPE are B's own keys: A and B
+    // share weights but not rope_theta, so their post-RoPE keys differ while layer 0's pre-RoPE
     // keys are the same; an identity map must give B's own layer-0 keys.
     void preRopeIdentityMatchesTargetsOwnKeys()
     {
