@@ -189,6 +189,8 @@ int cmdAlign(const QStringList &args)
         {"attention-prompts", "Test prompts scored by attention-output cosine (default 32).", "N", "32"});
     p.addOption({"no-attention", "Do not load model B: skip the attention-output cosine."});
     p.addOption({"dry-run", "Fit and print, but do not store the converter."});
+    p.addOption({"resume", "mlp: continue an interrupted fit of the same settings from its trained layers "
+                           "(kept in EXP.h5.fit-NAME until the converter is stored)."});
     p.addOption({"json", "Print the result as JSON."});
     addSplitOptions(p);
     addModelOptions(p);
@@ -242,7 +244,9 @@ int cmdAlign(const QStringList &args)
     };
     std::unique_ptr<gpu::Model> b;
     InterruptScope ctrlC;
-    const auto fit = jobs::runFit({path.string(), o, !p.isSet("dry-run")},
+    if (p.isSet("resume") && (o.family != core::ConverterFamily::Mlp || p.isSet("dry-run")))
+        throw UsageError{"--resume applies to --family mlp fits that store their converter (not --dry-run)"};
+    const auto fit = jobs::runFit({path.string(), o, !p.isSet("dry-run"), p.isSet("resume")},
                                   [&](const core::ExperimentReader &file, std::vector<std::string> &) {
                                       if (!p.isSet("no-attention"))
                                           b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
@@ -253,7 +257,13 @@ int cmdAlign(const QStringList &args)
     if (!asJson)
         std::fprintf(stderr, "\n");
     if (r.cancelled) {
-        std::fprintf(stderr, "cancelled: nothing stored\n");
+        const auto dir = jobs::fitCheckpointDir(path.string(), o.name);
+        if (o.family == core::ConverterFamily::Mlp && !p.isSet("dry-run") && fs::exists(dir))
+            std::fprintf(stderr,
+                         "cancelled: nothing stored; the trained layers are in %s, continue with --resume\n",
+                         dir.c_str());
+        else
+            std::fprintf(stderr, "cancelled: nothing stored\n");
         return 130;
     }
     for (const auto &w : r.warnings)
@@ -292,6 +302,7 @@ int cmdAlign(const QStringList &args)
                           {"test_prompts", rec.testPrompts.size()},
                           {"train_tokens", rec.trainTokens},
                           {"fit_ms", fitMs},
+                          {"resumed_layers", r.resumedLayers},
                           {"layers", layers},
                           {"cka_keys", matrixJson(rec.ckaKeys)},
                           {"cka_values", matrixJson(rec.ckaValues)},

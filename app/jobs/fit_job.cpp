@@ -5,14 +5,24 @@
 #include "core/util/clock.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <optional>
 
 namespace kvwb::app::jobs {
+
+std::string fitCheckpointDir(const std::string &experimentPath, const std::string &name)
+{
+    return experimentPath + ".fit-" + name;
+}
 
 FitOutcome runFit(const FitJob &job, const FitTargetFn &target)
 {
     FitOutcome out;
     gpu::AlignOptions o = job.options;
+    const bool checkpoints = job.store && o.family == core::ConverterFamily::Mlp;
+    if (checkpoints)
+        o.checkpointDir = fitCheckpointDir(job.experimentPath, o.name);
+    o.resume = checkpoints && job.resume;
     const auto t0 = core::Clock::now();
     {
         // closed before saving: HDF5 cannot reopen a file for writing while this process reads it
@@ -26,6 +36,10 @@ FitOutcome runFit(const FitJob &job, const FitTargetFn &target)
     if (!out.result.cancelled && job.store) {
         core::saveConverters(job.experimentPath, out.result.record);
         out.stored = true;
+        if (checkpoints) {
+            std::error_code ec; // the converter is saved: a checkpoint left behind only costs space
+            std::filesystem::remove_all(o.checkpointDir, ec);
+        }
     }
     return out;
 }

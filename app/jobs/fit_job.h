@@ -19,7 +19,14 @@ struct FitJob
     std::string experimentPath;
     gpu::AlignOptions options; // k is bounded to 1..A's layers by runFit
     bool store = true;         // false: fit and score only (`kvwb align --dry-run`)
+    // MLP fits that store their converter keep each trained layer in fitCheckpointDir() until the
+    // converter is saved; resume reads back the layers of an interrupted fit with the same settings.
+    bool resume = false;
 };
+
+// Where the MLP fit of converter `name` keeps its layer checkpoints: beside the experiment file,
+// "<experiment>.fit-<name>".
+std::string fitCheckpointDir(const std::string &experimentPath, const std::string &name);
 
 struct FitOutcome
 {

@@ -1,6 +1,7 @@
 #include "core/store/converter_store.h"
 
 #include "core/store/hdf5_handle.h"
+#include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -302,6 +303,20 @@ void writeMaps(const Place &layer, const std::string &kind, const std::vector<Kv
     writeDataset(layer, kind + "_lambda", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {n}, lambda.data());
 }
 
+// parent/<name>: one B layer's attributes and maps.
+void writeLayer(const Place &parent, const std::string &name, const LayerConverter &l)
+{
+    const h5::Group lg = newGroup(parent, name);
+    const Place layer{lg.get(), parent.file, parent.path + "/" + name};
+    const Site lsite(layer.file, layer.path);
+    writeAttr(lg.get(), lsite, "target_layer", int64_t(l.targetLayer));
+    writeAttr(lg.get(), lsite, "head_matched", int64_t(l.headMatched ? 1 : 0));
+    writeAttr(lg.get(), lsite, "source_layers",
+              std::vector<int64_t>(l.sourceLayers.begin(), l.sourceLayers.end()));
+    writeMaps(layer, "keys", l.keys);
+    writeMaps(layer, "values", l.values);
+}
+
 // Fills root (the record's group, not linked yet) with everything below it.
 void writeRecord(const Place &root, const ConverterRecord &r)
 {
@@ -326,18 +341,8 @@ void writeRecord(const Place &root, const ConverterRecord &r)
     writeInts(root, "test_prompts", r.testPrompts);
     {
         const h5::Group layers = newGroup(root, "layers");
-        for (const LayerConverter &l : r.layers) {
-            const std::string name = std::to_string(l.targetLayer);
-            const h5::Group lg = newGroup({layers.get(), root.file, root.path + "/layers"}, name);
-            const Place layer{lg.get(), root.file, root.path + "/layers/" + name};
-            const Site lsite(layer.file, layer.path);
-            writeAttr(lg.get(), lsite, "target_layer", int64_t(l.targetLayer));
-            writeAttr(lg.get(), lsite, "head_matched", int64_t(l.headMatched ? 1 : 0));
-            writeAttr(lg.get(), lsite, "source_layers",
-                      std::vector<int64_t>(l.sourceLayers.begin(), l.sourceLayers.end()));
-            writeMaps(layer, "keys", l.keys);
-            writeMaps(layer, "values", l.values);
-        }
+        for (const LayerConverter &l : r.layers)
+            writeLayer({layers.get(), root.file, root.path + "/layers"}, std::to_string(l.targetLayer), l);
     }
     const h5::Group mg = newGroup(root, "metrics");
     const Place metrics{mg.get(), root.file, root.path + "/metrics"};
@@ -627,6 +632,78 @@ ConverterRecord loadConverters(const fs::path &experiment, const std::string &na
     r.ckaKeys = readMatrix(fid, file, base + "/metrics/cka_keys");
     r.ckaValues = readMatrix(fid, file, base + "/metrics/cka_values");
     return r;
+}
+
+constexpr const char *kCheckpointSchema = "kvwb-layer-checkpoint/1";
+
+void saveLayerCheckpoint(const fs::path &path, const LayerCheckpoint &c)
+{
+    h5::prepareLibrary();
+    const std::string name = path.string();
+    const LayerConverter &l = c.layer;
+    if (l.keys.empty() || l.values.empty() || l.sourceLayers.empty() || l.targetLayer < 0)
+        throw Error(ErrorCode::InvalidArgument, name + ": a layer checkpoint needs a fitted layer");
+    for (const KvMap &m : l.keys)
+        if (m.family() != c.family)
+            throw Error(ErrorCode::InvalidArgument, name + ": the layer's maps are " +
+                                                        converterFamilyName(m.family()) + ", not " +
+                                                        converterFamilyName(c.family));
+    h5::checkSettingsJson(name + " fit key", c.fitKey);
+    h5::checkSettingsJson(name + " stats", c.statsJson);
+    fs::path tmp = path;
+    tmp += ".tmp";
+    {
+        const h5::PropList fapl = h5::fileAccess(false);
+        const h5::File file(check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                                  ErrorCode::Io, name + ": cannot create " + tmp.string()));
+        TempPathGuard removeTmp(tmp);
+        const Site root(name, "/");
+        writeAttr(file.get(), root, "schema", std::string(kCheckpointSchema));
+        writeAttr(file.get(), root, "family", std::string(converterFamilyName(c.family)));
+        writeAttr(file.get(), root, "fit_key", c.fitKey);
+        writeAttr(file.get(), root, "stats", c.statsJson);
+        writeAttr(file.get(), root, "created_utc", text::utcNowIso8601());
+        writeLayer({file.get(), name, ""}, "layer", l);
+        h5::flushFile(file.get(), name, "layer checkpoint written", false);
+        removeTmp.keep();
+    }
+    syncAndRename(tmp, path, name, true);
+}
+
+LayerCheckpoint loadLayerCheckpoint(const fs::path &path)
+{
+    h5::prepareLibrary();
+    const std::string name = path.string();
+    const h5::File f = h5::openForReading(path);
+    const Site root(name, "/");
+    const std::string schema = readStringAttr(f.get(), root, "schema");
+    if (schema != kCheckpointSchema)
+        throw Error(ErrorCode::Format,
+                    root.attr("schema") + " is '" + schema + "', expected " + kCheckpointSchema);
+    LayerCheckpoint c;
+    const std::string family = readStringAttr(f.get(), root, "family");
+    const auto parsed = parseConverterFamily(family);
+    if (!parsed || family == "low-rank")
+        throw Error(ErrorCode::Format, root.attr("family") + " is '" + family + "'");
+    c.family = *parsed;
+    c.fitKey = readStringAttr(f.get(), root, "fit_key");
+    c.statsJson = readStringAttr(f.get(), root, "stats");
+    h5::checkSettingsJson(root.attr("stats"), c.statsJson);
+    // the target layer is whatever the file says; readLayer compares it with the index it is given
+    int target = 0;
+    {
+        const h5::Group g = openGroup(f.get(), name, "/layer");
+        target = int(readIntAttr(g.get(), Site(name, "/layer"), "target_layer"));
+        if (target < 0)
+            throw Error(ErrorCode::Format, Site(name, "/layer").attr("target_layer") + " is negative");
+    }
+    c.layer = readLayer(f.get(), name, "/layer", target, true);
+    for (const auto *maps : {&c.layer.keys, &c.layer.values})
+        for (const KvMap &m : *maps)
+            if (m.family() != c.family)
+                throw Error(ErrorCode::Format, name + ": /layer holds " + converterFamilyName(m.family()) +
+                                                   " maps, but the checkpoint's family is " + family);
+    return c;
 }
 
 void saveTable(const fs::path &experiment, const std::string &name, const MetricTable &table,

@@ -133,6 +133,23 @@ enum class ConverterParts
 ConverterRecord loadConverters(const std::filesystem::path &experiment, const std::string &name,
                                ConverterParts parts = ConverterParts::WithMaps);
 
+// One finished B layer of a fit that trains layer by layer (the MLP family), kept in its own file so
+// that an interrupted fit resumes from the next layer (`kvwb align --resume`). `fitKey` says what
+// determined the fit (settings, seed, the experiment's run id): a checkpoint of another fit is
+// refused, never mixed in. `statsJson` is the layer's training record (epochs, losses, seconds).
+// The file is written under a temporary name and renamed, so it is complete or absent.
+struct LayerCheckpoint
+{
+    LayerConverter layer;
+    ConverterFamily family = ConverterFamily::Ridge;
+    std::string fitKey;
+    std::string statsJson;
+};
+void saveLayerCheckpoint(const std::filesystem::path &file, const LayerCheckpoint &checkpoint);
+// Error(Format) naming the file and the field for anything malformed; the maps' shapes are the
+// caller's to compare with what it expects.
+LayerCheckpoint loadLayerCheckpoint(const std::filesystem::path &file);
+
 // /sweeps/<name>: a MetricTable plus a JSON string saying what was swept (attribute "settings").
 void saveTable(const std::filesystem::path &experiment, const std::string &name, const MetricTable &table,
                const std::string &settingsJson);

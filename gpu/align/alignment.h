@@ -21,6 +21,7 @@
 #include "gpu/align/ridge.h"
 #include "gpu/model/model.h"
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -196,6 +197,14 @@ struct AlignOptions
     uint64_t seed = 1;
     int attentionPrompts = 32; // test prompts scored by attention-output cosine (needs model B)
     int64_t ckaTokens = 2048;
+    // Layer checkpoints of the MLP family (minutes of training per layer): when set, each trained B
+    // layer is saved as checkpointDir/layer-NNN.h5 (core::saveLayerCheckpoint), and with `resume` a
+    // layer whose checkpoint was written by the same fit (every setting above that shapes the maps,
+    // the seed and the experiment's run id) is read back instead of trained again; one written by
+    // another fit is refused with Error(InvalidArgument). The caller removes the directory once the
+    // converter is saved.
+    std::filesystem::path checkpointDir;
+    bool resume = false;
     // fraction in [0, 1]; return false to cancel.
     std::function<bool(double fraction, const std::string &stage)> progress;
 };
@@ -205,6 +214,7 @@ struct AlignResult
     core::ConverterRecord record; // maps, metrics, CKA, splits (not yet saved)
     std::vector<std::string> warnings;
     bool cancelled = false;
+    int resumedLayers = 0; // layers read from checkpoints instead of trained
 };
 
 // The whole fit: split, select sources, choose lambda, fit every B layer, score on the test

@@ -296,6 +296,8 @@ private Q_SLOTS:
         for (const auto &v : layers) // never worse than the ridge start on the validation prompts
             QVERIFY(v.toObject()["valid_loss_k"].toDouble() <= v.toObject()["valid_loss_ridge_k"].toDouble());
         QCOMPARE(core::loadConverters(exp, "mlp").layers[0].values[0].hidden, 16);
+        QCOMPARE(j["resumed_layers"].toInt(), 0);
+        QVERIFY(!fs::exists(exp.string() + ".fit-mlp")); // the layer checkpoints go once it is stored
         r = runKvwb({"compare", "--experiment", q(exp), "--converter", "mlp", "--held-out", "--limit", "2",
                      "--max-tokens", "4", "--versus", "lr8", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
@@ -305,10 +307,12 @@ private Q_SLOTS:
         // usage errors: exit 2, one line naming the flag
         for (const QStringList &bad :
              {QStringList{"--family", "spline"}, QStringList{"--family", "low-rank"},
-              QStringList{"--rank", "4"}, QStringList{"--family", "ridge", "--hidden", "8"}}) {
+              QStringList{"--rank", "4"}, QStringList{"--family", "ridge", "--hidden", "8"},
+              QStringList{"--resume"}, QStringList{"--family", "mlp", "--resume", "--dry-run"}}) {
             r = runKvwb(QStringList{"align", "--experiment", q(exp)} + bad);
             QCOMPARE(r.exitCode, 2);
-            QVERIFY2(r.err.contains("--family") || r.err.contains("--rank") || r.err.contains("--hidden"),
+            QVERIFY2(r.err.contains("--family") || r.err.contains("--rank") || r.err.contains("--hidden") ||
+                         r.err.contains("--resume"),
                      r.err.constData());
         }
         // a rank the maps cannot have: refused naming it

@@ -5,11 +5,13 @@
 #include "core/util/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <random>
 
@@ -102,6 +104,26 @@ double conversionMsPer1k(const Geometry &g, const std::vector<core::LayerConvert
     return times[1];
 }
 
+// A checkpointed layer must have the shape of the layer this fit would train: the same target and
+// source layers, head matching and map dimensions as its ridge start.
+void checkResumedLayer(const std::filesystem::path &file, const core::LayerCheckpoint &c,
+                       const core::LayerConverter &start, int layer)
+{
+    const auto &l = c.layer;
+    const auto same = [](const std::vector<core::KvMap> &a, const std::vector<core::KvMap> &b) {
+        return a.size() == b.size() && a.front().inputDim == b.front().inputDim &&
+               a.front().outputDim == b.front().outputDim;
+    };
+    if (c.family != core::ConverterFamily::Mlp || l.targetLayer != layer ||
+        l.sourceLayers != start.sourceLayers || l.headMatched != start.headMatched ||
+        !same(l.keys, start.keys) || !same(l.values, start.values))
+        throw Error(ErrorCode::Format,
+                    fmt::format("{}: holds a {} map of B layer {} from A layers [{}], not the MLP map of B "
+                                "layer {} from [{}] this fit trains",
+                                file.string(), core::converterFamilyName(c.family), l.targetLayer,
+                                fmt::join(l.sourceLayers, ","), layer, fmt::join(start.sourceLayers, ",")));
+}
+
 } // namespace
 
 AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions &o, const Model *target)
@@ -131,6 +153,22 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     nlohmann::json mlpLayers = nlohmann::json::array();
     const std::vector<double> grid = o.autoLambda ? o.lambdaGrid : std::vector<double>{o.lambda};
     auto report = [&](double fr, const std::string &stage) { return !o.progress || o.progress(fr, stage); };
+    // What determines an MLP layer's maps: a checkpoint is used only by the fit that wrote it.
+    const std::string fitKey = nlohmann::json{
+        {"experiment_run_id", f.provenance().runId},
+        {"selection", layerSelectionName(o.selection)},
+        {"k", o.k},
+        {"lambda", o.autoLambda ? nlohmann::json(o.lambdaGrid) : nlohmann::json(o.lambda)},
+        {"per_head", o.perHead},
+        {"family", core::converterFamilyName(o.family)},
+        {"max_train_tokens", o.maxTrainTokens},
+        {"valid_fraction", o.validFraction},
+        {"test_fraction", o.testFraction},
+        {"seed", o.seed},
+        {"mlp",
+         {o.mlp.hidden, o.mlp.epochs, o.mlp.batch, o.mlp.learningRate, o.mlp.patience, o.mlp.validationRows,
+          o.mlp.bufferBytes}}}.dump();
+    std::vector<int> resumed;
 
     rec.name = o.name;
     rec.keyForm = f.storage().keyForm;
@@ -171,7 +209,24 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             rec.trainTokens = stats.rows;
             r.warnings.insert(r.warnings.end(), stats.warnings.begin(), stats.warnings.end());
         }
-        if (mlp) {
+        const std::filesystem::path checkpoint = o.checkpointDir.empty()
+                                                     ? std::filesystem::path()
+                                                     : o.checkpointDir / fmt::format("layer-{:03}.h5", l);
+        if (mlp && o.resume && !checkpoint.empty() && std::filesystem::exists(checkpoint)) {
+            auto c = core::loadLayerCheckpoint(checkpoint);
+            if (c.fitKey != fitKey)
+                throw Error(
+                    ErrorCode::InvalidArgument,
+                    fmt::format("{}: written by a fit with other settings, seed or experiment; remove "
+                                "{} or run without --resume",
+                                checkpoint.string(), o.checkpointDir.string()));
+            checkResumedLayer(checkpoint, c, maps[chosen], l);
+            auto stats = nlohmann::json::parse(c.statsJson);
+            stats["resumed"] = true;
+            mlpLayers.push_back(std::move(stats));
+            rec.layers.push_back(std::move(c.layer));
+            resumed.push_back(l);
+        } else if (mlp) {
             MlpOptions mo = o.mlp;
             mo.seed = o.seed;
             mo.maxTrainRows = o.maxTrainTokens;
@@ -185,22 +240,32 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                 r.cancelled = true;
                 return r;
             }
-            mlpLayers.push_back({{"layer", l},
-                                 {"epochs", ms.epochs},
-                                 {"best_epoch_k", ms.bestEpochKeys},
-                                 {"best_epoch_v", ms.bestEpochValues},
-                                 {"valid_loss_ridge_k", ms.ridgeLossKeys},
-                                 {"valid_loss_ridge_v", ms.ridgeLossValues},
-                                 {"valid_loss_k", ms.lossKeys},
-                                 {"valid_loss_v", ms.lossValues},
-                                 {"train_rows", ms.trainRows},
-                                 {"seconds", ms.seconds}});
+            nlohmann::json stats = {{"layer", l},
+                                    {"epochs", ms.epochs},
+                                    {"best_epoch_k", ms.bestEpochKeys},
+                                    {"best_epoch_v", ms.bestEpochValues},
+                                    {"valid_loss_ridge_k", ms.ridgeLossKeys},
+                                    {"valid_loss_ridge_v", ms.ridgeLossValues},
+                                    {"valid_loss_k", ms.lossKeys},
+                                    {"valid_loss_v", ms.lossValues},
+                                    {"train_rows", ms.trainRows},
+                                    {"seconds", ms.seconds}};
+            if (!checkpoint.empty()) {
+                std::filesystem::create_directories(o.checkpointDir);
+                core::saveLayerCheckpoint(checkpoint, {*trained, o.family, fitKey, stats.dump()});
+            }
+            mlpLayers.push_back(std::move(stats));
             rec.layers.push_back(std::move(*trained));
         } else {
             rec.layers.push_back(std::move(maps[chosen]));
         }
         metrics.push_back(evaluateLayer(f, rec.layers.back(), split.test));
     }
+    r.resumedLayers = int(resumed.size());
+    if (!resumed.empty())
+        r.warnings.push_back(
+            fmt::format("{} of {} layers read from checkpoints in {} (fit time counts this run only)",
+                        resumed.size(), lb, o.checkpointDir.string()));
     rec.fitSeconds = core::msSince(started) / 1000;
     rec.family = o.family;
     rec.convertMsPer1k = conversionMsPer1k(g, rec.layers);

@@ -354,6 +354,7 @@ class TestConverterStore : public QObject
 private Q_SLOTS:
     void roundTripFullAndHeadMatched();
     void roundTripLowRankAndMlp();
+    void layerCheckpointRoundTrip();
     void replaceExisting();
     void listSortedAndEmpty();
     void groupsCreatedOnDemand();
@@ -482,6 +483,59 @@ void TestConverterStore::roundTripLowRankAndMlp()
     err = expectError([&] { saveConverters(path, badRank); });
     QCOMPARE(err.code(), ErrorCode::InvalidArgument);
     QVERIFY2(QString(err.what()).contains("layer 0 keys map 1 up has 23 floats"), err.what());
+}
+
+// One layer of an MLP fit in its own checkpoint file: read back bit for bit with its family, fit key
+// and stats; the file is written whole (no temporary left) and a file that is not a checkpoint, a
+// layer of another family or a missing file are refused with the file named.
+void TestConverterStore::layerCheckpointRoundTrip()
+{
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "layer-001.h5";
+    ConverterRecord mlp = makeRecord("mlp", false, 9);
+    LayerCheckpoint c;
+    c.layer = mlp.layers[1];
+    uint32_t seed = 500;
+    for (auto *maps : {&c.layer.keys, &c.layer.values})
+        for (auto &m : *maps) {
+            m.hidden = 3;
+            for (auto [part, n] :
+                 {std::pair{&m.hiddenWeight, size_t(m.inputDim) * 3}, std::pair{&m.hiddenBias, size_t(3)},
+                  std::pair{&m.outWeight, size_t(3 * m.outputDim)}}) {
+                part->resize(n);
+                for (size_t i = 0; i < n; ++i)
+                    (*part)[i] = value(seed, i);
+                ++seed;
+            }
+        }
+    c.family = ConverterFamily::Mlp;
+    c.fitKey = R"({"seed":1})";
+    c.statsJson = R"({"epochs":4})";
+    saveLayerCheckpoint(path, c);
+    QVERIFY(!fs::exists(fs::path(path.string() + ".tmp")));
+    const LayerCheckpoint got = loadLayerCheckpoint(path);
+    QCOMPARE(got.family, ConverterFamily::Mlp);
+    QCOMPARE(got.fitKey, c.fitKey);
+    QCOMPARE(got.statsJson, c.statsJson);
+    QCOMPARE(got.layer.targetLayer, 1);
+    QCOMPARE(got.layer.sourceLayers, c.layer.sourceLayers);
+    QString e = compareMaps(got.layer.keys, c.layer.keys, "keys");
+    e += compareMaps(got.layer.values, c.layer.values, "values");
+    QVERIFY2(e.isEmpty(), qPrintable(e));
+
+    LayerCheckpoint ridge = c; // the layer's maps are MLP maps, the checkpoint says ridge
+    ridge.family = ConverterFamily::Ridge;
+    core::Error err = expectError([&] { saveLayerCheckpoint(path, ridge); });
+    QCOMPARE(err.code(), ErrorCode::InvalidArgument);
+    QVERIFY2(QString(err.what()).contains("the layer's maps are mlp, not ridge"), err.what());
+
+    const fs::path exp = fs::path(dir.path().toStdString()) / "exp.h5"; // an experiment, not a checkpoint
+    writeExperiment(exp);
+    err = expectError([&] { loadLayerCheckpoint(exp); });
+    QCOMPARE(err.code(), ErrorCode::Format);
+    QVERIFY2(QString(err.what()).contains("attribute schema of / is 'kvwb/2'"), err.what());
+    err = expectError([&] { loadLayerCheckpoint(fs::path(dir.path().toStdString()) / "absent.h5"); });
+    QVERIFY2(QString(err.what()).contains("absent.h5"), err.what());
 }
 
 void TestConverterStore::replaceExisting()

@@ -495,6 +495,63 @@ private Q_SLOTS:
         }
     }
 
+    // An MLP fit cancelled after its first layer leaves that layer's checkpoint; resuming with the
+    // same settings reads it back and trains the rest, giving exactly the maps of an uninterrupted
+    // fit. A checkpoint of other settings, or of another layer, is refused.
+    void mlpFitResumesFromLayerCheckpoints()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
+        gpu::AlignOptions o;
+        o.family = core::ConverterFamily::Mlp;
+        o.mlp.hidden = 8;
+        o.mlp.epochs = 2;
+        o.checkpointDir = fs::path(tmp.path().toStdString()) / "ckpt";
+        const auto whole = gpu::alignExperiment(file, o, nullptr);
+        QVERIFY(!whole.cancelled);
+        QCOMPARE(whole.resumedLayers, 0);
+        QVERIFY(fs::exists(o.checkpointDir / "layer-002.h5"));
+        fs::remove_all(o.checkpointDir);
+
+        auto cut = o; // cancelled as layer 2 of 3 starts: layer 0 is trained and kept
+        cut.progress = [](double, const std::string &stage) {
+            return stage.find("layer 2/") == std::string::npos;
+        };
+        QVERIFY(gpu::alignExperiment(file, cut, nullptr).cancelled);
+        QVERIFY(fs::exists(o.checkpointDir / "layer-000.h5"));
+        QVERIFY(!fs::exists(o.checkpointDir / "layer-001.h5"));
+
+        auto resume = o;
+        resume.resume = true;
+        const auto resumed = gpu::alignExperiment(file, resume, nullptr);
+        QVERIFY(!resumed.cancelled);
+        QCOMPARE(resumed.resumedLayers, 1);
+        QCOMPARE(resumed.record.layers.size(), whole.record.layers.size());
+        for (size_t l = 0; l < whole.record.layers.size(); ++l)
+            for (int kv = 0; kv < 2; ++kv) {
+                const auto &a = kv == 0 ? whole.record.layers[l].keys[0] : whole.record.layers[l].values[0];
+                const auto &b =
+                    kv == 0 ? resumed.record.layers[l].keys[0] : resumed.record.layers[l].values[0];
+                QVERIFY2(a.weight == b.weight && a.bias == b.bias && a.hiddenWeight == b.hiddenWeight &&
+                             a.hiddenBias == b.hiddenBias && a.outWeight == b.outWeight,
+                         qPrintable(QString("layer %1 kind %2").arg(l).arg(kv)));
+            }
+        QCOMPARE(resumed.record.layerMetrics.at(2, "r2_k"), whole.record.layerMetrics.at(2, "r2_k"));
+
+        auto other = resume; // another seed: the checkpoints are not this fit's
+        other.seed = 2;
+        const auto refused = test::expectError([&] { gpu::alignExperiment(file, other, nullptr); });
+        QCOMPARE(refused.code(), core::ErrorCode::InvalidArgument);
+        QVERIFY2(QString(refused.what()).contains("layer-000.h5: written by a fit with other settings"),
+                 refused.what());
+
+        fs::copy_file(o.checkpointDir / "layer-001.h5", o.checkpointDir / "layer-000.h5",
+                      fs::copy_options::overwrite_existing); // layer 1's maps under layer 0's name
+        const auto wrong = test::expectError([&] { gpu::alignExperiment(file, resume, nullptr); });
+        QCOMPARE(wrong.code(), core::ErrorCode::Format);
+        QVERIFY2(QString(wrong.what()).contains("holds a mlp map of B layer 1"), wrong.what());
+    }
+
     // y = x W + (x * x) M + b: the square is uncorrelated with x, so no linear map (ridge or
     // low-rank) explains more than the linear part; the MLP learns the rest.
     void onlyTheMlpFitsAPlantedNonlinearity()
