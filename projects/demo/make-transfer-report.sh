@@ -33,17 +33,10 @@ print(f"{sys.argv[2]}: KL {s['kl']:.4f} (no prefix {s['kl_no_prefix']:.4f}), top
 PY
 }
 
-if want base; then
-rm -f "$EXP"
-echo "== capture: 600 calibration sequences of 4 training documents (question + answer) each"
-"$KVWB" capture --model-a "$HERE/models/a" --model-b "$HERE/models/b" --prompts "$WORK/corpus.jsonl" \
-  --split train --whole-text --join 4 --limit 600 --out "$EXP" --json > "$OUT/capture.json"
-cat "$OUT/capture.json"
-
-echo "== align: one converter per configuration"
-align() { # name, then flags
-  local name="$1"; shift
-  "$KVWB" align --experiment "$EXP" --name "$name" "$@" --json > "$OUT/align-$name.json"
+# align EXP NAME flags...: fit and store one converter, print its one-line summary
+align_in() {
+  local exp="$1" name="$2"; shift 2
+  "$KVWB" align --experiment "$exp" --name "$name" "$@" --json > "$OUT/align-$name.json"
   python3 - "$OUT/align-$name.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -53,6 +46,18 @@ print(f"{j['converter']}: {j['family']}, R2 K {mean('r2_k'):.3f}, R2 V {mean('r2
       f"{j['convert_ms_per_1k']:.2f} ms per 1k tokens")
 PY
 }
+align() { align_in "$EXP" "$@"; }
+
+if want base || [ ! -f "$EXP" ]; then
+rm -f "$EXP"
+echo "== capture: 600 calibration sequences of 4 training documents (question + answer) each"
+"$KVWB" capture --model-a "$HERE/models/a" --model-b "$HERE/models/b" --prompts "$WORK/corpus.jsonl" \
+  --split train --whole-text --join 4 --limit 600 --out "$EXP" --json > "$OUT/capture.json"
+cat "$OUT/capture.json"
+fi
+
+if want base; then
+echo "== align: one converter per configuration"
 align prop-k1 --select proportional --k 1 --lambda auto
 align prop-k1-head --select proportional --k 1 --lambda auto --per-head
 align topk-k2 --select topk --k 2 --lambda auto
@@ -82,6 +87,8 @@ fi
 
 if want families; then
 echo "== converter families on the demo pair (same capture, split and held-out questions)"
+want base || align all --select all --lambda auto
+compare150 "$EXP" all all --baselines
 align lowrank-16 --select all --lambda auto --family low-rank --rank 16
 align lowrank-64 --select all --lambda auto --family low-rank --rank 64
 align mlp --select all --lambda auto --family mlp
@@ -103,8 +110,8 @@ for cfg in "u-all --select all --lambda auto" "u-lowrank-64 --select all --lambd
            "u-mlp --select all --lambda auto --family mlp"; do
   set -- $cfg
   name="$1"; shift
-  "$KVWB" align --experiment "$EXP2" --name "$name" "$@" --json > "$OUT/align-$name.json"
-  compare150 "$EXP2" "$name" "$name"
+  align_in "$EXP2" "$name" "$@"
+  compare150 "$EXP2" "$name" "$name" --baselines
 done
 compare150 "$EXP2" u-mlp u-mlp-vs-all --versus u-all --baselines
 fi
@@ -115,6 +122,8 @@ EXP3="$OUT/demo-crosstok.h5"
 rm -f "$EXP3"
 "$KVWB" capture --model-a "$HERE/models/c" --model-b "$HERE/models/b" --prompts "$WORK/corpus.jsonl" \
   --split train --whole-text --join 4 --limit 600 --out "$EXP3" --json > "$OUT/capture-crosstok.json"
-"$KVWB" align --experiment "$EXP3" --name x-all --select all --lambda auto --json > "$OUT/align-x-all.json"
+align_in "$EXP3" x-all --select all --lambda auto
 compare150 "$EXP3" x-all x-all --baselines
+align_in "$EXP3" x-mlp --select all --lambda auto --family mlp
+compare150 "$EXP3" x-mlp x-mlp-vs-x-all --versus x-all --baselines
 fi
