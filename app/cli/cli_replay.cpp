@@ -104,6 +104,10 @@ int cmdReplay(const QStringList &args)
     p.addOption({"block", "Prefix-tree block size in tokens (default 16).", "N", "16"});
     p.addOption(
         {"min-cross-tokens", "Cross-model reuse needs this many matched tokens (default 16).", "N", "16"});
+    p.addOption({"align-policy",
+                 "Cross tier, models that tokenise differently: which overlapping A token each B token's row "
+                 "is converted from: last (default), first or longest (docs/transfer.md).",
+                 "POLICY", "last"});
     p.addOption({"exact-entries", "Exact tier capacity in entries (default unlimited).", "N"});
     p.addOption({"exact-bytes", "Exact tier capacity in bytes.", "N"});
     p.addOption({"semantic-entries", "Semantic tier capacity in entries.", "N"});
@@ -140,6 +144,11 @@ int cmdReplay(const QStringList &args)
     o.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
     o.prefixBlock = intOption(p, "block", 16, 1, core::kMaxPrefixBlock);
     o.minCrossTokens = intOption(p, "min-cross-tokens", 16, 1);
+    const auto policy = core::parseAlignPolicy(str(p.value("align-policy")));
+    if (!policy)
+        throw UsageError{"--align-policy expects first, last or longest, got '" +
+                         str(p.value("align-policy")) + "'"};
+    o.alignPolicy = *policy;
     o.exactLimits = limits(p, "exact");
     o.semanticLimits = limits(p, "semantic");
     o.prefixLimits = limits(p, "prefix");

@@ -54,6 +54,7 @@ std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embed
                                      {"max_tokens", o.maxTokens},
                                      {"limit", job.limit},
                                      {"converter", cross ? job.converter : ""},
+                                     {"align_policy", cross ? core::alignPolicyName(o.alignPolicy) : ""},
                                      {"cancelled", cancelled},
                                      {"model_a", a.checkpoint().fingerprint()},
                                      {"model_b", b ? b->checkpoint().fingerprint() : ""},

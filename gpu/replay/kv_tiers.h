@@ -14,6 +14,7 @@
 
 #include "core/cache/cache_tier.h"
 #include "core/cache/prefix_tree.h"
+#include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
 #include "gpu/model/kv_cache.h"
 #include "gpu/model/model.h"
@@ -79,15 +80,20 @@ struct CrossTierOptions
     GateSignal gateSignal = GateSignal::TailKl;
     double gateThreshold = 0.1;
     int gateTail = 4;
+    // Models with different tokenizers: how each B token is paired with an A token
+    // (gpu/transfer/cross_tokenizer.h).
+    core::AlignPolicy alignPolicy = core::kDefaultAlignPolicy;
 };
 
 class CrossModelTier : public core::CacheTier
 {
 public:
     // Serves requests for model B from A's entries in `source` through `converter` (A -> B). A's
-    // tokenizer must encode a prompt to the same ids as B's for it to be served (warned once).
-    CrossModelTier(PrefixKvTier &source, const Model &b, const core::Tokenizer &tokenizerA,
-                   const Converter &converter, CrossTierOptions options);
+    // tree is keyed by A's token ids: the prompt is tokenised by A, and when that differs from B's
+    // tokens, B's cached positions are the leading B tokens whose paired A token (by byte spans,
+    // options.alignPolicy) lies in A's matched prefix, built from A's rows as transfer does.
+    CrossModelTier(PrefixKvTier &source, const Model &a, const Model &b, const core::Tokenizer &tokenizerA,
+                   const core::Tokenizer &tokenizerB, const Converter &converter, CrossTierOptions options);
 
     core::TierKind kind() const override { return core::TierKind::Cross; }
     core::TierLookup lookup(const core::TierRequest &request) override;
@@ -100,8 +106,10 @@ public:
 
 private:
     PrefixKvTier &m_source;
+    const Model &m_a;
     const Model &m_b;
     const core::Tokenizer &m_tokenizerA;
+    const core::Tokenizer &m_tokenizerB;
     const Converter &m_converter;
     CrossTierOptions m_options;
     bool m_warnedTokenizers = false;

@@ -61,7 +61,8 @@ struct ReplayOptions
     GateSignal gateSignal = GateSignal::TailKl;
     double gateThreshold = 0.1;
     int gateTail = 4;
-    bool gate = true;          // false: use every cross-model match without the gate
+    bool gate = true; // false: use every cross-model match without the gate
+    core::AlignPolicy alignPolicy = core::kDefaultAlignPolicy; // cross tier, tokenizers that differ
     bool onClock = false;      // wait for each request's arrival time (scaled by speed)
     double speed = 1.0;        // > 1 replays faster than the workload's clock
     int maxTokens = 0;         // > 0 overrides every request's max_tokens

@@ -10,6 +10,8 @@
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 
+#include <fmt/format.h>
+
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -378,6 +380,33 @@ private Q_SLOTS:
             QVERIFY(std::isfinite(p["kl"].toDouble()) && p["kl"].toDouble() >= 0);
             QVERIFY(!p["text_transfer"].toString().isNull());
         }
+
+        // replay: B's request served from A's cached prefix of the same text through the alignment
+        const std::string system = "A long shared system prompt that model a has processed for this tenant. ";
+        const auto request = [](int id, const char *model, const std::string &prompt) {
+            return fmt::format(
+                       R"({{"id":{},"t_ms":{},"tenant":"t0","user":"u{}","model":"{}","intent":"n{}",)"
+                       R"("max_tokens":3,"prompt":"{}"}})",
+                       id, id * 10, id, model, id, prompt) +
+                   "\n";
+        };
+        test::writeFile(m_dir / "xtok.jsonl",
+                        request(0, "a", system + "Q: first?") + request(1, "b", system + "Q: second?"));
+        r = runKvwb({"replay", "--workload", q(m_dir / "xtok.jsonl"), "--experiment", q(exp), "--converter",
+                     "xtok", "--tiers", "cross", "--block", "4", "--min-cross-tokens", "4", "--no-gate",
+                     "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.err.contains("pairs B's tokens with A's by their byte spans ('last')"), r.err.constData());
+        const auto rep = QJsonDocument::fromJson(r.out).object();
+        const auto cross = rep["tiers"].toObject()["cross"].toObject();
+        QCOMPARE(cross["hits"].toInt(), 1);
+        // B (merges) reads the shared text in fewer tokens than A (bytes): at least half of its
+        // system-prompt tokens come from A's cache
+        QVERIFY2(cross["tokens_reused"].toInt() >= 10, qPrintable(QJsonDocument(cross).toJson()));
+        r = runKvwb({"replay", "--workload", q(m_dir / "xtok.jsonl"), "--experiment", q(exp), "--converter",
+                     "xtok", "--tiers", "cross", "--align-policy", "middle"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("--align-policy"), r.err.constData());
     }
 
     // Multi-turn hand-off: ShareGPT conversations imported as a workload, A serving the first turns

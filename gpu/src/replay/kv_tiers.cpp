@@ -2,6 +2,7 @@
 
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "gpu/transfer/cross_tokenizer.h"
 
 #include <fmt/format.h>
 
@@ -143,9 +144,11 @@ core::StoreStats PrefixKvTier::stats() const
     return total;
 }
 
-CrossModelTier::CrossModelTier(PrefixKvTier &source, const Model &b, const core::Tokenizer &tokenizerA,
+CrossModelTier::CrossModelTier(PrefixKvTier &source, const Model &a, const Model &b,
+                               const core::Tokenizer &tokenizerA, const core::Tokenizer &tokenizerB,
                                const Converter &converter, CrossTierOptions options)
-    : m_source(source), m_b(b), m_tokenizerA(tokenizerA), m_converter(converter), m_options(options)
+    : m_source(source), m_a(a), m_b(b), m_tokenizerA(tokenizerA), m_tokenizerB(tokenizerB),
+      m_converter(converter), m_options(options)
 {}
 
 TierLookup CrossModelTier::lookup(const TierRequest &request)
@@ -154,21 +157,49 @@ TierLookup CrossModelTier::lookup(const TierRequest &request)
     if (request.role != ModelRole::B)
         return out;
     const std::vector<int> &prompt = request.tokens;
-    // A's tree is keyed by A's token ids: the two tokenizers must agree on this prompt
+    // A's tree is keyed by A's token ids; B's positions are paired with A's through the byte spans
+    // when the two tokenizers disagree on this prompt
+    TokenPairing pairing = samePairing(prompt);
     if (m_tokenizerA.encode(request.prompt, true) != prompt) {
+        pairing = pairTokens(request.prompt, m_tokenizerA, m_tokenizerB, m_options.alignPolicy);
+        if (pairing.idsB != prompt)
+            throw core::Error(
+                core::ErrorCode::InvalidArgument,
+                fmt::format("request {}: model B's tokens differ from its tokenizer's encoding of "
+                            "the prompt",
+                            request.requestId));
         if (!m_warnedTokenizers)
-            out.warnings.push_back(fmt::format("request {}: A and B tokenise prompts differently; the "
-                                               "cross-model tier skips such prompts",
-                                               request.requestId));
+            out.warnings.push_back(
+                fmt::format("request {}: A and B tokenise prompts differently; the cross-model "
+                            "tier pairs B's tokens with A's by their byte spans ('{}')",
+                            request.requestId, core::alignPolicyName(m_options.alignPolicy)));
         m_warnedTokenizers = true;
-        return out;
     }
-    const auto match = m_source.longestPrefix(ModelRole::A, request.scope.tenant(), prompt, request.nowMs);
-    if (!match.cache || match.tokens < m_options.minTokens)
+    const auto match =
+        m_source.longestPrefix(ModelRole::A, request.scope.tenant(), pairing.idsA, request.nowMs);
+    if (!match.cache)
         return out;
-    const int keep = std::min(match.tokens, int(prompt.size()) - 1);
+    // B's leading positions whose A token is in the matched prefix (all of them up to the match on
+    // one tokenizer); B's last prompt token is always left for B to process
+    int keep = std::min(match.tokens, int(prompt.size()) - 1);
+    if (pairing.crossTokenizer()) {
+        keep = 0;
+        while (keep < int(prompt.size()) - 1 && pairing.alignment[size_t(keep)] < match.tokens)
+            ++keep;
+    }
+    if (keep < m_options.minTokens)
+        return out;
     auto source = match.cache->fork();
-    source.truncate(keep);
+    if (pairing.crossTokenizer()) {
+        const auto t0 = core::Clock::now();
+        TokenPairing cut = pairing;
+        cut.idsB.resize(size_t(keep) + 1);
+        cut.alignment.resize(size_t(keep) + 1);
+        source = pairedSourceCache(m_a, source, cut, m_converter.keyForm());
+        out.modelMs += core::msSince(t0);
+    } else {
+        source.truncate(keep);
+    }
     if (m_options.gate) {
         const auto t0 = core::Clock::now();
         const GateResult g = qualityGate(m_b, m_converter, source, prompt[size_t(keep)], m_options.gateTail,

@@ -106,7 +106,10 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
             co.gateSignal = o.gateSignal;
             co.gateThreshold = o.gateThreshold;
             co.gateTail = o.gateTail;
-            tier = std::make_unique<CrossModelTier>(*prefix, *m.b, *m.tokenizerA, *m.converter, co);
+            co.alignPolicy = o.alignPolicy;
+            tier = std::make_unique<CrossModelTier>(*prefix, *m.a, *m.b, *m.tokenizerA,
+                                                    m.tokenizerB ? *m.tokenizerB : *m.tokenizerA,
+                                                    *m.converter, co);
             break;
         }
         case TierKind::Prefix:
