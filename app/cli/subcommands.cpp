@@ -10,6 +10,7 @@
 #include "app/cli/cli_align.h"
 #include "app/cli/cli_capture.h"
 #include "app/cli/cli_generate.h"
+#include "app/cli/cli_knowledge.h"
 #include "app/cli/cli_replay.h"
 #include "app/cli/cli_train.h"
 #ifndef KVWB_HEADLESS
@@ -64,6 +65,9 @@ const std::vector<Subcommand> &subcommands()
         {"report", "Write an experiment's report: HTML (charts embedded), PDF, Markdown, CSV/JSON.", E,
          KVWB_ENGINE_RUN(cmdReport)},
 #endif
+        {"knowledge",
+         "Build or show a knowledge graph file: concepts with their knowledge as KV modules of model B.", E,
+         KVWB_ENGINE_RUN(cmdKnowledge)},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", F, cmdCorpus},
         {"workload", "Write a request workload (JSONL) for cache replay: WordNet, ShareGPT or Quora pairs.",
          F, cmdWorkload},

@@ -1,0 +1,229 @@
+#include "app/cli/cli_knowledge.h"
+
+#include "app/cli/engine_options.h"
+#include "core/knowledge/knowledge_graph.h"
+#include "core/model/checkpoint.h"
+#include "core/store/knowledge_store.h"
+#include "core/util/clock.h"
+#include "core/util/error.h"
+#include "core/workload/wordnet.h"
+#include "gpu/knowledge/knowledge_modules.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+namespace kvwb::app {
+
+using namespace kvwb::app::cli;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+int64_t nowUnixMs()
+{
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+}
+
+int build(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"out", "The knowledge graph file to write (HDF5, replaced whole).", "GRAPH.h5"});
+    p.addOption({"model-b", "Model B, whose KV modules of each node's knowledge are stored.", "PATH"});
+    p.addOption({"concepts",
+                 "The N most popular WordNet concepts, as the demo corpus selects them (default 1000).", "N",
+                 "1000"});
+    p.addOption({"from", "Concepts from a JSONL file instead of WordNet (docs/knowledge.md).", "FILE.jsonl"});
+    p.addOption({"wordnet-dir",
+                 QString("WordNet database directory (default %1).").arg(core::WordNet::kDefaultDir), "DIR",
+                 core::WordNet::kDefaultDir});
+    p.addOption({"system", "Text the modules are computed after (default: none, only BOS).", "TEXT"});
+    p.addOption({"no-modules", "Write the graph only (no model needed)."});
+    p.addOption({"json", "Print the summary as JSON."});
+    addEngineOptions(p);
+    parse(
+        p, args,
+        "Build a knowledge graph file: concept nodes (names, synonyms, typed relations, knowledge text) and, "
+        "for model B, each node's knowledge as a KV module computed once.");
+    if (!p.isSet("out"))
+        throw UsageError{"--out is required"};
+    if (p.isSet("from") && p.isSet("concepts"))
+        throw UsageError{"give --concepts (WordNet) or --from (a JSONL file), not both"};
+    if (p.isSet("no-modules") == p.isSet("model-b"))
+        throw UsageError{"give --model-b (to compute the modules) or --no-modules"};
+    const int64_t now = nowUnixMs();
+    core::KnowledgeFile k;
+    if (p.isSet("from")) {
+        k.graph = core::graphFromJsonl(str(p.value("from")), now);
+        k.description = "concepts from " + str(p.value("from"));
+    } else {
+        const int count = intOption(p, "concepts", 1000, 1, 100000);
+        const auto wn = core::WordNet::load(str(p.value("wordnet-dir")));
+        k.graph = core::graphFromWordNet(wn, size_t(count), now);
+        k.description = fmt::format("wordnet-3.0: the {} most popular noun concepts", count);
+    }
+    int64_t tokens = 0;
+    double computeMs = 0;
+    if (p.isSet("model-b")) {
+        const auto ck = core::Checkpoint::open(str(p.value("model-b")));
+        auto model = gpu::Model::load(ck, loadOptions(p));
+        const auto tok = loadModelTokenizer(*model);
+        core::KnowledgeModules m;
+        m.modelFingerprint = ck.fingerprint();
+        m.modelPath = ck.path().string();
+        m.layers = model->config().numLayers;
+        m.kvHeads = model->config().numKvHeads;
+        m.headDim = model->config().headDim;
+        m.prefixIds = tok->encode(p.isSet("system") ? str(p.value("system")) : std::string(), true);
+        InterruptScope ctrlC;
+        size_t done = 0;
+        for (const auto &n : k.graph.nodes()) {
+            if (InterruptScope::interrupted()) {
+                std::fprintf(stderr, "\ninterrupted: nothing written\n");
+                return 130;
+            }
+            const auto ids = tok->encode(core::moduleText(n), false);
+            m.modules.push_back(gpu::computeModule(*model, m.prefixIds, ids, n.id, now));
+            tokens += int64_t(ids.size());
+            computeMs += m.modules.back().computeMs;
+            if (!p.isSet("json") && (++done % 50 == 0 || done == k.graph.size()))
+                std::fprintf(stderr, "\rcomputed %zu/%zu modules", done, k.graph.size());
+        }
+        if (!p.isSet("json"))
+            std::fprintf(stderr, "\n");
+        k.modules = std::move(m);
+    }
+    core::saveKnowledge(str(p.value("out")), k);
+    json relations = {{"hypernym", 0}, {"hyponym", 0}, {"sibling", 0}};
+    for (const auto &n : k.graph.nodes())
+        for (const auto &r : n.related)
+            relations[core::relationKindName(r.kind)] =
+                relations[core::relationKindName(r.kind)].get<int>() + 1;
+    const json out = {{"out", str(p.value("out"))},
+                      {"description", k.description},
+                      {"nodes", k.graph.size()},
+                      {"relations", relations},
+                      {"modules", k.modules ? k.modules->modules.size() : 0},
+                      {"module_tokens", tokens},
+                      {"module_compute_ms", computeMs},
+                      {"model_b", k.modules ? k.modules->modelFingerprint : ""},
+                      {"file_bytes", fs::file_size(str(p.value("out")))}};
+    if (p.isSet("json"))
+        std::printf("%s\n", out.dump(2).c_str());
+    else
+        std::printf("wrote %s: %zu nodes, %zu modules (%lld tokens, %.0f ms of model B)\n",
+                    str(p.value("out")).c_str(), k.graph.size(),
+                    k.modules ? k.modules->modules.size() : size_t(0), (long long)tokens, computeMs);
+    return 0;
+}
+
+int show(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"node", "The node to show (default: a summary of the file).", "ID"});
+    p.addOption({"verify", "Verify that TEXT is a request about --node (graph verification).", "TEXT"});
+    p.addOption({"ttl-hours", "Modules older than this are stale (default: no expiry).", "H"});
+    p.addOption({"model-b", "Model B in use now: modules of other weights are stale.", "PATH"});
+    parse(p, args,
+          "Show a knowledge graph file, one node with its neighbours, module and freshness, or verify a "
+          "request text against a node (JSON).",
+          "GRAPH.h5", "The knowledge graph file.");
+    const auto pos = p.positionalArguments();
+    if (pos.size() != 1)
+        throw UsageError{"expected exactly one GRAPH.h5"};
+    if (p.isSet("verify") && !p.isSet("node"))
+        throw UsageError{"--verify needs --node"};
+    const auto k = core::loadKnowledge(str(pos.first()), false);
+    const int64_t now = nowUnixMs();
+    const int64_t ttlMs =
+        p.isSet("ttl-hours") ? int64_t(doubleOption(p, "ttl-hours", 0, 0, 1e7) * 3600e3) : 0;
+    const std::string current = p.isSet("model-b")
+                                    ? core::Checkpoint::open(str(p.value("model-b"))).fingerprint()
+                                : k.modules ? k.modules->modelFingerprint
+                                            : std::string();
+    if (!p.isSet("node")) {
+        json freshness = {{"fresh", 0}, {"stale", 0}, {"missing", 0}};
+        for (const auto &n : k.graph.nodes()) {
+            const auto *m = k.modules ? k.modules->find(n.id) : nullptr;
+            const auto f =
+                core::moduleFreshness(m != nullptr, m ? m->builtMs : 0,
+                                      k.modules ? k.modules->modelFingerprint : "", current, now, ttlMs);
+            freshness[core::freshnessName(f)] = freshness[core::freshnessName(f)].get<int>() + 1;
+        }
+        const json out = {{"file", str(pos.first())},
+                          {"description", k.description},
+                          {"created_utc", k.createdUtc},
+                          {"nodes", k.graph.size()},
+                          {"freshness", freshness},
+                          {"modules", k.modules ? k.modules->modules.size() : 0},
+                          {"model_b", k.modules ? k.modules->modelFingerprint : ""}};
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    const std::string id = str(p.value("node"));
+    const auto *n = k.graph.find(id);
+    if (!n)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          fmt::format("{}: no node '{}' ({} nodes)", str(pos.first()), id, k.graph.size()));
+    json out;
+    if (p.isSet("verify")) {
+        const auto v = k.graph.verify(id, str(p.value("verify")));
+        out = {{"node", id},
+               {"text", str(p.value("verify"))},
+               {"accepted", v.accepted},
+               {"mentioned", v.mentioned},
+               {"matched", v.matched},
+               {"reason", v.reason}};
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    json related = json::array();
+    for (const auto &r : n->related) {
+        const auto *t = k.graph.find(r.target);
+        related.push_back(
+            {{"kind", core::relationKindName(r.kind)}, {"id", r.target}, {"name", t ? t->name : ""}});
+    }
+    const auto *m = k.modules ? k.modules->find(id) : nullptr;
+    const auto f = core::moduleFreshness(m != nullptr, m ? m->builtMs : 0,
+                                         k.modules ? k.modules->modelFingerprint : "", current, now, ttlMs);
+    out = {{"id", n->id},
+           {"name", n->name},
+           {"synonyms", n->synonyms},
+           {"knowledge", n->knowledge},
+           {"source", n->source},
+           {"confidence", n->confidence},
+           {"verified_ms", n->verifiedMs},
+           {"reuse_count", n->reuseCount},
+           {"questions", n->questions},
+           {"related", related},
+           {"module_tokens", m ? m->ids.size() : 0},
+           {"module_compute_ms", m ? m->computeMs : 0.0},
+           {"freshness", core::freshnessName(f)}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+}
+
+} // namespace
+
+int cmdKnowledge(const QStringList &args)
+{
+    const QString usage = "usage: kvwb knowledge build|show ... (kvwb knowledge build --help)";
+    if (args.size() < 2 || (args[1] != "build" && args[1] != "show")) {
+        if (args.size() >= 2 && (args[1] == "--help" || args[1] == "-h")) {
+            std::printf("%s\n", qPrintable(usage));
+            return 0;
+        }
+        throw UsageError{str(usage)};
+    }
+    QStringList rest = args;
+    rest.removeAt(1); // the action; args[0] stays the program name for the parser
+    return args[1] == "build" ? build(rest) : show(rest);
+}
+
+} // namespace kvwb::app

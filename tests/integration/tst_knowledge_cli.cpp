@@ -1,0 +1,120 @@
+// `kvwb knowledge build|show` end to end: a graph from a JSONL of concepts with modules computed by a
+// random model B, the node shown with its neighbours, module and freshness, verification from the
+// command line, and bad input refused with one line naming the file and line.
+#include "core/model/random_model.h"
+#include "core/store/knowledge_store.h"
+#include "tests/support/kvwb_process.h"
+#include "tests/support/test_paths.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+using test::runKvwb;
+
+namespace {
+QString q(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
+} // namespace
+
+class TestKnowledgeCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    fs::path m_dir;
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_dir = m_tmp.path().toStdString();
+        core::writeRandomHfModel(m_dir / "b", core::randomModelPreset("gqa"));
+        test::writeFile(
+            m_dir / "c.jsonl",
+            R"({"id": "car", "name": "car", "synonyms": ["automobile"], "knowledge": "A motor vehicle with four wheels.", "related": [{"kind": "sibling", "id": "bus"}]})"
+            "\n"
+            R"({"id": "bus", "name": "bus", "knowledge": "A vehicle carrying many passengers.", "related": [{"kind": "sibling", "id": "car"}]})"
+            "\n");
+    }
+
+    void buildAndShow()
+    {
+        const fs::path graph = m_dir / "g.h5";
+        auto r = runKvwb({"knowledge", "build", "--from", q(m_dir / "c.jsonl"), "--model-b", q(m_dir / "b"),
+                          "--system", "You answer questions.", "--out", q(graph), "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["nodes"].toInt(), 2);
+        QCOMPARE(j["modules"].toInt(), 2);
+        QCOMPARE(j["relations"].toObject()["sibling"].toInt(), 2);
+        QVERIFY(j["module_tokens"].toInt() > 20);
+        QVERIFY(j["module_compute_ms"].toDouble() > 0);
+
+        const auto k = core::loadKnowledge(graph);
+        QCOMPARE(k.modules->layers, core::randomModelPreset("gqa").config.numLayers);
+        QVERIFY(k.modules->prefixIds.size() > 1); // BOS + the system text
+
+        r = runKvwb({"knowledge", "show", q(graph), "--node", "car"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto n = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(n["name"].toString(), QString("car"));
+        QCOMPARE(n["freshness"].toString(), QString("fresh"));
+        QCOMPARE(n["related"].toArray()[0].toObject()["name"].toString(), QString("bus"));
+        QVERIFY(n["module_tokens"].toInt() > 0);
+        // another model B in use now: the modules are stale
+        auto other = core::randomModelPreset("gqa");
+        other.seed = 2;
+        core::writeRandomHfModel(m_dir / "b2", other);
+        r = runKvwb({"knowledge", "show", q(graph), "--node", "car", "--model-b", q(m_dir / "b2")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["freshness"].toString(), QString("stale"));
+
+        r = runKvwb({"knowledge", "show", q(graph), "--node", "car", "--verify", "what is an automobile?"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["accepted"].toBool(), true);
+        r = runKvwb({"knowledge", "show", q(graph), "--node", "car", "--verify", "what is a bus?"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        n = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(n["accepted"].toBool(), false);
+        QCOMPARE(n["mentioned"].toString(), QString("bus"));
+
+        r = runKvwb({"knowledge", "show", q(graph)});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["freshness"].toObject()["fresh"].toInt(), 2);
+    }
+
+    void badInput()
+    {
+        test::writeFile(m_dir / "bad.jsonl",
+                        "{\"id\": \"a\", \"name\": \"a\", \"knowledge\": \"k\"}\n[1, 2]\n");
+        auto r = runKvwb({"knowledge", "build", "--from", q(m_dir / "bad.jsonl"), "--no-modules", "--out",
+                          q(m_dir / "bad.h5")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("bad.jsonl:2: a concept is a JSON object"), r.err.constData());
+        QVERIFY(!fs::exists(m_dir / "bad.h5"));
+        r = runKvwb({"knowledge", "build", "--from", q(m_dir / "c.jsonl"), "--out", q(m_dir / "x.h5")});
+        QCOMPARE(r.exitCode, 2); // neither --model-b nor --no-modules
+        r = runKvwb({"knowledge", "fly"});
+        QCOMPARE(r.exitCode, 2);
+        r = runKvwb({"knowledge", "show", q(m_dir / "c.jsonl"), "--node", "car"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("c.jsonl"), r.err.constData());
+        r = runKvwb({"knowledge", "build", "--from", q(m_dir / "c.jsonl"), "--no-modules", "--out",
+                     q(m_dir / "g2.h5")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        r = runKvwb({"knowledge", "show", q(m_dir / "g2.h5"), "--node", "plane"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("no node 'plane'"), r.err.constData());
+        r = runKvwb({"knowledge", "show", q(m_dir / "g2.h5"), "--node", "bus"});
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["freshness"].toString(), QString("missing"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestKnowledgeCli)
+#include "tst_knowledge_cli.moc"
