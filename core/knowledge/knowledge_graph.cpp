@@ -271,11 +271,9 @@ KnowledgeGraph graphFromJsonl(const std::filesystem::path &path, int64_t nowMs)
     const std::string name = path.string();
     const std::string text = text::readWholeFile(path);
     KnowledgeGraph g;
-    size_t lineNo = 0;
-    text::forEachLine(text, [&](std::string_view line) {
-        ++lineNo;
+    text::forEachLine(text, [&](size_t lineNo, std::string_view line) {
         if (line.find_first_not_of(" \t\r") == std::string_view::npos)
-            return;
+            return true;
         const std::string at = fmt::format("{}:{}", name, lineNo);
         nlohmann::json j;
         try {
@@ -352,6 +350,7 @@ KnowledgeGraph graphFromJsonl(const std::filesystem::path &path, int64_t nowMs)
         } catch (const Error &e) {
             throw Error(ErrorCode::Format, at + ": " + e.what());
         }
+        return true;
     });
     try {
         g.checkRelations();
