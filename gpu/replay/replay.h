@@ -16,6 +16,7 @@
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
 #include "core/store/converter_store.h"
+#include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/workload/workload.h"
 #include "gpu/model/model.h"

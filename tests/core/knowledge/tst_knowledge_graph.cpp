@@ -123,7 +123,7 @@ private Q_SLOTS:
             path,
             R"({"id": "gd", "name": "gradient descent", "synonyms": ["steepest descent"], "knowledge": "An optimiser.", "related": [{"kind": "sibling", "id": "newton"}], "questions": ["How does gradient descent work?"]})"
             "\n\n"
-            R"({"id": "newton", "name": "Newton's method", "knowledge": "A root finder.", "confidence": 0.5, "verified_ms": 7})"
+            R"({"id": "newton", "name": "Newton method", "knowledge": "A root finder.", "confidence": 0.5, "verified_ms": 7})"
             "\n");
         const auto g = graphFromJsonl(path, 99);
         QCOMPARE(g.size(), size_t(2));
@@ -133,7 +133,7 @@ private Q_SLOTS:
         QCOMPARE(g.find("newton")->verifiedMs, int64_t(7));
         QCOMPARE(g.find("newton")->confidence, 0.5);
         QVERIFY(g.verify("gd", "explain steepest descent mathematically").accepted);
-        QVERIFY(!g.verify("gd", "what is Newton's method?").accepted);
+        QVERIFY(!g.verify("gd", "what is Newton method?").accepted);
 
         const auto fails = [&](const std::string &text, const char *want) {
             test::writeFile(path, text);
