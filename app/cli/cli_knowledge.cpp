@@ -213,13 +213,16 @@ int show(const QStringList &args)
 
 int cmdKnowledge(const QStringList &args)
 {
-    const QString usage = "usage: kvwb knowledge build|show ... (kvwb knowledge build --help)";
-    if (args.size() < 2 || (args[1] != "build" && args[1] != "show")) {
+    const bool action = args.size() >= 2 && (args[1] == "build" || args[1] == "show");
+    if (!action) {
         if (args.size() >= 2 && (args[1] == "--help" || args[1] == "-h")) {
-            std::printf("%s\n", qPrintable(usage));
+            std::printf("Usage: kvwb knowledge build|show [options]\n\n"
+                        "  build   Build a knowledge graph file (kvwb knowledge build --help)\n"
+                        "  show    Show a node, its neighbours, module and freshness, or verify a request "
+                        "(kvwb knowledge show --help)\n");
             return 0;
         }
-        throw UsageError{str(usage)};
+        throw UsageError{"expected an action: build or show (kvwb knowledge --help)"};
     }
     QStringList rest = args;
     rest.removeAt(1); // the action; args[0] stays the program name for the parser

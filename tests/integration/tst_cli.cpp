@@ -33,7 +33,8 @@ QStringList allSubcommands()
 #ifndef KVWB_HEADLESS
     all << "report";
 #endif
-    all << "corpus"
+    all << "knowledge"
+        << "corpus"
         << "workload";
     return all;
 }
