@@ -1,6 +1,7 @@
 #include "core/cache/semantic_tier.h"
 
 #include "core/util/error.h"
+#include "core/util/text_util.h"
 
 #include <fmt/format.h>
 #include <hnswlib/hnswlib.h>
@@ -21,28 +22,6 @@ uint64_t fnv1a(std::string_view s, uint64_t h = 14695981039346656037ull)
         h *= 1099511628211ull;
     }
     return h;
-}
-
-// Word bytes: ASCII letters and digits, and every byte of a multi-byte UTF-8 character (so "café"
-// stays one word). ASCII is lower-cased; other scripts are kept as they are.
-std::vector<std::string> words(const std::string &text)
-{
-    std::vector<std::string> out;
-    std::string cur;
-    for (char ch : text) {
-        const unsigned char c = static_cast<unsigned char>(ch);
-        if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c >= 0x80) {
-            cur += ch;
-        } else if (c >= 'A' && c <= 'Z') {
-            cur += char(c - 'A' + 'a');
-        } else if (!cur.empty()) {
-            out.push_back(std::move(cur));
-            cur.clear();
-        }
-    }
-    if (!cur.empty())
-        out.push_back(std::move(cur));
-    return out;
 }
 
 void normaliseInPlace(std::vector<float> &v)
@@ -94,7 +73,7 @@ std::vector<float> LexicalEmbedder::embed(const std::string &text)
 {
     // Each feature kind hashes under its own prefix so the word "cat" and the 3-gram "cat" differ.
     std::unordered_map<uint64_t, int> counts;
-    const auto ws = words(text);
+    const auto ws = text::lowerWords(text);
     for (size_t i = 0; i < ws.size(); ++i) {
         const std::string marked = "<" + ws[i] + ">";
         for (size_t n = 3; n <= 5; ++n)

@@ -16,30 +16,9 @@ namespace kvwb::core {
 
 namespace {
 
-// Words: maximal runs of ASCII letters and digits or non-ASCII bytes, ASCII lower-cased.
-std::vector<std::string> words(std::string_view text)
-{
-    std::vector<std::string> out;
-    std::string cur;
-    for (const char c : text) {
-        const auto u = static_cast<unsigned char>(c);
-        if ((u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || u >= 0x80) {
-            cur.push_back(c);
-        } else if (u >= 'A' && u <= 'Z') {
-            cur.push_back(char(u - 'A' + 'a'));
-        } else if (!cur.empty()) {
-            out.push_back(std::move(cur));
-            cur.clear();
-        }
-    }
-    if (!cur.empty())
-        out.push_back(std::move(cur));
-    return out;
-}
-
 std::string nameKey(std::string_view name)
 {
-    return text::join(words(name), " ");
+    return text::join(text::lowerWords(name), " ");
 }
 
 bool validId(const std::string &id)
@@ -108,7 +87,7 @@ void KnowledgeGraph::add(ConceptNode node)
                     at + ": an id is 1-256 characters of letters, digits, '_', '.', ':' and '-'");
     if (m_byId.count(node.id))
         throw Error(ErrorCode::InvalidArgument, at + " is in the graph already");
-    if (words(node.name).empty())
+    if (text::lowerWords(node.name).empty())
         throw Error(ErrorCode::InvalidArgument, at + ": the name has no letters or digits");
     if (node.knowledge.empty())
         throw Error(ErrorCode::InvalidArgument, at + ": the knowledge text is empty");
@@ -173,7 +152,7 @@ std::vector<const ConceptNode *> KnowledgeGraph::neighbours(std::string_view id,
 
 const ConceptNode *KnowledgeGraph::mentioned(std::string_view text, std::string *matchedName) const
 {
-    const auto ws = words(text);
+    const auto ws = text::lowerWords(text);
     size_t bestLen = 0;
     std::vector<size_t> best;
     std::string bestKey;

@@ -1,7 +1,6 @@
 #include "core/store/converter_store.h"
 
 #include "core/store/hdf5_handle.h"
-#include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -650,24 +649,15 @@ void saveLayerCheckpoint(const fs::path &path, const LayerCheckpoint &c)
                                                         converterFamilyName(c.family));
     h5::checkSettingsJson(name + " fit key", c.fitKey);
     h5::checkSettingsJson(name + " stats", c.statsJson);
-    fs::path tmp = path;
-    tmp += ".tmp";
-    {
-        const h5::PropList fapl = h5::fileAccess(false);
-        const h5::File file(check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-                                  ErrorCode::Io, name + ": cannot create " + tmp.string()));
-        TempPathGuard removeTmp(tmp);
+    h5::writeWholeFile(path, [&](hid_t f) {
         const Site root(name, "/");
-        writeAttr(file.get(), root, "schema", std::string(kCheckpointSchema));
-        writeAttr(file.get(), root, "family", std::string(converterFamilyName(c.family)));
-        writeAttr(file.get(), root, "fit_key", c.fitKey);
-        writeAttr(file.get(), root, "stats", c.statsJson);
-        writeAttr(file.get(), root, "created_utc", text::utcNowIso8601());
-        writeLayer({file.get(), name, ""}, "layer", l);
-        h5::flushFile(file.get(), name, "layer checkpoint written", false);
-        removeTmp.keep();
-    }
-    syncAndRename(tmp, path, name, true);
+        writeAttr(f, root, "schema", std::string(kCheckpointSchema));
+        writeAttr(f, root, "family", std::string(converterFamilyName(c.family)));
+        writeAttr(f, root, "fit_key", c.fitKey);
+        writeAttr(f, root, "stats", c.statsJson);
+        writeAttr(f, root, "created_utc", text::utcNowIso8601());
+        writeLayer({f, name, ""}, "layer", l);
+    });
 }
 
 LayerCheckpoint loadLayerCheckpoint(const fs::path &path)

@@ -2,6 +2,7 @@
 
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
+#include "core/util/atomic_file.h"
 #include "core/util/text_util.h"
 
 #include <nlohmann/json.hpp>
@@ -690,6 +691,24 @@ std::vector<std::string> readStrings(hid_t file, const std::string &name, const 
     for (size_t i = 1; i < ends.size(); ++i)
         values.emplace_back(all, size_t(ends[i - 1]), size_t(ends[i] - ends[i - 1]));
     return values;
+}
+
+void writeWholeFile(const std::filesystem::path &path, const std::function<void(hid_t file)> &fill)
+{
+    prepareLibrary();
+    const std::string name = path.string();
+    std::filesystem::path tmp = path;
+    tmp += ".tmp";
+    {
+        const PropList fapl = fileAccess(false);
+        const File file(check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), ErrorCode::Io,
+                              name + ": cannot create " + tmp.string()));
+        TempPathGuard removeTmp(tmp);
+        fill(file.get());
+        flushFile(file.get(), name, "written", false);
+        removeTmp.keep();
+    }
+    syncAndRename(tmp, path, name, true);
 }
 
 File openForUpdate(const std::filesystem::path &path)

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,6 +119,10 @@ std::string checkSchema(hid_t file, const std::string &name);
 File openForUpdate(const std::filesystem::path &path);
 // H5Fflush, then (syncToDisk) fsync of the file's descriptor; Error(Io) naming name and stage.
 void flushFile(hid_t file, const std::string &name, const char *stage, bool syncToDisk);
+// A small HDF5 file written whole (a layer checkpoint, a knowledge graph): fill(file) writes into
+// path + ".tmp", which is then flushed, fsync'd and renamed over path, so the file is complete or
+// absent (the temporary is removed when fill throws). Error(Io) naming path.
+void writeWholeFile(const std::filesystem::path &path, const std::function<void(hid_t file)> &fill);
 
 // One writer per file. HDF5's own guard (the superblock's "open for writing" flags) is exactly
 // what crash recovery clears, so a second capture appending to a file that a running capture is

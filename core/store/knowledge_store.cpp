@@ -1,7 +1,6 @@
 #include "core/store/knowledge_store.h"
 
 #include "core/store/hdf5_handle.h"
-#include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -105,14 +104,7 @@ void saveKnowledge(const fs::path &path, const KnowledgeFile &k)
     k.graph.checkRelations();
     if (k.modules)
         checkModules(name, k);
-    fs::path tmp = path;
-    tmp += ".tmp";
-    {
-        const h5::PropList fapl = h5::fileAccess(false);
-        const h5::File file(check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-                                  ErrorCode::Io, name + ": cannot create " + tmp.string()));
-        TempPathGuard removeTmp(tmp);
-        const hid_t f = file.get();
+    h5::writeWholeFile(path, [&](hid_t f) {
         const Site root(name, "/");
         writeAttr(f, root, "schema", std::string(kKnowledgeSchema));
         writeAttr(f, root, "created_utc", k.createdUtc.empty() ? text::utcNowIso8601() : k.createdUtc);
@@ -206,10 +198,7 @@ void saveKnowledge(const fs::path &path, const KnowledgeFile &k)
                 writeDataset(lat, "values", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {T, H, D}, values.data());
             }
         }
-        h5::flushFile(f, name, "knowledge written", false);
-        removeTmp.keep();
-    }
-    syncAndRename(tmp, path, name, true);
+    });
 }
 
 KnowledgeFile loadKnowledge(const fs::path &path, bool withModules)

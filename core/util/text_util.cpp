@@ -94,4 +94,24 @@ std::string utcNowIso8601()
     return buf;
 }
 
+std::vector<std::string> lowerWords(std::string_view text)
+{
+    std::vector<std::string> out;
+    std::string cur;
+    for (const char ch : text) {
+        const auto c = static_cast<unsigned char>(ch);
+        if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c >= 0x80) {
+            cur += ch;
+        } else if (c >= 'A' && c <= 'Z') {
+            cur += char(c - 'A' + 'a');
+        } else if (!cur.empty()) {
+            out.push_back(std::move(cur));
+            cur.clear();
+        }
+    }
+    if (!cur.empty())
+        out.push_back(std::move(cur));
+    return out;
+}
+
 } // namespace kvwb::core::text

@@ -63,6 +63,11 @@ template <typename Fn> void forEachLine(std::string_view text, Fn &&fn)
     }
 }
 
+// Word bytes: ASCII letters and digits, and every byte of a multi-byte UTF-8 character (so "café"
+// stays one word); everything else separates words. ASCII is lower-cased; other scripts are kept as
+// they are. The semantic tier's lexical embedder and the knowledge graph's name matching use it.
+std::vector<std::string> lowerWords(std::string_view text);
+
 // "a, b, c"
 inline std::string join(const std::vector<std::string> &items, std::string_view separator = ", ")
 {
