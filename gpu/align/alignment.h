@@ -160,8 +160,10 @@ std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &fi
 // - the raw source KV: B layer l reads A's layer at the same relative depth unchanged (identity
 //   maps, no bias); only when A's and B's KV rows have the same width (kvHeads * headDim), nullopt
 //   otherwise;
-// - a random map of like's shape: every map's weight drawn N(0, 1 / inputDim) (seeded), its bias
-//   kept (the fitted bias is the target's mean row, which needs no learning of the map).
+// - a random map of like's shape: every map a linear map (family ridge, whatever like's family: a
+//   low-rank record's factors and an MLP's branch are dropped) whose weight is drawn
+//   N(0, 1 / inputDim) (seeded), its bias kept (the fitted bias is the target's mean row, which
+//   needs no learning of the map). Records of one shape and seed give the same random maps.
 std::optional<core::ConverterRecord> rawSourceRecord(const core::ConverterRecord &like, int layersA,
                                                      int kvDimA, int layersB, int kvDimB);
 core::ConverterRecord randomMapRecord(const core::ConverterRecord &like, uint64_t seed);

@@ -204,10 +204,21 @@ core::ConverterRecord randomMapRecord(const core::ConverterRecord &like, uint64_
 {
     core::ConverterRecord r = like;
     r.name = like.name + "-random";
+    // whatever like's family, the baseline is one random linear map per map: a low-rank record's
+    // factors or an MLP's fitted branch kept would be no baseline at all
+    r.family = core::ConverterFamily::Ridge;
     std::mt19937_64 rng(seed);
     for (auto &layer : r.layers)
         for (auto *maps : {&layer.keys, &layer.values})
             for (auto &m : *maps) {
+                m.rank = 0;
+                m.hidden = 0;
+                m.down.clear();
+                m.up.clear();
+                m.hiddenWeight.clear();
+                m.hiddenBias.clear();
+                m.outWeight.clear();
+                m.weight.resize(size_t(m.inputDim) * size_t(m.outputDim));
                 std::normal_distribution<float> w(0.0f, 1.0f / std::sqrt(float(std::max(1, m.inputDim))));
                 for (auto &x : m.weight)
                     x = w(rng);

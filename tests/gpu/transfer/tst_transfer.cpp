@@ -301,6 +301,35 @@ private Q_SLOTS:
             gpu::qualityGate(*b, randomMap, cacheA, prompt.back(), 4, gpu::GateSignal::AttnCos, 0.9);
         QVERIFY2(attnRandom.attnCos < 0.9 && !attnRandom.passed,
                  qPrintable(QString::number(attnRandom.attnCos)));
+        // of a low-rank or MLP record: the same random linear maps, none of the fitted parts kept
+        for (auto family : {core::ConverterFamily::LowRank, core::ConverterFamily::Mlp}) {
+            core::ConverterRecord fitted = good;
+            fitted.family = family;
+            for (auto &layer : fitted.layers)
+                for (auto *maps : {&layer.keys, &layer.values})
+                    for (auto &m : *maps) {
+                        if (family == core::ConverterFamily::LowRank) {
+                            m.rank = 2;
+                            m.down.assign(size_t(m.inputDim) * 2, 0.5f);
+                            m.up.assign(size_t(2 * m.outputDim), 0.5f);
+                            m.weight.clear();
+                        } else {
+                            m.hidden = 3;
+                            m.hiddenWeight.assign(size_t(m.inputDim) * 3, 0.5f);
+                            m.hiddenBias.assign(3, 0.5f);
+                            m.outWeight.assign(size_t(3 * m.outputDim), 0.5f);
+                        }
+                    }
+            const auto r = gpu::randomMapRecord(fitted, 1), plain = gpu::randomMapRecord(good, 1);
+            QCOMPARE(r.family, core::ConverterFamily::Ridge);
+            for (size_t l = 0; l < r.layers.size(); ++l) {
+                const auto &m = r.layers[l].values[0];
+                QCOMPARE(m.family(), core::ConverterFamily::Ridge);
+                QVERIFY(m.down.empty() && m.hiddenWeight.empty() && m.outWeight.empty());
+                QVERIFY(m.weight == plain.layers[l].values[0].weight);
+                QVERIFY(m.bias == good.layers[l].values[0].bias);
+            }
+        }
         // a tail of 1: both queries read the single tail key, so the outputs are that position's
         // values (repeated over each kv head's query group): the cosine of B's own value row there
         // (recomputed on the converted prefix) with the converted one, averaged over layers
