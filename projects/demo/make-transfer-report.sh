@@ -5,7 +5,8 @@
 # Then the converter families (low-rank, MLP) against ridge on the same data, and, when the demo has
 # them, the unrelated pair (A -> B2, B2 trained on the other half of the corpus from another seed)
 # and the cross-tokenizer pair (C -> B).
-# Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 45 minutes on 2 cores)
+# Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 90 minutes on 2 cores, most of
+# it the MLP fits)
 # KVWB_REPORT_PARTS="base families unrelated" runs only those parts (default: all of them).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -94,9 +95,12 @@ align lowrank-64 --select all --lambda auto --family low-rank --rank 64
 align mlp --select all --lambda auto --family mlp
 for c in lowrank-16 lowrank-64 mlp; do compare150 "$EXP" "$c" "$c"; done
 compare150 "$EXP" mlp mlp-vs-all --versus all --baselines
-for f in "ridge" "low-rank --rank 16" "mlp"; do
+align mlp-h64 --select all --lambda auto --family mlp --hidden 64
+compare150 "$EXP" mlp-h64 mlp-h64-vs-all --versus all
+# conversion cost, one thread each, one after another (run it on a quiet machine)
+for f in "ridge" "low-rank --rank 64" "mlp --hidden 256" "mlp --hidden 64" "mlp --hidden 16"; do
   # shellcheck disable=SC2086
-  "$KVWB" bench-transfer --k 4 --lengths 512 --family $f | tee "$OUT/bench-transfer-${f%% *}.md"
+  "$KVWB" bench-transfer --k 4 --lengths 512 --threads 1 --family $f | tee "$OUT/bench-transfer-$(echo "$f" | tr -d ' -').md"
 done
 fi
 
