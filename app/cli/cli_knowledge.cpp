@@ -2,11 +2,14 @@
 
 #include "app/cli/engine_options.h"
 #include "core/knowledge/knowledge_graph.h"
+#include "core/knowledge/user_profiles.h"
 #include "core/model/checkpoint.h"
 #include "core/store/knowledge_store.h"
+#include "core/util/atomic_file.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/workload/wordnet.h"
+#include "core/workload/workload.h"
 #include "gpu/knowledge/knowledge_modules.h"
 
 #include <fmt/format.h>
@@ -209,24 +212,61 @@ int show(const QStringList &args)
     return 0;
 }
 
+int profiles(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"workload", "The workload whose users get a profile (JSONL).", "W.jsonl"});
+    p.addOption({"out", "The profiles file to write (JSON, replaced whole).", "P.json"});
+    p.addOption(
+        {"seed", "Random seed; the same users and seed give the same profiles (default 1).", "S", "1"});
+    parse(
+        p, args,
+        "Write one profile per user of a workload (verbosity, depth, examples, register), drawn with a seed: "
+        "the personalisation layer renders each as an instruction after the knowledge (docs/knowledge.md).");
+    if (!p.isSet("workload") || !p.isSet("out"))
+        throw UsageError{"--workload and --out are required"};
+    bool ok = false;
+    const uint64_t seed = p.value("seed").toULongLong(&ok);
+    if (!ok)
+        throw UsageError{"--seed expects a non-negative integer"};
+    const auto w = core::readWorkloadJsonl(str(p.value("workload")));
+    for (const auto &m : w.warnings.messages())
+        std::fprintf(stderr, "warning: %s\n", m.c_str());
+    std::vector<std::string> users;
+    for (const auto &r : w.requests)
+        if (!r.user.empty())
+            users.push_back(r.user);
+    if (users.empty())
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          str(p.value("workload")) + ": no request names a user (field 'user')");
+    const auto ps = core::generateProfiles(users, seed);
+    core::writeFileAtomic(str(p.value("out")), core::profilesToJson(ps, seed));
+    std::printf("wrote %s: %zu profiles for %zu requests\n", str(p.value("out")).c_str(), ps.size(),
+                w.requests.size());
+    return 0;
+}
+
 } // namespace
 
 int cmdKnowledge(const QStringList &args)
 {
-    const bool action = args.size() >= 2 && (args[1] == "build" || args[1] == "show");
+    const bool action =
+        args.size() >= 2 && (args[1] == "build" || args[1] == "show" || args[1] == "profiles");
     if (!action) {
         if (args.size() >= 2 && (args[1] == "--help" || args[1] == "-h")) {
-            std::printf("Usage: kvwb knowledge build|show [options]\n\n"
-                        "  build   Build a knowledge graph file (kvwb knowledge build --help)\n"
-                        "  show    Show a node, its neighbours, module and freshness, or verify a request "
-                        "(kvwb knowledge show --help)\n");
+            std::printf(
+                "Usage: kvwb knowledge build|show|profiles [options]\n\n"
+                "  build   Build a knowledge graph file (kvwb knowledge build --help)\n"
+                "  show    Show a node, its neighbours, module and freshness, or verify a request "
+                "(kvwb knowledge show --help)\n"
+                "  profiles  Write one profile per user of a workload (kvwb knowledge profiles --help)\n");
             return 0;
         }
-        throw UsageError{"expected an action: build or show (kvwb knowledge --help)"};
+        throw UsageError{"expected an action: build, show or profiles (kvwb knowledge --help)"};
     }
     QStringList rest = args;
     rest.removeAt(1); // the action; args[0] stays the program name for the parser
-    return args[1] == "build" ? build(rest) : show(rest);
+    return args[1] == "build" ? build(rest) : args[1] == "show" ? show(rest) : profiles(rest);
 }
 
 } // namespace kvwb::app

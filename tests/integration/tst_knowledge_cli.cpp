@@ -89,6 +89,32 @@ private Q_SLOTS:
         QCOMPARE(QJsonDocument::fromJson(r.out).object()["freshness"].toObject()["fresh"].toInt(), 2);
     }
 
+    void profilesForAWorkload()
+    {
+        test::writeFile(
+            m_dir / "w.jsonl",
+            R"({"id":0,"t_ms":0,"tenant":"t0","user":"u1","model":"b","intent":"car","max_tokens":4,"prompt":"Q: car?\nA:"})"
+            "\n"
+            R"({"id":1,"t_ms":5,"tenant":"t0","user":"u2","model":"b","intent":"bus","max_tokens":4,"prompt":"Q: bus?\nA:"})"
+            "\n"
+            R"({"id":2,"t_ms":9,"tenant":"t1","user":"u1","model":"b","intent":"bus","max_tokens":4,"prompt":"Q: bus?\nA:"})"
+            "\n");
+        auto r = runKvwb({"knowledge", "profiles", "--workload", q(m_dir / "w.jsonl"), "--out",
+                          q(m_dir / "p.json"), "--seed", "4"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.out.contains("2 profiles for 3 requests"), r.out.constData());
+        const auto first = test::readFile(m_dir / "p.json");
+        r = runKvwb({"knowledge", "profiles", "--workload", q(m_dir / "w.jsonl"), "--out",
+                     q(m_dir / "p2.json"), "--seed", "4"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(test::readFile(m_dir / "p2.json"), first); // seeded: the same file
+        const auto j = QJsonDocument::fromJson(QByteArray::fromStdString(first)).object();
+        QCOMPARE(j["profiles"].toArray().size(), 2);
+        QCOMPARE(j["profiles"].toArray()[0].toObject()["user"].toString(), QString("u1"));
+        r = runKvwb({"knowledge", "profiles", "--workload", q(m_dir / "w.jsonl")});
+        QCOMPARE(r.exitCode, 2);
+    }
+
     void badInput()
     {
         test::writeFile(m_dir / "bad.jsonl",

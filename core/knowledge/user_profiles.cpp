@@ -1,0 +1,182 @@
+#include "core/knowledge/user_profiles.h"
+
+#include "core/util/error.h"
+#include "core/util/seeded_random.h"
+#include "core/util/text_util.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <unordered_set>
+
+namespace kvwb::core {
+
+namespace {
+
+template <typename E, size_t N>
+std::optional<E> parseName(std::string_view s, const std::array<E, N> &all, const char *(*name)(E) noexcept)
+{
+    for (E e : all)
+        if (s == name(e))
+            return e;
+    return std::nullopt;
+}
+
+constexpr std::array kVerbosities = {Verbosity::Brief, Verbosity::Standard, Verbosity::Detailed};
+constexpr std::array kDepths = {Depth::Beginner, Depth::Intermediate, Depth::Expert};
+constexpr std::array kRegisters = {Register::Casual, Register::Neutral, Register::Formal};
+
+// Index i of the weights (percent, summing to 100) that a uniform draw falls in.
+size_t pick(SeededRandom &rng, std::initializer_list<int> weights)
+{
+    const size_t r = rng.below(100);
+    size_t i = 0, sum = 0;
+    for (int w : weights) {
+        sum += size_t(w);
+        if (r < sum)
+            return i;
+        ++i;
+    }
+    return weights.size() - 1;
+}
+
+} // namespace
+
+const char *verbosityName(Verbosity v) noexcept
+{
+    return v == Verbosity::Brief ? "brief" : v == Verbosity::Standard ? "standard" : "detailed";
+}
+const char *depthName(Depth d) noexcept
+{
+    return d == Depth::Beginner ? "beginner" : d == Depth::Intermediate ? "intermediate" : "expert";
+}
+const char *registerName(Register r) noexcept
+{
+    return r == Register::Casual ? "casual" : r == Register::Neutral ? "neutral" : "formal";
+}
+std::optional<Verbosity> parseVerbosity(std::string_view s) noexcept
+{
+    return parseName(s, kVerbosities, verbosityName);
+}
+std::optional<Depth> parseDepth(std::string_view s) noexcept
+{
+    return parseName(s, kDepths, depthName);
+}
+std::optional<Register> parseRegister(std::string_view s) noexcept
+{
+    return parseName(s, kRegisters, registerName);
+}
+
+std::string profileInstruction(const UserProfile &p)
+{
+    std::vector<std::string> parts;
+    if (p.verbosity == Verbosity::Brief)
+        parts.emplace_back("in one short sentence");
+    else if (p.verbosity == Verbosity::Detailed)
+        parts.emplace_back("in detail");
+    if (p.depth == Depth::Beginner)
+        parts.emplace_back("for a beginner");
+    else if (p.depth == Depth::Expert)
+        parts.emplace_back("for an expert");
+    if (p.examples)
+        parts.emplace_back("with an example");
+    if (p.tone == Register::Casual)
+        parts.emplace_back("casually");
+    else if (p.tone == Register::Formal)
+        parts.emplace_back("formally");
+    if (parts.empty())
+        return "";
+    return "Answer " + text::join(parts, ", ") + ".\n";
+}
+
+std::vector<UserProfile> generateProfiles(const std::vector<std::string> &users, uint64_t seed)
+{
+    SeededRandom rng(seed);
+    std::vector<UserProfile> out;
+    std::unordered_set<std::string> seen;
+    for (const auto &u : users) {
+        if (!seen.insert(u).second)
+            continue;
+        UserProfile p;
+        p.user = u;
+        p.verbosity = kVerbosities[pick(rng, {30, 40, 30})];
+        p.depth = kDepths[pick(rng, {40, 35, 25})];
+        p.examples = pick(rng, {60, 40}) == 1;
+        p.tone = kRegisters[pick(rng, {30, 45, 25})];
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+std::string profilesToJson(const std::vector<UserProfile> &profiles, uint64_t seed)
+{
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto &p : profiles) {
+        nlohmann::ordered_json j;
+        j["user"] = p.user;
+        j["verbosity"] = verbosityName(p.verbosity);
+        j["depth"] = depthName(p.depth);
+        j["examples"] = p.examples;
+        j["register"] = registerName(p.tone);
+        list.push_back(std::move(j));
+    }
+    nlohmann::ordered_json root;
+    root["seed"] = seed;
+    root["profiles"] = std::move(list);
+    return root.dump(2) + "\n";
+}
+
+std::vector<UserProfile> readProfiles(const std::filesystem::path &path)
+{
+    const std::string name = path.string();
+    nlohmann::json root;
+    try {
+        root = nlohmann::json::parse(text::readWholeFile(path));
+    } catch (const nlohmann::json::exception &e) {
+        throw Error(ErrorCode::Format, name + ": not JSON (" + e.what() + ")");
+    }
+    if (!root.is_object() || !root.contains("profiles") || !root["profiles"].is_array())
+        throw Error(ErrorCode::Format, name + ": expected an object with an array 'profiles'");
+    std::vector<UserProfile> out;
+    std::unordered_set<std::string> seen;
+    size_t i = 0;
+    for (const auto &j : root["profiles"]) {
+        const std::string at = fmt::format("{}: profiles[{}]", name, i++);
+        if (!j.is_object() || !j.contains("user") || !j["user"].is_string())
+            throw Error(ErrorCode::Format, at + ": an object with a string 'user' expected");
+        UserProfile p;
+        p.user = j["user"].get<std::string>();
+        const std::string who = at + " (" + p.user + ")";
+        if (!seen.insert(p.user).second)
+            throw Error(ErrorCode::Format, who + ": a second profile for this user");
+        const auto field = [&](const char *key) {
+            if (!j.contains(key) || !j[key].is_string())
+                throw Error(ErrorCode::Format,
+                            who + fmt::format(": field '{}' is missing or not a string", key));
+            return j[key].get<std::string>();
+        };
+        const auto bad = [&](const char *key, const std::string &v, const char *allowed) {
+            return Error(ErrorCode::Format, who + fmt::format(": {} '{}' is not {}", key, v, allowed));
+        };
+        const auto v = field("verbosity");
+        const auto d = field("depth");
+        const auto r = field("register");
+        p.verbosity = parseVerbosity(v).value_or(Verbosity::Standard);
+        if (!parseVerbosity(v))
+            throw bad("verbosity", v, "brief, standard or detailed");
+        if (!parseDepth(d))
+            throw bad("depth", d, "beginner, intermediate or expert");
+        if (!parseRegister(r))
+            throw bad("register", r, "casual, neutral or formal");
+        p.depth = *parseDepth(d);
+        p.tone = *parseRegister(r);
+        if (!j.contains("examples") || !j["examples"].is_boolean())
+            throw Error(ErrorCode::Format, who + ": field 'examples' is missing or not true/false");
+        p.examples = j["examples"].get<bool>();
+        out.push_back(std::move(p));
+    }
+    return out;
+}
+
+} // namespace kvwb::core
