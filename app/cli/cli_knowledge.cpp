@@ -3,11 +3,13 @@
 #include "app/cli/engine_options.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/knowledge/user_profiles.h"
+#include "core/metrics/distributions.h"
 #include "core/model/checkpoint.h"
 #include "core/store/knowledge_store.h"
 #include "core/util/atomic_file.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "core/workload/corpus.h"
 #include "core/workload/wordnet.h"
 #include "core/workload/workload.h"
 #include "gpu/knowledge/knowledge_modules.h"
@@ -15,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -212,6 +215,138 @@ int show(const QStringList &args)
     return 0;
 }
 
+// How far a module placed behind another context is from computing its text there: per node, B's
+// next-token distribution after [context + module + "Q: question\nA:"] with the module placed
+// (boundary recomputation 0, 4, ...) against computing the whole sequence, and, for scale, against
+// the same prompt without the module.
+int placement(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"model-b", "Model B (the one whose modules the graph holds).", "PATH"});
+    p.addOption(
+        {"context", "Text the modules are placed behind (default: a one-line system prompt).", "TEXT"});
+    p.addOption({"limit", "At most N nodes with modules, in file order (default 100).", "N", "100"});
+    p.addOption(
+        {"boundary", "Boundary tokens recomputed, comma-separated (default 0,4,16).", "LIST", "0,4,16"});
+    p.addOption({"json", "Print the table as JSON."});
+    addEngineOptions(p);
+    parse(p, args,
+          "Measure module placement: the next-token KL between a module placed behind another context (with "
+          "boundary recomputation) and computing the text there, per node, with the no-module KL for scale.",
+          "GRAPH.h5", "The knowledge graph file (built with --model-b).");
+    const auto pos = p.positionalArguments();
+    if (pos.size() != 1)
+        throw UsageError{"expected exactly one GRAPH.h5"};
+    if (!p.isSet("model-b"))
+        throw UsageError{"--model-b is required"};
+    const std::vector<int> boundaries = parseIdList(p.value("boundary"), "--boundary");
+    for (int b : boundaries)
+        if (b < 0)
+            throw UsageError{"--boundary expects non-negative token counts"};
+    const int limit = intOption(p, "limit", 100, 1);
+    const auto k = core::loadKnowledge(str(pos.first()));
+    if (!k.modules)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          str(pos.first()) +
+                              ": no modules (built with --no-modules); build it with --model-b");
+    const auto ck = core::Checkpoint::open(str(p.value("model-b")));
+    if (ck.fingerprint() != k.modules->modelFingerprint)
+        throw core::Error(core::ErrorCode::Config,
+                          fmt::format("{}: the modules were computed by weights {}; {} has {}",
+                                      str(pos.first()), k.modules->modelFingerprint, ck.path().string(),
+                                      ck.fingerprint()));
+    auto model = gpu::Model::load(ck, loadOptions(p));
+    const auto tok = loadModelTokenizer(*model);
+    const std::string context = p.isSet("context")
+                                    ? str(p.value("context"))
+                                    : std::string("You answer questions about words and the "
+                                                  "things they name, briefly and correctly.\n\n");
+    const auto contextIds = tok->encode(context, true);
+    struct Column
+    {
+        std::vector<double> kl;
+        int top1 = 0;
+    };
+    std::vector<Column> cols(boundaries.size());
+    Column none;
+    int nodes = 0;
+    InterruptScope ctrlC;
+    for (const auto &mod : k.modules->modules) {
+        if (nodes >= limit || InterruptScope::interrupted())
+            break;
+        const auto *n = k.graph.find(mod.nodeId);
+        const std::string question = n->questions.empty() ? "What is " + n->name + "?" : n->questions.front();
+        const auto tail = tok->encode(core::promptFor(question), false);
+        std::vector<int> all = contextIds;
+        all.insert(all.end(), mod.ids.begin(), mod.ids.end());
+        all.insert(all.end(), tail.begin(), tail.end());
+        if (int(all.size()) > model->contextLimit())
+            continue;
+        auto truthCache = model->newCache();
+        const auto truth = model->forward(all, truthCache);
+        const auto argmax = [](const std::vector<float> &v) {
+            return std::max_element(v.begin(), v.end()) - v.begin();
+        };
+        for (size_t i = 0; i < boundaries.size(); ++i) {
+            auto cache = model->newCache();
+            model->forward(contextIds, cache);
+            gpu::placeModule(*model, cache, mod, std::min<int>(boundaries[i], int(mod.ids.size())));
+            const auto got = model->forward(tail, cache);
+            cols[i].kl.push_back(core::klDivergence(truth, got));
+            cols[i].top1 += argmax(truth) == argmax(got) ? 1 : 0;
+        }
+        auto bare = model->newCache();
+        std::vector<int> plain = contextIds;
+        plain.insert(plain.end(), tail.begin(), tail.end());
+        const auto without = model->forward(plain, bare);
+        none.kl.push_back(core::klDivergence(truth, without));
+        none.top1 += argmax(truth) == argmax(without) ? 1 : 0;
+        ++nodes;
+    }
+    if (nodes == 0)
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          str(pos.first()) + ": no module fits the model's context");
+    const auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    };
+    const auto mean = [](const std::vector<double> &v) {
+        double s = 0;
+        for (double x : v)
+            s += x;
+        return s / double(v.size());
+    };
+    json rows = json::array();
+    for (size_t i = 0; i < boundaries.size(); ++i)
+        rows.push_back({{"boundary", boundaries[i]},
+                        {"kl_mean", mean(cols[i].kl)},
+                        {"kl_median", median(cols[i].kl)},
+                        {"top1_agreement", double(cols[i].top1) / nodes}});
+    const json out = {{"graph", str(pos.first())},
+                      {"nodes", nodes},
+                      {"context_tokens", contextIds.size()},
+                      {"module_prefix_tokens", k.modules->prefixIds.size()},
+                      {"placed", rows},
+                      {"without_module",
+                       {{"kl_mean", mean(none.kl)},
+                        {"kl_median", median(none.kl)},
+                        {"top1_agreement", double(none.top1) / nodes}}}};
+    if (p.isSet("json")) {
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    std::printf("%d nodes; modules computed after %zu tokens, placed behind %zu\n\n", nodes,
+                k.modules->prefixIds.size(), contextIds.size());
+    std::printf("| module | KL mean | KL median | top-1 agreement |\n|:--|--:|--:|--:|\n");
+    for (const auto &r : rows)
+        std::printf("| placed, %d boundary tokens recomputed | %.4f | %.4f | %.3f |\n",
+                    r["boundary"].get<int>(), r["kl_mean"].get<double>(), r["kl_median"].get<double>(),
+                    r["top1_agreement"].get<double>());
+    std::printf("| none (the question without the knowledge) | %.4f | %.4f | %.3f |\n", mean(none.kl),
+                median(none.kl), double(none.top1) / nodes);
+    return 0;
+}
+
 int profiles(const QStringList &args)
 {
     QCommandLineParser p;
@@ -250,23 +385,28 @@ int profiles(const QStringList &args)
 
 int cmdKnowledge(const QStringList &args)
 {
-    const bool action =
-        args.size() >= 2 && (args[1] == "build" || args[1] == "show" || args[1] == "profiles");
+    const bool action = args.size() >= 2 && (args[1] == "build" || args[1] == "show" ||
+                                             args[1] == "profiles" || args[1] == "placement");
     if (!action) {
         if (args.size() >= 2 && (args[1] == "--help" || args[1] == "-h")) {
             std::printf(
-                "Usage: kvwb knowledge build|show|profiles [options]\n\n"
-                "  build   Build a knowledge graph file (kvwb knowledge build --help)\n"
-                "  show    Show a node, its neighbours, module and freshness, or verify a request "
-                "(kvwb knowledge show --help)\n"
-                "  profiles  Write one profile per user of a workload (kvwb knowledge profiles --help)\n");
+                "Usage: kvwb knowledge build|show|profiles|placement [options]\n\n"
+                "  build      Build a knowledge graph file (kvwb knowledge build --help)\n"
+                "  show       Show a node, its neighbours, module and freshness, or verify a request\n"
+                "  profiles   Write one profile per user of a workload\n"
+                "  placement  Measure modules placed behind another context\n"
+                "Each action has --help.\n");
             return 0;
         }
-        throw UsageError{"expected an action: build, show or profiles (kvwb knowledge --help)"};
+        throw UsageError{"expected an action: build, show, profiles or placement (kvwb knowledge --help)"};
     }
     QStringList rest = args;
     rest.removeAt(1); // the action; args[0] stays the program name for the parser
-    return args[1] == "build" ? build(rest) : args[1] == "show" ? show(rest) : profiles(rest);
+    if (args[1] == "build")
+        return build(rest);
+    if (args[1] == "show")
+        return show(rest);
+    return args[1] == "profiles" ? profiles(rest) : placement(rest);
 }
 
 } // namespace kvwb::app

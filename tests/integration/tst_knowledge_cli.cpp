@@ -87,6 +87,23 @@ private Q_SLOTS:
         r = runKvwb({"knowledge", "show", q(graph)});
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QCOMPARE(QJsonDocument::fromJson(r.out).object()["freshness"].toObject()["fresh"].toInt(), 2);
+
+        // placement: recomputing every module token is computing the text (KL 0, the same top-1)
+        r = runKvwb({"knowledge", "placement", q(graph), "--model-b", q(m_dir / "b"), "--boundary", "0,1000",
+                     "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto pl = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(pl["nodes"].toInt(), 2);
+        const auto placed = pl["placed"].toArray();
+        QCOMPARE(placed.size(), 2);
+        QVERIFY(placed[0].toObject()["kl_mean"].toDouble() >= 0);
+        QVERIFY2(placed[1].toObject()["kl_mean"].toDouble() < 1e-6, r.out.constData());
+        QCOMPARE(placed[1].toObject()["top1_agreement"].toDouble(), 1.0);
+        QVERIFY(pl["without_module"].toObject()["kl_mean"].toDouble() >
+                placed[1].toObject()["kl_mean"].toDouble());
+        r = runKvwb({"knowledge", "placement", q(graph), "--model-b", q(m_dir / "b2")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("the modules were computed by weights"), r.err.constData());
     }
 
     void profilesForAWorkload()
