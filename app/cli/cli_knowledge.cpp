@@ -153,14 +153,16 @@ int show(const QStringList &args)
                                     ? core::Checkpoint::open(str(p.value("model-b"))).fingerprint()
                                 : k.modules ? k.modules->modelFingerprint
                                             : std::string();
+    const auto freshnessOf = [&](const std::string &node) {
+        const auto *m = k.modules ? k.modules->find(node) : nullptr;
+        return core::moduleFreshness(m != nullptr, m ? m->builtMs : 0,
+                                     k.modules ? k.modules->modelFingerprint : "", current, now, ttlMs);
+    };
     if (!p.isSet("node")) {
         json freshness = {{"fresh", 0}, {"stale", 0}, {"missing", 0}};
         for (const auto &n : k.graph.nodes()) {
-            const auto *m = k.modules ? k.modules->find(n.id) : nullptr;
-            const auto f =
-                core::moduleFreshness(m != nullptr, m ? m->builtMs : 0,
-                                      k.modules ? k.modules->modelFingerprint : "", current, now, ttlMs);
-            freshness[core::freshnessName(f)] = freshness[core::freshnessName(f)].get<int>() + 1;
+            const char *f = core::freshnessName(freshnessOf(n.id));
+            freshness[f] = freshness[f].get<int>() + 1;
         }
         const json out = {{"file", str(pos.first())},
                           {"description", k.description},
@@ -196,8 +198,7 @@ int show(const QStringList &args)
             {{"kind", core::relationKindName(r.kind)}, {"id", r.target}, {"name", t ? t->name : ""}});
     }
     const auto *m = k.modules ? k.modules->find(id) : nullptr;
-    const auto f = core::moduleFreshness(m != nullptr, m ? m->builtMs : 0,
-                                         k.modules ? k.modules->modelFingerprint : "", current, now, ttlMs);
+    const auto f = freshnessOf(id);
     out = {{"id", n->id},
            {"name", n->name},
            {"synonyms", n->synonyms},
