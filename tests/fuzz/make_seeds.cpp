@@ -4,12 +4,15 @@
 // small experiment files (prompts, a converter, a table, a ledger).
 // Usage: kvwb_fuzz_seeds OUT_DIR [DEMO_TOKENIZER_MODEL]
 #include "core/cache/replay_ledger.h"
+#include "core/knowledge/knowledge_graph.h"
+#include "core/knowledge/user_profiles.h"
 #include "core/model/checkpoint.h"
 #include "core/model/gguf_model.h"
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
+#include "core/store/knowledge_store.h"
 #include "core/store/project.h"
 #include "core/tokenize/gguf_tokenizer.h"
 
@@ -216,6 +219,28 @@ int main(int argc, char **argv)
         "\n"
         R"({"id":2,"t_ms":5,"tenant":"t2","user":"u2","model":"b","intent":"","prompt":"hi","max_tokens":2,"kind":"paraphrase","ref":1})"
         "\n");
+    put(out / "knowledge", "concepts.jsonl",
+        R"({"id":"car","name":"car","synonyms":["auto"],"knowledge":"A motor vehicle.","related":[{"kind":"sibling","id":"bus"}],"questions":["What is a car?"]})"
+        "\n"
+        R"({"id":"bus","name":"bus","knowledge":"A large vehicle.","confidence":0.5,"verified_ms":3})"
+        "\n");
+    put(out / "knowledge", "profiles.json", profilesToJson(generateProfiles({"u1", "u2"}, 1), 1));
+    {
+        KnowledgeFile k;
+        k.graph = graphFromJsonl(out / "knowledge" / "concepts.jsonl", 0);
+        KnowledgeModules m;
+        m.layers = 1;
+        m.kvHeads = 1;
+        m.headDim = 2;
+        m.prefixIds = {1};
+        KnowledgeModule mod;
+        mod.nodeId = "car";
+        mod.ids = {5, 6};
+        mod.layers = {HeadMajorKv{{0.5f, 1, 2, 3}, {4, 5, 6, 7}}};
+        m.modules.push_back(mod);
+        k.modules = m;
+        saveKnowledge(out / "knowledge" / "graph.h5", k);
+    }
     {
         Project p;
         p.name = "fuzz";
