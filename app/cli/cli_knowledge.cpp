@@ -1,6 +1,7 @@
 #include "app/cli/cli_knowledge.h"
 
 #include "app/cli/engine_options.h"
+#include "core/cache/replay_ledger.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/knowledge/user_profiles.h"
 #include "core/metrics/distributions.h"
@@ -307,10 +308,7 @@ int placement(const QStringList &args)
     if (nodes == 0)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           str(pos.first()) + ": no module fits the model's context");
-    const auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-    };
+    const auto median = [](const std::vector<double> &v) { return core::percentile(v, 50); };
     const auto mean = [](const std::vector<double> &v) {
         double s = 0;
         for (double x : v)
