@@ -1,6 +1,6 @@
 // The one interface every cache tier implements (exact and semantic responses here in core/cache,
-// same-model prefix KV and cross-model KV in gpu/replay), so a replay is a loop over a stack of
-// tiers and a new tier plugs in without touching the replay.
+// same-model prefix KV, cross-model KV and knowledge modules in gpu/replay), so a replay is a loop over a
+// stack of tiers and a new tier plugs in without touching the replay.
 //
 // A tier is asked, in stack order, whether it can serve a request (lookup); when no tier served it
 // and the model ran, every tier is offered what was computed (insert). Approximate reuse (semantic
@@ -71,6 +71,9 @@ struct TierRequest
     const std::vector<int> &tokens; // the prompt encoded by the requested model's tokenizer
     const std::string &sampling;    // e.g. "greedy max=16": responses of other settings never match
     const std::string &intent;      // the request's intent label ("" unknown)
+    const std::string &user;        // the workload's user id ("" unknown): the personalisation key
+    const std::string &question;    // the question inside the prompt ("" when not known)
+    int maxTokens = 0;              // tokens the answer may take (a rewritten prompt must leave room)
 };
 
 // What one tier's lookup found. A hit either carries a response (response tiers) or a KV cache
@@ -90,6 +93,17 @@ struct TierLookup
     double gateValue = 0;
     double modelMs = 0; // model work inside the lookup (gate, conversion): not tier overhead
     std::vector<std::string> warnings;
+    // Tiers that answer a rewritten prompt (the knowledge tier: prefix + module + profile +
+    // question): the tokens the model continues from instead of the request's; `kv` covers the
+    // first reusedTokens + computedTokens of them. Empty: the request's own tokens.
+    std::vector<int> prompt;
+    int computedTokens = 0;   // of the cache handed back, positions computed inside this lookup
+    std::string reusedIntent; // a KV hit that stands for an intent (a knowledge node's id)
+    // The knowledge tier's ledger notes (core::LedgerRow's knowledge fields).
+    std::string knowledgeNode;
+    std::string knowledgeVerdict;
+    std::string knowledgeModule;
+    int profileApplied = -1;
 };
 
 // What the model computed for a request no tier served, offered to every tier to keep.

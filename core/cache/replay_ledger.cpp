@@ -36,14 +36,16 @@ const char *tierKindName(TierKind t) noexcept
         return "prefix";
     case TierKind::Cross:
         return "cross";
+    case TierKind::Knowledge:
+        return "knowledge";
     }
     return "none";
 }
 
 std::optional<TierKind> parseTierKind(const std::string &name)
 {
-    for (TierKind t :
-         {TierKind::None, TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross})
+    for (TierKind t : {TierKind::None, TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross,
+                       TierKind::Knowledge})
         if (name == tierKindName(t))
             return t;
     return std::nullopt;
@@ -80,6 +82,13 @@ bool isResponseHit(TierKind t)
     return t == TierKind::Exact || t == TierKind::Semantic;
 }
 
+// Hits that stand for an intent, so can be of the wrong one: a stored response, or a knowledge
+// node's module (the answer rendered on another concept's knowledge).
+bool carriesIntent(TierKind t)
+{
+    return isResponseHit(t) || t == TierKind::Knowledge;
+}
+
 } // namespace
 
 LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices)
@@ -93,10 +102,11 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
     s.tiers[TierKind::None] = {}; // always present, even with no misses
     for (const LedgerRow &r : rows) {
         const bool responseHit = isResponseHit(r.answeredBy);
-        const bool falseHit = r.falseHit && responseHit; // only a response can be the wrong answer
+        // only a response or a knowledge node can be of the wrong intent
+        const bool falseHit = r.falseHit && carriesIntent(r.answeredBy);
         if (r.answeredBy != TierKind::None)
             ++s.hits;
-        responseHits += responseHit;
+        responseHits += carriesIntent(r.answeredBy);
         s.falseHits += falseHit;
         s.tokensReused += r.tokensReused;
         s.tokensComputed += r.tokensComputed;
@@ -113,6 +123,11 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
         for (const auto &[tier, hit] : r.tierHits)
             if (tier != TierKind::None) // not a tier; the file forms refuse such a row
                 ++s.tiers[tier].requests;
+        if (r.tierHits.count(TierKind::Knowledge)) {
+            TierAggregate &k = s.tiers[TierKind::Knowledge];
+            k.rejected += r.knowledgeVerdict == "rejected";
+            k.modulesRecomputed += r.knowledgeModule == "recomputed";
+        }
         TierAggregate &a = s.tiers[r.answeredBy];
         if (r.answeredBy == TierKind::None)
             ++a.requests; // the misses are the requests of "none"; it has no hits
@@ -168,6 +183,9 @@ struct Column
     const char *name;
     Field field;
     bool text; // a string column: its own dataset in HDF5, not a column of "numbers"
+    // Added after ledgers were first written (the knowledge tier's): a file without it reads as
+    // "not consulted" rather than failing.
+    bool optional = false;
 };
 
 // CSV column order (docs/replay.md, "Ledger").
@@ -184,6 +202,7 @@ const std::vector<Column> &columns()
         {"hit_semantic", TierHit{TierKind::Semantic}, false},
         {"hit_prefix", TierHit{TierKind::Prefix}, false},
         {"hit_cross", TierHit{TierKind::Cross}, false},
+        {"hit_knowledge", TierHit{TierKind::Knowledge}, false, true},
         {"cached_intent", &LedgerRow::cachedIntent, true},
         {"cached_request_id", &LedgerRow::cachedRequestId, false},
         {"similarity", &LedgerRow::similarity, false},
@@ -199,6 +218,10 @@ const std::vector<Column> &columns()
         {"gate_value", &LedgerRow::gateValue, false},
         {"shadow_kl", &LedgerRow::shadowKl, false},
         {"shadow_exact", &LedgerRow::shadowExact, false},
+        {"knowledge_node", &LedgerRow::knowledgeNode, true, true},
+        {"knowledge_verdict", &LedgerRow::knowledgeVerdict, true, true},
+        {"knowledge_module", &LedgerRow::knowledgeModule, true, true},
+        {"profile_applied", &LedgerRow::profileApplied, false, true},
     };
     return all;
 }
@@ -213,8 +236,10 @@ template <class... Ts> Overloaded(Ts...) -> Overloaded<Ts...>;
 void checkTierHits(const LedgerRow &r, const std::string &where)
 {
     if (r.tierHits.count(TierKind::None))
-        throw Error(ErrorCode::InvalidArgument,
-                    where + " tierHits holds 'none', which is not a tier (exact, semantic, prefix, cross)");
+        throw Error(
+            ErrorCode::InvalidArgument,
+            where +
+                " tierHits holds 'none', which is not a tier (exact, semantic, prefix, cross, knowledge)");
 }
 
 // ---- CSV ----
@@ -272,7 +297,7 @@ std::string setFromText(LedgerRow &r, const Field &field, const std::string &s)
             [&](AnsweredBy) -> std::string {
                 const auto t = parseTierKind(s);
                 if (!t)
-                    return "one of none, exact, semantic, prefix, cross";
+                    return "one of none, exact, semantic, prefix, cross, knowledge";
                 r.answeredBy = *t;
                 return "";
             },
@@ -497,7 +522,7 @@ std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &
                 index[c] = f;
             }
     for (size_t c = 0; c < cols.size(); ++c)
-        if (index[c] == SIZE_MAX)
+        if (index[c] == SIZE_MAX && !cols[c].optional)
             throw Error(ErrorCode::Format, sourceName + ":" + std::to_string(header.line) + ": column " +
                                                cols[c].name + " is missing from the header");
     std::vector<LedgerRow> rows;
@@ -511,6 +536,8 @@ std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &
                                                std::to_string(header.fields.size()));
         LedgerRow r;
         for (size_t c = 0; c < cols.size(); ++c) {
+            if (index[c] == SIZE_MAX)
+                continue; // an optional column this file predates
             const std::string &value = rec.fields[index[c]];
             const std::string must = setFromText(r, cols[c].field, value);
             if (!must.empty())
@@ -610,6 +637,8 @@ std::vector<LedgerRow> loadLedger(const fs::path &experiment, const std::string 
     for (const Column &c : columns()) {
         if (c.text) {
             const std::string path = base + "/" + c.name;
+            if (c.optional && !h5::linkExists(fid, path))
+                continue;
             const std::vector<std::string> values = h5::readStrings(fid, file, path);
             if (values.size() != rows.size())
                 throw Error(ErrorCode::Format, file + ": dataset " + path + " has " +
@@ -624,6 +653,8 @@ std::vector<LedgerRow> loadLedger(const fs::path &experiment, const std::string 
             continue;
         }
         const int col = numbers.column(c.name);
+        if (col < 0 && c.optional)
+            continue;
         if (col < 0)
             throw Error(ErrorCode::Format, file + ": dataset " + numbersPath + " has no column " + c.name +
                                                " (attribute columns)");
@@ -650,6 +681,10 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
                                      {"ttft_ms_p50", t.ttftMsP50},
                                      {"ttft_ms_p95", t.ttftMsP95},
                                      {"ttft_ms_p99", t.ttftMsP99}};
+    if (const auto k = s.tiers.find(TierKind::Knowledge); k != s.tiers.end()) {
+        tiers["knowledge"]["rejected"] = k->second.rejected;
+        tiers["knowledge"]["modules_recomputed"] = k->second.modulesRecomputed;
+    }
     const nlohmann::json j = {{"requests", s.requests},
                               {"hits", s.hits},
                               {"false_hits", s.falseHits},

@@ -19,9 +19,11 @@ enum class TierKind
     Exact,    // exact response hit
     Semantic, // semantic response hit
     Prefix,   // same-model prefix KV reused, the rest prefilled
-    Cross     // the other model's prefix KV converted and reused
+    Cross,    // the other model's prefix KV converted and reused
+    Knowledge // a concept node's KV module placed, the personalised answer rendered on top
 };
-const char *tierKindName(TierKind t) noexcept; // "none" | "exact" | "semantic" | "prefix" | "cross"
+// "none" | "exact" | "semantic" | "prefix" | "cross" | "knowledge"
+const char *tierKindName(TierKind t) noexcept;
 std::optional<TierKind> parseTierKind(const std::string &name);
 
 struct LedgerRow
@@ -53,6 +55,13 @@ struct LedgerRow
     // Shadow verification (a sample of hits re-run from scratch): -1 when not verified.
     double shadowKl = -1;
     int shadowExact = -1; // 1 when the hit's output equals the from-scratch output
+    // Knowledge tier (empty / -1 when not consulted): the node recall proposed and verification
+    // judged, its verdict ("verified" | "rejected"), what happened to its KV module ("reused" |
+    // "recomputed": stale or built for the first time), and whether a user profile was rendered.
+    std::string knowledgeNode;
+    std::string knowledgeVerdict;
+    std::string knowledgeModule;
+    int profileApplied = -1;
 };
 
 struct TierAggregate
@@ -63,6 +72,9 @@ struct TierAggregate
     int64_t tokensReused = 0;
     int64_t tokensComputed = 0;
     double ttftMsP50 = 0, ttftMsP95 = 0, ttftMsP99 = 0; // over requests this tier answered
+    // Knowledge tier: requests whose candidate verification refused, and modules recomputed.
+    int64_t rejected = 0;
+    int64_t modulesRecomputed = 0;
 };
 
 struct Prices
@@ -78,7 +90,7 @@ struct LedgerSummary
     int64_t falseHits = 0;
     double hitRate = 0;      // hits / requests
     double tokenHitRate = 0; // tokens reused / prompt tokens
-    double falseHitRate = 0; // false hits / response hits
+    double falseHitRate = 0; // false hits / hits of a response or a knowledge node
     int64_t tokensReused = 0;
     int64_t tokensComputed = 0;
     double ttftMsP50 = 0, ttftMsP95 = 0, ttftMsP99 = 0;
@@ -101,7 +113,8 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
 // The summary as one JSON object (the form `kvwb replay --json` and reports print): requests, hits,
 // false_hits, hit_rate, token_hit_rate, false_hit_rate, tokens_reused, tokens_computed,
 // ttft_ms_p50/p95/p99, total_ms_p50/p95/p99, cost_usd, cost_usd_no_cache, and "tiers": per tier
-// name {requests, hits, false_hits, tokens_reused, tokens_computed, ttft_ms_p50/p95/p99}.
+// name {requests, hits, false_hits, tokens_reused, tokens_computed, ttft_ms_p50/p95/p99}, the
+// knowledge tier's also rejected and modules_recomputed.
 std::string ledgerSummaryJson(const LedgerSummary &summary);
 
 // CSV with a header row (RFC 4180 quoting); columns documented in docs/replay.md. tierHits become

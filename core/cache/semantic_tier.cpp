@@ -1,10 +1,10 @@
 #include "core/cache/semantic_tier.h"
 
+#include "core/cache/vector_index.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 
 #include <fmt/format.h>
-#include <hnswlib/hnswlib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,20 +34,6 @@ void normaliseInPlace(std::vector<float> &v)
     const float inv = float(1.0 / std::sqrt(sq));
     for (float &x : v)
         x *= inv;
-}
-
-// hnswlib speaks std::runtime_error; the rest of the program speaks Error.
-template <typename F> auto hnsw(const char *what, F &&f) -> decltype(f())
-{
-    try {
-        return f();
-    } catch (const Error &) {
-        throw;
-    } catch (const std::bad_alloc &) {
-        throw Error(ErrorCode::Internal, fmt::format("semantic index: out of memory during {}", what));
-    } catch (const std::exception &e) {
-        throw Error(ErrorCode::Internal, fmt::format("semantic index: {} failed: {}", what, e.what()));
-    }
 }
 
 } // namespace
@@ -101,8 +87,7 @@ struct SemanticTier::Impl
     // namespace's graph holds at most its peak number of live entries.
     struct Index
     {
-        std::unique_ptr<hnswlib::InnerProductSpace> space; // declared first: the graph points at it
-        std::unique_ptr<hnswlib::HierarchicalNSW<float>> graph;
+        std::unique_ptr<VectorIndex> graph;
         std::vector<CacheStore::EntryId> entryOfLabel; // [label] 0 = free
         std::vector<size_t> freeLabels;
         size_t live = 0;
@@ -148,7 +133,7 @@ struct SemanticTier::Impl
         if (ix != indexes.end()) {
             Index &index = ix->second;
             const size_t label = it->second.label;
-            hnsw("markDelete", [&] { index.graph->markDelete(label); });
+            index.graph->markDeleted(label);
             index.entryOfLabel[label] = 0;
             index.freeLabels.push_back(label);
             if (--index.live == 0)
@@ -174,16 +159,12 @@ struct SemanticTier::Impl
         Index &index = it->second;
         if (added) {
             try {
-                index.space = std::make_unique<hnswlib::InnerProductSpace>(size_t(dim));
-                index.graph = hnsw("create", [&] {
-                    return std::make_unique<hnswlib::HierarchicalNSW<float>>(
-                        index.space.get(), kInitialCapacity, kM, kEfConstruction);
-                });
+                index.graph = std::make_unique<VectorIndex>(dim, kInitialCapacity, kM, kEfConstruction,
+                                                            kEfSearch, "semantic index");
             } catch (...) {
                 indexes.erase(it);
                 throw;
             }
-            index.graph->setEf(kEfSearch);
         }
         return index;
     }
@@ -205,13 +186,7 @@ struct SemanticTier::Impl
             return std::nullopt;
         Index &index = ix->second;
         const size_t k = std::min(kCandidates, index.live);
-        auto result = hnsw("search", [&] { return index.graph->searchKnn(q.data(), k); });
-        std::vector<std::pair<float, hnswlib::labeltype>> ranked;
-        while (!result.empty()) {
-            ranked.push_back(result.top());
-            result.pop();
-        }
-        std::sort(ranked.begin(), ranked.end());
+        const auto ranked = index.graph->search(q.data(), k);
         for (const auto &[distance, label] : ranked) {
             if (label >= index.entryOfLabel.size())
                 continue;
@@ -304,11 +279,8 @@ void SemanticTier::insert(const TenantScope &scope, const std::string &prompt,
             label = index.freeLabels.back();
         } else {
             label = index.entryOfLabel.size();
-            const size_t capacity = index.graph->max_elements_;
-            if (label >= capacity)
-                hnsw("resizeIndex", [&] { index.graph->resizeIndex(capacity * 2); });
         }
-        hnsw("addPoint", [&] { index.graph->addPoint(v.data(), label); });
+        index.graph->add(v.data(), label); // grows the graph when label is beyond its capacity
         if (!index.freeLabels.empty() && index.freeLabels.back() == label)
             index.freeLabels.pop_back();
         else

@@ -1,5 +1,6 @@
 #include "core/knowledge/user_profiles.h"
 
+#include "core/knowledge/knowledge_graph.h"
 #include "core/util/error.h"
 #include "core/util/seeded_random.h"
 #include "core/util/text_util.h"
@@ -7,7 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <unordered_set>
 
 namespace kvwb::core {
@@ -88,6 +91,151 @@ std::string profileInstruction(const UserProfile &p)
     if (parts.empty())
         return "";
     return "Answer " + text::join(parts, ", ") + ".\n";
+}
+
+namespace {
+
+constexpr std::string_view kExampleMark = " For example: \"";
+constexpr std::string_view kCasual = "Sure! ", kFormal = "Certainly. ";
+constexpr std::string_view kBeginner = "Simply put: ", kExpert = "Technically: ";
+
+bool startsWith(std::string_view s, std::string_view p)
+{
+    return s.substr(0, p.size()) == p;
+}
+
+// Sentences begun in a text: pieces between '.', '!' or '?' followed by a space or the end that
+// hold a letter (a truncated last sentence counts).
+int sentences(std::string_view s)
+{
+    int n = 0;
+    bool letter = false;
+    for (size_t i = 0; i < s.size(); ++i) {
+        const char c = s[i];
+        if (std::isalpha(static_cast<unsigned char>(c)))
+            letter = true;
+        if ((c == '.' || c == '!' || c == '?') && (i + 1 == s.size() || s[i + 1] == ' ')) {
+            n += letter ? 1 : 0;
+            letter = false;
+        }
+    }
+    return n + (letter ? 1 : 0);
+}
+
+} // namespace
+
+AnswerParts answerParts(const KnowledgeGraph &graph, const ConceptNode &node)
+{
+    AnswerParts a;
+    std::string_view k = node.knowledge;
+    std::string_view answer = k.substr(0, std::min(k.find(kExampleMark), k.size()));
+    for (size_t at = k.find(kExampleMark); at != std::string_view::npos; at = k.find(kExampleMark, at + 1)) {
+        const size_t open = at + kExampleMark.size();
+        const size_t close = k.find('"', open);
+        if (close == std::string_view::npos)
+            break;
+        a.examples.emplace_back(k.substr(open, close - open));
+    }
+    const size_t end = answer.find(". ");
+    a.gloss = std::string(answer.substr(0, end == std::string_view::npos ? answer.size() : end + 1));
+    if (end != std::string_view::npos)
+        a.rest = std::string(answer.substr(end + 2));
+    a.synonyms = node.synonyms;
+    for (const ConceptNode *h : graph.neighbours(node.id, RelationKind::Hyponym))
+        a.kinds.push_back(h->name);
+    return a;
+}
+
+std::string renderAnswer(const AnswerParts &a, const UserProfile &p)
+{
+    std::string out;
+    if (p.tone == Register::Casual)
+        out += kCasual;
+    else if (p.tone == Register::Formal)
+        out += kFormal;
+    if (p.depth == Depth::Beginner)
+        out += kBeginner;
+    else if (p.depth == Depth::Expert)
+        out += kExpert;
+    out += a.gloss;
+    if (p.examples && !a.examples.empty())
+        out += std::string(kExampleMark) + a.examples.front() + "\".";
+    if (p.verbosity != Verbosity::Brief && !a.rest.empty())
+        out += " " + a.rest;
+    if (p.verbosity == Verbosity::Detailed) {
+        if (!a.synonyms.empty())
+            out += " It is also called " + text::join(a.synonyms, ", ") + ".";
+        if (!a.kinds.empty()) {
+            std::vector<std::string> kinds(a.kinds.begin(),
+                                           a.kinds.begin() + std::min<size_t>(a.kinds.size(), 3));
+            out += " Kinds of it include " + text::join(kinds, ", ") + ".";
+        }
+    }
+    return out;
+}
+
+ProfileFit profileFit(const std::string &answer, const UserProfile &p, bool exampleAvailable)
+{
+    ProfileFit f;
+    std::string_view s = answer;
+    while (!s.empty() && s.front() == ' ')
+        s.remove_prefix(1);
+    const bool casual = startsWith(s, kCasual), formal = startsWith(s, kFormal);
+    f.tone = p.tone == Register::Casual ? casual : p.tone == Register::Formal ? formal : !casual && !formal;
+    if (casual)
+        s.remove_prefix(kCasual.size());
+    else if (formal)
+        s.remove_prefix(kFormal.size());
+    const bool beginner = startsWith(s, kBeginner), expert = startsWith(s, kExpert);
+    f.depth = p.depth == Depth::Beginner ? beginner
+              : p.depth == Depth::Expert ? expert
+                                         : !beginner && !expert;
+    if (beginner)
+        s.remove_prefix(kBeginner.size());
+    else if (expert)
+        s.remove_prefix(kExpert.size());
+    std::string body(s);
+    const size_t ex = body.find(kExampleMark.substr(1)); // "For example: \"" anywhere
+    const bool hasExample = ex != std::string::npos;
+    f.examples = hasExample == (p.examples && exampleAvailable);
+    if (hasExample) { // the example is not one of the answer's sentences
+        const size_t close = body.find("\".", ex + kExampleMark.size() - 1);
+        body.erase(ex, close == std::string::npos ? std::string::npos : close + 2 - ex);
+    }
+    const int n = sentences(body);
+    f.verbosity = p.verbosity == Verbosity::Brief ? n == 1 : n >= 2;
+    return f;
+}
+
+std::vector<PersonalDocument> personalisedCorpus(const KnowledgeGraph &graph,
+                                                 const std::vector<std::string> &systemPrompts, int perNode,
+                                                 uint64_t seed)
+{
+    SeededRandom rng(seed);
+    std::vector<PersonalDocument> out;
+    for (const ConceptNode &n : graph.nodes()) {
+        const AnswerParts parts = answerParts(graph, n);
+        for (int i = 0; i < perNode; ++i) {
+            PersonalDocument d;
+            d.nodeId = n.id;
+            d.profile.user = "train";
+            d.profile.verbosity = kVerbosities[pick(rng, {30, 40, 30})];
+            d.profile.depth = kDepths[pick(rng, {40, 35, 25})];
+            d.profile.examples = pick(rng, {60, 40}) == 1;
+            d.profile.tone = kRegisters[pick(rng, {30, 45, 25})];
+            const bool withKnowledge = rng.below(4) != 0;
+            const bool withSystem = !systemPrompts.empty() && rng.below(5) < 3;
+            const std::string question =
+                n.questions.empty() ? "What is " + n.name + "?" : n.questions[rng.below(n.questions.size())];
+            const std::string system = withSystem ? systemPrompts[rng.below(systemPrompts.size())] : "";
+            d.split = rng.below(20) == 0 ? "validation" : "train";
+            d.prompt = (system.empty() ? "" : system + "\n\n") + (withKnowledge ? moduleText(n) : "") +
+                       profileInstruction(d.profile) + "Q: " + question + "\nA:";
+            d.answer = renderAnswer(parts, d.profile);
+            out.push_back(std::move(d));
+        }
+    }
+    return out;
 }
 
 std::vector<UserProfile> generateProfiles(const std::vector<std::string> &users, uint64_t seed)

@@ -1,8 +1,10 @@
 // The monotonic clock every timing in kvwb (TTFT, prefill, capture, transfer, job wall times) uses,
-// and milliseconds since a point of it. Thread-safe.
+// and milliseconds since a point of it; and the wall clock's Unix milliseconds (when a knowledge
+// module was built). Thread-safe.
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace kvwb::core {
 
@@ -11,6 +13,13 @@ using Clock = std::chrono::steady_clock;
 inline double msSince(Clock::time_point t0)
 {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+inline int64_t unixMsNow()
+{
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 } // namespace kvwb::core

@@ -118,6 +118,14 @@ std::string promptFor(std::string_view question)
     return "Q: " + std::string(question) + "\nA:";
 }
 
+std::optional<std::string> promptHead(std::string_view prompt, std::string_view question)
+{
+    const std::string suffix = promptFor(question);
+    if (prompt.size() < suffix.size() || prompt.substr(prompt.size() - suffix.size()) != suffix)
+        return std::nullopt;
+    return std::string(prompt.substr(0, prompt.size() - suffix.size()));
+}
+
 std::string trainingText(std::string_view question, std::string_view answer)
 {
     return promptFor(question) + " " + std::string(answer) + "\n";

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ std::string renderQuestion(const QuestionTemplate &t, std::string_view lemma);
 // The chat format both models are trained on and queried with.
 // promptFor("What is a car?") == "Q: What is a car?\nA:"
 std::string promptFor(std::string_view question);
+// What comes before promptFor(question) in a prompt that ends with it (a workload's system prompt
+// and its "\n\n", or ""); nullopt when the prompt does not end with it.
+std::optional<std::string> promptHead(std::string_view prompt, std::string_view question);
 // trainingText(q, a) == promptFor(q) + " " + a + "\n"
 std::string trainingText(std::string_view question, std::string_view answer);
 

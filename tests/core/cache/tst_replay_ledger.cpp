@@ -100,6 +100,18 @@ std::vector<LedgerRow> trickyLedger()
     c.tierHits.clear(); // no tier consulted
     c.gate = "fail";
     c.gateValue = 4.9406564584124654e-324; // the smallest subnormal
+    LedgerRow &d = rows[5];
+    d.tierHits[TierKind::Knowledge] = false;
+    d.knowledgeNode = "n02958343, \"car\"";
+    d.knowledgeVerdict = "rejected";
+    d.profileApplied = 0;
+    LedgerRow &e = rows[0];
+    e.answeredBy = TierKind::Knowledge;
+    e.tierHits[TierKind::Knowledge] = true;
+    e.knowledgeNode = "bus";
+    e.knowledgeVerdict = "verified";
+    e.knowledgeModule = "recomputed";
+    e.profileApplied = 1;
     return rows;
 }
 
@@ -122,8 +134,11 @@ QString compareRows(const std::vector<LedgerRow> &got, const std::vector<LedgerR
             g.cachedRequestId != w.cachedRequestId)
             return fail("an int64 field");
         if (g.tenant != w.tenant || g.model != w.model || g.intent != w.intent ||
-            g.cachedIntent != w.cachedIntent || g.gate != w.gate)
+            g.cachedIntent != w.cachedIntent || g.gate != w.gate || g.knowledgeNode != w.knowledgeNode ||
+            g.knowledgeVerdict != w.knowledgeVerdict || g.knowledgeModule != w.knowledgeModule)
             return fail("a string field");
+        if (g.profileApplied != w.profileApplied)
+            return fail("profileApplied");
         if (g.answeredBy != w.answeredBy || g.tierHits != w.tierHits)
             return fail("answeredBy or tierHits");
         if (g.falseHit != w.falseHit || g.promptTokens != w.promptTokens ||
@@ -153,6 +168,7 @@ private Q_SLOTS:
     void summarizeEmpty();
     void csvRoundTrip();
     void csvFileWrittenAtomically();
+    void knowledgeRowsAndOlderFiles();
     void csvErrorsNameLineAndColumn_data();
     void csvErrorsNameLineAndColumn();
     void hdf5RoundTrip();
@@ -166,10 +182,11 @@ private Q_SLOTS:
 
 void TestReplayLedger::tierNames()
 {
-    for (TierKind t :
-         {TierKind::None, TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross})
+    for (TierKind t : {TierKind::None, TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross,
+                       TierKind::Knowledge})
         QCOMPARE(parseTierKind(tierKindName(t)), std::optional<TierKind>(t));
     QCOMPARE(std::string(tierKindName(TierKind::Cross)), std::string("cross"));
+    QCOMPARE(std::string(tierKindName(TierKind::Knowledge)), std::string("knowledge"));
     QVERIFY(!parseTierKind("Exact"));
     QVERIFY(!parseTierKind(""));
 }
@@ -291,7 +308,7 @@ void TestReplayLedger::csvRoundTrip()
     const std::string csv = ledgerToCsv(rows);
     QVERIFY(
         csv.rfind("request_id,arrival_ms,tenant,model,intent,answered_by,hit_exact,hit_semantic,hit_prefix,"
-                  "hit_cross,cached_intent,",
+                  "hit_cross,hit_knowledge,cached_intent,",
                   0) == 0);
     QVERIFY(contains(csv, "\"acme, inc.\""));
     QVERIFY(contains(csv, "\"say \"\"hi\"\"\""));
@@ -311,6 +328,67 @@ void TestReplayLedger::csvRoundTrip()
 
     // An empty ledger is its header.
     QVERIFY(ledgerFromCsv(ledgerToCsv({}), "empty.csv").empty());
+}
+
+// Knowledge hits stand for a node's intent: a false one counts like a false response hit; rejected
+// candidates and recomputed modules are the tier's own counts. A ledger written before the
+// knowledge tier's columns existed still reads, every row "not consulted".
+void TestReplayLedger::knowledgeRowsAndOlderFiles()
+{
+    using T = TierKind;
+    std::vector<LedgerRow> rows = handLedger();
+    for (auto &r : rows)
+        r.tierHits[T::Knowledge] = false;
+    rows[0].answeredBy = T::Knowledge;
+    rows[0].tierHits[T::Knowledge] = true;
+    rows[0].knowledgeVerdict = "verified";
+    rows[0].knowledgeModule = "recomputed";
+    rows[0].falseHit = true; // the node of another intent
+    rows[5].knowledgeVerdict = "rejected";
+    rows[5].falseHit = true; // a miss: must not count
+    const LedgerSummary s = summarize(rows);
+    const TierAggregate &k = s.tiers.at(T::Knowledge);
+    QCOMPARE(k.requests, int64_t(6));
+    QCOMPARE(k.hits, int64_t(1));
+    QCOMPARE(k.falseHits, int64_t(1));
+    QCOMPARE(k.rejected, int64_t(1));
+    QCOMPARE(k.modulesRecomputed, int64_t(1));
+    QCOMPARE(s.falseHits, int64_t(2));   // row 2's semantic one and the knowledge one
+    QCOMPARE(s.falseHitRate, 2.0 / 4.0); // of 3 response hits + 1 knowledge hit
+    QVERIFY(contains(ledgerSummaryJson(s), "\"rejected\":1"));
+
+    // The same CSV without the knowledge columns, as an older kvwb wrote it.
+    const std::vector<LedgerRow> plain = handLedger();
+    std::string csv = ledgerToCsv(plain), old;
+    std::vector<std::string> lines;
+    for (size_t at = 0; at < csv.size();) {
+        const size_t nl = csv.find('\n', at);
+        lines.push_back(csv.substr(at, nl - at));
+        at = nl + 1;
+    }
+    std::vector<std::string> header;
+    for (size_t at = 0; at <= lines[0].size();) {
+        const size_t comma = std::min(lines[0].find(',', at), lines[0].size());
+        header.push_back(lines[0].substr(at, comma - at));
+        at = comma + 1;
+    }
+    for (const auto &line : lines) {
+        std::vector<std::string> cells;
+        for (size_t at = 0; at <= line.size();) {
+            const size_t comma = std::min(line.find(',', at), line.size());
+            cells.push_back(line.substr(at, comma - at));
+            at = comma + 1;
+        }
+        std::string kept;
+        for (size_t c = 0; c < cells.size(); ++c)
+            if (header[c].rfind("knowledge_", 0) != 0 && header[c] != "hit_knowledge" &&
+                header[c] != "profile_applied")
+                kept += (kept.empty() ? "" : ",") + cells[c];
+        old += kept + "\n";
+    }
+    QVERIFY(!contains(old, "knowledge"));
+    const QString e = compareRows(ledgerFromCsv(old, "old.csv"), plain);
+    QVERIFY2(e.isEmpty(), qPrintable(e));
 }
 
 void TestReplayLedger::csvFileWrittenAtomically()
@@ -347,7 +425,7 @@ void TestReplayLedger::csvErrorsNameLineAndColumn_data()
     QTest::newRow("missing column") << "drop gate"
                                     << "ledger.csv:1: column gate is missing";
     QTest::newRow("short row") << "truncate"
-                               << "ledger.csv:4: 24 fields, the header has 25";
+                               << "ledger.csv:4: 29 fields, the header has 30";
     QTest::newRow("unclosed quote") << "unclosed"
                                     << "ledger.csv:4: quoted field";
     QTest::newRow("empty") << "empty"
@@ -437,7 +515,7 @@ void TestReplayLedger::hdf5Layout()
     QCOMPARE(H5Sget_simple_extent_ndims(space), 2);
     H5Sget_simple_extent_dims(space, dims, nullptr);
     QCOMPARE(dims[0], hsize_t(6));
-    QCOMPARE(dims[1], hsize_t(19));
+    QCOMPARE(dims[1], hsize_t(21));
     QVERIFY(H5Aexists(numbers, "columns") > 0);
     H5Sclose(space);
     H5Dclose(numbers);
