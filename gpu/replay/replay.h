@@ -47,7 +47,7 @@ private:
 
 struct ReplayOptions
 {
-    // Tiers in the order they are consulted; any subset of Exact, Semantic, Prefix, Cross.
+    // Tiers in the order they are consulted; any subset of Exact, Semantic, Prefix, Cross, Knowledge.
     std::vector<core::TierKind> tiers;
     core::TierLimits exactLimits;
     core::TierLimits semanticLimits;
@@ -82,6 +82,8 @@ struct ReplayResult
     // Per request: wall time minus model work (prefill, decode, gate, conversion, shadow runs),
     // i.e. what the tiers and the replay's own bookkeeping cost [requests] (ms).
     std::vector<double> overheadMs;
+    // Per request: the answer text (a stored response on a response hit).
+    std::vector<std::string> outputs;
     std::vector<std::string> warnings;
     bool cancelled = false;
 };
@@ -97,11 +99,15 @@ struct ReplayModels
     const core::Tokenizer *tokenizerB = nullptr;
     const Converter *converter = nullptr; // A -> B, needed by the Cross tier
     core::Embedder *embedder = nullptr;   // needed by the Semantic tier
+    // The Knowledge tier (gpu/replay/knowledge_tier.h), owned by the caller so that its graph,
+    // reuse counts and costs can be read after the replay; needed when the stack names it.
+    core::CacheTier *knowledge = nullptr;
 };
 
 // Checks every request first (model name, non-empty prompt, prompt + max tokens within the model's
 // context: Error(InvalidArgument) naming the request id and field) and the tier setup (Cross needs
-// both models and a converter, Semantic an embedder), then replays in order.
+// both models and a converter, Semantic an embedder, Knowledge model B and the tier), then replays
+// in order.
 ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, const ReplayModels &models,
                             const ReplayOptions &options, const ReplayEventFn &onRow = {});
 

@@ -44,6 +44,9 @@ struct TrainOptions
     std::string weightDtype = "F32"; // F32 | BF16 | F16 storage in model.safetensors
     bool resume = false;             // continue from <out>/train_state if present
     std::string shard;               // "I/N" when the data is a corpus shard (logged; resume checks it)
+    // Fine-tuning: start from this model's weights (an HF directory of the same architecture)
+    // instead of random ones. Every parameter must be there with the trained shape.
+    std::filesystem::path initFrom;
 };
 
 // Each sequence is one document (e.g. one question/answer), already with BOS/EOS as wanted. Rows

@@ -73,8 +73,9 @@ bool has(const std::vector<TierKind> &tiers, TierKind t)
 // plus the prefix store the cross-model tier reads when the stack has no prefix tier of its own.
 struct TierSet
 {
-    std::vector<std::unique_ptr<core::CacheTier>> owned; // every tier offered the computed results
-    std::vector<core::CacheTier *> stack;                // lookup order
+    std::vector<std::unique_ptr<core::CacheTier>> owned;
+    std::vector<core::CacheTier *> all;   // every tier, offered the computed results
+    std::vector<core::CacheTier *> stack; // lookup order
 };
 
 TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
@@ -112,6 +113,9 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
                                                     *m.converter, co);
             break;
         }
+        case TierKind::Knowledge:
+            byKind[t] = m.knowledge;
+            continue;
         case TierKind::Prefix:
         case TierKind::None:
             break;
@@ -119,6 +123,8 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
         byKind[t] = tier.get();
         set.owned.push_back(std::move(tier));
     }
+    for (const auto &[kind, tier] : byKind)
+        set.all.push_back(tier);
     for (TierKind t : o.tiers)
         set.stack.push_back(byKind.at(t));
     return set;
@@ -140,6 +146,9 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
         throw Error(
             ErrorCode::InvalidArgument,
             "the cross-model tier needs model B and a converter from A to B (kvwb align --experiment)");
+    if (has(o.tiers, TierKind::Knowledge) && (!m.b || !m.knowledge))
+        throw Error(ErrorCode::InvalidArgument,
+                    "the knowledge tier needs model B and a knowledge graph (kvwb knowledge build)");
     if (o.prefixBlock < 1)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("prefix block size must be >= 1, got {}", o.prefixBlock));
@@ -236,10 +245,16 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                                         embedText,
                                         prompt,
                                         sampling,
-                                        r.intent};
+                                        r.intent,
+                                        r.user,
+                                        r.question,
+                                        go.maxTokens};
         std::optional<core::CachedResponse> response;
         std::unique_ptr<core::KvPayload> reuse; // the cache to continue from (KV tier hit)
         int reused = 0;
+        int lookupComputed = 0;     // of that cache, positions the tier computed for this request
+        std::vector<int> rewritten; // the prompt a tier rewrote (knowledge), else empty
+        std::string reusedIntent;
         for (core::CacheTier *tier : tiers.stack) {
             const auto tl = Clock::now();
             core::TierLookup found = tier->lookup(request);
@@ -256,6 +271,13 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 row.gate = found.gate;
                 row.gateValue = found.gateValue;
             }
+            if (!found.knowledgeNode.empty() || !found.knowledgeModule.empty()) {
+                row.knowledgeNode = found.knowledgeNode;
+                row.knowledgeVerdict = found.knowledgeVerdict;
+                row.knowledgeModule = found.knowledgeModule;
+            }
+            if (found.profileApplied >= 0)
+                row.profileApplied = found.profileApplied;
             row.lookupMs += msSince(tl);
             row.tierHits[tier->kind()] = found.hit;
             if (found.hit) {
@@ -263,9 +285,14 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 response = std::move(found.response);
                 reuse = std::move(found.kv);
                 reused = found.reusedTokens;
+                lookupComputed = found.computedTokens;
+                rewritten = std::move(found.prompt);
+                reusedIntent = std::move(found.reusedIntent);
                 break;
             }
         }
+        const std::vector<int> &input = rewritten.empty() ? prompt : rewritten;
+        row.promptTokens = int(input.size());
 
         const bool shadow =
             row.answeredBy != TierKind::None && o.shadowFraction > 0 && uniform(rng) < o.shadowFraction;
@@ -277,6 +304,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             row.tokensReused = row.promptTokens;
             row.tokensComputed = 0;
             row.ttftMs = row.totalMs = msSince(t0) + queueMs;
+            result.outputs.push_back(response->text);
             if (shadow)
                 timed([&] {
                     row.shadowExact = model.generate(prompt, go).outputIds == response->outputIds ? 1 : 0;
@@ -287,12 +315,13 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             if (shadow && reuse)
                 timed([&] {
                     auto probe = cache.fork();
-                    hitLogits = model.forward(std::vector<int>(prompt.begin() + reused, prompt.end()), probe);
+                    hitLogits = model.forward(
+                        std::vector<int>(input.begin() + reused + lookupComputed, input.end()), probe);
                 });
             double firstMs = -1;
             GenerateResult gen;
             timed([&] {
-                gen = model.generate(prompt, cache, go, [&](int, float) {
+                gen = model.generate(input, cache, go, [&](int, float) {
                     if (firstMs < 0)
                         firstMs = msSince(t0);
                     return true;
@@ -301,21 +330,29 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             row.ttftMs = (firstMs < 0 ? msSince(t0) : firstMs) + queueMs;
             row.totalMs = msSince(t0) + queueMs;
             row.generatedTokens = gen.stats.generatedTokens;
-            row.tokensReused = gen.stats.reusedTokens;
-            row.tokensComputed = gen.stats.prefillTokens + gen.stats.generatedTokens;
+            row.tokensReused = std::max(0, gen.stats.reusedTokens - lookupComputed);
+            row.tokensComputed = gen.stats.prefillTokens + gen.stats.generatedTokens + lookupComputed;
+            if (!reusedIntent.empty()) {
+                row.cachedIntent = reusedIntent;
+                row.falseHit = !r.intent.empty() && reusedIntent != r.intent;
+            }
             const std::string text = s.tokenizer->decode(gen.outputIds, true);
             if (shadow)
                 timed([&] {
                     auto fresh = model.newCache();
-                    const auto scratchLogits = model.forward(prompt, fresh);
+                    const auto scratchLogits = model.forward(input, fresh);
                     row.shadowKl = core::klDivergence(scratchLogits, hitLogits);
-                    row.shadowExact = model.generate(prompt, go).outputIds == gen.outputIds ? 1 : 0;
+                    row.shadowExact = model.generate(input, go).outputIds == gen.outputIds ? 1 : 0;
                 });
-            // cache what was computed, in every tier of the stack
+            // Cache what was computed, in every tier of the stack. A rewritten prompt's KV is not the
+            // request's prompt's, so no KV tier may keep it.
             const core::CachedResponse cr{text, gen.outputIds, r.intent, r.id};
-            std::unique_ptr<core::KvPayload> computed = std::make_unique<KvCachePayload>(std::move(cache));
-            for (const auto &tier : tiers.owned)
+            std::unique_ptr<core::KvPayload> computed;
+            if (rewritten.empty())
+                computed = std::make_unique<KvCachePayload>(std::move(cache));
+            for (core::CacheTier *tier : tiers.all)
                 tier->insert(request, core::TierInsert{cr, computed});
+            result.outputs.push_back(text);
         }
         result.overheadMs.push_back(std::max(0.0, msSince(t0) - modelMs));
         result.rows.push_back(row);

@@ -272,6 +272,22 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
     at::set_num_threads(threads);
     torch::NoGradGuard noGradInit;
     Params p = initParams(c, o.seed);
+    if (!o.initFrom.empty()) {
+        // Fine-tuning: every parameter from the given model, checked by name and shape.
+        const auto ws = core::WeightSet::open(o.initFrom);
+        for (size_t i = 0; i < p.names.size(); ++i) {
+            const auto t = ws.get(p.names[i]);
+            std::vector<int64_t> want(p.tensors[i].sizes().begin(), p.tensors[i].sizes().end());
+            if (t.info->shape != want)
+                throw Error(ErrorCode::Shape,
+                            fmt::format("{}: tensor {} has shape [{}], the architecture trains [{}]",
+                                        ws.source().string(), p.names[i], fmt::join(t.info->shape, ", "),
+                                        fmt::join(want, ", ")));
+            const std::vector<float> v = core::toFloatVector(t);
+            p.tensors[i].copy_(
+                torch::from_blob(const_cast<float *>(v.data()), p.tensors[i].sizes(), torch::kFloat32));
+        }
+    }
     std::vector<torch::Tensor> decay, noDecay; // decay matrices only, as is usual for transformers
     for (size_t i = 0; i < p.names.size(); ++i)
         (p.tensors[i].dim() >= 2 ? decay : noDecay).push_back(p.tensors[i]);
@@ -308,6 +324,8 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
                                {"validation_tokens", valTokens}};
     if (!o.shard.empty()) // only then, so states saved before shards existed still resume
         settings["shard"] = o.shard;
+    if (!o.initFrom.empty())
+        settings["init"] = o.initFrom.string();
     if (o.resume && fs::exists(stateDir / "state.json")) {
         try {
             const auto st = nlohmann::json::parse(std::ifstream(stateDir / "state.json"));
