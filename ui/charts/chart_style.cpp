@@ -58,6 +58,8 @@ QColor tierColor(core::TierKind tier)
         return QColor(0x2c, 0xa0, 0x2c);
     case core::TierKind::Cross:
         return QColor(0x94, 0x67, 0xbd);
+    case core::TierKind::Knowledge:
+        return QColor(0x8c, 0x56, 0x4b);
     case core::TierKind::None:
         break;
     }

@@ -26,6 +26,8 @@ QString tierLegend(core::TierKind tier)
         return QObject::tr("prefix KV");
     case core::TierKind::Cross:
         return QObject::tr("cross-model KV");
+    case core::TierKind::Knowledge:
+        return QObject::tr("knowledge");
     case core::TierKind::None:
         break;
     }
@@ -51,8 +53,8 @@ ReplayCharts::ReplayCharts(QWidget *parent) : QWidget(parent)
         return &addTrack(chart, name, color, std::move(f), style);
     };
     // Every tier's series exists from the start; it joins the chart when the tier is first seen.
-    for (auto tier :
-         {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix, core::TierKind::Cross}) {
+    for (auto tier : {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix,
+                      core::TierKind::Cross, core::TierKind::Knowledge}) {
         Track *t = track(m_hit, tierLegend(tier), tierColor(tier),
                          [this, tier] { return percentOf(m_tierHits[tier], m_requests); });
         m_hit.chart->removeSeries(t->series);
@@ -63,8 +65,9 @@ ReplayCharts::ReplayCharts(QWidget *parent) : QWidget(parent)
     m_anyTier = track(
         m_hit, tierLegend(core::TierKind::None), QColor(0x30, 0x30, 0x30),
         [this] { return percentOf(m_hits, m_requests); }, Qt::DashLine);
-    m_falseHitTrack = track(m_falseHit, tr("false hits / (exact + semantic hits)"), QColor(0xd6, 0x27, 0x28),
-                            [this] { return percentOf(m_falseHits, m_responseHits); });
+    m_falseHitTrack =
+        track(m_falseHit, tr("false hits / (exact + semantic + knowledge hits)"), QColor(0xd6, 0x27, 0x28),
+              [this] { return percentOf(m_falseHits, m_responseHits); });
     m_p50 =
         track(m_latency, tr("p50 (median)"), percentileColor(50), [this] { return windowPercentile(50); });
     m_p95 = track(m_latency, tr("p95"), percentileColor(95), [this] { return windowPercentile(95); });
@@ -191,7 +194,8 @@ void ReplayCharts::addRows(const std::vector<core::LedgerRow> &rows)
             ++m_hits;
             ++m_tierHits[r.answeredBy];
         }
-        if (r.answeredBy == core::TierKind::Exact || r.answeredBy == core::TierKind::Semantic) {
+        if (r.answeredBy == core::TierKind::Exact || r.answeredBy == core::TierKind::Semantic ||
+            r.answeredBy == core::TierKind::Knowledge) {
             ++m_responseHits;
             m_falseHits += r.falseHit ? 1 : 0;
         }

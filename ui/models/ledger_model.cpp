@@ -40,6 +40,8 @@ std::optional<core::TierKind> LedgerModel::tierOfColumn(int column)
         return core::TierKind::Prefix;
     case CrossColumn:
         return core::TierKind::Cross;
+    case KnowledgeColumn:
+        return core::TierKind::Knowledge;
     }
     return std::nullopt;
 }
@@ -86,6 +88,17 @@ QVariant displayValue(const core::LedgerRow &r, int column)
         if (r.gate.empty())
             return QString();
         return QStringLiteral("%1 (%2)").arg(QString::fromStdString(r.gate)).arg(r.gateValue, 0, 'g', 3);
+    case LedgerModel::NodeColumn: {
+        if (r.knowledgeNode.empty())
+            return QString();
+        QString s = QStringLiteral("%1 %2").arg(QString::fromStdString(r.knowledgeNode),
+                                                QString::fromStdString(r.knowledgeVerdict));
+        if (!r.knowledgeModule.empty())
+            s += QStringLiteral(", module %1").arg(QString::fromStdString(r.knowledgeModule));
+        if (r.profileApplied == 1)
+            s += QStringLiteral(", profile");
+        return s;
+    }
     case LedgerModel::ShadowColumn:
         if (r.shadowKl < 0)
             return QString();
@@ -163,6 +176,8 @@ QVariant LedgerModel::data(const QModelIndex &index, int role) const
             return QBrush(QColor(0xc6, 0x28, 0x28));
         if (index.column() == GateColumn && r.gate == "fail")
             return QBrush(QColor(0xc6, 0x28, 0x28));
+        if (index.column() == NodeColumn && r.knowledgeVerdict == "rejected")
+            return QBrush(QColor(0xc6, 0x28, 0x28));
         // Hits stand out from the many misses when scanning the tier columns.
         if (const auto tier = tierOfColumn(index.column())) {
             const auto it = r.tierHits.find(*tier);
@@ -210,6 +225,8 @@ QVariant LedgerModel::headerData(int section, Qt::Orientation orientation, int r
             return tr("Prefix");
         case CrossColumn:
             return tr("Cross");
+        case KnowledgeColumn:
+            return tr("Knowledge");
         case FalseHitColumn:
             return tr("False hit");
         case PromptTokensColumn:
@@ -224,6 +241,8 @@ QVariant LedgerModel::headerData(int section, Qt::Orientation orientation, int r
             return tr("Total ms");
         case GateColumn:
             return tr("Gate");
+        case NodeColumn:
+            return tr("Knowledge node");
         case ShadowColumn:
             return tr("Shadow check");
         }
@@ -235,9 +254,10 @@ QVariant LedgerModel::headerData(int section, Qt::Orientation orientation, int r
         case SemanticColumn:
         case PrefixColumn:
         case CrossColumn:
+        case KnowledgeColumn:
             return tr("Whether this tier had an entry for the request (empty: tier not in the stack)");
         case FalseHitColumn:
-            return tr("A cached response produced for a request with a different intent");
+            return tr("A cached response, or a knowledge node, of a different intent than the request's");
         case ReusedColumn:
             return tr("Prompt tokens taken from a cache instead of being computed");
         case ComputedColumn:
@@ -246,6 +266,11 @@ QVariant LedgerModel::headerData(int section, Qt::Orientation orientation, int r
             return tr("Time to first token: cache lookup plus model work, measured");
         case GateColumn:
             return tr("Cross-model quality gate decision and the value it compared");
+        case NodeColumn:
+            return tr(
+                "Knowledge tier: the concept node recall proposed, whether graph verification accepted or "
+                "rejected it, whether its KV module was reused or recomputed, and whether the user's "
+                "profile was rendered");
         case ShadowColumn:
             return tr("Sampled hits re-run from scratch: KL divergence to the from-scratch output");
         }

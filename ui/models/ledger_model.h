@@ -29,6 +29,7 @@ public:
         SemanticColumn,
         PrefixColumn,
         CrossColumn,
+        KnowledgeColumn,
         FalseHitColumn,
         PromptTokensColumn,
         ReusedColumn,
@@ -36,6 +37,7 @@ public:
         TtftColumn,
         TotalColumn,
         GateColumn,
+        NodeColumn, // the knowledge tier's path: node, verdict, module, profile
         ShadowColumn,
         ColumnCount
     };

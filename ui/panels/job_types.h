@@ -5,8 +5,10 @@
 
 #include "core/cache/replay_ledger.h"
 #include "core/jobs/job_enums.h"
+#include "core/knowledge/knowledge_graph.h"
 #include "core/metrics/bootstrap.h"
 #include "core/store/comparison_store.h"
+#include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 
 #include <QString>
@@ -138,9 +140,77 @@ struct ReplayRequest
     core::GateSignal gateSignal = core::GateSignal::TailKl;
     double gateThreshold = 0.1;
     bool gate = true;
-    int maxTokens = 0;  // > 0 overrides every request's max_tokens
-    int limit = 0;      // first N requests (0 = all)
-    QString ledgerName; // non-empty: store the ledger as /ledgers/<name> of the experiment
+    int maxTokens = 0;      // > 0 overrides every request's max_tokens
+    int limit = 0;          // first N requests (0 = all)
+    QString ledgerName;     // non-empty: store the ledger as /ledgers/<name> of the experiment
+    QString knowledgeGraph; // the knowledge tier's graph file (shared by every tenant)
+    QString profilesPath;   // the knowledge tier's user profiles ("" none)
+};
+
+// Knowledge step -> engine: open a graph file (its nodes, module freshness for model B in use), or
+// first build it from WordNet's most popular concepts with model B's modules.
+struct KnowledgeOpenRequest
+{
+    QString graphPath;
+    bool build = false; // build (WordNet, `concepts` nodes, modules by model B), then open
+    int concepts = 300;
+    QString system; // text the modules are computed after (build; "" = BOS only)
+};
+
+// A graph as the Knowledge step shows it.
+struct KnowledgeView
+{
+    QString path;
+    QString description;
+    core::KnowledgeGraph graph;
+    std::vector<int> moduleTokens;  // [node] (0: no module)
+    std::vector<QString> freshness; // [node] fresh | stale | missing, for model B in use
+    bool built = false;             // this job built the file
+};
+
+// Knowledge step -> engine: a question's path through the graph.
+struct KnowledgeTraceRequest
+{
+    QString graphPath;
+    QString question;
+    QString user;         // "" none
+    QString profilesPath; // "" none
+};
+
+struct KnowledgeTraceResult
+{
+    struct Candidate
+    {
+        QString node, name, matched, reason;
+        double similarity = 0;
+        bool accepted = false;
+    };
+    QString question;
+    std::vector<Candidate> candidates; // recall's, best first
+    QString chosen;                    // "" answered from scratch
+    QString freshness;
+    int moduleTokens = 0;
+    QString profileLine;
+    double recallMs = 0, verifyMs = 0;
+};
+
+// Knowledge step -> engine: the economics (kvwb knowledge evaluate).
+struct KnowledgeEvalRequest
+{
+    QString graphPath;
+    QString profilesPath;
+    QString workloadPath;
+    int limit = 200; // first N requests of the workload (its model-b ones are evaluated)
+    double threshold = 0.8;
+};
+
+struct KnowledgeEconomics
+{
+    int64_t requests = 0, users = 0, concepts = 0;
+    std::vector<QString> arms;                      // rows of table
+    core::MetricTable table;                        // app/jobs/knowledge_eval.h's columns
+    std::vector<std::pair<QString, double>> timeMs; // the knowledge tier's steps
+    QString markdown;                               // the whole result as kvwb knowledge evaluate prints it
 };
 
 // The tier names of a stack in lookup order ("exact", "semantic", ...), for labels and logs.

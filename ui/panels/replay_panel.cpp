@@ -8,6 +8,7 @@
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -299,7 +300,9 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_prefix->setToolTip(tr("Prefix: reuse the same model's KV cache for the longest shared prompt prefix."));
     m_cross = new QCheckBox(tr("cross"), box);
     m_cross->setObjectName("tierCross");
-    for (QCheckBox *c : {m_exact, m_semantic, m_prefix, m_cross})
+    m_knowledge = new QCheckBox(tr("knowledge"), box);
+    m_knowledge->setObjectName("tierKnowledge");
+    for (QCheckBox *c : {m_exact, m_semantic, m_prefix, m_cross, m_knowledge})
         tiers->addWidget(c);
     tiers->addStretch(1);
     grid->addLayout(tiers, 1, 1);
@@ -418,6 +421,7 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
 
     setReplayRequest(ReplayRequest{});
     setCrossAvailable(false, {});
+    setKnowledgeAvailable({}, {});
 
     connect(m_browse, &QPushButton::clicked, this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Workload"), m_workload->currentText(),
@@ -492,12 +496,18 @@ ReplayRequest ReplayPanel::replayRequest() const
     r.experimentPath = m_snapshot ? m_snapshot->path : QString();
     r.converter = m_crossAvailable ? m_crossConverter : QString();
     r.tiers.clear();
+    // The knowledge tier goes before the prefix tier: a request it can serve must not be answered
+    // by the system prompt's prefix KV alone.
     for (auto [box, kind] : {std::pair<QCheckBox *, core::TierKind>{m_exact, core::TierKind::Exact},
                              {m_semantic, core::TierKind::Semantic},
+                             {m_knowledge, core::TierKind::Knowledge},
                              {m_prefix, core::TierKind::Prefix},
                              {m_cross, core::TierKind::Cross}})
-        if (box->isChecked() && (box != m_cross || m_crossAvailable)) // busy panels keep their tiers
+        if (box->isChecked() && (box != m_cross || m_crossAvailable) &&
+            (box != m_knowledge || !m_knowledgeGraph.isEmpty())) // busy panels keep their tiers
             r.tiers.push_back(kind);
+    r.knowledgeGraph = m_knowledgeGraph;
+    r.profilesPath = m_knowledgeProfiles;
     r.threshold = m_threshold->value();
     r.embedder = m_embedder->currentText();
     r.gateSignal =
@@ -519,7 +529,10 @@ void ReplayPanel::setReplayRequest(const ReplayRequest &r)
     m_exact->setChecked(has(core::TierKind::Exact));
     m_semantic->setChecked(has(core::TierKind::Semantic));
     m_prefix->setChecked(has(core::TierKind::Prefix));
-    m_cross->setChecked(has(core::TierKind::Cross)); // kept while no converter is in use, then used
+    m_cross->setChecked(has(core::TierKind::Cross));         // kept while no converter is in use, then used
+    m_knowledge->setChecked(has(core::TierKind::Knowledge)); // kept while no graph is in use
+    if (!r.knowledgeGraph.isEmpty())
+        setKnowledgeAvailable(r.knowledgeGraph, r.profilesPath);
     m_threshold->setValue(r.threshold);
     m_embedder->setCurrentText(r.embedder);
     {
@@ -547,6 +560,22 @@ void ReplayPanel::setCrossAvailable(bool available, const QString &converter)
     refreshRunEnabled();
 }
 
+void ReplayPanel::setKnowledgeAvailable(const QString &graph, const QString &profiles)
+{
+    m_knowledgeGraph = graph;
+    m_knowledgeProfiles = graph.isEmpty() ? QString() : profiles;
+    m_knowledge->setToolTip(
+        graph.isEmpty()
+            ? tr("Knowledge needs a graph in use: open or build one in the Knowledge step and press 'Use in "
+                 "replays'.")
+            : tr("Knowledge: answer through the concept nodes of %1 (their KV modules placed, the user's "
+                 "profile rendered)%2.")
+                  .arg(QFileInfo(graph).fileName(),
+                       profiles.isEmpty() ? QString()
+                                          : tr(", profiles %1").arg(QFileInfo(profiles).fileName())));
+    refreshRunEnabled();
+}
+
 void ReplayPanel::setModelsLoaded(bool loaded)
 {
     m_modelsLoaded = loaded;
@@ -563,6 +592,7 @@ void ReplayPanel::refreshRunEnabled()
                                           m_gate, m_maxTokens, m_limit, m_ledgerName})
         w->setEnabled(!m_busy);
     m_cross->setEnabled(!m_busy && m_crossAvailable);
+    m_knowledge->setEnabled(!m_busy && !m_knowledgeGraph.isEmpty());
     m_threshold->setEnabled(!m_busy && m_semantic->isChecked());
     m_gateSignal->setEnabled(!m_busy && m_gate->isChecked());
     m_gateThreshold->setEnabled(!m_busy && m_gate->isChecked());

@@ -59,6 +59,8 @@ public:
     void setReplayRequest(const ReplayRequest &r); // every field but experimentPath and converter
     // The cross tier needs a converter in use; without one its checkbox is unchecked and disabled.
     void setCrossAvailable(bool available, const QString &converter);
+    // The knowledge tier's graph in use ("" none: its checkbox is disabled) and its profiles.
+    void setKnowledgeAvailable(const QString &graph, const QString &profiles);
     void setModelsLoaded(bool loaded); // Start needs models
     // Clears the ledger and charts and shows "<title> (live)"; rows then come through appendRows().
     void beginLive(const QString &title);
@@ -108,6 +110,7 @@ private:
     bool m_modelsLoaded = false;
     bool m_crossAvailable = false;
     QString m_crossConverter;
+    QString m_knowledgeGraph, m_knowledgeProfiles;
 
     QComboBox *m_workload = nullptr;
     QPushButton *m_browse = nullptr;
@@ -115,6 +118,7 @@ private:
     QCheckBox *m_semantic = nullptr;
     QCheckBox *m_prefix = nullptr;
     QCheckBox *m_cross = nullptr;
+    QCheckBox *m_knowledge = nullptr;
     QDoubleSpinBox *m_threshold = nullptr;
     QComboBox *m_embedder = nullptr;
     QCheckBox *m_gate = nullptr;

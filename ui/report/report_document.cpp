@@ -4,6 +4,9 @@
 #include "ui/report/report_text.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 
 #include <utility>
 
@@ -87,6 +90,70 @@ void addCharts(Doc &doc, const std::vector<ReportChart> &charts, const std::stri
     for (const auto &c : charts)
         if (c.id.rfind(prefix, 0) == 0)
             doc.chart(c);
+}
+
+// The knowledge tier's evaluations (kvwb knowledge evaluate --save NAME): their arms' ledgers carry
+// "knowledge_evaluation" and the arm's quality in their settings. One table per evaluation: the
+// four arms side by side, then where the knowledge tier's time went and what the graph cost.
+void addKnowledgeSection(Doc &doc, const ReportData &d)
+{
+    std::vector<std::string> names;
+    std::vector<std::vector<std::vector<std::string>>> tables;
+    std::vector<nlohmann::json> evaluations;
+    for (const auto &l : d.ledgers) {
+        if (l.settingsJson.empty() || !nlohmann::json::accept(l.settingsJson))
+            continue;
+        const auto j = nlohmann::json::parse(l.settingsJson);
+        if (!j.is_object() || !j.contains("knowledge_evaluation") || !j["knowledge_evaluation"].is_string())
+            continue;
+        const std::string name = j["knowledge_evaluation"].get<std::string>();
+        auto at = std::find(names.begin(), names.end(), name);
+        if (at == names.end()) {
+            names.push_back(name);
+            tables.emplace_back();
+            evaluations.push_back(j.value("evaluation", nlohmann::json::object()));
+            at = names.end() - 1;
+        }
+        const auto num = [&](const char *k) {
+            return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0;
+        };
+        const auto &s = l.summary;
+        tables[size_t(at - names.begin())].push_back(
+            {j.value("arm", l.name), std::to_string(s.requests), std::to_string(s.hits),
+             std::to_string(s.falseHits), std::to_string(s.tokensComputed), std::to_string(s.tokensReused),
+             fmt::format("{:.2f}", num("model_s")), fmt::format("{:.6f}", s.costUsd),
+             fmt::format("{:.3f}", num("word_f1")), fmt::format("{:.3f}", num("rouge_l")),
+             fmt::format("{:.3f}", num("rouge_l_vs_full")), fmt::format("{:.3f}", num("profile_fit"))});
+    }
+    if (names.empty())
+        return;
+    doc.heading(2, "Knowledge reuse");
+    doc.para("The same model-B requests answered four ways: no cache (B from scratch with the user's profile "
+             "line), a semantic response cache (a stored answer, whoever asks), the knowledge tier (the "
+             "verified concept node's KV module placed, B rendering the user's answer) and the knowledge "
+             "tier's text computed from scratch. Quality is against the concept's reference answer; "
+             "\"vs full\" against the last arm's answer; profile fit is the share of answers that fit the "
+             "asking user's profile (docs/knowledge.md).");
+    for (size_t i = 0; i < names.size(); ++i) {
+        doc.heading(3, "Evaluation " + names[i]);
+        doc.table({"arm", "requests", "cache answers", "false hits", "tokens computed", "tokens reused",
+                   "model s", "cost USD", "word F1", "ROUGE-L", "ROUGE-L vs full", "profile fit"},
+                  std::move(tables[i]));
+        const auto &e = evaluations[i];
+        if (e.contains("time_ms") && e["time_ms"].is_object()) {
+            std::vector<std::vector<std::string>> steps;
+            for (const auto &[step, ms] : e["time_ms"].items())
+                if (ms.is_number())
+                    steps.push_back({step, fmt::format("{:.1f}", ms.get<double>())});
+            doc.table({"knowledge tier step", "total ms"}, std::move(steps));
+        }
+        if (e.contains("build") && e.contains("break_even_reuse"))
+            doc.para(fmt::format(
+                "Graph: {} modules built from {} tokens in {:.0f} ms; break-even reuse per node "
+                "{:.2f} (tokens), {:.2f} (time).",
+                e["build"].value("modules", 0), e["build"].value("tokens", 0), e["build"].value("ms", 0.0),
+                e["break_even_reuse"].value("tokens", 0.0), e["break_even_reuse"].value("ms", 0.0)));
+    }
 }
 
 Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
@@ -190,6 +257,7 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
         addCharts(doc, charts, "sweep_" + safeName(s.name) + "_");
         doc.metricTable(s.table);
     }
+    addKnowledgeSection(doc, d);
     for (const auto &l : d.ledgers) {
         const auto &s = l.summary;
         doc.heading(2, "Replay ledger " + l.name);

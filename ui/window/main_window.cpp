@@ -5,6 +5,7 @@
 #include "ui/panels/alignment_panel.h"
 #include "ui/panels/capture_panel.h"
 #include "ui/panels/compare_panel.h"
+#include "ui/panels/knowledge_panel.h"
 #include "ui/panels/replay_panel.h"
 
 #include <QAbstractButton>
@@ -108,6 +109,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_alignment = new AlignmentPanel(this);
     m_compare = new ComparePanel(this);
     m_replay = new ReplayPanel(this);
+    m_knowledge = new KnowledgePanel(this);
 
     // The Models step: the two choices, then both cards side by side below them.
     auto *modelsPage = new QWidget(this);
@@ -147,6 +149,9 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
             tr("One prompt answered by A, by B from scratch and by B from A's converted cache."), m_compare);
     addStep("replay", tr("Replay"), tr("A workload through the cache tiers, live, with its ledger."),
             m_replay);
+    addStep("knowledge", tr("Knowledge"),
+            tr("Concepts held once as KV modules, answers personalised per user, and what it saves."),
+            m_knowledge);
     addStep("report", tr("Report"), tr("Export the experiment as HTML, PDF, Markdown and CSV/JSON."),
             buildReportPage());
     auto *central = new QWidget(this);
@@ -247,6 +252,26 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
         Q_EMIT replayRequested(r);
     });
     connect(m_replay, &ReplayPanel::pauseRequested, this, &MainWindow::pauseRequested);
+    connect(m_knowledge, &KnowledgePanel::openRequested, this, [this](const KnowledgeOpenRequest &r) {
+        beginJob(Job::Knowledge);
+        log(r.build ? tr("building knowledge graph %1 from %2 concepts").arg(r.graphPath).arg(r.concepts)
+                    : tr("opening knowledge graph %1").arg(r.graphPath));
+        Q_EMIT knowledgeOpenRequested(r);
+    });
+    connect(m_knowledge, &KnowledgePanel::traceRequested, this, [this](const KnowledgeTraceRequest &r) {
+        beginJob(Job::Knowledge);
+        Q_EMIT knowledgeTraceRequested(r);
+    });
+    connect(m_knowledge, &KnowledgePanel::evaluateRequested, this, [this](const KnowledgeEvalRequest &r) {
+        beginJob(Job::Knowledge);
+        log(tr("evaluating the knowledge tier on %1 (first %2 requests)").arg(r.workloadPath).arg(r.limit));
+        Q_EMIT knowledgeEvaluateRequested(r);
+    });
+    connect(m_knowledge, &KnowledgePanel::useInReplays, this,
+            [this](const QString &graph, const QString &profiles) {
+                m_replay->setKnowledgeAvailable(graph, profiles);
+                log(tr("the Replay step's knowledge tier uses %1").arg(graph));
+            });
     connect(m_capture, &CapturePanel::cancelRequested, this, &MainWindow::cancelRequested);
     connect(m_alignment, &AlignmentPanel::cancelRequested, this, &MainWindow::cancelRequested);
     connect(m_compare, &ComparePanel::cancelRequested, this, &MainWindow::cancelRequested);
@@ -697,6 +722,9 @@ void MainWindow::showProgress(double fraction, const QString &text)
     case Job::Compare:
         m_compare->setProgress(fraction, stage);
         break;
+    case Job::Knowledge:
+        m_knowledge->setProgress(stage);
+        break;
     default: // replays report through showReplayProgress; reads and reports are short
         break;
     }
@@ -722,6 +750,7 @@ void MainWindow::setEngineBusy(bool busy)
     m_alignment->setBusy(busy);
     m_compare->setBusy(busy);
     m_replay->setBusy(busy);
+    m_knowledge->setBusy(busy);
     if (!busy) {
         m_job = Job::None;
         refreshModified();
@@ -740,6 +769,7 @@ void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInf
     m_capture->setModelsLoaded(true);
     m_compare->setModelsLoaded(true);
     m_replay->setModelsLoaded(true);
+    m_knowledge->setModelBLoaded(true);
     m_card->setModel(ModelCardModel::ModelAColumn, a.config);
     m_card->setModel(ModelCardModel::ModelBColumn, b.config);
     for (const auto &[column, m] :
@@ -766,6 +796,9 @@ void MainWindow::showFailure(const QString &message)
         break;
     case Job::Compare:
         m_compare->setFailed(message);
+        break;
+    case Job::Knowledge:
+        m_knowledge->setFailed(message);
         break;
     case Job::Replay:
         m_replay->setReplayFailed(message);
@@ -927,6 +960,27 @@ void MainWindow::setInUse(const QString &converter)
         log(tr("converter in use: '%1'").arg(converter));
 }
 
+void MainWindow::showKnowledge(const KnowledgeView &view)
+{
+    m_knowledge->showGraph(view);
+    markStep("knowledge", true);
+    log(tr("knowledge graph %1: %2 nodes").arg(view.path).arg(view.graph.size()));
+}
+
+void MainWindow::showKnowledgeTrace(const KnowledgeTraceResult &trace)
+{
+    m_knowledge->showTrace(trace);
+}
+
+void MainWindow::showKnowledgeEconomics(const KnowledgeEconomics &economics)
+{
+    m_knowledge->showEconomics(economics);
+    log(tr("knowledge economics: %1 requests, %2 users, %3 concepts")
+            .arg(economics.requests)
+            .arg(economics.users)
+            .arg(economics.concepts));
+}
+
 void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapshot)
 {
     m_snapshot = snapshot;
@@ -1045,6 +1099,7 @@ void MainWindow::applyProjectSettings()
     m_alignment->setFitRequest(f);
 
     m_replay->setWorkloads(workloads);
+    m_knowledge->setWorkloads(workloads);
     ReplayRequest r;
     r.workloadPath = workloads.value(0);
     r.tiers.clear();
@@ -1183,6 +1238,8 @@ QString MainWindow::jobName() const
         return tr("The comparison");
     case Job::Replay:
         return tr("The replay");
+    case Job::Knowledge:
+        return tr("The knowledge job");
     case Job::Report:
         return tr("The report");
     default:

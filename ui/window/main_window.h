@@ -1,4 +1,4 @@
-// The workbench window: a step navigator (Models, Capture, Alignment, Compare, Replay, Report)
+// The workbench window: a step navigator (Models, Capture, Alignment, Compare, Replay, Knowledge, Report)
 // beside one large content area showing the current step's page, the project details and the log
 // as collapsible side and bottom panels, File and View menus, a status bar with the engine's state,
 // device and memory in use. The window knows core and ui types only; the
@@ -43,6 +43,7 @@ class CapturePanel;
 class ComparePanel;
 class ModelCardModel;
 class ReplayPanel;
+class KnowledgePanel;
 
 class MainWindow : public QMainWindow
 {
@@ -56,12 +57,13 @@ public:
     ModelCardModel *modelCard() const { return m_card; }
     AlignmentPanel *alignmentPanel() const { return m_alignment; }
     ReplayPanel *replayPanel() const { return m_replay; }
+    KnowledgePanel *knowledgePanel() const { return m_knowledge; }
     CapturePanel *capturePanel() const { return m_capture; }
     ComparePanel *comparePanel() const { return m_compare; }
     QString experimentPath() const { return m_experimentPath; }
     QList<QDockWidget *> docks() const;
-    // The steps by id ("models", "capture", "alignment", "compare", "replay", "report"): switch to
-    // one, the one shown, and a step's page (a vertical-only scroll area around its panel).
+    // The steps by id ("models", "capture", "alignment", "compare", "replay", "knowledge", "report"): switch
+    // to one, the one shown, and a step's page (a vertical-only scroll area around its panel).
     void showStep(const QString &id);
     QString currentStep() const;
     QStringList steps() const { return m_stepIds; }
@@ -104,6 +106,10 @@ public Q_SLOTS:
     void showReplayRows(const std::vector<kvwb::core::LedgerRow> &rows);
     void showReplayProgress(int done, int total);
     void showReplayFinished(bool cancelled, int requests, const QString &storedLedger);
+    // The Knowledge step's results: a graph opened (or built), a question's path, the economics.
+    void showKnowledge(const kvwb::ui::KnowledgeView &view);
+    void showKnowledgeTrace(const kvwb::ui::KnowledgeTraceResult &trace);
+    void showKnowledgeEconomics(const kvwb::ui::KnowledgeEconomics &economics);
     // The engine read an experiment file: the Alignment and Replay panels show it.
     void showExperiment(std::shared_ptr<const kvwb::ui::ExperimentSnapshot> snapshot);
     // File > Export Report without the dialog: asks the engine for the shown experiment's report
@@ -132,6 +138,9 @@ Q_SIGNALS:
     void compareSetRequested(const kvwb::ui::CompareSetRequest &request);
     void replayRequested(const kvwb::ui::ReplayRequest &request);
     void pauseRequested(bool paused);
+    void knowledgeOpenRequested(const kvwb::ui::KnowledgeOpenRequest &request);
+    void knowledgeTraceRequested(const kvwb::ui::KnowledgeTraceRequest &request);
+    void knowledgeEvaluateRequested(const kvwb::ui::KnowledgeEvalRequest &request);
 
 protected:
     void closeEvent(QCloseEvent *event) override;
@@ -166,7 +175,8 @@ private:
         Capture,
         Fit,
         Compare,
-        Replay
+        Replay,
+        Knowledge
     };
     void beginJob(Job job);
     // The stage line with the job's elapsed time and, from the fraction done, the time left.
@@ -178,6 +188,7 @@ private:
     ModelCardModel *m_card = nullptr;
     AlignmentPanel *m_alignment = nullptr;
     ReplayPanel *m_replay = nullptr;
+    KnowledgePanel *m_knowledge = nullptr;
     CapturePanel *m_capture = nullptr;
     ComparePanel *m_compare = nullptr;
     Job m_job = Job::None;

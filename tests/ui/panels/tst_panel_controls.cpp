@@ -102,6 +102,8 @@ void compareReplay(const ui::ReplayRequest &a, const ui::ReplayRequest &b)
     QCOMPARE(a.maxTokens, b.maxTokens);
     QCOMPARE(a.limit, b.limit);
     QCOMPARE(a.ledgerName, b.ledgerName);
+    QCOMPARE(a.knowledgeGraph, b.knowledgeGraph);
+    QCOMPARE(a.profilesPath, b.profilesPath);
 }
 
 } // namespace
@@ -339,6 +341,24 @@ private Q_SLOTS:
                  std::vector<core::TierKind>(
                      {core::TierKind::Exact, core::TierKind::Prefix, core::TierKind::Cross}));
         QCOMPARE(p.replayRequest().converter, QString("other"));
+
+        // the knowledge tier needs a graph in use, with its profiles; without one it is left out
+        auto *knowledge = p.findChild<QCheckBox *>("tierKnowledge");
+        QVERIFY(!knowledge->isEnabled());
+        QVERIFY(knowledge->toolTip().contains("Knowledge step"));
+        r.tiers = {core::TierKind::Exact, core::TierKind::Knowledge,
+                   core::TierKind::Prefix}; // the panel's order
+        r.converter = "other";
+        r.knowledgeGraph = "/data/graph.h5";
+        r.profilesPath = "/data/profiles.json";
+        p.setReplayRequest(r);
+        QVERIFY(knowledge->isEnabled());
+        compareReplay(p.replayRequest(), r);
+        QVERIFY(knowledge->toolTip().contains("graph.h5"));
+        p.setKnowledgeAvailable({}, {});
+        QCOMPARE(p.replayRequest().tiers,
+                 std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
+        QCOMPARE(p.replayRequest().knowledgeGraph, QString());
     }
 
     void gateSignalResetsThreshold()
