@@ -39,6 +39,18 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::replayRequested, this,
             [this](const ui::ReplayRequest &r) { m_engine.replay(r); });
     connect(w, &ui::MainWindow::pauseRequested, &m_engine, &EngineController::setPaused);
+    connect(w, &ui::MainWindow::knowledgeOpenRequested, this,
+            [this](const ui::KnowledgeOpenRequest &r) { m_engine.openKnowledge(r); });
+    connect(w, &ui::MainWindow::knowledgeTraceRequested, this,
+            [this](const ui::KnowledgeTraceRequest &r) { m_engine.traceKnowledge(r); });
+    connect(w, &ui::MainWindow::knowledgeEvaluateRequested, this,
+            [this](const ui::KnowledgeEvalRequest &r) { m_engine.evaluateKnowledge(r); });
+    connect(&m_engine, &EngineController::knowledgeOpened, w,
+            [w](quint64, std::shared_ptr<const ui::KnowledgeView> v) { w->showKnowledge(*v); });
+    connect(&m_engine, &EngineController::knowledgeTraced, w,
+            [w](quint64, std::shared_ptr<const ui::KnowledgeTraceResult> t) { w->showKnowledgeTrace(*t); });
+    connect(&m_engine, &EngineController::knowledgeEvaluated, w,
+            [w](quint64, std::shared_ptr<const ui::KnowledgeEconomics> e) { w->showKnowledgeEconomics(*e); });
     connect(&m_engine, &EngineController::stateChanged, w, [this, w](const QString &state) {
         w->setEngineState(state);
         w->setEngineBusy(m_engine.busy());

@@ -1,7 +1,10 @@
 #include "app/cli/cli_knowledge.h"
 
 #include "app/cli/engine_options.h"
+#include "app/jobs/knowledge_eval.h"
+#include "app/jobs/knowledge_job.h"
 #include "core/cache/replay_ledger.h"
+#include "core/cache/semantic_tier.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/knowledge/user_profiles.h"
 #include "core/metrics/distributions.h"
@@ -19,9 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 namespace kvwb::app {
 
@@ -30,13 +33,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-int64_t nowUnixMs()
-{
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-}
 
 int build(const QStringList &args)
 {
@@ -64,7 +60,7 @@ int build(const QStringList &args)
         throw UsageError{"give --concepts (WordNet) or --from (a JSONL file), not both"};
     if (p.isSet("no-modules") == p.isSet("model-b"))
         throw UsageError{"give --model-b (to compute the modules) or --no-modules"};
-    const int64_t now = nowUnixMs();
+    const int64_t now = core::unixMsNow();
     core::KnowledgeFile k;
     if (p.isSet("from")) {
         k.graph = core::graphFromJsonl(str(p.value("from")), now);
@@ -78,33 +74,23 @@ int build(const QStringList &args)
     int64_t tokens = 0;
     double computeMs = 0;
     if (p.isSet("model-b")) {
-        const auto ck = core::Checkpoint::open(str(p.value("model-b")));
-        auto model = gpu::Model::load(ck, loadOptions(p));
+        auto model = gpu::Model::load(str(p.value("model-b")), loadOptions(p));
         const auto tok = loadModelTokenizer(*model);
-        core::KnowledgeModules m;
-        m.modelFingerprint = ck.fingerprint();
-        m.modelPath = ck.path().string();
-        m.layers = model->config().numLayers;
-        m.kvHeads = model->config().numKvHeads;
-        m.headDim = model->config().headDim;
-        m.prefixIds = tok->encode(p.isSet("system") ? str(p.value("system")) : std::string(), true);
         InterruptScope ctrlC;
-        size_t done = 0;
-        for (const auto &n : k.graph.nodes()) {
-            if (InterruptScope::interrupted()) {
-                std::fprintf(stderr, "\ninterrupted: nothing written\n");
-                return 130;
-            }
-            const auto ids = tok->encode(core::moduleText(n), false);
-            m.modules.push_back(gpu::computeModule(*model, m.prefixIds, ids, n.id, now));
-            tokens += int64_t(ids.size());
-            computeMs += m.modules.back().computeMs;
-            if (!p.isSet("json") && (++done % 50 == 0 || done == k.graph.size()))
-                std::fprintf(stderr, "\rcomputed %zu/%zu modules", done, k.graph.size());
+        tokens = jobs::computeKnowledgeModules(
+            k, *model, *tok, p.isSet("system") ? str(p.value("system")) : std::string(), now,
+            [&](size_t done, size_t total) {
+                if (!p.isSet("json") && done > 0 && (done % 50 == 0 || done == total))
+                    std::fprintf(stderr, "\rcomputed %zu/%zu modules%s", done, total,
+                                 done == total ? "\n" : "");
+                return !InterruptScope::interrupted();
+            });
+        if (!k.modules) {
+            std::fprintf(stderr, "\ninterrupted: nothing written\n");
+            return 130;
         }
-        if (!p.isSet("json"))
-            std::fprintf(stderr, "\n");
-        k.modules = std::move(m);
+        for (const auto &m : k.modules->modules)
+            computeMs += m.computeMs;
     }
     core::saveKnowledge(str(p.value("out")), k);
     json relations = {{"hypernym", 0}, {"hyponym", 0}, {"sibling", 0}};
@@ -137,23 +123,62 @@ int show(const QStringList &args)
     p.addOption({"verify", "Verify that TEXT is a request about --node (graph verification).", "TEXT"});
     p.addOption({"ttl-hours", "Modules older than this are stale (default: no expiry).", "H"});
     p.addOption({"model-b", "Model B in use now: modules of other weights are stale.", "PATH"});
+    p.addOption(
+        {"trace",
+         "The path a question takes: recall's candidates (lexical embedder), each one's verification, "
+         "the chosen node's module freshness.",
+         "QUESTION"});
+    p.addOption({"profiles", "With --trace: profiles, for --user's instruction line.", "P.json"});
+    p.addOption({"user", "With --trace: the asking user.", "ID"});
+    p.addOption({"candidates", "With --trace: nodes recall proposes (default 3).", "N", "3"});
     parse(p, args,
-          "Show a knowledge graph file, one node with its neighbours, module and freshness, or verify a "
-          "request text against a node (JSON).",
+          "Show a knowledge graph file, one node with its neighbours, module and freshness, verify a "
+          "request text against a node, or trace a question through the graph (JSON).",
           "GRAPH.h5", "The knowledge graph file.");
     const auto pos = p.positionalArguments();
     if (pos.size() != 1)
         throw UsageError{"expected exactly one GRAPH.h5"};
     if (p.isSet("verify") && !p.isSet("node"))
         throw UsageError{"--verify needs --node"};
+    if (p.isSet("trace") && (p.isSet("node") || p.isSet("verify")))
+        throw UsageError{"--trace follows a question through the whole graph: no --node or --verify"};
     const auto k = core::loadKnowledge(str(pos.first()), false);
-    const int64_t now = nowUnixMs();
+    const int64_t now = core::unixMsNow();
     const int64_t ttlMs =
         p.isSet("ttl-hours") ? int64_t(doubleOption(p, "ttl-hours", 0, 0, 1e7) * 3600e3) : 0;
     const std::string current = p.isSet("model-b")
                                     ? core::Checkpoint::open(str(p.value("model-b"))).fingerprint()
                                 : k.modules ? k.modules->modelFingerprint
                                             : std::string();
+    if (p.isSet("trace")) {
+        std::optional<core::UserProfile> profile;
+        if (p.isSet("profiles") && p.isSet("user"))
+            for (const auto &u : core::readProfiles(str(p.value("profiles"))))
+                if (u.user == str(p.value("user")))
+                    profile = u;
+        core::LexicalEmbedder embedder;
+        const auto t =
+            jobs::traceKnowledge(k, embedder, str(p.value("trace")), intOption(p, "candidates", 3, 1, 64),
+                                 0.3, current, now, ttlMs, profile);
+        json cands = json::array();
+        for (const auto &c : t.candidates)
+            cands.push_back({{"node", c.node},
+                             {"name", c.name},
+                             {"similarity", c.similarity},
+                             {"matched", c.matched},
+                             {"accepted", c.accepted},
+                             {"reason", c.reason}});
+        const json out = {{"question", str(p.value("trace"))},
+                          {"candidates", cands},
+                          {"chosen", t.chosen},
+                          {"freshness", t.freshness},
+                          {"module_tokens", t.moduleTokens},
+                          {"profile_line", t.profileLine},
+                          {"recall_ms", t.recallMs},
+                          {"verify_ms", t.verifyMs}};
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
     const auto freshnessOf = [&](const std::string &node) {
         const auto *m = k.modules ? k.modules->find(node) : nullptr;
         return core::moduleFreshness(m != nullptr, m ? m->builtMs : 0,
@@ -380,24 +405,184 @@ int profiles(const QStringList &args)
     return 0;
 }
 
+int corpus(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption(
+        {"out", "The training documents to write (JSONL: text, split, prompt, answer).", "OUT.jsonl"});
+    p.addOption({"concepts", "The N most popular WordNet concepts (default 1000).", "N", "1000"});
+    p.addOption({"wordnet-dir",
+                 QString("WordNet database directory (default %1).").arg(core::WordNet::kDefaultDir), "DIR",
+                 core::WordNet::kDefaultDir});
+    p.addOption({"workload", "Take the system prompts of this workload's requests as contexts.", "W.jsonl"});
+    p.addOption({"per-node", "Documents per concept (default 4).", "N", "4"});
+    p.addOption({"seed", "Random seed (default 1).", "S", "1"});
+    parse(p, args,
+          "Write training documents that teach a model to render a concept's knowledge for a user profile: "
+          "[system prompt] [knowledge] [profile instruction] Q: question / A: the answer written for the "
+          "profile (docs/knowledge.md, \"Personalisation\"). Mix them into a corpus for kvwb train.");
+    if (!p.isSet("out"))
+        throw UsageError{"--out is required"};
+    const int count = intOption(p, "concepts", 1000, 1, 100000);
+    const int perNode = intOption(p, "per-node", 4, 1, 1000);
+    bool ok = false;
+    const uint64_t seed = p.value("seed").toULongLong(&ok);
+    if (!ok)
+        throw UsageError{"--seed expects a non-negative integer"};
+    std::vector<std::string> systems;
+    if (p.isSet("workload")) {
+        const auto w = core::readWorkloadJsonl(str(p.value("workload")));
+        for (const auto &m : w.warnings.messages())
+            std::fprintf(stderr, "warning: %s\n", m.c_str());
+        for (const auto &r : w.requests) {
+            auto head = core::promptHead(r.prompt, r.question);
+            if (head && head->size() > 2 && head->substr(head->size() - 2) == "\n\n") {
+                head->resize(head->size() - 2);
+                if (std::find(systems.begin(), systems.end(), *head) == systems.end())
+                    systems.push_back(*head);
+            }
+        }
+    }
+    const auto wn = core::WordNet::load(str(p.value("wordnet-dir")));
+    const auto graph = core::graphFromWordNet(wn, size_t(count), core::unixMsNow());
+    const auto docs = core::personalisedCorpus(graph, systems, perNode, seed);
+    std::string out;
+    for (const auto &d : docs)
+        out += json{{"synset", d.nodeId}, {"split", d.split},   {"template", "personal"},
+                    {"prompt", d.prompt}, {"answer", d.answer}, {"text", d.prompt + " " + d.answer + "\n"}}
+                   .dump() +
+               "\n";
+    core::writeFileAtomic(str(p.value("out")), out);
+    std::printf("wrote %s: %zu documents for %zu concepts, %zu system prompts\n", str(p.value("out")).c_str(),
+                docs.size(), graph.size(), systems.size());
+    return 0;
+}
+
+int evaluate(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"workload", "Workload JSONL; its model-b requests are evaluated.", "W.jsonl"});
+    p.addOption({"model-a", "Model a (the model embedder's, and the replay's model a).", "PATH"});
+    p.addOption({"model-b", "Model B, whose modules the graph holds.", "PATH"});
+    p.addOption({"knowledge", "The graph (GRAPH.h5 or TENANT=GRAPH.h5; repeatable).", "SPEC"});
+    p.addOption({"profiles", "User profiles (kvwb knowledge profiles).", "P.json"});
+    p.addOption({"limit", "Only the first N requests of the workload.", "N"});
+    p.addOption({"max-tokens", "Override every request's max_tokens.", "N"});
+    p.addOption({"threshold", "Semantic cosine threshold (default 0.8).", "T", "0.8"});
+    p.addOption({"embedder", "lexical (default) or model (model A's hidden states).", "E", "lexical"});
+    p.addOption({"knowledge-candidates", "Nodes recall proposes (default 3).", "N", "3"});
+    p.addOption({"knowledge-min-similarity", "Recall's cosine floor (default 0.3).", "S", "0.3"});
+    p.addOption({"no-verify", "Take recall's best node without graph verification."});
+    p.addOption({"knowledge-boundary", "Module tokens recomputed in place (default 0).", "N", "0"});
+    p.addOption({"price-in", "USD per 1M prompt tokens computed (default 0.15).", "USD", "0.15"});
+    p.addOption({"price-out", "USD per 1M generated tokens computed (default 0.60).", "USD", "0.60"});
+    p.addOption({"ledger-dir", "Write each arm's ledger (CSV) and the per-request answers here.", "DIR"});
+    p.addOption(
+        {"experiment", "With --save: the experiment file the arms' ledgers are stored in.", "EXP.h5"});
+    p.addOption({"save",
+                 "Store each arm's ledger as /ledgers/NAME.<arm> of --experiment, with the evaluation in its "
+                 "settings (the report's Knowledge reuse section).",
+                 "NAME"});
+    p.addOption({"json", "Print JSON."});
+    addEngineOptions(p);
+    parse(p, args,
+          "Answer a workload's model-B requests four ways - no cache, a semantic cache, the knowledge tier, "
+          "and the knowledge tier's text computed from scratch - and report quality (against the reference "
+          "answer and each other), profile fit, false hits, tokens, time, cost, the graph's build cost, "
+          "the break-even reuse per node and where the knowledge tier's time goes.");
+    if (!p.isSet("workload") || !p.isSet("model-a") || !p.isSet("model-b") || !p.isSet("knowledge"))
+        throw UsageError{"--workload, --model-a, --model-b and --knowledge are required"};
+    if (p.value("embedder") != "lexical" && p.value("embedder") != "model")
+        throw UsageError{"--embedder expects lexical or model, got '" + str(p.value("embedder")) + "'"};
+    jobs::ReplayJob job;
+    job.workloadPath = str(p.value("workload"));
+    job.limit = p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0;
+    job.embedder = str(p.value("embedder"));
+    for (const QString &g : p.values("knowledge"))
+        job.knowledgeGraphs.push_back(str(g));
+    job.profilesPath = str(p.value("profiles"));
+    job.knowledge.candidates = intOption(p, "knowledge-candidates", 3, 1, 64);
+    job.knowledge.minSimilarity = doubleOption(p, "knowledge-min-similarity", 0.3, -1.0, 1.0);
+    job.knowledge.verify = !p.isSet("no-verify");
+    job.knowledge.boundary = intOption(p, "knowledge-boundary", 0, 0);
+    job.knowledge.clockStartMs = core::unixMsNow();
+    job.options.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
+    job.options.maxTokens = p.isSet("max-tokens") ? intOption(p, "max-tokens", 0, 1) : 0;
+    job.options.prices.inputPerMillion = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
+    job.options.prices.outputPerMillion = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
+    if (p.isSet("save") != p.isSet("experiment"))
+        throw UsageError{"--save and --experiment go together"};
+    if (p.isSet("save"))
+        core::checkWritableOutput(str(p.value("experiment")), "--experiment");
+    const fs::path ledgerDir = str(p.value("ledger-dir"));
+    if (!ledgerDir.empty()) {
+        std::error_code ec;
+        fs::create_directories(ledgerDir, ec);
+        if (ec)
+            throw core::Error(core::ErrorCode::Io,
+                              ledgerDir.string() + ": cannot create directory: " + ec.message());
+    }
+    const auto lo = loadOptions(p);
+    auto a = gpu::Model::load(str(p.value("model-a")), lo);
+    auto b = gpu::Model::load(str(p.value("model-b")), lo);
+    const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
+    const bool asJson = p.isSet("json");
+    InterruptScope ctrlC;
+    const auto e = jobs::evaluateKnowledge(
+        job, *a, *b, *tokA, *tokB, [&](const std::string &stage, int done, int total) {
+            if (!asJson && (done % 25 == 0 || done == total))
+                std::fprintf(stderr, "\r%s: %d/%d requests%s", stage.c_str(), done, total,
+                             done == total ? "\n" : "");
+            return !InterruptScope::interrupted();
+        });
+    for (const auto &w : e.warnings)
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (e.cancelled) {
+        std::fprintf(stderr, "interrupted: no result\n");
+        return 130;
+    }
+    if (!ledgerDir.empty()) {
+        std::string answers = "request_id,arm,answer\n";
+        for (const auto &arm : e.arms) {
+            core::writeLedgerCsv(ledgerDir / (jobs::armSlug(arm.name) + ".csv"), arm.rows);
+            for (size_t i = 0; i < arm.rows.size() && i < arm.outputs.size(); ++i) {
+                std::string text = arm.outputs[i];
+                for (size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at + 2))
+                    text.insert(at, 1, '"');
+                answers += fmt::format("{},{},\"{}\"\n", arm.rows[i].requestId, arm.name, text);
+            }
+        }
+        core::writeFileAtomic(ledgerDir / "answers.csv", answers);
+    }
+    if (p.isSet("save"))
+        jobs::saveKnowledgeEvaluation(str(p.value("experiment")), str(p.value("save")), job, e);
+    std::printf("%s\n", asJson ? jobs::knowledgeEvaluationJson(e).c_str()
+                               : jobs::knowledgeEvaluationMarkdown(e).c_str());
+    return 0;
+}
+
 } // namespace
 
 int cmdKnowledge(const QStringList &args)
 {
-    const bool action = args.size() >= 2 && (args[1] == "build" || args[1] == "show" ||
-                                             args[1] == "profiles" || args[1] == "placement");
+    const bool action =
+        args.size() >= 2 && (args[1] == "build" || args[1] == "show" || args[1] == "profiles" ||
+                             args[1] == "placement" || args[1] == "corpus" || args[1] == "evaluate");
     if (!action) {
         if (args.size() >= 2 && (args[1] == "--help" || args[1] == "-h")) {
             std::printf(
-                "Usage: kvwb knowledge build|show|profiles|placement [options]\n\n"
+                "Usage: kvwb knowledge build|show|profiles|placement|corpus|evaluate [options]\n\n"
                 "  build      Build a knowledge graph file (kvwb knowledge build --help)\n"
                 "  show       Show a node, its neighbours, module and freshness, or verify a request\n"
                 "  profiles   Write one profile per user of a workload\n"
                 "  placement  Measure modules placed behind another context\n"
+                "  corpus     Write training documents for a personalised model\n"
+                "  evaluate   Quality and economics: no cache, semantic cache, knowledge tier\n"
                 "Each action has --help.\n");
             return 0;
         }
-        throw UsageError{"expected an action: build, show, profiles or placement (kvwb knowledge --help)"};
+        throw UsageError{"expected an action: build, show, profiles, placement, corpus or evaluate (kvwb "
+                         "knowledge --help)"};
     }
     QStringList rest = args;
     rest.removeAt(1); // the action; args[0] stays the program name for the parser
@@ -405,6 +590,10 @@ int cmdKnowledge(const QStringList &args)
         return build(rest);
     if (args[1] == "show")
         return show(rest);
+    if (args[1] == "corpus")
+        return corpus(rest);
+    if (args[1] == "evaluate")
+        return evaluate(rest);
     return args[1] == "profiles" ? profiles(rest) : placement(rest);
 }
 

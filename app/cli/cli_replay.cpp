@@ -10,6 +10,7 @@
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/atomic_file.h"
+#include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/workload/workload.h"
 #include "gpu/model/device.h"
@@ -40,7 +41,8 @@ std::vector<core::TierKind> parseTiers(const QString &text)
         const auto t = core::parseTierKind(str(part.trimmed()));
         if (!t || *t == core::TierKind::None)
             throw UsageError{
-                "--tiers expects a comma-separated list of exact, semantic, prefix, cross (or 'none'), "
+                "--tiers expects a comma-separated list of exact, semantic, prefix, cross, knowledge (or "
+                "'none'), "
                 "got '" +
                 str(part) + "'"};
         if (std::find(tiers.begin(), tiers.end(), *t) != tiers.end())
@@ -90,7 +92,7 @@ int cmdReplay(const QStringList &args)
                  "EXP.h5"});
     p.addOption({"converter", "Converter name for the cross tier (default 'default').", "NAME", "default"});
     p.addOption({"tiers",
-                 "Cache tiers in lookup order: exact, semantic, prefix, cross, or 'none' (default "
+                 "Cache tiers in lookup order: exact, semantic, prefix, cross, knowledge, or 'none' (default "
                  "exact,semantic,prefix).",
                  "LIST", "exact,semantic,prefix"});
     p.addOption({"threshold", "Semantic cosine threshold (default 0.8).", "T", "0.8"});
@@ -108,6 +110,26 @@ int cmdReplay(const QStringList &args)
                  "Cross tier, models that tokenise differently: which overlapping A token each B token's row "
                  "is converted from: last (default), first or longest (docs/transfer.md).",
                  "POLICY", "last"});
+    p.addOption(
+        {"knowledge",
+         "Knowledge tier: a graph from kvwb knowledge build, shared by every tenant (GRAPH.h5) or one "
+         "tenant's (TENANT=GRAPH.h5); repeatable.",
+         "SPEC"});
+    p.addOption({"profiles", "Knowledge tier: user profiles (kvwb knowledge profiles).", "P.json"});
+    p.addOption({"knowledge-candidates", "Knowledge tier: nodes recall proposes (default 3).", "N", "3"});
+    p.addOption(
+        {"knowledge-min-similarity", "Knowledge tier: recall's cosine floor (default 0.3).", "S", "0.3"});
+    p.addOption({"no-verify", "Knowledge tier: take recall's best node without graph verification."});
+    p.addOption(
+        {"knowledge-ttl-ms", "Knowledge tier: modules older than this are stale (default never).", "MS"});
+    p.addOption(
+        {"knowledge-boundary", "Knowledge tier: module tokens recomputed in place (default 0).", "N", "0"});
+    p.addOption({"knowledge-clock-start",
+                 "Knowledge tier: Unix ms of the workload's time 0, for module freshness (default now).",
+                 "MS"});
+    p.addOption({"save-knowledge",
+                 "After the replay, write the shared graph (reuse counts, recomputed modules) to this file.",
+                 "OUT.h5"});
     p.addOption({"exact-entries", "Exact tier capacity in entries (default unlimited).", "N"});
     p.addOption({"exact-bytes", "Exact tier capacity in bytes.", "N"});
     p.addOption({"semantic-entries", "Semantic tier capacity in entries.", "N"});
@@ -170,6 +192,14 @@ int cmdReplay(const QStringList &args)
     o.prices.outputPerMillion = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
     const bool asJson = p.isSet("json");
     const bool needCross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
+    const bool needKnowledge =
+        std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Knowledge) != o.tiers.end();
+    if (needKnowledge && !p.isSet("knowledge"))
+        throw UsageError{"the knowledge tier needs --knowledge GRAPH.h5 (kvwb knowledge build)"};
+    if (!needKnowledge && (p.isSet("knowledge") || p.isSet("profiles") || p.isSet("save-knowledge")))
+        throw UsageError{"--knowledge, --profiles and --save-knowledge need 'knowledge' in --tiers"};
+    if (p.isSet("save-knowledge"))
+        core::checkWritableOutput(str(p.value("save-knowledge")), "--save-knowledge");
     if (p.isSet("save-ledger") && !p.isSet("experiment"))
         throw UsageError{"--save-ledger needs --experiment"};
     // outputs checked before the replay, not after it
@@ -188,6 +218,16 @@ int cmdReplay(const QStringList &args)
     job.embedderLayer = intOption(p, "embedder-layer", -1, 0);
     job.limit = p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0;
     job.converter = str(p.value("converter"));
+    for (const QString &g : p.values("knowledge"))
+        job.knowledgeGraphs.push_back(str(g));
+    job.profilesPath = str(p.value("profiles"));
+    job.knowledge.candidates = intOption(p, "knowledge-candidates", 3, 1, 64);
+    job.knowledge.minSimilarity = doubleOption(p, "knowledge-min-similarity", 0.3, -1.0, 1.0);
+    job.knowledge.verify = !p.isSet("no-verify");
+    job.knowledge.ttlMs = int64Option(p, "knowledge-ttl-ms");
+    job.knowledge.boundary = intOption(p, "knowledge-boundary", 0, 0);
+    job.knowledge.clockStartMs =
+        p.isSet("knowledge-clock-start") ? int64Option(p, "knowledge-clock-start") : core::unixMsNow();
     auto read = jobs::readReplayRequests(job.workloadPath, job.limit);
     for (const auto &w : read.warnings.messages())
         std::fprintf(stderr, "warning: %s\n", w.c_str());
@@ -217,7 +257,7 @@ int cmdReplay(const QStringList &args)
         throw UsageError{"--model-a (or --experiment) is required"};
     auto a = gpu::Model::load(*pathA, lo);
     std::unique_ptr<gpu::Model> b;
-    if (anyB || needCross) {
+    if (anyB || needCross || needKnowledge) {
         const auto pathB = pathOf(core::ModelRole::B);
         if (!pathB)
             throw UsageError{"the workload sends requests to model b: give --model-b (or --experiment)"};
@@ -242,9 +282,16 @@ int cmdReplay(const QStringList &args)
     }
     const auto embedder = jobs::makeEmbedder(job.embedder, job.embedderLayer, *a, *tokA);
     job.options = o;
+    std::unique_ptr<gpu::KnowledgeTier> knowledge;
+    if (needKnowledge) {
+        knowledge = jobs::makeKnowledgeTier(job, *b, *tokB, *embedder);
+        for (const auto &w : knowledge->warnings())
+            std::fprintf(stderr, "warning: %s\n", w.c_str());
+    }
 
     gpu::ReplayModels models{
-        a.get(), b.get(), tokA.get(), tokB.get(), converter ? &*converter : nullptr, embedder.get()};
+        a.get(),        b.get(),        tokA.get(), tokB.get(), converter ? &*converter : nullptr,
+        embedder.get(), knowledge.get()};
     InterruptScope ctrlC;
     const auto r =
         gpu::replayWorkload(requests, models, o, [&](const core::LedgerRow &row, int done, int total) {
@@ -269,6 +316,15 @@ int cmdReplay(const QStringList &args)
         exp.reset(); // HDF5 cannot reopen a file for writing while this process reads it
         core::saveLedger(path, str(p.value("save-ledger")), r.rows, settings.dump());
     }
+    if (p.isSet("save-knowledge")) {
+        const auto &scopes = knowledge->scopes();
+        const auto shared =
+            std::find_if(scopes.begin(), scopes.end(), [](const auto &x) { return x.tenant.empty(); });
+        if (shared == scopes.end())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "--save-knowledge writes the shared graph; every --knowledge names a tenant");
+        core::saveKnowledge(str(p.value("save-knowledge")), shared->file);
+    }
     const auto &s = r.summary;
     if (asJson) {
         json total = json::parse(core::ledgerSummaryJson(s));
@@ -277,15 +333,17 @@ int cmdReplay(const QStringList &args)
         json sweep = json::array();
         for (const auto &row : r.thresholdSweep.rows)
             sweep.push_back({{"threshold", row[0]}, {"hit_rate", row[1]}, {"false_hit_rate", row[2]}});
-        const json out = {{"settings", settings},
-                          {"requests", s.requests},
-                          {"cancelled", r.cancelled},
-                          {"tiers", tiers},
-                          {"total", total},
-                          {"overhead_ms_p50", core::percentile(r.overheadMs, 50)},
-                          {"overhead_ms_p99", core::percentile(r.overheadMs, 99)},
-                          {"threshold_sweep", sweep},
-                          {"warnings", r.warnings}};
+        const json out = {
+            {"settings", settings},
+            {"requests", s.requests},
+            {"cancelled", r.cancelled},
+            {"tiers", tiers},
+            {"total", total},
+            {"overhead_ms_p50", core::percentile(r.overheadMs, 50)},
+            {"overhead_ms_p99", core::percentile(r.overheadMs, 99)},
+            {"threshold_sweep", sweep},
+            {"knowledge", knowledge ? json::parse(jobs::knowledgeCostsJson(*knowledge)) : json()},
+            {"warnings", r.warnings}};
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
         return r.cancelled ? 130 : 0;
     }
@@ -307,6 +365,14 @@ int cmdReplay(const QStringList &args)
                 s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache);
     std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
                 core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
+    if (knowledge) {
+        const auto &c = knowledge->costs();
+        std::printf(
+            "knowledge tier: %lld lookups, %lld rejected by verification, %lld modules recomputed; ms: "
+            "embed %.1f, recall %.1f, verify %.1f, place %.1f, system prompts %.1f, recompute %.1f\n",
+            (long long)c.lookups, (long long)c.rejected, (long long)c.modulesRecomputed, c.embedMs,
+            c.recallMs, c.verifyMs, c.placeMs, c.prefixMs, c.recomputeMs);
+    }
     return r.cancelled ? 130 : 0;
 }
 

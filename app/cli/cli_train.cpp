@@ -123,6 +123,10 @@ int cmdTrain(const QStringList &args)
     p.addOption({"weight-dtype", "Stored weights: F32 (default), BF16 or F16.", "DTYPE", "F32"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
     p.addOption({"resume", "Continue from DIR/train_state if present."});
+    p.addOption({"init",
+                 "Fine-tune: start from this model's weights (same architecture: give its config.json "
+                 "with --config).",
+                 "MODEL"});
     parse(p, args,
           "Train a Llama-architecture model on a corpus and write an HF directory the engine loads.");
     if (!p.isSet("corpus") || !p.isSet("out"))
@@ -155,6 +159,8 @@ int cmdTrain(const QStringList &args)
                          "'"};
     o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
     o.resume = p.isSet("resume");
+    if (p.isSet("init"))
+        o.initFrom = str(p.value("init"));
     if (o.seqLen > o.model.maxPositionEmbeddings)
         throw UsageError{fmt::format("--seq-len {} exceeds the architecture's context {}", o.seqLen,
                                      o.model.maxPositionEmbeddings)};

@@ -4,6 +4,8 @@
 #include "app/jobs/compare_job.h"
 #include "app/jobs/fit_job.h"
 #include "app/jobs/job_inputs.h"
+#include "app/jobs/knowledge_eval.h"
+#include "app/jobs/knowledge_job.h"
 #include "app/jobs/replay_job.h"
 #include "core/cache/semantic_tier.h"
 #include "core/metrics/bootstrap.h"
@@ -11,10 +13,13 @@
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_upgrade.h"
+#include "core/store/knowledge_store.h"
 #include "core/tokenize/tokenizer.h"
+#include "core/util/atomic_file.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
+#include "core/workload/wordnet.h"
 #include "core/workload/workload.h"
 #include "gpu/align/alignment.h"
 #include "gpu/model/device.h"
@@ -591,7 +596,24 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
             conv = &converter(request.experimentPath, request.converter);
         }
         const auto embedder = jobs::makeEmbedder(replayJob.embedder, -1, *m_a, *m_tokA);
-        gpu::ReplayModels models{m_a.get(), m_b.get(), m_tokA.get(), m_tokB.get(), conv, embedder.get()};
+        std::unique_ptr<gpu::KnowledgeTier> knowledge;
+        std::vector<std::string> tierWarnings;
+        if (std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Knowledge) != o.tiers.end()) {
+            if (request.knowledgeGraph.isEmpty())
+                throw core::Error(
+                    core::ErrorCode::InvalidArgument,
+                    "the knowledge tier needs a graph: open or build one in the Knowledge step");
+            if (!m_b)
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "the knowledge tier needs model B loaded");
+            replayJob.knowledgeGraphs = {request.knowledgeGraph.toStdString()};
+            replayJob.profilesPath = request.profilesPath.toStdString();
+            replayJob.knowledge.clockStartMs = core::unixMsNow();
+            knowledge = jobs::makeKnowledgeTier(replayJob, *m_b, *m_tokB, *embedder);
+            tierWarnings = knowledge->warnings();
+        }
+        gpu::ReplayModels models{m_a.get(), m_b.get(),      m_tokA.get(),   m_tokB.get(),
+                                 conv,      embedder.get(), knowledge.get()};
         auto batch = std::make_shared<RowBatch>();
         auto lastFlush = Clock::now();
         int lastDone = 0, lastTotal = int(requests.size());
@@ -632,6 +654,7 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
                                " requests is more than the "
                                "workload holds: all " +
                                std::to_string(requests.size()) + " were replayed");
+        warnings.insert(warnings.end(), tierWarnings.begin(), tierWarnings.end());
         warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
         if (!request.ledgerName.isEmpty() && !request.experimentPath.isEmpty() && !r.rows.empty()) {
             core::saveLedger(
@@ -641,6 +664,125 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         }
         out->warnings = qStrings(warnings);
         Q_EMIT replayFinished(job, out);
+    });
+}
+
+void EngineWorker::openKnowledge(quint64 job, const ui::KnowledgeOpenRequest &request,
+                                 std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        const std::string path = request.graphPath.toStdString();
+        if (path.empty())
+            throw core::Error(core::ErrorCode::InvalidArgument, "no knowledge graph file named");
+        if (request.build) {
+            if (!m_b)
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "building a knowledge graph needs model B loaded");
+            core::checkWritableOutput(path, "the knowledge graph file");
+            const int64_t now = core::unixMsNow();
+            core::KnowledgeFile file;
+            file.graph = core::graphFromWordNet(core::WordNet::load(core::WordNet::kDefaultDir),
+                                                size_t(std::max(request.concepts, 1)), now);
+            file.description =
+                fmt::format("wordnet-3.0: the {} most popular noun concepts", request.concepts);
+            jobs::computeKnowledgeModules(
+                file, *m_b, *m_tokB, request.system.toStdString(), now, [&](size_t done, size_t total) {
+                    Q_EMIT progress(job, total ? double(done) / double(total) : 1.0,
+                                    QString("%1 / %2 modules").arg(done).arg(total));
+                    return !cancel->load();
+                });
+            if (!file.modules) {
+                Q_EMIT cancelled(job);
+                return;
+            }
+            core::saveKnowledge(path, file);
+        }
+        const auto file = core::loadKnowledge(path, false);
+        auto view = std::make_shared<ui::KnowledgeView>();
+        view->path = request.graphPath;
+        view->description = QString::fromStdString(file.description);
+        view->built = request.build;
+        view->graph = file.graph;
+        const std::string current = m_b ? m_b->checkpoint().fingerprint()
+                                        : (file.modules ? file.modules->modelFingerprint : std::string());
+        const int64_t now = core::unixMsNow();
+        for (const auto &n : file.graph.nodes()) {
+            const auto *m = file.modules ? file.modules->find(n.id) : nullptr;
+            view->moduleTokens.push_back(m ? int(m->ids.size()) : 0);
+            view->freshness.push_back(QString::fromUtf8(core::freshnessName(
+                core::moduleFreshness(m != nullptr, m ? m->builtMs : 0,
+                                      file.modules ? file.modules->modelFingerprint : "", current, now, 0))));
+        }
+        Q_EMIT knowledgeOpened(job, view);
+    });
+}
+
+void EngineWorker::traceKnowledge(quint64 job, const ui::KnowledgeTraceRequest &request)
+{
+    guarded(job, [&] {
+        const auto file = core::loadKnowledge(request.graphPath.toStdString(), false);
+        std::optional<core::UserProfile> profile;
+        if (!request.profilesPath.isEmpty() && !request.user.isEmpty())
+            for (const auto &p : core::readProfiles(request.profilesPath.toStdString()))
+                if (p.user == request.user.toStdString())
+                    profile = p;
+        core::LexicalEmbedder embedder;
+        const std::string current = m_b ? m_b->checkpoint().fingerprint()
+                                        : (file.modules ? file.modules->modelFingerprint : std::string());
+        const auto t = jobs::traceKnowledge(file, embedder, request.question.toStdString(), 3, 0.3, current,
+                                            core::unixMsNow(), 0, profile);
+        auto out = std::make_shared<ui::KnowledgeTraceResult>();
+        out->question = request.question;
+        for (const auto &c : t.candidates)
+            out->candidates.push_back({QString::fromStdString(c.node), QString::fromStdString(c.name),
+                                       QString::fromStdString(c.matched), QString::fromStdString(c.reason),
+                                       c.similarity, c.accepted});
+        out->chosen = QString::fromStdString(t.chosen);
+        out->freshness = QString::fromStdString(t.freshness);
+        out->moduleTokens = t.moduleTokens;
+        out->profileLine = QString::fromStdString(t.profileLine);
+        out->recallMs = t.recallMs;
+        out->verifyMs = t.verifyMs;
+        Q_EMIT knowledgeTraced(job, out);
+    });
+}
+
+void EngineWorker::evaluateKnowledge(quint64 job, const ui::KnowledgeEvalRequest &request,
+                                     std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        requireModels("the knowledge evaluation");
+        jobs::ReplayJob j;
+        j.workloadPath = request.workloadPath.toStdString();
+        j.limit = request.limit;
+        j.knowledgeGraphs = {request.graphPath.toStdString()};
+        j.profilesPath = request.profilesPath.toStdString();
+        j.knowledge.clockStartMs = core::unixMsNow();
+        j.options.threshold = request.threshold;
+        const auto e = jobs::evaluateKnowledge(
+            j, *m_a, *m_b, *m_tokA, *m_tokB, [&](const std::string &stage, int done, int total) {
+                Q_EMIT progress(
+                    job, total ? double(done) / total : 1.0,
+                    QString("%1: %2 / %3 requests").arg(QString::fromStdString(stage)).arg(done).arg(total));
+                return !cancel->load();
+            });
+        if (e.cancelled) {
+            Q_EMIT cancelled(job);
+            return;
+        }
+        auto out = std::make_shared<ui::KnowledgeEconomics>();
+        out->requests = e.requests;
+        out->users = e.users;
+        out->concepts = e.concepts;
+        for (const auto &a : e.arms)
+            out->arms.push_back(QString::fromStdString(a.name));
+        out->table = jobs::knowledgeEconomicsTable(e);
+        const auto &c = e.costs;
+        out->timeMs = {{"embed", c.embedMs},  {"recall", c.recallMs},         {"verify", c.verifyMs},
+                       {"place", c.placeMs},  {"system prompts", c.prefixMs}, {"recompute", c.recomputeMs},
+                       {"render", e.renderMs}};
+        out->markdown = QString::fromStdString(jobs::knowledgeEvaluationMarkdown(e));
+        Q_EMIT knowledgeEvaluated(job, out);
     });
 }
 
@@ -655,6 +797,9 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::CompareSetSummary>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::RowBatch>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::ReplayOutcome>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeView>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeTraceResult>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeEconomics>>();
     m_thread.setObjectName("kvwb-engine");
     m_worker = new EngineWorker;
     m_worker->moveToThread(&m_thread);
@@ -684,6 +829,9 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
     relay(&EngineWorker::compared, &EngineController::compared);
     relay(&EngineWorker::comparedSet, &EngineController::comparedSet);
     relay(&EngineWorker::replayFinished, &EngineController::replayFinished);
+    relay(&EngineWorker::knowledgeOpened, &EngineController::knowledgeOpened);
+    relay(&EngineWorker::knowledgeTraced, &EngineController::knowledgeTraced);
+    relay(&EngineWorker::knowledgeEvaluated, &EngineController::knowledgeEvaluated);
     relay(&EngineWorker::failed, &EngineController::failed);
     relay(&EngineWorker::cancelled, &EngineController::cancelled);
     // rows are not the end of a job
@@ -785,6 +933,23 @@ quint64 EngineController::replay(const ui::ReplayRequest &r)
                  [r, pause = m_pause, ms = replayBatchMs](EngineWorker *w, quint64 id, auto cancel) {
                      w->replay(id, r, cancel, pause, ms);
                  });
+}
+
+quint64 EngineController::openKnowledge(const ui::KnowledgeOpenRequest &r)
+{
+    return start(r.build ? QString("building the knowledge graph") : QString("reading the knowledge graph"),
+                 [r](EngineWorker *w, quint64 id, auto cancel) { w->openKnowledge(id, r, cancel); });
+}
+
+quint64 EngineController::traceKnowledge(const ui::KnowledgeTraceRequest &r)
+{
+    return start("tracing a request", [r](EngineWorker *w, quint64 id, auto) { w->traceKnowledge(id, r); });
+}
+
+quint64 EngineController::evaluateKnowledge(const ui::KnowledgeEvalRequest &r)
+{
+    return start("evaluating the knowledge tier",
+                 [r](EngineWorker *w, quint64 id, auto cancel) { w->evaluateKnowledge(id, r, cancel); });
 }
 
 void EngineController::setPaused(bool paused)

@@ -110,8 +110,19 @@ public:
     // with outcome->cancelled and the rows done.
     void replay(quint64 job, const kvwb::ui::ReplayRequest &request, std::shared_ptr<std::atomic_bool> cancel,
                 std::shared_ptr<std::atomic_bool> pause, int batchMs);
+    // Engine thread: reads a knowledge graph file (building it first with model B when asked; a
+    // cancelled build writes nothing) and reports its nodes with module freshness for model B.
+    void openKnowledge(quint64 job, const kvwb::ui::KnowledgeOpenRequest &request,
+                       std::shared_ptr<std::atomic_bool> cancel);
+    void traceKnowledge(quint64 job, const kvwb::ui::KnowledgeTraceRequest &request);
+    // Engine thread: kvwb knowledge evaluate's four arms over the workload's model-B requests.
+    void evaluateKnowledge(quint64 job, const kvwb::ui::KnowledgeEvalRequest &request,
+                           std::shared_ptr<std::atomic_bool> cancel);
 
 Q_SIGNALS:
+    void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
+    void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
+    void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
     void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
     void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
     void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
@@ -162,6 +173,9 @@ public:
     quint64 compare(const ui::CompareRequest &request);
     quint64 compareSet(const ui::CompareSetRequest &request);
     quint64 replay(const ui::ReplayRequest &request);
+    quint64 openKnowledge(const ui::KnowledgeOpenRequest &request);
+    quint64 traceKnowledge(const ui::KnowledgeTraceRequest &request);
+    quint64 evaluateKnowledge(const ui::KnowledgeEvalRequest &request);
     void setPaused(bool paused); // the running replay waits between requests while paused
     void cancel();               // the running job stops at its next progress check
     int replayBatchMs = 100;     // how often a replay hands its rows to the GUI
@@ -182,6 +196,9 @@ Q_SIGNALS:
     void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
     void replayProgress(quint64 job, int done, int total);
     void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
+    void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
+    void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
+    void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
     void stateChanged(const QString &state);
 
 private:

@@ -2,6 +2,8 @@
 
 #include "core/util/error.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace kvwb::app::jobs {
@@ -31,6 +33,75 @@ std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer,
     throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind + "': expected lexical or model");
 }
 
+std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,
+                                                      const core::Tokenizer &tokenizerB,
+                                                      core::Embedder &embedder)
+{
+    if (job.knowledgeGraphs.empty())
+        throw core::Error(
+            core::ErrorCode::InvalidArgument,
+            "the knowledge tier needs a graph (--knowledge GRAPH.h5, from kvwb knowledge build)");
+    std::vector<gpu::KnowledgeScope> scopes;
+    for (const auto &spec : job.knowledgeGraphs) {
+        gpu::KnowledgeScope scope;
+        std::string path = spec;
+        const size_t eq = spec.find('=');
+        if (eq != std::string::npos && spec.find('/') > eq) { // "TENANT=PATH"
+            scope.tenant = spec.substr(0, eq);
+            path = spec.substr(eq + 1);
+            if (scope.tenant.empty() || path.empty())
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "knowledge graph '" + spec + "': expected GRAPH.h5 or TENANT=GRAPH.h5");
+        }
+        scope.file = core::loadKnowledge(path);
+        scopes.push_back(std::move(scope));
+    }
+    std::vector<core::UserProfile> profiles;
+    if (!job.profilesPath.empty())
+        profiles = core::readProfiles(job.profilesPath);
+    return std::make_unique<gpu::KnowledgeTier>(std::move(scopes), b, tokenizerB, embedder, profiles,
+                                                job.knowledge);
+}
+
+std::string knowledgeCostsJson(const gpu::KnowledgeTier &tier)
+{
+    const auto &c = tier.costs();
+    nlohmann::json scopes = nlohmann::json::array();
+    for (const auto &s : tier.scopes()) {
+        std::vector<const core::ConceptNode *> nodes;
+        int64_t reused = 0, withModule = s.file.modules ? int64_t(s.file.modules->modules.size()) : 0;
+        for (const auto &n : s.file.graph.nodes()) {
+            nodes.push_back(&n);
+            reused += n.reuseCount > 0;
+        }
+        std::stable_sort(nodes.begin(), nodes.end(),
+                         [](const auto *x, const auto *y) { return x->reuseCount > y->reuseCount; });
+        nlohmann::json top = nlohmann::json::array();
+        for (size_t i = 0; i < nodes.size() && i < 10 && nodes[i]->reuseCount > 0; ++i)
+            top.push_back(
+                {{"id", nodes[i]->id}, {"name", nodes[i]->name}, {"reuse_count", nodes[i]->reuseCount}});
+        scopes.push_back({{"tenant", s.tenant},
+                          {"nodes", s.file.graph.size()},
+                          {"nodes_reused", reused},
+                          {"modules", withModule},
+                          {"most_reused", top}});
+    }
+    const nlohmann::json j = {{"lookups", c.lookups},
+                              {"embed_ms", c.embedMs},
+                              {"recall_ms", c.recallMs},
+                              {"verify_ms", c.verifyMs},
+                              {"place_ms", c.placeMs},
+                              {"prefix_ms", c.prefixMs},
+                              {"recompute_ms", c.recomputeMs},
+                              {"modules_recomputed", c.modulesRecomputed},
+                              {"recomputed_tokens", c.recomputedTokens},
+                              {"prefix_tokens", c.prefixTokens},
+                              {"rejected", c.rejected},
+                              {"index_build_ms", c.indexBuildMs},
+                              {"scopes", scopes}};
+    return j.dump();
+}
+
 std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embedder, const gpu::Model &a,
                                const gpu::Model *b, bool cancelled)
 {
@@ -39,6 +110,11 @@ std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embed
     for (auto t : o.tiers)
         tiers += std::string(tiers.empty() ? "" : ",") + core::tierKindName(t);
     const bool cross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
+    const bool knowledge =
+        std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Knowledge) != o.tiers.end();
+    std::string graphs;
+    for (const auto &g : job.knowledgeGraphs)
+        graphs += (graphs.empty() ? "" : ",") + g;
     const nlohmann::json settings = {{"workload", job.workloadPath},
                                      {"tiers", tiers},
                                      {"threshold", o.threshold},
@@ -55,6 +131,13 @@ std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embed
                                      {"limit", job.limit},
                                      {"converter", cross ? job.converter : ""},
                                      {"align_policy", cross ? core::alignPolicyName(o.alignPolicy) : ""},
+                                     {"knowledge", knowledge ? graphs : ""},
+                                     {"profiles", knowledge ? job.profilesPath : ""},
+                                     {"knowledge_verify", knowledge && job.knowledge.verify},
+                                     {"knowledge_candidates", job.knowledge.candidates},
+                                     {"knowledge_min_similarity", job.knowledge.minSimilarity},
+                                     {"knowledge_ttl_ms", job.knowledge.ttlMs},
+                                     {"knowledge_boundary", job.knowledge.boundary},
                                      {"cancelled", cancelled},
                                      {"model_a", a.checkpoint().fingerprint()},
                                      {"model_b", b ? b->checkpoint().fingerprint() : ""},

@@ -11,6 +11,7 @@
 #include "core/util/warning_list.h"
 #include "core/workload/workload.h"
 #include "gpu/model/model.h"
+#include "gpu/replay/knowledge_tier.h"
 #include "gpu/replay/replay.h"
 
 #include <memory>
@@ -27,7 +28,23 @@ struct ReplayJob
     int embedderLayer = -1;           // model embedder: the block to pool (-1: the middle one)
     int limit = 0;                    // first N requests (0 = all)
     std::string converter;            // the cross tier's converter (/converters/<name>)
+    // Knowledge tier: graph files, each "GRAPH.h5" (shared by every tenant) or "TENANT=GRAPH.h5"
+    // (that tenant's only), the user profiles file ("" none) and the tier's settings.
+    std::vector<std::string> knowledgeGraphs;
+    std::string profilesPath;
+    gpu::KnowledgeTierOptions knowledge;
 };
+
+// The knowledge tier of a job: its graphs (modules loaded), profiles and options. Error(Format)
+// naming the file for a malformed graph or profiles file; Error(InvalidArgument) for a graph spec
+// with an empty tenant or path, or no graph at all.
+std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,
+                                                      const core::Tokenizer &tokenizerB,
+                                                      core::Embedder &embedder);
+
+// What the knowledge tier spent and holds after a replay, as JSON: its costs (ms per step, modules
+// recomputed, tokens) and per scope the nodes reused most.
+std::string knowledgeCostsJson(const gpu::KnowledgeTier &tier);
 
 struct ReplayRequests
 {

@@ -1,6 +1,8 @@
 // `kvwb knowledge build|show` end to end: a graph from a JSONL of concepts with modules computed by a
 // random model B, the node shown with its neighbours, module and freshness, verification from the
-// command line, and bad input refused with one line naming the file and line.
+// command line, the knowledge tier in `kvwb replay`, and bad input refused with one line naming the
+// file and line.
+#include "core/cache/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "core/store/knowledge_store.h"
 #include "tests/support/kvwb_process.h"
@@ -104,6 +106,158 @@ private Q_SLOTS:
         r = runKvwb({"knowledge", "placement", q(graph), "--model-b", q(m_dir / "b2")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("the modules were computed by weights"), r.err.constData());
+    }
+
+    // The knowledge tier in a replay: verified nodes answer through their modules with the user's
+    // profile rendered, a near miss is rejected by verification (and is a false hit without it), a
+    // tenant's own graph serves no other tenant, stale modules are recomputed once and counted, and
+    // the graph written back holds reuse counts but nothing of a user.
+    void replayThroughTheKnowledgeTier()
+    {
+        test::writeFile(
+            m_dir / "k.jsonl",
+            R"({"id": "car", "name": "car", "synonyms": ["automobile"], "questions": ["What is a car?"], "knowledge": "A motor vehicle with four wheels.", "related": [{"kind": "sibling", "id": "bus"}]})"
+            "\n"
+            R"({"id": "bus", "name": "bus", "questions": ["What is a bus?"], "knowledge": "A vehicle carrying many passengers.", "related": [{"kind": "sibling", "id": "car"}]})"
+            "\n");
+        const fs::path graph = m_dir / "kg.h5";
+        auto r = runKvwb({"knowledge", "build", "--from", q(m_dir / "k.jsonl"), "--model-b", q(m_dir / "b"),
+                          "--out", q(graph)});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        // A question's path: recall's near miss refused by verification; a synonym accepted.
+        r = runKvwb({"knowledge", "show", q(graph), "--trace", "What is a carp?"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto tr = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(tr["chosen"].toString(), QString());
+        QCOMPARE(tr["candidates"].toArray()[0].toObject()["node"].toString(), QString("car"));
+        QCOMPARE(tr["candidates"].toArray()[0].toObject()["accepted"].toBool(), false);
+        test::writeFile(
+            m_dir / "kp.json",
+            R"({"profiles": [{"user": "u1", "verbosity": "brief", "depth": "beginner", "examples": true, "register": "casual"},)"
+            R"( {"user": "u2", "verbosity": "standard", "depth": "intermediate", "examples": false, "register": "neutral"}]})");
+        r = runKvwb({"knowledge", "show", q(graph), "--trace", "What is an automobile?", "--profiles",
+                     q(m_dir / "kp.json"), "--user", "u1"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        tr = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(tr["chosen"].toString(), QString("car"));
+        QCOMPARE(tr["freshness"].toString(), QString("fresh"));
+        QVERIFY(tr["module_tokens"].toInt() > 0);
+        QCOMPARE(tr["profile_line"].toString(),
+                 QString("Answer in one short sentence, for a beginner, with an example, casually.\n"));
+
+        const std::string system = "You answer questions about words.";
+        std::string w;
+        const auto add = [&](int id, const char *tenant, const char *user, const char *intent,
+                             const std::string &question) {
+            QJsonObject o{{"id", id},
+                          {"t_ms", id * 10},
+                          {"tenant", tenant},
+                          {"user", user},
+                          {"model", "b"},
+                          {"intent", intent},
+                          {"max_tokens", 3},
+                          {"question", QString::fromStdString(question)},
+                          {"prompt", QString::fromStdString(system + "\n\nQ: " + question + "\nA:")}};
+            w += QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString() + "\n";
+        };
+        add(0, "t0", "u1", "car", "What is a car?");
+        add(1, "t0", "u2", "bus", "What is a bus?");
+        add(2, "t0", "u3", "carp", "What is a carp?");
+        add(3, "t1", "u4", "car", "What is an automobile?");
+        test::writeFile(m_dir / "kw.jsonl", w);
+        const auto replay = [&](QStringList extra, const fs::path &csv) {
+            QStringList args{"replay",       "--workload", q(m_dir / "kw.jsonl"), "--model-a",
+                             q(m_dir / "b"), "--model-b",  q(m_dir / "b"),        "--tiers",
+                             "knowledge",    "--profiles", q(m_dir / "kp.json"),  "--ledger",
+                             q(csv),         "--json"};
+            args += extra;
+            auto out = runKvwb(args);
+            if (out.exitCode != 0)
+                qWarning("%s", out.err.constData());
+            return std::make_pair(QJsonDocument::fromJson(out.out).object(),
+                                  core::ledgerFromCsv(test::readFile(csv), csv.string()));
+        };
+
+        const auto [j, rows] =
+            replay({"--knowledge", q(graph), "--save-knowledge", q(m_dir / "after.h5")}, m_dir / "k1.csv");
+        QCOMPARE(rows.size(), size_t(4));
+        const auto k = j["tiers"].toObject()["knowledge"].toObject();
+        QCOMPARE(k["requests"].toInt(), 4);
+        QCOMPARE(k["hits"].toInt(), 3);
+        QCOMPARE(k["false_hits"].toInt(), 0);
+        QCOMPARE(k["rejected"].toInt(), 1);
+        QCOMPARE(k["modules_recomputed"].toInt(), 0);
+        QCOMPARE(rows[0].answeredBy, core::TierKind::Knowledge);
+        QCOMPARE(rows[0].knowledgeNode, std::string("car"));
+        QCOMPARE(rows[0].knowledgeVerdict, std::string("verified"));
+        QCOMPARE(rows[0].knowledgeModule, std::string("reused"));
+        QCOMPARE(rows[0].profileApplied, 1); // u1: brief, beginner, example, casual
+        QCOMPARE(rows[1].knowledgeNode, std::string("bus"));
+        QCOMPARE(rows[1].profileApplied, 0); // u2's profile renders no instruction
+        QCOMPARE(rows[2].answeredBy, core::TierKind::None);
+        QCOMPARE(rows[2].knowledgeNode, std::string("car"));         // recall's proposal ...
+        QCOMPARE(rows[2].knowledgeVerdict, std::string("rejected")); // ... names no concept of the graph
+        QCOMPARE(rows[3].knowledgeNode, std::string("car")); // a synonym, another tenant: the shared graph
+        QCOMPARE(rows[3].answeredBy, core::TierKind::Knowledge);
+        for (int i : {0, 1, 3}) {
+            // the module's tokens were reused; the system prompt was computed once per tenant
+            QVERIFY(rows[size_t(i)].tokensReused > 0);
+            QCOMPARE(rows[size_t(i)].tokensReused + rows[size_t(i)].tokensComputed,
+                     rows[size_t(i)].promptTokens + rows[size_t(i)].generatedTokens);
+        }
+        // Reused: the module alone at a tenant's first request (its system prompt is computed then),
+        // the system prompt too at the next one.
+        const auto before = core::loadKnowledge(graph), after = core::loadKnowledge(m_dir / "after.h5");
+        const int carTokens = int(before.modules->find("car")->ids.size()),
+                  busTokens = int(before.modules->find("bus")->ids.size());
+        QCOMPARE(rows[0].tokensReused, carTokens);
+        QVERIFY(rows[1].tokensReused > busTokens);
+        QCOMPARE(rows[3].tokensReused, carTokens);
+        QCOMPARE(j["knowledge"].toObject()["rejected"].toInt(), 1);
+
+        // The graph written back: reuse counts, and no trace of a user or a profile.
+        QCOMPARE(after.graph.find("car")->reuseCount, int64_t(2));
+        QCOMPARE(after.graph.find("bus")->reuseCount, int64_t(1));
+        for (const auto &n : after.graph.nodes()) {
+            auto same = *before.graph.find(n.id);
+            same.reuseCount = n.reuseCount;
+            QVERIFY(same == n);
+            QCOMPARE(after.modules->find(n.id)->ids, before.modules->find(n.id)->ids);
+        }
+
+        // Without verification the near miss is answered from the car's knowledge: a false hit.
+        const auto [jn, rowsN] = replay({"--knowledge", q(graph), "--no-verify"}, m_dir / "k2.csv");
+        QCOMPARE(jn["tiers"].toObject()["knowledge"].toObject()["false_hits"].toInt(), 1);
+        QCOMPARE(rowsN[2].answeredBy, core::TierKind::Knowledge);
+        QVERIFY(rowsN[2].falseHit);
+
+        // A tenant's own graph: t1's request finds no node.
+        const auto [jt, rowsT] = replay({"--knowledge", "t0=" + q(graph)}, m_dir / "k3.csv");
+        QCOMPARE(rowsT[0].answeredBy, core::TierKind::Knowledge);
+        QCOMPARE(rowsT[3].answeredBy, core::TierKind::None);
+        QCOMPARE(rowsT[3].knowledgeNode, std::string());
+
+        // Stale modules (older than the TTL at the workload's clock): recomputed at first use,
+        // counted, then fresh for the next request of that node.
+        const qint64 later = before.modules->modules.front().builtMs + 1000000000LL;
+        const auto [js, rowsS] = replay({"--knowledge", q(graph), "--knowledge-ttl-ms", "1000",
+                                         "--knowledge-clock-start", QString::number(later)},
+                                        m_dir / "k4.csv");
+        QCOMPARE(js["tiers"].toObject()["knowledge"].toObject()["modules_recomputed"].toInt(), 2);
+        QCOMPARE(rowsS[0].knowledgeModule, std::string("recomputed"));
+        QCOMPARE(rowsS[1].knowledgeModule, std::string("recomputed"));
+        QCOMPARE(rowsS[3].knowledgeModule, std::string("reused"));
+        QVERIFY(rowsS[0].tokensComputed > rows[0].tokensComputed); // the module's tokens were computed
+
+        // Refused before any model runs.
+        r = runKvwb({"replay", "--workload", q(m_dir / "kw.jsonl"), "--model-a", q(m_dir / "b"), "--tiers",
+                     "knowledge"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("--knowledge"), r.err.constData());
+        r = runKvwb({"replay", "--workload", q(m_dir / "kw.jsonl"), "--model-a", q(m_dir / "b"), "--model-b",
+                     q(m_dir / "b"), "--tiers", "knowledge", "--knowledge", q(m_dir / "k.jsonl")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("k.jsonl"), r.err.constData());
     }
 
     void profilesForAWorkload()
