@@ -3,22 +3,23 @@
 # the corpus, the shared SentencePiece tokenizer, model A and model B, the demo workload, and two
 # more models: B2 (B's preset and tokenizer, another seed, the other half of the concepts: an
 # unrelated pair A -> B2) and C (A's geometry with its own tokenizer of 1536 pieces: a
-# cross-tokenizer pair C -> B). About 30 minutes on a 2-core machine.
+# cross-tokenizer pair C -> B), and P (B fine-tuned to render a concept's knowledge for a user
+# profile: the knowledge tier's personalised model B). About 40 minutes on a 2-core machine.
 #
 #   projects/demo/make-demo.sh [path/to/kvwb]
-#   KVWB_DEMO_ONLY="b2 c" projects/demo/make-demo.sh    # only these steps (a b workload b2 c)
+#   KVWB_DEMO_ONLY="b2 c" projects/demo/make-demo.sh    # only these steps (a b workload b2 c p)
 #
 # KVWB_DEMO_ONLY names the steps to run, leaving the other models as they are; the corpus is always
-# rebuilt (seconds), and B2 needs models/a's tokenizer. The corpus itself is not committed;
+# rebuilt (seconds), B2 needs models/a's tokenizer, and P needs models/b and the workload. The corpus itself is not committed;
 # models/, workloads/ and the evaluation numbers in docs/demo-models.md are.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KVWB="${1:-$HERE/../../build/kvwb}"
 WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 SEED=1
-ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c}"
+ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c p}"
 for step in $ONLY; do
-  case "$step" in a | b | workload | b2 | c) ;; *) echo "KVWB_DEMO_ONLY: unknown step '$step' (a b workload b2 c)" >&2; exit 2 ;; esac
+  case "$step" in a | b | workload | b2 | c | p) ;; *) echo "KVWB_DEMO_ONLY: unknown step '$step' (a b workload b2 c p)" >&2; exit 2 ;; esac
 done
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 mkdir -p "$WORK" "$HERE/models" "$HERE/workloads"
@@ -74,6 +75,22 @@ rm -rf "$HERE/models/c"
 rm -rf "$HERE/models/c/train_state"
 fi
 
+if want p; then
+echo "== model P (B fine-tuned: [system] [knowledge] [profile instruction] Q: ... A: the profile's answer)"
+# Six documents per concept (a drawn profile, a training question, the concept's knowledge in 3 of
+# 4, one of the workload's system prompts in 3 of 5; docs/knowledge.md, "Personalisation"), mixed
+# with B's own corpus so that P keeps answering plain questions; 256-token rows hold a system
+# prompt, the knowledge and the answer.
+"$KVWB" knowledge corpus --concepts 1000 --workload "$HERE/workloads/demo.jsonl" --per-node 6 \
+  --seed $SEED --out "$WORK/personal.jsonl"
+cat "$WORK/corpus.jsonl" "$WORK/personal.jsonl" > "$WORK/corpus-p.jsonl"
+rm -rf "$HERE/models/p"
+"$KVWB" train --corpus "$WORK/corpus-p.jsonl" --out "$HERE/models/p" --config "$HERE/models/b/config.json" \
+  --init "$HERE/models/b" --tokenizer "$HERE/models/b/tokenizer.model" --steps 400 --batch 16 --seq-len 256 \
+  --lr 1e-3 --warmup 20 --eval-every 100 --checkpoint-every 0 --weight-dtype BF16 --seed 4 --threads 2
+rm -rf "$HERE/models/p/train_state"
+fi
+
 echo "== evaluation (held-out phrasings of the 200 most popular concepts)"
 for m in a b b2 c; do
   want "$m" || continue
@@ -89,6 +106,6 @@ if want b2; then
     cat "$WORK/eval-b2-shard$s.json"; echo
   done
 fi
-for m in a b b2 c; do
+for m in a b b2 c p; do
   if want "$m"; then du -b "$HERE/models/$m"; fi
 done
