@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <set>
 #include <unordered_map>
@@ -280,8 +281,17 @@ std::string knowledgeEvaluationMarkdown(const KnowledgeEvaluation &e)
 
 std::string armSlug(const std::string &arm)
 {
-    std::string s = arm;
-    std::replace(s.begin(), s.end(), ' ', '-');
+    // "knowledge tier, unverified" -> "knowledge-tier-unverified": ledger names take letters,
+    // digits and '-' only, one '-' per run of anything else.
+    std::string s;
+    for (char c : arm) {
+        if (std::isalnum(static_cast<unsigned char>(c)))
+            s += c;
+        else if (!s.empty() && s.back() != '-')
+            s += '-';
+    }
+    while (!s.empty() && s.back() == '-')
+        s.pop_back();
     return s;
 }
 

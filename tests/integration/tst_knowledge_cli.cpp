@@ -249,6 +249,33 @@ private Q_SLOTS:
         QCOMPARE(rowsS[3].knowledgeModule, std::string("reused"));
         QVERIFY(rowsS[0].tokensComputed > rows[0].tokensComputed); // the module's tokens were computed
 
+        // The economics: the same requests answered by each arm, stored for the report.
+        r = runKvwb({"capture", "--model-a", q(m_dir / "b"), "--model-b", q(m_dir / "b"), "--prompts",
+                     q(m_dir / "kw.jsonl"), "--limit", "1", "--out", q(m_dir / "ev.h5")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        r = runKvwb({"knowledge", "evaluate", "--workload", q(m_dir / "kw.jsonl"), "--model-a",
+                     q(m_dir / "b"), "--model-b", q(m_dir / "b"), "--knowledge", q(graph), "--profiles",
+                     q(m_dir / "kp.json"), "--ledger-dir", q(m_dir / "ev"), "--experiment",
+                     q(m_dir / "ev.h5"), "--save", "ev", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto ev = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(ev["requests"].toInt(), 4);
+        QCOMPARE(ev["rejected"].toInt(), 1);
+        QCOMPARE(ev["build"].toObject()["modules"].toInt(), 2);
+        QStringList arms;
+        for (const auto a : ev["arms"].toArray())
+            arms << a.toObject()["arm"].toString();
+        QCOMPARE(arms, (QStringList{"no cache", "semantic cache", "knowledge tier",
+                                    "knowledge tier, unverified", "knowledge in the prompt"}));
+        const auto evRows =
+            core::ledgerFromCsv(test::readFile(m_dir / "ev" / "knowledge-tier-unverified.csv"), "unverified");
+        QCOMPARE(evRows.size(), size_t(4));
+        QVERIFY(evRows[2].falseHit); // the carp answered from the car's knowledge
+        QVERIFY(fs::exists(m_dir / "ev" / "answers.csv"));
+        for (const char *arm : {"no-cache", "semantic-cache", "knowledge-tier", "knowledge-tier-unverified",
+                                "knowledge-in-the-prompt"})
+            QCOMPARE(core::loadLedger(m_dir / "ev.h5", std::string("ev.") + arm).size(), size_t(4));
+
         // Refused before any model runs.
         r = runKvwb({"replay", "--workload", q(m_dir / "kw.jsonl"), "--model-a", q(m_dir / "b"), "--tiers",
                      "knowledge"});

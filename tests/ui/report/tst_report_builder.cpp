@@ -570,6 +570,39 @@ private Q_SLOTS:
             QVERIFY(c.image.save(dir + "/report_" + QString::fromStdString(c.id) + ".png"));
         }
     }
+
+    // Ledgers stored by `kvwb knowledge evaluate --save`: one Knowledge reuse section per evaluation,
+    // a row per arm with its quality, the knowledge tier's time by step and the break-even reuse.
+    void knowledgeSection()
+    {
+        const std::string evaluation =
+            R"("evaluation": {"time_ms": {"retrieval": 1.5, "rendering": 40.25}, "build": {"modules": 7, )"
+            R"("tokens": 210, "ms": 33.0}, "break_even_reuse": {"tokens": 1.25, "ms": 2.5}})";
+        saveLedger(m_experiment, "ev.no-cache", makeLedger(),
+                   R"({"knowledge_evaluation": "ev", "arm": "no cache", "word_f1": 0.25, "rouge_l": 0.5, )"
+                   R"("rouge_l_vs_full": 0.75, "profile_fit": 0.875, "model_s": 3.5, )" +
+                       evaluation + "}");
+        saveLedger(m_experiment, "ev.knowledge-tier", makeLedger(),
+                   R"({"knowledge_evaluation": "ev", "arm": "knowledge tier", "word_f1": 0.125, )"
+                   R"("rouge_l": 0.5, "rouge_l_vs_full": 0.5, "profile_fit": 0.625, "model_s": 1.25, )" +
+                       evaluation + "}");
+        ui::ReportData d = ui::collectReport(m_experiment);
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-knowledge";
+        ui::writeMarkdown(d, out);
+        const QByteArray md = readAll(out / "report.md");
+        QCOMPARE(countOf(md, "## Knowledge reuse"), 1);
+        QVERIFY(md.contains("### Evaluation ev"));
+        QVERIFY2(md.contains("| no cache | 8 |"), md.constData());
+        QVERIFY(md.contains("| 3.50 |"));
+        QVERIFY(md.contains("| 0.250 | 0.500 | 0.750 | 0.875 |"));
+        QVERIFY(md.contains("| knowledge tier | 8 |"));
+        QVERIFY(md.contains("| 0.125 | 0.500 | 0.500 | 0.625 |"));
+        QVERIFY(md.contains("| rendering | 40.2 |") || md.contains("| rendering | 40.3 |"));
+        QVERIFY(md.contains("Graph: 7 modules built from 210 tokens in 33 ms; break-even reuse per node 1.25 "
+                            "(tokens), 2.50 (time)."));
+        // the section comes before the ledgers it summarises
+        QVERIFY(md.indexOf("## Knowledge reuse") < md.indexOf("## Replay ledger ev.no-cache"));
+    }
 };
 
 QTEST_MAIN(TestReportBuilder)
