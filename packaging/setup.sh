@@ -23,6 +23,9 @@ PACKAGES=(
   libhdf5-dev hdf5-tools zlib1g-dev libhnswlib-dev libfmt-dev nlohmann-json3-dev
   libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev libssl-dev
   wordnet-base
+  # the Redis store under the cache tiers (core/cache/redis_store.cpp); the tests start their own
+  # redis-server on a loopback port
+  libhiredis-dev redis-server
   # the fuzz targets (libFuzzer, packaging/fuzz.sh)
   clang
   # the Debian package (packaging/build-deb.sh, CTest packaging.deb): CPack's DEB generator needs

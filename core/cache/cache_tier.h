@@ -104,6 +104,8 @@ struct TierLookup
     std::string knowledgeVerdict;
     std::string knowledgeModule;
     int profileApplied = -1;
+    // A tier over a shared store: its outcome ("hit" | "miss" | "refused" | "unavailable"); "" none.
+    std::string store;
 };
 
 // What the model computed for a request no tier served, offered to every tier to keep.

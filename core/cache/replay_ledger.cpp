@@ -222,6 +222,9 @@ const std::vector<Column> &columns()
         {"knowledge_verdict", &LedgerRow::knowledgeVerdict, true, true},
         {"knowledge_module", &LedgerRow::knowledgeModule, true, true},
         {"profile_applied", &LedgerRow::profileApplied, false, true},
+        {"store", &LedgerRow::store, true, true},
+        {"worker", &LedgerRow::worker, false, true},
+        {"route", &LedgerRow::route, true, true},
     };
     return all;
 }

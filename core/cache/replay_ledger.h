@@ -62,6 +62,14 @@ struct LedgerRow
     std::string knowledgeVerdict;
     std::string knowledgeModule;
     int profileApplied = -1;
+    // A shared store under the tiers (docs/fleet.md): "" when none, else the worst outcome of this
+    // request's store calls: "hit", "miss", "refused" (a corrupt or foreign payload, not used) or
+    // "unavailable" (no server: the request was computed instead).
+    std::string store;
+    // A fleet replay: the worker that served the request (-1: a single process) and the routing
+    // decision, e.g. "prefix-hash:3fa2" or "least-loaded:1210".
+    int worker = -1;
+    std::string route;
 };
 
 struct TierAggregate

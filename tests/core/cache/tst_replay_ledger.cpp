@@ -425,7 +425,7 @@ void TestReplayLedger::csvErrorsNameLineAndColumn_data()
     QTest::newRow("missing column") << "drop gate"
                                     << "ledger.csv:1: column gate is missing";
     QTest::newRow("short row") << "truncate"
-                               << "ledger.csv:4: 29 fields, the header has 30";
+                               << "ledger.csv:4: 32 fields, the header has 33";
     QTest::newRow("unclosed quote") << "unclosed"
                                     << "ledger.csv:4: quoted field";
     QTest::newRow("empty") << "empty"
@@ -515,11 +515,11 @@ void TestReplayLedger::hdf5Layout()
     QCOMPARE(H5Sget_simple_extent_ndims(space), 2);
     H5Sget_simple_extent_dims(space, dims, nullptr);
     QCOMPARE(dims[0], hsize_t(6));
-    QCOMPARE(dims[1], hsize_t(21));
+    QCOMPARE(dims[1], hsize_t(22)); // the 21 of a single process + the fleet's worker
     QVERIFY(H5Aexists(numbers, "columns") > 0);
     H5Sclose(space);
     H5Dclose(numbers);
-    for (const char *name : {"tenant", "model", "intent", "cached_intent", "answered_by", "gate"}) {
+    for (const char *name : {"tenant", "model", "intent", "cached_intent", "answered_by", "gate", "store", "route"}) {
         // bytes + offsets, like the prompts' text: nothing variable-length in a kvwb/2 file
         for (const std::string suffix : {"", "_offsets"}) {
             const hid_t ds = H5Dopen2(f, (std::string("/ledgers/r/") + name + suffix).c_str(), H5P_DEFAULT);

@@ -1,0 +1,87 @@
+// The envelope every value in a shared store travels in (docs/fleet.md, "Payload envelope"):
+//
+//   "KVWBPAY1"            8 bytes, magic
+//   header length H       uint32 little-endian, 2 <= H <= 65536
+//   header                H bytes of JSON: kind ("response" | "kv"), tier, tenant (hex),
+//                         fingerprint, dtype ("U8" for responses; "F32" | "F16" | "BF16" for KV),
+//                         shape (int64 list; the body is exactly product(shape) * dtype size bytes),
+//                         key_form ("pre_rope" | "post_rope"; KV only), created_ms
+//   body                  the bytes the header describes
+//   CRC-32                uint32 little-endian of everything before it (zlib's crc32)
+//
+// Decoding checks every count against the bytes received before using it (no allocation from an
+// unchecked length), then the checksum, then that the payload is the one asked for: the same
+// tenant, model fingerprint and tier. A payload failing any check is refused with one line saying
+// which.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include "core/cache/cache_tier.h"
+#include "core/model/dtype.h"
+#include "core/model/kv_types.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvwb::core {
+
+enum class PayloadKind
+{
+    Response, // a CachedResponse (encodeResponseBody)
+    Kv        // a KV cache: [layers, 2 (K, V), kvHeads, tokens, headDim] in dtype
+};
+
+struct PayloadHeader
+{
+    PayloadKind kind = PayloadKind::Response;
+    std::string tier;
+    std::string tenant;
+    std::string fingerprint;
+    DType dtype = DType::U8;
+    std::vector<int64_t> shape;
+    KeyForm keyForm = KeyForm::PostRope; // KV only
+    int64_t createdMs = 0;
+};
+
+struct DecodedPayload
+{
+    PayloadHeader header;
+    std::string body;
+};
+
+// Error(InvalidArgument) when the body's size is not what the header's shape and dtype say, or the
+// dtype is not one the kind allows.
+std::string encodePayload(const PayloadHeader &header, std::string_view body);
+
+// What the reader expects: the scope and tier it asked under, and the kind.
+struct PayloadExpectation
+{
+    PayloadKind kind;
+    std::string tier;
+    std::string tenant;
+    std::string fingerprint;
+};
+// nullopt (and *why set, e.g. "checksum mismatch", "fingerprint abc is not def") when the bytes fail
+// any check.
+std::optional<DecodedPayload> decodePayload(std::string_view bytes, const PayloadExpectation &expect,
+                                            std::string *why);
+
+// Every check but the scope's (for a stream entry, whose scope the header names): the header's
+// tenant and fingerprint are returned as written.
+std::optional<DecodedPayload> decodePayloadAnyScope(std::string_view bytes, PayloadKind kind,
+                                                    const std::string &tier, std::string *why);
+
+// A response as an envelope body (shape [bytes], dtype U8): text, output ids, intent, request id.
+std::string encodeResponseBody(const CachedResponse &response);
+// Error(Format) naming the field for a body that does not parse.
+CachedResponse decodeResponseBody(std::string_view body);
+
+// Convenience: a whole response envelope for a scope and tier.
+std::string encodeResponsePayload(const TenantScope &scope, std::string_view tier,
+                                  const CachedResponse &response, int64_t createdMs);
+
+} // namespace kvwb::core
