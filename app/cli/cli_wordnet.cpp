@@ -1,7 +1,11 @@
 #include "app/cli/cli_wordnet.h"
 #include "app/cli/cli_util.h"
 
+#include "core/cache/replay_ledger.h"
 #include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/util/text_util.h"
+#include "core/workload/conversation.h"
 #include "core/workload/corpus.h"
 #include "core/workload/wordnet.h"
 #include "core/workload/workload.h"
@@ -9,6 +13,9 @@
 
 #include <QCommandLineParser>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -64,23 +71,86 @@ core::WordNet loadWordNet(const QCommandLineParser &p)
     return wn;
 }
 
-// Options of `kvwb workload wordnet` that mean nothing to an imported dataset.
-const char *const kWordNetOnly[] = {"wordnet-dir", "concepts", "seed",         "no-hypernym",
-                                    "requests",    "zipf",     "rate",         "tenants",
-                                    "users",       "p-repeat", "p-paraphrase", "p-synonym",
-                                    "p-near-miss", "frac-b",   "system-words", "history"};
+// Which `kvwb workload` sources each option applies to (options not listed apply to all writers).
+struct OptionScope
+{
+    const char *name;
+    const char *sources; // space-separated
+};
+const OptionScope kOptionScopes[] = {
+    {"wordnet-dir", "wordnet multiturn"},
+    {"concepts", "wordnet multiturn"},
+    {"seed", "wordnet multiturn"},
+    {"no-hypernym", "wordnet multiturn"},
+    {"zipf", "wordnet"}, // multiturn uses s = 1.0 (ConversationOptions::zipfS)
+    {"users", "wordnet multiturn"},
+    {"frac-b", "wordnet multiturn"},
+    {"max-tokens", "wordnet multiturn sharegpt quora"},
+    {"requests", "wordnet"},
+    {"rate", "wordnet"},
+    {"tenants", "wordnet"},
+    {"p-repeat", "wordnet"},
+    {"p-paraphrase", "wordnet"},
+    {"p-synonym", "wordnet"},
+    {"p-near-miss", "wordnet"},
+    {"system-words", "wordnet"},
+    {"history", "wordnet"},
+    {"input", "sharegpt quora"},
+    {"limit", "sharegpt quora"},
+    {"gap-ms", "sharegpt quora"},
+    {"system-prompt", "quora"},
+    {"history-policy", "multiturn sharegpt"},
+    {"max-rounds", "sharegpt"},
+    {"interleave", "sharegpt"},
+    {"strict", "sharegpt"},
+    {"rounds", "multiturn"},
+    {"system-tokens", "multiturn"},
+    {"user-history-tokens", "multiturn"},
+    {"qps", "multiturn"},
+    {"json", "multiturn rounds"},
+    {"workload", "rounds"},
+    {"ledger", "rounds"},
+    {"out", "wordnet multiturn sharegpt quora"},
+};
+
+void checkOptionScopes(const QCommandLineParser &p, const QString &source)
+{
+    for (const OptionScope &o : kOptionScopes) {
+        if (!p.isSet(o.name))
+            continue;
+        const QStringList sources = QString(o.sources).split(' ');
+        if (sources.contains(source))
+            continue;
+        // "the wordnet source only", "the sharegpt and quora sources only", "the a, b and c sources only"
+        QString list = sources.last();
+        if (sources.size() > 1)
+            list = sources.mid(0, sources.size() - 1).join(", ") + " and " + list;
+        throw UsageError{"--" + std::string(o.name) + " applies to the " + str(list) +
+                         (sources.size() > 1 ? " sources only" : " source only") + ", not " + str(source)};
+    }
+}
+
+core::HistoryPolicy historyPolicyOption(const QCommandLineParser &p)
+{
+    if (!p.isSet("history-policy"))
+        return {};
+    try {
+        return core::parseHistoryPolicy(str(p.value("history-policy")));
+    } catch (const core::Error &e) {
+        throw UsageError{"--history-policy: " + std::string(e.what())};
+    }
+}
 
 // `kvwb workload sharegpt|quora`: a public dataset as a workload (core/workload/workload_import.h).
 int importWorkload(const QCommandLineParser &p, const QString &source)
 {
-    for (const char *name : kWordNetOnly)
-        if (p.isSet(name))
-            throw UsageError{"--" + std::string(name) + " applies to the wordnet source only"};
     if (!p.isSet("input"))
         throw UsageError{"--input is required for " + str(source)};
-    if (source == "sharegpt" && p.isSet("system-prompt"))
-        throw UsageError{"--system-prompt applies to quora only (ShareGPT conversations bring their own)"};
     core::ImportOptions o;
+    o.historyPolicy = historyPolicyOption(p);
+    o.maxRounds = size_t(intOption(p, "max-rounds", 0, 0));
+    o.interleave = size_t(intOption(p, "interleave", 0, 0));
+    o.strict = p.isSet("strict");
     o.limit = size_t(intOption(p, "limit", 0, 0));
     o.gapMs = intOption(p, "gap-ms", 1000, 0);
     o.maxTokens = intOption(p, "max-tokens", 64, 1);
@@ -105,6 +175,132 @@ int importWorkload(const QCommandLineParser &p, const QString &source)
     for (const auto &[k, n] : kinds)
         std::printf(" %s %zu", k.c_str(), n);
     std::printf("\n");
+    if (source == "sharegpt") {
+        int maxRound = -1;
+        for (const auto &q : r.requests)
+            maxRound = std::max(maxRound, q.round);
+        std::printf("rounds: up to %d per conversation, history policy %s\n", maxRound + 1,
+                    core::historyPolicyName(o.historyPolicy).c_str());
+    }
+    return 0;
+}
+
+// `kvwb workload multiturn`: multi-round conversations (core/workload/conversation.h).
+int multiturnWorkload(const QCommandLineParser &p)
+{
+    core::ConversationOptions o;
+    o.users = intOption(p, "users", 10, 1);
+    o.rounds = intOption(p, "rounds", 5, 1);
+    o.systemWords = intOption(p, "system-tokens", 100, 0);
+    o.userHistoryWords = intOption(p, "user-history-tokens", 0, 0);
+    o.concepts = size_t(intOption(p, "concepts", 3000, 1));
+    o.qps = doubleOption(p, "qps", 1.0, 1e-6, 1e9);
+    o.policy = historyPolicyOption(p);
+    o.fracB = doubleOption(p, "frac-b", 0.0, 0.0, 1.0);
+    o.maxTokens = intOption(p, "max-tokens", 64, 1);
+    o.hypernymSentence = !p.isSet("no-hypernym");
+    o.seed = seedOption(p);
+    const bool json = p.isSet("json");
+    const auto wn = loadWordNet(p);
+    const auto t0 = Clock::now();
+    const core::Workload w = core::ConversationGenerator(wn, o).generate();
+    core::writeWorkloadJsonl(str(p.value("out")), w.requests);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    // The same conversations under each policy: the chosen one and the two others with their
+    // default turn counts (window:2, summary:1) unless the chosen one sets it.
+    core::HistoryPolicy window{core::HistoryPolicyKind::Window, 2}, summary{core::HistoryPolicyKind::Summary, 1};
+    if (o.policy.kind == core::HistoryPolicyKind::Window)
+        window = o.policy;
+    if (o.policy.kind == core::HistoryPolicyKind::Summary)
+        summary = o.policy;
+    const auto costs = core::comparePolicies(wn, o, {core::HistoryPolicy{}, window, summary});
+    const std::string chosen = core::historyPolicyName(o.policy);
+    std::FILE *info = json ? stderr : stdout;
+    std::fprintf(info,
+                 "wrote %s: %zu requests, %d users x %d rounds, history policy %s, system prompt %d words, "
+                 "%.1f s of traffic, in %.0f ms\n",
+                 qPrintable(p.value("out")), w.requests.size(), o.users, o.rounds, chosen.c_str(),
+                 w.systemPrompts.front().words, w.requests.empty() ? 0.0 : w.requests.back().tMs / 1000.0, ms);
+    std::fprintf(stderr, "prompt cost per history policy (words, whitespace-separated: an approximation of tokens)\n");
+    std::fprintf(stderr, "%-12s %10s %14s %16s %14s %14s\n", "policy", "requests", "prompt words",
+                 "max prompt words", "uncached words", "summary words");
+    for (const auto &c : costs)
+        std::fprintf(stderr, "%-12s %10zu %14lld %16lld %14lld %14lld%s\n", c.policy.c_str(), c.requests,
+                     (long long)c.promptWords, (long long)c.maxPromptWords, (long long)c.uncachedWords,
+                     (long long)c.summaryWords, c.policy == chosen ? "  (written)" : "");
+    std::fprintf(stderr, "uncached words: what an ideal per-conversation prefix cache still prefills; summary "
+                         "words: extractive here, a model would generate them\n");
+    if (json) {
+        nlohmann::ordered_json j;
+        j["out"] = str(p.value("out"));
+        j["requests"] = w.requests.size();
+        j["users"] = o.users;
+        j["rounds"] = o.rounds;
+        j["history_policy"] = chosen;
+        j["system_prompt_words"] = w.systemPrompts.front().words;
+        j["token_unit"] = "whitespace words";
+        auto &arr = j["policies"] = nlohmann::ordered_json::array();
+        for (const auto &c : costs)
+            arr.push_back({{"policy", c.policy},
+                           {"requests", c.requests},
+                           {"prompt_words", c.promptWords},
+                           {"max_prompt_words", c.maxPromptWords},
+                           {"uncached_words", c.uncachedWords},
+                           {"summary_words", c.summaryWords}});
+        std::printf("%s\n", j.dump(2).c_str());
+    }
+    return 0;
+}
+
+// `kvwb workload rounds`: per-round hit rates of a replay ledger joined with its workload.
+int roundsReport(const QCommandLineParser &p)
+{
+    if (!p.isSet("workload") || !p.isSet("ledger"))
+        throw UsageError{"rounds needs --workload W.jsonl and --ledger L.csv"};
+    const std::string workloadPath = str(p.value("workload")), ledgerPath = str(p.value("ledger"));
+    const auto wl = core::readWorkloadJsonl(workloadPath);
+    if (!wl.warnings.empty())
+        std::fprintf(stderr, "skipped %zu malformed workload lines:\n%s", wl.warnings.total(),
+                     wl.warnings.summary().c_str());
+    const auto rows = core::ledgerFromCsv(readTextFile(p.value("ledger")),
+                                          std::filesystem::path(ledgerPath).filename().string());
+    std::vector<core::RequestOutcome> outcomes;
+    outcomes.reserve(rows.size());
+    for (const auto &r : rows)
+        outcomes.push_back({r.requestId, r.answeredBy != core::TierKind::None, r.promptTokens, r.tokensReused});
+    const core::RoundBreakdown b = core::roundBreakdown(wl.requests, outcomes);
+    if (b.unmatched > 0)
+        std::fprintf(stderr, "%zu ledger rows name requests not in %s (another workload?)\n", b.unmatched,
+                     workloadPath.c_str());
+    if (b.rounds.empty())
+        throw core::Error(core::ErrorCode::Format,
+                          workloadPath + ": no ledger row matches a request with a round (write the workload "
+                                         "with `kvwb workload multiturn` or `kvwb workload sharegpt`)");
+    if (p.isSet("json")) {
+        nlohmann::ordered_json j;
+        j["workload"] = workloadPath;
+        j["ledger"] = ledgerPath;
+        j["unmatched"] = b.unmatched;
+        j["without_round"] = b.withoutRound;
+        auto &arr = j["rounds"] = nlohmann::ordered_json::array();
+        for (const auto &s : b.rounds)
+            arr.push_back({{"round", s.round},
+                           {"requests", s.requests},
+                           {"hits", s.hits},
+                           {"hit_rate", s.hitRate},
+                           {"prompt_tokens", s.promptTokens},
+                           {"tokens_reused", s.tokensReused},
+                           {"token_hit_rate", s.tokenHitRate}});
+        std::printf("%s\n", j.dump(2).c_str());
+        return 0;
+    }
+    std::printf("%6s %9s %9s %15s %14s %14s\n", "round", "requests", "hit rate", "token hit rate",
+                "prompt tokens", "tokens reused");
+    for (const auto &s : b.rounds)
+        std::printf("%6d %9lld %9.3f %15.3f %14lld %14lld\n", s.round, (long long)s.requests, s.hitRate,
+                    s.tokenHitRate, (long long)s.promptTokens, (long long)s.tokensReused);
+    if (b.withoutRound > 0)
+        std::printf("(%zu requests without a round not shown)\n", b.withoutRound);
     return 0;
 }
 
@@ -174,27 +370,55 @@ int cmdWorkload(const QStringList &args)
     p.addOption({"limit", "sharegpt, quora: at most N requests (default 0 = all).", "N", "0"});
     p.addOption({"gap-ms", "sharegpt, quora: arrival spacing in ms (default 1000).", "MS", "1000"});
     p.addOption({"system-prompt", "quora: system prompt put before every question (default none).", "STR"});
+    p.addOption({"history-policy",
+                 "multiturn, sharegpt: what each round's prompt keeps of the earlier rounds: full, window:N "
+                 "(the last N rounds), summary[:N] (older rounds replaced by an extractive summary, the last "
+                 "N, default 1, kept) (default full).",
+                 "P"});
+    p.addOption({"max-rounds", "sharegpt: at most R rounds (human turns) per conversation (default 0 = all).",
+                 "R"});
+    p.addOption({"interleave",
+                 "sharegpt: interleave the rounds of C conversations at a time, as C concurrent clients "
+                 "(default 0: one conversation after another).",
+                 "C"});
+    p.addOption({"strict", "sharegpt: stop with an error at the first malformed conversation."});
+    p.addOption({"rounds", "multiturn: rounds per user (default 5).", "R"});
+    p.addOption({"system-tokens", "multiturn: shared system prompt length in words (default 100; 0 = none).",
+                 "S"});
+    p.addOption({"user-history-tokens",
+                 "multiturn: per-user context after the system prompt, in words (default 0).", "H"});
+    p.addOption({"qps", "multiturn: aggregate request rate; each user's rounds are users/qps s apart (default 1).",
+                 "Q"});
+    p.addOption({"json", "multiturn: policy costs as JSON on stdout; rounds: the table as JSON."});
+    p.addOption({"workload", "rounds: the workload the ledger replayed.", "FILE"});
+    p.addOption({"ledger", "rounds: the replay ledger CSV (kvwb replay --ledger).", "FILE"});
     parse(p, args,
           "Write a request workload (JSONL, one request a line). wordnet: over WordNet concepts, with Zipf "
           "popularity, Poisson arrivals, tenants with shared system prompts, exact repeats, paraphrases, "
           "synonym swaps and near misses. sharegpt: every human turn of ShareGPT conversations, prompted "
           "with the conversation so far. quora: both questions of each Quora question pair, duplicates "
-          "sharing an intent (docs/corpus-and-workload.md).",
-          "SOURCE", "wordnet, sharegpt or quora.");
+          "sharing an intent. multiturn: multi-round conversations over WordNet concepts (users, rounds, "
+          "shared system prompt, history policy) and the prompt cost of each policy. rounds: per-round hit "
+          "rates of a replay ledger of a multi-turn workload (docs/corpus-and-workload.md).",
+          "SOURCE", "wordnet, sharegpt, quora, multiturn or rounds.");
     {
         const auto pos = p.positionalArguments();
         if (pos.size() != 1)
-            throw UsageError{"expected exactly one SOURCE (wordnet, sharegpt or quora)"};
+            throw UsageError{"expected exactly one SOURCE (wordnet, sharegpt, quora, multiturn or rounds)"};
+        const QString source = pos.first();
+        if (!QStringList{"wordnet", "sharegpt", "quora", "multiturn", "rounds"}.contains(source))
+            throw UsageError{"unknown source '" + str(source) + "' (wordnet, sharegpt, quora, multiturn or rounds)"};
+        if (source == "sharegpt" && p.isSet("system-prompt"))
+            throw UsageError{"--system-prompt applies to quora only (ShareGPT conversations bring their own)"};
+        checkOptionScopes(p, source);
+        if (source == "rounds")
+            return roundsReport(p);
         if (!p.isSet("out"))
             throw UsageError{"--out is required"};
-        if (pos.first() == "sharegpt" || pos.first() == "quora")
-            return importWorkload(p, pos.first());
-        if (pos.first() != "wordnet")
-            throw UsageError{"unknown source '" + str(pos.first()) + "' (wordnet, sharegpt or quora)"};
-        for (const char *name : {"input", "limit", "gap-ms", "system-prompt"})
-            if (p.isSet(name))
-                throw UsageError{"--" + std::string(name) +
-                                 " applies to the sharegpt and quora sources only"};
+        if (source == "sharegpt" || source == "quora")
+            return importWorkload(p, source);
+        if (source == "multiturn")
+            return multiturnWorkload(p);
     }
     core::WorkloadOptions o;
     o.requests = size_t(intOption(p, "requests", 10000, 0));

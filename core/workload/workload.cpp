@@ -13,9 +13,7 @@
 
 namespace kvwb::core {
 
-namespace {
-
-int countWords(std::string_view s)
+int wordCount(std::string_view s)
 {
     int n = 0;
     bool in = false;
@@ -25,6 +23,13 @@ int countWords(std::string_view s)
         in = !space;
     }
     return n;
+}
+
+namespace {
+
+int countWords(std::string_view s)
+{
+    return wordCount(s);
 }
 
 std::string capitalised(std::string s)
@@ -289,6 +294,10 @@ std::string workloadToJsonl(const std::vector<WorkloadRequest> &requests)
         j["t_ms"] = r.tMs;
         j["tenant"] = r.tenant;
         j["user"] = r.user;
+        if (!r.conversation.empty())
+            j["conversation"] = r.conversation;
+        if (r.round >= 0)
+            j["round"] = r.round;
         j["model"] = r.model;
         j["system_prompt_id"] = r.systemPromptId;
         j["kind"] = requestKindName(r.kind);
@@ -370,6 +379,12 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
         integer("t_ms", r.tMs, true, 0, "must be a non-negative integer");
         str("tenant", r.tenant, true, true);
         str("user", r.user, true, true);
+        str("conversation", r.conversation, false, false);
+        int64_t round = -1;
+        integer("round", round, false, 0, "must be a non-negative integer");
+        if (round > INT32_MAX)
+            fail("round", "must be a non-negative integer");
+        r.round = int(round);
         str("model", r.model, true, true);
         if (problem.empty() && r.model != "a" && r.model != "b")
             fail("model", "must be \"a\" or \"b\"");

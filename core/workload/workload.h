@@ -82,6 +82,11 @@ struct WorkloadRequest
     int maxTokens = 64;
     std::string question; // "What is a car?" (may be empty in hand-written files)
     std::string prompt;   // system prompt + "\n\n" + "Q: {question}\nA:" (exactly what is sent)
+    // Multi-turn conversations (core/workload/conversation.h, ShareGPT imports): the conversation
+    // this request is a round of ("" = none) and its 0-based round index (-1 = none). In the JSONL
+    // only when set, so single-turn files stay as they were.
+    std::string conversation;
+    int round = -1;
 };
 
 struct Workload
@@ -90,6 +95,9 @@ struct Workload
     std::vector<SystemPrompt> systemPrompts;
     size_t concepts = 0; // concepts Zipf ranged over (may be fewer than asked)
 };
+
+// Whitespace-separated words (' ', '\n', '\t'): the token approximation the generators use.
+int wordCount(std::string_view s);
 
 // The full prompt sent to a model: "{system}\n\nQ: {question}\nA:", or "Q: {question}\nA:" when the
 // system prompt is empty.

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <charconv>
 
 namespace kvwb::core {
@@ -116,11 +117,37 @@ std::string readTurns(const nlohmann::json &record, std::vector<Turn> &turns)
     return {};
 }
 
+// The first words of a human turn, on one line: what the extractive summary says it asked.
+std::string summaryTopic(const std::string &text)
+{
+    constexpr int kWords = 8;
+    std::string out;
+    int words = 0;
+    bool in = false;
+    for (char c : text) {
+        const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r';
+        if (!space && !in && ++words > kWords) {
+            out.pop_back(); // the space before this word
+            return out + "...";
+        }
+        if (!space)
+            out += c;
+        else if (in)
+            out += ' ';
+        in = !space;
+    }
+    while (!out.empty() && out.back() == ' ')
+        out.pop_back();
+    return out;
+}
+
 } // namespace
 
 ImportResult parseShareGpt(std::string_view json, const std::string &sourceName, const ImportOptions &options)
 {
     checkOptions(options);
+    if (options.historyPolicy.turns < 0)
+        throw Error(ErrorCode::InvalidArgument, "import history policy turns must be >= 0");
     nlohmann::json doc;
     try {
         doc = nlohmann::json::parse(json);
@@ -135,38 +162,87 @@ ImportResult parseShareGpt(std::string_view json, const std::string &sourceName,
                                            std::string(doc.type_name()));
     ImportResult result;
     const std::string tenant = options.tenant.empty() ? "sharegpt" : options.tenant;
-    for (size_t i = 0; i < doc.size() && !full(result, options); ++i) {
+    // Requests per conversation, in round order; ids and times are given once they are ordered.
+    std::vector<std::vector<WorkloadRequest>> conversations;
+    size_t pending = 0;
+    const auto enough = [&]() { return options.interleave == 0 && options.limit > 0 && pending >= options.limit; };
+    for (size_t i = 0; i < doc.size() && !enough(); ++i) {
         ++result.records;
         std::vector<Turn> turns;
         const std::string problem = readTurns(doc[i], turns);
         if (!problem.empty()) {
-            result.warnings.add(sourceName + ":conversation " + std::to_string(i) + ": " + problem);
+            const std::string message = sourceName + ":conversation " + std::to_string(i) + ": " + problem;
+            if (options.strict)
+                throw Error(ErrorCode::Format, message);
+            result.warnings.add(message);
             continue;
         }
-        // Rendering (docs/corpus-and-workload.md): system turns, joined by "\n", then "\n\n"; each
-        // earlier turn as "User: {text}\n" or "Assistant: {text}\n"; then "User: {question}\nAssistant:".
-        // So the prompt of every turn is a prefix of the next turn's prompt.
-        std::string system, history;
+        // Rendering (docs/corpus-and-workload.md): system turns, joined by "\n", then "\n\n"; any
+        // assistant turns before the first human one as "Assistant: {text}\n"; the earlier rounds
+        // the history policy keeps, each "User: {text}\n" plus "Assistant: {text}\n" per answer;
+        // then "User: {question}\nAssistant:". Under the full policy the prompt of every round is
+        // a prefix of the next round's prompt.
+        std::string system, preamble;
+        std::vector<HistoryRound> rounds; // rounds so far, the last one possibly still open
+        std::vector<WorkloadRequest> requests;
+        const auto emit = [&](const std::string &question) {
+            WorkloadRequest r;
+            r.tenant = tenant;
+            r.user = "c" + std::to_string(i);
+            r.conversation = r.user;
+            r.round = int(rounds.size());
+            r.model = "a";
+            r.kind = RequestKind::New;
+            r.maxTokens = options.maxTokens;
+            r.question = question;
+            PolicyHistory h = applyHistoryPolicy(options.historyPolicy, rounds);
+            h.text = preamble + h.text;
+            r.prompt = conversationPrompt(system, h, "User: " + question + "\nAssistant:");
+            requests.push_back(std::move(r));
+        };
         for (const Turn &t : turns) {
             if (t.role == Role::System) {
                 system += (system.empty() ? "" : "\n") + t.text;
-                continue;
+            } else if (t.role == Role::User) {
+                if (options.maxRounds > 0 && rounds.size() >= options.maxRounds)
+                    break;
+                if (!enough() || options.interleave > 0) {
+                    emit(t.text);
+                    ++pending;
+                }
+                rounds.push_back({"User: " + t.text + "\n", summaryTopic(t.text)});
+            } else if (rounds.empty()) {
+                preamble += "Assistant: " + t.text + "\n";
+            } else {
+                rounds.back().text += "Assistant: " + t.text + "\n";
             }
-            if (t.role == Role::User && !full(result, options)) {
-                WorkloadRequest r;
-                r.id = int64_t(result.requests.size());
-                r.tMs = r.id * options.gapMs;
-                r.tenant = tenant;
-                r.user = "c" + std::to_string(i);
-                r.model = "a";
-                r.kind = RequestKind::New;
-                r.maxTokens = options.maxTokens;
-                r.question = t.text;
-                r.prompt =
-                    (system.empty() ? "" : system + "\n\n") + history + "User: " + t.text + "\nAssistant:";
-                result.requests.push_back(std::move(r));
+        }
+        conversations.push_back(std::move(requests));
+    }
+    const auto add = [&](WorkloadRequest &r) {
+        if (full(result, options))
+            return;
+        r.id = int64_t(result.requests.size());
+        r.tMs = r.id * options.gapMs;
+        result.requests.push_back(std::move(r));
+    };
+    if (options.interleave == 0) {
+        for (auto &c : conversations)
+            for (auto &r : c)
+                add(r);
+    } else {
+        for (size_t g = 0; g < conversations.size(); g += options.interleave) {
+            const size_t end = std::min(conversations.size(), g + options.interleave);
+            for (size_t round = 0;; ++round) {
+                bool any = false;
+                for (size_t c = g; c < end; ++c)
+                    if (round < conversations[c].size()) {
+                        add(conversations[c][round]);
+                        any = true;
+                    }
+                if (!any)
+                    break;
             }
-            history += (t.role == Role::User ? "User: " : "Assistant: ") + t.text + "\n";
         }
     }
     requireSome(result, sourceName, "conversations");

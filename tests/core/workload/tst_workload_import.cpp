@@ -69,6 +69,9 @@ private Q_SLOTS:
     void shareGptTurnsShareGrowingPrefixes();
     void shareGptMalformedRecordsSkipped();
     void shareGptErrors();
+    void shareGptRoundsAndPolicies();
+    void shareGptMaxRoundsAndInterleave();
+    void shareGptStrictNamesConversation();
     void quoraPairs();
     void quoraMalformedLinesNamed();
     void quoraErrors();
@@ -152,6 +155,98 @@ void TestWorkloadImport::shareGptErrors()
              e.what());
     e = expectError([] { parseShareGpt("[]", "empty.json"); });
     QCOMPARE(e.code(), ErrorCode::Format);
+}
+
+void TestWorkloadImport::shareGptRoundsAndPolicies()
+{
+    const ImportResult full = parseShareGpt(kShareGpt, "chats.json");
+    const auto &f = full.requests;
+    QCOMPARE(f.size(), size_t(5));
+    const int rounds[] = {0, 1, 2, 0, 1};
+    const char *conversations[] = {"c0", "c0", "c0", "c3", "c3"};
+    for (size_t i = 0; i < f.size(); ++i) {
+        QCOMPARE(f[i].round, rounds[i]);
+        QCOMPARE(f[i].conversation, std::string(conversations[i]));
+    }
+    QVERIFY(contains(workloadToJsonl(f), R"("user":"c0","conversation":"c0","round":2,)"));
+
+    ImportOptions o;
+    o.historyPolicy = parseHistoryPolicy("window:1");
+    const ImportResult w = parseShareGpt(kShareGpt, "chats.json", o);
+    QCOMPARE(w.requests.size(), size_t(5));
+    QCOMPARE(w.requests[0].prompt, f[0].prompt);
+    QCOMPARE(w.requests[1].prompt, f[1].prompt);
+    // Round 2 keeps round 1 (with its recorded answer) and drops round 0.
+    QCOMPARE(w.requests[2].prompt, std::string("Be brief.\n\nUser: And a bus?\nAssistant: A big one.\n"
+                                               "User: Thanks, bye.\nAssistant:"));
+    QVERIFY(!contains(w.requests[2].prompt, "What is a car?"));
+
+    o.historyPolicy = parseHistoryPolicy("window:0");
+    QCOMPARE(parseShareGpt(kShareGpt, "chats.json", o).requests[2].prompt,
+             std::string("Be brief.\n\nUser: Thanks, bye.\nAssistant:"));
+
+    o.historyPolicy = parseHistoryPolicy("summary");
+    const ImportResult s = parseShareGpt(kShareGpt, "chats.json", o);
+    QCOMPARE(s.requests[1].prompt, f[1].prompt); // one earlier round: kept verbatim
+    QCOMPARE(s.requests[2].prompt,
+             std::string("Be brief.\n\nSummary of the earlier conversation (extractive, not model-written): "
+                         "the user asked about What is a car?.\nUser: And a bus?\nAssistant: A big one.\n"
+                         "User: Thanks, bye.\nAssistant:"));
+    // Long questions are cut to their first 8 words in the summary.
+    o.historyPolicy = parseHistoryPolicy("summary:0");
+    const ImportResult longer = parseShareGpt(
+        R"([{"conversations": [{"from": "human", "value": "one two three\nfour five six seven eight nine ten"},
+                               {"from": "gpt", "value": "ok"}, {"from": "human", "value": "next"}]}])",
+        "l.json", o);
+    QCOMPARE(longer.requests[1].prompt,
+             std::string("Summary of the earlier conversation (extractive, not model-written): the user asked "
+                         "about one two three four five six seven eight....\nUser: next\nAssistant:"));
+}
+
+void TestWorkloadImport::shareGptMaxRoundsAndInterleave()
+{
+    ImportOptions o;
+    o.maxRounds = 2;
+    const ImportResult r = parseShareGpt(kShareGpt, "chats.json", o);
+    QCOMPARE(r.requests.size(), size_t(4)); // c0 rounds 0, 1; c3 rounds 0, 1
+    QCOMPARE(r.requests[1].round, 1);
+    QCOMPARE(r.requests[2].conversation, std::string("c3"));
+
+    // Two concurrent clients: round 0 of both conversations, then round 1 of both, then c0's round 2.
+    o.maxRounds = 0;
+    o.interleave = 2;
+    o.gapMs = 100;
+    const ImportResult i = parseShareGpt(kShareGpt, "chats.json", o);
+    QCOMPARE(i.requests.size(), size_t(5));
+    const char *order[] = {"c0", "c3", "c0", "c3", "c0"};
+    const int rounds[] = {0, 0, 1, 1, 2};
+    for (size_t k = 0; k < i.requests.size(); ++k) {
+        QCOMPARE(i.requests[k].conversation, std::string(order[k]));
+        QCOMPARE(i.requests[k].round, rounds[k]);
+        QCOMPARE(i.requests[k].id, int64_t(k));
+        QCOMPARE(i.requests[k].tMs, int64_t(k) * 100);
+    }
+    // The limit applies after interleaving.
+    o.limit = 3;
+    const ImportResult l = parseShareGpt(kShareGpt, "chats.json", o);
+    QCOMPARE(l.requests.size(), size_t(3));
+    QCOMPARE(l.requests[2].conversation, std::string("c0"));
+    QCOMPARE(l.requests[2].round, 1);
+}
+
+void TestWorkloadImport::shareGptStrictNamesConversation()
+{
+    ImportOptions o;
+    o.strict = true;
+    Error e = expectError([&] { parseShareGpt(kShareGpt, "chats.json", o); });
+    QCOMPARE(e.code(), ErrorCode::Format);
+    QVERIFY2(startsWith(e.what(), "chats.json:conversation 1: turn 0: unknown role 'bing'"), e.what());
+    e = expectError([&] {
+        parseShareGpt(R"([{"conversations": [{"from": "human", "value": "q"}]},
+                          {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": 7}]}])",
+                      "s.json", o);
+    });
+    QCOMPARE(std::string(e.what()), std::string("s.json:conversation 1: turn 1: \"value\" is missing or not a string"));
 }
 
 void TestWorkloadImport::quoraPairs()

@@ -1,0 +1,110 @@
+// `kvwb workload multiturn` and `kvwb workload rounds` end to end against the WordNet fixture: a
+// conversation workload that reads back with its rounds, the prompt cost per policy on stderr (and
+// as JSON), the per-round table of a ledger, and usage errors (exit 2).
+#include "core/cache/replay_ledger.h"
+#include "core/workload/workload.h"
+#include "tests/support/kvwb_process.h"
+#include "tests/support/test_paths.h"
+#include "tests/support/wordnet_fixture.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using Run = kvwb::test::KvwbRun;
+using kvwb::test::runKvwb;
+
+class TestMultiturnCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    QString m_wn;
+
+    QString path(const char *name) const { return m_tmp.filePath(name); }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_tmp.isValid());
+        m_wn = m_tmp.filePath("wn");
+        kvwb::test::writeWordNetFixture(m_wn.toStdString(), 50);
+    }
+
+    void multiturnAndRounds()
+    {
+        const Run r = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("mt.jsonl"),
+                               "--users", "3", "--rounds", "4", "--system-tokens", "20", "--concepts", "30",
+                               "--history-policy", "window:1"});
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY2(r.out.contains("12 requests, 3 users x 4 rounds, history policy window:1"), r.out.constData());
+        QVERIFY2(r.err.contains("prompt cost per history policy") && r.err.contains("summary:1") &&
+                     r.err.contains("full"),
+                 r.err.constData());
+        const auto w = kvwb::core::readWorkloadJsonl(path("mt.jsonl").toStdString());
+        QVERIFY(w.warnings.empty());
+        QCOMPARE(w.requests.size(), size_t(12));
+        QCOMPARE(w.requests[4].round, 1);
+        QCOMPARE(w.requests[4].conversation, std::string("u1"));
+
+        const Run j = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("mt2.jsonl"),
+                               "--users", "2", "--rounds", "3", "--concepts", "30", "--json"});
+        QCOMPARE(j.exitCode, 0);
+        const QJsonObject o = QJsonDocument::fromJson(j.out).object();
+        QCOMPARE(o["requests"].toInt(), 6);
+        QCOMPARE(o["policies"].toArray().size(), 3);
+        QCOMPARE(o["policies"].toArray()[0].toObject()["policy"].toString(), QString("full"));
+
+        // A ledger: round 0 misses, later rounds hit half their prompt tokens.
+        std::vector<kvwb::core::LedgerRow> rows;
+        for (const auto &q : w.requests) {
+            kvwb::core::LedgerRow row;
+            row.requestId = q.id;
+            row.model = "a";
+            row.tenant = q.tenant;
+            row.promptTokens = 100;
+            row.answeredBy = q.round == 0 ? kvwb::core::TierKind::None : kvwb::core::TierKind::Prefix;
+            row.tokensReused = q.round == 0 ? 0 : 50;
+            rows.push_back(row);
+        }
+        kvwb::core::writeLedgerCsv(path("l.csv").toStdString(), rows);
+        const Run t = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv")});
+        QCOMPARE(t.exitCode, 0);
+        QVERIFY2(t.out.contains("token hit rate"), t.out.constData());
+        QVERIFY2(t.out.contains("     0         3     0.000           0.000"), t.out.constData());
+        QVERIFY2(t.out.contains("     3         3     1.000           0.500"), t.out.constData());
+        const Run tj = runKvwb(
+            {"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"), "--json"});
+        QCOMPARE(tj.exitCode, 0);
+        const QJsonArray rounds = QJsonDocument::fromJson(tj.out).object()["rounds"].toArray();
+        QCOMPARE(rounds.size(), 4);
+        QCOMPARE(rounds[1].toObject()["token_hit_rate"].toDouble(), 0.5);
+    }
+
+    void usageErrors_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("message");
+        QTest::newRow("policy") << QStringList{"workload", "multiturn", "--out", "x", "--history-policy", "lru"}
+                                << "history policy 'lru'";
+        QTest::newRow("wordnet option") << QStringList{"workload", "multiturn", "--out", "x", "--requests", "5"}
+                                        << "--requests applies to the wordnet source only";
+        QTest::newRow("rounds needs both") << QStringList{"workload", "rounds", "--workload", "w.jsonl"}
+                                           << "--ledger";
+        QTest::newRow("out is not for rounds")
+            << QStringList{"workload", "rounds", "--out", "x"} << "--out applies to";
+    }
+    void usageErrors()
+    {
+        QFETCH(QStringList, args);
+        QFETCH(QString, message);
+        const Run r = runKvwb(args);
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains(message.toUtf8()), r.err.constData());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestMultiturnCli)
+#include "tst_multiturn_cli.moc"
