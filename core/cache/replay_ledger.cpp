@@ -89,6 +89,17 @@ bool carriesIntent(TierKind t)
     return isResponseHit(t) || t == TierKind::Knowledge;
 }
 
+// A model-served row whose prompt KV a KV tier kept: the replay inserts every computed prompt's KV
+// into the prefix trees when the stack has a prefix or cross tier (gpu/src/replay/replay.cpp), except
+// a knowledge hit's rewritten prompt. A miss consulted every tier, a KV hit its own, so the row's
+// tierHits tells whether the stack had one.
+bool keepsKv(const LedgerRow &r)
+{
+    if (r.answeredBy != TierKind::None && r.answeredBy != TierKind::Prefix && r.answeredBy != TierKind::Cross)
+        return false;
+    return r.tierHits.count(TierKind::Prefix) || r.tierHits.count(TierKind::Cross);
+}
+
 } // namespace
 
 LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices)
@@ -96,10 +107,15 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
     LedgerSummary s;
     s.requests = int64_t(rows.size());
     int64_t promptTokens = 0, responseHits = 0;
-    double computedPrompt = 0, computedGenerated = 0, allPrompt = 0, allGenerated = 0;
+    double allPrompt = 0, allGenerated = 0;
     std::vector<double> ttft, total;
     std::map<TierKind, std::vector<double>> tierTtft;
     s.tiers[TierKind::None] = {}; // always present, even with no misses
+    s.prices = prices;
+    CostBreakdown &c = s.cost;
+    int64_t lastArrivalMs = 0;
+    for (const LedgerRow &r : rows)
+        lastArrivalMs = std::max(lastArrivalMs, r.arrivalMs);
     for (const LedgerRow &r : rows) {
         const bool responseHit = isResponseHit(r.answeredBy);
         // only a response or a knowledge node can be of the wrong intent
@@ -114,8 +130,19 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
         ttft.push_back(r.ttftMs);
         total.push_back(r.totalMs);
         if (!responseHit) {
-            computedPrompt += double(r.promptTokens - r.tokensReused);
-            computedGenerated += double(r.generatedTokens);
+            const int computed = r.promptTokens - r.tokensReused;
+            // A provider serves a reused prefix from its cache only from its minimum length up.
+            if (r.tokensReused >= prices.minCacheableTokens)
+                c.cachedInputTokens += r.tokensReused;
+            else
+                c.inputTokens += r.tokensReused;
+            if (keepsKv(r) && r.promptTokens >= prices.minCacheableTokens) {
+                c.cacheWriteTokens += computed;
+                c.storageTokenHours += double(computed) * double(lastArrivalMs - r.arrivalMs) / 3.6e6;
+            } else {
+                c.inputTokens += computed;
+            }
+            c.outputTokens += r.generatedTokens;
         }
         allPrompt += double(r.promptTokens);
         allGenerated += double(r.generatedTokens);
@@ -156,7 +183,20 @@ LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices
     s.totalMsP50 = percentile(total, 50);
     s.totalMsP95 = percentile(total, 95);
     s.totalMsP99 = percentile(total, 99);
-    s.costUsd = (computedPrompt * prices.inputPerMillion + computedGenerated * prices.outputPerMillion) / 1e6;
+    // A write at the input price bills with the input tokens, so Prices{in, out} gives the same figure
+    // to the last bit as before cache prices existed.
+    const bool writeAtInput = prices.cacheWrite() == prices.inputPerMillion;
+    const double inputTokens = double(c.inputTokens) + (writeAtInput ? double(c.cacheWriteTokens) : 0.0);
+    c.inputUsd = double(c.inputTokens) * prices.inputPerMillion / 1e6;
+    c.cachedInputUsd = double(c.cachedInputTokens) * prices.cachedInputPerMillion / 1e6;
+    c.cacheWriteUsd = double(c.cacheWriteTokens) * prices.cacheWrite() / 1e6;
+    c.outputUsd = double(c.outputTokens) * prices.outputPerMillion / 1e6;
+    c.storageUsd = c.storageTokenHours * prices.storagePerMillionTokensHour / 1e6;
+    s.costUsd = (inputTokens * prices.inputPerMillion + double(c.outputTokens) * prices.outputPerMillion +
+                 double(c.cachedInputTokens) * prices.cachedInputPerMillion +
+                 (writeAtInput ? 0.0 : double(c.cacheWriteTokens) * prices.cacheWrite()) +
+                 c.storageTokenHours * prices.storagePerMillionTokensHour) /
+                1e6;
     s.costUsdNoCache = (allPrompt * prices.inputPerMillion + allGenerated * prices.outputPerMillion) / 1e6;
     return s;
 }
@@ -672,6 +712,34 @@ std::vector<LedgerRow> loadLedger(const fs::path &experiment, const std::string 
     return rows;
 }
 
+namespace {
+
+nlohmann::json pricesJson(const LedgerSummary &s)
+{
+    const Prices &p = s.prices;
+    const CostBreakdown &c = s.cost;
+    return {{"preset", p.preset.empty() ? "custom" : p.preset},
+            {"input", p.inputPerMillion},
+            {"cached_input", p.cachedInputPerMillion},
+            {"cache_write", p.cacheWrite()},
+            {"output", p.outputPerMillion},
+            {"storage_per_million_tokens_hour", p.storagePerMillionTokensHour},
+            {"min_cacheable_tokens", p.minCacheableTokens},
+            {"cost",
+             {{"input_tokens", c.inputTokens},
+              {"cached_input_tokens", c.cachedInputTokens},
+              {"cache_write_tokens", c.cacheWriteTokens},
+              {"output_tokens", c.outputTokens},
+              {"storage_token_hours", c.storageTokenHours},
+              {"input_usd", c.inputUsd},
+              {"cached_input_usd", c.cachedInputUsd},
+              {"cache_write_usd", c.cacheWriteUsd},
+              {"output_usd", c.outputUsd},
+              {"storage_usd", c.storageUsd}}}};
+}
+
+} // namespace
+
 std::string ledgerSummaryJson(const LedgerSummary &s)
 {
     nlohmann::json tiers = nlohmann::json::object();
@@ -704,6 +772,7 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
                               {"total_ms_p99", s.totalMsP99},
                               {"cost_usd", s.costUsd},
                               {"cost_usd_no_cache", s.costUsdNoCache},
+                              {"prices", pricesJson(s)},
                               {"tiers", tiers}};
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

@@ -85,10 +85,39 @@ struct TierAggregate
     int64_t modulesRecomputed = 0;
 };
 
+// What tokens cost, in USD per million tokens (docs/replay.md, "Prices"). A Prices{in, out} bills as
+// kvwb always did: computed prompt tokens at `in`, generated tokens at `out`, reused tokens free.
+// Presets of hosted providers and a self-hosted GPU projection: core/cache/prices.h.
 struct Prices
 {
     double inputPerMillion = 0.15;  // USD per 1M prompt tokens computed
     double outputPerMillion = 0.60; // USD per 1M generated tokens computed
+    // USD per 1M prompt tokens reused from a KV tier (prefix, cross, knowledge module): a provider's
+    // "cached input" / "cache hit" price.
+    double cachedInputPerMillion = 0;
+    // USD per 1M computed prompt tokens a KV tier kept (billed instead of inputPerMillion, not on top
+    // of it); unset: the input price (no write premium).
+    std::optional<double> cacheWritePerMillion = std::nullopt;
+    // USD per 1M tokens kept in a cache per hour (a provider's context-cache storage); 0: not billed.
+    double storagePerMillionTokensHour = 0;
+    // A provider caches prefixes of at least this many tokens: shorter reuse bills at the input price,
+    // shorter prompts write nothing. 0: no minimum.
+    int64_t minCacheableTokens = 0;
+    // The preset these prices came from ("" when given by hand, e.g. --price-in/--price-out).
+    std::string preset = {};
+
+    double cacheWrite() const { return cacheWritePerMillion.value_or(inputPerMillion); }
+};
+
+// Where a summary's costUsd came from: tokens per price class and what each class cost.
+struct CostBreakdown
+{
+    int64_t inputTokens = 0;       // computed prompt tokens billed at the input price
+    int64_t cachedInputTokens = 0; // reused prompt tokens billed at the cached-input price
+    int64_t cacheWriteTokens = 0;  // computed prompt tokens a KV tier kept, at the cache-write price
+    int64_t outputTokens = 0;      // generated tokens computed
+    double storageTokenHours = 0;  // tokens written x hours from their request to the ledger's last arrival
+    double inputUsd = 0, cachedInputUsd = 0, cacheWriteUsd = 0, outputUsd = 0, storageUsd = 0;
 };
 
 struct LedgerSummary
@@ -103,8 +132,10 @@ struct LedgerSummary
     int64_t tokensComputed = 0;
     double ttftMsP50 = 0, ttftMsP95 = 0, ttftMsP99 = 0;
     double totalMsP50 = 0, totalMsP95 = 0, totalMsP99 = 0;
-    double costUsd = 0;                      // computed tokens at the prices
-    double costUsdNoCache = 0;               // every prompt and generated token computed
+    double costUsd = 0;                      // the ledger at the prices, caches included (cost below)
+    double costUsdNoCache = 0;               // every prompt and generated token computed at input/output
+    CostBreakdown cost;                      // costUsd by price class
+    Prices prices;                           // what summarize billed at
     std::map<TierKind, TierAggregate> tiers; // per tier in the stack, plus TierKind::None (misses)
 };
 
@@ -115,12 +146,17 @@ double percentile(std::vector<double> values, double p);
 
 // Per tier: requests = rows whose tierHits holds it; hits, falseHits, tokens and TTFT over the rows
 // it answered (for None: requests = the misses, hits = 0). falseHits count response hits only.
-// Definitions and costs: docs/replay.md, "Summary".
+// Costs: response hits cost 0; other rows bill reused prompt tokens at the cached-input price (input
+// when fewer than minCacheableTokens), computed prompt tokens at the cache-write price when a KV tier
+// kept them (the row consulted the prefix or cross tier and was not a knowledge hit, and the prompt
+// has minCacheableTokens), else at the input price, generated tokens at the output price, and
+// written tokens' storage until the last arrival. Definitions: docs/replay.md, "Summary" and "Prices".
 LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices = {});
 
 // The summary as one JSON object (the form `kvwb replay --json` and reports print): requests, hits,
 // false_hits, hit_rate, token_hit_rate, false_hit_rate, tokens_reused, tokens_computed,
-// ttft_ms_p50/p95/p99, total_ms_p50/p95/p99, cost_usd, cost_usd_no_cache, and "tiers": per tier
+// ttft_ms_p50/p95/p99, total_ms_p50/p95/p99, cost_usd, cost_usd_no_cache, "prices" (preset, the
+// prices, and cost: tokens and USD per price class, docs/replay.md "Prices"), and "tiers": per tier
 // name {requests, hits, false_hits, tokens_reused, tokens_computed, ttft_ms_p50/p95/p99}, the
 // knowledge tier's also rejected and modules_recomputed.
 std::string ledgerSummaryJson(const LedgerSummary &summary);
