@@ -26,6 +26,8 @@ PACKAGES=(
   # the Redis store under the cache tiers (core/cache/redis_store.cpp); the tests start their own
   # redis-server on a loopback port
   libhiredis-dev redis-server
+  # the demo scripts' tables from kvwb's JSON (projects/demo/make-fleet-report.sh)
+  jq
   # the fuzz targets (libFuzzer, packaging/fuzz.sh)
   clang
   # the Debian package (packaging/build-deb.sh, CTest packaging.deb): CPack's DEB generator needs

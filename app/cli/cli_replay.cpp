@@ -1,8 +1,10 @@
 #include "app/cli/cli_replay.h"
 
+#include "app/cli/cli_fleet.h"
 #include "app/cli/engine_options.h"
 #include "app/jobs/replay_job.h"
 #include "core/cache/prefix_tree.h"
+#include "core/cache/prices.h"
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
 #include "core/model/checkpoint.h"
@@ -151,6 +153,25 @@ int cmdReplay(const QStringList &args)
     p.addOption({"shadow", "Share of hits re-run from scratch to verify them (default 0).", "F", "0"});
     p.addOption({"price-in", "USD per 1M prompt tokens computed (default 0.15).", "USD", "0.15"});
     p.addOption({"price-out", "USD per 1M generated tokens computed (default 0.60).", "USD", "0.60"});
+    p.addOption({"prices",
+                 "Bill the ledger at a price preset (kvwb prices lists them) or a presets file (FILE or "
+                 "FILE#ID): cached input, cache writes and storage as the provider bills them "
+                 "(docs/replay.md, \"Prices\"). Not with --price-in/--price-out.",
+                 "PRESET|FILE"});
+    p.addOption({"store",
+                 "Keep the exact and semantic entries and the prefix KV blocks in a shared store: memory or "
+                 "redis://HOST:PORT[/DB] (docs/fleet.md).",
+                 "URL"});
+    p.addOption({"store-timeout-ms", "Shared store: connect and command timeout (default 500).", "MS", "500"});
+    p.addOption({"store-flush", "Shared store: remove the workbench's keys before the replay."});
+    p.addOption({"workers",
+                 "Run the replay as a fleet of N worker processes (docs/fleet.md); with --store they share "
+                 "one store, without it each keeps its own caches.",
+                 "N"});
+    p.addOption({"routing", "Fleet routing: round-robin (default), tenant-affine, prefix-hash or least-loaded.",
+                 "POLICY", "round-robin"});
+    p.addOption({"route-drain", "least-loaded routing: work units a worker drains per second (default 2000).",
+                 "UNITS", "2000"});
     p.addOption({"ledger", "Write the per-request ledger as CSV.", "OUT.csv"});
     p.addOption({"save-ledger", "Store the ledger in the experiment file as /ledgers/NAME.", "NAME"});
     p.addOption({"json", "Print the summary as JSON."});
@@ -188,8 +209,19 @@ int cmdReplay(const QStringList &args)
     o.speed = doubleOption(p, "speed", 1.0, 1e-6, 1e9);
     o.maxTokens = intOption(p, "max-tokens", 0, 1);
     o.shadowFraction = doubleOption(p, "shadow", 0.0, 0.0, 1.0);
-    o.prices.inputPerMillion = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
-    o.prices.outputPerMillion = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
+    if (p.isSet("prices")) {
+        if (p.isSet("price-in") || p.isSet("price-out"))
+            throw UsageError{"--prices and --price-in/--price-out exclude each other: give a preset or file, or "
+                             "the two prices"};
+        o.prices = core::resolvePricePreset(str(p.value("prices"))).prices; // before any model loads
+    } else {
+        o.prices.inputPerMillion = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
+        o.prices.outputPerMillion = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
+    }
+    if (p.isSet("workers"))
+        return runFleetReplay(args, p, o.prices);
+    if (p.isSet("routing") || p.isSet("route-drain"))
+        throw UsageError{"--routing and --route-drain need --workers"};
     const bool asJson = p.isSet("json");
     const bool needCross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
     const bool needKnowledge =
@@ -289,6 +321,19 @@ int cmdReplay(const QStringList &args)
             std::fprintf(stderr, "warning: %s\n", w.c_str());
     }
 
+    std::unique_ptr<core::SharedStore> store;
+    if (p.isSet("store")) {
+        core::StoreOptions so;
+        so.commandTimeoutMs = intOption(p, "store-timeout-ms", 500, 1, 600000);
+        so.connectTimeoutMs = so.commandTimeoutMs;
+        store = core::openSharedStore(str(p.value("store")), so);
+        if (p.isSet("store-flush"))
+            store->flush();
+        o.store = store.get();
+        job.options.store = o.store;
+    } else if (p.isSet("store-flush")) {
+        throw UsageError{"--store-flush needs --store"};
+    }
     gpu::ReplayModels models{
         a.get(),        b.get(),        tokA.get(), tokB.get(), converter ? &*converter : nullptr,
         embedder.get(), knowledge.get()};
@@ -343,6 +388,7 @@ int cmdReplay(const QStringList &args)
             {"overhead_ms_p99", core::percentile(r.overheadMs, 99)},
             {"threshold_sweep", sweep},
             {"knowledge", knowledge ? json::parse(jobs::knowledgeCostsJson(*knowledge)) : json()},
+            {"store", store ? json::parse(jobs::storeStatsJson(*store)) : json()},
             {"warnings", r.warnings}};
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
         return r.cancelled ? 130 : 0;
@@ -361,10 +407,20 @@ int cmdReplay(const QStringList &args)
     std::printf("| total | %lld | %lld | %lld | %lld | %lld | %.2f | %.2f |\n\n", (long long)s.requests,
                 (long long)s.hits, (long long)s.falseHits, (long long)s.tokensReused,
                 (long long)s.tokensComputed, s.ttftMsP50, s.ttftMsP95);
-    std::printf("hit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching\n",
-                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache);
+    std::printf("hit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching (prices: "
+                "%s)\n",
+                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache,
+                s.prices.preset.empty() ? "custom" : s.prices.preset.c_str());
     std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
                 core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
+    if (store) {
+        const auto st = store->stats();
+        std::printf("store %s: %lld gets, %lld hits, %lld puts, %lld refused, %lld unavailable, %.1f MB sent, "
+                    "%.1f MB received, %.1f ms in round trips\n",
+                    store->describe().c_str(), (long long)st.gets, (long long)st.hits, (long long)st.puts,
+                    (long long)st.refused, (long long)st.unavailable, st.bytesSent / 1e6, st.bytesReceived / 1e6,
+                    st.netMs);
+    }
     if (knowledge) {
         const auto &c = knowledge->costs();
         std::printf(

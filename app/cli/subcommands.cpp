@@ -9,8 +9,10 @@
 #ifndef KVWB_FRONT_END
 #include "app/cli/cli_align.h"
 #include "app/cli/cli_capture.h"
+#include "app/cli/cli_fleet.h"
 #include "app/cli/cli_generate.h"
 #include "app/cli/cli_knowledge.h"
+#include "app/cli/cli_prices.h"
 #include "app/cli/cli_replay.h"
 #include "app/cli/cli_train.h"
 #ifndef KVWB_HEADLESS
@@ -61,6 +63,10 @@ const std::vector<Subcommand> &subcommands()
          KVWB_ENGINE_RUN(cmdBenchTransfer)},
         {"replay", "Replay a workload through exact, semantic, prefix and cross-model cache tiers.", E,
          KVWB_ENGINE_RUN(cmdReplay)},
+        {"bench-store", "A KV cache's trip through a shared store (Redis) against recomputing it.", E,
+         KVWB_ENGINE_RUN(cmdBenchStore)},
+        {"prices", "List the price presets, or cost a replay ledger under several of them.", E,
+         KVWB_ENGINE_RUN(cmdPrices)},
 #ifndef KVWB_HEADLESS
         {"report", "Write an experiment's report: HTML (charts embedded), PDF, Markdown, CSV/JSON.", E,
          KVWB_ENGINE_RUN(cmdReport)},

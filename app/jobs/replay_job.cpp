@@ -138,11 +138,36 @@ std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embed
                                      {"knowledge_min_similarity", job.knowledge.minSimilarity},
                                      {"knowledge_ttl_ms", job.knowledge.ttlMs},
                                      {"knowledge_boundary", job.knowledge.boundary},
+                                     {"store", o.store ? o.store->describe() : ""},
                                      {"cancelled", cancelled},
                                      {"model_a", a.checkpoint().fingerprint()},
                                      {"model_b", b ? b->checkpoint().fingerprint() : ""},
                                      {"device", gpu::deviceName(a.options().device)}};
     return settings.dump();
+}
+
+std::string storeStatsJson(core::SharedStore &store)
+{
+    const core::SharedStoreStats s = store.stats();
+    const core::StoreServerInfo info = store.serverInfo();
+    const nlohmann::json j = {{"url", store.describe()},
+                              {"gets", s.gets},
+                              {"hits", s.hits},
+                              {"puts", s.puts},
+                              {"refused", s.refused},
+                              {"unavailable", s.unavailable},
+                              {"reconnects", s.reconnects},
+                              {"bytes_sent", s.bytesSent},
+                              {"bytes_received", s.bytesReceived},
+                              {"net_ms", s.netMs},
+                              {"server",
+                               {{"used_bytes", info.usedBytes},
+                                {"max_bytes", info.maxBytes},
+                                {"eviction_policy", info.evictionPolicy},
+                                {"evicted_keys", info.evictedKeys},
+                                {"expired_keys", info.expiredKeys},
+                                {"keys", info.keys}}}};
+    return j.dump();
 }
 
 } // namespace kvwb::app::jobs

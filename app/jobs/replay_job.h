@@ -60,6 +60,10 @@ ReplayRequests readReplayRequests(const std::string &workloadPath, int limit);
 std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,
                                              const core::Tokenizer &tokenizerA);
 
+// A shared store's counters and its server's memory (used, limit, eviction policy, evicted and
+// expired keys) as JSON, for `kvwb replay --json` and a fleet's summary.
+std::string storeStatsJson(core::SharedStore &store);
+
 // The settings stored beside a ledger and printed by `kvwb replay --json`: workload, tiers,
 // threshold, embedder, what it embeds, block, eviction, tenant sharing, gate, clock, speed, max
 // tokens, limit, converter, whether the replay was cancelled, both models' fingerprints, device.

@@ -3,7 +3,6 @@
 #include "core/cache/exact_tier.h"
 #include "core/util/error.h"
 
-#include <nlohmann/json.hpp>
 
 namespace kvwb::core {
 
@@ -98,23 +97,15 @@ bool SharedSemanticTier::catchUp()
                 continue;
             }
             try {
-                const auto j = nlohmann::json::parse(p->body);
-                if (j.at("embedder").get<std::string>() != m_embedder.name()) {
+                SemanticEntryBody body = decodeSemanticEntryBody(p->body);
+                if (body.embedder != m_embedder.name() || int(body.vector.size()) != m_embedder.dim()) {
                     ++m_skipped; // another embedder's vectors are not comparable
                     continue;
                 }
-                std::vector<float> v = j.at("vector").get<std::vector<float>>();
-                if (int(v.size()) != m_embedder.dim()) {
-                    ++m_skipped;
-                    continue;
-                }
-                const auto &r = j.at("response");
-                CachedResponse resp{r.at("text").get<std::string>(), r.at("output_ids").get<std::vector<int>>(),
-                                    r.at("intent").get<std::string>(), r.at("request_id").get<int64_t>()};
-                m_local.insert(TenantScope(p->header.tenant, p->header.fingerprint), j.at("prompt").get<std::string>(),
-                               v, std::move(resp), p->header.createdMs);
+                m_local.insert(TenantScope(p->header.tenant, p->header.fingerprint), body.prompt, body.vector,
+                               std::move(body.response), p->header.createdMs);
                 ++m_fromOthers;
-            } catch (const nlohmann::json::exception &) {
+            } catch (const Error &) {
                 ++m_skipped;
             }
         }
@@ -154,20 +145,8 @@ void SharedSemanticTier::insert(const TierRequest &request, TierInsert computed)
         m_embeddedFor = request.requestId;
     }
     m_local.insert(request.scope, request.embedText, m_embedding, computed.response, request.nowMs);
-    const nlohmann::json body = {{"prompt", request.embedText},
-                                 {"embedder", m_embedder.name()},
-                                 {"vector", m_embedding},
-                                 {"response",
-                                  {{"text", computed.response.text},
-                                   {"output_ids", computed.response.outputIds},
-                                   {"intent", computed.response.intent},
-                                   {"request_id", computed.response.requestId}}}};
-    std::string text;
-    try {
-        text = body.dump();
-    } catch (const nlohmann::json::exception &) {
-        return; // text that is not UTF-8 stays in this worker's index only
-    }
+    const std::string text =
+        encodeSemanticEntryBody(SemanticEntryBody{m_embedder.name(), request.embedText, m_embedding, computed.response});
     PayloadHeader h;
     h.kind = PayloadKind::Response;
     h.tier = "semantic";

@@ -222,33 +222,135 @@ std::optional<DecodedPayload> decodePayloadImpl(std::string_view bytes, const Pa
     return out;
 }
 
+namespace {
+
+// Length-prefixed little-endian fields: text stays bytes (model output need not be UTF-8).
+struct Writer
+{
+    std::string out;
+    void u32(uint32_t v) { putU32(out, v); }
+    void i64(int64_t v)
+    {
+        for (int i = 0; i < 8; ++i)
+            out += char((uint64_t(v) >> (8 * i)) & 0xff);
+    }
+    void bytes(std::string_view s)
+    {
+        u32(uint32_t(s.size()));
+        out.append(s.data(), s.size());
+    }
+    void raw(const void *p, size_t n) { out.append(static_cast<const char *>(p), n); }
+};
+
+struct Reader
+{
+    std::string_view in;
+    size_t at = 0;
+    std::string what;
+    void need(size_t n, const char *field)
+    {
+        if (n > in.size() - at)
+            throw Error(ErrorCode::Format, std::string("store payload: ") + what + " field " + field +
+                                               " runs past the end of the body");
+    }
+    uint32_t u32(const char *field)
+    {
+        need(4, field);
+        const uint32_t v = getU32(in.data() + at);
+        at += 4;
+        return v;
+    }
+    int64_t i64(const char *field)
+    {
+        need(8, field);
+        uint64_t v = 0;
+        for (int i = 0; i < 8; ++i)
+            v |= uint64_t(uint8_t(in[at + size_t(i)])) << (8 * i);
+        at += 8;
+        return int64_t(v);
+    }
+    std::string bytes(const char *field)
+    {
+        const uint32_t n = u32(field);
+        need(n, field);
+        std::string s(in.substr(at, n));
+        at += n;
+        return s;
+    }
+    void end()
+    {
+        if (at != in.size())
+            throw Error(ErrorCode::Format, "store payload: " + what + " body has " +
+                                               std::to_string(in.size() - at) + " bytes past its last field");
+    }
+};
+
+void writeResponse(Writer &w, const CachedResponse &r)
+{
+    w.bytes(r.text);
+    w.bytes(r.intent);
+    w.i64(r.requestId);
+    w.u32(uint32_t(r.outputIds.size()));
+    for (int id : r.outputIds)
+        w.u32(uint32_t(id));
+}
+
+CachedResponse readResponse(Reader &rd)
+{
+    CachedResponse r;
+    r.text = rd.bytes("text");
+    r.intent = rd.bytes("intent");
+    r.requestId = rd.i64("request_id");
+    const uint32_t n = rd.u32("output_ids");
+    rd.need(size_t(n) * 4, "output_ids"); // checked against the body before allocating
+    r.outputIds.resize(n);
+    for (uint32_t i = 0; i < n; ++i)
+        r.outputIds[i] = int(rd.u32("output_ids"));
+    return r;
+}
+
+} // namespace
+
 std::string encodeResponseBody(const CachedResponse &r)
 {
-    const nlohmann::json j = {{"text", r.text},
-                              {"output_ids", r.outputIds},
-                              {"intent", r.intent},
-                              {"request_id", r.requestId}};
-    return j.dump();
+    Writer w;
+    writeResponse(w, r);
+    return std::move(w.out);
 }
 
 CachedResponse decodeResponseBody(std::string_view body)
 {
-    CachedResponse r;
-    std::string field = "the body";
-    try {
-        const auto j = nlohmann::json::parse(body);
-        field = "text";
-        r.text = j.at("text").get<std::string>();
-        field = "output_ids";
-        r.outputIds = j.at("output_ids").get<std::vector<int>>();
-        field = "intent";
-        r.intent = j.at("intent").get<std::string>();
-        field = "request_id";
-        r.requestId = j.at("request_id").get<int64_t>();
-    } catch (const nlohmann::json::exception &e) {
-        throw Error(ErrorCode::Format, "store payload: response field " + field + ": " + e.what());
-    }
+    Reader rd{body, 0, "response"};
+    CachedResponse r = readResponse(rd);
+    rd.end();
     return r;
+}
+
+std::string encodeSemanticEntryBody(const SemanticEntryBody &e)
+{
+    Writer w;
+    w.bytes(e.embedder);
+    w.bytes(e.prompt);
+    w.u32(uint32_t(e.vector.size()));
+    w.raw(e.vector.data(), e.vector.size() * sizeof(float));
+    writeResponse(w, e.response);
+    return std::move(w.out);
+}
+
+SemanticEntryBody decodeSemanticEntryBody(std::string_view body)
+{
+    Reader rd{body, 0, "semantic entry"};
+    SemanticEntryBody e;
+    e.embedder = rd.bytes("embedder");
+    e.prompt = rd.bytes("prompt");
+    const uint32_t dim = rd.u32("vector");
+    rd.need(size_t(dim) * sizeof(float), "vector");
+    e.vector.resize(dim);
+    std::memcpy(e.vector.data(), body.data() + rd.at, size_t(dim) * sizeof(float));
+    rd.at += size_t(dim) * sizeof(float);
+    e.response = readResponse(rd);
+    rd.end();
+    return e;
 }
 
 std::string encodeResponsePayload(const TenantScope &scope, std::string_view tier, const CachedResponse &response,

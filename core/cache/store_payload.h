@@ -75,10 +75,25 @@ std::optional<DecodedPayload> decodePayload(std::string_view bytes, const Payloa
 std::optional<DecodedPayload> decodePayloadAnyScope(std::string_view bytes, PayloadKind kind,
                                                     const std::string &tier, std::string *why);
 
-// A response as an envelope body (shape [bytes], dtype U8): text, output ids, intent, request id.
+// A response as an envelope body (shape [bytes], dtype U8), little-endian: text and intent as
+// uint32 length + bytes (model output need not be UTF-8), request id int64, output ids as uint32
+// count + int32 each.
 std::string encodeResponseBody(const CachedResponse &response);
-// Error(Format) naming the field for a body that does not parse.
+// Error(Format) naming the field that runs past the end (every count is checked against the body
+// before anything is allocated) or trailing bytes.
 CachedResponse decodeResponseBody(std::string_view body);
+
+// A semantic tier's stream entry body: embedder name, the embedded text, its vector (uint32 dim +
+// float32 each), then a response body.
+struct SemanticEntryBody
+{
+    std::string embedder;
+    std::string prompt;
+    std::vector<float> vector;
+    CachedResponse response;
+};
+std::string encodeSemanticEntryBody(const SemanticEntryBody &entry);
+SemanticEntryBody decodeSemanticEntryBody(std::string_view body);
 
 // Convenience: a whole response envelope for a scope and tier.
 std::string encodeResponsePayload(const TenantScope &scope, std::string_view tier,

@@ -14,6 +14,7 @@
 
 #include "core/cache/cache_tier.h"
 #include "core/cache/prefix_tree.h"
+#include "core/cache/shared_store.h"
 #include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
 #include "gpu/model/kv_cache.h"
@@ -36,7 +37,11 @@ class PrefixKvTier : public core::CacheTier
 {
 public:
     // a, b: the pair (b may be null); limits apply per model; blockSize tokens per tree block.
-    PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize);
+    // store: null keeps blocks in this process (a radix tree per model); else every whole block's KV
+    // lives in the shared store (docs/fleet.md, "Prefix blocks"), keyed by the model's fingerprint,
+    // the tenant and the token ids up to the block's end, so any worker can continue from it.
+    PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize,
+                 core::SharedStore *store = nullptr);
 
     core::TierKind kind() const override { return core::TierKind::Prefix; }
     core::TierLookup lookup(const core::TierRequest &request) override;
@@ -66,11 +71,28 @@ private:
         std::unordered_map<uint64_t, KvCache> caches; // handle -> cache
     };
     ModelStore &storeOf(core::ModelRole role);
+    // Shared-store mode: the leading whole blocks of `tokens` found in the store, assembled into one
+    // cache (m_fetched); outcome for the ledger.
+    Match fetchBlocks(ModelStore &s, core::ModelRole role, const std::string &tenant, const std::vector<int> &tokens,
+                      int64_t nowMs, std::string &outcome);
+    void putBlocks(ModelStore &s, const std::string &tenant, const std::vector<int> &tokens, const KvCache &cache,
+                   int fromBlock, int64_t nowMs);
     void releaseCaches(ModelStore &s);
     void releaseAll();
 
     ModelStore m_stores[2]; // [A, B]
     uint64_t m_nextHandle = 1;
+    core::SharedStore *m_shared = nullptr;
+    core::TierLimits m_limits;
+    int m_block = 16;
+    KvCache m_fetched;              // the last cache assembled from the store
+    int64_t m_fetchedFor = -1;      // ... for this request (blocks found, so insert skips them)
+    int m_fetchedBlocks = 0;
+    std::string m_lastOutcome;      // of the last store lookup, for the cross tier's ledger note
+    int64_t m_storeBytesPut = 0;
+    int64_t m_storeBlocksPut = 0;
+public:
+    const std::string &lastStoreOutcome() const { return m_lastOutcome; }
 };
 
 struct CrossTierOptions

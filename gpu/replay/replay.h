@@ -15,6 +15,7 @@
 #include "core/cache/cache_store.h"
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
+#include "core/cache/shared_store.h"
 #include "core/store/converter_store.h"
 #include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
@@ -70,6 +71,10 @@ struct ReplayOptions
     double shadowFraction = 0; // share of hits re-run from scratch for verification
     uint64_t seed = 1;         // shadow sampling
     core::Prices prices;
+    // Null: every tier keeps its entries in this process. Else the exact and semantic response tiers
+    // and the prefix KV blocks live in this shared store (core/cache/shared_store.h; a fleet's
+    // workers each open their own connection to one server). Owned by the caller.
+    core::SharedStore *store = nullptr;
 };
 
 struct ReplayResult

@@ -29,7 +29,8 @@ QStringList allSubcommands()
 {
     QStringList all = {"info",    "upgrade", "tokenize", "generate",       "bench",         "make-model",
                        "convert", "train",   "eval-qa",  "capture",        "bench-capture", "bench-tiers",
-                       "align",   "sweep",   "compare",  "bench-transfer", "replay"};
+                       "align",   "sweep",   "compare",  "bench-transfer", "replay",        "bench-store",
+                       "prices"};
 #ifndef KVWB_HEADLESS
     all << "report";
 #endif

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace kvwb::gpu {
 
@@ -14,7 +15,9 @@ using core::ModelRole;
 using core::TierLookup;
 using core::TierRequest;
 
-PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize)
+PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize,
+                           core::SharedStore *store)
+    : m_shared(store), m_limits(limits), m_block(blockSize)
 {
     if (blockSize < 1)
         throw core::Error(core::ErrorCode::InvalidArgument,
@@ -50,10 +53,119 @@ void PrefixKvTier::releaseAll()
         releaseCaches(s);
 }
 
+namespace {
+
+// The store key of the block ending at `end` tokens: the token ids up to there, as int32 bytes.
+std::string blockKey(const std::vector<int> &tokens, int end)
+{
+    return std::string(reinterpret_cast<const char *>(tokens.data()), size_t(end) * sizeof(int));
+}
+
+} // namespace
+
+PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, const std::string &tenant,
+                                              const std::vector<int> &tokens, int64_t nowMs, std::string &outcome)
+{
+    const core::TenantScope scope(m_limits.shareAcrossTenants ? std::string() : tenant, s.fingerprint);
+    const int layers = s.model->config().numLayers;
+    const int heads = s.model->config().numKvHeads;
+    const int hd = s.model->config().headDim;
+    const int maxBlocks = int(tokens.size()) / m_block;
+    std::vector<std::string> bodies;
+    outcome = "miss";
+    for (int k = 1; k <= maxBlocks; ++k) {
+        const core::StoreGet g = m_shared->get(scope, "prefix", blockKey(tokens, k * m_block), nowMs);
+        if (g.outcome != core::StoreOutcome::Hit) {
+            if (g.outcome != core::StoreOutcome::Miss)
+                outcome = core::storeOutcomeName(g.outcome);
+            break;
+        }
+        const auto &h = g.payload->header;
+        if (h.dtype != core::DType::F32 || h.keyForm != core::KeyForm::PostRope ||
+            h.shape != std::vector<int64_t>{layers, 2, heads, m_block, hd}) {
+            outcome = "refused"; // another geometry under this fingerprint: never used
+            break;
+        }
+        bodies.push_back(g.payload->body);
+    }
+    (void)role;
+    if (bodies.empty())
+        return {};
+    if (outcome == "miss")
+        outcome = "hit";
+    const int n = int(bodies.size()) * m_block;
+    std::vector<core::HeadMajorKv> kv(static_cast<size_t>(layers));
+    const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd); // one K (or V) of a layer
+    for (int l = 0; l < layers; ++l) {
+        kv[size_t(l)].keys.resize(size_t(heads) * size_t(n) * size_t(hd));
+        kv[size_t(l)].values.resize(kv[size_t(l)].keys.size());
+        for (size_t b = 0; b < bodies.size(); ++b) {
+            const float *base = reinterpret_cast<const float *>(bodies[b].data()) + size_t(l) * 2 * blockFloats;
+            for (int part = 0; part < 2; ++part) {
+                float *dst = part == 0 ? kv[size_t(l)].keys.data() : kv[size_t(l)].values.data();
+                const float *src = base + size_t(part) * blockFloats;
+                for (int hh = 0; hh < heads; ++hh)
+                    std::memcpy(dst + (size_t(hh) * size_t(n) + b * size_t(m_block)) * size_t(hd),
+                                src + size_t(hh) * size_t(m_block) * size_t(hd),
+                                size_t(m_block) * size_t(hd) * sizeof(float));
+            }
+        }
+    }
+    m_fetched = s.model->newCache();
+    m_fetched.assign(std::vector<int>(tokens.begin(), tokens.begin() + n), kv, core::KeyForm::PostRope);
+    m_fetchedBlocks = int(bodies.size());
+    return Match{n, &m_fetched};
+}
+
+void PrefixKvTier::putBlocks(ModelStore &s, const std::string &tenant, const std::vector<int> &tokens,
+                             const KvCache &cache, int fromBlock, int64_t nowMs)
+{
+    const int blocks = std::min(int(tokens.size()), cache.tokens()) / m_block;
+    if (blocks <= fromBlock)
+        return;
+    const core::TenantScope scope(m_limits.shareAcrossTenants ? std::string() : tenant, s.fingerprint);
+    const int layers = cache.numLayers(), heads = cache.numKvHeads(), hd = cache.headDim();
+    const int total = cache.tokens();
+    std::vector<core::HeadMajorKv> host(static_cast<size_t>(layers));
+    for (int l = 0; l < layers; ++l)
+        host[size_t(l)] = cache.layer(l, core::KeyForm::PostRope);
+    const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd);
+    std::vector<float> body(size_t(layers) * 2 * blockFloats);
+    core::PayloadHeader h;
+    h.kind = core::PayloadKind::Kv;
+    h.tier = "prefix";
+    h.tenant = scope.tenant();
+    h.fingerprint = scope.modelFingerprint();
+    h.dtype = core::DType::F32;
+    h.shape = {layers, 2, heads, m_block, hd};
+    h.keyForm = core::KeyForm::PostRope;
+    h.createdMs = nowMs;
+    for (int k = fromBlock; k < blocks; ++k) {
+        for (int l = 0; l < layers; ++l)
+            for (int part = 0; part < 2; ++part) {
+                const std::vector<float> &src = part == 0 ? host[size_t(l)].keys : host[size_t(l)].values;
+                float *dst = body.data() + (size_t(l) * 2 + size_t(part)) * blockFloats;
+                for (int hh = 0; hh < heads; ++hh)
+                    std::memcpy(dst + size_t(hh) * size_t(m_block) * size_t(hd),
+                                src.data() + (size_t(hh) * size_t(total) + size_t(k) * size_t(m_block)) * size_t(hd),
+                                size_t(m_block) * size_t(hd) * sizeof(float));
+            }
+        const std::string env = core::encodePayload(
+            h, std::string_view(reinterpret_cast<const char *>(body.data()), body.size() * sizeof(float)));
+        if (m_shared->put(scope, "prefix", blockKey(tokens, (k + 1) * m_block), env, m_limits.ttlMs, nowMs) !=
+            core::StoreOutcome::Hit)
+            return; // no server: the rest would fail the same way
+        m_storeBytesPut += int64_t(env.size());
+        ++m_storeBlocksPut;
+    }
+}
+
 PrefixKvTier::Match PrefixKvTier::longestPrefix(ModelRole role, const std::string &tenant,
                                                 const std::vector<int> &tokens, int64_t nowMs)
 {
     ModelStore &s = storeOf(role);
+    if (m_shared && s.model)
+        return fetchBlocks(s, role, tenant, tokens, nowMs, m_lastOutcome);
     if (!s.tree)
         return {};
     const auto match = s.tree->lookup(core::TenantScope(tenant, s.fingerprint), tokens, nowMs);
@@ -68,7 +180,12 @@ PrefixKvTier::Match PrefixKvTier::longestPrefix(ModelRole role, const std::strin
 TierLookup PrefixKvTier::lookup(const TierRequest &request)
 {
     TierLookup out;
+    m_fetchedBlocks = 0;
     const auto match = longestPrefix(request.role, request.scope.tenant(), request.tokens, request.nowMs);
+    if (m_shared) {
+        out.store = m_lastOutcome;
+        m_fetchedFor = request.requestId;
+    }
     if (!match.cache)
         return out;
     // the last prompt token is always computed: its logits give the first generated token
@@ -87,6 +204,13 @@ void PrefixKvTier::insert(const TierRequest &request, core::TierInsert computed)
 {
     ModelStore &s = storeOf(request.role);
     auto *payload = dynamic_cast<KvCachePayload *>(computed.kv.get());
+    if (m_shared) {
+        // blocks the lookup found are in the store already; the cache stays with the replay
+        if (payload && s.model)
+            putBlocks(s, request.scope.tenant(), request.tokens, payload->cache,
+                      m_fetchedFor == request.requestId ? m_fetchedBlocks : 0, request.nowMs);
+        return;
+    }
     if (!s.tree || !payload)
         return;
     const uint64_t handle = m_nextHandle++;
@@ -109,6 +233,8 @@ int64_t PrefixKvTier::evict(int64_t nowMs)
 
 int64_t PrefixKvTier::invalidateModel(const std::string &modelFingerprint)
 {
+    if (m_shared)
+        return m_shared->invalidateModel(modelFingerprint);
     int64_t n = 0;
     for (auto &s : m_stores)
         if (s.tree)
@@ -119,6 +245,8 @@ int64_t PrefixKvTier::invalidateModel(const std::string &modelFingerprint)
 
 int64_t PrefixKvTier::invalidateTag(const std::string &tag)
 {
+    if (m_shared)
+        return m_shared->invalidateTag(tag);
     int64_t n = 0;
     for (auto &s : m_stores)
         if (s.tree)
@@ -130,6 +258,11 @@ int64_t PrefixKvTier::invalidateTag(const std::string &tag)
 core::StoreStats PrefixKvTier::stats() const
 {
     core::StoreStats total;
+    if (m_shared) {
+        total.inserts = m_storeBlocksPut;
+        total.bytes = m_storeBytesPut;
+        return total;
+    }
     for (const auto &s : m_stores) {
         if (!s.tree)
             continue;
@@ -177,6 +310,7 @@ TierLookup CrossModelTier::lookup(const TierRequest &request)
     }
     const auto match =
         m_source.longestPrefix(ModelRole::A, request.scope.tenant(), pairing.idsA, request.nowMs);
+    out.store = m_source.lastStoreOutcome(); // "" unless A's blocks live in a shared store
     if (!match.cache)
         return out;
     // B's leading positions whose A token is in the matched prefix (all of them up to the match on

@@ -1,6 +1,7 @@
 #include "gpu/replay/replay.h"
 
 #include "core/cache/exact_tier.h"
+#include "core/cache/shared_tiers.h"
 #include "core/metrics/distributions.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
@@ -84,7 +85,7 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
     std::map<TierKind, core::CacheTier *> byKind;
     PrefixKvTier *prefix = nullptr;
     if (has(o.tiers, TierKind::Prefix) || has(o.tiers, TierKind::Cross)) {
-        auto p = std::make_unique<PrefixKvTier>(m.a, m.b, o.prefixLimits, o.prefixBlock);
+        auto p = std::make_unique<PrefixKvTier>(m.a, m.b, o.prefixLimits, o.prefixBlock, o.store);
         prefix = p.get();
         byKind[TierKind::Prefix] = p.get();
         set.owned.push_back(std::move(p));
@@ -95,10 +96,17 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
         std::unique_ptr<core::CacheTier> tier;
         switch (t) {
         case TierKind::Exact:
-            tier = std::make_unique<core::ExactTier>(o.exactLimits);
+            if (o.store)
+                tier = std::make_unique<core::SharedExactTier>(*o.store, o.exactLimits);
+            else
+                tier = std::make_unique<core::ExactTier>(o.exactLimits);
             break;
         case TierKind::Semantic:
-            tier = std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
+            if (o.store)
+                tier = std::make_unique<core::SharedSemanticTier>(*o.store, o.semanticLimits, *m.embedder,
+                                                                  o.threshold);
+            else
+                tier = std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
             break;
         case TierKind::Cross: {
             CrossTierOptions co;
@@ -278,6 +286,14 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             }
             if (found.profileApplied >= 0)
                 row.profileApplied = found.profileApplied;
+            if (!found.store.empty()) {
+                // the worst outcome of the request's store calls: unavailable > refused > hit > miss
+                const auto rank = [](const std::string &x) {
+                    return x == "unavailable" ? 4 : x == "refused" ? 3 : x == "hit" ? 2 : x == "miss" ? 1 : 0;
+                };
+                if (rank(found.store) > rank(row.store))
+                    row.store = found.store;
+            }
             row.lookupMs += msSince(tl);
             row.tierHits[tier->kind()] = found.hit;
             if (found.hit) {

@@ -191,6 +191,23 @@ private Q_SLOTS:
         QCOMPARE(test::expectError([&] { core::encodePayload(h, std::string(8, 'x')); }).code(),
                  core::ErrorCode::InvalidArgument);
         QCOMPARE(test::expectError([] { core::decodeResponseBody("{\"text\":1}"); }).code(), core::ErrorCode::Format);
+
+        // model output need not be UTF-8: bytes round-trip exactly
+        core::CachedResponse odd = response(std::string("\xc8\x00\xff tail", 8));
+        QCOMPARE(core::decodeResponseBody(core::encodeResponseBody(odd)).text, odd.text);
+        // a count past the end of the body is refused before anything is allocated
+        std::string body = core::encodeResponseBody(odd);
+        body[body.size() - 13] = char(0x7f); // the output id count's top byte
+        const core::Error e = test::expectError([&] { core::decodeResponseBody(body); });
+        QVERIFY2(std::string(e.what()).find("output_ids") != std::string::npos, e.what());
+        QVERIFY(test::expectError([&] { core::decodeResponseBody(core::encodeResponseBody(odd) + "x"); }).code() ==
+                core::ErrorCode::Format);
+        const core::SemanticEntryBody entry{"lexical-512", "What is a car?", {0.5f, -0.25f, 1.0f}, odd};
+        const auto back = core::decodeSemanticEntryBody(core::encodeSemanticEntryBody(entry));
+        QCOMPARE(back.embedder, entry.embedder);
+        QCOMPARE(back.prompt, entry.prompt);
+        QCOMPARE(back.vector, entry.vector);
+        QCOMPARE(back.response.outputIds, odd.outputIds);
     }
 
     void urls()

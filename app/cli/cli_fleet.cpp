@@ -1,0 +1,409 @@
+#include "app/cli/cli_fleet.h"
+
+#include "app/cli/cli_util.h"
+#include "app/cli/engine_options.h"
+#include "core/cache/store_payload.h"
+#include "core/util/clock.h"
+#include "gpu/model/model.h"
+#include "app/jobs/replay_job.h"
+#include "core/cache/shared_store.h"
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/workload/routing.h"
+#include "core/workload/workload.h"
+
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QTemporaryDir>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace kvwb::app {
+
+using namespace kvwb::app::cli;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// The replay arguments without the fleet's own options and the ones each worker gets its own of.
+QStringList workerArgs(const QStringList &args)
+{
+    static const QStringList withValue = {"--workers", "--routing", "--route-drain", "--workload",
+                                          "--ledger",  "--limit",   "--save-ledger"};
+    static const QStringList flags = {"--json", "--store-flush"};
+    QStringList out;
+    for (int i = 0; i < args.size(); ++i) {
+        const QString &a = args[i];
+        const QString name = a.section('=', 0, 0);
+        if (withValue.contains(name)) {
+            if (!a.contains('='))
+                ++i; // its value
+            continue;
+        }
+        if (flags.contains(a))
+            continue;
+        out << a;
+    }
+    return out;
+}
+
+std::string readAll(const fs::path &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+} // namespace
+
+int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::Prices &prices)
+{
+    const int workers = intOption(p, "workers", 1, 1, 64);
+    const auto policy = core::parseRoutingPolicy(str(p.value("routing")));
+    if (!policy)
+        throw UsageError{"--routing expects round-robin, tenant-affine, prefix-hash or least-loaded, got '" +
+                         str(p.value("routing")) + "'"};
+    if (p.isSet("save-ledger"))
+        throw UsageError{"--save-ledger is not available with --workers (one process writes an experiment "
+                         "file); write the merged ledger with --ledger"};
+    if (p.isSet("save-knowledge"))
+        throw UsageError{"--save-knowledge is not available with --workers"};
+    if (p.isSet("ledger"))
+        core::checkWritableOutput(str(p.value("ledger")), "--ledger");
+    const bool asJson = p.isSet("json");
+    core::RoutingOptions ro;
+    ro.workers = workers;
+    ro.policy = *policy;
+    ro.drainUnitsPerSecond = doubleOption(p, "route-drain", 2000, 1e-9, 1e12);
+
+    std::unique_ptr<core::SharedStore> store;
+    if (p.isSet("store")) {
+        core::StoreOptions so;
+        so.commandTimeoutMs = so.connectTimeoutMs = intOption(p, "store-timeout-ms", 500, 1, 600000);
+        store = core::openSharedStore(str(p.value("store")), so);
+        if (str(p.value("store")) == "memory")
+            throw UsageError{"--store memory lives in one process: a fleet shares redis://HOST:PORT, or runs "
+                             "without --store (each worker its own caches)"};
+        if (p.isSet("store-flush"))
+            store->flush();
+    }
+
+    const auto read = jobs::readReplayRequests(str(p.value("workload")), p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
+    for (const auto &w : read.warnings.messages())
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    const auto &requests = read.requests;
+    const auto decisions = core::routeRequests(requests, ro);
+    std::map<int64_t, const core::RouteDecision *> decisionOf;
+    std::vector<std::vector<core::WorkloadRequest>> shards(static_cast<size_t>(workers));
+    for (size_t i = 0; i < requests.size(); ++i) {
+        shards[size_t(decisions[i].worker)].push_back(requests[i]);
+        decisionOf[requests[i].id] = &decisions[i];
+    }
+
+    QTemporaryDir tmp;
+    if (!tmp.isValid())
+        throw core::Error(core::ErrorCode::Io, "cannot create a scratch folder for the fleet's shards");
+    const fs::path dir = str(tmp.path());
+    std::error_code ec;
+    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (ec)
+        throw core::Error(core::ErrorCode::Io, "cannot start workers: /proc/self/exe is unreadable");
+    const QStringList common = workerArgs(args);
+
+    struct Worker
+    {
+        std::unique_ptr<QProcess> proc;
+        fs::path ledger;
+        double wallS = 0;
+        int requests = 0;
+    };
+    std::vector<Worker> fleet(static_cast<size_t>(workers));
+    QElapsedTimer clock;
+    clock.start();
+    for (int w = 0; w < workers; ++w) {
+        Worker &wk = fleet[size_t(w)];
+        wk.requests = int(shards[size_t(w)].size());
+        if (shards[size_t(w)].empty())
+            continue;
+        const fs::path shard = dir / fmt::format("shard-{}.jsonl", w);
+        core::writeWorkloadJsonl(shard, shards[size_t(w)]);
+        wk.ledger = dir / fmt::format("ledger-{}.csv", w);
+        QStringList a = {"replay"};
+        a << common << "--workload" << QString::fromStdString(shard.string()) << "--ledger"
+          << QString::fromStdString(wk.ledger.string()) << "--json";
+        wk.proc = std::make_unique<QProcess>();
+        wk.proc->start(QString::fromStdString(self.string()), a);
+        if (!wk.proc->waitForStarted(30000))
+            throw core::Error(core::ErrorCode::Io, fmt::format("worker {} did not start: {}", w,
+                                                               wk.proc->errorString().toStdString()));
+    }
+    if (!asJson)
+        std::fprintf(stderr, "%d workers, routing %s, %zu requests\n", workers, core::routingPolicyName(*policy),
+                     requests.size());
+
+    std::vector<core::LedgerRow> rows;
+    json perWorker = json::array();
+    json storeTotal = json::object();
+    json settings;
+    std::vector<std::string> warnings;
+    std::string failed;
+    for (int w = 0; w < workers; ++w) {
+        Worker &wk = fleet[size_t(w)];
+        if (!wk.proc) {
+            perWorker.push_back({{"worker", w}, {"requests", 0}, {"hits", 0}});
+            continue;
+        }
+        wk.proc->waitForFinished(-1);
+        wk.wallS = clock.elapsed() / 1000.0;
+        const QByteArray out = wk.proc->readAllStandardOutput();
+        const QByteArray err = wk.proc->readAllStandardError();
+        if (wk.proc->exitStatus() != QProcess::NormalExit || wk.proc->exitCode() != 0) {
+            const QString e = QString::fromUtf8(err).trimmed();
+            failed += fmt::format("worker {} failed (exit {}): {}\n", w, wk.proc->exitCode(),
+                                  e.section('\n', -1).toStdString());
+            continue;
+        }
+        json j;
+        try {
+            j = json::parse(out.toStdString());
+        } catch (const json::exception &) {
+            failed += fmt::format("worker {}: its summary is not JSON\n", w);
+            continue;
+        }
+        if (settings.is_null())
+            settings = j["settings"];
+        for (const auto &x : j.value("warnings", json::array()))
+            warnings.push_back(fmt::format("worker {}: {}", w, x.get<std::string>()));
+        if (j.contains("store") && j["store"].is_object())
+            for (const auto &[k, v] : j["store"].items())
+                if (v.is_number())
+                    storeTotal[k] = storeTotal.value(k, 0.0) + v.get<double>();
+        auto mine = core::ledgerFromCsv(readAll(wk.ledger), wk.ledger.string());
+        int64_t hits = 0;
+        std::vector<double> ttft;
+        for (auto &row : mine) {
+            const auto *d = decisionOf.at(row.requestId);
+            row.worker = d->worker;
+            row.route = d->note;
+            hits += row.answeredBy != core::TierKind::None;
+            ttft.push_back(row.ttftMs);
+        }
+        perWorker.push_back({{"worker", w},
+                             {"requests", int64_t(mine.size())},
+                             {"hits", hits},
+                             {"hit_rate", mine.empty() ? 0.0 : double(hits) / double(mine.size())},
+                             {"ttft_ms_p50", core::percentile(ttft, 50)},
+                             {"ttft_ms_p95", core::percentile(ttft, 95)},
+                             {"wall_s", wk.wallS},
+                             {"store", j.contains("store") ? j["store"] : json()}});
+        rows.insert(rows.end(), mine.begin(), mine.end());
+    }
+    if (!failed.empty())
+        throw core::Error(core::ErrorCode::Internal, failed.substr(0, failed.size() - 1));
+    std::stable_sort(rows.begin(), rows.end(), [](const core::LedgerRow &a, const core::LedgerRow &b) {
+        return a.arrivalMs != b.arrivalMs ? a.arrivalMs < b.arrivalMs : a.requestId < b.requestId;
+    });
+    if (p.isSet("ledger"))
+        core::writeLedgerCsv(str(p.value("ledger")), rows);
+    const core::LedgerSummary s = core::summarize(rows, prices);
+    const double wallS = clock.elapsed() / 1000.0;
+    if (!settings.is_object())
+        settings = json::object();
+    settings["workload"] = str(p.value("workload"));
+    settings["workers"] = workers;
+    settings["routing"] = core::routingPolicyName(*policy);
+    if (store)
+        storeTotal["url"] = store->describe();
+
+    if (asJson) {
+        json total = json::parse(core::ledgerSummaryJson(s));
+        const json tiers = total["tiers"];
+        total.erase("tiers");
+        if (store) {
+            const auto info = store->serverInfo();
+            storeTotal["server"] = {{"used_bytes", info.usedBytes},
+                                    {"max_bytes", info.maxBytes},
+                                    {"eviction_policy", info.evictionPolicy},
+                                    {"evicted_keys", info.evictedKeys},
+                                    {"expired_keys", info.expiredKeys},
+                                    {"keys", info.keys}};
+        }
+        const json out = {{"settings", settings},
+                          {"requests", s.requests},
+                          {"cancelled", false},
+                          {"tiers", tiers},
+                          {"total", total},
+                          {"fleet",
+                           {{"workers", workers},
+                            {"routing", core::routingPolicyName(*policy)},
+                            {"wall_s", wallS},
+                            {"per_worker", perWorker}}},
+                          {"store", store ? storeTotal : json()},
+                          {"warnings", warnings}};
+        std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+        return 0;
+    }
+    std::printf("%s: %lld requests over %d workers, routing %s, tiers %s\n\n", str(p.value("workload")).c_str(),
+                (long long)s.requests, workers, core::routingPolicyName(*policy),
+                settings.value("tiers", std::string("?")).c_str());
+    std::printf("| worker | requests | hits | hit rate | TTFT p50 ms | TTFT p95 ms | wall s |\n");
+    std::printf("|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (const auto &w : perWorker)
+        std::printf("| %d | %lld | %lld | %.3f | %.2f | %.2f | %.1f |\n", w["worker"].get<int>(),
+                    (long long)w["requests"].get<int64_t>(), (long long)w["hits"].get<int64_t>(),
+                    w.value("hit_rate", 0.0), w.value("ttft_ms_p50", 0.0), w.value("ttft_ms_p95", 0.0),
+                    w.value("wall_s", 0.0));
+    std::printf("\n| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms |\n");
+    std::printf("|:--|--:|--:|--:|--:|--:|--:|\n");
+    for (const auto &[kind, agg] : s.tiers)
+        std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.2f |\n", core::tierKindName(kind),
+                    (long long)agg.requests, (long long)agg.hits, (long long)agg.falseHits,
+                    (long long)agg.tokensReused, (long long)agg.tokensComputed, agg.ttftMsP50);
+    std::printf("\nhit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching, "
+                "wall %.1f s\n",
+                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache, wallS);
+    if (store)
+        std::printf("store %s: %.0f gets, %.0f hits, %.0f puts, %.0f refused, %.0f unavailable, %.1f MB sent, "
+                    "%.1f MB received, %.1f ms in round trips\n",
+                    store->describe().c_str(), storeTotal.value("gets", 0.0), storeTotal.value("hits", 0.0),
+                    storeTotal.value("puts", 0.0), storeTotal.value("refused", 0.0),
+                    storeTotal.value("unavailable", 0.0), storeTotal.value("bytes_sent", 0.0) / 1e6,
+                    storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
+    for (const auto &w : warnings)
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    return 0;
+}
+
+int cmdBenchStore(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"store", "The store: redis://HOST:PORT[/DB] or memory.", "URL"});
+    p.addOption({"model", "The model whose KV travels (default: the demo's model B).", "PATH"});
+    p.addOption({"lengths", "Prompt lengths in tokens (default 16,64,256).", "LIST", "16,64,256"});
+    p.addOption({"repeats", "Runs per length; medians are printed (default 5).", "N", "5"});
+    p.addOption({"json", "Print the table as JSON."});
+    addEngineOptions(p);
+    parse(p, args,
+          "What a KV cache's trip through a shared store costs (serialise, send, fetch, deserialise, place) "
+          "against recomputing it (prefill), per prompt length.");
+    if (!p.isSet("store"))
+        throw UsageError{"--store is required"};
+    const int repeats = intOption(p, "repeats", 5, 1, 1000);
+    std::vector<int> lengths;
+    for (const QString &x : p.value("lengths").split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int n = x.trimmed().toInt(&ok);
+        if (!ok || n < 1 || n > 1 << 20)
+            throw UsageError{"--lengths expects positive token counts, got '" + str(x) + "'"};
+        lengths.push_back(n);
+    }
+    const fs::path modelPath =
+        p.isSet("model") ? fs::path(str(p.value("model"))) : cli::demoProjectDir() / "models" / "b";
+    auto store = core::openSharedStore(str(p.value("store")));
+    auto model = gpu::Model::load(modelPath, loadOptions(p));
+    const core::TenantScope scope("bench", model->checkpoint().fingerprint());
+    json rows = json::array();
+    if (!p.isSet("json"))
+        std::printf("| tokens | KV MB | prefill ms | to host ms | serialise ms | send ms | fetch ms | check + "
+                    "deserialise ms | place ms | via store ms | store / prefill | MB/s over the store |\n"
+                    "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (const int n : lengths)
+        if (n >= model->contextLimit())
+            throw UsageError{fmt::format("--lengths: {} tokens do not fit the model's context of {}", n,
+                                         model->contextLimit())};
+    for (const int n : lengths) {
+        std::vector<int> ids(static_cast<size_t>(n));
+        for (int i = 0; i < n; ++i)
+            ids[size_t(i)] = 3 + (i * 7919) % std::max(1, model->config().vocabSize - 3);
+        std::vector<double> prefill, toHost, ser, send, fetch, deser, place;
+        double mb = 0;
+        for (int rep = 0; rep < repeats; ++rep) {
+            auto t = core::Clock::now();
+            gpu::KvCache cache = model->newCache();
+            model->forward(ids, cache);
+            prefill.push_back(core::msSince(t));
+            const int layers = cache.numLayers(), heads = cache.numKvHeads(), hd = cache.headDim();
+            t = core::Clock::now();
+            std::vector<core::HeadMajorKv> host(static_cast<size_t>(layers));
+            for (int l = 0; l < layers; ++l)
+                host[size_t(l)] = cache.layer(l, core::KeyForm::PostRope);
+            toHost.push_back(core::msSince(t));
+            t = core::Clock::now();
+            std::string body;
+            body.reserve(size_t(layers) * 2 * host[0].keys.size() * sizeof(float));
+            for (const auto &h : host) {
+                body.append(reinterpret_cast<const char *>(h.keys.data()), h.keys.size() * sizeof(float));
+                body.append(reinterpret_cast<const char *>(h.values.data()), h.values.size() * sizeof(float));
+            }
+            core::PayloadHeader hdr;
+            hdr.kind = core::PayloadKind::Kv;
+            hdr.tier = "prefix";
+            hdr.tenant = scope.tenant();
+            hdr.fingerprint = scope.modelFingerprint();
+            hdr.dtype = core::DType::F32;
+            hdr.shape = {layers, 2, heads, n, hd};
+            const std::string env = core::encodePayload(hdr, body);
+            ser.push_back(core::msSince(t));
+            mb = double(env.size()) / 1e6;
+            const std::string key = "bench-" + std::to_string(n);
+            t = core::Clock::now();
+            if (store->put(scope, "prefix", key, env, 60000, 0) != core::StoreOutcome::Hit)
+                throw core::Error(core::ErrorCode::Io, store->describe() + ": the store did not take the payload");
+            send.push_back(core::msSince(t));
+            t = core::Clock::now();
+            const core::StoreGet g = store->get(scope, "prefix", key, 0);
+            fetch.push_back(core::msSince(t)); // includes the envelope's checks (CRC-32, header)
+            if (g.outcome != core::StoreOutcome::Hit)
+                throw core::Error(core::ErrorCode::Io, store->describe() + ": the payload did not come back (" +
+                                                           core::storeOutcomeName(g.outcome) + " " + g.reason + ")");
+            t = core::Clock::now();
+            std::vector<core::HeadMajorKv> back(static_cast<size_t>(layers));
+            const float *src = reinterpret_cast<const float *>(g.payload->body.data());
+            const size_t per = size_t(heads) * size_t(n) * size_t(hd);
+            for (int l = 0; l < layers; ++l) {
+                back[size_t(l)].keys.assign(src, src + per);
+                back[size_t(l)].values.assign(src + per, src + 2 * per);
+                src += 2 * per;
+            }
+            deser.push_back(core::msSince(t));
+            t = core::Clock::now();
+            gpu::KvCache fresh = model->newCache();
+            fresh.assign(ids, back, core::KeyForm::PostRope);
+            place.push_back(core::msSince(t));
+            store->erase(scope, "prefix", key);
+        }
+        const double m[] = {core::percentile(prefill, 50), core::percentile(toHost, 50), core::percentile(ser, 50),
+                            core::percentile(send, 50),    core::percentile(fetch, 50),  core::percentile(deser, 50),
+                            core::percentile(place, 50)};
+        // what a worker that finds the KV in the store pays instead of the prefill: fetch, check,
+        // deserialise, place (the writer paid to-host + serialise + send once)
+        const double via = m[4] + m[5] + m[6];
+        rows.push_back({{"tokens", n},           {"kv_mb", mb},        {"prefill_ms", m[0]}, {"to_host_ms", m[1]},
+                        {"serialise_ms", m[2]},  {"send_ms", m[3]},    {"fetch_ms", m[4]},   {"deserialise_ms", m[5]},
+                        {"place_ms", m[6]},      {"via_store_ms", via}, {"ratio", via / std::max(m[0], 1e-9)},
+                        {"mb_per_s", mb / std::max(m[4], 1e-9) * 1000.0}});
+        if (!p.isSet("json"))
+            std::printf("| %d | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n", n, mb,
+                        m[0], m[1], m[2], m[3], m[4], m[5], m[6], via, via / std::max(m[0], 1e-9),
+                        mb / std::max(m[4], 1e-9) * 1000.0);
+    }
+    if (p.isSet("json"))
+        std::printf("%s\n", json({{"store", store->describe()}, {"model", modelPath.string()}, {"rows", rows}}).dump(2).c_str());
+    else
+        std::printf("\nvia store = fetch (incl. CRC-32 and header checks) + deserialise + place; medians of %d; %s\n",
+                    repeats, store->describe().c_str());
+    return 0;
+}
+
+} // namespace kvwb::app

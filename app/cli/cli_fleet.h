@@ -1,0 +1,29 @@
+// `kvwb replay --workers N [--routing POLICY] [--store URL]`: one workload over a fleet of replay
+// worker processes. The requests are routed up front (core/workload/routing.h), each worker is this
+// executable running `kvwb replay` on its share (with its own models and, given --store, its own
+// connection to the shared store), and the workers' ledgers are merged into one, each row with its
+// worker and routing decision. The JSON is a single replay's, counted over all workers, plus
+// "fleet" (per worker: requests, hits, TTFT, wall time) and the store counters summed.
+#pragma once
+
+#include "core/cache/replay_ledger.h"
+
+#include <QCommandLineParser>
+#include <QStringList>
+
+namespace kvwb::app {
+
+// args: the replay's own arguments (without "replay"); p: them parsed. Returns the exit code.
+int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::Prices &prices);
+
+} // namespace kvwb::app
+
+namespace kvwb::app {
+
+// `kvwb bench-store --store URL --model PATH [--lengths 16,64,256] [--repeats 5]`: what going over
+// the network costs against recomputing, per prompt length: prefill time, then a KV cache's way
+// through the store (copy to the host, serialise into an envelope, send, fetch, check and
+// deserialise, place into a fresh cache), its bytes and the ratio. Medians over --repeats.
+int cmdBenchStore(const QStringList &args);
+
+} // namespace kvwb::app

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Reproduces the tables of docs/fleet.md on the demo workload: the first N requests replayed by a
+# fleet of 1, 2 and 4 worker processes under each routing policy, each worker with its own caches
+# ("local") or all of them on one Redis server ("redis"), then what a KV cache's trip through Redis
+# costs against recomputing it (kvwb bench-store). Starts its own redis-server on a loopback port
+# (no persistence) and stops it at the end. One thread per worker.
+# Usage: projects/demo/make-fleet-report.sh [path/to/kvwb] [requests]
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+KVWB="${1:-$HERE/../../build/kvwb}"
+N="${2:-400}"
+WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
+OUT="$WORK/fleet"
+W="$HERE/workloads/demo.jsonl"
+mkdir -p "$OUT/redis"
+
+for try in 1 2 3 4 5; do
+  PORT=$(shuf -i 20000-60000 -n 1)
+  redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$OUT/redis" \
+    --maxmemory 1gb --maxmemory-policy allkeys-lru > "$OUT/redis/server.log" 2>&1 &
+  RPID=$!
+  for i in $(seq 50); do redis-cli -p "$PORT" ping > /dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -p "$PORT" ping > /dev/null 2>&1 && break
+  kill "$RPID" 2> /dev/null || true
+done
+trap 'kill "$RPID" 2> /dev/null || true' EXIT
+URL="redis://127.0.0.1:$PORT"
+
+run() { # name workers routing [flags]
+  local name="$1" workers="$2" routing="$3"; shift 3
+  "$KVWB" replay --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/b" \
+    --tiers exact,semantic,prefix --limit "$N" --max-tokens 16 --threads 1 \
+    --workers "$workers" --routing "$routing" --ledger "$OUT/ledger-$name.csv" --json "$@" \
+    > "$OUT/fleet-$name.json" 2> "$OUT/fleet-$name.log"
+}
+for workers in 1 2 4; do
+  for routing in round-robin tenant-affine prefix-hash least-loaded; do
+    [ "$workers" = 1 ] && [ "$routing" != round-robin ] && continue
+    run "$workers-$routing-local" "$workers" "$routing"
+    run "$workers-$routing-redis" "$workers" "$routing" --store "$URL" --store-flush
+    echo "$workers workers, $routing: done"
+  done
+done
+
+echo
+echo "| workers | routing | caches | hit rate | token hit rate | exact | semantic | prefix | TTFT p50 ms | TTFT p95 ms | wall s | store MB moved | store ms |"
+echo "|--:|:--|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
+for workers in 1 2 4; do
+  for routing in round-robin tenant-affine prefix-hash least-loaded; do
+    [ "$workers" = 1 ] && [ "$routing" != round-robin ] && continue
+    for caches in local redis; do
+      jq -r --arg w "$workers" --arg r "$routing" --arg c "$caches" '
+        "| \($w) | \($r) | \($c) | \(.total.hit_rate*1000|round/1000) | \(.total.token_hit_rate*1000|round/1000) | \(.tiers.exact.hits) | \(.tiers.semantic.hits) | \(.tiers.prefix.hits) | \(.total.ttft_ms_p50*100|round/100) | \(.total.ttft_ms_p95*100|round/100) | \(.fleet.wall_s*10|round/10) | \(if .store then ((.store.bytes_sent + .store.bytes_received)/1e5|round/10) else "-" end) | \(if .store then (.store.net_ms|round) else "-" end) |"' \
+        "$OUT/fleet-$workers-$routing-$caches.json"
+    done
+  done
+done
+echo
+"$KVWB" bench-store --store "$URL" --model "$HERE/models/b" --lengths 16,64,256,448 --threads 1 | tee "$OUT/bench-store.md"

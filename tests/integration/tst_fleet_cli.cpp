@@ -1,0 +1,263 @@
+// `kvwb replay --store` and `--workers` end to end on a random model, each case with a redis-server
+// of its own on loopback: a replay over Redis makes the same decisions as one in process (prefix
+// blocks fetched from Redis generate exactly what a miss generates); a second replay is served from
+// what the first left; a fleet with per-worker caches and tenant-affine routing finds every exact
+// repeat, and a fleet of two workers on one store never serves a tenant another's entry; a store
+// that is down, killed mid-replay or holding corrupt payloads costs hits, never a request: every
+// row is in the ledger, marked.
+#include "core/cache/replay_ledger.h"
+#include "core/model/random_model.h"
+#include "tests/support/kvwb_process.h"
+#include "tests/support/redis_server.h"
+#include "tests/support/test_paths.h"
+
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QThread>
+#include <QtTest>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+using namespace kvwb;
+namespace fs = std::filesystem;
+using test::runKvwb;
+
+namespace {
+
+QString q(const fs::path &p)
+{
+    return QString::fromStdString(p.string());
+}
+
+std::map<std::string, int> countBy(const std::vector<core::LedgerRow> &rows, std::string core::LedgerRow::*field)
+{
+    std::map<std::string, int> n;
+    for (const auto &r : rows)
+        ++n[r.*field];
+    return n;
+}
+
+} // namespace
+
+class TestFleetCli : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_tmp;
+    fs::path m_dir;
+    std::map<int64_t, std::string> m_tenantOf;
+    int m_exactRepeats = 0;
+
+    QStringList replay(const QStringList &extra, const fs::path &ledger)
+    {
+        return QStringList{"replay",  "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"), "--block",
+                           "4",       "--threads",  "1",                  "--ledger",  q(ledger),      "--json"} +
+               extra;
+    }
+
+    std::vector<core::LedgerRow> ledger(const fs::path &p) { return core::ledgerFromCsv(test::readFile(p), p.string()); }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        m_dir = m_tmp.path().toStdString();
+        core::writeRandomHfModel(m_dir / "m", core::randomModelPreset("gqa"));
+        // 3 tenants, overlapping questions behind one long system prompt (as tst_replay_cli)
+        const std::string system = "You are a helpful assistant of the workbench. Answer briefly and precisely, "
+                                   "please, in one sentence only. ";
+        std::string w;
+        std::map<std::pair<std::string, std::string>, bool> seen;
+        int id = 0;
+        for (int round = 0; round < 3; ++round)
+            for (int t = 0; t < 3; ++t)
+                for (int k = 0; k < 4; ++k) {
+                    const std::string tenant = "t" + std::to_string(t);
+                    const int question = (k + round) % 5;
+                    const std::string prompt = system + "Q: what is item " + std::to_string(question) + "?";
+                    m_exactRepeats += seen[{tenant, prompt}] ? 1 : 0;
+                    seen[{tenant, prompt}] = true;
+                    m_tenantOf[id] = tenant;
+                    w += fmt::format(R"({{"id":{},"t_ms":{},"tenant":"{}","user":"u{}","model":"a","intent":"n{}","max_tokens":4,"prompt":"{}"}})",
+                                     id, id * 10, tenant, id, question, prompt) +
+                         "\n";
+                    ++id;
+                }
+        test::writeFile(m_dir / "w.jsonl", w);
+    }
+
+    void redisReplayDecidesAsInProcess()
+    {
+        test::RedisServer server;
+        QVERIFY2(server.start(), qPrintable(server.error()));
+        const QStringList tiers = {"--tiers", "exact,semantic,prefix", "--threshold", "0.995", "--shadow", "1"};
+        auto r = runKvwb(replay(tiers, m_dir / "local.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        r = runKvwb(replay(tiers + QStringList{"--store", QString::fromStdString(server.url())}, m_dir / "redis.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QVERIFY(j["store"].toObject()["puts"].toInt() > 0);
+        QCOMPARE(j["store"].toObject()["refused"].toInt(), 0);
+        QCOMPARE(j["settings"].toObject()["store"].toString(), QString::fromStdString(server.url()));
+        const auto local = ledger(m_dir / "local.csv"), redis = ledger(m_dir / "redis.csv");
+        QCOMPARE(redis.size(), local.size());
+        int prefixHits = 0;
+        for (size_t i = 0; i < local.size(); ++i) {
+            QCOMPARE(redis[i].answeredBy, local[i].answeredBy);
+            QCOMPARE(redis[i].tokensReused, local[i].tokensReused);
+            QCOMPARE(redis[i].tokensComputed, local[i].tokensComputed);
+            QCOMPARE(local[i].store, std::string());
+            QVERIFY(redis[i].store == "hit" || redis[i].store == "miss");
+            if (redis[i].answeredBy == core::TierKind::Prefix) {
+                ++prefixHits;
+                QCOMPARE(redis[i].shadowExact, 1); // KV blocks from Redis generate what a miss generates
+                QVERIFY(redis[i].shadowKl >= 0 && redis[i].shadowKl < 1e-6);
+            }
+        }
+        QVERIFY(prefixHits > 0);
+
+        // a second replay finds every prompt in the store
+        r = runKvwb(replay({"--tiers", "exact", "--store", QString::fromStdString(server.url())}, m_dir / "again.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto again = ledger(m_dir / "again.csv");
+        QCOMPARE(again.size(), redis.size());
+        for (size_t i = 0; i < again.size(); ++i) {
+            // every prompt the first replay computed was stored (a semantic hit's was not)
+            if (redis[i].answeredBy == core::TierKind::Semantic)
+                continue;
+            QCOMPARE(again[i].answeredBy, core::TierKind::Exact);
+            QCOMPARE(m_tenantOf.at(again[i].cachedRequestId), again[i].tenant);
+        }
+
+        // payloads corrupted behind the store's back are refused and computed, never served
+        const QByteArray keys = server.cli({"--scan", "--pattern", "kvwb:exact:*"});
+        int corrupted = 0;
+        for (const QByteArray &k : keys.split('\n'))
+            if (!k.trimmed().isEmpty()) {
+                server.cli({"SETRANGE", QString::fromUtf8(k.trimmed()), "40", "XXXX"});
+                ++corrupted;
+            }
+        QVERIFY(corrupted > 0);
+        r = runKvwb(replay({"--tiers", "exact", "--store", QString::fromStdString(server.url())}, m_dir / "bad.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto bad = ledger(m_dir / "bad.csv");
+        QCOMPARE(int(bad.size()), 36);
+        const auto outcomes = countBy(bad, &core::LedgerRow::store);
+        QVERIFY2(outcomes.count("refused") && outcomes.at("refused") > 0, r.err.constData());
+        for (const auto &row : bad)
+            if (row.store == "refused")
+                QVERIFY(row.answeredBy == core::TierKind::None && row.tokensComputed > 0);
+        QCOMPARE(QJsonDocument::fromJson(r.out).object()["store"].toObject()["refused"].toInt(),
+                 outcomes.at("refused"));
+    }
+
+    void fleetsRouteAndStayIsolated()
+    {
+        // per-worker caches, tenant-affine: every tenant's repeats reach the worker that saw the first
+        auto r = runKvwb(replay({"--tiers", "exact", "--workers", "2", "--routing", "tenant-affine"}, m_dir / "f1.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["tiers"].toObject()["exact"].toObject()["hits"].toInt(), m_exactRepeats);
+        QCOMPARE(j["fleet"].toObject()["workers"].toInt(), 2);
+        QCOMPARE(j["fleet"].toObject()["routing"].toString(), QString("tenant-affine"));
+        auto rows = ledger(m_dir / "f1.csv");
+        QCOMPARE(int(rows.size()), 36);
+        std::map<std::string, std::set<int>> workersOf;
+        for (const auto &row : rows) {
+            workersOf[row.tenant].insert(row.worker);
+            QCOMPARE(row.route, "tenant-affine:" + row.tenant);
+        }
+        for (const auto &[t, ws] : workersOf)
+            QCOMPARE(int(ws.size()), 1);
+
+        // round-robin with per-worker caches misses the repeats the other worker saw
+        r = runKvwb(replay({"--tiers", "exact", "--workers", "2", "--routing", "round-robin"}, m_dir / "f2.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        j = QJsonDocument::fromJson(r.out).object();
+        const int roundRobinLocal = j["tiers"].toObject()["exact"].toObject()["hits"].toInt();
+        QVERIFY(roundRobinLocal < m_exactRepeats);
+
+        // two workers, three tenants, one Redis: entries cross workers, never tenants
+        test::RedisServer server;
+        QVERIFY2(server.start(), qPrintable(server.error()));
+        r = runKvwb(replay({"--tiers", "exact,prefix", "--workers", "2", "--routing", "round-robin", "--store",
+                            QString::fromStdString(server.url())},
+                           m_dir / "f3.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        j = QJsonDocument::fromJson(r.out).object();
+        QVERIFY(j["store"].toObject()["puts"].toDouble() > 0);
+        rows = ledger(m_dir / "f3.csv");
+        QCOMPARE(int(rows.size()), 36);
+        std::set<int> workers;
+        for (const auto &row : rows) {
+            workers.insert(row.worker);
+            QCOMPARE(row.worker, int(row.requestId % 2));
+            if (row.answeredBy == core::TierKind::Exact)
+                QCOMPARE(m_tenantOf.at(row.cachedRequestId), row.tenant);
+            QCOMPARE(row.falseHit, false);
+        }
+        QCOMPARE(int(workers.size()), 2);
+        const auto perWorker = j["fleet"].toObject()["per_worker"].toVariant().toList();
+        QCOMPARE(perWorker.size(), 2);
+    }
+
+    void aStoreThatIsDownCostsHitsNotRequests()
+    {
+        // nothing listens: every request computed, every row marked
+        test::RedisServer server;
+        QVERIFY2(server.start(), qPrintable(server.error()));
+        const QString url = QString::fromStdString(server.url());
+        server.kill();
+        auto r = runKvwb(replay({"--tiers", "exact,prefix", "--store", url, "--store-timeout-ms", "100"}, m_dir / "down.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto rows = ledger(m_dir / "down.csv");
+        QCOMPARE(int(rows.size()), 36);
+        for (const auto &row : rows) {
+            QCOMPARE(row.store, std::string("unavailable"));
+            QCOMPARE(row.answeredBy, core::TierKind::None);
+        }
+        QVERIFY(QJsonDocument::fromJson(r.out).object()["store"].toObject()["unavailable"].toInt() >= 36);
+
+        // killed mid-replay and restarted: the replay goes on, rows during the outage are marked
+        QVERIFY(server.start());
+        QProcess proc;
+        proc.start(q(test::kvwbBinary()),
+                   replay({"--tiers", "exact,prefix", "--store", url, "--store-timeout-ms", "100", "--clock", "--speed",
+                           "0.1"},
+                          m_dir / "mid.csv"));
+        QVERIFY(proc.waitForStarted());
+        QThread::msleep(1500);
+        server.kill();
+        QThread::msleep(1200);
+        QVERIFY(server.start());
+        QVERIFY(proc.waitForFinished(120000));
+        QVERIFY2(proc.exitCode() == 0, proc.readAllStandardError().constData());
+        rows = ledger(m_dir / "mid.csv");
+        QCOMPARE(int(rows.size()), 36); // nothing lost from the ledger
+        const auto outcomes = countBy(rows, &core::LedgerRow::store);
+        QVERIFY2(outcomes.count("unavailable") && outcomes.at("unavailable") > 0, "no request saw the outage");
+        QVERIFY(outcomes.count("hit") + outcomes.count("miss") > 0);
+        QCOMPARE(rows.back().store == "unavailable", false); // the store came back before the end
+    }
+
+    void badFleetOptions()
+    {
+        auto r = runKvwb(replay({"--workers", "2", "--routing", "random"}, m_dir / "x.csv"));
+        QVERIFY2(r.exitCode == 2, r.err.constData());
+        QVERIFY(r.err.contains("--routing"));
+        r = runKvwb(replay({"--routing", "round-robin"}, m_dir / "x.csv"));
+        QCOMPARE(r.exitCode, 2);
+        r = runKvwb(replay({"--workers", "2", "--store", "memory"}, m_dir / "x.csv"));
+        QCOMPARE(r.exitCode, 2);
+        r = runKvwb(replay({"--store", "redis://nowhere"}, m_dir / "x.csv"));
+        QVERIFY(r.exitCode != 0);
+        QVERIFY(r.err.contains("redis://nowhere"));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestFleetCli)
+#include "tst_fleet_cli.moc"
