@@ -139,6 +139,36 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
         e.arms.push_back(
             run("knowledge tier, unverified", requests, {core::TierKind::Knowledge}, unverified.get()));
     }
+    // Requests the tier does not answer (verification rejected every candidate, recall found none, the
+    // rewritten prompt would not fit) are answered from scratch, and the personalisation layer applies
+    // to them too: [system prompt + profile line + question], the no-cache arm's computation of the
+    // same request. The tier's replay computed them on the request's own prompt (it rewrites only the
+    // prompts it answers), so their rows and answers are the no-cache arm's (same model, greedy, no
+    // cache: the same tokens; the time measured there).
+    const auto fallBackPersonalised = [&](KnowledgeArm &arm) {
+        const KnowledgeArm &base = e.arms.front();
+        for (size_t i = 0; i < arm.rows.size() && i < base.rows.size(); ++i) {
+            core::LedgerRow &row = arm.rows[i];
+            if (row.answeredBy != core::TierKind::None)
+                continue;
+            const core::LedgerRow &from = base.rows[i];
+            row.promptTokens = from.promptTokens;
+            row.tokensReused = from.tokensReused;
+            row.tokensComputed = from.tokensComputed;
+            row.generatedTokens = from.generatedTokens;
+            row.ttftMs = from.ttftMs;
+            row.totalMs = from.totalMs;
+            arm.outputs[i] = base.outputs[i];
+        }
+        arm.summary = core::summarize(arm.rows, job.options.prices);
+        arm.modelSeconds = 0;
+        for (const auto &row : arm.rows)
+            arm.modelSeconds += row.totalMs / 1000.0;
+    };
+    if (!stopped)
+        for (size_t i = knowledgeArm; i < e.arms.size(); ++i)
+            fallBackPersonalised(e.arms[i]);
+
     // The knowledge tier's text computed from scratch: its node's knowledge where it used one.
     std::vector<core::WorkloadRequest> full = personal;
     for (size_t i = 0; i < full.size() && i < e.arms[knowledgeArm].rows.size(); ++i) {
