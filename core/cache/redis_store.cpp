@@ -78,13 +78,42 @@ public:
     StoreGet get(const TenantScope &scope, std::string_view tier, const std::string &key, int64_t) override
     {
         ++m_stats.gets;
-        StoreGet out;
         Reply r = command({"GET", sharedStoreKey(scope, tier, key)});
         if (!r) {
+            StoreGet out;
             out.outcome = StoreOutcome::Unavailable;
             out.reason = m_lastError;
             return out;
         }
+        return decoded(scope, tier, r.get());
+    }
+
+    std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier, const std::vector<std::string> &keys,
+                                  int64_t) override
+    {
+        std::vector<StoreGet> out;
+        if (keys.empty())
+            return out;
+        m_stats.gets += int64_t(keys.size());
+        std::vector<std::string> args = {"MGET"};
+        for (const std::string &k : keys)
+            args.push_back(sharedStoreKey(scope, tier, k));
+        Reply r = command(args);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != keys.size()) {
+            StoreGet failed;
+            failed.outcome = StoreOutcome::Unavailable;
+            failed.reason = r ? "MGET: unexpected reply" : m_lastError;
+            out.assign(keys.size(), failed);
+            return out;
+        }
+        for (size_t i = 0; i < r->elements; ++i)
+            out.push_back(decoded(scope, tier, r->element[i]));
+        return out;
+    }
+
+    StoreGet decoded(const TenantScope &scope, std::string_view tier, const redisReply *r)
+    {
+        StoreGet out;
         if (r->type == REDIS_REPLY_NIL)
             return out;
         if (r->type != REDIS_REPLY_STRING) {

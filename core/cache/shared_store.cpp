@@ -80,6 +80,16 @@ public:
         return out;
     }
 
+    std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier, const std::vector<std::string> &keys,
+                                  int64_t nowMs) override
+    {
+        std::vector<StoreGet> out;
+        out.reserve(keys.size());
+        for (const std::string &k : keys)
+            out.push_back(get(scope, tier, k, nowMs));
+        return out;
+    }
+
     StoreOutcome put(const TenantScope &scope, std::string_view tier, const std::string &key,
                      const std::string &envelope, int64_t ttlMs, int64_t nowMs,
                      const std::vector<std::string> &tags) override

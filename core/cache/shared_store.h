@@ -77,6 +77,9 @@ public:
     // fingerprint and tier are the scope's and tier's).
     virtual StoreGet get(const TenantScope &scope, std::string_view tier, const std::string &key,
                          int64_t nowMs) = 0;
+    // Several keys of one tier in one round trip (Redis MGET), each result as get() would give it.
+    virtual std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier,
+                                          const std::vector<std::string> &keys, int64_t nowMs) = 0;
     // Stores an envelope (encodePayload) under the key, replacing any; ttlMs > 0 expires it (Redis:
     // the server's clock; the memory store: nowMs + ttlMs). tags: for invalidateTag. Returns
     // Unavailable or Hit (stored).

@@ -73,8 +73,12 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
     const int maxBlocks = int(tokens.size()) / m_block;
     std::vector<std::string> bodies;
     outcome = "miss";
-    for (int k = 1; k <= maxBlocks; ++k) {
-        const core::StoreGet g = m_shared->get(scope, "prefix", blockKey(tokens, k * m_block), nowMs);
+    // every whole block of the prompt in one round trip; the leading run of hits is used
+    std::vector<std::string> keys;
+    for (int k = 1; k <= maxBlocks; ++k)
+        keys.push_back(blockKey(tokens, k * m_block));
+    const std::vector<core::StoreGet> found = m_shared->getMany(scope, "prefix", keys, nowMs);
+    for (const core::StoreGet &g : found) {
         if (g.outcome != core::StoreOutcome::Hit) {
             if (g.outcome != core::StoreOutcome::Miss)
                 outcome = core::storeOutcomeName(g.outcome);

@@ -96,6 +96,14 @@ class TestSharedStore : public QObject
         std::memcpy(&first, g.payload->body.data(), 4);
         QCOMPARE(first, -3.0f);
 
+        // several keys in one call: each as get() would answer it
+        const auto many = store.getMany(t2, "prefix", {"blocks", "absent", "blocks"}, 1);
+        QCOMPARE(int(many.size()), 3);
+        QCOMPARE(many[0].outcome, StoreOutcome::Hit);
+        QCOMPARE(many[1].outcome, StoreOutcome::Miss);
+        QCOMPARE(many[2].payload->body, g.payload->body);
+        QVERIFY(store.getMany(t2, "prefix", {}, 1).empty());
+
         // TTL
         store.put(t1, "exact", "short", core::encodeResponsePayload(t1, "exact", response("s"), 0), 100, 1000);
         QCOMPARE(store.get(t1, "exact", "short", 1050).outcome, StoreOutcome::Hit);
