@@ -1,5 +1,8 @@
 #include "app/engine/engine_controller.h"
 
+#include "core/cache/prices.h"
+#include "core/cache/shared_store.h"
+
 #include "app/jobs/capture_job.h"
 #include "app/jobs/compare_job.h"
 #include "app/jobs/fit_job.h"
@@ -579,6 +582,13 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         o.gate = request.gate;
         o.maxTokens = request.maxTokens;
         const bool cross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
+        if (!request.prices.isEmpty())
+            o.prices = core::resolvePricePreset(request.prices.toStdString()).prices;
+        std::unique_ptr<core::SharedStore> store;
+        if (!request.store.isEmpty()) {
+            store = core::openSharedStore(request.store.toStdString());
+            o.store = store.get();
+        }
         jobs::ReplayJob replayJob;
         replayJob.workloadPath = request.workloadPath.toStdString();
         replayJob.embedder = request.embedder.toStdString();

@@ -258,8 +258,9 @@ ProjectReplay readReplay(Section &s)
             if (!t.is_string())
                 s.fail(field, "must be a string");
             const std::string name = t.get<std::string>();
-            if (!Section::isOneOf(name, {"exact", "semantic", "prefix", "cross"}))
-                s.fail(field, "names an unknown tier '" + name + "' (exact, semantic, prefix or cross)");
+            if (!Section::isOneOf(name, {"exact", "semantic", "knowledge", "prefix", "cross"}))
+                s.fail(field,
+                       "names an unknown tier '" + name + "' (exact, semantic, knowledge, prefix or cross)");
             if (std::find(r.tiers.begin(), r.tiers.end(), name) != r.tiers.end())
                 s.fail(field, "repeats tier '" + name + "'");
             r.tiers.push_back(name);
@@ -272,6 +273,8 @@ ProjectReplay readReplay(Section &s)
     s.boolean("gate", r.gate);
     s.integer("max_tokens", r.maxTokens, 0, INT32_MAX);
     s.integer("limit", r.limit, 0, INT32_MAX);
+    s.string("store", r.store);
+    s.string("prices", r.prices);
     return r;
 }
 
@@ -322,7 +325,9 @@ json replayJson(const ProjectReplay &r)
             {"gate_threshold", r.gateThreshold},
             {"gate", r.gate},
             {"max_tokens", r.maxTokens},
-            {"limit", r.limit}};
+            {"limit", r.limit},
+            {"store", r.store},
+            {"prices", r.prices}};
 }
 
 } // namespace

@@ -145,6 +145,8 @@ struct ReplayRequest
     QString ledgerName;     // non-empty: store the ledger as /ledgers/<name> of the experiment
     QString knowledgeGraph; // the knowledge tier's graph file (shared by every tenant)
     QString profilesPath;   // the knowledge tier's user profiles ("" none)
+    QString store;          // "" the engine's process, else memory | redis://HOST:PORT[/DB] (docs/fleet.md)
+    QString prices;         // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
 };
 
 // Knowledge step -> engine: open a graph file (its nodes, module freshness for model B in use), or

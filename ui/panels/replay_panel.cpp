@@ -1,5 +1,7 @@
 #include "ui/panels/replay_panel.h"
 
+#include "core/cache/prices.h"
+
 #include "ui/charts/replay_charts.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
@@ -385,7 +387,32 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_ledgerName->setToolTip(
         tr("Store the per-request ledger under this name in the experiment file; leave empty to keep it "
            "only on screen."));
-    grid->addWidget(m_ledgerName, 3, 1, 1, 6);
+    grid->addWidget(m_ledgerName, 3, 1);
+    grid->addWidget(new QLabel(tr("Shared store:"), box), 3, 2);
+    m_store = new QLineEdit(box);
+    m_store->setObjectName("storeEdit");
+    m_store->setPlaceholderText(tr("(this process)"));
+    m_store->setToolTip(tr("Keep the exact and semantic entries and the prefix KV blocks in a shared store: "
+                           "redis://HOST:PORT[/DB] (a server other replays and a fleet share) or memory. "
+                           "Empty: the tiers keep their entries in the engine's process."));
+    grid->addWidget(m_store, 3, 3);
+    grid->addWidget(new QLabel(tr("Prices:"), box), 3, 4);
+    m_prices = new QComboBox(box);
+    m_prices->setObjectName("pricesCombo");
+    m_prices->setEditable(true);
+    m_prices->addItem(QString());
+    m_prices->setItemData(0, tr("USD 0.15 per 1M prompt tokens computed, 0.60 per 1M generated"),
+                          Qt::ToolTipRole);
+    for (const auto &preset : core::builtinPricePresets()) {
+        m_prices->addItem(QString::fromStdString(preset.id));
+        m_prices->setItemData(m_prices->count() - 1,
+                              QString::fromStdString(preset.provider + " " + preset.model), Qt::ToolTipRole);
+    }
+    m_prices->lineEdit()->setPlaceholderText(tr("default"));
+    m_prices->setToolTip(tr("What the ledger's tokens cost: a price preset (list prices of a provider, with "
+                            "cached input, cache writes and storage; or a projected self-hosted GPU), a "
+                            "presets file (FILE or FILE#ID), or empty for the default prices."));
+    grid->addWidget(m_prices, 3, 5, 1, 2);
 
     auto *buttons = new QHBoxLayout;
     m_start = new QPushButton(tr("Start"), box);
@@ -517,6 +544,8 @@ ReplayRequest ReplayPanel::replayRequest() const
     r.maxTokens = m_maxTokens->value();
     r.limit = m_limit->value();
     r.ledgerName = m_ledgerName->text().trimmed();
+    r.store = m_store->text().trimmed();
+    r.prices = m_prices->currentText().trimmed();
     return r;
 }
 
@@ -545,6 +574,8 @@ void ReplayPanel::setReplayRequest(const ReplayRequest &r)
     m_maxTokens->setValue(r.maxTokens);
     m_limit->setValue(r.limit);
     m_ledgerName->setText(r.ledgerName);
+    m_store->setText(r.store);
+    m_prices->setCurrentText(r.prices);
     refreshRunEnabled();
 }
 
@@ -589,7 +620,7 @@ void ReplayPanel::refreshRunEnabled()
     m_stop->setEnabled(m_busy);
     for (QWidget *w :
          std::initializer_list<QWidget *>{m_workload, m_browse, m_exact, m_semantic, m_prefix, m_embedder,
-                                          m_gate, m_maxTokens, m_limit, m_ledgerName})
+                                          m_gate, m_maxTokens, m_limit, m_ledgerName, m_store, m_prices})
         w->setEnabled(!m_busy);
     m_cross->setEnabled(!m_busy && m_crossAvailable);
     m_knowledge->setEnabled(!m_busy && !m_knowledgeGraph.isEmpty());

@@ -127,6 +127,8 @@ private:
     QSpinBox *m_maxTokens = nullptr;
     QSpinBox *m_limit = nullptr;
     QLineEdit *m_ledgerName = nullptr;
+    QLineEdit *m_store = nullptr;  // shared store URL ("" this process)
+    QComboBox *m_prices = nullptr; // price preset or file ("" default)
     QPushButton *m_start = nullptr;
     QPushButton *m_pause = nullptr;
     QPushButton *m_stop = nullptr;

@@ -1113,6 +1113,8 @@ void MainWindow::applyProjectSettings()
     r.gate = p.replay.gate;
     r.maxTokens = p.replay.maxTokens;
     r.limit = p.replay.limit;
+    r.store = QString::fromStdString(p.replay.store);
+    r.prices = QString::fromStdString(p.replay.prices);
     m_replay->setReplayRequest(r);
 
     CompareRequest cmp = m_compare->request();
@@ -1154,6 +1156,8 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.replay.gate = r.gate;
     p.replay.maxTokens = r.maxTokens;
     p.replay.limit = r.limit;
+    p.replay.store = r.store.toStdString();
+    p.replay.prices = r.prices.toStdString();
     const auto cmp = m_compare->request();
     p.compare.prompt = cmp.prompt.toStdString();
     p.compare.maxTokens = cmp.maxTokens;

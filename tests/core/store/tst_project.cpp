@@ -83,9 +83,9 @@ private Q_SLOTS:
             "alignment": {"name": "fit-2", "selection": "topk", "k": 3, "auto_lambda": true, "lambda": 0.25,
                           "per_head": true, "family": "mlp", "rank": 12, "mlp_hidden": 64, "mlp_epochs": 9,
                           "max_train_tokens": 5000000000, "in_use": "fit-1"},
-            "replay": {"tiers": ["cross", "exact"], "threshold": -0.5, "embedder": "model",
+            "replay": {"tiers": ["cross", "knowledge", "exact"], "threshold": -0.5, "embedder": "model",
                        "gate_signal": "kv_cos", "gate_threshold": 0.875, "gate": false, "max_tokens": 64,
-                       "limit": 7},
+                       "limit": 7, "store": "memory", "prices": "deepseek-chat"},
             "later_section": [1, 2]})");
         const auto check = [](const core::Project &p) {
             QCOMPARE(p.capture.storage, std::string("bf16"));
@@ -105,7 +105,9 @@ private Q_SLOTS:
             QCOMPARE(p.alignment.mlpEpochs, 9);
             QCOMPARE(p.alignment.maxTrainTokens, int64_t(5000000000));
             QCOMPARE(p.alignment.inUse, std::string("fit-1"));
-            QCOMPARE(p.replay.tiers, (std::vector<std::string>{"cross", "exact"}));
+            QCOMPARE(p.replay.tiers, (std::vector<std::string>{"cross", "knowledge", "exact"}));
+            QCOMPARE(p.replay.store, std::string("memory"));
+            QCOMPARE(p.replay.prices, std::string("deepseek-chat"));
             QCOMPARE(p.replay.threshold, -0.5);
             QCOMPARE(p.replay.embedder, std::string("model"));
             QCOMPARE(p.replay.gateSignal, std::string("kv_cos"));

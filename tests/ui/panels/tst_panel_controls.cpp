@@ -104,6 +104,8 @@ void compareReplay(const ui::ReplayRequest &a, const ui::ReplayRequest &b)
     QCOMPARE(a.ledgerName, b.ledgerName);
     QCOMPARE(a.knowledgeGraph, b.knowledgeGraph);
     QCOMPARE(a.profilesPath, b.profilesPath);
+    QCOMPARE(a.store, b.store);
+    QCOMPARE(a.prices, b.prices);
 }
 
 } // namespace
@@ -320,7 +322,14 @@ private Q_SLOTS:
         r.maxTokens = 16;
         r.limit = 200;
         r.ledgerName = "run-1";
+        r.store = "redis://127.0.0.1:6379";
+        r.prices = "anthropic-claude-sonnet-4";
         p.setReplayRequest(r);
+        // the price presets are offered by id, the default first
+        auto *prices = p.findChild<QComboBox *>("pricesCombo");
+        QVERIFY(prices && prices->count() > 2);
+        QCOMPARE(prices->itemText(0), QString());
+        QVERIFY(prices->findText("self-hosted") > 0);
         compareReplay(p.replayRequest(), r);
 
         // a busy panel still reports its settings (the project saves them)
