@@ -1,5 +1,6 @@
 #include "ui/report/report_data.h"
 
+#include "core/cache/prices.h"
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
 #include "core/util/csv.h"
@@ -368,6 +369,8 @@ std::string reportJson(const ReportData &d)
         j["ledgers"].push_back({{"name", l.name},
                                 {"settings", parseSettings(l.settingsJson)},
                                 {"summary", summaryJson(l.summary)},
+                                {"prices", json::parse(core::priceComparisonJson(
+                                               core::comparePrices(l.rows, core::builtinPricePresets())))},
                                 {"rows", rows}});
     }
     for (const auto &c : d.comparisons) {

@@ -3,6 +3,7 @@
 // quotes, commas and line breaks parse back), self-contained HTML (fingerprints, embedded charts, no
 // external references, the first divergence marked, tokens shaded by KL), PDF and Markdown; each chart is
 // saved as a PNG under <test binary dir>/screenshots for a person to look at.
+#include "core/cache/prices.h"
 #include "core/cache/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
@@ -23,6 +24,8 @@
 #include <QTextCursor>
 #include <QTextDocument>
 #include <QtTest>
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <fstream>
@@ -573,6 +576,32 @@ private Q_SLOTS:
 
     // Ledgers stored by `kvwb knowledge evaluate --save`: one Knowledge reuse section per evaluation,
     // a row per arm with its quality, the knowledge tier's time by step and the break-even reuse.
+    // Every ledger billed at every built-in price preset: in the Markdown (a table under the ledger)
+    // and in report.json (ledgers[].prices), the numbers comparePrices gives for the same rows.
+    void ledgerUnderEachPricePreset()
+    {
+        ui::ReportData d = ui::collectReport(m_experiment);
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-prices";
+        ui::writeMarkdown(d, out);
+        ui::writeCsvJson(d, out);
+        const QByteArray md = readAll(out / "report.md");
+        const auto presets = core::builtinPricePresets();
+        const auto want = core::comparePrices(makeLedger(), presets);
+        QCOMPARE(countOf(md, "### Under each price preset"), int(d.ledgers.size()));
+        for (const auto &w : want) {
+            const std::string row = fmt::format("| {} | {} {} | {:.6f} | {:.6f} | {:.1f}% |", w.preset, w.provider,
+                                                w.model, w.costUsd, w.costUsdNoCache, w.savingPercent);
+            QVERIFY2(md.contains(QByteArray::fromStdString(row)), row.c_str());
+        }
+        const QJsonObject root = QJsonDocument::fromJson(readAll(out / "report.json")).object();
+        const QJsonArray ledgers = root["ledgers"].toArray();
+        QVERIFY(!ledgers.isEmpty());
+        const QJsonArray prices = ledgers[0].toObject()["prices"].toArray();
+        QCOMPARE(prices.size(), qsizetype(presets.size()));
+        QCOMPARE(prices[0].toObject()["preset"].toString().toStdString(), want[0].preset);
+        QCOMPARE(prices[0].toObject()["cost_usd"].toDouble(), want[0].costUsd);
+    }
+
     void knowledgeSection()
     {
         const std::string evaluation =
