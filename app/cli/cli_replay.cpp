@@ -173,6 +173,10 @@ int cmdReplay(const QStringList &args)
     p.addOption({"route-drain", "least-loaded routing: work units a worker drains per second (default 2000).",
                  "UNITS", "2000"});
     p.addOption({"ledger", "Write the per-request ledger as CSV.", "OUT.csv"});
+    p.addOption({"outputs",
+                 "Write each request's answer as JSONL ({\"id\", \"output\"}; text that is not UTF-8 has its "
+                 "bad bytes replaced), e.g. for kvwb workload rounds --outputs.",
+                 "OUT.jsonl"});
     p.addOption({"save-ledger", "Store the ledger in the experiment file as /ledgers/NAME.", "NAME"});
     p.addOption({"json", "Print the summary as JSON."});
     addEngineOptions(p);
@@ -218,8 +222,13 @@ int cmdReplay(const QStringList &args)
         o.prices.inputPerMillion = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
         o.prices.outputPerMillion = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
     }
-    if (p.isSet("workers"))
+    if (p.isSet("workers")) {
+        if (p.isSet("outputs"))
+            throw UsageError{"--outputs is not available with --workers"};
         return runFleetReplay(args, p, o.prices);
+    }
+    if (p.isSet("outputs"))
+        core::checkWritableOutput(str(p.value("outputs")), "--outputs");
     if (p.isSet("routing") || p.isSet("route-drain"))
         throw UsageError{"--routing and --route-drain need --workers"};
     const bool asJson = p.isSet("json");
@@ -356,6 +365,14 @@ int cmdReplay(const QStringList &args)
         json::parse(jobs::ledgerSettingsJson(job, embedder.get(), *a, b.get(), r.cancelled));
     if (p.isSet("ledger"))
         core::writeLedgerCsv(str(p.value("ledger")), r.rows);
+    if (p.isSet("outputs")) {
+        std::string lines;
+        for (size_t i = 0; i < r.rows.size() && i < r.outputs.size(); ++i)
+            lines += json({{"id", r.rows[i].requestId}, {"output", r.outputs[i]}})
+                         .dump(-1, ' ', false, json::error_handler_t::replace) +
+                     "\n";
+        core::writeFileAtomic(str(p.value("outputs")), lines);
+    }
     if (p.isSet("save-ledger")) {
         const fs::path path = exp->path();
         exp.reset(); // HDF5 cannot reopen a file for writing while this process reads it

@@ -2,6 +2,7 @@
 #include "app/cli/cli_util.h"
 
 #include "core/cache/replay_ledger.h"
+#include "core/metrics/text_metrics.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -13,6 +14,7 @@
 
 #include <QCommandLineParser>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -110,6 +112,8 @@ const OptionScope kOptionScopes[] = {
     {"json", "multiturn rounds"},
     {"workload", "rounds"},
     {"ledger", "rounds"},
+    {"outputs", "rounds"},
+    {"reference-outputs", "rounds"},
     {"out", "wordnet multiturn sharegpt quora"},
 };
 
@@ -269,6 +273,51 @@ int roundsReport(const QCommandLineParser &p)
     for (const auto &r : rows)
         outcomes.push_back({r.requestId, r.answeredBy != core::TierKind::None, r.promptTokens, r.tokensReused});
     const core::RoundBreakdown b = core::roundBreakdown(wl.requests, outcomes);
+    // The quality cost of a history policy: each answer against the answer to the same request under
+    // the reference policy (full history), ROUGE-L and exact agreement, per round.
+    if (p.isSet("outputs") != p.isSet("reference-outputs"))
+        throw UsageError{"--outputs and --reference-outputs go together (kvwb replay --outputs writes them)"};
+    std::map<int, std::pair<double, int64_t>> rougeOf, sameOf; // round -> (sum, n)
+    if (p.isSet("outputs")) {
+        const auto readOutputs = [](const QString &path) {
+            std::map<int64_t, std::string> out;
+            const std::string text = readTextFile(path);
+            size_t lineNo = 0, at = 0;
+            while (at < text.size()) {
+                const size_t end = std::min(text.find('\n', at), text.size());
+                const std::string line = text.substr(at, end - at);
+                at = end + 1;
+                ++lineNo;
+                if (line.empty())
+                    continue;
+                try {
+                    const auto j = nlohmann::json::parse(line);
+                    out[j.at("id").get<int64_t>()] = j.at("output").get<std::string>();
+                } catch (const nlohmann::json::exception &e) {
+                    throw core::Error(core::ErrorCode::Format, fmt::format("{}:{}: expected {{\"id\", \"output\"}}: {}",
+                                                                           str(path), lineNo, e.what()));
+                }
+            }
+            return out;
+        };
+        const auto mine = readOutputs(p.value("outputs"));
+        const auto ref = readOutputs(p.value("reference-outputs"));
+        for (const auto &r : wl.requests) {
+            const auto a = mine.find(r.id), b2 = ref.find(r.id);
+            if (r.round < 0 || a == mine.end() || b2 == ref.end())
+                continue;
+            auto &[rs, rn] = rougeOf[r.round];
+            rs += core::rougeL(a->second, b2->second);
+            ++rn;
+            auto &[ss, sn] = sameOf[r.round];
+            ss += a->second == b2->second ? 1.0 : 0.0;
+            ++sn;
+        }
+    }
+    const auto meanOf = [](const std::map<int, std::pair<double, int64_t>> &m, int round) {
+        const auto it = m.find(round);
+        return it == m.end() || it->second.second == 0 ? -1.0 : it->second.first / double(it->second.second);
+    };
     if (b.unmatched > 0)
         std::fprintf(stderr, "%zu ledger rows name requests not in %s (another workload?)\n", b.unmatched,
                      workloadPath.c_str());
@@ -290,15 +339,21 @@ int roundsReport(const QCommandLineParser &p)
                            {"hit_rate", s.hitRate},
                            {"prompt_tokens", s.promptTokens},
                            {"tokens_reused", s.tokensReused},
-                           {"token_hit_rate", s.tokenHitRate}});
+                           {"token_hit_rate", s.tokenHitRate},
+                           {"rouge_l_vs_reference", meanOf(rougeOf, s.round)},
+                           {"same_answer_as_reference", meanOf(sameOf, s.round)}});
         std::printf("%s\n", j.dump(2).c_str());
         return 0;
     }
-    std::printf("%6s %9s %9s %15s %14s %14s\n", "round", "requests", "hit rate", "token hit rate",
-                "prompt tokens", "tokens reused");
-    for (const auto &s : b.rounds)
-        std::printf("%6d %9lld %9.3f %15.3f %14lld %14lld\n", s.round, (long long)s.requests, s.hitRate,
+    std::printf("%6s %9s %9s %15s %14s %14s%s\n", "round", "requests", "hit rate", "token hit rate",
+                "prompt tokens", "tokens reused", rougeOf.empty() ? "" : "  ROUGE-L vs ref  same answer");
+    for (const auto &s : b.rounds) {
+        std::printf("%6d %9lld %9.3f %15.3f %14lld %14lld", s.round, (long long)s.requests, s.hitRate,
                     s.tokenHitRate, (long long)s.promptTokens, (long long)s.tokensReused);
+        if (!rougeOf.empty())
+            std::printf(" %16.3f %12.3f", meanOf(rougeOf, s.round), meanOf(sameOf, s.round));
+        std::printf("\n");
+    }
     if (b.withoutRound > 0)
         std::printf("(%zu requests without a round not shown)\n", b.withoutRound);
     return 0;
@@ -392,6 +447,11 @@ int cmdWorkload(const QStringList &args)
     p.addOption({"json", "multiturn: policy costs as JSON on stdout; rounds: the table as JSON."});
     p.addOption({"workload", "rounds: the workload the ledger replayed.", "FILE"});
     p.addOption({"ledger", "rounds: the replay ledger CSV (kvwb replay --ledger).", "FILE"});
+    p.addOption({"outputs", "rounds: the replay's answers (kvwb replay --outputs), scored per round against "
+                            "--reference-outputs.", "FILE"});
+    p.addOption({"reference-outputs",
+                 "rounds: the answers to the same requests under the reference policy (e.g. full history).",
+                 "FILE"});
     parse(p, args,
           "Write a request workload (JSONL, one request a line). wordnet: over WordNet concepts, with Zipf "
           "popularity, Poisson arrivals, tenants with shared system prompts, exact repeats, paraphrases, "

@@ -13,6 +13,10 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <fmt/format.h>
+
+#include <cmath>
+
 using Run = kvwb::test::KvwbRun;
 using kvwb::test::runKvwb;
 
@@ -81,6 +85,44 @@ private Q_SLOTS:
         const QJsonArray rounds = QJsonDocument::fromJson(tj.out).object()["rounds"].toArray();
         QCOMPARE(rounds.size(), 4);
         QCOMPARE(rounds[1].toObject()["token_hit_rate"].toDouble(), 0.5);
+        QCOMPARE(rounds[1].toObject()["rouge_l_vs_reference"].toDouble(), -1.0); // no outputs given
+
+        // The quality cost of a policy: answers against the reference policy's, per round. Round 0
+        // answers agree; later ones agree on request ids divisible by 3 only.
+        std::string mine, ref;
+        for (const auto &q : w.requests) {
+            const bool same = q.round == 0 || q.id % 3 == 0;
+            ref += fmt::format(R"({{"id":{},"output":"a b c d"}})", q.id) + "\n";
+            mine += fmt::format(R"({{"id":{},"output":"{}"}})", q.id, same ? "a b c d" : "a b x y") + "\n";
+        }
+        kvwb::test::writeFile(path("mine.jsonl").toStdString(), mine);
+        kvwb::test::writeFile(path("ref.jsonl").toStdString(), ref);
+        const Run q = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
+                               "--outputs", path("mine.jsonl"), "--reference-outputs", path("ref.jsonl"), "--json"});
+        QVERIFY2(q.exitCode == 0, q.err.constData());
+        const QJsonArray qr = QJsonDocument::fromJson(q.out).object()["rounds"].toArray();
+        QCOMPARE(qr[0].toObject()["rouge_l_vs_reference"].toDouble(), 1.0);
+        QCOMPARE(qr[0].toObject()["same_answer_as_reference"].toDouble(), 1.0);
+        for (int round = 1; round < 4; ++round) {
+            int same = 0, n = 0;
+            for (const auto &x : w.requests)
+                if (x.round == round) {
+                    ++n;
+                    same += x.id % 3 == 0;
+                }
+            const double wantRouge = (same + (n - same) * 0.5) / n; // "a b x y" vs "a b c d": LCS 2 of 4
+            QCOMPARE(qr[round].toObject()["same_answer_as_reference"].toDouble(), double(same) / n);
+            QVERIFY(std::abs(qr[round].toObject()["rouge_l_vs_reference"].toDouble() - wantRouge) < 1e-12);
+        }
+        // outputs alone, or a malformed outputs file: one clear line
+        const Run alone = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
+                                   "--outputs", path("mine.jsonl")});
+        QCOMPARE(alone.exitCode, 2);
+        kvwb::test::writeFile(path("bad.jsonl").toStdString(), "{\"id\":0,\"output\":\"x\"}\nnot json\n");
+        const Run bad = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
+                                 "--outputs", path("bad.jsonl"), "--reference-outputs", path("ref.jsonl")});
+        QVERIFY(bad.exitCode != 0);
+        QVERIFY2(bad.err.contains("bad.jsonl:2:"), bad.err.constData());
     }
 
     void usageErrors_data()
