@@ -9,6 +9,8 @@
 #include "core/cache/shared_store.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/text_util.h"
+#include "core/workload/corpus.h"
 #include "core/workload/routing.h"
 #include "core/workload/workload.h"
 
@@ -403,6 +405,130 @@ int cmdBenchStore(const QStringList &args)
     else
         std::printf("\nvia store = fetch (incl. CRC-32 and header checks) + deserialise + place; medians of %d; %s\n",
                     repeats, store->describe().c_str());
+    return 0;
+}
+
+int cmdSummarise(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"workload", "A full-history conversation workload (conversation and round fields).", "FULL.jsonl"});
+    p.addOption({"model", "The model that writes the summaries.", "PATH"});
+    p.addOption({"keep", "Recent rounds kept verbatim (default 1).", "N", "1"});
+    p.addOption({"max-tokens", "Tokens a summary may take (default 32).", "N", "32"});
+    p.addOption({"out", "The workload with summarised history.", "OUT.jsonl"});
+    p.addOption({"json", "Print the cost as JSON."});
+    addEngineOptions(p);
+    parse(p, args,
+          "Rewrite a full-history conversation workload with the rounds older than the last N replaced by a "
+          "summary the model writes (the summary history policy, model-written).");
+    if (!p.isSet("workload") || !p.isSet("model") || !p.isSet("out"))
+        throw UsageError{"--workload, --model and --out are required"};
+    const int keep = intOption(p, "keep", 1, 0, 1 << 20);
+    const int maxTokens = intOption(p, "max-tokens", 32, 1, 4096);
+    const std::string in = str(p.value("workload"));
+    core::checkWritableOutput(str(p.value("out")), "--out");
+    const auto read = core::readWorkloadJsonl(in);
+    if (!read.warnings.empty())
+        std::fprintf(stderr, "skipped %zu malformed workload lines:\n%s", read.warnings.total(),
+                     read.warnings.summary().c_str());
+    std::vector<core::WorkloadRequest> requests = read.requests;
+
+    // Each conversation's rounds in order; every round's prompt must be its predecessor's text +
+    // the predecessor's exchange + its own question (the full-history rendering).
+    std::map<std::string, std::vector<size_t>> byConversation;
+    for (size_t i = 0; i < requests.size(); ++i) {
+        const auto &r = requests[i];
+        if (r.conversation.empty() || r.round < 0)
+            throw core::Error(core::ErrorCode::Format,
+                              fmt::format("{}: request {} has no conversation and round (write the workload with "
+                                          "kvwb workload multiturn or sharegpt)",
+                                          in, r.id));
+        byConversation[r.conversation].push_back(i);
+    }
+    auto model = gpu::Model::load(str(p.value("model")), loadOptions(p));
+    auto tokenizer = loadModelTokenizer(*model);
+    int64_t summaries = 0, summaryTokens = 0, promptTokens = 0;
+    double summaryMs = 0;
+    for (auto &[conv, idx] : byConversation) {
+        std::stable_sort(idx.begin(), idx.end(),
+                         [&](size_t a, size_t b) { return requests[a].round < requests[b].round; });
+        // before[k]: round k's prompt before its question (system prompt + history)
+        std::vector<std::string> before;
+        for (size_t k = 0; k < idx.size(); ++k) {
+            const auto &r = requests[idx[k]];
+            if (r.round != int(k))
+                throw core::Error(core::ErrorCode::Format,
+                                  fmt::format("{}: conversation {} skips round {}", in, conv, k));
+            const auto head = core::promptHead(r.prompt, r.question);
+            if (!head)
+                throw core::Error(core::ErrorCode::Format,
+                                  fmt::format("{}: request {}: the prompt does not end with its question", in, r.id));
+            if (k > 0 && head->rfind(before[k - 1], 0) != 0)
+                throw core::Error(core::ErrorCode::Format,
+                                  fmt::format("{}: request {} (conversation {}, round {}) does not carry the previous "
+                                              "round's prompt: not a full-history workload",
+                                              in, r.id, conv, k));
+            before.push_back(*head);
+        }
+        // rounds[j]: the exchange of round j as the history carries it
+        std::vector<std::string> rounds;
+        for (size_t k = 1; k < before.size(); ++k)
+            rounds.push_back(before[k].substr(before[k - 1].size()));
+        const std::string system = before.empty() ? std::string() : before[0];
+        std::map<size_t, std::string> summaryOf; // older rounds summarised -> summary text
+        for (size_t k = 0; k < idx.size(); ++k) {
+            auto &r = requests[idx[k]];
+            const size_t older = k > size_t(keep) ? k - size_t(keep) : 0;
+            if (older == 0)
+                continue; // nothing to summarise yet: the full history is the policy's
+            auto it = summaryOf.find(older);
+            if (it == summaryOf.end()) {
+                // the previous summary (if any) and the round that just left the window, summarised again
+                std::string text = older > 1 ? "Earlier: " + summaryOf.at(older - 1) + "\n" : std::string();
+                text += rounds[older - 1];
+                const auto ids = tokenizer->encode(text + "Summary of the conversation so far:", true);
+                gpu::GenerateOptions go;
+                go.maxTokens = maxTokens;
+                go.stopTokens = tokenizer->encode("\n", false);
+                const auto t = core::Clock::now();
+                const auto g = model->generate(ids, go);
+                summaryMs += core::msSince(t);
+                ++summaries;
+                summaryTokens += g.stats.generatedTokens;
+                promptTokens += g.stats.promptTokens;
+                std::string s = tokenizer->decode(g.outputIds, true);
+                // a workload is UTF-8 text: bytes of a split or invalid sequence become U+FFFD
+                for (auto bad = core::text::firstInvalidUtf8(s); bad; bad = core::text::firstInvalidUtf8(s))
+                    s.replace(*bad, 1, "\xEF\xBF\xBD");
+                while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+                    s.pop_back();
+                while (!s.empty() && s.front() == ' ')
+                    s.erase(s.begin());
+                it = summaryOf.emplace(older, s).first;
+            }
+            std::string kept;
+            for (size_t j = older; j < k; ++j)
+                kept += rounds[j];
+            r.prompt = system + "Summary of the earlier conversation (written by the model): " + it->second +
+                       "\n" + kept + core::promptFor(r.question);
+        }
+    }
+    core::writeWorkloadJsonl(str(p.value("out")), requests);
+    const json cost = {{"workload", in},
+                       {"out", str(p.value("out"))},
+                       {"policy", fmt::format("summary:{} (model-written)", keep)},
+                       {"conversations", byConversation.size()},
+                       {"summaries", summaries},
+                       {"summary_prompt_tokens", promptTokens},
+                       {"summary_tokens", summaryTokens},
+                       {"summary_ms", summaryMs}};
+    if (p.isSet("json"))
+        std::printf("%s\n", cost.dump(2).c_str());
+    else
+        std::printf("wrote %s: %zu requests; %lld summaries of %zu conversations: %lld prompt tokens read, %lld "
+                    "summary tokens generated, %.1f ms\n",
+                    str(p.value("out")).c_str(), requests.size(), (long long)summaries, byConversation.size(),
+                    (long long)promptTokens, (long long)summaryTokens, summaryMs);
     return 0;
 }
 

@@ -27,3 +27,15 @@ namespace kvwb::app {
 int cmdBenchStore(const QStringList &args);
 
 } // namespace kvwb::app
+
+namespace kvwb::app {
+
+// `kvwb summarise --workload FULL.jsonl --model PATH --keep N --out OUT.jsonl [--max-tokens 32]`:
+// the summary history policy with a summary the model writes. Reads a full-history conversation
+// workload (kvwb workload multiturn / sharegpt --history-policy full), recovers each round's text
+// from consecutive prompts, and writes the same requests with the rounds older than the last N
+// replaced by the model's greedy summary of them (written once per conversation and length, as a
+// chat front end would keep it). Prints the summaries' token and time cost.
+int cmdSummarise(const QStringList &args);
+
+} // namespace kvwb::app

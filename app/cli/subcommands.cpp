@@ -65,6 +65,8 @@ const std::vector<Subcommand> &subcommands()
          KVWB_ENGINE_RUN(cmdReplay)},
         {"bench-store", "A KV cache's trip through a shared store (Redis) against recomputing it.", E,
          KVWB_ENGINE_RUN(cmdBenchStore)},
+        {"summarise", "Rewrite a full-history conversation workload with model-written summaries of older rounds.",
+         E, KVWB_ENGINE_RUN(cmdSummarise)},
         {"prices", "List the price presets, or cost a replay ledger under several of them.", E,
          KVWB_ENGINE_RUN(cmdPrices)},
 #ifndef KVWB_HEADLESS

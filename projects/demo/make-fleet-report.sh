@@ -57,3 +57,32 @@ for workers in 1 2 4; do
 done
 echo
 "$KVWB" bench-store --store "$URL" --model "$HERE/models/b" --lengths 16,64,256,448 --threads 1 | tee "$OUT/bench-store.md"
+
+echo
+echo "== conversations: 8 users x 5 rounds through the prefix tier, per history policy"
+for policy in full window:2 summary:1 summary-model:1; do
+  name="${policy/:/-}"
+  if [ "$policy" = summary-model:1 ]; then
+    # the summary written by model A (kvwb summarise), from the full-history conversations
+    "$KVWB" summarise --workload "$OUT/mt-full.jsonl" --model "$HERE/models/a" --keep 1 --max-tokens 32 \
+      --out "$OUT/mt-$name.jsonl" --threads 1 --json > "$OUT/mt-$name.cost"
+  else
+    "$KVWB" workload multiturn --out "$OUT/mt-$name.jsonl" --users 8 --rounds 5 --system-tokens 100 \
+      --concepts 1000 --history-policy "$policy" --seed 1 > /dev/null 2> "$OUT/mt-$name.cost"
+  fi
+  "$KVWB" replay --workload "$OUT/mt-$name.jsonl" --model-a "$HERE/models/a" --tiers prefix --max-tokens 16 \
+    --threads 1 --ledger "$OUT/mt-ledger-$name.csv" --outputs "$OUT/mt-out-$name.jsonl" --json \
+    > "$OUT/mt-replay-$name.json" 2> /dev/null
+done
+echo "| policy | round | prompt tokens | token hit rate | ROUGE-L vs full | same answer as full |"
+echo "|:--|--:|--:|--:|--:|--:|"
+for policy in full window:2 summary:1 summary-model:1; do
+  name="${policy/:/-}"
+  "$KVWB" workload rounds --workload "$OUT/mt-$name.jsonl" --ledger "$OUT/mt-ledger-$name.csv" \
+    --outputs "$OUT/mt-out-$name.jsonl" --reference-outputs "$OUT/mt-out-full.jsonl" --json |
+    jq -r --arg p "$policy" '.rounds[] | "| \($p) | \(.round) | \(.prompt_tokens) | \(.token_hit_rate*1000|round/1000) | \(.rouge_l_vs_reference*1000|round/1000) | \(.same_answer_as_reference*1000|round/1000) |"'
+done
+jq -r '"model-written summaries: \(.summaries) of \(.conversations) conversations, \(.summary_prompt_tokens) tokens read, \(.summary_tokens) generated, \(.summary_ms|round) ms"' "$OUT/mt-summary-model-1.cost"
+echo
+echo "== one ledger (4 workers, prefix-hash, Redis) under every price preset"
+"$KVWB" prices --ledger "$OUT/ledger-4-prefix-hash-redis.csv" | tee "$OUT/prices.md"

@@ -30,7 +30,7 @@ QStringList allSubcommands()
     QStringList all = {"info",    "upgrade", "tokenize", "generate",       "bench",         "make-model",
                        "convert", "train",   "eval-qa",  "capture",        "bench-capture", "bench-tiers",
                        "align",   "sweep",   "compare",  "bench-transfer", "replay",        "bench-store",
-                       "prices"};
+                       "summarise", "prices"};
 #ifndef KVWB_HEADLESS
     all << "report";
 #endif

@@ -2,6 +2,8 @@
 // conversation workload that reads back with its rounds, the prompt cost per policy on stderr (and
 // as JSON), the per-round table of a ledger, and usage errors (exit 2).
 #include "core/cache/replay_ledger.h"
+#include "core/model/random_model.h"
+#include "core/workload/corpus.h"
 #include "core/workload/workload.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
@@ -123,6 +125,48 @@ private Q_SLOTS:
                                  "--outputs", path("bad.jsonl"), "--reference-outputs", path("ref.jsonl")});
         QVERIFY(bad.exitCode != 0);
         QVERIFY2(bad.err.contains("bad.jsonl:2:"), bad.err.constData());
+    }
+
+    // kvwb summarise on a random model: rounds up to --keep keep their full history; later rounds
+    // carry the model's summary of the older rounds, then the kept round verbatim, then the question;
+    // one summary per conversation and length; a workload that is not full-history is refused.
+    void modelWrittenSummaries()
+    {
+        kvwb::core::writeRandomHfModel(m_tmp.filePath("m").toStdString(), kvwb::core::randomModelPreset("gqa"));
+        Run r = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("full.jsonl"), "--users", "2",
+                         "--rounds", "4", "--system-tokens", "10", "--concepts", "30", "--history-policy", "full"});
+        QCOMPARE(r.exitCode, 0);
+        r = runKvwb({"summarise", "--workload", path("full.jsonl"), "--model", path("m"), "--keep", "1",
+                     "--max-tokens", "4", "--out", path("sum.jsonl"), "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const QJsonObject cost = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(cost["summaries"].toInt(), 2 * 2); // rounds 2 and 3 of each conversation
+        QVERIFY(cost["summary_tokens"].toInt() > 0);
+        const auto full = kvwb::core::readWorkloadJsonl(path("full.jsonl").toStdString()).requests;
+        const auto sum = kvwb::core::readWorkloadJsonl(path("sum.jsonl").toStdString()).requests;
+        QCOMPARE(sum.size(), full.size());
+        const std::string marker = "Summary of the earlier conversation (written by the model): ";
+        for (size_t i = 0; i < sum.size(); ++i) {
+            QCOMPARE(sum[i].id, full[i].id);
+            QCOMPARE(sum[i].round, full[i].round);
+            if (full[i].round <= 1) {
+                QCOMPARE(sum[i].prompt, full[i].prompt);
+                continue;
+            }
+            QVERIFY2(sum[i].prompt.find(marker) != std::string::npos, sum[i].prompt.c_str());
+            const std::string question = kvwb::core::promptFor(full[i].question);
+            QVERIFY(sum[i].prompt.size() >= question.size() &&
+                    sum[i].prompt.compare(sum[i].prompt.size() - question.size(), question.size(), question) == 0);
+            QVERIFY(sum[i].prompt.size() < full[i].prompt.size() + 200);
+        }
+        // a windowed workload does not carry each previous prompt: refused, naming the request
+        r = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("win.jsonl"), "--users", "2",
+                     "--rounds", "4", "--system-tokens", "10", "--concepts", "30", "--history-policy", "window:1"});
+        QCOMPARE(r.exitCode, 0);
+        r = runKvwb({"summarise", "--workload", path("win.jsonl"), "--model", path("m"), "--out", path("x.jsonl")});
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.err.contains("not a full-history workload"), r.err.constData());
+        QVERIFY(!QFile::exists(path("x.jsonl")));
     }
 
     void usageErrors_data()
