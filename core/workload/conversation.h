@@ -49,8 +49,8 @@ struct HistoryRound
 };
 
 // The summary line that replaces older rounds: "Summary of the earlier conversation (extractive,
-// not model-written): the user asked about car; bus.\n". Deterministic; a model-written summary
-// is a replay-time option still to come.
+// not model-written): the user asked about car; bus.\n". Deterministic; `kvwb summarise`
+// (app/cli/cli_fleet.h) writes the model-written one.
 std::string extractiveSummary(const std::vector<HistoryRound> &older);
 
 // What a policy keeps of `history` (all earlier rounds, oldest first) before the new question:
