@@ -159,8 +159,8 @@ int cmdReplay(const QStringList &args)
                  "(docs/replay.md, \"Prices\"). Not with --price-in/--price-out.",
                  "PRESET|FILE"});
     p.addOption({"store",
-                 "Keep the exact and semantic entries and the prefix KV blocks in a shared store: memory or "
-                 "redis://HOST:PORT[/DB] (docs/fleet.md).",
+                 "Keep the exact and semantic entries and the prefix KV blocks in a shared store: memory, "
+                 "redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...] (docs/fleet.md).",
                  "URL"});
     p.addOption({"store-timeout-ms", "Shared store: connect and command timeout (default 500).", "MS", "500"});
     p.addOption({"store-flush", "Shared store: remove the workbench's keys before the replay."});

@@ -11,8 +11,8 @@
 namespace kvwb::core {
 
 // redis_store.cpp
-std::unique_ptr<SharedStore> makeRedisStore(const std::string &host, int port, int db, const std::string &url,
-                                            StoreOptions options);
+std::unique_ptr<SharedStore> makeRedisStore(const std::vector<std::pair<std::string, int>> &seeds, int db,
+                                            const std::string &url, StoreOptions options, bool cluster);
 
 const char *storeOutcomeName(StoreOutcome o) noexcept
 {
@@ -207,12 +207,13 @@ std::unique_ptr<SharedStore> openSharedStore(const std::string &url, StoreOption
         return makeMemoryStore();
     const auto bad = [&](const std::string &why) {
         return Error(ErrorCode::InvalidArgument,
-                     "store '" + url + "': " + why + " (expected memory or redis://HOST:PORT[/DB])");
+                     "store '" + url + "': " + why + " (expected memory, redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...])");
     };
-    const std::string scheme = "redis://";
-    if (url.rfind(scheme, 0) != 0)
+    const std::string scheme = "redis://", clusterScheme = "redis-cluster://";
+    const bool cluster = url.rfind(clusterScheme, 0) == 0;
+    if (!cluster && url.rfind(scheme, 0) != 0)
         throw bad("unknown scheme");
-    std::string rest = url.substr(scheme.size());
+    std::string rest = url.substr(cluster ? clusterScheme.size() : scheme.size());
     int db = 0;
     if (const auto slash = rest.find('/'); slash != std::string::npos) {
         const std::string dbText = rest.substr(slash + 1);
@@ -220,19 +221,33 @@ std::unique_ptr<SharedStore> openSharedStore(const std::string &url, StoreOption
         const auto [p, ec] = std::from_chars(dbText.data(), dbText.data() + dbText.size(), db);
         if (dbText.empty() || ec != std::errc() || p != dbText.data() + dbText.size() || db < 0 || db > 15)
             throw bad("database '" + dbText + "' is not 0..15");
+        if (cluster && db != 0)
+            throw bad("a Redis Cluster has database 0 only");
     }
-    const auto colon = rest.rfind(':');
-    if (colon == std::string::npos || colon == 0)
-        throw bad("no HOST:PORT");
-    const std::string host = rest.substr(0, colon);
-    const std::string portText = rest.substr(colon + 1);
-    int port = 0;
-    const auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-    if (portText.empty() || ec != std::errc() || p != portText.data() + portText.size() || port < 1 || port > 65535)
-        throw bad("port '" + portText + "' is not 1..65535");
+    std::vector<std::pair<std::string, int>> seeds;
+    size_t at = 0;
+    while (true) {
+        const size_t comma = rest.find(',', at);
+        const std::string hostPort = rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        const auto colon = hostPort.rfind(':');
+        if (colon == std::string::npos || colon == 0)
+            throw bad("no HOST:PORT");
+        const std::string portText = hostPort.substr(colon + 1);
+        int port = 0;
+        const auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+        if (portText.empty() || ec != std::errc() || p != portText.data() + portText.size() || port < 1 ||
+            port > 65535)
+            throw bad("port '" + portText + "' is not 1..65535");
+        seeds.emplace_back(hostPort.substr(0, colon), port);
+        if (comma == std::string::npos)
+            break;
+        if (!cluster)
+            throw bad("several servers are a cluster: redis-cluster://HOST:PORT,HOST:PORT");
+        at = comma + 1;
+    }
     if (options.connectTimeoutMs < 1 || options.commandTimeoutMs < 1)
         throw bad("timeouts must be positive");
-    return makeRedisStore(host, port, db, url, options);
+    return makeRedisStore(seeds, db, url, options, cluster);
 }
 
 } // namespace kvwb::core

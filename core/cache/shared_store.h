@@ -1,8 +1,9 @@
 // The store under the cache tiers that a fleet of replay workers shares: binary payloads under
 // tenant-scoped keys, with expiry, invalidation by model fingerprint and by tag, and an append-only
 // stream (the semantic tier's entries, so each worker keeps its own vector index in sync). Two
-// implementations: in this process (MemorySharedStore) and a Redis server (openSharedStore
-// ("redis://HOST:PORT[/DB]")), the layout of both in docs/fleet.md.
+// implementations: in this process (makeMemoryStore) and Redis (openSharedStore: one server,
+// "redis://HOST:PORT[/DB]", or a Redis Cluster, "redis-cluster://HOST:PORT[,HOST:PORT...]", keys
+// routed by hash slot with MOVED/ASK redirections followed), the layout in docs/fleet.md.
 //
 // Every value is a payload envelope (core/cache/store_payload.h): a get decodes it and refuses one
 // whose checksum, tenant, model fingerprint or tier disagrees with what was asked for (counted as
@@ -117,7 +118,8 @@ struct StoreOptions
     int commandTimeoutMs = 500;
 };
 
-// "memory" or "redis://HOST:PORT[/DB]" (HOST a name or an IPv4 address). Error(InvalidArgument)
+// "memory", "redis://HOST:PORT[/DB]" or "redis-cluster://HOST:PORT[,HOST:PORT...]" (any of the
+// cluster's nodes; HOST a name or an IPv4 address). Error(InvalidArgument)
 // naming the URL for anything else. Opening never fails on an absent server: calls report
 // Unavailable until one answers.
 std::unique_ptr<SharedStore> openSharedStore(const std::string &url, StoreOptions options = {});

@@ -10,6 +10,10 @@
 #include "tests/support/expect_error.h"
 #include "tests/support/redis_server.h"
 
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QStandardPaths>
+#include <QThread>
 #include <QtTest>
 
 #include <chrono>
@@ -221,13 +225,16 @@ private Q_SLOTS:
     void urls()
     {
         for (const char *url : {"redis://", "redis://host", "redis://host:0", "redis://host:70000", "redis://:6379",
-                                "redis://h:6379/16", "redis://h:6379/x", "http://h:1", "memory2"}) {
+                                "redis://h:6379/16", "redis://h:6379/x", "http://h:1", "memory2", "redis://a:1,b:2",
+                                "redis-cluster://a:1,b", "redis-cluster://a:1/2"}) {
             const core::Error e = test::expectError([&] { core::openSharedStore(url); });
             QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
             QVERIFY2(std::string(e.what()).find(url) != std::string::npos, e.what());
         }
         QCOMPARE(core::openSharedStore("memory")->describe(), std::string("memory"));
         QCOMPARE(core::openSharedStore("redis://127.0.0.1:1/3")->describe(), std::string("redis://127.0.0.1:1/3"));
+        QCOMPARE(core::openSharedStore("redis-cluster://127.0.0.1:1,127.0.0.1:2")->describe(),
+                 std::string("redis-cluster://127.0.0.1:1,127.0.0.1:2"));
     }
 
     void memoryStore()
@@ -243,6 +250,59 @@ private Q_SLOTS:
         behaviour(*store, true);
         // keys of the layout only; flush left nothing of ours behind
         QCOMPARE(server->cli({"DBSIZE"}).trimmed(), QByteArray("0"));
+    }
+
+    // A Redis Cluster of three masters on loopback: the same behaviour, keys spread over the nodes by
+    // hash slot, and a store seeded with any one node reaches every slot.
+    void redisCluster()
+    {
+        std::vector<std::unique_ptr<kvwb::test::RedisServer>> nodes;
+        QStringList endpoints;
+        for (int i = 0; i < 3; ++i) {
+            nodes.emplace_back(startedServer({"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                              "--cluster-node-timeout", "5000"}));
+            endpoints << QString("127.0.0.1:%1").arg(nodes.back()->port());
+        }
+        QProcess create;
+        create.start(QStandardPaths::findExecutable("redis-cli"),
+                     QStringList{"--cluster", "create"} + endpoints + QStringList{"--cluster-replicas", "0", "--cluster-yes"});
+        QVERIFY(create.waitForFinished(30000));
+        QVERIFY2(create.exitCode() == 0, create.readAll().constData());
+        QElapsedTimer t;
+        t.start();
+        const auto ready = [&] {
+            for (const auto &n : nodes)
+                if (!n->cli({"CLUSTER", "INFO"}).contains("cluster_state:ok"))
+                    return false;
+            return true;
+        };
+        while (!ready() && t.elapsed() < 20000)
+            QThread::msleep(100);
+        QVERIFY(ready());
+
+        auto store = core::openSharedStore("redis-cluster://" + endpoints[0].toStdString());
+        behaviour(*store, true);
+        const TenantScope scope("t", "fp");
+        for (int i = 0; i < 60; ++i)
+            QCOMPARE(store->put(scope, "exact", "k" + std::to_string(i),
+                                core::encodeResponsePayload(scope, "exact", response("v" + std::to_string(i)), 0), 0, 0),
+                     StoreOutcome::Hit);
+        int holding = 0;
+        for (const auto &n : nodes)
+            holding += n->cli({"DBSIZE"}).trimmed().toInt() > 0;
+        QCOMPARE(holding, 3); // 60 keys over 16384 slots in three ranges
+        QCOMPARE(store->serverInfo().keys, int64_t(60));
+        // seeded with the last node only: every key is still found (the slot map comes from it)
+        auto other = core::openSharedStore("redis-cluster://" + endpoints[2].toStdString());
+        for (int i = 0; i < 60; ++i) {
+            const auto g = other->get(scope, "exact", "k" + std::to_string(i), 0);
+            QCOMPARE(g.outcome, StoreOutcome::Hit);
+            QCOMPARE(core::decodeResponseBody(g.payload->body).text, "v" + std::to_string(i));
+        }
+        QCOMPARE(int(other->getMany(scope, "exact", {"k1", "k2", "nope"}, 0).size()), 3);
+        other->flush();
+        QCOMPARE(store->serverInfo().keys, int64_t(0));
+        QCOMPARE(store->stats().unavailable, int64_t(0));
     }
 
     void noServerIsUnavailableNotAnError()
