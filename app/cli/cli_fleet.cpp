@@ -348,14 +348,8 @@ int cmdBenchStore(const QStringList &args)
                 body.append(reinterpret_cast<const char *>(h.keys.data()), h.keys.size() * sizeof(float));
                 body.append(reinterpret_cast<const char *>(h.values.data()), h.values.size() * sizeof(float));
             }
-            core::PayloadHeader hdr;
-            hdr.kind = core::PayloadKind::Kv;
-            hdr.tier = "prefix";
-            hdr.tenant = scope.tenant();
-            hdr.fingerprint = scope.modelFingerprint();
-            hdr.dtype = core::DType::F32;
-            hdr.shape = {layers, 2, heads, n, hd};
-            const std::string env = core::encodePayload(hdr, body);
+            const std::string env = core::encodePayload(
+                core::kvPayloadHeader(scope, "prefix", layers, heads, n, hd, core::KeyForm::PostRope, 0), body);
             ser.push_back(core::msSince(t));
             mb = double(env.size()) / 1e6;
             const std::string key = "bench-" + std::to_string(n);

@@ -63,10 +63,6 @@ std::string globEscape(const std::string &s)
     return out;
 }
 
-PayloadKind kindOfTier(std::string_view tier)
-{
-    return tier == "prefix" || tier == "cross" ? PayloadKind::Kv : PayloadKind::Response;
-}
 
 class RedisStore final : public SharedStore
 {
@@ -135,20 +131,7 @@ public:
             out.reason = "the key does not hold a string";
             return out;
         }
-        m_stats.bytesReceived += int64_t(r->len);
-        std::string why;
-        out.payload = decodePayload(
-            std::string_view(r->str, r->len),
-            PayloadExpectation{kindOfTier(tier), std::string(tier), scope.tenant(), scope.modelFingerprint()}, &why);
-        if (!out.payload) {
-            ++m_stats.refused;
-            out.outcome = StoreOutcome::Refused;
-            out.reason = why;
-            return out;
-        }
-        ++m_stats.hits;
-        out.outcome = StoreOutcome::Hit;
-        return out;
+        return checkedGet(std::string_view(r->str, r->len), scope, tier, m_stats);
     }
 
     StoreOutcome put(const TenantScope &scope, std::string_view tier, const std::string &key,

@@ -47,6 +47,43 @@ PayloadKind kindOfTier(std::string_view tier)
     return tier == "prefix" || tier == "cross" ? PayloadKind::Kv : PayloadKind::Response;
 }
 
+} // namespace
+
+StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier, SharedStoreStats &stats)
+{
+    StoreGet out;
+    stats.bytesReceived += int64_t(bytes.size());
+    std::string why;
+    out.payload = decodePayload(
+        bytes, PayloadExpectation{kindOfTier(tier), std::string(tier), scope.tenant(), scope.modelFingerprint()}, &why);
+    if (!out.payload) {
+        ++stats.refused;
+        out.outcome = StoreOutcome::Refused;
+        out.reason = why;
+        return out;
+    }
+    ++stats.hits;
+    out.outcome = StoreOutcome::Hit;
+    return out;
+}
+
+PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads, int tokens,
+                              int headDim, KeyForm form, int64_t createdMs)
+{
+    PayloadHeader h;
+    h.kind = PayloadKind::Kv;
+    h.tier = std::string(tier);
+    h.tenant = scope.tenant();
+    h.fingerprint = scope.modelFingerprint();
+    h.dtype = DType::F32;
+    h.shape = {layers, 2, kvHeads, tokens, headDim};
+    h.keyForm = form;
+    h.createdMs = createdMs;
+    return h;
+}
+
+namespace {
+
 class MemoryStore final : public SharedStore
 {
 public:
@@ -64,20 +101,7 @@ public:
             ++m_expired;
             return out;
         }
-        std::string why;
-        out.payload = decodePayload(
-            it->second.envelope,
-            PayloadExpectation{kindOfTier(tier), std::string(tier), scope.tenant(), scope.modelFingerprint()}, &why);
-        if (!out.payload) {
-            ++m_stats.refused;
-            out.outcome = StoreOutcome::Refused;
-            out.reason = why;
-            return out;
-        }
-        ++m_stats.hits;
-        m_stats.bytesReceived += int64_t(it->second.envelope.size());
-        out.outcome = StoreOutcome::Hit;
-        return out;
+        return checkedGet(it->second.envelope, scope, tier, m_stats);
     }
 
     std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier, const std::vector<std::string> &keys,

@@ -108,6 +108,15 @@ public:
     virtual SharedStoreStats stats() const = 0;
 };
 
+// What a get found under a key, checked: the envelope decoded against the scope and tier asked for
+// (Hit) or refused with the reason, the store's counters updated. For the implementations.
+StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier, SharedStoreStats &stats);
+
+// The header of a KV payload of this scope and tier: float32 [layers, 2 (K, V), kv heads, tokens,
+// head dim] in `form`.
+PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads, int tokens,
+                              int headDim, KeyForm form, int64_t createdMs);
+
 // The key a payload lives under: "kvwb:" + tier + ":" + hex(tenant) + ":" + fingerprint + ":" +
 // sha256(key) hex. The tenant is hex-encoded so no tenant can spell another's prefix.
 std::string sharedStoreKey(const TenantScope &scope, std::string_view tier, const std::string &key);

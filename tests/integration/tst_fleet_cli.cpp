@@ -9,6 +9,7 @@
 #include "core/model/random_model.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/redis_server.h"
+#include "tests/support/tenant_workload.h"
 #include "tests/support/test_paths.h"
 
 #include <QJsonDocument>
@@ -67,27 +68,10 @@ private Q_SLOTS:
     {
         m_dir = m_tmp.path().toStdString();
         core::writeRandomHfModel(m_dir / "m", core::randomModelPreset("gqa"));
-        // 3 tenants, overlapping questions behind one long system prompt (as tst_replay_cli)
-        const std::string system = "You are a helpful assistant of the workbench. Answer briefly and precisely, "
-                                   "please, in one sentence only. ";
-        std::string w;
-        std::map<std::pair<std::string, std::string>, bool> seen;
-        int id = 0;
-        for (int round = 0; round < 3; ++round)
-            for (int t = 0; t < 3; ++t)
-                for (int k = 0; k < 4; ++k) {
-                    const std::string tenant = "t" + std::to_string(t);
-                    const int question = (k + round) % 5;
-                    const std::string prompt = system + "Q: what is item " + std::to_string(question) + "?";
-                    m_exactRepeats += seen[{tenant, prompt}] ? 1 : 0;
-                    seen[{tenant, prompt}] = true;
-                    m_tenantOf[id] = tenant;
-                    w += fmt::format(R"({{"id":{},"t_ms":{},"tenant":"{}","user":"u{}","model":"a","intent":"n{}","max_tokens":4,"prompt":"{}"}})",
-                                     id, id * 10, tenant, id, question, prompt) +
-                         "\n";
-                    ++id;
-                }
-        test::writeFile(m_dir / "w.jsonl", w);
+        const test::TenantWorkload w = test::threeTenantWorkload();
+        m_tenantOf = w.tenantOf;
+        m_exactRepeats = w.exactRepeats;
+        test::writeFile(m_dir / "w.jsonl", w.jsonl);
     }
 
     void redisReplayDecidesAsInProcess()

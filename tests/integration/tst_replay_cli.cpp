@@ -6,6 +6,7 @@
 #include "core/cache/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "tests/support/kvwb_process.h"
+#include "tests/support/tenant_workload.h"
 #include "tests/support/test_paths.h"
 
 #include <QJsonArray>
@@ -54,25 +55,10 @@ private Q_SLOTS:
         core::writeRandomHfModel(m_dir / "m", core::randomModelPreset("gqa"));
         // 3 tenants asking overlapping questions behind one long shared system prompt; repeats
         // within a tenant are exact hits, the same text from another tenant must miss.
-        const std::string system =
-            "You are a helpful assistant of the workbench. Answer briefly and precisely, "
-            "please, in one sentence only. ";
-        std::string w;
-        std::map<std::pair<std::string, std::string>, bool> seen;
-        int id = 0;
-        for (int round = 0; round < 3; ++round)
-            for (int t = 0; t < 3; ++t)
-                for (int k = 0; k < 4; ++k) {
-                    const std::string tenant = "t" + std::to_string(t);
-                    const int question = (k + round) % 5;
-                    const std::string prompt = system + "Q: what is item " + std::to_string(question) + "?";
-                    const bool repeat = seen[{tenant, prompt}];
-                    seen[{tenant, prompt}] = true;
-                    m_exactRepeats += repeat ? 1 : 0;
-                    m_tenantOf[id] = tenant;
-                    w += line(id++, tenant, "a", "n" + std::to_string(question), prompt);
-                }
-        test::writeFile(m_dir / "w.jsonl", w);
+        const test::TenantWorkload w = test::threeTenantWorkload();
+        m_tenantOf = w.tenantOf;
+        m_exactRepeats = w.exactRepeats;
+        test::writeFile(m_dir / "w.jsonl", w.jsonl);
     }
 
     void exactHitsAreTheRepeatsWithinATenant()

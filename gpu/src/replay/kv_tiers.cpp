@@ -135,15 +135,8 @@ void PrefixKvTier::putBlocks(ModelStore &s, const std::string &tenant, const std
         host[size_t(l)] = cache.layer(l, core::KeyForm::PostRope);
     const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd);
     std::vector<float> body(size_t(layers) * 2 * blockFloats);
-    core::PayloadHeader h;
-    h.kind = core::PayloadKind::Kv;
-    h.tier = "prefix";
-    h.tenant = scope.tenant();
-    h.fingerprint = scope.modelFingerprint();
-    h.dtype = core::DType::F32;
-    h.shape = {layers, 2, heads, m_block, hd};
-    h.keyForm = core::KeyForm::PostRope;
-    h.createdMs = nowMs;
+    const core::PayloadHeader h =
+        core::kvPayloadHeader(scope, "prefix", layers, heads, m_block, hd, core::KeyForm::PostRope, nowMs);
     for (int k = fromBlock; k < blocks; ++k) {
         for (int l = 0; l < layers; ++l)
             for (int part = 0; part < 2; ++part) {
