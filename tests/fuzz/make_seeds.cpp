@@ -4,6 +4,7 @@
 // small experiment files (prompts, a converter, a table, a ledger).
 // Usage: kvwb_fuzz_seeds OUT_DIR [DEMO_TOKENIZER_MODEL]
 #include "core/cache/replay_ledger.h"
+#include "core/cache/store_payload.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/knowledge/user_profiles.h"
 #include "core/model/checkpoint.h"
@@ -219,6 +220,27 @@ int main(int argc, char **argv)
         "\n"
         R"({"id":2,"t_ms":5,"tenant":"t2","user":"u2","model":"b","intent":"","prompt":"hi","max_tokens":2,"kind":"paraphrase","ref":1})"
         "\n");
+    {
+        // a response envelope, a semantic stream entry envelope, a KV envelope and a presets file
+        const TenantScope scope("t", "fp");
+        CachedResponse r{"An answer.", {5, 6, 7}, "n1", 3};
+        put(out / "store_payload", "response.bin", encodeResponsePayload(scope, "exact", r, 1));
+        PayloadHeader h;
+        h.tier = "semantic";
+        h.tenant = "t";
+        h.fingerprint = "fp";
+        const std::string entry = encodeSemanticEntryBody(SemanticEntryBody{"lexical-512", "What?", {0.5f, 0.25f}, r});
+        h.shape = {int64_t(entry.size())};
+        put(out / "store_payload", "semantic.bin", encodePayload(h, entry));
+        PayloadHeader kv;
+        kv.kind = PayloadKind::Kv;
+        kv.tier = "prefix";
+        kv.dtype = DType::F32;
+        kv.shape = {1, 2, 1, 2, 2};
+        put(out / "store_payload", "kv.bin", encodePayload(kv, std::string(32, '\x01')));
+        put(out / "store_payload", "prices.json",
+            R"({"schema":"kvwb-prices/1","presets":[{"id":"x","provider":"p","model":"m","currency":"USD","input":1,"cached_input":0.1,"cache_write":1.25,"output":4,"storage_per_million_tokens_hour":0,"min_cacheable_tokens":0,"source":"https://example.com","as_of":"2025-01-01"}]})");
+    }
     put(out / "knowledge", "concepts.jsonl",
         R"({"id":"car","name":"car","synonyms":["auto"],"knowledge":"A motor vehicle.","related":[{"kind":"sibling","id":"bus"}],"questions":["What is a car?"]})"
         "\n"
