@@ -98,8 +98,10 @@ int cmdReplay(const QStringList &args)
                  "exact,semantic,prefix).",
                  "LIST", "exact,semantic,prefix"});
     p.addOption({"threshold", "Semantic cosine threshold (default 0.8).", "T", "0.8"});
-    p.addOption({"embedder", "Semantic embedder: lexical (default) or model (model A's hidden states).", "E",
-                 "lexical"});
+    p.addOption({"embedder",
+                 "Semantic embedder: lexical (default), lexical-idf (weighted by inverse document frequency over "
+                 "the workload's texts) or model (model A's hidden states).",
+                 "E", "lexical"});
     p.addOption({"embed",
                  "What the semantic tier embeds: question (default: the request's question, else its prompt) "
                  "or prompt (the whole prompt, system prompt included).",
@@ -251,8 +253,8 @@ int cmdReplay(const QStringList &args)
     if (needCross && !p.isSet("experiment"))
         throw UsageError{"the cross tier needs --experiment (its converter)"};
 
-    if (p.value("embedder") != "lexical" && p.value("embedder") != "model")
-        throw UsageError{"--embedder expects lexical or model, got '" + str(p.value("embedder")) + "'"};
+    if (p.value("embedder") != "lexical" && p.value("embedder") != "lexical-idf" && p.value("embedder") != "model")
+        throw UsageError{"--embedder expects lexical, lexical-idf or model, got '" + str(p.value("embedder")) + "'"};
     jobs::ReplayJob job;
     job.workloadPath = str(p.value("workload"));
     job.embedder = str(p.value("embedder"));
@@ -321,7 +323,10 @@ int cmdReplay(const QStringList &args)
         converter.emplace(
             gpu::Converter::create(core::loadConverters(exp->path(), str(p.value("converter"))), *a, *b));
     }
-    const auto embedder = jobs::makeEmbedder(job.embedder, job.embedderLayer, *a, *tokA);
+    std::vector<std::string> embedTexts; // what the semantic tier embeds: the lexical-idf embedder's documents
+    for (const auto &r : requests)
+        embedTexts.push_back(o.embedQuestion && !r.question.empty() ? r.question : r.prompt);
+    const auto embedder = jobs::makeEmbedder(job.embedder, job.embedderLayer, *a, *tokA, embedTexts);
     job.options = o;
     std::unique_ptr<gpu::KnowledgeTier> knowledge;
     if (needKnowledge) {

@@ -14,6 +14,7 @@
 #include "app/cli/cli_knowledge.h"
 #include "app/cli/cli_prices.h"
 #include "app/cli/cli_replay.h"
+#include "app/cli/cli_semantic.h"
 #include "app/cli/cli_train.h"
 #ifndef KVWB_HEADLESS
 #include "app/cli/cli_report.h"
@@ -63,6 +64,8 @@ const std::vector<Subcommand> &subcommands()
          KVWB_ENGINE_RUN(cmdBenchTransfer)},
         {"replay", "Replay a workload through exact, semantic, prefix and cross-model cache tiers.", E,
          KVWB_ENGINE_RUN(cmdReplay)},
+        {"sweep-semantic", "Semantic tier precision, recall and false hits against its threshold on labelled requests.",
+         E, KVWB_ENGINE_RUN(cmdSweepSemantic)},
         {"bench-store", "A KV cache's trip through a shared store (Redis) against recomputing it.", E,
          KVWB_ENGINE_RUN(cmdBenchStore)},
         {"summarise", "Rewrite a full-history conversation workload with model-written summaries of older rounds.",

@@ -24,13 +24,19 @@ ReplayRequests readReplayRequests(const std::string &workloadPath, int limit)
 }
 
 std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,
-                                             const core::Tokenizer &tokenizerA)
+                                             const core::Tokenizer &tokenizerA,
+                                             const std::vector<std::string> &idfDocuments)
 {
     if (kind == "lexical")
         return std::make_unique<core::LexicalEmbedder>();
+    if (kind == "lexical-idf") {
+        auto e = std::make_unique<core::LexicalEmbedder>();
+        e->fitIdf(idfDocuments);
+        return e;
+    }
     if (kind == "model")
         return std::make_unique<gpu::ModelEmbedder>(a, tokenizerA, layer);
-    throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind + "': expected lexical or model");
+    throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind + "': expected lexical, lexical-idf or model");
 }
 
 std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,

@@ -56,9 +56,11 @@ struct ReplayRequests
 // when none is left to replay.
 ReplayRequests readReplayRequests(const std::string &workloadPath, int limit);
 
-// "lexical" or "model" (mean-pooled hidden states of model A); Error(InvalidArgument) otherwise.
+// "lexical", "lexical-idf" (fitted on idfDocuments: the texts the tier will embed, no labels) or
+// "model" (mean-pooled hidden states of model A); Error(InvalidArgument) otherwise.
 std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,
-                                             const core::Tokenizer &tokenizerA);
+                                             const core::Tokenizer &tokenizerA,
+                                             const std::vector<std::string> &idfDocuments = {});
 
 // A shared store's counters and its server's memory (used, limit, eviction policy, evicted and
 // expired keys) as JSON, for `kvwb replay --json` and a fleet's summary.

@@ -52,10 +52,43 @@ int LexicalEmbedder::dim() const
 
 std::string LexicalEmbedder::name() const
 {
-    return fmt::format("lexical-{}", m_dim);
+    return idfFitted() ? fmt::format("lexical-idf-{}", m_dim) : fmt::format("lexical-{}", m_dim);
+}
+
+void LexicalEmbedder::fitIdf(const std::vector<std::string> &documents)
+{
+    std::unordered_map<uint64_t, int> df;
+    for (const std::string &d : documents)
+        for (const auto &[h, tf] : features(d))
+            ++df[h];
+    m_idf.clear();
+    m_documents = documents.size();
+    const double n = double(m_documents);
+    for (const auto &[h, count] : df)
+        m_idf[h] = float(1.0 + std::log((n + 1.0) / (double(count) + 1.0)));
 }
 
 std::vector<float> LexicalEmbedder::embed(const std::string &text)
+{
+    const auto counts = features(text);
+    std::vector<float> v(size_t(m_dim), 0.0f);
+    const float unseen = float(1.0 + std::log(double(m_documents) + 1.0));
+    for (const auto &[h, tf] : counts) {
+        // Bucket from the low bits, sign from bit 63: independent enough that collisions cancel
+        // in expectation instead of adding up.
+        const float sign = (h >> 63) ? -1.0f : 1.0f;
+        float weight = float(1.0 + std::log(double(tf)));
+        if (idfFitted()) {
+            const auto it = m_idf.find(h);
+            weight *= it == m_idf.end() ? unseen : it->second;
+        }
+        v[size_t(h % uint64_t(m_dim))] += sign * weight;
+    }
+    normaliseInPlace(v);
+    return v;
+}
+
+std::unordered_map<uint64_t, int> LexicalEmbedder::features(const std::string &text) const
 {
     // Each feature kind hashes under its own prefix so the word "cat" and the 3-gram "cat" differ.
     std::unordered_map<uint64_t, int> counts;
@@ -69,15 +102,7 @@ std::vector<float> LexicalEmbedder::embed(const std::string &text)
         if (i + 1 < ws.size())
             ++counts[fnv1a(ws[i + 1], fnv1a(" ", fnv1a(ws[i], fnv1a("b:"))))];
     }
-    std::vector<float> v(size_t(m_dim), 0.0f);
-    for (const auto &[h, tf] : counts) {
-        // Bucket from the low bits, sign from bit 63: independent enough that collisions cancel
-        // in expectation instead of adding up.
-        const float sign = (h >> 63) ? -1.0f : 1.0f;
-        v[size_t(h % uint64_t(m_dim))] += sign * float(1.0 + std::log(double(tf)));
-    }
-    normaliseInPlace(v);
-    return v;
+    return counts;
 }
 
 struct SemanticTier::Impl

@@ -13,6 +13,7 @@
 #include "core/cache/cache_tier.h"
 
 #include <memory>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,11 +37,21 @@ class LexicalEmbedder : public Embedder
 public:
     explicit LexicalEmbedder(int dim = 512);
     int dim() const override;
-    std::string name() const override;
+    std::string name() const override; // "lexical-512", "lexical-idf-512" once fitted
     std::vector<float> embed(const std::string &text) override;
 
+    // Inverse document frequencies from a set of texts (no labels): each feature then weighs
+    // (1 + log tf) x (1 + log((N + 1) / (df + 1))), so words every question shares ("what", "is")
+    // count less than the ones that tell questions apart. A feature no document had weighs as a
+    // feature of df 0. Fitting again replaces the weights.
+    void fitIdf(const std::vector<std::string> &documents);
+    bool idfFitted() const { return !m_idf.empty() || m_documents > 0; }
+
 private:
+    std::unordered_map<uint64_t, int> features(const std::string &text) const;
     int m_dim;
+    std::unordered_map<uint64_t, float> m_idf;
+    size_t m_documents = 0;
 };
 
 struct SemanticHit

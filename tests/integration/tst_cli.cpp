@@ -29,7 +29,7 @@ QStringList allSubcommands()
 {
     QStringList all = {"info",    "upgrade", "tokenize", "generate",       "bench",         "make-model",
                        "convert", "train",   "eval-qa",  "capture",        "bench-capture", "bench-tiers",
-                       "align",   "sweep",   "compare",  "bench-transfer", "replay",        "bench-store",
+                       "align",   "sweep",   "compare",  "bench-transfer", "replay",        "sweep-semantic", "bench-store",
                        "summarise", "prices"};
 #ifndef KVWB_HEADLESS
     all << "report";

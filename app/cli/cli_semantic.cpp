@@ -1,0 +1,116 @@
+#include "app/cli/cli_semantic.h"
+
+#include "app/cli/cli_util.h"
+#include "app/cli/engine_options.h"
+#include "app/jobs/replay_job.h"
+#include "core/cache/semantic_sweep.h"
+#include "core/util/error.h"
+#include "gpu/model/model.h"
+
+#include <QCommandLineParser>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+
+namespace kvwb::app {
+
+using namespace kvwb::app::cli;
+using nlohmann::json;
+
+int cmdSweepSemantic(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"workload", "A workload with intent labels (kvwb workload wordnet | quora).", "W.jsonl"});
+    p.addOption({"embedder", "lexical (default), lexical-idf or model (model A's hidden states).", "E", "lexical"});
+    p.addOption({"model-a", "Model A, for --embedder model.", "PATH"});
+    p.addOption({"embedder-layer", "Model embedder layer (default: the middle one).", "N"});
+    p.addOption({"embed", "question (default) or prompt: what the tier embeds.", "WHAT", "question"});
+    p.addOption({"target", "The false-hit rate the chosen threshold must stay under (default 0.1).", "F", "0.1"});
+    p.addOption({"include-exact", "Also score requests whose text repeats an earlier one (the exact tier's)."});
+    p.addOption({"limit", "Only the first N requests.", "N"});
+    p.addOption({"json", "Print the sweep as JSON."});
+    addEngineOptions(p);
+    parse(p, args,
+          "Precision, recall and false-hit rate of the semantic tier against its threshold on a labelled "
+          "workload, and the threshold that meets a target false-hit rate.");
+    if (!p.isSet("workload"))
+        throw UsageError{"--workload is required"};
+    const std::string kind = str(p.value("embedder"));
+    if (kind != "lexical" && kind != "lexical-idf" && kind != "model")
+        throw UsageError{"--embedder expects lexical, lexical-idf or model, got '" + kind + "'"};
+    if (kind == "model" && !p.isSet("model-a"))
+        throw UsageError{"--embedder model needs --model-a"};
+    if (p.value("embed") != "question" && p.value("embed") != "prompt")
+        throw UsageError{"--embed expects question or prompt"};
+    const double target = doubleOption(p, "target", 0.1, 0.0, 1.0);
+    const auto read = jobs::readReplayRequests(str(p.value("workload")), p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
+    std::vector<core::LabelledText> texts;
+    std::vector<std::string> documents;
+    for (const auto &r : read.requests) {
+        texts.push_back({r.tenant, p.value("embed") == "question" && !r.question.empty() ? r.question : r.prompt,
+                         r.intent});
+        documents.push_back(texts.back().text);
+    }
+    std::unique_ptr<gpu::Model> model;
+    std::unique_ptr<core::Tokenizer> tokenizer;
+    std::unique_ptr<core::Embedder> embedder;
+    if (kind == "model") {
+        model = gpu::Model::load(str(p.value("model-a")), loadOptions(p));
+        tokenizer = loadModelTokenizer(*model);
+        embedder = jobs::makeEmbedder(kind, intOption(p, "embedder-layer", -1, 0), *model, *tokenizer);
+    } else {
+        auto lexical = std::make_unique<core::LexicalEmbedder>();
+        if (kind == "lexical-idf")
+            lexical->fitIdf(documents);
+        embedder = std::move(lexical);
+    }
+    const core::SemanticSweep s = core::sweepSemantic(texts, *embedder, target, {}, p.isSet("include-exact"));
+    if (s.scored == 0)
+        throw core::Error(core::ErrorCode::Format,
+                          str(p.value("workload")) + ": no labelled request has an earlier one of its tenant to match");
+    if (p.isSet("json")) {
+        json points = json::array();
+        for (const auto &pt : s.points)
+            points.push_back({{"threshold", pt.threshold},
+                              {"hits", pt.hits},
+                              {"correct_hits", pt.correctHits},
+                              {"precision", pt.precision},
+                              {"recall", pt.recall},
+                              {"false_hit_rate", pt.falseHitRate}});
+        json at;
+        if (s.atTarget)
+            at = {{"threshold", s.atTarget->threshold},
+                  {"precision", s.atTarget->precision},
+                  {"recall", s.atTarget->recall},
+                  {"false_hit_rate", s.atTarget->falseHitRate}};
+        const json out = {{"workload", str(p.value("workload"))},
+                          {"embedder", embedder->name()},
+                          {"scored", s.scored},
+                          {"should_hit", s.shouldHit},
+                          {"exact_skipped", s.exactSkipped},
+                          {"target_false_hit_rate", target},
+                          {"at_target", at},
+                          {"points", points}};
+        std::printf("%s\n", out.dump(2).c_str());
+        return 0;
+    }
+    std::printf("%s, embedder %s: %lld labelled requests scored (%lld with an earlier duplicate), %lld exact "
+                "repeats left to the exact tier\n\n",
+                str(p.value("workload")).c_str(), embedder->name().c_str(), (long long)s.scored,
+                (long long)s.shouldHit, (long long)s.exactSkipped);
+    std::printf("| threshold | hits | precision | recall | false-hit rate |\n|--:|--:|--:|--:|--:|\n");
+    for (const auto &pt : s.points)
+        if (int(std::lround(pt.threshold * 100)) % 5 == 0)
+            std::printf("| %.2f | %lld | %.3f | %.3f | %.3f |\n", pt.threshold, (long long)pt.hits, pt.precision,
+                        pt.recall, pt.falseHitRate);
+    if (s.atTarget)
+        std::printf("\nthreshold for a false-hit rate <= %.3f: %.2f (precision %.3f, recall %.3f)\n", target,
+                    s.atTarget->threshold, s.atTarget->precision, s.atTarget->recall);
+    else
+        std::printf("\nno threshold of 0.50..0.99 keeps the false-hit rate <= %.3f\n", target);
+    return 0;
+}
+
+} // namespace kvwb::app
