@@ -102,6 +102,12 @@ int cmdReplay(const QStringList &args)
                  "Semantic embedder: lexical (default), lexical-idf (weighted by inverse document frequency over "
                  "the workload's texts) or model (model A's hidden states).",
                  "E", "lexical"});
+    p.addOption({"error-bound",
+                 "Semantic tier: per-entry thresholds that serve only while an entry's estimated error rate stays "
+                 "under this bound (the threshold becomes a floor; docs/cache-tiers.md).",
+                 "F"});
+    p.addOption({"bound-confidence", "With --error-bound: confidence of the error's upper bound (default 0.9).", "C",
+                 "0.9"});
     p.addOption({"embed",
                  "What the semantic tier embeds: question (default: the request's question, else its prompt) "
                  "or prompt (the whole prompt, system prompt included).",
@@ -215,6 +221,14 @@ int cmdReplay(const QStringList &args)
     o.speed = doubleOption(p, "speed", 1.0, 1e-6, 1e9);
     o.maxTokens = intOption(p, "max-tokens", 0, 1);
     o.shadowFraction = doubleOption(p, "shadow", 0.0, 0.0, 1.0);
+    if (p.isSet("error-bound")) {
+        core::EntryBoundOptions bound;
+        bound.errorBound = doubleOption(p, "error-bound", 0.05, 1e-6, 0.999999);
+        bound.confidence = doubleOption(p, "bound-confidence", 0.9, 0.5, 0.999);
+        o.semanticBound = bound;
+    } else if (p.isSet("bound-confidence")) {
+        throw UsageError{"--bound-confidence needs --error-bound"};
+    }
     if (p.isSet("prices")) {
         if (p.isSet("price-in") || p.isSet("price-out"))
             throw UsageError{"--prices and --price-in/--price-out exclude each other: give a preset or file, or "

@@ -106,6 +106,9 @@ struct TierLookup
     int profileApplied = -1;
     // A tier over a shared store: its outcome ("hit" | "miss" | "refused" | "unavailable"); "" none.
     std::string store;
+    // A semantic tier with per-entry thresholds: "serve" or "explore" (computed, outcome observed);
+    // "" when not consulted above the floor.
+    std::string semanticDecision;
 };
 
 // What the model computed for a request no tier served, offered to every tier to keep.

@@ -265,6 +265,7 @@ const std::vector<Column> &columns()
         {"store", &LedgerRow::store, true, true},
         {"worker", &LedgerRow::worker, false, true},
         {"route", &LedgerRow::route, true, true},
+        {"semantic_decision", &LedgerRow::semanticDecision, true, true},
     };
     return all;
 }

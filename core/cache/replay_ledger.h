@@ -70,6 +70,9 @@ struct LedgerRow
     // decision, e.g. "prefix-hash:3fa2" or "least-loaded:1210".
     int worker = -1;
     std::string route;
+    // The semantic tier under an error bound (--error-bound): "serve" (the entry's estimated error
+    // allowed it) or "explore" (computed and observed); "" otherwise.
+    std::string semanticDecision;
 };
 
 struct TierAggregate

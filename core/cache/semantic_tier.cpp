@@ -143,6 +143,16 @@ struct SemanticTier::Impl
     std::vector<float> memo; // [dim]
     std::unordered_map<std::string, Index> indexes;
     std::unordered_map<CacheStore::EntryId, Payload> entries;
+    // Per-entry thresholds (setErrorBound), and the request explored last: its nearest entry, to
+    // observe once the request has been computed.
+    std::optional<EntryThresholds> bound;
+    struct Explored
+    {
+        int64_t requestId = -1;
+        CacheStore::EntryId entry = 0;
+        double similarity = 0;
+    };
+    Explored explored;
     CacheStore store; // last: its callback reaches the maps above
 
     Impl(TierLimits limits, int d, double t)
@@ -151,6 +161,8 @@ struct SemanticTier::Impl
 
     void dropped(CacheStore::EntryId id)
     {
+        if (bound)
+            bound->forget(id);
         const auto it = entries.find(id);
         if (it == entries.end())
             return; // an insert that failed half-way
@@ -356,6 +368,25 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
         out.nearestSimilarity = near->similarity;
         out.nearestIntent = near->response.intent;
     }
+    if (m_impl->bound) {
+        Impl &d = *m_impl;
+        const auto q = d.checked(embedding, "lookup");
+        const auto found = d.nearest(d.store.namespaceOf(request.scope.tenant(), request.scope.modelFingerprint()), q,
+                                     request.nowMs);
+        if (!found || found->similarity < d.threshold)
+            return out;
+        const auto estimate = d.bound->decide(found->id, found->similarity);
+        if (estimate.serve &&
+            d.store.touch(found->id, request.scope.tenant(), request.scope.modelFingerprint(), request.nowMs)) {
+            out.response = d.hitOf(*found).response;
+            out.hit = true;
+            out.semanticDecision = "serve";
+        } else {
+            d.explored = Impl::Explored{request.requestId, found->id, found->similarity};
+            out.semanticDecision = "explore";
+        }
+        return out;
+    }
     if (auto h = lookup(request.scope, embedding, request.nowMs)) {
         out.response = std::move(h->response);
         out.hit = true;
@@ -363,8 +394,28 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
     return out;
 }
 
+void SemanticTier::setErrorBound(std::optional<EntryBoundOptions> options)
+{
+    m_impl->bound.reset();
+    if (options)
+        m_impl->bound.emplace(*options);
+    m_impl->explored = {};
+}
+
 void SemanticTier::insert(const TierRequest &request, TierInsert computed)
 {
+    Impl &d = *m_impl;
+    if (d.bound && d.explored.requestId == request.requestId) {
+        const auto it = d.entries.find(d.explored.entry);
+        if (it != d.entries.end()) {
+            const CachedResponse &cached = it->second.response;
+            const bool labelled = !cached.intent.empty() && !computed.response.intent.empty();
+            const bool right = labelled ? cached.intent == computed.response.intent
+                                        : cached.text == computed.response.text;
+            d.bound->observe(d.explored.entry, d.explored.similarity, right);
+        }
+        d.explored = {};
+    }
     const auto &embedding = embeddingOf(request);
     insert(request.scope, request.embedText, embedding, computed.response, request.nowMs);
 }

@@ -11,6 +11,7 @@
 
 #include "core/cache/cache_store.h"
 #include "core/cache/cache_tier.h"
+#include "core/cache/entry_thresholds.h"
 
 #include <memory>
 #include <unordered_map>
@@ -75,6 +76,12 @@ public:
 
     double threshold() const;
     void setThreshold(double threshold);
+    // Per-entry thresholds under an error bound (core/cache/entry_thresholds.h): the threshold
+    // becomes a floor, and above it each entry serves only when its estimated error stays under
+    // the bound; the other requests are computed and their outcome observed (the entry's answer was
+    // right when the computed request has the entry's intent, both known, else when the computed
+    // answer equals the entry's). CacheTier lookups and inserts only. nullopt: the global threshold.
+    void setErrorBound(std::optional<EntryBoundOptions> options);
     // The nearest visible entry (any similarity; nullopt when the namespace is empty), without
     // applying the threshold, and without counting a use: for threshold sweeps.
     std::optional<SemanticHit> nearest(const TenantScope &scope, const std::vector<float> &embedding,

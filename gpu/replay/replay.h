@@ -24,6 +24,7 @@
 #include "gpu/transfer/transfer.h"
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,9 @@ struct ReplayOptions
     // and the prefix KV blocks live in this shared store (core/cache/shared_store.h; a fleet's
     // workers each open their own connection to one server). Owned by the caller.
     core::SharedStore *store = nullptr;
+    // Semantic tier: per-entry thresholds under this error bound (the threshold a floor); nullopt:
+    // one global threshold. Not with a shared store.
+    std::optional<core::EntryBoundOptions> semanticBound;
 };
 
 struct ReplayResult

@@ -105,8 +105,11 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
             if (o.store)
                 tier = std::make_unique<core::SharedSemanticTier>(*o.store, o.semanticLimits, *m.embedder,
                                                                   o.threshold);
-            else
-                tier = std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
+            else {
+                auto semantic = std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
+                semantic->setErrorBound(o.semanticBound);
+                tier = std::move(semantic);
+            }
             break;
         case TierKind::Cross: {
             CrossTierOptions co;
@@ -160,6 +163,10 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
     if (o.prefixBlock < 1)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("prefix block size must be >= 1, got {}", o.prefixBlock));
+    if (o.semanticBound && o.store)
+        throw Error(ErrorCode::InvalidArgument,
+                    "per-entry semantic thresholds (--error-bound) keep their evidence in this process: not with "
+                    "a shared store");
     if (!(o.speed > 0))
         throw Error(ErrorCode::InvalidArgument, fmt::format("replay speed must be > 0, got {}", o.speed));
 
@@ -286,6 +293,8 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             }
             if (found.profileApplied >= 0)
                 row.profileApplied = found.profileApplied;
+            if (!found.semanticDecision.empty())
+                row.semanticDecision = found.semanticDecision;
             if (!found.store.empty()) {
                 // the worst outcome of the request's store calls: unavailable > refused > hit > miss
                 const auto rank = [](const std::string &x) {

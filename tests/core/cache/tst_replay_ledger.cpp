@@ -425,7 +425,7 @@ void TestReplayLedger::csvErrorsNameLineAndColumn_data()
     QTest::newRow("missing column") << "drop gate"
                                     << "ledger.csv:1: column gate is missing";
     QTest::newRow("short row") << "truncate"
-                               << "ledger.csv:4: 32 fields, the header has 33";
+                               << "ledger.csv:4: 33 fields, the header has 34";
     QTest::newRow("unclosed quote") << "unclosed"
                                     << "ledger.csv:4: quoted field";
     QTest::newRow("empty") << "empty"
@@ -519,7 +519,7 @@ void TestReplayLedger::hdf5Layout()
     QVERIFY(H5Aexists(numbers, "columns") > 0);
     H5Sclose(space);
     H5Dclose(numbers);
-    for (const char *name : {"tenant", "model", "intent", "cached_intent", "answered_by", "gate", "store", "route"}) {
+    for (const char *name : {"tenant", "model", "intent", "cached_intent", "answered_by", "gate", "store", "route", "semantic_decision"}) {
         // bytes + offsets, like the prompts' text: nothing variable-length in a kvwb/2 file
         for (const std::string suffix : {"", "_offsets"}) {
             const hid_t ds = H5Dopen2(f, (std::string("/ledgers/r/") + name + suffix).c_str(), H5P_DEFAULT);

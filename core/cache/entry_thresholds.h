@@ -1,0 +1,63 @@
+// Per-entry similarity thresholds under a user-chosen error bound (vCache's idea: one global
+// threshold is too loose for some cached answers and too strict for others). Each cached entry
+// keeps the similarities of the requests it was nearest to and whether its answer was right for
+// them (from the requests' intent labels, or by comparing with the answer computed instead). A
+// request at similarity s is served from the entry only when
+//   - the entry was itself right for a request at a similarity <= s (its own evidence), and
+//   - the upper confidence bound (Wilson, one-sided) of its error rate at s is at most the bound,
+//     the error rate estimated under monotonicity (an answer right at s' <= s is right at s; one
+//     wrong at s' >= s is wrong at s) from its own observations plus `priorWeight` pseudo-
+//     observations at the rate all entries together show at s;
+// otherwise the request is computed ("explore") and its outcome observed. docs/cache-tiers.md,
+// "Per-entry thresholds".
+//
+// Thread-safety: none (the tier's, engine thread).
+#pragma once
+
+#include <cstdint>
+#include <cstddef>
+#include <deque>
+#include <unordered_map>
+
+namespace kvwb::core {
+
+struct EntryBoundOptions
+{
+    double errorBound = 0.05;  // the largest error rate a served answer may have (0, 1)
+    double confidence = 0.9;   // of the upper bound: 0.5 .. 0.999
+    int priorWeight = 20;      // pseudo-observations of the pooled rate
+    size_t maxObservations = 256; // per entry (the oldest are forgotten first)
+};
+
+class EntryThresholds
+{
+public:
+    // Error(InvalidArgument) for a bound outside (0, 1), a confidence outside [0.5, 0.999] or a
+    // negative prior weight.
+    explicit EntryThresholds(EntryBoundOptions options);
+
+    struct Estimate
+    {
+        bool serve = false;
+        double errorUpper = 1; // the bound's left side
+        int64_t ownSuccesses = 0, ownErrors = 0;
+    };
+    Estimate decide(uint64_t entry, double similarity) const;
+    void observe(uint64_t entry, double similarity, bool correct);
+    void forget(uint64_t entry);
+    const EntryBoundOptions &options() const { return m_options; }
+    int64_t observations() const { return m_total; }
+
+private:
+    struct Obs
+    {
+        double similarity;
+        bool correct;
+    };
+    EntryBoundOptions m_options;
+    double m_z;
+    std::unordered_map<uint64_t, std::deque<Obs>> m_entries;
+    int64_t m_total = 0;
+};
+
+} // namespace kvwb::core
