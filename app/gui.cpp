@@ -41,6 +41,10 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::pauseRequested, &m_engine, &EngineController::setPaused);
     connect(w, &ui::MainWindow::knowledgeOpenRequested, this,
             [this](const ui::KnowledgeOpenRequest &r) { m_engine.openKnowledge(r); });
+    connect(w, &ui::MainWindow::semanticSweepRequested, this,
+            [this](const ui::SemanticSweepRequest &r) { m_engine.sweepSemantic(r); });
+    connect(&m_engine, &EngineController::semanticSwept, w,
+            [w](quint64, std::shared_ptr<const ui::SemanticSweepResult> s) { w->showSemanticSweep(*s); });
     connect(w, &ui::MainWindow::knowledgeTraceRequested, this,
             [this](const ui::KnowledgeTraceRequest &r) { m_engine.traceKnowledge(r); });
     connect(w, &ui::MainWindow::knowledgeEvaluateRequested, this,

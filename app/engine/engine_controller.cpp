@@ -1,6 +1,7 @@
 #include "app/engine/engine_controller.h"
 
 #include "core/cache/prices.h"
+#include "core/cache/semantic_sweep.h"
 #include "core/cache/shared_store.h"
 
 #include "app/jobs/capture_job.h"
@@ -584,6 +585,11 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         const bool cross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
         if (!request.prices.isEmpty())
             o.prices = core::resolvePricePreset(request.prices.toStdString()).prices;
+        if (request.errorBound > 0) {
+            core::EntryBoundOptions bound;
+            bound.errorBound = request.errorBound;
+            o.semanticBound = bound;
+        }
         std::unique_ptr<core::SharedStore> store;
         if (!request.store.isEmpty()) {
             store = core::openSharedStore(request.store.toStdString());
@@ -605,7 +611,10 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
             requireExperimentModels(request.experimentPath);
             conv = &converter(request.experimentPath, request.converter);
         }
-        const auto embedder = jobs::makeEmbedder(replayJob.embedder, -1, *m_a, *m_tokA);
+        std::vector<std::string> embedTexts; // the lexical-idf embedder's documents
+        for (const auto &r : requests)
+            embedTexts.push_back(o.embedQuestion && !r.question.empty() ? r.question : r.prompt);
+        const auto embedder = jobs::makeEmbedder(replayJob.embedder, -1, *m_a, *m_tokA, embedTexts);
         std::unique_ptr<gpu::KnowledgeTier> knowledge;
         std::vector<std::string> tierWarnings;
         if (std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Knowledge) != o.tiers.end()) {
@@ -757,6 +766,45 @@ void EngineWorker::traceKnowledge(quint64 job, const ui::KnowledgeTraceRequest &
     });
 }
 
+void EngineWorker::sweepSemantic(quint64 job, const ui::SemanticSweepRequest &request)
+{
+    guarded(job, [&] {
+        const auto read = jobs::readReplayRequests(request.workloadPath.toStdString(), request.limit);
+        std::vector<core::LabelledText> texts;
+        std::vector<std::string> documents;
+        for (const auto &r : read.requests) {
+            texts.push_back({r.tenant, r.question.empty() ? r.prompt : r.question, r.intent});
+            documents.push_back(texts.back().text);
+        }
+        const std::string kind = request.embedder.toStdString();
+        std::unique_ptr<core::Embedder> embedder;
+        if (kind == "model") {
+            if (!m_a)
+                throw core::Error(core::ErrorCode::InvalidArgument, "the model embedder needs model A loaded");
+            embedder = jobs::makeEmbedder(kind, -1, *m_a, *m_tokA);
+        } else {
+            auto lexical = std::make_unique<core::LexicalEmbedder>();
+            if (kind == "lexical-idf")
+                lexical->fitIdf(documents);
+            else if (kind != "lexical")
+                throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind + "': expected lexical, "
+                                                                        "lexical-idf or model");
+            embedder = std::move(lexical);
+        }
+        const auto s = core::sweepSemantic(texts, *embedder, request.target);
+        auto out = std::make_shared<ui::SemanticSweepResult>();
+        out->workloadPath = request.workloadPath;
+        out->embedder = QString::fromStdString(embedder->name());
+        out->scored = s.scored;
+        out->shouldHit = s.shouldHit;
+        out->target = request.target;
+        if (s.atTarget)
+            out->suggested = s.atTarget->threshold;
+        out->points = s.points;
+        Q_EMIT semanticSwept(job, out);
+    });
+}
+
 void EngineWorker::evaluateKnowledge(quint64 job, const ui::KnowledgeEvalRequest &request,
                                      std::shared_ptr<std::atomic_bool> cancel)
 {
@@ -809,6 +857,7 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
     qRegisterMetaType<std::shared_ptr<const kvwb::app::ReplayOutcome>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeView>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeTraceResult>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::SemanticSweepResult>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeEconomics>>();
     m_thread.setObjectName("kvwb-engine");
     m_worker = new EngineWorker;
@@ -841,6 +890,7 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
     relay(&EngineWorker::replayFinished, &EngineController::replayFinished);
     relay(&EngineWorker::knowledgeOpened, &EngineController::knowledgeOpened);
     relay(&EngineWorker::knowledgeTraced, &EngineController::knowledgeTraced);
+    relay(&EngineWorker::semanticSwept, &EngineController::semanticSwept);
     relay(&EngineWorker::knowledgeEvaluated, &EngineController::knowledgeEvaluated);
     relay(&EngineWorker::failed, &EngineController::failed);
     relay(&EngineWorker::cancelled, &EngineController::cancelled);
@@ -954,6 +1004,12 @@ quint64 EngineController::openKnowledge(const ui::KnowledgeOpenRequest &r)
 quint64 EngineController::traceKnowledge(const ui::KnowledgeTraceRequest &r)
 {
     return start("tracing a request", [r](EngineWorker *w, quint64 id, auto) { w->traceKnowledge(id, r); });
+}
+
+quint64 EngineController::sweepSemantic(const ui::SemanticSweepRequest &r)
+{
+    return start("sweeping the semantic threshold",
+                 [r](EngineWorker *w, quint64 id, auto) { w->sweepSemantic(id, r); });
 }
 
 quint64 EngineController::evaluateKnowledge(const ui::KnowledgeEvalRequest &r)

@@ -115,6 +115,7 @@ public:
     void openKnowledge(quint64 job, const kvwb::ui::KnowledgeOpenRequest &request,
                        std::shared_ptr<std::atomic_bool> cancel);
     void traceKnowledge(quint64 job, const kvwb::ui::KnowledgeTraceRequest &request);
+    void sweepSemantic(quint64 job, const kvwb::ui::SemanticSweepRequest &request);
     // Engine thread: kvwb knowledge evaluate's four arms over the workload's model-B requests.
     void evaluateKnowledge(quint64 job, const kvwb::ui::KnowledgeEvalRequest &request,
                            std::shared_ptr<std::atomic_bool> cancel);
@@ -122,6 +123,7 @@ public:
 Q_SIGNALS:
     void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
     void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
+    void semanticSwept(quint64 job, std::shared_ptr<const kvwb::ui::SemanticSweepResult> sweep);
     void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
     void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
     void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
@@ -175,6 +177,7 @@ public:
     quint64 replay(const ui::ReplayRequest &request);
     quint64 openKnowledge(const ui::KnowledgeOpenRequest &request);
     quint64 traceKnowledge(const ui::KnowledgeTraceRequest &request);
+    quint64 sweepSemantic(const ui::SemanticSweepRequest &request);
     quint64 evaluateKnowledge(const ui::KnowledgeEvalRequest &request);
     void setPaused(bool paused); // the running replay waits between requests while paused
     void cancel();               // the running job stops at its next progress check
@@ -198,6 +201,7 @@ Q_SIGNALS:
     void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
     void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
     void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
+    void semanticSwept(quint64 job, std::shared_ptr<const kvwb::ui::SemanticSweepResult> sweep);
     void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
     void stateChanged(const QString &state);
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/cache/replay_ledger.h"
+#include "core/cache/semantic_sweep.h"
 #include "core/jobs/job_enums.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/metrics/bootstrap.h"
@@ -147,6 +148,26 @@ struct ReplayRequest
     QString profilesPath;   // the knowledge tier's user profiles ("" none)
     QString store;          // "" the engine's process, else memory | redis://HOST:PORT[/DB] (docs/fleet.md)
     QString prices;         // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
+    double errorBound = 0;  // > 0: per-entry semantic thresholds under this error bound (threshold = floor)
+};
+
+// Replay step -> engine: the semantic threshold sweep of a labelled workload (kvwb sweep-semantic).
+struct SemanticSweepRequest
+{
+    QString workloadPath;
+    QString embedder = "lexical"; // lexical | lexical-idf | model (model A)
+    double target = 0.1;          // false-hit rate the suggested threshold must meet
+    int limit = 0;
+};
+
+struct SemanticSweepResult
+{
+    QString workloadPath;
+    QString embedder; // its name, e.g. "lexical-idf-512"
+    qint64 scored = 0, shouldHit = 0;
+    double target = 0;
+    std::optional<double> suggested; // the lowest threshold meeting the target
+    std::vector<core::SweepPoint> points;
 };
 
 // Knowledge step -> engine: open a graph file (its nodes, module freshness for model B in use), or

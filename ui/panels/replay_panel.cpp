@@ -8,6 +8,7 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDialog>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -24,6 +25,7 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTableView>
+#include <QTableWidget>
 #include <QVBoxLayout>
 
 namespace kvwb::ui {
@@ -316,17 +318,39 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_threshold->setSingleStep(0.05);
     m_threshold->setToolTip(
         tr("The semantic tier answers when the cosine similarity to a cached request is at least this."));
-    grid->addWidget(m_threshold, 1, 3);
+    m_errorBound = new QDoubleSpinBox(box);
+    m_errorBound->setObjectName("errorBoundSpin");
+    m_errorBound->setRange(0, 0.5);
+    m_errorBound->setDecimals(3);
+    m_errorBound->setSingleStep(0.01);
+    m_errorBound->setSpecialValueText(tr("no bound"));
+    m_errorBound->setPrefix(tr("bound "));
+    m_errorBound->setToolTip(tr("Per-entry thresholds: each cached answer serves only while its estimated error "
+                                "rate stays under this bound; the threshold becomes a floor. 'no bound': one "
+                                "global threshold."));
+    m_sweep = new QPushButton(tr("Sweep..."), box);
+    m_sweep->setObjectName("sweepButton");
+    m_sweep->setToolTip(tr("Precision, recall and false-hit rate of the semantic tier against its threshold on "
+                           "this workload's intent labels, with the embedder chosen here; pick a threshold from "
+                           "it."));
+    auto *thresholdRow = new QHBoxLayout;
+    thresholdRow->setSpacing(2);
+    thresholdRow->addWidget(m_threshold);
+    thresholdRow->addWidget(m_errorBound);
+    grid->addLayout(thresholdRow, 1, 3);
     grid->addWidget(new QLabel(tr("Embedder:"), box), 1, 4);
     m_embedder = new QComboBox(box);
     m_embedder->setObjectName("embedderCombo");
-    m_embedder->addItems({"lexical", "model"});
+    m_embedder->addItems({"lexical", "lexical-idf", "model"});
     m_embedder->setItemData(0, tr("Hashed word and character features: fast, no model needed."),
                             Qt::ToolTipRole);
-    m_embedder->setItemData(1, tr("Model A's hidden states: slower, closer to meaning."), Qt::ToolTipRole);
+    m_embedder->setItemData(1, tr("The same features weighted by how rare they are in the workload's questions."),
+                            Qt::ToolTipRole);
+    m_embedder->setItemData(2, tr("Model A's hidden states: slower, closer to meaning."), Qt::ToolTipRole);
     m_embedder->setToolTip(tr("How the semantic tier turns a request into a vector: lexical features, or "
                               "model A's hidden states."));
     grid->addWidget(m_embedder, 1, 5);
+    grid->addWidget(m_sweep, 1, 6);
 
     m_gate = new QCheckBox(tr("Quality gate"), box);
     m_gate->setObjectName("gateCheck");
@@ -446,6 +470,7 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     grid->setColumnStretch(5, 1);
     parent->addWidget(box);
 
+    connect(m_sweep, &QPushButton::clicked, this, [this] { Q_EMIT sweepRequested(sweepRequest()); });
     setReplayRequest(ReplayRequest{});
     setCrossAvailable(false, {});
     setKnowledgeAvailable({}, {});
@@ -545,6 +570,7 @@ ReplayRequest ReplayPanel::replayRequest() const
     r.limit = m_limit->value();
     r.ledgerName = m_ledgerName->text().trimmed();
     r.store = m_store->text().trimmed();
+    r.errorBound = m_errorBound->value();
     r.prices = m_prices->currentText().trimmed();
     return r;
 }
@@ -575,6 +601,7 @@ void ReplayPanel::setReplayRequest(const ReplayRequest &r)
     m_limit->setValue(r.limit);
     m_ledgerName->setText(r.ledgerName);
     m_store->setText(r.store);
+    m_errorBound->setValue(r.errorBound);
     m_prices->setCurrentText(r.prices);
     refreshRunEnabled();
 }
@@ -620,11 +647,13 @@ void ReplayPanel::refreshRunEnabled()
     m_stop->setEnabled(m_busy);
     for (QWidget *w :
          std::initializer_list<QWidget *>{m_workload, m_browse, m_exact, m_semantic, m_prefix, m_embedder,
-                                          m_gate, m_maxTokens, m_limit, m_ledgerName, m_store, m_prices})
+                                          m_gate, m_maxTokens, m_limit, m_ledgerName, m_store, m_prices, m_errorBound})
         w->setEnabled(!m_busy);
     m_cross->setEnabled(!m_busy && m_crossAvailable);
     m_knowledge->setEnabled(!m_busy && !m_knowledgeGraph.isEmpty());
     m_threshold->setEnabled(!m_busy && m_semantic->isChecked());
+    m_errorBound->setEnabled(!m_busy && m_semantic->isChecked());
+    m_sweep->setEnabled(!m_busy && !m_workload->currentText().trimmed().isEmpty());
     m_gateSignal->setEnabled(!m_busy && m_gate->isChecked());
     m_gateThreshold->setEnabled(!m_busy && m_gate->isChecked());
     if (!m_busy && !m_modelsLoaded)
@@ -698,6 +727,80 @@ void ReplayPanel::setError(const QString &message)
 QString ReplayPanel::statusText() const
 {
     return m_runStatus->text();
+}
+
+SemanticSweepRequest ReplayPanel::sweepRequest() const
+{
+    SemanticSweepRequest r;
+    r.workloadPath = m_workload->currentText().trimmed();
+    r.embedder = m_embedder->currentText();
+    r.limit = m_limit->value();
+    r.target = m_errorBound->value() > 0 ? m_errorBound->value() : 0.1;
+    return r;
+}
+
+void ReplayPanel::showSweep(const SemanticSweepResult &sweep)
+{
+    if (!m_sweepDialog) {
+        m_sweepDialog = new QDialog(this);
+        m_sweepDialog->setObjectName("sweepDialog");
+        m_sweepDialog->setWindowTitle(tr("Threshold sweep"));
+        auto *layout = new QVBoxLayout(m_sweepDialog);
+        m_sweepSummary = new QLabel(m_sweepDialog);
+        m_sweepSummary->setObjectName("sweepSummary");
+        m_sweepSummary->setWordWrap(true);
+        m_sweepTable = new QTableWidget(m_sweepDialog);
+        m_sweepTable->setObjectName("sweepTable");
+        m_sweepTable->setColumnCount(5);
+        m_sweepTable->setHorizontalHeaderLabels(
+            {tr("threshold"), tr("hits"), tr("precision"), tr("recall"), tr("false-hit rate")});
+        m_sweepTable->setSelectionBehavior(QAbstractItemView::SelectRows);
+        m_sweepTable->setSelectionMode(QAbstractItemView::SingleSelection);
+        m_sweepTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
+        m_sweepTable->verticalHeader()->hide();
+        auto *use = new QPushButton(tr("Use the selected threshold"), m_sweepDialog);
+        use->setObjectName("useThresholdButton");
+        connect(use, &QPushButton::clicked, this, [this] {
+            const int row = m_sweepTable->currentRow();
+            if (row >= 0)
+                m_threshold->setValue(m_sweepTable->item(row, 0)->data(Qt::UserRole).toDouble());
+        });
+        connect(m_sweepTable, &QTableWidget::cellDoubleClicked, this,
+                [this](int row, int) { m_threshold->setValue(m_sweepTable->item(row, 0)->data(Qt::UserRole).toDouble()); });
+        layout->addWidget(m_sweepSummary);
+        layout->addWidget(m_sweepTable, 1);
+        layout->addWidget(use);
+        m_sweepDialog->resize(560, 480);
+    }
+    m_sweepSummary->setText(
+        tr("%1, embedder %2: %3 labelled requests scored, %4 with an earlier duplicate. %5")
+            .arg(sweep.workloadPath, sweep.embedder)
+            .arg(sweep.scored)
+            .arg(sweep.shouldHit)
+            .arg(sweep.suggested ? tr("Threshold %1 keeps false hits under %2% (selected).")
+                                       .arg(*sweep.suggested, 0, 'f', 2)
+                                       .arg(sweep.target * 100, 0, 'f', 1)
+                                 : tr("No threshold keeps false hits under %1%.").arg(sweep.target * 100, 0, 'f', 1)));
+    m_sweepTable->setRowCount(int(sweep.points.size()));
+    int suggestedRow = -1;
+    for (int i = 0; i < int(sweep.points.size()); ++i) {
+        const auto &p = sweep.points[size_t(i)];
+        const QStringList cells = {QString::number(p.threshold, 'f', 2), QString::number(p.hits),
+                                   QString::number(p.precision, 'f', 3), QString::number(p.recall, 'f', 3),
+                                   QString::number(p.falseHitRate, 'f', 3)};
+        for (int c = 0; c < 5; ++c) {
+            auto *item = new QTableWidgetItem(cells[c]);
+            item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+            m_sweepTable->setItem(i, c, item);
+        }
+        m_sweepTable->item(i, 0)->setData(Qt::UserRole, p.threshold);
+        if (sweep.suggested && std::abs(p.threshold - *sweep.suggested) < 1e-9)
+            suggestedRow = i;
+    }
+    if (suggestedRow >= 0)
+        m_sweepTable->selectRow(suggestedRow);
+    m_sweepDialog->show();
+    m_sweepDialog->raise();
 }
 
 } // namespace kvwb::ui

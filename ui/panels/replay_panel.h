@@ -22,6 +22,7 @@
 
 class QCheckBox;
 class QComboBox;
+class QDialog;
 class QDoubleSpinBox;
 class QLabel;
 class QLayout;
@@ -30,6 +31,7 @@ class QProgressBar;
 class QPushButton;
 class QSpinBox;
 class QTableView;
+class QTableWidget;
 
 namespace kvwb::ui {
 
@@ -75,8 +77,14 @@ public Q_SLOTS:
     void setBusy(bool busy);
     void setReplayFailed(const QString &message);
 
+    // The threshold sweep of the workload (kvwb sweep-semantic): shown in the "Threshold sweep"
+    // window, whose selected row (or the suggested threshold) sets the semantic threshold.
+    void showSweep(const SemanticSweepResult &sweep);
+    SemanticSweepRequest sweepRequest() const;
+
 Q_SIGNALS:
     void replayRequested(const kvwb::ui::ReplayRequest &request);
+    void sweepRequested(const kvwb::ui::SemanticSweepRequest &request);
     void pauseRequested(bool paused);
     void stopRequested();
 
@@ -128,6 +136,11 @@ private:
     QSpinBox *m_limit = nullptr;
     QLineEdit *m_ledgerName = nullptr;
     QLineEdit *m_store = nullptr;  // shared store URL ("" this process)
+    QDoubleSpinBox *m_errorBound = nullptr; // 0 = one global threshold
+    QPushButton *m_sweep = nullptr;
+    QDialog *m_sweepDialog = nullptr; // created on the first sweep
+    QTableWidget *m_sweepTable = nullptr;
+    QLabel *m_sweepSummary = nullptr;
     QComboBox *m_prices = nullptr; // price preset or file ("" default)
     QPushButton *m_start = nullptr;
     QPushButton *m_pause = nullptr;

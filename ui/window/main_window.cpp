@@ -258,6 +258,11 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
                     : tr("opening knowledge graph %1").arg(r.graphPath));
         Q_EMIT knowledgeOpenRequested(r);
     });
+    connect(m_replay, &ReplayPanel::sweepRequested, this, [this](const SemanticSweepRequest &r) {
+        beginJob(Job::Replay);
+        log(tr("sweeping the semantic threshold on %1 (%2 embedder)").arg(r.workloadPath, r.embedder));
+        Q_EMIT semanticSweepRequested(r);
+    });
     connect(m_knowledge, &KnowledgePanel::traceRequested, this, [this](const KnowledgeTraceRequest &r) {
         beginJob(Job::Knowledge);
         Q_EMIT knowledgeTraceRequested(r);
@@ -965,6 +970,18 @@ void MainWindow::showKnowledge(const KnowledgeView &view)
     m_knowledge->showGraph(view);
     markStep("knowledge", true);
     log(tr("knowledge graph %1: %2 nodes").arg(view.path).arg(view.graph.size()));
+}
+
+void MainWindow::showSemanticSweep(const SemanticSweepResult &sweep)
+{
+    m_replay->showSweep(sweep);
+    log(sweep.suggested ? tr("semantic sweep (%1): threshold %2 keeps false hits under %3%")
+                              .arg(sweep.embedder)
+                              .arg(*sweep.suggested, 0, 'f', 2)
+                              .arg(sweep.target * 100, 0, 'f', 1)
+                        : tr("semantic sweep (%1): no threshold keeps false hits under %2%")
+                              .arg(sweep.embedder)
+                              .arg(sweep.target * 100, 0, 'f', 1));
 }
 
 void MainWindow::showKnowledgeTrace(const KnowledgeTraceResult &trace)

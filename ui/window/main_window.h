@@ -109,6 +109,7 @@ public Q_SLOTS:
     // The Knowledge step's results: a graph opened (or built), a question's path, the economics.
     void showKnowledge(const kvwb::ui::KnowledgeView &view);
     void showKnowledgeTrace(const kvwb::ui::KnowledgeTraceResult &trace);
+    void showSemanticSweep(const kvwb::ui::SemanticSweepResult &sweep);
     void showKnowledgeEconomics(const kvwb::ui::KnowledgeEconomics &economics);
     // The engine read an experiment file: the Alignment and Replay panels show it.
     void showExperiment(std::shared_ptr<const kvwb::ui::ExperimentSnapshot> snapshot);
@@ -140,6 +141,7 @@ Q_SIGNALS:
     void pauseRequested(bool paused);
     void knowledgeOpenRequested(const kvwb::ui::KnowledgeOpenRequest &request);
     void knowledgeTraceRequested(const kvwb::ui::KnowledgeTraceRequest &request);
+    void semanticSweepRequested(const kvwb::ui::SemanticSweepRequest &request);
     void knowledgeEvaluateRequested(const kvwb::ui::KnowledgeEvalRequest &request);
 
 protected:

@@ -26,6 +26,7 @@
 #include <QSpinBox>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <QTableWidget>
 
 using namespace kvwb;
 
@@ -106,6 +107,7 @@ void compareReplay(const ui::ReplayRequest &a, const ui::ReplayRequest &b)
     QCOMPARE(a.profilesPath, b.profilesPath);
     QCOMPARE(a.store, b.store);
     QCOMPARE(a.prices, b.prices);
+    QCOMPARE(a.errorBound, b.errorBound);
 }
 
 } // namespace
@@ -303,6 +305,60 @@ private Q_SLOTS:
         QCOMPARE(spy.count(), 1);
     }
 
+    // The threshold sweep: the button asks for the workload's sweep with the chosen embedder; the
+    // result opens the sweep window with the suggested threshold selected, and using a row sets the
+    // semantic threshold.
+    void thresholdSweepWindow()
+    {
+        ui::ReplayPanel p;
+        p.show();
+        ui::ReplayRequest r;
+        r.workloadPath = "/data/w.jsonl";
+        r.embedder = "lexical-idf";
+        r.limit = 300;
+        p.setReplayRequest(r);
+        QSignalSpy spy(&p, &ui::ReplayPanel::sweepRequested);
+        auto *button = p.findChild<QPushButton *>("sweepButton");
+        QVERIFY(button && button->isEnabled());
+        button->click();
+        QCOMPARE(spy.count(), 1);
+        const auto req = spy.at(0).at(0).value<ui::SemanticSweepRequest>();
+        QCOMPARE(req.workloadPath, QString("/data/w.jsonl"));
+        QCOMPARE(req.embedder, QString("lexical-idf"));
+        QCOMPARE(req.limit, 300);
+        QCOMPARE(req.target, 0.1);
+
+        ui::SemanticSweepResult sweep;
+        sweep.workloadPath = "/data/w.jsonl";
+        sweep.embedder = "lexical-idf-512";
+        sweep.scored = 100;
+        sweep.shouldHit = 60;
+        sweep.target = 0.1;
+        sweep.suggested = 0.72;
+        for (double t : {0.70, 0.72, 0.75}) {
+            core::SweepPoint pt;
+            pt.threshold = t;
+            pt.hits = int64_t(100 * (1 - t));
+            pt.precision = t;
+            pt.recall = 1 - t;
+            pt.falseHitRate = 1 - t;
+            sweep.points.push_back(pt);
+        }
+        p.showSweep(sweep);
+        auto *table = p.findChild<QTableWidget *>("sweepTable");
+        QVERIFY(table);
+        QCOMPARE(table->rowCount(), 3);
+        QCOMPARE(table->item(1, 0)->text(), QString("0.72"));
+        QCOMPARE(table->currentRow(), 1); // the suggested threshold
+        QVERIFY(p.findChild<QLabel *>("sweepSummary")->text().contains("0.72"));
+        table->selectRow(2);
+        p.findChild<QPushButton *>("useThresholdButton")->click();
+        QCOMPARE(p.replayRequest().threshold, 0.75);
+        // a second sweep reuses the window
+        p.showSweep(sweep);
+        QCOMPARE(p.findChildren<QTableWidget *>("sweepTable").size(), qsizetype(1));
+    }
+
     void replayRequestRoundTrip()
     {
         ui::ReplayPanel p;
@@ -324,6 +380,7 @@ private Q_SLOTS:
         r.ledgerName = "run-1";
         r.store = "redis://127.0.0.1:6379";
         r.prices = "anthropic-claude-sonnet-4";
+        r.errorBound = 0.05;
         p.setReplayRequest(r);
         // the price presets are offered by id, the default first
         auto *prices = p.findChild<QComboBox *>("pricesCombo");
