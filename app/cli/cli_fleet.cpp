@@ -2,17 +2,17 @@
 
 #include "app/cli/cli_util.h"
 #include "app/cli/engine_options.h"
-#include "core/cache/store_payload.h"
-#include "core/util/clock.h"
-#include "gpu/model/model.h"
 #include "app/jobs/replay_job.h"
 #include "core/cache/shared_store.h"
+#include "core/cache/store_payload.h"
 #include "core/util/atomic_file.h"
+#include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 #include "core/workload/corpus.h"
 #include "core/workload/routing.h"
 #include "core/workload/workload.h"
+#include "gpu/model/model.h"
 
 #include <QElapsedTimer>
 #include <QProcess>
@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -101,7 +101,8 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
             store->flush();
     }
 
-    const auto read = jobs::readReplayRequests(str(p.value("workload")), p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
+    const auto read = jobs::readReplayRequests(str(p.value("workload")),
+                                               p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
     for (const auto &w : read.warnings.messages())
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     const auto &requests = read.requests;
@@ -151,8 +152,8 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
                                                                wk.proc->errorString().toStdString()));
     }
     if (!asJson)
-        std::fprintf(stderr, "%d workers, routing %s, %zu requests\n", workers, core::routingPolicyName(*policy),
-                     requests.size());
+        std::fprintf(stderr, "%d workers, routing %s, %zu requests\n", workers,
+                     core::routingPolicyName(*policy), requests.size());
 
     std::vector<core::LedgerRow> rows;
     json perWorker = json::array();
@@ -234,12 +235,10 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         total.erase("tiers");
         if (store) {
             const auto info = store->serverInfo();
-            storeTotal["server"] = {{"used_bytes", info.usedBytes},
-                                    {"max_bytes", info.maxBytes},
-                                    {"eviction_policy", info.evictionPolicy},
-                                    {"evicted_keys", info.evictedKeys},
-                                    {"expired_keys", info.expiredKeys},
-                                    {"keys", info.keys}};
+            storeTotal["server"] = {
+                {"used_bytes", info.usedBytes},           {"max_bytes", info.maxBytes},
+                {"eviction_policy", info.evictionPolicy}, {"evicted_keys", info.evictedKeys},
+                {"expired_keys", info.expiredKeys},       {"keys", info.keys}};
         }
         const json out = {{"settings", settings},
                           {"requests", s.requests},
@@ -256,9 +255,9 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
         return 0;
     }
-    std::printf("%s: %lld requests over %d workers, routing %s, tiers %s\n\n", str(p.value("workload")).c_str(),
-                (long long)s.requests, workers, core::routingPolicyName(*policy),
-                settings.value("tiers", std::string("?")).c_str());
+    std::printf("%s: %lld requests over %d workers, routing %s, tiers %s\n\n",
+                str(p.value("workload")).c_str(), (long long)s.requests, workers,
+                core::routingPolicyName(*policy), settings.value("tiers", std::string("?")).c_str());
     std::printf("| worker | requests | hits | hit rate | TTFT p50 ms | TTFT p95 ms | wall s |\n");
     std::printf("|--:|--:|--:|--:|--:|--:|--:|\n");
     for (const auto &w : perWorker)
@@ -266,7 +265,8 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
                     (long long)w["requests"].get<int64_t>(), (long long)w["hits"].get<int64_t>(),
                     w.value("hit_rate", 0.0), w.value("ttft_ms_p50", 0.0), w.value("ttft_ms_p95", 0.0),
                     w.value("wall_s", 0.0));
-    std::printf("\n| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms |\n");
+    std::printf(
+        "\n| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms |\n");
     std::printf("|:--|--:|--:|--:|--:|--:|--:|\n");
     for (const auto &[kind, agg] : s.tiers)
         std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.2f |\n", core::tierKindName(kind),
@@ -276,12 +276,13 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
                 "wall %.1f s\n",
                 s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache, wallS);
     if (store)
-        std::printf("store %s: %.0f gets, %.0f hits, %.0f puts, %.0f refused, %.0f unavailable, %.1f MB sent, "
-                    "%.1f MB received, %.1f ms in round trips\n",
-                    store->describe().c_str(), storeTotal.value("gets", 0.0), storeTotal.value("hits", 0.0),
-                    storeTotal.value("puts", 0.0), storeTotal.value("refused", 0.0),
-                    storeTotal.value("unavailable", 0.0), storeTotal.value("bytes_sent", 0.0) / 1e6,
-                    storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
+        std::printf(
+            "store %s: %.0f gets, %.0f hits, %.0f puts, %.0f refused, %.0f unavailable, %.1f MB sent, "
+            "%.1f MB received, %.1f ms in round trips\n",
+            store->describe().c_str(), storeTotal.value("gets", 0.0), storeTotal.value("hits", 0.0),
+            storeTotal.value("puts", 0.0), storeTotal.value("refused", 0.0),
+            storeTotal.value("unavailable", 0.0), storeTotal.value("bytes_sent", 0.0) / 1e6,
+            storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     return 0;
@@ -317,9 +318,10 @@ int cmdBenchStore(const QStringList &args)
     const core::TenantScope scope("bench", model->checkpoint().fingerprint());
     json rows = json::array();
     if (!p.isSet("json"))
-        std::printf("| tokens | KV MB | prefill ms | to host ms | serialise ms | send ms | fetch ms | check + "
-                    "deserialise ms | place ms | via store ms | store / prefill | MB/s over the store |\n"
-                    "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+        std::printf(
+            "| tokens | KV MB | prefill ms | to host ms | serialise ms | send ms | fetch ms | check + "
+            "deserialise ms | place ms | via store ms | store / prefill | MB/s over the store |\n"
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
     for (const int n : lengths)
         if (n >= model->contextLimit())
             throw UsageError{fmt::format("--lengths: {} tokens do not fit the model's context of {}", n,
@@ -349,20 +351,23 @@ int cmdBenchStore(const QStringList &args)
                 body.append(reinterpret_cast<const char *>(h.values.data()), h.values.size() * sizeof(float));
             }
             const std::string env = core::encodePayload(
-                core::kvPayloadHeader(scope, "prefix", layers, heads, n, hd, core::KeyForm::PostRope, 0), body);
+                core::kvPayloadHeader(scope, "prefix", layers, heads, n, hd, core::KeyForm::PostRope, 0),
+                body);
             ser.push_back(core::msSince(t));
             mb = double(env.size()) / 1e6;
             const std::string key = "bench-" + std::to_string(n);
             t = core::Clock::now();
             if (store->put(scope, "prefix", key, env, 60000, 0) != core::StoreOutcome::Hit)
-                throw core::Error(core::ErrorCode::Io, store->describe() + ": the store did not take the payload");
+                throw core::Error(core::ErrorCode::Io,
+                                  store->describe() + ": the store did not take the payload");
             send.push_back(core::msSince(t));
             t = core::Clock::now();
             const core::StoreGet g = store->get(scope, "prefix", key, 0);
             fetch.push_back(core::msSince(t)); // includes the envelope's checks (CRC-32, header)
             if (g.outcome != core::StoreOutcome::Hit)
-                throw core::Error(core::ErrorCode::Io, store->describe() + ": the payload did not come back (" +
-                                                           core::storeOutcomeName(g.outcome) + " " + g.reason + ")");
+                throw core::Error(core::ErrorCode::Io,
+                                  store->describe() + ": the payload did not come back (" +
+                                      core::storeOutcomeName(g.outcome) + " " + g.reason + ")");
             t = core::Clock::now();
             std::vector<core::HeadMajorKv> back(static_cast<size_t>(layers));
             const float *src = reinterpret_cast<const float *>(g.payload->body.data());
@@ -379,33 +384,48 @@ int cmdBenchStore(const QStringList &args)
             place.push_back(core::msSince(t));
             store->erase(scope, "prefix", key);
         }
-        const double m[] = {core::percentile(prefill, 50), core::percentile(toHost, 50), core::percentile(ser, 50),
-                            core::percentile(send, 50),    core::percentile(fetch, 50),  core::percentile(deser, 50),
+        const double m[] = {core::percentile(prefill, 50), core::percentile(toHost, 50),
+                            core::percentile(ser, 50),     core::percentile(send, 50),
+                            core::percentile(fetch, 50),   core::percentile(deser, 50),
                             core::percentile(place, 50)};
         // what a worker that finds the KV in the store pays instead of the prefill: fetch, check,
         // deserialise, place (the writer paid to-host + serialise + send once)
         const double via = m[4] + m[5] + m[6];
-        rows.push_back({{"tokens", n},           {"kv_mb", mb},        {"prefill_ms", m[0]}, {"to_host_ms", m[1]},
-                        {"serialise_ms", m[2]},  {"send_ms", m[3]},    {"fetch_ms", m[4]},   {"deserialise_ms", m[5]},
-                        {"place_ms", m[6]},      {"via_store_ms", via}, {"ratio", via / std::max(m[0], 1e-9)},
+        rows.push_back({{"tokens", n},
+                        {"kv_mb", mb},
+                        {"prefill_ms", m[0]},
+                        {"to_host_ms", m[1]},
+                        {"serialise_ms", m[2]},
+                        {"send_ms", m[3]},
+                        {"fetch_ms", m[4]},
+                        {"deserialise_ms", m[5]},
+                        {"place_ms", m[6]},
+                        {"via_store_ms", via},
+                        {"ratio", via / std::max(m[0], 1e-9)},
                         {"mb_per_s", mb / std::max(m[4], 1e-9) * 1000.0}});
         if (!p.isSet("json"))
-            std::printf("| %d | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n", n, mb,
-                        m[0], m[1], m[2], m[3], m[4], m[5], m[6], via, via / std::max(m[0], 1e-9),
-                        mb / std::max(m[4], 1e-9) * 1000.0);
+            std::printf(
+                "| %d | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f |\n", n,
+                mb, m[0], m[1], m[2], m[3], m[4], m[5], m[6], via, via / std::max(m[0], 1e-9),
+                mb / std::max(m[4], 1e-9) * 1000.0);
     }
     if (p.isSet("json"))
-        std::printf("%s\n", json({{"store", store->describe()}, {"model", modelPath.string()}, {"rows", rows}}).dump(2).c_str());
+        std::printf("%s\n",
+                    json({{"store", store->describe()}, {"model", modelPath.string()}, {"rows", rows}})
+                        .dump(2)
+                        .c_str());
     else
-        std::printf("\nvia store = fetch (incl. CRC-32 and header checks) + deserialise + place; medians of %d; %s\n",
-                    repeats, store->describe().c_str());
+        std::printf(
+            "\nvia store = fetch (incl. CRC-32 and header checks) + deserialise + place; medians of %d; %s\n",
+            repeats, store->describe().c_str());
     return 0;
 }
 
 int cmdSummarise(const QStringList &args)
 {
     QCommandLineParser p;
-    p.addOption({"workload", "A full-history conversation workload (conversation and round fields).", "FULL.jsonl"});
+    p.addOption(
+        {"workload", "A full-history conversation workload (conversation and round fields).", "FULL.jsonl"});
     p.addOption({"model", "The model that writes the summaries.", "PATH"});
     p.addOption({"keep", "Recent rounds kept verbatim (default 1).", "N", "1"});
     p.addOption({"max-tokens", "Tokens a summary may take (default 32).", "N", "32"});
@@ -433,10 +453,11 @@ int cmdSummarise(const QStringList &args)
     for (size_t i = 0; i < requests.size(); ++i) {
         const auto &r = requests[i];
         if (r.conversation.empty() || r.round < 0)
-            throw core::Error(core::ErrorCode::Format,
-                              fmt::format("{}: request {} has no conversation and round (write the workload with "
-                                          "kvwb workload multiturn or sharegpt)",
-                                          in, r.id));
+            throw core::Error(
+                core::ErrorCode::Format,
+                fmt::format("{}: request {} has no conversation and round (write the workload with "
+                            "kvwb workload multiturn or sharegpt)",
+                            in, r.id));
         byConversation[r.conversation].push_back(i);
     }
     auto model = gpu::Model::load(str(p.value("model")), loadOptions(p));
@@ -455,13 +476,15 @@ int cmdSummarise(const QStringList &args)
                                   fmt::format("{}: conversation {} skips round {}", in, conv, k));
             const auto head = core::promptHead(r.prompt, r.question);
             if (!head)
-                throw core::Error(core::ErrorCode::Format,
-                                  fmt::format("{}: request {}: the prompt does not end with its question", in, r.id));
+                throw core::Error(
+                    core::ErrorCode::Format,
+                    fmt::format("{}: request {}: the prompt does not end with its question", in, r.id));
             if (k > 0 && head->rfind(before[k - 1], 0) != 0)
-                throw core::Error(core::ErrorCode::Format,
-                                  fmt::format("{}: request {} (conversation {}, round {}) does not carry the previous "
-                                              "round's prompt: not a full-history workload",
-                                              in, r.id, conv, k));
+                throw core::Error(
+                    core::ErrorCode::Format,
+                    fmt::format("{}: request {} (conversation {}, round {}) does not carry the previous "
+                                "round's prompt: not a full-history workload",
+                                in, r.id, conv, k));
             before.push_back(*head);
         }
         // rounds[j]: the exchange of round j as the history carries it
@@ -519,10 +542,11 @@ int cmdSummarise(const QStringList &args)
     if (p.isSet("json"))
         std::printf("%s\n", cost.dump(2).c_str());
     else
-        std::printf("wrote %s: %zu requests; %lld summaries of %zu conversations: %lld prompt tokens read, %lld "
-                    "summary tokens generated, %.1f ms\n",
-                    str(p.value("out")).c_str(), requests.size(), (long long)summaries, byConversation.size(),
-                    (long long)promptTokens, (long long)summaryTokens, summaryMs);
+        std::printf(
+            "wrote %s: %zu requests; %lld summaries of %zu conversations: %lld prompt tokens read, %lld "
+            "summary tokens generated, %.1f ms\n",
+            str(p.value("out")).c_str(), requests.size(), (long long)summaries, byConversation.size(),
+            (long long)promptTokens, (long long)summaryTokens, summaryMs);
     return 0;
 }
 

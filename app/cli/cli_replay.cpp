@@ -98,16 +98,18 @@ int cmdReplay(const QStringList &args)
                  "exact,semantic,prefix).",
                  "LIST", "exact,semantic,prefix"});
     p.addOption({"threshold", "Semantic cosine threshold (default 0.8).", "T", "0.8"});
-    p.addOption({"embedder",
-                 "Semantic embedder: lexical (default), lexical-idf (weighted by inverse document frequency over "
-                 "the workload's texts) or model (model A's hidden states).",
-                 "E", "lexical"});
-    p.addOption({"error-bound",
-                 "Semantic tier: per-entry thresholds that serve only while an entry's estimated error rate stays "
-                 "under this bound (the threshold becomes a floor; docs/cache-tiers.md).",
-                 "F"});
-    p.addOption({"bound-confidence", "With --error-bound: confidence of the error's upper bound (default 0.9).", "C",
-                 "0.9"});
+    p.addOption(
+        {"embedder",
+         "Semantic embedder: lexical (default), lexical-idf (weighted by inverse document frequency over "
+         "the workload's texts) or model (model A's hidden states).",
+         "E", "lexical"});
+    p.addOption(
+        {"error-bound",
+         "Semantic tier: per-entry thresholds that serve only while an entry's estimated error rate stays "
+         "under this bound (the threshold becomes a floor; docs/cache-tiers.md).",
+         "F"});
+    p.addOption({"bound-confidence",
+                 "With --error-bound: confidence of the error's upper bound (default 0.9).", "C", "0.9"});
     p.addOption({"embed",
                  "What the semantic tier embeds: question (default: the request's question, else its prompt) "
                  "or prompt (the whole prompt, system prompt included).",
@@ -170,13 +172,15 @@ int cmdReplay(const QStringList &args)
                  "Keep the exact and semantic entries and the prefix KV blocks in a shared store: memory, "
                  "redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...] (docs/fleet.md).",
                  "URL"});
-    p.addOption({"store-timeout-ms", "Shared store: connect and command timeout (default 500).", "MS", "500"});
+    p.addOption(
+        {"store-timeout-ms", "Shared store: connect and command timeout (default 500).", "MS", "500"});
     p.addOption({"store-flush", "Shared store: remove the workbench's keys before the replay."});
     p.addOption({"workers",
                  "Run the replay as a fleet of N worker processes (docs/fleet.md); with --store they share "
                  "one store, without it each keeps its own caches.",
                  "N"});
-    p.addOption({"routing", "Fleet routing: round-robin (default), tenant-affine, prefix-hash or least-loaded.",
+    p.addOption({"routing",
+                 "Fleet routing: round-robin (default), tenant-affine, prefix-hash or least-loaded.",
                  "POLICY", "round-robin"});
     p.addOption({"route-drain", "least-loaded routing: work units a worker drains per second (default 2000).",
                  "UNITS", "2000"});
@@ -231,8 +235,9 @@ int cmdReplay(const QStringList &args)
     }
     if (p.isSet("prices")) {
         if (p.isSet("price-in") || p.isSet("price-out"))
-            throw UsageError{"--prices and --price-in/--price-out exclude each other: give a preset or file, or "
-                             "the two prices"};
+            throw UsageError{
+                "--prices and --price-in/--price-out exclude each other: give a preset or file, or "
+                "the two prices"};
         o.prices = core::resolvePricePreset(str(p.value("prices"))).prices; // before any model loads
     } else {
         o.prices.inputPerMillion = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
@@ -267,8 +272,10 @@ int cmdReplay(const QStringList &args)
     if (needCross && !p.isSet("experiment"))
         throw UsageError{"the cross tier needs --experiment (its converter)"};
 
-    if (p.value("embedder") != "lexical" && p.value("embedder") != "lexical-idf" && p.value("embedder") != "model")
-        throw UsageError{"--embedder expects lexical, lexical-idf or model, got '" + str(p.value("embedder")) + "'"};
+    if (p.value("embedder") != "lexical" && p.value("embedder") != "lexical-idf" &&
+        p.value("embedder") != "model")
+        throw UsageError{"--embedder expects lexical, lexical-idf or model, got '" +
+                         str(p.value("embedder")) + "'"};
     jobs::ReplayJob job;
     job.workloadPath = str(p.value("workload"));
     job.embedder = str(p.value("embedder"));
@@ -337,7 +344,8 @@ int cmdReplay(const QStringList &args)
         converter.emplace(
             gpu::Converter::create(core::loadConverters(exp->path(), str(p.value("converter"))), *a, *b));
     }
-    std::vector<std::string> embedTexts; // what the semantic tier embeds: the lexical-idf embedder's documents
+    std::vector<std::string>
+        embedTexts; // what the semantic tier embeds: the lexical-idf embedder's documents
     for (const auto &r : requests)
         embedTexts.push_back(o.embedQuestion && !r.question.empty() ? r.question : r.prompt);
     const auto embedder = jobs::makeEmbedder(job.embedder, job.embedderLayer, *a, *tokA, embedTexts);
@@ -443,19 +451,21 @@ int cmdReplay(const QStringList &args)
     std::printf("| total | %lld | %lld | %lld | %lld | %lld | %.2f | %.2f |\n\n", (long long)s.requests,
                 (long long)s.hits, (long long)s.falseHits, (long long)s.tokensReused,
                 (long long)s.tokensComputed, s.ttftMsP50, s.ttftMsP95);
-    std::printf("hit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching (prices: "
-                "%s)\n",
-                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache,
-                s.prices.preset.empty() ? "custom" : s.prices.preset.c_str());
+    std::printf(
+        "hit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching (prices: "
+        "%s)\n",
+        s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache,
+        s.prices.preset.empty() ? "custom" : s.prices.preset.c_str());
     std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
                 core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
     if (store) {
         const auto st = store->stats();
-        std::printf("store %s: %lld gets, %lld hits, %lld puts, %lld refused, %lld unavailable, %.1f MB sent, "
-                    "%.1f MB received, %.1f ms in round trips\n",
-                    store->describe().c_str(), (long long)st.gets, (long long)st.hits, (long long)st.puts,
-                    (long long)st.refused, (long long)st.unavailable, st.bytesSent / 1e6, st.bytesReceived / 1e6,
-                    st.netMs);
+        std::printf(
+            "store %s: %lld gets, %lld hits, %lld puts, %lld refused, %lld unavailable, %.1f MB sent, "
+            "%.1f MB received, %.1f ms in round trips\n",
+            store->describe().c_str(), (long long)st.gets, (long long)st.hits, (long long)st.puts,
+            (long long)st.refused, (long long)st.unavailable, st.bytesSent / 1e6, st.bytesReceived / 1e6,
+            st.netMs);
     }
     if (knowledge) {
         const auto &c = knowledge->costs();

@@ -23,12 +23,15 @@ int cmdSweepSemantic(const QStringList &args)
 {
     QCommandLineParser p;
     p.addOption({"workload", "A workload with intent labels (kvwb workload wordnet | quora).", "W.jsonl"});
-    p.addOption({"embedder", "lexical (default), lexical-idf or model (model A's hidden states).", "E", "lexical"});
+    p.addOption(
+        {"embedder", "lexical (default), lexical-idf or model (model A's hidden states).", "E", "lexical"});
     p.addOption({"model-a", "Model A, for --embedder model.", "PATH"});
     p.addOption({"embedder-layer", "Model embedder layer (default: the middle one).", "N"});
     p.addOption({"embed", "question (default) or prompt: what the tier embeds.", "WHAT", "question"});
-    p.addOption({"target", "The false-hit rate the chosen threshold must stay under (default 0.1).", "F", "0.1"});
-    p.addOption({"include-exact", "Also score requests whose text repeats an earlier one (the exact tier's)."});
+    p.addOption(
+        {"target", "The false-hit rate the chosen threshold must stay under (default 0.1).", "F", "0.1"});
+    p.addOption(
+        {"include-exact", "Also score requests whose text repeats an earlier one (the exact tier's)."});
     p.addOption({"limit", "Only the first N requests.", "N"});
     p.addOption({"json", "Print the sweep as JSON."});
     addEngineOptions(p);
@@ -45,11 +48,13 @@ int cmdSweepSemantic(const QStringList &args)
     if (p.value("embed") != "question" && p.value("embed") != "prompt")
         throw UsageError{"--embed expects question or prompt"};
     const double target = doubleOption(p, "target", 0.1, 0.0, 1.0);
-    const auto read = jobs::readReplayRequests(str(p.value("workload")), p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
+    const auto read = jobs::readReplayRequests(str(p.value("workload")),
+                                               p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
     std::vector<core::LabelledText> texts;
     std::vector<std::string> documents;
     for (const auto &r : read.requests) {
-        texts.push_back({r.tenant, p.value("embed") == "question" && !r.question.empty() ? r.question : r.prompt,
+        texts.push_back({r.tenant,
+                         p.value("embed") == "question" && !r.question.empty() ? r.question : r.prompt,
                          r.intent});
         documents.push_back(texts.back().text);
     }
@@ -69,7 +74,8 @@ int cmdSweepSemantic(const QStringList &args)
     const core::SemanticSweep s = core::sweepSemantic(texts, *embedder, target, {}, p.isSet("include-exact"));
     if (s.scored == 0)
         throw core::Error(core::ErrorCode::Format,
-                          str(p.value("workload")) + ": no labelled request has an earlier one of its tenant to match");
+                          str(p.value("workload")) +
+                              ": no labelled request has an earlier one of its tenant to match");
     if (p.isSet("json")) {
         json points = json::array();
         for (const auto &pt : s.points)
@@ -103,8 +109,8 @@ int cmdSweepSemantic(const QStringList &args)
     std::printf("| threshold | hits | precision | recall | false-hit rate |\n|--:|--:|--:|--:|--:|\n");
     for (const auto &pt : s.points)
         if (int(std::lround(pt.threshold * 100)) % 5 == 0)
-            std::printf("| %.2f | %lld | %.3f | %.3f | %.3f |\n", pt.threshold, (long long)pt.hits, pt.precision,
-                        pt.recall, pt.falseHitRate);
+            std::printf("| %.2f | %lld | %.3f | %.3f | %.3f |\n", pt.threshold, (long long)pt.hits,
+                        pt.precision, pt.recall, pt.falseHitRate);
     if (s.atTarget)
         std::printf("\nthreshold for a false-hit rate <= %.3f: %.2f (precision %.3f, recall %.3f)\n", target,
                     s.atTarget->threshold, s.atTarget->precision, s.atTarget->recall);

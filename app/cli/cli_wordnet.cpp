@@ -212,7 +212,8 @@ int multiturnWorkload(const QCommandLineParser &p)
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     // The same conversations under each policy: the chosen one and the two others with their
     // default turn counts (window:2, summary:1) unless the chosen one sets it.
-    core::HistoryPolicy window{core::HistoryPolicyKind::Window, 2}, summary{core::HistoryPolicyKind::Summary, 1};
+    core::HistoryPolicy window{core::HistoryPolicyKind::Window, 2},
+        summary{core::HistoryPolicyKind::Summary, 1};
     if (o.policy.kind == core::HistoryPolicyKind::Window)
         window = o.policy;
     if (o.policy.kind == core::HistoryPolicyKind::Summary)
@@ -224,16 +225,19 @@ int multiturnWorkload(const QCommandLineParser &p)
                  "wrote %s: %zu requests, %d users x %d rounds, history policy %s, system prompt %d words, "
                  "%.1f s of traffic, in %.0f ms\n",
                  qPrintable(p.value("out")), w.requests.size(), o.users, o.rounds, chosen.c_str(),
-                 w.systemPrompts.front().words, w.requests.empty() ? 0.0 : w.requests.back().tMs / 1000.0, ms);
-    std::fprintf(stderr, "prompt cost per history policy (words, whitespace-separated: an approximation of tokens)\n");
+                 w.systemPrompts.front().words, w.requests.empty() ? 0.0 : w.requests.back().tMs / 1000.0,
+                 ms);
+    std::fprintf(
+        stderr, "prompt cost per history policy (words, whitespace-separated: an approximation of tokens)\n");
     std::fprintf(stderr, "%-12s %10s %14s %16s %14s %14s\n", "policy", "requests", "prompt words",
                  "max prompt words", "uncached words", "summary words");
     for (const auto &c : costs)
         std::fprintf(stderr, "%-12s %10zu %14lld %16lld %14lld %14lld%s\n", c.policy.c_str(), c.requests,
                      (long long)c.promptWords, (long long)c.maxPromptWords, (long long)c.uncachedWords,
                      (long long)c.summaryWords, c.policy == chosen ? "  (written)" : "");
-    std::fprintf(stderr, "uncached words: what an ideal per-conversation prefix cache still prefills; summary "
-                         "words: extractive here, a model would generate them\n");
+    std::fprintf(stderr,
+                 "uncached words: what an ideal per-conversation prefix cache still prefills; summary "
+                 "words: extractive here, a model would generate them\n");
     if (json) {
         nlohmann::ordered_json j;
         j["out"] = str(p.value("out"));
@@ -271,7 +275,8 @@ int roundsReport(const QCommandLineParser &p)
     std::vector<core::RequestOutcome> outcomes;
     outcomes.reserve(rows.size());
     for (const auto &r : rows)
-        outcomes.push_back({r.requestId, r.answeredBy != core::TierKind::None, r.promptTokens, r.tokensReused});
+        outcomes.push_back(
+            {r.requestId, r.answeredBy != core::TierKind::None, r.promptTokens, r.tokensReused});
     const core::RoundBreakdown b = core::roundBreakdown(wl.requests, outcomes);
     // The quality cost of a history policy: each answer against the answer to the same request under
     // the reference policy (full history), ROUGE-L and exact agreement, per round.
@@ -294,8 +299,9 @@ int roundsReport(const QCommandLineParser &p)
                     const auto j = nlohmann::json::parse(line);
                     out[j.at("id").get<int64_t>()] = j.at("output").get<std::string>();
                 } catch (const nlohmann::json::exception &e) {
-                    throw core::Error(core::ErrorCode::Format, fmt::format("{}:{}: expected {{\"id\", \"output\"}}: {}",
-                                                                           str(path), lineNo, e.what()));
+                    throw core::Error(core::ErrorCode::Format,
+                                      fmt::format("{}:{}: expected {{\"id\", \"output\"}}: {}", str(path),
+                                                  lineNo, e.what()));
                 }
             }
             return out;
@@ -430,25 +436,28 @@ int cmdWorkload(const QStringList &args)
                  "(the last N rounds), summary[:N] (older rounds replaced by an extractive summary, the last "
                  "N, default 1, kept) (default full).",
                  "P"});
-    p.addOption({"max-rounds", "sharegpt: at most R rounds (human turns) per conversation (default 0 = all).",
-                 "R"});
+    p.addOption(
+        {"max-rounds", "sharegpt: at most R rounds (human turns) per conversation (default 0 = all).", "R"});
     p.addOption({"interleave",
                  "sharegpt: interleave the rounds of C conversations at a time, as C concurrent clients "
                  "(default 0: one conversation after another).",
                  "C"});
     p.addOption({"strict", "sharegpt: stop with an error at the first malformed conversation."});
     p.addOption({"rounds", "multiturn: rounds per user (default 5).", "R"});
-    p.addOption({"system-tokens", "multiturn: shared system prompt length in words (default 100; 0 = none).",
-                 "S"});
+    p.addOption(
+        {"system-tokens", "multiturn: shared system prompt length in words (default 100; 0 = none).", "S"});
     p.addOption({"user-history-tokens",
                  "multiturn: per-user context after the system prompt, in words (default 0).", "H"});
-    p.addOption({"qps", "multiturn: aggregate request rate; each user's rounds are users/qps s apart (default 1).",
+    p.addOption({"qps",
+                 "multiturn: aggregate request rate; each user's rounds are users/qps s apart (default 1).",
                  "Q"});
     p.addOption({"json", "multiturn: policy costs as JSON on stdout; rounds: the table as JSON."});
     p.addOption({"workload", "rounds: the workload the ledger replayed.", "FILE"});
     p.addOption({"ledger", "rounds: the replay ledger CSV (kvwb replay --ledger).", "FILE"});
-    p.addOption({"outputs", "rounds: the replay's answers (kvwb replay --outputs), scored per round against "
-                            "--reference-outputs.", "FILE"});
+    p.addOption({"outputs",
+                 "rounds: the replay's answers (kvwb replay --outputs), scored per round against "
+                 "--reference-outputs.",
+                 "FILE"});
     p.addOption({"reference-outputs",
                  "rounds: the answers to the same requests under the reference policy (e.g. full history).",
                  "FILE"});
@@ -467,9 +476,11 @@ int cmdWorkload(const QStringList &args)
             throw UsageError{"expected exactly one SOURCE (wordnet, sharegpt, quora, multiturn or rounds)"};
         const QString source = pos.first();
         if (!QStringList{"wordnet", "sharegpt", "quora", "multiturn", "rounds"}.contains(source))
-            throw UsageError{"unknown source '" + str(source) + "' (wordnet, sharegpt, quora, multiturn or rounds)"};
+            throw UsageError{"unknown source '" + str(source) +
+                             "' (wordnet, sharegpt, quora, multiturn or rounds)"};
         if (source == "sharegpt" && p.isSet("system-prompt"))
-            throw UsageError{"--system-prompt applies to quora only (ShareGPT conversations bring their own)"};
+            throw UsageError{
+                "--system-prompt applies to quora only (ShareGPT conversations bring their own)"};
         checkOptionScopes(p, source);
         if (source == "rounds")
             return roundsReport(p);

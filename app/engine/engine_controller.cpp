@@ -780,14 +780,16 @@ void EngineWorker::sweepSemantic(quint64 job, const ui::SemanticSweepRequest &re
         std::unique_ptr<core::Embedder> embedder;
         if (kind == "model") {
             if (!m_a)
-                throw core::Error(core::ErrorCode::InvalidArgument, "the model embedder needs model A loaded");
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "the model embedder needs model A loaded");
             embedder = jobs::makeEmbedder(kind, -1, *m_a, *m_tokA);
         } else {
             auto lexical = std::make_unique<core::LexicalEmbedder>();
             if (kind == "lexical-idf")
                 lexical->fitIdf(documents);
             else if (kind != "lexical")
-                throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind + "': expected lexical, "
+                throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind +
+                                                                        "': expected lexical, "
                                                                         "lexical-idf or model");
             embedder = std::move(lexical);
         }

@@ -36,7 +36,8 @@ std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer,
     }
     if (kind == "model")
         return std::make_unique<gpu::ModelEmbedder>(a, tokenizerA, layer);
-    throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind + "': expected lexical, lexical-idf or model");
+    throw core::Error(core::ErrorCode::InvalidArgument,
+                      "embedder '" + kind + "': expected lexical, lexical-idf or model");
 }
 
 std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,
@@ -121,36 +122,37 @@ std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embed
     std::string graphs;
     for (const auto &g : job.knowledgeGraphs)
         graphs += (graphs.empty() ? "" : ",") + g;
-    const nlohmann::json settings = {{"workload", job.workloadPath},
-                                     {"tiers", tiers},
-                                     {"threshold", o.threshold},
-                                     {"embedder", embedder ? embedder->name() : job.embedder},
-                                     {"embed", o.embedQuestion ? "question" : "prompt"},
-                                     {"block", o.prefixBlock},
-                                     {"eviction", core::evictionName(o.exactLimits.eviction)},
-                                     {"share_tenants", o.exactLimits.shareAcrossTenants},
-                                     {"gate", o.gate ? gpu::gateSignalName(o.gateSignal) : "off"},
-                                     {"gate_threshold", o.gateThreshold},
-                                     {"clock", o.onClock},
-                                     {"speed", o.speed},
-                                     {"max_tokens", o.maxTokens},
-                                     {"limit", job.limit},
-                                     {"converter", cross ? job.converter : ""},
-                                     {"align_policy", cross ? core::alignPolicyName(o.alignPolicy) : ""},
-                                     {"knowledge", knowledge ? graphs : ""},
-                                     {"profiles", knowledge ? job.profilesPath : ""},
-                                     {"knowledge_verify", knowledge && job.knowledge.verify},
-                                     {"knowledge_candidates", job.knowledge.candidates},
-                                     {"knowledge_min_similarity", job.knowledge.minSimilarity},
-                                     {"knowledge_ttl_ms", job.knowledge.ttlMs},
-                                     {"knowledge_boundary", job.knowledge.boundary},
-                                     {"store", o.store ? o.store->describe() : ""},
-                                     {"error_bound", o.semanticBound ? o.semanticBound->errorBound : 0.0},
-                                     {"bound_confidence", o.semanticBound ? o.semanticBound->confidence : 0.0},
-                                     {"cancelled", cancelled},
-                                     {"model_a", a.checkpoint().fingerprint()},
-                                     {"model_b", b ? b->checkpoint().fingerprint() : ""},
-                                     {"device", gpu::deviceName(a.options().device)}};
+    const nlohmann::json settings = {
+        {"workload", job.workloadPath},
+        {"tiers", tiers},
+        {"threshold", o.threshold},
+        {"embedder", embedder ? embedder->name() : job.embedder},
+        {"embed", o.embedQuestion ? "question" : "prompt"},
+        {"block", o.prefixBlock},
+        {"eviction", core::evictionName(o.exactLimits.eviction)},
+        {"share_tenants", o.exactLimits.shareAcrossTenants},
+        {"gate", o.gate ? gpu::gateSignalName(o.gateSignal) : "off"},
+        {"gate_threshold", o.gateThreshold},
+        {"clock", o.onClock},
+        {"speed", o.speed},
+        {"max_tokens", o.maxTokens},
+        {"limit", job.limit},
+        {"converter", cross ? job.converter : ""},
+        {"align_policy", cross ? core::alignPolicyName(o.alignPolicy) : ""},
+        {"knowledge", knowledge ? graphs : ""},
+        {"profiles", knowledge ? job.profilesPath : ""},
+        {"knowledge_verify", knowledge && job.knowledge.verify},
+        {"knowledge_candidates", job.knowledge.candidates},
+        {"knowledge_min_similarity", job.knowledge.minSimilarity},
+        {"knowledge_ttl_ms", job.knowledge.ttlMs},
+        {"knowledge_boundary", job.knowledge.boundary},
+        {"store", o.store ? o.store->describe() : ""},
+        {"error_bound", o.semanticBound ? o.semanticBound->errorBound : 0.0},
+        {"bound_confidence", o.semanticBound ? o.semanticBound->confidence : 0.0},
+        {"cancelled", cancelled},
+        {"model_a", a.checkpoint().fingerprint()},
+        {"model_b", b ? b->checkpoint().fingerprint() : ""},
+        {"device", gpu::deviceName(a.options().device)}};
     return settings.dump();
 }
 

@@ -13,10 +13,10 @@ namespace {
 // Inverse of the standard normal CDF (Acklam's rational approximation, |error| < 1.2e-9).
 double normalQuantile(double p)
 {
-    static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+    static const double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
                                1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
     static const double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-                               6.680131188771972e+01,  -1.328068155288572e+01};
+                               6.680131188771972e+01, -1.328068155288572e+01};
     static const double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
                                -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
     static const double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
@@ -53,7 +53,8 @@ double wilsonUpper(double errors, double n, double z)
 EntryThresholds::EntryThresholds(EntryBoundOptions o) : m_options(o)
 {
     if (!(o.errorBound > 0 && o.errorBound < 1))
-        throw Error(ErrorCode::InvalidArgument, fmt::format("error bound {} is outside (0, 1)", o.errorBound));
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("error bound {} is outside (0, 1)", o.errorBound));
     if (!(o.confidence >= 0.5 && o.confidence <= 0.999))
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("error bound confidence {} is outside [0.5, 0.999]", o.confidence));

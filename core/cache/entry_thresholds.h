@@ -14,8 +14,8 @@
 // Thread-safety: none (the tier's, engine thread).
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <unordered_map>
 
@@ -23,9 +23,9 @@ namespace kvwb::core {
 
 struct EntryBoundOptions
 {
-    double errorBound = 0.05;  // the largest error rate a served answer may have (0, 1)
-    double confidence = 0.9;   // of the upper bound: 0.5 .. 0.999
-    int priorWeight = 20;      // pseudo-observations of the pooled rate
+    double errorBound = 0.05;     // the largest error rate a served answer may have (0, 1)
+    double confidence = 0.9;      // of the upper bound: 0.5 .. 0.999
+    int priorWeight = 20;         // pseudo-observations of the pooled rate
     size_t maxObservations = 256; // per entry (the oldest are forgotten first)
 };
 

@@ -26,10 +26,21 @@ constexpr const char *kBuiltinName = "prices.json (built in)";
 
 const std::set<std::string> &presetFields()
 {
-    static const std::set<std::string> fields = {
-        "id",         "provider", "model",  "currency",
-        "input",      "cached_input", "cache_write", "output", "storage_per_million_tokens_hour",
-        "min_cacheable_tokens", "source", "as_of",  "notes", "gpu", "derived"};
+    static const std::set<std::string> fields = {"id",
+                                                 "provider",
+                                                 "model",
+                                                 "currency",
+                                                 "input",
+                                                 "cached_input",
+                                                 "cache_write",
+                                                 "output",
+                                                 "storage_per_million_tokens_hour",
+                                                 "min_cacheable_tokens",
+                                                 "source",
+                                                 "as_of",
+                                                 "notes",
+                                                 "gpu",
+                                                 "derived"};
     return fields;
 }
 
@@ -43,8 +54,8 @@ const std::set<std::string> &gpuFields()
 bool validId(const std::string &id)
 {
     return !id.empty() && std::all_of(id.begin(), id.end(), [](char ch) {
-        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-               ch == '.' || ch == '-';
+        return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+               ch == '_' || ch == '.' || ch == '-';
     });
 }
 
@@ -75,7 +86,8 @@ public:
     }
 
     // A non-negative number (a price, a throughput); `positive` refuses 0 as well.
-    double number(const json &obj, const std::string &field, const std::string &shown, bool positive = false) const
+    double number(const json &obj, const std::string &field, const std::string &shown,
+                  bool positive = false) const
     {
         if (!obj.contains(field))
             fail(shown, "is missing");
@@ -108,9 +120,9 @@ PricePreset readPreset(const json &j, const std::string &sourceName, size_t inde
     const PresetReader r(j, where);
     for (const auto &[key, value] : j.items())
         if (!presetFields().count(key))
-            r.fail(key, "is not a preset field (known: " + text::join(std::vector<std::string>(
-                                                               presetFields().begin(), presetFields().end()),
-                                                           ", ") +
+            r.fail(key, "is not a preset field (known: " +
+                            text::join(std::vector<std::string>(presetFields().begin(), presetFields().end()),
+                                       ", ") +
                             ")");
     PricePreset p;
     p.id = r.text("id", true);
@@ -130,21 +142,25 @@ PricePreset readPreset(const json &j, const std::string &sourceName, size_t inde
     pr.preset = p.id;
     if (r.has("gpu")) {
         if (r.has("input") || r.has("output"))
-            r.fail("gpu", "and input/output both given: a GPU preset derives input and output from the GPU-hour");
+            r.fail("gpu",
+                   "and input/output both given: a GPU preset derives input and output from the GPU-hour");
         const json &g = j.at("gpu");
         if (!g.is_object())
-            r.fail("gpu", "must be an object {usd_per_hour, prefill_tokens_per_second, decode_tokens_per_second}");
+            r.fail("gpu",
+                   "must be an object {usd_per_hour, prefill_tokens_per_second, decode_tokens_per_second}");
         for (const auto &[key, value] : g.items())
             if (!gpuFields().count(key))
                 r.fail("gpu." + key, "is not a gpu field (known: basis, decode_tokens_per_second, "
                                      "prefill_tokens_per_second, usd_per_hour)");
         p.gpuUsdPerHour = r.number(g, "usd_per_hour", "gpu.usd_per_hour");
-        p.prefillTokensPerSecond = r.number(g, "prefill_tokens_per_second", "gpu.prefill_tokens_per_second", true);
-        p.decodeTokensPerSecond = r.number(g, "decode_tokens_per_second", "gpu.decode_tokens_per_second", true);
+        p.prefillTokensPerSecond =
+            r.number(g, "prefill_tokens_per_second", "gpu.prefill_tokens_per_second", true);
+        p.decodeTokensPerSecond =
+            r.number(g, "decode_tokens_per_second", "gpu.decode_tokens_per_second", true);
         p.basis = "projected";
         if (g.contains("basis")) {
-            if (!g.at("basis").is_string() ||
-                (g.at("basis").get<std::string>() != "projected" && g.at("basis").get<std::string>() != "measured"))
+            if (!g.at("basis").is_string() || (g.at("basis").get<std::string>() != "projected" &&
+                                               g.at("basis").get<std::string>() != "measured"))
                 r.fail("gpu.basis", "must be \"projected\" or \"measured\", got " + g.at("basis").dump());
             p.basis = g.at("basis").get<std::string>();
         }
@@ -314,12 +330,13 @@ std::vector<PriceComparisonRow> comparePrices(const std::vector<LedgerRow> &rows
 
 std::string priceComparisonMarkdown(const std::vector<PriceComparisonRow> &rows)
 {
-    std::string out = "| preset | provider | model | cost $ | cost without cache $ | saving % | input $ | cached "
-                      "input $ | cache write $ | output $ | storage $ |\n"
-                      "|:--|:--|:--|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+    std::string out =
+        "| preset | provider | model | cost $ | cost without cache $ | saving % | input $ | cached "
+        "input $ | cache write $ | output $ | storage $ |\n"
+        "|:--|:--|:--|--:|--:|--:|--:|--:|--:|--:|--:|\n";
     for (const PriceComparisonRow &r : rows)
-        out += fmt::format("| {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} | {} | {} |\n", r.preset, r.provider,
-                           r.model, money(r.costUsd), money(r.costUsdNoCache), r.savingPercent,
+        out += fmt::format("| {} | {} | {} | {} | {} | {:.1f} | {} | {} | {} | {} | {} |\n", r.preset,
+                           r.provider, r.model, money(r.costUsd), money(r.costUsdNoCache), r.savingPercent,
                            money(r.cost.inputUsd), money(r.cost.cachedInputUsd), money(r.cost.cacheWriteUsd),
                            money(r.cost.outputUsd), money(r.cost.storageUsd));
     return out;
@@ -351,18 +368,20 @@ std::string priceComparisonJson(const std::vector<PriceComparisonRow> &rows)
 
 std::string pricePresetsMarkdown(const std::vector<PricePreset> &presets)
 {
-    std::string out = "| preset | provider | model | input | cached input | cache write | output | storage /h | "
-                      "min prefix | as of |\n"
-                      "|:--|:--|:--|--:|--:|--:|--:|--:|--:|:--|\n";
+    std::string out =
+        "| preset | provider | model | input | cached input | cache write | output | storage /h | "
+        "min prefix | as of |\n"
+        "|:--|:--|:--|--:|--:|--:|--:|--:|--:|:--|\n";
     for (const PricePreset &p : presets) {
         const Prices &pr = p.prices;
         std::string model = p.model;
         if (!p.basis.empty())
             model += fmt::format(" ({}: ${:g}/GPU-hour, {:g} prefill / {:g} decode tok/s)", p.basis,
                                  p.gpuUsdPerHour, p.prefillTokensPerSecond, p.decodeTokensPerSecond);
-        out += fmt::format("| {} | {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} | {:g} | {} | {} |\n", p.id,
-                           p.provider, model, pr.inputPerMillion, pr.cachedInputPerMillion, pr.cacheWrite(),
-                           pr.outputPerMillion, pr.storagePerMillionTokensHour, pr.minCacheableTokens, p.asOf);
+        out +=
+            fmt::format("| {} | {} | {} | {:.4g} | {:.4g} | {:.4g} | {:.4g} | {:g} | {} | {} |\n", p.id,
+                        p.provider, model, pr.inputPerMillion, pr.cachedInputPerMillion, pr.cacheWrite(),
+                        pr.outputPerMillion, pr.storagePerMillionTokensHour, pr.minCacheableTokens, p.asOf);
     }
     return out;
 }
@@ -372,7 +391,8 @@ std::string pricePresetsJson(const std::vector<PricePreset> &presets)
     OrderedJson list = OrderedJson::array();
     for (const PricePreset &p : presets) {
         const Prices &pr = p.prices;
-        OrderedJson j = {{"id", p.id}, {"provider", p.provider}, {"model", p.model}, {"currency", p.currency}};
+        OrderedJson j = {
+            {"id", p.id}, {"provider", p.provider}, {"model", p.model}, {"currency", p.currency}};
         if (p.basis.empty()) {
             j["input"] = pr.inputPerMillion;
         } else {
@@ -395,7 +415,7 @@ std::string pricePresetsJson(const std::vector<PricePreset> &presets)
         list.push_back(std::move(j));
     }
     return OrderedJson{{"schema", "kvwb-prices/1"}, {"presets", list}}.dump(2, ' ', false,
-                                                                           json::error_handler_t::replace);
+                                                                            json::error_handler_t::replace);
 }
 
 } // namespace kvwb::core

@@ -63,13 +63,12 @@ std::string globEscape(const std::string &s)
     return out;
 }
 
-
 class RedisStore final : public SharedStore
 {
 public:
     // seeds: the server, or (cluster) any of the cluster's nodes.
-    RedisStore(const std::vector<std::pair<std::string, int>> &seeds, int db, std::string url, StoreOptions options,
-               bool cluster)
+    RedisStore(const std::vector<std::pair<std::string, int>> &seeds, int db, std::string url,
+               StoreOptions options, bool cluster)
         : m_db(db), m_url(std::move(url)), m_options(options), m_cluster(cluster)
     {
         for (const auto &[host, port] : seeds)
@@ -91,8 +90,8 @@ public:
         return decoded(scope, tier, r.get());
     }
 
-    std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier, const std::vector<std::string> &keys,
-                                  int64_t) override
+    std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier,
+                                  const std::vector<std::string> &keys, int64_t) override
     {
         std::vector<StoreGet> out;
         if (keys.empty())
@@ -135,7 +134,8 @@ public:
     }
 
     StoreOutcome put(const TenantScope &scope, std::string_view tier, const std::string &key,
-                     const std::string &envelope, int64_t ttlMs, int64_t, const std::vector<std::string> &tags) override
+                     const std::string &envelope, int64_t ttlMs, int64_t,
+                     const std::vector<std::string> &tags) override
     {
         ++m_stats.puts;
         const std::string k = sharedStoreKey(scope, tier, key);
@@ -203,8 +203,9 @@ public:
                                         bool *available) override
     {
         std::vector<StreamEntry> out;
-        Reply r = command({"XRANGE", "kvwb:stream:" + std::string(stream), afterId.empty() ? "-" : "(" + afterId,
-                           "+", "COUNT", std::to_string(std::max(1, limit))});
+        Reply r =
+            command({"XRANGE", "kvwb:stream:" + std::string(stream), afterId.empty() ? "-" : "(" + afterId,
+                     "+", "COUNT", std::to_string(std::max(1, limit))});
         if (available)
             *available = r != nullptr;
         if (!r || r->type != REDIS_REPLY_ARRAY)
@@ -296,7 +297,8 @@ private:
     {
         if (n.ctx)
             return true;
-        redisContext *c = redisConnectWithTimeout(n.host.c_str(), n.port, toTimeval(m_options.connectTimeoutMs));
+        redisContext *c =
+            redisConnectWithTimeout(n.host.c_str(), n.port, toTimeval(m_options.connectTimeoutMs));
         if (!c || c->err) {
             m_lastError = m_url + ": " + n.host + ":" + std::to_string(n.port) + ": " +
                           (c ? c->errstr : "cannot allocate a connection");
@@ -334,7 +336,8 @@ private:
                 argv.push_back(a.data());
                 lens.push_back(a.size());
             }
-            r.reset(static_cast<redisReply *>(redisCommandArgv(n.ctx.get(), int(argv.size()), argv.data(), lens.data())));
+            r.reset(static_cast<redisReply *>(
+                redisCommandArgv(n.ctx.get(), int(argv.size()), argv.data(), lens.data())));
             if (!r) {
                 m_lastError = m_url + ": " + (n.ctx->err ? n.ctx->errstr : "no reply");
                 n.ctx.reset();
@@ -379,8 +382,8 @@ private:
             m_slotNode.assign(16384, -1);
             for (size_t i = 0; i < r->elements; ++i) {
                 const redisReply *e = r->element[i];
-                if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[2]->type != REDIS_REPLY_ARRAY ||
-                    e->element[2]->elements < 2)
+                if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+                    e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
                     continue;
                 const long long from = e->element[0]->integer, to = e->element[1]->integer;
                 const redisReply *master = e->element[2];
@@ -480,7 +483,8 @@ private:
                 if (m_cluster) {
                     // keys of several slots: one UNLINK each (a multi-key command must stay in a slot)
                     for (size_t i = 0; i < keys->elements; ++i) {
-                        Reply d = command({"UNLINK", std::string(keys->element[i]->str, keys->element[i]->len)});
+                        Reply d =
+                            command({"UNLINK", std::string(keys->element[i]->str, keys->element[i]->len)});
                         if (d && d->type == REDIS_REPLY_INTEGER)
                             n += d->integer;
                     }

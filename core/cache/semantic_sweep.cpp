@@ -19,8 +19,7 @@ SemanticSweep sweepSemantic(const std::vector<LabelledText> &requests, Embedder 
             thresholds.push_back(i / 100.0);
     for (size_t i = 0; i < thresholds.size(); ++i)
         if (!(thresholds[i] >= -1 && thresholds[i] <= 1) || (i > 0 && !(thresholds[i] > thresholds[i - 1])))
-            throw Error(ErrorCode::InvalidArgument,
-                        "sweep thresholds must be ascending within [-1, 1]");
+            throw Error(ErrorCode::InvalidArgument, "sweep thresholds must be ascending within [-1, 1]");
     SemanticSweep out;
     out.target = target;
     struct Seen

@@ -35,9 +35,9 @@ struct SweepPoint
     double threshold = 0;
     int64_t hits = 0;
     int64_t correctHits = 0;
-    double precision = 0;     // 1 when there are no hits
-    double recall = 0;        // correct hits / should-hit requests
-    double falseHitRate = 0;  // 1 - precision (0 when there are no hits)
+    double precision = 0;    // 1 when there are no hits
+    double recall = 0;       // correct hits / should-hit requests
+    double falseHitRate = 0; // 1 - precision (0 when there are no hits)
 };
 
 struct SemanticSweep
@@ -58,7 +58,8 @@ struct SemanticSweep
 
 // thresholds: ascending, each in [-1, 1] (empty: 0.50, 0.51, ..., 0.99). Error(InvalidArgument) for a
 // target outside [0, 1] or a threshold grid that is not ascending within [-1, 1].
-SemanticSweep sweepSemantic(const std::vector<LabelledText> &requests, Embedder &embedder, double targetFalseHitRate,
-                            std::vector<double> thresholds = {}, bool includeExact = false);
+SemanticSweep sweepSemantic(const std::vector<LabelledText> &requests, Embedder &embedder,
+                            double targetFalseHitRate, std::vector<double> thresholds = {},
+                            bool includeExact = false);
 
 } // namespace kvwb::core

@@ -371,13 +371,13 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
     if (m_impl->bound) {
         Impl &d = *m_impl;
         const auto q = d.checked(embedding, "lookup");
-        const auto found = d.nearest(d.store.namespaceOf(request.scope.tenant(), request.scope.modelFingerprint()), q,
-                                     request.nowMs);
+        const auto found = d.nearest(
+            d.store.namespaceOf(request.scope.tenant(), request.scope.modelFingerprint()), q, request.nowMs);
         if (!found || found->similarity < d.threshold)
             return out;
         const auto estimate = d.bound->decide(found->id, found->similarity);
-        if (estimate.serve &&
-            d.store.touch(found->id, request.scope.tenant(), request.scope.modelFingerprint(), request.nowMs)) {
+        if (estimate.serve && d.store.touch(found->id, request.scope.tenant(),
+                                            request.scope.modelFingerprint(), request.nowMs)) {
             out.response = d.hitOf(*found).response;
             out.hit = true;
             out.semanticDecision = "serve";
@@ -410,8 +410,8 @@ void SemanticTier::insert(const TierRequest &request, TierInsert computed)
         if (it != d.entries.end()) {
             const CachedResponse &cached = it->second.response;
             const bool labelled = !cached.intent.empty() && !computed.response.intent.empty();
-            const bool right = labelled ? cached.intent == computed.response.intent
-                                        : cached.text == computed.response.text;
+            const bool right =
+                labelled ? cached.intent == computed.response.intent : cached.text == computed.response.text;
             d.bound->observe(d.explored.entry, d.explored.similarity, right);
         }
         d.explored = {};

@@ -14,9 +14,9 @@
 #include "core/cache/entry_thresholds.h"
 
 #include <memory>
-#include <unordered_map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace kvwb::core {

@@ -37,7 +37,8 @@ std::string sharedStoreKey(const TenantScope &scope, std::string_view tier, cons
         tenantHex += digits[c >> 4];
         tenantHex += digits[c & 15];
     }
-    return "kvwb:" + std::string(tier) + ":" + tenantHex + ":" + scope.modelFingerprint() + ":" + sha256Hex(key);
+    return "kvwb:" + std::string(tier) + ":" + tenantHex + ":" + scope.modelFingerprint() + ":" +
+           sha256Hex(key);
 }
 
 namespace {
@@ -49,13 +50,16 @@ PayloadKind kindOfTier(std::string_view tier)
 
 } // namespace
 
-StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier, SharedStoreStats &stats)
+StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier,
+                    SharedStoreStats &stats)
 {
     StoreGet out;
     stats.bytesReceived += int64_t(bytes.size());
     std::string why;
     out.payload = decodePayload(
-        bytes, PayloadExpectation{kindOfTier(tier), std::string(tier), scope.tenant(), scope.modelFingerprint()}, &why);
+        bytes,
+        PayloadExpectation{kindOfTier(tier), std::string(tier), scope.tenant(), scope.modelFingerprint()},
+        &why);
     if (!out.payload) {
         ++stats.refused;
         out.outcome = StoreOutcome::Refused;
@@ -67,8 +71,8 @@ StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::strin
     return out;
 }
 
-PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads, int tokens,
-                              int headDim, KeyForm form, int64_t createdMs)
+PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads,
+                              int tokens, int headDim, KeyForm form, int64_t createdMs)
 {
     PayloadHeader h;
     h.kind = PayloadKind::Kv;
@@ -89,7 +93,8 @@ class MemoryStore final : public SharedStore
 public:
     std::string describe() const override { return "memory"; }
 
-    StoreGet get(const TenantScope &scope, std::string_view tier, const std::string &key, int64_t nowMs) override
+    StoreGet get(const TenantScope &scope, std::string_view tier, const std::string &key,
+                 int64_t nowMs) override
     {
         ++m_stats.gets;
         StoreGet out;
@@ -104,8 +109,8 @@ public:
         return checkedGet(it->second.envelope, scope, tier, m_stats);
     }
 
-    std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier, const std::vector<std::string> &keys,
-                                  int64_t nowMs) override
+    std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier,
+                                  const std::vector<std::string> &keys, int64_t nowMs) override
     {
         std::vector<StoreGet> out;
         out.reserve(keys.size());
@@ -140,7 +145,8 @@ public:
 
     int64_t invalidateTag(const std::string &tag) override
     {
-        return removeIf([&](const Entry &e) { return std::find(e.tags.begin(), e.tags.end(), tag) != e.tags.end(); });
+        return removeIf(
+            [&](const Entry &e) { return std::find(e.tags.begin(), e.tags.end(), tag) != e.tags.end(); });
     }
 
     std::optional<std::string> appendStream(std::string_view stream, const std::string &data) override
@@ -230,8 +236,10 @@ std::unique_ptr<SharedStore> openSharedStore(const std::string &url, StoreOption
     if (url == "memory")
         return makeMemoryStore();
     const auto bad = [&](const std::string &why) {
-        return Error(ErrorCode::InvalidArgument,
-                     "store '" + url + "': " + why + " (expected memory, redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...])");
+        return Error(
+            ErrorCode::InvalidArgument,
+            "store '" + url + "': " + why +
+                " (expected memory, redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...])");
     };
     const std::string scheme = "redis://", clusterScheme = "redis-cluster://";
     const bool cluster = url.rfind(clusterScheme, 0) == 0;
@@ -252,7 +260,8 @@ std::unique_ptr<SharedStore> openSharedStore(const std::string &url, StoreOption
     size_t at = 0;
     while (true) {
         const size_t comma = rest.find(',', at);
-        const std::string hostPort = rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        const std::string hostPort =
+            rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
         const auto colon = hostPort.rfind(':');
         if (colon == std::string::npos || colon == 0)
             throw bad("no HOST:PORT");

@@ -44,11 +44,11 @@ struct SharedStoreStats
 struct StoreServerInfo
 {
     int64_t usedBytes = 0;
-    int64_t maxBytes = 0;          // 0 = no limit
-    std::string evictionPolicy;    // Redis maxmemory-policy, or "none"
-    int64_t evictedKeys = 0;       // removed by the server to stay under maxBytes
-    int64_t expiredKeys = 0;       // removed because their TTL passed
-    int64_t keys = 0;              // keys in the database
+    int64_t maxBytes = 0;       // 0 = no limit
+    std::string evictionPolicy; // Redis maxmemory-policy, or "none"
+    int64_t evictedKeys = 0;    // removed by the server to stay under maxBytes
+    int64_t expiredKeys = 0;    // removed because their TTL passed
+    int64_t keys = 0;           // keys in the database
 };
 
 enum class StoreOutcome
@@ -110,12 +110,13 @@ public:
 
 // What a get found under a key, checked: the envelope decoded against the scope and tier asked for
 // (Hit) or refused with the reason, the store's counters updated. For the implementations.
-StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier, SharedStoreStats &stats);
+StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier,
+                    SharedStoreStats &stats);
 
 // The header of a KV payload of this scope and tier: float32 [layers, 2 (K, V), kv heads, tokens,
 // head dim] in `form`.
-PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads, int tokens,
-                              int headDim, KeyForm form, int64_t createdMs);
+PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads,
+                              int tokens, int headDim, KeyForm form, int64_t createdMs);
 
 // The key a payload lives under: "kvwb:" + tier + ":" + hex(tenant) + ":" + fingerprint + ":" +
 // sha256(key) hex. The tenant is hex-encoded so no tenant can spell another's prefix.

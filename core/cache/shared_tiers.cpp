@@ -3,7 +3,6 @@
 #include "core/cache/exact_tier.h"
 #include "core/util/error.h"
 
-
 namespace kvwb::core {
 
 namespace {
@@ -26,7 +25,8 @@ SharedExactTier::SharedExactTier(SharedStore &store, TierLimits limits) : m_stor
 
 TenantScope SharedExactTier::scopeOf(const TierRequest &r) const
 {
-    return TenantScope(m_limits.shareAcrossTenants ? std::string() : r.scope.tenant(), r.scope.modelFingerprint());
+    return TenantScope(m_limits.shareAcrossTenants ? std::string() : r.scope.tenant(),
+                       r.scope.modelFingerprint());
 }
 
 TierLookup SharedExactTier::lookup(const TierRequest &request)
@@ -52,7 +52,8 @@ void SharedExactTier::insert(const TierRequest &request, TierInsert computed)
 {
     const TenantScope scope = scopeOf(request);
     const std::string env = encodeResponsePayload(scope, "exact", computed.response, request.nowMs);
-    if (m_store.put(scope, "exact", exactKeyOf(request), env, m_limits.ttlMs, request.nowMs) == StoreOutcome::Hit) {
+    if (m_store.put(scope, "exact", exactKeyOf(request), env, m_limits.ttlMs, request.nowMs) ==
+        StoreOutcome::Hit) {
         ++m_stats.inserts;
         m_stats.bytes += int64_t(env.size());
     }
@@ -73,7 +74,8 @@ StoreStats SharedExactTier::stats() const
     return m_stats;
 }
 
-SharedSemanticTier::SharedSemanticTier(SharedStore &store, TierLimits limits, Embedder &embedder, double threshold)
+SharedSemanticTier::SharedSemanticTier(SharedStore &store, TierLimits limits, Embedder &embedder,
+                                       double threshold)
     : m_store(store), m_embedder(embedder), m_local(limits, embedder.dim(), threshold)
 {}
 
@@ -119,7 +121,8 @@ TierLookup SharedSemanticTier::lookup(const TierRequest &request)
     TierLookup out;
     out.store = catchUp() ? "miss" : "unavailable";
     if (out.store == "unavailable")
-        out.warnings.push_back("semantic tier (" + m_store.describe() + "): the stream could not be read; "
+        out.warnings.push_back("semantic tier (" + m_store.describe() +
+                               "): the stream could not be read; "
                                "answering from this worker's index");
     if (m_embeddedFor != request.requestId) {
         m_embedding = m_embedder.embed(request.embedText);
@@ -145,8 +148,8 @@ void SharedSemanticTier::insert(const TierRequest &request, TierInsert computed)
         m_embeddedFor = request.requestId;
     }
     m_local.insert(request.scope, request.embedText, m_embedding, computed.response, request.nowMs);
-    const std::string text =
-        encodeSemanticEntryBody(SemanticEntryBody{m_embedder.name(), request.embedText, m_embedding, computed.response});
+    const std::string text = encodeSemanticEntryBody(
+        SemanticEntryBody{m_embedder.name(), request.embedText, m_embedding, computed.response});
     PayloadHeader h;
     h.kind = PayloadKind::Response;
     h.tier = "semantic";

@@ -89,15 +89,11 @@ std::string encodePayload(const PayloadHeader &h, std::string_view body)
                                                     " is not allowed for a " + kindName(h.kind) + " payload");
     const auto expected = bodyBytes(h.shape, h.dtype);
     if (!expected || *expected != int64_t(body.size()))
-        throw Error(ErrorCode::InvalidArgument,
-                    "store payload: body of " + std::to_string(body.size()) +
-                        " bytes does not match its shape and dtype");
-    nlohmann::json j = {{"kind", kindName(h.kind)},
-                        {"tier", h.tier},
-                        {"tenant", hexOf(h.tenant)},
-                        {"fingerprint", h.fingerprint},
-                        {"dtype", dtypeName(h.dtype)},
-                        {"shape", h.shape},
+        throw Error(ErrorCode::InvalidArgument, "store payload: body of " + std::to_string(body.size()) +
+                                                    " bytes does not match its shape and dtype");
+    nlohmann::json j = {{"kind", kindName(h.kind)},    {"tier", h.tier},
+                        {"tenant", hexOf(h.tenant)},   {"fingerprint", h.fingerprint},
+                        {"dtype", dtypeName(h.dtype)}, {"shape", h.shape},
                         {"created_ms", h.createdMs}};
     if (h.kind == PayloadKind::Kv)
         j["key_form"] = keyFormName(h.keyForm);
@@ -137,8 +133,8 @@ std::optional<std::string> unhex(const std::string &hex)
 
 } // namespace
 
-std::optional<DecodedPayload> decodePayloadAnyScope(std::string_view bytes, PayloadKind kind, const std::string &tier,
-                                                    std::string *why)
+std::optional<DecodedPayload> decodePayloadAnyScope(std::string_view bytes, PayloadKind kind,
+                                                    const std::string &tier, std::string *why)
 {
     PayloadExpectation e{kind, tier, {}, {}};
     return decodePayloadImpl(bytes, e, why, false);
@@ -180,7 +176,8 @@ std::optional<DecodedPayload> decodePayloadImpl(std::string_view bytes, const Pa
         h.fingerprint = j.at("fingerprint").get<std::string>();
         const auto dtype = parseDType(j.at("dtype").get<std::string>());
         if (!dtype || !dtypeAllowed(h.kind, *dtype))
-            return refuse("field dtype: '" + j.at("dtype").get<std::string>() + "' is not allowed for " + kind);
+            return refuse("field dtype: '" + j.at("dtype").get<std::string>() + "' is not allowed for " +
+                          kind);
         h.dtype = *dtype;
         h.shape = j.at("shape").get<std::vector<int64_t>>();
         if (h.shape.size() > 8)
@@ -353,8 +350,8 @@ SemanticEntryBody decodeSemanticEntryBody(std::string_view body)
     return e;
 }
 
-std::string encodeResponsePayload(const TenantScope &scope, std::string_view tier, const CachedResponse &response,
-                                  int64_t createdMs)
+std::string encodeResponsePayload(const TenantScope &scope, std::string_view tier,
+                                  const CachedResponse &response, int64_t createdMs)
 {
     const std::string body = encodeResponseBody(response);
     PayloadHeader h;

@@ -40,7 +40,8 @@ std::string conceptSentences(const std::vector<Concept> &concepts, std::string h
         const Concept &c = concepts[rng.below(concepts.size())];
         const std::string &lemma = c.lemmas.front();
         const std::string art = indefiniteArticle(lemma);
-        std::string s = capitalisedFirst(art.empty() ? lemma : art + " " + lemma) + " is " + c.synset->definition;
+        std::string s =
+            capitalisedFirst(art.empty() ? lemma : art + " " + lemma) + " is " + c.synset->definition;
         if (s.back() != '.')
             s += '.';
         have += wordCount(s);
@@ -115,7 +116,8 @@ std::string extractiveSummary(const std::vector<HistoryRound> &older)
 {
     if (older.empty())
         return {};
-    std::string s = "Summary of the earlier conversation (extractive, not model-written): the user asked about ";
+    std::string s =
+        "Summary of the earlier conversation (extractive, not model-written): the user asked about ";
     for (size_t i = 0; i < older.size(); ++i)
         s += (i ? "; " : "") + older[i].topic;
     return s + ".\n";
@@ -207,9 +209,9 @@ Workload ConversationGenerator::generate(std::vector<std::string> *answers) cons
     std::vector<User> users(size_t(o.users));
     for (int u = 0; u < o.users; ++u) {
         User &user = users[size_t(u)];
-        const std::string notes = conceptSentences(
-            concepts, "Notes of user u" + std::to_string(u) + ":", o.userHistoryWords,
-            o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(u + 1)) ^ 0xA5A5A5A5ull);
+        const std::string notes =
+            conceptSentences(concepts, "Notes of user u" + std::to_string(u) + ":", o.userHistoryWords,
+                             o.seed ^ (0x9E3779B97F4A7C15ull * uint64_t(u + 1)) ^ 0xA5A5A5A5ull);
         user.context = sp.text;
         if (!notes.empty())
             user.context += (user.context.empty() ? "" : "\n\n") + notes;
@@ -236,8 +238,9 @@ Workload ConversationGenerator::generate(std::vector<std::string> *answers) cons
             const User &user = users[size_t(u)];
             std::vector<HistoryRound> history;
             for (int k = 0; k < r; ++k)
-                history.push_back({trainingText(user.rounds[size_t(k)].question, user.rounds[size_t(k)].answer),
-                                   user.rounds[size_t(k)].lemma});
+                history.push_back(
+                    {trainingText(user.rounds[size_t(k)].question, user.rounds[size_t(k)].answer),
+                     user.rounds[size_t(k)].lemma});
             const Round &round = user.rounds[size_t(r)];
             WorkloadRequest q;
             q.id = int64_t(w.requests.size());

@@ -71,17 +71,17 @@ std::string conversationPrompt(std::string_view system, const PolicyHistory &his
 
 struct ConversationOptions
 {
-    int users = 10;                // conversations, one per user
-    int rounds = 5;                // rounds (questions) per conversation
-    int systemWords = 100;         // shared system prompt, whole sentences, >= this many words (0 = none)
-    int userHistoryWords = 0;      // per-user context after the system prompt (vLLM's user history prompt)
-    size_t concepts = 3000;        // top-N concepts by popularity the questions draw from (Zipf)
-    double zipfS = 1.0;            // P(rank k) ~ 1 / k^s
-    double qps = 1.0;              // aggregate request rate; each user's rounds are users / qps s apart
-    HistoryPolicy policy;          // how round k's prompt carries rounds 0..k-1
-    double fracB = 0.0;            // share of conversations sent to model "b"
+    int users = 10;           // conversations, one per user
+    int rounds = 5;           // rounds (questions) per conversation
+    int systemWords = 100;    // shared system prompt, whole sentences, >= this many words (0 = none)
+    int userHistoryWords = 0; // per-user context after the system prompt (vLLM's user history prompt)
+    size_t concepts = 3000;   // top-N concepts by popularity the questions draw from (Zipf)
+    double zipfS = 1.0;       // P(rank k) ~ 1 / k^s
+    double qps = 1.0;         // aggregate request rate; each user's rounds are users / qps s apart
+    HistoryPolicy policy;     // how round k's prompt carries rounds 0..k-1
+    double fracB = 0.0;       // share of conversations sent to model "b"
     int maxTokens = 64;
-    bool hypernymSentence = true;  // must match the corpus the models were trained on (answers)
+    bool hypernymSentence = true; // must match the corpus the models were trained on (answers)
     uint64_t seed = 1;
 };
 
@@ -112,15 +112,15 @@ private:
 // The prompt cost of one rendering of a conversation workload, in words (see above).
 struct PolicyCost
 {
-    std::string policy;           // historyPolicyName()
+    std::string policy; // historyPolicyName()
     size_t requests = 0;
-    int64_t promptWords = 0;      // sum of all prompts' words: what a model without a cache prefills
-    int64_t maxPromptWords = 0;   // longest prompt (against the model's context)
+    int64_t promptWords = 0;    // sum of all prompts' words: what a model without a cache prefills
+    int64_t maxPromptWords = 0; // longest prompt (against the model's context)
     // Words an ideal per-conversation prefix cache still computes: for each round the words after
     // the longest common word prefix with the conversation's previous prompt followed by its answer
     // (round 0: after the shared system prompt, except the very first request).
     int64_t uncachedWords = 0;
-    int64_t summaryWords = 0;     // words of summary lines (a model-written summary would generate them)
+    int64_t summaryWords = 0; // words of summary lines (a model-written summary would generate them)
 };
 
 // answers[i] is the answer that followed requests[i] (the corpus answer for generated workloads).
@@ -138,7 +138,7 @@ std::vector<PolicyCost> comparePolicies(const WordNet &wordnet, ConversationOpti
 struct RequestOutcome
 {
     int64_t requestId = 0;
-    bool hit = false;     // answered by any tier (LedgerRow::answeredBy != None)
+    bool hit = false; // answered by any tier (LedgerRow::answeredBy != None)
     int promptTokens = 0;
     int tokensReused = 0;
 };

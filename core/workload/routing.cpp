@@ -58,13 +58,16 @@ std::string routingContext(const WorkloadRequest &r)
     return r.prompt;
 }
 
-std::vector<RouteDecision> routeRequests(const std::vector<WorkloadRequest> &requests, const RoutingOptions &o)
+std::vector<RouteDecision> routeRequests(const std::vector<WorkloadRequest> &requests,
+                                         const RoutingOptions &o)
 {
     if (o.workers < 1)
-        throw Error(ErrorCode::InvalidArgument, fmt::format("a fleet needs at least 1 worker, got {}", o.workers));
-    if (!(o.drainUnitsPerSecond > 0))
         throw Error(ErrorCode::InvalidArgument,
-                    fmt::format("least-loaded routing needs a positive drain rate, got {}", o.drainUnitsPerSecond));
+                    fmt::format("a fleet needs at least 1 worker, got {}", o.workers));
+    if (!(o.drainUnitsPerSecond > 0))
+        throw Error(
+            ErrorCode::InvalidArgument,
+            fmt::format("least-loaded routing needs a positive drain rate, got {}", o.drainUnitsPerSecond));
     std::vector<RouteDecision> out;
     out.reserve(requests.size());
     std::vector<double> load(size_t(o.workers), 0.0); // outstanding work units
@@ -88,7 +91,8 @@ std::vector<RouteDecision> routeRequests(const std::vector<WorkloadRequest> &req
             break;
         }
         case RoutingPolicy::LeastLoaded: {
-            const double drained = double(std::max<int64_t>(0, r.tMs - lastMs)) / 1000.0 * o.drainUnitsPerSecond;
+            const double drained =
+                double(std::max<int64_t>(0, r.tMs - lastMs)) / 1000.0 * o.drainUnitsPerSecond;
             for (double &l : load)
                 l = std::max(0.0, l - drained);
             lastMs = std::max(lastMs, r.tMs);

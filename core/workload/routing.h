@@ -48,7 +48,8 @@ struct RouteDecision
 
 // One decision per request, in the requests' order. Error(InvalidArgument) for workers < 1 or a
 // drain rate that is not positive.
-std::vector<RouteDecision> routeRequests(const std::vector<WorkloadRequest> &requests, const RoutingOptions &options);
+std::vector<RouteDecision> routeRequests(const std::vector<WorkloadRequest> &requests,
+                                         const RoutingOptions &options);
 
 // The context prefix-hash routes on: the prompt up to its question ("Q: <question>"), or the
 // whole prompt when the question is not found in it.

@@ -165,7 +165,9 @@ ImportResult parseShareGpt(std::string_view json, const std::string &sourceName,
     // Requests per conversation, in round order; ids and times are given once they are ordered.
     std::vector<std::vector<WorkloadRequest>> conversations;
     size_t pending = 0;
-    const auto enough = [&]() { return options.interleave == 0 && options.limit > 0 && pending >= options.limit; };
+    const auto enough = [&]() {
+        return options.interleave == 0 && options.limit > 0 && pending >= options.limit;
+    };
     for (size_t i = 0; i < doc.size() && !enough(); ++i) {
         ++result.records;
         std::vector<Turn> turns;

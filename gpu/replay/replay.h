@@ -24,8 +24,8 @@
 #include "gpu/transfer/transfer.h"
 
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -814,7 +814,8 @@ private Q_SLOTS:
         }
         QCOMPARE(names.size(), w.docks().size());
         QCOMPARE(names, (QSet<QString>{"projectDock", "logDock"}));
-        QCOMPARE(w.steps(), (QStringList{"models", "capture", "alignment", "compare", "replay", "knowledge", "report"}));
+        QCOMPARE(w.steps(),
+                 (QStringList{"models", "capture", "alignment", "compare", "replay", "knowledge", "report"}));
         for (const QString &step : w.steps()) {
             QVERIFY2(w.stepPage(step), qPrintable(step));
             w.showStep(step);

@@ -13,7 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         using namespace kvwb::core;
         std::string why;
         for (const auto kind : {PayloadKind::Response, PayloadKind::Kv}) {
-            if (auto p = decodePayloadAnyScope(bytes, kind, kind == PayloadKind::Kv ? "prefix" : "exact", &why)) {
+            if (auto p =
+                    decodePayloadAnyScope(bytes, kind, kind == PayloadKind::Kv ? "prefix" : "exact", &why)) {
                 if (kind == PayloadKind::Response)
                     (void)decodeResponseBody(p->body);
             }

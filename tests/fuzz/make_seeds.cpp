@@ -229,7 +229,8 @@ int main(int argc, char **argv)
         h.tier = "semantic";
         h.tenant = "t";
         h.fingerprint = "fp";
-        const std::string entry = encodeSemanticEntryBody(SemanticEntryBody{"lexical-512", "What?", {0.5f, 0.25f}, r});
+        const std::string entry =
+            encodeSemanticEntryBody(SemanticEntryBody{"lexical-512", "What?", {0.5f, 0.25f}, r});
         h.shape = {int64_t(entry.size())};
         put(out / "store_payload", "semantic.bin", encodePayload(h, entry));
         PayloadHeader kv;

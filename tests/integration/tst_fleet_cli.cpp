@@ -35,7 +35,8 @@ QString q(const fs::path &p)
     return QString::fromStdString(p.string());
 }
 
-std::map<std::string, int> countBy(const std::vector<core::LedgerRow> &rows, std::string core::LedgerRow::*field)
+std::map<std::string, int> countBy(const std::vector<core::LedgerRow> &rows,
+                                   std::string core::LedgerRow::*field)
 {
     std::map<std::string, int> n;
     for (const auto &r : rows)
@@ -56,12 +57,16 @@ class TestFleetCli : public QObject
 
     QStringList replay(const QStringList &extra, const fs::path &ledger)
     {
-        return QStringList{"replay",  "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"), "--block",
-                           "4",       "--threads",  "1",                  "--ledger",  q(ledger),      "--json"} +
+        return QStringList{"replay",  "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"),
+                           "--block", "4",          "--threads",          "1",         "--ledger",
+                           q(ledger), "--json"} +
                extra;
     }
 
-    std::vector<core::LedgerRow> ledger(const fs::path &p) { return core::ledgerFromCsv(test::readFile(p), p.string()); }
+    std::vector<core::LedgerRow> ledger(const fs::path &p)
+    {
+        return core::ledgerFromCsv(test::readFile(p), p.string());
+    }
 
 private Q_SLOTS:
     void initTestCase()
@@ -78,10 +83,12 @@ private Q_SLOTS:
     {
         test::RedisServer server;
         QVERIFY2(server.start(), qPrintable(server.error()));
-        const QStringList tiers = {"--tiers", "exact,semantic,prefix", "--threshold", "0.995", "--shadow", "1"};
+        const QStringList tiers = {"--tiers", "exact,semantic,prefix", "--threshold", "0.995", "--shadow",
+                                   "1"};
         auto r = runKvwb(replay(tiers, m_dir / "local.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
-        r = runKvwb(replay(tiers + QStringList{"--store", QString::fromStdString(server.url())}, m_dir / "redis.csv"));
+        r = runKvwb(replay(tiers + QStringList{"--store", QString::fromStdString(server.url())},
+                           m_dir / "redis.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto j = QJsonDocument::fromJson(r.out).object();
         QVERIFY(j["store"].toObject()["puts"].toInt() > 0);
@@ -105,7 +112,8 @@ private Q_SLOTS:
         QVERIFY(prefixHits > 0);
 
         // a second replay finds every prompt in the store
-        r = runKvwb(replay({"--tiers", "exact", "--store", QString::fromStdString(server.url())}, m_dir / "again.csv"));
+        r = runKvwb(replay({"--tiers", "exact", "--store", QString::fromStdString(server.url())},
+                           m_dir / "again.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto again = ledger(m_dir / "again.csv");
         QCOMPARE(again.size(), redis.size());
@@ -126,7 +134,8 @@ private Q_SLOTS:
                 ++corrupted;
             }
         QVERIFY(corrupted > 0);
-        r = runKvwb(replay({"--tiers", "exact", "--store", QString::fromStdString(server.url())}, m_dir / "bad.csv"));
+        r = runKvwb(
+            replay({"--tiers", "exact", "--store", QString::fromStdString(server.url())}, m_dir / "bad.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto bad = ledger(m_dir / "bad.csv");
         QCOMPARE(int(bad.size()), 36);
@@ -142,7 +151,8 @@ private Q_SLOTS:
     void fleetsRouteAndStayIsolated()
     {
         // per-worker caches, tenant-affine: every tenant's repeats reach the worker that saw the first
-        auto r = runKvwb(replay({"--tiers", "exact", "--workers", "2", "--routing", "tenant-affine"}, m_dir / "f1.csv"));
+        auto r = runKvwb(
+            replay({"--tiers", "exact", "--workers", "2", "--routing", "tenant-affine"}, m_dir / "f1.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
         auto j = QJsonDocument::fromJson(r.out).object();
         QCOMPARE(j["tiers"].toObject()["exact"].toObject()["hits"].toInt(), m_exactRepeats);
@@ -159,7 +169,8 @@ private Q_SLOTS:
             QCOMPARE(int(ws.size()), 1);
 
         // round-robin with per-worker caches misses the repeats the other worker saw
-        r = runKvwb(replay({"--tiers", "exact", "--workers", "2", "--routing", "round-robin"}, m_dir / "f2.csv"));
+        r = runKvwb(
+            replay({"--tiers", "exact", "--workers", "2", "--routing", "round-robin"}, m_dir / "f2.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
         j = QJsonDocument::fromJson(r.out).object();
         const int roundRobinLocal = j["tiers"].toObject()["exact"].toObject()["hits"].toInt();
@@ -168,8 +179,8 @@ private Q_SLOTS:
         // two workers, three tenants, one Redis: entries cross workers, never tenants
         test::RedisServer server;
         QVERIFY2(server.start(), qPrintable(server.error()));
-        r = runKvwb(replay({"--tiers", "exact,prefix", "--workers", "2", "--routing", "round-robin", "--store",
-                            QString::fromStdString(server.url())},
+        r = runKvwb(replay({"--tiers", "exact,prefix", "--workers", "2", "--routing", "round-robin",
+                            "--store", QString::fromStdString(server.url())},
                            m_dir / "f3.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
         j = QJsonDocument::fromJson(r.out).object();
@@ -196,7 +207,8 @@ private Q_SLOTS:
         QVERIFY2(server.start(), qPrintable(server.error()));
         const QString url = QString::fromStdString(server.url());
         server.kill();
-        auto r = runKvwb(replay({"--tiers", "exact,prefix", "--store", url, "--store-timeout-ms", "100"}, m_dir / "down.csv"));
+        auto r = runKvwb(replay({"--tiers", "exact,prefix", "--store", url, "--store-timeout-ms", "100"},
+                                m_dir / "down.csv"));
         QVERIFY2(r.exitCode == 0, r.err.constData());
         auto rows = ledger(m_dir / "down.csv");
         QCOMPARE(int(rows.size()), 36);
@@ -209,10 +221,9 @@ private Q_SLOTS:
         // killed mid-replay and restarted: the replay goes on, rows during the outage are marked
         QVERIFY(server.start());
         QProcess proc;
-        proc.start(q(test::kvwbBinary()),
-                   replay({"--tiers", "exact,prefix", "--store", url, "--store-timeout-ms", "100", "--clock", "--speed",
-                           "0.1"},
-                          m_dir / "mid.csv"));
+        proc.start(q(test::kvwbBinary()), replay({"--tiers", "exact,prefix", "--store", url,
+                                                  "--store-timeout-ms", "100", "--clock", "--speed", "0.1"},
+                                                 m_dir / "mid.csv"));
         QVERIFY(proc.waitForStarted());
         QThread::msleep(1500);
         server.kill();
@@ -223,7 +234,8 @@ private Q_SLOTS:
         rows = ledger(m_dir / "mid.csv");
         QCOMPARE(int(rows.size()), 36); // nothing lost from the ledger
         const auto outcomes = countBy(rows, &core::LedgerRow::store);
-        QVERIFY2(outcomes.count("unavailable") && outcomes.at("unavailable") > 0, "no request saw the outage");
+        QVERIFY2(outcomes.count("unavailable") && outcomes.at("unavailable") > 0,
+                 "no request saw the outage");
         QVERIFY(outcomes.count("hit") + outcomes.count("miss") > 0);
         QCOMPARE(rows.back().store == "unavailable", false); // the store came back before the end
     }

@@ -45,7 +45,8 @@ private Q_SLOTS:
                                "--users", "3", "--rounds", "4", "--system-tokens", "20", "--concepts", "30",
                                "--history-policy", "window:1"});
         QCOMPARE(r.exitCode, 0);
-        QVERIFY2(r.out.contains("12 requests, 3 users x 4 rounds, history policy window:1"), r.out.constData());
+        QVERIFY2(r.out.contains("12 requests, 3 users x 4 rounds, history policy window:1"),
+                 r.out.constData());
         QVERIFY2(r.err.contains("prompt cost per history policy") && r.err.contains("summary:1") &&
                      r.err.contains("full"),
                  r.err.constData());
@@ -76,7 +77,8 @@ private Q_SLOTS:
             rows.push_back(row);
         }
         kvwb::core::writeLedgerCsv(path("l.csv").toStdString(), rows);
-        const Run t = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv")});
+        const Run t =
+            runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv")});
         QCOMPARE(t.exitCode, 0);
         QVERIFY2(t.out.contains("token hit rate"), t.out.constData());
         QVERIFY2(t.out.contains("     0         3     0.000           0.000"), t.out.constData());
@@ -99,8 +101,9 @@ private Q_SLOTS:
         }
         kvwb::test::writeFile(path("mine.jsonl").toStdString(), mine);
         kvwb::test::writeFile(path("ref.jsonl").toStdString(), ref);
-        const Run q = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
-                               "--outputs", path("mine.jsonl"), "--reference-outputs", path("ref.jsonl"), "--json"});
+        const Run q =
+            runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
+                     "--outputs", path("mine.jsonl"), "--reference-outputs", path("ref.jsonl"), "--json"});
         QVERIFY2(q.exitCode == 0, q.err.constData());
         const QJsonArray qr = QJsonDocument::fromJson(q.out).object()["rounds"].toArray();
         QCOMPARE(qr[0].toObject()["rouge_l_vs_reference"].toDouble(), 1.0);
@@ -117,12 +120,13 @@ private Q_SLOTS:
             QVERIFY(std::abs(qr[round].toObject()["rouge_l_vs_reference"].toDouble() - wantRouge) < 1e-12);
         }
         // outputs alone, or a malformed outputs file: one clear line
-        const Run alone = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
-                                   "--outputs", path("mine.jsonl")});
+        const Run alone = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger",
+                                   path("l.csv"), "--outputs", path("mine.jsonl")});
         QCOMPARE(alone.exitCode, 2);
         kvwb::test::writeFile(path("bad.jsonl").toStdString(), "{\"id\":0,\"output\":\"x\"}\nnot json\n");
-        const Run bad = runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
-                                 "--outputs", path("bad.jsonl"), "--reference-outputs", path("ref.jsonl")});
+        const Run bad =
+            runKvwb({"workload", "rounds", "--workload", path("mt.jsonl"), "--ledger", path("l.csv"),
+                     "--outputs", path("bad.jsonl"), "--reference-outputs", path("ref.jsonl")});
         QVERIFY(bad.exitCode != 0);
         QVERIFY2(bad.err.contains("bad.jsonl:2:"), bad.err.constData());
     }
@@ -132,9 +136,11 @@ private Q_SLOTS:
     // one summary per conversation and length; a workload that is not full-history is refused.
     void modelWrittenSummaries()
     {
-        kvwb::core::writeRandomHfModel(m_tmp.filePath("m").toStdString(), kvwb::core::randomModelPreset("gqa"));
-        Run r = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("full.jsonl"), "--users", "2",
-                         "--rounds", "4", "--system-tokens", "10", "--concepts", "30", "--history-policy", "full"});
+        kvwb::core::writeRandomHfModel(m_tmp.filePath("m").toStdString(),
+                                       kvwb::core::randomModelPreset("gqa"));
+        Run r = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("full.jsonl"),
+                         "--users", "2", "--rounds", "4", "--system-tokens", "10", "--concepts", "30",
+                         "--history-policy", "full"});
         QCOMPARE(r.exitCode, 0);
         r = runKvwb({"summarise", "--workload", path("full.jsonl"), "--model", path("m"), "--keep", "1",
                      "--max-tokens", "4", "--out", path("sum.jsonl"), "--json"});
@@ -156,14 +162,17 @@ private Q_SLOTS:
             QVERIFY2(sum[i].prompt.find(marker) != std::string::npos, sum[i].prompt.c_str());
             const std::string question = kvwb::core::promptFor(full[i].question);
             QVERIFY(sum[i].prompt.size() >= question.size() &&
-                    sum[i].prompt.compare(sum[i].prompt.size() - question.size(), question.size(), question) == 0);
+                    sum[i].prompt.compare(sum[i].prompt.size() - question.size(), question.size(),
+                                          question) == 0);
             QVERIFY(sum[i].prompt.size() < full[i].prompt.size() + 200);
         }
         // a windowed workload does not carry each previous prompt: refused, naming the request
-        r = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("win.jsonl"), "--users", "2",
-                     "--rounds", "4", "--system-tokens", "10", "--concepts", "30", "--history-policy", "window:1"});
+        r = runKvwb({"workload", "multiturn", "--wordnet-dir", m_wn, "--out", path("win.jsonl"), "--users",
+                     "2", "--rounds", "4", "--system-tokens", "10", "--concepts", "30", "--history-policy",
+                     "window:1"});
         QCOMPARE(r.exitCode, 0);
-        r = runKvwb({"summarise", "--workload", path("win.jsonl"), "--model", path("m"), "--out", path("x.jsonl")});
+        r = runKvwb(
+            {"summarise", "--workload", path("win.jsonl"), "--model", path("m"), "--out", path("x.jsonl")});
         QVERIFY(r.exitCode != 0);
         QVERIFY2(r.err.contains("not a full-history workload"), r.err.constData());
         QVERIFY(!QFile::exists(path("x.jsonl")));
@@ -173,12 +182,14 @@ private Q_SLOTS:
     {
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<QString>("message");
-        QTest::newRow("policy") << QStringList{"workload", "multiturn", "--out", "x", "--history-policy", "lru"}
+        QTest::newRow("policy") << QStringList{"workload", "multiturn",        "--out",
+                                               "x",        "--history-policy", "lru"}
                                 << "history policy 'lru'";
-        QTest::newRow("wordnet option") << QStringList{"workload", "multiturn", "--out", "x", "--requests", "5"}
-                                        << "--requests applies to the wordnet source only";
-        QTest::newRow("rounds needs both") << QStringList{"workload", "rounds", "--workload", "w.jsonl"}
-                                           << "--ledger";
+        QTest::newRow("wordnet option")
+            << QStringList{"workload", "multiturn", "--out", "x", "--requests", "5"}
+            << "--requests applies to the wordnet source only";
+        QTest::newRow("rounds needs both")
+            << QStringList{"workload", "rounds", "--workload", "w.jsonl"} << "--ledger";
         QTest::newRow("out is not for rounds")
             << QStringList{"workload", "rounds", "--out", "x"} << "--out applies to";
     }

@@ -47,8 +47,8 @@ private Q_SLOTS:
         hit.tokensReused = 1500;
         hit.tokensComputed = 600;
         writeLedgerCsv(csv.toStdString(), {miss, hit});
-        const auto r = runKvwb({"prices", "--ledger", csv, "--presets", "openai-gpt-4o,anthropic-claude-sonnet-4",
-                                "--json"});
+        const auto r = runKvwb(
+            {"prices", "--ledger", csv, "--presets", "openai-gpt-4o,anthropic-claude-sonnet-4", "--json"});
         QCOMPARE(r.exitCode, 0);
         const QJsonArray rows = QJsonDocument::fromJson(r.out).array();
         QCOMPARE(rows.size(), 2);
@@ -59,12 +59,14 @@ private Q_SLOTS:
         QCOMPARE(rows[1].toObject()["cost_usd"].toDouble(), (2500 * 3.75 + 1500 * 0.3 + 200 * 15.0) / 1e6);
         const auto t = runKvwb({"prices", "--ledger", csv, "--presets", "openai-gpt-4o"});
         QCOMPARE(t.exitCode, 0);
-        QVERIFY2(t.out.contains("| openai-gpt-4o | OpenAI | gpt-4o | 0.010125 | 0.012000 | 15.6 |"), t.out.constData());
+        QVERIFY2(t.out.contains("| openai-gpt-4o | OpenAI | gpt-4o | 0.010125 | 0.012000 | 15.6 |"),
+                 t.out.constData());
     }
 
     void usageErrors()
     {
-        const auto both = runKvwb({"replay", "--workload", "none.jsonl", "--prices", "openai-gpt-4o", "--price-in", "1"});
+        const auto both =
+            runKvwb({"replay", "--workload", "none.jsonl", "--prices", "openai-gpt-4o", "--price-in", "1"});
         QCOMPARE(both.exitCode, 2);
         QVERIFY(both.err.contains("--prices and --price-in/--price-out exclude each other"));
         const auto unknown = runKvwb({"replay", "--workload", "none.jsonl", "--prices", "gpt-9"});

@@ -142,15 +142,16 @@ private Q_SLOTS:
     // every repeat has an earlier duplicate at similarity 1, so at 0.99 precision is 1 and recall 1.
     void sweepSemantic()
     {
-        auto r = runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embed", "prompt", "--json"});
+        auto r =
+            runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embed", "prompt", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
         auto j = QJsonDocument::fromJson(r.out).object();
         QCOMPARE(j["should_hit"].toInt(), 0);
         QCOMPARE(j["exact_skipped"].toInt(), m_exactRepeats);
         QCOMPARE(j["embedder"].toString(), QString("lexical-512"));
         QCOMPARE(j["points"].toArray().size(), 50);
-        r = runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embed", "prompt", "--include-exact",
-                     "--embedder", "lexical-idf", "--target", "0", "--json"});
+        r = runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embed", "prompt",
+                     "--include-exact", "--embedder", "lexical-idf", "--target", "0", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
         j = QJsonDocument::fromJson(r.out).object();
         QCOMPARE(j["embedder"].toString(), QString("lexical-idf-512"));
@@ -160,9 +161,14 @@ private Q_SLOTS:
         QCOMPARE(last["correct_hits"].toInt(), m_exactRepeats);
         QCOMPARE(last["recall"].toDouble(), 1.0);
         QVERIFY(!j["at_target"].isNull());
-        QCOMPARE(runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", "bert"}).exitCode, 2);
-        QCOMPARE(runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", "model"}).exitCode, 2);
-        QCOMPARE(runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--target", "2"}).exitCode, 2);
+        QCOMPARE(
+            runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", "bert"}).exitCode,
+            2);
+        QCOMPARE(
+            runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", "model"}).exitCode,
+            2);
+        QCOMPARE(runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--target", "2"}).exitCode,
+                 2);
     }
 
     void badInput()

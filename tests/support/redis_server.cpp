@@ -54,9 +54,20 @@ bool RedisServer::start()
         m_proc = std::make_unique<QProcess>();
         m_proc->setProcessChannelMode(QProcess::MergedChannels);
         m_proc->setWorkingDirectory(m_dir.path());
-        QStringList args = {"--port", QString::number(m_port), "--bind", "127.0.0.1", "--save", "",
-                            "--appendonly", "no", "--daemonize", "no", "--dir", m_dir.path(),
-                            "--protected-mode", "yes"};
+        QStringList args = {"--port",
+                            QString::number(m_port),
+                            "--bind",
+                            "127.0.0.1",
+                            "--save",
+                            "",
+                            "--appendonly",
+                            "no",
+                            "--daemonize",
+                            "no",
+                            "--dir",
+                            m_dir.path(),
+                            "--protected-mode",
+                            "yes"};
         args += m_extra;
         m_proc->start(exe, args);
         if (!m_proc->waitForStarted(5000)) {
@@ -71,8 +82,8 @@ bool RedisServer::start()
             QThread::msleep(20);
         }
         m_proc->waitForFinished(100);
-        m_error = "redis-server on port " + QString::number(m_port) + " did not answer: " +
-                  QString::fromUtf8(m_proc->readAll()).left(400);
+        m_error = "redis-server on port " + QString::number(m_port) +
+                  " did not answer: " + QString::fromUtf8(m_proc->readAll()).left(400);
         m_proc->kill();
         m_proc->waitForFinished(2000);
     }

@@ -21,9 +21,9 @@ public:
     // missing or does not answer within 5 s.
     explicit RedisServer(QStringList extraArgs = {});
     ~RedisServer();
-    bool start();        // on a free port the first time, on the same port after kill()/stop()
-    void kill();         // SIGKILL, as a crash would
-    void stop();         // SIGTERM and wait
+    bool start(); // on a free port the first time, on the same port after kill()/stop()
+    void kill();  // SIGKILL, as a crash would
+    void stop();  // SIGTERM and wait
     int port() const { return m_port; }
     std::string url() const { return "redis://127.0.0.1:" + std::to_string(m_port); }
     QString error() const { return m_error; }

@@ -20,9 +20,11 @@ TenantWorkload threeTenantWorkload()
                 w.exactRepeats += seen[{tenant, prompt}] ? 1 : 0;
                 seen[{tenant, prompt}] = true;
                 w.tenantOf[id] = tenant;
-                w.jsonl += fmt::format(R"({{"id":{},"t_ms":{},"tenant":"{}","user":"u{}","model":"a","intent":"n{}","max_tokens":4,"prompt":"{}"}})",
-                                       id, id * 10, tenant, id, question, prompt) +
-                           "\n";
+                w.jsonl +=
+                    fmt::format(
+                        R"({{"id":{},"t_ms":{},"tenant":"{}","user":"u{}","model":"a","intent":"n{}","max_tokens":4,"prompt":"{}"}})",
+                        id, id * 10, tenant, id, question, prompt) +
+                    "\n";
                 ++id;
             }
     return w;

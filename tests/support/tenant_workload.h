@@ -11,9 +11,9 @@ namespace kvwb::test {
 
 struct TenantWorkload
 {
-    std::string jsonl;                      // one request per line, ids 0..35, t_ms = 10 x id
+    std::string jsonl;                       // one request per line, ids 0..35, t_ms = 10 x id
     std::map<int64_t, std::string> tenantOf; // request id -> tenant
-    int exactRepeats = 0;                   // requests whose (tenant, prompt) came before
+    int exactRepeats = 0;                    // requests whose (tenant, prompt) came before
 };
 
 TenantWorkload threeTenantWorkload();

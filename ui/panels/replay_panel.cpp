@@ -325,14 +325,16 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_errorBound->setSingleStep(0.01);
     m_errorBound->setSpecialValueText(tr("no bound"));
     m_errorBound->setPrefix(tr("bound "));
-    m_errorBound->setToolTip(tr("Per-entry thresholds: each cached answer serves only while its estimated error "
-                                "rate stays under this bound; the threshold becomes a floor. 'no bound': one "
-                                "global threshold."));
+    m_errorBound->setToolTip(
+        tr("Per-entry thresholds: each cached answer serves only while its estimated error "
+           "rate stays under this bound; the threshold becomes a floor. 'no bound': one "
+           "global threshold."));
     m_sweep = new QPushButton(tr("Sweep..."), box);
     m_sweep->setObjectName("sweepButton");
-    m_sweep->setToolTip(tr("Precision, recall and false-hit rate of the semantic tier against its threshold on "
-                           "this workload's intent labels, with the embedder chosen here; pick a threshold from "
-                           "it."));
+    m_sweep->setToolTip(
+        tr("Precision, recall and false-hit rate of the semantic tier against its threshold on "
+           "this workload's intent labels, with the embedder chosen here; pick a threshold from "
+           "it."));
     auto *thresholdRow = new QHBoxLayout;
     thresholdRow->setSpacing(2);
     thresholdRow->addWidget(m_threshold);
@@ -344,8 +346,9 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_embedder->addItems({"lexical", "lexical-idf", "model"});
     m_embedder->setItemData(0, tr("Hashed word and character features: fast, no model needed."),
                             Qt::ToolTipRole);
-    m_embedder->setItemData(1, tr("The same features weighted by how rare they are in the workload's questions."),
-                            Qt::ToolTipRole);
+    m_embedder->setItemData(
+        1, tr("The same features weighted by how rare they are in the workload's questions."),
+        Qt::ToolTipRole);
     m_embedder->setItemData(2, tr("Model A's hidden states: slower, closer to meaning."), Qt::ToolTipRole);
     m_embedder->setToolTip(tr("How the semantic tier turns a request into a vector: lexical features, or "
                               "model A's hidden states."));
@@ -645,9 +648,9 @@ void ReplayPanel::refreshRunEnabled()
     m_start->setEnabled(!m_busy && m_modelsLoaded);
     m_pause->setEnabled(m_busy);
     m_stop->setEnabled(m_busy);
-    for (QWidget *w :
-         std::initializer_list<QWidget *>{m_workload, m_browse, m_exact, m_semantic, m_prefix, m_embedder,
-                                          m_gate, m_maxTokens, m_limit, m_ledgerName, m_store, m_prices, m_errorBound})
+    for (QWidget *w : std::initializer_list<QWidget *>{m_workload, m_browse, m_exact, m_semantic, m_prefix,
+                                                       m_embedder, m_gate, m_maxTokens, m_limit, m_ledgerName,
+                                                       m_store, m_prices, m_errorBound})
         w->setEnabled(!m_busy);
     m_cross->setEnabled(!m_busy && m_crossAvailable);
     m_knowledge->setEnabled(!m_busy && !m_knowledgeGraph.isEmpty());
@@ -765,8 +768,9 @@ void ReplayPanel::showSweep(const SemanticSweepResult &sweep)
             if (row >= 0)
                 m_threshold->setValue(m_sweepTable->item(row, 0)->data(Qt::UserRole).toDouble());
         });
-        connect(m_sweepTable, &QTableWidget::cellDoubleClicked, this,
-                [this](int row, int) { m_threshold->setValue(m_sweepTable->item(row, 0)->data(Qt::UserRole).toDouble()); });
+        connect(m_sweepTable, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
+            m_threshold->setValue(m_sweepTable->item(row, 0)->data(Qt::UserRole).toDouble());
+        });
         layout->addWidget(m_sweepSummary);
         layout->addWidget(m_sweepTable, 1);
         layout->addWidget(use);
@@ -777,10 +781,11 @@ void ReplayPanel::showSweep(const SemanticSweepResult &sweep)
             .arg(sweep.workloadPath, sweep.embedder)
             .arg(sweep.scored)
             .arg(sweep.shouldHit)
-            .arg(sweep.suggested ? tr("Threshold %1 keeps false hits under %2% (selected).")
-                                       .arg(*sweep.suggested, 0, 'f', 2)
-                                       .arg(sweep.target * 100, 0, 'f', 1)
-                                 : tr("No threshold keeps false hits under %1%.").arg(sweep.target * 100, 0, 'f', 1)));
+            .arg(sweep.suggested
+                     ? tr("Threshold %1 keeps false hits under %2% (selected).")
+                           .arg(*sweep.suggested, 0, 'f', 2)
+                           .arg(sweep.target * 100, 0, 'f', 1)
+                     : tr("No threshold keeps false hits under %1%.").arg(sweep.target * 100, 0, 'f', 1)));
     m_sweepTable->setRowCount(int(sweep.points.size()));
     int suggestedRow = -1;
     for (int i = 0; i < int(sweep.points.size()); ++i) {

@@ -135,7 +135,7 @@ private:
     QSpinBox *m_maxTokens = nullptr;
     QSpinBox *m_limit = nullptr;
     QLineEdit *m_ledgerName = nullptr;
-    QLineEdit *m_store = nullptr;  // shared store URL ("" this process)
+    QLineEdit *m_store = nullptr;           // shared store URL ("" this process)
     QDoubleSpinBox *m_errorBound = nullptr; // 0 = one global threshold
     QPushButton *m_sweep = nullptr;
     QDialog *m_sweepDialog = nullptr; // created on the first sweep

@@ -1,7 +1,7 @@
 #include "ui/report/report_document.h"
 
-#include "ui/report/report_comparison.h"
 #include "core/cache/prices.h"
+#include "ui/report/report_comparison.h"
 #include "ui/report/report_text.h"
 
 #include <fmt/format.h>
@@ -294,17 +294,19 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
         // minimum cacheable prefix), so one ledger saves differently at each.
         std::vector<std::vector<std::string>> priceRows;
         for (const auto &r : core::comparePrices(l.rows, core::builtinPricePresets()))
-            priceRows.push_back({r.preset, r.provider + " " + r.model, fmt::format("{:.6f}", r.costUsd),
-                                 fmt::format("{:.6f}", r.costUsdNoCache), fmt::format("{:.1f}%", r.savingPercent),
-                                 fmt::format("{:.6f}", r.cost.cachedInputUsd), fmt::format("{:.6f}", r.cost.cacheWriteUsd),
-                                 fmt::format("{:.6f}", r.cost.storageUsd)});
+            priceRows.push_back(
+                {r.preset, r.provider + " " + r.model, fmt::format("{:.6f}", r.costUsd),
+                 fmt::format("{:.6f}", r.costUsdNoCache), fmt::format("{:.1f}%", r.savingPercent),
+                 fmt::format("{:.6f}", r.cost.cachedInputUsd), fmt::format("{:.6f}", r.cost.cacheWriteUsd),
+                 fmt::format("{:.6f}", r.cost.storageUsd)});
         doc.heading(3, "Under each price preset");
-        doc.para("The ledger's tokens billed at each preset of resources/prices.json (list prices with their "
-                 "source and date; the self-hosted one projected from GPU-hour price and throughput): computed "
-                 "prompt tokens at the input or cache-write price, reused ones at the cached-input price, "
-                 "response hits free (docs/replay.md, \"Prices\").");
-        doc.table({"preset", "model", "cost USD", "no cache USD", "saving", "cached input USD", "cache write USD",
-                   "storage USD"},
+        doc.para(
+            "The ledger's tokens billed at each preset of resources/prices.json (list prices with their "
+            "source and date; the self-hosted one projected from GPU-hour price and throughput): computed "
+            "prompt tokens at the input or cache-write price, reused ones at the cached-input price, "
+            "response hits free (docs/replay.md, \"Prices\").");
+        doc.table({"preset", "model", "cost USD", "no cache USD", "saving", "cached input USD",
+                   "cache write USD", "storage USD"},
                   std::move(priceRows));
         doc.para(fmt::format("All {} ledger rows are in csv/ledger_{}.csv and report.json.", l.rows.size(),
                              safeName(l.name)));

@@ -64,7 +64,8 @@ std::string blockKey(const std::vector<int> &tokens, int end)
 } // namespace
 
 PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, const std::string &tenant,
-                                              const std::vector<int> &tokens, int64_t nowMs, std::string &outcome)
+                                              const std::vector<int> &tokens, int64_t nowMs,
+                                              std::string &outcome)
 {
     const core::TenantScope scope(m_limits.shareAcrossTenants ? std::string() : tenant, s.fingerprint);
     const int layers = s.model->config().numLayers;
@@ -104,7 +105,8 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
         kv[size_t(l)].keys.resize(size_t(heads) * size_t(n) * size_t(hd));
         kv[size_t(l)].values.resize(kv[size_t(l)].keys.size());
         for (size_t b = 0; b < bodies.size(); ++b) {
-            const float *base = reinterpret_cast<const float *>(bodies[b].data()) + size_t(l) * 2 * blockFloats;
+            const float *base =
+                reinterpret_cast<const float *>(bodies[b].data()) + size_t(l) * 2 * blockFloats;
             for (int part = 0; part < 2; ++part) {
                 float *dst = part == 0 ? kv[size_t(l)].keys.data() : kv[size_t(l)].values.data();
                 const float *src = base + size_t(part) * blockFloats;
@@ -144,7 +146,8 @@ void PrefixKvTier::putBlocks(ModelStore &s, const std::string &tenant, const std
                 float *dst = body.data() + (size_t(l) * 2 + size_t(part)) * blockFloats;
                 for (int hh = 0; hh < heads; ++hh)
                     std::memcpy(dst + size_t(hh) * size_t(m_block) * size_t(hd),
-                                src.data() + (size_t(hh) * size_t(total) + size_t(k) * size_t(m_block)) * size_t(hd),
+                                src.data() +
+                                    (size_t(hh) * size_t(total) + size_t(k) * size_t(m_block)) * size_t(hd),
                                 size_t(m_block) * size_t(hd) * sizeof(float));
             }
         const std::string env = core::encodePayload(

@@ -106,7 +106,8 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
                 tier = std::make_unique<core::SharedSemanticTier>(*o.store, o.semanticLimits, *m.embedder,
                                                                   o.threshold);
             else {
-                auto semantic = std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
+                auto semantic =
+                    std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
                 semantic->setErrorBound(o.semanticBound);
                 tier = std::move(semantic);
             }
@@ -164,9 +165,10 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("prefix block size must be >= 1, got {}", o.prefixBlock));
     if (o.semanticBound && o.store)
-        throw Error(ErrorCode::InvalidArgument,
-                    "per-entry semantic thresholds (--error-bound) keep their evidence in this process: not with "
-                    "a shared store");
+        throw Error(
+            ErrorCode::InvalidArgument,
+            "per-entry semantic thresholds (--error-bound) keep their evidence in this process: not with "
+            "a shared store");
     if (!(o.speed > 0))
         throw Error(ErrorCode::InvalidArgument, fmt::format("replay speed must be > 0, got {}", o.speed));
 

@@ -59,7 +59,8 @@ private Q_SLOTS:
         QTest::addColumn<double>("lo");
         QTest::addColumn<double>("hi");
         QTest::addColumn<double>("slope");
-        QTest::addColumn<int>("entries"); // 12,000 requests over them: a tighter bound needs more evidence each
+        QTest::addColumn<int>(
+            "entries"); // 12,000 requests over them: a tighter bound needs more evidence each
         QTest::newRow("5%, spread thresholds") << 0.05 << 0.6 << 0.95 << 60.0 << 60;
         QTest::newRow("10%, spread thresholds") << 0.10 << 0.6 << 0.95 << 60.0 << 60;
         QTest::newRow("5%, noisy curves") << 0.05 << 0.7 << 0.9 << 25.0 << 60;
@@ -115,11 +116,13 @@ private Q_SLOTS:
         for (double bound : {0.0, 1.0, -0.1, std::nan("")}) {
             core::EntryBoundOptions o;
             o.errorBound = bound;
-            QCOMPARE(test::expectError([&] { core::EntryThresholds{o}; }).code(), core::ErrorCode::InvalidArgument);
+            QCOMPARE(test::expectError([&] { core::EntryThresholds{o}; }).code(),
+                     core::ErrorCode::InvalidArgument);
         }
         core::EntryBoundOptions o;
         o.confidence = 0.2;
-        QCOMPARE(test::expectError([&] { core::EntryThresholds{o}; }).code(), core::ErrorCode::InvalidArgument);
+        QCOMPARE(test::expectError([&] { core::EntryThresholds{o}; }).code(),
+                 core::ErrorCode::InvalidArgument);
     }
 };
 

@@ -24,8 +24,8 @@ bool contains(const std::string &haystack, const std::string &needle)
     return haystack.find(needle) != std::string::npos;
 }
 
-LedgerRow row(int64_t id, int64_t arrivalMs, TierKind by, std::map<TierKind, bool> hits, int prompt, int reused,
-              int generated)
+LedgerRow row(int64_t id, int64_t arrivalMs, TierKind by, std::map<TierKind, bool> hits, int prompt,
+              int reused, int generated)
 {
     LedgerRow r;
     r.requestId = id;
@@ -136,7 +136,8 @@ void TestPrices::builtinPresetsParse()
         QCOMPARE(again[i].prices.cacheWrite(), all[i].prices.cacheWrite());
         QCOMPARE(again[i].prices.minCacheableTokens, all[i].prices.minCacheableTokens);
     }
-    QVERIFY(contains(pricePresetsMarkdown(all), "| openai-gpt-4o-mini | OpenAI | gpt-4o-mini | 0.15 | 0.075 |"));
+    QVERIFY(
+        contains(pricePresetsMarkdown(all), "| openai-gpt-4o-mini | OpenAI | gpt-4o-mini | 0.15 | 0.075 |"));
 }
 
 void TestPrices::exactCostsUnderAPreset()
@@ -148,7 +149,7 @@ void TestPrices::exactCostsUnderAPreset()
     QCOMPARE(c.cachedInputTokens, int64_t(1000 + 200));
     QCOMPARE(c.cacheWriteTokens, int64_t(1000 + 200 + 86));
     QCOMPARE(c.outputTokens, int64_t(50 + 40 + 10 + 20 + 5)); // the exact hit generated nothing
-    QCOMPARE(c.storageTokenHours, 1000.0);                      // row 0's 1000 tokens for 1 h
+    QCOMPARE(c.storageTokenHours, 1000.0);                    // row 0's 1000 tokens for 1 h
     // USD: 244 x 2 + 1200 x 0.5 + 1286 x 3 + 125 x 10 + 1000 x 1, per million
     QCOMPARE(c.inputUsd, 488e-6);
     QCOMPARE(c.cachedInputUsd, 600e-6);
@@ -226,29 +227,33 @@ void TestPrices::fileErrors_data()
                                    << "mine.json: preset 0 (x): field 'input' is missing";
     QTest::newRow("missing id") << R"({"presets": [{"provider": "p"}]})" << int(ErrorCode::Config)
                                 << "mine.json: preset 0: field 'id' is missing";
-    QTest::newRow("negative price") << "{" + ok + R"(, "input": 1, "output": 1, "cache_write": -1})"
-                                    << int(ErrorCode::Config)
-                                    << "mine.json: preset 0 (x): field 'cache_write' is -1: a price cannot be negative";
+    QTest::newRow("negative price")
+        << "{" + ok + R"(, "input": 1, "output": 1, "cache_write": -1})" << int(ErrorCode::Config)
+        << "mine.json: preset 0 (x): field 'cache_write' is -1: a price cannot be negative";
     QTest::newRow("string price") << "{" + ok + R"(, "input": "1", "output": 1})" << int(ErrorCode::Config)
                                   << "field 'input' must be a number, got \"1\"";
     QTest::newRow("misspelt field") << "{" + ok + R"(, "input": 1, "output": 1, "cache_wirte": 2})"
                                     << int(ErrorCode::Config) << "field 'cache_wirte' is not a preset field";
     QTest::newRow("currency") << "{" + ok + R"(, "input": 1, "output": 1, "currency": "EUR"})"
-                              << int(ErrorCode::Config) << "field 'currency' is 'EUR': kvwb bills in USD only";
+                              << int(ErrorCode::Config)
+                              << "field 'currency' is 'EUR': kvwb bills in USD only";
     QTest::newRow("zero throughput")
-        << "{" + ok + R"(, "gpu": {"usd_per_hour": 2, "prefill_tokens_per_second": 0, "decode_tokens_per_second": 1}})"
+        << "{" + ok +
+               R"(, "gpu": {"usd_per_hour": 2, "prefill_tokens_per_second": 0, "decode_tokens_per_second": 1}})"
         << int(ErrorCode::Config) << "field 'gpu.prefill_tokens_per_second' is 0";
-    QTest::newRow("gpu and input") << "{" + ok + R"(, "input": 1, "output": 1, "gpu": {}})" << int(ErrorCode::Config)
-                                   << "field 'gpu' and input/output both given";
+    QTest::newRow("gpu and input") << "{" + ok + R"(, "input": 1, "output": 1, "gpu": {}})"
+                                   << int(ErrorCode::Config) << "field 'gpu' and input/output both given";
     QTest::newRow("bad minimum") << "{" + ok + R"(, "input": 1, "output": 1, "min_cacheable_tokens": 1.5})"
-                                 << int(ErrorCode::Config) << "field 'min_cacheable_tokens' must be a whole number";
-    QTest::newRow("bad id") << R"({"id": "a/b", "provider": "p", "model": "m", "input": 1, "cached_input": 0, "output": 1})"
-                            << int(ErrorCode::Config) << "field 'id' 'a/b' must be letters";
+                                 << int(ErrorCode::Config)
+                                 << "field 'min_cacheable_tokens' must be a whole number";
+    QTest::newRow("bad id")
+        << R"({"id": "a/b", "provider": "p", "model": "m", "input": 1, "cached_input": 0, "output": 1})"
+        << int(ErrorCode::Config) << "field 'id' 'a/b' must be letters";
     QTest::newRow("duplicate id") << "{\"presets\": [{" + ok + R"(, "input": 1, "output": 1}, {)" + ok +
                                          R"(, "input": 2, "output": 2}]})"
                                   << int(ErrorCode::Config) << "mine.json: preset id 'x' appears twice";
-    QTest::newRow("presets not a list") << R"({"presets": 3})" << int(ErrorCode::Config)
-                                        << "field 'presets' must be an array";
+    QTest::newRow("presets not a list")
+        << R"({"presets": 3})" << int(ErrorCode::Config) << "field 'presets' must be an array";
 }
 
 void TestPrices::fileErrors()
@@ -284,13 +289,15 @@ void TestPrices::fileSpecs()
     writeText(two, kTestPresets);
     const Error e = expectError([&] { resolvePricePreset(two); });
     QCOMPARE(e.code(), ErrorCode::InvalidArgument);
-    QVERIFY2(contains(e.what(), "holds 2 price presets (round, gpu): pick one with " + two + "#ID"), e.what());
+    QVERIFY2(contains(e.what(), "holds 2 price presets (round, gpu): pick one with " + two + "#ID"),
+             e.what());
     QCOMPARE(resolvePricePreset(two + "#gpu").prices.inputPerMillion, 1.0);
     const Error e2 = expectError([&] { resolvePricePreset(two + "#nope"); });
     QVERIFY2(contains(e2.what(), "no price preset 'nope' (it holds: round, gpu)"), e2.what());
     // A file of one preset (the object on its own) needs no #ID.
     const std::string one = dir.filePath("one.json").toStdString();
-    writeText(one, R"({"id": "mine", "provider": "p", "model": "m", "input": 4, "cached_input": 1, "output": 8})");
+    writeText(one,
+              R"({"id": "mine", "provider": "p", "model": "m", "input": 4, "cached_input": 1, "output": 8})");
     const PricePreset mine = resolvePricePreset(one);
     QCOMPARE(mine.id, std::string("mine"));
     QCOMPARE(mine.prices.cacheWrite(), 4.0); // no write premium unless the file says so
@@ -304,7 +311,8 @@ void TestPrices::fileSpecs()
     QVERIFY(contains(io.what(), "none.json"));
     // A bad file names itself.
     const std::string bad = dir.filePath("bad.json").toStdString();
-    writeText(bad, R"({"id": "b", "provider": "p", "model": "m", "input": -2, "cached_input": 1, "output": 8})");
+    writeText(bad,
+              R"({"id": "b", "provider": "p", "model": "m", "input": -2, "cached_input": 1, "output": 8})");
     const Error e3 = expectError([&] { resolvePricePreset(bad); });
     QVERIFY2(contains(e3.what(), bad + ": preset 0 (b): field 'input' is -2"), e3.what());
 }

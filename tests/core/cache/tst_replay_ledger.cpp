@@ -519,7 +519,8 @@ void TestReplayLedger::hdf5Layout()
     QVERIFY(H5Aexists(numbers, "columns") > 0);
     H5Sclose(space);
     H5Dclose(numbers);
-    for (const char *name : {"tenant", "model", "intent", "cached_intent", "answered_by", "gate", "store", "route", "semantic_decision"}) {
+    for (const char *name : {"tenant", "model", "intent", "cached_intent", "answered_by", "gate", "store",
+                             "route", "semantic_decision"}) {
         // bytes + offsets, like the prompts' text: nothing variable-length in a kvwb/2 file
         for (const std::string suffix : {"", "_offsets"}) {
             const hid_t ds = H5Dopen2(f, (std::string("/ledgers/r/") + name + suffix).c_str(), H5P_DEFAULT);

@@ -51,16 +51,20 @@ private Q_SLOTS:
     void exactCounts()
     {
         TableEmbedder e;
-        e.table = {{"base", {1, 0}}, {"dup95", at(0.95)}, {"miss90", at(0.90)}, {"dup70", at(0.70)},
+        e.table = {{"base", {1, 0}},
+                   {"dup95", at(0.95)},
+                   {"miss90", at(0.90)},
+                   {"dup70", at(0.70)},
                    {"other", {0, 1}}};
         // tenant t: base (A), dup95 (A, nearest base at 0.95: correct), miss90 (B, nearest dup95 at
         // cos(acos .95 - acos .90) ~ 0.998: wrong), dup70 (A, nearest miss90: ~0.93, wrong intent B)
-        const std::vector<LabelledText> rs = {{"t", "base", "A"},   {"t", "dup95", "A"}, {"t", "miss90", "B"},
-                                              {"t", "dup70", "A"},  {"u", "dup95", "A"}, // another tenant: nothing before it
-                                              {"t", "base", "A"},                       // an exact repeat
-                                              {"t", "other", ""}};                      // unlabelled
+        const std::vector<LabelledText> rs = {
+            {"t", "base", "A"},  {"t", "dup95", "A"}, {"t", "miss90", "B"},
+            {"t", "dup70", "A"}, {"u", "dup95", "A"}, // another tenant: nothing before it
+            {"t", "base", "A"},                       // an exact repeat
+            {"t", "other", ""}};                      // unlabelled
         const auto s = core::sweepSemantic(rs, e, 0.0, {0.5, 0.96, 0.99});
-        QCOMPARE(s.scored, int64_t(3)); // dup95, miss90, dup70 of t
+        QCOMPARE(s.scored, int64_t(3));    // dup95, miss90, dup70 of t
         QCOMPARE(s.shouldHit, int64_t(2)); // dup95 and dup70 have an earlier A
         QCOMPARE(s.exactSkipped, int64_t(1));
         QCOMPARE(int(s.nearest.size()), 3);
@@ -88,10 +92,15 @@ private Q_SLOTS:
     void badArguments()
     {
         TableEmbedder e;
-        QCOMPARE(test::expectError([&] { core::sweepSemantic({}, e, 1.5); }).code(), core::ErrorCode::InvalidArgument);
-        QCOMPARE(test::expectError([&] { core::sweepSemantic({}, e, 0.1, {0.9, 0.8}); }).code(),
+        QCOMPARE(test::expectError([&] { core::sweepSemantic({}, e, 1.5); }).code(),
                  core::ErrorCode::InvalidArgument);
-        QCOMPARE(test::expectError([&] { core::sweepSemantic({}, e, 0.1, {0.5, 1.5}); }).code(),
+        QCOMPARE(test::expectError([&] {
+                     core::sweepSemantic({}, e, 0.1, {0.9, 0.8});
+                 }).code(),
+                 core::ErrorCode::InvalidArgument);
+        QCOMPARE(test::expectError([&] {
+                     core::sweepSemantic({}, e, 0.1, {0.5, 1.5});
+                 }).code(),
                  core::ErrorCode::InvalidArgument);
         QCOMPARE(int(core::sweepSemantic({}, e, 0.1).points.size()), 50); // 0.50 .. 0.99
     }
@@ -111,7 +120,8 @@ private Q_SLOTS:
         // frame grows
         const double plainMargin = cosine(plain, docs[0], "Define a cat.") - cosine(plain, docs[0], docs[1]);
         const double idfMargin = cosine(idf, docs[0], "Define a cat.") - cosine(idf, docs[0], docs[1]);
-        QVERIFY2(idfMargin > plainMargin + 0.1, qPrintable(QString("%1 -> %2").arg(plainMargin).arg(idfMargin)));
+        QVERIFY2(idfMargin > plainMargin + 0.1,
+                 qPrintable(QString("%1 -> %2").arg(plainMargin).arg(idfMargin)));
         // deterministic and unit length
         const auto v = idf.embed(docs[2]);
         QCOMPARE(v, idf.embed(docs[2]));

@@ -52,8 +52,8 @@ std::string kvEnvelope(const TenantScope &scope, int tokens)
     h.dtype = core::DType::F32;
     h.shape = {2, 2, 1, tokens, 4};
     h.keyForm = core::KeyForm::PreRope;
-    return core::encodePayload(h, std::string_view(reinterpret_cast<const char *>(values.data()),
-                                                   values.size() * sizeof(float)));
+    return core::encodePayload(
+        h, std::string_view(reinterpret_cast<const char *>(values.data()), values.size() * sizeof(float)));
 }
 
 core::PayloadExpectation expectation(const TenantScope &s, const std::string &tier = "exact",
@@ -72,8 +72,8 @@ class TestSharedStore : public QObject
     void behaviour(core::SharedStore &store, bool realClock)
     {
         const TenantScope t1("t1", "fpA"), t2("t2", "fpA"), t1b("t1", "fpB");
-        QCOMPARE(store.put(t1, "exact", "k", core::encodeResponsePayload(t1, "exact", response("one"), 0), 0, 0,
-                           {"doc:1"}),
+        QCOMPARE(store.put(t1, "exact", "k", core::encodeResponsePayload(t1, "exact", response("one"), 0), 0,
+                           0, {"doc:1"}),
                  StoreOutcome::Hit);
         auto g = store.get(t1, "exact", "k", 1);
         QCOMPARE(g.outcome, StoreOutcome::Hit);
@@ -109,7 +109,8 @@ class TestSharedStore : public QObject
         QVERIFY(store.getMany(t2, "prefix", {}, 1).empty());
 
         // TTL
-        store.put(t1, "exact", "short", core::encodeResponsePayload(t1, "exact", response("s"), 0), 100, 1000);
+        store.put(t1, "exact", "short", core::encodeResponsePayload(t1, "exact", response("s"), 0), 100,
+                  1000);
         QCOMPARE(store.get(t1, "exact", "short", 1050).outcome, StoreOutcome::Hit);
         if (realClock)
             std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -156,7 +157,9 @@ class TestSharedStore : public QObject
 private Q_SLOTS:
     void envelopeRoundTripAndRefusals()
     {
-        const TenantScope s("tenant\x1f" "odd", "fp1");
+        const TenantScope s("tenant\x1f"
+                            "odd",
+                            "fp1");
         const std::string env = core::encodeResponsePayload(s, "exact", response("hello"), 123);
         std::string why;
         auto d = core::decodePayload(env, expectation(s), &why);
@@ -202,7 +205,8 @@ private Q_SLOTS:
         h.shape = {1};
         QCOMPARE(test::expectError([&] { core::encodePayload(h, std::string(8, 'x')); }).code(),
                  core::ErrorCode::InvalidArgument);
-        QCOMPARE(test::expectError([] { core::decodeResponseBody("{\"text\":1}"); }).code(), core::ErrorCode::Format);
+        QCOMPARE(test::expectError([] { core::decodeResponseBody("{\"text\":1}"); }).code(),
+                 core::ErrorCode::Format);
 
         // model output need not be UTF-8: bytes round-trip exactly
         core::CachedResponse odd = response(std::string("\xc8\x00\xff tail", 8));
@@ -212,8 +216,9 @@ private Q_SLOTS:
         body[body.size() - 13] = char(0x7f); // the output id count's top byte
         const core::Error e = test::expectError([&] { core::decodeResponseBody(body); });
         QVERIFY2(std::string(e.what()).find("output_ids") != std::string::npos, e.what());
-        QVERIFY(test::expectError([&] { core::decodeResponseBody(core::encodeResponseBody(odd) + "x"); }).code() ==
-                core::ErrorCode::Format);
+        QVERIFY(test::expectError([&] {
+                    core::decodeResponseBody(core::encodeResponseBody(odd) + "x");
+                }).code() == core::ErrorCode::Format);
         const core::SemanticEntryBody entry{"lexical-512", "What is a car?", {0.5f, -0.25f, 1.0f}, odd};
         const auto back = core::decodeSemanticEntryBody(core::encodeSemanticEntryBody(entry));
         QCOMPARE(back.embedder, entry.embedder);
@@ -224,15 +229,17 @@ private Q_SLOTS:
 
     void urls()
     {
-        for (const char *url : {"redis://", "redis://host", "redis://host:0", "redis://host:70000", "redis://:6379",
-                                "redis://h:6379/16", "redis://h:6379/x", "http://h:1", "memory2", "redis://a:1,b:2",
-                                "redis-cluster://a:1,b", "redis-cluster://a:1/2"}) {
+        for (const char *url :
+             {"redis://", "redis://host", "redis://host:0", "redis://host:70000", "redis://:6379",
+              "redis://h:6379/16", "redis://h:6379/x", "http://h:1", "memory2", "redis://a:1,b:2",
+              "redis-cluster://a:1,b", "redis-cluster://a:1/2"}) {
             const core::Error e = test::expectError([&] { core::openSharedStore(url); });
             QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
             QVERIFY2(std::string(e.what()).find(url) != std::string::npos, e.what());
         }
         QCOMPARE(core::openSharedStore("memory")->describe(), std::string("memory"));
-        QCOMPARE(core::openSharedStore("redis://127.0.0.1:1/3")->describe(), std::string("redis://127.0.0.1:1/3"));
+        QCOMPARE(core::openSharedStore("redis://127.0.0.1:1/3")->describe(),
+                 std::string("redis://127.0.0.1:1/3"));
         QCOMPARE(core::openSharedStore("redis-cluster://127.0.0.1:1,127.0.0.1:2")->describe(),
                  std::string("redis-cluster://127.0.0.1:1,127.0.0.1:2"));
     }
@@ -259,13 +266,14 @@ private Q_SLOTS:
         std::vector<std::unique_ptr<kvwb::test::RedisServer>> nodes;
         QStringList endpoints;
         for (int i = 0; i < 3; ++i) {
-            nodes.emplace_back(startedServer({"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                              "--cluster-node-timeout", "5000"}));
+            nodes.emplace_back(startedServer({"--cluster-enabled", "yes", "--cluster-config-file",
+                                              "nodes.conf", "--cluster-node-timeout", "5000"}));
             endpoints << QString("127.0.0.1:%1").arg(nodes.back()->port());
         }
         QProcess create;
         create.start(QStandardPaths::findExecutable("redis-cli"),
-                     QStringList{"--cluster", "create"} + endpoints + QStringList{"--cluster-replicas", "0", "--cluster-yes"});
+                     QStringList{"--cluster", "create"} + endpoints +
+                         QStringList{"--cluster-replicas", "0", "--cluster-yes"});
         QVERIFY(create.waitForFinished(30000));
         QVERIFY2(create.exitCode() == 0, create.readAll().constData());
         QElapsedTimer t;
@@ -284,9 +292,11 @@ private Q_SLOTS:
         behaviour(*store, true);
         const TenantScope scope("t", "fp");
         for (int i = 0; i < 60; ++i)
-            QCOMPARE(store->put(scope, "exact", "k" + std::to_string(i),
-                                core::encodeResponsePayload(scope, "exact", response("v" + std::to_string(i)), 0), 0, 0),
-                     StoreOutcome::Hit);
+            QCOMPARE(
+                store->put(scope, "exact", "k" + std::to_string(i),
+                           core::encodeResponsePayload(scope, "exact", response("v" + std::to_string(i)), 0),
+                           0, 0),
+                StoreOutcome::Hit);
         int holding = 0;
         for (const auto &n : nodes)
             holding += n->cli({"DBSIZE"}).trimmed().toInt() > 0;
@@ -330,8 +340,9 @@ private Q_SLOTS:
         const auto start = std::chrono::steady_clock::now();
         QCOMPARE(store->get(t, "exact", "k", 0).outcome, StoreOutcome::Unavailable);
         QCOMPARE(store->put(t, "exact", "k2", env, 0, 0), StoreOutcome::Unavailable);
-        QVERIFY(std::chrono::steady_clock::now() - start < std::chrono::seconds(3)); // bounded by the timeouts
-        QVERIFY(server->start()); // same port, empty (no persistence)
+        QVERIFY(std::chrono::steady_clock::now() - start <
+                std::chrono::seconds(3)); // bounded by the timeouts
+        QVERIFY(server->start());         // same port, empty (no persistence)
         QCOMPARE(store->get(t, "exact", "k", 0).outcome, StoreOutcome::Miss);
         QCOMPARE(store->put(t, "exact", "k", env, 0, 0), StoreOutcome::Hit);
         QCOMPARE(store->get(t, "exact", "k", 0).outcome, StoreOutcome::Hit);
@@ -352,8 +363,9 @@ private Q_SLOTS:
         QVERIFY(!g.payload);
         // a valid envelope of another model put under this model's key (a foreign payload)
         const TenantScope other("t", "fpB");
-        QCOMPARE(store->put(t, "exact", "k", core::encodeResponsePayload(other, "exact", response("x"), 0), 0, 0),
-                 StoreOutcome::Hit);
+        QCOMPARE(
+            store->put(t, "exact", "k", core::encodeResponsePayload(other, "exact", response("x"), 0), 0, 0),
+            StoreOutcome::Hit);
         g = store->get(t, "exact", "k", 0);
         QCOMPARE(g.outcome, StoreOutcome::Refused);
         QVERIFY2(g.reason.find("fingerprint") != std::string::npos, g.reason.c_str());
@@ -376,8 +388,8 @@ private Q_SLOTS:
             auto store = core::openSharedStore(url);
             const TenantScope a("a", "fp");
             const bool ok = store->put(a, "exact", "same prompt",
-                                       core::encodeResponsePayload(a, "exact", response("a's answer"), 0), 0, 0) ==
-                            StoreOutcome::Hit;
+                                       core::encodeResponsePayload(a, "exact", response("a's answer"), 0), 0,
+                                       0) == StoreOutcome::Hit;
             _exit(ok ? 0 : 1);
         }
         int status = 0;
@@ -411,7 +423,8 @@ private Q_SLOTS:
         server->cli({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
         int refused = 0;
         for (int i = 40; i < 80; ++i)
-            refused += store->put(t, "prefix", "k" + std::to_string(i), kv, 0, 0) == StoreOutcome::Unavailable;
+            refused +=
+                store->put(t, "prefix", "k" + std::to_string(i), kv, 0, 0) == StoreOutcome::Unavailable;
         QVERIFY(refused > 0);
         QCOMPARE(store->stats().unavailable, int64_t(refused));
     }

@@ -85,7 +85,8 @@ private Q_SLOTS:
         QCOMPARE(historyPolicyName(parseHistoryPolicy("window:0")), std::string("window:0"));
         QCOMPARE(historyPolicyName(parseHistoryPolicy("summary")), std::string("summary:1"));
         QCOMPARE(historyPolicyName(parseHistoryPolicy("summary:2")), std::string("summary:2"));
-        for (const char *bad : {"", "fulll", "window", "window:", "window:-1", "window:2x", "summary:a", "lru:3"}) {
+        for (const char *bad :
+             {"", "fulll", "window", "window:", "window:-1", "window:2x", "summary:a", "lru:3"}) {
             const Error e = expectError([&] { parseHistoryPolicy(bad); });
             QCOMPARE(e.code(), ErrorCode::InvalidArgument);
             QVERIFY2(contains(e.what(), "'" + std::string(bad) + "'"), e.what());
@@ -94,7 +95,8 @@ private Q_SLOTS:
 
     void policyKeepsWhatItSays()
     {
-        const std::vector<HistoryRound> h = {{"Q: a?\nA: A.\n", "a"}, {"Q: b?\nA: B.\n", "b"}, {"Q: c?\nA: C.\n", "c"}};
+        const std::vector<HistoryRound> h = {
+            {"Q: a?\nA: A.\n", "a"}, {"Q: b?\nA: B.\n", "b"}, {"Q: c?\nA: C.\n", "c"}};
         const PolicyHistory full = applyHistoryPolicy(parseHistoryPolicy("full"), h);
         QCOMPARE(full.text, std::string("Q: a?\nA: A.\nQ: b?\nA: B.\nQ: c?\nA: C.\n"));
         QCOMPARE(full.keptRounds, size_t(3));
@@ -105,8 +107,9 @@ private Q_SLOTS:
         QCOMPARE(applyHistoryPolicy(parseHistoryPolicy("window:0"), h).text, std::string());
         QCOMPARE(applyHistoryPolicy(parseHistoryPolicy("window:5"), h).text, full.text);
         const PolicyHistory s = applyHistoryPolicy(parseHistoryPolicy("summary"), h);
-        QCOMPARE(s.summary, std::string("Summary of the earlier conversation (extractive, not model-written): "
-                                        "the user asked about a; b.\n"));
+        QCOMPARE(s.summary,
+                 std::string("Summary of the earlier conversation (extractive, not model-written): "
+                             "the user asked about a; b.\n"));
         QCOMPARE(s.text, s.summary + "Q: c?\nA: C.\n");
         QCOMPARE(s.summarisedRounds, size_t(2));
         QCOMPARE(s.keptRounds, size_t(1));
@@ -203,9 +206,10 @@ private Q_SLOTS:
                 std::string topics;
                 for (int k = 0; k < r.round - 1; ++k)
                     topics += (k ? "; " : "") + at(w, 3, u, k).lemma;
-                expected += "Summary of the earlier conversation (extractive, not model-written): the user asked "
-                            "about " +
-                            topics + ".\n";
+                expected +=
+                    "Summary of the earlier conversation (extractive, not model-written): the user asked "
+                    "about " +
+                    topics + ".\n";
             }
             if (r.round >= 1) {
                 const WorkloadRequest &last = at(w, 3, u, r.round - 1);
@@ -237,7 +241,8 @@ private Q_SLOTS:
                          std::function<void(ConversationOptions &)>([](auto &x) { x.fracB = 1.5; })}) {
             ConversationOptions b = options("full");
             bad(b);
-            QCOMPARE(expectError([&] { ConversationGenerator(*m_wn, b); }).code(), ErrorCode::InvalidArgument);
+            QCOMPARE(expectError([&] { ConversationGenerator(*m_wn, b); }).code(),
+                     ErrorCode::InvalidArgument);
         }
     }
 
@@ -269,16 +274,18 @@ private Q_SLOTS:
             R"({"t_ms":0,"tenant":"t0","user":"u1","model":"a","intent":"","max_tokens":8,"prompt":"p","conversation":3})",
             "bad.jsonl");
         QCOMPARE(bad.requests.size(), size_t(0));
-        QCOMPARE(bad.warnings.messages().at(0), std::string("bad.jsonl:1: field 'round' must be a non-negative integer"));
-        QCOMPARE(bad.warnings.messages().at(1), std::string("bad.jsonl:2: field 'conversation' must be a string"));
+        QCOMPARE(bad.warnings.messages().at(0),
+                 std::string("bad.jsonl:1: field 'round' must be a non-negative integer"));
+        QCOMPARE(bad.warnings.messages().at(1),
+                 std::string("bad.jsonl:2: field 'conversation' must be a string"));
     }
 
     void costPerPolicy()
     {
         const ConversationOptions o = options("full");
-        const auto costs = comparePolicies(*m_wn, o,
-                                           {parseHistoryPolicy("full"), parseHistoryPolicy("window:1"),
-                                            parseHistoryPolicy("summary")});
+        const auto costs = comparePolicies(
+            *m_wn, o,
+            {parseHistoryPolicy("full"), parseHistoryPolicy("window:1"), parseHistoryPolicy("summary")});
         QCOMPARE(costs.size(), size_t(3));
         QCOMPARE(costs[0].policy, std::string("full"));
         QCOMPARE(costs[1].policy, std::string("window:1"));
@@ -306,7 +313,8 @@ private Q_SLOTS:
         QVERIFY(costs[1].uncachedWords > costs[0].uncachedWords);
         QVERIFY(costs[2].promptWords < costs[0].promptWords);
         QVERIFY(costs[2].summaryWords > 0);
-        QCOMPARE(expectError([&] { policyCost("x", w.requests, {}, ""); }).code(), ErrorCode::InvalidArgument);
+        QCOMPARE(expectError([&] { policyCost("x", w.requests, {}, ""); }).code(),
+                 ErrorCode::InvalidArgument);
     }
 
     void roundBreakdownJoinsById()
@@ -318,8 +326,8 @@ private Q_SLOTS:
         }
         reqs[5].round = -1; // a single-turn request mixed in
         const std::vector<RequestOutcome> outcomes = {
-            {10, false, 100, 0}, {11, true, 150, 90}, {12, true, 200, 180},
-            {13, true, 100, 50}, {14, false, 160, 0}, {15, true, 10, 10}, {99, true, 5, 5}};
+            {10, false, 100, 0}, {11, true, 150, 90}, {12, true, 200, 180}, {13, true, 100, 50},
+            {14, false, 160, 0}, {15, true, 10, 10},  {99, true, 5, 5}};
         const RoundBreakdown b = roundBreakdown(reqs, outcomes);
         QCOMPARE(b.unmatched, size_t(1));
         QCOMPARE(b.withoutRound, size_t(1));

@@ -30,8 +30,8 @@ core::WorkloadRequest req(int64_t id, int64_t tMs, const std::string &tenant, co
     return r;
 }
 
-std::vector<core::RouteDecision> route(const std::vector<core::WorkloadRequest> &rs, int workers, RoutingPolicy p,
-                                       double drain = 2000)
+std::vector<core::RouteDecision> route(const std::vector<core::WorkloadRequest> &rs, int workers,
+                                       RoutingPolicy p, double drain = 2000)
 {
     core::RoutingOptions o;
     o.workers = workers;
@@ -68,8 +68,9 @@ private Q_SLOTS:
     void tenantAffineAndPrefixHashKeepTheirGroupsTogether()
     {
         std::vector<core::WorkloadRequest> rs;
-        const std::vector<std::string> systems = {"You are terse.", "You are a tutor.", "You are a poet.",
-                                                  "You answer in French.", "You are a lawyer.", "You are a cook."};
+        const std::vector<std::string> systems = {"You are terse.",    "You are a tutor.",
+                                                  "You are a poet.",   "You answer in French.",
+                                                  "You are a lawyer.", "You are a cook."};
         int id = 0;
         for (int round = 0; round < 5; ++round)
             for (int t = 0; t < 8; ++t)

@@ -198,9 +198,10 @@ void TestWorkloadImport::shareGptRoundsAndPolicies()
         R"([{"conversations": [{"from": "human", "value": "one two three\nfour five six seven eight nine ten"},
                                {"from": "gpt", "value": "ok"}, {"from": "human", "value": "next"}]}])",
         "l.json", o);
-    QCOMPARE(longer.requests[1].prompt,
-             std::string("Summary of the earlier conversation (extractive, not model-written): the user asked "
-                         "about one two three four five six seven eight....\nUser: next\nAssistant:"));
+    QCOMPARE(
+        longer.requests[1].prompt,
+        std::string("Summary of the earlier conversation (extractive, not model-written): the user asked "
+                    "about one two three four five six seven eight....\nUser: next\nAssistant:"));
 }
 
 void TestWorkloadImport::shareGptMaxRoundsAndInterleave()
@@ -246,7 +247,8 @@ void TestWorkloadImport::shareGptStrictNamesConversation()
                           {"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": 7}]}])",
                       "s.json", o);
     });
-    QCOMPARE(std::string(e.what()), std::string("s.json:conversation 1: turn 1: \"value\" is missing or not a string"));
+    QCOMPARE(std::string(e.what()),
+             std::string("s.json:conversation 1: turn 1: \"value\" is missing or not a string"));
 }
 
 void TestWorkloadImport::quoraPairs()

@@ -24,9 +24,9 @@
 #include <QPushButton>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
-#include <QTableWidget>
 
 using namespace kvwb;
 

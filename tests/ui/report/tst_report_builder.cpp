@@ -589,8 +589,9 @@ private Q_SLOTS:
         const auto want = core::comparePrices(makeLedger(), presets);
         QCOMPARE(countOf(md, "### Under each price preset"), int(d.ledgers.size()));
         for (const auto &w : want) {
-            const std::string row = fmt::format("| {} | {} {} | {:.6f} | {:.6f} | {:.1f}% |", w.preset, w.provider,
-                                                w.model, w.costUsd, w.costUsdNoCache, w.savingPercent);
+            const std::string row =
+                fmt::format("| {} | {} {} | {:.6f} | {:.6f} | {:.1f}% |", w.preset, w.provider, w.model,
+                            w.costUsd, w.costUsdNoCache, w.savingPercent);
             QVERIFY2(md.contains(QByteArray::fromStdString(row)), row.c_str());
         }
         const QJsonObject root = QJsonDocument::fromJson(readAll(out / "report.json")).object();
