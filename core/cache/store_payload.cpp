@@ -343,7 +343,8 @@ SemanticEntryBody decodeSemanticEntryBody(std::string_view body)
     const uint32_t dim = rd.u32("vector");
     rd.need(size_t(dim) * sizeof(float), "vector");
     e.vector.resize(dim);
-    std::memcpy(e.vector.data(), body.data() + rd.at, size_t(dim) * sizeof(float));
+    if (dim > 0) // memcpy's pointers must not be null, even for 0 bytes
+        std::memcpy(e.vector.data(), body.data() + rd.at, size_t(dim) * sizeof(float));
     rd.at += size_t(dim) * sizeof(float);
     e.response = readResponse(rd);
     rd.end();
