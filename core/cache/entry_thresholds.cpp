@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvwb::core {
@@ -68,15 +69,11 @@ EntryThresholds::EntryThresholds(EntryBoundOptions o) : m_options(o)
 EntryThresholds::Estimate EntryThresholds::decide(uint64_t entry, double s) const
 {
     Estimate e;
-    // pooled evidence at s, under monotonicity
-    double pooledErrors = 0, pooledSuccesses = 0;
-    for (const auto &[id, obs] : m_entries)
-        for (const Obs &o : obs) {
-            if (!o.correct && o.similarity >= s)
-                ++pooledErrors;
-            else if (o.correct && o.similarity <= s)
-                ++pooledSuccesses;
-        }
+    // pooled evidence at s, under monotonicity: wrong at s' >= s, right at s' <= s
+    const double pooledErrors =
+        double(m_pooledWrong.end() - std::lower_bound(m_pooledWrong.begin(), m_pooledWrong.end(), s));
+    const double pooledSuccesses =
+        double(std::upper_bound(m_pooledRight.begin(), m_pooledRight.end(), s) - m_pooledRight.begin());
     const auto it = m_entries.find(entry);
     if (it != m_entries.end())
         for (const Obs &o : it->second) {
@@ -94,14 +91,31 @@ EntryThresholds::Estimate EntryThresholds::decide(uint64_t entry, double s) cons
     return e;
 }
 
+void EntryThresholds::addPooled(const Obs &o)
+{
+    auto &v = o.correct ? m_pooledRight : m_pooledWrong;
+    v.insert(std::upper_bound(v.begin(), v.end(), o.similarity), o.similarity);
+    ++m_total;
+}
+
+void EntryThresholds::removePooled(const Obs &o)
+{
+    auto &v = o.correct ? m_pooledRight : m_pooledWrong;
+    const auto it = std::lower_bound(v.begin(), v.end(), o.similarity);
+    if (it != v.end() && *it == o.similarity) {
+        v.erase(it);
+        --m_total;
+    }
+}
+
 void EntryThresholds::observe(uint64_t entry, double similarity, bool correct)
 {
     auto &obs = m_entries[entry];
     obs.push_back({similarity, correct});
-    ++m_total;
+    addPooled(obs.back());
     if (obs.size() > m_options.maxObservations) {
+        removePooled(obs.front());
         obs.pop_front();
-        --m_total;
     }
 }
 
@@ -110,7 +124,8 @@ void EntryThresholds::forget(uint64_t entry)
     const auto it = m_entries.find(entry);
     if (it == m_entries.end())
         return;
-    m_total -= int64_t(it->second.size());
+    for (const Obs &o : it->second)
+        removePooled(o);
     m_entries.erase(it);
 }
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <unordered_map>
+#include <vector>
 
 namespace kvwb::core {
 
@@ -56,7 +57,12 @@ private:
     };
     EntryBoundOptions m_options;
     double m_z;
+    void addPooled(const Obs &o);
+    void removePooled(const Obs &o);
     std::unordered_map<uint64_t, std::deque<Obs>> m_entries;
+    // Every entry's observations pooled, similarities kept sorted by outcome, so the pooled counts at
+    // s are two binary searches instead of a pass over every entry.
+    std::vector<double> m_pooledWrong, m_pooledRight;
     int64_t m_total = 0;
 };
 
