@@ -222,7 +222,7 @@ std::vector<PricePreset> parsePricePresets(const std::string &text, const std::s
     json j;
     try {
         j = json::parse(text);
-    } catch (const json::parse_error &e) {
+    } catch (const json::exception &e) { // a parse error, or a number too large for a double (1e999)
         throw Error(ErrorCode::Format, sourceName + ": not JSON: " + e.what());
     }
     std::vector<PricePreset> out;

@@ -223,6 +223,8 @@ void TestPrices::fileErrors_data()
     QTest::addColumn<QString>("message");
     const QString ok = R"("id": "x", "provider": "p", "model": "m", "cached_input": 0)";
     QTest::newRow("not json") << "{\"presets\": [" << int(ErrorCode::Format) << "mine.json: not JSON";
+    QTest::newRow("number too large")
+        << "{" + ok + R"(, "input": 1e999, "output": 1})" << int(ErrorCode::Format) << "mine.json: not JSON";
     QTest::newRow("missing input") << "{" + ok + R"(, "output": 1})" << int(ErrorCode::Config)
                                    << "mine.json: preset 0 (x): field 'input' is missing";
     QTest::newRow("missing id") << R"({"presets": [{"provider": "p"}]})" << int(ErrorCode::Config)
