@@ -128,6 +128,9 @@ public:
     // Mean over tokens of the residual stream after `layer` blocks (0 = embeddings, numLayers = the
     // last block's output before the final norm): [hiddenSize] float32. For embedding texts.
     std::vector<float> meanHiddenState(const std::vector<int> &ids, int layer) const;
+    // The last token's hidden state after the final norm: [hiddenSize] float32 (decoder embedders
+    // pooled at the last token, Qwen3-Embedding).
+    std::vector<float> lastHiddenState(const std::vector<int> &ids) const;
 
     // Generates after prompt. The cache may already hold a prefix of the prompt (same ids): that
     // prefix is reused, not recomputed; anything in the cache past the common prefix is dropped.

@@ -5,6 +5,7 @@
 #include "core/util/error.h"
 #include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
+#include "gpu/src/model/model_p.h"
 #include "gpu/src/torch_error_p.h"
 
 #include <fmt/format.h>
@@ -30,90 +31,8 @@ namespace {
 using core::Clock;
 using core::msSince;
 
-torch::Dtype torchType(ComputeType t)
-{
-    switch (t) {
-    case ComputeType::F32:
-        return torch::kFloat32;
-    case ComputeType::BF16:
-        return torch::kBFloat16;
-    case ComputeType::F16:
-        return torch::kFloat16;
-    }
-    return torch::kFloat32;
-}
-
-torch::Dtype torchType(core::DType t)
-{
-    switch (t) {
-    case core::DType::F32:
-        return torch::kFloat32;
-    case core::DType::F16:
-        return torch::kFloat16;
-    case core::DType::BF16:
-        return torch::kBFloat16;
-    case core::DType::F64:
-        return torch::kFloat64;
-    default:
-        throw Error(ErrorCode::Shape,
-                    std::string("weights of dtype ") + core::dtypeName(t) + " are not supported");
-    }
-}
-
-// glibc returns every freed block over 128 KiB (or its adaptive threshold) to the kernel, so each
-// prefill activation ([512, 3072] f32 is 6 MiB) came back as fresh pages the kernel zeroes: a
-// 512-token prefill of a 135M model took ~200k page faults, ~20% of its time. Keep blocks up to 32
-// MiB (the most mallopt takes) in the heap and trim it only past 256 MiB free. Process-wide, once.
-void keepFreedActivations()
-{
-#ifdef __GLIBC__
-    static const bool once = [] {
-        mallopt(M_MMAP_THRESHOLD, 32 << 20);
-        mallopt(M_TRIM_THRESHOLD, 256 << 20);
-        return true;
-    }();
-    (void)once;
-#endif
-}
-
-// Sets the job's thread counts and inference mode on whichever thread runs it, until it ends.
-// OpenBLAS keeps its own pool (one thread per core by default), which at::set_num_threads does not
-// touch: a "1 thread" job ran its matmuls on two threads that yield-spin against each other (12%
-// of a 135M decode profile in sched_yield). Where the CPU kernels run the products (team), the
-// job's threads are the row team's and torch's own ops (elementwise, softmax) run on this thread
-// alone, and the BLAS (f32 shares of the team's products) at one thread: with torch's OpenMP
-// threads, OpenBLAS's pool and the team all awake on two cores, each took the core another needed
-// between every two products (2-thread prefill at 1.05-1.15x of one thread).
-struct JobScope
-{
-    JobScope(int threads, bool team)
-    {
-        keepFreedActivations();
-        const int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-        teamBefore = detail::setTeamThreads(n);
-        if (team) {
-            ompBefore = detail::setOmpThreads(1);   // this thread only: torch's parallel_for reads it
-            blasBefore = detail::setBlasThreads(1); // each share's sgemm on its team thread alone
-        } else {
-            if (at::get_num_threads() != n)
-                at::set_num_threads(n);
-            detail::setBlasThreads(n);
-        }
-    }
-    ~JobScope() // the reverse of the constructor (an OpenMP OpenBLAS also sets this thread's count)
-    {
-        if (blasBefore > 0)
-            detail::setBlasThreads(blasBefore);
-        if (ompBefore > 0)
-            detail::setOmpThreads(ompBefore);
-        detail::setTeamThreads(teamBefore);
-    }
-    JobScope(const JobScope &) = delete;
-    JobScope &operator=(const JobScope &) = delete;
-    int teamBefore = 0, ompBefore = 0, blasBefore = 0;
-    c10::InferenceMode guard;
-};
-
+using detail::JobScope;
+using detail::torchType;
 using detail::translateTorch;
 
 // Queries per attention block in a long prefill (Model::Impl::run).
@@ -614,6 +533,25 @@ std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer
         m_impl->run(ids, ci, false, nullptr, layer, &h);
         auto mean = h.mean(0).contiguous().cpu(); // [hidden]
         return std::vector<float>(mean.data_ptr<float>(), mean.data_ptr<float>() + mean.numel());
+    });
+}
+
+std::vector<float> Model::lastHiddenState(const std::vector<int> &ids) const
+{
+    if (ids.empty())
+        throw Error(ErrorCode::InvalidArgument, "lastHiddenState: no tokens");
+    checkIds(ids, m_impl->config);
+    auto cache = newCache();
+    auto &ci = m_impl->cacheOf(cache);
+    JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
+    torch::Tensor h;
+    return translateTorch("hidden state", [&] {
+        m_impl->run(ids, ci, false, nullptr, m_impl->config.numLayers, &h);
+        const auto last = m_impl->rmsNorm(h.narrow(0, h.size(0) - 1, 1).to(m_impl->dtype), m_impl->finalNorm)
+                              .to(torch::kFloat32)
+                              .contiguous()
+                              .cpu(); // [1, hidden]
+        return std::vector<float>(last.data_ptr<float>(), last.data_ptr<float>() + last.numel());
     });
 }
 
