@@ -2,6 +2,7 @@
 
 #include "core/tokenize/bpe_tokenizer.h"
 #include "core/tokenize/sentencepiece_tokenizer.h"
+#include "core/tokenize/wordpiece_tokenizer.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 
@@ -181,6 +182,126 @@ std::string bpeJson(const GgufFile &f, const std::vector<std::string> &tokens)
           {"ignore_merges", chosen->ignoreMerges},
           {"vocab", vocab},
           {"merges", merges}}}};
+    return j.dump();
+}
+
+// llama.cpp's "bert" vocabulary (convert_hf_to_gguf.py's BertModel.set_vocab) back as the
+// tokenizer.json of HF's BertTokenizerFast: the converter wrote a word-initial token "the" as
+// "▁the", a continuing "##ing" as "ing", and "[CLS]"-style tokens as they are. GGUF keeps no
+// do_lower_case: a vocabulary without an upper-case ASCII letter outside "[...]" tokens is taken
+// for an uncased model (BERT uncased, all-MiniLM, bge, gte, e5 all are).
+std::string bertJson(const GgufFile &f, const std::vector<std::string> &tokens)
+{
+    const std::string file = f.path().string();
+    const size_t n = tokens.size();
+    const std::vector<int> types = tokenTypes(f, n);
+    std::vector<std::string> hf(n);
+    json vocab = json::object();
+    bool cased = false;
+    for (size_t i = 0; i < n; ++i) {
+        const std::string &t = tokens[i];
+        if (const auto bad = text::firstInvalidUtf8(t))
+            throw Error(ErrorCode::Tokenizer,
+                        fmt::format("{}: tokenizer.ggml.tokens entry {} is not valid UTF-8 (byte {})", file,
+                                    i, *bad));
+        const bool bracketed = t.size() >= 2 && t.front() == '[' && t.back() == ']';
+        if (bracketed)
+            hf[i] = t;
+        else if (t.starts_with("\u2581") && t.size() > 3)
+            hf[i] = t.substr(3);
+        else if (t.starts_with("\u2581") || t.empty())
+            hf[i] = t; // "▁" alone (an empty HF token) or empty: kept as is, so that it stays unique
+        else
+            hf[i] = "##" + t;
+        if (!bracketed)
+            cased |= std::any_of(t.begin(), t.end(), [](char c) { return c >= 'A' && c <= 'Z'; });
+        if (vocab.contains(hf[i]))
+            throw Error(
+                ErrorCode::Tokenizer,
+                fmt::format("{}: tokenizer.ggml.tokens entries {} and {} both stand for WordPiece token "
+                            "\"{}\"",
+                            file, vocab.at(hf[i]).get<size_t>(), i, hf[i]));
+        vocab[hf[i]] = i;
+    }
+    const auto byName = [&](const char *name) -> std::optional<int> {
+        if (vocab.contains(name))
+            return vocab.at(name).get<int>();
+        return std::nullopt;
+    };
+    const auto firstOf = [&](std::initializer_list<const char *> keys, const char *name) {
+        for (const char *k : keys)
+            if (const auto id = tokenId(f, k, n))
+                return std::optional<int>(id);
+        return byName(name);
+    };
+    const auto unk = firstOf({"tokenizer.ggml.unknown_token_id"}, "[UNK]");
+    if (!unk)
+        throw Error(
+            ErrorCode::Tokenizer,
+            file + ": no unknown token (tokenizer.ggml.unknown_token_id is missing and no token is [UNK])");
+    const auto cls = firstOf({"tokenizer.ggml.cls_token_id", "tokenizer.ggml.bos_token_id"}, "[CLS]");
+    const auto sep = firstOf({"tokenizer.ggml.seperator_token_id", "tokenizer.ggml.eos_token_id"}, "[SEP]");
+    const auto pad = firstOf({"tokenizer.ggml.padding_token_id"}, "[PAD]");
+    const auto mask = firstOf({"tokenizer.ggml.mask_token_id"}, "[MASK]");
+    std::vector<bool> isSpecial(n, false);
+    for (size_t i = 0; i < n; ++i)
+        isSpecial[i] = types[i] == kControl;
+    for (const auto &id : {unk, cls, sep, pad, mask})
+        if (id)
+            isSpecial[size_t(*id)] = true;
+    json added = json::array();
+    for (size_t i = 0; i < n; ++i)
+        if (isSpecial[i])
+            added.push_back({{"id", i},
+                             {"content", hf[i]},
+                             {"single_word", false},
+                             {"lstrip", false},
+                             {"rstrip", false},
+                             {"normalized", false},
+                             {"special", true}});
+    json post = nullptr;
+    if (cls && sep) {
+        const std::string &c = hf[size_t(*cls)], &s = hf[size_t(*sep)];
+        post = {{"type", "TemplateProcessing"},
+                {"single", json::array({{{"SpecialToken", {{"id", c}, {"type_id", 0}}}},
+                                        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                        {{"SpecialToken", {{"id", s}, {"type_id", 0}}}}})},
+                {"pair", json::array({{{"SpecialToken", {{"id", c}, {"type_id", 0}}}},
+                                      {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                      {{"SpecialToken", {{"id", s}, {"type_id", 0}}}},
+                                      {{"Sequence", {{"id", "B"}, {"type_id", 1}}}},
+                                      {{"SpecialToken", {{"id", s}, {"type_id", 1}}}}})},
+                {"special_tokens",
+                 {{c, {{"id", c}, {"ids", {*cls}}, {"tokens", {c}}}},
+                  {s, {{"id", s}, {"ids", {*sep}}, {"tokens", {s}}}}}}};
+    }
+    json padding = nullptr;
+    if (pad)
+        padding = {{"strategy", "BatchLongest"},
+                   {"direction", "Right"},
+                   {"pad_to_multiple_of", nullptr},
+                   {"pad_id", *pad},
+                   {"pad_type_id", 0},
+                   {"pad_token", hf[size_t(*pad)]}};
+    const json j = {{"version", "1.0"},
+                    {"truncation", nullptr},
+                    {"padding", padding},
+                    {"added_tokens", added},
+                    {"normalizer",
+                     {{"type", "BertNormalizer"},
+                      {"clean_text", true},
+                      {"handle_chinese_chars", true},
+                      {"strip_accents", nullptr},
+                      {"lowercase", !cased}}},
+                    {"pre_tokenizer", {{"type", "BertPreTokenizer"}}},
+                    {"post_processor", post},
+                    {"decoder", {{"type", "WordPiece"}, {"prefix", "##"}, {"cleanup", true}}},
+                    {"model",
+                     {{"type", "WordPiece"},
+                      {"unk_token", hf[size_t(*unk)]},
+                      {"continuing_subword_prefix", "##"},
+                      {"max_input_chars_per_word", 100},
+                      {"vocab", vocab}}}};
     return j.dump();
 }
 
@@ -548,15 +669,19 @@ GgufTokenizerFile ggufTokenizerFile(const GgufFile &f)
         return {"tokenizer.json", bpeJson(f, *tokens)};
     if (*model == "llama")
         return {"tokenizer.model", spmProto(f, *tokens)};
-    throw Error(
-        ErrorCode::Unsupported,
-        fmt::format("{}: tokenizer.ggml.model '{}' is not supported (supported: gpt2, llama)", file, *model));
+    if (*model == "bert")
+        return {"tokenizer.json", bertJson(f, *tokens)};
+    throw Error(ErrorCode::Unsupported,
+                fmt::format("{}: tokenizer.ggml.model '{}' is not supported (supported: gpt2, llama, bert)",
+                            file, *model));
 }
 
 std::unique_ptr<Tokenizer> tokenizerFromGguf(const GgufFile &f)
 {
     const GgufTokenizerFile t = ggufTokenizerFile(f);
     const std::string source = f.path().string() + " (tokenizer.ggml.*)";
+    if (f.string("tokenizer.ggml.model") == "bert")
+        return WordPieceTokenizer::fromJsonText(t.bytes, source);
     if (t.name == "tokenizer.json")
         return BpeTokenizer::fromJsonText(t.bytes, source);
     return SentencePieceTokenizer::fromBytes(t.bytes, source);

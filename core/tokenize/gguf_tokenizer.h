@@ -5,8 +5,11 @@
 // BpeTokenizer; "llama" (SentencePiece-style: tokens, scores, token types) becomes a SentencePiece
 // BPE model (byte fallback when the vocabulary has byte pieces, a dummy-prefix space as
 // tokenizer.ggml.add_space_prefix says, no whitespace collapsing: llama.cpp's SPM tokenizer) and
-// loads through SentencePieceTokenizer. Other tokenizer models and pre-tokenizer names are refused
-// (Error(Unsupported) naming the file, the value and what is supported).
+// loads through SentencePieceTokenizer; "bert" (llama.cpp's WordPiece vocabulary: "▁" marks a
+// word-initial token, a continuing piece has no "##", [CLS]-style tokens are kept) becomes the
+// BertTokenizerFast tokenizer.json it stands for and loads through WordPieceTokenizer. Other
+// tokenizer models and pre-tokenizer names are refused (Error(Unsupported) naming the file, the
+// value and what is supported).
 //
 // Writing: a tokenizer.json (byte-level BPE with one of those pre-tokenizers) or a SentencePiece
 // BPE tokenizer.model as those keys, the way llama.cpp's convert_hf_to_gguf.py writes them.
@@ -28,7 +31,8 @@ namespace kvwb::core {
 bool ggufHasTokenizer(const GgufFile &file);
 std::unique_ptr<Tokenizer> tokenizerFromGguf(const GgufFile &file);
 // The same tokenizer as the file it stands for: {"tokenizer.json", JSON text} or
-// {"tokenizer.model", a serialized SentencePiece ModelProto}, for `kvwb convert` to HF.
+// {"tokenizer.model", a serialized SentencePiece ModelProto} ("bert": a WordPiece tokenizer.json),
+// for `kvwb convert` to HF.
 struct GgufTokenizerFile
 {
     std::string name;

@@ -6,7 +6,11 @@
 #include "core/tokenize/gguf_tokenizer.h"
 #include "core/tokenize/llama2c_tokenizer.h"
 #include "core/tokenize/sentencepiece_tokenizer.h"
+#include "core/tokenize/wordpiece_tokenizer.h"
 #include "core/util/error.h"
+#include "core/util/text_util.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <system_error>
@@ -21,10 +25,11 @@ enum class Kind
 {
     Json,
     SentencePiece,
-    Llama2c
+    Llama2c,
+    WordPieceVocab
 };
 
-// By extension first (tokenizer.json, *.model, *.bin), so renamed copies still load.
+// By extension first (tokenizer.json, *.model, *.bin, vocab.txt), so renamed copies still load.
 std::optional<Kind> kindOfFile(const fs::path &p)
 {
     const std::string ext = p.extension().string();
@@ -34,7 +39,38 @@ std::optional<Kind> kindOfFile(const fs::path &p)
         return Kind::SentencePiece;
     if (ext == ".bin")
         return Kind::Llama2c;
+    if (ext == ".txt")
+        return Kind::WordPieceVocab;
     return std::nullopt;
+}
+
+// tokenizer.json's model.type ("BPE" when absent, as HF reads it), from a parse that keeps nothing
+// else (a 10 MB vocabulary is lexed, not stored). nullopt when the text is not a JSON object: the
+// BPE loader then reports what is wrong with it.
+std::optional<std::string> jsonModelType(std::string_view text)
+{
+    using nlohmann::json;
+    json root;
+    try {
+        root = json::parse(
+            text.begin(), text.end(),
+            [](int depth, json::parse_event_t event, json &parsed) {
+                if (event != json::parse_event_t::key)
+                    return true;
+                if (depth == 1)
+                    return parsed == "model";
+                return depth == 2 && parsed == "type";
+            },
+            false);
+    } catch (const json::exception &) {
+        return std::nullopt;
+    }
+    if (!root.is_object())
+        return std::nullopt;
+    if (!root.contains("model") || !root.at("model").is_object() || !root.at("model").contains("type"))
+        return std::string("BPE");
+    const json &t = root.at("model").at("type");
+    return t.is_string() ? t.get<std::string>() : std::string();
 }
 
 } // namespace
@@ -44,9 +80,10 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &path)
     std::error_code ec;
     fs::path file = path;
     if (fs::is_directory(path, ec)) {
-        // tokenizer.json is the authoritative HF file when both it and tokenizer.model exist.
+        // tokenizer.json is the authoritative HF file when both it and tokenizer.model (or a BERT
+        // vocab.txt) exist.
         bool found = false;
-        for (const char *name : {"tokenizer.json", "tokenizer.model", "tokenizer.bin"}) {
+        for (const char *name : {"tokenizer.json", "tokenizer.model", "tokenizer.bin", "vocab.txt"}) {
             if (fs::is_regular_file(path / name, ec)) {
                 file = path / name;
                 found = true;
@@ -54,9 +91,10 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &path)
             }
         }
         if (!found)
-            throw Error(ErrorCode::Io,
-                        path.string() +
-                            ": directory holds no tokenizer.json, tokenizer.model or tokenizer.bin");
+            throw Error(
+                ErrorCode::Io,
+                path.string() +
+                    ": directory holds no tokenizer.json, tokenizer.model, tokenizer.bin or vocab.txt");
     } else if (!fs::exists(path, ec)) {
         throw Error(ErrorCode::Io, path.string() + ": no such file or directory");
     }
@@ -66,10 +104,16 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &path)
     if (!kind)
         throw Error(ErrorCode::Tokenizer, file.string() +
                                               ": cannot tell the tokenizer format from the name (expected "
-                                              "tokenizer.json, tokenizer.model or tokenizer.bin)");
+                                              "tokenizer.json, tokenizer.model, tokenizer.bin or vocab.txt)");
     switch (*kind) {
-    case Kind::Json:
-        return BpeTokenizer::fromJsonFile(file);
+    case Kind::Json: {
+        const std::string text = text::readWholeFile(file);
+        if (jsonModelType(text) == "WordPiece")
+            return WordPieceTokenizer::fromJsonText(text, file.string());
+        return BpeTokenizer::fromJsonText(text, file.string());
+    }
+    case Kind::WordPieceVocab:
+        return WordPieceTokenizer::fromVocabDirectory(file);
     case Kind::SentencePiece:
         return SentencePieceTokenizer::fromFile(file);
     case Kind::Llama2c:

@@ -1,5 +1,5 @@
 // Tokenizers: byte-level BPE from tokenizer.json, SentencePiece tokenizer.model, llama2.c
-// tokenizer.bin, behind one interface.
+// tokenizer.bin, BERT WordPiece (tokenizer.json or vocab.txt), behind one interface.
 //
 // encode/decode agree byte for byte with the reference implementations (HF tokenizers, sentencepiece,
 // llama2.c run.c). Thread-safety: a loaded Tokenizer is immutable; encode/decode are const and may be
@@ -57,7 +57,7 @@ public:
     virtual std::optional<int> bosId() const = 0;
     virtual std::optional<int> eosId() const = 0;
     virtual bool isSpecial(int id) const = 0;
-    virtual std::string kind() const = 0; // "bpe" | "sentencepiece" | "llama2c"
+    virtual std::string kind() const = 0; // "bpe" | "sentencepiece" | "llama2c" | "wordpiece"
     // id of an exact piece string, if present.
     virtual std::optional<int> pieceToId(std::string_view piece) const = 0;
 
@@ -92,10 +92,11 @@ std::pair<size_t, size_t> addedAround(const std::vector<int> &full, const std::v
 inline constexpr size_t kMaxTextBytes = size_t(4) << 20;
 void checkTextSize(std::string_view text, const std::string &tokenizerSource);
 
-// path: tokenizer.json, tokenizer.model, tokenizer.bin, a .gguf file (its tokenizer.ggml.* metadata), or a
-// directory holding one of the first three
-// (preferred in that order). Error(Io) for unreadable, Error(Tokenizer) naming the file and the
-// field/entry at fault for malformed content.
+// path: tokenizer.json (BPE, or WordPiece when its model.type says so), tokenizer.model,
+// tokenizer.bin, a BERT vocab.txt (with tokenizer_config.json beside it), a .gguf file (its
+// tokenizer.ggml.* metadata), or a directory holding one of tokenizer.json, tokenizer.model,
+// tokenizer.bin, vocab.txt (preferred in that order). Error(Io) for unreadable, Error(Tokenizer) naming the
+// file and the field/entry at fault for malformed content.
 std::unique_ptr<Tokenizer> loadTokenizer(const std::filesystem::path &path);
 
 // Error(Tokenizer) when the tokenizer can produce ids >= the model's vocab size.

@@ -328,7 +328,10 @@ const BadJsonCase kBadJsonCases[] = {
      ErrorCode::Tokenizer, "model.merges[0]"},
     {"bad vocab id", R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})", ErrorCode::Tokenizer,
      "model.vocab[\"a\"]"},
-    {"wordpiece", R"({"model": {"type": "WordPiece", "vocab": {}}})", ErrorCode::Unsupported, "WordPiece"},
+    // WordPiece files load through WordPieceTokenizer (tst_wordpiece.cpp); this one lacks [UNK]
+    {"wordpiece", R"({"model": {"type": "WordPiece", "vocab": {}}})", ErrorCode::Tokenizer,
+     "the unknown token \"[UNK]\" is not in the vocabulary"},
+    {"unigram", R"({"model": {"type": "Unigram", "vocab": []}})", ErrorCode::Unsupported, "Unigram"},
     {"unknown normalizer",
      R"({"normalizer": {"type": "Precompiled"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})",
      ErrorCode::Unsupported, "normalizer type \"Precompiled\""},
