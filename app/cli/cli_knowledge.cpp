@@ -469,7 +469,10 @@ int evaluate(const QStringList &args)
     p.addOption({"limit", "Only the first N requests of the workload.", "N"});
     p.addOption({"max-tokens", "Override every request's max_tokens.", "N"});
     p.addOption({"threshold", "Semantic cosine threshold (default 0.8).", "T", "0.8"});
-    p.addOption({"embedder", "lexical (default) or model (model A's hidden states).", "E", "lexical"});
+    p.addOption(
+        {"embedder",
+         "lexical (default), lexical-idf, model (model A's hidden states) or an embedding model's path.", "E",
+         "lexical"});
     p.addOption({"knowledge-candidates", "Nodes recall proposes (default 3).", "N", "3"});
     p.addOption({"knowledge-min-similarity", "Recall's cosine floor (default 0.3).", "S", "0.3"});
     p.addOption({"no-verify", "Take recall's best node without graph verification."});
@@ -492,8 +495,7 @@ int evaluate(const QStringList &args)
           "the break-even reuse per node and where the knowledge tier's time goes.");
     if (!p.isSet("workload") || !p.isSet("model-a") || !p.isSet("model-b") || !p.isSet("knowledge"))
         throw UsageError{"--workload, --model-a, --model-b and --knowledge are required"};
-    if (p.value("embedder") != "lexical" && p.value("embedder") != "model")
-        throw UsageError{"--embedder expects lexical or model, got '" + str(p.value("embedder")) + "'"};
+    checkEmbedderOption(p);
     jobs::ReplayJob job;
     job.workloadPath = str(p.value("workload"));
     job.limit = p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0;

@@ -101,7 +101,9 @@ int cmdReplay(const QStringList &args)
     p.addOption(
         {"embedder",
          "Semantic embedder: lexical (default), lexical-idf (weighted by inverse document frequency over "
-         "the workload's texts) or model (model A's hidden states).",
+         "the workload's texts), model (model A's hidden states) or the path of an embedding model (a "
+         "sentence-transformers directory or bert GGUF: all-MiniLM, bge, gte, e5, projects/demo/models/e; "
+         "or a decoder embedder such as Qwen3-Embedding, pooled at its last token).",
          "E", "lexical"});
     p.addOption(
         {"error-bound",
@@ -272,10 +274,7 @@ int cmdReplay(const QStringList &args)
     if (needCross && !p.isSet("experiment"))
         throw UsageError{"the cross tier needs --experiment (its converter)"};
 
-    if (p.value("embedder") != "lexical" && p.value("embedder") != "lexical-idf" &&
-        p.value("embedder") != "model")
-        throw UsageError{"--embedder expects lexical, lexical-idf or model, got '" +
-                         str(p.value("embedder")) + "'"};
+    checkEmbedderOption(p);
     jobs::ReplayJob job;
     job.workloadPath = str(p.value("workload"));
     job.embedder = str(p.value("embedder"));

@@ -1,5 +1,7 @@
 #include "app/cli/cli_semantic.h"
 
+#include "gpu/model/encoder.h"
+
 #include "app/cli/cli_util.h"
 #include "app/cli/engine_options.h"
 #include "app/jobs/replay_job.h"
@@ -24,7 +26,10 @@ int cmdSweepSemantic(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"workload", "A workload with intent labels (kvwb workload wordnet | quora).", "W.jsonl"});
     p.addOption(
-        {"embedder", "lexical (default), lexical-idf or model (model A's hidden states).", "E", "lexical"});
+        {"embedder",
+         "lexical (default), lexical-idf, model (model A's hidden states) or an embedding model's path "
+         "(sentence-transformers directory, bert GGUF, or a decoder embedder).",
+         "E", "lexical"});
     p.addOption({"model-a", "Model A, for --embedder model.", "PATH"});
     p.addOption({"embedder-layer", "Model embedder layer (default: the middle one).", "N"});
     p.addOption({"embed", "question (default) or prompt: what the tier embeds.", "WHAT", "question"});
@@ -41,8 +46,7 @@ int cmdSweepSemantic(const QStringList &args)
     if (!p.isSet("workload"))
         throw UsageError{"--workload is required"};
     const std::string kind = str(p.value("embedder"));
-    if (kind != "lexical" && kind != "lexical-idf" && kind != "model")
-        throw UsageError{"--embedder expects lexical, lexical-idf or model, got '" + kind + "'"};
+    checkEmbedderOption(p);
     if (kind == "model" && !p.isSet("model-a"))
         throw UsageError{"--embedder model needs --model-a"};
     if (p.value("embed") != "question" && p.value("embed") != "prompt")
@@ -65,6 +69,8 @@ int cmdSweepSemantic(const QStringList &args)
         model = gpu::Model::load(str(p.value("model-a")), loadOptions(p));
         tokenizer = loadModelTokenizer(*model);
         embedder = jobs::makeEmbedder(kind, intOption(p, "embedder-layer", -1, 0), *model, *tokenizer);
+    } else if (!core::isBuiltinEmbedder(kind)) {
+        embedder = gpu::loadEmbedderModel(kind, loadOptions(p));
     } else {
         auto lexical = std::make_unique<core::LexicalEmbedder>();
         if (kind == "lexical-idf")

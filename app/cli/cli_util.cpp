@@ -1,5 +1,7 @@
 #include "app/cli/cli_util.h"
 
+#include "core/model/encoder_config.h"
+
 #include "core/util/error.h"
 #include "core/util/install_layout.h"
 
@@ -116,6 +118,16 @@ InterruptScope::~InterruptScope()
 bool InterruptScope::interrupted()
 {
     return g_interrupted.load();
+}
+
+void checkEmbedderOption(const QCommandLineParser &p)
+{
+    const std::string spec = str(p.value("embedder"));
+    std::error_code ec;
+    if (!core::isBuiltinEmbedder(spec) && (spec.empty() || !std::filesystem::exists(spec, ec)))
+        throw UsageError{"--embedder expects lexical, lexical-idf, model or the path of an embedding model "
+                         "(a sentence-transformers directory, a bert GGUF, a decoder embedder), got '" +
+                         spec + "'"};
 }
 
 } // namespace kvwb::app::cli

@@ -1,5 +1,7 @@
 #include "app/jobs/replay_job.h"
 
+#include "gpu/model/encoder.h"
+
 #include "core/util/error.h"
 
 #include <algorithm>
@@ -36,8 +38,14 @@ std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer,
     }
     if (kind == "model")
         return std::make_unique<gpu::ModelEmbedder>(a, tokenizerA, layer);
-    throw core::Error(core::ErrorCode::InvalidArgument,
-                      "embedder '" + kind + "': expected lexical, lexical-idf or model");
+    if (kind.empty())
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          "embedder: expected lexical, lexical-idf, model or an embedding model's path");
+    // an embedding model of its own, on model A's device and threads
+    gpu::LoadOptions o;
+    o.device = a.options().device;
+    o.threads = a.options().threads;
+    return gpu::loadEmbedderModel(kind, o);
 }
 
 std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,

@@ -56,8 +56,10 @@ struct ReplayRequests
 // when none is left to replay.
 ReplayRequests readReplayRequests(const std::string &workloadPath, int limit);
 
-// "lexical", "lexical-idf" (fitted on idfDocuments: the texts the tier will embed, no labels) or
-// "model" (mean-pooled hidden states of model A); Error(InvalidArgument) otherwise.
+// "lexical", "lexical-idf" (fitted on idfDocuments: the texts the tier will embed, no labels),
+// "model" (mean-pooled hidden states of model A), or the path of an embedding model
+// (gpu::loadEmbedderModel: a sentence-transformers directory or bert GGUF, or a decoder pooled at
+// its last token), loaded on model A's device.
 std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,
                                              const core::Tokenizer &tokenizerA,
                                              const std::vector<std::string> &idfDocuments = {});

@@ -11,7 +11,6 @@
 #include <unordered_map>
 
 namespace kvwb::core {
-
 namespace {
 
 // FNV-1a, 64-bit: deterministic across platforms and runs (std::hash is not).

@@ -328,6 +328,11 @@ std::optional<std::string> hfNameOfGguf(const std::string &g)
 
 } // namespace
 
+bool isBuiltinEmbedder(const std::string &spec)
+{
+    return spec == "lexical" || spec == "lexical-idf" || spec == "model";
+}
+
 bool isEncoderModel(const fs::path &path)
 {
     std::error_code ec;

@@ -78,6 +78,10 @@ struct EncoderConfig
     std::string toHfJson() const;
 };
 
+// The embedders that are names, not model paths: "lexical", "lexical-idf" and "model" (model A's
+// hidden states). Any other embedder spec is the path of an embedding model (gpu/model/encoder.h).
+bool isBuiltinEmbedder(const std::string &spec);
+
 // True when path is an encoder kvwb can open: a directory or config.json whose model_type is bert
 // (or a BERT architecture), or a GGUF file whose general.architecture is bert. Never throws for a
 // readable path that is something else (a decoder): it says false.

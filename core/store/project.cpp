@@ -1,5 +1,7 @@
 #include "core/store/project.h"
 
+#include "core/model/encoder_config.h"
+
 #include "core/model/model_config.h"
 
 #include "core/util/atomic_file.h"
@@ -267,7 +269,9 @@ ProjectReplay readReplay(Section &s)
         }
     }
     s.number("threshold", r.threshold, -1.0, 1.0);
-    s.string("embedder", r.embedder, {"lexical", "model"});
+    s.string("embedder", r.embedder); // lexical | lexical-idf | model | an embedding model's path
+    if (r.embedder.empty())
+        s.fail("replay.embedder", "is empty (lexical, lexical-idf, model or an embedding model's path)");
     s.string("gate_signal", r.gateSignal, {"tail_kl", "kv_cos", "nll", "attn_cos"});
     s.number("gate_threshold", r.gateThreshold, -kDoubleMax, kDoubleMax);
     s.boolean("gate", r.gate);
@@ -426,6 +430,8 @@ std::string Project::toJson(const fs::path &file) const
     section("alignment", alignmentJson(alignment));
     section("replay", replayJson(replay));
     section("compare", compareJson(compare));
+    if (!isBuiltinEmbedder(replay.embedder))
+        j["replay"]["embedder"] = relativeTo(replay.embedder, dir).string();
     return j.dump(2) + "\n";
 }
 
@@ -444,6 +450,8 @@ Project Project::resolved(const fs::path &file) const
         r.corpus = abs(*r.corpus);
     if (r.experiment)
         r.experiment = abs(*r.experiment);
+    if (!isBuiltinEmbedder(r.replay.embedder))
+        r.replay.embedder = abs(r.replay.embedder).string();
     return r;
 }
 

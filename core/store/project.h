@@ -55,8 +55,8 @@ struct ProjectReplay
 {
     std::vector<std::string> tiers = {"exact", "semantic", "prefix"}; // exact | semantic | prefix | cross
     double threshold = 0.8;                                           // semantic cosine threshold
-    std::string embedder = "lexical";                                 // lexical | model
-    std::string gateSignal = "tail_kl";                               // tail_kl | kv_cos | nll | attn_cos
+    std::string embedder = "lexical";   // lexical | lexical-idf | model | an embedding model (path)
+    std::string gateSignal = "tail_kl"; // tail_kl | kv_cos | nll | attn_cos
     double gateThreshold = 0.1;
     bool gate = true;
     int maxTokens = 0;  // > 0 overrides every request's max_tokens

@@ -131,8 +131,7 @@ void checkWritableOutput(const std::filesystem::path &path, const std::string &f
         fail(dir.string() + ": " + std::strerror(errno));
 }
 
-void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const std::string &forceFlag,
-                          const std::function<void(const std::filesystem::path &tmp)> &write)
+void checkDirectoryOutput(const std::filesystem::path &dir, bool force, const std::string &forceFlag)
 {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -142,6 +141,15 @@ void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const st
     if (exists && !fs::is_empty(dir, ec) && !force)
         throw Error(ErrorCode::InvalidArgument,
                     dir.string() + ": exists and is not empty; pass " + forceFlag + " to replace it");
+}
+
+void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const std::string &forceFlag,
+                          const std::function<void(const std::filesystem::path &tmp)> &write)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    checkDirectoryOutput(dir, force, forceFlag);
+    const bool exists = fs::exists(dir, ec);
     fs::path target = dir;
     if (target.filename().empty())
         target = target.parent_path(); // "out/" names "out"

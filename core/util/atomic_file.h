@@ -64,6 +64,9 @@ void writeFileAtomic(const std::filesystem::path &path, std::string_view content
 // a writable regular file; a new one needs a writable directory. Error(Io) naming the path and flag.
 void checkWritableOutput(const std::filesystem::path &path, const std::string &flag);
 
+// writeDirectoryAtomic's refusals, checked up front (before a long job that would write dir).
+void checkDirectoryOutput(const std::filesystem::path &dir, bool force, const std::string &forceFlag);
+
 // Writes a whole output directory through a temporary sibling: `write` fills a fresh directory
 // (dir + ".kvwb-tmp"), which then takes dir's place, so a failure or a kill leaves dir as it was and
 // no file of an old dir survives in the new one. An existing dir that is not empty is refused

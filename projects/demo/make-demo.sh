@@ -4,10 +4,12 @@
 # more models: B2 (B's preset and tokenizer, another seed, the other half of the concepts: an
 # unrelated pair A -> B2) and C (A's geometry with its own tokenizer of 1536 pieces: a
 # cross-tokenizer pair C -> B), and P (B fine-tuned to render a concept's knowledge for a user
-# profile: the knowledge tier's personalised model B). About 40 minutes on a 2-core machine.
+# profile: the knowledge tier's personalised model B), and the demo's sentence embedder (a small
+# BERT-family encoder trained contrastively on the concepts' paraphrases, the demo project's
+# semantic embedder). About 45 minutes on a 2-core machine.
 #
 #   projects/demo/make-demo.sh [path/to/kvwb]
-#   KVWB_DEMO_ONLY="b2 c" projects/demo/make-demo.sh    # only these steps (a b workload b2 c p)
+#   KVWB_DEMO_ONLY="b2 c" projects/demo/make-demo.sh    # only these steps (a b workload b2 c p embedder)
 #
 # KVWB_DEMO_ONLY names the steps to run, leaving the other models as they are; the corpus is always
 # rebuilt (seconds), B2 needs models/a's tokenizer, and P needs models/b and the workload. The corpus itself is not committed;
@@ -17,9 +19,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KVWB="${1:-$HERE/../../build/kvwb}"
 WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 SEED=1
-ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c p}"
+ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c p embedder}"
 for step in $ONLY; do
-  case "$step" in a | b | workload | b2 | c | p) ;; *) echo "KVWB_DEMO_ONLY: unknown step '$step' (a b workload b2 c p)" >&2; exit 2 ;; esac
+  case "$step" in a | b | workload | b2 | c | p | embedder) ;; *) echo "KVWB_DEMO_ONLY: unknown step '$step' (a b workload b2 c p embedder)" >&2; exit 2 ;; esac
 done
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 mkdir -p "$WORK" "$HERE/models" "$HERE/workloads"
@@ -89,6 +91,15 @@ rm -rf "$HERE/models/p"
   --init "$HERE/models/b" --tokenizer "$HERE/models/b/tokenizer.model" --steps 400 --batch 16 --seq-len 256 \
   --lr 1e-3 --warmup 20 --eval-every 100 --checkpoint-every 0 --weight-dtype BF16 --seed 4 --threads 2
 rm -rf "$HERE/models/p/train_state"
+fi
+
+if want embedder; then
+echo "== sentence embedder (2 layers of 128, WordPiece 4000; every 10th concept and 3 templates held out)"
+# Contrastive (InfoNCE) on question pairs of the same concept in other words or with a synonym,
+# near misses (a sibling asked the same way) as hard negatives; one thread: the same run gives the
+# same weights. Prints the held-out evaluation against the lexical embedders (also train_log.json).
+"$KVWB" train-embedder --out "$HERE/models/embedder" --concepts 1000 --hold-out-every 10 --steps 2000 \
+  --batch 64 --seed $SEED --threads 1 --force
 fi
 
 echo "== evaluation (held-out phrasings of the 200 most popular concepts)"

@@ -27,10 +27,11 @@ using kvwb::test::runProgram;
 // Every subcommand, in `kvwb --help` order (app/cli/subcommands.cpp).
 QStringList allSubcommands()
 {
-    QStringList all = {
-        "info",    "upgrade",        "tokenize", "generate",       "bench",       "make-model", "convert",
-        "train",   "eval-qa",        "capture",  "bench-capture",  "bench-tiers", "align",      "sweep",
-        "compare", "bench-transfer", "replay",   "sweep-semantic", "bench-store", "summarise",  "prices"};
+    QStringList all = {"info",       "upgrade",        "tokenize",    "generate",       "bench",
+                       "make-model", "convert",        "train",       "train-embedder", "eval-qa",
+                       "capture",    "bench-capture",  "bench-tiers", "align",          "sweep",
+                       "compare",    "bench-transfer", "replay",      "sweep-semantic", "bench-store",
+                       "summarise",  "prices"};
 #ifndef KVWB_HEADLESS
     all << "report";
 #endif

@@ -137,7 +137,7 @@ struct ReplayRequest
     std::vector<core::TierKind> tiers = {core::TierKind::Exact, core::TierKind::Semantic,
                                          core::TierKind::Prefix}; // lookup order
     double threshold = 0.8;
-    QString embedder = "lexical"; // lexical | model
+    QString embedder = "lexical"; // lexical | lexical-idf | model | an embedding model's path
     core::GateSignal gateSignal = core::GateSignal::TailKl;
     double gateThreshold = 0.1;
     bool gate = true;
@@ -155,7 +155,7 @@ struct ReplayRequest
 struct SemanticSweepRequest
 {
     QString workloadPath;
-    QString embedder = "lexical"; // lexical | lexical-idf | model (model A)
+    QString embedder = "lexical"; // lexical | lexical-idf | model (model A) | an embedding model's path
     double target = 0.1;          // false-hit rate the suggested threshold must meet
     int limit = 0;
 };

@@ -350,8 +350,31 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
         1, tr("The same features weighted by how rare they are in the workload's questions."),
         Qt::ToolTipRole);
     m_embedder->setItemData(2, tr("Model A's hidden states: slower, closer to meaning."), Qt::ToolTipRole);
-    m_embedder->setToolTip(tr("How the semantic tier turns a request into a vector: lexical features, or "
-                              "model A's hidden states."));
+    m_embedder->addItem(tr("Other model..."));
+    m_embedder->setItemData(3,
+                            tr("A sentence-embedding model of your own: a sentence-transformers directory "
+                               "(pick its config.json; all-MiniLM, bge, gte, e5), a bert GGUF file, or a "
+                               "decoder embedder such as Qwen3-Embedding."),
+                            Qt::ToolTipRole);
+    m_embedder->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_embedder->setMinimumContentsLength(10);
+    m_embedder->setToolTip(tr("How the semantic tier turns a request into a vector: lexical features, "
+                              "model A's hidden states, or a sentence-embedding model."));
+    connect(m_embedder, &QComboBox::activated, this, [this](int index) {
+        if (index != m_embedder->count() - 1) {
+            m_lastEmbedder = embedderSpec();
+            return;
+        }
+        const QString file =
+            QFileDialog::getOpenFileName(this, tr("Sentence-embedding model"), QString(),
+                                         tr("Embedding models (config.json *.gguf);;All files (*)"));
+        if (file.isEmpty()) {
+            selectEmbedder(m_lastEmbedder);
+            return;
+        }
+        const QFileInfo info(file);
+        selectEmbedder(info.fileName() == "config.json" ? info.absolutePath() : info.absoluteFilePath());
+    });
     grid->addWidget(m_embedder, 1, 5);
     grid->addWidget(m_sweep, 1, 6);
 
@@ -564,7 +587,7 @@ ReplayRequest ReplayPanel::replayRequest() const
     r.knowledgeGraph = m_knowledgeGraph;
     r.profilesPath = m_knowledgeProfiles;
     r.threshold = m_threshold->value();
-    r.embedder = m_embedder->currentText();
+    r.embedder = embedderSpec();
     r.gateSignal =
         core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
@@ -592,7 +615,7 @@ void ReplayPanel::setReplayRequest(const ReplayRequest &r)
     if (!r.knowledgeGraph.isEmpty())
         setKnowledgeAvailable(r.knowledgeGraph, r.profilesPath);
     m_threshold->setValue(r.threshold);
-    m_embedder->setCurrentText(r.embedder);
+    selectEmbedder(r.embedder);
     {
         // the signal's own threshold, not its default
         const QSignalBlocker block(m_gateSignal);
@@ -732,11 +755,35 @@ QString ReplayPanel::statusText() const
     return m_runStatus->text();
 }
 
+QString ReplayPanel::embedderSpec() const
+{
+    const QVariant path = m_embedder->currentData(Qt::UserRole);
+    return path.isValid() && !path.toString().isEmpty() ? path.toString() : m_embedder->currentText();
+}
+
+void ReplayPanel::selectEmbedder(const QString &spec)
+{
+    if (spec.isEmpty())
+        return;
+    int at = -1;
+    for (int i = 0; i < m_embedder->count() - 1 && at < 0; ++i)
+        if (m_embedder->itemData(i, Qt::UserRole).toString() == spec ||
+            (!m_embedder->itemData(i, Qt::UserRole).isValid() && m_embedder->itemText(i) == spec))
+            at = i;
+    if (at < 0) { // a model path: shown by its folder or file name, before "Other model..."
+        at = m_embedder->count() - 1;
+        m_embedder->insertItem(at, QFileInfo(spec).fileName(), spec);
+        m_embedder->setItemData(at, spec, Qt::ToolTipRole);
+    }
+    m_embedder->setCurrentIndex(at);
+    m_lastEmbedder = spec;
+}
+
 SemanticSweepRequest ReplayPanel::sweepRequest() const
 {
     SemanticSweepRequest r;
     r.workloadPath = m_workload->currentText().trimmed();
-    r.embedder = m_embedder->currentText();
+    r.embedder = embedderSpec();
     r.limit = m_limit->value();
     r.target = m_errorBound->value() > 0 ? m_errorBound->value() : 0.1;
     return r;

@@ -81,6 +81,10 @@ public Q_SLOTS:
     // window, whose selected row (or the suggested threshold) sets the semantic threshold.
     void showSweep(const SemanticSweepResult &sweep);
     SemanticSweepRequest sweepRequest() const;
+    // The embedder chosen: lexical, lexical-idf, model, or an embedding model's path.
+    QString embedderSpec() const;
+    // Selects an embedder by spec; a model path not listed yet is added (shown by its name).
+    void selectEmbedder(const QString &spec);
 
 Q_SIGNALS:
     void replayRequested(const kvwb::ui::ReplayRequest &request);
@@ -129,6 +133,7 @@ private:
     QCheckBox *m_knowledge = nullptr;
     QDoubleSpinBox *m_threshold = nullptr;
     QComboBox *m_embedder = nullptr;
+    QString m_lastEmbedder = "lexical"; // restored when "Other model..." is cancelled
     QCheckBox *m_gate = nullptr;
     QComboBox *m_gateSignal = nullptr;
     QDoubleSpinBox *m_gateThreshold = nullptr;

@@ -305,6 +305,30 @@ private Q_SLOTS:
         QCOMPARE(spy.count(), 1);
     }
 
+    // An embedding model by path: listed by its folder name before "Other model...", its path
+    // what a replay and a sweep ask for; a name selects the name again; the same path twice is one
+    // entry.
+    void embedderModelPath()
+    {
+        ui::ReplayPanel p;
+        auto *combo = p.findChild<QComboBox *>("embedderCombo");
+        QVERIFY(combo);
+        const int before = combo->count();
+        ui::ReplayRequest r;
+        r.workloadPath = "/data/w.jsonl";
+        r.embedder = "/data/models/embedder";
+        p.setReplayRequest(r);
+        QCOMPARE(combo->currentText(), QString("embedder"));
+        QCOMPARE(p.replayRequest().embedder, QString("/data/models/embedder"));
+        QCOMPARE(p.sweepRequest().embedder, QString("/data/models/embedder"));
+        QCOMPARE(combo->itemText(combo->count() - 1), QString("Other model..."));
+        p.setReplayRequest(r);
+        QCOMPARE(combo->count(), before + 1);
+        r.embedder = "lexical-idf";
+        p.setReplayRequest(r);
+        QCOMPARE(p.replayRequest().embedder, QString("lexical-idf"));
+    }
+
     // The threshold sweep: the button asks for the workload's sweep with the chosen embedder; the
     // result opens the sweep window with the suggested threshold selected, and using a row sets the
     // semantic threshold.

@@ -1,0 +1,71 @@
+// Trains the demo's own sentence embedder: a small BERT-family encoder (mean pooling, normalised)
+// with a WordPiece vocabulary built from the demo's questions, trained contrastively (InfoNCE over
+// cosine similarities: each anchor against its positive, every other positive in the batch and
+// every hard negative) on the paraphrase triples of core/workload/paraphrase_pairs.h, and written
+// as a sentence-transformers directory (EncoderCheckpoint reads it like a downloaded model) with
+// vocab.txt, tokenizer_config.json and train_log.json.
+//
+// The log holds the held-out evaluation: the same labelled pairs (validation-only wordings and
+// held-out concepts) scored by the trained embedder, the lexical embedder and its IDF variant
+// (fitted on the pairs' texts, as the semantic tier fits it on the texts it embeds).
+//
+// Threading: runs on the calling thread and sets torch's thread count there; the progress callback
+// returns false to stop (nothing is written then).
+#pragma once
+
+#include "core/workload/paraphrase_pairs.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvwb::gpu {
+
+struct EmbedderTrainOptions
+{
+    std::filesystem::path wordnetDir = "/usr/share/wordnet";
+    size_t concepts = 1000;
+    int holdOutEvery = 10; // every 10th concept by rank never trained on
+    int vocabSize = 4000;
+    int hidden = 128;
+    int layers = 2;
+    int heads = 4;
+    int intermediate = 256;
+    int maxPositions = 64;
+    int steps = 1500;
+    int batch = 64; // triples per step
+    double lr = 1e-3;
+    int warmup = 100;
+    double temperature = 0.05;
+    uint64_t seed = 1;
+    int threads = 0;
+    size_t evalPairs = 4000;
+    std::filesystem::path out;
+    bool force = false; // replace a non-empty out
+};
+
+struct EmbedderEvaluation
+{
+    std::string embedder; // "trained", "lexical", "lexical-idf"
+    core::PairSeparation separation;
+};
+
+struct EmbedderTrainResult
+{
+    bool cancelled = false;
+    double seconds = 0;
+    int64_t parameters = 0;
+    int vocabSize = 0;
+    std::vector<std::pair<int, double>> losses; // (step, mean loss over the steps since the last)
+    std::vector<EmbedderEvaluation> evaluation;
+};
+
+// fraction in [0, 1]; false cancels.
+using EmbedderProgressFn = std::function<bool(int step, int steps, double loss)>;
+
+EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &options,
+                                  const EmbedderProgressFn &progress = {});
+
+} // namespace kvwb::gpu
