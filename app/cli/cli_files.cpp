@@ -2,6 +2,7 @@
 
 #include "app/cli/cli_util.h"
 #include "core/model/checkpoint.h"
+#include "core/model/encoder_config.h"
 #include "core/model/gguf_model.h"
 #include "core/model/memory_estimate.h"
 #include "core/model/random_model.h"
@@ -196,6 +197,40 @@ void writeGgufFrom(const core::Checkpoint &ck, const fs::path &out, core::DType 
 
 } // namespace
 
+namespace {
+
+// A sentence encoder's card: its geometry, pooling, normalisation, sequence limit, tokenizer and
+// fingerprint.
+json encoderCard(const fs::path &path)
+{
+    const auto ck = core::EncoderCheckpoint::open(path);
+    const core::EncoderConfig &c = ck.config();
+    json card = {{"path", ck.path().string()},
+                 {"kind", "sentence encoder"},
+                 {"format", ck.isGguf() ? "gguf" : "hf_safetensors"},
+                 {"model_type", c.modelType},
+                 {"layers", c.numLayers},
+                 {"hidden_size", c.hiddenSize},
+                 {"heads", c.numHeads},
+                 {"intermediate_size", c.intermediateSize},
+                 {"vocab_size", c.vocabSize},
+                 {"max_positions", c.maxPositions},
+                 {"max_seq_length", c.sequenceLimit()},
+                 {"activation", core::encoderActivationName(c.activation)},
+                 {"pooling", core::poolingName(c.pooling)},
+                 {"pooling_from", c.poolingSource},
+                 {"normalize", c.normalize},
+                 {"parameters", c.parameterCount()},
+                 {"sha256", ck.fingerprint()}};
+    if (const auto tok = ck.tokenizerPath()) {
+        const auto t = core::loadTokenizer(*tok);
+        card["tokenizer"] = {{"path", tok->string()}, {"kind", t->kind()}, {"vocab_size", t->vocabSize()}};
+    }
+    return card;
+}
+
+} // namespace
+
 int cmdInfo(const QStringList &args)
 {
     QCommandLineParser p;
@@ -203,15 +238,20 @@ int cmdInfo(const QStringList &args)
           "Print a JSON card: for a model its architecture, shapes, RoPE, tokenizer, fingerprint and memory "
           "estimate; for an experiment file (.h5) its provenance, models, storage and prompt count.",
           "PATH",
-          "HF model directory (or its config.json), .gguf file, llama2.c .bin checkpoint, or experiment .h5 "
-          "file.");
+          "HF model directory (or its config.json), .gguf file, llama2.c .bin checkpoint, sentence-encoder "
+          "directory or GGUF, or experiment .h5 file.");
     if (p.positionalArguments().size() != 1)
         throw UsageError{"expected exactly one PATH"};
     const fs::path path = str(p.positionalArguments().first());
-    const json card = path.extension() == ".h5" || path.extension() == ".hdf5" ? experimentCard(path) : [&] {
+    json card;
+    if (path.extension() == ".h5" || path.extension() == ".hdf5") {
+        card = experimentCard(path);
+    } else if (core::isEncoderModel(path)) { // a sentence-embedding model (BERT family)
+        card = encoderCard(path);
+    } else {
         const auto ck = core::Checkpoint::open(path);
-        return modelCard(ck, ck.tokenizerPath());
-    }();
+        card = modelCard(ck, ck.tokenizerPath());
+    }
     std::printf("%s\n", card.dump(2, ' ', false, json::error_handler_t::replace).c_str());
     return 0;
 }

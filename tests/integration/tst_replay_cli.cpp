@@ -194,6 +194,13 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QCOMPARE(QJsonDocument::fromJson(r.out).object()["settings"].toObject()["embedder"].toString(),
                  QString("encoder-embedder-128"));
+        r = runKvwb({"info", embedder}); // loaded like any model: its card
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto card = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(card["kind"].toString(), QString("sentence encoder"));
+        QCOMPARE(card["pooling"].toString(), QString("mean"));
+        QCOMPARE(card["normalize"].toBool(), true);
+        QCOMPARE(card["tokenizer"].toObject()["kind"].toString(), QString("wordpiece"));
         r = runKvwb(
             {"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", q(m_dir / "no-such-model")});
         QCOMPARE(r.exitCode, 2);
