@@ -172,6 +172,18 @@ int main(int argc, char **argv)
     put(out / "config_json", "gemma2.json", randomModelPreset("gemma2").config.toHfJson());
     put(out / "config_json", "gemma3.json", randomModelPreset("gemma3-b").config.toHfJson());
     put(out / "tokenizer_json", "byte_level.json", byteLevelTokenizerJson());
+    put(out / "wordpiece", "vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n##s\n,\n!\n");
+    put(out / "wordpiece", "tokenizer.json",
+        R"({"version": "1.0", "added_tokens": [{"id": 1, "content": "[UNK]", "special": true},
+  {"id": 2, "content": "[CLS]", "special": true}, {"id": 3, "content": "[SEP]", "special": true}],
+ "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+  "strip_accents": null, "lowercase": true},
+ "pre_tokenizer": {"type": "BertPreTokenizer"},
+ "post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 2], "sep": ["[SEP]", 3]},
+ "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+ "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+  "max_input_chars_per_word": 100,
+  "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "world": 5, "##s": 6, ",": 7}}})");
     {
         SafetensorsWriter w;
         const std::vector<float> a{1, 2, 3, 4, 5, 6}, b{0.5f, -1};
