@@ -8,6 +8,7 @@
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
 #include "core/model/checkpoint.h"
+#include "core/model/encoder_config.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
@@ -117,6 +118,10 @@ int cmdReplay(const QStringList &args)
                  "or prompt (the whole prompt, system prompt included).",
                  "WHAT", "question"});
     p.addOption({"embedder-layer", "Model embedder layer (default: the middle one).", "N"});
+    p.addOption({"embedder-prefix",
+                 "An embedding model's input prefix, put before every text it embeds (e5: \"query: \"; bge's "
+                 "query instruction).",
+                 "TEXT"});
     p.addOption({"block", "Prefix-tree block size in tokens (default 16).", "N", "16"});
     p.addOption(
         {"min-cross-tokens", "Cross-model reuse needs this many matched tokens (default 16).", "N", "16"});
@@ -279,6 +284,9 @@ int cmdReplay(const QStringList &args)
     job.workloadPath = str(p.value("workload"));
     job.embedder = str(p.value("embedder"));
     job.embedderLayer = intOption(p, "embedder-layer", -1, 0);
+    job.embedderPrefix = str(p.value("embedder-prefix"));
+    if (!job.embedderPrefix.empty() && core::isBuiltinEmbedder(job.embedder))
+        throw UsageError{"--embedder-prefix is for an embedding model given by path"};
     job.limit = p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0;
     job.converter = str(p.value("converter"));
     for (const QString &g : p.values("knowledge"))
@@ -347,7 +355,8 @@ int cmdReplay(const QStringList &args)
         embedTexts; // what the semantic tier embeds: the lexical-idf embedder's documents
     for (const auto &r : requests)
         embedTexts.push_back(o.embedQuestion && !r.question.empty() ? r.question : r.prompt);
-    const auto embedder = jobs::makeEmbedder(job.embedder, job.embedderLayer, *a, *tokA, embedTexts);
+    const auto embedder =
+        jobs::makeEmbedder(job.embedder, job.embedderLayer, *a, *tokA, embedTexts, job.embedderPrefix);
     job.options = o;
     std::unique_ptr<gpu::KnowledgeTier> knowledge;
     if (needKnowledge) {

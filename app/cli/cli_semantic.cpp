@@ -38,6 +38,9 @@ int cmdSweepSemantic(const QStringList &args)
     p.addOption(
         {"include-exact", "Also score requests whose text repeats an earlier one (the exact tier's)."});
     p.addOption({"limit", "Only the first N requests.", "N"});
+    p.addOption({"embedder-prefix",
+                 "An embedding model's input prefix, put before every text it embeds (e5: \"query: \").",
+                 "TEXT"});
     p.addOption({"json", "Print the sweep as JSON."});
     addEngineOptions(p);
     parse(p, args,
@@ -47,6 +50,8 @@ int cmdSweepSemantic(const QStringList &args)
         throw UsageError{"--workload is required"};
     const std::string kind = str(p.value("embedder"));
     checkEmbedderOption(p);
+    if (p.isSet("embedder-prefix") && core::isBuiltinEmbedder(kind))
+        throw UsageError{"--embedder-prefix is for an embedding model given by path"};
     if (kind == "model" && !p.isSet("model-a"))
         throw UsageError{"--embedder model needs --model-a"};
     if (p.value("embed") != "question" && p.value("embed") != "prompt")
@@ -70,7 +75,7 @@ int cmdSweepSemantic(const QStringList &args)
         tokenizer = loadModelTokenizer(*model);
         embedder = jobs::makeEmbedder(kind, intOption(p, "embedder-layer", -1, 0), *model, *tokenizer);
     } else if (!core::isBuiltinEmbedder(kind)) {
-        embedder = gpu::loadEmbedderModel(kind, loadOptions(p));
+        embedder = gpu::loadEmbedderModel(kind, loadOptions(p), str(p.value("embedder-prefix")));
     } else {
         auto lexical = std::make_unique<core::LexicalEmbedder>();
         if (kind == "lexical-idf")

@@ -27,7 +27,8 @@ ReplayRequests readReplayRequests(const std::string &workloadPath, int limit)
 
 std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,
                                              const core::Tokenizer &tokenizerA,
-                                             const std::vector<std::string> &idfDocuments)
+                                             const std::vector<std::string> &idfDocuments,
+                                             const std::string &prefix)
 {
     if (kind == "lexical")
         return std::make_unique<core::LexicalEmbedder>();
@@ -45,7 +46,7 @@ std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer,
     gpu::LoadOptions o;
     o.device = a.options().device;
     o.threads = a.options().threads;
-    return gpu::loadEmbedderModel(kind, o);
+    return gpu::loadEmbedderModel(kind, o, prefix);
 }
 
 std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,
@@ -133,6 +134,7 @@ std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embed
     const nlohmann::json settings = {
         {"workload", job.workloadPath},
         {"tiers", tiers},
+        {"embedder_prefix", job.embedderPrefix},
         {"threshold", o.threshold},
         {"embedder", embedder ? embedder->name() : job.embedder},
         {"embed", o.embedQuestion ? "question" : "prompt"},

@@ -24,7 +24,8 @@ struct ReplayJob
 {
     std::string workloadPath;         // workload JSONL
     gpu::ReplayOptions options;       // tier stack, limits, gate, clock, prices
-    std::string embedder = "lexical"; // lexical | model (the semantic tier's)
+    std::string embedder = "lexical"; // lexical | lexical-idf | model | an embedding model's path
+    std::string embedderPrefix;       // an embedding model's: text put before every input ("query: ")
     int embedderLayer = -1;           // model embedder: the block to pool (-1: the middle one)
     int limit = 0;                    // first N requests (0 = all)
     std::string converter;            // the cross tier's converter (/converters/<name>)
@@ -62,7 +63,8 @@ ReplayRequests readReplayRequests(const std::string &workloadPath, int limit);
 // its last token), loaded on model A's device.
 std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,
                                              const core::Tokenizer &tokenizerA,
-                                             const std::vector<std::string> &idfDocuments = {});
+                                             const std::vector<std::string> &idfDocuments = {},
+                                             const std::string &prefix = {});
 
 // A shared store's counters and its server's memory (used, limit, eviction policy, evicted and
 // expired keys) as JSON, for `kvwb replay --json` and a fleet's summary.

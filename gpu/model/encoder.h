@@ -57,7 +57,8 @@ public:
     EncoderEmbedder(const std::filesystem::path &path, const LoadOptions &options, std::string prefix = {});
     ~EncoderEmbedder() override;
     int dim() const override;
-    std::string name() const override; // "encoder-<model directory or file stem>-<dim>"
+    // "encoder-<model directory or file stem>-<dim>", then "-p<hash of the prefix>" when there is one
+    std::string name() const override;
     std::vector<float> embed(const std::string &text) override;
     const Encoder &encoder() const;
     const core::Tokenizer &tokenizer() const;

@@ -194,6 +194,15 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QCOMPARE(QJsonDocument::fromJson(r.out).object()["settings"].toObject()["embedder"].toString(),
                  QString("encoder-embedder-128"));
+        r = runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", embedder,
+                     "--embedder-prefix", "query: ", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(QJsonDocument::fromJson(r.out).object()["embedder"].toString().startsWith(
+            "encoder-embedder-128-p"));
+        QCOMPARE(
+            runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder-prefix", "query: "})
+                .exitCode,
+            2);                          // a prefix is for a model given by path
         r = runKvwb({"info", embedder}); // loaded like any model: its card
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto card = QJsonDocument::fromJson(r.out).object();

@@ -258,6 +258,18 @@ std::string stemOf(const fs::path &path)
     return p.stem().string();
 }
 
+// Vectors embedded with and without a prefix differ, so their names do (a store keeps entries
+// per embedder name): "-p" and the prefix's FNV-1a hash.
+std::string prefixTag(const std::string &prefix)
+{
+    if (prefix.empty())
+        return {};
+    uint32_t h = 2166136261u;
+    for (unsigned char c : prefix)
+        h = (h ^ c) * 16777619u;
+    return fmt::format("-p{:08x}", h);
+}
+
 void normaliseInPlace(std::vector<float> &v)
 {
     double norm = 0;
@@ -285,7 +297,7 @@ EncoderEmbedder::EncoderEmbedder(const fs::path &path, const LoadOptions &option
                     fmt::format("{}: the tokenizer has {} ids; the encoder's vocabulary {}", tok->string(),
                                 m_tokenizer->vocabSize(), ck.config().vocabSize));
     m_encoder = Encoder::load(ck, options);
-    m_name = fmt::format("encoder-{}-{}", stemOf(path), dim());
+    m_name = fmt::format("encoder-{}-{}{}", stemOf(path), dim(), prefixTag(m_prefix));
 }
 
 EncoderEmbedder::~EncoderEmbedder() = default;
@@ -337,7 +349,7 @@ DecoderEmbedder::DecoderEmbedder(const fs::path &path, const LoadOptions &option
     m_tokenizer = core::loadTokenizer(*tok);
     core::checkTokenizerFitsModel(*m_tokenizer, ck.config(), tok->string());
     m_model = Model::load(ck, options);
-    m_name = fmt::format("decoder-last-{}-{}", stemOf(path), dim());
+    m_name = fmt::format("decoder-last-{}-{}{}", stemOf(path), dim(), prefixTag(m_prefix));
 }
 
 DecoderEmbedder::~DecoderEmbedder() = default;

@@ -7,6 +7,8 @@
 #include "core/model/encoder_config.h"
 #include "core/model/gguf.h"
 #include "core/model/random_model.h"
+#include "core/tokenize/tokenizer.h"
+#include "core/tokenize/wordpiece_tokenizer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "gpu/model/encoder.h"
@@ -131,6 +133,7 @@ private Q_SLOTS:
     void badFiles_data();
     void badFiles();
     void decoderLastToken();
+    void embedderTokenizesPrefixesAndTruncates();
 };
 
 void TestEncoder::hiddenStatesMatchReference_data()
@@ -335,6 +338,39 @@ void TestEncoder::decoderLastToken()
     QCOMPARE(e.embed("gradient descent"), v);
     QVERIFY(e.embed("a different question") != v);
     QVERIFY(QString::fromStdString(e.name()).startsWith("decoder-last-dec-"));
+}
+
+void TestEncoder::embedderTokenizesPrefixesAndTruncates()
+{
+    // An encoder directory with its own vocab.txt: the embedder is the encoder over the WordPiece
+    // ids; a prefix is the same as writing it before the text, and names the embedder apart; a
+    // text longer than max_seq_length keeps its start and ends in [SEP].
+    QTemporaryDir tmp;
+    const fs::path dir = fs::path(tmp.path().toStdString()) / "enc";
+    const auto tokens = core::buildWordPieceVocab({"query: hello world, what is a cat"}, 200);
+    core::EncoderConfig c = tinyConfig();
+    c.vocabSize = int(tokens.size());
+    c.maxSeqLength = 8;
+    c.normalize = true;
+    core::writeEncoderHf(dir, c, test::randomEncoderWeights(c, 12));
+    core::writeWordPieceVocab(dir, tokens);
+    QVERIFY(core::isEncoderModel(dir));
+    gpu::EncoderEmbedder plain(dir, oneThread()), prefixed(dir, oneThread(), "query: ");
+    QCOMPARE(plain.name(), std::string("encoder-enc-16"));
+    QVERIFY(prefixed.name() != plain.name() && prefixed.name().rfind("encoder-enc-16-p", 0) == 0);
+    QCOMPARE(prefixed.embed("hello world"), plain.embed("query: hello world"));
+    const auto ids = plain.tokenizer().encode("hello world", true);
+    QCOMPARE(ids.size(), size_t(4)); // whole words: [CLS] hello world [SEP]
+    const auto direct = plain.encoder().embed({ids}, true)[0];
+    QVERIFY(test::maxRelativeError(plain.embed("hello world"), direct) < 1e-5);
+    // 8 positions: [CLS] + 6 tokens + [SEP]
+    const std::string longText = "hello world what is a cat hello world what is a cat";
+    auto longIds = plain.tokenizer().encode(longText, true);
+    QVERIFY(longIds.size() > 8);
+    const int sep = longIds.back();
+    longIds.resize(8);
+    longIds.back() = sep;
+    QVERIFY(test::maxRelativeError(plain.embed(longText), plain.encoder().embed({longIds}, true)[0]) < 1e-5);
 }
 
 QTEST_GUILESS_MAIN(TestEncoder)
