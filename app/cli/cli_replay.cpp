@@ -8,7 +8,6 @@
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
 #include "core/model/checkpoint.h"
-#include "core/model/encoder_config.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/tokenize/tokenizer.h"
@@ -279,14 +278,12 @@ int cmdReplay(const QStringList &args)
     if (needCross && !p.isSet("experiment"))
         throw UsageError{"the cross tier needs --experiment (its converter)"};
 
-    checkEmbedderOption(p);
+    checkEmbedderOption(p, true);
     jobs::ReplayJob job;
     job.workloadPath = str(p.value("workload"));
     job.embedder = str(p.value("embedder"));
     job.embedderLayer = intOption(p, "embedder-layer", -1, 0);
     job.embedderPrefix = str(p.value("embedder-prefix"));
-    if (!job.embedderPrefix.empty() && core::isBuiltinEmbedder(job.embedder))
-        throw UsageError{"--embedder-prefix is for an embedding model given by path"};
     job.limit = p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0;
     job.converter = str(p.value("converter"));
     for (const QString &g : p.values("knowledge"))

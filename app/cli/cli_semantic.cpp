@@ -49,9 +49,7 @@ int cmdSweepSemantic(const QStringList &args)
     if (!p.isSet("workload"))
         throw UsageError{"--workload is required"};
     const std::string kind = str(p.value("embedder"));
-    checkEmbedderOption(p);
-    if (p.isSet("embedder-prefix") && core::isBuiltinEmbedder(kind))
-        throw UsageError{"--embedder-prefix is for an embedding model given by path"};
+    checkEmbedderOption(p, true);
     if (kind == "model" && !p.isSet("model-a"))
         throw UsageError{"--embedder model needs --model-a"};
     if (p.value("embed") != "question" && p.value("embed") != "prompt")

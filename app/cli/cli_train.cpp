@@ -6,6 +6,7 @@
 #include "core/tokenize/spm_library.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/error.h"
+#include "core/util/text_util.h"
 #include "core/workload/corpus_shard.h"
 #include "core/workload/text_corpus.h"
 #include "gpu/model/model.h"
@@ -312,26 +313,17 @@ int cmdTrainEmbedder(const QStringList &args)
         std::fprintf(stderr, "interrupted; nothing written\n");
         return 130;
     }
-    json evaluation = json::object();
     std::fprintf(stderr, "held-out pairs: %-12s %6s %8s %14s %10s\n", "embedder", "AUC", "near AUC",
                  "recall@P0.9", "threshold");
     for (const auto &e : r.evaluation) {
         const auto &s = e.separation;
         std::fprintf(stderr, "                %-12s %6.3f %8.3f %14.3f %10.3f\n", e.embedder.c_str(), s.auc,
                      s.nearMissAuc, s.recallAtPrecision90, s.thresholdAtPrecision90);
-        evaluation[e.embedder] = {{"auc", s.auc},
-                                  {"near_miss_auc", s.nearMissAuc},
-                                  {"recall_at_precision_0_9", s.recallAtPrecision90},
-                                  {"threshold_at_precision_0_9", s.thresholdAtPrecision90}};
     }
-    std::printf("%s\n", json{{"out", o.out.string()},
-                             {"seconds", r.seconds},
-                             {"parameters", r.parameters},
-                             {"vocab_size", r.vocabSize},
-                             {"final_loss", r.losses.empty() ? 0.0 : r.losses.back().second},
-                             {"evaluation", evaluation}}
-                            .dump()
-                            .c_str());
+    // the log the trainer wrote beside the model: options, losses, the held-out evaluation
+    json log = json::parse(core::text::readWholeFile(o.out / "train_log.json"));
+    log["out"] = o.out.string();
+    std::printf("%s\n", log.dump().c_str());
     return 0;
 }
 

@@ -120,7 +120,7 @@ bool InterruptScope::interrupted()
     return g_interrupted.load();
 }
 
-void checkEmbedderOption(const QCommandLineParser &p)
+void checkEmbedderOption(const QCommandLineParser &p, bool hasPrefixOption)
 {
     const std::string spec = str(p.value("embedder"));
     std::error_code ec;
@@ -128,6 +128,8 @@ void checkEmbedderOption(const QCommandLineParser &p)
         throw UsageError{"--embedder expects lexical, lexical-idf, model or the path of an embedding model "
                          "(a sentence-transformers directory, a bert GGUF, a decoder embedder), got '" +
                          spec + "'"};
+    if (hasPrefixOption && p.isSet("embedder-prefix") && core::isBuiltinEmbedder(spec))
+        throw UsageError{"--embedder-prefix is for an embedding model given by path"};
 }
 
 } // namespace kvwb::app::cli

@@ -35,9 +35,9 @@ int intOption(const QCommandLineParser &p, const QString &name, int fallback, in
 double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min,
                     double max);
 std::vector<int> parseIdList(const QString &text, const char *flag);
-// --embedder: lexical, lexical-idf, model, or the path of an embedding model that exists
-// (UsageError otherwise).
-void checkEmbedderOption(const QCommandLineParser &p);
+// --embedder: lexical, lexical-idf, model, or the path of an embedding model that exists; and,
+// where the command has one, --embedder-prefix only with a model path (UsageError otherwise).
+void checkEmbedderOption(const QCommandLineParser &p, bool hasPrefixOption = false);
 // Error(Io) naming the path when unreadable.
 std::string readTextFile(const QString &path);
 // The demo project folder (holding demo.kvwb, models/a, models/b, workloads/): the installed one,

@@ -334,9 +334,7 @@ std::vector<float> EncoderEmbedder::embed(const std::string &text)
     }
     if (ids.empty())
         return std::vector<float>(size_t(dim()), 0.0f);
-    auto v = m_encoder->embed({ids}, false)[0];
-    normaliseInPlace(v);
-    return v;
+    return m_encoder->embed({ids}, true)[0];
 }
 
 DecoderEmbedder::DecoderEmbedder(const fs::path &path, const LoadOptions &options, std::string prefix)

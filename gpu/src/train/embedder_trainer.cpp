@@ -181,6 +181,9 @@ EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &o, const EmbedderP
     groups.emplace_back(noDecay, std::make_unique<torch::optim::AdamWOptions>(
                                      torch::optim::AdamWOptions(o.lr).weight_decay(0.0)));
     torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr));
+    std::vector<torch::Tensor> params;
+    for (const auto &[name, t] : w.named())
+        params.push_back(*t);
 
     core::SeededRandom rng(o.seed);
     double lossSum = 0;
@@ -209,9 +212,6 @@ EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &o, const EmbedderP
                 torch::nn::functional::cross_entropy(logits, torch::arange(o.batch, torch::kInt64));
             opt.zero_grad();
             l.backward();
-            std::vector<torch::Tensor> params;
-            for (const auto &[name, t] : w.named())
-                params.push_back(*t);
             torch::nn::utils::clip_grad_norm_(params, 1.0);
             opt.step();
             return l.item<double>();

@@ -230,12 +230,11 @@ void TestEncoder::prefixedNamesLoad()
     QTemporaryDir tmp;
     const core::EncoderConfig c = tinyConfig();
     const fs::path dir = fs::path(tmp.path().toStdString()) / "enc";
-    core::writeEncoderHf(dir, c, test::randomEncoderWeights(c, 3));
+    const auto weights = test::randomEncoderWeights(c, 3);
+    core::writeEncoderHf(dir, c, weights);
     core::SafetensorsWriter w;
-    for (const auto &[name, v] : test::randomEncoderWeights(c, 3)) {
-        const auto shape = core::EncoderCheckpoint::open(dir).require(name, {}).info->shape;
-        w.addF32("bert." + name, shape, v);
-    }
+    for (const auto &[name, shape] : core::EncoderCheckpoint::requiredTensors(c))
+        w.addF32("bert." + name, shape, weights.at(name));
     w.addF32("cls.predictions.bias", {c.vocabSize}, std::vector<float>(size_t(c.vocabSize), 0.0f));
     const fs::path prefixed = fs::path(tmp.path().toStdString()) / "prefixed";
     fs::copy(dir, prefixed, fs::copy_options::recursive);
