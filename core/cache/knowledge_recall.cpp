@@ -15,7 +15,7 @@ struct KnowledgeRecall::Impl
 {
     static constexpr size_t kM = 16;
     static constexpr size_t kEfConstruction = 200;
-    static constexpr size_t kEfSearch = 128; // as the semantic tier's index (its tests measure recall)
+    static constexpr size_t kEfSearch = 128; // as the semantic tier's index, beyond the exact limit
 
     std::unique_ptr<VectorIndex> index;
     std::vector<size_t> nodeOfEntry;

@@ -106,9 +106,10 @@ std::unordered_map<uint64_t, int> LexicalEmbedder::features(const std::string &t
 
 struct SemanticTier::Impl
 {
-    // One HNSW graph per namespace. Labels are slots of entryOfLabel; a removed entry's label is
-    // marked deleted and later reused (addPoint on a deleted label updates it in place), so a
-    // namespace's graph holds at most its peak number of live entries.
+    // One vector index per namespace (exact up to VectorIndex::kDefaultExactLimit entries, HNSW
+    // beyond). Labels are slots of entryOfLabel; a removed entry's label is marked deleted and later
+    // reused (add on a deleted label replaces it in place), so a namespace's index holds at most its
+    // peak number of live entries.
     struct Index
     {
         std::unique_ptr<VectorIndex> graph;
@@ -126,8 +127,9 @@ struct SemanticTier::Impl
 
     static constexpr size_t kM = 16;
     static constexpr size_t kEfConstruction = 200;
-    // ef 128: recall@1 on 5k random unit vectors (dim 64) was 0.946 at ef 64 and 0.994 at ef 128
-    // (tests); ef bounds the search work, k (<= 8) only how many results come back to filter.
+    // HNSW's, for a namespace beyond the exact limit. ef 128: recall@1 on 5k random unit vectors
+    // (dim 64) was 0.946 at ef 64 and 0.994 at ef 128 (tests/core/cache/tst_vector_index.cpp); ef
+    // bounds the search work, k (<= 8) only how many results come back to filter.
     static constexpr size_t kEfSearch = 128;
     static constexpr size_t kCandidates = 8;
     static constexpr size_t kInitialCapacity = 256;

@@ -6,6 +6,7 @@
 #include <hnswlib/hnswlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <new>
 
@@ -33,22 +34,60 @@ struct VectorIndex::Impl
 {
     const char *name;
     int dim;
-    std::unique_ptr<hnswlib::InnerProductSpace> space; // declared first: the graph points at it
-    std::unique_ptr<hnswlib::HierarchicalNSW<float>> graph;
+    size_t m, efConstruction, efSearch, exactLimit;
+    std::unique_ptr<hnswlib::InnerProductSpace> space;      // declared first: the graph points at it
+    std::unique_ptr<hnswlib::HierarchicalNSW<float>> graph; // once more than exactLimit are live
+    std::vector<float> data;                                // [slots * dim]
+    std::vector<uint8_t> live;                              // [slots]
+    size_t liveCount = 0;
+
+    const float *row(size_t label) const { return data.data() + label * size_t(dim); }
+
+    void reserveSlots(size_t slots)
+    {
+        if (slots <= live.size())
+            return;
+        guarded(name, "resize", [&] {
+            data.resize(slots * size_t(dim));
+            live.resize(slots, 0);
+        });
+    }
+
+    void graphAdd(size_t label)
+    {
+        const size_t capacity = graph->max_elements_;
+        if (label >= capacity)
+            guarded(name, "resizeIndex", [&] { graph->resizeIndex(std::max(capacity * 2, label + 1)); });
+        guarded(name, "addPoint", [&] { graph->addPoint(row(label), label); });
+    }
+
+    void buildGraph()
+    {
+        graph = guarded(name, "create", [&] {
+            return std::make_unique<hnswlib::HierarchicalNSW<float>>(
+                space.get(), std::max<size_t>(live.size(), 1), m, efConstruction);
+        });
+        graph->setEf(efSearch);
+        for (size_t label = 0; label < live.size(); ++label)
+            if (live[label])
+                graphAdd(label);
+    }
 };
 
 VectorIndex::VectorIndex(int dim, size_t initialCapacity, size_t m, size_t efConstruction, size_t efSearch,
-                         const char *name)
+                         const char *name, size_t exactLimit)
     : m(std::make_unique<Impl>())
 {
+    if (dim < 1)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("{}: dimension {} (must be >= 1)", name, dim));
     this->m->name = name;
     this->m->dim = dim;
+    this->m->m = m;
+    this->m->efConstruction = efConstruction;
+    this->m->efSearch = efSearch;
+    this->m->exactLimit = exactLimit;
     this->m->space = std::make_unique<hnswlib::InnerProductSpace>(size_t(dim));
-    this->m->graph = guarded(name, "create", [&] {
-        return std::make_unique<hnswlib::HierarchicalNSW<float>>(
-            this->m->space.get(), std::max<size_t>(initialCapacity, 1), m, efConstruction);
-    });
-    this->m->graph->setEf(efSearch);
+    this->m->reserveSlots(std::max<size_t>(initialCapacity, 1));
 }
 
 VectorIndex::~VectorIndex() = default;
@@ -60,31 +99,65 @@ int VectorIndex::dim() const
 
 size_t VectorIndex::capacity() const
 {
-    return m->graph->max_elements_;
+    return m->live.size();
+}
+
+size_t VectorIndex::size() const
+{
+    return m->liveCount;
+}
+
+bool VectorIndex::exact() const
+{
+    return !m->graph;
 }
 
 void VectorIndex::add(const float *v, size_t label)
 {
-    const size_t capacity = m->graph->max_elements_;
-    if (label >= capacity) // labels are dense slots: a new one is at most the count
-        guarded(m->name, "resizeIndex", [&] { m->graph->resizeIndex(std::max(capacity * 2, label + 1)); });
-    guarded(m->name, "addPoint", [&] { m->graph->addPoint(v, label); });
+    if (label >= m->live.size()) // labels are dense slots: a new one is at most the count
+        m->reserveSlots(std::max(m->live.size() * 2, label + 1));
+    std::copy(v, v + m->dim, m->data.begin() + ptrdiff_t(label * size_t(m->dim)));
+    if (!m->live[label]) {
+        m->live[label] = 1;
+        ++m->liveCount;
+    }
+    if (m->graph)
+        m->graphAdd(label); // a deleted label's point is updated in place and undeleted
+    else if (m->liveCount > m->exactLimit)
+        m->buildGraph();
 }
 
 void VectorIndex::markDeleted(size_t label)
 {
-    guarded(m->name, "markDelete", [&] { m->graph->markDelete(label); });
+    if (label >= m->live.size() || !m->live[label])
+        throw Error(ErrorCode::Internal, fmt::format("{}: label {} is not in the index", m->name, label));
+    m->live[label] = 0;
+    --m->liveCount;
+    if (m->graph)
+        guarded(m->name, "markDelete", [&] { m->graph->markDelete(label); });
 }
 
 std::vector<std::pair<float, size_t>> VectorIndex::search(const float *q, size_t k) const
 {
     std::vector<std::pair<float, size_t>> ranked;
-    if (k == 0 || m->graph->cur_element_count == 0)
+    if (k == 0 || m->liveCount == 0)
         return ranked;
-    auto result = guarded(m->name, "search", [&] { return m->graph->searchKnn(q, k); });
-    while (!result.empty()) {
-        ranked.emplace_back(result.top().first, size_t(result.top().second));
-        result.pop();
+    if (m->graph) {
+        auto result = guarded(m->name, "search", [&] { return m->graph->searchKnn(q, k); });
+        while (!result.empty()) {
+            ranked.emplace_back(result.top().first, size_t(result.top().second));
+            result.pop();
+        }
+    } else {
+        const auto distance = m->space->get_dist_func();
+        void *param = m->space->get_dist_func_param();
+        ranked.reserve(m->liveCount);
+        for (size_t label = 0; label < m->live.size(); ++label)
+            if (m->live[label])
+                ranked.emplace_back(distance(q, m->row(label), param), label);
+        k = std::min(k, ranked.size());
+        std::partial_sort(ranked.begin(), ranked.begin() + ptrdiff_t(k), ranked.end());
+        ranked.resize(k);
     }
     std::sort(ranked.begin(), ranked.end());
     return ranked;

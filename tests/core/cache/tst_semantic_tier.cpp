@@ -1,4 +1,4 @@
-// SemanticTier and LexicalEmbedder: thresholds, HNSW recall against brute force, isolation,
+// SemanticTier and LexicalEmbedder: thresholds, the nearest entry equal to brute force, isolation,
 // evicted/invalidated entries never returned, nearest() without a use.
 #include "core/cache/semantic_tier.h"
 #include "core/util/error.h"
@@ -133,9 +133,10 @@ private Q_SLOTS:
         QVERIFY_THROWS_EXCEPTION(core::Error, SemanticTier(lru(0), 0, 0.5));
     }
 
-    // HNSW (M 16, ef_construction 200, ef 64) against brute force on 5k random unit vectors: recall@1
-    // for random queries (the hard case: all similarities near 0) and for noisy copies of stored
-    // vectors (the cache's case: a paraphrase of a cached prompt).
+    // The tier's nearest entry against brute force on 5k random unit vectors, for random queries
+    // (all similarities near 0) and for noisy copies of stored vectors (the cache's case: a
+    // paraphrase of a cached prompt): exact at this size (VectorIndex's exact limit; its HNSW
+    // recall beyond it is tests/core/cache/tst_vector_index.cpp's).
     void recallAgainstBruteForce()
     {
         const int dim = 64, n = 5000, queries = 500;
@@ -171,7 +172,7 @@ private Q_SLOTS:
             }
             const double recall = double(agree) / queries;
             qInfo("recall@1 (%s queries): %.3f", noisy ? "noisy-copy" : "random", recall);
-            QVERIFY(recall >= 0.95);
+            QCOMPARE(agree, queries);
         }
     }
 
