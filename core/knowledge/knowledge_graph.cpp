@@ -112,6 +112,18 @@ void KnowledgeGraph::add(ConceptNode node)
         m_byName[key].push_back(index);
         m_longestName = std::max(m_longestName, size_t(std::count(key.begin(), key.end(), ' ') + 1));
     }
+    for (const auto &q : node.questions) {
+        const auto ws = text::lowerWords(q);
+        for (size_t i = 0; i < ws.size(); ++i) {
+            std::string gram;
+            for (size_t n = 1; n <= kQuestionGramWords && i + n <= ws.size(); ++n) {
+                gram += (n > 1 ? " " : "") + ws[i + n - 1];
+                auto &holders = m_questionGrams[gram];
+                if (holders.empty() || holders.back() != index)
+                    holders.push_back(index);
+            }
+        }
+    }
     m_byId.emplace(node.id, index);
     m_nodes.push_back(std::move(node));
 }
@@ -150,34 +162,116 @@ std::vector<const ConceptNode *> KnowledgeGraph::neighbours(std::string_view id,
     return out;
 }
 
+namespace {
+
+// Words ending in s that are not plurals of a shorter name ("does" is not "doe"s).
+bool mayBePlural(const std::string &w)
+{
+    static const std::unordered_set<std::string> notPlurals = {
+        "always", "besides", "does",      "goes",   "hers", "his",  "its",    "news",
+        "ours",   "perhaps", "sometimes", "theirs", "this", "thus", "unless", "whereas",
+        "was",    "yes",     "yours",     "has",    "is",   "as",   "us"};
+    return w.size() >= 4 && w.back() == 's' && !w.ends_with("ss") && !w.ends_with("us") &&
+           !w.ends_with("is") && !notPlurals.count(w);
+}
+
+// The singulars a regular English plural may come from, most specific first.
+std::vector<std::string> singulars(const std::string &w)
+{
+    std::vector<std::string> out;
+    if (w.ends_with("ies") && w.size() >= 5)
+        out.push_back(w.substr(0, w.size() - 3) + "y");
+    if (w.ends_with("es")) {
+        const std::string stem = w.substr(0, w.size() - 2);
+        if (stem.ends_with("s") || stem.ends_with("x") || stem.ends_with("z") || stem.ends_with("ch") ||
+            stem.ends_with("sh"))
+            out.push_back(stem);
+    }
+    if (w.size() >= 4)
+        out.push_back(w.substr(0, w.size() - 1));
+    return out;
+}
+
+} // namespace
+
+const std::vector<size_t> *KnowledgeGraph::lookupName(const std::string &key, std::string *nameOut) const
+{
+    if (const auto it = m_byName.find(key); it != m_byName.end()) {
+        *nameOut = key;
+        return &it->second;
+    }
+    const size_t space = key.rfind(' ');
+    const std::string last = space == std::string::npos ? key : key.substr(space + 1);
+    if (!mayBePlural(last))
+        return nullptr;
+    const std::string head = space == std::string::npos ? "" : key.substr(0, space + 1);
+    for (const auto &singular : singulars(last))
+        if (const auto it = m_byName.find(head + singular); it != m_byName.end()) {
+            *nameOut = head + singular;
+            return &it->second;
+        }
+    return nullptr;
+}
+
+bool KnowledgeGraph::isFrameKey(const std::string &key, const std::vector<size_t> &owners) const
+{
+    const auto it = m_questionGrams.find(key);
+    if (it == m_questionGrams.end())
+        return false;
+    size_t others = 0;
+    for (size_t node : it->second)
+        others += std::find(owners.begin(), owners.end(), node) == owners.end() ? 1 : 0;
+    return others >= std::max<size_t>(3, (m_nodes.size() + 19) / 20);
+}
+
+bool KnowledgeGraph::isFrameName(std::string_view name) const
+{
+    const std::string key = nameKey(name);
+    const auto it = m_byName.find(key);
+    return it != m_byName.end() && isFrameKey(key, it->second);
+}
+
 const ConceptNode *KnowledgeGraph::mentioned(std::string_view text, std::string *matchedName) const
 {
     const auto ws = text::lowerWords(text);
-    size_t bestLen = 0;
-    std::vector<size_t> best;
-    std::string bestKey;
-    for (size_t i = 0; i < ws.size(); ++i) {
-        std::string key;
-        for (size_t n = 1; n <= m_longestName && i + n <= ws.size(); ++n) {
-            key += (n > 1 ? " " : "") + ws[i + n - 1];
-            const auto it = m_byName.find(key);
-            if (it == m_byName.end() || n < bestLen)
-                continue;
-            if (n > bestLen) {
-                bestLen = n;
-                best.clear();
+    // First without frame names; when they were all the text named, with them.
+    for (const bool withFrames : {false, true}) {
+        size_t bestLen = 0;
+        std::vector<size_t> best;
+        std::string bestName;
+        bool skippedFrame = false;
+        for (size_t i = 0; i < ws.size(); ++i) {
+            std::string key;
+            for (size_t n = 1; n <= m_longestName && i + n <= ws.size(); ++n) {
+                key += (n > 1 ? " " : "") + ws[i + n - 1];
+                std::string name;
+                const std::vector<size_t> *owners = n < bestLen ? nullptr : lookupName(key, &name);
+                if (!owners)
+                    continue;
+                if (!withFrames &&
+                    (isFrameKey(key, *owners) || isFrameKey(name, *owners))) { // as written, or its name
+                    skippedFrame = true;
+                    continue;
+                }
+                if (n > bestLen) {
+                    bestLen = n;
+                    best.clear();
+                }
+                for (size_t node : *owners)
+                    if (std::find(best.begin(), best.end(), node) == best.end())
+                        best.push_back(node);
+                bestName = name;
             }
-            for (size_t node : it->second)
-                if (std::find(best.begin(), best.end(), node) == best.end())
-                    best.push_back(node);
-            bestKey = key;
         }
+        if (best.empty() && skippedFrame && !withFrames)
+            continue;
+        if (best.size() != 1) // none, or the longest names denote several concepts: not one concept
+            return nullptr;
+        if (matchedName)
+            *matchedName = bestName;
+        return &m_nodes[best.front()];
     }
-    if (best.size() != 1) // none, or the longest names denote several concepts: not one concept
-        return nullptr;
-    if (matchedName)
-        *matchedName = bestKey;
-    return &m_nodes[best.front()];
+    return nullptr;
 }
 
 Verification KnowledgeGraph::verify(std::string_view candidate, std::string_view text) const

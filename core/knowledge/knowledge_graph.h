@@ -86,19 +86,37 @@ public:
                                                 std::optional<RelationKind> kind = std::nullopt) const;
 
     // Graph verification: the request is about `candidate` only when the longest concept name (a
-    // node's name or synonym, whole words, case-insensitive) found in the text is one of the
-    // candidate's names. A sibling, a hypernym or a more specific hyponym named in the text ("sports
-    // car" for "car") wins over a shorter name, and a text that names no concept is rejected: the
-    // same derivation for a different concept is the false reuse this guards against.
+    // node's name or synonym, whole words, case-insensitive, a regular English plural of it too)
+    // found in the text is one of the candidate's names. A sibling, a hypernym or a more specific
+    // hyponym named in the text ("sports car" for "car") wins over a shorter name, and a text that
+    // names no concept or two is rejected: the same derivation for a different concept is the false
+    // reuse this guards against. Frame names (isFrameName) are looked past when the text names
+    // another concept.
     Verification verify(std::string_view candidate, std::string_view text) const;
-    // The node whose name or synonym is the longest whole-word match in the text (nullptr: none).
+    // The node whose name or synonym is the longest whole-word match in the text (nullptr: none, or
+    // the longest names denote several nodes), frame names only when the text names nothing else.
     const ConceptNode *mentioned(std::string_view text, std::string *matchedName = nullptr) const;
+    // A name that frames questions rather than naming their subject: it occurs (whole words) in the
+    // typical questions of at least max(3, 5 %) of the nodes that do not own it, as "word" does in
+    // "What is meant by the word 'year'?" and "in" in "Define year in simple terms." when "word" and
+    // "in" (inch) are concepts themselves. Learned from the graph's own questions.
+    bool isFrameName(std::string_view name) const;
 
 private:
+    // The nodes named by `key` or, when no name is `key`, by a singular of its last word ("cars",
+    // "boxes", "bodies"); nameOut gets the name found.
+    const std::vector<size_t> *lookupName(const std::string &key, std::string *nameOut) const;
+    bool isFrameKey(const std::string &key, const std::vector<size_t> &owners) const;
+
+    static constexpr size_t kQuestionGramWords = 3; // frame names are up to this many words
+
     std::vector<ConceptNode> m_nodes;
     std::unordered_map<std::string, size_t> m_byId;
     std::unordered_map<std::string, std::vector<size_t>> m_byName; // lower-cased name -> nodes
     size_t m_longestName = 0;                                      // in words
+    // Every 1..kQuestionGramWords-word phrase of the nodes' questions -> the nodes (ascending,
+    // distinct) whose questions hold it.
+    std::unordered_map<std::string, std::vector<size_t>> m_questionGrams;
 };
 
 // Freshness of a node's KV module: fresh (reuse it), stale (older than ttlMs, or computed by a

@@ -1,7 +1,7 @@
-// The knowledge graph: verification accepts a node's own names and rejects siblings, hyponyms,
-// texts that name no concept or several; relations must point into the graph; freshness follows
-// the TTL and the model fingerprint; JSONL concepts are read with file:line errors; the WordNet
-// graph holds the demo's concepts with their relations.
+// The knowledge graph: verification accepts a node's own names (their plurals, past frame names)
+// and rejects siblings, hyponyms, texts that name no concept or several; relations must point into the graph;
+// freshness follows the TTL and the model fingerprint; JSONL concepts are read with file:line errors; the
+// WordNet graph holds the demo's concepts with their relations.
 #include "core/knowledge/knowledge_graph.h"
 #include "core/util/error.h"
 #include "core/workload/wordnet.h"
@@ -82,6 +82,67 @@ private Q_SLOTS:
         QVERIFY(!g.verify("plane", "What is a car?").accepted);                 // not a node
         QCOMPARE(g.neighbours("car", RelationKind::Sibling).size(), size_t(1));
         QCOMPARE(g.neighbours("car").size(), size_t(3));
+    }
+
+    // Names that frame the questions ("word" in "What is meant by the word 'car'?") are looked past
+    // when the text names another concept, and count when it names nothing else; regular plurals
+    // name their singular unless the plural is a name itself; "does" is not a plural of "doe".
+    void frameNamesAndPlurals()
+    {
+        KnowledgeGraph g;
+        const auto add = [&](const std::string &id, const std::string &name,
+                             std::vector<std::string> synonyms) {
+            ConceptNode n = node(id, name, std::move(synonyms), {});
+            n.questions = {"What is meant by the word '" + name + "'?",
+                           "Define " + name + " in simple terms.", "What is the meaning of " + name + "?"};
+            g.add(std::move(n));
+        };
+        add("car", "car", {"automobile"});
+        add("bus", "bus", {});
+        add("word", "word", {});
+        add("inch", "inch", {"in"});
+        add("meaning", "meaning", {});
+        add("body", "body", {});
+        add("box", "box", {});
+        add("arm", "arm", {});
+        add("arms", "arms", {"weapon"});
+        add("doe", "doe", {});
+        add("term", "term", {}); // "terms" frames "Define X in simple terms."
+        for (const char *w : {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+                              "kappa", "lambda", "mu", "nu", "xi", "omicron"})
+            add(w, w, {});
+        QVERIFY(g.isFrameName("word"));
+        QVERIFY(g.isFrameName("in"));
+        QVERIFY(g.isFrameName("Meaning"));
+        QVERIFY(!g.isFrameName("term")); // the questions say "terms": a frame as written (below)
+        QVERIFY(!g.isFrameName("car"));
+        QVERIFY(!g.isFrameName("nothing"));
+
+        for (const auto *q : {"What is meant by the word 'car'?", "Define car in simple terms.",
+                              "What is the meaning of automobile?"}) {
+            const auto v = g.verify("car", q);
+            QVERIFY2(v.accepted, (std::string(q) + ": " + v.reason).c_str());
+        }
+        auto v = g.verify("car", "What is meant by the word 'bus'?");
+        QVERIFY(!v.accepted);
+        QCOMPARE(v.mentioned, std::string("bus"));
+        QVERIFY(g.verify("term", "What is a term?").accepted);
+        QVERIFY(g.verify("word", "What is a word?").accepted);        // a frame name alone names its node
+        QVERIFY(g.verify("inch", "How long is an inch?").accepted);   // "inch" itself is no frame
+        QVERIFY(!g.verify("word", "the meaning of a word").accepted); // two frame names, nothing else
+
+        v = g.verify("car", "How fast are cars?");
+        QVERIFY2(v.accepted, v.reason.c_str());
+        QCOMPARE(v.matched, std::string("car"));
+        QVERIFY(g.verify("bus", "Where do buses stop?").accepted);
+        QVERIFY(g.verify("body", "How many bodies are there?").accepted);
+        QVERIFY(g.verify("box", "Stack the boxes").accepted);
+        QVERIFY(!g.verify("car", "cars or buses?").accepted); // two concepts
+        v = g.verify("arms", "the right to bear arms");       // a name itself, not arm's plural
+        QVERIFY(v.accepted);
+        QCOMPARE(v.mentioned, std::string("arms"));
+        QVERIFY(g.verify("car", "How does a car work?").accepted); // "does" names no doe
+        QVERIFY(!g.verify("bus", "What is a bu?").accepted);
     }
 
     void badNodesAndRelationsAreRefused()
