@@ -3,6 +3,7 @@
 #include "core/knowledge/user_profiles.h"
 #include "core/metrics/text_metrics.h"
 #include "core/util/error.h"
+#include "core/util/text_util.h"
 #include "core/workload/corpus.h"
 
 #include <fmt/format.h>
@@ -190,6 +191,7 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
     const KnowledgeArm &k = e.arms[knowledgeArm];
     for (auto &arm : e.arms) {
         std::vector<double> f1, rouge, vsFull, fit;
+        std::array<std::vector<double>, 3> words;
         for (size_t i = 0; i < arm.outputs.size() && i < requests.size(); ++i) {
             if (i < fullArm.outputs.size())
                 vsFull.push_back(core::rougeL(arm.outputs[i], fullArm.outputs[i]));
@@ -200,11 +202,13 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
             const std::string reference = core::renderAnswer(parts, core::UserProfile{});
             f1.push_back(core::wordF1(arm.outputs[i], reference));
             rouge.push_back(core::rougeL(arm.outputs[i], reference));
-            fit.push_back(
-                core::profileFit(arm.outputs[i], profileOf(requests[i].user), !parts.examples.empty()).all()
-                    ? 1.0
-                    : 0.0);
+            const core::UserProfile &profile = profileOf(requests[i].user);
+            fit.push_back(core::profileFit(arm.outputs[i], profile, !parts.examples.empty()).all() ? 1.0
+                                                                                                   : 0.0);
+            words[size_t(profile.verbosity)].push_back(double(core::text::lowerWords(arm.outputs[i]).size()));
         }
+        for (size_t v = 0; v < words.size(); ++v)
+            arm.wordsByVerbosity[v] = mean(words[v]);
         arm.scored = int64_t(f1.size());
         arm.wordF1 = mean(f1);
         arm.rougeL = mean(rouge);
@@ -249,6 +253,8 @@ std::string knowledgeEvaluationJson(const KnowledgeEvaluation &e)
     const auto t = knowledgeEconomicsTable(e);
     for (size_t i = 0; i < e.arms.size(); ++i) {
         nlohmann::json a = {{"arm", e.arms[i].name}, {"scored", e.arms[i].scored}};
+        for (size_t v = 0; v < e.arms[i].wordsByVerbosity.size(); ++v)
+            a["answer_words"][core::verbosityName(core::Verbosity(v))] = e.arms[i].wordsByVerbosity[v];
         for (size_t c = 0; c < t.columns.size(); ++c)
             a[t.columns[c]] = t.rows[i][c];
         arms.push_back(a);
@@ -289,6 +295,10 @@ std::string knowledgeEvaluationMarkdown(const KnowledgeEvaluation &e)
                          a.name, a.summary.hits, a.summary.falseHits, a.summary.tokensComputed,
                          a.summary.tokensReused, a.modelSeconds, a.summary.costUsd, a.wordF1, a.rougeL,
                          a.rougeVsFull, a.profileFit);
+    s += "\n| arm | answer words, brief | standard | detailed |\n|:--|--:|--:|--:|\n";
+    for (const auto &a : e.arms)
+        s += fmt::format("| {} | {:.1f} | {:.1f} | {:.1f} |\n", a.name, a.wordsByVerbosity[0],
+                         a.wordsByVerbosity[1], a.wordsByVerbosity[2]);
     const auto &c = e.costs;
     s += fmt::format("\nGraph: {} modules built from {} tokens in {:.1f} ms; refreshed during the replay: {} "
                      "modules, {} tokens, {:.1f} ms. Verification rejected {} requests.\n",

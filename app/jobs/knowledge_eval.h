@@ -19,6 +19,7 @@
 #include "app/jobs/replay_job.h"
 #include "core/store/converter_store.h"
 
+#include <array>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -37,7 +38,10 @@ struct KnowledgeArm
     double rougeL = 0;       // mean, same
     double rougeVsFull = 0;  // mean ROUGE-L against the knowledge-in-the-prompt answer
     double profileFit = 0;   // share of answers that fit the asking user's profile
-    int64_t scored = 0;      // requests whose intent is a node of the graph (the ones scored)
+    // Mean answer length in words by the asking user's verbosity (brief, standard, detailed): what
+    // a profile changes in the answer (0 when no scored request had that verbosity).
+    std::array<double, 3> wordsByVerbosity{};
+    int64_t scored = 0; // requests whose intent is a node of the graph (the ones scored)
 };
 
 struct KnowledgeEvaluation

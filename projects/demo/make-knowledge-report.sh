@@ -5,7 +5,8 @@
 #     without it: the false reuse verification prevents), with --shadow to check placements;
 #   - the economics: kvwb knowledge evaluate on the same requests (no cache, semantic cache,
 #     knowledge tier verified and unverified, knowledge in the prompt), stored in an experiment file
-#     for the report's Knowledge reuse section.
+#     for the report's Knowledge reuse section, and the same with the base model B (profiles
+#     ignored) for the answer-length table.
 # One thread per engine (docs/engine.md: timings with spinning workers measure the scheduler).
 # Usage: projects/demo/make-knowledge-report.sh [path/to/kvwb] [requests]
 set -euo pipefail
@@ -37,5 +38,9 @@ rm -f "$OUT/knowledge.h5"
 "$KVWB" knowledge evaluate --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/p" \
   --knowledge "$OUT/graph-p.h5" --profiles "$OUT/profiles.json" --limit "$N" --threads 1 \
   --ledger-dir "$OUT/evaluate" --experiment "$OUT/knowledge.h5" --save demo | tee "$OUT/economics.md"
+# the same with the base model B, which was never shown a profile line: what P's fine-tuning does
+"$KVWB" knowledge evaluate --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/b" \
+  --knowledge "$OUT/graph-p.h5" --profiles "$OUT/profiles.json" --limit "$N" --threads 1 \
+  --ledger-dir "$OUT/evaluate-b" | tee "$OUT/economics-b.md"
 "$KVWB" report --experiment "$OUT/knowledge.h5" --out "$OUT/report" > /dev/null
 echo "report: $OUT/report"

@@ -267,6 +267,12 @@ private Q_SLOTS:
             arms << a.toObject()["arm"].toString();
         QCOMPARE(arms, (QStringList{"no cache", "semantic cache", "knowledge tier",
                                     "knowledge tier, unverified", "knowledge in the prompt"}));
+        for (const auto a : ev["arms"].toArray()) {
+            // answer length by the asker's verbosity: u1 is brief, u2 and the profile-less standard
+            const auto words = a.toObject()["answer_words"].toObject();
+            QCOMPARE(words.keys(), (QStringList{"brief", "detailed", "standard"}));
+            QCOMPARE(words["detailed"].toDouble(), 0.0); // nobody asked for detail
+        }
         const auto evRows =
             core::ledgerFromCsv(test::readFile(m_dir / "ev" / "knowledge-tier-unverified.csv"), "unverified");
         QCOMPARE(evRows.size(), size_t(4));
