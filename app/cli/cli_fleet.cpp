@@ -158,6 +158,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
     std::vector<core::LedgerRow> rows;
     json perWorker = json::array();
     json storeTotal = json::object();
+    json tierStores = json::object(); // each tier's bookkeeping, summed over the workers
     json settings;
     std::vector<std::string> warnings;
     std::string failed;
@@ -192,6 +193,16 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
             for (const auto &[k, v] : j["store"].items())
                 if (v.is_number())
                     storeTotal[k] = storeTotal.value(k, 0.0) + v.get<double>();
+        if (j.contains("tier_stores") && j["tier_stores"].is_object())
+            for (const auto &[tier, counts] : j["tier_stores"].items())
+                if (counts.is_object()) {
+                    json &sum = tierStores[tier];
+                    if (!sum.is_object())
+                        sum = json::object();
+                    for (const auto &[k, v] : counts.items())
+                        if (v.is_number())
+                            sum[k] = sum.value(k, 0.0) + v.get<double>();
+                }
         auto mine = core::ledgerFromCsv(readAll(wk.ledger), wk.ledger.string());
         int64_t hits = 0;
         std::vector<double> ttft;
@@ -251,6 +262,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
                             {"wall_s", wallS},
                             {"per_worker", perWorker}}},
                           {"store", store ? storeTotal : json()},
+                          {"tier_stores", tierStores},
                           {"warnings", warnings}};
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
         return 0;

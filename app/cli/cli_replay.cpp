@@ -24,6 +24,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <optional>
 
 namespace kvwb::app {
@@ -33,6 +34,18 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
+
+// What each tier held at the end and what its limits removed (ReplayResult::tierStats).
+json tierStoresJson(const std::map<core::TierKind, core::StoreStats> &stats)
+{
+    json out = json::object();
+    for (const auto &[kind, st] : stats)
+        out[core::tierKindName(kind)] = {
+            {"entries", st.entries},         {"bytes", st.bytes},
+            {"inserts", st.inserts},         {"evictions", st.evictions},
+            {"expirations", st.expirations}, {"invalidations", st.invalidations}};
+    return out;
+}
 
 std::vector<core::TierKind> parseTiers(const QString &text)
 {
@@ -438,6 +451,7 @@ int cmdReplay(const QStringList &args)
             {"threshold_sweep", sweep},
             {"knowledge", knowledge ? json::parse(jobs::knowledgeCostsJson(*knowledge)) : json()},
             {"store", store ? json::parse(jobs::storeStatsJson(*store)) : json()},
+            {"tier_stores", tierStoresJson(r.tierStats)},
             {"warnings", r.warnings}};
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
         return r.cancelled ? 130 : 0;

@@ -24,6 +24,7 @@
 #include "gpu/transfer/transfer.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +94,10 @@ struct ReplayResult
     std::vector<double> overheadMs;
     // Per request: the answer text (a stored response on a response hit).
     std::vector<std::string> outputs;
+    // Each tier's own bookkeeping at the end (entries and bytes held, inserts, evictions, expiries):
+    // what capacity limits and eviction policies did. Tiers over a shared store count the entries
+    // this process wrote (the server's side is SharedStore::stats()).
+    std::map<core::TierKind, core::StoreStats> tierStats;
     std::vector<std::string> warnings;
     bool cancelled = false;
 };

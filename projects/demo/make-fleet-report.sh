@@ -2,13 +2,21 @@
 # Reproduces the tables of docs/fleet.md on the demo workload: the first N requests replayed by a
 # fleet of 1, 2 and 4 worker processes under each routing policy, each worker with its own caches
 # ("local") or all of them on one Redis server ("redis"), then what a KV cache's trip through Redis
-# costs against recomputing it (kvwb bench-store). Starts its own redis-server on a loopback port
-# (no persistence) and stops it at the end. One thread per worker.
+# costs against recomputing it (kvwb bench-store), capacity limits and eviction policies (the
+# workbench's own against Redis maxmemory), conversations under each history policy, and one ledger
+# under every price preset. Starts its own redis-server on a loopback port (no persistence) and
+# stops it at the end. One thread per worker.
 # Usage: projects/demo/make-fleet-report.sh [path/to/kvwb] [requests]
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KVWB="${1:-$HERE/../../build/kvwb}"
 N="${2:-400}"
+# The capacity table's limits: the workbench's prefix KV limit per model in bytes (models A and B:
+# twice this; the first 400 requests' prefix KV is about 13 MB unlimited), and Redis's maxmemory for
+# everything it holds (KV blocks, response and semantic entries, its own overhead: about 1 MB empty),
+# so that both hold about the same bytes.
+CAP=4000000
+RCAP=10mb
 WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 OUT="$WORK/fleet"
 W="$HERE/workloads/demo.jsonl"
@@ -55,6 +63,41 @@ for workers in 1 2 4; do
     done
   done
 done
+echo
+echo "== capacity: one process, the first $N requests, prefix KV held to $((CAP / 1000000)) MB per model by the"
+echo "   workbench's own limit (--prefix-bytes, per policy), everything to maxmemory $RCAP in Redis (per policy)"
+cap() { # name [flags]
+  local name="$1"; shift
+  "$KVWB" replay --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/b" \
+    --tiers exact,semantic,prefix --limit "$N" --max-tokens 16 --threads 1 --json "$@" \
+    > "$OUT/capacity-$name.json" 2> "$OUT/capacity-$name.log"
+}
+cap local-unlimited
+for policy in lru lfu fifo; do
+  cap "local-$policy" --prefix-bytes "$CAP" --eviction "$policy"
+done
+for policy in allkeys-lru allkeys-lfu allkeys-random noeviction; do
+  redis-cli -p "$PORT" config set maxmemory "$RCAP" > /dev/null
+  redis-cli -p "$PORT" config set maxmemory-policy "$policy" > /dev/null
+  redis-cli -p "$PORT" flushall > /dev/null
+  redis-cli -p "$PORT" config resetstat > /dev/null
+  cap "redis-$policy" --store "$URL"
+done
+redis-cli -p "$PORT" config set maxmemory 1gb > /dev/null
+redis-cli -p "$PORT" config set maxmemory-policy allkeys-lru > /dev/null
+echo "| store | limit | policy | hit rate | token hit rate | exact | semantic | prefix | held MB | evicted | writes refused |"
+echo "|:--|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|"
+jq -r '"| in process | none | - | \(.total.hit_rate*1000|round/1000) | \(.total.token_hit_rate*1000|round/1000) | \(.tiers.exact.hits) | \(.tiers.semantic.hits) | \(.tiers.prefix.hits) | \(([.tier_stores[].bytes]|add)/1e5|round/10) | 0 | - |"' \
+  "$OUT/capacity-local-unlimited.json"
+for policy in lru lfu fifo; do
+  jq -r --arg p "$policy" --arg c "$((CAP / 1000000)) MB of KV per model" '"| in process | \($c) | \($p) | \(.total.hit_rate*1000|round/1000) | \(.total.token_hit_rate*1000|round/1000) | \(.tiers.exact.hits) | \(.tiers.semantic.hits) | \(.tiers.prefix.hits) | \(([.tier_stores[].bytes]|add)/1e5|round/10) | \([.tier_stores[].evictions]|add) | - |"' \
+    "$OUT/capacity-local-$policy.json"
+done
+for policy in allkeys-lru allkeys-lfu allkeys-random noeviction; do
+  jq -r --arg p "$policy" --arg c "maxmemory $RCAP" '"| Redis | \($c) | \($p) | \(.total.hit_rate*1000|round/1000) | \(.total.token_hit_rate*1000|round/1000) | \(.tiers.exact.hits) | \(.tiers.semantic.hits) | \(.tiers.prefix.hits) | \(.store.server.used_bytes/1e5|round/10) | \(.store.server.evicted_keys) | \(.store.unavailable) |"' \
+    "$OUT/capacity-redis-$policy.json"
+done
+
 echo
 "$KVWB" bench-store --store "$URL" --model "$HERE/models/b" --lengths 16,64,256,448 --threads 1 | tee "$OUT/bench-store.md"
 

@@ -175,6 +175,11 @@ private Q_SLOTS:
         j = QJsonDocument::fromJson(r.out).object();
         const int roundRobinLocal = j["tiers"].toObject()["exact"].toObject()["hits"].toInt();
         QVERIFY(roundRobinLocal < m_exactRepeats);
+        // each worker's exact tier stored its misses; tier_stores sums them over the workers
+        const auto exactStore = j["tier_stores"].toObject()["exact"].toObject();
+        QCOMPARE(exactStore["inserts"].toInt(), 36 - roundRobinLocal);
+        QCOMPARE(exactStore["entries"].toInt(), 36 - roundRobinLocal);
+        QCOMPARE(exactStore["evictions"].toInt(), 0);
 
         // two workers, three tenants, one Redis: entries cross workers, never tenants
         test::RedisServer server;

@@ -105,6 +105,51 @@ private Q_SLOTS:
         QVERIFY(prefixHits > 0); // first request of each tenant with a new question shares the system prompt
     }
 
+    // tier_stores: what each tier held and evicted. Under a limit the tier holds no more than it,
+    // evicts (counted) and serves fewer hits; unlimited, nothing is evicted.
+    void capacityLimitsHoldAndAreReported()
+    {
+        const auto replay = [&](QStringList extra) {
+            QStringList args{"replay",
+                             "--workload",
+                             q(m_dir / "w.jsonl"),
+                             "--model-a",
+                             q(m_dir / "m"),
+                             "--tiers",
+                             "exact,semantic,prefix",
+                             "--block",
+                             "4",
+                             "--json"};
+            auto r = runKvwb(args + extra);
+            if (r.exitCode != 0)
+                qWarning("%s", r.err.constData());
+            return QJsonDocument::fromJson(r.out).object();
+        };
+        const auto free = replay({});
+        const auto freeStores = free["tier_stores"].toObject();
+        QCOMPARE(freeStores.keys(), (QStringList{"exact", "prefix", "semantic"}));
+        for (const auto &tier : freeStores.keys()) {
+            QCOMPARE(freeStores[tier].toObject()["evictions"].toInt(), 0);
+            QVERIFY(freeStores[tier].toObject()["entries"].toInt() > 0);
+        }
+        const qint64 prefixBytes = freeStores["prefix"].toObject()["bytes"].toInteger();
+        const qint64 limit = prefixBytes / 4;
+        const auto capped = replay({"--prefix-bytes", QString::number(limit), "--exact-entries", "1",
+                                    "--semantic-entries", "1", "--eviction", "lfu"});
+        const auto stores = capped["tier_stores"].toObject();
+        const auto prefix = stores["prefix"].toObject();
+        QVERIFY2(prefix["bytes"].toInteger() <= limit,
+                 qPrintable(QString::number(prefix["bytes"].toInteger())));
+        QVERIFY(prefix["evictions"].toInt() > 0);
+        for (const char *tier : {"exact", "semantic"}) {
+            QVERIFY(stores[tier].toObject()["entries"].toInt() <= 1);
+            QVERIFY2(stores[tier].toObject()["evictions"].toInt() > 0,
+                     QJsonDocument(stores).toJson(QJsonDocument::Compact).constData());
+        }
+        QVERIFY(capped["total"].toObject()["token_hit_rate"].toDouble() <
+                free["total"].toObject()["token_hit_rate"].toDouble());
+    }
+
     void crossModelTierOnAModelPairedWithItself()
     {
         // A = B: identity-like converters, so a cross hit must reproduce B's own output

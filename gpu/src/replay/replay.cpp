@@ -389,6 +389,8 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
         }
     }
     result.summary = core::summarize(result.rows, o.prices);
+    for (const core::CacheTier *tier : tiers.all)
+        result.tierStats[tier->kind()] = tier->stats();
     result.thresholdSweep.columns = {"threshold", "hit_rate", "false_hit_rate", "hits", "false_hits"};
     for (double t : kSweepThresholds) {
         double hits = 0, falseHits = 0;
