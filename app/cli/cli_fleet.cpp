@@ -307,6 +307,7 @@ int cmdBenchStore(const QStringList &args)
     p.addOption({"model", "The model whose KV travels (default: the demo's model B).", "PATH"});
     p.addOption({"lengths", "Prompt lengths in tokens (default 16,64,256).", "LIST", "16,64,256"});
     p.addOption({"repeats", "Runs per length; medians are printed (default 5).", "N", "5"});
+    p.addOption({"dtype", "What the KV travels as: f32 (default), bf16 or f16.", "TYPE", "f32"});
     p.addOption({"json", "Print the table as JSON."});
     addEngineOptions(p);
     parse(p, args,
@@ -315,6 +316,9 @@ int cmdBenchStore(const QStringList &args)
     if (!p.isSet("store"))
         throw UsageError{"--store is required"};
     const int repeats = intOption(p, "repeats", 5, 1, 1000);
+    const auto dtype = core::parseDType(str(p.value("dtype").toUpper()));
+    if (!dtype || !core::isKvBodyDType(*dtype))
+        throw UsageError{"--dtype expects f32, bf16 or f16, got '" + str(p.value("dtype")) + "'"};
     std::vector<int> lengths;
     for (const QString &x : p.value("lengths").split(',', Qt::SkipEmptyParts)) {
         bool ok = false;
@@ -357,14 +361,15 @@ int cmdBenchStore(const QStringList &args)
             toHost.push_back(core::msSince(t));
             t = core::Clock::now();
             std::string body;
-            body.reserve(size_t(layers) * 2 * host[0].keys.size() * sizeof(float));
+            body.reserve(size_t(layers) * 2 * host[0].keys.size() * size_t(core::dtypeSize(*dtype)));
             for (const auto &h : host) {
-                body.append(reinterpret_cast<const char *>(h.keys.data()), h.keys.size() * sizeof(float));
-                body.append(reinterpret_cast<const char *>(h.values.data()), h.values.size() * sizeof(float));
+                core::appendKvBody(body, h.keys.data(), h.keys.size(), *dtype);
+                core::appendKvBody(body, h.values.data(), h.values.size(), *dtype);
             }
-            const std::string env = core::encodePayload(
-                core::kvPayloadHeader(scope, "prefix", layers, heads, n, hd, core::KeyForm::PostRope, 0),
-                body);
+            const std::string env =
+                core::encodePayload(core::kvPayloadHeader(scope, "prefix", layers, heads, n, hd,
+                                                          core::KeyForm::PostRope, 0, *dtype),
+                                    body);
             ser.push_back(core::msSince(t));
             mb = double(env.size()) / 1e6;
             const std::string key = "bench-" + std::to_string(n);
@@ -382,8 +387,10 @@ int cmdBenchStore(const QStringList &args)
                                       core::storeOutcomeName(g.outcome) + " " + g.reason + ")");
             t = core::Clock::now();
             std::vector<core::HeadMajorKv> back(static_cast<size_t>(layers));
-            const float *src = reinterpret_cast<const float *>(g.payload->body.data());
             const size_t per = size_t(heads) * size_t(n) * size_t(hd);
+            std::vector<float> all(size_t(layers) * 2 * per);
+            core::unpackKvBody(g.payload->body, g.payload->header.dtype, all.data(), all.size());
+            const float *src = all.data();
             for (int l = 0; l < layers; ++l) {
                 back[size_t(l)].keys.assign(src, src + per);
                 back[size_t(l)].values.assign(src + per, src + 2 * per);

@@ -35,6 +35,19 @@ using nlohmann::json;
 
 namespace {
 
+// --store-kv-dtype: f32, bf16 or f16.
+core::DType storeKvDtype(const QCommandLineParser &p)
+{
+    const std::string v = str(p.value("store-kv-dtype"));
+    if (v == "f32")
+        return core::DType::F32;
+    if (v == "bf16")
+        return core::DType::BF16;
+    if (v == "f16")
+        return core::DType::F16;
+    throw UsageError{"--store-kv-dtype expects f32, bf16 or f16, got '" + v + "'"};
+}
+
 // What each tier held at the end and what its limits removed (ReplayResult::tierStats).
 json tierStoresJson(const std::map<core::TierKind, core::StoreStats> &stats)
 {
@@ -194,6 +207,11 @@ int cmdReplay(const QStringList &args)
     p.addOption(
         {"store-timeout-ms", "Shared store: connect and command timeout (default 500).", "MS", "500"});
     p.addOption({"store-flush", "Shared store: remove the workbench's keys before the replay."});
+    p.addOption(
+        {"store-kv-dtype",
+         "Shared store: prefix KV blocks travel as f32 (default), bf16 or f16 (half the bytes, values "
+         "rounded).",
+         "TYPE", "f32"});
     p.addOption({"workers",
                  "Run the replay as a fleet of N worker processes (docs/fleet.md); with --store they share "
                  "one store, without it each keeps its own caches.",
@@ -383,8 +401,12 @@ int cmdReplay(const QStringList &args)
         store = core::openSharedStore(str(p.value("store")), so);
         if (p.isSet("store-flush"))
             store->flush();
+        o.storeKvDtype = storeKvDtype(p);
+        job.options.storeKvDtype = o.storeKvDtype;
         o.store = store.get();
         job.options.store = o.store;
+    } else if (p.isSet("store-kv-dtype")) {
+        throw UsageError{"--store-kv-dtype needs --store"};
     } else if (p.isSet("store-flush")) {
         throw UsageError{"--store-flush needs --store"};
     }

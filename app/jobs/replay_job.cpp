@@ -157,6 +157,7 @@ std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embed
         {"knowledge_ttl_ms", job.knowledge.ttlMs},
         {"knowledge_boundary", job.knowledge.boundary},
         {"store", o.store ? o.store->describe() : ""},
+        {"store_kv_dtype", o.store ? core::dtypeName(o.storeKvDtype) : ""},
         {"error_bound", o.semanticBound ? o.semanticBound->errorBound : 0.0},
         {"bound_confidence", o.semanticBound ? o.semanticBound->confidence : 0.0},
         {"cancelled", cancelled},

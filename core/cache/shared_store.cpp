@@ -72,14 +72,14 @@ StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::strin
 }
 
 PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads,
-                              int tokens, int headDim, KeyForm form, int64_t createdMs)
+                              int tokens, int headDim, KeyForm form, int64_t createdMs, DType dtype)
 {
     PayloadHeader h;
     h.kind = PayloadKind::Kv;
     h.tier = std::string(tier);
     h.tenant = scope.tenant();
     h.fingerprint = scope.modelFingerprint();
-    h.dtype = DType::F32;
+    h.dtype = dtype;
     h.shape = {layers, 2, kvHeads, tokens, headDim};
     h.keyForm = form;
     h.createdMs = createdMs;

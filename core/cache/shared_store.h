@@ -113,10 +113,11 @@ public:
 StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier,
                     SharedStoreStats &stats);
 
-// The header of a KV payload of this scope and tier: float32 [layers, 2 (K, V), kv heads, tokens,
-// head dim] in `form`.
+// The header of a KV payload of this scope and tier: [layers, 2 (K, V), kv heads, tokens, head dim]
+// in `form`, as dtype (F32, F16 or BF16: appendKvBody).
 PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads,
-                              int tokens, int headDim, KeyForm form, int64_t createdMs);
+                              int tokens, int headDim, KeyForm form, int64_t createdMs,
+                              DType dtype = DType::F32);
 
 // The key a payload lives under: "kvwb:" + tier + ":" + hex(tenant) + ":" + fingerprint + ":" +
 // sha256(key) hex. The tenant is hex-encoded so no tenant can spell another's prefix.

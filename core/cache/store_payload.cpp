@@ -366,4 +366,47 @@ std::string encodeResponsePayload(const TenantScope &scope, std::string_view tie
     return encodePayload(h, body);
 }
 
+bool isKvBodyDType(DType dtype) noexcept
+{
+    return dtypeAllowed(PayloadKind::Kv, dtype);
+}
+
+void appendKvBody(std::string &body, const float *values, size_t count, DType dtype)
+{
+    if (!isKvBodyDType(dtype))
+        throw Error(ErrorCode::InvalidArgument,
+                    std::string("store payload: KV values cannot travel as ") + dtypeName(dtype));
+    const size_t at = body.size();
+    body.resize(at + count * size_t(dtypeSize(dtype)));
+    char *dst = body.data() + at;
+    if (dtype == DType::F32) {
+        std::memcpy(dst, values, count * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < count; ++i) {
+        const uint16_t v = dtype == DType::BF16 ? floatToBf16(values[i]) : floatToHalf(values[i]);
+        std::memcpy(dst + i * 2, &v, 2);
+    }
+}
+
+void unpackKvBody(std::string_view body, DType dtype, float *out, size_t count)
+{
+    if (!isKvBodyDType(dtype))
+        throw Error(ErrorCode::InvalidArgument,
+                    std::string("store payload: KV values cannot travel as ") + dtypeName(dtype));
+    if (body.size() != count * size_t(dtypeSize(dtype)))
+        throw Error(ErrorCode::Format, "store payload: a KV body of " + std::to_string(body.size()) +
+                                           " bytes does not hold " + std::to_string(count) + " " +
+                                           dtypeName(dtype) + " values");
+    if (dtype == DType::F32) {
+        std::memcpy(out, body.data(), count * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < count; ++i) {
+        uint16_t v;
+        std::memcpy(&v, body.data() + i * 2, 2);
+        out[i] = dtype == DType::BF16 ? bf16ToFloat(v) : halfToFloat(v);
+    }
+}
+
 } // namespace kvwb::core

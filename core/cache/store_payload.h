@@ -57,6 +57,13 @@ struct DecodedPayload
 // dtype is not one the kind allows.
 std::string encodePayload(const PayloadHeader &header, std::string_view body);
 
+// KV bodies: count float32 values appended to body as F32, F16 or BF16 (little-endian; 16-bit
+// types round to nearest even), and read back into out [count]. Error(InvalidArgument) for another
+// dtype; unpacking checks that body holds exactly count values of dtype (Error(Format) otherwise).
+void appendKvBody(std::string &body, const float *values, size_t count, DType dtype);
+void unpackKvBody(std::string_view body, DType dtype, float *out, size_t count);
+bool isKvBodyDType(DType dtype) noexcept; // F32, F16 or BF16
+
 // What the reader expects: the scope and tier it asked under, and the kind.
 struct PayloadExpectation
 {

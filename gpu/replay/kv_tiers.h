@@ -40,8 +40,10 @@ public:
     // store: null keeps blocks in this process (a radix tree per model); else every whole block's KV
     // lives in the shared store (docs/fleet.md, "Prefix blocks"), keyed by the model's fingerprint,
     // the tenant and the token ids up to the block's end, so any worker can continue from it.
+    // storeDtype: what blocks are written to the store as (F32, F16 or BF16: half the bytes, values
+    // rounded); blocks of any of the three are read.
     PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize,
-                 core::SharedStore *store = nullptr);
+                 core::SharedStore *store = nullptr, core::DType storeDtype = core::DType::F32);
 
     core::TierKind kind() const override { return core::TierKind::Prefix; }
     core::TierLookup lookup(const core::TierRequest &request) override;
@@ -85,6 +87,7 @@ private:
     core::SharedStore *m_shared = nullptr;
     core::TierLimits m_limits;
     int m_block = 16;
+    core::DType m_storeDtype = core::DType::F32;
     KvCache m_fetched;         // the last cache assembled from the store
     int64_t m_fetchedFor = -1; // ... for this request (blocks found, so insert skips them)
     int m_fetchedBlocks = 0;

@@ -77,6 +77,9 @@ struct ReplayOptions
     // and the prefix KV blocks live in this shared store (core/cache/shared_store.h; a fleet's
     // workers each open their own connection to one server). Owned by the caller.
     core::SharedStore *store = nullptr;
+    // What prefix KV blocks are written to the store as: F32, F16 or BF16 (half the bytes; values
+    // rounded, so a hit's output may differ from a miss's: --shadow measures it).
+    core::DType storeKvDtype = core::DType::F32;
     // Semantic tier: per-entry thresholds under this error bound (the threshold a floor); nullopt:
     // one global threshold. Not with a shared store.
     std::optional<core::EntryBoundOptions> semanticBound;

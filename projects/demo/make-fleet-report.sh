@@ -99,7 +99,27 @@ for policy in allkeys-lru allkeys-lfu allkeys-random noeviction; do
 done
 
 echo
+echo "== KV blocks as float32, bf16 and f16: one process over Redis, a quarter of the hits re-run from scratch"
+echo "| KV dtype | hit rate | token hit rate | store MB moved | store ms | shadowed prefix hits | same output | next-token KL mean | max |"
+echo "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"
+for dtype in f32 bf16 f16; do
+  "$KVWB" replay --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/b" \
+    --tiers exact,semantic,prefix --limit "$N" --max-tokens 16 --threads 1 --store "$URL" --store-flush \
+    --store-kv-dtype "$dtype" --shadow 0.25 --ledger "$OUT/dtype-$dtype.csv" --json \
+    > "$OUT/dtype-$dtype.json" 2> "$OUT/dtype-$dtype.log"
+  shadow=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) c[$i] = i; next }
+    $c["answered_by"] == "prefix" && $c["shadow_exact"] != "" && $c["shadow_exact"] != "-1" {
+      n++; same += $c["shadow_exact"]; kl += $c["shadow_kl"]; if ($c["shadow_kl"] > mx) mx = $c["shadow_kl"] }
+    END { if (n) printf "%d | %d | %.2e | %.2e", n, same, kl / n, mx; else printf "0 | - | - | -" }' "$OUT/dtype-$dtype.csv")
+  jq -r --arg d "$dtype" --arg s "$shadow" '"| \($d) | \(.total.hit_rate*1000|round/1000) | \(.total.token_hit_rate*1000|round/1000) | \((.store.bytes_sent + .store.bytes_received)/1e5|round/10) | \(.store.net_ms|round) | \($s) |"' \
+    "$OUT/dtype-$dtype.json"
+done
+
+echo
 "$KVWB" bench-store --store "$URL" --model "$HERE/models/b" --lengths 16,64,256,448 --threads 1 | tee "$OUT/bench-store.md"
+echo
+"$KVWB" bench-store --store "$URL" --model "$HERE/models/b" --lengths 16,64,256,448 --threads 1 --dtype bf16 |
+  tee "$OUT/bench-store-bf16.md"
 
 echo
 echo "== conversations: 8 users x 5 rounds through the prefix tier, per history policy"

@@ -79,6 +79,64 @@ private Q_SLOTS:
         test::writeFile(m_dir / "w.jsonl", w.jsonl);
     }
 
+    // Prefix blocks written as bf16 or f16: the same decisions as float32 blocks, about half the
+    // bytes sent, outputs close to a miss's (values rounded; the shadow runs measure it), and blocks
+    // of one precision read by a replay that writes another.
+    void halfPrecisionBlocks()
+    {
+        test::RedisServer server;
+        QVERIFY2(server.start(), qPrintable(server.error()));
+        const QString url = QString::fromStdString(server.url());
+        const QStringList tiers = {"--tiers", "prefix", "--shadow", "1", "--store", url, "--store-flush"};
+        auto r = runKvwb(replay(tiers, m_dir / "f32.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto j32 = QJsonDocument::fromJson(r.out).object();
+        const double sent32 = j32["store"].toObject()["bytes_sent"].toDouble();
+        QVERIFY(sent32 > 0);
+        QCOMPARE(j32["settings"].toObject()["store_kv_dtype"].toString(), QString("F32"));
+        const auto rows32 = ledger(m_dir / "f32.csv");
+        for (const char *dtype : {"bf16", "f16"}) {
+            const fs::path csv = m_dir / (std::string(dtype) + ".csv");
+            r = runKvwb(replay(tiers + QStringList{"--store-kv-dtype", dtype}, csv));
+            QVERIFY2(r.exitCode == 0, r.err.constData());
+            const auto j = QJsonDocument::fromJson(r.out).object();
+            QCOMPARE(j["settings"].toObject()["store_kv_dtype"].toString(), QString(dtype).toUpper());
+            const double ratio = j["store"].toObject()["bytes_sent"].toDouble() / sent32;
+            QVERIFY2(ratio > 0.45 && ratio < 0.6, qPrintable(QString::number(ratio)));
+            const auto rows = ledger(csv);
+            QCOMPARE(rows.size(), rows32.size());
+            int hits = 0;
+            double worst = 0;
+            for (size_t i = 0; i < rows.size(); ++i) {
+                QCOMPARE(rows[i].answeredBy, rows32[i].answeredBy);
+                QCOMPARE(rows[i].tokensReused, rows32[i].tokensReused);
+                if (rows[i].answeredBy == core::TierKind::Prefix) {
+                    ++hits;
+                    worst = std::max(worst, rows[i].shadowKl);
+                }
+            }
+            QVERIFY(hits > 0);
+            qInfo("%s blocks: %d prefix hits, bytes sent %.2f of float32's, worst next-token KL %.2e", dtype,
+                  hits, ratio, worst);
+            QVERIFY2(worst < 1e-3, qPrintable(QString::number(worst))); // rounding, not a wrong cache
+        }
+        // f16 blocks from the last run, read by a float32 replay: every prefix found, none refused
+        r = runKvwb(replay({"--tiers", "prefix", "--store", url}, m_dir / "mixed.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto jm = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(jm["store"].toObject()["refused"].toInt(), 0);
+        QVERIFY(jm["tiers"].toObject()["prefix"].toObject()["hits"].toInt() >=
+                j32["tiers"].toObject()["prefix"].toObject()["hits"].toInt());
+
+        r = runKvwb(replay({"--tiers", "prefix", "--store-kv-dtype", "bf16"}, m_dir / "x.csv"));
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("--store"), r.err.constData());
+        r = runKvwb(
+            replay({"--tiers", "prefix", "--store", url, "--store-kv-dtype", "int8"}, m_dir / "x.csv"));
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("f32, bf16 or f16"), r.err.constData());
+    }
+
     void redisReplayDecidesAsInProcess()
     {
         test::RedisServer server;

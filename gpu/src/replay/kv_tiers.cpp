@@ -16,12 +16,15 @@ using core::TierLookup;
 using core::TierRequest;
 
 PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize,
-                           core::SharedStore *store)
-    : m_shared(store), m_limits(limits), m_block(blockSize)
+                           core::SharedStore *store, core::DType storeDtype)
+    : m_shared(store), m_limits(limits), m_block(blockSize), m_storeDtype(storeDtype)
 {
     if (blockSize < 1)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           fmt::format("prefix block size must be >= 1, got {}", blockSize));
+    if (!core::isKvBodyDType(storeDtype))
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          fmt::format("prefix blocks cannot be stored as {}", core::dtypeName(storeDtype)));
     const Model *models[2] = {a, b};
     for (int i = 0; i < 2; ++i) {
         ModelStore &s = m_stores[i];
@@ -73,6 +76,7 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
     const int hd = s.model->config().headDim;
     const int maxBlocks = int(tokens.size()) / m_block;
     std::vector<std::string> bodies;
+    std::vector<core::DType> dtypes; // of each body: blocks of F32, F16 and BF16 are all read
     outcome = "miss";
     // every whole block of the prompt in one round trip; the leading run of hits is used
     std::vector<std::string> keys;
@@ -86,12 +90,13 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
             break;
         }
         const auto &h = g.payload->header;
-        if (h.dtype != core::DType::F32 || h.keyForm != core::KeyForm::PostRope ||
+        if (!core::isKvBodyDType(h.dtype) || h.keyForm != core::KeyForm::PostRope ||
             h.shape != std::vector<int64_t>{layers, 2, heads, m_block, hd}) {
             outcome = "refused"; // another geometry under this fingerprint: never used
             break;
         }
         bodies.push_back(g.payload->body);
+        dtypes.push_back(h.dtype);
     }
     (void)role;
     if (bodies.empty())
@@ -101,12 +106,16 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
     const int n = int(bodies.size()) * m_block;
     std::vector<core::HeadMajorKv> kv(static_cast<size_t>(layers));
     const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd); // one K (or V) of a layer
+    std::vector<std::vector<float>> blocks(bodies.size()); // [layers, 2, heads, block, hd] each
+    for (size_t b = 0; b < bodies.size(); ++b) {
+        blocks[b].resize(size_t(layers) * 2 * blockFloats);
+        core::unpackKvBody(bodies[b], dtypes[b], blocks[b].data(), blocks[b].size());
+    }
     for (int l = 0; l < layers; ++l) {
         kv[size_t(l)].keys.resize(size_t(heads) * size_t(n) * size_t(hd));
         kv[size_t(l)].values.resize(kv[size_t(l)].keys.size());
         for (size_t b = 0; b < bodies.size(); ++b) {
-            const float *base =
-                reinterpret_cast<const float *>(bodies[b].data()) + size_t(l) * 2 * blockFloats;
+            const float *base = blocks[b].data() + size_t(l) * 2 * blockFloats;
             for (int part = 0; part < 2; ++part) {
                 float *dst = part == 0 ? kv[size_t(l)].keys.data() : kv[size_t(l)].values.data();
                 const float *src = base + size_t(part) * blockFloats;
@@ -137,8 +146,9 @@ void PrefixKvTier::putBlocks(ModelStore &s, const std::string &tenant, const std
         host[size_t(l)] = cache.layer(l, core::KeyForm::PostRope);
     const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd);
     std::vector<float> body(size_t(layers) * 2 * blockFloats);
-    const core::PayloadHeader h =
-        core::kvPayloadHeader(scope, "prefix", layers, heads, m_block, hd, core::KeyForm::PostRope, nowMs);
+    const core::PayloadHeader h = core::kvPayloadHeader(scope, "prefix", layers, heads, m_block, hd,
+                                                        core::KeyForm::PostRope, nowMs, m_storeDtype);
+    std::string packed;
     for (int k = fromBlock; k < blocks; ++k) {
         for (int l = 0; l < layers; ++l)
             for (int part = 0; part < 2; ++part) {
@@ -150,8 +160,9 @@ void PrefixKvTier::putBlocks(ModelStore &s, const std::string &tenant, const std
                                     (size_t(hh) * size_t(total) + size_t(k) * size_t(m_block)) * size_t(hd),
                                 size_t(m_block) * size_t(hd) * sizeof(float));
             }
-        const std::string env = core::encodePayload(
-            h, std::string_view(reinterpret_cast<const char *>(body.data()), body.size() * sizeof(float)));
+        packed.clear();
+        core::appendKvBody(packed, body.data(), body.size(), m_storeDtype);
+        const std::string env = core::encodePayload(h, packed);
         if (m_shared->put(scope, "prefix", blockKey(tokens, (k + 1) * m_block), env, m_limits.ttlMs, nowMs) !=
             core::StoreOutcome::Hit)
             return; // no server: the rest would fail the same way

@@ -85,7 +85,8 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
     std::map<TierKind, core::CacheTier *> byKind;
     PrefixKvTier *prefix = nullptr;
     if (has(o.tiers, TierKind::Prefix) || has(o.tiers, TierKind::Cross)) {
-        auto p = std::make_unique<PrefixKvTier>(m.a, m.b, o.prefixLimits, o.prefixBlock, o.store);
+        auto p =
+            std::make_unique<PrefixKvTier>(m.a, m.b, o.prefixLimits, o.prefixBlock, o.store, o.storeKvDtype);
         prefix = p.get();
         byKind[TierKind::Prefix] = p.get();
         set.owned.push_back(std::move(p));

@@ -16,6 +16,8 @@
 #include <QThread>
 #include <QtTest>
 
+#include <cmath>
+
 #include <chrono>
 #include <sys/wait.h>
 #include <thread>
@@ -155,6 +157,32 @@ class TestSharedStore : public QObject
     }
 
 private Q_SLOTS:
+    // KV bodies as F32 (exact), BF16 and F16 (rounded to nearest even); sizes checked.
+    void kvBodies()
+    {
+        const std::vector<float> v = {0.0f, 1.0f, -2.5f, 3.14159f, 1e-3f, -65504.0f, 1234.5678f};
+        for (const core::DType t : {core::DType::F32, core::DType::BF16, core::DType::F16}) {
+            std::string body = "x"; // appended after what is there
+            core::appendKvBody(body, v.data(), v.size(), t);
+            QCOMPARE(body.size(), 1 + v.size() * size_t(core::dtypeSize(t)));
+            std::vector<float> back(v.size());
+            core::unpackKvBody(std::string_view(body).substr(1), t, back.data(), back.size());
+            const double tol = t == core::DType::F32 ? 0.0 : t == core::DType::BF16 ? 1.0 / 256 : 1.0 / 2048;
+            for (size_t i = 0; i < v.size(); ++i)
+                QVERIFY2(std::abs(back[i] - v[i]) <= tol * std::abs(v[i]),
+                         qPrintable(QString("%1: %2 -> %3").arg(core::dtypeName(t)).arg(v[i]).arg(back[i])));
+            QCOMPARE(test::expectError([&] {
+                         core::unpackKvBody(std::string_view(body).substr(2), t, back.data(), back.size());
+                     }).code(),
+                     core::ErrorCode::Format);
+        }
+        QVERIFY(!core::isKvBodyDType(core::DType::I32));
+        std::string body;
+        QCOMPARE(
+            test::expectError([&] { core::appendKvBody(body, v.data(), v.size(), core::DType::I8); }).code(),
+            core::ErrorCode::InvalidArgument);
+    }
+
     void envelopeRoundTripAndRefusals()
     {
         const TenantScope s("tenant\x1f"
