@@ -2,6 +2,7 @@
 // evicted/invalidated entries never returned, nearest() without a use.
 #include "core/cache/semantic_tier.h"
 #include "core/util/error.h"
+#include "tests/support/random_vectors.h"
 
 #include <QtTest>
 
@@ -21,27 +22,8 @@ core::CachedResponse response(const std::string &text)
     return r;
 }
 
-std::vector<float> randomUnit(std::mt19937_64 &rng, int dim)
-{
-    std::normal_distribution<float> g;
-    std::vector<float> v(static_cast<size_t>(dim));
-    double sq = 0;
-    for (float &x : v) {
-        x = g(rng);
-        sq += double(x) * x;
-    }
-    for (float &x : v)
-        x = float(x / std::sqrt(sq));
-    return v;
-}
-
-double dot(const std::vector<float> &a, const std::vector<float> &b)
-{
-    double s = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-        s += double(a[i]) * b[i];
-    return s;
-}
+using test::dot;
+using test::randomUnit;
 
 double norm(const std::vector<float> &v)
 {

@@ -4,6 +4,7 @@
 #include "core/cache/semantic_tier.h"
 #include "core/cache/vector_index.h"
 #include "core/util/error.h"
+#include "tests/support/random_vectors.h"
 
 #include <QtTest>
 
@@ -16,27 +17,8 @@ using core::VectorIndex;
 
 namespace {
 
-std::vector<float> randomUnit(std::mt19937_64 &rng, int dim)
-{
-    std::normal_distribution<float> g;
-    std::vector<float> v(static_cast<size_t>(dim));
-    double sq = 0;
-    for (float &x : v) {
-        x = g(rng);
-        sq += double(x) * x;
-    }
-    for (float &x : v)
-        x = float(x / std::sqrt(sq));
-    return v;
-}
-
-double dot(const std::vector<float> &a, const std::vector<float> &b)
-{
-    double s = 0;
-    for (size_t i = 0; i < a.size(); ++i)
-        s += double(a[i]) * b[i];
-    return s;
-}
+using test::dot;
+using test::randomUnit;
 
 // Questions in the demo's templates about made-up words: what a knowledge graph's recall index
 // holds (every entry shares its template with hundreds of others).
