@@ -31,4 +31,31 @@ inline double dot(const std::vector<float> &a, const std::vector<float> &b)
     return s;
 }
 
+// A query for an index holding `stored`: a random unit vector, or (noisy) a stored vector plus 0.08
+// of one (cosine about 0.9 to it: what a paraphrase of a cached prompt looks like).
+inline std::vector<float> recallQuery(std::mt19937_64 &rng, const std::vector<std::vector<float>> &stored,
+                                      int dim, bool noisy)
+{
+    std::vector<float> query = randomUnit(rng, dim);
+    if (noisy) {
+        const auto &base = stored[rng() % stored.size()];
+        for (size_t i = 0; i < query.size(); ++i)
+            query[i] = base[i] + 0.08f * query[i];
+    }
+    return query;
+}
+
+// The index of the stored vector with the largest inner product with query (brute force).
+inline size_t bruteNearest(const std::vector<float> &query, const std::vector<std::vector<float>> &stored)
+{
+    size_t best = 0;
+    double bestDot = -1e300;
+    for (size_t i = 0; i < stored.size(); ++i)
+        if (const double d = dot(query, stored[i]); d > bestDot) {
+            bestDot = d;
+            best = i;
+        }
+    return best;
+}
+
 } // namespace kvwb::test

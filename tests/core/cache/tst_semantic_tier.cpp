@@ -132,22 +132,8 @@ private Q_SLOTS:
         for (bool noisy : {false, true}) {
             int agree = 0;
             for (int q = 0; q < queries; ++q) {
-                std::vector<float> query = randomUnit(rng, dim);
-                if (noisy) {
-                    const auto &base = stored[rng() % stored.size()];
-                    for (int i = 0; i < dim; ++i)
-                        query[size_t(i)] = base[size_t(i)] + 0.08f * query[size_t(i)];
-                }
-                int best = 0;
-                double bestSim = -2;
-                const double qn = norm(query);
-                for (int i = 0; i < n; ++i) {
-                    const double s = dot(query, stored[size_t(i)]) / qn;
-                    if (s > bestSim) {
-                        bestSim = s;
-                        best = i;
-                    }
-                }
+                const std::vector<float> query = test::recallQuery(rng, stored, dim, noisy);
+                const int best = int(test::bruteNearest(query, stored)); // the tier normalises queries
                 const auto hit = t.nearest({"t", "m"}, query, 0);
                 QVERIFY(hit);
                 agree += hit->response.text == std::to_string(best) ? 1 : 0;

@@ -168,21 +168,8 @@ private Q_SLOTS:
         for (bool noisy : {false, true}) {
             int agree = 0;
             for (int q = 0; q < queries; ++q) {
-                std::vector<float> query = randomUnit(rng, dim);
-                if (noisy) {
-                    const auto &base = stored[rng() % stored.size()];
-                    for (int i = 0; i < dim; ++i)
-                        query[size_t(i)] = base[size_t(i)] + 0.08f * query[size_t(i)];
-                }
-                size_t best = 0;
-                double bestSim = -2;
-                for (int i = 0; i < n; ++i) {
-                    const double s = dot(query, stored[size_t(i)]);
-                    if (s > bestSim) {
-                        bestSim = s;
-                        best = size_t(i);
-                    }
-                }
+                const std::vector<float> query = test::recallQuery(rng, stored, dim, noisy);
+                const size_t best = test::bruteNearest(query, stored);
                 agree += index.search(query.data(), 1).at(0).second == best ? 1 : 0;
             }
             const double recall = double(agree) / queries;
