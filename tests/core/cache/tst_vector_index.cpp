@@ -71,7 +71,7 @@ private Q_SLOTS:
     {
         core::LexicalEmbedder e;
         std::vector<std::vector<float>> vs;
-        for (const auto &t : templateTexts(400))
+        for (const auto &t : templateTexts(200))
             vs.push_back(e.embed(t));
         VectorIndex exact(e.dim(), 16, 16, 200, 128, "test index");
         VectorIndex hnsw(e.dim(), 16, 16, 200, 128, "test index", 0);
@@ -87,8 +87,8 @@ private Q_SLOTS:
               selfFound(exact, vs), selfFound(hnsw, vs));
 
         // Queries that are no entry: the 5 nearest are brute force's 5 nearest.
-        const auto queries = templateTexts(460);
-        for (size_t q = 400 * 11; q < queries.size(); q += 3) {
+        const auto queries = templateTexts(230);
+        for (size_t q = 200 * 11; q < queries.size(); q += 3) {
             const auto v = e.embed(queries[q]);
             std::vector<std::pair<double, size_t>> brute;
             for (size_t i = 0; i < vs.size(); ++i)
