@@ -594,6 +594,9 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         if (!request.store.isEmpty()) {
             store = core::openSharedStore(request.store.toStdString());
             o.store = store.get();
+            o.storeKvDtype = request.storeKvDtype == "bf16"  ? core::DType::BF16
+                             : request.storeKvDtype == "f16" ? core::DType::F16
+                                                             : core::DType::F32;
         }
         jobs::ReplayJob replayJob;
         replayJob.workloadPath = request.workloadPath.toStdString();

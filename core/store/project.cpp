@@ -278,6 +278,7 @@ ProjectReplay readReplay(Section &s)
     s.integer("max_tokens", r.maxTokens, 0, INT32_MAX);
     s.integer("limit", r.limit, 0, INT32_MAX);
     s.string("store", r.store);
+    s.string("store_kv_dtype", r.storeKvDtype, {"f32", "bf16", "f16"});
     s.string("prices", r.prices);
     return r;
 }
@@ -331,6 +332,7 @@ json replayJson(const ProjectReplay &r)
             {"max_tokens", r.maxTokens},
             {"limit", r.limit},
             {"store", r.store},
+            {"store_kv_dtype", r.storeKvDtype},
             {"prices", r.prices}};
 }
 

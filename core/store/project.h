@@ -59,10 +59,11 @@ struct ProjectReplay
     std::string gateSignal = "tail_kl"; // tail_kl | kv_cos | nll | attn_cos
     double gateThreshold = 0.1;
     bool gate = true;
-    int maxTokens = 0;  // > 0 overrides every request's max_tokens
-    int limit = 0;      // replay only the first N requests (0 = all)
-    std::string store;  // "" in the replay's process, else memory | redis://HOST:PORT[/DB]
-    std::string prices; // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
+    int maxTokens = 0;                // > 0 overrides every request's max_tokens
+    int limit = 0;                    // replay only the first N requests (0 = all)
+    std::string store;                // "" in the replay's process, else memory | redis://HOST:PORT[/DB]
+    std::string storeKvDtype = "f32"; // the store's prefix KV blocks: f32 | bf16 | f16
+    std::string prices;               // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
 };
 
 // Compare settings (section "compare"): the last prompt compared and its length.

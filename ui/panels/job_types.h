@@ -147,8 +147,9 @@ struct ReplayRequest
     QString knowledgeGraph; // the knowledge tier's graph file (shared by every tenant)
     QString profilesPath;   // the knowledge tier's user profiles ("" none)
     QString store;          // "" the engine's process, else memory | redis://HOST:PORT[/DB] (docs/fleet.md)
-    QString prices;         // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
-    double errorBound = 0;  // > 0: per-entry semantic thresholds under this error bound (threshold = floor)
+    QString storeKvDtype = "f32"; // what prefix KV blocks travel as in the store: f32 | bf16 | f16
+    QString prices;               // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
+    double errorBound = 0; // > 0: per-entry semantic thresholds under this error bound (threshold = floor)
 };
 
 // Replay step -> engine: the semantic threshold sweep of a labelled workload (kvwb sweep-semantic).

@@ -445,7 +445,17 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_store->setToolTip(tr("Keep the exact and semantic entries and the prefix KV blocks in a shared store: "
                            "redis://HOST:PORT[/DB] (a server other replays and a fleet share) or memory. "
                            "Empty: the tiers keep their entries in the engine's process."));
-    grid->addWidget(m_store, 3, 3);
+    m_storeKvDtype = new QComboBox(box);
+    m_storeKvDtype->setObjectName("storeKvDtypeCombo");
+    m_storeKvDtype->addItems({"f32", "bf16", "f16"});
+    m_storeKvDtype->setToolTip(
+        tr("What the prefix KV blocks travel and are kept as in the shared store: f32, or "
+           "bf16 / f16 (half the bytes, values rounded; docs/fleet.md)."));
+    auto *storeRow = new QHBoxLayout;
+    storeRow->setContentsMargins(0, 0, 0, 0);
+    storeRow->addWidget(m_store, 1);
+    storeRow->addWidget(m_storeKvDtype);
+    grid->addLayout(storeRow, 3, 3);
     grid->addWidget(new QLabel(tr("Prices:"), box), 3, 4);
     m_prices = new QComboBox(box);
     m_prices->setObjectName("pricesCombo");
@@ -511,6 +521,7 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
             [this](const QString &signal) { m_gateThreshold->setValue(defaultGateThreshold(signal)); });
     connect(m_gate, &QCheckBox::toggled, this, [this] { refreshRunEnabled(); });
     connect(m_semantic, &QCheckBox::toggled, this, [this] { refreshRunEnabled(); });
+    connect(m_store, &QLineEdit::textChanged, this, [this] { refreshRunEnabled(); });
     connect(m_start, &QPushButton::clicked, this, [this] {
         const ReplayRequest r = replayRequest();
         if (r.workloadPath.isEmpty()) {
@@ -596,6 +607,7 @@ ReplayRequest ReplayPanel::replayRequest() const
     r.limit = m_limit->value();
     r.ledgerName = m_ledgerName->text().trimmed();
     r.store = m_store->text().trimmed();
+    r.storeKvDtype = m_storeKvDtype->currentText();
     r.errorBound = m_errorBound->value();
     r.prices = m_prices->currentText().trimmed();
     return r;
@@ -627,6 +639,7 @@ void ReplayPanel::setReplayRequest(const ReplayRequest &r)
     m_limit->setValue(r.limit);
     m_ledgerName->setText(r.ledgerName);
     m_store->setText(r.store);
+    m_storeKvDtype->setCurrentText(r.storeKvDtype);
     m_errorBound->setValue(r.errorBound);
     m_prices->setCurrentText(r.prices);
     refreshRunEnabled();
@@ -675,6 +688,7 @@ void ReplayPanel::refreshRunEnabled()
                                                        m_embedder, m_gate, m_maxTokens, m_limit, m_ledgerName,
                                                        m_store, m_prices, m_errorBound})
         w->setEnabled(!m_busy);
+    m_storeKvDtype->setEnabled(!m_busy && !m_store->text().trimmed().isEmpty());
     m_cross->setEnabled(!m_busy && m_crossAvailable);
     m_knowledge->setEnabled(!m_busy && !m_knowledgeGraph.isEmpty());
     m_threshold->setEnabled(!m_busy && m_semantic->isChecked());

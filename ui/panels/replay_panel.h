@@ -141,6 +141,7 @@ private:
     QSpinBox *m_limit = nullptr;
     QLineEdit *m_ledgerName = nullptr;
     QLineEdit *m_store = nullptr;           // shared store URL ("" this process)
+    QComboBox *m_storeKvDtype = nullptr;    // f32 | bf16 | f16: the prefix KV blocks in the store
     QDoubleSpinBox *m_errorBound = nullptr; // 0 = one global threshold
     QPushButton *m_sweep = nullptr;
     QDialog *m_sweepDialog = nullptr; // created on the first sweep

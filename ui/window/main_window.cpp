@@ -1131,6 +1131,7 @@ void MainWindow::applyProjectSettings()
     r.maxTokens = p.replay.maxTokens;
     r.limit = p.replay.limit;
     r.store = QString::fromStdString(p.replay.store);
+    r.storeKvDtype = QString::fromStdString(p.replay.storeKvDtype);
     r.prices = QString::fromStdString(p.replay.prices);
     m_replay->setReplayRequest(r);
 
@@ -1174,6 +1175,7 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.replay.maxTokens = r.maxTokens;
     p.replay.limit = r.limit;
     p.replay.store = r.store.toStdString();
+    p.replay.storeKvDtype = r.storeKvDtype.toStdString();
     p.replay.prices = r.prices.toStdString();
     const auto cmp = m_compare->request();
     p.compare.prompt = cmp.prompt.toStdString();

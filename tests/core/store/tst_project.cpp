@@ -104,7 +104,7 @@ private Q_SLOTS:
                           "max_train_tokens": 5000000000, "in_use": "fit-1"},
             "replay": {"tiers": ["cross", "knowledge", "exact"], "threshold": -0.5, "embedder": "model",
                        "gate_signal": "kv_cos", "gate_threshold": 0.875, "gate": false, "max_tokens": 64,
-                       "limit": 7, "store": "memory", "prices": "deepseek-chat"},
+                       "limit": 7, "store": "memory", "store_kv_dtype": "bf16", "prices": "deepseek-chat"},
             "later_section": [1, 2]})");
         const auto check = [](const core::Project &p) {
             QCOMPARE(p.capture.storage, std::string("bf16"));
@@ -126,6 +126,7 @@ private Q_SLOTS:
             QCOMPARE(p.alignment.inUse, std::string("fit-1"));
             QCOMPARE(p.replay.tiers, (std::vector<std::string>{"cross", "knowledge", "exact"}));
             QCOMPARE(p.replay.store, std::string("memory"));
+            QCOMPARE(p.replay.storeKvDtype, std::string("bf16"));
             QCOMPARE(p.replay.prices, std::string("deepseek-chat"));
             QCOMPARE(p.replay.threshold, -0.5);
             QCOMPARE(p.replay.embedder, std::string("model"));

@@ -106,6 +106,7 @@ void compareReplay(const ui::ReplayRequest &a, const ui::ReplayRequest &b)
     QCOMPARE(a.knowledgeGraph, b.knowledgeGraph);
     QCOMPARE(a.profilesPath, b.profilesPath);
     QCOMPARE(a.store, b.store);
+    QCOMPARE(a.storeKvDtype, b.storeKvDtype);
     QCOMPARE(a.prices, b.prices);
     QCOMPARE(a.errorBound, b.errorBound);
 }
@@ -403,6 +404,7 @@ private Q_SLOTS:
         r.limit = 200;
         r.ledgerName = "run-1";
         r.store = "redis://127.0.0.1:6379";
+        r.storeKvDtype = "bf16";
         r.prices = "anthropic-claude-sonnet-4";
         r.errorBound = 0.05;
         p.setReplayRequest(r);
