@@ -316,8 +316,8 @@ int cmdBenchStore(const QStringList &args)
     if (!p.isSet("store"))
         throw UsageError{"--store is required"};
     const int repeats = intOption(p, "repeats", 5, 1, 1000);
-    const auto dtype = core::parseDType(str(p.value("dtype").toUpper()));
-    if (!dtype || !core::isKvBodyDType(*dtype))
+    const auto dtype = core::parseKvBodyDType(str(p.value("dtype")));
+    if (!dtype)
         throw UsageError{"--dtype expects f32, bf16 or f16, got '" + str(p.value("dtype")) + "'"};
     std::vector<int> lengths;
     for (const QString &x : p.value("lengths").split(',', Qt::SkipEmptyParts)) {

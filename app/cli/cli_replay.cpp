@@ -39,12 +39,8 @@ namespace {
 core::DType storeKvDtype(const QCommandLineParser &p)
 {
     const std::string v = str(p.value("store-kv-dtype"));
-    if (v == "f32")
-        return core::DType::F32;
-    if (v == "bf16")
-        return core::DType::BF16;
-    if (v == "f16")
-        return core::DType::F16;
+    if (const auto t = core::parseKvBodyDType(v))
+        return *t;
     throw UsageError{"--store-kv-dtype expects f32, bf16 or f16, got '" + v + "'"};
 }
 

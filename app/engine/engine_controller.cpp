@@ -594,9 +594,12 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
         if (!request.store.isEmpty()) {
             store = core::openSharedStore(request.store.toStdString());
             o.store = store.get();
-            o.storeKvDtype = request.storeKvDtype == "bf16"  ? core::DType::BF16
-                             : request.storeKvDtype == "f16" ? core::DType::F16
-                                                             : core::DType::F32;
+            const auto dtype = core::parseKvBodyDType(request.storeKvDtype.toStdString());
+            if (!dtype)
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "shared store: KV blocks travel as f32, bf16 or f16, not '" +
+                                      request.storeKvDtype.toStdString() + "'");
+            o.storeKvDtype = *dtype;
         }
         jobs::ReplayJob replayJob;
         replayJob.workloadPath = request.workloadPath.toStdString();

@@ -371,6 +371,17 @@ bool isKvBodyDType(DType dtype) noexcept
     return dtypeAllowed(PayloadKind::Kv, dtype);
 }
 
+std::optional<DType> parseKvBodyDType(std::string_view name) noexcept
+{
+    if (name == "f32")
+        return DType::F32;
+    if (name == "bf16")
+        return DType::BF16;
+    if (name == "f16")
+        return DType::F16;
+    return std::nullopt;
+}
+
 void appendKvBody(std::string &body, const float *values, size_t count, DType dtype)
 {
     if (!isKvBodyDType(dtype))

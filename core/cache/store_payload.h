@@ -63,6 +63,8 @@ std::string encodePayload(const PayloadHeader &header, std::string_view body);
 void appendKvBody(std::string &body, const float *values, size_t count, DType dtype);
 void unpackKvBody(std::string_view body, DType dtype, float *out, size_t count);
 bool isKvBodyDType(DType dtype) noexcept; // F32, F16 or BF16
+// "f32", "bf16" or "f16" (how options and project files name a KV body's dtype); nullopt otherwise.
+std::optional<DType> parseKvBodyDType(std::string_view name) noexcept;
 
 // What the reader expects: the scope and tier it asked under, and the kind.
 struct PayloadExpectation

@@ -177,6 +177,10 @@ private Q_SLOTS:
                      core::ErrorCode::Format);
         }
         QVERIFY(!core::isKvBodyDType(core::DType::I32));
+        QCOMPARE(core::parseKvBodyDType("bf16"), std::optional(core::DType::BF16));
+        QCOMPARE(core::parseKvBodyDType("f32"), std::optional(core::DType::F32));
+        QVERIFY(!core::parseKvBodyDType("F16")); // option values are lower-case
+        QVERIFY(!core::parseKvBodyDType("u8"));
         std::string body;
         QCOMPARE(
             test::expectError([&] { core::appendKvBody(body, v.data(), v.size(), core::DType::I8); }).code(),
