@@ -58,32 +58,76 @@ build() {
   cmake --build "$BUILD" -j"$(nproc)"
 }
 
+# --test runs stages and prints each one's wall time at the end (docs/development.md has the
+# table and how to run one stage alone). A failing stage stops the run after printing the table.
+STAGES=()
+stage_table() {
+  printf '\n| stage | seconds | result |\n|:--|--:|:--|\n'
+  local row
+  for row in "${STAGES[@]}"; do printf '%s\n' "$row"; done
+}
+stage() {
+  local name="$1" start end rc=0
+  shift
+  echo "setup: stage $name"
+  start=$(date +%s)
+  "$@" || rc=$?
+  end=$(date +%s)
+  if [ "$rc" -eq 0 ]; then
+    STAGES+=("| $name | $((end - start)) | ok |")
+  else
+    STAGES+=("| $name | $((end - start)) | FAILED (exit $rc) |")
+    stage_table
+    exit "$rc"
+  fi
+}
+# ctest, keeping its summary line ("100% tests passed, 0 tests failed out of 77") for the table.
+run_ctest() {
+  local log="$1"
+  shift
+  local rc=0
+  ctest "$@" --output-on-failure 2>&1 | tee "$log" || rc=$? # pipefail: ctest's status
+  return "$rc"
+}
+ctest_summary() {
+  grep -h -o '[0-9]*% tests passed, [0-9]* tests failed out of [0-9]*' "$1" 2>/dev/null | tail -1
+}
+
+SAN="${KVWB_FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
+export KVWB_FUZZ_BUILD_DIR="$SAN"
+LOGS="$BUILD/stage-logs"
+
 case "$MODE" in
   --build)
     install_packages
     build
     ;;
   --test)
-    install_packages
-    build
-    # Tests set their own torch thread counts; run two at a time on small machines.
-    ctest --test-dir "$BUILD" --output-on-failure -j2
-    # The headless build (no window, no report writer: Qt Core only), its own tests; the compiler
-    # cache makes core/ and gpu/ nearly free after the build above.
-    HEADLESS="${KVWB_HEADLESS_BUILD_DIR:-$ROOT/build-headless}"
-    cmake -S "$ROOT" -B "$HEADLESS" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVWB_HEADLESS=ON >/dev/null
-    cmake --build "$HEADLESS" -j"$(nproc)"
-    ctest --test-dir "$HEADLESS" --output-on-failure -j2
-    # The sanitizer job: core/ and its tests again under AddressSanitizer + UBSan (the integration
-    # tests run kvwb, whose LibTorch and SentencePiece clash under ASan: docs/model-formats.md).
-    ASAN="${KVWB_ASAN_BUILD_DIR:-$ROOT/build-asan}"
-    cmake -S "$ROOT" -B "$ASAN" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVWB_SANITIZE=ON >/dev/null
-    cmake --build "$ASAN" -j"$(nproc)" --target $(cd "$ROOT/tests" && find core -name 'tst_*.cpp' -printf '%f\n' | sed 's/^tst_/tst_core_/; s/\.cpp$//')
-    ASAN_OPTIONS=detect_leaks=0 \
+    total_start=$(date +%s)
+    stage "apt (packages)" install_packages
+    mkdir -p "$LOGS"
+    # 1. The main tree: the window, every subcommand, the headless programs (build/headless/) and
+    #    every test. Tests set their own torch thread counts; two run at a time.
+    stage "configure (main)" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+    stage "build (main)" cmake --build "$BUILD" -j"$(nproc)"
+    stage "test (main: core, gpu, integration, headless, ui, app, lint, packaging)" \
+      run_ctest "$LOGS/ctest-main.log" --test-dir "$BUILD" -j2
+    # 2. The sanitizer tree (clang, AddressSanitizer + UBSan): core/ once, its tests and the fuzz
+    #    targets (the integration tests run kvwb, whose LibTorch and SentencePiece clash under
+    #    ASan: docs/model-formats.md).
+    stage "configure (sanitizers)" env CC=clang CXX=clang++ \
+      cmake -S "$ROOT" -B "$SAN" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVWB_FUZZ=ON
+    stage "build (sanitizers)" cmake --build "$SAN" -j"$(nproc)"
+    stage "test (core under ASan + UBSan)" env ASAN_OPTIONS=detect_leaks=0 \
       UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$ROOT/tests/support/ubsan.supp" \
-      ctest --test-dir "$ASAN" --output-on-failure -j2 -L core
-    # The fuzz targets, bounded (packaging/fuzz.sh).
-    "$ROOT/packaging/fuzz.sh"
+      run_ctest "$LOGS/ctest-sanitizers.log" --test-dir "$SAN" -j2 -L core
+    # 3. The fuzz targets replay their seed corpora and every kept regression input: deterministic.
+    #    Exploration is `packaging/fuzz.sh --explore SECONDS`, by hand before a change is submitted.
+    stage "fuzz (replay seeds + regressions)" "$ROOT/packaging/fuzz.sh" --no-build
+    stage_table
+    echo "main tree: $(ctest_summary "$LOGS/ctest-main.log")"
+    echo "sanitizer tree: $(ctest_summary "$LOGS/ctest-sanitizers.log")"
+    echo "setup: --test passed in $(( $(date +%s) - total_start )) s"
     ;;
   --run)
     install_packages

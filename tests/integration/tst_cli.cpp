@@ -32,9 +32,8 @@ QStringList allSubcommands()
                        "capture",    "bench-capture",  "bench-tiers", "align",          "sweep",
                        "compare",    "bench-transfer", "replay",      "sweep-semantic", "bench-store",
                        "summarise",  "prices"};
-#ifndef KVWB_HEADLESS
-    all << "report";
-#endif
+    if (!kvwb::test::headlessBuild())
+        all << "report";
     all << "knowledge"
         << "corpus"
         << "workload";
@@ -121,6 +120,11 @@ private Q_SLOTS:
         for (const char *lib :
              {"libtorch", "libc10", "libQt6Gui", "libQt6Widgets", "libQt6Charts", "libkvwb_spm"})
             QVERIFY2(!front.contains(lib), qPrintable(QString("kvwb loads %1:\n%2").arg(lib, front)));
+        // The headless programs: the engine loads LibTorch but no Qt Gui, Widgets or Charts.
+        if (test::headlessBuild())
+            for (const char *lib : {"libQt6Gui", "libQt6Widgets", "libQt6Charts", "libQt6OpenGL"})
+                QVERIFY2(!engine.contains(lib),
+                         qPrintable(QString("headless kvwb-engine loads %1:\n%2").arg(lib, engine)));
     }
 
     // A subcommand that needs the engine runs in kvwb-engine, exec'd by the front end with the

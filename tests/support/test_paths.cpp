@@ -25,6 +25,12 @@ std::filesystem::path kvwbEngineBinary()
     return p ? std::filesystem::path(p) : kvwbBinary().parent_path() / "kvwb-engine";
 }
 
+bool headlessBuild()
+{
+    const char *p = std::getenv("KVWB_HEADLESS");
+    return p && std::string(p) == "1";
+}
+
 void writeFile(const std::filesystem::path &path, const std::string &text)
 {
     if (path.has_parent_path())

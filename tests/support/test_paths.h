@@ -11,6 +11,9 @@ namespace kvwb::test {
 std::filesystem::path sourceDir();        // KVWB_SOURCE_DIR
 std::filesystem::path kvwbBinary();       // KVWB_BINARY
 std::filesystem::path kvwbEngineBinary(); // KVWB_ENGINE_BINARY
+// Whether those are the headless programs (KVWB_HEADLESS=1 in CTest's environment): no window and
+// no report writer.
+bool headlessBuild();
 // Writes text to path (creating parent directories); throws std::runtime_error on failure.
 void writeFile(const std::filesystem::path &path, const std::string &text);
 std::string readFile(const std::filesystem::path &path);
