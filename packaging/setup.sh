@@ -89,6 +89,13 @@ run_ctest() {
   ctest "$@" --output-on-failure 2>&1 | tee "$log" || rc=$? # pipefail: ctest's status
   return "$rc"
 }
+# The sanitizer tree's tests: ASan without leak checks (Qt's and LibTorch's start-up allocations),
+# UBSan stopping at its first report except for the suppressed third-party headers.
+run_sanitized_ctest() {
+  ASAN_OPTIONS=detect_leaks=0 \
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$ROOT/tests/support/ubsan.supp" \
+    run_ctest "$@"
+}
 ctest_summary() {
   grep -h -o '[0-9]*% tests passed, [0-9]* tests failed out of [0-9]*' "$1" 2>/dev/null | tail -1
 }
@@ -118,9 +125,8 @@ case "$MODE" in
     stage "configure (sanitizers)" env CC=clang CXX=clang++ \
       cmake -S "$ROOT" -B "$SAN" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVWB_FUZZ=ON
     stage "build (sanitizers)" cmake --build "$SAN" -j"$(nproc)"
-    stage "test (core under ASan + UBSan)" env ASAN_OPTIONS=detect_leaks=0 \
-      UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$ROOT/tests/support/ubsan.supp" \
-      run_ctest "$LOGS/ctest-sanitizers.log" --test-dir "$SAN" -j2 -L core
+    stage "test (core under ASan + UBSan)" \
+      run_sanitized_ctest "$LOGS/ctest-sanitizers.log" --test-dir "$SAN" -j2 -L core
     # 3. The fuzz targets replay their seed corpora and every kept regression input: deterministic.
     #    Exploration is `packaging/fuzz.sh --explore SECONDS`, by hand before a change is submitted.
     stage "fuzz (replay seeds + regressions)" "$ROOT/packaging/fuzz.sh" --no-build

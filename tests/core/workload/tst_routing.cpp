@@ -74,8 +74,8 @@ private Q_SLOTS:
         int id = 0;
         for (int round = 0; round < 5; ++round)
             for (int t = 0; t < 8; ++t)
-                for (size_t s = 0; s < systems.size(); ++s)
-                    rs.push_back(req(id++, id * 10, "t" + std::to_string(t), systems[s],
+                for (size_t s = 0; s < systems.size(); ++s, ++id)
+                    rs.push_back(req(id, id * 10, "t" + std::to_string(t), systems[s],
                                      "question " + std::to_string(round * 7 + t)));
         const auto byTenant = route(rs, 4, RoutingPolicy::TenantAffine);
         const auto byPrefix = route(rs, 4, RoutingPolicy::PrefixHash);
