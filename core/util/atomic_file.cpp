@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace kvwb::core {
@@ -19,8 +20,29 @@ namespace {
 
 } // namespace
 
+void refuseNonRegularTarget(const std::filesystem::path &path)
+{
+    struct stat st
+    {
+    };
+    if (::stat(path.c_str(), &st) != 0)
+        return; // nothing there (or a dangling link): a new file
+    if (S_ISREG(st.st_mode))
+        return;
+    const char *kind = S_ISCHR(st.st_mode)    ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                                              : "not a regular file";
+    throw Error(ErrorCode::Io, path.string() + ": is " + kind +
+                                   "; kvwb writes its files whole and replaces only regular files, never "
+                                   "a device, FIFO, socket or directory");
+}
+
 AtomicFile::AtomicFile(std::filesystem::path path) : m_path(std::move(path))
 {
+    refuseNonRegularTarget(m_path);
     m_tmpPath = m_path;
     m_tmpPath += ".tmp";
     m_fd = ::open(m_tmpPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -65,6 +87,7 @@ void AtomicFile::commit()
     m_fd = -1;
     if (::close(fd) != 0)
         fail(m_path, "close", errno);
+    refuseNonRegularTarget(m_path); // it may have appeared while the file was written
     if (std::rename(m_tmpPath.c_str(), m_path.c_str()) != 0)
         fail(m_path, "rename temporary file into place", errno);
     m_committed = true;
@@ -88,6 +111,7 @@ TempPathGuard::~TempPathGuard()
 void syncAndRename(const std::filesystem::path &from, const std::filesystem::path &to,
                    const std::string &what, bool syncToDisk)
 {
+    refuseNonRegularTarget(to);
     if (syncToDisk) {
         const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0 || ::fsync(fd) != 0) {

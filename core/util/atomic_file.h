@@ -13,10 +13,17 @@
 
 namespace kvwb::core {
 
+// Every writer's rule for what is already at its output path: a regular file may be replaced; a
+// device, FIFO, socket or directory never is (`--out /dev/null` must not turn the machine's
+// /dev/null into a regular file). A symlink is judged by what it points to. Error(Io) naming the
+// path and what is there. AtomicFile and syncAndRename check it before they create and again before
+// they rename.
+void refuseNonRegularTarget(const std::filesystem::path &path);
+
 class AtomicFile
 {
 public:
-    // Creates path + ".tmp" (truncating any stale one).
+    // Creates path + ".tmp" (truncating any stale one). Refuses a non-regular path (above).
     explicit AtomicFile(std::filesystem::path path);
     // Removes the temporary file unless commit() succeeded.
     ~AtomicFile();

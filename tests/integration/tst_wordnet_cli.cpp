@@ -9,6 +9,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <filesystem>
+#include <sys/stat.h>
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -72,6 +75,23 @@ private Q_SLOTS:
         const auto back = kvwb::core::readWorkloadJsonl(out("w.jsonl").toStdString());
         QCOMPARE(back.requests.size(), size_t(300));
         QVERIFY(back.warnings.empty());
+    }
+
+    // Writers never replace a FIFO, a device or a directory at --out (they used to rename over it:
+    // as root, `--out /dev/null` turned /dev/null into a regular file).
+    void neverReplacesANonRegularOutput()
+    {
+        const std::string fifo = out("fifo").toStdString();
+        QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+        for (const QStringList &args :
+             {QStringList{"workload", "wordnet", "--wordnet-dir", m_wn, "--requests", "20", "--out", out("fifo")},
+              QStringList{"corpus", "wordnet", "--wordnet-dir", m_wn, "--concepts", "5", "--out", out("fifo")}}) {
+            const Run r = runKvwb(args);
+            QCOMPARE(r.exitCode, 1);
+            QVERIFY2(r.err.contains("fifo: is a FIFO; kvwb writes its files whole"), r.err.constData());
+            QVERIFY(std::filesystem::is_fifo(fifo));
+            QVERIFY(!std::filesystem::exists(fifo + ".tmp"));
+        }
     }
 
     void errors_data()
