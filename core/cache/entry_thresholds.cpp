@@ -69,6 +69,8 @@ EntryThresholds::EntryThresholds(EntryBoundOptions o) : m_options(o)
 EntryThresholds::Estimate EntryThresholds::decide(uint64_t entry, double s) const
 {
     Estimate e;
+    if (!std::isfinite(s))
+        return e; // a NaN or infinite similarity is never served (serve is false)
     // pooled evidence at s, under monotonicity: wrong at s' >= s, right at s' <= s
     const double pooledErrors =
         double(m_pooledWrong.end() - std::lower_bound(m_pooledWrong.begin(), m_pooledWrong.end(), s));

@@ -73,7 +73,7 @@ std::vector<RecallCandidate> KnowledgeRecall::candidates(const std::vector<float
     std::unordered_map<size_t, bool> seen;
     for (const auto &[distance, label] : ranked) {
         const double similarity = 1.0 - double(distance);
-        if (similarity < minSimilarity || int(out.size()) >= k)
+        if (!(similarity >= minSimilarity) || int(out.size()) >= k) // NaN never passes
             break;
         const size_t node = m->nodeOfEntry[label];
         if (!seen.emplace(node, true).second)

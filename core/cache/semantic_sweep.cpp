@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 
 namespace kvwb::core {
@@ -29,9 +30,16 @@ SemanticSweep sweepSemantic(const std::vector<LabelledText> &requests, Embedder 
         std::vector<std::string> texts;
     };
     std::map<std::string, Seen> byTenant;
-    for (const auto &r : requests) {
+    for (size_t index = 0; index < requests.size(); ++index) {
+        const LabelledText &r = requests[index];
         Seen &seen = byTenant[r.tenant];
         std::vector<float> v = embedder.embed(r.text);
+        for (float x : v)
+            if (!std::isfinite(x))
+                throw Error(ErrorCode::Config,
+                            fmt::format("embedder {}: non-finite value in the embedding of request {} (\"{}\"); "
+                                        "its weights or configuration are broken",
+                                        embedder.name(), index + 1, r.text.substr(0, 60)));
         bool exact = false;
         for (const auto &t : seen.texts)
             exact = exact || t == r.text;

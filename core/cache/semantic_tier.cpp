@@ -290,7 +290,7 @@ std::optional<SemanticHit> SemanticTier::lookup(const TenantScope &scope, const 
     Impl &d = *m_impl;
     const auto q = d.checked(embedding, "lookup");
     const auto found = d.nearest(d.store.namespaceOf(scope.tenant(), scope.modelFingerprint()), q, nowMs);
-    if (!found || found->similarity < d.threshold)
+    if (!found || !(found->similarity >= d.threshold)) // NaN never passes
         return std::nullopt;
     if (!d.store.touch(found->id, scope.tenant(), scope.modelFingerprint(), nowMs))
         return std::nullopt;
@@ -374,7 +374,7 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
         const auto q = d.checked(embedding, "lookup");
         const auto found = d.nearest(
             d.store.namespaceOf(request.scope.tenant(), request.scope.modelFingerprint()), q, request.nowMs);
-        if (!found || found->similarity < d.threshold)
+        if (!found || !(found->similarity >= d.threshold)) // NaN never passes
             return out;
         const auto estimate = d.bound->decide(found->id, found->similarity);
         if (estimate.serve && d.store.touch(found->id, request.scope.tenant(),

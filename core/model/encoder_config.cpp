@@ -76,6 +76,12 @@ void EncoderConfig::validate(const std::string &source) const
     check("max_position_embeddings", maxPositions, 1, 1 << 20);
     check("type_vocab_size", typeVocabSize, 1, 1024);
     check("max_seq_length", maxSeqLength, 0, 1 << 20);
+    // 0: not given. Below 8 tokens every sentence is cut to its first word or two, so unrelated
+    // questions embed alike and every semantic lookup would hit.
+    if (maxSeqLength > 0 && maxSeqLength < 8)
+        throw Error(ErrorCode::Config,
+                    fmt::format("{}: field 'max_seq_length' is {}; kvwb needs at least 8 tokens per sentence",
+                                source, maxSeqLength));
     if (hiddenSize % numHeads != 0)
         throw Error(ErrorCode::Config,
                     fmt::format("{}: field 'num_attention_heads' ({}) does not divide hidden_size ({})",

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace kvwb::gpu {
@@ -280,6 +281,18 @@ void normaliseInPlace(std::vector<float> &v)
             x = float(x / std::sqrt(norm));
 }
 
+// An embedder whose weights hold NaN or Inf (or whose configuration breaks its arithmetic) gives
+// non-finite vectors, and a similarity of NaN must never count as a match: it is refused when it
+// loads, by name, on a probe sentence that reaches its normalisation, attention and pooling.
+void refuseNonFiniteProbe(core::Embedder &embedder, const fs::path &path)
+{
+    const std::vector<float> v = embedder.embed("Is it safe to drink 2 litres of water a day, or not?");
+    if (!std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }))
+        throw Error(ErrorCode::Config,
+                    path.string() + ": the embedder gives non-finite values (NaN or Inf) for a probe "
+                                    "sentence; its weights or configuration are broken");
+}
+
 } // namespace
 
 EncoderEmbedder::EncoderEmbedder(const fs::path &path, const LoadOptions &options, std::string prefix)
@@ -298,6 +311,7 @@ EncoderEmbedder::EncoderEmbedder(const fs::path &path, const LoadOptions &option
                                 m_tokenizer->vocabSize(), ck.config().vocabSize));
     m_encoder = Encoder::load(ck, options);
     m_name = fmt::format("encoder-{}-{}{}", stemOf(path), dim(), prefixTag(m_prefix));
+    refuseNonFiniteProbe(*this, path);
 }
 
 EncoderEmbedder::~EncoderEmbedder() = default;
@@ -348,6 +362,7 @@ DecoderEmbedder::DecoderEmbedder(const fs::path &path, const LoadOptions &option
     core::checkTokenizerFitsModel(*m_tokenizer, ck.config(), tok->string());
     m_model = Model::load(ck, options);
     m_name = fmt::format("decoder-last-{}-{}{}", stemOf(path), dim(), prefixTag(m_prefix));
+    refuseNonFiniteProbe(*this, path);
 }
 
 DecoderEmbedder::~DecoderEmbedder() = default;

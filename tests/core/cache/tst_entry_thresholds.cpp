@@ -9,6 +9,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 using namespace kvwb;
@@ -101,6 +102,9 @@ private Q_SLOTS:
             et.observe(1, 0.9, true);
         QVERIFY(et.decide(1, 0.95).serve);
         QVERIFY(!et.decide(7, 0.95).serve);
+        // a NaN or infinite similarity is never served, whatever the evidence
+        QVERIFY(!et.decide(1, std::nan("")).serve);
+        QVERIFY(!et.decide(1, std::numeric_limits<double>::infinity()).serve);
         // its own wrong answer above s stops it
         et.observe(1, 0.97, false);
         const auto after = et.decide(1, 0.95);

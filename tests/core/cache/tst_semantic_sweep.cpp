@@ -103,6 +103,14 @@ private Q_SLOTS:
                  }).code(),
                  core::ErrorCode::InvalidArgument);
         QCOMPARE(int(core::sweepSemantic({}, e, 0.1).points.size()), 50); // 0.50 .. 0.99
+        // An embedder that gives NaN is refused by name, not reported as "0 hits, precision 1".
+        e.table = {{"a", {1, 0}}, {"b", {std::nanf(""), 0}}};
+        const auto nan = test::expectError([&] {
+            core::sweepSemantic({{"t", "a", "A"}, {"t", "b", "A"}}, e, 0.1, {0.5});
+        });
+        QCOMPARE(nan.code(), core::ErrorCode::Config);
+        QVERIFY2(QString(nan.what()).contains("embedder table: non-finite value in the embedding of request 2"),
+                 nan.what());
     }
 
     void idfWeighsDownSharedWords()

@@ -7,6 +7,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 using namespace kvwb;
@@ -90,6 +91,24 @@ private Q_SLOTS:
         QVERIFY(n);
         QCOMPARE(n->similarity, hit->similarity);
         QVERIFY(t.lookup({"t", "m"}, e.embed("How do I reset my password?"), 1)); // identical: 1.0
+    }
+
+    // A broken embedder's NaN (or Inf) vector has similarity NaN to everything: no threshold passes
+    // on it, whatever the threshold, so it never serves a cached answer.
+    void nonFiniteNeverHits()
+    {
+        core::LexicalEmbedder e(64);
+        for (double threshold : {-1.0, 0.0, 0.9}) {
+            SemanticTier t(lru(0), 64, threshold);
+            t.insert({"t", "m"}, "Is it safe?", e.embed("Is it safe?"), response("Yes."), 0);
+            QVERIFY(t.lookup({"t", "m"}, e.embed("Is it safe?"), 1)); // the tier answers at all
+            for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+                std::vector<float> v = e.embed("Is it safe?");
+                for (size_t i = 0; i < v.size(); i += 3)
+                    v[i] = bad;
+                QVERIFY2(!t.lookup({"t", "m"}, v, 2), qPrintable(QString("threshold %1").arg(threshold)));
+            }
+        }
     }
 
     void shapesAndNormalisation()

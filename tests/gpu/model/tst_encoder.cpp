@@ -20,6 +20,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -134,6 +135,7 @@ private Q_SLOTS:
     void badFiles();
     void decoderLastToken();
     void embedderTokenizesPrefixesAndTruncates();
+    void nonFiniteEmbedderRefused();
 };
 
 void TestEncoder::hiddenStatesMatchReference_data()
@@ -284,6 +286,10 @@ void TestEncoder::badFiles_data()
         << R"([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
                                         {"idx": 1, "path": "../x", "type": "sentence_transformers.models.Pooling"}])"
         << int(core::ErrorCode::Config) << "module 1: field 'path' '../x' leaves the model";
+    // One token per sentence: every question embeds like every other that starts the same way.
+    QTest::newRow("max_seq_length 1") << "sentence_bert_config.json" << R"({"max_seq_length": 1})"
+                                      << int(core::ErrorCode::Config)
+                                      << "field 'max_seq_length' is 1; kvwb needs at least 8 tokens";
 }
 
 void TestEncoder::badFiles()
@@ -370,6 +376,30 @@ void TestEncoder::embedderTokenizesPrefixesAndTruncates()
     longIds.resize(8);
     longIds.back() = sep;
     QVERIFY(test::maxRelativeError(plain.embed(longText), plain.encoder().embed({longIds}, true)[0]) < 1e-5);
+}
+
+// An encoder with a NaN LayerNorm weight (or NaN rows of its word embeddings) would make every
+// similarity NaN: refused when it loads as an embedder, naming the model.
+void TestEncoder::nonFiniteEmbedderRefused()
+{
+    QTemporaryDir tmp;
+    const auto tokens = core::buildWordPieceVocab({"is it safe to drink water a day or not"}, 200);
+    for (const std::string broken : {"embeddings.LayerNorm.weight", "embeddings.word_embeddings.weight"}) {
+        const fs::path dir = fs::path(tmp.path().toStdString()) / ("enc-" + std::to_string(broken.size()));
+        core::EncoderConfig c = tinyConfig();
+        c.vocabSize = int(tokens.size());
+        auto weights = test::randomEncoderWeights(c, 5);
+        QVERIFY(weights.count(broken));
+        auto &w = weights[broken];
+        for (size_t i = 0; i < w.size(); i += 2) // every other value: rows of the embedding table too
+            w[i] = std::nanf("");
+        core::writeEncoderHf(dir, c, weights);
+        core::writeWordPieceVocab(dir, tokens);
+        const auto e = test::expectError([&] { gpu::EncoderEmbedder(dir, oneThread()); });
+        QCOMPARE(int(e.code()), int(core::ErrorCode::Config));
+        QVERIFY2(QString::fromStdString(e.what()).contains("non-finite values (NaN or Inf) for a probe"), e.what());
+        QVERIFY2(QString::fromStdString(e.what()).contains(QString::fromStdString(dir.string())), e.what());
+    }
 }
 
 QTEST_GUILESS_MAIN(TestEncoder)
