@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <mutex>
 
@@ -540,6 +542,23 @@ void Checkpoint::validateTensors() const
                         fmt::format("{}: tensor '{}' has dtype {}, expected F32, F16, BF16 or a GGUF "
                                     "quantised type",
                                     ref.file.string(), name, dtypeName(t)));
+    }
+    // Tensors and config agree exactly: weights of a layer past the configured count mean the
+    // config is wrong (a 2-layer file with block_count or num_hidden_layers 1 would run truncated).
+    for (const std::string &name : tensorNames()) {
+        constexpr std::string_view prefix = "model.layers.";
+        if (!name.starts_with(prefix))
+            continue;
+        const size_t dot = name.find('.', prefix.size());
+        const std::string index = name.substr(prefix.size(), dot == std::string::npos ? std::string::npos
+                                                                                       : dot - prefix.size());
+        if (index.empty() || index.size() > 9 || !std::all_of(index.begin(), index.end(), ::isdigit))
+            continue;
+        if (std::stoll(index) >= c.numLayers)
+            throw Error(ErrorCode::Config,
+                        fmt::format("{}: tensor '{}' belongs to layer {}, but the configuration gives {} "
+                                    "layer(s) (num_hidden_layers / block_count); tensors and config must agree",
+                                    m_impl->path.string(), name, index, c.numLayers));
     }
 }
 

@@ -499,6 +499,16 @@ void ModelConfig::validate(const std::string &source) const
             throw Error(ErrorCode::Config,
                         fmt::format("{}: field '{}' must be positive, got {}", source, field, v));
     };
+    // Every float a model file gives is finite and inside the range docs/model-formats.md states
+    // ("Float fields"): (lo, hi] when lo is open, else [lo, hi]. +inf or 1e308 epsilon, RoPE base or
+    // scaling factor would load and generate garbage.
+    const auto floatIn = [&](const char *field, double v, double lo, double hi, bool loOpen) {
+        const bool ok = std::isfinite(v) && (loOpen ? v > lo : v >= lo) && v <= hi;
+        if (!ok)
+            throw Error(ErrorCode::Config, fmt::format("{}: field '{}' is {}; kvwb accepts {}{}, {}]", source,
+                                                       field, v, loOpen ? "(" : "[", lo, hi));
+    };
+    const auto factor = [&](const char *field, double v) { floatIn(field, v, 0, 1e4, true); };
     // Stated limits (docs/model-formats.md), checked before anything is sized from them: a 500-byte
     // config must not make the loader list two billion layers' tensors.
     const auto atMost = [&](const char *field, int64_t v, int64_t limit) {
@@ -522,8 +532,8 @@ void ModelConfig::validate(const std::string &source) const
     positive("head_dim", headDim);
     positive("vocab_size", vocabSize);
     positive("max_position_embeddings", maxPositionEmbeddings);
-    positive("rms_norm_eps", rmsNormEps);
-    positive("rope_theta", ropeTheta);
+    floatIn("rms_norm_eps", rmsNormEps, 0, 0.1, true);
+    floatIn("rope_theta", ropeTheta, 1, 1e9, false);
     if (numHeads % numKvHeads != 0)
         throw Error(
             ErrorCode::Config,
@@ -542,16 +552,16 @@ void ModelConfig::validate(const std::string &source) const
                             fmt::format("{}: field '{}' has {} entries; head_dim {} needs {}", source, name,
                                         f->size(), headDim, half));
             for (double x : *f)
-                positive(name, x);
+                factor(name, x);
         }
-        positive("rope_scaling.attention_factor", ropeScaling.attentionFactor);
+        factor("rope_scaling.attention_factor", ropeScaling.attentionFactor);
         positive("original_max_position_embeddings", ropeScaling.originalMaxPositionEmbeddings);
     }
     if (ropeScaling.type != "default") {
-        positive("rope_scaling.factor", ropeScaling.factor);
+        factor("rope_scaling.factor", ropeScaling.factor);
         if (ropeScaling.type == "llama3") {
-            positive("rope_scaling.low_freq_factor", ropeScaling.lowFreqFactor);
-            positive("rope_scaling.high_freq_factor", ropeScaling.highFreqFactor);
+            factor("rope_scaling.low_freq_factor", ropeScaling.lowFreqFactor);
+            factor("rope_scaling.high_freq_factor", ropeScaling.highFreqFactor);
             positive("rope_scaling.original_max_position_embeddings",
                      ropeScaling.originalMaxPositionEmbeddings);
             if (ropeScaling.highFreqFactor <= ropeScaling.lowFreqFactor)
@@ -563,13 +573,13 @@ void ModelConfig::validate(const std::string &source) const
         }
     }
     if (queryPreAttnScalar)
-        positive("query_pre_attn_scalar", *queryPreAttnScalar);
+        floatIn("query_pre_attn_scalar", *queryPreAttnScalar, 0, 1e6, true);
     if (attnLogitSoftcap)
-        positive("attn_logit_softcapping", *attnLogitSoftcap);
+        factor("attn_logit_softcapping", *attnLogitSoftcap);
     if (finalLogitSoftcap)
-        positive("final_logit_softcapping", *finalLogitSoftcap);
+        factor("final_logit_softcapping", *finalLogitSoftcap);
     if (ropeLocalTheta)
-        positive("rope_local_base_freq", *ropeLocalTheta);
+        floatIn("rope_local_base_freq", *ropeLocalTheta, 1, 1e9, false);
     if (!layerAttention.empty() && layerAttention.size() != size_t(numLayers))
         throw Error(ErrorCode::Config, fmt::format("{}: field 'layer_types' has {} entries for {} layers",
                                                    source, layerAttention.size(), numLayers));

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 using namespace kvwb::core;
@@ -664,6 +665,61 @@ private Q_SLOTS:
             const auto e = expectError([&] { (void)Checkpoint::open(root / "m.gguf"); });
             QCOMPARE(e.code(), ErrorCode::Unsupported);
             QVERIFY(QString::fromStdString(e.what()).contains("blk.0.mystery.weight"));
+        }
+        // tensors and config agree exactly: a 2-layer model whose config says 1 layer is refused,
+        // naming the first tensor past them (it used to run truncated), as safetensors and as GGUF
+        {
+            auto spec = randomModelPreset("tiny");
+            QCOMPARE(spec.config.numLayers, 2);
+            writeRandomHfModel(root / "hf-l", spec);
+            writeGguf(Checkpoint::open(root / "hf-l"), root / "l.gguf", DType::F32);
+            std::string cfg = kvwb::test::readFile(root / "hf-l" / "config.json");
+            const size_t at = cfg.find("\"num_hidden_layers\": 2");
+            QVERIFY(at != std::string::npos);
+            cfg.replace(at, std::strlen("\"num_hidden_layers\": 2"), "\"num_hidden_layers\": 1");
+            kvwb::test::writeFile(root / "hf-l" / "config.json", cfg);
+            auto e = expectError([&] { (void)Checkpoint::open(root / "hf-l"); });
+            QCOMPARE(e.code(), ErrorCode::Config);
+            QVERIFY2(QString(e.what()).contains("tensor 'model.layers.1.") &&
+                         QString(e.what()).contains("gives 1 layer(s)"),
+                     e.what());
+            std::string bytes = kvwb::test::readFile(root / "l.gguf");
+            const size_t bc = bytes.find("block_count");
+            QVERIFY(bc != std::string::npos);
+            uint32_t type = 0, layers = 0;
+            std::memcpy(&type, bytes.data() + bc + 11, 4);
+            QCOMPARE(type, uint32_t(4)); // GGUF_TYPE_UINT32
+            std::memcpy(&layers, bytes.data() + bc + 15, 4);
+            QCOMPARE(layers, uint32_t(2));
+            layers = 1;
+            std::memcpy(bytes.data() + bc + 15, &layers, 4);
+            kvwb::test::writeFile(root / "l.gguf", bytes);
+            e = expectError([&] { (void)Checkpoint::open(root / "l.gguf"); });
+            QCOMPARE(e.code(), ErrorCode::Config);
+            QVERIFY2(QString(e.what()).contains("tensor 'model.layers.1.") &&
+                         QString(e.what()).contains("gives 1 layer(s)"),
+                     e.what());
+        }
+        // float fields: +inf (or NaN) in a written file is refused by field, not loaded
+        for (const auto &[key, field] : {std::pair{"attention.layer_norm_rms_epsilon", "rms_norm_eps"},
+                                         std::pair{"rope.freq_base", "rope_theta"}}) {
+            for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+                auto spec = randomModelPreset("tiny");
+                writeRandomHfModel(root / "hf-f", spec);
+                writeGguf(Checkpoint::open(root / "hf-f"), root / "f.gguf", DType::F32);
+                std::string bytes = kvwb::test::readFile(root / "f.gguf");
+                const size_t at = bytes.find(key);
+                QVERIFY(at != std::string::npos);
+                const size_t value = at + std::strlen(key) + 4; // the key, its u32 type (f32), the value
+                uint32_t type = 0;
+                std::memcpy(&type, bytes.data() + at + std::strlen(key), 4);
+                QCOMPARE(type, uint32_t(6)); // GGUF_TYPE_FLOAT32
+                std::memcpy(bytes.data() + value, &bad, 4);
+                kvwb::test::writeFile(root / "f.gguf", bytes);
+                const auto e = expectError([&] { (void)Checkpoint::open(root / "f.gguf"); });
+                QCOMPARE(e.code(), ErrorCode::Config);
+                QVERIFY2(QString::fromStdString(e.what()).contains(QString("field '%1' is ").arg(field)), e.what());
+            }
         }
     }
 };
