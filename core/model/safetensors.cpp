@@ -268,12 +268,23 @@ WeightSet WeightSet::open(const std::filesystem::path &dirOrFile)
         if (it == shardIndex.end()) {
             const fs::path shardPath = index.parent_path() / shard;
             // a shard is a file name inside the model directory: no absolute paths, no "..", no
-            // symlink out of it (the index is data, not a licence to read anything on the machine)
+            // symlink out of it (the index is data, not a licence to read anything on the machine).
+            // One exception, the Hugging Face hub cache: in models--ORG--NAME/snapshots/REV/ every
+            // file is a symlink to ../../blobs/SHA, inside the same repository folder.
             std::error_code ec;
             const fs::path dir = fs::weakly_canonical(fs::absolute(index.parent_path()), ec);
             const fs::path resolved = fs::weakly_canonical(fs::absolute(shardPath), ec);
-            const auto rel = resolved.lexically_relative(dir);
-            if (fs::path(shard).is_absolute() || ec || rel.empty() || *rel.begin() == "..")
+            const auto inside = [&](const fs::path &root) {
+                const auto rel = resolved.lexically_relative(root);
+                return !rel.empty() && *rel.begin() != "..";
+            };
+            bool lexicallyPlain = !fs::path(shard).is_absolute();
+            for (const auto &part : fs::path(shard))
+                lexicallyPlain = lexicallyPlain && part != "..";
+            const fs::path repo = dir.parent_path().parent_path();
+            const bool hubSnapshot = dir.parent_path().filename() == "snapshots" &&
+                                     repo.filename().string().starts_with("models--");
+            if (!lexicallyPlain || ec || !(inside(dir) || (hubSnapshot && inside(repo / "blobs"))))
                 throw Error(ErrorCode::Format,
                             fmt::format("{}: tensor '{}': shard '{}' is outside the model directory",
                                         indexName, tensor, shard));

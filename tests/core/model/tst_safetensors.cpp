@@ -276,6 +276,44 @@ private Q_SLOTS:
         QVERIFY(std::string(missing.what()).find("model.safetensors.index.json") != std::string::npos);
     }
 
+    // The Hugging Face hub cache: snapshots/REV/ holds symlinks to ../../blobs/SHA of the same
+    // repository folder (models--ORG--NAME): accepted. A symlink to a blob of another repository, or
+    // anywhere else, stays refused.
+    void hubCacheSymlinks()
+    {
+        QTemporaryDir tmp;
+        const fs::path repo = fs::path(tmp.path().toStdString()) / "models--org--tiny";
+        const fs::path blobs = repo / "blobs", snap = repo / "snapshots" / "0123abcd";
+        fs::create_directories(blobs);
+        fs::create_directories(snap);
+        const float a[2] = {1, 2}, b[1] = {3};
+        SafetensorsWriter w1, w2;
+        w1.addF32("model.a", {2}, a);
+        w2.addF32("model.b", {1}, b);
+        w1.write(blobs / "aaa111");
+        w2.write(blobs / "bbb222");
+        fs::create_symlink("../../blobs/aaa111", snap / "model-00001-of-00002.safetensors");
+        fs::create_symlink("../../blobs/bbb222", snap / "model-00002-of-00002.safetensors");
+        kvwbWriteIndex(blobs, {{"model.a", "model-00001-of-00002.safetensors"},
+                               {"model.b", "model-00002-of-00002.safetensors"}});
+        fs::rename(blobs / "model.safetensors.index.json", blobs / "ccc333");
+        fs::create_symlink("../../blobs/ccc333", snap / "model.safetensors.index.json");
+        const WeightSet ws = WeightSet::open(snap);
+        QCOMPARE(toFloatVector(ws.get("model.b")), (std::vector<float>{3}));
+        // another repository's blob, or a file beside the cache, is still outside the model
+        const fs::path other = fs::path(tmp.path().toStdString()) / "models--org--other" / "blobs";
+        fs::create_directories(other);
+        w2.write(other / "ddd444");
+        for (const fs::path &target : {fs::path("../../../models--org--other/blobs/ddd444"), fs::path("../../../x")}) {
+            if (target.filename() == "x")
+                w2.write(fs::path(tmp.path().toStdString()) / "x");
+            fs::remove(snap / "model-00002-of-00002.safetensors");
+            fs::create_symlink(target, snap / "model-00002-of-00002.safetensors");
+            const Error e = expectError([&] { WeightSet::open(snap); });
+            QVERIFY2(std::string(e.what()).find("is outside the model directory") != std::string::npos, e.what());
+        }
+    }
+
     void shardedIndexFaults_data()
     {
         QTest::addColumn<QString>("tensor");
