@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -319,7 +320,13 @@ int placement(const QStringList &args)
             model->forward(contextIds, cache);
             gpu::placeModule(*model, cache, mod, std::min<int>(boundaries[i], int(mod.ids.size())));
             const auto got = model->forward(tail, cache);
-            cols[i].kl.push_back(core::klDivergence(truth, got));
+            const double kl = core::klDivergence(truth, got);
+            if (!std::isfinite(kl)) // a module of NaN or Inf values: an error, not "kl_mean": null
+                throw core::Error(core::ErrorCode::Format,
+                                  fmt::format("{}: node '{}' (id {}): its placed KV module gives a non-finite "
+                                              "KL to recomputing the text; the module holds NaN or Inf values",
+                                              str(pos.first()), n->name, mod.nodeId));
+            cols[i].kl.push_back(kl);
             cols[i].top1 += argmax(truth) == argmax(got) ? 1 : 0;
         }
         auto bare = model->newCache();

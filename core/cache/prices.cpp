@@ -98,6 +98,10 @@ public:
         if (!std::isfinite(x) || x < 0 || (positive && x == 0))
             fail(shown, fmt::format("is {}: {} cannot be {}", x, positive ? "it" : "a price",
                                     positive ? "zero or negative" : "negative"));
+        // The command line's limit too (--price-in/--price-out): beyond it a ledger's costs overflow
+        // to infinity and print as null.
+        if (x > kMaxPriceValue)
+            fail(shown, fmt::format("is {}: more than kvwb's limit of {:g}", x, kMaxPriceValue));
         return x;
     }
     double number(const std::string &field, bool positive = false) const

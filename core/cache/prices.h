@@ -15,6 +15,10 @@
 
 namespace kvwb::core {
 
+// The largest price (USD per million tokens), GPU hourly rate or throughput a price file may give:
+// the command line's limit for --price-in/--price-out too.
+inline constexpr double kMaxPriceValue = 1e9;
+
 struct PricePreset
 {
     std::string id;       // e.g. "openai-gpt-4o-mini"; [A-Za-z0-9_.-]+

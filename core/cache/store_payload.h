@@ -62,6 +62,9 @@ std::string encodePayload(const PayloadHeader &header, std::string_view body);
 // dtype; unpacking checks that body holds exactly count values of dtype (Error(Format) otherwise).
 void appendKvBody(std::string &body, const float *values, size_t count, DType dtype);
 void unpackKvBody(std::string_view body, DType dtype, float *out, size_t count);
+// The largest magnitude a KV value read from a shared store may have: real models' keys and values
+// stay within a few thousand; a block holding more (or NaN or Inf) is refused, counted as refused.
+inline constexpr float kMaxStoredKvValue = 1e6f;
 bool isKvBodyDType(DType dtype) noexcept; // F32, F16 or BF16
 // "f32", "bf16" or "f16" (how options and project files name a KV body's dtype); nullopt otherwise.
 std::optional<DType> parseKvBodyDType(std::string_view name) noexcept;

@@ -377,6 +377,8 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
         r.id = int64_t(result.requests.size());
         integer("id", r.id, false, 0, "must be a non-negative integer");
         integer("t_ms", r.tMs, true, 0, "must be a non-negative integer");
+        if (r.tMs > kMaxArrivalMs) // `replay --clock` would wait that long (1e15 ms: 31,000 years)
+            fail("t_ms", "is beyond 30 days (2592000000 ms), the latest arrival time kvwb replays");
         str("tenant", r.tenant, true, true);
         str("user", r.user, true, true);
         str("conversation", r.conversation, false, false);

@@ -66,6 +66,10 @@ struct SystemPrompt
     int words = 0;      // actual word count
 };
 
+// The latest arrival time a workload may give (30 days): `replay --clock` waits until each request
+// is due, so a t_ms of 1e15 would sleep for 31,000 years. Later lines are skipped with a warning.
+inline constexpr int64_t kMaxArrivalMs = int64_t(30) * 24 * 3600 * 1000;
+
 struct WorkloadRequest
 {
     int64_t id = 0;     // line index in the generated file

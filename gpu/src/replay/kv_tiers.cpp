@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace kvwb::gpu {
@@ -99,18 +100,28 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
         dtypes.push_back(h.dtype);
     }
     (void)role;
+    const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd); // one K (or V) of a layer
+    std::vector<std::vector<float>> blocks;                                  // [layers, 2, heads, block, hd] each
+    // A block whose envelope and CRC are valid may still hold NaN, Inf or absurd values (a writer's
+    // bug, or a poisoned store): it is refused like a foreign block, and only the blocks before it
+    // are used. Never placed in a cache, never blamed on the model's weights.
+    for (size_t b = 0; b < bodies.size(); ++b) {
+        std::vector<float> values(size_t(layers) * 2 * blockFloats);
+        core::unpackKvBody(bodies[b], dtypes[b], values.data(), values.size());
+        if (!std::all_of(values.begin(), values.end(),
+                         [](float x) { return std::isfinite(x) && std::abs(x) <= core::kMaxStoredKvValue; })) {
+            outcome = "refused";
+            break;
+        }
+        blocks.push_back(std::move(values));
+    }
+    bodies.resize(blocks.size());
     if (bodies.empty())
         return {};
     if (outcome == "miss")
         outcome = "hit";
     const int n = int(bodies.size()) * m_block;
     std::vector<core::HeadMajorKv> kv(static_cast<size_t>(layers));
-    const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd); // one K (or V) of a layer
-    std::vector<std::vector<float>> blocks(bodies.size()); // [layers, 2, heads, block, hd] each
-    for (size_t b = 0; b < bodies.size(); ++b) {
-        blocks[b].resize(size_t(layers) * 2 * blockFloats);
-        core::unpackKvBody(bodies[b], dtypes[b], blocks[b].data(), blocks[b].size());
-    }
     for (int l = 0; l < layers; ++l) {
         kv[size_t(l)].keys.resize(size_t(heads) * size_t(n) * size_t(hd));
         kv[size_t(l)].values.resize(kv[size_t(l)].keys.size());

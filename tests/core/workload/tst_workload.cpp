@@ -270,6 +270,10 @@ private Q_SLOTS:
                                     << "field 't_ms' must be a non-negative integer";
         QTest::newRow("missing t_ms") << "{" + ok + "}"
                                       << "field 't_ms' is missing";
+        QTest::newRow("t_ms 1e15") << "{\"t_ms\":1000000000000000," + ok + "}"
+                                   << "field 't_ms' is beyond 30 days (2592000000 ms)";
+        QTest::newRow("t_ms just past 30 days") << "{\"t_ms\":2592000001," + ok + "}"
+                                                << "field 't_ms' is beyond 30 days";
         QTest::newRow("bad model")
             << R"({"t_ms":1,"tenant":"t0","user":"u1","model":"c","intent":"n1","max_tokens":8,"prompt":"p"})"
             << "field 'model' must be \"a\" or \"b\"";
