@@ -41,7 +41,9 @@ private Q_SLOTS:
         fs::create_symlink(fifo, link);
         const std::vector<std::pair<fs::path, QString>> cases = {
             {fifo, "is a FIFO"}, {dir, "is a directory"}, {link, "is a FIFO"}, {"/dev/null", "is a character device"}};
-        for (const auto &[path, what] : cases) {
+        for (const auto &c : cases) {
+            const fs::path path = c.first; // a structured binding cannot be captured (clang 14)
+            const QString what = c.second;
             const auto e = test::expectError([&] { core::writeFileAtomic(path, "data"); });
             QCOMPARE(e.code(), core::ErrorCode::Io);
             QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path.string()) + ": " + what), e.what());
