@@ -322,10 +322,11 @@ int placement(const QStringList &args)
             const auto got = model->forward(tail, cache);
             const double kl = core::klDivergence(truth, got);
             if (!std::isfinite(kl)) // a module of NaN or Inf values: an error, not "kl_mean": null
-                throw core::Error(core::ErrorCode::Format,
-                                  fmt::format("{}: node '{}' (id {}): its placed KV module gives a non-finite "
-                                              "KL to recomputing the text; the module holds NaN or Inf values",
-                                              str(pos.first()), n->name, mod.nodeId));
+                throw core::Error(
+                    core::ErrorCode::Format,
+                    fmt::format("{}: node '{}' (id {}): its placed KV module gives a non-finite "
+                                "KL to recomputing the text; the module holds NaN or Inf values",
+                                str(pos.first()), n->name, mod.nodeId));
             cols[i].kl.push_back(kl);
             cols[i].top1 += argmax(truth) == argmax(got) ? 1 : 0;
         }

@@ -36,10 +36,11 @@ SemanticSweep sweepSemantic(const std::vector<LabelledText> &requests, Embedder 
         std::vector<float> v = embedder.embed(r.text);
         for (float x : v)
             if (!std::isfinite(x))
-                throw Error(ErrorCode::Config,
-                            fmt::format("embedder {}: non-finite value in the embedding of request {} (\"{}\"); "
-                                        "its weights or configuration are broken",
-                                        embedder.name(), index + 1, r.text.substr(0, 60)));
+                throw Error(
+                    ErrorCode::Config,
+                    fmt::format("embedder {}: non-finite value in the embedding of request {} (\"{}\"); "
+                                "its weights or configuration are broken",
+                                embedder.name(), index + 1, r.text.substr(0, 60)));
         bool exact = false;
         for (const auto &t : seen.texts)
             exact = exact || t == r.text;

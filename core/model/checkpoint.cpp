@@ -550,15 +550,16 @@ void Checkpoint::validateTensors() const
         if (!name.starts_with(prefix))
             continue;
         const size_t dot = name.find('.', prefix.size());
-        const std::string index = name.substr(prefix.size(), dot == std::string::npos ? std::string::npos
-                                                                                       : dot - prefix.size());
+        const std::string index =
+            name.substr(prefix.size(), dot == std::string::npos ? std::string::npos : dot - prefix.size());
         if (index.empty() || index.size() > 9 || !std::all_of(index.begin(), index.end(), ::isdigit))
             continue;
         if (std::stoll(index) >= c.numLayers)
-            throw Error(ErrorCode::Config,
-                        fmt::format("{}: tensor '{}' belongs to layer {}, but the configuration gives {} "
-                                    "layer(s) (num_hidden_layers / block_count); tensors and config must agree",
-                                    m_impl->path.string(), name, index, c.numLayers));
+            throw Error(
+                ErrorCode::Config,
+                fmt::format("{}: tensor '{}' belongs to layer {}, but the configuration gives {} "
+                            "layer(s) (num_hidden_layers / block_count); tensors and config must agree",
+                            m_impl->path.string(), name, index, c.numLayers));
     }
 }
 

@@ -387,8 +387,8 @@ private Q_SLOTS:
             test::writeFile(path, damaged);
             std::vector<QStringList> commands{{"info", q(path)}};
             if (!test::headlessBuild()) // a headless build has no report writer
-                commands.push_back(
-                    {"report", "--experiment", q(path), "--out", q(m_root / "flip-report"), "--format", "json"});
+                commands.push_back({"report", "--experiment", q(path), "--out", q(m_root / "flip-report"),
+                                    "--format", "json"});
             runs += int(commands.size());
             for (const QStringList &args : commands) {
                 fs::remove_all(m_root / "flip-report");

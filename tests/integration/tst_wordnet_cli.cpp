@@ -83,9 +83,10 @@ private Q_SLOTS:
     {
         const std::string fifo = out("fifo").toStdString();
         QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
-        for (const QStringList &args :
-             {QStringList{"workload", "wordnet", "--wordnet-dir", m_wn, "--requests", "20", "--out", out("fifo")},
-              QStringList{"corpus", "wordnet", "--wordnet-dir", m_wn, "--concepts", "5", "--out", out("fifo")}}) {
+        for (const QStringList &args : {QStringList{"workload", "wordnet", "--wordnet-dir", m_wn,
+                                                    "--requests", "20", "--out", out("fifo")},
+                                        QStringList{"corpus", "wordnet", "--wordnet-dir", m_wn, "--concepts",
+                                                    "5", "--out", out("fifo")}}) {
             const Run r = runKvwb(args);
             QCOMPARE(r.exitCode, 1);
             QVERIFY2(r.err.contains("fifo: is a FIFO; kvwb writes its files whole"), r.err.constData());

@@ -288,9 +288,9 @@ void refuseNonFiniteProbe(core::Embedder &embedder, const fs::path &path)
 {
     const std::vector<float> v = embedder.embed("Is it safe to drink 2 litres of water a day, or not?");
     if (!std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); }))
-        throw Error(ErrorCode::Config,
-                    path.string() + ": the embedder gives non-finite values (NaN or Inf) for a probe "
-                                    "sentence; its weights or configuration are broken");
+        throw Error(ErrorCode::Config, path.string() +
+                                           ": the embedder gives non-finite values (NaN or Inf) for a probe "
+                                           "sentence; its weights or configuration are broken");
 }
 
 } // namespace

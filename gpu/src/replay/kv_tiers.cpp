@@ -101,15 +101,16 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
     }
     (void)role;
     const size_t blockFloats = size_t(heads) * size_t(m_block) * size_t(hd); // one K (or V) of a layer
-    std::vector<std::vector<float>> blocks;                                  // [layers, 2, heads, block, hd] each
+    std::vector<std::vector<float>> blocks; // [layers, 2, heads, block, hd] each
     // A block whose envelope and CRC are valid may still hold NaN, Inf or absurd values (a writer's
     // bug, or a poisoned store): it is refused like a foreign block, and only the blocks before it
     // are used. Never placed in a cache, never blamed on the model's weights.
     for (size_t b = 0; b < bodies.size(); ++b) {
         std::vector<float> values(size_t(layers) * 2 * blockFloats);
         core::unpackKvBody(bodies[b], dtypes[b], values.data(), values.size());
-        if (!std::all_of(values.begin(), values.end(),
-                         [](float x) { return std::isfinite(x) && std::abs(x) <= core::kMaxStoredKvValue; })) {
+        if (!std::all_of(values.begin(), values.end(), [](float x) {
+                return std::isfinite(x) && std::abs(x) <= core::kMaxStoredKvValue;
+            })) {
             outcome = "refused";
             break;
         }

@@ -232,8 +232,9 @@ void TestPrices::fileErrors_data()
     QTest::newRow("negative price")
         << "{" + ok + R"(, "input": 1, "output": 1, "cache_write": -1})" << int(ErrorCode::Config)
         << "mine.json: preset 0 (x): field 'cache_write' is -1: a price cannot be negative";
-    QTest::newRow("huge price") << "{" + ok + R"(, "input": 1e308, "output": 1})" << int(ErrorCode::Config)
-                                << "mine.json: preset 0 (x): field 'input' is 1e+308: more than kvwb's limit of 1e+09";
+    QTest::newRow("huge price")
+        << "{" + ok + R"(, "input": 1e308, "output": 1})" << int(ErrorCode::Config)
+        << "mine.json: preset 0 (x): field 'input' is 1e+308: more than kvwb's limit of 1e+09";
     QTest::newRow("string price") << "{" + ok + R"(, "input": "1", "output": 1})" << int(ErrorCode::Config)
                                   << "field 'input' must be a number, got \"1\"";
     QTest::newRow("misspelt field") << "{" + ok + R"(, "input": 1, "output": 1, "cache_wirte": 2})"

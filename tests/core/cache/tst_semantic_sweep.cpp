@@ -109,8 +109,9 @@ private Q_SLOTS:
             core::sweepSemantic({{"t", "a", "A"}, {"t", "b", "A"}}, e, 0.1, {0.5});
         });
         QCOMPARE(nan.code(), core::ErrorCode::Config);
-        QVERIFY2(QString(nan.what()).contains("embedder table: non-finite value in the embedding of request 2"),
-                 nan.what());
+        QVERIFY2(
+            QString(nan.what()).contains("embedder table: non-finite value in the embedding of request 2"),
+            nan.what());
     }
 
     void idfWeighsDownSharedWords()

@@ -718,7 +718,8 @@ private Q_SLOTS:
                 kvwb::test::writeFile(root / "f.gguf", bytes);
                 const auto e = expectError([&] { (void)Checkpoint::open(root / "f.gguf"); });
                 QCOMPARE(e.code(), ErrorCode::Config);
-                QVERIFY2(QString::fromStdString(e.what()).contains(QString("field '%1' is ").arg(field)), e.what());
+                QVERIFY2(QString::fromStdString(e.what()).contains(QString("field '%1' is ").arg(field)),
+                         e.what());
             }
         }
     }

@@ -579,10 +579,12 @@ private Q_SLOTS:
         // Floats: finite and inside the documented ranges (docs/model-formats.md, "Float fields").
         row("huge rope_theta", tiny(R"("rope_theta": 1e300)"), ErrorCode::Config,
             "field 'rope_theta' is 1e+300; kvwb accepts [1, 1000000000]");
-        row("rope_theta below 1", tiny(R"("rope_theta": 0.5)"), ErrorCode::Config, "field 'rope_theta' is 0.5");
+        row("rope_theta below 1", tiny(R"("rope_theta": 0.5)"), ErrorCode::Config,
+            "field 'rope_theta' is 0.5");
         row("large rms_norm_eps", tiny(R"("rms_norm_eps": 0.5)"), ErrorCode::Config,
             "field 'rms_norm_eps' is 0.5; kvwb accepts (0, 0.1]");
-        row("huge softcap", gemma2With("\"final_logit_softcapping\": 30.0", "\"final_logit_softcapping\": 1e308"),
+        row("huge softcap",
+            gemma2With("\"final_logit_softcapping\": 30.0", "\"final_logit_softcapping\": 1e308"),
             ErrorCode::Config, "field 'final_logit_softcapping' is 1e+308");
         row("gemma3 bidirectional",
             std::string(kGemma3_1b).insert(1, "\"use_bidirectional_attention\": true, "),

@@ -304,13 +304,15 @@ private Q_SLOTS:
         const fs::path other = fs::path(tmp.path().toStdString()) / "models--org--other" / "blobs";
         fs::create_directories(other);
         w2.write(other / "ddd444");
-        for (const fs::path &target : {fs::path("../../../models--org--other/blobs/ddd444"), fs::path("../../../x")}) {
+        for (const fs::path &target :
+             {fs::path("../../../models--org--other/blobs/ddd444"), fs::path("../../../x")}) {
             if (target.filename() == "x")
                 w2.write(fs::path(tmp.path().toStdString()) / "x");
             fs::remove(snap / "model-00002-of-00002.safetensors");
             fs::create_symlink(target, snap / "model-00002-of-00002.safetensors");
             const Error e = expectError([&] { WeightSet::open(snap); });
-            QVERIFY2(std::string(e.what()).find("is outside the model directory") != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find("is outside the model directory") != std::string::npos,
+                     e.what());
         }
     }
 

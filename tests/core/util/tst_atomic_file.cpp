@@ -39,14 +39,17 @@ private Q_SLOTS:
         QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
         fs::create_directory(dir);
         fs::create_symlink(fifo, link);
-        const std::vector<std::pair<fs::path, QString>> cases = {
-            {fifo, "is a FIFO"}, {dir, "is a directory"}, {link, "is a FIFO"}, {"/dev/null", "is a character device"}};
+        const std::vector<std::pair<fs::path, QString>> cases = {{fifo, "is a FIFO"},
+                                                                 {dir, "is a directory"},
+                                                                 {link, "is a FIFO"},
+                                                                 {"/dev/null", "is a character device"}};
         for (const auto &c : cases) {
             const fs::path path = c.first; // a structured binding cannot be captured (clang 14)
             const QString what = c.second;
             const auto e = test::expectError([&] { core::writeFileAtomic(path, "data"); });
             QCOMPARE(e.code(), core::ErrorCode::Io);
-            QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path.string()) + ": " + what), e.what());
+            QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path.string()) + ": " + what),
+                     e.what());
             QVERIFY(!fs::exists(fs::path(path.string() + ".tmp")));
         }
         QVERIFY(fs::is_fifo(fifo));
@@ -55,7 +58,8 @@ private Q_SLOTS:
         QVERIFY(fs::is_character_file("/dev/null"));
         // syncAndRename (the HDF5 writers' commit) follows the same rule
         core::writeFileAtomic(root / "made.h5", "x");
-        const auto e = test::expectError([&] { core::syncAndRename(root / "made.h5", fifo, "the file", false); });
+        const auto e =
+            test::expectError([&] { core::syncAndRename(root / "made.h5", fifo, "the file", false); });
         QVERIFY2(QString(e.what()).contains("is a FIFO"), e.what());
         QVERIFY(fs::is_fifo(fifo));
         QVERIFY(fs::exists(root / "made.h5"));

@@ -287,8 +287,8 @@ void TestEncoder::badFiles_data()
                                         {"idx": 1, "path": "../x", "type": "sentence_transformers.models.Pooling"}])"
         << int(core::ErrorCode::Config) << "module 1: field 'path' '../x' leaves the model";
     // One token per sentence: every question embeds like every other that starts the same way.
-    QTest::newRow("max_seq_length 1") << "sentence_bert_config.json" << R"({"max_seq_length": 1})"
-                                      << int(core::ErrorCode::Config)
+    QTest::newRow("max_seq_length 1") << "sentence_bert_config.json"
+                                      << R"({"max_seq_length": 1})" << int(core::ErrorCode::Config)
                                       << "field 'max_seq_length' is 1; kvwb needs at least 8 tokens";
 }
 
@@ -397,7 +397,8 @@ void TestEncoder::nonFiniteEmbedderRefused()
         core::writeWordPieceVocab(dir, tokens);
         const auto e = test::expectError([&] { gpu::EncoderEmbedder(dir, oneThread()); });
         QCOMPARE(int(e.code()), int(core::ErrorCode::Config));
-        QVERIFY2(QString::fromStdString(e.what()).contains("non-finite values (NaN or Inf) for a probe"), e.what());
+        QVERIFY2(QString::fromStdString(e.what()).contains("non-finite values (NaN or Inf) for a probe"),
+                 e.what());
         QVERIFY2(QString::fromStdString(e.what()).contains(QString::fromStdString(dir.string())), e.what());
     }
 }
