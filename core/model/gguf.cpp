@@ -592,6 +592,35 @@ void GgufWriter::setStrings(std::string key, std::vector<std::string> v)
         appendString(p, s);
     put(std::move(key), GgufType::Array, std::move(p));
 }
+std::optional<std::vector<std::string>> GgufWriter::strings(std::string_view key) const
+{
+    const auto it = std::find_if(m_kvs.begin(), m_kvs.end(), [&](const Kv &k) { return k.key == key; });
+    if (it == m_kvs.end() || it->type != GgufType::Array)
+        return std::nullopt;
+    // The payload as setStrings() and setValue() encode it: element type, count, then the strings.
+    const std::vector<std::byte> &p = it->payload;
+    size_t at = 0;
+    const auto read = [&](auto &v) {
+        if (p.size() - at < sizeof(v))
+            return false;
+        std::memcpy(&v, p.data() + at, sizeof(v));
+        at += sizeof(v);
+        return true;
+    };
+    uint32_t elem = 0;
+    uint64_t n = 0;
+    if (!read(elem) || elem != uint32_t(GgufType::String) || !read(n))
+        return std::nullopt;
+    std::vector<std::string> out;
+    for (uint64_t i = 0; i < n; ++i) {
+        uint64_t len = 0;
+        if (!read(len) || len > p.size() - at)
+            return std::nullopt;
+        out.emplace_back(reinterpret_cast<const char *>(p.data() + at), size_t(len));
+        at += size_t(len);
+    }
+    return out;
+}
 void GgufWriter::setF32s(std::string key, std::vector<float> v)
 {
     std::vector<std::byte> p;

@@ -129,6 +129,9 @@ public:
     void setI32s(std::string key, std::vector<int32_t> v);
     // Any value read from a file, in its own type.
     void setValue(std::string key, const GgufValue &v);
+    // The strings of a string-array value set on this writer; nullopt when the key is absent or
+    // holds another type.
+    std::optional<std::vector<std::string>> strings(std::string_view key) const;
     // shape in torch order; data already in `dtype`'s layout (quantize() for block types).
     void addTensor(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<std::byte> data);
     // Writes to path + ".tmp", fsyncs, renames over path. Error(Io) names the path.

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <regex>
@@ -82,6 +84,40 @@ const Arch *archForModelType(std::string_view modelType)
         if (modelType == a.modelType)
             return &a;
     return nullptr;
+}
+
+// general.name as llama.cpp can load it. llama.cpp takes a model whose general.name contains "phi3"
+// or "phi-3" (any case) for Microsoft's Phi-3 and looks "</s>", "<unk>", "<s>" and "<|endoftext|>" up
+// in the vocabulary with unordered_map::at (src/llama-vocab.cpp, llama_vocab::impl::load, the per
+// token attributes), so a file with any other vocabulary fails to load with "error loading model
+// vocabulary: unordered_map::at". Without all four tokens the name is written "Phi 3", the way
+// llama.cpp's converter spells it, which that test does not match. make-model's checkpoint is a
+// temporary directory beside the output ("<out>.hf.kvwb-tmp"): its name is the output's, not that.
+std::string ggufModelName(const Checkpoint &from, const fs::path &out, const GgufWriter &w)
+{
+    std::string name = from.path().filename().string();
+    if (name.ends_with(".kvwb-tmp") || name.ends_with(".tmp"))
+        name = out.stem().string();
+    if (const auto tokens = w.strings("tokenizer.ggml.tokens")) {
+        bool all = true;
+        for (const char *t : {"</s>", "<unk>", "<s>", "<|endoftext|>"})
+            all = all && std::find(tokens->begin(), tokens->end(), t) != tokens->end();
+        if (all)
+            return name;
+    }
+    for (;;) {
+        std::string lower = name;
+        for (char &ch : lower)
+            ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        size_t at = lower.find("phi3"), len = 4;
+        if (at == std::string::npos) {
+            at = lower.find("phi-3");
+            len = 5;
+        }
+        if (at == std::string::npos)
+            return name;
+        name.replace(at, len, name.substr(at, 3) + " 3");
+    }
 }
 
 std::string archList()
@@ -545,7 +581,7 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
                     fmt::format("GGUF weights cannot be {}", dtypeName(weightType)));
     const std::string p = std::string(arch->gguf) + ".";
     w.setString("general.architecture", arch->gguf);
-    w.setString("general.name", from.path().filename().string());
+    w.setString("general.name", ggufModelName(from, out, w));
     w.setU32("general.alignment", 32);
     w.setU32(p + "context_length", uint32_t(c.maxPositionEmbeddings));
     w.setU32(p + "embedding_length", uint32_t(c.hiddenSize));

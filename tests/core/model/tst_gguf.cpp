@@ -529,6 +529,24 @@ private Q_SLOTS:
         // llama.cpp sizes token_embd from the token list: it covers every embedding row (300 rows,
         // 258 tokenizer pieces), the rest as unused [PAD<id>] tokens
         {
+            // llama.cpp takes a general.name with "phi3" or "phi-3" for Microsoft's Phi-3 and looks
+            // up its special tokens, failing on any other vocabulary ("error loading model
+            // vocabulary"): without them the name says "phi 3"
+            const auto f = GgufFile::open(root / "m.gguf");
+            QString name = QString::fromStdString(*f.string("general.name")).toLower();
+            QVERIFY2(!name.contains("phi3") && !name.contains("phi-3"), qPrintable(name));
+        }
+        if (preset.startsWith("phi3")) {
+            const fs::path named = root / "phi3-mini";
+            fs::rename(root / "hf", named);
+            GgufWriter again;
+            writeTokenizerToGguf(*Checkpoint::open(named).tokenizerPath(), again, hf.config().vocabSize);
+            QVERIFY(
+                writeGguf(Checkpoint::open(named), root / "n.gguf", DType::F32, std::move(again)).empty());
+            QCOMPARE(*GgufFile::open(root / "n.gguf").string("general.name"), std::string("phi 3-mini"));
+            fs::rename(named, root / "hf");
+        }
+        {
             const auto f = GgufFile::open(root / "m.gguf");
             const auto *tokens = f.stringArray("tokenizer.ggml.tokens");
             QVERIFY(tokens);
