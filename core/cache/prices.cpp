@@ -230,6 +230,10 @@ std::vector<PricePreset> parsePricePresets(const std::string &text, const std::s
         throw Error(ErrorCode::Format, sourceName + ": not JSON: " + e.what());
     }
     std::vector<PricePreset> out;
+    if (j.is_object() && j.contains("schema") &&
+        (!j.at("schema").is_string() || j.at("schema").get<std::string>() != "kvwb-prices/1"))
+        throw Error(ErrorCode::Config, sourceName + ": field 'schema' is " + j.at("schema").dump() +
+                                           "; this kvwb reads kvwb-prices/1");
     if (j.is_object() && j.contains("presets")) {
         const json &list = j.at("presets");
         if (!list.is_array())

@@ -400,6 +400,9 @@ KnowledgeGraph graphFromJsonl(const std::filesystem::path &path, int64_t nowMs)
             if (!j["verified_ms"].is_number_integer())
                 throw Error(ErrorCode::Format, at + ": field 'verified_ms' is not an integer");
             n.verifiedMs = j["verified_ms"].get<int64_t>();
+            if (n.verifiedMs < 0)
+                throw Error(ErrorCode::Format, at + ": field 'verified_ms' is " +
+                                                   std::to_string(n.verifiedMs) + " (Unix ms, >= 0)");
         }
         if (j.contains("related")) {
             if (!j["related"].is_array())

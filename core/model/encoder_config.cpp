@@ -166,6 +166,10 @@ EncoderConfig configFromJson(const json &j, const std::string &source)
         throw Error(
             ErrorCode::Config,
             fmt::format("{}: field 'hidden_act' is '{}'; expected gelu, gelu_new or relu", source, act));
+    if (const auto pad = r.optInt("pad_token_id"); pad && (*pad < 0 || *pad >= c.vocabSize))
+        throw Error(ErrorCode::Config,
+                    fmt::format("{}: field 'pad_token_id' is {}, outside the vocabulary of {}", source, *pad,
+                                c.vocabSize));
     const std::string pos = r.optString("position_embedding_type").value_or("absolute");
     if (pos != "absolute")
         throw Error(ErrorCode::Config,
@@ -186,7 +190,7 @@ void readSentenceTransformers(const fs::path &dir, EncoderConfig &c)
         if (!list.is_array())
             throw Error(ErrorCode::Config, modules.string() + ": expected a list of modules");
         c.poolingSource = "modules.json";
-        bool sawTransformer = false;
+        bool sawTransformer = false, sawPooling = false;
         for (size_t i = 0; i < list.size(); ++i) {
             const json &m = list[i];
             const std::string where = fmt::format("{}: module {}", modules.string(), i);
@@ -203,8 +207,19 @@ void readSentenceTransformers(const fs::path &dir, EncoderConfig &c)
             if (kind == "Transformer") {
                 sawTransformer = true;
             } else if (kind == "Pooling") {
+                if (sawPooling)
+                    throw Error(ErrorCode::Config, where + ": a second Pooling module (kvwb pools once)");
+                sawPooling = true;
                 const fs::path cfgPath = dir / path / "config.json";
                 const json p = readJsonFile(cfgPath);
+                if (p.is_object() && p.contains("word_embedding_dimension") &&
+                    (!p["word_embedding_dimension"].is_number_integer() ||
+                     p["word_embedding_dimension"].get<int64_t>() != c.hiddenSize))
+                    throw Error(
+                        ErrorCode::Config,
+                        fmt::format("{}: field 'word_embedding_dimension' is {}; the encoder's hidden "
+                                    "size is {}",
+                                    cfgPath.string(), p["word_embedding_dimension"].dump(), c.hiddenSize));
                 const auto flag = [&](const char *name) {
                     return p.is_object() && p.contains(name) && p[name].is_boolean() && p[name].get<bool>();
                 };

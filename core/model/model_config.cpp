@@ -77,7 +77,13 @@ void readRope(const json &obj, const std::string &source, const char *field, Mod
             r.missing("long_factor");
         s.factor = r.optDouble("factor").value_or(1.0);
         s.attentionFactor = r.optDouble("attention_factor").value_or(0.0); // 0: not given
-        s.originalMaxPositionEmbeddings = r.optInt("original_max_position_embeddings").value_or(0);
+        const auto original = r.optInt("original_max_position_embeddings");
+        if (original && *original <= 0) // not "unset": a value that cannot be a context length
+            throw Error(
+                ErrorCode::Config,
+                fmt::format("{}: field '{}.original_max_position_embeddings' must be positive, got {}",
+                            source, field, *original));
+        s.originalMaxPositionEmbeddings = original.value_or(0);
     } else {
         throw Error(
             ErrorCode::Unsupported,
@@ -388,7 +394,12 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
         else
             readRope(*rp, sourceName, "rope_parameters", cfg);
     }
-    finishLongRope(cfg, r.optInt("original_max_position_embeddings"));
+    const auto topLevelOriginal = r.optInt("original_max_position_embeddings");
+    if (topLevelOriginal && *topLevelOriginal <= 0)
+        throw Error(ErrorCode::Config,
+                    fmt::format("{}: field 'original_max_position_embeddings' must be positive, got {}",
+                                sourceName, *topLevelOriginal));
+    finishLongRope(cfg, topLevelOriginal);
 
     cfg.validate(sourceName);
     return cfg;

@@ -833,6 +833,13 @@ std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromVocabDirectory(const
         opt.sepToken = stringOr(c, "sep_token", opt.sepToken, csrc, "");
         opt.padToken = stringOr(c, "pad_token", opt.padToken, csrc, "");
         opt.maskToken = stringOr(c, "mask_token", opt.maskToken, csrc, "");
+        // A special token the config names must be a token of the vocabulary (a [CLS] that is not
+        // one would silently encode without it).
+        for (const char *field : {"cls_token", "sep_token", "pad_token", "mask_token"}) // unk: fromTokens
+            if (c.contains(field) && c.at(field).is_string() &&
+                std::find(tokens.begin(), tokens.end(), c.at(field).get<std::string>()) == tokens.end())
+                fail(csrc, fmt::format("field '{}' names \"{}\", which is not in the vocabulary", field,
+                                       c.at(field).get<std::string>()));
         // BertJapaneseTokenizer splits words with MeCab first; without BasicTokenizer, words are
         // split on whitespace only: neither is BertNormalizer + BertPreTokenizer.
         if (c.contains("tokenizer_class") && c.at("tokenizer_class").is_string() &&

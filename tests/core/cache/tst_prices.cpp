@@ -229,6 +229,9 @@ void TestPrices::fileErrors_data()
                                    << "mine.json: preset 0 (x): field 'input' is missing";
     QTest::newRow("missing id") << R"({"presets": [{"provider": "p"}]})" << int(ErrorCode::Config)
                                 << "mine.json: preset 0: field 'id' is missing";
+    QTest::newRow("another schema")
+        << R"({"schema": "kvwb-prices/2", "presets": []})" << int(ErrorCode::Config)
+        << "mine.json: field 'schema' is \"kvwb-prices/2\"; this kvwb reads kvwb-prices/1";
     QTest::newRow("negative price")
         << "{" + ok + R"(, "input": 1, "output": 1, "cache_write": -1})" << int(ErrorCode::Config)
         << "mine.json: preset 0 (x): field 'cache_write' is -1: a price cannot be negative";

@@ -204,6 +204,8 @@ private Q_SLOTS:
         };
         fails("{\"id\": \"a\", \"name\": \"a\", \"knowledge\": \"k\"}\n{oops\n", "c.jsonl:2: not JSON");
         fails("{\"id\": \"a\", \"knowledge\": \"k\"}\n", "c.jsonl:1: field 'name' is missing");
+        fails("{\"id\": \"a\", \"name\": \"a\", \"knowledge\": \"k\", \"verified_ms\": -5}\n",
+              "c.jsonl:1: field 'verified_ms' is -5 (Unix ms, >= 0)");
         fails("{\"id\": \"a\", \"name\": \"a\", \"knowledge\": \"k\", \"synonyms\": [3]}\n",
               "c.jsonl:1: field 'synonyms' is not an array of strings");
         fails("{\"id\": \"a\", \"name\": \"a\", \"knowledge\": \"k\", \"related\": [{\"kind\": \"cousin\", "

@@ -548,6 +548,15 @@ private Q_SLOTS:
             R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
                 "text_config": {"hidden_size": 2560, "model_type": "gemma3_text"}})",
             ErrorCode::Unsupported, "field 'text_config'");
+        for (const char *value : {"0", "-16"}) {
+            std::string phi3 = kPhi3Mini4k;
+            const std::string from = "\"original_max_position_embeddings\": 4096";
+            phi3.replace(phi3.find(from), from.size(),
+                         std::string("\"original_max_position_embeddings\": ") + value);
+            QTest::newRow(("phi3 original context " + std::string(value)).c_str())
+                << QString::fromStdString(phi3) << ErrorCode::Config
+                << QString("field 'original_max_position_embeddings' must be positive, got %1").arg(value);
+        }
         const std::string g2 = kGemma2_2b;
         const auto gemma2With = [&](const char *from, const char *to) {
             std::string t = g2;

@@ -550,6 +550,13 @@ private Q_SLOTS:
         std::ofstream(d / "c/tokenizer_config.json") << R"({"unk_token": "<unk>"})";
         e = expectError([&] { (void)kvwb::core::loadTokenizer(d / "c"); });
         QVERIFY(std::string(e.what()).find("the unknown token \"<unk>\"") != std::string::npos);
+        // ... or a [CLS] it lacks: encoding would silently go without it
+        std::ofstream(d / "c/tokenizer_config.json") << R"({"cls_token": "[NOPE]"})";
+        e = expectError([&] { (void)kvwb::core::loadTokenizer(d / "c"); });
+        QVERIFY2(std::string(e.what()).find(
+                     "field 'cls_token' names \"[NOPE]\", which is not in the vocabulary") !=
+                     std::string::npos,
+                 e.what());
         std::ofstream(d / "c/tokenizer_config.json") << R"({"do_lower_case": 1})";
         e = expectError([&] { (void)kvwb::core::loadTokenizer(d / "c"); });
         QVERIFY(std::string(e.what()).find("tokenizer_config.json: do_lower_case is not true or false") !=

@@ -281,6 +281,30 @@ void TestEncoder::badFiles_data()
         << "1_Pooling/config.json"
         << R"({"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": true})"
         << int(core::ErrorCode::Config) << "2 pooling modes set";
+    QTest::newRow("pooling dimension")
+        << "1_Pooling/config.json"
+        << R"({"word_embedding_dimension": 64, "pooling_mode_mean_tokens": true})"
+        << int(core::ErrorCode::Config)
+        << "field 'word_embedding_dimension' is 64; the encoder's hidden size is";
+    QTest::newRow("pooling dimension -1")
+        << "1_Pooling/config.json"
+        << R"({"word_embedding_dimension": -1, "pooling_mode_mean_tokens": true})"
+        << int(core::ErrorCode::Config) << "field 'word_embedding_dimension' is -1";
+    QTest::newRow("pooling dimension as text")
+        << "1_Pooling/config.json"
+        << R"({"word_embedding_dimension": "128", "pooling_mode_mean_tokens": true})"
+        << int(core::ErrorCode::Config) << "field 'word_embedding_dimension' is \"128\"";
+    QTest::newRow("two Pooling modules")
+        << "modules.json"
+        << R"([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+              {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+              {"idx": 2, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])"
+        << int(core::ErrorCode::Config) << "module 2: a second Pooling module";
+    QTest::newRow("pad token outside the vocabulary")
+        << "config.json"
+        << R"({"model_type": "bert", "vocab_size": 40, "hidden_size": 16, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "intermediate_size": 24, "pad_token_id": 99999})"
+        << int(core::ErrorCode::Config) << "field 'pad_token_id' is 99999, outside the vocabulary of 40";
     QTest::newRow("path outside")
         << "modules.json"
         << R"([{"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
