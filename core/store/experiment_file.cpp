@@ -393,6 +393,9 @@ ExperimentWriter ExperimentWriter::append(const fs::path &path, const ModelInfo 
 
     // Held from before recovery until the writer closes.
     WriterLock lock = WriterLock::acquire(path);
+    // A file of another kind (a knowledge graph, a converter checkpoint) is refused before it is
+    // opened for writing: the recovery below would grow it by a megabyte.
+    h5::checkSchema(openForReading(path, h5::PastEnd::Recover).get(), name);
 
     // Step 1, without SWMR: clear the flags a killed writer left, validate, compare models, and
     // drop rows past the last committed prompt so the next prompt starts from the committed end.
@@ -750,7 +753,7 @@ ExperimentReader ExperimentReader::open(const fs::path &path)
     auto impl = std::make_unique<Impl>();
     impl->s.path = path;
     impl->s.name = path.string();
-    impl->s.file = openForReading(path);
+    impl->s.file = openForReading(path, h5::PastEnd::Recover);
     loadState(impl->s, 0);
     impl->half = halfType();
     return ExperimentReader(std::move(impl));

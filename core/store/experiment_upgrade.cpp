@@ -181,7 +181,7 @@ UpgradeResult upgradeExperiment(const fs::path &path, bool syncToDisk)
 
     UpgradeResult result;
     {
-        const h5::File f = h5::openForReading(path);
+        const h5::File f = h5::openForReading(path, h5::PastEnd::Recover);
         if (H5Aexists(f.get(), "schema") <= 0)
             throw Error(ErrorCode::Format, name + ": not a kvwb experiment file (no schema attribute on /)");
         const h5::Attribute a(check(H5Aopen(f.get(), "schema", H5P_DEFAULT), ErrorCode::Format,

@@ -81,14 +81,50 @@ void checkReadable(const std::filesystem::path &path)
     check(isHdf5, ErrorCode::Io, path.string() + ": cannot read");
 }
 
-File openForReading(const std::filesystem::path &path)
+// The superblock's file consistency flags (superblock version 2 and 3: byte 11): non-zero while a
+// writer has the file open, and left set by a writer that died. 0 for a file closed cleanly, for
+// older superblocks, and when no superblock is found.
+unsigned superblockWriteFlags(const std::filesystem::path &path)
+{
+    static const unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    unsigned flags = 0;
+    // The superblock is at 0, 512, 1024, 2048, ... (a user block may come first).
+    for (off_t at = 0; at <= (off_t(1) << 30); at = at == 0 ? 512 : at * 2) {
+        unsigned char head[12] = {};
+        if (::pread(fd, head, sizeof head, at) != ssize_t(sizeof head))
+            break;
+        if (std::memcmp(head, kSignature, sizeof kSignature) != 0)
+            continue;
+        if (head[8] >= 2)
+            flags = head[11];
+        break;
+    }
+    ::close(fd);
+    return flags;
+}
+
+File openForReading(const std::filesystem::path &path, PastEnd pastEnd)
 {
     checkReadable(path);
+    std::string why;
     {
         PropList fapl = fileAccess(false);
         File f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()));
         if (f)
             return f;
+        why = lastErrorMessage();
+    }
+    // A file closed cleanly is read as it is: the fallbacks below skip HDF5's end-of-file check,
+    // which would read a truncated copy's missing bytes as zeros. They are for files a writer has
+    // open or left open (capture appends under SWMR; a killed one leaves the flags set).
+    if (pastEnd == PastEnd::Refuse && superblockWriteFlags(path) == 0) {
+        throw Error(
+            ErrorCode::Format,
+            path.string() + ": cannot open as HDF5" + (why.empty() ? "" : ": " + why) +
+                (why.find("truncated") != std::string::npos ? " (a copy or download cut short?)" : ""));
     }
     {
         // A live (or dead) SWMR writer: read as an SWMR reader, which skips the end-of-file check
@@ -550,7 +586,7 @@ std::vector<std::string> visibleNames(hid_t file, const std::string &name, const
 File openExperiment(const std::filesystem::path &path)
 {
     prepareLibrary();
-    File f = openForReading(path);
+    File f = openForReading(path, PastEnd::Recover);
     checkSchema(f.get(), path.string());
     return f;
 }

@@ -107,9 +107,17 @@ template <typename T> T check(T status, ErrorCode code, const std::string &what)
 PropList fileAccess(bool recover);
 // Error(Io) for a missing or unreadable path, Error(Format) when it is not HDF5.
 void checkReadable(const std::filesystem::path &path);
-// Opens read-only, accepting a file whose writer is still running or was killed (plain open, then
-// SWMR reader, then with recover's properties); never modifies the file.
-File openForReading(const std::filesystem::path &path);
+// Opens read-only; never modifies the file. A file whose superblock says a writer has it open (or
+// left it open when it was killed) is opened as an SWMR reader, then with recover's properties.
+// A file closed cleanly that HDF5 will not open (a copy cut short) is refused, unless pastEnd is
+// Recover: experiment files, whose readers trust only committed, checksummed prompts, are also
+// read when a writer's close failed on a full disk and left the stored end past the real one.
+enum class PastEnd
+{
+    Refuse,
+    Recover
+};
+File openForReading(const std::filesystem::path &path, PastEnd pastEnd = PastEnd::Refuse);
 // The root's schema attribute, checked to be kExperimentSchema: Error(Format) when it is missing or
 // unknown, Error(Unsupported) for a newer kvwb/N. name: the path, for messages.
 std::string checkSchema(hid_t file, const std::string &name);

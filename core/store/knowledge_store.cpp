@@ -1,5 +1,6 @@
 #include "core/store/knowledge_store.h"
 
+#include "core/store/experiment_validation.h"
 #include "core/store/hdf5_handle.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
@@ -14,6 +15,7 @@
 namespace kvwb::core {
 
 namespace fs = std::filesystem;
+using detail::crc32Of;
 using h5::check;
 using h5::Dims;
 using h5::openArray;
@@ -196,6 +198,17 @@ void saveKnowledge(const fs::path &path, const KnowledgeFile &k)
                 }
                 writeDataset(lat, "keys", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {T, H, D}, keys.data());
                 writeDataset(lat, "values", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {T, H, D}, values.data());
+                // Each module's rows of keys and values, CRC-32 as stored: [modules, 2 (keys, values)]
+                std::vector<uint32_t> crcs;
+                size_t from = 0;
+                for (const auto &mod : m.modules) {
+                    const size_t bytes = mod.ids.size() * H * D * sizeof(float);
+                    crcs.push_back(crc32Of(keys.data() + from * H * D, bytes));
+                    crcs.push_back(crc32Of(values.data() + from * H * D, bytes));
+                    from += mod.ids.size();
+                }
+                writeDataset(lat, "crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32, {m.modules.size(), 2},
+                             crcs.data());
             }
         }
     });
@@ -332,6 +345,19 @@ KnowledgeFile loadKnowledge(const fs::path &path, bool withModules)
         for (auto &mod : m.modules)
             mod.layers.resize(size_t(m.layers));
         for (int l = 0; l < m.layers; ++l) {
+            // Files written before modules carried checksums have no crc32 dataset.
+            std::vector<uint32_t> crcs;
+            const std::string crcPath = "/modules/" + layerName(l) + "/crc32";
+            if (h5::linkExists(f, crcPath)) {
+                Dims cd = openArray(f, name, crcPath, 2, false);
+                if (cd.dims != std::vector<hsize_t>{m.modules.size(), 2})
+                    throw Error(ErrorCode::Format,
+                                fmt::format("{}: dataset {} is {}, expected [{}, 2]", name, crcPath,
+                                            h5::shapeText(cd.dims), m.modules.size()));
+                crcs.resize(m.modules.size() * 2);
+                if (!crcs.empty())
+                    readRows(cd.ds.get(), name, crcPath, H5T_NATIVE_UINT32, 0, m.modules.size(), crcs.data());
+            }
             for (const char *kind : {"keys", "values"}) {
                 const std::string p = "/modules/" + layerName(l) + "/" + kind;
                 Dims d = openArray(f, name, p, 3, false);
@@ -341,9 +367,15 @@ KnowledgeFile loadKnowledge(const fs::path &path, bool withModules)
                 std::vector<float> all(T * H * D);
                 if (T > 0)
                     readRows(d.ds.get(), name, p, H5T_NATIVE_FLOAT, 0, T, all.data());
-                size_t first = 0;
+                size_t first = 0, index = 0;
                 for (auto &mod : m.modules) {
                     const size_t n = mod.ids.size();
+                    if (!crcs.empty() && crc32Of(all.data() + first * H * D, n * H * D * sizeof(float)) !=
+                                             crcs[index * 2 + (kind[0] == 'k' ? 0 : 1)])
+                        throw Error(ErrorCode::Format,
+                                    fmt::format("{}: {} of node '{}' fail their CRC-32 (the file is damaged)",
+                                                name, p, mod.nodeId));
+                    ++index;
                     auto &dst = kind[0] == 'k' ? mod.layers[size_t(l)].keys : mod.layers[size_t(l)].values;
                     dst.resize(H * n * D);
                     for (size_t h = 0; h < H; ++h)

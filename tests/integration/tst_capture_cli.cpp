@@ -3,6 +3,7 @@
 // every reported prompt intact.
 #include "core/model/random_model.h"
 #include "core/store/experiment_file.h"
+#include "core/store/knowledge_store.h"
 #include "core/tokenize/tokenizer.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
@@ -80,6 +81,23 @@ private Q_SLOTS:
                      "--prompts", q(m_dir / "few.jsonl")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("e.h5"), r.err.constData());
+        // another kind of HDF5 file at --out: refused before it is opened for writing (it grew by a
+        // megabyte, 41 KB -> 1.09 MB, and was then refused)
+        {
+            core::KnowledgeFile k;
+            core::ConceptNode n;
+            n.id = "c0";
+            n.name = "car";
+            n.knowledge = "A car is a vehicle.";
+            k.graph.add(n);
+            core::saveKnowledge(m_dir / "graph.h5", k);
+        }
+        const std::string before = test::readFile(m_dir / "graph.h5");
+        r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out",
+                     q(m_dir / "graph.h5"), "--prompts", q(m_dir / "few.jsonl")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("graph.h5") && r.err.contains("kvwb-knowledge/1"), r.err.constData());
+        QVERIFY(test::readFile(m_dir / "graph.h5") == before);
         // kvwb info describes the experiment
         r = runKvwb({"info", q(out)});
         QCOMPARE(r.exitCode, 0);

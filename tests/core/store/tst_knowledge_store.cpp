@@ -10,6 +10,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <fstream>
+
 using namespace kvwb;
 using namespace kvwb::core;
 namespace fs = std::filesystem;
@@ -125,6 +127,45 @@ private Q_SLOTS:
         e = test::expectError([&] { saveKnowledge(path, k); });
         QVERIFY2(QString(e.what()).contains("is there twice"), e.what());
         QVERIFY(!fs::exists(path));
+    }
+
+    // A copy cut short is refused (its missing bytes used to read as zeros and serve hits), and a
+    // module whose stored floats changed fails its CRC-32, naming the node.
+    void damagedFilesAreRefused()
+    {
+        QTemporaryDir tmp;
+        const fs::path path = fs::path(tmp.path().toStdString()) / "g.h5";
+        saveKnowledge(path, sample());
+        std::string bytes;
+        {
+            std::ifstream in(path, std::ios::binary);
+            bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+        }
+        const fs::path cut = fs::path(tmp.path().toStdString()) / "cut.h5";
+        {
+            std::ofstream out(cut, std::ios::binary);
+            out.write(bytes.data(), std::streamsize(bytes.size() * 9 / 10));
+        }
+        auto e = test::expectError([&] { loadKnowledge(cut); });
+        QCOMPARE(e.code(), ErrorCode::Format);
+        QVERIFY2(QString(e.what()).contains("cut.h5: cannot open as HDF5") &&
+                     QString(e.what()).contains("truncated"),
+                 e.what());
+
+        // the first key of the first module in the file (node c1, layer 0) is 0.75f
+        const float first = 0.75f;
+        const size_t at = bytes.find(std::string(reinterpret_cast<const char *>(&first), sizeof first));
+        QVERIFY(at != std::string::npos);
+        bytes[at] = char(bytes[at] ^ 1);
+        const fs::path flipped = fs::path(tmp.path().toStdString()) / "flipped.h5";
+        {
+            std::ofstream out(flipped, std::ios::binary);
+            out.write(bytes.data(), std::streamsize(bytes.size()));
+        }
+        e = test::expectError([&] { loadKnowledge(flipped); });
+        QCOMPARE(e.code(), ErrorCode::Format);
+        QVERIFY2(QString(e.what()).contains("/modules/layer_000/keys of node 'c1' fail their CRC-32"),
+                 e.what());
     }
 
     void otherFilesAreRefused()
