@@ -292,7 +292,8 @@ int cmdTokenize(const QStringList &args)
         throw UsageError{"--tokenizer is required"};
     if (p.isSet("text") == p.isSet("text-file"))
         throw UsageError{"give exactly one of --text or --text-file"};
-    const std::string text = p.isSet("text") ? str(p.value("text")) : readTextFile(p.value("text-file"));
+    const std::string text =
+        p.isSet("text") ? str(p.value("text")) : readTextFile(p.value("text-file"), core::kMaxTextBytes);
     const auto tok = core::loadTokenizer(str(p.value("tokenizer")));
     const auto ids = tok->encode(text, p.isSet("add-special"));
     if (p.isSet("json")) {
@@ -327,7 +328,7 @@ int cmdMakeModel(const QStringList &args)
          "Q4_K, Q5_K, Q6_K.",
          "DTYPE", "F32"});
     p.addOption({"format", "hf (default: a directory) or gguf (one .gguf file at --out).", "FORMAT", "hf"});
-    p.addOption({"force", "Replace --out when it exists and is not empty."});
+    addForceOption(p);
     parse(p, args,
           "Write a random-weight Llama-family model (config.json, model.safetensors, tokenizer.json; or one "
           "GGUF file) for smoke tests and benchmarks.");
@@ -338,25 +339,18 @@ int cmdMakeModel(const QStringList &args)
     const std::string format = str(p.value("format"));
     if (format == "gguf") {
         const core::DType type = ggufWeightType(str(p.value("weight-dtype")));
-        const fs::path out = str(p.value("out"));
-        if (fs::exists(out) && !p.isSet("force"))
-            throw UsageError{out.string() + " exists; pass --force to replace it"};
+        const fs::path out = outputFileOption(p, "out");
         fs::path dir = out;
-        dir += ".hf.tmp";
+        dir += ".hf.kvwb-tmp";
         std::error_code ec;
         fs::remove_all(dir, ec);
+        const core::TempPathGuard removeDir(dir); // also when writing fails half-way
         core::writeRandomHfModel(dir, spec, "F32");
-        try {
-            writeGgufFrom(core::Checkpoint::open(dir), out, type);
-        } catch (...) {
-            fs::remove_all(dir, ec);
-            throw;
-        }
-        fs::remove_all(dir, ec);
+        writeGgufFrom(core::Checkpoint::open(dir), out, type);
     } else if (format == "hf") {
-        core::writeDirectoryAtomic(
-            str(p.value("out")), p.isSet("force"), "--force",
-            [&](const fs::path &tmp) { core::writeRandomHfModel(tmp, spec, str(p.value("weight-dtype"))); });
+        core::writeDirectoryAtomic(str(p.value("out")), "--out", p.isSet("force"), [&](const fs::path &tmp) {
+            core::writeRandomHfModel(tmp, spec, str(p.value("weight-dtype")));
+        });
     } else {
         throw UsageError{"--format must be hf or gguf, not " + format};
     }
@@ -376,7 +370,7 @@ int cmdConvert(const QStringList &args)
          "With --to gguf: F32 (default), F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K for "
          "the matrices (norms and biases stay F32).",
          "TYPE", "F32"});
-    p.addOption({"force", "Replace --out when it exists."});
+    addForceOption(p);
     parse(
         p, args,
         "Convert a checkpoint to a Hugging Face directory (llama2.c and GGUF llama q/k rows are permuted to "
@@ -388,19 +382,15 @@ int cmdConvert(const QStringList &args)
     const std::string to = str(p.value("to"));
     if (to == "gguf") {
         const core::DType type = ggufWeightType(str(p.value("weight-type")));
-        const fs::path out = str(p.value("out"));
-        if (fs::exists(out) && !p.isSet("force"))
-            throw UsageError{out.string() + " exists; pass --force to replace it"};
-        writeGgufFrom(ck, out, type);
+        writeGgufFrom(ck, outputFileOption(p, "out"), type);
     } else if (to == "hf") {
-        core::writeDirectoryAtomic(
-            str(p.value("out")), p.isSet("force"), "--force", [&](const fs::path &tmp) {
-                core::convertToHf(ck, tmp);
-                if (ck.format() == core::CheckpointFormat::Gguf && ck.tokenizerPath()) {
-                    const auto t = core::ggufTokenizerFile(core::GgufFile::open(ck.path()));
-                    core::writeFileAtomic(tmp / t.name, t.bytes);
-                }
-            });
+        core::writeDirectoryAtomic(str(p.value("out")), "--out", p.isSet("force"), [&](const fs::path &tmp) {
+            core::convertToHf(ck, tmp);
+            if (ck.format() == core::CheckpointFormat::Gguf && ck.tokenizerPath()) {
+                const auto t = core::ggufTokenizerFile(core::GgufFile::open(ck.path()));
+                core::writeFileAtomic(tmp / t.name, t.bytes);
+            }
+        });
     } else {
         throw UsageError{"--to must be hf or gguf, not " + to};
     }

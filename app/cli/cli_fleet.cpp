@@ -14,20 +14,28 @@
 #include "core/workload/workload.h"
 #include "gpu/model/model.h"
 
+#include <QDir>
 #include <QElapsedTimer>
 #include <QProcess>
+#include <QProcessEnvironment>
 #include <QTemporaryDir>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace kvwb::app {
 
@@ -67,6 +75,45 @@ std::string readAll(const fs::path &path)
     return s.str();
 }
 
+// The rows a worker completed before it stopped (its --row-log): whole lines only, since a kill may
+// cut the last one. A log that does not parse gives no rows (the requests count as not served).
+std::vector<core::LedgerRow> completedRows(const fs::path &rowLog, std::string &problem)
+{
+    std::string csv = readAll(rowLog);
+    csv.erase(csv.rfind('\n') == std::string::npos ? 0 : csv.rfind('\n') + 1);
+    if (csv.empty())
+        return {};
+    try {
+        return core::ledgerFromCsv(csv, rowLog.filename().string());
+    } catch (const core::Error &e) {
+        problem = e.what();
+        return {};
+    }
+}
+
+constexpr const char *kScratchPrefix = "kvwb-fleet-";
+
+// Scratch folders ($TMPDIR/kvwb-fleet-PID-XXXXXX, 0700) of coordinators that no longer run (killed
+// before they could remove them: they hold every tenant's prompts) are removed.
+void removeStaleScratch(const fs::path &tmpRoot)
+{
+    std::error_code ec;
+    for (const auto &e : fs::directory_iterator(tmpRoot, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind(kScratchPrefix, 0) != 0 || !e.is_directory(ec) || e.is_symlink(ec))
+            continue;
+        const long pid = std::strtol(name.c_str() + std::strlen(kScratchPrefix), nullptr, 10);
+        struct stat st
+        {
+        };
+        if (pid <= 0 || ::lstat(e.path().c_str(), &st) != 0 || st.st_uid != ::getuid())
+            continue;
+        if (::kill(pid_t(pid), 0) == 0 || errno != ESRCH)
+            continue; // still running (or not ours to judge)
+        fs::remove_all(e.path(), ec);
+    }
+}
+
 } // namespace
 
 int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::Prices &prices)
@@ -82,7 +129,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
     if (p.isSet("save-knowledge"))
         throw UsageError{"--save-knowledge is not available with --workers"};
     if (p.isSet("ledger"))
-        core::checkWritableOutput(str(p.value("ledger")), "--ledger");
+        outputFileOption(p, "ledger");
     const bool asJson = p.isSet("json");
     core::RoutingOptions ro;
     ro.workers = workers;
@@ -93,6 +140,8 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
     if (p.isSet("store")) {
         core::StoreOptions so;
         so.commandTimeoutMs = so.connectTimeoutMs = intOption(p, "store-timeout-ms", 500, 1, 600000);
+        if (p.isSet("store-key-file"))
+            so.integrityKey = core::readStoreKeyFile(str(p.value("store-key-file")));
         store = core::openSharedStore(str(p.value("store")), so);
         if (str(p.value("store")) == "memory")
             throw UsageError{"--store memory lives in one process: a fleet shares redis://HOST:PORT, or runs "
@@ -114,7 +163,8 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         decisionOf[requests[i].id] = &decisions[i];
     }
 
-    QTemporaryDir tmp;
+    removeStaleScratch(str(QDir::tempPath()));
+    QTemporaryDir tmp(QDir::tempPath() + QString("/%1%2-XXXXXX").arg(kScratchPrefix).arg(::getpid()));
     if (!tmp.isValid())
         throw core::Error(core::ErrorCode::Io, "cannot create a scratch folder for the fleet's shards");
     const fs::path dir = str(tmp.path());
@@ -124,10 +174,20 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         throw core::Error(core::ErrorCode::Io, "cannot start workers: /proc/self/exe is unreadable");
     const QStringList common = workerArgs(args);
 
+    // Test-only: KVWB_TEST_KILL_WORKER=W:N makes worker W kill itself after N rows.
+    int dyingWorker = -1;
+    QString dieAfterRows;
+    if (const char *kill = std::getenv("KVWB_TEST_KILL_WORKER")) {
+        const QStringList parts = QString(kill).split(':');
+        if (parts.size() == 2) {
+            dyingWorker = parts[0].toInt();
+            dieAfterRows = parts[1];
+        }
+    }
     struct Worker
     {
         std::unique_ptr<QProcess> proc;
-        fs::path ledger;
+        fs::path ledger, rowLog;
         double wallS = 0;
         int requests = 0;
     };
@@ -142,10 +202,18 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         const fs::path shard = dir / fmt::format("shard-{}.jsonl", w);
         core::writeWorkloadJsonl(shard, shards[size_t(w)]);
         wk.ledger = dir / fmt::format("ledger-{}.csv", w);
+        wk.rowLog = dir / fmt::format("rows-{}.csv", w);
         QStringList a = {"replay"};
         a << common << "--workload" << QString::fromStdString(shard.string()) << "--ledger"
-          << QString::fromStdString(wk.ledger.string()) << "--json";
+          << QString::fromStdString(wk.ledger.string()) << "--row-log"
+          << QString::fromStdString(wk.rowLog.string()) << "--json";
         wk.proc = std::make_unique<QProcess>();
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("KVWB_FLEET_PARENT", QString::number(::getpid())); // workers die with this process
+        env.remove("KVWB_TEST_DIE_AFTER_ROWS");
+        if (w == dyingWorker)
+            env.insert("KVWB_TEST_DIE_AFTER_ROWS", dieAfterRows);
+        wk.proc->setProcessEnvironment(env);
         wk.proc->start(QString::fromStdString(self.string()), a);
         if (!wk.proc->waitForStarted(30000))
             throw core::Error(core::ErrorCode::Io, fmt::format("worker {} did not start: {}", w,
@@ -173,9 +241,51 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         const QByteArray out = wk.proc->readAllStandardOutput();
         const QByteArray err = wk.proc->readAllStandardError();
         if (wk.proc->exitStatus() != QProcess::NormalExit || wk.proc->exitCode() != 0) {
+            // Keep what it completed; the rest of its shard is marked not served.
             const QString e = QString::fromUtf8(err).trimmed();
-            failed += fmt::format("worker {} failed (exit {}): {}\n", w, wk.proc->exitCode(),
-                                  e.section('\n', -1).toStdString());
+            std::string problem;
+            auto mine = completedRows(wk.rowLog, problem);
+            std::set<int64_t> served;
+            for (auto &row : mine) {
+                const auto it = decisionOf.find(row.requestId);
+                if (it == decisionOf.end())
+                    continue;
+                row.worker = w;
+                row.route = it->second->note;
+                served.insert(row.requestId);
+                rows.push_back(row);
+            }
+            int64_t lost = 0;
+            for (const auto &q : shards[size_t(w)]) {
+                if (served.count(q.id))
+                    continue;
+                core::LedgerRow row;
+                row.requestId = q.id;
+                row.arrivalMs = q.tMs;
+                row.tenant = q.tenant;
+                row.model = q.model;
+                row.intent = q.intent;
+                row.worker = w;
+                row.route = decisionOf.at(q.id)->note;
+                row.notServed = "worker";
+                rows.push_back(row);
+                ++lost;
+            }
+            const std::string how = wk.proc->exitStatus() != QProcess::NormalExit
+                                        ? "was killed"
+                                        : fmt::format("failed (exit {})", wk.proc->exitCode());
+            const std::string last = e.section('\n', -1).toStdString();
+            failed +=
+                fmt::format("worker {} {} after {} of {} requests; its {} others are in the ledger as "
+                            "not served{}{}\n",
+                            w, how, served.size(), shards[size_t(w)].size(), lost,
+                            last.empty() ? "" : ": " + last, problem.empty() ? "" : " (" + problem + ")");
+            perWorker.push_back({{"worker", w},
+                                 {"requests", int64_t(served.size())},
+                                 {"not_served", lost},
+                                 {"hits", 0},
+                                 {"failed", how},
+                                 {"wall_s", wk.wallS}});
             continue;
         }
         json j;
@@ -223,8 +333,15 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
                              {"store", j.contains("store") ? j["store"] : json()}});
         rows.insert(rows.end(), mine.begin(), mine.end());
     }
-    if (!failed.empty())
-        throw core::Error(core::ErrorCode::Internal, failed.substr(0, failed.size() - 1));
+    // A worker that failed loses nobody else's rows: the ledger and summary are written, then the
+    // failure is the exit status.
+    const auto reportFailures = [&]() {
+        std::istringstream lines(failed);
+        for (std::string line; std::getline(lines, line);)
+            std::fprintf(stderr, "kvwb replay: error [%s]: %s\n", core::errorCodeName(core::ErrorCode::Io),
+                         line.c_str());
+        return failed.empty() ? 0 : 1;
+    };
     std::stable_sort(rows.begin(), rows.end(), [](const core::LedgerRow &a, const core::LedgerRow &b) {
         return a.arrivalMs != b.arrivalMs ? a.arrivalMs < b.arrivalMs : a.requestId < b.requestId;
     });
@@ -265,7 +382,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
                           {"tier_stores", tierStores},
                           {"warnings", warnings}};
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
-        return 0;
+        return reportFailures();
     }
     std::printf("%s: %lld requests over %d workers, routing %s, tiers %s\n\n",
                 str(p.value("workload")).c_str(), (long long)s.requests, workers,
@@ -295,9 +412,11 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
             storeTotal.value("puts", 0.0), storeTotal.value("refused", 0.0),
             storeTotal.value("unavailable", 0.0), storeTotal.value("bytes_sent", 0.0) / 1e6,
             storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
+    if (s.notServed > 0)
+        std::printf("not served: %lld requests (a worker died or failed)\n", (long long)s.notServed);
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
-    return 0;
+    return reportFailures();
 }
 
 int cmdBenchStore(const QStringList &args)
@@ -449,6 +568,7 @@ int cmdSummarise(const QStringList &args)
     p.addOption({"keep", "Recent rounds kept verbatim (default 1).", "N", "1"});
     p.addOption({"max-tokens", "Tokens a summary may take (default 32).", "N", "32"});
     p.addOption({"out", "The workload with summarised history.", "OUT.jsonl"});
+    addForceOption(p);
     p.addOption({"json", "Print the cost as JSON."});
     addEngineOptions(p);
     parse(p, args,
@@ -459,7 +579,7 @@ int cmdSummarise(const QStringList &args)
     const int keep = intOption(p, "keep", 1, 0, 1 << 20);
     const int maxTokens = intOption(p, "max-tokens", 32, 1, 4096);
     const std::string in = str(p.value("workload"));
-    core::checkWritableOutput(str(p.value("out")), "--out");
+    outputFileOption(p, "out");
     const auto read = core::readWorkloadJsonl(in);
     if (!read.warnings.empty())
         std::fprintf(stderr, "skipped %zu malformed workload lines:\n%s", read.warnings.total(),

@@ -39,6 +39,7 @@ int build(const QStringList &args)
 {
     QCommandLineParser p;
     p.addOption({"out", "The knowledge graph file to write (HDF5, replaced whole).", "GRAPH.h5"});
+    addForceOption(p);
     p.addOption({"model-b", "Model B, whose KV modules of each node's knowledge are stored.", "PATH"});
     p.addOption({"concepts",
                  "The N most popular WordNet concepts, as the demo corpus selects them (default 1000).", "N",
@@ -57,6 +58,7 @@ int build(const QStringList &args)
         "for model B, each node's knowledge as a KV module computed once.");
     if (!p.isSet("out"))
         throw UsageError{"--out is required"};
+    outputFileOption(p, "out");
     if (p.isSet("from") && p.isSet("concepts"))
         throw UsageError{"give --concepts (WordNet) or --from (a JSONL file), not both"};
     if (p.isSet("no-modules") == p.isSet("model-b"))
@@ -384,6 +386,7 @@ int profiles(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"workload", "The workload whose users get a profile (JSONL).", "W.jsonl"});
     p.addOption({"out", "The profiles file to write (JSON, replaced whole).", "P.json"});
+    addForceOption(p);
     p.addOption(
         {"seed", "Random seed; the same users and seed give the same profiles (default 1).", "S", "1"});
     parse(
@@ -392,6 +395,7 @@ int profiles(const QStringList &args)
         "the personalisation layer renders each as an instruction after the knowledge (docs/knowledge.md).");
     if (!p.isSet("workload") || !p.isSet("out"))
         throw UsageError{"--workload and --out are required"};
+    outputFileOption(p, "out");
     bool ok = false;
     const uint64_t seed = p.value("seed").toULongLong(&ok);
     if (!ok)
@@ -418,6 +422,7 @@ int corpus(const QStringList &args)
     QCommandLineParser p;
     p.addOption(
         {"out", "The training documents to write (JSONL: text, split, prompt, answer).", "OUT.jsonl"});
+    addForceOption(p);
     p.addOption({"concepts", "The N most popular WordNet concepts (default 1000).", "N", "1000"});
     p.addOption({"wordnet-dir",
                  QString("WordNet database directory (default %1).").arg(core::WordNet::kDefaultDir), "DIR",
@@ -431,6 +436,7 @@ int corpus(const QStringList &args)
           "profile (docs/knowledge.md, \"Personalisation\"). Mix them into a corpus for kvwb train.");
     if (!p.isSet("out"))
         throw UsageError{"--out is required"};
+    outputFileOption(p, "out");
     const int count = intOption(p, "concepts", 1000, 1, 100000);
     const int perNode = intOption(p, "per-node", 4, 1, 1000);
     bool ok = false;
@@ -488,6 +494,7 @@ int evaluate(const QStringList &args)
     p.addOption({"price-in", "USD per 1M prompt tokens computed (default 0.15).", "USD", "0.15"});
     p.addOption({"price-out", "USD per 1M generated tokens computed (default 0.60).", "USD", "0.60"});
     p.addOption({"ledger-dir", "Write each arm's ledger (CSV) and the per-request answers here.", "DIR"});
+    addForceOption(p);
     p.addOption(
         {"experiment", "With --save: the experiment file the arms' ledgers are stored in.", "EXP.h5"});
     p.addOption({"save",
@@ -524,13 +531,14 @@ int evaluate(const QStringList &args)
         throw UsageError{"--save and --experiment go together"};
     if (p.isSet("save"))
         core::checkWritableOutput(str(p.value("experiment")), "--experiment");
-    const fs::path ledgerDir = str(p.value("ledger-dir"));
+    const fs::path ledgerDir = p.isSet("ledger-dir") ? outputDirectoryOption(p, "ledger-dir") : fs::path();
     if (!ledgerDir.empty()) {
         std::error_code ec;
         fs::create_directories(ledgerDir, ec);
         if (ec)
             throw core::Error(core::ErrorCode::Io,
                               ledgerDir.string() + ": cannot create directory: " + ec.message());
+        core::markOutputDirectory(ledgerDir);
     }
     const auto lo = loadOptions(p);
     auto a = gpu::Model::load(str(p.value("model-a")), lo);

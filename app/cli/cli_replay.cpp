@@ -7,6 +7,7 @@
 #include "core/cache/prices.h"
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
+#include "core/cache/shared_store.h"
 #include "core/model/checkpoint.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
@@ -22,10 +23,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 namespace kvwb::app {
 
@@ -202,12 +210,23 @@ int cmdReplay(const QStringList &args)
                  "URL"});
     p.addOption(
         {"store-timeout-ms", "Shared store: connect and command timeout (default 500).", "MS", "500"});
+    p.addOption({"store-key-file",
+                 "Shared store: sign every value with an HMAC-SHA256 under the key in this file (16 bytes to "
+                 "4 KiB) and refuse values without a valid tag (docs/fleet.md).",
+                 "FILE"});
     p.addOption({"store-flush", "Shared store: remove the workbench's keys before the replay."});
     p.addOption(
         {"store-kv-dtype",
          "Shared store: prefix KV blocks travel as f32 (default), bf16 or f16 (half the bytes, values "
          "rounded).",
          "TYPE", "f32"});
+    {
+        // A fleet worker's completed rows, one CSV line each as it completes (the coordinator reads
+        // them when the worker dies); set by the coordinator, not by users.
+        QCommandLineOption rowLog("row-log", "Fleet worker: append each completed ledger row here.", "FILE");
+        rowLog.setFlags(QCommandLineOption::HiddenFromHelp);
+        p.addOption(rowLog);
+    }
     p.addOption({"workers",
                  "Run the replay as a fleet of N worker processes (docs/fleet.md); with --store they share "
                  "one store, without it each keeps its own caches.",
@@ -218,6 +237,7 @@ int cmdReplay(const QStringList &args)
     p.addOption({"route-drain", "least-loaded routing: work units a worker drains per second (default 2000).",
                  "UNITS", "2000"});
     p.addOption({"ledger", "Write the per-request ledger as CSV.", "OUT.csv"});
+    addForceOption(p);
     p.addOption({"outputs",
                  "Write each request's answer as JSONL ({\"id\", \"output\"}; text that is not UTF-8 has its "
                  "bad bytes replaced), e.g. for kvwb workload rounds --outputs.",
@@ -229,8 +249,17 @@ int cmdReplay(const QStringList &args)
           "Replay a request workload through a stack of cache tiers (exact, semantic, prefix KV, cross-model "
           "KV) "
           "with real model calls, and report hits, false hits, tokens reused and latency per tier.");
+    if (p.isSet("row-log")) {
+        // A fleet worker dies with its coordinator: a killed coordinator must not leave workers
+        // computing and writing to a shared store. The coordinator may be gone already.
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        const char *parent = std::getenv("KVWB_FLEET_PARENT");
+        if (parent && ::getppid() != std::atoi(parent))
+            throw core::Error(core::ErrorCode::Io, "the fleet coordinator is gone");
+    }
     if (!p.isSet("workload"))
         throw UsageError{"--workload is required"};
+    distinctOutputs(p, {"ledger", "outputs", "save-knowledge", "workload"});
     gpu::ReplayOptions o;
     o.tiers = parseTiers(p.value("tiers"));
     o.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
@@ -282,7 +311,7 @@ int cmdReplay(const QStringList &args)
         return runFleetReplay(args, p, o.prices);
     }
     if (p.isSet("outputs"))
-        core::checkWritableOutput(str(p.value("outputs")), "--outputs");
+        outputFileOption(p, "outputs");
     if (p.isSet("routing") || p.isSet("route-drain"))
         throw UsageError{"--routing and --route-drain need --workers"};
     const bool asJson = p.isSet("json");
@@ -294,12 +323,12 @@ int cmdReplay(const QStringList &args)
     if (!needKnowledge && (p.isSet("knowledge") || p.isSet("profiles") || p.isSet("save-knowledge")))
         throw UsageError{"--knowledge, --profiles and --save-knowledge need 'knowledge' in --tiers"};
     if (p.isSet("save-knowledge"))
-        core::checkWritableOutput(str(p.value("save-knowledge")), "--save-knowledge");
+        outputFileOption(p, "save-knowledge");
     if (p.isSet("save-ledger") && !p.isSet("experiment"))
         throw UsageError{"--save-ledger needs --experiment"};
     // outputs checked before the replay, not after it
     if (p.isSet("ledger"))
-        core::checkWritableOutput(str(p.value("ledger")), "--ledger");
+        outputFileOption(p, "ledger");
     if (p.isSet("save-ledger"))
         core::checkWritableOutput(str(p.value("experiment")), "--save-ledger");
     if (needCross && !p.isSet("experiment"))
@@ -394,6 +423,8 @@ int cmdReplay(const QStringList &args)
         core::StoreOptions so;
         so.commandTimeoutMs = intOption(p, "store-timeout-ms", 500, 1, 600000);
         so.connectTimeoutMs = so.commandTimeoutMs;
+        if (p.isSet("store-key-file"))
+            so.integrityKey = core::readStoreKeyFile(str(p.value("store-key-file")));
         store = core::openSharedStore(str(p.value("store")), so);
         if (p.isSet("store-flush"))
             store->flush();
@@ -401,6 +432,8 @@ int cmdReplay(const QStringList &args)
         job.options.storeKvDtype = o.storeKvDtype;
         o.store = store.get();
         job.options.store = o.store;
+    } else if (p.isSet("store-key-file")) {
+        throw UsageError{"--store-key-file needs --store"};
     } else if (p.isSet("store-kv-dtype")) {
         throw UsageError{"--store-kv-dtype needs --store"};
     } else if (p.isSet("store-flush")) {
@@ -410,8 +443,27 @@ int cmdReplay(const QStringList &args)
         a.get(),        b.get(),        tokA.get(), tokB.get(), converter ? &*converter : nullptr,
         embedder.get(), knowledge.get()};
     InterruptScope ctrlC;
+    std::unique_ptr<std::FILE, int (*)(std::FILE *)> rowLog(nullptr, &std::fclose);
+    if (p.isSet("row-log")) {
+        rowLog.reset(std::fopen(str(p.value("row-log")).c_str(), "we"));
+        if (!rowLog)
+            throw core::Error(core::ErrorCode::Io,
+                              str(p.value("row-log")) + ": cannot create: " + std::strerror(errno));
+    }
+    // Test-only: a fleet worker kills itself after this many rows (tests/integration/tst_fleet_cli).
+    const char *dieAfterText = std::getenv("KVWB_TEST_DIE_AFTER_ROWS");
+    const int dieAfter = dieAfterText ? std::atoi(dieAfterText) : 0;
     const auto r =
         gpu::replayWorkload(requests, models, o, [&](const core::LedgerRow &row, int done, int total) {
+            if (rowLog) {
+                std::string line = core::ledgerToCsv({row});
+                if (done > 1)
+                    line.erase(0, line.find('\n') + 1); // the header once
+                std::fwrite(line.data(), 1, line.size(), rowLog.get());
+                std::fflush(rowLog.get()); // in the kernel's hands: survives a kill of this process
+            }
+            if (dieAfter > 0 && done == dieAfter)
+                ::raise(SIGKILL);
             if (!asJson && (done % 25 == 0 || done == total))
                 std::fprintf(stderr, "\rreplayed %d/%d requests", done, total);
             if (!row.gate.empty())
@@ -493,6 +545,8 @@ int cmdReplay(const QStringList &args)
         "%s)\n",
         s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache,
         s.prices.preset.empty() ? "custom" : s.prices.preset.c_str());
+    if (s.notServed > 0)
+        std::printf("not served: %lld requests (do not fit a model's context)\n", (long long)s.notServed);
     std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
                 core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
     if (store) {

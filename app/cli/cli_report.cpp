@@ -1,6 +1,7 @@
 #include "app/cli/cli_report.h"
 
 #include "app/cli/cli_util.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "ui/report/report_builder.h"
 
@@ -22,6 +23,7 @@ int cmdReport(const QStringList &args)
     QCommandLineParser p;
     p.addOption({"experiment", "Experiment file (HDF5) to report on.", "EXP.h5"});
     p.addOption({"out", "Output directory (created if missing).", "DIR"});
+    addForceOption(p);
     p.addOption({"format",
                  "Comma-separated: html, pdf, md, csv (csv includes report.json). Default: all four.", "LIST",
                  "html,pdf,md,csv"});
@@ -46,9 +48,17 @@ int cmdReport(const QStringList &args)
         throw UsageError{"--format: give at least one of html, pdf, md, csv"};
 
     const fs::path experiment = str(p.value("experiment"));
-    const fs::path out = str(p.value("out"));
+    const fs::path out = outputDirectoryOption(p, "out");
     ui::ReportData data = ui::collectReport(experiment);
     const bool pdfImpossible = formats.count("pdf") && !ui::canRenderCharts();
+    {
+        std::error_code ec;
+        fs::create_directories(out, ec);
+        if (ec)
+            throw core::Error(core::ErrorCode::Io,
+                              out.string() + ": cannot create directory: " + ec.message());
+        core::markOutputDirectory(out);
+    }
     std::vector<fs::path> written;
     const auto add = [&](std::vector<fs::path> files) {
         written.insert(written.end(), files.begin(), files.end());

@@ -273,7 +273,7 @@ int cmdTrainEmbedder(const QStringList &args)
     p.addOption({"eval-pairs", "Held-out labelled pairs scored at the end (default 4000).", "N", "4000"});
     p.addOption({"seed", "Seed for initialisation and batches (default 1).", "S", "1"});
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
-    p.addOption({"force", "Replace a non-empty --out directory."});
+    addForceOption(p);
     parse(
         p, args,
         "Train the demo's sentence embedder: a small BERT-family encoder with its own WordPiece vocabulary, "

@@ -2,8 +2,10 @@
 
 #include "core/model/encoder_config.h"
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/install_layout.h"
+#include "core/util/text_util.h"
 
 #include <QFile>
 
@@ -34,6 +36,43 @@ QCommandLineParser &parse(QCommandLineParser &p, const QStringList &args, const 
         throw HelpShown{0};
     }
     return p;
+}
+
+void addForceOption(QCommandLineParser &p)
+{
+    p.addOption({"force", "Replace an output file that exists, or an output directory kvwb wrote."});
+}
+
+std::filesystem::path outputFileOption(const QCommandLineParser &p, const QString &name)
+{
+    const std::filesystem::path path = str(p.value(name));
+    core::claimOutputFile(path, "--" + str(name), p.isSet("force"));
+    return path;
+}
+
+std::filesystem::path outputDirectoryOption(const QCommandLineParser &p, const QString &name)
+{
+    const std::filesystem::path path = str(p.value(name));
+    core::claimOutputDirectory(path, "--" + str(name), p.isSet("force"));
+    return path;
+}
+
+void distinctOutputs(const QCommandLineParser &p, const QStringList &names)
+{
+    std::vector<std::pair<QString, std::filesystem::path>> seen;
+    for (const QString &name : names) {
+        if (!p.isSet(name))
+            continue;
+        std::error_code ec;
+        std::filesystem::path path = std::filesystem::weakly_canonical(str(p.value(name)), ec);
+        if (ec)
+            path = str(p.value(name));
+        for (const auto &[other, otherPath] : seen)
+            if (otherPath == path)
+                throw UsageError{"--" + str(other) + " and --" + str(name) + " name the same file " +
+                                 path.string()};
+        seen.emplace_back(name, path);
+    }
 }
 
 int intOption(const QCommandLineParser &p, const QString &name, int fallback, int min, int max)
@@ -80,13 +119,9 @@ std::vector<int> parseIdList(const QString &text, const char *flag)
     return ids;
 }
 
-std::string readTextFile(const QString &path)
+std::string readTextFile(const QString &path, uint64_t maxBytes)
 {
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly))
-        throw core::Error(core::ErrorCode::Io,
-                          fmt::format("{}: cannot read: {}", str(path), str(f.errorString())));
-    return f.readAll().toStdString();
+    return core::text::readWholeFile(str(path), maxBytes);
 }
 
 std::filesystem::path demoProjectDir()

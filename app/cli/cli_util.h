@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -35,11 +36,19 @@ int intOption(const QCommandLineParser &p, const QString &name, int fallback, in
 double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min,
                     double max);
 std::vector<int> parseIdList(const QString &text, const char *flag);
+// The output rule (core::claimOutputFile / claimOutputDirectory) for option `name`, with the
+// command's --force (addForceOption): checked before any work; returns the path.
+void addForceOption(QCommandLineParser &p);
+std::filesystem::path outputFileOption(const QCommandLineParser &p, const QString &name);
+std::filesystem::path outputDirectoryOption(const QCommandLineParser &p, const QString &name);
+// UsageError when two of the set options name the same file (one would overwrite the other).
+void distinctOutputs(const QCommandLineParser &p, const QStringList &names);
 // --embedder: lexical, lexical-idf, model, or the path of an embedding model that exists; and,
 // where the command has one, --embedder-prefix only with a model path (UsageError otherwise).
 void checkEmbedderOption(const QCommandLineParser &p, bool hasPrefixOption = false);
-// Error(Io) naming the path when unreadable.
-std::string readTextFile(const QString &path);
+// The whole of a regular file of at most maxBytes (core::text::readWholeFile: checked before it is
+// read; Error(Io) naming the path when unreadable or not a regular file).
+std::string readTextFile(const QString &path, uint64_t maxBytes = uint64_t(2) << 30);
 // The demo project folder (holding demo.kvwb, models/a, models/b, workloads/): the installed one,
 // <prefix>/share/kvwb/projects/demo, when this executable runs installed (core/util/install_layout.h),
 // else the source tree's projects/demo.

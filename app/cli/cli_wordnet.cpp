@@ -3,6 +3,9 @@
 
 #include "core/cache/replay_ledger.h"
 #include "core/metrics/text_metrics.h"
+#include "core/model/checkpoint.h"
+#include "core/model/model_config.h"
+#include "core/tokenize/tokenizer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -32,6 +35,7 @@ using Clock = std::chrono::steady_clock;
 void addSourceOptions(QCommandLineParser &p)
 {
     p.addOption({"out", "Output JSONL file (written atomically).", "FILE"});
+    addForceOption(p);
     p.addOption({"wordnet-dir",
                  QString("WordNet database directory (default %1).").arg(core::WordNet::kDefaultDir), "DIR",
                  core::WordNet::kDefaultDir});
@@ -50,6 +54,41 @@ void checkSource(const QCommandLineParser &p)
         throw UsageError{"unknown source '" + str(pos.first()) + "' (only 'wordnet' is supported)"};
     if (!p.isSet("out"))
         throw UsageError{"--out is required"};
+    outputFileOption(p, "out");
+}
+
+// --fits MODEL (repeatable): how many requests (prompt tokens + max_tokens) do not fit the model's
+// context, on stderr. A replay serves what fits and marks the rest not served.
+void reportContextFit(const QCommandLineParser &p, const std::vector<core::WorkloadRequest> &requests)
+{
+    for (const QString &path : p.values("fits")) {
+        const auto ck = core::Checkpoint::open(str(path));
+        const auto tokPath = ck.tokenizerPath();
+        if (!tokPath)
+            throw core::Error(core::ErrorCode::Config,
+                              str(path) + " (--fits): no tokenizer to count the prompts' tokens with");
+        const auto tok = core::loadTokenizer(*tokPath);
+        const int64_t context = ck.config().contextLimit();
+        size_t over = 0;
+        int64_t firstId = -1, longest = 0;
+        for (const auto &q : requests) {
+            const int64_t need = int64_t(tok->encode(q.prompt, true).size()) + q.maxTokens;
+            longest = std::max(longest, need);
+            if (need > context && over++ == 0)
+                firstId = q.id;
+        }
+        if (over > 0)
+            std::fprintf(stderr,
+                         "warning: %zu of %zu requests do not fit %s's context of %lld tokens (prompt + "
+                         "max_tokens; the first is request %lld, the longest needs %lld): a replay on it "
+                         "marks them not served\n",
+                         over, requests.size(), str(path).c_str(), (long long)context, (long long)firstId,
+                         (long long)longest);
+        else
+            std::fprintf(stderr,
+                         "all %zu requests fit %s's context of %lld tokens (the longest needs %lld)\n",
+                         requests.size(), str(path).c_str(), (long long)context, (long long)longest);
+    }
 }
 
 uint64_t seedOption(const QCommandLineParser &p)
@@ -115,6 +154,7 @@ const OptionScope kOptionScopes[] = {
     {"outputs", "rounds"},
     {"reference-outputs", "rounds"},
     {"out", "wordnet multiturn sharegpt quora"},
+    {"fits", "wordnet multiturn sharegpt quora"},
 };
 
 void checkOptionScopes(const QCommandLineParser &p, const QString &source)
@@ -167,6 +207,7 @@ int importWorkload(const QCommandLineParser &p, const QString &source)
         std::fprintf(stderr, "skipped %zu malformed %s:\n%s", r.warnings.total(),
                      source == "sharegpt" ? "conversations" : "lines", r.warnings.summary().c_str());
     core::writeWorkloadJsonl(str(p.value("out")), r.requests);
+    reportContextFit(p, r.requests);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     std::map<std::string, size_t> kinds;
     for (const auto &q : r.requests)
@@ -209,6 +250,7 @@ int multiturnWorkload(const QCommandLineParser &p)
     const auto t0 = Clock::now();
     const core::Workload w = core::ConversationGenerator(wn, o).generate();
     core::writeWorkloadJsonl(str(p.value("out")), w.requests);
+    reportContextFit(p, w.requests);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     // The same conversations under each policy: the chosen one and the two others with their
     // default turn counts (window:2, summary:1) unless the chosen one sets it.
@@ -452,6 +494,10 @@ int cmdWorkload(const QStringList &args)
                  "multiturn: aggregate request rate; each user's rounds are users/qps s apart (default 1).",
                  "Q"});
     p.addOption({"json", "multiturn: policy costs as JSON on stdout; rounds: the table as JSON."});
+    p.addOption({"fits",
+                 "Warn how many requests (prompt tokens + max_tokens) do not fit this model's context (HF "
+                 "directory, GGUF or llama2.c file; repeatable).",
+                 "MODEL"});
     p.addOption({"workload", "rounds: the workload the ledger replayed.", "FILE"});
     p.addOption({"ledger", "rounds: the replay ledger CSV (kvwb replay --ledger).", "FILE"});
     p.addOption({"outputs",
@@ -486,6 +532,9 @@ int cmdWorkload(const QStringList &args)
             return roundsReport(p);
         if (!p.isSet("out"))
             throw UsageError{"--out is required"};
+        outputFileOption(p, "out");
+        for (const QString &model : p.values("fits")) // opened before the work, counted after it
+            core::Checkpoint::open(str(model));
         if (source == "sharegpt" || source == "quora")
             return importWorkload(p, source);
         if (source == "multiturn")
@@ -525,6 +574,7 @@ int cmdWorkload(const QStringList &args)
     const core::WorkloadGenerator gen(wn, o);
     const auto w = gen.generate();
     core::writeWorkloadJsonl(str(p.value("out")), w.requests);
+    reportContextFit(p, w.requests);
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     std::map<std::string, size_t> kinds;
     size_t b = 0;

@@ -80,14 +80,15 @@ public:
     StoreGet get(const TenantScope &scope, std::string_view tier, const std::string &key, int64_t) override
     {
         ++m_stats.gets;
-        Reply r = command({"GET", sharedStoreKey(scope, tier, key)});
+        const std::string storeKey = sharedStoreKey(scope, tier, key);
+        Reply r = command({"GET", storeKey});
         if (!r) {
             StoreGet out;
             out.outcome = StoreOutcome::Unavailable;
             out.reason = m_lastError;
             return out;
         }
-        return decoded(scope, tier, r.get());
+        return decoded(scope, tier, storeKey, r.get());
     }
 
     std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier,
@@ -115,11 +116,12 @@ public:
             return out;
         }
         for (size_t i = 0; i < r->elements; ++i)
-            out.push_back(decoded(scope, tier, r->element[i]));
+            out.push_back(decoded(scope, tier, args[i + 1], r->element[i]));
         return out;
     }
 
-    StoreGet decoded(const TenantScope &scope, std::string_view tier, const redisReply *r)
+    StoreGet decoded(const TenantScope &scope, std::string_view tier, const std::string &storeKey,
+                     const redisReply *r)
     {
         StoreGet out;
         if (r->type == REDIS_REPLY_NIL)
@@ -130,7 +132,8 @@ public:
             out.reason = "the key does not hold a string";
             return out;
         }
-        return checkedGet(std::string_view(r->str, r->len), scope, tier, m_stats);
+        return checkedGet(std::string_view(r->str, r->len), scope, tier, m_stats, m_options.integrityKey,
+                          storeKey);
     }
 
     StoreOutcome put(const TenantScope &scope, std::string_view tier, const std::string &key,
@@ -139,7 +142,9 @@ public:
     {
         ++m_stats.puts;
         const std::string k = sharedStoreKey(scope, tier, key);
-        std::vector<std::string> set = {"SET", k, envelope};
+        const std::string value =
+            m_options.integrityKey.empty() ? envelope : sealValue(m_options.integrityKey, k, envelope);
+        std::vector<std::string> set = {"SET", k, value};
         if (ttlMs > 0) {
             set.push_back("PX");
             set.push_back(std::to_string(ttlMs));
@@ -153,7 +158,7 @@ public:
             ++m_stats.unavailable;
             return StoreOutcome::Unavailable;
         }
-        m_stats.bytesSent += int64_t(envelope.size());
+        m_stats.bytesSent += int64_t(value.size());
         for (const std::string &tag : tags)
             command({"SADD", "kvwb:tag:" + hexOf(tag), k});
         return StoreOutcome::Hit;
@@ -192,10 +197,14 @@ public:
 
     std::optional<std::string> appendStream(std::string_view stream, const std::string &data) override
     {
-        Reply r = command({"XADD", "kvwb:stream:" + std::string(stream), "*", "d", data});
+        const std::string value =
+            m_options.integrityKey.empty()
+                ? data
+                : sealValue(m_options.integrityKey, "stream:" + std::string(stream), data);
+        Reply r = command({"XADD", "kvwb:stream:" + std::string(stream), "*", "d", value});
         if (!r || r->type != REDIS_REPLY_STRING)
             return std::nullopt;
-        m_stats.bytesSent += int64_t(data.size());
+        m_stats.bytesSent += int64_t(value.size());
         return std::string(r->str, r->len);
     }
 
@@ -220,9 +229,25 @@ public:
                 if (std::string_view(fields->element[f]->str, fields->element[f]->len) == "d")
                     entry.data.assign(fields->element[f + 1]->str, fields->element[f + 1]->len);
             m_stats.bytesReceived += int64_t(entry.data.size());
+            if (!m_options.integrityKey.empty()) {
+                const auto envelope =
+                    unsealValue(m_options.integrityKey, "stream:" + std::string(stream), entry.data, nullptr);
+                if (!envelope) {
+                    ++m_stats.refused;
+                    entry.data.clear(); // the id still advances the reader; nothing decodes from it
+                } else {
+                    entry.data = std::string(*envelope);
+                }
+            }
             out.push_back(std::move(entry));
         }
         return out;
+    }
+
+    void refusedAfterGet() override
+    {
+        --m_stats.hits;
+        ++m_stats.refused;
     }
 
     StoreServerInfo serverInfo() override

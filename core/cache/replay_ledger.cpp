@@ -102,9 +102,19 @@ bool keepsKv(const LedgerRow &r)
 
 } // namespace
 
-LedgerSummary summarize(const std::vector<LedgerRow> &rows, const Prices &prices)
+LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &prices)
 {
     LedgerSummary s;
+    std::vector<LedgerRow> rows;
+    rows.reserve(allRows.size());
+    for (const LedgerRow &r : allRows) {
+        if (r.notServed.empty()) {
+            rows.push_back(r);
+        } else {
+            ++s.notServed;
+            ++s.notServedBy[r.notServed];
+        }
+    }
     s.requests = int64_t(rows.size());
     int64_t promptTokens = 0, responseHits = 0;
     double allPrompt = 0, allGenerated = 0;
@@ -266,6 +276,7 @@ const std::vector<Column> &columns()
         {"worker", &LedgerRow::worker, false, true},
         {"route", &LedgerRow::route, true, true},
         {"semantic_decision", &LedgerRow::semanticDecision, true, true},
+        {"not_served", &LedgerRow::notServed, true, true},
     };
     return all;
 }
@@ -758,6 +769,8 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
         tiers["knowledge"]["modules_recomputed"] = k->second.modulesRecomputed;
     }
     const nlohmann::json j = {{"requests", s.requests},
+                              {"not_served", s.notServed},
+                              {"not_served_by", s.notServedBy},
                               {"hits", s.hits},
                               {"false_hits", s.falseHits},
                               {"hit_rate", s.hitRate},

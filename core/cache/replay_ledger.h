@@ -73,6 +73,10 @@ struct LedgerRow
     // The semantic tier under an error bound (--error-bound): "serve" (the entry's estimated error
     // allowed it) or "explore" (computed and observed); "" otherwise.
     std::string semanticDecision;
+    // A request the replay did not serve: "" (served), "context" (its prompt and max_tokens do not
+    // fit a model's context) or "worker" (a fleet worker died before serving it). Such a row holds
+    // only the request's identity; the summary counts it in notServed and nowhere else.
+    std::string notServed;
 };
 
 struct TierAggregate
@@ -125,8 +129,10 @@ struct CostBreakdown
 
 struct LedgerSummary
 {
-    int64_t requests = 0;
-    int64_t hits = 0; // answered by any tier
+    int64_t requests = 0;  // requests served (every measure below is over these)
+    int64_t notServed = 0; // rows marked not served (LedgerRow::notServed), counted only here
+    std::map<std::string, int64_t> notServedBy; // ... by reason ("context", "worker")
+    int64_t hits = 0;                           // answered by any tier
     int64_t falseHits = 0;
     double hitRate = 0;      // hits / requests
     double tokenHitRate = 0; // tokens reused / prompt tokens

@@ -2,6 +2,12 @@
 
 #include "core/util/error.h"
 #include "core/util/sha256.h"
+#include "core/util/store_url.h"
+#include "core/util/text_util.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <charconv>
@@ -50,12 +56,80 @@ PayloadKind kindOfTier(std::string_view tier)
 
 } // namespace
 
+namespace {
+
+constexpr std::string_view kSealMagic = "KVWBMAC1";
+constexpr size_t kTagBytes = 32;
+
+std::string tagOf(const std::string &integrityKey, std::string_view boundTo, std::string_view envelope)
+{
+    std::string message;
+    message.reserve(boundTo.size() + 1 + envelope.size());
+    message.append(boundTo).push_back('\0');
+    message.append(envelope);
+    unsigned char tag[EVP_MAX_MD_SIZE];
+    unsigned int length = 0;
+    if (!HMAC(EVP_sha256(), integrityKey.data(), int(integrityKey.size()),
+              reinterpret_cast<const unsigned char *>(message.data()), message.size(), tag, &length) ||
+        length != kTagBytes)
+        throw Error(ErrorCode::Internal, "HMAC-SHA256 failed");
+    return std::string(reinterpret_cast<const char *>(tag), kTagBytes);
+}
+
+} // namespace
+
+std::string sealValue(const std::string &integrityKey, std::string_view boundTo, std::string_view envelope)
+{
+    std::string out(envelope);
+    out += tagOf(integrityKey, boundTo, envelope);
+    out += kSealMagic;
+    return out;
+}
+
+std::optional<std::string_view> unsealValue(const std::string &integrityKey, std::string_view boundTo,
+                                            std::string_view value, std::string *why)
+{
+    const auto fail = [&](const char *reason) -> std::optional<std::string_view> {
+        if (why)
+            *why = reason;
+        return std::nullopt;
+    };
+    if (value.size() < kTagBytes + kSealMagic.size() ||
+        value.substr(value.size() - kSealMagic.size()) != kSealMagic)
+        return fail("no integrity tag (written without this store's key)");
+    const std::string_view envelope = value.substr(0, value.size() - kTagBytes - kSealMagic.size());
+    const std::string expected = tagOf(integrityKey, boundTo, envelope);
+    if (CRYPTO_memcmp(expected.data(), value.data() + envelope.size(), kTagBytes) != 0)
+        return fail("integrity tag does not match (another key, another place, or altered)");
+    return envelope;
+}
+
+std::string readStoreKeyFile(const std::filesystem::path &path)
+{
+    std::string key = text::readWholeFile(path, 4096);
+    if (key.size() < 16)
+        throw Error(ErrorCode::InvalidArgument, path.string() +
+                                                    ": a store key needs at least 16 bytes, the file has " +
+                                                    std::to_string(key.size()));
+    return key;
+}
+
 StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier,
-                    SharedStoreStats &stats)
+                    SharedStoreStats &stats, const std::string &integrityKey, std::string_view storeKey)
 {
     StoreGet out;
     stats.bytesReceived += int64_t(bytes.size());
     std::string why;
+    if (!integrityKey.empty()) {
+        const auto envelope = unsealValue(integrityKey, storeKey, bytes, &why);
+        if (!envelope) {
+            ++stats.refused;
+            out.outcome = StoreOutcome::Refused;
+            out.reason = why;
+            return out;
+        }
+        bytes = *envelope;
+    }
     out.payload = decodePayload(
         bytes,
         PayloadExpectation{kindOfTier(tier), std::string(tier), scope.tenant(), scope.modelFingerprint()},
@@ -91,6 +165,7 @@ namespace {
 class MemoryStore final : public SharedStore
 {
 public:
+    explicit MemoryStore(std::string integrityKey) : m_key(std::move(integrityKey)) {}
     std::string describe() const override { return "memory"; }
 
     StoreGet get(const TenantScope &scope, std::string_view tier, const std::string &key,
@@ -98,7 +173,8 @@ public:
     {
         ++m_stats.gets;
         StoreGet out;
-        const auto it = m_entries.find(sharedStoreKey(scope, tier, key));
+        const std::string storeKey = sharedStoreKey(scope, tier, key);
+        const auto it = m_entries.find(storeKey);
         if (it == m_entries.end())
             return out;
         if (it->second.expiresAtMs > 0 && nowMs >= it->second.expiresAtMs) {
@@ -106,7 +182,7 @@ public:
             ++m_expired;
             return out;
         }
-        return checkedGet(it->second.envelope, scope, tier, m_stats);
+        return checkedGet(it->second.envelope, scope, tier, m_stats, m_key, storeKey);
     }
 
     std::vector<StoreGet> getMany(const TenantScope &scope, std::string_view tier,
@@ -125,8 +201,9 @@ public:
     {
         ++m_stats.puts;
         m_stats.bytesSent += int64_t(envelope.size());
-        Entry &e = m_entries[sharedStoreKey(scope, tier, key)];
-        e.envelope = envelope;
+        const std::string storeKey = sharedStoreKey(scope, tier, key);
+        Entry &e = m_entries[storeKey];
+        e.envelope = m_key.empty() ? envelope : sealValue(m_key, storeKey, envelope);
         e.expiresAtMs = ttlMs > 0 ? nowMs + ttlMs : 0;
         e.fingerprint = scope.modelFingerprint();
         e.tags = tags;
@@ -152,7 +229,7 @@ public:
     std::optional<std::string> appendStream(std::string_view stream, const std::string &data) override
     {
         auto &s = m_streams[std::string(stream)];
-        s.push_back(data);
+        s.push_back(m_key.empty() ? data : sealValue(m_key, "stream:" + std::string(stream), data));
         return "0-" + std::to_string(s.size());
     }
 
@@ -170,9 +247,26 @@ public:
             const char *b = afterId.data() + 2;
             std::from_chars(b, afterId.data() + afterId.size(), from);
         }
-        for (size_t i = from; i < it->second.size() && int(out.size()) < limit; ++i)
-            out.push_back({"0-" + std::to_string(i + 1), it->second[i]});
+        for (size_t i = from; i < it->second.size() && int(out.size()) < limit; ++i) {
+            std::string data = it->second[i];
+            if (!m_key.empty()) {
+                const auto envelope = unsealValue(m_key, "stream:" + std::string(stream), data, nullptr);
+                if (!envelope) {
+                    ++m_stats.refused;
+                    data.clear(); // its id still advances the reader; an empty entry decodes as nothing
+                } else {
+                    data = std::string(*envelope);
+                }
+            }
+            out.push_back({"0-" + std::to_string(i + 1), std::move(data)});
+        }
         return out;
+    }
+
+    void refusedAfterGet() override
+    {
+        --m_stats.hits;
+        ++m_stats.refused;
     }
 
     StoreServerInfo serverInfo() override
@@ -220,67 +314,28 @@ private:
 
     std::map<std::string, Entry> m_entries;
     std::map<std::string, std::vector<std::string>> m_streams;
+    std::string m_key; // integrity key, empty for none
     SharedStoreStats m_stats;
     int64_t m_expired = 0;
 };
 
 } // namespace
 
-std::unique_ptr<SharedStore> makeMemoryStore()
+std::unique_ptr<SharedStore> makeMemoryStore(StoreOptions options)
 {
-    return std::make_unique<MemoryStore>();
+    return std::make_unique<MemoryStore>(std::move(options.integrityKey));
 }
 
 std::unique_ptr<SharedStore> openSharedStore(const std::string &url, StoreOptions options)
 {
+    if (!options.integrityKey.empty() && options.integrityKey.size() < 16)
+        throw Error(ErrorCode::InvalidArgument, "a store's integrity key needs at least 16 bytes");
     if (url == "memory")
-        return makeMemoryStore();
-    const auto bad = [&](const std::string &why) {
-        return Error(
-            ErrorCode::InvalidArgument,
-            "store '" + url + "': " + why +
-                " (expected memory, redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...])");
-    };
-    const std::string scheme = "redis://", clusterScheme = "redis-cluster://";
-    const bool cluster = url.rfind(clusterScheme, 0) == 0;
-    if (!cluster && url.rfind(scheme, 0) != 0)
-        throw bad("unknown scheme");
-    std::string rest = url.substr(cluster ? clusterScheme.size() : scheme.size());
-    int db = 0;
-    if (const auto slash = rest.find('/'); slash != std::string::npos) {
-        const std::string dbText = rest.substr(slash + 1);
-        rest.resize(slash);
-        const auto [p, ec] = std::from_chars(dbText.data(), dbText.data() + dbText.size(), db);
-        if (dbText.empty() || ec != std::errc() || p != dbText.data() + dbText.size() || db < 0 || db > 15)
-            throw bad("database '" + dbText + "' is not 0..15");
-        if (cluster && db != 0)
-            throw bad("a Redis Cluster has database 0 only");
-    }
-    std::vector<std::pair<std::string, int>> seeds;
-    size_t at = 0;
-    while (true) {
-        const size_t comma = rest.find(',', at);
-        const std::string hostPort =
-            rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-        const auto colon = hostPort.rfind(':');
-        if (colon == std::string::npos || colon == 0)
-            throw bad("no HOST:PORT");
-        const std::string portText = hostPort.substr(colon + 1);
-        int port = 0;
-        const auto [p, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-        if (portText.empty() || ec != std::errc() || p != portText.data() + portText.size() || port < 1 ||
-            port > 65535)
-            throw bad("port '" + portText + "' is not 1..65535");
-        seeds.emplace_back(hostPort.substr(0, colon), port);
-        if (comma == std::string::npos)
-            break;
-        if (!cluster)
-            throw bad("several servers are a cluster: redis-cluster://HOST:PORT,HOST:PORT");
-        at = comma + 1;
-    }
+        return makeMemoryStore(options);
+    const StoreUrl parsed = parseStoreUrl(url);
     if (options.connectTimeoutMs < 1 || options.commandTimeoutMs < 1)
-        throw bad("timeouts must be positive");
-    return makeRedisStore(seeds, db, url, options, cluster);
+        throw Error(ErrorCode::InvalidArgument, "store '" + url + "': timeouts must be positive");
+    return makeRedisStore(parsed.seeds, parsed.db, url, options, parsed.cluster);
 }
 
 } // namespace kvwb::core

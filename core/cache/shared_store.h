@@ -18,6 +18,7 @@
 #include "core/cache/store_payload.h"
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,6 +104,10 @@ public:
     virtual std::vector<StreamEntry> readStream(std::string_view stream, const std::string &afterId,
                                                 int limit, bool *available = nullptr) = 0;
 
+    // A payload a get returned whole that its reader then refused (a body that does not decode,
+    // another geometry, values out of range): counted as refused, not as a hit.
+    virtual void refusedAfterGet() = 0;
+
     virtual StoreServerInfo serverInfo() = 0;
     virtual void flush() = 0; // removes every key the workbench wrote (kvwb:*), nothing else
     virtual SharedStoreStats stats() const = 0;
@@ -110,8 +115,10 @@ public:
 
 // What a get found under a key, checked: the envelope decoded against the scope and tier asked for
 // (Hit) or refused with the reason, the store's counters updated. For the implementations.
+// With an integrity key, the value is unsealed first (bound to storeKey, sharedStoreKey()).
 StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier,
-                    SharedStoreStats &stats);
+                    SharedStoreStats &stats, const std::string &integrityKey = {},
+                    std::string_view storeKey = {});
 
 // The header of a KV payload of this scope and tier: [layers, 2 (K, V), kv heads, tokens, head dim]
 // in `form`, as dtype (F32, F16 or BF16: appendKvBody).
@@ -127,13 +134,29 @@ struct StoreOptions
 {
     int connectTimeoutMs = 200;
     int commandTimeoutMs = 500;
+    // Keyed integrity (`--store-key-file`): when not empty, every value written carries an
+    // HMAC-SHA256 tag under this key, bound to the key it is stored under (or to its stream), and a
+    // value read without a valid tag is refused (counted as refused), so write access to the store
+    // is not enough to poison a tenant's cache. At least 16 bytes.
+    std::string integrityKey;
 };
+
+// Sealing a value for a store with an integrity key: envelope + tag (32 bytes, HMAC-SHA256 of
+// boundTo, a zero byte and the envelope) + "KVWBMAC1". unsealValue returns the envelope, or nullopt
+// with *why set when the tag is missing or does not match (compared in constant time).
+std::string sealValue(const std::string &integrityKey, std::string_view boundTo, std::string_view envelope);
+std::optional<std::string_view> unsealValue(const std::string &integrityKey, std::string_view boundTo,
+                                            std::string_view value, std::string *why);
+// The key of a file (`--store-key-file`): its bytes, at most 4 KiB, at least 16; Error naming the
+// file otherwise.
+std::string readStoreKeyFile(const std::filesystem::path &path);
 
 // "memory", "redis://HOST:PORT[/DB]" or "redis-cluster://HOST:PORT[,HOST:PORT...]" (any of the
 // cluster's nodes; HOST a name or an IPv4 address). Error(InvalidArgument)
 // naming the URL for anything else. Opening never fails on an absent server: calls report
 // Unavailable until one answers.
 std::unique_ptr<SharedStore> openSharedStore(const std::string &url, StoreOptions options = {});
-std::unique_ptr<SharedStore> makeMemoryStore();
+
+std::unique_ptr<SharedStore> makeMemoryStore(StoreOptions options = {});
 
 } // namespace kvwb::core

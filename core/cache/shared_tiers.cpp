@@ -40,6 +40,7 @@ TierLookup SharedExactTier::lookup(const TierRequest &request)
             out.hit = true;
         } catch (const Error &e) {
             out.store = "refused";
+            m_store.refusedAfterGet();
             out.warnings.push_back(std::string("exact tier: a stored response was refused: ") + e.what());
         }
     } else if (g.outcome == StoreOutcome::Refused || g.outcome == StoreOutcome::Unavailable) {

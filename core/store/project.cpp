@@ -6,6 +6,8 @@
 
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/store_url.h"
+#include "core/util/text_util.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -22,6 +24,8 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr uint64_t kMaxProjectBytes = uint64_t(64) << 20; // a project file is settings, not data
 
 constexpr const char *kSchema = "kvwb-project/1";
 
@@ -278,6 +282,13 @@ ProjectReplay readReplay(Section &s)
     s.integer("max_tokens", r.maxTokens, 0, INT32_MAX);
     s.integer("limit", r.limit, 0, INT32_MAX);
     s.string("store", r.store);
+    if (!r.store.empty()) {
+        try {
+            checkStoreUrl(r.store);
+        } catch (const Error &e) {
+            s.fail("replay.store", std::string("is not a store URL: ") + e.what());
+        }
+    }
     s.string("store_kv_dtype", r.storeKvDtype, {"f32", "bf16", "f16"});
     s.string("prices", r.prices);
     return r;
@@ -340,14 +351,10 @@ json replayJson(const ProjectReplay &r)
 
 Project Project::load(const fs::path &file)
 {
-    std::ifstream in(file, std::ios::binary);
-    if (!in)
-        throw Error(ErrorCode::Io, file.string() + ": cannot read project");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    const std::string text = text::readWholeFile(file, kMaxProjectBytes);
     json j;
     try {
-        j = json::parse(ss.str());
+        j = json::parse(text);
     } catch (const json::exception &e) {
         throw Error(ErrorCode::Format, file.string() + ": not JSON: " + e.what());
     }

@@ -155,24 +155,111 @@ void checkWritableOutput(const std::filesystem::path &path, const std::string &f
         fail(dir.string() + ": " + std::strerror(errno));
 }
 
-void checkDirectoryOutput(const std::filesystem::path &dir, bool force, const std::string &forceFlag)
+namespace {
+
+const char *nonRegularKind(const struct stat &st)
+{
+    return S_ISCHR(st.st_mode)    ? "a character device"
+           : S_ISBLK(st.st_mode)  ? "a block device"
+           : S_ISFIFO(st.st_mode) ? "a FIFO"
+           : S_ISSOCK(st.st_mode) ? "a socket"
+           : S_ISDIR(st.st_mode)  ? "a directory"
+                                  : "not a regular file";
+}
+
+[[noreturn]] void refuseOutput(const std::filesystem::path &path, const std::string &flag,
+                               const std::string &why)
+{
+    throw Error(ErrorCode::InvalidArgument, path.string() + " (" + flag + "): " + why);
+}
+
+// The parent of a new output must be a writable directory.
+void checkNewOutputParent(const std::filesystem::path &path, const std::string &flag)
 {
     namespace fs = std::filesystem;
     std::error_code ec;
-    const bool exists = fs::exists(dir, ec);
-    if (exists && !fs::is_directory(dir, ec))
-        throw Error(ErrorCode::InvalidArgument, dir.string() + ": exists and is not a directory");
-    if (exists && !fs::is_empty(dir, ec) && !force)
-        throw Error(ErrorCode::InvalidArgument,
-                    dir.string() + ": exists and is not empty; pass " + forceFlag + " to replace it");
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    if (!fs::is_directory(dir, ec))
+        refuseOutput(path, flag, "cannot be written: no directory " + dir.string());
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+        refuseOutput(path, flag, "cannot be written: " + dir.string() + ": " + std::strerror(errno));
 }
 
-void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const std::string &forceFlag,
+} // namespace
+
+void claimOutputFile(const std::filesystem::path &path, const std::string &flag, bool force)
+{
+    if (path.empty())
+        throw Error(ErrorCode::InvalidArgument, flag + ": an empty path");
+    struct stat st
+    {
+    };
+    if (::stat(path.c_str(), &st) != 0) {
+        checkNewOutputParent(path, flag);
+        return;
+    }
+    if (!S_ISREG(st.st_mode))
+        refuseOutput(path, flag,
+                     std::string("is ") + nonRegularKind(st) +
+                         "; kvwb replaces only regular files, never a device, FIFO, socket or directory");
+    if (!force)
+        refuseOutput(path, flag, "exists; pass --force to replace it");
+    if (::access(path.c_str(), W_OK) != 0)
+        refuseOutput(path, flag, std::string("cannot be written: ") + std::strerror(errno));
+}
+
+void claimOutputDirectory(const std::filesystem::path &dir, const std::string &flag, bool force)
+{
+    namespace fs = std::filesystem;
+    if (dir.empty())
+        throw Error(ErrorCode::InvalidArgument, flag + ": an empty path");
+    struct stat st
+    {
+    };
+    if (::stat(dir.c_str(), &st) != 0) {
+        fs::path target = dir;
+        if (target.filename().empty())
+            target = target.parent_path(); // "out/" names "out"
+        // Parents are created, so only an existing ancestor that is not a directory is refused.
+        for (fs::path up = target.parent_path(); !up.empty(); up = up.parent_path()) {
+            std::error_code ec;
+            if (fs::exists(up, ec)) {
+                if (!fs::is_directory(up, ec))
+                    refuseOutput(dir, flag, up.string() + " is not a directory");
+                break;
+            }
+            if (up == up.parent_path())
+                break;
+        }
+        return;
+    }
+    if (!S_ISDIR(st.st_mode))
+        refuseOutput(dir, flag,
+                     std::string("is ") + (S_ISREG(st.st_mode) ? "a file" : nonRegularKind(st)) +
+                         ", not a directory");
+    std::error_code ec;
+    if (fs::is_empty(dir, ec) && !ec)
+        return;
+    if (!force)
+        refuseOutput(dir, flag, "exists and is not empty; pass --force to replace it");
+    if (!fs::exists(dir / kOutputMarker, ec))
+        refuseOutput(dir, flag,
+                     std::string("holds files kvwb did not write (no ") + kOutputMarker +
+                         "); kvwb replaces only directories it wrote: choose another path");
+}
+
+void markOutputDirectory(const std::filesystem::path &dir)
+{
+    writeFileAtomic(dir / kOutputMarker,
+                    "Written by kvwb; kvwb replaces this directory only with --force.\n");
+}
+
+void writeDirectoryAtomic(const std::filesystem::path &dir, const std::string &flag, bool force,
                           const std::function<void(const std::filesystem::path &tmp)> &write)
 {
     namespace fs = std::filesystem;
     std::error_code ec;
-    checkDirectoryOutput(dir, force, forceFlag);
+    claimOutputDirectory(dir, flag, force);
     const bool exists = fs::exists(dir, ec);
     fs::path target = dir;
     if (target.filename().empty())
@@ -186,6 +273,7 @@ void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const st
         throw Error(ErrorCode::Io, tmp.string() + ": cannot create directory: " + ec.message());
     try {
         write(tmp);
+        markOutputDirectory(tmp);
     } catch (...) {
         fs::remove_all(tmp, ec);
         throw;
@@ -202,6 +290,7 @@ void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const st
     fs::rename(tmp, target, ec);
     if (ec) {
         const std::string why = ec.message();
+        fs::remove_all(tmp, ec); // no complete copy left behind under the temporary name
         if (exists)
             fs::rename(old, target, ec); // put the old one back
         throw Error(ErrorCode::Io, target.string() + ": cannot move the new directory in place: " + why);

@@ -67,18 +67,31 @@ void syncAndRename(const std::filesystem::path &from, const std::filesystem::pat
 // Convenience: the whole file in one call.
 void writeFileAtomic(const std::filesystem::path &path, std::string_view contents);
 
-// Checks, before any work, that an output named by `flag` can be written: an existing path must be
-// a writable regular file; a new one needs a writable directory. Error(Io) naming the path and flag.
+// Checks, before any work, that a file a command updates in place (an experiment file that capture
+// appends to, a ledger stored into an experiment) can be written: an existing path must be a
+// writable regular file; a new one needs a writable directory. Error(Io) naming the path and flag.
 void checkWritableOutput(const std::filesystem::path &path, const std::string &flag);
 
-// writeDirectoryAtomic's refusals, checked up front (before a long job that would write dir).
-void checkDirectoryOutput(const std::filesystem::path &dir, bool force, const std::string &forceFlag);
+// The one rule for what a command may do to what is already at an output it writes whole, checked
+// before any work (every writing subcommand calls one of these two; the tests run the rule against
+// every such option):
+// - nothing there: the parent directory must exist and be writable;
+// - a device, FIFO or socket: refused, never replaced;
+// - a regular file: replaced only when `force` (the command's --force), else refused naming it;
+// - a directory (claimOutputDirectory only; refused for a file): an empty one is used; one with
+//   files is replaced only when `force` and only when kvwb wrote it (it holds kOutputMarker).
+// Refusals are Error(InvalidArgument) naming the path and `flag`; an empty path is refused too.
+inline constexpr const char *kOutputMarker = ".kvwb-output";
+void claimOutputFile(const std::filesystem::path &path, const std::string &flag, bool force);
+void claimOutputDirectory(const std::filesystem::path &dir, const std::string &flag, bool force);
+// Writes kOutputMarker into dir (a directory kvwb fills: a report, a ledger directory).
+void markOutputDirectory(const std::filesystem::path &dir);
 
 // Writes a whole output directory through a temporary sibling: `write` fills a fresh directory
 // (dir + ".kvwb-tmp"), which then takes dir's place, so a failure or a kill leaves dir as it was and
-// no file of an old dir survives in the new one. An existing dir that is not empty is refused
-// (Error(InvalidArgument) naming it and `forceFlag`) unless `force`.
-void writeDirectoryAtomic(const std::filesystem::path &dir, bool force, const std::string &forceFlag,
+// no file of an old dir survives in the new one. What is at dir must pass claimOutputDirectory (dir
+// named by `flag`); the new directory holds kOutputMarker.
+void writeDirectoryAtomic(const std::filesystem::path &dir, const std::string &flag, bool force,
                           const std::function<void(const std::filesystem::path &tmp)> &write);
 
 } // namespace kvwb::core

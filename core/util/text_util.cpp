@@ -3,7 +3,11 @@
 #include "core/util/error.h"
 #include "core/util/mapped_file.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <ctime>
+#include <sys/stat.h>
 
 namespace kvwb::core::text {
 
@@ -78,9 +82,40 @@ void appendUtf8(std::string &out, char32_t cp)
     }
 }
 
-std::string readWholeFile(const std::filesystem::path &path)
+namespace {
+
+std::string mebibytes(uint64_t bytes)
 {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1 << 20));
+    return buf;
+}
+
+} // namespace
+
+uint64_t checkInputFile(const std::filesystem::path &path, uint64_t maxBytes)
+{
+    struct stat st
+    {
+    };
+    if (::stat(path.c_str(), &st) != 0)
+        throw Error(ErrorCode::Io, path.string() + ": cannot open: " + std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        throw Error(ErrorCode::Io, path.string() + ": not a regular file");
+    if (uint64_t(st.st_size) > maxBytes)
+        throw Error(ErrorCode::InvalidArgument, path.string() + ": " + mebibytes(uint64_t(st.st_size)) +
+                                                    ", more than the " + mebibytes(maxBytes) +
+                                                    " this input may have");
+    return uint64_t(st.st_size);
+}
+
+std::string readWholeFile(const std::filesystem::path &path, uint64_t maxBytes)
+{
+    checkInputFile(path, maxBytes);
     const auto file = MappedFile::open(path);
+    if (file->size() > maxBytes) // it grew since the check
+        throw Error(ErrorCode::InvalidArgument,
+                    path.string() + ": more than the " + mebibytes(maxBytes) + " this input may have");
     return std::string(reinterpret_cast<const char *>(file->data()), size_t(file->size()));
 }
 

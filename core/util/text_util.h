@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -80,8 +81,14 @@ inline std::string join(const std::vector<std::string> &items, std::string_view 
     return out;
 }
 
-// Whole file as bytes. Error(Io) naming the path when missing, a directory or unreadable.
-std::string readWholeFile(const std::filesystem::path &path);
+// The one bounded reader of input files. checkInputFile: `path` is a regular file (not a device,
+// FIFO or directory: /dev/zero never ends) of at most maxBytes, checked with stat before anything
+// is read or allocated; Error(Io) naming the path when missing, not regular or unreadable,
+// Error(InvalidArgument) naming it, its size and the limit when larger. Returns the size.
+inline constexpr uint64_t kMaxInputFileBytes = uint64_t(2) << 30; // 2 GiB
+uint64_t checkInputFile(const std::filesystem::path &path, uint64_t maxBytes = kMaxInputFileBytes);
+// Whole file as bytes, after checkInputFile.
+std::string readWholeFile(const std::filesystem::path &path, uint64_t maxBytes = kMaxInputFileBytes);
 
 // The current UTC time as ISO 8601, e.g. 2026-01-31T12:00:00Z.
 std::string utcNowIso8601();

@@ -1,6 +1,7 @@
 #include "core/workload/text_corpus.h"
 
 #include "core/util/error.h"
+#include "core/util/text_util.h"
 #include "core/util/warning_list.h"
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@ namespace kvwb::core {
 
 TextCorpus readTextCorpus(const std::filesystem::path &path)
 {
+    text::checkInputFile(path); // a regular file of bounded size: /dev/urandom never ends
     std::ifstream in(path, std::ios::binary);
     if (!in)
         throw Error(ErrorCode::Io, path.string() + ": cannot read corpus");
@@ -23,6 +25,7 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
     };
     std::string line;
     size_t lineNo = 0, plain = 0;
+    bool sawJson = false;
     while (std::getline(in, line)) {
         ++lineNo;
         if (!line.empty() && line.back() == '\r')
@@ -30,6 +33,13 @@ TextCorpus readTextCorpus(const std::filesystem::path &path)
         if (line.find_first_not_of(" \t") == std::string::npos)
             continue;
         if (!jsonl) {
+            if (!sawJson && line[line.find_first_not_of(" \t")] == '{' &&
+                nlohmann::json::parse(line, nullptr, false).is_object()) {
+                sawJson = true; // once: a JSONL file under another name is taken as plain text
+                warnings.add(path.filename().string() + ":" + std::to_string(lineNo) +
+                             ": a JSON object in a plain-text file, taken as literal text (name the file "
+                             "*.jsonl to read its \"text\" or \"prompt\")");
+            }
             TextDocument d;
             d.text = line;
             d.validation = (plain++ % 20) == 19;

@@ -27,7 +27,7 @@ want() { [[ " $ONLY " == *" $1 "* ]]; }
 mkdir -p "$WORK" "$HERE/models" "$HERE/workloads"
 
 echo "== corpus"
-"$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed $SEED
+"$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --force --concepts 1000 --seed $SEED
 
 if want a; then
 echo "== model A (source: 4 layers, 4 heads / 2 kv heads of 32)"
@@ -51,7 +51,7 @@ rm -rf "$HERE/models/a/train_state" "$HERE/models/b/train_state"
 if want workload; then
 echo "== workload"
 # system prompts of at most 120 words keep prompt + 64 answer tokens inside the models' 512 context
-"$KVWB" workload wordnet --out "$HERE/workloads/demo.jsonl" --requests 2000 --concepts 1000 --seed $SEED \
+"$KVWB" workload wordnet --out "$HERE/workloads/demo.jsonl" --force --requests 2000 --concepts 1000 --seed $SEED \
   --system-words 10,40,120
 fi
 
@@ -84,7 +84,7 @@ echo "== model P (B fine-tuned: [system] [knowledge] [profile instruction] Q: ..
 # with B's own corpus so that P keeps answering plain questions; 256-token rows hold a system
 # prompt, the knowledge and the answer.
 "$KVWB" knowledge corpus --concepts 1000 --workload "$HERE/workloads/demo.jsonl" --per-node 6 \
-  --seed $SEED --out "$WORK/personal.jsonl"
+  --seed $SEED --out "$WORK/personal.jsonl" --force
 cat "$WORK/corpus.jsonl" "$WORK/personal.jsonl" > "$WORK/corpus-p.jsonl"
 rm -rf "$HERE/models/p"
 "$KVWB" train --corpus "$WORK/corpus-p.jsonl" --out "$HERE/models/p" --config "$HERE/models/b/config.json" \

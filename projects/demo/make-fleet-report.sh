@@ -38,7 +38,7 @@ run() { # name workers routing [flags]
   local name="$1" workers="$2" routing="$3"; shift 3
   "$KVWB" replay --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/b" \
     --tiers exact,semantic,prefix --limit "$N" --max-tokens 16 --threads 1 \
-    --workers "$workers" --routing "$routing" --ledger "$OUT/ledger-$name.csv" --json "$@" \
+    --workers "$workers" --routing "$routing" --ledger "$OUT/ledger-$name.csv" --force --json "$@" \
     > "$OUT/fleet-$name.json" 2> "$OUT/fleet-$name.log"
 }
 for workers in 1 2 4; do
@@ -105,7 +105,7 @@ echo "|:--|--:|--:|--:|--:|--:|--:|--:|--:|"
 for dtype in f32 bf16 f16; do
   "$KVWB" replay --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/b" \
     --tiers exact,semantic,prefix --limit "$N" --max-tokens 16 --threads 1 --store "$URL" --store-flush \
-    --store-kv-dtype "$dtype" --shadow 0.25 --ledger "$OUT/dtype-$dtype.csv" --json \
+    --store-kv-dtype "$dtype" --shadow 0.25 --ledger "$OUT/dtype-$dtype.csv" --force --json \
     > "$OUT/dtype-$dtype.json" 2> "$OUT/dtype-$dtype.log"
   shadow=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; ++i) c[$i] = i; next }
     $c["answered_by"] == "prefix" && $c["shadow_exact"] != "" && $c["shadow_exact"] != "-1" {
@@ -128,13 +128,13 @@ for policy in full window:2 summary:1 summary-model:1; do
   if [ "$policy" = summary-model:1 ]; then
     # the summary written by model A (kvwb summarise), from the full-history conversations
     "$KVWB" summarise --workload "$OUT/mt-full.jsonl" --model "$HERE/models/a" --keep 1 --max-tokens 32 \
-      --out "$OUT/mt-$name.jsonl" --threads 1 --json > "$OUT/mt-$name.cost"
+      --out "$OUT/mt-$name.jsonl" --force --threads 1 --json > "$OUT/mt-$name.cost"
   else
-    "$KVWB" workload multiturn --out "$OUT/mt-$name.jsonl" --users 8 --rounds 5 --system-tokens 100 \
+    "$KVWB" workload multiturn --out "$OUT/mt-$name.jsonl" --force --users 8 --rounds 5 --system-tokens 100 \
       --concepts 1000 --history-policy "$policy" --seed 1 > /dev/null 2> "$OUT/mt-$name.cost"
   fi
   "$KVWB" replay --workload "$OUT/mt-$name.jsonl" --model-a "$HERE/models/a" --tiers prefix --max-tokens 16 \
-    --threads 1 --ledger "$OUT/mt-ledger-$name.csv" --outputs "$OUT/mt-out-$name.jsonl" --json \
+    --threads 1 --ledger "$OUT/mt-ledger-$name.csv" --outputs "$OUT/mt-out-$name.jsonl" --force --json \
     > "$OUT/mt-replay-$name.json" 2> /dev/null
 done
 echo "| policy | round | prompt tokens | token hit rate | ROUGE-L vs full | same answer as full |"

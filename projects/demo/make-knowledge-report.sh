@@ -18,13 +18,13 @@ OUT="$WORK/knowledge"
 W="$HERE/workloads/demo.jsonl"
 mkdir -p "$OUT"
 
-"$KVWB" knowledge build --model-b "$HERE/models/p" --concepts 1000 --out "$OUT/graph-p.h5" --threads 1 --json \
+"$KVWB" knowledge build --model-b "$HERE/models/p" --concepts 1000 --out "$OUT/graph-p.h5" --force --threads 1 --json \
   > "$OUT/build.json"
-"$KVWB" knowledge profiles --workload "$W" --out "$OUT/profiles.json" --seed 1
+"$KVWB" knowledge profiles --workload "$W" --out "$OUT/profiles.json" --force --seed 1
 run() { # name [flags]
   local name="$1"; shift
   "$KVWB" replay --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/p" --limit "$N" \
-    --threads 1 --ledger "$OUT/ledger-$name.csv" --json "$@" > "$OUT/replay-$name.json" 2> "$OUT/replay-$name.log"
+    --threads 1 --ledger "$OUT/ledger-$name.csv" --force --json "$@" > "$OUT/replay-$name.json" 2> "$OUT/replay-$name.log"
   echo "$name: $OUT/replay-$name.json"
 }
 K=(--knowledge "$OUT/graph-p.h5" --profiles "$OUT/profiles.json")
@@ -37,10 +37,10 @@ rm -f "$OUT/knowledge.h5"
   --out "$OUT/knowledge.h5" --threads 1 > /dev/null 2>&1
 "$KVWB" knowledge evaluate --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/p" \
   --knowledge "$OUT/graph-p.h5" --profiles "$OUT/profiles.json" --limit "$N" --threads 1 \
-  --ledger-dir "$OUT/evaluate" --experiment "$OUT/knowledge.h5" --save demo | tee "$OUT/economics.md"
+  --ledger-dir "$OUT/evaluate" --force --experiment "$OUT/knowledge.h5" --save demo | tee "$OUT/economics.md"
 # the same with the base model B, which was never shown a profile line: what P's fine-tuning does
 "$KVWB" knowledge evaluate --workload "$W" --model-a "$HERE/models/a" --model-b "$HERE/models/b" \
   --knowledge "$OUT/graph-p.h5" --profiles "$OUT/profiles.json" --limit "$N" --threads 1 \
-  --ledger-dir "$OUT/evaluate-b" | tee "$OUT/economics-b.md"
-"$KVWB" report --experiment "$OUT/knowledge.h5" --out "$OUT/report" > /dev/null
+  --ledger-dir "$OUT/evaluate-b" --force | tee "$OUT/economics-b.md"
+"$KVWB" report --experiment "$OUT/knowledge.h5" --out "$OUT/report" --force > /dev/null
 echo "report: $OUT/report"

@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 run() { # name tiers [flags]
   local name="$1" tiers="$2"; shift 2
   "$KVWB" replay --workload "$HERE/workloads/demo.jsonl" --experiment "$EXP" --converter all \
-    --tiers "$tiers" --limit "$N" --max-tokens 32 --ledger "$OUT/ledger-$name.csv" --json "$@" \
+    --tiers "$tiers" --limit "$N" --max-tokens 32 --ledger "$OUT/ledger-$name.csv" --force --json "$@" \
     > "$OUT/replay-$name.json" 2> "$OUT/replay-$name.log"
   echo "$name: $OUT/replay-$name.json"
 }

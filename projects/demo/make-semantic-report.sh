@@ -60,7 +60,7 @@ replay_row "per entry, floor 0.7, bound 0.05" "$W" --limit "$N" --tiers exact,se
 if [ -n "$PAIRS" ]; then
   echo
   echo "== labelled pairs: $PAIRS"
-  "$KVWB" workload quora --input "$PAIRS" --out "$WORK/pairs.jsonl" > /dev/null
+  "$KVWB" workload quora --input "$PAIRS" --out "$WORK/pairs.jsonl" --force > /dev/null
   sweep_table "$WORK/pairs.jsonl"
   printf '\n| semantic thresholds | hits | false hits | precision |\n|:--|--:|--:|--:|\n'
   replay_row "lexical-idf, per entry, floor 0.5, bound 0.1" "$WORK/pairs.jsonl" --tiers semantic \

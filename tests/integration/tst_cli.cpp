@@ -292,7 +292,9 @@ private Q_SLOTS:
         // refusals
         const Run exists =
             runKvwb({"convert", "--model", path(m_model), "--to", "gguf", "--out", path(dir / "m.gguf")});
-        QCOMPARE(exists.exitCode, 2);
+        QCOMPARE(exists.exitCode, 1);
+        QVERIFY2(exists.err.contains("m.gguf (--out): exists; pass --force to replace it"),
+                 exists.err.constData());
         const Run badType = runKvwb({"convert", "--model", path(m_model), "--to", "gguf", "--weight-type",
                                      "Q3_K", "--out", path(dir / "x.gguf")});
         QCOMPARE(badType.exitCode, 2);

@@ -6,6 +6,7 @@
 // that is down, killed mid-replay or holding corrupt payloads costs hits, never a request: every
 // row is in the ledger, marked.
 #include "core/cache/replay_ledger.h"
+#include "core/cache/store_payload.h"
 #include "core/model/random_model.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/redis_server.h"
@@ -21,8 +22,14 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
+#include <sys/types.h>
 
 using namespace kvwb;
 namespace fs = std::filesystem;
@@ -42,6 +49,38 @@ std::map<std::string, int> countBy(const std::vector<core::LedgerRow> &rows,
     for (const auto &r : rows)
         ++n[r.*field];
     return n;
+}
+
+// The processes whose parent is `parent` (from /proc).
+std::vector<pid_t> childrenOf(pid_t parent)
+{
+    std::vector<pid_t> out;
+    for (const auto &e : fs::directory_iterator("/proc")) {
+        const std::string name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos)
+            continue;
+        std::ifstream in(e.path() / "stat");
+        std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        const size_t close = stat.rfind(')');
+        if (close == std::string::npos)
+            continue;
+        std::istringstream rest(stat.substr(close + 2));
+        char state = 0;
+        long ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == parent)
+            out.push_back(pid_t(std::stol(name)));
+    }
+    return out;
+}
+
+// Running (not gone, not a zombie).
+bool alive(pid_t pid)
+{
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
 } // namespace
@@ -206,6 +245,41 @@ private Q_SLOTS:
                  outcomes.at("refused"));
     }
 
+    // KV blocks with a valid envelope and CRC but NaN or 1e30 values (a writer's bug or a poisoned
+    // store) are refused and counted, never placed in a cache: the replay runs on (it used to stop,
+    // blaming the model's weights, or serve the 1e30 block).
+    void poisonedKvBlocksAreRefusedAndCounted()
+    {
+        test::RedisServer server;
+        QVERIFY2(server.start(), qPrintable(server.error()));
+        const QStringList tiers = {"--tiers", "prefix", "--store", QString::fromStdString(server.url())};
+        auto r = runKvwb(replay(tiers, m_dir / "clean.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        int poisoned = 0;
+        for (const QByteArray &line : server.cli({"KEYS", "kvwb:prefix:*"}).split('\n')) {
+            const std::string key = line.trimmed().toStdString();
+            if (key.empty())
+                continue;
+            std::string why;
+            auto p = core::decodePayloadAnyScope(server.getBytes(key), core::PayloadKind::Kv, "prefix", &why);
+            QVERIFY2(p, why.c_str());
+            QCOMPARE(p->header.dtype, core::DType::F32);
+            const float bad = poisoned % 2 == 0 ? std::nanf("") : 1e30f;
+            std::memcpy(p->body.data(), &bad, sizeof bad);
+            server.setBytes(key, core::encodePayload(p->header, p->body));
+            ++poisoned;
+        }
+        QVERIFY(poisoned > 1);
+        r = runKvwb(replay(tiers, m_dir / "poisoned.csv"));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        int refusedRows = 0;
+        for (const auto &row : ledger(m_dir / "poisoned.csv"))
+            refusedRows += row.store == "refused";
+        QVERIFY(refusedRows > 0);
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QVERIFY2(j["store"].toObject()["refused"].toInt() >= refusedRows, r.out.constData());
+    }
+
     void fleetsRouteAndStayIsolated()
     {
         // per-worker caches, tenant-affine: every tenant's repeats reach the worker that saw the first
@@ -261,6 +335,101 @@ private Q_SLOTS:
         QCOMPARE(int(workers.size()), 2);
         const auto perWorker = j["fleet"].toObject()["per_worker"].toVariant().toList();
         QCOMPARE(perWorker.size(), 2);
+    }
+
+    // A worker that dies (killed at a chosen request through KVWB_TEST_KILL_WORKER) loses none of the
+    // rows the fleet completed: the ledger holds every request, the dead worker's unfinished ones
+    // marked not served, and the error names the worker.
+    void aKilledWorkerKeepsEveryCompletedRow()
+    {
+        qputenv("KVWB_TEST_KILL_WORKER", "1:5");
+        const auto r = runKvwb(
+            replay({"--tiers", "exact", "--workers", "2", "--routing", "round-robin"}, m_dir / "killed.csv"));
+        qunsetenv("KVWB_TEST_KILL_WORKER");
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("worker 1 was killed after 5 of 18 requests; its 13 others are in the ledger "
+                                "as not served"),
+                 r.err.constData());
+        const auto rows = ledger(m_dir / "killed.csv");
+        QCOMPARE(int(rows.size()), 36);
+        int served0 = 0, served1 = 0, lost = 0;
+        for (const auto &row : rows) {
+            QCOMPARE(row.worker, int(row.requestId % 2));
+            if (row.notServed.empty())
+                ++(row.worker == 0 ? served0 : served1);
+            else {
+                QCOMPARE(row.notServed, std::string("worker"));
+                QCOMPARE(row.worker, 1);
+                QCOMPARE(row.tokensComputed, 0);
+                ++lost;
+            }
+        }
+        QCOMPARE(served0, 18);
+        QCOMPARE(served1, 5);
+        QCOMPARE(lost, 13);
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["total"].toObject()["requests"].toInt(), 23);
+        QCOMPARE(j["total"].toObject()["not_served"].toInt(), 13);
+    }
+
+    // Killing the coordinator takes its workers with it (they would go on computing and writing to a
+    // shared store), its scratch folder of shards is private, and the next fleet removes a dead
+    // coordinator's scratch folder.
+    void workersDieWithTheirCoordinator()
+    {
+        const fs::path tmpRoot = m_dir / "scratch";
+        fs::create_directories(tmpRoot);
+        QProcess gone;
+        gone.start("true", {});
+        QVERIFY(gone.waitForStarted());
+        const qint64 deadPid = gone.processId();
+        QVERIFY(gone.waitForFinished());
+        const fs::path stale = tmpRoot / fmt::format("kvwb-fleet-{}-abcdef", deadPid);
+        fs::create_directories(stale);
+        test::writeFile(stale / "shard-0.jsonl", "every tenant's prompts");
+
+        QProcess coordinator;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("TMPDIR", q(tmpRoot));
+        coordinator.setProcessEnvironment(env);
+        coordinator.start(QString::fromStdString(test::kvwbBinary().string()),
+                          replay({"--tiers", "exact", "--workers", "2", "--clock", "--speed", "0.001"},
+                                 m_dir / "never.csv"));
+        QVERIFY(coordinator.waitForStarted());
+        const pid_t pid = pid_t(coordinator.processId());
+        std::vector<pid_t> workers;
+        for (int i = 0; i < 300 && workers.size() < 2; ++i) {
+            QThread::msleep(100);
+            workers = childrenOf(pid);
+        }
+        QCOMPARE(int(workers.size()), 2);
+        QVERIFY(!fs::exists(stale));
+        fs::path scratch;
+        for (const auto &e : fs::directory_iterator(tmpRoot))
+            if (e.path().filename().string().rfind(fmt::format("kvwb-fleet-{}-", pid), 0) == 0)
+                scratch = e.path();
+        QVERIFY(!scratch.empty());
+        QCOMPARE(int(fs::status(scratch).permissions() & fs::perms::all), 0700);
+
+        ::kill(pid, SIGKILL);
+        coordinator.waitForFinished();
+        bool anyAlive = true;
+        for (int i = 0; i < 100 && anyAlive; ++i) {
+            anyAlive = false;
+            for (pid_t w : workers)
+                anyAlive = anyAlive || alive(w);
+            if (anyAlive)
+                QThread::msleep(100);
+        }
+        QVERIFY2(!anyAlive, "a worker outlived its coordinator");
+        QVERIFY(fs::exists(scratch)); // a kill -9 leaves it; the next fleet removes it
+        QProcess next;
+        next.setProcessEnvironment(env);
+        next.start(QString::fromStdString(test::kvwbBinary().string()),
+                   replay({"--tiers", "exact", "--workers", "2"}, m_dir / "next.csv"));
+        QVERIFY(next.waitForFinished(300000));
+        QCOMPARE(next.exitCode(), 0);
+        QVERIFY(!fs::exists(scratch));
     }
 
     void aStoreThatIsDownCostsHitsNotRequests()

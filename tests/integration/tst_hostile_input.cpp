@@ -4,7 +4,9 @@
 // that nothing the user did not name is read or overwritten.
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
+#include "tests/support/wordnet_fixture.h"
 
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -16,6 +18,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <sys/stat.h>
 
 using namespace kvwb;
 namespace fs = std::filesystem;
@@ -93,6 +96,11 @@ private Q_SLOTS:
     {
         QVERIFY(m_tmp.isValid());
         m_root = fs::path(m_tmp.path().toStdString());
+        // without a session's runtime folder Qt prints a notice on stderr (the report's charts)
+        const fs::path runtime = m_root / "runtime";
+        fs::create_directories(runtime);
+        fs::permissions(runtime, fs::perms::owner_all);
+        qputenv("XDG_RUNTIME_DIR", QByteArray::fromStdString(runtime.string()));
         m_model = m_root / "tiny";
         const auto r = test::runKvwb({"make-model", "--preset", "tiny", "--out", q(m_model)});
         QCOMPARE(r.exitCode, 0);
@@ -321,6 +329,13 @@ private Q_SLOTS:
         test::writeFile(f, std::string(size_t(5) << 20, 'x'));
         expectRefusal({"tokenize", "--tokenizer", q(m_model / "tokenizer.json"), "--text-file", q(f)}, 1,
                       "MiB");
+        // inputs that never end are refused before a byte is read, not read until memory runs out
+        expectRefusal({"tokenize", "--tokenizer", q(m_model / "tokenizer.json"), "--text-file", "/dev/zero"},
+                      1, "/dev/zero: not a regular file");
+        expectRefusal({"capture", "--model-a", q(m_model), "--model-b", q(m_model), "--prompts",
+                       "/dev/urandom", "--out", q(m_root / "never.h5")},
+                      1, "/dev/urandom: not a regular file");
+        QVERIFY(!fs::exists(m_root / "never.h5"));
     }
 
     void postProcessorIds_data()
@@ -346,26 +361,144 @@ private Q_SLOTS:
                       1, "post_processor");
     }
 
-    // Outputs that exist are not overwritten without --force; with it, the old contents go.
-    void outputsNotOverwritten()
+    // The one output rule (core::claimOutputFile), run against every option that writes a file whole:
+    // an existing regular file is replaced only with --force and is untouched without it; a FIFO is
+    // never replaced, --force or not. OUT stands for the output path.
+    void outputRuleForFiles_data()
     {
-        const fs::path out = m_root / "existing";
-        fs::create_directories(out);
-        test::writeFile(out / "tokenizer.model", "an old tokenizer that must not win over the new one");
-        expectRefusal({"make-model", "--preset", "tiny", "--out", q(out)}, 1, "--force");
-        QCOMPARE(test::readFile(out / "tokenizer.model"),
-                 std::string("an old tokenizer that must not win over the new one"));
-        expectRefusal({"convert", "--model", q(m_model), "--out", q(out)}, 1, "--force");
-        QVERIFY(!fs::exists(out / "config.json"));
+        QTest::addColumn<QStringList>("args");
+        const fs::path wn = m_root / "wn";
+        if (!fs::exists(wn))
+            test::writeWordNetFixture(wn, 30, false);
+        const fs::path w = m_root / "rule.jsonl";
+        test::writeFile(
+            w,
+            R"({"id":1,"t_ms":0,"tenant":"t","user":"u","intent":"","model":"a","prompt":"hi","max_tokens":2})"
+            "\n");
+        const fs::path pairs = m_root / "pairs.tsv";
+        test::writeFile(pairs, "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                               "0\t1\t2\tHow do I learn C++?\tWhat is the best way to learn C++?\t1\n");
+        const QStringList wnDir{"--wordnet-dir", q(wn)};
+        QTest::newRow("workload wordnet")
+            << QStringList{"workload", "wordnet", "--requests", "5", "--out", "OUT"} + wnDir;
+        QTest::newRow("workload multiturn")
+            << QStringList{"workload", "multiturn", "--users", "1", "--rounds", "1", "--out", "OUT"} + wnDir;
+        QTest::newRow("workload quora")
+            << QStringList{"workload", "quora", "--input", q(pairs), "--out", "OUT"};
+        QTest::newRow("corpus wordnet")
+            << QStringList{"corpus", "wordnet", "--concepts", "5", "--out", "OUT"} + wnDir;
+        QTest::newRow("knowledge profiles")
+            << QStringList{"knowledge", "profiles", "--workload", q(w), "--out", "OUT"};
+        QTest::newRow("knowledge corpus")
+            << QStringList{"knowledge", "corpus", "--concepts", "5", "--out", "OUT"} + wnDir;
+        QTest::newRow("knowledge build")
+            << QStringList{"knowledge", "build", "--no-modules", "--concepts", "5", "--out", "OUT"} + wnDir;
+        QTest::newRow("make-model gguf")
+            << QStringList{"make-model", "--preset", "tiny", "--format", "gguf", "--out", "OUT"};
+        QTest::newRow("convert gguf")
+            << QStringList{"convert", "--model", q(m_model), "--to", "gguf", "--out", "OUT"};
+        QTest::newRow("replay ledger")
+            << QStringList{"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers",
+                           "exact",  "--threads",  "1",  "--ledger",  "OUT"};
+        QTest::newRow("replay outputs")
+            << QStringList{"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers",
+                           "exact",  "--threads",  "1",  "--outputs", "OUT"};
+        const fs::path conversations = m_root / "conversations.jsonl";
+        if (!fs::exists(conversations))
+            QCOMPARE(test::runKvwb({"workload", "multiturn", "--users", "1", "--rounds", "2", "--out",
+                                    q(conversations), "--wordnet-dir", q(wn)})
+                         .exitCode,
+                     0);
+        QTest::newRow("summarise") << QStringList{"summarise", "--workload", q(conversations),
+                                                  "--model",   q(m_model),   "--threads",
+                                                  "1",         "--out",      "OUT"};
+    }
+    void outputRuleForFiles()
+    {
+        if (test::headlessBuild()) // the same code (app/cli) as integration.hostile_input runs: once is
+                                   // enough
+            QSKIP("run by integration.hostile_input");
+        QFETCH(QStringList, args);
+        const fs::path out = m_root / ("rule-" + std::string(QTest::currentDataTag()));
+        const auto withOut = [&](const fs::path &path, bool force) {
+            QStringList a = args;
+            a.replaceInStrings(QRegularExpression("^OUT$"), q(path));
+            if (force)
+                a << "--force";
+            return a;
+        };
+        fs::remove_all(out);
+        test::writeFile(out, "a file the user made");
+        expectRefusal(withOut(out, false), 1, "--force");
+        QCOMPARE(test::readFile(out), std::string("a file the user made"));
+        auto r = test::runKvwb(withOut(out, true));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(test::readFile(out) != "a file the user made");
+        QVERIFY(!fs::exists(out.string() + ".tmp"));
 
-        auto r = test::runKvwb({"convert", "--model", q(m_model), "--out", q(out), "--force"});
-        QCOMPARE(r.exitCode, 0);
-        QVERIFY(fs::exists(out / "config.json"));
-        QVERIFY(!fs::exists(out / "tokenizer.model")); // replaced as a whole: no stale file left
-        r = test::runKvwb({"make-model", "--preset", "tiny", "--out", q(out), "--force"});
-        QCOMPARE(r.exitCode, 0);
-        QVERIFY(!fs::exists(m_root / "existing.kvwb-tmp"));
-        QVERIFY(!fs::exists(m_root / "existing.kvwb-old"));
+        const fs::path fifo = m_root / ("fifo-" + std::string(QTest::currentDataTag()));
+        fs::remove(fifo);
+        QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+        expectRefusal(withOut(fifo, true), 1, "is a FIFO");
+        QVERIFY(fs::is_fifo(fifo));
+
+        // the same check, shared by every option: two of them stand for the rest
+        if (QString(QTest::currentDataTag()) == "workload wordnet" ||
+            QString(QTest::currentDataTag()) == "replay ledger") {
+            expectRefusal(withOut(m_root / "no-such-dir" / "x", false), 1, "no directory");
+            expectRefusal(withOut("", false), 1, "an empty path");
+        }
+    }
+
+    // Directory outputs: an empty or new one is written; one with files only with --force and only
+    // when kvwb wrote it (it holds .kvwb-output); a directory kvwb wrote is replaced whole.
+    void outputRuleForDirectories_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::newRow("make-model") << QStringList{"make-model", "--preset", "tiny", "--out", "OUT"};
+        QTest::newRow("convert") << QStringList{"convert", "--model", q(m_model), "--out", "OUT"};
+        if (!test::headlessBuild()) // the report is the window's (its charts)
+            QTest::newRow("report") << QStringList{
+                "report", "--experiment", q(experiment()), "--format", "md", "--out", "OUT"};
+    }
+    void outputRuleForDirectories()
+    {
+        if (test::headlessBuild()) // the same code (app/cli) as integration.hostile_input runs: once is
+                                   // enough
+            QSKIP("run by integration.hostile_input");
+        QFETCH(QStringList, args);
+        const auto withOut = [&](const fs::path &path, bool force) {
+            QStringList a = args;
+            a.replaceInStrings(QRegularExpression("^OUT$"), q(path));
+            if (force)
+                a << "--force";
+            return a;
+        };
+        const fs::path theirs = m_root / ("theirs-" + std::string(QTest::currentDataTag()));
+        fs::remove_all(theirs);
+        fs::create_directories(theirs);
+        test::writeFile(theirs / "notes.txt", "the user's notes");
+        expectRefusal(withOut(theirs, false), 1, "--force");
+        expectRefusal(withOut(theirs, true), 1, ".kvwb-output");
+        QCOMPARE(test::readFile(theirs / "notes.txt"), std::string("the user's notes"));
+        expectRefusal(withOut(".", true), 1, ".kvwb-output");
+
+        const fs::path ours = m_root / ("ours-" + std::string(QTest::currentDataTag()));
+        fs::remove_all(ours);
+        fs::create_directories(ours); // empty: used as is
+        auto r = test::runKvwb(withOut(ours, false));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(fs::exists(ours / ".kvwb-output"));
+        expectRefusal(withOut(ours, false), 1, "--force");
+        r = test::runKvwb(withOut(ours, true));
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(!fs::exists(m_root / ("ours-" + std::string(QTest::currentDataTag()) + ".kvwb-tmp")));
+        QVERIFY(!fs::exists(m_root / ("ours-" + std::string(QTest::currentDataTag()) + ".kvwb-old")));
+
+        const fs::path file = m_root / ("file-" + std::string(QTest::currentDataTag()));
+        test::writeFile(file, "x");
+        expectRefusal(withOut(file, true), 1, "not a directory");
+        QCOMPARE(test::readFile(file), std::string("x"));
     }
 
     // A sharded index names files inside the model directory only.

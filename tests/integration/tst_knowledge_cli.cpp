@@ -14,6 +14,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cmath>
+
 using namespace kvwb;
 namespace fs = std::filesystem;
 using test::runKvwb;
@@ -106,6 +108,18 @@ private Q_SLOTS:
         r = runKvwb({"knowledge", "placement", q(graph), "--model-b", q(m_dir / "b2")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("the modules were computed by weights"), r.err.constData());
+        // a module holding NaN (written so, with a valid checksum: a writer's bug, not damage): an
+        // error naming the node, not "kl_mean": null and exit 0
+        {
+            auto k = core::loadKnowledge(graph);
+            for (auto &mod : k.modules->modules)
+                mod.layers[0].keys[0] = std::nanf("");
+            core::saveKnowledge(m_dir / "nan-graph.h5", k);
+        }
+        r = runKvwb({"knowledge", "placement", q(m_dir / "nan-graph.h5"), "--model-b", q(m_dir / "b")});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("its placed KV module gives a non-finite KL") && r.err.contains("NaN or Inf"),
+                 r.err.constData());
     }
 
     // The knowledge tier in a replay: verified nodes answer through their modules with the user's

@@ -271,15 +271,50 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QVERIFY2(r.err.contains("bad.jsonl:2") && r.err.contains("bad.jsonl:3"), r.err.constData());
         QCOMPARE(QJsonDocument::fromJson(r.out).object()["requests"].toInt(), 2);
-        // a prompt longer than the context: refused before anything runs, naming the request
+        // a prompt longer than the context: the others are served, it is marked not served (it
+        // used to stop the whole replay)
         std::string longPrompt;
         for (int i = 0; i < 400; ++i)
             longPrompt += "word ";
-        test::writeFile(m_dir / "long.jsonl",
-                        line(0, "t0", "a", "n1", "Q: ok?") + line(7, "t0", "a", "n1", longPrompt));
-        r = runKvwb({"replay", "--workload", q(m_dir / "long.jsonl"), "--model-a", q(m_dir / "m")});
+        test::writeFile(m_dir / "long.jsonl", line(0, "t0", "a", "n1", "Q: ok?") +
+                                                  line(7, "t0", "a", "n1", longPrompt) +
+                                                  line(8, "t0", "a", "n1", "Q: ok?"));
+        r = runKvwb({"replay", "--workload", q(m_dir / "long.jsonl"), "--model-a", q(m_dir / "m"), "--tiers",
+                     "exact", "--json", "--ledger", q(m_dir / "long.csv")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.err.contains("1 requests for model a do not fit its context") &&
+                     r.err.contains("the first is request 7"),
+                 r.err.constData());
+        const auto total = QJsonDocument::fromJson(r.out).object()["total"].toObject();
+        QCOMPARE(total["requests"].toInt(), 2);
+        QCOMPARE(total["not_served"].toInt(), 1);
+        QCOMPARE(total["hits"].toInt(), 1); // request 8 repeats request 0
+        const auto rows = core::ledgerFromCsv(test::readFile(m_dir / "long.csv"), "long.csv");
+        QCOMPARE(int(rows.size()), 3);
+        QCOMPARE(rows[1].requestId, int64_t(7));
+        QCOMPARE(rows[1].notServed, std::string("context"));
+        QCOMPARE(rows[1].tokensComputed, 0);
+        QVERIFY(rows[0].notServed.empty() && rows[2].notServed.empty());
+        // --fits: the workload command counts what a model's context cannot take
+        test::writeFile(m_dir / "pairs.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\t" +
+                                                 longPrompt + "\tshort?\t0\n");
+        r = runKvwb({"workload", "quora", "--input", q(m_dir / "pairs.tsv"), "--out", q(m_dir / "fits.jsonl"),
+                     "--fits", q(m_dir / "m")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.err.contains("warning: 1 of 2 requests do not fit") &&
+                     r.err.contains("the first is request 0"),
+                 r.err.constData());
+        // on the clock, a workload whose span at --speed is beyond 30 days is refused before any wait
+        test::writeFile(
+            m_dir / "far.jsonl",
+            fmt::format(
+                R"({{"id":0,"t_ms":{},"tenant":"t","user":"u","model":"a","intent":"","max_tokens":2,"prompt":"hi"}})",
+                int64_t(29) * 86400000) +
+                "\n");
+        r = runKvwb({"replay", "--workload", q(m_dir / "far.jsonl"), "--model-a", q(m_dir / "m"), "--tiers",
+                     "exact", "--clock", "--speed", "0.5"});
         QCOMPARE(r.exitCode, 1);
-        QVERIFY2(r.err.contains("request 7") && r.err.contains("context"), r.err.constData());
+        QVERIFY2(r.err.contains("58.0 days away"), r.err.constData());
         r = runKvwb(
             {"replay", "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"), "--tiers", "cross"});
         QCOMPARE(r.exitCode, 2);

@@ -89,7 +89,8 @@ private Q_SLOTS:
                                                     "5", "--out", out("fifo")}}) {
             const Run r = runKvwb(args);
             QCOMPARE(r.exitCode, 1);
-            QVERIFY2(r.err.contains("fifo: is a FIFO; kvwb writes its files whole"), r.err.constData());
+            QVERIFY2(r.err.contains("fifo (--out): is a FIFO; kvwb replaces only regular files"),
+                     r.err.constData());
             QVERIFY(std::filesystem::is_fifo(fifo));
             QVERIFY(!std::filesystem::exists(fifo + ".tmp"));
         }

@@ -4,10 +4,15 @@
 #include <QStandardPaths>
 #include <QThread>
 
+#include <hiredis/hiredis.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <memory>
+#include <stdexcept>
 
 namespace kvwb::test {
 
@@ -120,6 +125,37 @@ QByteArray RedisServer::cli(const QStringList &args) const
         return {};
     }
     return p.readAllStandardOutput();
+}
+
+namespace {
+
+std::unique_ptr<redisContext, void (*)(redisContext *)> connectTo(int port)
+{
+    std::unique_ptr<redisContext, void (*)(redisContext *)> c(redisConnect("127.0.0.1", port), &redisFree);
+    if (!c || c->err)
+        throw std::runtime_error("cannot connect to the test's redis-server");
+    return c;
+}
+
+} // namespace
+
+std::string RedisServer::getBytes(const std::string &key) const
+{
+    auto c = connectTo(m_port);
+    auto *r = static_cast<redisReply *>(redisCommand(c.get(), "GET %b", key.data(), key.size()));
+    std::string out;
+    if (r && r->type == REDIS_REPLY_STRING)
+        out.assign(r->str, r->len);
+    freeReplyObject(r);
+    return out;
+}
+
+void RedisServer::setBytes(const std::string &key, const std::string &value) const
+{
+    auto c = connectTo(m_port);
+    auto *r = static_cast<redisReply *>(
+        redisCommand(c.get(), "SET %b %b", key.data(), key.size(), value.data(), value.size()));
+    freeReplyObject(r);
 }
 
 } // namespace kvwb::test

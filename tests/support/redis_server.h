@@ -29,6 +29,10 @@ public:
     QString error() const { return m_error; }
     // One command through redis-cli (e.g. {"CONFIG", "SET", "maxmemory", "1mb"}); its stdout.
     QByteArray cli(const QStringList &args) const;
+    // Binary-safe GET and SET of one key (hiredis), for tests that rewrite stored payloads; GET of
+    // an absent key gives "".
+    std::string getBytes(const std::string &key) const;
+    void setBytes(const std::string &key, const std::string &value) const;
 
 private:
     QStringList m_extra;

@@ -266,7 +266,8 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
             doc.para("Settings: " + l.settingsJson);
         doc.table(
             {"measure", "value"},
-            {{"requests", std::to_string(s.requests)},
+            {{"requests", std::to_string(s.requests) +
+                              (s.notServed > 0 ? fmt::format(" ({} more not served)", s.notServed) : "")},
              {"hits (any tier)", fmt::format("{} ({})", s.hits, percent(s.hitRate))},
              {"false hits", fmt::format("{} ({} of response hits)", s.falseHits, percent(s.falseHitRate))},
              {"tokens reused / computed", fmt::format("{} / {} (token hit rate {})", s.tokensReused,

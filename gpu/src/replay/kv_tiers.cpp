@@ -94,6 +94,7 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
         if (!core::isKvBodyDType(h.dtype) || h.keyForm != core::KeyForm::PostRope ||
             h.shape != std::vector<int64_t>{layers, 2, heads, m_block, hd}) {
             outcome = "refused"; // another geometry under this fingerprint: never used
+            m_shared->refusedAfterGet();
             break;
         }
         bodies.push_back(g.payload->body);
@@ -112,6 +113,7 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
                 return std::isfinite(x) && std::abs(x) <= core::kMaxStoredKvValue;
             })) {
             outcome = "refused";
+            m_shared->refusedAfterGet();
             break;
         }
         blocks.push_back(std::move(values));

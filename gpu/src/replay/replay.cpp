@@ -172,6 +172,20 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             "a shared store");
     if (!(o.speed > 0))
         throw Error(ErrorCode::InvalidArgument, fmt::format("replay speed must be > 0, got {}", o.speed));
+    if (o.onClock) {
+        // On the clock every wait is bounded: the whole span at this speed stays within the arrival
+        // limit of a workload (30 days), so no request waits longer.
+        int64_t lastMs = 0;
+        for (const auto &r : requests)
+            lastMs = std::max(lastMs, r.tMs);
+        if (double(lastMs) / o.speed > double(core::kMaxArrivalMs))
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("on the clock at speed {} this workload's last arrival ({} ms) is {:.1f} days "
+                            "away, more than {} days: raise --speed or replay without --clock",
+                            o.speed, lastMs, double(lastMs) / o.speed / 86400e3,
+                            core::kMaxArrivalMs / 86400000));
+    }
 
     struct Side
     {
@@ -187,6 +201,8 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
     // Validate every request before running any: a bad request 900 of 1000 must not cost a replay.
     std::vector<std::vector<int>> ids(requests.size());
     std::vector<core::ModelRole> roles(requests.size());
+    std::vector<char> tooLong(requests.size(), 0); // served as "not served: context"
+    ReplayResult result;
     for (size_t i = 0; i < requests.size(); ++i) {
         const auto &r = requests[i];
         const auto role = core::parseRole(r.model);
@@ -207,15 +223,22 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 fmt::format("request {}: field 'tenant' contains the control character U+001F", r.id));
         ids[i] = s.tokenizer->encode(r.prompt, true);
         const int maxTokens = o.maxTokens > 0 ? o.maxTokens : r.maxTokens;
-        if (int(ids[i].size()) + maxTokens > s.model->contextLimit())
-            throw Error(
-                ErrorCode::InvalidArgument,
-                fmt::format(
-                    "request {}: prompt of {} tokens + max_tokens {} exceeds model {}'s context of {}", r.id,
-                    ids[i].size(), maxTokens, r.model, s.model->contextLimit()));
+        tooLong[i] = int64_t(ids[i].size()) + maxTokens > s.model->contextLimit();
     }
-
-    ReplayResult result;
+    // What does not fit is not served, marked in the ledger, and counted in one warning per model.
+    for (const char *model : {"a", "b"}) {
+        int64_t n = 0, firstId = -1;
+        for (size_t i = 0; i < requests.size(); ++i)
+            if (tooLong[i] && requests[i].model == model && n++ == 0)
+                firstId = requests[i].id;
+        if (n > 0) {
+            const Side &s = sides[model[0] == 'a' ? 0 : 1];
+            result.warnings.push_back(fmt::format(
+                "{} requests for model {} do not fit its context of {} tokens (prompt + max_tokens; "
+                "the first is request {}): not served, marked not_served=context in the ledger",
+                n, model, s.model->contextLimit(), firstId));
+        }
+    }
     TierSet tiers = buildTiers(m, o);
     std::mt19937_64 rng(o.seed);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -227,6 +250,24 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
         const std::vector<int> &prompt = ids[i];
         const Side &s = sides[roles[i] == core::ModelRole::A ? 0 : 1];
         const Model &model = *s.model;
+        if (tooLong[i]) {
+            core::LedgerRow row;
+            row.requestId = r.id;
+            row.arrivalMs = r.tMs;
+            row.tenant = r.tenant;
+            row.model = r.model;
+            row.intent = r.intent;
+            row.promptTokens = int(prompt.size());
+            row.notServed = "context";
+            result.rows.push_back(row);
+            result.outputs.emplace_back();
+            result.overheadMs.push_back(0);
+            if (onRow && !onRow(result.rows.back(), int(i) + 1, int(requests.size()))) {
+                result.cancelled = true;
+                break;
+            }
+            continue;
+        }
         GenerateOptions go;
         go.maxTokens = o.maxTokens > 0 ? o.maxTokens : r.maxTokens;
         const std::string sampling = fmt::format("greedy max={}", go.maxTokens);

@@ -134,7 +134,7 @@ nlohmann::json separationJson(const core::PairSeparation &s)
 EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &o, const EmbedderProgressFn &progress)
 {
     checkOptions(o);
-    core::checkDirectoryOutput(o.out, o.force, "--force");
+    core::claimOutputDirectory(o.out, "--out", o.force);
     const auto start = core::Clock::now();
     const auto wordnet = core::WordNet::load(o.wordnetDir);
     const auto concepts = core::paraphraseConcepts(wordnet, o.concepts, o.holdOutEvery);
@@ -236,7 +236,7 @@ EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &o, const EmbedderP
         weights[name] = std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
     }
     const auto pairs = core::heldOutPairs(concepts, o.evalPairs, o.seed + 1000);
-    core::writeDirectoryAtomic(o.out, o.force, "--force", [&](const fs::path &tmp) {
+    core::writeDirectoryAtomic(o.out, "--out", o.force, [&](const fs::path &tmp) {
         core::writeEncoderHf(tmp, cfg, weights);
         core::writeWordPieceVocab(tmp, tokens, wpo);
         LoadOptions lo;

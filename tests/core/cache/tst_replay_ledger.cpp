@@ -166,6 +166,7 @@ private Q_SLOTS:
     void percentileEdgeCases();
     void summarizeHandLedger();
     void summarizeEmpty();
+    void notServedRowsCountOnlyThere();
     void csvRoundTrip();
     void csvFileWrittenAtomically();
     void knowledgeRowsAndOlderFiles();
@@ -287,6 +288,36 @@ void TestReplayLedger::summarizeHandLedger()
     const LedgerSummary d = summarize(handLedger());
     QCOMPARE(d.costUsd, (190 * 0.15 + 60 * 0.60) / 1e6);
     QCOMPARE(d.costUsdNoCache, (580 * 0.15 + 100 * 0.60) / 1e6);
+}
+
+// Rows a replay did not serve (too long for the context, their worker died) are counted in
+// not_served and nowhere else, and survive the CSV.
+void TestReplayLedger::notServedRowsCountOnlyThere()
+{
+    std::vector<LedgerRow> rows(3);
+    for (int i = 0; i < 3; ++i) {
+        rows[size_t(i)].requestId = i;
+        rows[size_t(i)].promptTokens = 10;
+        rows[size_t(i)].tokensComputed = 12;
+        rows[size_t(i)].generatedTokens = 2;
+        rows[size_t(i)].ttftMs = 5;
+    }
+    rows[1].notServed = "context";
+    rows[1].tokensComputed = 0;
+    rows[2].notServed = "worker";
+    rows[2].tokensComputed = 0;
+    const LedgerSummary s = summarize(rows, Prices{1.0, 2.0});
+    QCOMPARE(s.requests, int64_t(1));
+    QCOMPARE(s.notServed, int64_t(2));
+    QCOMPARE(s.notServedBy.at("context"), int64_t(1));
+    QCOMPARE(s.notServedBy.at("worker"), int64_t(1));
+    QCOMPARE(s.tokensComputed, int64_t(12));
+    QCOMPARE(s.costUsdNoCache, (10 * 1.0 + 2 * 2.0) / 1e6);
+    const auto back = ledgerFromCsv(ledgerToCsv(rows), "ledger.csv");
+    QCOMPARE(back[1].notServed, std::string("context"));
+    QCOMPARE(back[2].notServed, std::string("worker"));
+    QVERIFY(back[0].notServed.empty());
+    QVERIFY(contains(ledgerSummaryJson(s), "\"not_served\":2"));
 }
 
 void TestReplayLedger::summarizeEmpty()
@@ -425,7 +456,7 @@ void TestReplayLedger::csvErrorsNameLineAndColumn_data()
     QTest::newRow("missing column") << "drop gate"
                                     << "ledger.csv:1: column gate is missing";
     QTest::newRow("short row") << "truncate"
-                               << "ledger.csv:4: 33 fields, the header has 34";
+                               << "ledger.csv:4: 34 fields, the header has 35";
     QTest::newRow("unclosed quote") << "unclosed"
                                     << "ledger.csv:4: quoted field";
     QTest::newRow("empty") << "empty"

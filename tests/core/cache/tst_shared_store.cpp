@@ -264,7 +264,7 @@ private Q_SLOTS:
         for (const char *url :
              {"redis://", "redis://host", "redis://host:0", "redis://host:70000", "redis://:6379",
               "redis://h:6379/16", "redis://h:6379/x", "http://h:1", "memory2", "redis://a:1,b:2",
-              "redis-cluster://a:1,b", "redis-cluster://a:1/2"}) {
+              "redis-cluster://a:1,b", "redis-cluster://a:1/2", "redis://u:p@host:6379"}) {
             const core::Error e = test::expectError([&] { core::openSharedStore(url); });
             QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
             QVERIFY2(std::string(e.what()).find(url) != std::string::npos, e.what());
@@ -407,6 +407,67 @@ private Q_SLOTS:
         QCOMPARE(store->get(t, "exact", "k", 0).outcome, StoreOutcome::Refused);
         QCOMPARE(store->stats().refused, int64_t(3));
         QCOMPARE(store->stats().hits, int64_t(0));
+    }
+
+    // --store-key-file: with a key, values carry an HMAC-SHA256 tag bound to their key; a value
+    // written without the key, with another key, moved to another key or altered is refused and
+    // counted, so write access to Redis is not enough to poison a tenant. Streams likewise. The
+    // behaviour of a keyed store is otherwise the same.
+    void keyedIntegrity()
+    {
+        std::unique_ptr<kvwb::test::RedisServer> server(startedServer());
+        core::StoreOptions keyed;
+        keyed.integrityKey = "0123456789abcdef-fleet-secret";
+        auto store = core::openSharedStore(server->url(), keyed);
+        behaviour(*store, true);
+        auto plain = core::openSharedStore(server->url());
+        core::StoreOptions otherKey;
+        otherKey.integrityKey = "another key of sixteen bytes or more";
+        auto wrong = core::openSharedStore(server->url(), otherKey);
+        const TenantScope t("t", "fpA"), u("u", "fpA");
+        const std::string good = core::encodeResponsePayload(t, "exact", response("right"), 0);
+
+        QCOMPARE(store->put(t, "exact", "k", good, 0, 0), StoreOutcome::Hit);
+        QCOMPARE(store->get(t, "exact", "k", 0).outcome, StoreOutcome::Hit);
+        auto g = wrong->get(t, "exact", "k", 0); // another key
+        QCOMPARE(g.outcome, StoreOutcome::Refused);
+        QVERIFY2(g.reason.find("integrity tag does not match") != std::string::npos, g.reason.c_str());
+        QCOMPARE(plain->get(t, "exact", "k", 0).outcome, StoreOutcome::Refused); // tag = trailing bytes
+
+        // a valid envelope written by someone without the key
+        QCOMPARE(plain->put(t, "exact", "k2", good, 0, 0), StoreOutcome::Hit);
+        g = store->get(t, "exact", "k2", 0);
+        QCOMPARE(g.outcome, StoreOutcome::Refused);
+        QVERIFY2(g.reason.find("no integrity tag") != std::string::npos, g.reason.c_str());
+
+        // a sealed value copied under another key (bound to where it was written)
+        const QString from = QString::fromStdString(core::sharedStoreKey(t, "exact", "k"));
+        const QString to = QString::fromStdString(core::sharedStoreKey(t, "exact", "k3"));
+        server->cli({"COPY", from, to});
+        QCOMPARE(store->get(t, "exact", "k3", 0).outcome, StoreOutcome::Refused);
+        // one byte of a sealed value altered
+        server->cli({"SETRANGE", from, "20", "X"});
+        QCOMPARE(store->get(t, "exact", "k", 0).outcome, StoreOutcome::Refused);
+        QCOMPARE(store->stats().refused, int64_t(3));
+
+        // streams: an entry appended without the key reads as nothing and is counted
+        store->flush();
+        QVERIFY(store->appendStream("semantic", good));
+        QVERIFY(plain->appendStream("semantic", good));
+        const auto entries = store->readStream("semantic", "", 10);
+        QCOMPARE(int(entries.size()), 2);
+        QCOMPARE(entries[0].data, good);
+        QVERIFY(entries[1].data.empty());
+        QCOMPARE(store->stats().refused, int64_t(4));
+        (void)u;
+        store->flush();
+
+        const core::Error e = test::expectError([&] {
+            core::StoreOptions shortKey;
+            shortKey.integrityKey = "short";
+            core::openSharedStore("memory", shortKey);
+        });
+        QVERIFY2(std::string(e.what()).find("at least 16 bytes") != std::string::npos, e.what());
     }
 
     void tenantsStayApartAcrossProcesses()

@@ -145,9 +145,9 @@ void TestExperimentUpgrade::upgradesKvwb1()
     QVERIFY(r.upgraded);
     QCOMPARE(r.fromSchema, std::string("kvwb/1"));
     QCOMPARE(r.checksummedPrompts, 3);
-    QCOMPARE(
-        r.stringDatasets,
-        12); // the ledger's text columns (three the knowledge tier's, two a fleet's, one the error bound's)
+    QCOMPARE(r.stringDatasets,
+             13); // the ledger's text columns (three the knowledge tier's, two a fleet's, one the error
+                  // bound's, one not_served)
     QVERIFY(r.attributes > 40);
     QVERIFY(!fs::exists(fs::path(path.string() + ".upgrade.tmp")));
 

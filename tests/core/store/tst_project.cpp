@@ -8,6 +8,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <fstream>
+
 using namespace kvwb;
 namespace fs = std::filesystem;
 
@@ -244,6 +246,8 @@ private Q_SLOTS:
             << bad(R"("replay": {"max_tokens": -5})") << config << "'replay.max_tokens' must be >= 0";
         QTest::newRow("replay limit")
             << bad(R"("replay": {"limit": 2.0})") << config << "'replay.limit' must be an integer";
+        QTest::newRow("replay store") << bad(R"("replay": {"store": "redis:localhost"})") << config
+                                      << "field 'replay.store' is not a store URL";
         QTest::newRow("bad device")
             << R"({"schema": "kvwb-project/1", "models": {"a": {"path": "x", "device": "tpu"}, "b": {"path": "y"}}})"
             << int(core::ErrorCode::Config) << "models.a.device";
@@ -262,6 +266,33 @@ private Q_SLOTS:
         } catch (const core::Error &e) {
             QCOMPARE(int(e.code()), code);
             QVERIFY2(QString(e.what()).contains(mention) && QString(e.what()).contains("bad.kvwb"), e.what());
+        }
+    }
+
+    // `kvwb open /dev/zero` read until memory ran out (an uncaught bad_alloc): a project is a regular
+    // file of at most 64 MiB, checked before it is read.
+    void endlessAndHugeFilesAreRefusedBeforeReading()
+    {
+        try {
+            core::Project::load("/dev/zero");
+            QFAIL("accepted /dev/zero");
+        } catch (const core::Error &e) {
+            QCOMPARE(e.code(), core::ErrorCode::Io);
+            QVERIFY2(QString(e.what()).contains("/dev/zero: not a regular file"), e.what());
+        }
+        QTemporaryDir tmp;
+        const fs::path file = fs::path(tmp.path().toStdString()) / "huge.kvwb";
+        {
+            std::ofstream out(file, std::ios::binary);
+            out.seekp((std::streamoff(64) << 20) + 1); // sparse: 64 MiB + 2 bytes, nothing allocated
+            out.put('{');
+        }
+        try {
+            core::Project::load(file);
+            QFAIL("accepted a 64 MiB project");
+        } catch (const core::Error &e) {
+            QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+            QVERIFY2(QString(e.what()).contains("64.0 MiB, more than the 64.0 MiB"), e.what());
         }
     }
 };

@@ -1,6 +1,9 @@
 // Q/A corpus: question rendering (a/an, synonyms), answers, concept selection with lemma
 // ownership, the split by template, the examples-per-concept rule and seeded reproducibility.
+#include "core/util/error.h"
 #include "core/workload/corpus.h"
+#include "core/workload/text_corpus.h"
+#include "tests/support/test_paths.h"
 #include "tests/support/wordnet_fixture.h"
 
 #include <QJsonDocument>
@@ -261,6 +264,30 @@ private Q_SLOTS:
         QFile f(QString::fromStdString(out.string()));
         QVERIFY(f.open(QIODevice::ReadOnly));
         QCOMPARE(f.readAll().toStdString(), a);
+    }
+
+    // Prompt files (capture --prompts, align, compare): a JSONL file under a .txt name is read as
+    // literal text, with one warning naming the file and line; an endless file is refused before a
+    // byte is read.
+    void promptFiles()
+    {
+        QTemporaryDir tmp;
+        const std::filesystem::path txt = std::filesystem::path(tmp.path().toStdString()) / "prompts.txt";
+        kvwb::test::writeFile(txt, "a plain prompt\n{\"prompt\": \"what is a car?\"}\n{\"prompt\": \"b\"}\n");
+        const auto c = kvwb::core::readTextCorpus(txt);
+        QCOMPARE(c.documents.size(), size_t(3));
+        QCOMPARE(c.documents[1].text, std::string("{\"prompt\": \"what is a car?\"}"));
+        QCOMPARE(c.warnings.size(), size_t(1));
+        QVERIFY2(QString::fromStdString(c.warnings[0])
+                     .contains("prompts.txt:2: a JSON object in a plain-text file"),
+                 c.warnings[0].c_str());
+        QCOMPARE(c.skipped, size_t(0));
+        try {
+            (void)kvwb::core::readTextCorpus("/dev/urandom");
+            QFAIL("read /dev/urandom");
+        } catch (const kvwb::core::Error &e) {
+            QVERIFY2(QString(e.what()).contains("/dev/urandom: not a regular file"), e.what());
+        }
     }
 };
 
