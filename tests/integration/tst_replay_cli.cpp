@@ -322,6 +322,11 @@ private Q_SLOTS:
                      "exact,foo"});
         QCOMPARE(r.exitCode, 2);
         QVERIFY(r.err.contains("foo"));
+        // two outputs naming one file: one would overwrite the other
+        r = runKvwb({"replay", "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"), "--ledger",
+                     q(m_dir / "same.csv"), "--outputs", q(m_dir / "." / "same.csv")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("--ledger and --outputs name the same file"), r.err.constData());
         r = runKvwb({"replay", "--workload", q(m_dir / "none.jsonl"), "--model-a", q(m_dir / "m")});
         QCOMPARE(r.exitCode, 1);
         QVERIFY(r.err.contains("none.jsonl"));
