@@ -13,6 +13,7 @@
 #include "core/workload/routing.h"
 #include "core/workload/workload.h"
 #include "gpu/model/model.h"
+#include "gpu/replay/replay.h"
 
 #include <QDir>
 #include <QElapsedTimer>
@@ -259,12 +260,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
             for (const auto &q : shards[size_t(w)]) {
                 if (served.count(q.id))
                     continue;
-                core::LedgerRow row;
-                row.requestId = q.id;
-                row.arrivalMs = q.tMs;
-                row.tenant = q.tenant;
-                row.model = q.model;
-                row.intent = q.intent;
+                core::LedgerRow row = gpu::requestRow(q);
                 row.worker = w;
                 row.route = decisionOf.at(q.id)->note;
                 row.notServed = "worker";

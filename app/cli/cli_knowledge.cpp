@@ -532,14 +532,8 @@ int evaluate(const QStringList &args)
     if (p.isSet("save"))
         core::checkWritableOutput(str(p.value("experiment")), "--experiment");
     const fs::path ledgerDir = p.isSet("ledger-dir") ? outputDirectoryOption(p, "ledger-dir") : fs::path();
-    if (!ledgerDir.empty()) {
-        std::error_code ec;
-        fs::create_directories(ledgerDir, ec);
-        if (ec)
-            throw core::Error(core::ErrorCode::Io,
-                              ledgerDir.string() + ": cannot create directory: " + ec.message());
-        core::markOutputDirectory(ledgerDir);
-    }
+    if (!ledgerDir.empty())
+        core::startOutputDirectory(ledgerDir);
     const auto lo = loadOptions(p);
     auto a = gpu::Model::load(str(p.value("model-a")), lo);
     auto b = gpu::Model::load(str(p.value("model-b")), lo);

@@ -51,14 +51,7 @@ int cmdReport(const QStringList &args)
     const fs::path out = outputDirectoryOption(p, "out");
     ui::ReportData data = ui::collectReport(experiment);
     const bool pdfImpossible = formats.count("pdf") && !ui::canRenderCharts();
-    {
-        std::error_code ec;
-        fs::create_directories(out, ec);
-        if (ec)
-            throw core::Error(core::ErrorCode::Io,
-                              out.string() + ": cannot create directory: " + ec.message());
-        core::markOutputDirectory(out);
-    }
+    core::startOutputDirectory(out);
     std::vector<fs::path> written;
     const auto add = [&](std::vector<fs::path> files) {
         written.insert(written.end(), files.begin(), files.end());

@@ -248,6 +248,19 @@ void claimOutputDirectory(const std::filesystem::path &dir, const std::string &f
                          "); kvwb replaces only directories it wrote: choose another path");
 }
 
+void startOutputDirectory(const std::filesystem::path &dir)
+{
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::exists(dir / kOutputMarker, ec)) // claimOutputDirectory let it through: ours, --force
+        for (const auto &e : fs::directory_iterator(dir, ec))
+            fs::remove_all(e.path(), ec);
+    fs::create_directories(dir, ec);
+    if (ec)
+        throw Error(ErrorCode::Io, dir.string() + ": cannot create directory: " + ec.message());
+    markOutputDirectory(dir);
+}
+
 void markOutputDirectory(const std::filesystem::path &dir)
 {
     writeFileAtomic(dir / kOutputMarker,

@@ -84,8 +84,12 @@ void checkWritableOutput(const std::filesystem::path &path, const std::string &f
 inline constexpr const char *kOutputMarker = ".kvwb-output";
 void claimOutputFile(const std::filesystem::path &path, const std::string &flag, bool force);
 void claimOutputDirectory(const std::filesystem::path &dir, const std::string &flag, bool force);
-// Writes kOutputMarker into dir (a directory kvwb fills: a report, a ledger directory).
+// Writes kOutputMarker into dir.
 void markOutputDirectory(const std::filesystem::path &dir);
+// A directory kvwb fills file by file (a report, a ledger directory), after claimOutputDirectory:
+// created with its parents, emptied when it held an earlier output (no stale file of that one
+// survives), and marked. Error(Io) naming it.
+void startOutputDirectory(const std::filesystem::path &dir);
 
 // Writes a whole output directory through a temporary sibling: `write` fills a fresh directory
 // (dir + ".kvwb-tmp"), which then takes dir's place, so a failure or a kill leaves dir as it was and

@@ -50,6 +50,15 @@ void expectRefusal(const QStringList &args, int exitCode, const QString &culprit
     QVERIFY2(err.contains(culprit), qPrintable("does not name '" + culprit + "': " + err));
 }
 
+// args with the placeholder "OUT" replaced by path, and --force when asked for.
+QStringList withOutput(QStringList args, const fs::path &path, bool force)
+{
+    args.replaceInStrings(QRegularExpression("^OUT$"), q(path));
+    if (force)
+        args << "--force";
+    return args;
+}
+
 json readJson(const fs::path &p)
 {
     return json::parse(test::readFile(p));
@@ -415,18 +424,11 @@ private Q_SLOTS:
     }
     void outputRuleForFiles()
     {
-        if (test::headlessBuild()) // the same code (app/cli) as integration.hostile_input runs: once is
-                                   // enough
+        if (test::headlessBuild()) // the same app/cli code: integration.hostile_input runs it
             QSKIP("run by integration.hostile_input");
         QFETCH(QStringList, args);
         const fs::path out = m_root / ("rule-" + std::string(QTest::currentDataTag()));
-        const auto withOut = [&](const fs::path &path, bool force) {
-            QStringList a = args;
-            a.replaceInStrings(QRegularExpression("^OUT$"), q(path));
-            if (force)
-                a << "--force";
-            return a;
-        };
+        const auto withOut = [&](const fs::path &path, bool force) { return withOutput(args, path, force); };
         fs::remove_all(out);
         test::writeFile(out, "a file the user made");
         expectRefusal(withOut(out, false), 1, "--force");
@@ -463,17 +465,10 @@ private Q_SLOTS:
     }
     void outputRuleForDirectories()
     {
-        if (test::headlessBuild()) // the same code (app/cli) as integration.hostile_input runs: once is
-                                   // enough
+        if (test::headlessBuild()) // the same app/cli code: integration.hostile_input runs it
             QSKIP("run by integration.hostile_input");
         QFETCH(QStringList, args);
-        const auto withOut = [&](const fs::path &path, bool force) {
-            QStringList a = args;
-            a.replaceInStrings(QRegularExpression("^OUT$"), q(path));
-            if (force)
-                a << "--force";
-            return a;
-        };
+        const auto withOut = [&](const fs::path &path, bool force) { return withOutput(args, path, force); };
         const fs::path theirs = m_root / ("theirs-" + std::string(QTest::currentDataTag()));
         fs::remove_all(theirs);
         fs::create_directories(theirs);
@@ -490,8 +485,11 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QVERIFY(fs::exists(ours / ".kvwb-output"));
         expectRefusal(withOut(ours, false), 1, "--force");
+        test::writeFile(ours / "stale.txt", "of an earlier run");
         r = test::runKvwb(withOut(ours, true));
         QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(!fs::exists(ours / "stale.txt")); // replaced whole
+        QVERIFY(fs::exists(ours / ".kvwb-output"));
         QVERIFY(!fs::exists(m_root / ("ours-" + std::string(QTest::currentDataTag()) + ".kvwb-tmp")));
         QVERIFY(!fs::exists(m_root / ("ours-" + std::string(QTest::currentDataTag()) + ".kvwb-old")));
 

@@ -145,6 +145,17 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
 
 } // namespace
 
+core::LedgerRow requestRow(const core::WorkloadRequest &request)
+{
+    core::LedgerRow row;
+    row.requestId = request.id;
+    row.arrivalMs = request.tMs;
+    row.tenant = request.tenant;
+    row.model = request.model;
+    row.intent = request.intent;
+    return row;
+}
+
 ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, const ReplayModels &m,
                             const ReplayOptions &o, const ReplayEventFn &onRow)
 {
@@ -251,12 +262,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
         const Side &s = sides[roles[i] == core::ModelRole::A ? 0 : 1];
         const Model &model = *s.model;
         if (tooLong[i]) {
-            core::LedgerRow row;
-            row.requestId = r.id;
-            row.arrivalMs = r.tMs;
-            row.tenant = r.tenant;
-            row.model = r.model;
-            row.intent = r.intent;
+            core::LedgerRow row = requestRow(r);
             row.promptTokens = int(prompt.size());
             row.notServed = "context";
             result.rows.push_back(row);
@@ -281,12 +287,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 queueMs = now - due; // still busy with earlier requests: the wait counts as latency
         }
         const auto t0 = Clock::now();
-        core::LedgerRow row;
-        row.requestId = r.id;
-        row.arrivalMs = r.tMs;
-        row.tenant = r.tenant;
-        row.model = r.model;
-        row.intent = r.intent;
+        core::LedgerRow row = requestRow(r);
         row.promptTokens = int(prompt.size());
 
         double modelMs = 0; // model work inside this request (excluded from the overhead)
