@@ -409,7 +409,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
             storeTotal.value("unavailable", 0.0), storeTotal.value("bytes_sent", 0.0) / 1e6,
             storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
     if (s.notServed > 0)
-        std::printf("not served: %lld requests (a worker died or failed)\n", (long long)s.notServed);
+        std::printf("%s\n", notServedLine(s).c_str());
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     return reportFailures();

@@ -546,7 +546,7 @@ int cmdReplay(const QStringList &args)
         s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache,
         s.prices.preset.empty() ? "custom" : s.prices.preset.c_str());
     if (s.notServed > 0)
-        std::printf("not served: %lld requests (do not fit a model's context)\n", (long long)s.notServed);
+        std::printf("%s\n", notServedLine(s).c_str());
     std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
                 core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
     if (store) {

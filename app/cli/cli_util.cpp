@@ -57,6 +57,17 @@ std::filesystem::path outputDirectoryOption(const QCommandLineParser &p, const Q
     return path;
 }
 
+std::string notServedLine(const core::LedgerSummary &summary)
+{
+    std::string reasons;
+    for (const auto &[reason, n] : summary.notServedBy)
+        reasons += fmt::format("{}{} {}", reasons.empty() ? "" : ", ", reason, n);
+    return fmt::format(
+        "not served: {} requests ({}; context: prompt + max_tokens beyond the model's context, "
+        "worker: its fleet worker died)",
+        summary.notServed, reasons);
+}
+
 void distinctOutputs(const QCommandLineParser &p, const QStringList &names)
 {
     std::vector<std::pair<QString, std::filesystem::path>> seen;

@@ -3,6 +3,8 @@
 // app/cli/engine_options.h). GUI-free; used on the main thread of a `kvwb <subcommand>` process.
 #pragma once
 
+#include "core/cache/replay_ledger.h"
+
 #include <QCommandLineParser>
 #include <QStringList>
 
@@ -41,6 +43,9 @@ std::vector<int> parseIdList(const QString &text, const char *flag);
 void addForceOption(QCommandLineParser &p);
 std::filesystem::path outputFileOption(const QCommandLineParser &p, const QString &name);
 std::filesystem::path outputDirectoryOption(const QCommandLineParser &p, const QString &name);
+// "not served: 5 requests (context 3, worker 2)": the ledger's not_served rows by reason, for a
+// replay's text summary (call it when summary.notServed > 0).
+std::string notServedLine(const core::LedgerSummary &summary);
 // UsageError when two of the set options name the same file (one would overwrite the other).
 void distinctOutputs(const QCommandLineParser &p, const QStringList &names);
 // --embedder: lexical, lexical-idf, model, or the path of an embedding model that exists; and,

@@ -295,6 +295,10 @@ private Q_SLOTS:
         QCOMPARE(rows[1].notServed, std::string("context"));
         QCOMPARE(rows[1].tokensComputed, 0);
         QVERIFY(rows[0].notServed.empty() && rows[2].notServed.empty());
+        r = runKvwb({"replay", "--workload", q(m_dir / "long.jsonl"), "--model-a", q(m_dir / "m"), "--tiers",
+                     "exact"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.out.contains("not served: 1 requests (context 1;"), r.out.constData());
         // --fits: the workload command counts what a model's context cannot take
         test::writeFile(m_dir / "pairs.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\t" +
                                                  longPrompt + "\tshort?\t0\n");
