@@ -1,10 +1,13 @@
 #include "core/model/random_model.h"
 
+#include "core/model/dtype.h"
 #include "core/model/safetensors.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -66,8 +69,10 @@ std::string utf8(char32_t c)
 
 std::vector<std::string> randomModelPresetNames()
 {
-    return {"tiny",     "gqa",    "qwen2",  "qwen3", "qwen3-b", "phi3", "phi3-longrope", "gemma2", "gemma3",
-            "gemma3-b", "smollm", "llama3", "bias",  "10m",     "135m", "demo-a",        "demo-b"};
+    return {"tiny",          "gqa",         "qwen2",       "qwen3",      "qwen3-b",    "phi3",
+            "phi3-longrope", "gemma2",      "gemma3",      "gemma3-b",   "smollm",     "llama3",
+            "bias",          "10m",         "135m",        "demo-a",     "demo-b",     "qwen3-0.6b",
+            "qwen3-1.7b",    "llama3.2-1b", "llama3.2-3b", "qwen2.5-3b", "llama3.1-8b"};
 }
 
 RandomModelSpec randomModelPreset(const std::string &name)
@@ -222,6 +227,49 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.maxPositionEmbeddings = 2048;
         c.tieWordEmbeddings = true;
         s.weightStd = 0.02;
+    } else if (name == "qwen3-0.6b" || name == "qwen3-1.7b" || name == "qwen2.5-3b") {
+        // Qwen3-0.6B, Qwen3-1.7B and Qwen2.5-3B as their config.json files have them (tied
+        // embeddings, vocabulary 151,936; Qwen2.5: q/k/v bias and two KV heads; Qwen3: q/k norms).
+        const bool q25 = name == "qwen2.5-3b", small = name == "qwen3-0.6b";
+        c.architecture = q25 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM";
+        c.modelType = q25 ? "qwen2" : "qwen3";
+        c.qkNorm = !q25;
+        c.qkvBias = q25;
+        c.hiddenSize = small ? 1024 : 2048;
+        c.intermediateSize = small ? 3072 : q25 ? 11008 : 6144;
+        c.numLayers = q25 ? 36 : 28;
+        c.numHeads = 16;
+        c.numKvHeads = q25 ? 2 : 8;
+        c.headDim = 128;
+        c.vocabSize = 151936;
+        c.maxPositionEmbeddings = q25 ? 32768 : 40960;
+        c.ropeTheta = 1000000.0;
+        c.rmsNormEps = 1e-6;
+        c.tieWordEmbeddings = true;
+        s.weightStd = 0.02;
+        s.streamed = true;
+    } else if (name == "llama3.2-1b" || name == "llama3.2-3b" || name == "llama3.1-8b") {
+        // Llama 3.2 1B / 3B (tied embeddings, RoPE scaled by 32) and Llama 3.1 8B (by 8), as their
+        // config.json files have them: vocabulary 128,256, 8 KV heads, context 131,072.
+        const bool one = name == "llama3.2-1b", eight = name == "llama3.1-8b";
+        c.hiddenSize = one ? 2048 : eight ? 4096 : 3072;
+        c.intermediateSize = eight ? 14336 : 8192;
+        c.numLayers = one ? 16 : eight ? 32 : 28;
+        c.numHeads = one ? 32 : eight ? 32 : 24;
+        c.numKvHeads = 8;
+        c.headDim = one ? 64 : 128;
+        c.vocabSize = 128256;
+        c.maxPositionEmbeddings = 131072;
+        c.ropeTheta = 500000.0;
+        c.ropeScaling.type = "llama3";
+        c.ropeScaling.factor = eight ? 8.0 : 32.0;
+        c.ropeScaling.lowFreqFactor = 1.0;
+        c.ropeScaling.highFreqFactor = 4.0;
+        c.ropeScaling.originalMaxPositionEmbeddings = 8192;
+        c.rmsNormEps = 1e-5;
+        c.tieWordEmbeddings = !eight;
+        s.weightStd = 0.02;
+        s.streamed = true;
     } else if (name == "demo-a" || name == "demo-b") {
         // The demo pair (projects/demo): same tokenizer, different KV geometry. A is small and fast
         // (hidden 128, 4 layers, 4 heads, 2 kv heads of 32: 0.9M parameters); B is wider and deeper
@@ -370,8 +418,131 @@ std::string byteLevelTokenizerJson()
     return j.dump(1);
 }
 
+namespace {
+
+// One tensor of a streamed model: what it is and how its values are drawn.
+struct PlannedTensor
+{
+    std::string name;
+    std::vector<int64_t> shape;
+    float centre = 0, std = 0; // values centre + std * N(0, 1)
+};
+
+// The tensors of randomWeights(), in its order, without their values.
+std::vector<PlannedTensor> tensorPlan(const RandomModelSpec &spec)
+{
+    const ModelConfig &c = spec.config;
+    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                  kv = int64_t(c.numKvHeads) * c.headDim, ff = c.intermediateSize;
+    const float normCentre = c.unitOffsetNorm ? 0.0f : 1.0f, w = float(spec.weightStd);
+    std::vector<PlannedTensor> out;
+    const auto add = [&](std::string name, std::vector<int64_t> shape, float centre, float std) {
+        out.push_back({std::move(name), std::move(shape), centre, std});
+    };
+    add("model.embed_tokens.weight", {c.vocabSize, h}, 0.0f,
+        c.scaleEmbeddings ? float(1.0 / std::sqrt(double(h))) : 1.0f);
+    for (int l = 0; l < c.numLayers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        add(p + "input_layernorm.weight", {h}, normCentre, 0.1f);
+        add(p + "self_attn.q_proj.weight", {q, h}, 0.0f, w);
+        add(p + "self_attn.k_proj.weight", {kv, h}, 0.0f, w);
+        add(p + "self_attn.v_proj.weight", {kv, h}, 0.0f, w);
+        add(p + "self_attn.o_proj.weight", {h, q}, 0.0f, w);
+        if (c.qkvBias) {
+            add(p + "self_attn.q_proj.bias", {q}, 0.0f, 0.1f);
+            add(p + "self_attn.k_proj.bias", {kv}, 0.0f, 0.1f);
+            add(p + "self_attn.v_proj.bias", {kv}, 0.0f, 0.1f);
+        }
+        if (c.oBias)
+            add(p + "self_attn.o_proj.bias", {h}, 0.0f, 0.1f);
+        if (c.qkNorm) {
+            add(p + "self_attn.q_norm.weight", {c.headDim}, normCentre, 0.1f);
+            add(p + "self_attn.k_norm.weight", {c.headDim}, normCentre, 0.1f);
+        }
+        add(p + "post_attention_layernorm.weight", {h}, normCentre, 0.1f);
+        if (c.sandwichNorms) {
+            add(p + "pre_feedforward_layernorm.weight", {h}, normCentre, 0.1f);
+            add(p + "post_feedforward_layernorm.weight", {h}, normCentre, 0.1f);
+        }
+        add(p + "mlp.gate_proj.weight", {ff, h}, 0.0f, w);
+        add(p + "mlp.up_proj.weight", {ff, h}, 0.0f, w);
+        add(p + "mlp.down_proj.weight", {h, ff}, 0.0f, w);
+        if (c.mlpBias) {
+            add(p + "mlp.gate_proj.bias", {ff}, 0.0f, 0.1f);
+            add(p + "mlp.up_proj.bias", {ff}, 0.0f, 0.1f);
+            add(p + "mlp.down_proj.bias", {h}, 0.0f, 0.1f);
+        }
+    }
+    add("model.norm.weight", {h}, normCentre, 0.1f);
+    if (!c.tieWordEmbeddings)
+        add("lm_head.weight", {c.vocabSize, h}, 0.0f, w);
+    return out;
+}
+
+// A tensor's own seed: the model's seed and its name (FNV-1a), so any tensor can be drawn alone.
+uint64_t tensorSeed(uint64_t seed, const std::string &name)
+{
+    uint64_t x = 1469598103934665603ull ^ (seed * 0x9E3779B97F4A7C15ull);
+    for (const char ch : name)
+        x = (x ^ uint64_t(static_cast<unsigned char>(ch))) * 1099511628211ull;
+    return x;
+}
+
+// model.safetensors written tensor by tensor: one chunk of values in memory at a time.
+void writeStreamedSafetensors(const std::filesystem::path &path, const RandomModelSpec &spec, DType dtype)
+{
+    const auto plan = tensorPlan(spec);
+    const size_t elementBytes = dtype == DType::F32 ? 4 : 2;
+    nlohmann::json header = nlohmann::json::object();
+    header["__metadata__"] = {{"format", "pt"}};
+    uint64_t offset = 0;
+    for (const PlannedTensor &t : plan) {
+        uint64_t n = 1;
+        for (int64_t d : t.shape)
+            n *= uint64_t(d);
+        header[t.name] = {{"dtype", dtypeName(dtype)},
+                          {"shape", t.shape},
+                          {"data_offsets", {offset, offset + n * elementBytes}}};
+        offset += n * elementBytes;
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');
+    std::byte len[8];
+    for (int i = 0; i < 8; ++i)
+        len[i] = std::byte((uint64_t(text.size()) >> (8 * i)) & 0xff);
+    AtomicFile out(path);
+    out.write(std::span<const std::byte>(len, 8));
+    out.write(text);
+    constexpr size_t kChunk = size_t(1) << 20;
+    std::vector<float> values(kChunk);
+    std::vector<uint16_t> half(kChunk);
+    for (const PlannedTensor &t : plan) {
+        uint64_t left = 1;
+        for (int64_t d : t.shape)
+            left *= uint64_t(d);
+        std::mt19937_64 rng(tensorSeed(spec.seed, t.name));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        while (left > 0) {
+            const size_t n = size_t(std::min<uint64_t>(left, kChunk));
+            for (size_t i = 0; i < n; ++i)
+                values[i] = t.centre + t.std * normal(rng);
+            if (dtype == DType::F32) {
+                out.write(std::as_bytes(std::span<const float>(values.data(), n)));
+            } else {
+                for (size_t i = 0; i < n; ++i)
+                    half[i] = dtype == DType::F16 ? floatToHalf(values[i]) : floatToBf16(values[i]);
+                out.write(std::as_bytes(std::span<const uint16_t>(half.data(), n)));
+            }
+            left -= n;
+        }
+    }
+    out.commit();
+}
+
+} // namespace
+
 void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec &spec,
-                        const std::string &dtype)
+                        const std::string &dtype, const std::string &tokenizer)
 {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
@@ -383,6 +554,21 @@ void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec 
                     "unsupported weight dtype '" + dtype + "' (F32, F16 or BF16)");
     ModelConfig c = spec.config;
     c.torchDtype = *st == DType::F32 ? "float32" : *st == DType::F16 ? "float16" : "bfloat16";
+    const std::string tokenizerJson = tokenizer.empty() ? byteLevelTokenizerJson() : tokenizer;
+    auto writeText = [](const std::filesystem::path &p, const std::string &text) {
+        std::ofstream out(p, std::ios::binary | std::ios::trunc);
+        out << text;
+        if (!out)
+            throw Error(ErrorCode::Io, p.string() + ": cannot write");
+    };
+    if (spec.streamed) {
+        if (c.fusedProjections)
+            throw Error(ErrorCode::InvalidArgument, "a streamed random model has separate projections");
+        writeStreamedSafetensors(dir / "model.safetensors", spec, *st);
+        writeText(dir / "config.json", c.toHfJson());
+        writeText(dir / "tokenizer.json", tokenizerJson);
+        return;
+    }
     auto weights = randomWeights(spec);
     if (c.fusedProjections) { // Phi-3's layout: row blocks q, k, v and gate, up of one tensor each
         const auto fuse = [&](const std::string &p, const char *fused, std::vector<const char *> parts) {
@@ -426,14 +612,8 @@ void writeRandomHfModel(const std::filesystem::path &dir, const RandomModelSpec 
         }
     }
     writer.write(dir / "model.safetensors");
-    auto writeText = [](const std::filesystem::path &p, const std::string &text) {
-        std::ofstream out(p, std::ios::binary | std::ios::trunc);
-        out << text;
-        if (!out)
-            throw Error(ErrorCode::Io, p.string() + ": cannot write");
-    };
     writeText(dir / "config.json", c.toHfJson());
-    writeText(dir / "tokenizer.json", byteLevelTokenizerJson());
+    writeText(dir / "tokenizer.json", tokenizerJson);
 }
 
 } // namespace kvwb::core

@@ -370,6 +370,30 @@ private Q_SLOTS:
                       1, "post_processor");
     }
 
+    // make-model --tokenizer ships the given tokenizer.json (its end-of-text id into config.json)
+    // and refuses one whose ids do not fit the preset's vocabulary.
+    void makeModelTakesATokenizer()
+    {
+        json tok = readJson(m_model / "tokenizer.json");
+        auto r = test::runKvwb({"make-model", "--preset", "gqa", "--tokenizer", q(m_model / "tokenizer.json"),
+                                "--out", q(m_root / "with-tok")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(readJson(m_root / "with-tok" / "tokenizer.json"), tok);
+        QCOMPARE(readJson(m_root / "with-tok" / "config.json")["eos_token_id"].get<int>(), 257);
+        tok["added_tokens"].push_back({{"id", 5000},
+                                       {"content", "<|far|>"},
+                                       {"single_word", false},
+                                       {"lstrip", false},
+                                       {"rstrip", false},
+                                       {"normalized", false},
+                                       {"special", true}});
+        writeJson(m_root / "far.json", tok);
+        expectRefusal({"make-model", "--preset", "gqa", "--tokenizer", q(m_root / "far.json"), "--out",
+                       q(m_root / "far-model")},
+                      1, "far.json");
+        QVERIFY(!fs::exists(m_root / "far-model"));
+    }
+
     // The one output rule (core::claimOutputFile), run against every option that writes a file whole:
     // an existing regular file is replaced only with --force and is untouched without it; a FIFO is
     // never replaced, --force or not. OUT stands for the output path.

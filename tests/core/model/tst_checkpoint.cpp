@@ -1,6 +1,7 @@
 // Checkpoint: HF directories, llama2.c legacy/v1 files, tensor validation, conversion, fingerprints.
 #include "core/model/checkpoint.h"
 #include "core/model/random_model.h"
+#include "core/model/safetensors.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
 #include "tests/support/expect_error.h"
@@ -9,6 +10,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <cmath>
 #include <fstream>
 
 using namespace kvwb::core;
@@ -162,6 +164,41 @@ private Q_SLOTS:
         QVERIFY2(std::string(e.what()).find("model.layers.0.self_attn.qkv_proj.weight' is missing") !=
                      std::string::npos,
                  e.what());
+    }
+
+    // A streamed random model (the real-geometry presets' writer) on a small geometry: every tensor
+    // the engine needs with its shape and dtype, the same bytes for a seed, other values for
+    // another, norms around 1 and matrices at the preset's spread.
+    void streamedRandomModel()
+    {
+        QTemporaryDir tmp;
+        const fs::path root = tmp.path().toStdString();
+        RandomModelSpec spec = randomModelPreset("qwen3");
+        spec.streamed = true;
+        writeRandomHfModel(root / "a", spec, "BF16");
+        writeRandomHfModel(root / "b", spec, "BF16");
+        spec.seed = 2;
+        writeRandomHfModel(root / "c", spec, "BF16");
+        const std::string a = kvwb::test::readFile(root / "a" / "model.safetensors");
+        QVERIFY(a == kvwb::test::readFile(root / "b" / "model.safetensors"));
+        QVERIFY(a != kvwb::test::readFile(root / "c" / "model.safetensors"));
+        const auto ck = Checkpoint::open(root / "a");
+        const ModelConfig &c = ck.config();
+        QCOMPARE(c.torchDtype, std::string("bfloat16"));
+        const auto q = ck.require("model.layers.1.self_attn.q_proj.weight", {});
+        QCOMPARE(q.info->dtype, DType::BF16);
+        QCOMPARE(q.info->shape, (std::vector<int64_t>{int64_t(c.numHeads) * c.headDim, c.hiddenSize}));
+        const auto norm = toFloatVector(ck.require("model.layers.0.self_attn.k_norm.weight", {}));
+        QCOMPARE(int(norm.size()), c.headDim);
+        double mean = 0;
+        for (float x : norm)
+            mean += x / double(norm.size());
+        QVERIFY2(std::abs(mean - 1.0) < 0.1, qPrintable(QString::number(mean)));
+        const auto up = toFloatVector(ck.require("model.layers.0.mlp.up_proj.weight", {}));
+        double sq = 0;
+        for (float x : up)
+            sq += double(x) * x / double(up.size());
+        QVERIFY2(std::abs(std::sqrt(sq) - spec.weightStd) < 0.01, qPrintable(QString::number(std::sqrt(sq))));
     }
 
     void llama2cRoundTrip_data()

@@ -506,6 +506,27 @@ private Q_SLOTS:
         QVERIFY2(c == d, c.toHfJson().c_str());
     }
 
+    // The presets of real geometries have the published models' parameter counts (model cards and
+    // the safetensors headers of Llama 3.2 1B / 3B, Llama 3.1 8B, Qwen2.5 3B, Qwen3 0.6B).
+    void realGeometries_data()
+    {
+        QTest::addColumn<QString>("preset");
+        QTest::addColumn<qint64>("parameters");
+        QTest::newRow("llama3.2-1b") << "llama3.2-1b" << qint64(1235814400);
+        QTest::newRow("llama3.2-3b") << "llama3.2-3b" << qint64(3212749824);
+        QTest::newRow("llama3.1-8b") << "llama3.1-8b" << qint64(8030261248);
+        QTest::newRow("qwen2.5-3b") << "qwen2.5-3b" << qint64(3085938688);
+        QTest::newRow("qwen3-0.6b") << "qwen3-0.6b" << qint64(596049920);
+    }
+    void realGeometries()
+    {
+        QFETCH(QString, preset);
+        QFETCH(qint64, parameters);
+        const RandomModelSpec s = randomModelPreset(preset.toStdString());
+        QVERIFY(s.streamed);
+        QCOMPARE(qint64(s.config.parameterCount()), parameters);
+    }
+
     void llama2cSerialisesAsLlama()
     {
         ModelConfig c = ModelConfig::fromHfJsonText(tiny(""), "t");
