@@ -351,7 +351,10 @@ int cmdMakeModel(const QStringList &args)
         const auto tok = core::loadTokenizer(path);
         core::checkTokenizerFitsModel(*tok, spec.config, path.string());
         tokenizerJson = core::text::readWholeFile(path, uint64_t(64) << 20);
-        spec.config.bosTokenId = tok->bosId();
+        // the BOS it adds (none for Qwen), not a piece that merely has the name
+        const auto with = tok->encode("a", true), without = tok->encode("a", false);
+        spec.config.bosTokenId =
+            with.size() > without.size() ? std::optional<int>(with.front()) : std::nullopt;
         spec.config.eosTokenIds.clear();
         for (const char *end : {"<|end_of_text|>", "<|endoftext|>", "</s>", "<|im_end|>", "<eos>"})
             if (const auto id = tok->pieceToId(end)) {
