@@ -370,6 +370,22 @@ private Q_SLOTS:
                       1, "post_processor");
     }
 
+    // A model whose weights do not fit the memory available is refused before loading, with both
+    // figures (the free-memory figure injected, so the test does not depend on the machine).
+    void loadThatCannotFitIsRefused()
+    {
+        qputenv("KVWB_TEST_MEM_AVAILABLE", "1000");
+        expectRefusal({"generate", "--model", q(m_model), "--prompt", "hi"}, 1,
+                      "GB available (MemAvailable); --dtype bf16 halves them; not loaded");
+        expectRefusal({"generate", "--model", q(m_model), "--prompt", "hi", "--dtype", "bf16"}, 1,
+                      "its weights need about 0.00 GB in bf16");
+        qputenv("KVWB_TEST_MEM_AVAILABLE", "100000000000");
+        const auto r =
+            test::runKvwb({"generate", "--model", q(m_model), "--prompt", "hi", "--max-tokens", "2"});
+        qunsetenv("KVWB_TEST_MEM_AVAILABLE");
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+    }
+
     // make-model --tokenizer ships the given tokenizer.json (its end-of-text id into config.json)
     // and refuses one whose ids do not fit the preset's vocabulary.
     void makeModelTakesATokenizer()

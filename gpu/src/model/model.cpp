@@ -1,8 +1,10 @@
 #include "gpu/model/model.h"
 
 #include "core/metrics/distributions.h"
+#include "core/model/memory_estimate.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "core/util/system_memory.h"
 #include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
 #include "gpu/src/model/model_p.h"
@@ -330,6 +332,20 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     m.context = options.context > 0 ? options.context : m.config.contextLimit();
     m.device = options.device == Device::Cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     m.dtype = torchType(options.dtype);
+    if (options.device == Device::Cpu) {
+        // Refuse a load that cannot fit rather than be killed half-way: the weights as they will be
+        // held (quantised files are dequantised to the compute dtype), against what the machine
+        // has available now (a second model sees what the first left).
+        const int64_t need =
+            core::estimateMemory(m.config, options.dtype == ComputeType::F32 ? 4 : 2, 0).weightBytes;
+        if (const auto available = core::availableMemoryBytes(); available && need > *available)
+            throw Error(ErrorCode::Device,
+                        fmt::format("{}: its weights need about {:.2f} GB in {}, and this machine has {:.2f} "
+                                    "GB available (MemAvailable){}; not loaded",
+                                    checkpoint.path().string(), double(need) / 1e9,
+                                    core::computeTypeName(options.dtype), double(*available) / 1e9,
+                                    options.dtype == ComputeType::F32 ? "; --dtype bf16 halves them" : ""));
+    }
     const core::ModelConfig &c = m.config;
     const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
                   kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
