@@ -505,14 +505,8 @@ void writeStreamedSafetensors(const std::filesystem::path &path, const RandomMod
                           {"data_offsets", {offset, offset + n * elementBytes}}};
         offset += n * elementBytes;
     }
-    std::string text = header.dump();
-    text.append((8 - text.size() % 8) % 8, ' ');
-    std::byte len[8];
-    for (int i = 0; i < 8; ++i)
-        len[i] = std::byte((uint64_t(text.size()) >> (8 * i)) & 0xff);
     AtomicFile out(path);
-    out.write(std::span<const std::byte>(len, 8));
-    out.write(text);
+    out.write(safetensorsPreamble(header.dump()));
     constexpr size_t kChunk = size_t(1) << 20;
     std::vector<float> values(kChunk);
     std::vector<uint16_t> half(kChunk);

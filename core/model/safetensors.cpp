@@ -384,6 +384,15 @@ void SafetensorsWriter::setMetadata(std::string key, std::string value)
     m_metadata[std::move(key)] = std::move(value);
 }
 
+std::string safetensorsPreamble(std::string headerJson)
+{
+    headerJson.append((8 - headerJson.size() % 8) % 8, ' ');
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i)
+        out[size_t(i)] = char((uint64_t(headerJson.size()) >> (8 * i)) & 0xff);
+    return out + headerJson;
+}
+
 void SafetensorsWriter::write(const std::filesystem::path &path) const
 {
     json header = json::object();
@@ -396,17 +405,8 @@ void SafetensorsWriter::write(const std::filesystem::path &path) const
                           {"data_offsets", {offset, offset + e.data.size()}}};
         offset += e.data.size();
     }
-    std::string text = header.dump();
-    // The reference implementation pads the header with spaces so the data section starts 8-byte
-    // aligned, which lets readers map tensors of any dtype in place.
-    text.append((8 - text.size() % 8) % 8, ' ');
-    std::byte len[8];
-    for (int i = 0; i < 8; ++i)
-        len[i] = std::byte((uint64_t(text.size()) >> (8 * i)) & 0xff);
-
     AtomicFile out(path);
-    out.write(std::span<const std::byte>(len, 8));
-    out.write(text);
+    out.write(safetensorsPreamble(header.dump()));
     for (const Entry &e : m_entries)
         out.write(e.data);
     out.commit();

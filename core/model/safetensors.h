@@ -106,6 +106,11 @@ private:
     std::map<std::string, std::string> m_metadata;
 };
 
+// What precedes the tensor data of a safetensors file: the header's length (uint64 LE) and the
+// header JSON, padded with spaces so the data starts 8-byte aligned (as the reference writer does,
+// so readers can map tensors of any dtype in place). For writers that stream the data after it.
+std::string safetensorsPreamble(std::string headerJson);
+
 // A F32/F16/BF16 or GGUF block-quantised tensor as floats. Error(Shape) for other dtypes.
 std::vector<float> toFloatVector(const TensorRef &t);
 
