@@ -158,8 +158,17 @@ int cmdCapture(const QStringList &args)
     co.layersA = layerList(p, "layers-a", pair.a->config().numLayers);
     co.layersB = layerList(p, "layers-b", pair.b->config().numLayers);
     const fs::path out = str(p.value("out"));
-    std::optional<InterruptScope> ctrlC(std::in_place);
     const bool asJson = p.isSet("json");
+    {
+        const auto projected = jobs::projectCapture(*pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co);
+        if (!asJson)
+            std::fprintf(stderr,
+                         "capture: %zu prompts, %lld tokens of A and %lld of B: about %.1f MB of KV (%s, "
+                         "uncompressed)\n",
+                         prompts.size(), (long long)projected.tokensA, (long long)projected.tokensB,
+                         double(projected.bytes) / 1e6, core::kvStorageName(co.file.storage));
+    }
+    std::optional<InterruptScope> ctrlC(std::in_place);
     const auto fc =
         jobs::captureIntoFile(out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
                               str(p.value("prompts")), [&](int done, int total) {
@@ -177,6 +186,7 @@ int cmdCapture(const QStringList &args)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     const json summary = {{"out", out.string()},
                           {"appended", appending},
+                          {"projected_bytes", fc.projected.bytes},
                           {"prompts_written", r.promptsWritten},
                           {"first_prompt", r.firstPrompt},
                           {"cancelled", r.cancelled},

@@ -2,6 +2,7 @@
 
 #include "app/jobs/job_inputs.h"
 #include "core/util/build_info.h"
+#include "core/util/error.h"
 #include "core/util/sha256.h"
 #include "gpu/model/device.h"
 
@@ -11,6 +12,10 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <optional>
+#include <sys/statvfs.h>
 
 namespace kvwb::app::jobs {
 
@@ -28,6 +33,32 @@ core::Provenance runProvenance(const gpu::LoadOptions &o, const std::string &con
     p.createdUtc = QDateTime::currentDateTimeUtc().toString(Qt::ISODate).toStdString();
     p.runId = QUuid::createUuid().toString(QUuid::WithoutBraces).toStdString();
     p.configSha256 = core::sha256Hex(std::string_view(configJson));
+    return p;
+}
+
+CaptureProjection projectCapture(const gpu::Model &a, const core::Tokenizer &tokA, const gpu::Model &b,
+                                 const core::Tokenizer &tokB, const std::vector<gpu::CapturePrompt> &prompts,
+                                 const gpu::CaptureOptions &o)
+{
+    const int64_t valueBytes = o.file.storage == core::KvStorage::F32 ? 4 : 2;
+    const auto perToken = [&](const gpu::Model &m, const std::vector<int> &layers) {
+        const auto &c = m.config();
+        const int64_t n = layers.empty() ? c.numLayers : int64_t(layers.size());
+        return n * 2 * int64_t(c.numKvHeads) * c.headDim * valueBytes;
+    };
+    const auto tokens = [&](const gpu::Model &m, const core::Tokenizer &tok, const std::string &text,
+                            const std::vector<int> &given) {
+        const int limit = o.maxTokens > 0 ? std::min(o.maxTokens, m.contextLimit()) : m.contextLimit();
+        const int64_t n =
+            given.empty() ? int64_t(tok.encode(text, o.addSpecial).size()) : int64_t(given.size());
+        return limit > 0 ? std::min<int64_t>(n, limit) : n;
+    };
+    CaptureProjection p;
+    for (const auto &prompt : prompts) {
+        p.tokensA += tokens(a, tokA, prompt.text, prompt.idsA);
+        p.tokensB += tokens(b, tokB, prompt.text, prompt.idsB);
+    }
+    p.bytes = p.tokensA * perToken(a, o.layersA) + p.tokensB * perToken(b, o.layersB);
     return p;
 }
 
@@ -54,6 +85,32 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
                          {"layers_a", co.layersA},
                          {"layers_b", co.layersB}};
     FileCapture fc;
+    // What it will write, against what the file system holds: refused before the first prompt
+    // rather than stopped by a full disk (tests inject the figure: KVWB_TEST_DISK_AVAILABLE).
+    fc.projected = projectCapture(a, tokA, b, tokB, prompts, co);
+    {
+        std::optional<int64_t> free;
+        if (const char *injected = std::getenv("KVWB_TEST_DISK_AVAILABLE")) {
+            free = std::strtoll(injected, nullptr, 10);
+        } else {
+            struct statvfs st
+            {
+            };
+            const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
+            if (::statvfs(dir.c_str(), &st) == 0)
+                free = int64_t(st.f_bavail) * int64_t(st.f_frsize);
+        }
+        if (free && fc.projected.bytes > *free)
+            throw core::Error(
+                core::ErrorCode::Io,
+                fmt::format("{}: capturing {} prompts ({} tokens of A, {} of B) writes about {:.2f} "
+                            "GB of KV ({}, uncompressed), and its file system has {:.2f} GB free; "
+                            "not started (fewer prompts, --max-tokens, --layers-a/-b or --dtype "
+                            "bf16 write less)",
+                            out.string(), prompts.size(), fc.projected.tokensA, fc.projected.tokensB,
+                            double(fc.projected.bytes) / 1e9, core::kvStorageName(co.file.storage),
+                            double(*free) / 1e9));
+    }
     fc.appended = fs::exists(out);
     auto writer = fc.appended ? core::ExperimentWriter::append(out, infoA, infoB)
                               : core::ExperimentWriter::create(

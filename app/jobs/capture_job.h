@@ -21,8 +21,21 @@ namespace kvwb::app::jobs {
 core::Provenance runProvenance(const gpu::LoadOptions &o, const std::string &configJson);
 
 // What captureIntoFile did.
+// What a capture will write, before it starts: each model's prompt tokens (cut to its context as
+// the capture cuts them) times the bytes of K and V per token of its captured layers at the storage
+// dtype, uncompressed (an upper bound when --compress is on).
+struct CaptureProjection
+{
+    int64_t tokensA = 0, tokensB = 0;
+    int64_t bytes = 0;
+};
+CaptureProjection projectCapture(const gpu::Model &a, const core::Tokenizer &tokA, const gpu::Model &b,
+                                 const core::Tokenizer &tokB, const std::vector<gpu::CapturePrompt> &prompts,
+                                 const gpu::CaptureOptions &options);
+
 struct FileCapture
 {
+    CaptureProjection projected; // checked against the free disk before the first prompt
     gpu::CaptureResult result;
     bool appended = false;             // the file existed (same models): prompts were appended
     core::ExperimentOptions storage;   // the file's storage settings (an existing file's win)

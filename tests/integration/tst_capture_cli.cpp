@@ -98,6 +98,26 @@ private Q_SLOTS:
         QCOMPARE(r.exitCode, 1);
         QVERIFY2(r.err.contains("graph.h5") && r.err.contains("kvwb-knowledge/1"), r.err.constData());
         QVERIFY(test::readFile(m_dir / "graph.h5") == before);
+        // a capture the file system cannot hold is refused before the first prompt, with the projection
+        // (the free-disk figure injected)
+        qputenv("KVWB_TEST_DISK_AVAILABLE", "1000");
+        r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out",
+                     q(m_dir / "full.h5"), "--prompts", q(m_dir / "few.jsonl")});
+        qunsetenv("KVWB_TEST_DISK_AVAILABLE");
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("full.h5: capturing 2 prompts") && r.err.contains("GB free; not started"),
+                 r.err.constData());
+        QVERIFY(!fs::exists(m_dir / "full.h5"));
+        // the projection is what the capture writes: the KV bytes of the file (f16, uncompressed here)
+        r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "b"), "--out",
+                     q(m_dir / "sized.h5"), "--prompts", q(m_dir / "few.jsonl"), "--dtype", "f16", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const qint64 projected =
+            qint64(QJsonDocument::fromJson(r.out).object()["projected_bytes"].toDouble());
+        QVERIFY(projected > 0);
+        const qint64 size = qint64(fs::file_size(m_dir / "sized.h5"));
+        QVERIFY2(size > projected && size < 4 * projected + (2 << 20),
+                 qPrintable(QString("file %1 bytes, projected KV %2").arg(size).arg(projected)));
         // kvwb info describes the experiment
         r = runKvwb({"info", q(out)});
         QCOMPARE(r.exitCode, 0);
