@@ -159,23 +159,22 @@ int cmdCapture(const QStringList &args)
     co.layersB = layerList(p, "layers-b", pair.b->config().numLayers);
     const fs::path out = str(p.value("out"));
     const bool asJson = p.isSet("json");
-    {
-        const auto projected = jobs::projectCapture(*pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co);
-        if (!asJson)
-            std::fprintf(stderr,
-                         "capture: %zu prompts, %lld tokens of A and %lld of B: about %.1f MB of KV (%s, "
-                         "uncompressed)\n",
-                         prompts.size(), (long long)projected.tokensA, (long long)projected.tokensB,
-                         double(projected.bytes) / 1e6, core::kvStorageName(co.file.storage));
-    }
     std::optional<InterruptScope> ctrlC(std::in_place);
-    const auto fc =
-        jobs::captureIntoFile(out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co,
-                              str(p.value("prompts")), [&](int done, int total) {
-                                  if (!asJson && (done % 10 == 0 || done == total))
-                                      std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
-                                  return !InterruptScope::interrupted();
-                              });
+    const auto fc = jobs::captureIntoFile(
+        out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co, str(p.value("prompts")),
+        [&](int done, int total) {
+            if (!asJson && (done % 10 == 0 || done == total))
+                std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
+            return !InterruptScope::interrupted();
+        },
+        [&](const jobs::CaptureProjection &projected) {
+            if (!asJson)
+                std::fprintf(stderr,
+                             "capture: %zu prompts, %lld tokens of A and %lld of B: about "
+                             "%.1f MB of KV (%s, uncompressed)\n",
+                             prompts.size(), (long long)projected.tokensA, (long long)projected.tokensB,
+                             double(projected.bytes) / 1e6, core::kvStorageName(co.file.storage));
+        });
     ctrlC.reset();
     const auto &r = fc.result;
     const bool appending = fc.appended;

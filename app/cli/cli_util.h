@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/cache/replay_ledger.h"
+#include "core/util/text_util.h"
 
 #include <QCommandLineParser>
 #include <QStringList>
@@ -53,7 +54,7 @@ void distinctOutputs(const QCommandLineParser &p, const QStringList &names);
 void checkEmbedderOption(const QCommandLineParser &p, bool hasPrefixOption = false);
 // The whole of a regular file of at most maxBytes (core::text::readWholeFile: checked before it is
 // read; Error(Io) naming the path when unreadable or not a regular file).
-std::string readTextFile(const QString &path, uint64_t maxBytes = uint64_t(2) << 30);
+std::string readTextFile(const QString &path, uint64_t maxBytes = core::text::kMaxInputFileBytes);
 // The demo project folder (holding demo.kvwb, models/a, models/b, workloads/): the installed one,
 // <prefix>/share/kvwb/projects/demo, when this executable runs installed (core/util/install_layout.h),
 // else the source tree's projects/demo.

@@ -36,6 +36,8 @@ core::Provenance runProvenance(const gpu::LoadOptions &o, const std::string &con
     return p;
 }
 
+namespace {
+
 CaptureProjection projectCapture(const gpu::Model &a, const core::Tokenizer &tokA, const gpu::Model &b,
                                  const core::Tokenizer &tokB, const std::vector<gpu::CapturePrompt> &prompts,
                                  const gpu::CaptureOptions &o)
@@ -62,10 +64,13 @@ CaptureProjection projectCapture(const gpu::Model &a, const core::Tokenizer &tok
     return p;
 }
 
+} // namespace
+
 FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core::Tokenizer &tokA,
                             const gpu::Model &b, const core::Tokenizer &tokB,
                             const std::vector<gpu::CapturePrompt> &prompts, gpu::CaptureOptions co,
-                            const std::string &promptsSource, const gpu::CaptureProgressFn &progress)
+                            const std::string &promptsSource, const gpu::CaptureProgressFn &progress,
+                            const std::function<void(const CaptureProjection &)> &projected)
 {
     auto infoA = gpu::describeModel(core::ModelRole::A, a, modelTokenizerPath(a));
     auto infoB = gpu::describeModel(core::ModelRole::B, b, modelTokenizerPath(b));
@@ -88,6 +93,8 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
     // What it will write, against what the file system holds: refused before the first prompt
     // rather than stopped by a full disk (tests inject the figure: KVWB_TEST_DISK_AVAILABLE).
     fc.projected = projectCapture(a, tokA, b, tokB, prompts, co);
+    if (projected)
+        projected(fc.projected);
     {
         std::optional<int64_t> free;
         if (const char *injected = std::getenv("KVWB_TEST_DISK_AVAILABLE")) {

@@ -11,6 +11,7 @@
 #include "gpu/model/model.h"
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,6 @@ struct CaptureProjection
     int64_t tokensA = 0, tokensB = 0;
     int64_t bytes = 0;
 };
-CaptureProjection projectCapture(const gpu::Model &a, const core::Tokenizer &tokA, const gpu::Model &b,
-                                 const core::Tokenizer &tokB, const std::vector<gpu::CapturePrompt> &prompts,
-                                 const gpu::CaptureOptions &options);
 
 struct FileCapture
 {
@@ -45,10 +43,12 @@ struct FileCapture
 // Captures prompts from both models into `out`: creates it (with provenance: app version, device,
 // the config hash of `settings` and the models' fingerprints) or appends to it when it exists and
 // holds the same models. options.layersA/B empty = every layer. The `kvwb capture` command and
-// the workbench's Capture panel both run this on their engine thread.
+// the workbench's Capture panel both run this on their engine thread. `projected` hears the
+// projection before the disk check and the first prompt.
 FileCapture captureIntoFile(const std::filesystem::path &out, const gpu::Model &a,
                             const core::Tokenizer &tokA, const gpu::Model &b, const core::Tokenizer &tokB,
                             const std::vector<gpu::CapturePrompt> &prompts, gpu::CaptureOptions options,
-                            const std::string &promptsSource, const gpu::CaptureProgressFn &progress);
+                            const std::string &promptsSource, const gpu::CaptureProgressFn &progress,
+                            const std::function<void(const CaptureProjection &)> &projected = {});
 
 } // namespace kvwb::app::jobs

@@ -426,6 +426,7 @@ struct PlannedTensor
     std::string name;
     std::vector<int64_t> shape;
     float centre = 0, std = 0; // values centre + std * N(0, 1)
+    uint64_t count = 0;        // elements: the product of shape
 };
 
 // The tensors of randomWeights(), in its order, without their values.
@@ -437,7 +438,10 @@ std::vector<PlannedTensor> tensorPlan(const RandomModelSpec &spec)
     const float normCentre = c.unitOffsetNorm ? 0.0f : 1.0f, w = float(spec.weightStd);
     std::vector<PlannedTensor> out;
     const auto add = [&](std::string name, std::vector<int64_t> shape, float centre, float std) {
-        out.push_back({std::move(name), std::move(shape), centre, std});
+        uint64_t count = 1;
+        for (int64_t d : shape)
+            count *= uint64_t(d);
+        out.push_back({std::move(name), std::move(shape), centre, std, count});
     };
     add("model.embed_tokens.weight", {c.vocabSize, h}, 0.0f,
         c.scaleEmbeddings ? float(1.0 / std::sqrt(double(h))) : 1.0f);
@@ -497,13 +501,10 @@ void writeStreamedSafetensors(const std::filesystem::path &path, const RandomMod
     header["__metadata__"] = {{"format", "pt"}};
     uint64_t offset = 0;
     for (const PlannedTensor &t : plan) {
-        uint64_t n = 1;
-        for (int64_t d : t.shape)
-            n *= uint64_t(d);
         header[t.name] = {{"dtype", dtypeName(dtype)},
                           {"shape", t.shape},
-                          {"data_offsets", {offset, offset + n * elementBytes}}};
-        offset += n * elementBytes;
+                          {"data_offsets", {offset, offset + t.count * elementBytes}}};
+        offset += t.count * elementBytes;
     }
     AtomicFile out(path);
     out.write(safetensorsPreamble(header.dump()));
@@ -511,9 +512,7 @@ void writeStreamedSafetensors(const std::filesystem::path &path, const RandomMod
     std::vector<float> values(kChunk);
     std::vector<uint16_t> half(kChunk);
     for (const PlannedTensor &t : plan) {
-        uint64_t left = 1;
-        for (int64_t d : t.shape)
-            left *= uint64_t(d);
+        uint64_t left = t.count;
         std::mt19937_64 rng(tensorSeed(spec.seed, t.name));
         std::normal_distribution<float> normal(0.0f, 1.0f);
         while (left > 0) {
