@@ -124,6 +124,8 @@ int cmdCapture(const QStringList &args)
                  "Positions each model serves (default: its config's; LongRoPE models use their long "
                  "factors above the original context).",
                  "N"});
+    p.addOption({"dequantize", "Dequantise GGUF quantised weights at load instead of running them in their "
+                               "blocks on the CPU."});
     p.addOption({"align-policy",
                  "Where A and B tokenise a prompt differently, which overlapping A token each B token pairs "
                  "with: last (default: the one covering the end of B's token), first or longest.",

@@ -21,6 +21,7 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
     o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
     if (p.isSet("context"))
         o.context = intOption(p, "context", 0, 1, core::kMaxPositions);
+    o.dequantize = p.isSet("dequantize");
     return o;
 }
 
@@ -53,6 +54,9 @@ void addEngineOptions(QCommandLineParser &p)
                  "Positions each model serves (default: its config's; LongRoPE models use their long "
                  "factors above the original context).",
                  "N"});
+    p.addOption({"dequantize",
+                 "Dequantise a GGUF file's quantised weights at load (to --dtype) instead of running them "
+                 "in their blocks on the CPU (the reference path; about 2-7x the memory)."});
 }
 
 } // namespace kvwb::app::cli

@@ -71,6 +71,7 @@ gpu::LoadOptions loadOptions(const ModelRequest &r)
     o.dtype = *dtype;
     o.threads = r.threads;
     o.context = r.context;
+    o.dequantize = r.dequantize;
     return o;
 }
 

@@ -20,4 +20,23 @@ MemoryEstimate estimateMemory(const ModelConfig &config, int bytesPerElement, in
     return e;
 }
 
+int64_t heldWeightBytes(const Checkpoint &checkpoint, int bytesPerElement, bool keepQuantized)
+{
+    int64_t total = 0;
+    for (const auto &name : checkpoint.tensorNames()) {
+        const TensorRef ref = checkpoint.require(name, {});
+        total += keepQuantized && isBlockQuantized(ref.info->dtype) ? int64_t(ref.info->bytes)
+                                                                    : ref.info->numel() * bytesPerElement;
+    }
+    return total;
+}
+
+MemoryEstimate estimateMemory(const Checkpoint &checkpoint, int bytesPerElement, int contextTokens,
+                              bool keepQuantized)
+{
+    MemoryEstimate e = estimateMemory(checkpoint.config(), bytesPerElement, contextTokens);
+    e.weightBytes = heldWeightBytes(checkpoint, bytesPerElement, keepQuantized);
+    return e;
+}
+
 } // namespace kvwb::core

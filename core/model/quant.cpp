@@ -389,15 +389,36 @@ void dequantize(DType t, std::span<const std::byte> bytes, int64_t n, float *out
         throw Error(ErrorCode::Shape,
                     fmt::format("{}: dtype {} cannot be converted to float", what, dtypeName(t)));
     const int per = dtypeBlockElements(t), bb = dtypeBlockBytes(t);
+    checkScales(t, bytes, what);
+    for (int64_t blk = 0; blk < n / per; ++blk)
+        dequantBlock(t, p + blk * bb, out + blk * per);
+}
+
+void checkScales(DType t, std::span<const std::byte> bytes, const std::string &what)
+{
+    if (!isBlockQuantized(t))
+        return;
+    const int bb = dtypeBlockBytes(t);
+    if (bytes.size() % size_t(bb) != 0)
+        throw Error(ErrorCode::Shape,
+                    fmt::format("{}: {} bytes are not a whole number of {} blocks of {} bytes", what,
+                                bytes.size(), dtypeName(t), bb));
     const std::vector<int> scales = scaleOffsets(t);
-    for (int64_t blk = 0; blk < n / per; ++blk) {
-        const u8 *b = p + blk * bb;
-        for (int off : scales)
-            if (!std::isfinite(f16At(b + off)))
+    const u8 *p = reinterpret_cast<const u8 *>(bytes.data());
+    const int64_t blocks = int64_t(bytes.size() / size_t(bb));
+    for (int64_t blk = 0; blk < blocks; ++blk)
+        for (int off : scales) {
+            uint16_t h;
+            std::memcpy(&h, p + blk * bb + off, 2);
+            if ((h & 0x7C00u) == 0x7C00u) // exponent all ones: infinity or NaN
                 throw Error(ErrorCode::Format, fmt::format("{}: {} block {} has a scale that is not finite",
                                                            what, dtypeName(t), blk));
-        dequantBlock(t, b, out + blk * per);
-    }
+        }
+}
+
+void dequantizeBlock(DType t, const std::byte *block, float *out) noexcept
+{
+    dequantBlock(t, reinterpret_cast<const u8 *>(block), out);
 }
 
 std::vector<std::byte> quantize(DType t, std::span<const float> values, const std::string &what)

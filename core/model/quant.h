@@ -28,6 +28,15 @@ uint64_t dtypeBytesFor(DType t, int64_t n, const std::string &what);
 // NaN or infinity is reported (Error(Format) naming `what` and the block) rather than spread.
 void dequantize(DType t, std::span<const std::byte> bytes, int64_t n, float *out, const std::string &what);
 
+// Error(Format) naming `what` and the block when a block's scale (or min) is not a finite f16, for
+// every block of `bytes` (whole blocks of a quantised t), without decoding them: the check
+// dequantize makes, for weights the engine keeps quantised (core/model/quant_kernels.h).
+void checkScales(DType t, std::span<const std::byte> bytes, const std::string &what);
+
+// One block of quantised type t (dtypeBlockBytes(t) bytes) into dtypeBlockElements(t) floats,
+// unchecked (checkScales first); as dequantize.
+void dequantizeBlock(DType t, const std::byte *block, float *out) noexcept;
+
 // n floats as type t (F32, F16, BF16 or a quantised type); n must be a whole number of blocks.
 std::vector<std::byte> quantize(DType t, std::span<const float> values, const std::string &what);
 

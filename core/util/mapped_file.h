@@ -26,6 +26,12 @@ public:
     uint64_t size() const { return m_size; } // bytes
     std::span<const std::byte> bytes() const { return {m_data, size_t(m_size)}; }
 
+    // Drops the resident pages of [p, p + n) when the range lies inside a live mapping (a weight
+    // copied to its device no longer needs its file pages: a model's peak resident memory is then
+    // its weights once, not its weights plus the file); later reads fault the pages in again from
+    // the file. Does nothing for memory that is not a mapping made here.
+    static void releasePages(const void *p, size_t n) noexcept;
+
 private:
     MappedFile() = default;
     std::filesystem::path m_path;

@@ -38,6 +38,11 @@ struct LoadOptions
     // max_position_embeddings. LongRoPE (Phi-3 128k) uses its long divisors when this exceeds the
     // original context, as llama.cpp does for a context above it.
     int context = 0;
+    // GGUF block-quantised weights (Q4_0 ... Q6_K) on the CPU stay in their blocks and run through
+    // the quantised kernels (core/model/quant_kernels.h): a Q4_K_M file holds about a sixth of its
+    // f32 size. true: dequantise them at load to `dtype`, as every other device does (the reference
+    // the kernels are checked against).
+    bool dequantize = false;
 };
 
 // fraction in [0, 1]; return false to cancel.

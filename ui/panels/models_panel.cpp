@@ -6,6 +6,7 @@
 #include "core/model/memory_estimate.h"
 #include "core/util/error.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QFileDialog>
 #include <QFileInfo>
@@ -115,6 +116,12 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
            "configured context; a Phi-3 128k model then serves its original 4096 with the short RoPE "
            "factors, and a larger value switches it to the long ones for its whole life, as llama.cpp "
            "does for its context size. At most the model's max_position_embeddings."));
+    r.dequantize = new QCheckBox(tr("dequantise"), this);
+    r.dequantize->setObjectName(role == 'a' ? "dequantizeA" : "dequantizeB");
+    r.dequantize->setToolTip(
+        tr("A GGUF file's quantised weights run in their blocks on the CPU (about a sixth of their f32 "
+           "size for Q4_K). Checked: dequantise them to the dtype as they load, the reference path "
+           "(kvwb --dequantize)."));
     r.estimate = new QLabel(this);
     r.estimate->setObjectName(role == 'a' ? "estimateA" : "estimateB");
     r.estimate->setWordWrap(true);
@@ -123,7 +130,8 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     grid->addWidget(r.device, line, 3);
     grid->addWidget(r.dtype, line, 4);
     grid->addWidget(r.context, line, 5);
-    grid->addWidget(r.estimate, line + 1, 1, 1, 5);
+    grid->addWidget(r.dequantize, line, 6);
+    grid->addWidget(r.estimate, line + 1, 1, 1, 6);
     connect(pickFolder, &QAction::triggered, this, [this, role] {
         const QString dir =
             QFileDialog::getExistingDirectory(this, tr("Model directory"), row(role).path->text());
@@ -141,6 +149,7 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     connect(r.device, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
     connect(r.dtype, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
     connect(r.context, &QSpinBox::valueChanged, this, [this, role] { refreshEstimate(role); });
+    connect(r.dequantize, &QCheckBox::toggled, this, [this, role] { refreshEstimate(role); });
     refreshEstimate(role);
 }
 
@@ -165,7 +174,8 @@ void ModelsPanel::refreshEstimate(char role)
                 r.context->setMaximum(most); // clamps a value above it
             }
             const int context = r.context->value() > 0 ? r.context->value() : r.config->contextLimit();
-            const auto e = core::estimateMemory(*r.config, bytes, context);
+            const bool keep = r.device->currentText() == "cpu" && !r.dequantize->isChecked();
+            const auto e = core::estimateMemory(ck, bytes, context, keep);
             r.estimate->setText(
                 tr("%1 layers, %2 heads / %3 kv heads of %4, %5M parameters. Needs about %6 on %7 "
                    "(weights %8 + KV cache %9 at %10 tokens + activations %11).")
@@ -180,12 +190,18 @@ void ModelsPanel::refreshEstimate(char role)
                     .arg(megabytes(e.activationBytes)));
             if (ck.format() == core::CheckpointFormat::Gguf) {
                 QStringList types;
-                for (const auto &t : core::ggufSummary(core::GgufFile::open(ck.path())).types)
+                bool quantized = false;
+                for (const auto &t : core::ggufSummary(core::GgufFile::open(ck.path())).types) {
                     types << tr("%1 %2").arg(t.tensors).arg(QString::fromStdString(t.type));
+                    quantized = quantized || t.type.starts_with('Q');
+                }
                 r.estimate->setText(
                     r.estimate->text() +
-                    tr(" GGUF file: %1 tensors, %2 on disk, dequantised to %3 as it loads.")
-                        .arg(types.join(", "), megabytes(int64_t(ck.weightBytes())), r.dtype->currentText()));
+                    tr(" GGUF file: %1 tensors, %2 on disk%3.")
+                        .arg(types.join(", "), megabytes(int64_t(ck.weightBytes())),
+                             !quantized ? tr(", converted to %1 as it loads").arg(r.dtype->currentText())
+                             : keep     ? tr(", quantised weights kept in their blocks")
+                                        : tr(", dequantised to %1 as it loads").arg(r.dtype->currentText())));
             }
         } catch (const core::Error &e) {
             r.estimate->setText(QString("<span style='color:#b00020'>%1</span>")
@@ -205,6 +221,7 @@ void ModelsPanel::setChoice(char role, const ModelChoice &c)
         r.context->setMaximum(core::kMaxPositions); // the model's own bound is applied as its config is read
         r.context->setValue(c.context);
     }
+    r.dequantize->setChecked(c.dequantize);
     r.path->setText(c.path); // last: refreshes the estimate once with the new device and dtype
     refreshEstimate(role);
 }
@@ -212,7 +229,8 @@ void ModelsPanel::setChoice(char role, const ModelChoice &c)
 ModelChoice ModelsPanel::choice(char role) const
 {
     const Row &r = row(role);
-    return {r.path->text().trimmed(), r.device->currentText(), r.dtype->currentText(), 0, r.context->value()};
+    return {r.path->text().trimmed(), r.device->currentText(),  r.dtype->currentText(), 0,
+            r.context->value(),       r.dequantize->isChecked()};
 }
 
 std::optional<core::ModelConfig> ModelsPanel::previewConfig(char role) const
@@ -234,6 +252,7 @@ void ModelsPanel::setBusy(bool busy)
         r->device->setEnabled(!busy);
         r->dtype->setEnabled(!busy);
         r->context->setEnabled(!busy);
+        r->dequantize->setEnabled(!busy);
     }
     if (busy)
         m_progress->setValue(0);
@@ -248,6 +267,7 @@ void ModelsPanel::setEngineBusy(bool busy)
         r->device->setEnabled(!busy);
         r->dtype->setEnabled(!busy);
         r->context->setEnabled(!busy);
+        r->dequantize->setEnabled(!busy);
     }
 }
 

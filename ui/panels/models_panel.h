@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 
+class QCheckBox;
 class QComboBox;
 class QSpinBox;
 class QGridLayout;
@@ -33,6 +34,7 @@ struct ModelChoice
     QString dtype = "f32";  // f32 | bf16 | f16
     int threads = 0;        // 0 = all cores
     int context = 0;        // positions served (gpu::LoadOptions::context); 0 = the model's own
+    bool dequantize = false; // GGUF quantised weights dequantised at load (gpu::LoadOptions::dequantize)
 };
 
 // What the engine loaded.
@@ -85,6 +87,7 @@ private:
         QComboBox *device = nullptr;
         QComboBox *dtype = nullptr;
         QSpinBox *context = nullptr;
+        QCheckBox *dequantize = nullptr;
         QLabel *estimate = nullptr;
         std::optional<core::ModelConfig> config;
     };

@@ -8,6 +8,9 @@
 
 #include "gpu/src/model/cpu_kernels_p.h"
 
+#include "core/model/quant.h"
+#include "core/model/quant_kernels.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -666,6 +669,41 @@ void packWeights(const std::vector<torch::Tensor *> &tensors)
 #endif
 }
 
+PackedArena::PackedArena(int64_t capacity)
+{
+#ifdef __linux__
+    constexpr size_t kHuge = size_t(2) << 20;
+    if (capacity <= 0)
+        return;
+    auto map = std::make_shared<Mapping>();
+    const size_t bytes = (size_t(capacity) + kHuge - 1) / kHuge * kHuge + kHuge; // + one to align the start
+    void *raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return;
+    map->base = raw;
+    map->bytes = bytes;
+    m_next = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge);
+    madvise(m_next, size_t(capacity), MADV_HUGEPAGE);
+    m_left = capacity;
+    m_map = map;
+#else
+    (void)capacity;
+#endif
+}
+
+torch::Tensor PackedArena::take(int64_t n)
+{
+    const int64_t need = padded(n);
+    if (!m_map || need > m_left)
+        return torch::empty({n}, torch::kUInt8);
+    char *p = m_next;
+    m_next += need;
+    m_left -= need;
+    auto map = m_map;
+    return torch::from_blob(
+        p, {n}, [map](void *) {}, torch::TensorOptions().dtype(torch::kUInt8));
+}
+
 namespace {
 
 // Sets a library's thread count through its C setter and getter, looked up at run time by name;
@@ -1062,6 +1100,134 @@ torch::Tensor attentionSoftmaxCpu(torch::Tensor scores, const torch::Tensor &mas
     TORCH_CHECK(false, "attentionSoftmaxCpu: not built for this CPU");
 #endif
     return out;
+}
+
+namespace {
+
+// Rows per prompt-product chunk of a quantised weight: dequantised once into a thread's scratch
+// (64 x 14,336 f32 is 3.5 MiB at 8B geometry), then multiplied as an f32 weight. Fixed, so each
+// output element comes from the same call on any thread count.
+constexpr int64_t kQuantChunk = 64;
+
+// c [m, ldc] columns [0, n) = x [m, k] w^T (+ bias) for an f32 w [n, k] on this thread: the f32
+// tiles (and the BLAS for long prompts) where the CPU runs them, else the BLAS, else plain loops.
+void f32Share(const float *x, int64_t m, const float *w, int64_t k, int64_t n, float *c, int64_t ldc,
+              const float *bias)
+{
+    if (haveRowGemv(torch::kFloat32))
+        return productShare(x, m, w, k, 0, n, c, ldc, bias);
+    if (const auto gemm = cblasSgemm()) {
+        constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+        gemm(kRowMajor, kNoTrans, kTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), 0.0f, c,
+             int(ldc));
+    } else {
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                float s = 0;
+                for (int64_t e = 0; e < k; ++e)
+                    s += x[i * k + e] * w[j * k + e];
+                c[i * ldc + j] = s;
+            }
+    }
+    if (bias)
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j)
+                c[i * ldc + j] += bias[j];
+}
+
+} // namespace
+
+torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix> &w,
+                          const torch::Tensor &bias)
+{
+    const auto dt = x.scalar_type();
+    TORCH_CHECK((dt == torch::kFloat32 || dt == torch::kBFloat16) && x.dim() == 2 && x.device().is_cpu() &&
+                    !w.empty(),
+                "quantLinear: expected x [t, in] (f32 or bf16) on the CPU and at least one weight part");
+    const int64_t m = x.size(0), k = x.size(1);
+    std::vector<int64_t> offset; // first output column of each part
+    int64_t n = 0;
+    for (const QuantMatrix &p : w) {
+        TORCH_CHECK(p.cols == k && p.bytes.device().is_cpu() && p.bytes.is_contiguous() &&
+                        p.bytes.numel() == int64_t(core::dtypeBytesFor(p.type, p.rows * p.cols, "weight")),
+                    "quantLinear: a weight part's columns or bytes do not match x [t, ", k, "]");
+        offset.push_back(n);
+        n += p.rows;
+    }
+    TORCH_CHECK(!bias.defined() || bias.numel() == n, "quantLinear: bias of ", bias.numel(), " for ", n,
+                " rows");
+    const auto isa = core::quant::activeIsa();
+    const auto xc = x.to(torch::kFloat32).contiguous();
+    const float *xp = xc.data_ptr<float>();
+    auto y = torch::empty({m, n}, x.options().dtype(torch::kFloat32));
+    float *yp = y.data_ptr<float>();
+    const auto bf = bias.defined() ? bias.to(torch::kFloat32).contiguous() : torch::Tensor();
+    const float *bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
+    if (m == 1) {
+        // reused (no allocation per token); the team reads the caller's through this reference (a
+        // thread_local named in the lambda would be each worker's own, empty one)
+        thread_local core::quant::QuantizedActivation callerXq;
+        core::quant::QuantizedActivation &xq = callerXq;
+        const bool any256 = std::any_of(
+            w.begin(), w.end(), [](const QuantMatrix &p) { return core::dtypeBlockElements(p.type) == 256; });
+        const bool any32 = std::any_of(
+            w.begin(), w.end(), [](const QuantMatrix &p) { return core::dtypeBlockElements(p.type) == 32; });
+        core::quant::quantizeActivation(xp, k, xq, any32, any256);
+        splitRows(n, k, [&](int64_t r0, int64_t r1) {
+            for (size_t i = 0; i < w.size(); ++i) {
+                const int64_t a = std::max(r0, offset[i]), b = std::min(r1, offset[i] + w[i].rows);
+                if (a < b)
+                    core::quant::dotRows(w[i].type, static_cast<const std::byte *>(w[i].bytes.data_ptr()),
+                                         a - offset[i], b - offset[i], xq, yp + a, isa);
+            }
+        });
+        if (bp)
+            for (int64_t j = 0; j < n; ++j)
+                yp[j] += bp[j];
+    } else {
+        struct Chunk
+        {
+            size_t part;
+            int64_t j0, j1;
+        };
+        std::vector<Chunk> chunks;
+        for (size_t i = 0; i < w.size(); ++i)
+            for (int64_t j0 = 0; j0 < w[i].rows; j0 += kQuantChunk)
+                chunks.push_back({i, j0, std::min(w[i].rows, j0 + kQuantChunk)});
+        splitRows(
+            int64_t(chunks.size()), m * k * kQuantChunk,
+            [&](int64_t u0, int64_t u1) {
+                thread_local std::vector<float> scratch;
+                scratch.resize(size_t(kQuantChunk * k));
+                for (int64_t u = u0; u < u1; ++u) {
+                    const Chunk &c = chunks[size_t(u)];
+                    const QuantMatrix &p = w[c.part];
+                    core::quant::dequantRows(p.type, static_cast<const std::byte *>(p.bytes.data_ptr()), k,
+                                             c.j0, c.j1, scratch.data(), isa);
+                    const int64_t col = offset[c.part] + c.j0;
+                    f32Share(xp, m, scratch.data(), k, c.j1 - c.j0, yp + col, n, bp ? bp + col : nullptr);
+                }
+            },
+            1);
+    }
+    return dt == torch::kFloat32 ? y : y.to(dt);
+}
+
+torch::Tensor quantRows(const QuantMatrix &w, const torch::Tensor &ids, torch::Dtype dtype)
+{
+    TORCH_CHECK(ids.scalar_type() == torch::kInt64 && ids.dim() == 1 && ids.device().is_cpu(),
+                "quantRows: expected ids [n] int64 on the CPU");
+    const auto ic = ids.contiguous();
+    const int64_t n = ic.numel();
+    const int64_t *ip = ic.data_ptr<int64_t>();
+    auto out = torch::empty({n, w.cols}, torch::TensorOptions().dtype(torch::kFloat32));
+    const auto isa = core::quant::activeIsa();
+    for (int64_t i = 0; i < n; ++i) {
+        TORCH_CHECK(ip[i] >= 0 && ip[i] < w.rows, "quantRows: id ", ip[i], " outside [0, ", w.rows, ")");
+        core::quant::dequantRows(w.type, static_cast<const std::byte *>(w.bytes.data_ptr()), w.cols, ip[i],
+                                 ip[i] + 1, out.data_ptr<float>() + i * w.cols, isa);
+    }
+    return dtype == torch::kFloat32 ? out : out.to(dtype);
 }
 
 } // namespace kvwb::gpu::detail

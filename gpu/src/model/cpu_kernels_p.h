@@ -11,6 +11,8 @@
 // as torch's intra-op thread count of the calling thread).
 #pragma once
 
+#include "core/model/dtype.h"
+
 #include <torch/torch.h>
 
 #include <vector>
@@ -42,6 +44,25 @@ torch::Tensor attendOneCpu(const torch::Tensor &q, const torch::Tensor &keys, co
 // at ~10 GB/s on 4 KiB pages and ~19 GB/s on 2 MiB ones here: the hardware prefetcher stops at
 // every 4 KiB page boundary. Does nothing elsewhere, or for less than 1 MiB in all.
 void packWeights(const std::vector<torch::Tensor *> &tensors);
+
+// One anonymous mapping advised MADV_HUGEPAGE (as packWeights places weights) handed out in
+// 64-byte-aligned pieces, for weights written once in place: a model's quantised matrices copied
+// straight off their file, with no heap copy that packWeights would copy again. The mapping lives
+// as long as any piece. Not thread-safe (one loader).
+class PackedArena
+{
+public:
+    explicit PackedArena(int64_t capacity); // bytes (pieces' alignment padding included)
+    // An uninitialised uint8 tensor of n bytes: a piece of the mapping, or of the heap once the
+    // mapping is used up (or where there is none).
+    torch::Tensor take(int64_t n);
+    static int64_t padded(int64_t n) { return (n + 63) / 64 * 64; }
+
+private:
+    std::shared_ptr<void> m_map;
+    char *m_next = nullptr;
+    int64_t m_left = 0;
+};
 
 // Sets the BLAS's own thread count (OpenBLAS keeps a pool that torch's thread setting does not
 // reach) when n > 0; returns the count it had, 0 where the BLAS has no such setting.
@@ -99,5 +120,28 @@ torch::Tensor gluCpu(const torch::Tensor &gateUp, bool gelu);
 // returns dtype (f32: scores itself, overwritten). Rows over the team.
 torch::Tensor attentionSoftmaxCpu(torch::Tensor scores, const torch::Tensor &mask, double scale,
                                   double softcap, torch::Dtype dtype);
+
+// A weight matrix kept in ggml's blocks (core/model/quant_kernels.h): `rows` rows of `cols`
+// elements of `type`, back to back in `bytes` (uint8, on the CPU).
+struct QuantMatrix
+{
+    core::DType type = core::DType::Q8_0;
+    int64_t rows = 0, cols = 0;
+    torch::Tensor bytes;
+};
+
+// y = x W^T (+ bias) for x [t, in] (f32 or bf16, on the CPU) and W stacked from `w`'s parts by
+// rows (a fused q|k|v or gate|up projection whose parts may differ in type); bias [sum of rows] or
+// undefined. Returns [t, sum of rows] of x's dtype, rounded once. One token: the fused dot kernels
+// (core::quant::dotRows, x rounded to 8 bits per 32 elements as llama.cpp's decode rounds it) over
+// the row team, the rows never dequantised; a prompt: each 64-row chunk
+// dequantised once (the floats of core::dequantize, bit for bit) and multiplied on the f32 tiles or
+// the BLAS as an f32 weight would be. The path is core::quant::activeIsa()'s; any CPU runs it.
+torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix> &w,
+                          const torch::Tensor &bias);
+
+// Rows `ids` (int64 on the CPU, each in [0, w.rows)) of w as floats: [n, cols] of dtype (the
+// embedding lookup of a quantised token table).
+torch::Tensor quantRows(const QuantMatrix &w, const torch::Tensor &ids, torch::Dtype dtype);
 
 } // namespace kvwb::gpu::detail

@@ -2,8 +2,10 @@
 
 #include "core/metrics/distributions.h"
 #include "core/model/memory_estimate.h"
+#include "core/model/quant.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "core/util/mapped_file.h"
 #include "core/util/system_memory.h"
 #include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
@@ -43,8 +45,11 @@ constexpr int64_t kQueryBlock = 128;
 // y = x W^T + b.
 struct Proj
 {
-    torch::Tensor w; // [out, in], as in the checkpoint
+    torch::Tensor w; // [out, in], as in the checkpoint; undefined when q holds the weight
     torch::Tensor b; // [out], or undefined
+    // The weight kept in ggml blocks (LoadOptions::dequantize off, CPU): its parts by rows, one per
+    // block type (q, k and v of one type are one part).
+    std::vector<detail::QuantMatrix> q;
 };
 
 struct Layer
@@ -71,7 +76,8 @@ struct Model::Impl
     LoadOptions options;
     torch::Device device = torch::kCPU;
     torch::Dtype dtype = torch::kFloat32;
-    torch::Tensor embed; // [vocab, hidden]
+    torch::Tensor embed; // [vocab, hidden]; undefined when embedQ holds it
+    std::optional<detail::QuantMatrix> embedQ;
     std::vector<Layer> layers;
     torch::Tensor finalNorm; // [hidden]
     Proj lmHead;             // out = vocab (w aliases embed when tied)
@@ -107,6 +113,8 @@ struct Model::Impl
     // through oneDNN at ~4 GB/s).
     torch::Tensor project(const torch::Tensor &x, const Proj &p) const
     {
+        if (!p.q.empty())
+            return detail::quantLinear(x, p.q, p.b);
         if (cpuKernels && x.size(0) == 1)
             return detail::rowGemv(p.w, x.select(0, 0), p.b);
         if (cpuKernels)
@@ -183,8 +191,8 @@ struct Model::Impl
         const int64_t rep = nh / nkv;
         std::vector<int64_t> ids64(ids.begin(), ids.end());
         auto idx = torch::from_blob(ids64.data(), {t}, torch::kInt64).to(device);
-        auto x = embed.index_select(0, idx); // [t, hidden]
-        if (config.scaleEmbeddings)          // HF's normalizer: sqrt(hidden) as a tensor of the compute dtype
+        auto x = embedQ ? detail::quantRows(*embedQ, idx, dtype) : embed.index_select(0, idx); // [t, hidden]
+        if (config.scaleEmbeddings) // HF's normalizer: sqrt(hidden) as a tensor of the compute dtype
             x = x * torch::scalar_tensor(std::sqrt(double(config.hiddenSize)), x.options());
         cache.reserve(total);
 
@@ -334,10 +342,10 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     m.dtype = torchType(options.dtype);
     if (options.device == Device::Cpu) {
         // Refuse a load that cannot fit rather than be killed half-way: the weights as they will be
-        // held (quantised files are dequantised to the compute dtype), against what the machine
+        // held (quantised matrices in their blocks unless dequantised), against what the machine
         // has available now (a second model sees what the first left).
         const int64_t need =
-            core::estimateMemory(m.config, options.dtype == ComputeType::F32 ? 4 : 2, 0).weightBytes;
+            core::heldWeightBytes(checkpoint, options.dtype == ComputeType::F32 ? 4 : 2, !options.dequantize);
         if (const auto available = core::availableMemoryBytes(); available && need > *available)
             throw Error(ErrorCode::Device,
                         fmt::format("{}: its weights need about {:.2f} GB in {}, and this machine has {:.2f} "
@@ -366,18 +374,80 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
             // clone: the mapping is read-only and may be unaligned for the dtype
             auto t = cpu.to(m.device, m.dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
             m.deviceBytes += t.numel() * int64_t(t.element_size());
+            core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
             return t;
         });
     };
+    // Weights kept in their blocks: the CPU, unless asked to dequantise. They go into one packed
+    // mapping sized for all of them.
+    const bool keepQuantized = options.device == Device::Cpu && !options.dequantize;
+    int64_t quantBytes = 0;
+    if (keepQuantized)
+        for (const auto &name : checkpoint.tensorNames())
+            if (const core::TensorRef ref = checkpoint.require(name, {}); core::isBlockQuantized(ref.info->dtype))
+                quantBytes += detail::PackedArena::padded(int64_t(ref.info->bytes));
+    detail::PackedArena arena(quantBytes);
+    auto quantized = [&](const std::string &name, const std::vector<int64_t> &shape) {
+        return keepQuantized && core::isBlockQuantized(checkpoint.require(name, shape).info->dtype);
+    };
+    // Matrices' blocks stacked by rows into one packed buffer, straight off the file (whose pages
+    // are then released), their scales checked; all of one type.
+    using Part = std::pair<std::string, std::vector<int64_t>>;
+    auto quantMatrix = [&](const std::vector<Part> &parts) {
+        std::vector<core::TensorRef> refs;
+        int64_t bytes = 0, rows = 0;
+        for (const auto &[name, shape] : parts) {
+            refs.push_back(checkpoint.require(name, shape));
+            core::checkScales(refs.back().info->dtype, {refs.back().data, size_t(refs.back().info->bytes)},
+                              name);
+            bytes += int64_t(refs.back().info->bytes);
+            rows += shape[0];
+        }
+        return translateTorch(parts[0].first.c_str(), [&] {
+            detail::QuantMatrix q{refs[0].info->dtype, rows, parts[0].second[1], arena.take(bytes)};
+            auto *out = static_cast<std::byte *>(q.bytes.data_ptr());
+            for (const core::TensorRef &ref : refs) {
+                std::memcpy(out, ref.data, size_t(ref.info->bytes));
+                out += ref.info->bytes;
+                core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
+            }
+            m.deviceBytes += bytes;
+            return q;
+        });
+    };
+    // The matrices of one projection stacked by rows: kept in blocks when every one of them is
+    // quantised (adjacent parts of one type in one buffer), else as one tensor of the compute dtype.
+    auto stacked = [&](const std::vector<Part> &parts, torch::Tensor b) {
+        Proj p;
+        p.b = std::move(b);
+        if (std::all_of(parts.begin(), parts.end(),
+                        [&](const Part &x) { return quantized(x.first, x.second); })) {
+            for (size_t i = 0; i < parts.size();) {
+                const core::DType type = checkpoint.require(parts[i].first, {}).info->dtype;
+                size_t j = i + 1;
+                while (j < parts.size() && checkpoint.require(parts[j].first, {}).info->dtype == type)
+                    ++j;
+                p.q.push_back(quantMatrix({parts.begin() + long(i), parts.begin() + long(j)}));
+                i = j;
+            }
+            return p;
+        }
+        std::vector<torch::Tensor> ws;
+        for (const auto &[name, shape] : parts)
+            ws.push_back(tensor(name, shape));
+        p.w = (ws.size() == 1 ? ws[0] : torch::cat(ws)).contiguous();
+        return p;
+    };
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
     m.cpuKernels = m.device.is_cpu() && detail::haveRowGemv(m.dtype);
-    // w [out, in] (fused rows already concatenated), b [out] or undefined.
-    auto proj = [&](torch::Tensor w, torch::Tensor b) { return Proj{w.contiguous(), std::move(b)}; };
 
     const int total = c.numLayers + 2;
     if (!report(0.0, "embeddings"))
         return nullptr;
-    m.embed = tensor("model.embed_tokens.weight", {c.vocabSize, h});
+    if (quantized("model.embed_tokens.weight", {c.vocabSize, h}))
+        m.embedQ = quantMatrix({{"model.embed_tokens.weight", {c.vocabSize, h}}});
+    else
+        m.embed = tensor("model.embed_tokens.weight", {c.vocabSize, h});
     for (int l = 0; l < c.numLayers; ++l) {
         if (!report(double(l + 1) / total, fmt::format("layer {}/{}", l + 1, c.numLayers)))
             return nullptr;
@@ -385,18 +455,18 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         Layer L;
         L.inputNorm = tensor(p + "input_layernorm.weight", {h});
         {
-            auto wq = tensor(p + "self_attn.q_proj.weight", {q, h});
-            auto wk = tensor(p + "self_attn.k_proj.weight", {kv, h});
-            auto wv = tensor(p + "self_attn.v_proj.weight", {kv, h});
             torch::Tensor b;
             if (c.qkvBias)
                 b = torch::cat({tensor(p + "self_attn.q_proj.bias", {q}),
                                 tensor(p + "self_attn.k_proj.bias", {kv}),
                                 tensor(p + "self_attn.v_proj.bias", {kv})});
-            L.qkv = proj(torch::cat({wq, wk, wv}), b);
+            L.qkv = stacked({{p + "self_attn.q_proj.weight", {q, h}},
+                             {p + "self_attn.k_proj.weight", {kv, h}},
+                             {p + "self_attn.v_proj.weight", {kv, h}}},
+                            b);
         }
-        L.o = proj(tensor(p + "self_attn.o_proj.weight", {h, q}),
-                   c.oBias ? tensor(p + "self_attn.o_proj.bias", {h}) : torch::Tensor());
+        L.o = stacked({{p + "self_attn.o_proj.weight", {h, q}}},
+                      c.oBias ? tensor(p + "self_attn.o_proj.bias", {h}) : torch::Tensor());
         if (c.qkNorm) {
             L.qNorm = tensor(p + "self_attn.q_norm.weight", {c.headDim});
             L.kNorm = tensor(p + "self_attn.k_norm.weight", {c.headDim});
@@ -408,17 +478,17 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         }
         L.sliding = c.isSlidingLayer(l);
         {
-            auto wGate = tensor(p + "mlp.gate_proj.weight", {inter, h});
-            auto wUp = tensor(p + "mlp.up_proj.weight", {inter, h});
             torch::Tensor b;
             if (c.mlpBias)
                 b = torch::cat(
                     {tensor(p + "mlp.gate_proj.bias", {inter}), tensor(p + "mlp.up_proj.bias", {inter})});
-            L.gateUp = proj(torch::cat({wGate, wUp}), b);
+            L.gateUp = stacked(
+                {{p + "mlp.gate_proj.weight", {inter, h}}, {p + "mlp.up_proj.weight", {inter, h}}}, b);
         }
-        L.down = proj(tensor(p + "mlp.down_proj.weight", {h, inter}),
-                      c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
+        L.down = stacked({{p + "mlp.down_proj.weight", {h, inter}}},
+                         c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
         translateTorch("weights", [&] {
+            // (quantised parts are packed as they load: detail::PackedArena)
             detail::packWeights({&L.inputNorm, &L.qkv.w, &L.qkv.b, &L.o.w, &L.o.b, &L.qNorm, &L.kNorm,
                                  &L.postNorm, &L.preFfNorm, &L.postFfNorm, &L.gateUp.w, &L.gateUp.b,
                                  &L.down.w, &L.down.b});
@@ -430,10 +500,15 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         return nullptr;
     m.finalNorm = tensor("model.norm.weight", {h});
     translateTorch("weights", [&] {
-        m.lmHead.w = c.tieWordEmbeddings ? torch::Tensor() : tensor("lm_head.weight", {c.vocabSize, h});
+        if (!c.tieWordEmbeddings)
+            m.lmHead = stacked({{"lm_head.weight", {c.vocabSize, h}}}, torch::Tensor());
         detail::packWeights({&m.embed, &m.finalNorm, &m.lmHead.w});
-        if (c.tieWordEmbeddings)
-            m.lmHead.w = m.embed;
+        if (c.tieWordEmbeddings) {
+            if (m.embedQ)
+                m.lmHead.q = {*m.embedQ};
+            else
+                m.lmHead.w = m.embed;
+        }
         return 0;
     });
     m.rope = std::make_shared<detail::RopeTables>(c, m.device);

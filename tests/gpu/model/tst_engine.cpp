@@ -4,6 +4,7 @@
 // conversion, GGUF files against the HF directory they were written from, and the KV cache's
 // read/write/truncate/fork contract.
 #include "core/model/checkpoint.h"
+#include "core/model/dtype.h"
 #include "core/model/gguf_model.h"
 #include "core/model/random_model.h"
 #include "core/util/error.h"
@@ -251,9 +252,92 @@ private Q_SLOTS:
         QVERIFY2(e > 0 && e < 0.05, qPrintable(QString("Q8_0 logits relative error %1").arg(e)));
     }
 
+    // A GGUF's quantised matrices run in their blocks on the CPU (core/model/quant_kernels.h): held
+    // at their stored size; a prompt's logits are those of the weights dequantised at load, bit for
+    // bit (the same floats, the same tiles); one token's come from 8-bit activations, close to them
+    // and the same on any thread count and on the portable path.
+    void quantizedWeightsKeptInBlocks_data()
+    {
+        QTest::addColumn<int>("type");
+        for (core::DType t : {core::DType::Q8_0, core::DType::Q4_0, core::DType::Q4_1, core::DType::Q5_0,
+                              core::DType::Q5_1, core::DType::Q4_K, core::DType::Q5_K, core::DType::Q6_K})
+            QTest::newRow(core::dtypeName(t)) << int(t);
+    }
+    void quantizedWeightsKeptInBlocks()
+    {
+        QFETCH(int, type);
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::RandomModelSpec spec = core::randomModelPreset("gqa");
+        spec.config.hiddenSize = 256; // whole K-quant super-blocks
+        spec.config.numHeads = 4;
+        spec.config.numKvHeads = 2;
+        spec.config.headDim = 64;
+        spec.config.intermediateSize = 512;
+        spec.config.numLayers = 2;
+        spec.seed = 9;
+        core::writeRandomHfModel(dir / "hf", spec);
+        core::writeGguf(core::Checkpoint::open(dir / "hf"), dir / "q.gguf", core::DType(type));
+        const auto file = core::Checkpoint::open(dir / "q.gguf");
+        auto kept = gpu::Model::load(file, {});
+        gpu::LoadOptions deq;
+        deq.dequantize = true;
+        auto ref = gpu::Model::load(file, deq);
+        QVERIFY2(
+            kept->deviceBytes() * 3 < ref->deviceBytes(),
+            qPrintable(
+                QString("%1 bytes kept, %2 dequantised").arg(kept->deviceBytes()).arg(ref->deviceBytes())));
+        const auto ids = randomIds(37, spec.config.vocabSize, 4);
+        auto ck = kept->newCache(), cr = ref->newCache();
+        const auto pk = kept->forward(ids, ck, true), pr = ref->forward(ids, cr, true);
+        bool tiles = false; // the f32 tiles (AVX-512): elsewhere the BLAS multiplies the chunks
+#if defined(__x86_64__) && defined(__GNUC__)
+        tiles = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#endif
+        if (tiles)
+            QVERIFY(pk == pr);
+        else
+            QVERIFY(test::maxRelativeError(pk, pr) < 1e-5);
+        // one token at a time: 8-bit activations, close to the dequantised weights' logits
+        std::vector<float> dk, dr;
+        for (int step = 0; step < 6; ++step) {
+            const auto a = kept->forward({ids[size_t(step)]}, ck), b = ref->forward({ids[size_t(step)]}, cr);
+            dk.insert(dk.end(), a.begin(), a.end());
+            dr.insert(dr.end(), b.begin(), b.end());
+        }
+        const double e = test::maxRelativeError(dk, dr);
+        QVERIFY2(e > 0 && e < 0.05, qPrintable(QString("decode logits relative error %1").arg(e)));
+        // the same on two threads, and on the portable path (the reference of the vector paths)
+        auto decode = [&](const gpu::LoadOptions &o) {
+            auto m = gpu::Model::load(file, o);
+            auto c = m->newCache();
+            std::vector<float> out;
+            for (int step = 0; step < 6; ++step) {
+                const auto a = m->forward({ids[size_t(step)]}, c);
+                out.insert(out.end(), a.begin(), a.end());
+            }
+            return out;
+        };
+        gpu::LoadOptions one, two;
+        one.threads = 1;
+        two.threads = 2;
+        const auto d1 = decode(one);
+        QVERIFY(decode(two) == d1);
+        qputenv("KVWB_QUANT_ISA", "portable");
+        const auto portable = decode(one);
+        qunsetenv("KVWB_QUANT_ISA");
+        QVERIFY2(
+            test::maxRelativeError(portable, d1) < 1e-4,
+            qPrintable(QString("portable path relative error %1").arg(test::maxRelativeError(portable, d1))));
+    }
+
     // Keys read back before RoPE are the reference's keys before RoPE, in every layer: each layer's
     // rotation is undone with that layer's tables (Gemma 3: local and global RoPE).
-    void preRopeKeysMatchReference_data() { variants_data(); }
+    void preRopeKeysMatchReference_data()
+    {
+        variants_data();
+    }
     void preRopeKeysMatchReference()
     {
         QFETCH(QString, variant);

@@ -1,0 +1,81 @@
+// Products and row reads over ggml block-quantised weights kept in their blocks: the engine's CPU
+// path holds a GGUF file's Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K matrices as the file
+// stores them (4.5-8.5 bits a weight) instead of dequantising them at load.
+//
+// Three instruction-set paths, chosen at run time: AVX-512 (F, BW, VL, VNNI), AVX2 (with FMA and
+// F16C) and a portable one (any CPU). KVWB_QUANT_ISA=portable|avx2|avx512 forces one (tests run
+// every path this CPU has; a path the CPU lacks is refused by name). Each path unpacks a block's
+// integer levels into registers:
+// - dotRows (one token, decode): integer dot products of the levels with the activation rounded
+//   to 8 bits per 32 elements (QuantizedActivation, as llama.cpp's decode), one scale per block;
+//   equal to the double-precision dot product of the dequantised weights with that activation up
+//   to f32 rounding (the tests hold every path to a stated bound).
+// - dequantRows (prompts and embeddings): the floats core::dequantize gives, bit for bit (the
+//   same products and sums in the same order), for a product that then runs on f32 tiles with the
+//   activation as it is.
+//
+// Pure functions over caller-owned memory; thread-safe.
+#pragma once
+
+#include "core/model/dtype.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace kvwb::core::quant {
+
+enum class Isa
+{
+    Portable,
+    Avx2,
+    Avx512
+};
+const char *isaName(Isa isa) noexcept;
+std::optional<Isa> parseIsa(std::string_view name) noexcept; // "portable", "avx2", "avx512"
+bool isaSupported(Isa isa) noexcept;                         // this CPU runs the path
+Isa detectedIsa() noexcept;                                  // the best path this CPU runs
+// KVWB_QUANT_ISA when set (Error(InvalidArgument) for an unknown name, Error(Unsupported) for a
+// path this CPU lacks), else detectedIsa(). Read on every call (cheap).
+Isa activeIsa();
+
+// Whether t has kernels here (the eight block types above).
+bool hasKernels(DType t) noexcept;
+
+// One activation row as the dot kernels read it, rounded to 8 bits as llama.cpp's decode rounds it:
+// - for the 32-element types, per 32 elements: d[b] = max |x| / 127, q[i] = round(x[i] / d[b]) in
+//   [-127, 127], xs[b] = d[b] * (sum of the block's q) (the min terms);
+// - for the K-quants (when k is a multiple of 256), per 256 elements: d256, q256, and the sums of
+//   q256 over each 16 elements (bsum16), so that the scales and mins apply in integers.
+// The kernels compute the dot product of the dequantised weights with x^[i] = d * q[i], which
+// differs from x[i] by at most d / 2. A block holding a NaN or infinity gets d = NaN, so the
+// products are NaN too.
+struct QuantizedActivation
+{
+    int64_t k = 0;
+    std::vector<int8_t> q;
+    std::vector<float> d, xs; // per 32 elements
+    std::vector<int8_t> q256;
+    std::vector<float> d256;     // per 256 elements
+    std::vector<int16_t> bsum16; // per 16 elements
+};
+// k must be a multiple of 32. Only the forms asked for are filled (a matrix of one kind of
+// type needs one); the 256-element form only where k is a multiple of 256.
+void quantizeActivation(const float *x, int64_t k, QuantizedActivation &out, bool blocks32 = true,
+                        bool blocks256 = true);
+// x^[i], the activation the kernels multiply rows of type t with (tests and references).
+double dequantizedActivation(const QuantizedActivation &x, DType t, int64_t i);
+
+// y[r - r0] = row r . x^ for rows [r0, r1) of a matrix of `k`-element rows of type t stored back to
+// back (dtypeBytesFor(t, k) bytes each) from w: per 32 weights one integer dot product of the
+// levels (AVX-512 VNNI vpdpbusd, AVX2 vpmaddubsw), scaled once; the portable path sums the same
+// products in f32. k = x.k must be whole blocks.
+void dotRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y,
+             Isa isa);
+
+// Rows [r0, r1) as floats into out[(r - r0) * k ...], equal to core::dequantize of the same bytes.
+void dequantRows(DType t, const std::byte *w, int64_t k, int64_t r0, int64_t r1, float *out, Isa isa);
+
+} // namespace kvwb::core::quant
