@@ -676,9 +676,16 @@ std::vector<std::string> writeGguf(const Checkpoint &from, const fs::path &out, 
                 x += 1.0f; // stored as llama.cpp's converter stores Gemma norms
         DType type = shape.size() == 2 ? weightType : DType::F32;
         if (type != DType::F32 && shape.back() % dtypeBlockElements(type) != 0) {
-            notes.push_back(fmt::format("{}: rows of {} are not whole {} blocks; kept as F32", g,
-                                        shape.back(), dtypeName(type)));
-            type = DType::F32;
+            // llama-quantize's fallbacks for a K-quant whose rows are not whole 256-element
+            // super-blocks (SmolLM's 576 columns): a 32-element type of about the same size
+            const DType fallback = type == DType::Q4_K   ? DType::Q5_0
+                                   : type == DType::Q5_K ? DType::Q5_1
+                                   : type == DType::Q6_K ? DType::Q8_0
+                                                         : DType::F32;
+            const DType kept = shape.back() % dtypeBlockElements(fallback) == 0 ? fallback : DType::F32;
+            notes.push_back(fmt::format("{}: rows of {} are not whole {} blocks; kept as {}", g, shape.back(),
+                                        dtypeName(type), dtypeName(kept)));
+            type = kept;
         }
         w.addTensor(g, type, shape, quantize(type, values, g));
     }
