@@ -152,6 +152,13 @@ std::string bpeJson(const GgufFile &f, const std::vector<std::string> &tokens)
             if (vocab.contains(a) && vocab.contains(b) && vocab.contains(a + b))
                 merges.push_back(s);
         }
+    // (tokenizer.kvwb.normalizer: the tokenizer.json's NFC, which GGUF has no field for)
+    const auto norm = f.string("tokenizer.kvwb.normalizer");
+    if (norm && *norm != "NFC")
+        throw Error(
+            ErrorCode::Unsupported,
+            fmt::format("{}: tokenizer.kvwb.normalizer '{}' is not one kvwb writes (NFC)", file, *norm));
+    const json normalizer = norm ? json{{"type", "NFC"}} : json();
     const auto bos = tokenId(f, "tokenizer.ggml.bos_token_id", tokens.size());
     const bool addBos = f.boolean("tokenizer.ggml.add_bos_token").value_or(false) && bos;
     json post = nullptr;
@@ -168,7 +175,7 @@ std::string bpeJson(const GgufFile &f, const std::vector<std::string> &tokens)
         {"truncation", nullptr},
         {"padding", nullptr},
         {"added_tokens", added},
-        {"normalizer", nullptr},
+        {"normalizer", normalizer},
         {"pre_tokenizer", chosen->make()},
         {"post_processor", post},
         {"decoder",
@@ -597,8 +604,17 @@ void writeBpe(const fs::path &path, GgufWriter &out, int vocabSize)
             ErrorCode::Unsupported,
             fmt::format("{}: its pre_tokenizer matches none of the llama.cpp pre-tokenizers kvwb writes ({})",
                         src, joinNames()));
-    if (j.value("normalizer", json()) != json())
-        throw Error(ErrorCode::Unsupported, fmt::format("{}: a normalizer has no GGUF form", src));
+    // GGUF has no normalizer field and llama.cpp's converter drops it. Qwen2/Qwen3's NFC (the only
+    // one a byte-level BPE vocabulary ships) is kept as tokenizer.kvwb.normalizer, which llama.cpp
+    // ignores and kvwb reads back, so kvwb tokenises the file as the tokenizer.json; any other is
+    // refused rather than silently dropped.
+    const json normalizer = j.value("normalizer", json());
+    const bool nfc = normalizer == json{{"type", "NFC"}};
+    if (normalizer != json() && !nfc)
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("{}: normalizer {} has no GGUF form (NFC or none)", src, normalizer.dump()));
+    if (nfc)
+        out.setString("tokenizer.kvwb.normalizer", "NFC");
     // The model's embedding may have more rows than the tokenizer names (vocab_size 49152 with 258
     // pieces): llama.cpp sizes token_embd from this list, so it covers every row.
     const int n = std::max(tok->vocabSize(), vocabSize);

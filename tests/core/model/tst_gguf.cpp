@@ -14,9 +14,11 @@
 
 #include <QTemporaryDir>
 #include <QTest>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -503,6 +505,38 @@ private Q_SLOTS:
             const auto e = expectError([&] { (void)GgufFile::open(p); });
             QVERIFY(QString::fromStdString(e.what()).contains("general.alignment"));
         }
+    }
+
+    // Qwen2/Qwen3's NFC normalizer has no GGUF field: it is kept as tokenizer.kvwb.normalizer and
+    // read back, so a decomposed accent tokenises as the tokenizer.json does; another normalizer is
+    // refused, not dropped.
+    void nfcNormalizerRoundTrip()
+    {
+        QTemporaryDir dir;
+        const fs::path root = dir.path().toStdString();
+        auto spec = randomModelPreset("qwen2");
+        writeRandomHfModel(root / "hf", spec);
+        const auto hf = Checkpoint::open(root / "hf");
+        auto j = nlohmann::json::parse(std::ifstream(*hf.tokenizerPath()));
+        j["normalizer"] = {{"type", "NFC"}};
+        std::ofstream(root / "nfc.json") << j.dump();
+        const auto original = loadTokenizer(root / "nfc.json");
+        GgufWriter w;
+        writeTokenizerToGguf(root / "nfc.json", w, hf.config().vocabSize);
+        QVERIFY(writeGguf(hf, root / "m.gguf", DType::F32, std::move(w)).empty());
+        const auto f = GgufFile::open(root / "m.gguf");
+        QCOMPARE(f.string("tokenizer.kvwb.normalizer"), std::optional<std::string>("NFC"));
+        const auto back = tokenizerFromGguf(f);
+        const std::string decomposed = "caf\x65\xcc\x81 na\x69\xcc\x88ve"; // e + U+0301, i + U+0308
+        const std::string composed = "caf\xc3\xa9 na\xc3\xafve";
+        QCOMPARE(back->encode(decomposed, false), original->encode(decomposed, false));
+        QCOMPARE(back->encode(decomposed, false), back->encode(composed, false));
+        j["normalizer"] = {{"type", "Lowercase"}};
+        std::ofstream(root / "lower.json") << j.dump();
+        GgufWriter refused;
+        const auto e = expectError([&] { writeTokenizerToGguf(root / "lower.json", refused, 300); });
+        QCOMPARE(e.code(), ErrorCode::Unsupported);
+        QVERIFY(QString::fromStdString(e.what()).contains("Lowercase"));
     }
 
     // A model written as GGUF reads back with the same configuration and the same tensors; the
