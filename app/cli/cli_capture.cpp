@@ -7,6 +7,7 @@
 #include "core/tokenize/tokenizer.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
+#include "core/util/system_memory.h"
 #include "gpu/capture/capture.h"
 #include "gpu/model/device.h"
 #include "gpu/model/model.h"
@@ -200,15 +201,17 @@ int cmdCapture(const QStringList &args)
                           {"read_ms", r.timings.readMs},
                           {"write_ms", r.timings.writeMs},
                           {"file_bytes", fs::file_size(out)},
+                          {"peak_rss_bytes", core::peakResidentBytes().value_or(0)},
                           {"warnings", warnings.size()}};
     if (asJson)
         std::printf("%s\n", summary.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     else
         std::printf(
-            "%s: %d prompts (%lld + %lld tokens) %s, file %.2f MB; prefill %.0f + %.0f ms, write %.0f ms\n",
+            "%s: %d prompts (%lld + %lld tokens) %s, file %.2f MB; prefill %.0f + %.0f ms, write %.0f ms; "
+            "peak resident %.0f MB\n",
             out.c_str(), r.promptsWritten, (long long)r.tokensA, (long long)r.tokensB,
             appending ? "appended" : "written", fs::file_size(out) / 1e6, r.timings.prefillMsA,
-            r.timings.prefillMsB, r.timings.writeMs);
+            r.timings.prefillMsB, r.timings.writeMs, double(core::peakResidentBytes().value_or(0)) / 1e6);
     return r.cancelled ? 130 : 0;
 }
 

@@ -30,4 +30,22 @@ std::optional<int64_t> availableMemoryBytes()
     return out;
 }
 
+std::optional<int64_t> peakResidentBytes()
+{
+    std::FILE *f = std::fopen("/proc/self/status", "re");
+    if (!f)
+        return std::nullopt;
+    std::optional<int64_t> out;
+    char line[256];
+    while (std::fgets(line, sizeof line, f)) {
+        long long kb = 0;
+        if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) {
+            out = int64_t(kb) * 1024;
+            break;
+        }
+    }
+    std::fclose(f);
+    return out;
+}
+
 } // namespace kvwb::core

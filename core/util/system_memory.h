@@ -12,4 +12,8 @@ namespace kvwb::core {
 // nullopt when the figure cannot be read (no /proc: the check is skipped, not guessed).
 std::optional<int64_t> availableMemoryBytes();
 
+// This process's peak resident memory so far (VmHWM from /proc/self/status), for the commands that
+// report what a job cost; nullopt where it cannot be read.
+std::optional<int64_t> peakResidentBytes();
+
 } // namespace kvwb::core

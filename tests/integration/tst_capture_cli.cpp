@@ -137,6 +137,47 @@ private Q_SLOTS:
         QVERIFY2(listing.contains("/kv/b/layer_001/keys"), listing.constData());
     }
 
+    // Capture writes each prompt as it goes: its peak resident memory (peak_rss_bytes, the process's
+    // VmHWM) does not grow with the number of prompts. 40 prompts of ~300 tokens hold ~55 MB more KV
+    // than 10 (6 KB a token of B); the two peaks stay within 16 MB.
+    void peakMemoryDoesNotGrowWithPrompts()
+    {
+        if (test::headlessBuild())
+            QSKIP("the integration build runs it");
+        core::RandomModelSpec wide = core::randomModelPreset("gqa");
+        wide.config.numLayers = 6;
+        wide.config.numKvHeads = 2;
+        wide.config.numHeads = 4;
+        wide.config.headDim = 64;
+        wide.config.hiddenSize = 256;
+        core::writeRandomHfModel(m_dir / "wide", wide);
+        std::string text;
+        for (int i = 0; i < 40; ++i) {
+            std::string line = "Prompt " + std::to_string(i) + ":";
+            while (line.size() < 300)
+                line += " the cache holds keys and values for every layer of every token";
+            text += line.substr(0, 300) + "\n";
+        }
+        test::writeFile(m_dir / "long40.txt", text);
+        auto peak = [&](int n) {
+            const fs::path out = m_dir / ("peak" + std::to_string(n) + ".h5");
+            auto r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "wide"), "--out",
+                              q(out), "--prompts", q(m_dir / "long40.txt"), "--limit", QString::number(n),
+                              "--json", "--threads", "1"});
+            if (r.exitCode != 0)
+                qWarning("%s", r.err.constData());
+            const auto j = QJsonDocument::fromJson(r.out).object();
+            return std::pair{qint64(j["peak_rss_bytes"].toDouble()), qint64(j["tokens_b"].toDouble())};
+        };
+        const auto [p10, t10] = peak(10);
+        const auto [p40, t40] = peak(40);
+        QVERIFY(p10 > 0 && t40 > 3 * t10);
+        qInfo("peak resident: 10 prompts %.1f MB, 40 prompts %.1f MB (%lld and %lld tokens of B)", p10 / 1e6,
+              p40 / 1e6, (long long)t10, (long long)t40);
+        QVERIFY2(p40 < p10 + (16 << 20),
+                 qPrintable(QString("10 prompts: %1 MB, 40 prompts: %2 MB").arg(p10 / 1e6).arg(p40 / 1e6)));
+    }
+
     void layerSelection()
     {
         const fs::path out = m_dir / "layers.h5";
