@@ -9,6 +9,7 @@
 #include "core/knowledge/user_profiles.h"
 #include "core/model/checkpoint.h"
 #include "core/model/gguf_model.h"
+#include "core/model/quant.h"
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
 #include "core/store/converter_store.h"
@@ -17,6 +18,7 @@
 #include "core/store/project.h"
 #include "core/tokenize/gguf_tokenizer.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -287,5 +289,19 @@ int main(int argc, char **argv)
     writeExperimentSeed(out / "experiment" / "deflate.h5", KvStorage::BF16, 1, true);
     if (argc > 2)
         put(out / "tokenizer_model", "demo.model", read(argv[2]));
+    // quant: type byte, rows byte, then blocks (fuzz_quant.cpp): one row of 512 smooth values per type
+    {
+        const DType types[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                               DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+        std::vector<float> values(512);
+        for (size_t i = 0; i < values.size(); ++i)
+            values[i] = float(std::sin(double(i) * 0.37) * 0.05);
+        for (int i = 0; i < 8; ++i) {
+            const auto blocks = quantize(types[i], values, "seed");
+            std::string bytes{char(i), char(0)};
+            bytes.append(reinterpret_cast<const char *>(blocks.data()), blocks.size());
+            put(out / "quant", std::string(dtypeName(types[i])) + ".bin", bytes);
+        }
+    }
     return 0;
 }
