@@ -4,6 +4,7 @@
 #include "core/model/checkpoint.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/error.h"
+#include "core/util/system_memory.h"
 #include "gpu/model/device.h"
 #include "gpu/model/model.h"
 
@@ -244,9 +245,14 @@ int cmdBench(const QStringList &args)
                                  {"dtype", gpu::computeTypeName(opts.dtype)},
                                  {"threads",
                                   opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency())},
-                                 {"rows", rows}}
+                                 {"rows", rows},
+                                 {"weight_bytes", model->deviceBytes()},
+                                 {"peak_rss_bytes", core::peakResidentBytes().value_or(0)}}
                                 .dump(2, ' ', false, json::error_handler_t::replace)
                                 .c_str());
+    else
+        std::printf("\nweights held: %.1f MB; peak resident memory (VmHWM): %.1f MB\n",
+                    double(model->deviceBytes()) / 1e6, double(core::peakResidentBytes().value_or(0)) / 1e6);
     return 0;
 }
 
