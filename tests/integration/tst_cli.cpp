@@ -12,6 +12,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -360,6 +361,9 @@ private Q_SLOTS:
         QCOMPARE(r.exitCode, 0);
         QVERIFY(r.out.contains("prefill tok/s"));
         QVERIFY(r.out.contains("|            16 |"));
+        QVERIFY(QRegularExpression(R"(peak resident memory \(VmHWM\): [1-9][0-9]*\.[0-9] MB)")
+                    .match(QString::fromUtf8(r.out))
+                    .hasMatch());
     }
 
     // Each bad input: non-zero exit, no crash, one line on stderr naming the culprit.
