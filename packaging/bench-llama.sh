@@ -7,7 +7,7 @@
 # Debian package "time"), "-" without it. A measurement tool, never run by the tests.
 #
 #   LLAMA_BENCH=~/llama.cpp/build/bin/llama-bench packaging/bench-llama.sh \
-#       [--threads 1,2] [--rounds 3] [--prompt 128] [--gen 32] [--kvwb PATH] [-- kvwb bench flags] FILE.gguf...
+#       [--threads 1,2] [--rounds 3] [--prompt 128] [--gen 32] [--kvwb PATH] [--kvwb-args "--dtype bf16"] FILE.gguf...
 set -euo pipefail
 
 THREADS=1,2
@@ -24,7 +24,7 @@ while [ $# -gt 0 ]; do
     --prompt) PROMPT="$2"; shift 2 ;;
     --gen) GEN="$2"; shift 2 ;;
     --kvwb) KVWB="$2"; shift 2 ;;
-    --) shift; while [ $# -gt 0 ] && [[ "$1" == -* ]]; do EXTRA+=("$1"); shift; done ;;
+    --kvwb-args) read -r -a EXTRA <<<"$2"; shift 2 ;;
     -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) FILES+=("$1"); shift ;;
   esac
@@ -58,7 +58,7 @@ for f in "${FILES[@]}"; do
     : >"$tmp/kpp"; : >"$tmp/ktg"; : >"$tmp/kmem"; : >"$tmp/lpp"; : >"$tmp/ltg"; : >"$tmp/lmem"
     for _ in $(seq "$ROUNDS"); do
       "$KVWB" bench "$f" --threads "$t" --lengths "$PROMPT" --decode-tokens "$GEN" --repeats 1 --json \
-        "${EXTRA[@]}" >"$tmp/k.json" 2>/dev/null
+        ${EXTRA[@]+"${EXTRA[@]}"} >"$tmp/k.json" 2>/dev/null
       jq -r '.rows[0].prefill_tok_s' "$tmp/k.json" >>"$tmp/kpp"
       jq -r '.rows[0].decode_tok_s' "$tmp/k.json" >>"$tmp/ktg"
       jq -r '.peak_rss_bytes / 1e9' "$tmp/k.json" >>"$tmp/kmem"
