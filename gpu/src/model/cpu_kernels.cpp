@@ -635,40 +635,6 @@ torch::Tensor attendOneCpu(const torch::Tensor &q, const torch::Tensor &keys, co
     return dt == torch::kFloat32 ? out : out.to(dt);
 }
 
-void packWeights(const std::vector<torch::Tensor *> &tensors)
-{
-#ifdef __linux__
-    constexpr size_t kHuge = size_t(2) << 20, kAlign = 64;
-    size_t total = 0;
-    for (const torch::Tensor *t : tensors)
-        if (t->defined() && t->device().is_cpu())
-            total += (size_t(t->nbytes()) + kAlign - 1) / kAlign * kAlign;
-    if (total < kHuge / 2) // not even half a huge page: nothing to gain
-        return;
-    auto map = std::make_shared<Mapping>();
-    const size_t bytes = (total + kHuge - 1) / kHuge * kHuge + kHuge; // + one to align the start
-    void *raw = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED)
-        return;
-    map->base = raw;
-    map->bytes = bytes;
-    auto *p = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(raw) + kHuge - 1) / kHuge * kHuge);
-    madvise(p, total, MADV_HUGEPAGE); // advice only: without THP the pages stay ordinary ones
-    for (torch::Tensor *t : tensors) {
-        if (!t->defined() || !t->device().is_cpu())
-            continue;
-        // each tensor's deleter holds the mapping: it is unmapped with the last of them
-        auto packed = torch::from_blob(
-            p, t->sizes(), [map](void *) {}, t->options());
-        packed.copy_(*t);
-        *t = packed;
-        p += (size_t(packed.nbytes()) + kAlign - 1) / kAlign * kAlign;
-    }
-#else
-    (void)tensors;
-#endif
-}
-
 PackedArena::PackedArena(int64_t capacity)
 {
 #ifdef __linux__

@@ -38,17 +38,11 @@ torch::Tensor rowGemv(const torch::Tensor &w, const torch::Tensor &x, const torc
 torch::Tensor attendOneCpu(const torch::Tensor &q, const torch::Tensor &keys, const torch::Tensor &values,
                            int64_t k0, int64_t k1, double scale, double softcap);
 
-// Moves CPU tensors into one anonymous mapping advised MADV_HUGEPAGE (2 MiB pages where
-// transparent huge pages are on "madvise" or "always"); each tensor is replaced by a view of it
-// and the mapping lives as long as any of them. Streaming a 135M model's weights once per token ran
-// at ~10 GB/s on 4 KiB pages and ~19 GB/s on 2 MiB ones here: the hardware prefetcher stops at
-// every 4 KiB page boundary. Does nothing elsewhere, or for less than 1 MiB in all.
-void packWeights(const std::vector<torch::Tensor *> &tensors);
-
-// One anonymous mapping advised MADV_HUGEPAGE (as packWeights places weights) handed out in
-// 64-byte-aligned pieces, for weights written once in place: a model's quantised matrices copied
-// straight off their file, with no heap copy that packWeights would copy again. The mapping lives
-// as long as any piece. Not thread-safe (one loader).
+// One anonymous mapping advised MADV_HUGEPAGE (2 MiB pages where transparent huge pages are on
+// "madvise" or "always") handed out in 64-byte-aligned pieces, for weights written once in place
+// as they load. Streaming a 135M model's weights once per token ran at ~10 GB/s on 4 KiB pages and
+// ~19 GB/s on 2 MiB ones here: the hardware prefetcher stops at every 4 KiB page boundary. The
+// mapping lives as long as any piece. Not thread-safe (one loader).
 class PackedArena
 {
 public:

@@ -358,35 +358,57 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
                   kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
 
-    auto tensor = [&](const std::string &name, std::vector<int64_t> shape) {
-        const core::TensorRef ref = checkpoint.require(name, shape);
-        return translateTorch(name.c_str(), [&] {
-            if (core::isBlockQuantized(ref.info->dtype)) {
-                // GGUF blocks: dequantise one tensor at a time, then convert like an f32 one
-                std::vector<float> values = core::toFloatVector(ref);
-                auto t = torch::from_blob(values.data(), shape, torch::kFloat32)
-                             .to(m.device, m.dtype, /*non_blocking=*/false, /*copy=*/true)
-                             .contiguous();
-                m.deviceBytes += t.numel() * int64_t(t.element_size());
-                return t;
-            }
-            auto cpu = torch::from_blob(const_cast<std::byte *>(ref.data), shape, torchType(ref.info->dtype));
-            // clone: the mapping is read-only and may be unaligned for the dtype
-            auto t = cpu.to(m.device, m.dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
-            m.deviceBytes += t.numel() * int64_t(t.element_size());
-            core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
-            return t;
-        });
-    };
-    // Weights kept in their blocks: the CPU, unless asked to dequantise. They go into one packed
-    // mapping sized for all of them.
-    const bool keepQuantized = options.device == Device::Cpu && !options.dequantize;
-    int64_t quantBytes = 0;
-    if (keepQuantized)
-        for (const auto &name : checkpoint.tensorNames())
-            if (const core::TensorRef ref = checkpoint.require(name, {}); core::isBlockQuantized(ref.info->dtype))
+    // Weights kept in their blocks: the CPU, unless asked to dequantise. On the CPU every weight is
+    // written once into a packed mapping sized for all of them (detail::PackedArena: quantised
+    // blocks in one, tensors of the compute dtype in another), not copied to the heap and then
+    // again into huge pages: a 0.6B bf16 model peaked at its weights plus the embedding twice.
+    const bool onCpu = options.device == Device::Cpu;
+    const bool keepQuantized = onCpu && !options.dequantize;
+    const int64_t elementBytes = int64_t(c10::elementSize(m.dtype));
+    int64_t quantBytes = 0, denseBytes = 0;
+    if (onCpu)
+        for (const auto &name : checkpoint.tensorNames()) {
+            const core::TensorRef ref = checkpoint.require(name, {});
+            if (keepQuantized && core::isBlockQuantized(ref.info->dtype))
                 quantBytes += detail::PackedArena::padded(int64_t(ref.info->bytes));
-    detail::PackedArena arena(quantBytes);
+            else
+                denseBytes += detail::PackedArena::padded(ref.info->numel() * elementBytes);
+        }
+    detail::PackedArena arena(quantBytes), dense(denseBytes);
+    // An uninitialised tensor of the compute dtype: a piece of the dense arena on the CPU.
+    auto denseTensor = [&](const std::vector<int64_t> &shape) {
+        int64_t n = 1;
+        for (int64_t d : shape)
+            n *= d;
+        torch::Tensor bytes = dense.take(n * elementBytes);
+        return torch::from_blob(
+            bytes.data_ptr(), shape, [bytes](void *) {}, torch::TensorOptions().dtype(m.dtype));
+    };
+    // The tensor's values converted into dst (of the compute dtype, on the device); its file pages
+    // are released once copied.
+    auto loadInto = [&](const std::string &name, const std::vector<int64_t> &shape, torch::Tensor dst) {
+        const core::TensorRef ref = checkpoint.require(name, shape);
+        translateTorch(name.c_str(), [&] {
+            if (core::isBlockQuantized(ref.info->dtype)) { // GGUF blocks: dequantised one tensor at a time
+                std::vector<float> values = core::toFloatVector(ref);
+                dst.copy_(torch::from_blob(values.data(), shape, torch::kFloat32));
+            } else { // (the mapping is read-only and may be unaligned for the dtype: copied, not viewed)
+                dst.copy_(
+                    torch::from_blob(const_cast<std::byte *>(ref.data), shape, torchType(ref.info->dtype)));
+            }
+            return 0;
+        });
+        core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
+        m.deviceBytes += dst.numel() * elementBytes;
+    };
+    auto tensor = [&](const std::string &name, std::vector<int64_t> shape) {
+        torch::Tensor t = translateTorch(name.c_str(), [&] {
+            return onCpu ? denseTensor(shape)
+                         : torch::empty(shape, torch::TensorOptions().dtype(m.dtype).device(m.device));
+        });
+        loadInto(name, shape, t);
+        return t;
+    };
     auto quantized = [&](const std::string &name, const std::vector<int64_t> &shape) {
         return keepQuantized && core::isBlockQuantized(checkpoint.require(name, shape).info->dtype);
     };
@@ -432,10 +454,24 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
             }
             return p;
         }
-        std::vector<torch::Tensor> ws;
-        for (const auto &[name, shape] : parts)
-            ws.push_back(tensor(name, shape));
-        p.w = (ws.size() == 1 ? ws[0] : torch::cat(ws)).contiguous();
+        int64_t rows = 0;
+        for (const auto &part : parts)
+            rows += part.second[0];
+        if (parts.size() == 1) {
+            p.w = tensor(parts[0].first, parts[0].second);
+        } else {
+            torch::Tensor whole = translateTorch(parts[0].first.c_str(), [&] {
+                const std::vector<int64_t> shape{rows, parts[0].second[1]};
+                return onCpu ? denseTensor(shape)
+                             : torch::empty(shape, torch::TensorOptions().dtype(m.dtype).device(m.device));
+            });
+            int64_t at = 0;
+            for (const auto &[name, shape] : parts) {
+                loadInto(name, shape, whole.narrow(0, at, shape[0]));
+                at += shape[0];
+            }
+            p.w = whole;
+        }
         return p;
     };
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
@@ -487,30 +523,17 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
         }
         L.down = stacked({{p + "mlp.down_proj.weight", {h, inter}}},
                          c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
-        translateTorch("weights", [&] {
-            // (quantised parts are packed as they load: detail::PackedArena)
-            detail::packWeights({&L.inputNorm, &L.qkv.w, &L.qkv.b, &L.o.w, &L.o.b, &L.qNorm, &L.kNorm,
-                                 &L.postNorm, &L.preFfNorm, &L.postFfNorm, &L.gateUp.w, &L.gateUp.b,
-                                 &L.down.w, &L.down.b});
-            return 0;
-        });
         m.layers.push_back(std::move(L));
     }
     if (!report(double(total - 1) / total, "output"))
         return nullptr;
     m.finalNorm = tensor("model.norm.weight", {h});
-    translateTorch("weights", [&] {
-        if (!c.tieWordEmbeddings)
-            m.lmHead = stacked({{"lm_head.weight", {c.vocabSize, h}}}, torch::Tensor());
-        detail::packWeights({&m.embed, &m.finalNorm, &m.lmHead.w});
-        if (c.tieWordEmbeddings) {
-            if (m.embedQ)
-                m.lmHead.q = {*m.embedQ};
-            else
-                m.lmHead.w = m.embed;
-        }
-        return 0;
-    });
+    if (!c.tieWordEmbeddings)
+        m.lmHead = stacked({{"lm_head.weight", {c.vocabSize, h}}}, torch::Tensor());
+    else if (m.embedQ)
+        m.lmHead.q = {*m.embedQ};
+    else
+        m.lmHead.w = m.embed;
     m.rope = std::make_shared<detail::RopeTables>(c, m.device);
     report(1.0, "ready");
     return model;
