@@ -163,11 +163,20 @@ int cmdCapture(const QStringList &args)
     const fs::path out = str(p.value("out"));
     const bool asJson = p.isSet("json");
     std::optional<InterruptScope> ctrlC(std::in_place);
+    const auto started = std::chrono::steady_clock::now();
     const auto fc = jobs::captureIntoFile(
         out, *pair.a, *pair.tokA, *pair.b, *pair.tokB, prompts, co, str(p.value("prompts")),
         [&](int done, int total) {
-            if (!asJson && (done % 10 == 0 || done == total))
-                std::fprintf(stderr, "\rcaptured %d/%d prompts", done, total);
+            if (!asJson && (done % 10 == 0 || done == total)) {
+                // the time left at the pace so far (prompts of the same file are alike in length)
+                const double s =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+                if (done > 0 && done < total)
+                    std::fprintf(stderr, "\rcaptured %d/%d prompts, about %.0f s left   ", done, total,
+                                 s / done * (total - done));
+                else
+                    std::fprintf(stderr, "\rcaptured %d/%d prompts in %.1f s          ", done, total, s);
+            }
             return !InterruptScope::interrupted();
         },
         [&](const jobs::CaptureProjection &projected) {

@@ -152,11 +152,15 @@ private Q_SLOTS:
         wide.config.hiddenSize = 256;
         core::writeRandomHfModel(m_dir / "wide", wide);
         std::string text;
+        const std::string filler = " the cache holds keys and values for every layer of every token";
         for (int i = 0; i < 40; ++i) {
-            std::string line = "Prompt " + std::to_string(i) + ":";
+            char head[32];
+            std::snprintf(head, sizeof head, "Prompt %d:", i);
+            std::string line(head);
             while (line.size() < 300)
-                line += " the cache holds keys and values for every layer of every token";
-            text += line.substr(0, 300) + "\n";
+                line.append(filler);
+            line.resize(300);
+            text.append(line).push_back('\n');
         }
         test::writeFile(m_dir / "long40.txt", text);
         auto peak = [&](int n) {
@@ -229,6 +233,10 @@ private Q_SLOTS:
                 reported = it.next().captured(1).toInt();
         }
         QVERIFY2(reported >= 20, err.constData());
+        QVERIFY2(QRegularExpression("captured 20/300 prompts, about \\d+ s left")
+                     .match(QString::fromUtf8(err))
+                     .hasMatch(),
+                 err.constData()); // the time left at the pace so far
         ::kill(pid_t(p.processId()), SIGKILL);
         p.waitForFinished();
         QCOMPARE(p.exitStatus(), QProcess::CrashExit);
