@@ -22,6 +22,7 @@
 #include <QLineSeries>
 #include <QMenu>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTableWidget>
@@ -134,6 +135,28 @@ private Q_SLOTS:
         const QString text = panel.findChild<QLabel *>("estimateA")->text();
         QVERIFY2(text.contains("3 layers") && text.contains("GGUF file") && text.contains("Q8_0"),
                  qPrintable(text));
+        // quantised weights are held in their blocks on the CPU unless "dequantise" is checked: the
+        // estimate counts them at their stored size, and the choice carries the box
+        const auto weights = [&] {
+            const QRegularExpression re("weights ([0-9.]+) (KB|MB|GB)");
+            const auto m = re.match(panel.findChild<QLabel *>("estimateA")->text());
+            return m.hasMatch() ? m.captured(1).toDouble() * (m.captured(2) == "KB"   ? 1e3
+                                                              : m.captured(2) == "MB" ? 1e6
+                                                                                      : 1e9)
+                                : -1.0;
+        };
+        QVERIFY2(text.contains("quantised weights kept in their blocks"), qPrintable(text));
+        const double kept = weights();
+        auto *box = panel.findChild<QCheckBox *>("dequantizeA");
+        QVERIFY(box && !box->isChecked() && !panel.choice('a').dequantize);
+        box->setChecked(true);
+        const QString deq = panel.findChild<QLabel *>("estimateA")->text();
+        QVERIFY2(deq.contains("dequantised to f32 as it loads"), qPrintable(deq));
+        QVERIFY2(kept > 0 && weights() > 3 * kept,
+                 qPrintable(QString("%1 kept, %2 dequantised").arg(kept).arg(weights())));
+        QVERIFY(panel.choice('a').dequantize);
+        panel.setChoice('b', panel.choice('a'));
+        QVERIFY(panel.choice('b').dequantize && panel.findChild<QCheckBox *>("dequantizeB")->isChecked());
         panel.findChild<QLineEdit *>("pathA")->setText(QString::fromStdString((dir / "hf").string()));
         QVERIFY(!panel.findChild<QLabel *>("estimateA")->text().contains("GGUF"));
     }
