@@ -29,11 +29,11 @@ namespace kvwb::ui {
 // What the user chose for one model.
 struct ModelChoice
 {
-    QString path;           // HF directory, .gguf file or llama2.c .bin
-    QString device = "cpu"; // cpu | cuda
-    QString dtype = "f32";  // f32 | bf16 | f16
-    int threads = 0;        // 0 = all cores
-    int context = 0;        // positions served (gpu::LoadOptions::context); 0 = the model's own
+    QString path;            // HF directory, .gguf file or llama2.c .bin
+    QString device = "cpu";  // cpu | cuda
+    QString dtype = "f32";   // f32 | bf16 | f16
+    int threads = 0;         // 0 = all cores
+    int context = 0;         // positions served (gpu::LoadOptions::context); 0 = the model's own
     bool dequantize = false; // GGUF quantised weights dequantised at load (gpu::LoadOptions::dequantize)
 };
 

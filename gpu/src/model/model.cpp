@@ -340,47 +340,37 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     m.context = options.context > 0 ? options.context : m.config.contextLimit();
     m.device = options.device == Device::Cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     m.dtype = torchType(options.dtype);
-    if (options.device == Device::Cpu) {
+    // Weights kept in their blocks: the CPU, unless asked to dequantise. On the CPU every weight is
+    // written once into one packed mapping sized for all of them as held (detail::PackedArena), not
+    // copied to the heap and then again into huge pages: a 0.6B bf16 model peaked at its weights
+    // plus the embedding twice.
+    const bool onCpu = options.device == Device::Cpu;
+    const bool keepQuantized = onCpu && !options.dequantize;
+    const int64_t elementBytes = int64_t(c10::elementSize(m.dtype));
+    int64_t held = 0;
+    if (onCpu) {
         // Refuse a load that cannot fit rather than be killed half-way: the weights as they will be
-        // held (quantised matrices in their blocks unless dequantised), against what the machine
-        // has available now (a second model sees what the first left).
-        const int64_t need =
-            core::heldWeightBytes(checkpoint, options.dtype == ComputeType::F32 ? 4 : 2, !options.dequantize);
-        if (const auto available = core::availableMemoryBytes(); available && need > *available)
+        // held, against what the machine has available now (a second model sees what the first left).
+        held = core::heldWeightBytes(checkpoint, int(elementBytes), keepQuantized);
+        if (const auto available = core::availableMemoryBytes(); available && held > *available)
             throw Error(ErrorCode::Device,
                         fmt::format("{}: its weights need about {:.2f} GB in {}, and this machine has {:.2f} "
                                     "GB available (MemAvailable){}; not loaded",
-                                    checkpoint.path().string(), double(need) / 1e9,
+                                    checkpoint.path().string(), double(held) / 1e9,
                                     core::computeTypeName(options.dtype), double(*available) / 1e9,
                                     options.dtype == ComputeType::F32 ? "; --dtype bf16 halves them" : ""));
     }
     const core::ModelConfig &c = m.config;
     const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
                   kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
-
-    // Weights kept in their blocks: the CPU, unless asked to dequantise. On the CPU every weight is
-    // written once into a packed mapping sized for all of them (detail::PackedArena: quantised
-    // blocks in one, tensors of the compute dtype in another), not copied to the heap and then
-    // again into huge pages: a 0.6B bf16 model peaked at its weights plus the embedding twice.
-    const bool onCpu = options.device == Device::Cpu;
-    const bool keepQuantized = onCpu && !options.dequantize;
-    const int64_t elementBytes = int64_t(c10::elementSize(m.dtype));
-    int64_t quantBytes = 0, denseBytes = 0;
-    if (onCpu)
-        for (const auto &name : checkpoint.tensorNames()) {
-            const core::TensorRef ref = checkpoint.require(name, {});
-            if (keepQuantized && core::isBlockQuantized(ref.info->dtype))
-                quantBytes += detail::PackedArena::padded(int64_t(ref.info->bytes));
-            else
-                denseBytes += detail::PackedArena::padded(ref.info->numel() * elementBytes);
-        }
-    detail::PackedArena arena(quantBytes), dense(denseBytes);
-    // An uninitialised tensor of the compute dtype: a piece of the dense arena on the CPU.
+    // (each piece is padded to 64 bytes)
+    detail::PackedArena arena(held > 0 ? held + 64 * int64_t(checkpoint.tensorNames().size()) : 0);
+    // An uninitialised tensor of the compute dtype: a piece of the arena on the CPU.
     auto denseTensor = [&](const std::vector<int64_t> &shape) {
         int64_t n = 1;
         for (int64_t d : shape)
             n *= d;
-        torch::Tensor bytes = dense.take(n * elementBytes);
+        torch::Tensor bytes = arena.take(n * elementBytes);
         return torch::from_blob(
             bytes.data_ptr(), shape, [bytes](void *) {}, torch::TensorOptions().dtype(m.dtype));
     };
