@@ -127,6 +127,7 @@ int cmdCapture(const QStringList &args)
                  "N"});
     p.addOption({"dequantize", "Dequantise GGUF quantised weights at load instead of running them in their "
                                "blocks on the CPU."});
+    addCacheOptions(p);
     p.addOption({"align-policy",
                  "Where A and B tokenise a prompt differently, which overlapping A token each B token pairs "
                  "with: last (default: the one covering the end of B's token), first or longest.",
@@ -183,9 +184,10 @@ int cmdCapture(const QStringList &args)
             if (!asJson)
                 std::fprintf(stderr,
                              "capture: %zu prompts, %lld tokens of A and %lld of B: about "
-                             "%.1f MB of KV (%s, uncompressed)\n",
+                             "%.1f MB of KV (%s, uncompressed); %.1f MB of working memory per prompt\n",
                              prompts.size(), (long long)projected.tokensA, (long long)projected.tokensB,
-                             double(projected.bytes) / 1e6, core::kvStorageName(co.file.storage));
+                             double(projected.bytes) / 1e6, core::kvStorageName(co.file.storage),
+                             double(projected.workingSetBytes) / 1e6);
         });
     ctrlC.reset();
     const auto &r = fc.result;
@@ -198,6 +200,7 @@ int cmdCapture(const QStringList &args)
     const json summary = {{"out", out.string()},
                           {"appended", appending},
                           {"projected_bytes", fc.projected.bytes},
+                          {"working_set_bytes", fc.projected.workingSetBytes},
                           {"prompts_written", r.promptsWritten},
                           {"first_prompt", r.firstPrompt},
                           {"cancelled", r.cancelled},

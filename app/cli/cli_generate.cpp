@@ -243,6 +243,7 @@ int cmdBench(const QStringList &args)
     if (asJson)
         std::printf("%s\n", json{{"device", gpu::deviceName(opts.device)},
                                  {"dtype", gpu::computeTypeName(opts.dtype)},
+                                 {"kv_dtype", gpu::computeTypeName(model->kvDtype())},
                                  {"threads",
                                   opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency())},
                                  {"rows", rows},

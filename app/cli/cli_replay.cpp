@@ -404,6 +404,10 @@ int cmdReplay(const QStringList &args)
         converter.emplace(
             gpu::Converter::create(core::loadConverters(exp->path(), str(p.value("converter"))), *a, *b));
     }
+    job.options.tiers = o.tiers;
+    job.options.prefixLimits = o.prefixLimits;
+    job.options.maxTokens = o.maxTokens;
+    jobs::checkReplayWorkingSet(job, requests, *a, *tokA, b.get(), tokB.get());
     std::vector<std::string>
         embedTexts; // what the semantic tier embeds: the lexical-idf embedder's documents
     for (const auto &r : requests)

@@ -22,6 +22,14 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
     if (p.isSet("context"))
         o.context = intOption(p, "context", 0, 1, core::kMaxPositions);
     o.dequantize = p.isSet("dequantize");
+    if (p.isSet("kv-dtype")) {
+        auto t = gpu::parseComputeType(str(p.value("kv-dtype")));
+        if (!t)
+            throw UsageError{"--kv-dtype expects f32, bf16 or f16, got '" + str(p.value("kv-dtype")) + "'"};
+        o.kvDtype = *t;
+    }
+    if (p.isSet("prefill-chunk"))
+        o.prefillChunk = intOption(p, "prefill-chunk", 0, 1, core::kMaxPositions);
     return o;
 }
 
@@ -57,6 +65,19 @@ void addEngineOptions(QCommandLineParser &p)
     p.addOption({"dequantize",
                  "Dequantise a GGUF file's quantised weights at load (to --dtype) instead of running them "
                  "in their blocks on the CPU (the reference path; about 2-7x the memory)."});
+    addCacheOptions(p);
+}
+
+void addCacheOptions(QCommandLineParser &p)
+{
+    p.addOption({"kv-dtype",
+                 "The KV cache's element type: f32, bf16 or f16 (default: the compute dtype). bf16 halves an "
+                 "f32 model's cache; attention reads it widened to f32.",
+                 "DTYPE"});
+    p.addOption({"prefill-chunk",
+                 "Prompt tokens per step through the layers (default 2048): a longer prompt runs in chunks, "
+                 "so its activations and attention scores are bounded by one chunk.",
+                 "N"});
 }
 
 } // namespace kvwb::app::cli

@@ -23,8 +23,10 @@ using jobs::PromptFileOptions;
 using jobs::PromptText;
 using jobs::readPromptFile;
 
-// --device, --dtype, --threads, --context
+// --device, --dtype, --threads, --context, --dequantize and addCacheOptions
 void addEngineOptions(QCommandLineParser &p);
+// --kv-dtype (the KV cache's element type) and --prefill-chunk (prompt tokens per step).
+void addCacheOptions(QCommandLineParser &p);
 // Reads --device, --threads and the compute dtype from dtypeFlag (capture calls it --compute-dtype
 // because its --dtype is the storage type).
 gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFlag = "dtype");

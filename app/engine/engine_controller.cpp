@@ -72,6 +72,14 @@ gpu::LoadOptions loadOptions(const ModelRequest &r)
     o.threads = r.threads;
     o.context = r.context;
     o.dequantize = r.dequantize;
+    if (!r.kvDtype.isEmpty()) {
+        const auto kv = gpu::parseComputeType(r.kvDtype.toStdString());
+        if (!kv)
+            throw core::Error(core::ErrorCode::InvalidArgument, "unknown KV dtype '" +
+                                                                    r.kvDtype.toStdString() +
+                                                                    "': expected f32, bf16 or f16");
+        o.kvDtype = *kv;
+    }
     return o;
 }
 
@@ -618,6 +626,7 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
             requireExperimentModels(request.experimentPath);
             conv = &converter(request.experimentPath, request.converter);
         }
+        jobs::checkReplayWorkingSet(replayJob, requests, *m_a, *m_tokA, m_b.get(), m_tokB.get());
         std::vector<std::string> embedTexts; // the lexical-idf embedder's documents
         for (const auto &r : requests)
             embedTexts.push_back(o.embedQuestion && !r.question.empty() ? r.question : r.prompt);

@@ -4,6 +4,7 @@
 #include "core/util/build_info.h"
 #include "core/util/error.h"
 #include "core/util/sha256.h"
+#include "core/util/system_memory.h"
 #include "gpu/model/device.h"
 
 #include <QDateTime>
@@ -57,9 +58,14 @@ CaptureProjection projectCapture(const gpu::Model &a, const core::Tokenizer &tok
     };
     CaptureProjection p;
     for (const auto &prompt : prompts) {
-        p.tokensA += tokens(a, tokA, prompt.text, prompt.idsA);
-        p.tokensB += tokens(b, tokB, prompt.text, prompt.idsB);
+        const int64_t na = tokens(a, tokA, prompt.text, prompt.idsA),
+                      nb = tokens(b, tokB, prompt.text, prompt.idsB);
+        p.tokensA += na;
+        p.tokensB += nb;
+        p.longestA = std::max(p.longestA, na);
+        p.longestB = std::max(p.longestB, nb);
     }
+    p.workingSetBytes = requestWorkingSetBytes(a, p.longestA) + requestWorkingSetBytes(b, p.longestB);
     p.bytes = p.tokensA * perToken(a, o.layersA) + p.tokensB * perToken(b, o.layersB);
     return p;
 }
@@ -87,14 +93,13 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
                          {"key_form", core::keyFormName(co.file.keyForm)},
                          {"device", gpu::deviceName(a.options().device)},
                          {"compute_dtype", gpu::computeTypeName(a.options().dtype)},
+                         {"kv_dtype", gpu::computeTypeName(a.kvDtype())},
                          {"layers_a", co.layersA},
                          {"layers_b", co.layersB}};
     FileCapture fc;
     // What it will write, against what the file system holds: refused before the first prompt
     // rather than stopped by a full disk (tests inject the figure: KVWB_TEST_DISK_AVAILABLE).
     fc.projected = projectCapture(a, tokA, b, tokB, prompts, co);
-    if (projected)
-        projected(fc.projected);
     {
         std::optional<int64_t> free;
         if (const char *injected = std::getenv("KVWB_TEST_DISK_AVAILABLE")) {
@@ -118,6 +123,13 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
                             double(fc.projected.bytes) / 1e9, core::kvStorageName(co.file.storage),
                             double(*free) / 1e9));
     }
+    core::checkWorkingSet(fmt::format("capturing {}", out.string()), fc.projected.workingSetBytes,
+                          fmt::format("the longest prompt's KV caches, their f32 copies and activations: {} "
+                                      "tokens of A, {} of B",
+                                      fc.projected.longestA, fc.projected.longestB),
+                          "--max-tokens caps the prompts; --kv-dtype bf16 halves the caches");
+    if (projected) // once it will start
+        projected(fc.projected);
     fc.appended = fs::exists(out);
     auto writer = fc.appended ? core::ExperimentWriter::append(out, infoA, infoB)
                               : core::ExperimentWriter::create(

@@ -29,6 +29,10 @@ struct CaptureProjection
 {
     int64_t tokensA = 0, tokensB = 0;
     int64_t bytes = 0;
+    int64_t longestA = 0, longestB = 0; // tokens of the longest prompt of each model
+    // memory one prompt holds while both models run it (requestWorkingSetBytes of the longest),
+    // checked against what the machine has left before the first prompt
+    int64_t workingSetBytes = 0;
 };
 
 struct FileCapture

@@ -54,4 +54,12 @@ std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model)
     return tok;
 }
 
+int64_t requestWorkingSetBytes(const gpu::Model &model, int64_t tokens)
+{
+    const int positions = int(std::clamp<int64_t>(tokens, 0, model.contextLimit()));
+    return core::requestWorkingSetBytes(model.config(), gpu::computeTypeBytes(model.options().dtype),
+                                        gpu::computeTypeBytes(model.kvDtype()), positions,
+                                        model.options().prefillChunk);
+}
+
 } // namespace kvwb::app::jobs

@@ -35,4 +35,8 @@ std::vector<PromptText> readPromptFile(const std::string &path, const PromptFile
 std::filesystem::path modelTokenizerPath(const gpu::Model &model);
 std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model);
 
+// Bytes one request of `tokens` positions holds on this loaded model
+// (core::requestWorkingSetBytes at its compute and KV dtypes and prefill chunk).
+int64_t requestWorkingSetBytes(const gpu::Model &model, int64_t tokens);
+
 } // namespace kvwb::app::jobs

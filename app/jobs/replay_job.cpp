@@ -2,10 +2,13 @@
 
 #include "gpu/model/encoder.h"
 
+#include "app/jobs/job_inputs.h"
 #include "core/util/error.h"
+#include "core/util/system_memory.h"
 
 #include <algorithm>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace kvwb::app::jobs {
@@ -23,6 +26,35 @@ ReplayRequests readReplayRequests(const std::string &workloadPath, int limit)
                                    ? std::string()
                                    : " (first problem: " + out.warnings.messages().front() + ")"));
     return out;
+}
+
+void checkReplayWorkingSet(const ReplayJob &job, const std::vector<core::WorkloadRequest> &requests,
+                           const gpu::Model &a, const core::Tokenizer &tokenizerA, const gpu::Model *b,
+                           const core::Tokenizer *tokenizerB)
+{
+    if (requests.empty())
+        return;
+    const auto longest = std::max_element(requests.begin(), requests.end(), [](const auto &x, const auto &y) {
+        return x.prompt.size() < y.prompt.size();
+    });
+    int generated = 0;
+    for (const auto &r : requests)
+        generated = std::max(generated, job.options.maxTokens > 0 ? job.options.maxTokens : r.maxTokens);
+    const bool prefix = std::find(job.options.tiers.begin(), job.options.tiers.end(),
+                                  core::TierKind::Prefix) != job.options.tiers.end();
+    const int64_t budget = prefix ? job.options.prefixLimits.maxBytes : 0;
+    const int64_t na = int64_t(tokenizerA.encode(longest->prompt, true).size()) + generated;
+    int64_t bytes = requestWorkingSetBytes(a, na) + budget, nb = 0;
+    if (b && tokenizerB) {
+        nb = int64_t(tokenizerB->encode(longest->prompt, true).size()) + generated;
+        bytes += 2 * requestWorkingSetBytes(*b, nb) + budget;
+    }
+    core::checkWorkingSet(
+        fmt::format("replaying {}", job.workloadPath), bytes,
+        fmt::format(
+            "the longest request: {} tokens on A{}{}", na, b ? fmt::format(", {} on B (twice)", nb) : "",
+            budget > 0 ? fmt::format("; the prefix tier's {:.2f} GB per model", double(budget) / 1e9) : ""),
+        "--max-tokens, a smaller --prefix-bytes or --kv-dtype bf16");
 }
 
 std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer, const gpu::Model &a,

@@ -57,6 +57,14 @@ struct ReplayRequests
 // when none is left to replay.
 ReplayRequests readReplayRequests(const std::string &workloadPath, int limit);
 
+// Refuses a replay whose working set would not fit in what the machine has left with its models
+// loaded (core::checkWorkingSet): one request on each model (the longest prompt, tokenised by that
+// model, plus the most tokens any request may generate, both paths of a cross-model hit on B) and
+// the prefix tier's byte budget per model when it has one.
+void checkReplayWorkingSet(const ReplayJob &job, const std::vector<core::WorkloadRequest> &requests,
+                           const gpu::Model &a, const core::Tokenizer &tokenizerA, const gpu::Model *b,
+                           const core::Tokenizer *tokenizerB);
+
 // "lexical", "lexical-idf" (fitted on idfDocuments: the texts the tier will embed, no labels),
 // "model" (mean-pooled hidden states of model A), or the path of an embedding model
 // (gpu::loadEmbedderModel: a sentence-transformers directory or bert GGUF, or a decoder pooled at

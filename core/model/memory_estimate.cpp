@@ -4,20 +4,43 @@
 
 namespace kvwb::core {
 
-MemoryEstimate estimateMemory(const ModelConfig &config, int bytesPerElement, int contextTokens)
+int64_t attentionQueryBlock(int64_t queryHeads, int64_t keys)
+{
+    constexpr int64_t kBudget = int64_t(64) << 20; // bytes of f32 scores per block
+    const int64_t fit = kBudget / (4 * std::max<int64_t>(1, queryHeads) * std::max<int64_t>(1, keys));
+    return std::clamp<int64_t>(fit, 16, 128);
+}
+
+MemoryEstimate estimateMemory(const ModelConfig &config, int bytesPerElement, int contextTokens,
+                              int kvBytesPerElement, int prefillChunk)
 {
     MemoryEstimate e;
     e.weightBytes = config.parameterCount() * bytesPerElement;
-    e.kvBytes = config.kvBytesPerToken(bytesPerElement) * int64_t(contextTokens);
-    // One prefill of T tokens holds, at its peak, the residual stream and the MLP intermediate
-    // [T, intermediate] (x3: gate, up, product), attention scores [heads, T, T] in f32, and logits
+    e.kvBytes = config.kvBytesPerToken(kvBytesPerElement > 0 ? kvBytesPerElement : bytesPerElement) *
+                int64_t(contextTokens);
+    // One prefill chunk of c tokens over T keys holds, at its peak, the residual stream and q|k|v
+    // [c, hidden] (x4), the MLP intermediate [c, intermediate] (x3: gate, up, product), one layer's
+    // keys and values widened to the compute dtype [T, kv], one query block's scores and
+    // probabilities [heads, block, T] in f32, the causal mask [c, T] (bool) and the logits
     // [1, vocab] in f32.
     const int64_t t = contextTokens;
-    const int64_t mlp = 3 * t * config.intermediateSize * bytesPerElement;
-    const int64_t scores = int64_t(config.numHeads) * t * t * 4;
-    const int64_t stream = 4 * t * config.hiddenSize * bytesPerElement;
-    e.activationBytes = mlp + scores + stream + int64_t(config.vocabSize) * 4;
+    const int64_t c = std::min<int64_t>(t, prefillChunk > 0 ? prefillChunk : kPrefillChunk);
+    const int64_t heads = config.numHeads;
+    const int64_t mlp = 3 * c * config.intermediateSize * bytesPerElement;
+    const int64_t queryBlock = attentionQueryBlock(heads, t); // as the engine blocks a chunk
+    const int64_t block = c > 2 * queryBlock ? queryBlock : c;
+    const int64_t scores = 2 * heads * block * t * 4;
+    const int64_t keys = 2 * t * int64_t(config.numKvHeads) * config.headDim * bytesPerElement;
+    const int64_t stream = 4 * c * config.hiddenSize * bytesPerElement;
+    e.activationBytes = mlp + scores + keys + stream + c * t + int64_t(config.vocabSize) * 4;
     return e;
+}
+
+int64_t requestWorkingSetBytes(const ModelConfig &config, int bytesPerElement, int kvBytesPerElement,
+                               int tokens, int prefillChunk)
+{
+    const auto e = estimateMemory(config, bytesPerElement, tokens, kvBytesPerElement, prefillChunk);
+    return e.kvBytes + config.kvBytesPerToken(4) * int64_t(tokens) + e.activationBytes;
 }
 
 int64_t heldWeightBytes(const Checkpoint &checkpoint, int bytesPerElement, bool keepQuantized)
@@ -32,9 +55,9 @@ int64_t heldWeightBytes(const Checkpoint &checkpoint, int bytesPerElement, bool 
 }
 
 MemoryEstimate estimateMemory(const Checkpoint &checkpoint, int bytesPerElement, int contextTokens,
-                              bool keepQuantized)
+                              bool keepQuantized, int kvBytesPerElement)
 {
-    MemoryEstimate e = estimateMemory(checkpoint.config(), bytesPerElement, contextTokens);
+    MemoryEstimate e = estimateMemory(checkpoint.config(), bytesPerElement, contextTokens, kvBytesPerElement);
     e.weightBytes = heldWeightBytes(checkpoint, bytesPerElement, keepQuantized);
     return e;
 }

@@ -1,5 +1,9 @@
 #include "core/util/system_memory.h"
 
+#include "core/util/error.h"
+
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +47,30 @@ std::optional<int64_t> availableMemoryBytes()
 std::optional<int64_t> peakResidentBytes()
 {
     return procKilobytes("/proc/self/status", "VmHWM: %lld kB");
+}
+
+namespace {
+
+// GB to two decimals, or MB to one below a gigabyte (a tiny model's figures would read 0.00 GB).
+std::string sizeText(int64_t bytes)
+{
+    return bytes >= 1000000000 ? fmt::format("{:.2f} GB", double(bytes) / 1e9)
+                               : fmt::format("{:.1f} MB", double(bytes) / 1e6);
+}
+
+} // namespace
+
+void checkWorkingSet(const std::string &job, int64_t bytes, const std::string &what,
+                     const std::string &remedy)
+{
+    const auto available = availableMemoryBytes();
+    if (!available || bytes <= *available)
+        return;
+    throw Error(ErrorCode::Device,
+                fmt::format("{} needs about {} of working memory ({}), and this machine has {} available "
+                            "(MemAvailable); not started{}",
+                            job, sizeText(bytes), what, sizeText(*available),
+                            remedy.empty() ? std::string() : " (" + remedy + ")"));
 }
 
 } // namespace kvwb::core

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,13 @@ struct LoadOptions
     // f32 size. true: dequantise them at load to `dtype`, as every other device does (the reference
     // the kernels are checked against).
     bool dequantize = false;
+    // The KV cache's element type; unset = the compute dtype. bf16 halves an f32 model's cache
+    // (keys and values are rounded once as they are written; attention widens them back to f32).
+    std::optional<ComputeType> kvDtype;
+    // Prompt tokens per step through the layers in a long prefill (llama.cpp's ubatch); 0 =
+    // core::kPrefillChunk. A prompt's activations, mask and attention scores are bounded by one
+    // chunk, so a 32k-token prompt needs no [32k, 32k] matrix.
+    int prefillChunk = 0;
 };
 
 // fraction in [0, 1]; return false to cancel.
@@ -111,6 +119,8 @@ public:
     const core::ModelConfig &config() const;
     const core::Checkpoint &checkpoint() const;
     const LoadOptions &options() const;
+    // The KV cache's element type (options().kvDtype, else the compute dtype).
+    ComputeType kvDtype() const;
     int64_t deviceBytes() const; // bytes of weights on the device
     int contextLimit() const;    // positions served (LoadOptions::context or the config's limit)
 

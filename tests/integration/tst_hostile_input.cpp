@@ -386,6 +386,56 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
     }
 
+    // A job whose working set (one request's KV caches, their f32 copies and one prefill chunk's
+    // activations) would not fit what the machine has left with the models loaded is refused
+    // before it starts, naming both figures and what makes it smaller: capture, compare and
+    // replay, with the free-memory figure injected (2 MB: the tiny model's 0.5 MB of weights
+    // load; a 256-token prompt needs 3.57 MB per model: 0.26 MB of KV, its f32 copy, and 3.05 MB
+    // of activations, 2 MB of them the [4 heads, 256, 256] scores and probabilities; a 16-token
+    // one well under 1 MB).
+    void jobThatCannotFitIsRefused()
+    {
+        const fs::path exp = experiment();
+        std::string longText;
+        for (int i = 0; i < 200; ++i)
+            longText += "the cat sat on the mat ";
+        const fs::path prompts = m_root / "long-prompts.txt";
+        test::writeFile(prompts, longText + "\n");
+        const fs::path w = m_root / "long.jsonl";
+        test::writeFile(w, json{{"id", 1},
+                                {"t_ms", 0},
+                                {"tenant", "t"},
+                                {"user", "u"},
+                                {"intent", ""},
+                                {"model", "a"},
+                                {"prompt", longText},
+                                {"max_tokens", 2}}
+                                   .dump() +
+                               "\n");
+        const fs::path out = m_root / "long.h5";
+        qputenv("KVWB_TEST_MEM_AVAILABLE", "2000000");
+        expectRefusal({"capture", "--model-a", q(m_model), "--model-b", q(m_model), "--prompts", q(prompts),
+                       "--out", q(out), "--threads", "1"},
+                      1, "needs about 7.1 MB of working memory (the longest prompt's KV caches");
+        QVERIFY(!fs::exists(out));
+        // (compare skips a prompt that leaves no room for its answer in the 256 positions: 184 bytes)
+        std::string shorter;
+        for (int i = 0; i < 8; ++i)
+            shorter += "the cat sat on the mat ";
+        expectRefusal({"compare", "--experiment", q(exp), "--prompt", QString::fromStdString(shorter),
+                       "--threads", "1"},
+                      1, "comparing a prompt needs about");
+        expectRefusal({"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers", "exact"}, 1,
+                      "MB available (MemAvailable); not started (--max-tokens");
+        // the remedy the message names: capped prompts fit
+        const auto r =
+            test::runKvwb({"capture", "--model-a", q(m_model), "--model-b", q(m_model), "--prompts",
+                           q(prompts), "--out", q(out), "--threads", "1", "--max-tokens", "16"});
+        qunsetenv("KVWB_TEST_MEM_AVAILABLE");
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.err.contains("of working memory per prompt"), r.err.constData());
+    }
+
     // make-model --tokenizer ships the given tokenizer.json (its end-of-text id into config.json)
     // and refuses one whose ids do not fit the preset's vocabulary.
     void makeModelTakesATokenizer()

@@ -22,6 +22,8 @@
 #include <QStandardItemModel>
 #include <QVBoxLayout>
 
+#include <algorithm>
+
 namespace kvwb::ui {
 
 namespace {
@@ -122,6 +124,14 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
         tr("A GGUF file's quantised weights run in their blocks on the CPU (about a sixth of their f32 "
            "size for Q4_K). Checked: dequantise them to the dtype as they load, the reference path "
            "(kvwb --dequantize)."));
+    r.kvDtype = new QComboBox(this);
+    r.kvDtype->setObjectName(role == 'a' ? "kvDtypeA" : "kvDtypeB");
+    r.kvDtype->addItem(tr("KV as dtype"), QString());
+    for (const char *t : {"f32", "bf16", "f16"})
+        r.kvDtype->addItem(tr("KV %1").arg(t), QString(t));
+    r.kvDtype->setToolTip(
+        tr("The KV cache's element type. bf16 or f16 halves an f32 model's cache (rounded once as it is "
+           "written; attention reads it widened to f32), e.g. for long prompts (kvwb --kv-dtype)."));
     r.estimate = new QLabel(this);
     r.estimate->setObjectName(role == 'a' ? "estimateA" : "estimateB");
     r.estimate->setWordWrap(true);
@@ -131,7 +141,8 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     grid->addWidget(r.dtype, line, 4);
     grid->addWidget(r.context, line, 5);
     grid->addWidget(r.dequantize, line, 6);
-    grid->addWidget(r.estimate, line + 1, 1, 1, 6);
+    grid->addWidget(r.kvDtype, line, 7);
+    grid->addWidget(r.estimate, line + 1, 1, 1, 7);
     connect(pickFolder, &QAction::triggered, this, [this, role] {
         const QString dir =
             QFileDialog::getExistingDirectory(this, tr("Model directory"), row(role).path->text());
@@ -150,6 +161,7 @@ void ModelsPanel::buildRow(char role, QGridLayout *grid, int line)
     connect(r.dtype, &QComboBox::currentTextChanged, this, [this, role] { refreshEstimate(role); });
     connect(r.context, &QSpinBox::valueChanged, this, [this, role] { refreshEstimate(role); });
     connect(r.dequantize, &QCheckBox::toggled, this, [this, role] { refreshEstimate(role); });
+    connect(r.kvDtype, &QComboBox::currentIndexChanged, this, [this, role] { refreshEstimate(role); });
     refreshEstimate(role);
 }
 
@@ -175,10 +187,13 @@ void ModelsPanel::refreshEstimate(char role)
             }
             const int context = r.context->value() > 0 ? r.context->value() : r.config->contextLimit();
             const bool keep = r.device->currentText() == "cpu" && !r.dequantize->isChecked();
-            const auto e = core::estimateMemory(ck, bytes, context, keep);
+            const QString kv = r.kvDtype->currentData().toString();
+            const int kvBytes =
+                kv.isEmpty() ? 0 : core::computeTypeBytes(*core::parseComputeType(kv.toStdString()));
+            const auto e = core::estimateMemory(ck, bytes, context, keep, kvBytes);
             r.estimate->setText(
                 tr("%1 layers, %2 heads / %3 kv heads of %4, %5M parameters. Needs about %6 on %7 "
-                   "(weights %8 + KV cache %9 at %10 tokens + activations %11).")
+                   "(weights %8 + KV cache %9 at %10 tokens%12 + activations %11).")
                     .arg(r.config->numLayers)
                     .arg(r.config->numHeads)
                     .arg(r.config->numKvHeads)
@@ -187,7 +202,8 @@ void ModelsPanel::refreshEstimate(char role)
                     .arg(megabytes(e.totalBytes()), r.device->currentText(), megabytes(e.weightBytes),
                          megabytes(e.kvBytes))
                     .arg(context)
-                    .arg(megabytes(e.activationBytes)));
+                    .arg(megabytes(e.activationBytes))
+                    .arg(kv.isEmpty() ? QString() : tr(" in %1").arg(kv)));
             if (ck.format() == core::CheckpointFormat::Gguf) {
                 QStringList types;
                 bool quantized = false;
@@ -222,6 +238,7 @@ void ModelsPanel::setChoice(char role, const ModelChoice &c)
         r.context->setValue(c.context);
     }
     r.dequantize->setChecked(c.dequantize);
+    r.kvDtype->setCurrentIndex(std::max(0, r.kvDtype->findData(c.kvDtype)));
     r.path->setText(c.path); // last: refreshes the estimate once with the new device and dtype
     refreshEstimate(role);
 }
@@ -229,8 +246,13 @@ void ModelsPanel::setChoice(char role, const ModelChoice &c)
 ModelChoice ModelsPanel::choice(char role) const
 {
     const Row &r = row(role);
-    return {r.path->text().trimmed(), r.device->currentText(),  r.dtype->currentText(), 0,
-            r.context->value(),       r.dequantize->isChecked()};
+    return {r.path->text().trimmed(),
+            r.device->currentText(),
+            r.dtype->currentText(),
+            0,
+            r.context->value(),
+            r.dequantize->isChecked(),
+            r.kvDtype->currentData().toString()};
 }
 
 std::optional<core::ModelConfig> ModelsPanel::previewConfig(char role) const
@@ -253,6 +275,7 @@ void ModelsPanel::setBusy(bool busy)
         r->dtype->setEnabled(!busy);
         r->context->setEnabled(!busy);
         r->dequantize->setEnabled(!busy);
+        r->kvDtype->setEnabled(!busy);
     }
     if (busy)
         m_progress->setValue(0);
@@ -268,6 +291,7 @@ void ModelsPanel::setEngineBusy(bool busy)
         r->dtype->setEnabled(!busy);
         r->context->setEnabled(!busy);
         r->dequantize->setEnabled(!busy);
+        r->kvDtype->setEnabled(!busy);
     }
 }
 

@@ -35,6 +35,7 @@ struct ModelChoice
     int threads = 0;         // 0 = all cores
     int context = 0;         // positions served (gpu::LoadOptions::context); 0 = the model's own
     bool dequantize = false; // GGUF quantised weights dequantised at load (gpu::LoadOptions::dequantize)
+    QString kvDtype = {};    // the KV cache's f32 | bf16 | f16; empty = the compute dtype
 };
 
 // What the engine loaded.
@@ -88,6 +89,7 @@ private:
         QComboBox *dtype = nullptr;
         QSpinBox *context = nullptr;
         QCheckBox *dequantize = nullptr;
+        QComboBox *kvDtype = nullptr; // item data: "" (the compute dtype), f32, bf16, f16
         QLabel *estimate = nullptr;
         std::optional<core::ModelConfig> config;
     };

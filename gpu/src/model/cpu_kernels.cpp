@@ -259,41 +259,68 @@ template <class Body> void splitRows(int64_t rows, int64_t work, const Body &bod
 }
 
 #ifdef KVWB_X86_AVX512
-// out[0, hd) += p * row[0, hd) for a bf16 or f32 row, in f32.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void axpyRow(float *out, float p,
-                                                                         const uint16_t *row, int64_t hd)
+#define KVWB_KV_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+
+// 16 lanes of a cache row widened exactly to f32: f32, bf16 (its bits) or f16; lanes outside m are 0.
+KVWB_KV_TARGET inline __m512 kvLanes(const float *p, __mmask16 m)
+{
+    return _mm512_maskz_loadu_ps(m, p);
+}
+KVWB_KV_TARGET inline __m512 kvLanes(const uint16_t *p, __mmask16 m)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+KVWB_KV_TARGET inline __m512 kvLanes(const c10::Half *p, __mmask16 m)
+{
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+KVWB_KV_TARGET inline __mmask16 headMask(int64_t left)
+{
+    return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+}
+
+// out[0, hd) += p * row[0, hd) for a row of the cache's type, in f32.
+template <class K> KVWB_KV_TARGET inline void axpyRow(float *out, float p, const K *row, int64_t hd)
 {
     const __m512 pv = _mm512_set1_ps(p);
     for (int64_t d = 0; d < hd; d += 16) {
-        const __mmask16 m = hd - d >= 16 ? __mmask16(0xffff) : __mmask16((1u << (hd - d)) - 1);
-        const __m512i wide = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + d));
-        const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-        _mm512_mask_storeu_ps(out + d, m, _mm512_fmadd_ps(pv, v, _mm512_maskz_loadu_ps(m, out + d)));
+        const __mmask16 m = headMask(hd - d);
+        _mm512_mask_storeu_ps(out + d, m,
+                              _mm512_fmadd_ps(pv, kvLanes(row + d, m), _mm512_maskz_loadu_ps(m, out + d)));
     }
 }
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void axpyRow(float *out, float p,
-                                                                         const float *row, int64_t hd)
+
+// y[r] = rows[r] . x for n cache rows of hd elements widened to f32 (bf16 or f16), x f32.
+template <class K>
+KVWB_KV_TARGET void widenedGemvRows(const K *rows, const float *x, float *y, int64_t hd, int64_t n)
 {
-    const __m512 pv = _mm512_set1_ps(p);
-    for (int64_t d = 0; d < hd; d += 16) {
-        const __mmask16 m = hd - d >= 16 ? __mmask16(0xffff) : __mmask16((1u << (hd - d)) - 1);
-        _mm512_mask_storeu_ps(
-            out + d, m,
-            _mm512_fmadd_ps(pv, _mm512_maskz_loadu_ps(m, row + d), _mm512_maskz_loadu_ps(m, out + d)));
+    for (int64_t r = 0; r < n; ++r) {
+        const K *row = rows + r * hd;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; d += 16) {
+            const __mmask16 m = headMask(hd - d);
+            acc = _mm512_fmadd_ps(kvLanes(row + d, m), _mm512_maskz_loadu_ps(m, x + d), acc);
+        }
+        y[r] = _mm512_reduce_add_ps(acc);
     }
 }
 
 // One query head over keys [k0, k1) of its kv head: scores = K q (the row kernels), scaled and
-// soft-capped, softmax in f32, out = probs V; f32 throughout, out rounded once by the caller.
-template <class T>
-void attendHead(const T *q, const T *keys, const T *values, int64_t k0, int64_t k1, int64_t hd, float scale,
+// soft-capped, softmax in f32, out = probs V; f32 throughout, out rounded once by the caller. Q and
+// the cache share a type (f32, or bf16 bits), or q is f32 and the cache's rows (bf16 bits or f16)
+// are widened exactly as they are read.
+template <class Q, class K>
+void attendHead(const Q *q, const K *keys, const K *values, int64_t k0, int64_t k1, int64_t hd, float scale,
                 float cap, float *scores, float *out)
 {
     const int64_t n = k1 - k0;
-    if constexpr (std::is_same_v<T, uint16_t>)
+    if constexpr (std::is_same_v<Q, uint16_t> && std::is_same_v<K, uint16_t>)
         bf16GemvRows(keys + k0 * hd, q, scores, hd, 0, n);
-    else
+    else if constexpr (std::is_same_v<K, float>)
         f32GemvRows(keys + k0 * hd, q, scores, hd, 0, n);
+    else
+        widenedGemvRows(keys + k0 * hd, q, scores, hd, n);
     float hi = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
         float s = scores[j] * scale;
@@ -598,37 +625,52 @@ torch::Tensor rowGemv(const torch::Tensor &w, const torch::Tensor &x, const torc
 torch::Tensor attendOneCpu(const torch::Tensor &q, const torch::Tensor &keys, const torch::Tensor &values,
                            int64_t k0, int64_t k1, double scale, double softcap)
 {
-    const auto dt = q.scalar_type();
-    TORCH_CHECK((dt == torch::kFloat32 || dt == torch::kBFloat16) && keys.scalar_type() == dt &&
-                    values.scalar_type() == dt && q.dim() == 3 && q.size(1) == 1 && keys.dim() == 3 &&
+    const auto dt = q.scalar_type(), kt = keys.scalar_type();
+    TORCH_CHECK((dt == torch::kFloat32 || dt == torch::kBFloat16) &&
+                    (kt == torch::kFloat32 || kt == torch::kBFloat16 || kt == torch::kHalf) &&
+                    values.scalar_type() == kt && q.dim() == 3 && q.size(1) == 1 && keys.dim() == 3 &&
                     keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes() &&
                     q.size(2) == keys.size(2) && q.size(0) % keys.size(0) == 0 && 0 <= k0 && k0 < k1 &&
                     k1 <= keys.size(1),
-                "attendOneCpu: expected q [heads, 1, hd] and K/V [kvHeads, capacity, hd] of one dtype");
+                "attendOneCpu: expected q [heads, 1, hd] (f32 or bf16) and K/V [kvHeads, capacity, hd] (f32, "
+                "bf16 or f16)");
     const int64_t nh = q.size(0), nkv = keys.size(0), cap = keys.size(1), hd = q.size(2), rep = nh / nkv;
-    const auto qc = q.contiguous();
+    // q meets the cache in its own type when they share one, else widened to f32.
+    const bool native = dt == kt;
+    const auto qc = native ? q.contiguous() : q.to(torch::kFloat32).contiguous();
     auto out = torch::empty({1, nh * hd}, q.options().dtype(torch::kFloat32));
 #ifdef KVWB_X86_AVX512
     float *op = out.data_ptr<float>();
     const int64_t n = k1 - k0;
-    const auto body = [&](int64_t h0, int64_t h1) {
-        std::vector<float> scores(static_cast<size_t>(n));
-        for (int64_t h = h0; h < h1; ++h) {
-            const int64_t g = h / rep;
-            if (dt == torch::kBFloat16) {
-                const auto *qp = reinterpret_cast<const uint16_t *>(qc.data_ptr()) + h * hd;
-                const auto *kp = reinterpret_cast<const uint16_t *>(keys.data_ptr()) + g * cap * hd;
-                const auto *vp = reinterpret_cast<const uint16_t *>(values.data_ptr()) + g * cap * hd;
-                attendHead(qp, kp, vp, k0, k1, hd, float(scale), float(softcap), scores.data(), op + h * hd);
-            } else {
-                const float *qp = qc.data_ptr<float>() + h * hd;
-                const float *kp = keys.data_ptr<float>() + g * cap * hd;
-                const float *vp = values.data_ptr<float>() + g * cap * hd;
-                attendHead(qp, kp, vp, k0, k1, hd, float(scale), float(softcap), scores.data(), op + h * hd);
+    const auto heads = [&](auto *qp, auto *kp, auto *vp) {
+        return [=, &op](int64_t h0, int64_t h1) {
+            std::vector<float> scores(static_cast<size_t>(n));
+            for (int64_t h = h0; h < h1; ++h) {
+                const int64_t g = h / rep;
+                attendHead(qp + h * hd, kp + g * cap * hd, vp + g * cap * hd, k0, k1, hd, float(scale),
+                           float(softcap), scores.data(), op + h * hd);
             }
-        }
+        };
     };
-    splitRows(nh, 2 * n * hd, body, 1); // heads over the team once the keys outweigh a handover
+    const int64_t work = 2 * n * hd; // heads over the team once the keys outweigh a handover
+    const float *qf = native ? nullptr : qc.data_ptr<float>();
+    if (native && dt == torch::kBFloat16) {
+        const auto *qp = reinterpret_cast<const uint16_t *>(qc.data_ptr());
+        const auto *kp = reinterpret_cast<const uint16_t *>(keys.data_ptr());
+        const auto *vp = reinterpret_cast<const uint16_t *>(values.data_ptr());
+        splitRows(nh, work, heads(qp, kp, vp), 1);
+    } else if (kt == torch::kFloat32) {
+        splitRows(nh, work,
+                  heads(native ? qc.data_ptr<float>() : qf, keys.data_ptr<float>(), values.data_ptr<float>()),
+                  1);
+    } else if (kt == torch::kBFloat16) {
+        splitRows(nh, work,
+                  heads(qf, reinterpret_cast<const uint16_t *>(keys.data_ptr()),
+                        reinterpret_cast<const uint16_t *>(values.data_ptr())),
+                  1);
+    } else {
+        splitRows(nh, work, heads(qf, keys.data_ptr<c10::Half>(), values.data_ptr<c10::Half>()), 1);
+    }
 #else
     TORCH_CHECK(false, "attendOneCpu: not built for this CPU");
 #endif

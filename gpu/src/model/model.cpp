@@ -39,9 +39,6 @@ using detail::JobScope;
 using detail::torchType;
 using detail::translateTorch;
 
-// Queries per attention block in a long prefill (Model::Impl::run).
-constexpr int64_t kQueryBlock = 128;
-
 // y = x W^T + b.
 struct Proj
 {
@@ -76,7 +73,8 @@ struct Model::Impl
     LoadOptions options;
     torch::Device device = torch::kCPU;
     torch::Dtype dtype = torch::kFloat32;
-    torch::Tensor embed; // [vocab, hidden]; undefined when embedQ holds it
+    torch::Dtype kvDtype = torch::kFloat32; // the KV cache's (LoadOptions::kvDtype)
+    torch::Tensor embed;                    // [vocab, hidden]; undefined when embedQ holds it
     std::optional<detail::QuantMatrix> embedQ;
     std::vector<Layer> layers;
     torch::Tensor finalNorm; // [hidden]
@@ -137,13 +135,13 @@ struct Model::Impl
                             "model's [{}, {}, {}]",
                             impl->numLayers, impl->numKvHeads, impl->headDim, c.numLayers, c.numKvHeads,
                             c.headDim));
-        if (impl->rope != rope || impl->device != device || impl->dtype != dtype)
+        if (impl->rope != rope || impl->device != device || impl->dtype != kvDtype)
             throw Error(
                 ErrorCode::InvalidArgument,
                 fmt::format("KV cache belongs to another model (or device/dtype: cache {} {}, model {} {}); "
                             "move K/V between models with KvCache::layer() and assign()",
                             impl->device.str(), c10::toString(impl->dtype), device.str(),
-                            c10::toString(dtype)));
+                            c10::toString(kvDtype)));
         return *impl;
     }
 
@@ -170,13 +168,50 @@ struct Model::Impl
         return x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
     }
 
-    // x [t, hidden] at positions cache.length.. -> x after all layers; appends K/V to the cache.
-    // queries, when given, receives each layer's post-RoPE queries [nh, t, hd] (float32);
+    // ids at positions cache.length.. -> logits [t or 1, vocab] (f32); appends their K/V to the
+    // cache. queries, when given, receives each layer's post-RoPE queries [nh, t, hd] (float32);
     // hidden, when given, the residual stream after hiddenLayer blocks [t, hidden] (float32;
-    // 0 = the embeddings).
+    // 0 = the embeddings). A prompt longer than the prefill chunk runs chunk by chunk (runChunk),
+    // each attending to the cache the chunks before it wrote: the same products row by row, with
+    // activations bounded by the chunk.
     torch::Tensor run(const std::vector<int> &ids, KvCache::Impl &cache, bool allLogits,
                       std::vector<torch::Tensor> *queries = nullptr, int hiddenLayer = -1,
                       torch::Tensor *hidden = nullptr) const
+    {
+        const int64_t t = int64_t(ids.size());
+        const int64_t chunk = options.prefillChunk > 0 ? options.prefillChunk : core::kPrefillChunk;
+        if (t <= chunk)
+            return runChunk(ids, cache, allLogits, queries, hiddenLayer, hidden);
+        cache.reserve(cache.length + t); // once, not by doubling chunk after chunk
+        std::vector<torch::Tensor> logits, hiddens;
+        std::vector<std::vector<torch::Tensor>> layerQueries(queries ? layers.size() : 0);
+        for (int64_t i0 = 0; i0 < t; i0 += chunk) {
+            const int64_t n = std::min(chunk, t - i0);
+            const std::vector<int> part(ids.begin() + i0, ids.begin() + i0 + n);
+            std::vector<torch::Tensor> q;
+            torch::Tensor h;
+            auto l =
+                runChunk(part, cache, allLogits, queries ? &q : nullptr, hiddenLayer, hidden ? &h : nullptr);
+            if (allLogits || i0 + n == t)
+                logits.push_back(std::move(l));
+            for (size_t j = 0; j < q.size(); ++j)
+                layerQueries[j].push_back(std::move(q[j]));
+            if (h.defined())
+                hiddens.push_back(std::move(h));
+        }
+        if (queries) {
+            queries->clear();
+            for (auto &parts : layerQueries)
+                queries->push_back(torch::cat(parts, 1));
+        }
+        if (hidden && !hiddens.empty())
+            *hidden = torch::cat(hiddens, 0);
+        return logits.size() == 1 ? logits[0] : torch::cat(logits, 0);
+    }
+
+    // One chunk of run(): every layer over all of ids at once.
+    torch::Tensor runChunk(const std::vector<int> &ids, KvCache::Impl &cache, bool allLogits,
+                           std::vector<torch::Tensor> *queries, int hiddenLayer, torch::Tensor *hidden) const
     {
         const int64_t t = int64_t(ids.size());
         const int64_t start = cache.length;
@@ -241,6 +276,8 @@ struct Model::Impl
             cache.write(int(l), k, v);
             // The cache holds every position; a sliding layer reads the window's keys only.
             const int64_t kStart = L.sliding ? slidingStart : 0;
+            // A cache of another dtype (LoadOptions::kvDtype) is read widened to the compute dtype;
+            // the new keys are read back from it, rounded as decode will read them.
             const torch::Tensor &mask = L.sliding ? slidingMask : fullMask; // [t, total - kStart]
             // Long prompts attend in blocks of queries, each over the keys up to its last query
             // only: causal attention needs about half the products of the full [t, keys] square,
@@ -251,12 +288,19 @@ struct Model::Impl
                 x = finishLayer(L, x, att, gelu);
                 continue;
             }
-            const int64_t block = t > 2 * kQueryBlock ? kQueryBlock : t;
+            auto layerK = cache.keysUpTo(int(l), total).narrow(1, kStart, total - kStart); // [nkv, keys, hd]
+            auto layerV = cache.valuesUpTo(int(l), total).narrow(1, kStart, total - kStart);
+            if (layerK.scalar_type() != dtype) {
+                layerK = layerK.to(dtype);
+                layerV = layerV.to(dtype);
+            }
+            const int64_t queryBlock = core::attentionQueryBlock(nh, total - kStart);
+            const int64_t block = t > 2 * queryBlock ? queryBlock : t;
             std::vector<torch::Tensor> parts; // [nh, n, hd] per block
             for (int64_t i0 = 0; i0 < t; i0 += block) {
                 const int64_t n = std::min(block, t - i0), keys = start + i0 + n - kStart;
-                auto K = cache.keysUpTo(int(l), kStart + keys).narrow(1, kStart, keys);   // [nkv, keys, hd]
-                auto V = cache.valuesUpTo(int(l), kStart + keys).narrow(1, kStart, keys); // [nkv, keys, hd]
+                auto K = layerK.narrow(1, 0, keys); // [nkv, keys, hd]
+                auto V = layerV.narrow(1, 0, keys); // [nkv, keys, hd]
                 // GQA without copying K/V: query heads h = g*rep + r share kv head g.
                 auto qg = q.narrow(1, i0, n).reshape({nkv, rep * n, hd});
                 const auto blockMask = mask.defined() ? mask.narrow(0, i0, n).narrow(1, 0, keys) : mask;
@@ -340,6 +384,12 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     m.context = options.context > 0 ? options.context : m.config.contextLimit();
     m.device = options.device == Device::Cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
     m.dtype = torchType(options.dtype);
+    // A KV cache of f16 is storage only (attention widens it), so the CPU takes it too.
+    m.kvDtype = torchType(options.kvDtype.value_or(options.dtype));
+    if (options.prefillChunk < 0)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("prefill chunk is {}; expected 0 (the default, {}) or more tokens",
+                                options.prefillChunk, core::kPrefillChunk));
     // Weights kept in their blocks: the CPU, unless asked to dequantise. On the CPU every weight is
     // written once into one packed mapping sized for all of them as held (detail::PackedArena), not
     // copied to the heap and then again into huge pages: a 0.6B bf16 model peaked at its weights
@@ -545,6 +595,11 @@ int64_t Model::deviceBytes() const
 {
     return m_impl->deviceBytes;
 }
+ComputeType Model::kvDtype() const
+{
+    return m_impl->options.kvDtype.value_or(m_impl->options.dtype);
+}
+
 int Model::contextLimit() const
 {
     return m_impl->context;
@@ -557,7 +612,7 @@ KvCache Model::newCache() const
     impl->numKvHeads = m_impl->config.numKvHeads;
     impl->headDim = m_impl->config.headDim;
     impl->device = m_impl->device;
-    impl->dtype = m_impl->dtype;
+    impl->dtype = m_impl->kvDtype;
     impl->rope = m_impl->rope;
     impl->maxPositions = m_impl->context;
     impl->keys.resize(size_t(impl->numLayers));

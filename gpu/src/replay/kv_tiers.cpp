@@ -33,7 +33,7 @@ PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimit
         if (!s.model)
             continue;
         s.fingerprint = s.model->checkpoint().fingerprint();
-        const int elem = computeTypeBytes(s.model->options().dtype);
+        const int elem = computeTypeBytes(s.model->kvDtype()); // the GPU-side caches the tree holds
         s.tree =
             std::make_unique<core::PrefixTree>(limits, blockSize, s.model->config().kvBytesPerToken(elem));
     }

@@ -1,4 +1,5 @@
 // HF config.json parsing, RoPE scaling, validation and serialisation.
+#include "core/model/memory_estimate.h"
 #include "core/model/model_config.h"
 #include "core/model/random_model.h"
 #include "core/util/error.h"
@@ -664,6 +665,34 @@ private Q_SLOTS:
         QVERIFY2(msg.rfind("/m/config.json: ", 0) == 0, msg.c_str());
         QVERIFY2(msg.find(phrase.toStdString()) != std::string::npos, msg.c_str());
         QVERIFY2(msg.find('\n') == std::string::npos, msg.c_str());
+    }
+
+    // The memory a forward will need at 32k positions, before loading: the KV cache at its own
+    // element type, and one prefill chunk's activations (the engine attends in query blocks whose
+    // scores stay within 64 MiB), not a [heads, 32k, 32k] score matrix (68.7 GB for Qwen3-0.6B).
+    void memoryEstimateAtLongContexts()
+    {
+        QCOMPARE(kvwb::core::attentionQueryBlock(16, 8192), int64_t(128));
+        QCOMPARE(kvwb::core::attentionQueryBlock(16, 16384), int64_t(64));
+        QCOMPARE(kvwb::core::attentionQueryBlock(32, 32768), int64_t(16));
+        QCOMPARE(kvwb::core::attentionQueryBlock(64, int64_t(1) << 20), int64_t(16));
+        QCOMPARE(kvwb::core::attentionQueryBlock(1, 1), int64_t(128));
+        const ModelConfig c = kvwb::core::randomModelPreset("qwen3-0.6b").config;
+        QCOMPARE(c.numHeads, 16);
+        const auto f32 = kvwb::core::estimateMemory(c, 4, 32768);
+        QCOMPARE(f32.kvBytes, int64_t(2) * 28 * 8 * 128 * 4 * 32768);
+        const auto bf16Kv = kvwb::core::estimateMemory(c, 4, 32768, 2);
+        QCOMPARE(bf16Kv.kvBytes * 2, f32.kvBytes);
+        QCOMPARE(bf16Kv.activationBytes, f32.activationBytes);
+        QVERIFY2(f32.activationBytes < int64_t(1) << 30, qPrintable(QString::number(f32.activationBytes)));
+        // linear in the context past the chunk (the widened keys, scores and mask grow with it)
+        const auto half = kvwb::core::estimateMemory(c, 4, 16384);
+        QVERIFY(double(f32.activationBytes) / double(half.activationBytes) < 2.1);
+        // a short prompt is one chunk of its own length
+        const auto small = kvwb::core::estimateMemory(c, 4, 100);
+        QVERIFY(small.activationBytes < 16 << 20);
+        const auto chunked = kvwb::core::estimateMemory(c, 4, 32768, 0, 512);
+        QVERIFY(chunked.activationBytes < f32.activationBytes);
     }
 
     void missingFile()

@@ -888,6 +888,147 @@ private Q_SLOTS:
         }
     }
 
+    // A prompt longer than the prefill chunk runs chunk by chunk over the cache the chunks before
+    // it wrote (LoadOptions::prefillChunk; 2048 by default): 300 tokens in chunks of 64 (the last
+    // one 44) agree with the reference at every position, Gemma 2's sliding layers included, and
+    // leave the same cache, queries and hidden states as one unchunked pass.
+    void chunkedPrefillMatchesReference_data()
+    {
+        QTest::addColumn<QString>("variant");
+        for (const char *v : {"gqa", "gemma2", "qwen3"})
+            QTest::newRow(v) << QString(v);
+    }
+    void chunkedPrefillMatchesReference()
+    {
+        QFETCH(QString, variant);
+        QTemporaryDir tmp;
+        core::RandomModelSpec spec = core::randomModelPreset(variant.toStdString());
+        spec.config.maxPositionEmbeddings = 1024;
+        spec.seed = 11;
+        const fs::path path = fs::path(tmp.path().toStdString()) / "hf";
+        core::writeRandomHfModel(path, spec);
+        const auto ck = core::Checkpoint::open(path);
+        gpu::LoadOptions chunked;
+        chunked.prefillChunk = 64;
+        auto model = gpu::Model::load(ck, chunked);
+        auto whole = gpu::Model::load(ck, {});
+        const int vocab = ck.config().vocabSize;
+        const auto ids = randomIds(300, vocab, 12);
+        const auto ref = test::referenceForward(ck, ids);
+        auto cache = model->newCache();
+        const auto logits = model->forward(ids, cache, true);
+        QCOMPARE(logits.size(), ids.size() * size_t(vocab));
+        for (size_t p = 0; p < ids.size(); ++p) {
+            const std::vector<float> row(logits.begin() + std::ptrdiff_t(p * size_t(vocab)),
+                                         logits.begin() + std::ptrdiff_t((p + 1) * size_t(vocab)));
+            const double err = test::maxRelativeError(row, ref[p]);
+            if (err > 1e-4)
+                QFAIL(qPrintable(QString("position %1: relative error %2").arg(p).arg(err)));
+        }
+        auto one = whole->newCache();
+        const auto last = whole->forward(ids, one);
+        QCOMPARE(cache.tokens(), 300);
+        QCOMPARE(cache.tokenIds(), ids);
+        QVERIFY(test::maxRelativeError(model->forward({ids[0]}, cache), whole->forward({ids[0]}, one)) <
+                1e-4);
+        QVERIFY(test::maxRelativeError(std::vector<float>(logits.end() - vocab, logits.end()), last) < 1e-4);
+        for (int l = 0; l < ck.config().numLayers; ++l) {
+            const auto a = cache.layer(l, core::KeyForm::PostRope), b = one.layer(l, core::KeyForm::PostRope);
+            QVERIFY(test::maxRelativeError(a.keys, b.keys) < 1e-4);
+            QVERIFY(test::maxRelativeError(a.values, b.values) < 1e-4);
+        }
+        auto c1 = model->newCache(), c2 = whole->newCache();
+        const auto q1 = model->queries(ids, c1), q2 = whole->queries(ids, c2);
+        QCOMPARE(q1.size(), size_t(ck.config().numLayers));
+        for (size_t l = 0; l < q1.size(); ++l) {
+            QCOMPARE(q1[l].size(), q2[l].size()); // [heads, 300, hd] in position order
+            QVERIFY(test::maxRelativeError(q1[l], q2[l]) < 1e-4);
+        }
+        const auto h1 = model->meanHiddenState(ids, 1), h2 = whole->meanHiddenState(ids, 1);
+        QVERIFY(test::maxRelativeError(h1, h2) < 1e-4);
+        gpu::LoadOptions bad;
+        bad.prefillChunk = -1;
+        const auto e = test::expectError([&] { (void)gpu::Model::load(ck, bad); });
+        QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+        QVERIFY2(QString(e.what()).contains("prefill chunk is -1"), e.what());
+    }
+
+    // A KV cache of bf16 or f16 under an f32 (or bf16) model (LoadOptions::kvDtype): half the
+    // bytes; the keys and values are rounded once as they are written, and prefill and decode
+    // both read them widened to f32, so one token at a time agrees with a full prefill of the same
+    // model to f32 rounding, and both stay near the f32 reference (bf16 keeps ~3 significant
+    // digits, f16 ~4 on these magnitudes). A cache of another element type is refused.
+    void lowPrecisionKvCache_data()
+    {
+        QTest::addColumn<QString>("compute");
+        QTest::addColumn<QString>("kv");
+        QTest::addColumn<double>("toReference");
+        QTest::newRow("f32-bf16") << "f32"
+                                  << "bf16" << 0.05;
+        QTest::newRow("f32-f16") << "f32"
+                                 << "f16" << 0.01;
+        QTest::newRow("bf16-f16") << "bf16"
+                                  << "f16" << 0.08;
+        QTest::newRow("bf16-f32") << "bf16"
+                                  << "f32" << 0.08;
+    }
+    void lowPrecisionKvCache()
+    {
+        QFETCH(QString, compute);
+        QFETCH(QString, kv);
+        QFETCH(double, toReference);
+        QTemporaryDir tmp;
+        core::RandomModelSpec spec = core::randomModelPreset("gqa");
+        spec.config.maxPositionEmbeddings = 1024;
+        spec.seed = 11;
+        const fs::path path = fs::path(tmp.path().toStdString()) / "hf";
+        core::writeRandomHfModel(path, spec);
+        const auto ck = core::Checkpoint::open(path);
+        gpu::LoadOptions o;
+        o.dtype = *gpu::parseComputeType(compute.toStdString());
+        o.kvDtype = *gpu::parseComputeType(kv.toStdString());
+        o.prefillChunk = 48;
+        auto model = gpu::Model::load(ck, o);
+        QCOMPARE(model->kvDtype(), *o.kvDtype);
+        gpu::LoadOptions same = o;
+        same.kvDtype.reset();
+        auto plain = gpu::Model::load(ck, same);
+        const int vocab = ck.config().vocabSize;
+        // 300 positions: decode attention splits its heads over the team past 256 keys
+        const auto ids = randomIds(300, vocab, 21);
+        const auto ref = test::referenceForward(ck, ids);
+        auto full = model->newCache();
+        const auto all = model->forward(ids, full, true);
+        auto inc = model->newCache();
+        model->forward(std::vector<int>(ids.begin(), ids.begin() + 100), inc);
+        const double prefillTolerance = compute == "f32" ? 1e-4 : 0.08;
+        for (size_t p = 0; p < ids.size(); ++p) {
+            const std::vector<float> row(all.begin() + std::ptrdiff_t(p * size_t(vocab)),
+                                         all.begin() + std::ptrdiff_t((p + 1) * size_t(vocab)));
+            const double err = test::maxRelativeError(row, ref[p]);
+            if (err > toReference)
+                QFAIL(qPrintable(
+                    QString("prefill position %1: relative error %2 to the reference").arg(p).arg(err)));
+            if (p < 100 || p % 20 != 0)
+                continue;
+            while (inc.tokens() < int(p))
+                model->forward({ids[size_t(inc.tokens())]}, inc);
+            const auto step = model->forward({ids[p]}, inc);
+            const double toPrefill = test::maxRelativeError(step, row);
+            if (toPrefill > prefillTolerance)
+                QFAIL(qPrintable(
+                    QString("decode position %1: relative error %2 to the prefill").arg(p).arg(toPrefill)));
+        }
+        auto wide = plain->newCache();
+        plain->forward(ids, wide);
+        const int64_t kvBytes = gpu::computeTypeBytes(*o.kvDtype),
+                      computeBytes = gpu::computeTypeBytes(o.dtype);
+        QCOMPARE(full.bytes() * computeBytes, wide.bytes() * kvBytes);
+        const auto e = test::expectError([&] { plain->forward({ids[0]}, full); });
+        QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+        QVERIFY2(QString(e.what()).contains("KV cache belongs to another model"), e.what());
+    }
+
     void cudaMatchesCpu()
     {
         if (!gpu::cudaAvailable())

@@ -157,6 +157,24 @@ private Q_SLOTS:
         QVERIFY(panel.choice('a').dequantize);
         panel.setChoice('b', panel.choice('a'));
         QVERIFY(panel.choice('b').dequantize && panel.findChild<QCheckBox *>("dequantizeB")->isChecked());
+        // the KV cache's element type: the compute dtype by default; bf16 halves the KV estimate
+        // and carries in the choice
+        const core::ModelConfig config = core::Checkpoint::open(dir / "m.gguf").config();
+        const auto kvText = [&](int bytes) {
+            return QString("KV cache %1 MB at %2 tokens")
+                .arg(double(config.kvBytesPerToken(bytes)) * config.contextLimit() / 1e6, 0, 'f', 1)
+                .arg(config.contextLimit());
+        };
+        auto *kv = panel.findChild<QComboBox *>("kvDtypeA");
+        QVERIFY(kv && panel.choice('a').kvDtype.isEmpty());
+        QVERIFY2(panel.findChild<QLabel *>("estimateA")->text().contains(kvText(4)),
+                 qPrintable(panel.findChild<QLabel *>("estimateA")->text()));
+        kv->setCurrentIndex(kv->findData(QString("bf16")));
+        QCOMPARE(panel.choice('a').kvDtype, QString("bf16"));
+        QVERIFY2(panel.findChild<QLabel *>("estimateA")->text().contains(kvText(2) + " in bf16"),
+                 qPrintable(panel.findChild<QLabel *>("estimateA")->text()));
+        panel.setChoice('b', panel.choice('a'));
+        QCOMPARE(panel.findChild<QComboBox *>("kvDtypeB")->currentData().toString(), QString("bf16"));
         panel.findChild<QLineEdit *>("pathA")->setText(QString::fromStdString((dir / "hf").string()));
         QVERIFY(!panel.findChild<QLabel *>("estimateA")->text().contains("GGUF"));
     }
