@@ -6,11 +6,13 @@
 #  3. prints the CPU-vs-CUDA parity table (tests/gpu/device/tst_parity.cpp: logits, KV read back,
 #     transfer and greedy agreement for f32, bf16 and f16, each within its stated tolerance);
 #  4. runs `kvwb bench --device cuda` on the demo pair and on a 135M-parameter model (preset 135m),
-#     each dtype, with the CPU's f32 beside it.
+#     each dtype, with the CPU's f32 beside it;
+#  5. (geometries) `kvwb bench` at the geometries of Qwen3-0.6B, Qwen3-1.7B and Llama-3.2-3B and
+#     `kvwb bench-transfer` for the pairs of docs/scale.md, bf16 on CUDA, 512 to 16k tokens.
 # Libraries the machine lacks come from Debian 12 packages downloaded beforehand by
 # tests/device/fetch-deps.sh into tests/device/debs/ (carried with the working tree); they are
 # unpacked under /tmp/kvwb-deps and used from there, never installed into /. Results go to $OUT
-# (or build-device/out): parity.md, bench.md, ctest.log, build.log.
+# (or build-device/out): parity.md, bench.md, geometries.md, ctest.log, build.log.
 #
 #   tests/device/run.sh            # everything
 #   KVWB_DEVICE_STEPS="build parity" tests/device/run.sh
@@ -20,7 +22,7 @@ repo=$(cd "$here/../.." && pwd)
 build="$repo/build-device"
 out="${OUT:-$build/out}"
 root=/tmp/kvwb-deps
-steps="${KVWB_DEVICE_STEPS:-build test parity bench}"
+steps="${KVWB_DEVICE_STEPS:-build test parity bench geometries}"
 mkdir -p "$out" "$build"
 has() { [[ " $steps " == *" $1 "* ]]; }
 say() { printf '\n== %s\n' "$*"; }
@@ -88,5 +90,26 @@ if has bench; then
     done
   } | tee "$out/bench.md"
 fi
+if has geometries; then
+  # The real models' geometries (random weights, bf16): CUDA prefill and decode from 512 to 16k
+  # tokens, and conversion against B's prefill for the pairs of docs/scale.md.
+  say "kvwb bench / bench-transfer --device cuda at 0.6B-3B"
+  models="$build/bench-models"
+  {
+    for p in qwen3-0.6b qwen3-1.7b llama3.2-3b; do
+      [ -d "$models/$p" ] || "$build/kvwb" make-model --preset "$p" --weight-dtype BF16 --out "$models/$p" >/dev/null
+      echo "### $p"
+      "$build/kvwb" bench "$models/$p" --device cuda --dtype bf16 --lengths 512,4096,16384 \
+        --decode-tokens 32 --repeats 3 2>&1 | sed 's/^/cuda bf16: /'
+    done
+    for pair in "qwen3-0.6b qwen3-1.7b" "llama3.2-3b qwen2.5-3b"; do
+      read -r a b <<<"$pair"
+      echo "### $a -> $b"
+      "$build/kvwb" bench-transfer --preset-a "$a" --preset-b "$b" --device cuda --dtype bf16 -k 4 \
+        --lengths 512,4096,16384 --reps 3 2>&1 | sed 's/^/cuda bf16: /'
+    done
+  } | tee "$out/geometries.md"
+fi
+
 echo
 echo "run.sh: done; results in $out"
