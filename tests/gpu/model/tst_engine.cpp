@@ -60,6 +60,16 @@ fs::path makeVariant(const fs::path &dir, const QString &variant)
     return out;
 }
 
+// The preset `variant` with 1,024 positions (seed 11) as an HF directory dir/hf, opened.
+core::Checkpoint longContextModel(const fs::path &dir, const std::string &variant)
+{
+    core::RandomModelSpec spec = core::randomModelPreset(variant);
+    spec.config.maxPositionEmbeddings = 1024;
+    spec.seed = 11;
+    core::writeRandomHfModel(dir / "hf", spec);
+    return core::Checkpoint::open(dir / "hf");
+}
+
 // Logits [ids.size() * vocab] of a full forward of the model `spec` describes (seed 11).
 std::vector<float> logitsOf(const fs::path &dir, core::RandomModelSpec spec, const std::vector<int> &ids)
 {
@@ -726,12 +736,7 @@ private Q_SLOTS:
     {
         QFETCH(QString, variant);
         QTemporaryDir tmp;
-        core::RandomModelSpec spec = core::randomModelPreset(variant.toStdString());
-        spec.config.maxPositionEmbeddings = 1024;
-        spec.seed = 11;
-        const fs::path path = fs::path(tmp.path().toStdString()) / "hf";
-        core::writeRandomHfModel(path, spec);
-        const auto ck = core::Checkpoint::open(path);
+        const auto ck = longContextModel(tmp.path().toStdString(), variant.toStdString());
         auto model = gpu::Model::load(ck, {});
         const int vocab = ck.config().vocabSize;
         const auto ids = randomIds(600, vocab, 12);
@@ -894,20 +899,13 @@ private Q_SLOTS:
     // leave the same cache, queries and hidden states as one unchunked pass.
     void chunkedPrefillMatchesReference_data()
     {
-        QTest::addColumn<QString>("variant");
-        for (const char *v : {"gqa", "gemma2", "qwen3"})
-            QTest::newRow(v) << QString(v);
+        longPromptMatchesReference_data();
     }
     void chunkedPrefillMatchesReference()
     {
         QFETCH(QString, variant);
         QTemporaryDir tmp;
-        core::RandomModelSpec spec = core::randomModelPreset(variant.toStdString());
-        spec.config.maxPositionEmbeddings = 1024;
-        spec.seed = 11;
-        const fs::path path = fs::path(tmp.path().toStdString()) / "hf";
-        core::writeRandomHfModel(path, spec);
-        const auto ck = core::Checkpoint::open(path);
+        const auto ck = longContextModel(tmp.path().toStdString(), variant.toStdString());
         gpu::LoadOptions chunked;
         chunked.prefillChunk = 64;
         auto model = gpu::Model::load(ck, chunked);
@@ -978,12 +976,7 @@ private Q_SLOTS:
         QFETCH(QString, kv);
         QFETCH(double, toReference);
         QTemporaryDir tmp;
-        core::RandomModelSpec spec = core::randomModelPreset("gqa");
-        spec.config.maxPositionEmbeddings = 1024;
-        spec.seed = 11;
-        const fs::path path = fs::path(tmp.path().toStdString()) / "hf";
-        core::writeRandomHfModel(path, spec);
-        const auto ck = core::Checkpoint::open(path);
+        const auto ck = longContextModel(tmp.path().toStdString(), "gqa");
         gpu::LoadOptions o;
         o.dtype = *gpu::parseComputeType(compute.toStdString());
         o.kvDtype = *gpu::parseComputeType(kv.toStdString());
