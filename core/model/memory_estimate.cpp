@@ -20,7 +20,8 @@ MemoryEstimate estimateMemory(const ModelConfig &config, int bytesPerElement, in
                 int64_t(contextTokens);
     // One prefill chunk of c tokens over T keys holds, at its peak, the residual stream and q|k|v
     // [c, hidden] (x4), the MLP intermediate [c, intermediate] (x3: gate, up, product), one layer's
-    // keys and values widened to the compute dtype [T, kv], one query block's scores and
+    // keys and values widened to the compute dtype [T, kv] (a cache of another type), one query
+    // block's scores and
     // probabilities [heads, block, T] in f32, the causal mask [c, T] (bool) and the logits
     // [1, vocab] in f32.
     const int64_t t = contextTokens;
@@ -30,7 +31,9 @@ MemoryEstimate estimateMemory(const ModelConfig &config, int bytesPerElement, in
     const int64_t queryBlock = attentionQueryBlock(heads, t); // as the engine blocks a chunk
     const int64_t block = c > 2 * queryBlock ? queryBlock : c;
     const int64_t scores = 2 * heads * block * t * 4;
-    const int64_t keys = 2 * t * int64_t(config.numKvHeads) * config.headDim * bytesPerElement;
+    // a cache of another type is read widened, one layer at a time; one of the compute type is read in place
+    const bool widened = kvBytesPerElement > 0 && kvBytesPerElement != bytesPerElement;
+    const int64_t keys = widened ? 2 * t * int64_t(config.numKvHeads) * config.headDim * bytesPerElement : 0;
     const int64_t stream = 4 * c * config.hiddenSize * bytesPerElement;
     e.activationBytes = mlp + scores + keys + stream + c * t + int64_t(config.vocabSize) * 4;
     return e;
