@@ -523,6 +523,125 @@ KVWB_QK_AVX512 void dotRowsAvx512(const u8 *w, int64_t r0, int64_t r1, const Qua
     }
 }
 
+// ---- K-quants on AVX-512 (BW, VNNI): one 32-byte load of a Q4_K / Q5_K row gives 64 levels (two
+// sub-blocks: low nibbles, then high) in one 512-bit register, multiplied with the activation's
+// 64 levels by one vpmaddubsw, and one vpdpwssd applies both sub-blocks' scales (vpermw spreads
+// each sub-block's scale over its 16 lanes) as it accumulates. Q6_K's 128 levels of a half
+// block take two registers, and its -32 offset comes from the activation's 16-element sums
+// (the scale-weighted sum of the levels times 32) instead of a product per element. The same
+// integer sums as the 256-bit path, in other lanes. One row at a time: two or six rows' streams
+// at once read from memory at a third of the speed on the 2-core Zen 4 machine measured.
+
+#define KVWB_QK_AVX512_INL                                                                                   \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
+
+// 32 int16 lanes: a in lanes 0-15, b in 16-31 (vpermw indices).
+KVWB_QK_AVX512_INL __m512i halves16(short a, short b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(a)), _mm256_set1_epi16(b), 1);
+}
+
+KVWB_QK_AVX512_INL float finishK512(__m512 acc, __m128 accMin)
+{
+    const __m128 m2 = _mm_add_ps(accMin, _mm_movehl_ps(accMin, accMin));
+    return _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
+}
+
+// One super-block of a row (at b) against the activation's block (levels xq, scale dx, 16-element
+// sums bsum) into acc (16 lanes, summed at the end) and accMin (the mins' terms, 4 lanes).
+template <DType T>
+KVWB_QK_AVX512_INL void superBlockK512(const u8 *b, const int8_t *xq, const int16_t *bsum, float dx,
+                                       __m512 &acc, __m128 &accMin)
+{
+    __m512i sumz = _mm512_setzero_si512();
+    float d;
+    if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+        constexpr bool five = T == DType::Q5_K;
+        d = f16(b);
+        const float dmin = f16(b + 2);
+        uint32_t utmp[4];
+        scalesMinsK4(b + 4, utmp);
+        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(
+            _mm_set_epi32(int(utmp[3]), int(utmp[2]), int(utmp[1]), int(utmp[0]))); // 8 scales, 8 mins
+        // mins: sum over sub-blocks of m_j * (sum of the activation's levels in sub-block j)
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bsum));
+        const __m128i sub = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), sub);
+        accMin = _mm_fmadd_ps(_mm_set1_ps(-(dmin * dx)), _mm_cvtepi32_ps(prod), accMin);
+        const __m512i scales = _mm512_castsi128_si512(_mm256_castsi256_si128(mins_and_scales));
+        const __m512i low4 = _mm512_set1_epi8(0x0F);
+        const u8 *qs = b + (five ? 48 : 16);
+        const __m512i hb =
+            five ? _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16)))
+                 : __m512i{};
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
+            __m512i q = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
+            if constexpr (five) {
+                const __m512i bit =
+                    _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(char(1 << (2 * j)))),
+                                       _mm256_set1_epi8(char(2 << (2 * j))), 1);
+                q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, _mm512_set1_epi8(16));
+            }
+            const __m512i sc = _mm512_permutexvar_epi16(halves16(short(2 * j), short(2 * j + 1)), scales);
+            sumz = _mm512_dpwssd_epi32(sumz, sc, _mm512_maddubs_epi16(q, _mm512_loadu_si512(xq + 64 * j)));
+        }
+    } else { // Q6_K: levels 0-63; sum(scale * level * x) - 32 * sum over 16s of scale * (sum of x)
+        d = f16(b + 208);
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + 192)));
+        // the offset's terms, subtracted from the sums' low 8 lanes
+        sumz = _mm512_zextsi256_si512(_mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32(
+                _mm256_madd_epi16(s16, _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bsum))), 5)));
+        const __m512i scales = _mm512_castsi256_si512(s16);
+        const __m512i low4 = _mm512_set1_epi8(0x0F), three = _mm512_set1_epi8(3);
+#pragma GCC unroll 2
+        for (int n = 0; n < 2; ++n) {
+            const u8 *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+            const __m512i a = _mm512_loadu_si512(ql); // ql bytes 0-31 | 32-63
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+            const __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+            const __m512i h23 = _mm512_srli_epi16(h01, 4);
+            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(a, low4),
+                                                _mm512_slli_epi16(_mm512_and_si512(h01, three), 4));
+            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a, 4), low4),
+                                                _mm512_slli_epi16(_mm512_and_si512(h23, three), 4));
+            // 16 elements per scale: lanes 0-7, 8-15, 16-23, 24-31 take scales 8n + 0..3 (then 4..7)
+            const short s0 = short(8 * n);
+            const __m512i i01 = _mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_set_m128i(_mm_set1_epi16(short(s0 + 1)), _mm_set1_epi16(s0))),
+                _mm256_set_m128i(_mm_set1_epi16(short(s0 + 3)), _mm_set1_epi16(short(s0 + 2))), 1);
+            const __m512i sc01 = _mm512_permutexvar_epi16(i01, scales);
+            const __m512i sc23 =
+                _mm512_permutexvar_epi16(_mm512_add_epi16(i01, _mm512_set1_epi16(4)), scales);
+            const int8_t *x = xq + 128 * n;
+            sumz = _mm512_dpwssd_epi32(sumz, sc01, _mm512_maddubs_epi16(q01, _mm512_loadu_si512(x)));
+            sumz = _mm512_dpwssd_epi32(sumz, sc23, _mm512_maddubs_epi16(q23, _mm512_loadu_si512(x + 64)));
+        }
+    }
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(d * dx), _mm512_cvtepi32_ps(sumz), acc);
+}
+
+template <DType T>
+KVWB_QK_AVX512 void dotRowsK512(const u8 *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y)
+{
+    constexpr int bb = blockBytes<T>();
+    const int64_t nb = x.k / 256, rowBytes = nb * bb;
+    const int8_t *xq = x.q256.data();
+    const float *dx = x.d256.data();
+    const int16_t *bs = x.bsum16.data();
+    for (int64_t r = r0; r < r1; ++r) {
+        __m512 acc = _mm512_setzero_ps();
+        __m128 accMin = _mm_setzero_ps();
+        for (int64_t ib = 0; ib < nb; ++ib)
+            superBlockK512<T>(w + r * rowBytes + ib * bb, xq + ib * 256, bs + ib * 16, dx[ib], acc, accMin);
+        y[r - r0] = finishK512(acc, accMin);
+    }
+}
+
 // The type switch, once per call.
 template <template <DType> class F, class... A> void byType(DType t, A &&...a)
 {
@@ -563,7 +682,7 @@ template <DType T> struct Dot512
     static void run(const u8 *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y)
     {
         if constexpr (unitsPerBlock<T>() == 8)
-            dotRowsK<T>(w, r0, r1, x, y);
+            dotRowsK512<T>(w, r0, r1, x, y);
         else
             dotRowsAvx512<T>(w, r0, r1, x, y);
     }

@@ -261,6 +261,19 @@ template <class Body> void splitRows(int64_t rows, int64_t work, const Body &bod
 #ifdef KVWB_X86_AVX512
 #define KVWB_KV_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
+// The four 16-lane sums a, b, c, d reduced to [sum a, sum b, sum c, sum d]: a transpose-and-add
+// (15 adds and shuffles for four dot products instead of 4 x 8).
+__attribute__((target("avx512f"))) inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
 // 16 lanes of a cache row widened exactly to f32: f32, bf16 (its bits) or f16; lanes outside m are 0.
 KVWB_KV_TARGET inline __m512 kvLanes(const float *p, __mmask16 m)
 {
@@ -291,36 +304,10 @@ template <class K> KVWB_KV_TARGET inline void axpyRow(float *out, float p, const
     }
 }
 
-// y[r] = rows[r] . x for n cache rows of hd elements widened to f32 (bf16 or f16), x f32.
-template <class K>
-KVWB_KV_TARGET void widenedGemvRows(const K *rows, const float *x, float *y, int64_t hd, int64_t n)
+// Scores of one query (already K q, f32) scaled, soft-capped and exponentiated in place, the
+// softmax's max subtracted; returns 1 / their sum.
+inline float softmaxInPlace(float *scores, int64_t n, float scale, float cap)
 {
-    for (int64_t r = 0; r < n; ++r) {
-        const K *row = rows + r * hd;
-        __m512 acc = _mm512_setzero_ps();
-        for (int64_t d = 0; d < hd; d += 16) {
-            const __mmask16 m = headMask(hd - d);
-            acc = _mm512_fmadd_ps(kvLanes(row + d, m), _mm512_maskz_loadu_ps(m, x + d), acc);
-        }
-        y[r] = _mm512_reduce_add_ps(acc);
-    }
-}
-
-// One query head over keys [k0, k1) of its kv head: scores = K q (the row kernels), scaled and
-// soft-capped, softmax in f32, out = probs V; f32 throughout, out rounded once by the caller. Q and
-// the cache share a type (f32, or bf16 bits), or q is f32 and the cache's rows (bf16 bits or f16)
-// are widened exactly as they are read.
-template <class Q, class K>
-void attendHead(const Q *q, const K *keys, const K *values, int64_t k0, int64_t k1, int64_t hd, float scale,
-                float cap, float *scores, float *out)
-{
-    const int64_t n = k1 - k0;
-    if constexpr (std::is_same_v<Q, uint16_t> && std::is_same_v<K, uint16_t>)
-        bf16GemvRows(keys + k0 * hd, q, scores, hd, 0, n);
-    else if constexpr (std::is_same_v<K, float>)
-        f32GemvRows(keys + k0 * hd, q, scores, hd, 0, n);
-    else
-        widenedGemvRows(keys + k0 * hd, q, scores, hd, n);
     float hi = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
         float s = scores[j] * scale;
@@ -334,27 +321,133 @@ void attendHead(const Q *q, const K *keys, const K *values, int64_t k0, int64_t 
         scores[j] = std::exp(scores[j] - hi);
         sum += scores[j];
     }
-    const float inv = 1.0f / sum;
+    return 1.0f / sum;
+}
+
+// One query head over keys [k0, k1) of its kv head: scores = K q (the row kernels), scaled and
+// soft-capped, softmax in f32, out = probs V; f32 throughout, out rounded once by the caller. Here
+// q and the cache are both bf16 (bits); attendGroup serves an f32 query.
+inline void attendHead(const uint16_t *q, const uint16_t *keys, const uint16_t *values, int64_t k0,
+                       int64_t k1, int64_t hd, float scale, float cap, float *scores, float *out)
+{
+    const int64_t n = k1 - k0;
+    bf16GemvRows(keys + k0 * hd, q, scores, hd, 0, n);
+    const float inv = softmaxInPlace(scores, n, scale, cap);
     std::fill(out, out + hd, 0.0f);
     for (int64_t j = 0; j < n; ++j)
         axpyRow(out, scores[j] * inv, values + (k0 + j) * hd, hd);
 }
+
+// G query heads (f32, hd apart from q) that share one kv head, over its keys [k0, k1): each cache
+// row (f32, or bf16 bits / f16 widened exactly) is read once for the G heads, 4 rows at a time
+// (their sums reduced together), and the value sum runs over 64 dimensions at a time with the
+// G x 4 sums held in registers. Per score, the same fused multiply-adds over the dimensions in
+// order; per output element, out += p_j * v_j in key order, as attendHead does.
+template <int G, class K>
+KVWB_KV_TARGET void attendGroup(const float *q, const K *keys, const K *values, int64_t k0, int64_t k1,
+                                int64_t hd, float scale, float cap, float *scores, float *out)
+{
+    const int64_t n = k1 - k0;
+    const K *kb = keys + k0 * hd;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        __m512 acc[G][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < G; ++i)
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; ++r)
+                acc[i][r] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; d += 16) {
+            const __mmask16 m = headMask(hd - d);
+            __m512 kv[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; ++r)
+                kv[r] = kvLanes(kb + (j + r) * hd + d, m);
+#pragma GCC unroll 4
+            for (int i = 0; i < G; ++i) {
+                const __m512 qv = _mm512_maskz_loadu_ps(m, q + i * hd + d);
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; ++r)
+                    acc[i][r] = _mm512_fmadd_ps(kv[r], qv, acc[i][r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < G; ++i)
+            _mm_storeu_ps(scores + i * n + j, reduce4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+    }
+    for (; j < n; ++j) {
+        __m512 acc[G];
+#pragma GCC unroll 4
+        for (int i = 0; i < G; ++i)
+            acc[i] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < hd; d += 16) {
+            const __mmask16 m = headMask(hd - d);
+            const __m512 kv = kvLanes(kb + j * hd + d, m);
+#pragma GCC unroll 4
+            for (int i = 0; i < G; ++i)
+                acc[i] = _mm512_fmadd_ps(kv, _mm512_maskz_loadu_ps(m, q + i * hd + d), acc[i]);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < G; ++i)
+            scores[i * n + j] = _mm512_reduce_add_ps(acc[i]);
+    }
+    float inv[G];
+#pragma GCC unroll 4
+    for (int i = 0; i < G; ++i)
+        inv[i] = softmaxInPlace(scores + i * n, n, scale, cap);
+    const K *vb = values + k0 * hd;
+    for (int64_t d0 = 0; d0 < hd; d0 += 64) {
+        const int nc = int(std::min<int64_t>(4, (hd - d0 + 15) / 16));
+        __mmask16 m[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c)
+            m[c] = c < nc ? headMask(hd - d0 - 16 * c) : __mmask16(0);
+        __m512 acc[G][4];
+#pragma GCC unroll 4
+        for (int i = 0; i < G; ++i)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c)
+                acc[i][c] = _mm512_setzero_ps();
+        for (int64_t jj = 0; jj < n; ++jj) {
+            __m512 v[4];
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; ++c)
+                v[c] = kvLanes(vb + jj * hd + d0 + 16 * c, m[c]);
+#pragma GCC unroll 4
+            for (int i = 0; i < G; ++i) {
+                const __m512 pv = _mm512_set1_ps(scores[i * n + jj] * inv[i]);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; ++c)
+                    acc[i][c] = _mm512_fmadd_ps(pv, v[c], acc[i][c]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < G; ++i)
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; ++c)
+                _mm512_mask_storeu_ps(out + i * hd + d0 + 16 * c, m[c], acc[i][c]);
+    }
+}
+
+// Heads [h, h + g) of one kv head (g <= 4, q f32) through attendGroup<g>.
+template <class K>
+void attendGroupOf(int g, const float *q, const K *keys, const K *values, int64_t k0, int64_t k1, int64_t hd,
+                   float scale, float cap, float *scores, float *out)
+{
+    switch (g) {
+    case 1:
+        return attendGroup<1>(q, keys, values, k0, k1, hd, scale, cap, scores, out);
+    case 2:
+        return attendGroup<2>(q, keys, values, k0, k1, hd, scale, cap, scores, out);
+    case 3:
+        return attendGroup<3>(q, keys, values, k0, k1, hd, scale, cap, scores, out);
+    default:
+        return attendGroup<4>(q, keys, values, k0, k1, hd, scale, cap, scores, out);
+    }
+}
 #endif
 
 #ifdef KVWB_X86_AVX512
-// The four 16-lane sums a, b, c, d reduced to [sum a, sum b, sum c, sum d]: a transpose-and-add
-// (15 adds and shuffles for four dot products instead of 4 x 8).
-__attribute__((target("avx512f"))) inline __m128 reduce4(__m512 a, __m512 b, __m512 c, __m512 d)
-{
-    const __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    const __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
-    const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(1, 0, 1, 0)),
-                                   _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
-                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
 // row[J], or zeros past the row's NR accumulators.
 template <int J, int NR>
 __attribute__((target("avx512f"), always_inline)) inline __m512 lane(const __m512 (&row)[NR])
@@ -642,35 +735,50 @@ torch::Tensor attendOneCpu(const torch::Tensor &q, const torch::Tensor &keys, co
 #ifdef KVWB_X86_AVX512
     float *op = out.data_ptr<float>();
     const int64_t n = k1 - k0;
-    const auto heads = [&](auto *qp, auto *kp, auto *vp) {
-        return [=, &op](int64_t h0, int64_t h1) {
-            std::vector<float> scores(static_cast<size_t>(n));
-            for (int64_t h = h0; h < h1; ++h) {
-                const int64_t g = h / rep;
-                attendHead(qp + h * hd, kp + g * cap * hd, vp + g * cap * hd, k0, k1, hd, float(scale),
-                           float(softcap), scores.data(), op + h * hd);
-            }
-        };
-    };
     const int64_t work = 2 * n * hd; // heads over the team once the keys outweigh a handover
-    const float *qf = native ? nullptr : qc.data_ptr<float>();
     if (native && dt == torch::kBFloat16) {
         const auto *qp = reinterpret_cast<const uint16_t *>(qc.data_ptr());
         const auto *kp = reinterpret_cast<const uint16_t *>(keys.data_ptr());
         const auto *vp = reinterpret_cast<const uint16_t *>(values.data_ptr());
-        splitRows(nh, work, heads(qp, kp, vp), 1);
-    } else if (kt == torch::kFloat32) {
-        splitRows(nh, work,
-                  heads(native ? qc.data_ptr<float>() : qf, keys.data_ptr<float>(), values.data_ptr<float>()),
-                  1);
-    } else if (kt == torch::kBFloat16) {
-        splitRows(nh, work,
-                  heads(qf, reinterpret_cast<const uint16_t *>(keys.data_ptr()),
-                        reinterpret_cast<const uint16_t *>(values.data_ptr())),
-                  1);
-    } else {
-        splitRows(nh, work, heads(qf, keys.data_ptr<c10::Half>(), values.data_ptr<c10::Half>()), 1);
+        splitRows(
+            nh, work,
+            [&](int64_t h0, int64_t h1) {
+                std::vector<float> scores(static_cast<size_t>(n));
+                for (int64_t h = h0; h < h1; ++h) {
+                    const int64_t g = h / rep;
+                    attendHead(qp + h * hd, kp + g * cap * hd, vp + g * cap * hd, k0, k1, hd, float(scale),
+                               float(softcap), scores.data(), op + h * hd);
+                }
+            },
+            1);
+        return out.to(dt);
     }
+    // an f32 query: the heads of one kv head in groups of up to 4, each cache row read once a group
+    const float *qf = qc.data_ptr<float>();
+    const int64_t groupsPerKv = (rep + 3) / 4;
+    const auto groups = [&](auto *kp, auto *vp) {
+        return [=, &op](int64_t u0, int64_t u1) {
+            std::vector<float> scores(static_cast<size_t>(4 * n));
+            for (int64_t u = u0; u < u1; ++u) {
+                const int64_t g = u / groupsPerKv, h = g * rep + (u % groupsPerKv) * 4;
+                const int size = int(std::min<int64_t>(4, (g + 1) * rep - h));
+                attendGroupOf(size, qf + h * hd, kp + g * cap * hd, vp + g * cap * hd, k0, k1, hd,
+                              float(scale), float(softcap), scores.data(), op + h * hd);
+            }
+        };
+    };
+    const int64_t units = nkv * groupsPerKv;
+    if (kt == torch::kFloat32)
+        splitRows(units, work * (rep / groupsPerKv), groups(keys.data_ptr<float>(), values.data_ptr<float>()),
+                  1);
+    else if (kt == torch::kBFloat16)
+        splitRows(units, work * (rep / groupsPerKv),
+                  groups(reinterpret_cast<const uint16_t *>(keys.data_ptr()),
+                         reinterpret_cast<const uint16_t *>(values.data_ptr())),
+                  1);
+    else
+        splitRows(units, work * (rep / groupsPerKv),
+                  groups(keys.data_ptr<c10::Half>(), values.data_ptr<c10::Half>()), 1);
 #else
     TORCH_CHECK(false, "attendOneCpu: not built for this CPU");
 #endif
