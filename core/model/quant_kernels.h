@@ -10,9 +10,11 @@
 //   to 8 bits per 32 elements (QuantizedActivation, as llama.cpp's decode), one scale per block;
 //   equal to the double-precision dot product of the dequantised weights with that activation up
 //   to f32 rounding (the tests hold every path to a stated bound).
-// - dequantRows (prompts and embeddings): the floats core::dequantize gives, bit for bit (the
-//   same products and sums in the same order), for a product that then runs on f32 tiles with the
-//   activation as it is.
+// - promptRows (prompts, the K-quants on AVX-512 VNNI; below): integer products with the prompt's
+//   rows rounded as one token's are.
+// - dequantRows (the other prompts and embeddings): the floats core::dequantize gives, bit for bit
+//   (the same products and sums in the same order), for a product that then runs on f32 tiles with
+//   the activation as it is.
 //
 // Pure functions over caller-owned memory; thread-safe.
 #pragma once
@@ -74,6 +76,31 @@ double dequantizedActivation(const QuantizedActivation &x, DType t, int64_t i);
 // products in f32. k = x.k must be whole blocks.
 void dotRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y,
              Isa isa);
+
+// ---- A prompt's product in integers (core/model/quant_prompt.cpp): the K-quants (Q4_K, Q5_K,
+// Q6_K) on AVX-512 with VNNI. The prompt's rows are rounded to 8 bits per 256 elements as one
+// token's are (quantizeActivation's 256-element form); the matrix's rows are unpacked 16 at a
+// time into their integer levels, interleaved so that one vpdpbusd multiplies 4 levels of 16 rows
+// with 4 of a token's, and each sub-block's sums are scaled in f32 (its scale times the sum, plus
+// its min or offset times the token's sum of levels). Elsewhere a prompt's rows dequantise onto
+// f32 tiles (dequantRows).
+struct PromptActivations
+{
+    int64_t k = 0, tokens = 0;
+    std::vector<int8_t> q;    // [tokens, k]
+    std::vector<float> d;     // [tokens, k / 256]: each 256 elements' step
+    std::vector<float> sum16; // [tokens, k / 16]: sums of the levels over 16 elements
+    std::vector<float> sum32; // [tokens, k / 32]: over 32
+};
+// tokens rows of k elements (k a multiple of 256) from x [tokens, k].
+void quantizePrompt(const float *x, int64_t tokens, int64_t k, PromptActivations &out);
+// Whether promptRows runs t on this path.
+bool hasPromptRows(DType t, Isa isa) noexcept;
+// y[i * ldy + (r - r0)] = row r . x^_i for rows [r0, r1) of the matrix at w and every token i of
+// x: the dot product of the dequantised row with the token's rounded activation, to f32 rounding
+// (the tests hold it to dotRows' bound). Error(Unsupported) where !hasPromptRows(t, isa).
+void promptRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const PromptActivations &x, float *y,
+                int64_t ldy, Isa isa);
 
 // Rows [r0, r1) as floats into out[(r - r0) * k ...], equal to core::dequantize of the same bytes.
 void dequantRows(DType t, const std::byte *w, int64_t k, int64_t r0, int64_t r1, float *out, Isa isa);

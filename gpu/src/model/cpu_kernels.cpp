@@ -1310,17 +1310,33 @@ torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix>
         for (size_t i = 0; i < w.size(); ++i)
             for (int64_t j0 = 0; j0 < w[i].rows; j0 += kQuantChunk)
                 chunks.push_back({i, j0, std::min(w[i].rows, j0 + kQuantChunk)});
+        // the K-quants on AVX-512 VNNI multiply the prompt in integers, its rows rounded to 8 bits as
+        // one token's are; the other types dequantise each chunk onto the f32 tiles
+        const bool anyPromptRows = std::any_of(w.begin(), w.end(), [&](const QuantMatrix &p) {
+            return core::quant::hasPromptRows(p.type, isa);
+        });
+        core::quant::PromptActivations xs;
+        if (anyPromptRows)
+            core::quant::quantizePrompt(xp, m, k, xs);
         splitRows(
             int64_t(chunks.size()), m * k * kQuantChunk,
             [&](int64_t u0, int64_t u1) {
                 thread_local std::vector<float> scratch;
-                scratch.resize(size_t(kQuantChunk * k));
                 for (int64_t u = u0; u < u1; ++u) {
                     const Chunk &c = chunks[size_t(u)];
                     const QuantMatrix &p = w[c.part];
-                    core::quant::dequantRows(p.type, static_cast<const std::byte *>(p.bytes.data_ptr()), k,
-                                             c.j0, c.j1, scratch.data(), isa);
+                    const auto *bytes = static_cast<const std::byte *>(p.bytes.data_ptr());
                     const int64_t col = offset[c.part] + c.j0;
+                    if (core::quant::hasPromptRows(p.type, isa)) {
+                        core::quant::promptRows(p.type, bytes, c.j0, c.j1, xs, yp + col, n, isa);
+                        if (bp)
+                            for (int64_t i = 0; i < m; ++i)
+                                for (int64_t j = 0; j < c.j1 - c.j0; ++j)
+                                    yp[i * n + col + j] += bp[col + j];
+                        continue;
+                    }
+                    scratch.resize(size_t(kQuantChunk * k));
+                    core::quant::dequantRows(p.type, bytes, k, c.j0, c.j1, scratch.data(), isa);
                     f32Share(xp, m, scratch.data(), k, c.j1 - c.j0, yp + col, n, bp ? bp + col : nullptr);
                 }
             },

@@ -156,6 +156,83 @@ private Q_SLOTS:
         }
     }
 
+    // A prompt's integer product (the K-quants on AVX-512 VNNI): every (row, token) within dotRows'
+    // bound of the double-precision product of the dequantised row with that token's rounded
+    // activation, for token counts on and off its groups of 8, rows on and off its panels of 16,
+    // from an offset row, into a strided output (the columns past the rows untouched). Refused on
+    // the other paths and types.
+    void promptRowsAgainstReference_data()
+    {
+        QTest::addColumn<DType>("type");
+        QTest::addColumn<int>("blocksPerRow");
+        QTest::addColumn<int>("tokens");
+        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+            for (int blocks : {1, 3})
+                for (int tokens : {1, 8, 11})
+                    QTest::addRow("%s x%d tokens %d", dtypeName(t), blocks, tokens) << t << blocks << tokens;
+    }
+    void promptRowsAgainstReference()
+    {
+        QFETCH(DType, type);
+        QFETCH(int, blocksPerRow);
+        QFETCH(int, tokens);
+        std::mt19937 rng(uint32_t(int(type) * 100 + blocksPerRow * 10 + tokens));
+        const int64_t k = int64_t(blocksPerRow) * 256, firstRow = 3, total = 40, rows = total - firstRow;
+        const auto w = randomBlocks(type, total, k, rng);
+        std::vector<float> ref(size_t(total * k));
+        dequantize(type, w, total * k, ref.data(), "w");
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> x(size_t(tokens * k));
+        for (auto &v : x)
+            v = normal(rng) + 0.5f;
+        x[7] = 30.0f; // one block with a large value
+        q::PromptActivations xs;
+        q::quantizePrompt(x.data(), tokens, k, xs);
+        for (q::Isa isa : pathsHere()) {
+            std::vector<float> y(size_t(tokens * (rows + 2)), -1.0f);
+            if (!q::hasPromptRows(type, isa)) {
+                QCOMPARE(expectError([&] {
+                             q::promptRows(type, w.data(), firstRow, total, xs, y.data(), rows + 2, isa);
+                         }).code(),
+                         ErrorCode::Unsupported);
+                continue;
+            }
+            q::promptRows(type, w.data(), firstRow, total, xs, y.data(), rows + 2, isa);
+            for (int i = 0; i < tokens; ++i) {
+                q::QuantizedActivation one;
+                q::quantizeActivation(x.data() + i * k, k, one, false, true);
+                QCOMPARE(std::memcmp(one.q256.data(), xs.q.data() + i * k, size_t(k)), 0);
+                const auto xh = dequantized(one, type);
+                for (int64_t r = 0; r < rows; ++r) {
+                    double exact = 0, scale = 0, wmax = 0;
+                    for (int64_t e = 0; e < k; ++e) {
+                        const double wi = ref[size_t((firstRow + r) * k + e)];
+                        exact += xh[size_t(e)] * wi;
+                        scale += std::fabs(xh[size_t(e)]);
+                        wmax = std::max(wmax, std::fabs(wi));
+                    }
+                    const double tol = 4e-6 * scale * wmax, got = y[size_t(i * (rows + 2) + r)];
+                    if (!(std::fabs(got - exact) <= tol))
+                        QFAIL(qPrintable(QString("%1 token %2 row %3: %4, reference %5 (tolerance %6)")
+                                             .arg(q::isaName(isa))
+                                             .arg(i)
+                                             .arg(firstRow + r)
+                                             .arg(got, 0, 'g', 9)
+                                             .arg(exact, 0, 'g', 9)
+                                             .arg(tol)));
+                }
+                QCOMPARE(y[size_t(i * (rows + 2) + rows)], -1.0f);
+                QCOMPARE(y[size_t(i * (rows + 2) + rows + 1)], -1.0f);
+            }
+        }
+        std::vector<float> y(1);
+        QCOMPARE(expectError([&] {
+                     q::promptRows(DType::Q8_0, w.data(), 0, 1, xs, y.data(), 1, q::Isa::Avx512);
+                 }).code(),
+                 ErrorCode::Unsupported);
+        QCOMPARE(expectError([&] { q::quantizePrompt(x.data(), 1, 100, xs); }).code(), ErrorCode::Shape);
+    }
+
     void activationRounding()
     {
         std::mt19937 rng(11);

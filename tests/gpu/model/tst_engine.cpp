@@ -6,6 +6,7 @@
 #include "core/model/checkpoint.h"
 #include "core/model/dtype.h"
 #include "core/model/gguf_model.h"
+#include "core/model/quant_kernels.h"
 #include "core/model/random_model.h"
 #include "core/util/error.h"
 #include "gpu/model/model.h"
@@ -305,10 +306,15 @@ private Q_SLOTS:
         tiles = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 #endif
-        if (tiles)
+        if (core::quant::hasPromptRows(core::DType(type), core::quant::activeIsa())) {
+            // the K-quants on AVX-512 VNNI: the prompt in integers, rounded to 8 bits as one token is
+            const double e = test::maxRelativeError(pk, pr);
+            QVERIFY2(e > 0 && e < 0.05, qPrintable(QString("prompt logits relative error %1").arg(e)));
+        } else if (tiles) {
             QVERIFY(pk == pr);
-        else
+        } else {
             QVERIFY(test::maxRelativeError(pk, pr) < 1e-5);
+        }
         // one token at a time: 8-bit activations, close to the dequantised weights' logits
         std::vector<float> dk, dr;
         for (int step = 0; step < 6; ++step) {
