@@ -580,6 +580,104 @@ KVWB_TILE_TARGET void gemmCols(const float *x, int64_t m, const TW *w, int64_t k
     }
 }
 #undef KVWB_TILE_TARGET
+
+#define KVWB_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+
+// One step of a bf16 tile: 32 columns (those of mask m) from column kk, one vdpbf16ps per
+// accumulator (two columns' exact products added to each lane in turn).
+template <int MR, int NR>
+KVWB_BF16_TARGET __attribute__((always_inline)) inline void
+bf16TileStep(__m512 (&acc)[MR][NR], const uint16_t *x, int64_t k, const uint16_t *w, int64_t kk, __mmask32 m)
+{
+    __m512bh wv[NR];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j)
+        wv[j] = (__m512bh)_mm512_maskz_loadu_epi16(m, w + j * k + kk);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+        const auto xv = (__m512bh)_mm512_maskz_loadu_epi16(m, x + i * k + kk);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j)
+            acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv, wv[j]);
+    }
+}
+
+// gemmTile for bf16 x and w: the products are exact in f32 and summed in f32, two columns per lane
+// per instruction (twice the f32 tiles' multiply-adds per instruction).
+template <int MR, int NR>
+KVWB_BF16_TARGET inline void bf16Tile(const uint16_t *x, int64_t k, const uint16_t *w, float *c, int64_t ldc,
+                                      const float *bias)
+{
+    __m512 acc[MR][NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j)
+            acc[i][j] = _mm512_setzero_ps();
+    int64_t kk = 0;
+    for (; kk + 32 <= k; kk += 32)
+        bf16TileStep<MR, NR>(acc, x, k, w, kk, __mmask32(0xffffffffu));
+    if (kk < k)
+        bf16TileStep<MR, NR>(acc, x, k, w, kk, __mmask32((uint32_t(1) << (k - kk)) - 1));
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+        const __m128 s = reduce4(lane<0>(acc[i]), lane<1>(acc[i]), lane<2>(acc[i]), lane<3>(acc[i]));
+        alignas(16) float out[4];
+        _mm_store_ps(out, s);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j)
+            c[i * ldc + j] = bias ? out[j] + bias[j] : out[j];
+    }
+}
+
+template <int MR>
+KVWB_BF16_TARGET inline void bf16TileRows(int nr, const uint16_t *x, int64_t k, const uint16_t *w, float *c,
+                                          int64_t ldc, const float *bias)
+{
+    switch (nr) {
+    case 4:
+        return bf16Tile<MR, 4>(x, k, w, c, ldc, bias);
+    case 3:
+        return bf16Tile<MR, 3>(x, k, w, c, ldc, bias);
+    case 2:
+        return bf16Tile<MR, 2>(x, k, w, c, ldc, bias);
+    default:
+        return bf16Tile<MR, 1>(x, k, w, c, ldc, bias);
+    }
+}
+
+// gemmCols for bf16 x and w (AVX-512 BF16): the same chunks and tiles, no widening.
+KVWB_BF16_TARGET void bf16Cols(const uint16_t *x, int64_t m, const uint16_t *w, int64_t k, int64_t j0,
+                               int64_t j1, float *c, int64_t ldc, const float *bias)
+{
+    const int64_t chunk =
+        std::max<int64_t>(4, (int64_t(256) << 10) / (int64_t(sizeof(uint16_t)) * k) / 4 * 4);
+    for (int64_t m0 = 0; m0 < m; m0 += chunk) {
+        const int64_t m1 = std::min(m, m0 + chunk);
+        for (int64_t j = j0; j < j1; j += 4) {
+            const int nr = int(std::min<int64_t>(4, j1 - j));
+            const uint16_t *wj = w + j * k;
+            const float *bj = bias ? bias + j : nullptr;
+            int64_t i = m0;
+            for (; i + 4 <= m1; i += 4)
+                bf16TileRows<4>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+            switch (m1 - i) {
+            case 3:
+                bf16TileRows<3>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                break;
+            case 2:
+                bf16TileRows<2>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                break;
+            case 1:
+                bf16TileRows<1>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                break;
+            default:
+                break;
+            }
+        }
+    }
+}
+#undef KVWB_BF16_TARGET
 #endif
 
 // cblas_sgemm of the BLAS LibTorch links (libblas.so.3: OpenBLAS on Debian), looked up at run time
@@ -630,6 +728,29 @@ void productShare(const float *x, int64_t m, const TW *w, int64_t k, int64_t j0,
 #endif
 }
 
+// The same for bf16 x and w on AVX-512 BF16 (bf16Products()).
+void productShare(const uint16_t *x, int64_t m, const uint16_t *w, int64_t k, int64_t j0, int64_t j1,
+                  float *c, int64_t ldc, const float *bias)
+{
+#ifdef KVWB_X86_AVX512
+    bf16Cols(x, m, w, k, j0, j1, c, ldc, bias);
+#else
+    TORCH_CHECK(false, "prompt products: not built for this CPU");
+#endif
+}
+
+// Whether bf16 prompt products run on vdpbf16ps tiles (x kept in bf16) rather than widened to f32.
+bool bf16Products()
+{
+#ifdef KVWB_X86_AVX512
+    static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    return yes;
+#else
+    return false;
+#endif
+}
+
 // Columns of the products per call: fixed, so that each output element comes from the same call
 // (same shape, same BLAS kernel path) on any thread count; the team splits whole chunks.
 // (sgemm packs x once per call: 128 columns ran a 512-token f32 prefill ~10% faster than 64; the
@@ -641,8 +762,8 @@ int64_t productChunk(bool blas)
 
 // y[i] = x[i] w[i]^T (+ bias) for i < b: x [b, m, k] f32 contiguous, w rows of k (batch stride
 // wStride), y [b, m, n] f32; (product, column chunk) pairs split over the team.
-template <class TW>
-void teamProducts(int64_t b, const float *x, int64_t m, const TW *w, int64_t wStride, int64_t n, int64_t k,
+template <class TX, class TW>
+void teamProducts(int64_t b, const TX *x, int64_t m, const TW *w, int64_t wStride, int64_t n, int64_t k,
                   float *y, const float *bias)
 {
     const int64_t chunk = productChunk(std::is_same_v<TW, float> && blasRows(m) && cblasSgemm());
@@ -875,9 +996,16 @@ torch::Tensor teamMatmulNT(const torch::Tensor &x, const torch::Tensor &w)
                 "teamMatmulNT: expected x [b, m, k] and w [b, n, k] (dense rows) of one dtype (f32 or bf16) "
                 "on the CPU");
     const int64_t b = x.size(0), m = x.size(1), n = w.size(1), k = x.size(2), wStride = w.stride(0);
+    auto y = torch::empty({b, m, n}, x.options().dtype(torch::kFloat32));
+    if (dt == torch::kBFloat16 && bf16Products()) {
+        const auto xb = x.contiguous();
+        teamProducts(b, reinterpret_cast<const uint16_t *>(xb.data_ptr()), m,
+                     reinterpret_cast<const uint16_t *>(w.data_ptr()), wStride, n, k, y.data_ptr<float>(),
+                     nullptr);
+        return y;
+    }
     const auto xc = x.to(torch::kFloat32).contiguous();
     const float *xp = xc.data_ptr<float>();
-    auto y = torch::empty({b, m, n}, x.options().dtype(torch::kFloat32));
     if (dt == torch::kBFloat16)
         teamProducts(b, xp, m, reinterpret_cast<const uint16_t *>(w.data_ptr()), wStride, n, k,
                      y.data_ptr<float>(), nullptr);
@@ -896,11 +1024,17 @@ torch::Tensor teamLinear(const torch::Tensor &x, const torch::Tensor &w, const t
                 "teamLinear: expected x [t, in] and W [out, in] of one dtype (f32 or bf16), W contiguous, "
                 "on the CPU");
     const int64_t m = x.size(0), n = w.size(0), k = w.size(1);
-    const auto xc = x.to(torch::kFloat32).contiguous();
-    const float *xp = xc.data_ptr<float>();
     auto y = torch::empty({m, n}, w.options().dtype(torch::kFloat32));
     const auto bf = bias.defined() ? bias.to(torch::kFloat32).contiguous() : torch::Tensor();
     const float *bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
+    if (dt == torch::kBFloat16 && bf16Products()) {
+        const auto xb = x.contiguous();
+        teamProducts(1, reinterpret_cast<const uint16_t *>(xb.data_ptr()), m,
+                     reinterpret_cast<const uint16_t *>(w.data_ptr()), 0, n, k, y.data_ptr<float>(), bp);
+        return y.to(dt);
+    }
+    const auto xc = x.to(torch::kFloat32).contiguous();
+    const float *xp = xc.data_ptr<float>();
     if (dt == torch::kBFloat16)
         teamProducts(1, xp, m, reinterpret_cast<const uint16_t *>(w.data_ptr()), 0, n, k, y.data_ptr<float>(),
                      bp);
