@@ -10,8 +10,8 @@
 //   to 8 bits per 32 elements (QuantizedActivation, as llama.cpp's decode), one scale per block;
 //   equal to the double-precision dot product of the dequantised weights with that activation up
 //   to f32 rounding (the tests hold every path to a stated bound).
-// - promptRows (prompts, the K-quants on AVX-512 VNNI; below): integer products with the prompt's
-//   rows rounded as one token's are.
+// - promptRows (prompts, the K-quants and Q8_0 on AVX-512 VNNI; below): integer products with the
+//   prompt's rows rounded as one token's are.
 // - dequantRows (the other prompts and embeddings): the floats core::dequantize gives, bit for bit
 //   (the same products and sums in the same order), for a product that then runs on f32 tiles with
 //   the activation as it is.
@@ -78,27 +78,32 @@ void dotRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const Quantize
              Isa isa);
 
 // ---- A prompt's product in integers (core/model/quant_prompt.cpp): the K-quants (Q4_K, Q5_K,
-// Q6_K) on AVX-512 with VNNI. The prompt's rows are rounded to 8 bits per 256 elements as one
-// token's are (quantizeActivation's 256-element form); the matrix's rows are unpacked 16 at a
-// time into their integer levels, interleaved so that one vpdpbusd multiplies 4 levels of 16 rows
-// with 4 of a token's, and each sub-block's sums are scaled in f32 (its scale times the sum, plus
-// its min or offset times the token's sum of levels). Elsewhere a prompt's rows dequantise onto
-// f32 tiles (dequantRows).
+// Q6_K) and Q8_0 on AVX-512 with VNNI, for rows of a multiple of 256 elements. The prompt's rows
+// are rounded to 8 bits as one token's are for that type (per 256 elements for the K-quants, per
+// 32 for Q8_0: promptBlock); the matrix's rows are unpacked 16 at a time into their integer
+// levels, interleaved so that one vpdpbusd multiplies 4 levels of 16 rows with 4 of a token's,
+// and each sub-block's sums are scaled in f32 (its scale times the sum, plus its min or offset
+// times the token's sum of levels). Elsewhere a prompt's rows dequantise onto f32 tiles
+// (dequantRows).
 struct PromptActivations
 {
     int64_t k = 0, tokens = 0;
+    int block = 256;          // elements per step: 256 or 32
     std::vector<int8_t> q;    // [tokens, k]
-    std::vector<float> d;     // [tokens, k / 256]: each 256 elements' step
+    std::vector<float> d;     // [tokens, k / block]: each block's step
     std::vector<float> sum16; // [tokens, k / 16]: sums of the levels over 16 elements
     std::vector<float> sum32; // [tokens, k / 32]: over 32
 };
-// tokens rows of k elements (k a multiple of 256) from x [tokens, k].
-void quantizePrompt(const float *x, int64_t tokens, int64_t k, PromptActivations &out);
-// Whether promptRows runs t on this path.
-bool hasPromptRows(DType t, Isa isa) noexcept;
+// The rounding block promptRows needs for t's rows: 256 for the K-quants, 32 for the others.
+int promptBlock(DType t) noexcept;
+// tokens rows of k elements (k a multiple of 256) from x [tokens, k], rounded per `block`.
+void quantizePrompt(const float *x, int64_t tokens, int64_t k, int block, PromptActivations &out);
+// Whether promptRows runs t's rows of k elements on this path.
+bool hasPromptRows(DType t, int64_t k, Isa isa) noexcept;
 // y[i * ldy + (r - r0)] = row r . x^_i for rows [r0, r1) of the matrix at w and every token i of
-// x: the dot product of the dequantised row with the token's rounded activation, to f32 rounding
-// (the tests hold it to dotRows' bound). Error(Unsupported) where !hasPromptRows(t, isa).
+// x (rounded per promptBlock(t)): the dot product of the dequantised row with the token's rounded
+// activation, to f32 rounding (the tests hold it to dotRows' bound). Error(Unsupported) where
+// !hasPromptRows(t, x.k, isa), Error(InvalidArgument) for x rounded per another block.
 void promptRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const PromptActivations &x, float *y,
                 int64_t ldy, Isa isa);
 

@@ -57,10 +57,23 @@ int subBlock(DType t)
     return t == DType::Q6_K ? 16 : 32;
 }
 
-// One super-block's sub-blocks' a and c: element = a * level + c, the products core::dequantize
-// forms (levels: Q4_K 0-15, Q5_K 0-31, Q6_K 0-63 standing for level - 32).
+bool promptType(DType t)
+{
+    return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0;
+}
+
+// One super-block's (for Q8_0: 8 blocks') sub-blocks' a and c: element = a * level + c, the
+// products core::dequantize forms (levels: Q4_K 0-15, Q5_K 0-31, Q6_K 0-63 standing for level - 32,
+// Q8_0 0-255 for level - 128).
 void subBlockScales(DType t, const u8 *b, float *a, float *c)
 {
+    if (t == DType::Q8_0) { // 8 blocks of 32: level + 128 stored, so c = -128 d
+        for (int s = 0; s < 8; ++s) {
+            a[s] = f16At(b + 34 * s);
+            c[s] = -128.0f * a[s];
+        }
+        return;
+    }
     if (t == DType::Q4_K || t == DType::Q5_K) {
         const float d = f16At(b), dmin = f16At(b + 2);
         for (int s = 0; s < 8; ++s) {
@@ -97,7 +110,13 @@ struct Panel
 template <DType T> KVWB_QP_AVX512_INL __m512i levels64(const u8 *b, int part)
 {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
+    if constexpr (T == DType::Q8_0) { // blocks 2 part and 2 part + 1 of the 8 at b, plus 128
+        const u8 *b0 = b + 34 * (2 * part) + 2, *b1 = b0 + 34;
+        const __m512i v = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b1)), 1);
+        return _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80)));
+    } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
         const __m256i v = _mm256_loadu_si256(
             reinterpret_cast<const __m256i *>(b + (T == DType::Q5_K ? 48 : 16) + 32 * part));
         __m512i q =
@@ -154,7 +173,7 @@ KVWB_QP_AVX512_INL void transpose16(__m512i (&m)[16])
 // packPanel's levels, vectorised: per 64 elements, 16 rows' levels transposed into the panel.
 template <DType T> KVWB_QP_AVX512 void packLevels512(const u8 *w, int64_t k, int64_t r, int rows, u8 *level)
 {
-    const int bb = dtypeBlockBytes(T);
+    const int bb = dtypeBlockBytes(T) * (256 / dtypeBlockElements(T)); // bytes per 256 elements
     const int64_t nb = k / 256, rowBytes = nb * bb;
     for (int64_t ib = 0; ib < nb; ++ib)
         for (int part = 0; part < 4; ++part) {
@@ -173,12 +192,14 @@ template <DType T> KVWB_QP_AVX512 void packLevels512(const u8 *w, int64_t k, int
 
 KVWB_QP_AVX512 void packPanel(DType t, const u8 *w, int64_t k, int64_t r, int rows, Panel &p)
 {
-    const int sub = subBlock(t), subs = 256 / sub, bb = dtypeBlockBytes(t);
+    const int sub = subBlock(t), subs = 256 / sub, bb = dtypeBlockBytes(t) * (256 / dtypeBlockElements(t));
     const int64_t nb = k / 256, rowBytes = nb * bb;
     p.level.resize(size_t(k * 16));
     p.a.assign(size_t(k / sub * 16), 0.0f);
     p.c.assign(size_t(k / sub * 16), 0.0f);
-    if (t == DType::Q4_K)
+    if (t == DType::Q8_0)
+        packLevels512<DType::Q8_0>(w, k, r, rows, p.level.data());
+    else if (t == DType::Q4_K)
         packLevels512<DType::Q4_K>(w, k, r, rows, p.level.data());
     else if (t == DType::Q5_K)
         packLevels512<DType::Q5_K>(w, k, r, rows, p.level.data());
@@ -195,25 +216,26 @@ KVWB_QP_AVX512 void packPanel(DType t, const u8 *w, int64_t k, int64_t r, int ro
         }
 }
 
-// The panel against tokens [t0, t0 + TT): y[(t0 + i) * ldy + lane] for the lanes of `rows`.
-template <int SUB, int TT>
+// The panel against tokens [t0, t0 + TT): y[(t0 + i) * ldy + lane] for the lanes of `rows`. SUB
+// elements per sub-block (one a and c), AB per step of the activation (x.d).
+template <int SUB, int AB, int TT>
 KVWB_QP_AVX512 void panelTokens(const Panel &p, const PromptActivations &x, int64_t t0, float *y, int64_t ldy,
                                 __mmask16 rows)
 {
-    const int64_t k = x.k, nb = k / 256, subsPerRow = k / SUB;
-    constexpr int subs = 256 / SUB, groups = SUB / 4;
+    const int64_t k = x.k, nab = k / AB, subsPerRow = k / SUB;
+    constexpr int subs = AB / SUB, groups = SUB / 4;
     const float *sums = SUB == 32 ? x.sum32.data() : x.sum16.data();
     __m512 tot[TT];
 #pragma GCC unroll 8
     for (int i = 0; i < TT; ++i)
         tot[i] = _mm512_setzero_ps();
-    for (int64_t ib = 0; ib < nb; ++ib) {
+    for (int64_t ab = 0; ab < nab; ++ab) {
         __m512 acc[TT];
 #pragma GCC unroll 8
         for (int i = 0; i < TT; ++i)
             acc[i] = _mm512_setzero_ps();
         for (int s = 0; s < subs; ++s) {
-            const int64_t js = ib * subs + s;
+            const int64_t js = ab * subs + s;
             __m512i sum[TT];
 #pragma GCC unroll 8
             for (int i = 0; i < TT; ++i)
@@ -238,57 +260,71 @@ KVWB_QP_AVX512 void panelTokens(const Panel &p, const PromptActivations &x, int6
         }
 #pragma GCC unroll 8
         for (int i = 0; i < TT; ++i)
-            tot[i] = _mm512_fmadd_ps(_mm512_set1_ps(x.d[size_t((t0 + i) * nb + ib)]), acc[i], tot[i]);
+            tot[i] = _mm512_fmadd_ps(_mm512_set1_ps(x.d[size_t((t0 + i) * nab + ab)]), acc[i], tot[i]);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < TT; ++i)
         _mm512_mask_storeu_ps(y + (t0 + i) * ldy, rows, tot[i]);
 }
 
-template <int SUB>
+template <int SUB, int AB>
 void panelAll(const Panel &p, const PromptActivations &x, float *y, int64_t ldy, __mmask16 rows)
 {
     int64_t t = 0;
     for (; t + 8 <= x.tokens; t += 8)
-        panelTokens<SUB, 8>(p, x, t, y, ldy, rows);
+        panelTokens<SUB, AB, 8>(p, x, t, y, ldy, rows);
     for (; t < x.tokens; ++t)
-        panelTokens<SUB, 1>(p, x, t, y, ldy, rows);
+        panelTokens<SUB, AB, 1>(p, x, t, y, ldy, rows);
 }
 #endif
 
 } // namespace
 
-void quantizePrompt(const float *x, int64_t tokens, int64_t k, PromptActivations &out)
+int promptBlock(DType t) noexcept
 {
-    if (k <= 0 || k % 256 != 0 || tokens < 0)
+    return dtypeBlockElements(t) == 256 ? 256 : 32;
+}
+
+void quantizePrompt(const float *x, int64_t tokens, int64_t k, int block, PromptActivations &out)
+{
+    if (k <= 0 || k % 256 != 0 || tokens < 0 || (block != 256 && block != 32))
         throw Error(ErrorCode::Shape,
-                    fmt::format("a prompt of {} rows of {} elements is not whole blocks of 256", tokens, k));
+                    fmt::format("a prompt of {} rows of {} elements in blocks of {}: not whole "
+                                "blocks of 256 elements rounded per 32 or 256",
+                                tokens, k, block));
     out.k = k;
     out.tokens = tokens;
+    out.block = block;
     out.q.resize(size_t(tokens * k));
-    out.d.resize(size_t(tokens * (k / 256)));
+    out.d.resize(size_t(tokens * (k / block)));
     out.sum16.resize(size_t(tokens * (k / 16)));
     out.sum32.resize(size_t(tokens * (k / 32)));
     QuantizedActivation one; // the rounding of one token, exactly
     for (int64_t t = 0; t < tokens; ++t) {
-        quantizeActivation(x + t * k, k, one, false, true);
-        std::copy(one.q256.begin(), one.q256.end(), out.q.begin() + t * k);
-        std::copy(one.d256.begin(), one.d256.end(), out.d.begin() + t * (k / 256));
-        for (int64_t g = 0; g < k / 16; ++g)
-            out.sum16[size_t(t * (k / 16) + g)] = float(one.bsum16[size_t(g)]);
+        quantizeActivation(x + t * k, k, one, block == 32, block == 256);
+        const auto &q = block == 32 ? one.q : one.q256;
+        const auto &d = block == 32 ? one.d : one.d256;
+        std::copy(q.begin(), q.end(), out.q.begin() + t * k);
+        std::copy(d.begin(), d.end(), out.d.begin() + t * (k / block));
+        for (int64_t g = 0; g < k / 16; ++g) {
+            int sum = 0;
+            for (int i = 0; i < 16; ++i)
+                sum += q[size_t(g * 16 + i)];
+            out.sum16[size_t(t * (k / 16) + g)] = float(sum);
+        }
         for (int64_t g = 0; g < k / 32; ++g)
             out.sum32[size_t(t * (k / 32) + g)] =
-                float(one.bsum16[size_t(2 * g)] + one.bsum16[size_t(2 * g + 1)]);
+                out.sum16[size_t(t * (k / 16) + 2 * g)] + out.sum16[size_t(t * (k / 16) + 2 * g + 1)];
     }
 }
 
-bool hasPromptRows(DType t, Isa isa) noexcept
+bool hasPromptRows(DType t, int64_t k, Isa isa) noexcept
 {
 #ifdef KVWB_QP_X86
-    return isa == Isa::Avx512 && isaSupported(isa) &&
-           (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K);
+    return isa == Isa::Avx512 && isaSupported(isa) && promptType(t) && k > 0 && k % 256 == 0;
 #else
     (void)t;
+    (void)k;
     (void)isa;
     return false;
 #endif
@@ -297,14 +333,16 @@ bool hasPromptRows(DType t, Isa isa) noexcept
 void promptRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const PromptActivations &x, float *y,
                 int64_t ldy, Isa isa)
 {
-    if (!hasPromptRows(t, isa))
-        throw Error(
-            ErrorCode::Unsupported,
-            fmt::format("no integer prompt product for {} rows on the {} path", dtypeName(t), isaName(isa)));
-    if (x.k <= 0 || x.k % 256 != 0 || x.q.size() != size_t(x.tokens * x.k) ||
-        x.d.size() != size_t(x.tokens * (x.k / 256)) || x.sum16.size() != size_t(x.tokens * (x.k / 16)) ||
+    if (!hasPromptRows(t, x.k, isa))
+        throw Error(ErrorCode::Unsupported,
+                    fmt::format("no integer prompt product for {} rows of {} elements on the {} path",
+                                dtypeName(t), x.k, isaName(isa)));
+    if (x.block != promptBlock(t) || x.q.size() != size_t(x.tokens * x.k) ||
+        x.d.size() != size_t(x.tokens * (x.k / x.block)) || x.sum16.size() != size_t(x.tokens * (x.k / 16)) ||
         x.sum32.size() != size_t(x.tokens * (x.k / 32)))
-        throw Error(ErrorCode::InvalidArgument, "the prompt was not rounded by quantizePrompt");
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{} rows need the prompt rounded by quantizePrompt per {} elements",
+                                dtypeName(t), promptBlock(t)));
 #ifdef KVWB_QP_X86
     thread_local Panel panel;
     const auto *p = reinterpret_cast<const u8 *>(w);
@@ -312,10 +350,12 @@ void promptRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const Promp
         const int rows = int(std::min<int64_t>(16, r1 - r));
         packPanel(t, p, x.k, r, rows, panel);
         const auto mask = __mmask16((1u << rows) - 1);
-        if (subBlock(t) == 32)
-            panelAll<32>(panel, x, y + (r - r0), ldy, mask);
+        if (t == DType::Q8_0)
+            panelAll<32, 32>(panel, x, y + (r - r0), ldy, mask);
+        else if (subBlock(t) == 32)
+            panelAll<32, 256>(panel, x, y + (r - r0), ldy, mask);
         else
-            panelAll<16>(panel, x, y + (r - r0), ldy, mask);
+            panelAll<16, 256>(panel, x, y + (r - r0), ldy, mask);
     }
 #else
     (void)w;

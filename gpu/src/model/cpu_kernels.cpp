@@ -1444,14 +1444,17 @@ torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix>
         for (size_t i = 0; i < w.size(); ++i)
             for (int64_t j0 = 0; j0 < w[i].rows; j0 += kQuantChunk)
                 chunks.push_back({i, j0, std::min(w[i].rows, j0 + kQuantChunk)});
-        // the K-quants on AVX-512 VNNI multiply the prompt in integers, its rows rounded to 8 bits as
-        // one token's are; the other types dequantise each chunk onto the f32 tiles
-        const bool anyPromptRows = std::any_of(w.begin(), w.end(), [&](const QuantMatrix &p) {
-            return core::quant::hasPromptRows(p.type, isa);
-        });
-        core::quant::PromptActivations xs;
-        if (anyPromptRows)
-            core::quant::quantizePrompt(xp, m, k, xs);
+        // the K-quants and Q8_0 on AVX-512 VNNI multiply the prompt in integers, its rows rounded to
+        // 8 bits as one token's are (per 256 or 32 elements); the other types dequantise each chunk
+        // onto the f32 tiles
+        core::quant::PromptActivations xs256, xs32;
+        for (const QuantMatrix &p : w) {
+            if (!core::quant::hasPromptRows(p.type, k, isa))
+                continue;
+            auto &xs = core::quant::promptBlock(p.type) == 256 ? xs256 : xs32;
+            if (xs.tokens == 0)
+                core::quant::quantizePrompt(xp, m, k, core::quant::promptBlock(p.type), xs);
+        }
         splitRows(
             int64_t(chunks.size()), m * k * kQuantChunk,
             [&](int64_t u0, int64_t u1) {
@@ -1461,8 +1464,10 @@ torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix>
                     const QuantMatrix &p = w[c.part];
                     const auto *bytes = static_cast<const std::byte *>(p.bytes.data_ptr());
                     const int64_t col = offset[c.part] + c.j0;
-                    if (core::quant::hasPromptRows(p.type, isa)) {
-                        core::quant::promptRows(p.type, bytes, c.j0, c.j1, xs, yp + col, n, isa);
+                    if (core::quant::hasPromptRows(p.type, k, isa)) {
+                        core::quant::promptRows(p.type, bytes, c.j0, c.j1,
+                                                core::quant::promptBlock(p.type) == 256 ? xs256 : xs32,
+                                                yp + col, n, isa);
                         if (bp)
                             for (int64_t i = 0; i < m; ++i)
                                 for (int64_t j = 0; j < c.j1 - c.j0; ++j)

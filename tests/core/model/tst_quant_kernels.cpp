@@ -156,17 +156,17 @@ private Q_SLOTS:
         }
     }
 
-    // A prompt's integer product (the K-quants on AVX-512 VNNI): every (row, token) within dotRows'
-    // bound of the double-precision product of the dequantised row with that token's rounded
-    // activation, for token counts on and off its groups of 8, rows on and off its panels of 16,
-    // from an offset row, into a strided output (the columns past the rows untouched). Refused on
-    // the other paths and types.
+    // A prompt's integer product (the K-quants and Q8_0 on AVX-512 VNNI): every (row, token) within
+    // dotRows' bound of the double-precision product of the dequantised row with that token's
+    // rounded activation (per 256 elements, or per 32 for Q8_0), for token counts on and off its groups of 8,
+    // rows on and off its panels of 16, from an offset row, into a strided output (the columns past the rows
+    // untouched). Refused on the other paths and types.
     void promptRowsAgainstReference_data()
     {
         QTest::addColumn<DType>("type");
         QTest::addColumn<int>("blocksPerRow");
         QTest::addColumn<int>("tokens");
-        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
+        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0})
             for (int blocks : {1, 3})
                 for (int tokens : {1, 8, 11})
                     QTest::addRow("%s x%d tokens %d", dtypeName(t), blocks, tokens) << t << blocks << tokens;
@@ -178,6 +178,7 @@ private Q_SLOTS:
         QFETCH(int, tokens);
         std::mt19937 rng(uint32_t(int(type) * 100 + blocksPerRow * 10 + tokens));
         const int64_t k = int64_t(blocksPerRow) * 256, firstRow = 3, total = 40, rows = total - firstRow;
+        const int block = q::promptBlock(type);
         const auto w = randomBlocks(type, total, k, rng);
         std::vector<float> ref(size_t(total * k));
         dequantize(type, w, total * k, ref.data(), "w");
@@ -187,10 +188,10 @@ private Q_SLOTS:
             v = normal(rng) + 0.5f;
         x[7] = 30.0f; // one block with a large value
         q::PromptActivations xs;
-        q::quantizePrompt(x.data(), tokens, k, xs);
+        q::quantizePrompt(x.data(), tokens, k, block, xs);
         for (q::Isa isa : pathsHere()) {
             std::vector<float> y(size_t(tokens * (rows + 2)), -1.0f);
-            if (!q::hasPromptRows(type, isa)) {
+            if (!q::hasPromptRows(type, k, isa)) {
                 QCOMPARE(expectError([&] {
                              q::promptRows(type, w.data(), firstRow, total, xs, y.data(), rows + 2, isa);
                          }).code(),
@@ -200,8 +201,9 @@ private Q_SLOTS:
             q::promptRows(type, w.data(), firstRow, total, xs, y.data(), rows + 2, isa);
             for (int i = 0; i < tokens; ++i) {
                 q::QuantizedActivation one;
-                q::quantizeActivation(x.data() + i * k, k, one, false, true);
-                QCOMPARE(std::memcmp(one.q256.data(), xs.q.data() + i * k, size_t(k)), 0);
+                q::quantizeActivation(x.data() + i * k, k, one);
+                QCOMPARE(
+                    std::memcmp((block == 256 ? one.q256 : one.q).data(), xs.q.data() + i * k, size_t(k)), 0);
                 const auto xh = dequantized(one, type);
                 for (int64_t r = 0; r < rows; ++r) {
                     double exact = 0, scale = 0, wmax = 0;
@@ -227,10 +229,18 @@ private Q_SLOTS:
         }
         std::vector<float> y(1);
         QCOMPARE(expectError([&] {
-                     q::promptRows(DType::Q8_0, w.data(), 0, 1, xs, y.data(), 1, q::Isa::Avx512);
+                     q::promptRows(DType::Q4_0, w.data(), 0, 1, xs, y.data(), 1, q::Isa::Avx512);
                  }).code(),
                  ErrorCode::Unsupported);
-        QCOMPARE(expectError([&] { q::quantizePrompt(x.data(), 1, 100, xs); }).code(), ErrorCode::Shape);
+        if (q::hasPromptRows(type, k, q::Isa::Avx512)) { // the prompt rounded per the other block
+            q::quantizePrompt(x.data(), tokens, k, block == 256 ? 32 : 256, xs);
+            QCOMPARE(expectError([&] {
+                         q::promptRows(type, w.data(), 0, 1, xs, y.data(), 1, q::Isa::Avx512);
+                     }).code(),
+                     ErrorCode::InvalidArgument);
+        }
+        QCOMPARE(expectError([&] { q::quantizePrompt(x.data(), 1, 100, 256, xs); }).code(), ErrorCode::Shape);
+        QCOMPARE(expectError([&] { q::quantizePrompt(x.data(), 1, 256, 64, xs); }).code(), ErrorCode::Shape);
     }
 
     void activationRounding()
