@@ -14,29 +14,10 @@ namespace {
 
 using u8 = uint8_t;
 
-float f16At(const u8 *p)
-{
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return halfToFloat(h);
-}
-
 void putF16(u8 *p, float v)
 {
     const uint16_t h = floatToHalf(v);
     std::memcpy(p, &h, 2);
-}
-
-// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4).
-void scaleMinK4(int j, const u8 *q, u8 &d, u8 &m)
-{
-    if (j < 4) {
-        d = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        d = u8((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        m = u8((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
 }
 
 void packScaleMinK4(const int (&sc)[8], const int (&mn)[8], u8 *q)
@@ -353,6 +334,24 @@ std::vector<int> scaleOffsets(DType t)
 }
 
 } // namespace
+
+float f16At(const uint8_t *p) noexcept
+{
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return halfToFloat(h);
+}
+
+void scaleMinK4(int j, const uint8_t *q, uint8_t &d, uint8_t &m) noexcept
+{
+    if (j < 4) {
+        d = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        d = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
 
 uint64_t dtypeBytesFor(DType t, int64_t n, const std::string &what)
 {

@@ -37,6 +37,11 @@ void checkScales(DType t, std::span<const std::byte> bytes, const std::string &w
 // unchecked (checkScales first); as dequantize.
 void dequantizeBlock(DType t, const std::byte *block, float *out) noexcept;
 
+// The f16 at p as a float (unaligned), and the 6-bit scale and min of sub-block j (0-7) of a
+// Q4_K / Q5_K super-block's 12 scale bytes (ggml's get_scale_min_k4): the block readers' pieces.
+float f16At(const uint8_t *p) noexcept;
+void scaleMinK4(int j, const uint8_t *scales, uint8_t &scale, uint8_t &min) noexcept;
+
 // n floats as type t (F32, F16, BF16 or a quantised type); n must be a whole number of blocks.
 std::vector<std::byte> quantize(DType t, std::span<const float> values, const std::string &what);
 

@@ -14,6 +14,7 @@
 #include "core/model/quant_kernels.h"
 
 #include "core/model/dtype.h"
+#include "core/model/quant.h"
 #include "core/util/error.h"
 
 #include <fmt/format.h>
@@ -31,25 +32,6 @@ namespace kvwb::core::quant {
 namespace {
 
 using u8 = uint8_t;
-
-float f16At(const u8 *p)
-{
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return halfToFloat(h);
-}
-
-// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4).
-void scaleMinK4(int j, const u8 *q, u8 &d, u8 &m)
-{
-    if (j < 4) {
-        d = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        d = u8((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        m = u8((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
 
 // Elements per sub-block: one scale (and min) each.
 int subBlock(DType t)

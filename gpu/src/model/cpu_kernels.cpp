@@ -460,6 +460,22 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 lane(const __m51
 
 #define KVWB_TILE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 
+// c[i][j] = the sum of acc[i][j]'s lanes (+ bias[j]).
+template <int MR, int NR>
+KVWB_TILE_TARGET __attribute__((always_inline)) inline void storeTile(__m512 (&acc)[MR][NR], float *c,
+                                                                      int64_t ldc, const float *bias)
+{
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+        const __m128 s = reduce4(lane<0>(acc[i]), lane<1>(acc[i]), lane<2>(acc[i]), lane<3>(acc[i]));
+        alignas(16) float out[4];
+        _mm_store_ps(out, s);
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; ++j)
+            c[i * ldc + j] = bias ? out[j] + bias[j] : out[j];
+    }
+}
+
 // One step of a tile: 16 columns (those of mask m) from column kk, one FMA per accumulator.
 template <int MR, int NR>
 KVWB_TILE_TARGET __attribute__((always_inline)) inline void
@@ -481,8 +497,8 @@ tileStep(__m512 (&acc)[MR][NR], const float *x, int64_t k, const float *w, int64
 // c[i][j] = x_i . w_j (+ bias[j]) for MR rows of x and NR rows of w (f32, k columns): MR x NR
 // accumulators of 16 lanes, the last partial step masked (zeros add nothing).
 template <int MR, int NR>
-KVWB_TILE_TARGET inline void gemmTile(const float *x, int64_t k, const float *w, float *c, int64_t ldc,
-                                      const float *bias)
+KVWB_TILE_TARGET inline void tile(const float *x, int64_t k, const float *w, float *c, int64_t ldc,
+                                  const float *bias)
 {
     __m512 acc[MR][NR];
 #pragma GCC unroll 4
@@ -495,31 +511,7 @@ KVWB_TILE_TARGET inline void gemmTile(const float *x, int64_t k, const float *w,
         tileStep<MR, NR>(acc, x, k, w, kk, __mmask16(0xffff));
     if (kk < k)
         tileStep<MR, NR>(acc, x, k, w, kk, __mmask16((1u << (k - kk)) - 1));
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-        const __m128 s = reduce4(lane<0>(acc[i]), lane<1>(acc[i]), lane<2>(acc[i]), lane<3>(acc[i]));
-        alignas(16) float out[4];
-        _mm_store_ps(out, s);
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; ++j)
-            c[i * ldc + j] = bias ? out[j] + bias[j] : out[j];
-    }
-}
-
-template <int MR>
-KVWB_TILE_TARGET inline void gemmTileRows(int nr, const float *x, int64_t k, const float *w, float *c,
-                                          int64_t ldc, const float *bias)
-{
-    switch (nr) {
-    case 4:
-        return gemmTile<MR, 4>(x, k, w, c, ldc, bias);
-    case 3:
-        return gemmTile<MR, 3>(x, k, w, c, ldc, bias);
-    case 2:
-        return gemmTile<MR, 2>(x, k, w, c, ldc, bias);
-    default:
-        return gemmTile<MR, 1>(x, k, w, c, ldc, bias);
-    }
+    storeTile(acc, c, ldc, bias);
 }
 
 // bf16 -> f32 (exact: the bf16 bits are the f32's top half).
@@ -534,52 +526,6 @@ KVWB_TILE_TARGET void widenBf16(const uint16_t *src, float *dst, int64_t n)
     for (; i < n; ++i)
         dst[i] = bf16ToFloat(src[i]);
 }
-
-// Columns [j0, j1) of c [m, ldc] = x [m, k] w^T (+ bias) for f32 x and w [n, k] (row-major, f32
-// or bf16), f32 out. Rows of x in chunks that stay in L2 while four rows of w at a time (in L1;
-// bf16 rows widened to f32 once for the chunk, exactly) pass over them; each element is one
-// tile's dot product, whatever the split. bf16 x bf16 products are exact in f32, so a bf16
-// product's sums are those of f32 arithmetic, as torch's bf16 matmul accumulates. (vdpbf16ps
-// ran these tiles at ~0.65x of f32 FMA's speed on the AVX-512 BF16 machine we measured.)
-template <class TW>
-KVWB_TILE_TARGET void gemmCols(const float *x, int64_t m, const TW *w, int64_t k, int64_t j0, int64_t j1,
-                               float *c, int64_t ldc, const float *bias)
-{
-    // ~256 KiB of x per chunk: 2 MiB L2 holds it and the w rows passing over it
-    const int64_t chunk = std::max<int64_t>(4, (int64_t(256) << 10) / (int64_t(sizeof(float)) * k) / 4 * 4);
-    std::vector<float> wide(std::is_same_v<TW, float> ? 0 : size_t(4 * k));
-    for (int64_t m0 = 0; m0 < m; m0 += chunk) {
-        const int64_t m1 = std::min(m, m0 + chunk);
-        for (int64_t j = j0; j < j1; j += 4) {
-            const int nr = int(std::min<int64_t>(4, j1 - j));
-            const float *wj;
-            if constexpr (std::is_same_v<TW, float>) {
-                wj = w + j * k;
-            } else {
-                widenBf16(w + j * k, wide.data(), nr * k);
-                wj = wide.data();
-            }
-            const float *bj = bias ? bias + j : nullptr;
-            int64_t i = m0;
-            for (; i + 4 <= m1; i += 4)
-                gemmTileRows<4>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
-            switch (m1 - i) {
-            case 3:
-                gemmTileRows<3>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
-                break;
-            case 2:
-                gemmTileRows<2>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
-                break;
-            case 1:
-                gemmTileRows<1>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
-                break;
-            default:
-                break;
-            }
-        }
-    }
-}
-#undef KVWB_TILE_TARGET
 
 #define KVWB_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 
@@ -602,11 +548,11 @@ bf16TileStep(__m512 (&acc)[MR][NR], const uint16_t *x, int64_t k, const uint16_t
     }
 }
 
-// gemmTile for bf16 x and w: the products are exact in f32 and summed in f32, two columns per lane
+// tile for bf16 x and w: the products are exact in f32 and summed in f32, two columns per lane
 // per instruction (twice the f32 tiles' multiply-adds per instruction).
 template <int MR, int NR>
-KVWB_BF16_TARGET inline void bf16Tile(const uint16_t *x, int64_t k, const uint16_t *w, float *c, int64_t ldc,
-                                      const float *bias)
+KVWB_BF16_TARGET inline void tile(const uint16_t *x, int64_t k, const uint16_t *w, float *c, int64_t ldc,
+                                  const float *bias)
 {
     __m512 acc[MR][NR];
 #pragma GCC unroll 4
@@ -619,57 +565,66 @@ KVWB_BF16_TARGET inline void bf16Tile(const uint16_t *x, int64_t k, const uint16
         bf16TileStep<MR, NR>(acc, x, k, w, kk, __mmask32(0xffffffffu));
     if (kk < k)
         bf16TileStep<MR, NR>(acc, x, k, w, kk, __mmask32((uint32_t(1) << (k - kk)) - 1));
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-        const __m128 s = reduce4(lane<0>(acc[i]), lane<1>(acc[i]), lane<2>(acc[i]), lane<3>(acc[i]));
-        alignas(16) float out[4];
-        _mm_store_ps(out, s);
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; ++j)
-            c[i * ldc + j] = bias ? out[j] + bias[j] : out[j];
-    }
+    storeTile(acc, c, ldc, bias);
 }
 
-template <int MR>
-KVWB_BF16_TARGET inline void bf16TileRows(int nr, const uint16_t *x, int64_t k, const uint16_t *w, float *c,
-                                          int64_t ldc, const float *bias)
+#undef KVWB_BF16_TARGET
+
+// One tile of MR rows of x against nr (1-4) rows of w: f32, or bf16 on vdpbf16ps.
+template <int MR, class T>
+KVWB_TILE_TARGET inline void tileRows(int nr, const T *x, int64_t k, const T *w, float *c, int64_t ldc,
+                                      const float *bias)
 {
     switch (nr) {
     case 4:
-        return bf16Tile<MR, 4>(x, k, w, c, ldc, bias);
+        return tile<MR, 4>(x, k, w, c, ldc, bias);
     case 3:
-        return bf16Tile<MR, 3>(x, k, w, c, ldc, bias);
+        return tile<MR, 3>(x, k, w, c, ldc, bias);
     case 2:
-        return bf16Tile<MR, 2>(x, k, w, c, ldc, bias);
+        return tile<MR, 2>(x, k, w, c, ldc, bias);
     default:
-        return bf16Tile<MR, 1>(x, k, w, c, ldc, bias);
+        return tile<MR, 1>(x, k, w, c, ldc, bias);
     }
 }
 
-// gemmCols for bf16 x and w (AVX-512 BF16): the same chunks and tiles, no widening.
-KVWB_BF16_TARGET void bf16Cols(const uint16_t *x, int64_t m, const uint16_t *w, int64_t k, int64_t j0,
-                               int64_t j1, float *c, int64_t ldc, const float *bias)
+// Columns [j0, j1) of c [m, ldc] = x [m, k] w^T (+ bias) for x and w [n, k] (row-major): f32 x
+// with f32 or bf16 w, or bf16 x and w (bf16Products()); f32 out. Rows of x in chunks that stay in
+// L2 while four rows of w at a time (in L1; bf16 rows under f32 x widened to f32 once for the
+// chunk, exactly) pass over them; each element is one tile's dot product, whatever the split.
+// bf16 x bf16 products are exact in f32, so a bf16 product's sums are those of f32 arithmetic, as
+// torch's bf16 matmul accumulates.
+template <class TX, class TW>
+KVWB_TILE_TARGET void gemmCols(const TX *x, int64_t m, const TW *w, int64_t k, int64_t j0, int64_t j1,
+                               float *c, int64_t ldc, const float *bias)
 {
-    const int64_t chunk =
-        std::max<int64_t>(4, (int64_t(256) << 10) / (int64_t(sizeof(uint16_t)) * k) / 4 * 4);
+    using TT = std::conditional_t<std::is_same_v<TX, float>, float, uint16_t>; // the tiles' w
+    // ~256 KiB of x per chunk: 2 MiB L2 holds it and the w rows passing over it
+    const int64_t chunk = std::max<int64_t>(4, (int64_t(256) << 10) / (int64_t(sizeof(TX)) * k) / 4 * 4);
+    std::vector<float> wide(std::is_same_v<TT, TW> ? 0 : size_t(4 * k));
     for (int64_t m0 = 0; m0 < m; m0 += chunk) {
         const int64_t m1 = std::min(m, m0 + chunk);
         for (int64_t j = j0; j < j1; j += 4) {
             const int nr = int(std::min<int64_t>(4, j1 - j));
-            const uint16_t *wj = w + j * k;
+            const TT *wj;
+            if constexpr (std::is_same_v<TT, TW>) {
+                wj = w + j * k;
+            } else {
+                widenBf16(w + j * k, wide.data(), nr * k);
+                wj = wide.data();
+            }
             const float *bj = bias ? bias + j : nullptr;
             int64_t i = m0;
             for (; i + 4 <= m1; i += 4)
-                bf16TileRows<4>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                tileRows<4>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
             switch (m1 - i) {
             case 3:
-                bf16TileRows<3>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                tileRows<3>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
                 break;
             case 2:
-                bf16TileRows<2>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                tileRows<2>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
                 break;
             case 1:
-                bf16TileRows<1>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
+                tileRows<1>(nr, x + i * k, k, wj, c + i * ldc + j, ldc, bj);
                 break;
             default:
                 break;
@@ -677,7 +632,7 @@ KVWB_BF16_TARGET void bf16Cols(const uint16_t *x, int64_t m, const uint16_t *w, 
         }
     }
 }
-#undef KVWB_BF16_TARGET
+#undef KVWB_TILE_TARGET
 #endif
 
 // cblas_sgemm of the BLAS LibTorch links (libblas.so.3: OpenBLAS on Debian), looked up at run time
@@ -733,7 +688,7 @@ void productShare(const uint16_t *x, int64_t m, const uint16_t *w, int64_t k, in
                   float *c, int64_t ldc, const float *bias)
 {
 #ifdef KVWB_X86_AVX512
-    bf16Cols(x, m, w, k, j0, j1, c, ldc, bias);
+    gemmCols(x, m, w, k, j0, j1, c, ldc, bias);
 #else
     TORCH_CHECK(false, "prompt products: not built for this CPU");
 #endif

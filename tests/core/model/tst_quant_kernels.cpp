@@ -81,6 +81,23 @@ std::vector<double> dequantized(const q::QuantizedActivation &a, DType t)
     return out;
 }
 
+// The double-precision dot product of a dequantised row w [k] with the activation xh, and the
+// kernels' tolerance for it: 4e-6 of sum |x^| * max |w|.
+struct ReferenceDot
+{
+    double exact = 0, tolerance = 0;
+};
+ReferenceDot referenceDot(const float *w, const std::vector<double> &xh)
+{
+    double exact = 0, scale = 0, wmax = 0;
+    for (size_t i = 0; i < xh.size(); ++i) {
+        exact += xh[i] * w[i];
+        scale += std::fabs(xh[i]);
+        wmax = std::max(wmax, std::fabs(double(w[i])));
+    }
+    return {exact, 4e-6 * scale * wmax};
+}
+
 struct EnvGuard
 {
     explicit EnvGuard(const char *value)
@@ -137,14 +154,7 @@ private Q_SLOTS:
             std::vector<float> y(size_t(rows), NAN);
             q::dotRows(type, w.data(), firstRow, total, xa, y.data(), isa);
             for (int r = 0; r < rows; ++r) {
-                double exact = 0, scale = 0, wmax = 0;
-                for (int64_t i = 0; i < k; ++i) {
-                    const double wi = ref[size_t((firstRow + r) * k + i)];
-                    exact += xh[size_t(i)] * wi;
-                    scale += std::fabs(xh[size_t(i)]);
-                    wmax = std::max(wmax, std::fabs(wi));
-                }
-                const double tol = 4e-6 * scale * wmax;
+                const auto [exact, tol] = referenceDot(ref.data() + (firstRow + r) * k, xh);
                 if (!(std::fabs(double(y[size_t(r)]) - exact) <= tol))
                     QFAIL(qPrintable(QString("%1 row %2: %3, reference %4 (tolerance %5)")
                                          .arg(q::isaName(isa))
@@ -206,14 +216,8 @@ private Q_SLOTS:
                     std::memcmp((block == 256 ? one.q256 : one.q).data(), xs.q.data() + i * k, size_t(k)), 0);
                 const auto xh = dequantized(one, type);
                 for (int64_t r = 0; r < rows; ++r) {
-                    double exact = 0, scale = 0, wmax = 0;
-                    for (int64_t e = 0; e < k; ++e) {
-                        const double wi = ref[size_t((firstRow + r) * k + e)];
-                        exact += xh[size_t(e)] * wi;
-                        scale += std::fabs(xh[size_t(e)]);
-                        wmax = std::max(wmax, std::fabs(wi));
-                    }
-                    const double tol = 4e-6 * scale * wmax, got = y[size_t(i * (rows + 2) + r)];
+                    const auto [exact, tol] = referenceDot(ref.data() + (firstRow + r) * k, xh);
+                    const double got = y[size_t(i * (rows + 2) + r)];
                     if (!(std::fabs(got - exact) <= tol))
                         QFAIL(qPrintable(QString("%1 token %2 row %3: %4, reference %5 (tolerance %6)")
                                              .arg(q::isaName(isa))
