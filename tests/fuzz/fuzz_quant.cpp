@@ -2,7 +2,9 @@
 // type, byte 1 the rows (1-4), the rest are the blocks (as many whole rows as fit). Blocks whose
 // scales checkScales refuses are skipped, as the engine refuses them at load. Every path this CPU
 // runs must give core::dequantize's floats bit for bit, and dot products within 4e-6 of
-// sum |x^| max |w| of the portable path's; anything else aborts (a finding).
+// sum |x^| max |w| of the portable path's, for one token (dotRows) and, where the path has it,
+// for a prompt of two tokens (promptRows: the same activation twice); anything else aborts (a
+// finding).
 #include "core/model/quant.h"
 #include "core/model/quant_kernels.h"
 #include "tests/fuzz/fuzz_input.h"
@@ -50,6 +52,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 std::abort();
             std::vector<float> y(static_cast<size_t>(rows));
             q::dotRows(t, w.data(), 0, rows, xa, y.data(), isa);
+            std::vector<float> prompt;
+            if (q::hasPromptRows(t, k, isa)) {
+                std::vector<float> twice(x);
+                twice.insert(twice.end(), x.begin(), x.end());
+                q::PromptActivations xs;
+                q::quantizePrompt(twice.data(), 2, k, q::promptBlock(t), xs);
+                prompt.resize(size_t(2 * rows));
+                q::promptRows(t, w.data(), 0, rows, xs, prompt.data(), rows, isa);
+            }
             for (int64_t r = 0; r < rows; ++r) {
                 double scale = 0, wmax = 0;
                 for (int64_t i = 0; i < k; ++i) {
@@ -58,9 +69,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 }
                 if (!std::isfinite(wmax))
                     continue; // finite f16 scales can still overflow f32 products: nothing to compare
-                if (!(std::fabs(double(y[size_t(r)]) - double(portable[size_t(r)])) <=
-                      4e-6 * scale * wmax + 1e-30))
+                const double tol = 4e-6 * scale * wmax + 1e-30;
+                if (!(std::fabs(double(y[size_t(r)]) - double(portable[size_t(r)])) <= tol))
                     std::abort();
+                for (size_t i = 0; i < prompt.size() / size_t(rows); ++i)
+                    if (!(std::fabs(double(prompt[i * size_t(rows) + size_t(r)]) -
+                                    double(portable[size_t(r)])) <= 2 * tol))
+                        std::abort();
             }
         }
     });
