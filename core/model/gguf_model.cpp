@@ -2,6 +2,7 @@
 
 #include "core/model/quant.h"
 #include "core/util/error.h"
+#include "core/util/mapped_file.h"
 
 #include <fmt/format.h>
 
@@ -533,6 +534,9 @@ GgufModel ggufModel(const GgufFile &f)
                                                 ti.shape.empty() ? 0 : ti.shape[0], heads * c.headDim));
                     auto rows = std::make_shared<const std::vector<std::byte>>(
                         permuteRows(it->second.data, ti.bytes, heads, c.headDim, true));
+                    // the file's pages of the tensor are not read again: drop them (0.37 GB at the
+                    // load's peak for a Llama-3.2-3B Q8_0 file)
+                    MappedFile::releasePages(it->second.data, size_t(ti.bytes));
                     it->second.data = rows->data();
                     m.owned.push_back(std::move(rows));
                 }
