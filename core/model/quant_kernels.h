@@ -10,8 +10,8 @@
 //   to 8 bits per 32 elements (QuantizedActivation, as llama.cpp's decode), one scale per block;
 //   equal to the double-precision dot product of the dequantised weights with that activation up
 //   to f32 rounding (the tests hold every path to a stated bound).
-// - promptRows (prompts, the K-quants and Q8_0 on AVX-512 VNNI; below): integer products with the
-//   prompt's rows rounded as one token's are.
+// - promptRows (prompts on AVX-512 VNNI; below): integer products with the prompt's rows rounded
+//   as one token's are.
 // - dequantRows (the other prompts and embeddings): the floats core::dequantize gives, bit for bit
 //   (the same products and sums in the same order), for a product that then runs on f32 tiles with
 //   the activation as it is.
@@ -77,10 +77,10 @@ double dequantizedActivation(const QuantizedActivation &x, DType t, int64_t i);
 void dotRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y,
              Isa isa);
 
-// ---- A prompt's product in integers (core/model/quant_prompt.cpp): the K-quants (Q4_K, Q5_K,
-// Q6_K) and Q8_0 on AVX-512 with VNNI, for rows of a multiple of 256 elements. The prompt's rows
-// are rounded to 8 bits as one token's are for that type (per 256 elements for the K-quants, per
-// 32 for Q8_0: promptBlock); the matrix's rows are unpacked 16 at a time into their integer
+// ---- A prompt's product in integers (core/model/quant_prompt.cpp): every block type on AVX-512
+// with VNNI, for rows of a multiple of 256 elements. The prompt's rows are rounded to 8 bits as
+// one token's are for that type (per 256 elements for the K-quants, per 32 for the others:
+// promptBlock); the matrix's rows are unpacked 16 at a time into their integer
 // levels, interleaved so that one vpdpbusd multiplies 4 levels of 16 rows with 4 of a token's,
 // and each sub-block's sums are scaled in f32 (its scale times the sum, plus its min or offset
 // times the token's sum of levels). Elsewhere a prompt's rows dequantise onto f32 tiles

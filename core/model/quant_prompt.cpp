@@ -1,9 +1,9 @@
-// A prompt's product with K-quant rows in integers (core/model/quant_kernels.h, "A prompt's
-// product in integers"): rows unpacked 16 at a time into their levels (u8) and per-sub-block f32
-// scales a and offsets c, so that a row's element is a * level + c exactly as core::dequantize
-// computes it; then, per token and sub-block, P = sum(level * q) by vpdpbusd (16 rows in the
-// lanes, 4 levels each) and the token's 256-element step times sum(a * P + c * S), S the token's
-// sum of q over the sub-block.
+// A prompt's product with block-quantised rows in integers (core/model/quant_kernels.h, "A
+// prompt's product in integers"): rows unpacked 16 at a time into their levels (u8) and
+// per-sub-block f32 scales a and offsets c, so that a row's element is a * level + c exactly as
+// core::dequantize computes it; then, per token and sub-block, P = sum(level * q) by vpdpbusd (16
+// rows in the lanes, 4 levels each) and the token's step (per 256 or 32 elements) times
+// sum(a * P + c * S), S the token's sum of q over the sub-block.
 // GCC 12's AVX-512 intrinsics start some results from a self-initialised "undefined" vector, which
 // its flow analysis reports as uninitialised once they are inlined under target attributes.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -41,7 +41,19 @@ int subBlock(DType t)
 
 bool promptType(DType t)
 {
-    return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0;
+    switch (t) {
+    case DType::Q4_0:
+    case DType::Q4_1:
+    case DType::Q5_0:
+    case DType::Q5_1:
+    case DType::Q8_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+        return true;
+    default:
+        return false;
+    }
 }
 
 // One super-block's (for Q8_0: 8 blocks') sub-blocks' a and c: element = a * level + c, the
@@ -49,10 +61,15 @@ bool promptType(DType t)
 // Q8_0 0-255 for level - 128).
 void subBlockScales(DType t, const u8 *b, float *a, float *c)
 {
-    if (t == DType::Q8_0) { // 8 blocks of 32: level + 128 stored, so c = -128 d
+    if (dtypeBlockElements(t) == 32) { // 8 blocks of 32: c is the min, or -d times the level offset
+        const int bb = dtypeBlockBytes(t);
+        const bool min = t == DType::Q4_1 || t == DType::Q5_1;
+        const float offset = t == DType::Q8_0   ? 128.0f
+                             : t == DType::Q4_0 ? 8.0f
+                                                : 16.0f; // (Q8_0: level + 128 stored)
         for (int s = 0; s < 8; ++s) {
-            a[s] = f16At(b + 34 * s);
-            c[s] = -128.0f * a[s];
+            a[s] = f16At(b + bb * s);
+            c[s] = min ? f16At(b + bb * s + 2) : -offset * a[s];
         }
         return;
     }
@@ -92,7 +109,28 @@ struct Panel
 template <DType T> KVWB_QP_AVX512_INL __m512i levels64(const u8 *b, int part)
 {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    if constexpr (T == DType::Q8_0) { // blocks 2 part and 2 part + 1 of the 8 at b, plus 128
+    if constexpr (T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1) {
+        // blocks 2 part and 2 part + 1 of the 8 at b: 16 bytes of nibbles each (low nibbles are
+        // elements 0-15, high 16-31), Q5's fifth bits from the block's 32-bit qh (bit j: element j)
+        constexpr int bb = T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22 : 24;
+        constexpr int qh = T == DType::Q5_0 ? 2 : 4, qs = T == DType::Q4_0   ? 2
+                                                          : T == DType::Q4_1 ? 4
+                                                                             : qh + 4;
+        __m256i q[2];
+        for (int h = 0; h < 2; ++h) {
+            const u8 *blk = b + bb * (2 * part + h);
+            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + qs));
+            const __m128i m = _mm_set1_epi8(0x0F);
+            q[h] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m)),
+                                           _mm_and_si128(_mm_srli_epi16(v, 4), m), 1);
+            if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
+                uint32_t high;
+                std::memcpy(&high, blk + qh, 4);
+                q[h] = _mm256_or_si256(q[h], _mm256_maskz_mov_epi8(__mmask32(high), _mm256_set1_epi8(16)));
+            }
+        }
+        return _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
+    } else if constexpr (T == DType::Q8_0) { // blocks 2 part and 2 part + 1 of the 8 at b, plus 128
         const u8 *b0 = b + 34 * (2 * part) + 2, *b1 = b0 + 34;
         const __m512i v = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0))),
@@ -179,7 +217,15 @@ KVWB_QP_AVX512 void packPanel(DType t, const u8 *w, int64_t k, int64_t r, int ro
     p.level.resize(size_t(k * 16));
     p.a.assign(size_t(k / sub * 16), 0.0f);
     p.c.assign(size_t(k / sub * 16), 0.0f);
-    if (t == DType::Q8_0)
+    if (t == DType::Q4_0)
+        packLevels512<DType::Q4_0>(w, k, r, rows, p.level.data());
+    else if (t == DType::Q4_1)
+        packLevels512<DType::Q4_1>(w, k, r, rows, p.level.data());
+    else if (t == DType::Q5_0)
+        packLevels512<DType::Q5_0>(w, k, r, rows, p.level.data());
+    else if (t == DType::Q5_1)
+        packLevels512<DType::Q5_1>(w, k, r, rows, p.level.data());
+    else if (t == DType::Q8_0)
         packLevels512<DType::Q8_0>(w, k, r, rows, p.level.data());
     else if (t == DType::Q4_K)
         packLevels512<DType::Q4_K>(w, k, r, rows, p.level.data());
@@ -332,7 +378,7 @@ void promptRows(DType t, const std::byte *w, int64_t r0, int64_t r1, const Promp
         const int rows = int(std::min<int64_t>(16, r1 - r));
         packPanel(t, p, x.k, r, rows, panel);
         const auto mask = __mmask16((1u << rows) - 1);
-        if (t == DType::Q8_0)
+        if (dtypeBlockElements(t) == 32)
             panelAll<32, 32>(panel, x, y + (r - r0), ldy, mask);
         else if (subBlock(t) == 32)
             panelAll<32, 256>(panel, x, y + (r - r0), ldy, mask);

@@ -1399,9 +1399,9 @@ torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix>
         for (size_t i = 0; i < w.size(); ++i)
             for (int64_t j0 = 0; j0 < w[i].rows; j0 += kQuantChunk)
                 chunks.push_back({i, j0, std::min(w[i].rows, j0 + kQuantChunk)});
-        // the K-quants and Q8_0 on AVX-512 VNNI multiply the prompt in integers, its rows rounded to
-        // 8 bits as one token's are (per 256 or 32 elements); the other types dequantise each chunk
-        // onto the f32 tiles
+        // quantised rows of a multiple of 256 on AVX-512 VNNI multiply the prompt in integers, its
+        // rows rounded to 8 bits as one token's are (per 256 or 32 elements); the others
+        // dequantise each chunk onto the f32 tiles
         core::quant::PromptActivations xs256, xs32;
         for (const QuantMatrix &p : w) {
             if (!core::quant::hasPromptRows(p.type, k, isa))

@@ -166,17 +166,17 @@ private Q_SLOTS:
         }
     }
 
-    // A prompt's integer product (the K-quants and Q8_0 on AVX-512 VNNI): every (row, token) within
+    // A prompt's integer product (every block type on AVX-512 VNNI): every (row, token) within
     // dotRows' bound of the double-precision product of the dequantised row with that token's
-    // rounded activation (per 256 elements, or per 32 for Q8_0), for token counts on and off its groups of 8,
-    // rows on and off its panels of 16, from an offset row, into a strided output (the columns past the rows
-    // untouched). Refused on the other paths and types.
+    // rounded activation (per 256 elements for the K-quants, per 32 for the others), for token counts on and
+    // off its groups of 8, rows on and off its panels of 16, from an offset row, into a strided output (the
+    // columns past the rows untouched). Refused on the other paths and types.
     void promptRowsAgainstReference_data()
     {
         QTest::addColumn<DType>("type");
         QTest::addColumn<int>("blocksPerRow");
         QTest::addColumn<int>("tokens");
-        for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0})
+        for (DType t : kTypes)
             for (int blocks : {1, 3})
                 for (int tokens : {1, 8, 11})
                     QTest::addRow("%s x%d tokens %d", dtypeName(t), blocks, tokens) << t << blocks << tokens;
@@ -233,7 +233,7 @@ private Q_SLOTS:
         }
         std::vector<float> y(1);
         QCOMPARE(expectError([&] {
-                     q::promptRows(DType::Q4_0, w.data(), 0, 1, xs, y.data(), 1, q::Isa::Avx512);
+                     q::promptRows(DType::F32, w.data(), 0, 1, xs, y.data(), 1, q::Isa::Avx512);
                  }).code(),
                  ErrorCode::Unsupported);
         if (q::hasPromptRows(type, k, q::Isa::Avx512)) { // the prompt rounded per the other block

@@ -307,7 +307,7 @@ private Q_SLOTS:
                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 #endif
         if (core::quant::hasPromptRows(core::DType(type), spec.config.hiddenSize, core::quant::activeIsa())) {
-            // the K-quants and Q8_0 on AVX-512 VNNI: the prompt in integers, rounded as one token is
+            // AVX-512 VNNI: the prompt in integers, rounded as one token is
             const double e = test::maxRelativeError(pk, pr);
             QVERIFY2(e > 0 && e < 0.05, qPrintable(QString("prompt logits relative error %1").arg(e)));
         } else if (tiles) {
