@@ -39,26 +39,10 @@ int subBlock(DType t)
     return t == DType::Q6_K ? 16 : 32;
 }
 
-bool promptType(DType t)
-{
-    switch (t) {
-    case DType::Q4_0:
-    case DType::Q4_1:
-    case DType::Q5_0:
-    case DType::Q5_1:
-    case DType::Q8_0:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
-
-// One super-block's (for Q8_0: 8 blocks') sub-blocks' a and c: element = a * level + c, the
-// products core::dequantize forms (levels: Q4_K 0-15, Q5_K 0-31, Q6_K 0-63 standing for level - 32,
-// Q8_0 0-255 for level - 128).
+// The a and c of the sub-blocks in 256 elements (one K-quant super-block, or 8 blocks of 32):
+// element = a * level + c, the products core::dequantize forms. Levels as unpacked: Q4_0 0-15 for
+// level - 8, Q5_0 0-31 for level - 16, Q8_0 0-255 for level - 128, Q6_K 0-63 for level - 32; Q4_1,
+// Q5_1, Q4_K and Q5_K as stored, with their mins in c.
 void subBlockScales(DType t, const u8 *b, float *a, float *c)
 {
     if (dtypeBlockElements(t) == 32) { // 8 blocks of 32: c is the min, or -d times the level offset
@@ -349,7 +333,7 @@ void quantizePrompt(const float *x, int64_t tokens, int64_t k, int block, Prompt
 bool hasPromptRows(DType t, int64_t k, Isa isa) noexcept
 {
 #ifdef KVWB_QP_X86
-    return isa == Isa::Avx512 && isaSupported(isa) && promptType(t) && k > 0 && k % 256 == 0;
+    return isa == Isa::Avx512 && isaSupported(isa) && hasKernels(t) && k > 0 && k % 256 == 0;
 #else
     (void)t;
     (void)k;
