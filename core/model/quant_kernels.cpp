@@ -97,6 +97,13 @@ KVWB_QK_UNPACK float f16(const u8 *p)
     return _cvtsh_ss(h);
 }
 
+KVWB_QK_UNPACK uint16_t u16(const u8 *p)
+{
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return v;
+}
+
 KVWB_QK_UNPACK uint32_t u32(const u8 *p)
 {
     uint32_t v;
@@ -280,53 +287,49 @@ template <DType T> KVWB_QK_UNPACK __m256 unitScales(const Unit &u, float dx)
         return _mm256_set1_ps(u.d0 * dx);
 }
 
-// The dot kernels' loop, the same for both paths but for SUM(a, b), a unit's 8 int32 sums of
-// a (unsigned) times b (signed): a macro, as each path's intrinsics need its own target.
-#define KVWB_QK_DOT_ROWS(SUM)                                                                                \
-    {                                                                                                        \
-        constexpr int be = blockElements<T>(), nu = unitsPerBlock<T>();                                      \
-        const int64_t nb = x.k / be, rowBytes = nb * blockBytes<T>();                                        \
-        const auto *xq = reinterpret_cast<const __m256i *>(x.q.data());                                      \
-        for (int64_t r = r0; r < r1; ++r) {                                                                  \
-            const u8 *row = w + r * rowBytes;                                                                \
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                                   \
-            float minAcc = 0;                                                                                \
-            for (int64_t ib = 0; ib < nb; ++ib) {                                                            \
-                for (int part = 0; part < partsPerBlock<T>(); ++part) {                                      \
-                    Unit u[unitsPerPart<T>()];                                                               \
-                    unpack<T>(row + ib * blockBytes<T>(), part, u);                                          \
-                    for (int j = 0; j < unitsPerPart<T>(); ++j) {                                            \
-                        const int64_t b =                                                                    \
-                            ib * nu + part * unitsPerPart<T>() + j; /* the activation's block */             \
-                        /* |w| (128 for a level of -128) times x with w's sign: no level overflows */        \
-                        const __m256i xb = _mm256_loadu_si256(xq + b);                                       \
-                        const __m256 p =                                                                     \
-                            _mm256_cvtepi32_ps(SUM(_mm256_abs_epi8(u[j].q), _mm256_sign_epi8(xb, u[j].q)));  \
-                        const __m256 sc = unitScales<T>(u[j], x.d[size_t(b)]);                               \
-                        if (b % 2 == 0) /* two chains: each FMA waits on the one before */                   \
-                            acc0 = _mm256_fmadd_ps(sc, p, acc0);                                             \
-                        else                                                                                 \
-                            acc1 = _mm256_fmadd_ps(sc, p, acc1);                                             \
-                        if constexpr (hasMin(T))                                                             \
-                            minAcc += u[j].mn * x.xs[size_t(b)];                                             \
-                    }                                                                                        \
-                }                                                                                            \
-            }                                                                                                \
-            y[r - r0] = hsum8(_mm256_add_ps(acc0, acc1)) + minAcc;                                           \
-        }                                                                                                    \
-    }
-
 KVWB_QK_UNPACK __m256i sumAvx2(__m256i a, __m256i b)
 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 }
 
+// The 32-element types on AVX2, one block (unit) at a time: its 8 int32 sums of |w| times x
+// with w's sign (vpmaddubsw, vpmaddwd), scaled once per unit.
 template <DType T>
 KVWB_QK_AVX2 void dotRowsAvx2(const u8 *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y)
-    KVWB_QK_DOT_ROWS(sumAvx2)
+{
+    constexpr int be = blockElements<T>(), nu = unitsPerBlock<T>();
+    const int64_t nb = x.k / be, rowBytes = nb * blockBytes<T>();
+    const auto *xq = reinterpret_cast<const __m256i *>(x.q.data());
+    for (int64_t r = r0; r < r1; ++r) {
+        const u8 *row = w + r * rowBytes;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        float minAcc = 0;
+        for (int64_t ib = 0; ib < nb; ++ib) {
+            for (int part = 0; part < partsPerBlock<T>(); ++part) {
+                Unit u[unitsPerPart<T>()];
+                unpack<T>(row + ib * blockBytes<T>(), part, u);
+                for (int j = 0; j < unitsPerPart<T>(); ++j) {
+                    const int64_t b = ib * nu + part * unitsPerPart<T>() + j; /* the activation's block */
+                    /* |w| (128 for a level of -128) times x with w's sign: no level overflows */
+                    const __m256i xb = _mm256_loadu_si256(xq + b);
+                    const __m256 p =
+                        _mm256_cvtepi32_ps(sumAvx2(_mm256_abs_epi8(u[j].q), _mm256_sign_epi8(xb, u[j].q)));
+                    const __m256 sc = unitScales<T>(u[j], x.d[size_t(b)]);
+                    if (b % 2 == 0) /* two chains: each FMA waits on the one before */
+                        acc0 = _mm256_fmadd_ps(sc, p, acc0);
+                    else
+                        acc1 = _mm256_fmadd_ps(sc, p, acc1);
+                    if constexpr (hasMin(T))
+                        minAcc += u[j].mn * x.xs[size_t(b)];
+                }
+            }
+        }
+        y[r - r0] = hsum8(_mm256_add_ps(acc0, acc1)) + minAcc;
+    }
+}
 
-        template <DType T>
-        KVWB_QK_AVX2 void dequantRowsAvx2(const u8 *w, int64_t k, int64_t r0, int64_t r1, float *out)
+template <DType T>
+KVWB_QK_AVX2 void dequantRowsAvx2(const u8 *w, int64_t k, int64_t r0, int64_t r1, float *out)
 {
     constexpr int be = blockElements<T>();
     const int64_t nb = k / be, rowBytes = nb * blockBytes<T>();
@@ -482,19 +485,8 @@ KVWB_QK_AVX512 inline __m512 widen16(__m128i bytes)
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline __m256i
-sumVnni(__m256i a, __m256i b)
-{
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
-}
-
 template <DType T>
-KVWB_QK_AVX512 void dotRowsAvx512(const u8 *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y)
-    KVWB_QK_DOT_ROWS(sumVnni)
-#undef KVWB_QK_DOT_ROWS
-
-        template <DType T>
-        KVWB_QK_AVX512 void dequantRowsAvx512(const u8 *w, int64_t k, int64_t r0, int64_t r1, float *out)
+KVWB_QK_AVX512 void dequantRowsAvx512(const u8 *w, int64_t k, int64_t r0, int64_t r1, float *out)
 {
     constexpr int be = blockElements<T>();
     const int64_t nb = k / be, rowBytes = nb * blockBytes<T>();
@@ -547,8 +539,9 @@ KVWB_QK_AVX512_INL float finishK512(__m512 acc, __m128 accMin)
     return _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
 }
 
-// One super-block of a row (at b) against the activation's block (levels xq, scale dx, 16-element
-// sums bsum) into acc (16 lanes, summed at the end) and accMin (the mins' terms, 4 lanes).
+// One super-block of a row (at b) against the activation's block (levels xq, scale dx, and the
+// sums of its levels in bsum: per 32 elements for Q4_K and Q5_K, per 16 for Q6_K) into acc (16
+// lanes, summed at the end) and accMin (the mins' terms, 4 lanes).
 template <DType T>
 KVWB_QK_AVX512_INL void superBlockK512(const u8 *b, const int8_t *xq, const int16_t *bsum, float dx,
                                        __m512 &acc, __m128 &accMin)
@@ -561,14 +554,13 @@ KVWB_QK_AVX512_INL void superBlockK512(const u8 *b, const int8_t *xq, const int1
         const float dmin = f16(b + 2);
         uint32_t utmp[4];
         scalesMinsK4(b + 4, utmp);
-        const __m256i mins_and_scales = _mm256_cvtepu8_epi16(
-            _mm_set_epi32(int(utmp[3]), int(utmp[2]), int(utmp[1]), int(utmp[0]))); // 8 scales, 8 mins
+        const __m128i ms8 =
+            _mm_set_epi32(int(utmp[3]), int(utmp[2]), int(utmp[1]), int(utmp[0])); // 8 scales, 8 mins
         // mins: sum over sub-blocks of m_j * (sum of the activation's levels in sub-block j)
-        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(bsum));
-        const __m128i sub = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-        const __m128i prod = _mm_madd_epi16(_mm256_extracti128_si256(mins_and_scales, 1), sub);
+        const __m128i prod = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(ms8, 8)),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i *>(bsum)));
         accMin = _mm_fmadd_ps(_mm_set1_ps(-(dmin * dx)), _mm_cvtepi32_ps(prod), accMin);
-        const __m512i scales = _mm512_castsi128_si512(_mm256_castsi256_si128(mins_and_scales));
+        const __m512i scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(ms8)); // 8 int16 in each 128 bits
         const __m512i low4 = _mm512_set1_epi8(0x0F);
         const u8 *qs = b + (five ? 48 : 16);
         const __m512i hb =
@@ -576,16 +568,18 @@ KVWB_QK_AVX512_INL void superBlockK512(const u8 *b, const int8_t *xq, const int1
                  : __m512i{};
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
-            __m512i q = _mm512_and_si512(
-                _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1), low4);
+            const __m512i v =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j)));
+            __m512i q = _mm512_and_si512(_mm512_mask_srli_epi16(v, 0xFFFF0000u, v, 4), low4);
             if constexpr (five) {
                 const __m512i bit =
                     _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(char(1 << (2 * j)))),
                                        _mm256_set1_epi8(char(2 << (2 * j))), 1);
                 q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hb, bit), q, _mm512_set1_epi8(16));
             }
-            const __m512i sc = _mm512_permutexvar_epi16(halves16(short(2 * j), short(2 * j + 1)), scales);
+            // scale 2j in the low 256 bits, 2j + 1 in the high (bytes 4j, 4j + 1 and 4j + 2, 4j + 3)
+            const __m512i sc = _mm512_shuffle_epi8(scales, halves16(short(((4 * j + 1) << 8) | (4 * j)),
+                                                                    short(((4 * j + 3) << 8) | (4 * j + 2))));
             sumz = _mm512_dpwssd_epi32(sumz, sc, _mm512_maddubs_epi16(q, _mm512_loadu_si512(xq + 64 * j)));
         }
     } else { // Q6_K: levels 0-63; sum(scale * level * x) - 32 * sum over 16s of scale * (sum of x)
@@ -632,13 +626,161 @@ KVWB_QK_AVX512 void dotRowsK512(const u8 *w, int64_t r0, int64_t r1, const Quant
     const int64_t nb = x.k / 256, rowBytes = nb * bb;
     const int8_t *xq = x.q256.data();
     const float *dx = x.d256.data();
+    // Q4_K and Q5_K take the activation's sums per 32 elements (their sub-blocks), once per call
+    constexpr int sums = T == DType::Q6_K ? 16 : 8;
+    thread_local std::vector<int16_t> bsum32;
     const int16_t *bs = x.bsum16.data();
+    if constexpr (sums == 8) {
+        bsum32.resize(size_t(x.k / 32));
+        for (size_t i = 0; i < bsum32.size(); ++i)
+            bsum32[i] = int16_t(bs[2 * i] + bs[2 * i + 1]);
+        bs = bsum32.data();
+    }
     for (int64_t r = r0; r < r1; ++r) {
         __m512 acc = _mm512_setzero_ps();
         __m128 accMin = _mm_setzero_ps();
         for (int64_t ib = 0; ib < nb; ++ib)
-            superBlockK512<T>(w + r * rowBytes + ib * bb, xq + ib * 256, bs + ib * 16, dx[ib], acc, accMin);
+            superBlockK512<T>(w + r * rowBytes + ib * bb, xq + ib * 256, bs + ib * sums, dx[ib], acc, accMin);
         y[r - r0] = finishK512(acc, accMin);
+    }
+}
+
+// ---- The 32-element types on AVX-512 (BW, VL, VNNI): two blocks' 64 levels in one register as
+// unsigned bytes (4- and 5-bit levels as they are, Q8_0's levels + 128), one vpdpbusd with the
+// activation's 64 levels. The types without a min subtract 8, 16 or 128 times the activation's
+// sums: the activation's 4-element sums times the offset, once per call, start each row's sums,
+// so a row pays nothing for it. The scales (and Q4_1 / Q5_1's mins) of 8 blocks are converted
+// together (inserted one by one: a gather instruction ran at half the speed); the blocks past the
+// last 8 take the same path one at a time in 256-bit registers. The integer sums per block are the
+// per-block path's, so the two differ by f32 rounding only.
+
+template <DType T> constexpr int levelOffset()
+{
+    return T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : T == DType::Q8_0 ? 128 : 0;
+}
+template <DType T> constexpr int levelsAt() // where a block's 4- or 8-bit levels start
+{
+    switch (T) {
+    case DType::Q4_0:
+    case DType::Q8_0:
+        return 2;
+    case DType::Q4_1:
+        return 4;
+    case DType::Q5_0:
+        return 6;
+    default: // Q5_1
+        return 8;
+    }
+}
+template <DType T> constexpr bool fifthBit()
+{
+    return T == DType::Q5_0 || T == DType::Q5_1;
+}
+
+// Block b's 32 levels, unsigned, in element order.
+template <DType T> KVWB_QK_AVX512_INL __m256i levels32(const u8 *b)
+{
+    constexpr int at = levelsAt<T>();
+    if constexpr (T == DType::Q8_0) {
+        return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + at)),
+                                _mm256_set1_epi8(char(0x80)));
+    } else {
+        const __m128i n = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + at));
+        __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(n, 4), n), _mm256_set1_epi8(0x0F));
+        if constexpr (fifthBit<T>())
+            u = _mm256_mask_add_epi8(u, __mmask32(u32(b + at - 4)), u, _mm256_set1_epi8(16));
+        return u;
+    }
+}
+
+// Blocks b and b + bb: 64 levels, unsigned, block b's first.
+template <DType T> KVWB_QK_AVX512_INL __m512i levels64(const u8 *b, int bb)
+{
+    constexpr int at = levelsAt<T>();
+    if constexpr (T == DType::Q8_0) {
+        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + at));
+        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + bb + at));
+        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                                _mm512_set1_epi8(char(0x80)));
+    } else {
+        const __m256i n = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + at))),
+            _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + bb + at)), 1);
+        const __m512i z = _mm512_castsi256_si512(n);
+        const __m512i nn = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0)); // n0 n0 n1 n1
+        // the high nibbles in 128-bit lanes 1 and 3 (16-bit lanes 8-15 and 24-31)
+        __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(nn, 0xFF00FF00u, nn, 4), _mm512_set1_epi8(0x0F));
+        if constexpr (fifthBit<T>()) {
+            const uint64_t bits = uint64_t(u32(b + at - 4)) | (uint64_t(u32(b + bb + at - 4)) << 32);
+            u = _mm512_mask_add_epi8(u, __mmask64(bits), u, _mm512_set1_epi8(16));
+        }
+        return u;
+    }
+}
+
+template <DType T>
+KVWB_QK_AVX512 void dotRows32x512(const u8 *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y)
+{
+    constexpr int bb = blockBytes<T>(), offset = levelOffset<T>();
+    const int64_t nb = x.k / 32, n8 = nb / 8 * 8, rowBytes = nb * bb;
+    const int8_t *xq = x.q.data();
+    const float *dx = x.d.data(), *xs = x.xs.data();
+    // -offset times the activation's 4-element sums (zero for the types with a min)
+    thread_local std::vector<int32_t> start;
+    start.assign(size_t(x.k / 4), 0);
+    if constexpr (offset != 0)
+        for (int64_t i = 0; i < x.k; i += 32) {
+            const __m256i s =
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(char(offset)),
+                                    _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq + i)));
+            _mm256_storeu_si256(reinterpret_cast<__m256i *>(start.data() + i / 4),
+                                _mm256_sub_epi32(_mm256_setzero_si256(), s));
+        }
+    const int32_t *st = start.data();
+    __m512i pairLanes[4]; // lanes 0-7 take block 2p's scale, 8-15 block 2p + 1's
+    for (int p = 0; p < 4; ++p)
+        pairLanes[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(2 * p)),
+                                          _mm256_set1_epi32(2 * p + 1), 1);
+    for (int64_t r = r0; r < r1; ++r) {
+        const u8 *row = w + r * rowBytes;
+        __m512 acc = _mm512_setzero_ps();
+        __m256 accMin = _mm256_setzero_ps();
+        for (int64_t ib = 0; ib < n8; ib += 8) {
+            const u8 *b = row + ib * bb;
+            __m128i dh = _mm_cvtsi32_si128(int(u16(b)));
+#pragma GCC unroll 8
+            for (int i = 1; i < 8; ++i)
+                dh = _mm_insert_epi16(dh, u16(b + i * bb), i);
+            const __m256 s8 = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(dx + ib));
+            if constexpr (hasMin(T)) {
+                __m128i mh = _mm_cvtsi32_si128(int(u16(b + 2)));
+#pragma GCC unroll 8
+                for (int i = 1; i < 8; ++i)
+                    mh = _mm_insert_epi16(mh, u16(b + i * bb + 2), i);
+                accMin = _mm256_fmadd_ps(_mm256_cvtph_ps(mh), _mm256_loadu_ps(xs + ib), accMin);
+            }
+            const __m512 s16 = _mm512_castps256_ps512(s8);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; ++p) {
+                const int64_t e = (ib + 2 * p) * 32;
+                const __m512i sum =
+                    _mm512_dpbusd_epi32(_mm512_loadu_si512(st + e / 4), levels64<T>(b + 2 * p * bb, bb),
+                                        _mm512_loadu_si512(xq + e));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(pairLanes[p], s16), acc);
+            }
+        }
+        __m256 tail = _mm256_setzero_ps();
+        float tailMin = 0;
+        for (int64_t ib = n8; ib < nb; ++ib) {
+            const u8 *b = row + ib * bb;
+            const __m256i sum = _mm256_dpbusd_epi32(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(st + ib * 8)), levels32<T>(b),
+                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq + ib * 32)));
+            tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(f16(b) * dx[ib]), tail);
+            if constexpr (hasMin(T))
+                tailMin += f16(b + 2) * xs[ib];
+        }
+        y[r - r0] = _mm512_reduce_add_ps(acc) + hsum8(_mm256_add_ps(tail, accMin)) + tailMin;
     }
 }
 
@@ -684,7 +826,7 @@ template <DType T> struct Dot512
         if constexpr (unitsPerBlock<T>() == 8)
             dotRowsK512<T>(w, r0, r1, x, y);
         else
-            dotRowsAvx512<T>(w, r0, r1, x, y);
+            dotRows32x512<T>(w, r0, r1, x, y);
     }
 };
 template <DType T> struct Deq2

@@ -121,7 +121,7 @@ private Q_SLOTS:
         QTest::addColumn<int>("rows");
         QTest::addColumn<int>("firstRow");
         for (DType t : kTypes)
-            for (int blocks : {1, 3, 24})
+            for (int blocks : {1, 3, 9, 18, 24})
                 for (auto [rows, first] : {std::pair{1, 0}, std::pair{3, 2}, std::pair{7, 1}})
                     QTest::addRow("%s x%d rows %d from %d", dtypeName(t), blocks, rows, first)
                         << t << blocks << rows << first;
