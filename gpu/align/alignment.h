@@ -128,12 +128,23 @@ std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
                                const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
                                int headDimA, int kvHeadsB, int headDimB);
 
-// A's captured layers ranked by how well a single-layer fit of each (lambda, at most maxTokens
-// calibration rows) explains the target layer on `validation` prompts (mean of key and value R^2),
-// best first; LayerSelection::TopK takes the first k.
-std::vector<int> rankSourceLayers(const core::ExperimentReader &file, int targetLayer,
-                                  const std::vector<int> &train, const std::vector<int> &validation,
-                                  double lambda, int64_t maxTokens = 0);
+// For every B layer t and A's captured layer i: how well a single-layer ridge fit of B's layer t
+// from A's layer i (lambda, at most maxTokens calibration rows, as fitLayer takes them) explains
+// B's layer on `validation` prompts (mean of key and value R^2). One accumulation per A layer
+// against all of B's layers at once. progress(done, of A's layers) returning false cancels (an
+// empty result). Error(InvalidArgument) with fewer than 2 aligned calibration rows.
+std::vector<std::vector<double>> sourceLayerScores(const core::ExperimentReader &file,
+                                                   const std::vector<int> &train,
+                                                   const std::vector<int> &validation, double lambda,
+                                                   int64_t maxTokens = 0,
+                                                   const std::function<bool(int, int)> &progress = {});
+// Per B layer, A's captured layers best first by those scores (ties in layer order);
+// LayerSelection::TopK takes the first k. Empty when cancelled.
+std::vector<std::vector<int>> rankSourceLayers(const core::ExperimentReader &file,
+                                               const std::vector<int> &train,
+                                               const std::vector<int> &validation, double lambda,
+                                               int64_t maxTokens = 0,
+                                               const std::function<bool(int, int)> &progress = {});
 
 // B's attention output computed with B's own queries on the converted K/V against the same with
 // its own K/V, per layer (cosine of each token's [numHeads * headDim] output, averaged over

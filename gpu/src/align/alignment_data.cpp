@@ -156,21 +156,107 @@ std::vector<int> proportionalSourceLayers(int targetLayer, int targetLayers, int
     return out;
 }
 
-std::vector<int> rankSourceLayers(const core::ExperimentReader &f, int targetLayer,
-                                  const std::vector<int> &train, const std::vector<int> &validation,
-                                  double lambda, int64_t maxTokens)
+namespace {
+
+// Columns [first, first + width) of a full ridge map: the map of those outputs alone (ridge solves
+// each output column on its own, so a joint fit's columns are the separate fits').
+core::KvMap columns(const core::KvMap &m, int first, int width)
 {
-    std::vector<std::pair<double, int>> scored; // (score, layer)
-    for (int l : f.model(core::ModelRole::A).capturedLayers) {
-        const auto m = evaluateLayer(
-            f, fitLayer(f, targetLayer, {l}, train, lambda, nullptr, false, maxTokens), validation);
-        scored.push_back({0.5 * (m.r2Keys + m.r2Values), l});
+    core::KvMap out;
+    out.inputDim = m.inputDim;
+    out.outputDim = width;
+    out.lambda = m.lambda;
+    out.weight.resize(size_t(m.inputDim) * size_t(width));
+    for (int i = 0; i < m.inputDim; ++i)
+        std::copy_n(m.weight.data() + size_t(i) * size_t(m.outputDim) + size_t(first), size_t(width),
+                    out.weight.data() + size_t(i) * size_t(width));
+    out.bias.assign(m.bias.begin() + first, m.bias.begin() + first + width);
+    return out;
+}
+
+} // namespace
+
+std::vector<std::vector<double>> sourceLayerScores(const core::ExperimentReader &f,
+                                                   const std::vector<int> &train,
+                                                   const std::vector<int> &validation, double lambda,
+                                                   int64_t maxTokens,
+                                                   const std::function<bool(int, int)> &progress)
+{
+    const detail::Geometry g = detail::geometry(f);
+    const int lb = f.model(core::ModelRole::B).config.numLayers, wb = g.widthB();
+    const auto &layersA = f.model(core::ModelRole::A).capturedLayers;
+    // the training prompts and rows each fit takes (the same rule as fitLayer's)
+    std::vector<std::pair<int, int64_t>> rows;
+    int64_t total = 0;
+    for (int p : train) {
+        if (maxTokens > 0 && total >= maxTokens)
+            break;
+        if (!detail::aligned(f, p, nullptr))
+            continue;
+        int64_t tokens = int64_t(f.prompt(p).b.ids.size());
+        if (maxTokens > 0)
+            tokens = std::min(tokens, maxTokens - total);
+        rows.push_back({p, tokens});
+        total += tokens;
     }
-    std::stable_sort(scored.begin(), scored.end(),
-                     [](const auto &a, const auto &b) { return a.first > b.first; });
-    std::vector<int> out;
-    for (const auto &s : scored)
-        out.push_back(s.second);
+    if (total < 2)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: only {} aligned token rows to rank source layers; need at least 2",
+                                f.path().string(), total));
+    std::vector<std::vector<double>> scores(size_t(lb), std::vector<double>(layersA.size(), detail::kNaN));
+    for (size_t i = 0; i < layersA.size(); ++i) {
+        if (progress && !progress(int(i), int(layersA.size())))
+            return {};
+        const int l = layersA[i];
+        // one A layer against every B layer at once: its Gram matrix is formed once, not once per target
+        RidgeAccumulator keys(g.widthA(), lb * wb), values(g.widthA(), lb * wb);
+        for (const auto &[p, tokens] : rows)
+            for (bool k : {true, false}) {
+                const auto x = detail::sourceRows(f, {l}, p, k, tokens);
+                std::vector<float> y(size_t(tokens) * size_t(lb) * size_t(wb));
+                for (int t = 0; t < lb; ++t) {
+                    const auto part =
+                        k ? f.keys(core::ModelRole::B, t, p) : f.values(core::ModelRole::B, t, p);
+                    for (int64_t r = 0; r < tokens; ++r)
+                        std::copy_n(part.data() + size_t(r) * size_t(wb), size_t(wb),
+                                    y.data() + (size_t(r) * size_t(lb) + size_t(t)) * size_t(wb));
+                }
+                (k ? keys : values).add(x.data(), y.data(), tokens);
+            }
+        const core::KvMap mk = keys.solve(lambda), mv = values.solve(lambda);
+        std::vector<core::LayerConverter> maps(static_cast<size_t>(lb));
+        for (int t = 0; t < lb; ++t) {
+            auto &m = maps[size_t(t)];
+            m.targetLayer = t;
+            m.sourceLayers = {l};
+            m.keys = {columns(mk, t * wb, wb)};
+            m.values = {columns(mv, t * wb, wb)};
+        }
+        const auto metrics = evaluateLayers(f, maps, validation);
+        for (int t = 0; t < lb; ++t)
+            scores[size_t(t)][i] = 0.5 * (metrics[size_t(t)].r2Keys + metrics[size_t(t)].r2Values);
+    }
+    return scores;
+}
+
+std::vector<std::vector<int>> rankSourceLayers(const core::ExperimentReader &f, const std::vector<int> &train,
+                                               const std::vector<int> &validation, double lambda,
+                                               int64_t maxTokens,
+                                               const std::function<bool(int, int)> &progress)
+{
+    const auto scores = sourceLayerScores(f, train, validation, lambda, maxTokens, progress);
+    const auto &layersA = f.model(core::ModelRole::A).capturedLayers;
+    std::vector<std::vector<int>> out;
+    for (const auto &s : scores) {
+        std::vector<size_t> order(layersA.size());
+        for (size_t i = 0; i < order.size(); ++i)
+            order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return s[a] > s[b]; });
+        std::vector<int> ranked;
+        for (size_t i : order)
+            ranked.push_back(layersA[i]);
+        out.push_back(std::move(ranked));
+    }
     return out;
 }
 

@@ -187,16 +187,29 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     rec.headMetrics.columns = {"layer", "head",  "r2_k",  "r2_v",    "cos_k",
                                "cos_v", "rel_k", "rel_v", "attn_cos"};
     std::vector<LayerMetrics> metrics;
-    for (int l = 0; l < lb; ++l) {
-        if (!report(double(l) / (lb + 2), fmt::format("fitting layer {}/{}", l + 1, lb))) {
+    // top k: every B layer's ranking of A's layers first (one accumulation per A layer), reported as
+    // the first share of the fit in proportion to its work (an A layer against all of B's layers)
+    std::vector<std::vector<int>> ranked;
+    const double rankShare = o.selection == LayerSelection::TopK ? 0.5 : 0.0;
+    const auto after = [&](double fr) { return rankShare + (1 - rankShare) * fr; }; // the fit's own share
+    if (o.selection == LayerSelection::TopK) {
+        ranked = rankSourceLayers(f, split.train, split.valid, o.autoLambda ? 0.01 : o.lambda,
+                                  o.maxTrainTokens, [&](int done, int of) {
+                                      return report(rankShare * done / of,
+                                                    fmt::format("ranking A's layers {}/{}", done + 1, of));
+                                  });
+        if (ranked.empty()) {
             r.cancelled = true;
             return r;
         }
-        std::vector<int> ranked;
-        if (o.selection == LayerSelection::TopK)
-            ranked = rankSourceLayers(f, l, split.train, split.valid, o.autoLambda ? 0.01 : o.lambda,
-                                      o.maxTrainTokens);
-        const auto sources = selectSources(f, o.selection, k, l, ranked);
+    }
+    for (int l = 0; l < lb; ++l) {
+        if (!report(after(double(l) / (lb + 2)), fmt::format("fitting layer {}/{}", l + 1, lb))) {
+            r.cancelled = true;
+            return r;
+        }
+        const auto sources =
+            selectSources(f, o.selection, k, l, ranked.empty() ? std::vector<int>{} : ranked[size_t(l)]);
         LayerFitStats stats;
         auto maps =
             lowRank ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.rank, &stats, headMatched,
@@ -231,7 +244,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             mo.seed = o.seed;
             mo.maxTrainRows = o.maxTrainTokens;
             mo.progress = [&](int epoch, int epochs) {
-                return report((l + double(epoch) / std::max(1, epochs)) / (lb + 2),
+                return report(after((l + double(epoch) / std::max(1, epochs)) / (lb + 2)),
                               fmt::format("layer {}/{}: MLP epoch {}/{}", l + 1, lb, epoch, epochs));
             };
             MlpFitStats ms;
@@ -269,7 +282,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     rec.fitSeconds = core::msSince(started) / 1000;
     rec.family = o.family;
     rec.convertMsPer1k = conversionMsPer1k(g, rec.layers);
-    if (!report(double(lb) / (lb + 2), "attention-output cosine")) {
+    if (!report(after(double(lb) / (lb + 2)), "attention-output cosine")) {
         r.cancelled = true;
         return r;
     }
@@ -278,7 +291,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         attn = attentionCosine(f, rec.layers, *target, split.test, o.attentionPrompts);
     else
         r.warnings.push_back("model B not loaded: attention-output cosine not computed");
-    if (!report(double(lb + 1) / (lb + 2), "linear CKA")) {
+    if (!report(after(double(lb + 1) / (lb + 2)), "linear CKA")) {
         r.cancelled = true;
         return r;
     }
@@ -356,8 +369,7 @@ SweepResult sweepAlignment(const core::ExperimentReader &f, const SweepOptions &
         // rankings with this row's calibration tokens, shared by its ks
         std::vector<std::vector<int>> ranked(static_cast<size_t>(lb));
         if (o.selection == LayerSelection::TopK)
-            for (int l = 0; l < lb; ++l)
-                ranked[size_t(l)] = rankSourceLayers(f, l, split.train, split.valid, 0.01, tokens);
+            ranked = rankSourceLayers(f, split.train, split.valid, 0.01, tokens);
         for (int k : ks) {
             if (o.progress && !o.progress(double(done) / double(total),
                                           fmt::format("k {}, {} calibration tokens", k, tokens))) {

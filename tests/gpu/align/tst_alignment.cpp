@@ -349,8 +349,28 @@ private Q_SLOTS:
         QTemporaryDir tmp;
         const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
         const std::vector<int> train = {0, 1, 2, 4}, valid = {5, 6, 7};
+        const auto ranking = gpu::rankSourceLayers(file, train, valid, 1e-6);
+        QCOMPARE(ranking.size(), size_t(3));
+        // the shared accumulation scores each (target, source) pair as its own single-layer fit does
+        const auto scores = gpu::sourceLayerScores(file, train, valid, 1e-6);
+        for (int l = 0; l < 3; ++l)
+            for (int a = 0; a < 2; ++a) {
+                const auto m = gpu::evaluateLayer(file, gpu::fitLayer(file, l, {a}, train, 1e-6), valid);
+                const double own = 0.5 * (m.r2Keys + m.r2Values);
+                QVERIFY2(std::abs(scores[size_t(l)][size_t(a)] - own) <= 1e-9 * std::max(1.0, std::abs(own)),
+                         qPrintable(QString("target %1 source %2: %3 vs %4")
+                                        .arg(l)
+                                        .arg(a)
+                                        .arg(scores[size_t(l)][size_t(a)], 0, 'g', 12)
+                                        .arg(own, 0, 'g', 12)));
+            }
+        int calls = 0; // cancelled at the second A layer: nothing
+        QVERIFY(gpu::rankSourceLayers(file, train, valid, 1e-6, 0, [&](int, int) {
+                    return ++calls < 2;
+                }).empty());
+        QCOMPARE(calls, 2);
         for (int l = 0; l < 3; ++l) { // the layer B was built from ranks first
-            const auto ranked = gpu::rankSourceLayers(file, l, train, valid, 1e-6);
+            const auto &ranked = ranking[size_t(l)];
             QCOMPARE(ranked.size(), size_t(2));
             QCOMPARE(std::vector<int>{ranked.front()}, gpu::proportionalSourceLayers(l, 3, 2));
             QCOMPARE(std::vector<int>{ranked.back()}, std::vector<int>{1 - ranked.front()});
