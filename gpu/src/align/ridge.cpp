@@ -77,8 +77,8 @@ void RidgeAccumulator::add(const float *x, const float *y, int64_t rows)
         auto Y = torch::from_blob(const_cast<float *>(y), {rows, d.dy}, torch::kFloat32).to(torch::kFloat64);
         d.sumX += X.sum(0);
         d.sumY += Y.sum(0);
-        d.xtx += torch::matmul(X.t(), X);
-        d.xty += torch::matmul(X.t(), Y);
+        d.xtx.addmm_(X.t(), X); // in place: no product-sized temporary per call
+        d.xty.addmm_(X.t(), Y);
         d.sumY2 += (Y * Y).sum(0);
         return 0;
     });
