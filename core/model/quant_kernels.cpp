@@ -539,6 +539,23 @@ KVWB_QK_AVX512_INL float finishK512(__m512 acc, __m128 accMin)
     return _mm512_reduce_add_ps(acc) + _mm_cvtss_f32(_mm_add_ss(m2, _mm_movehdup_ps(m2)));
 }
 
+// scalesMinsK4 in one register: the 12 bytes at q (and 4 bytes after them, unused) -> bytes 0-7
+// the sub-blocks' 6-bit scales, 8-15 their mins.
+KVWB_QK_AVX512_INL __m128i scalesMinsK4x(const u8 *q)
+{
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
+    // low bits: scales 0-3 and mins 0-3 from bytes 0-3 and 4-7 (& 63); scales 4-7 from bytes 8-11's low
+    // nibbles, mins 4-7 from their high nibbles
+    const __m128i p = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i high = _mm_and_si128(_mm_srli_epi16(p, 4), _mm_set1_epi8(0x0F)); // each byte >> 4
+    const __m128i low = _mm_and_si128(_mm_blend_epi32(p, high, 0b1000),
+                                      _mm_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+    // bits 4-5 of scales and mins 4-7: the top two bits of bytes 0-3 and 4-7
+    const __m128i top =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    return _mm_or_si128(low, _mm_srli_epi16(_mm_and_si128(top, _mm_set1_epi8(char(0xC0))), 2));
+}
+
 // One super-block of a row (at b) against the activation's block (levels xq, scale dx, and the
 // sums of its levels in bsum: per 32 elements for Q4_K and Q5_K, per 16 for Q6_K) into acc (16
 // lanes, summed at the end) and accMin (the mins' terms, 4 lanes).
@@ -552,10 +569,7 @@ KVWB_QK_AVX512_INL void superBlockK512(const u8 *b, const int8_t *xq, const int1
         constexpr bool five = T == DType::Q5_K;
         d = f16(b);
         const float dmin = f16(b + 2);
-        uint32_t utmp[4];
-        scalesMinsK4(b + 4, utmp);
-        const __m128i ms8 =
-            _mm_set_epi32(int(utmp[3]), int(utmp[2]), int(utmp[1]), int(utmp[0])); // 8 scales, 8 mins
+        const __m128i ms8 = scalesMinsK4x(b + 4); // 8 scales, 8 mins
         // mins: sum over sub-blocks of m_j * (sum of the activation's levels in sub-block j)
         const __m128i prod = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_srli_si128(ms8, 8)),
                                             _mm_loadu_si128(reinterpret_cast<const __m128i *>(bsum)));
