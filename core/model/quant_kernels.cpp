@@ -732,6 +732,20 @@ template <DType T> KVWB_QK_AVX512_INL __m512i levels64(const u8 *b, int bb)
     }
 }
 
+// The 16-bit values at p, p + stride, ..., p + 7 stride in one register (the inserts' lane numbers
+// must be constants).
+template <int stride> KVWB_QK_AVX512_INL __m128i halves8(const u8 *p)
+{
+    __m128i v = _mm_cvtsi32_si128(int(u16(p)));
+    v = _mm_insert_epi16(v, u16(p + 1 * stride), 1);
+    v = _mm_insert_epi16(v, u16(p + 2 * stride), 2);
+    v = _mm_insert_epi16(v, u16(p + 3 * stride), 3);
+    v = _mm_insert_epi16(v, u16(p + 4 * stride), 4);
+    v = _mm_insert_epi16(v, u16(p + 5 * stride), 5);
+    v = _mm_insert_epi16(v, u16(p + 6 * stride), 6);
+    return _mm_insert_epi16(v, u16(p + 7 * stride), 7);
+}
+
 template <DType T>
 KVWB_QK_AVX512 void dotRows32x512(const u8 *w, int64_t r0, int64_t r1, const QuantizedActivation &x, float *y)
 {
@@ -761,18 +775,10 @@ KVWB_QK_AVX512 void dotRows32x512(const u8 *w, int64_t r0, int64_t r1, const Qua
         __m256 accMin = _mm256_setzero_ps();
         for (int64_t ib = 0; ib < n8; ib += 8) {
             const u8 *b = row + ib * bb;
-            __m128i dh = _mm_cvtsi32_si128(int(u16(b)));
-#pragma GCC unroll 8
-            for (int i = 1; i < 8; ++i)
-                dh = _mm_insert_epi16(dh, u16(b + i * bb), i);
-            const __m256 s8 = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_loadu_ps(dx + ib));
-            if constexpr (hasMin(T)) {
-                __m128i mh = _mm_cvtsi32_si128(int(u16(b + 2)));
-#pragma GCC unroll 8
-                for (int i = 1; i < 8; ++i)
-                    mh = _mm_insert_epi16(mh, u16(b + i * bb + 2), i);
-                accMin = _mm256_fmadd_ps(_mm256_cvtph_ps(mh), _mm256_loadu_ps(xs + ib), accMin);
-            }
+            const __m256 s8 = _mm256_mul_ps(_mm256_cvtph_ps(halves8<bb>(b)), _mm256_loadu_ps(dx + ib));
+            if constexpr (hasMin(T))
+                accMin =
+                    _mm256_fmadd_ps(_mm256_cvtph_ps(halves8<bb>(b + 2)), _mm256_loadu_ps(xs + ib), accMin);
             const __m512 s16 = _mm512_castps256_ps512(s8);
 #pragma GCC unroll 4
             for (int p = 0; p < 4; ++p) {
