@@ -4,10 +4,11 @@
 // same request from scratch does; tenants do not see each other's entries; the cross-model tier
 // converts A's cached prefix for B through an identity converter (gate passes, B's answer
 // unchanged) and refuses a converter that destroys the cache (gate fails, B computes it all);
-// shadow re-runs confirm hits.
+// shadow re-runs confirm hits; the knowledge tier places a concept's module, computed once.
 #include "core/model/random_model.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/error.h"
+#include "gpu/replay/knowledge_tier.h"
 #include "gpu/replay/replay.h"
 #include "tests/support/identity_map.h"
 
@@ -181,6 +182,61 @@ private Q_SLOTS:
         QCOMPARE(r.rows[1].answeredBy, TierKind::Prefix);
         QCOMPARE(r.rows[1].shadowExact, 1);
         QVERIFY(r.rows[1].shadowKl >= 0 && r.rows[1].shadowKl < 1e-6);
+    }
+
+    // The knowledge tier: a question naming a node's concept is answered from the node's module
+    // placed behind the request's system prompt - computed on first use, reused after -; a question
+    // naming no concept of the graph is rejected by verification and computed.
+    void knowledgePlacement()
+    {
+        Pair p;
+        core::KnowledgeFile file;
+        core::ConceptNode car;
+        car.id = "car";
+        car.name = "car";
+        car.questions = {"What is a car?"};
+        car.knowledge = "A car is a road vehicle with four wheels and an engine.";
+        core::ConceptNode dog;
+        dog.id = "dog";
+        dog.name = "dog";
+        dog.questions = {"What is a dog?"};
+        dog.knowledge = "A dog is a domestic animal that barks.";
+        file.graph.add(car);
+        file.graph.add(dog);
+        core::LexicalEmbedder embedder(512);
+        gpu::KnowledgeTier tier({{"", file}}, *p.b, *p.tok, embedder, {}, {});
+        const auto ask = [](int64_t id, const std::string &question) {
+            auto r = request(id, "b", "t0", "You answer briefly.\n\nQ: " + question + "\nA:");
+            r.question = question;
+            return r;
+        };
+        const std::vector<core::WorkloadRequest> requests = {
+            ask(0, "What is a car?"), ask(1, "What is a car?"), ask(2, "What is a bicycle?")};
+        gpu::ReplayOptions o;
+        o.tiers = {TierKind::Knowledge};
+        auto models = p.models();
+        models.embedder = &embedder;
+        models.knowledge = &tier;
+        const auto r = gpu::replayWorkload(requests, models, o);
+        QCOMPARE(r.rows.size(), size_t(3));
+        for (int i : {0, 1}) {
+            QCOMPARE(r.rows[size_t(i)].answeredBy, TierKind::Knowledge);
+            QCOMPARE(r.rows[size_t(i)].knowledgeNode, std::string("car"));
+            QCOMPARE(r.rows[size_t(i)].knowledgeVerdict, std::string("verified"));
+        }
+        // the file had no modules: the first use computes the module (nothing reused), the second
+        // reuses it and computes only the system prompt's tail, the profile line and the question
+        QCOMPARE(r.rows[0].knowledgeModule, std::string("recomputed"));
+        QCOMPARE(r.rows[0].tokensReused, 0);
+        QCOMPARE(r.rows[1].knowledgeModule, std::string("reused"));
+        QVERIFY(r.rows[1].tokensReused > 0);
+        QVERIFY(r.rows[1].tokensComputed < r.rows[0].tokensComputed);
+        QCOMPARE(r.outputs[0], r.outputs[1]);
+        QCOMPARE(r.rows[2].answeredBy, TierKind::None); // names no concept of the graph
+        QCOMPARE(r.rows[2].knowledgeVerdict, std::string("rejected"));
+        QCOMPARE(tier.costs().modulesRecomputed, int64_t(1));
+        QCOMPARE(tier.scopes()[0].file.graph.find("car")->reuseCount, int64_t(2));
+        QCOMPARE(tier.scopes()[0].file.graph.find("dog")->reuseCount, int64_t(0));
     }
 
     void refusesBadSetups()
