@@ -5,7 +5,8 @@
 // Three instruction-set paths, chosen at run time: AVX-512 (F, BW, VL, VNNI), AVX2 (with FMA and
 // F16C) and a portable one (any CPU). KVWB_QUANT_ISA=portable|avx2|avx512 forces one (tests run
 // every path this CPU has; a path the CPU lacks is refused by name). Each path unpacks a block's
-// integer levels into registers:
+// integer levels into registers (the AVX-512 decode kernels are core/model/quant_dot512.cpp, the
+// prompt's core/model/quant_prompt.cpp):
 // - dotRows (one token, decode): integer dot products of the levels with the activation rounded
 //   to 8 bits per 32 elements (QuantizedActivation, as llama.cpp's decode), one scale per block;
 //   equal to the double-precision dot product of the dequantised weights with that activation up
