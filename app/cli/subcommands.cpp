@@ -8,13 +8,16 @@
 #include "app/cli/cli_wordnet.h"
 #ifndef KVWB_FRONT_END
 #include "app/cli/cli_align.h"
+#include "app/cli/cli_bench_transfer.h"
 #include "app/cli/cli_capture.h"
+#include "app/cli/cli_compare.h"
 #include "app/cli/cli_fleet.h"
 #include "app/cli/cli_generate.h"
 #include "app/cli/cli_knowledge.h"
 #include "app/cli/cli_prices.h"
 #include "app/cli/cli_replay.h"
 #include "app/cli/cli_semantic.h"
+#include "app/cli/cli_sweep.h"
 #include "app/cli/cli_train.h"
 #ifndef KVWB_HEADLESS
 #include "app/cli/cli_report.h"

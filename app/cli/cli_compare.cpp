@@ -1,0 +1,712 @@
+#include "app/cli/cli_compare.h"
+
+#include "app/cli/cli_converter_options.h"
+#include "app/cli/engine_options.h"
+#include "app/jobs/compare_job.h"
+#include "app/jobs/fit_job.h"
+#include "app/jobs/handoff_job.h"
+#include "core/metrics/bootstrap.h"
+#include "core/metrics/gate_curve.h"
+#include "core/metrics/text_metrics.h"
+#include "core/model/random_model.h"
+#include "core/store/comparison_store.h"
+#include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
+#include "core/tokenize/token_alignment.h"
+#include "core/tokenize/tokenizer.h"
+#include "core/util/atomic_file.h"
+#include "core/util/clock.h"
+#include "core/util/error.h"
+#include "core/util/text_util.h"
+#include "core/workload/workload.h"
+#include "gpu/align/alignment.h"
+#include "gpu/model/device.h"
+#include "gpu/transfer/compare.h"
+#include "gpu/transfer/transfer.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <random>
+
+#include <unistd.h>
+
+namespace kvwb::app {
+
+using namespace kvwb::app::cli;
+namespace fs = std::filesystem;
+using core::Clock;
+using core::msSince;
+using nlohmann::json;
+
+namespace {
+
+// `kvwb compare --handoff`: conversations served by A for their first turns and continued by B from
+// A's converted cache, per turn against B from scratch (docs/transfer.md, "Multi-turn hand-off").
+int compareHandoff(const QCommandLineParser &p, const fs::path &path, const core::ExperimentReader &file,
+                   const core::ConverterRecord &record)
+{
+    jobs::HandoffSettings settings;
+    settings.handoffTurn = intOption(p, "handoff-turn", 1, 1);
+    settings.maxTurns = intOption(p, "turns", 0, 0);
+    settings.maxTokens = intOption(p, "max-tokens", 32, 1);
+    if (settings.maxTurns > 0 && settings.maxTurns <= settings.handoffTurn)
+        throw UsageError{fmt::format("--turns {} leaves no turn after the hand-off at turn {}",
+                                     settings.maxTurns, settings.handoffTurn)};
+    std::vector<std::string> warnings;
+    const fs::path workload = str(p.value("handoff"));
+    auto read = core::readWorkloadJsonl(workload);
+    for (const auto &w : read.warnings.messages())
+        warnings.push_back(w);
+    auto conversations = jobs::conversationsOf(read.requests, warnings);
+    const auto flushWarnings = [&] {
+        for (const auto &w : warnings)
+            std::fprintf(stderr, "warning: %s\n", w.c_str());
+        warnings.clear();
+    };
+    if (p.isSet("limit"))
+        conversations.resize(std::min(conversations.size(), size_t(intOption(p, "limit", 0, 1))));
+    if (conversations.empty())
+        flushWarnings();
+    if (conversations.empty())
+        throw core::Error(
+            core::ErrorCode::InvalidArgument,
+            fmt::format("{}: no conversation (requests of one tenant and user whose prompts grow "
+                        "turn by turn, as `kvwb workload sharegpt` writes them)",
+                        workload.string()));
+    const auto lo = loadOptions(p);
+    auto a = loadFileModel(file, core::ModelRole::A, p, lo);
+    auto b = loadFileModel(file, core::ModelRole::B, p, lo);
+    const auto conv = gpu::Converter::create(record, *a, *b);
+    const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
+    const bool asJson = p.isSet("json");
+    InterruptScope ctrlC;
+    json rows = json::array();
+    // per turn number: the conversations' mean KL and top-1, by conversation index
+    std::map<int, std::map<size_t, std::pair<double, double>>> byTurn;
+    int done = 0;
+    for (size_t i = 0; i < conversations.size() && !InterruptScope::interrupted(); ++i) {
+        jobs::HandoffOutcome o;
+        try {
+            o = jobs::runHandoff(*a, *tokA, *b, *tokB, conv, conversations[i], settings);
+        } catch (const core::Error &e) {
+            if (e.code() != core::ErrorCode::InvalidArgument)
+                throw;
+            warnings.push_back(fmt::format("conversation {} skipped: {}", conversations[i].name, e.what()));
+            continue;
+        }
+        ++done;
+        json turns = json::array();
+        for (const auto &t : o.turns) {
+            byTurn[t.turn][i] = {t.meanKl, t.top1};
+            turns.push_back({{"turn", t.turn},
+                             {"answer_tokens", t.answerTokens},
+                             {"kl", t.meanKl},
+                             {"kl_max", *std::max_element(t.kl.begin(), t.kl.end())},
+                             {"top1", t.top1}});
+        }
+        rows.push_back({{"conversation", conversations[i].name},
+                        {"turns_available", conversations[i].prompts.size()},
+                        {"transcript_tokens", o.transcriptTokens},
+                        {"handoff_tokens", o.handoffTokens},
+                        {"turns", turns}});
+        if (!asJson)
+            std::fprintf(stderr, "\rhanded off %d/%zu conversations", done, conversations.size());
+    }
+    if (!asJson && done > 0)
+        std::fprintf(stderr, "\n");
+    flushWarnings();
+    if (done == 0)
+        throw core::Error(core::ErrorCode::InvalidArgument, "no conversation could be compared");
+    const auto intervalJson = [](const std::optional<core::Interval> &i) {
+        return i ? json{{"estimate", jsonNumber(i->estimate)},
+                        {"lo", jsonNumber(i->lo)},
+                        {"hi", jsonNumber(i->hi)}}
+                 : json(nullptr);
+    };
+    const auto interval = [](auto &&f) -> std::optional<core::Interval> {
+        try {
+            return f();
+        } catch (const core::Error &) { // fewer than 2 conversations, or a value that is not finite
+            return std::nullopt;
+        }
+    };
+    const int firstTurn = settings.handoffTurn + 1;
+    struct TurnRow
+    {
+        int turn = 0, conversations = 0;
+        double kl = 0, top1 = 0;
+        std::optional<core::Interval> klCi, top1Ci, change;
+    };
+    std::vector<TurnRow> table;
+    json summaryTurns = json::array();
+    for (const auto &[turn, perConversation] : byTurn) {
+        TurnRow row;
+        row.turn = turn;
+        row.conversations = int(perConversation.size());
+        std::vector<double> kl, top1, now, before;
+        for (const auto &[i, v] : perConversation) {
+            kl.push_back(v.first);
+            top1.push_back(v.second);
+            // paired with the same conversation's first turn after the hand-off
+            const auto &first = byTurn[firstTurn];
+            if (turn != firstTurn && first.count(i)) {
+                now.push_back(v.first);
+                before.push_back(first.at(i).first);
+            }
+        }
+        row.kl = std::accumulate(kl.begin(), kl.end(), 0.0) / double(kl.size());
+        row.top1 = std::accumulate(top1.begin(), top1.end(), 0.0) / double(top1.size());
+        row.klCi = interval([&] { return core::meanInterval(kl); });
+        row.top1Ci = interval([&] { return core::meanInterval(top1); });
+        if (turn != firstTurn)
+            row.change = interval([&] { return core::meanDifference(now, before); });
+        summaryTurns.push_back({{"turn", turn},
+                                {"conversations", row.conversations},
+                                {"kl", row.kl},
+                                {"top1", row.top1},
+                                {"kl_ci", intervalJson(row.klCi)},
+                                {"top1_ci", intervalJson(row.top1Ci)},
+                                {"kl_change_vs_first", intervalJson(row.change)}});
+        table.push_back(row);
+    }
+    if (asJson) {
+        const json summary = {{"conversations", done},
+                              {"handoff_turn", settings.handoffTurn},
+                              {"level", 0.95},
+                              {"resamples", core::BootstrapOptions{}.resamples},
+                              {"turns", summaryTurns}};
+        std::printf("%s\n", json{{"experiment", path.string()},
+                                 {"converter", record.name},
+                                 {"workload", workload.string()},
+                                 {"handoff_turn", settings.handoffTurn},
+                                 {"max_turns", settings.maxTurns},
+                                 {"max_tokens", settings.maxTokens},
+                                 {"device", gpu::deviceName(lo.device)},
+                                 {"conversations", rows},
+                                 {"summary", summary}}
+                                .dump(2, ' ', false, json::error_handler_t::replace)
+                                .c_str());
+        return 0;
+    }
+    std::printf("\n%d conversations, converter '%s': A serves turns 1..%d, B continues from A's converted "
+                "cache; teacher-forced on each conversation, B's scratch answer to its last turn (%d tokens, "
+                "greedy)\n\n",
+                done, record.name.c_str(), settings.handoffTurn, settings.maxTokens);
+    std::printf(
+        "| turn | conversations | KL(scratch || transfer), 95%% CI | top-1, 95%% CI | KL minus turn %d's, "
+        "95%% CI |\n|--:|--:|--:|--:|--:|\n",
+        firstTurn);
+    const auto cell = [](const std::optional<core::Interval> &i, double plain, int digits) {
+        return i ? core::formatInterval(*i, digits) : fmt::format("{:.{}f}", plain, digits);
+    };
+    for (const auto &row : table)
+        std::printf("| %d | %d | %s | %s | %s |\n", row.turn, row.conversations,
+                    cell(row.klCi, row.kl, 4).c_str(), cell(row.top1Ci, row.top1, 3).c_str(),
+                    row.turn == firstTurn ? ""
+                    : row.change          ? core::formatInterval(*row.change, 4).c_str()
+                                          : "n/a");
+    return 0;
+}
+
+} // namespace
+
+int cmdCompare(const QStringList &args)
+{
+    QCommandLineParser p;
+    p.addOption({"experiment", "Experiment file holding the converter.", "EXP.h5"});
+    p.addOption({"converter", "Converter name under /converters (default 'default').", "NAME", "default"});
+    p.addOption(
+        {"good-kl",
+         "For the gate's precision and recall: a transfer is good when its KL to scratch is at most X "
+         "nats/token (default 0.1).",
+         "X", "0.1"});
+    p.addOption({"min-precision",
+                 "For each gate signal, report the threshold with the highest recall at precision >= P "
+                 "(default 0.9).",
+                 "P", "0.9"});
+    p.addOption({"baselines",
+                 "Also run the baselines on the same prompts: the raw source KV (A's layer at the same depth "
+                 "unchanged, when the KV widths match) and a random map of the converter's shape; the "
+                 "differences with paired bootstrap 95% intervals.",
+                 ""});
+    p.addOption({"versus",
+                 "A second converter run on the same prompts: the differences (this one minus it) with "
+                 "paired bootstrap 95% intervals over the prompts.",
+                 "NAME"});
+    p.addOption({"prompt", "One prompt.", "STR"});
+    p.addOption({"prompts", "Prompts: text lines or JSONL ('prompt' or 'text').", "FILE"});
+    p.addOption({"held-out", "The converter's own test prompts from the experiment file."});
+    p.addOption(
+        {"handoff",
+         "Multi-turn hand-off: the conversations of a workload file (`kvwb workload sharegpt`), A serving "
+         "the first turns and B continuing from A's converted cache; KL and top-1 per turn against B "
+         "from scratch.",
+         "W.jsonl"});
+    p.addOption({"handoff-turn", "With --handoff: A serves turns 1..K, B the rest (default 1).", "K", "1"});
+    p.addOption({"turns", "With --handoff: at most N turns of each conversation (default all).", "N"});
+    p.addOption({"limit", "At most N prompts (with --handoff: conversations).", "N"});
+    p.addOption({"max-tokens", "Tokens to generate per path (default 32).", "N", "32"});
+    p.addOption({"gate-tail", "Prompt positions B recomputes for the quality gate (default 4).", "N", "4"});
+    p.addOption({"gate-signal",
+                 "Gate signal: tail_kl (default), kv_cos, attn_cos or nll (see docs/transfer.md).", "S",
+                 "tail_kl"});
+    p.addOption({"gate-threshold",
+                 "Gate passes when tail_kl or nll <= T, or kv_cos or attn_cos >= T (default 0.1 for tail_kl, "
+                 "0.9 for kv_cos and attn_cos, 3 for nll).",
+                 "T"});
+    p.addOption({"save-samples",
+                 "Store every compared prompt (texts, per-token probabilities and KL, timings, gate) in the "
+                 "experiment file as /comparisons/NAME, for the workbench and reports.",
+                 "NAME"});
+    p.addOption({"align-policy",
+                 "Prompts A and B tokenise differently: which overlapping A token each B token's row is "
+                 "converted from: last (default), first or longest (docs/transfer.md).",
+                 "POLICY", "last"});
+    p.addOption({"json", "Print per-prompt results and the summary as JSON."});
+    addPromptFileOptions(p);
+    addModelOptions(p);
+    addEngineOptions(p);
+    parse(p, args,
+          "Side by side: B from scratch, B from A's converted cache, and A itself; KL and top-1 agreement "
+          "(teacher-forced on B's scratch continuation), ROUGE-L, first divergent token, TTFT of each path "
+          "and the quality gate's decision.");
+    if (!p.isSet("experiment"))
+        throw UsageError{"--experiment is required"};
+    if (int(p.isSet("prompt")) + int(p.isSet("prompts")) + int(p.isSet("held-out")) +
+            int(p.isSet("handoff")) !=
+        1)
+        throw UsageError{"give exactly one of --prompt, --prompts, --held-out or --handoff"};
+    if (!p.isSet("handoff") && (p.isSet("handoff-turn") || p.isSet("turns")))
+        throw UsageError{"--handoff-turn and --turns go with --handoff"};
+    if (p.isSet("handoff"))
+        for (const char *other : {"baselines", "versus", "save-samples"})
+            if (p.isSet(other))
+                throw UsageError{fmt::format("--{} does not go with --handoff", other)};
+    const fs::path path = str(p.value("experiment"));
+    std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
+    const auto &file = *reader;
+    if (p.isSet("save-samples")) { // before the run, not after it
+        core::checkComparisonName(path, str(p.value("save-samples")));
+        core::checkWritableOutput(path, "--save-samples");
+    }
+    const auto record = core::loadConverters(path, str(p.value("converter")));
+    if (p.isSet("handoff"))
+        return compareHandoff(p, path, file, record);
+    std::optional<core::ConverterRecord> versus;
+    if (p.isSet("versus"))
+        versus = core::loadConverters(path, str(p.value("versus")));
+    std::vector<std::string> warnings;
+    std::vector<std::string> texts;
+    if (p.isSet("prompt"))
+        texts.push_back(str(p.value("prompt")));
+    else if (p.isSet("held-out"))
+        for (int i : record.testPrompts)
+            texts.push_back(file.prompt(i).text);
+    else
+        for (auto &t : readPromptFile(p, str(p.value("prompts")), warnings))
+            texts.push_back(std::move(t.text));
+    if (p.isSet("limit"))
+        texts.resize(std::min(texts.size(), size_t(intOption(p, "limit", 0, 1))));
+    if (versus && p.isSet("held-out")) { // the second converter must not have been fitted on them
+        std::vector<int> seen(versus->trainPrompts.begin(), versus->trainPrompts.end());
+        seen.insert(seen.end(), versus->validPrompts.begin(), versus->validPrompts.end());
+        int overlap = 0;
+        for (size_t i = 0; i < texts.size(); ++i)
+            overlap += std::count(seen.begin(), seen.end(), record.testPrompts[i]) > 0;
+        if (overlap > 0)
+            warnings.push_back(fmt::format("{} of the {} held-out prompts of '{}' were fitting or validation "
+                                           "prompts of '{}': the comparison favours '{}'",
+                                           overlap, texts.size(), record.name, versus->name, versus->name));
+    }
+    gpu::GenerateOptions go;
+    go.maxTokens = intOption(p, "max-tokens", 32, 1);
+    const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
+    if (!gs)
+        throw UsageError{"--gate-signal expects tail_kl, kv_cos, attn_cos or nll, got '" +
+                         str(p.value("gate-signal")) + "'"};
+    const auto policy = core::parseAlignPolicy(str(p.value("align-policy")));
+    if (!policy)
+        throw UsageError{"--align-policy expects first, last or longest, got '" +
+                         str(p.value("align-policy")) + "'"};
+    const core::AlignPolicy alignPolicy = *policy;
+    gpu::CompareOptions co;
+    co.maxTokens = go.maxTokens;
+    co.gateSignal = *gs;
+    co.gateTail = intOption(p, "gate-tail", 4, 1);
+    co.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
+    const double goodKl = doubleOption(p, "good-kl", 0.1, 0.0, 1e9); // read before the run, not after it
+    const double minPrecision = doubleOption(p, "min-precision", 0.9, 0.0, 1.0);
+    const auto gateSignal = co.gateSignal;
+    const double threshold = co.gateThreshold;
+    const int tail = co.gateTail;
+    std::vector<core::ComparisonSample> samples;
+    const auto lo = loadOptions(p);
+    auto a = loadFileModel(file, core::ModelRole::A, p, lo);
+    auto b = loadFileModel(file, core::ModelRole::B, p, lo);
+    const auto conv = gpu::Converter::create(record, *a, *b);
+    const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
+    const jobs::ComparePair pair{*a, *tokA, *b, *tokB, conv, record.name};
+    // The other converters run on every prompt: --versus, then the baselines.
+    struct Other
+    {
+        std::string key; // "versus", "raw_source_kv", "random_map"
+        core::ConverterRecord record;
+        gpu::Converter converter;
+        std::vector<double> kls, top1s, rouges; // prompt by prompt
+    };
+    std::vector<Other> others;
+    if (versus)
+        others.push_back({"versus", *versus, gpu::Converter::create(*versus, *a, *b), {}, {}, {}});
+    if (p.isSet("baselines")) {
+        const auto &ca = file.model(core::ModelRole::A).config, &cb = file.model(core::ModelRole::B).config;
+        if (auto raw = gpu::rawSourceRecord(record, ca.numLayers, ca.numKvHeads * ca.headDim, cb.numLayers,
+                                            cb.numKvHeads * cb.headDim))
+            others.push_back({"raw_source_kv", *raw, gpu::Converter::create(*raw, *a, *b), {}, {}, {}});
+        else
+            warnings.push_back(fmt::format("no raw-source-KV baseline: A's KV rows are {} wide, B's {}",
+                                           ca.numKvHeads * ca.headDim, cb.numKvHeads * cb.headDim));
+        const auto random = gpu::randomMapRecord(record, 1);
+        others.push_back({"random_map", random, gpu::Converter::create(random, *a, *b), {}, {}, {}});
+    }
+    const bool asJson = p.isSet("json");
+    InterruptScope ctrlC;
+    json rows = json::array();
+    std::vector<double> kls, top1s, rouges, rougesA, ttftScratch, ttftTransfer, ttftCached, kvCos, tailKls,
+        nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor, ttftGated, attnCos;
+    int identical = 0, passed = 0, done = 0, crossTokenizer = 0;
+    bool warmed = false;
+    for (size_t i = 0; i < texts.size() && !InterruptScope::interrupted(); ++i) {
+        gpu::TokenPairing tokens;
+        try {
+            tokens = gpu::comparablePair(texts[i], *a, *tokA, *b, *tokB, go.maxTokens, alignPolicy);
+        } catch (const core::Error &e) {
+            warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
+            continue;
+        }
+        co.warmUp = !warmed; // first-call allocations would otherwise land on prompt 0's timings
+        warmed = true;
+        const auto outcome = jobs::compareOne(pair, texts[i], tokens, co);
+        crossTokenizer += tokens.crossTokenizer() ? 1 : 0;
+        const auto &sample = outcome.sample;
+        const auto &gate = outcome.gate;
+        samples.push_back(sample);
+        for (auto &other : others) {
+            const jobs::ComparePair run{*a, *tokA, *b, *tokB, other.converter, other.record.name};
+            const auto o = jobs::compareOne(run, texts[i], tokens, co);
+            other.kls.push_back(o.sample.meanKl);
+            other.top1s.push_back(o.sample.top1);
+            other.rouges.push_back(o.sample.rougeL);
+        }
+        const double kl = sample.meanKl;
+        kls.push_back(kl);
+        klFloor.push_back(sample.klNoPrefix);
+        top1Floor.push_back(outcome.top1NoPrefix);
+        top1s.push_back(sample.top1);
+        rouges.push_back(sample.rougeL);
+        rougesA.push_back(core::rougeL(sample.a.text, sample.scratch.text));
+        ttftScratch.push_back(sample.scratch.ttftMs);
+        ttftTransfer.push_back(sample.transfer.ttftMs);
+        ttftCached.push_back(outcome.ttftCachedMs);
+        ttftGated.push_back(outcome.ttftGatedMs);
+        kvCos.push_back(gate.kvCos);
+        tailKls.push_back(gate.tailKl);
+        nlls.push_back(gate.nll);
+        attnCos.push_back(gate.attnCos);
+        (gate.passed ? klPassed : klFailed).push_back(kl);
+        gatedKl.push_back(gate.passed ? kl : 0.0);
+        identical += sample.firstDivergence < 0 ? 1 : 0;
+        passed += gate.passed ? 1 : 0;
+        ++done;
+        const json row = {
+            {"prompt", texts[i]},
+            {"prompt_tokens", tokens.idsB.size()},
+            {"prompt_tokens_a", tokens.idsA.size()},
+            {"token_alignment", tokens.crossTokenizer() ? core::alignPolicyName(tokens.policy) : "none"},
+            {"text_scratch", sample.scratch.text},
+            {"text_transfer", sample.transfer.text},
+            {"text_a", sample.a.text},
+            {"first_divergence", sample.firstDivergence},
+            {"kl", kl},
+            {"kl_max", sample.transfer.kl.empty()
+                           ? 0.0
+                           : *std::max_element(sample.transfer.kl.begin(), sample.transfer.kl.end())},
+            {"top1", sample.top1},
+            {"kl_no_prefix", sample.klNoPrefix},
+            {"top1_no_prefix", outcome.top1NoPrefix},
+            {"rouge_l", rouges.back()},
+            {"rouge_l_a", rougesA.back()},
+            {"ttft_ms_scratch", sample.scratch.ttftMs},
+            {"ttft_ms_transfer", sample.transfer.ttftMs},
+            {"ttft_ms_transfer_cached", outcome.ttftCachedMs},
+            {"ttft_ms_gated", outcome.ttftGatedMs},
+            {"prefill_ms_a", sample.sourcePrefillMs},
+            {"convert_ms", sample.convertMs},
+            {"speedup", sample.scratch.ttftMs / sample.transfer.ttftMs},
+            {"speedup_cached", sample.scratch.ttftMs / outcome.ttftCachedMs},
+            {"gate",
+             {{"signal", gpu::gateSignalName(gate.signal)},
+              {"value", gate.value},
+              {"kv_cos", gate.kvCos},
+              {"tail_kl", gate.tailKl},
+              {"nll", gate.nll},
+              {"attn_cos", gate.attnCos},
+              {"tail", gate.tail},
+              {"threshold", gate.threshold},
+              {"passed", gate.passed},
+              {"decision", gate.passed ? "transfer" : "fallback_prefill"},
+              {"ms", gate.ms}}}};
+        rows.push_back(row);
+        if (!asJson) {
+            if (texts.size() == 1)
+                std::printf("prompt: %s\n\nB scratch : %s\nB transfer: %s\nA itself  : %s\n\n",
+                            texts[i].c_str(), sample.scratch.text.c_str(), sample.transfer.text.c_str(),
+                            sample.a.text.c_str());
+            else
+                std::fprintf(stderr, "\rcompared %d/%zu prompts", done, texts.size());
+        }
+        // the gate's decision, logged for every prompt
+        const bool higherIsBetter = core::gateHigherIsBetter(gateSignal);
+        fmt::print(stderr, "{}gate: prompt {} {} {:.4f} {} {:.4f} -> {}\n",
+                   asJson || texts.size() == 1 ? "" : "\n", i, gpu::gateSignalName(gateSignal), gate.value,
+                   gate.passed ? (higherIsBetter ? ">=" : "<=") : (higherIsBetter ? "<" : ">"), threshold,
+                   gate.passed ? "use the converted cache" : "fall back to B's own prefill");
+    }
+    if (done == 0)
+        throw core::Error(core::ErrorCode::InvalidArgument, "no prompt could be compared");
+    if (p.isSet("save-samples")) {
+        reader.reset(); // the store opens the file for writing
+        jobs::storeComparisons(path, str(p.value("save-samples")), samples, false);
+    }
+    auto mean = [](const std::vector<double> &v) {
+        return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    };
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    // Against the baselines, with paired bootstrap 95% intervals over the prompts (null with
+    // fewer than 2 prompts or a value that is not finite).
+    const auto interval = [&](auto &&f) -> std::optional<core::Interval> {
+        if (done < 2)
+            return std::nullopt;
+        try {
+            return f();
+        } catch (const core::Error &) {
+            return std::nullopt;
+        }
+    };
+    const auto klGapClosed = interval([&] { return core::gapClosed(kls, klFloor); });
+    const auto top1Gain = interval([&] { return core::meanDifference(top1s, top1Floor); });
+    const auto rougeGain = interval([&] { return core::meanDifference(rouges, rougesA); });
+    const auto intervalJson = [](const std::optional<core::Interval> &i) {
+        return i ? json{{"estimate", jsonNumber(i->estimate)},
+                        {"lo", jsonNumber(i->lo)},
+                        {"hi", jsonNumber(i->hi)}}
+                 : json(nullptr);
+    };
+    // each other converter: its means and this converter minus it, with paired intervals
+    struct OtherSummary
+    {
+        std::optional<core::Interval> kl, top1, rouge;
+    };
+    std::vector<OtherSummary> otherSummaries;
+    json otherJson = json::object();
+    for (const auto &o : others) {
+        OtherSummary d;
+        if (o.kls.size() == size_t(done)) {
+            d.kl = interval([&] { return core::meanDifference(kls, o.kls); });
+            d.top1 = interval([&] { return core::meanDifference(top1s, o.top1s); });
+            d.rouge = interval([&] { return core::meanDifference(rouges, o.rouges); });
+        }
+        otherJson[o.key] = {{"converter", o.record.name},
+                            {"kl", o.kls.empty() ? json(nullptr) : json(mean(o.kls))},
+                            {"top1", o.top1s.empty() ? json(nullptr) : json(mean(o.top1s))},
+                            {"rouge_l", o.rouges.empty() ? json(nullptr) : json(mean(o.rouges))},
+                            {"kl_difference", intervalJson(d.kl)},
+                            {"top1_difference", intervalJson(d.top1)},
+                            {"rouge_l_difference", intervalJson(d.rouge)}};
+        otherSummaries.push_back(d);
+    }
+    const auto otherOf = [&](const char *key) {
+        return otherJson.contains(key) ? otherJson[key] : json(nullptr);
+    };
+    // the gate's signals against "KL <= good-kl": precision and recall at the threshold in use, and
+    // for every signal the threshold with the highest recall at the wanted precision
+    std::vector<bool> good;
+    for (double kl : kls)
+        good.push_back(kl <= goodKl);
+    const auto valuesOf = [&](gpu::GateSignal sig) -> const std::vector<double> * {
+        switch (sig) {
+        case gpu::GateSignal::KvCos:
+            return &kvCos;
+        case gpu::GateSignal::TailKl:
+            return &tailKls;
+        case gpu::GateSignal::Nll:
+            return &nlls;
+        case gpu::GateSignal::AttnCos:
+            return &attnCos;
+        }
+        return &tailKls;
+    };
+    std::vector<std::pair<gpu::GateSignal, const std::vector<double> *>> signals;
+    for (gpu::GateSignal sig : core::kGateSignals)
+        signals.emplace_back(sig, valuesOf(sig));
+    const auto pointJson = [](const std::optional<core::GatePoint> &g) {
+        return g ? json{{"threshold", jsonNumber(g->threshold)},
+                        {"pass_rate", jsonNumber(g->passRate)},
+                        {"precision", jsonNumber(g->precision)},
+                        {"recall", jsonNumber(g->recall)}}
+                 : json(nullptr);
+    };
+    json perSignal = json::object();
+    std::optional<core::GatePoint> atThreshold;
+    std::vector<std::pair<std::string, std::optional<core::GatePoint>>> bestPerSignal;
+    for (const auto &[sig, values] : signals) {
+        const bool higher = core::gateHigherIsBetter(sig);
+        std::vector<double> finite;
+        std::vector<bool> goodFinite;
+        for (size_t i = 0; i < values->size(); ++i)
+            if (std::isfinite((*values)[i])) {
+                finite.push_back((*values)[i]);
+                goodFinite.push_back(good[i]);
+            }
+        const auto curve = core::gateCurve(finite, goodFinite, higher);
+        const auto best = core::bestThreshold(curve, minPrecision);
+        json points = json::array();
+        for (const auto &pt : curve)
+            points.push_back(pointJson(pt));
+        if (sig == gateSignal)
+            atThreshold = core::gatePoint(finite, goodFinite, threshold, higher);
+        perSignal[gpu::gateSignalName(sig)] = {{"curve", points}, {"best", pointJson(best)}};
+        bestPerSignal.emplace_back(gpu::gateSignalName(sig), best);
+    }
+    const json gateQuality = {
+        {"good_kl", goodKl},
+        {"good_rate", double(std::count(good.begin(), good.end(), true)) / double(done)},
+        {"min_precision", minPrecision},
+        {"at_threshold", pointJson(atThreshold)},
+        {"signals", perSignal}};
+    // lower KL should go with a higher signal: report the correlations as they are
+    const json summary = {{"prompts", done},
+                          {"prompts_token_aligned", crossTokenizer},
+                          {"align_policy", core::alignPolicyName(alignPolicy)},
+                          {"versus", otherOf("versus")},
+                          {"baselines",
+                           {{"level", 0.95},
+                            {"resamples", core::BootstrapOptions{}.resamples},
+                            {"kl_gap_closed_vs_no_prefix", intervalJson(klGapClosed)},
+                            {"top1_gain_vs_no_prefix", intervalJson(top1Gain)},
+                            {"rouge_l_gain_vs_a", intervalJson(rougeGain)},
+                            {"raw_source_kv", otherOf("raw_source_kv")},
+                            {"random_map", otherOf("random_map")}}},
+                          {"kl", mean(kls)},
+                          {"top1", mean(top1s)},
+                          {"kl_no_prefix", mean(klFloor)},
+                          {"top1_no_prefix", mean(top1Floor)},
+                          {"rouge_l", mean(rouges)},
+                          {"rouge_l_a", mean(rougesA)},
+                          {"identical_outputs", double(identical) / done},
+                          {"ttft_ms_scratch", median(ttftScratch)},
+                          {"ttft_ms_transfer", median(ttftTransfer)},
+                          {"ttft_ms_transfer_cached", median(ttftCached)},
+                          {"ttft_ms_gated", median(ttftGated)},
+                          {"speedup", median(ttftScratch) / median(ttftTransfer)},
+                          {"speedup_cached", median(ttftScratch) / median(ttftCached)},
+                          {"gate",
+                           {{"signal", gpu::gateSignalName(gateSignal)},
+                            {"threshold", threshold},
+                            {"tail", tail},
+                            {"pass_rate", double(passed) / done},
+                            {"quality", gateQuality},
+                            {"kl_gated", mean(gatedKl)},
+                            {"kl_passed", klPassed.empty() ? json(nullptr) : json(mean(klPassed))},
+                            {"kl_failed", klFailed.empty() ? json(nullptr) : json(mean(klFailed))},
+                            {"spearman_kv_cos_kl", jsonNumber(core::spearman(kvCos, kls))},
+                            {"spearman_tail_kl_kl", jsonNumber(core::spearman(tailKls, kls))},
+                            {"spearman_nll_kl", jsonNumber(core::spearman(nlls, kls))},
+                            {"spearman_attn_cos_kl", jsonNumber(core::spearman(attnCos, kls))},
+                            {"pearson_kv_cos_kl", jsonNumber(core::pearson(kvCos, kls))},
+                            {"pearson_tail_kl_kl", jsonNumber(core::pearson(tailKls, kls))},
+                            {"pearson_nll_kl", jsonNumber(core::pearson(nlls, kls))},
+                            {"pearson_attn_cos_kl", jsonNumber(core::pearson(attnCos, kls))}}}};
+    for (const auto &w : warnings)
+        std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (asJson) {
+        std::printf("%s\n", json{{"experiment", path.string()},
+                                 {"converter", record.name},
+                                 {"max_tokens", go.maxTokens},
+                                 {"device", gpu::deviceName(lo.device)},
+                                 {"prompts", rows},
+                                 {"summary", summary}}
+                                .dump(2, ' ', false, json::error_handler_t::replace)
+                                .c_str());
+        return 0;
+    }
+    std::printf("\n%d prompts, converter '%s', %d tokens each (greedy)\n\n", done, record.name.c_str(),
+                go.maxTokens);
+    std::printf("| metric | value |\n|:--|--:|\n");
+    std::printf("| KL(scratch || transfer), nats/token | %.4f |\n", mean(kls));
+    std::printf("| top-1 agreement | %.3f |\n", mean(top1s));
+    std::printf("| floor: KL / top-1 with no prefix at all | %.4f / %.3f |\n", mean(klFloor),
+                mean(top1Floor));
+    std::printf("| ROUGE-L transfer vs scratch | %.3f |\n", mean(rouges));
+    std::printf("| ROUGE-L A vs B scratch | %.3f |\n", mean(rougesA));
+    const auto cell = [](const std::optional<core::Interval> &i) {
+        return i ? core::formatInterval(*i) : std::string("n/a (fewer than 2 prompts)");
+    };
+    std::printf("| KL gap closed vs no prefix, 1 - KL / KL(no prefix), 95%% CI over prompts | %s |\n",
+                cell(klGapClosed).c_str());
+    std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(top1Gain).c_str());
+    std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(rougeGain).c_str());
+    for (size_t k = 0; k < others.size(); ++k) {
+        const auto &o = others[k];
+        const auto &d = otherSummaries[k];
+        if (o.kls.size() != size_t(done))
+            continue;
+        const char *what = o.key == "versus"          ? ""
+                           : o.key == "raw_source_kv" ? "baseline, raw source KV: "
+                                                      : "baseline, random map: ";
+        std::printf("| %s'%s': KL / top-1 / ROUGE-L | %.4f / %.3f / %.3f |\n", what, o.record.name.c_str(),
+                    mean(o.kls), mean(o.top1s), mean(o.rouges));
+        std::printf("| KL minus '%s' (negative: this one is closer to scratch), 95%% CI | %s |\n",
+                    o.record.name.c_str(), (d.kl ? core::formatInterval(*d.kl, 4) : cell(d.kl)).c_str());
+        std::printf("| top-1 minus '%s', 95%% CI | %s |\n", o.record.name.c_str(), cell(d.top1).c_str());
+        std::printf("| ROUGE-L minus '%s', 95%% CI | %s |\n", o.record.name.c_str(), cell(d.rouge).c_str());
+    }
+    std::printf("| identical outputs | %.3f |\n", double(identical) / done);
+    std::printf("| TTFT scratch (median ms) | %.2f |\n", median(ttftScratch));
+    std::printf("| TTFT transfer, A prefill + convert (ms) | %.2f |\n", median(ttftTransfer));
+    std::printf("| TTFT transfer, A's KV cached (ms) | %.2f |\n", median(ttftCached));
+    std::printf("| TTFT with the gate: A prefill + gate + transfer or fallback (ms) | %.2f |\n",
+                median(ttftGated));
+    std::printf("| gate (%s, threshold %g) pass rate | %.3f |\n", gpu::gateSignalName(gateSignal), threshold,
+                double(passed) / done);
+    std::printf("| mean KL of passed / failed prompts | %.4f / %.4f |\n",
+                klPassed.empty() ? NAN : mean(klPassed), klFailed.empty() ? NAN : mean(klFailed));
+    std::printf("| gate precision / recall at its threshold (good: KL <= %g) | %.3f / %.3f |\n", goodKl,
+                atThreshold ? atThreshold->precision : NAN, atThreshold ? atThreshold->recall : NAN);
+    for (const auto &[name, best] : bestPerSignal)
+        if (best)
+            std::printf(
+                "| %s: highest recall at precision >= %g | threshold %.4g: recall %.3f, precision %.3f, "
+                "pass rate %.3f |\n",
+                name.c_str(), minPrecision, best->threshold, best->recall, best->precision, best->passRate);
+        else
+            std::printf("| %s: highest recall at precision >= %g | none reaches it |\n", name.c_str(),
+                        minPrecision);
+    std::printf("| Spearman(kv_cos, KL) | %.3f |\n", core::spearman(kvCos, kls));
+    std::printf("| Spearman(tail_kl, KL) | %.3f |\n", core::spearman(tailKls, kls));
+    std::printf("| Spearman(nll, KL) | %.3f |\n", core::spearman(nlls, kls));
+    std::printf("| Spearman(attn_cos, KL) | %.3f |\n", core::spearman(attnCos, kls));
+    return 0;
+}
+
+} // namespace kvwb::app
