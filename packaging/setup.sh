@@ -30,6 +30,8 @@ PACKAGES=(
   jq
   # the fuzz targets (libFuzzer, packaging/fuzz.sh)
   clang
+  # the format lint (CTest lint.format)
+  clang-format
   # the Debian package (packaging/build-deb.sh, CTest packaging.deb): CPack's DEB generator needs
   # file, its dependency scan dpkg-shlibdeps
   dpkg-dev file
