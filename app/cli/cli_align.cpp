@@ -42,8 +42,6 @@ namespace kvwb::app {
 
 using namespace kvwb::app::cli;
 namespace fs = std::filesystem;
-using core::Clock;
-using core::msSince;
 using nlohmann::json;
 
 int cmdAlign(const QStringList &args)
