@@ -1,0 +1,301 @@
+// MainWindow's project: opening, saving and the recent list, and the steps' settings it holds
+// (applied to the panels when a project opens, read back from them when it is saved).
+#include "ui/window/main_window.h"
+#include "ui/window/main_window_p.h"
+
+#include "core/util/error.h"
+#include "ui/models/model_card_model.h"
+#include "ui/panels/alignment_panel.h"
+#include "ui/panels/capture_panel.h"
+#include "ui/panels/compare_panel.h"
+#include "ui/panels/knowledge_panel.h"
+#include "ui/panels/replay_panel.h"
+
+#include <QAbstractButton>
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDateTime>
+#include <QDesktopServices>
+#include <QDir>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMenu>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QScreen>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSettings>
+#include <QStackedWidget>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTableView>
+#include <QTimer>
+#include <QUrl>
+#include <QVBoxLayout>
+
+#include <algorithm>
+#include <fstream>
+
+#include <unistd.h>
+
+namespace kvwb::ui {
+
+using detail::kMaxRecent;
+using detail::settings;
+
+bool MainWindow::openProject(const QString &path)
+{
+    try {
+        auto project = core::Project::load(path.toStdString()).resolved(path.toStdString());
+        m_experimentBeside = false;
+        if (!project.experiment) {
+            // Capture's default file beside the project, written before the project was saved
+            const QFileInfo f(path);
+            const QString beside = f.dir().filePath(f.completeBaseName() + "-experiment.h5");
+            if (QFileInfo::exists(beside)) {
+                project.experiment = beside.toStdString();
+                m_experimentBeside = true;
+            }
+        }
+        m_project = project;
+        m_projectPath = QFileInfo(path).absoluteFilePath();
+        for (char role : {'a', 'b'}) {
+            const auto &m = role == 'a' ? project.modelA : project.modelB;
+            m_models->setChoice(role,
+                                {QString::fromStdString(m.path.string()), QString::fromStdString(m.device),
+                                 QString::fromStdString(m.dtype), 0, m.context});
+        }
+        rememberRecent(m_projectPath);
+        setWindowTitle(tr("KV Workbench - %1[*]").arg(QString::fromStdString(project.name)));
+        applyProjectSettings();
+        m_openingRead = false;
+        if (project.experiment) {
+            m_openingRead = true;
+            m_openingExperiment = QString::fromStdString(project.experiment->string());
+            beginJob(Job::Read);
+            Q_EMIT experimentRequested(m_openingExperiment);
+        }
+        log(tr("opened project %1").arg(m_projectPath));
+        refreshSummary();
+        m_savedState = projectState(m_projectPath, m_experimentBeside);
+        refreshModified();
+        return true;
+    } catch (const core::Error &e) {
+        showError(tr("cannot open project: %1").arg(QString::fromUtf8(e.what())));
+        return false;
+    }
+}
+
+core::Project MainWindow::currentProject(const QString &path) const
+{
+    core::Project p = m_project.value_or(core::Project{});
+    if (p.name.empty())
+        p.name = QFileInfo(path).completeBaseName().toStdString();
+    for (char role : {'a', 'b'}) {
+        auto &m = role == 'a' ? p.modelA : p.modelB;
+        const auto c = m_models->choice(role);
+        m.path = c.path.toStdString();
+        m.device = c.device.toStdString();
+        m.dtype = c.dtype.toStdString();
+        m.context = c.context;
+    }
+    storeProjectSettings(p);
+    if (!m_experimentPath.isEmpty())
+        p.experiment = m_experimentPath.toStdString();
+    return p;
+}
+
+QString MainWindow::projectState(const QString &path, bool withoutExperiment) const
+{
+    core::Project p = currentProject(path);
+    if (withoutExperiment)
+        p.experiment.reset();
+    return QString::fromStdString(p.toJson(path.toStdString()));
+}
+
+bool MainWindow::isProjectModified() const
+{
+    if (m_projectPath.isEmpty()) // no project yet: work worth keeping is an experiment or a choice
+        return !m_experimentPath.isEmpty();
+    return projectState(m_projectPath) != m_savedState;
+}
+
+void MainWindow::refreshModified()
+{
+    setWindowModified(isProjectModified());
+}
+
+bool MainWindow::saveProject(const QString &path)
+{
+    const core::Project p = currentProject(path);
+    try {
+        p.save(path.toStdString());
+        m_project = p.resolved(path.toStdString());
+        m_projectPath = QFileInfo(path).absoluteFilePath();
+        rememberRecent(m_projectPath);
+        m_experimentBeside = false;
+        log(tr("saved project %1").arg(m_projectPath));
+        setWindowTitle(tr("KV Workbench - %1[*]").arg(QString::fromStdString(m_project->name)));
+        refreshSummary();
+        m_savedState = projectState(m_projectPath);
+        refreshModified();
+        return true;
+    } catch (const core::Error &e) {
+        showError(tr("cannot save project: %1").arg(QString::fromUtf8(e.what())));
+        return false;
+    }
+}
+
+void MainWindow::rememberRecent(const QString &path)
+{
+    auto s = settings();
+    QStringList recent = s.value("recentProjects").toStringList();
+    recent.removeAll(path);
+    recent.prepend(path);
+    while (recent.size() > kMaxRecent)
+        recent.removeLast();
+    s.setValue("recentProjects", recent);
+    refreshRecentMenu();
+}
+
+QStringList MainWindow::recentProjects()
+{
+    return settings().value("recentProjects").toStringList();
+}
+
+void MainWindow::refreshRecentMenu()
+{
+    m_recentMenu->clear();
+    const QStringList recent = recentProjects();
+    for (const QString &p : recent)
+        m_recentMenu->addAction(p, this, [this, p] { openProject(p); });
+    m_recentMenu->setEnabled(!recent.isEmpty());
+}
+
+void MainWindow::applyProjectSettings()
+{
+    if (!m_project)
+        return;
+    const auto &p = *m_project;
+    const QFileInfo projectFile(m_projectPath);
+    QStringList promptSets, workloads;
+    for (const auto &f : p.promptSets)
+        promptSets << QString::fromStdString(f.string());
+    if (p.corpus)
+        promptSets << QString::fromStdString(p.corpus->string());
+    for (const auto &f : p.workloads) {
+        workloads << QString::fromStdString(f.string());
+        promptSets << QString::fromStdString(f.string()); // a workload's prompts can be captured too
+    }
+    m_capture->setPromptSets(promptSets);
+    CaptureRequest c;
+    c.promptsPath = promptSets.value(0);
+    // Capture's default file sits beside the project, or where this user can write when the
+    // project's folder is read-only (the installed demo under /usr/share)
+    QString captureDir = projectFile.dir().path();
+    if (!QFileInfo(captureDir).isWritable()) {
+        captureDir = QStandardPaths::writableLocation(QStandardPaths::AppLocalDataLocation);
+        QDir().mkpath(captureDir);
+    }
+    c.outPath = p.experiment ? QString::fromStdString(p.experiment->string())
+                             : QDir(captureDir).filePath(projectFile.completeBaseName() + "-experiment.h5");
+    c.storage = core::parseKvStorage(p.capture.storage).value_or(core::KvStorage::F32);
+    c.compress = p.capture.compress;
+    c.maxTokens = p.capture.maxTokens;
+    c.limit = p.capture.limit;
+    c.postRope = p.capture.postRope;
+    m_capture->setRequest(c);
+
+    FitRequest f;
+    f.name = QString::fromStdString(p.alignment.name);
+    f.selection =
+        core::parseLayerSelection(p.alignment.selection).value_or(core::LayerSelection::Proportional);
+    f.k = p.alignment.k;
+    f.autoLambda = p.alignment.autoLambda;
+    f.lambda = p.alignment.lambda;
+    f.perHead = p.alignment.perHead;
+    f.family = core::parseConverterFamily(p.alignment.family).value_or(core::ConverterFamily::Ridge);
+    f.rank = p.alignment.rank;
+    f.mlpHidden = p.alignment.mlpHidden;
+    f.mlpEpochs = p.alignment.mlpEpochs;
+    f.maxTrainTokens = p.alignment.maxTrainTokens;
+    m_alignment->setFitRequest(f);
+
+    m_replay->setWorkloads(workloads);
+    m_knowledge->setWorkloads(workloads);
+    ReplayRequest r;
+    r.workloadPath = workloads.value(0);
+    r.tiers.clear();
+    for (const auto &t : p.replay.tiers)
+        if (const auto kind = core::parseTierKind(t); kind && *kind != core::TierKind::None)
+            r.tiers.push_back(*kind);
+    r.threshold = p.replay.threshold;
+    r.embedder = QString::fromStdString(p.replay.embedder);
+    r.gateSignal = core::parseGateSignal(p.replay.gateSignal).value_or(core::GateSignal::TailKl);
+    r.gateThreshold = p.replay.gateThreshold;
+    r.gate = p.replay.gate;
+    r.maxTokens = p.replay.maxTokens;
+    r.limit = p.replay.limit;
+    r.store = QString::fromStdString(p.replay.store);
+    r.storeKvDtype = QString::fromStdString(p.replay.storeKvDtype);
+    r.prices = QString::fromStdString(p.replay.prices);
+    m_replay->setReplayRequest(r);
+
+    CompareRequest cmp = m_compare->request();
+    if (!p.compare.prompt.empty())
+        cmp.prompt = QString::fromStdString(p.compare.prompt);
+    cmp.maxTokens = p.compare.maxTokens;
+    m_compare->setRequest(cmp);
+}
+
+void MainWindow::storeProjectSettings(core::Project &p) const
+{
+    const auto c = m_capture->request();
+    p.capture.storage = core::kvStorageName(c.storage);
+    p.capture.compress = c.compress;
+    p.capture.maxTokens = c.maxTokens;
+    p.capture.limit = c.limit;
+    p.capture.postRope = c.postRope;
+    const auto f = m_alignment->fitRequest();
+    p.alignment.name = f.name.toStdString();
+    p.alignment.selection = core::layerSelectionName(f.selection);
+    p.alignment.k = f.k;
+    p.alignment.autoLambda = f.autoLambda;
+    p.alignment.lambda = f.lambda;
+    p.alignment.perHead = f.perHead;
+    p.alignment.family = core::converterFamilyName(f.family);
+    p.alignment.rank = f.rank;
+    p.alignment.mlpHidden = f.mlpHidden;
+    p.alignment.mlpEpochs = f.mlpEpochs;
+    p.alignment.maxTrainTokens = f.maxTrainTokens;
+    p.alignment.inUse = m_alignment->inUse().toStdString();
+    const auto r = m_replay->replayRequest();
+    p.replay.tiers.clear();
+    for (const auto t : r.tiers)
+        p.replay.tiers.push_back(core::tierKindName(t));
+    p.replay.threshold = r.threshold;
+    p.replay.embedder = r.embedder.toStdString();
+    p.replay.gateSignal = core::gateSignalName(r.gateSignal);
+    p.replay.gateThreshold = r.gateThreshold;
+    p.replay.gate = r.gate;
+    p.replay.maxTokens = r.maxTokens;
+    p.replay.limit = r.limit;
+    p.replay.store = r.store.toStdString();
+    p.replay.storeKvDtype = r.storeKvDtype.toStdString();
+    p.replay.prices = r.prices.toStdString();
+    const auto cmp = m_compare->request();
+    p.compare.prompt = cmp.prompt.toStdString();
+    p.compare.maxTokens = cmp.maxTokens;
+}
+
+} // namespace kvwb::ui
