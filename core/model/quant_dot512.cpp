@@ -175,25 +175,6 @@ template <DType T> constexpr int levelOffset()
 {
     return T == DType::Q4_0 ? 8 : T == DType::Q5_0 ? 16 : T == DType::Q8_0 ? 128 : 0;
 }
-template <DType T> constexpr int levelsAt() // where a block's 4- or 8-bit levels start
-{
-    switch (T) {
-    case DType::Q4_0:
-    case DType::Q8_0:
-        return 2;
-    case DType::Q4_1:
-        return 4;
-    case DType::Q5_0:
-        return 6;
-    default: // Q5_1
-        return 8;
-    }
-}
-template <DType T> constexpr bool fifthBit()
-{
-    return T == DType::Q5_0 || T == DType::Q5_1;
-}
-
 // Block b's 32 levels, unsigned, in element order.
 template <DType T> KVWB_QK_AVX512_INL __m256i levels32(const u8 *b)
 {
@@ -206,31 +187,6 @@ template <DType T> KVWB_QK_AVX512_INL __m256i levels32(const u8 *b)
         __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(n, 4), n), _mm256_set1_epi8(0x0F));
         if constexpr (fifthBit<T>())
             u = _mm256_mask_add_epi8(u, __mmask32(u32(b + at - 4)), u, _mm256_set1_epi8(16));
-        return u;
-    }
-}
-
-// Blocks b and b + bb: 64 levels, unsigned, block b's first.
-template <DType T> KVWB_QK_AVX512_INL __m512i levels64(const u8 *b, int bb)
-{
-    constexpr int at = levelsAt<T>();
-    if constexpr (T == DType::Q8_0) {
-        const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + at));
-        const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + bb + at));
-        return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
-                                _mm512_set1_epi8(char(0x80)));
-    } else {
-        const __m256i n = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b + at))),
-            _mm_loadu_si128(reinterpret_cast<const __m128i *>(b + bb + at)), 1);
-        const __m512i z = _mm512_castsi256_si512(n);
-        const __m512i nn = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0)); // n0 n0 n1 n1
-        // the high nibbles in 128-bit lanes 1 and 3 (16-bit lanes 8-15 and 24-31)
-        __m512i u = _mm512_and_si512(_mm512_mask_srli_epi16(nn, 0xFF00FF00u, nn, 4), _mm512_set1_epi8(0x0F));
-        if constexpr (fifthBit<T>()) {
-            const uint64_t bits = uint64_t(u32(b + at - 4)) | (uint64_t(u32(b + bb + at - 4)) << 32);
-            u = _mm512_mask_add_epi8(u, __mmask64(bits), u, _mm512_set1_epi8(16));
-        }
         return u;
     }
 }
@@ -287,7 +243,7 @@ KVWB_QK_AVX512 void dotRows32x512(const u8 *w, int64_t r0, int64_t r1, const Qua
             for (int p = 0; p < 4; ++p) {
                 const int64_t e = (ib + 2 * p) * 32;
                 const __m512i sum =
-                    _mm512_dpbusd_epi32(_mm512_loadu_si512(st + e / 4), levels64<T>(b + 2 * p * bb, bb),
+                    _mm512_dpbusd_epi32(_mm512_loadu_si512(st + e / 4), blockPairLevels<T>(b + 2 * p * bb),
                                         _mm512_loadu_si512(xq + e));
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_permutexvar_ps(pairLanes[p], s16), acc);
             }

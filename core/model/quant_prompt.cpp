@@ -12,6 +12,7 @@
 #endif
 
 #include "core/model/quant_kernels.h"
+#include "core/model/quant_kernels_p.h"
 
 #include "core/model/dtype.h"
 #include "core/model/quant.h"
@@ -93,33 +94,9 @@ struct Panel
 template <DType T> KVWB_QP_AVX512_INL __m512i levels64(const u8 *b, int part)
 {
     const __m512i low4 = _mm512_set1_epi8(0x0F);
-    if constexpr (T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1) {
-        // blocks 2 part and 2 part + 1 of the 8 at b: 16 bytes of nibbles each (low nibbles are
-        // elements 0-15, high 16-31), Q5's fifth bits from the block's 32-bit qh (bit j: element j)
-        constexpr int bb = T == DType::Q4_0 ? 18 : T == DType::Q4_1 ? 20 : T == DType::Q5_0 ? 22 : 24;
-        constexpr int qh = T == DType::Q5_0 ? 2 : 4, qs = T == DType::Q4_0   ? 2
-                                                          : T == DType::Q4_1 ? 4
-                                                                             : qh + 4;
-        __m256i q[2];
-        for (int h = 0; h < 2; ++h) {
-            const u8 *blk = b + bb * (2 * part + h);
-            const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(blk + qs));
-            const __m128i m = _mm_set1_epi8(0x0F);
-            q[h] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(v, m)),
-                                           _mm_and_si128(_mm_srli_epi16(v, 4), m), 1);
-            if constexpr (T == DType::Q5_0 || T == DType::Q5_1) {
-                uint32_t high;
-                std::memcpy(&high, blk + qh, 4);
-                q[h] = _mm256_or_si256(q[h], _mm256_maskz_mov_epi8(__mmask32(high), _mm256_set1_epi8(16)));
-            }
-        }
-        return _mm512_inserti64x4(_mm512_castsi256_si512(q[0]), q[1], 1);
-    } else if constexpr (T == DType::Q8_0) { // blocks 2 part and 2 part + 1 of the 8 at b, plus 128
-        const u8 *b0 = b + 34 * (2 * part) + 2, *b1 = b0 + 34;
-        const __m512i v = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b0))),
-            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b1)), 1);
-        return _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80)));
+    if constexpr (T == DType::Q4_0 || T == DType::Q4_1 || T == DType::Q5_0 || T == DType::Q5_1 ||
+                  T == DType::Q8_0) { // blocks 2 part and 2 part + 1 of the 8 at b
+        return detail::blockPairLevels<T>(b + detail::blockBytes<T>() * 2 * part);
     } else if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
         const __m256i v = _mm256_loadu_si256(
             reinterpret_cast<const __m256i *>(b + (T == DType::Q5_K ? 48 : 16) + 32 * part));
