@@ -55,6 +55,26 @@ std::vector<float> sourceLayerRows(const core::ExperimentReader &f, int layer, i
     return out;
 }
 
+std::vector<std::pair<int, int64_t>> calibrationRows(const core::ExperimentReader &f,
+                                                     const std::vector<int> &prompts, int64_t maxTokens,
+                                                     std::vector<std::string> *warnings)
+{
+    std::vector<std::pair<int, int64_t>> rows;
+    int64_t total = 0;
+    for (int p : prompts) {
+        if (maxTokens > 0 && total >= maxTokens)
+            break;
+        if (!aligned(f, p, warnings))
+            continue;
+        int64_t tokens = int64_t(f.prompt(p).b.ids.size());
+        if (maxTokens > 0)
+            tokens = std::min(tokens, maxTokens - total);
+        rows.push_back({p, tokens});
+        total += tokens;
+    }
+    return rows;
+}
+
 std::vector<float> headColumns(const float *x, int64_t tokens, int blocks, int heads, int hd, int h)
 {
     const size_t inWidth = size_t(blocks) * size_t(heads) * size_t(hd),
@@ -185,20 +205,10 @@ std::vector<std::vector<double>> sourceLayerScores(const core::ExperimentReader 
     const detail::Geometry g = detail::geometry(f);
     const int lb = f.model(core::ModelRole::B).config.numLayers, wb = g.widthB();
     const auto &layersA = f.model(core::ModelRole::A).capturedLayers;
-    // the training prompts and rows each fit takes (the same rule as fitLayer's)
-    std::vector<std::pair<int, int64_t>> rows;
+    const auto rows = detail::calibrationRows(f, train, maxTokens, nullptr); // as fitLayer takes them
     int64_t total = 0;
-    for (int p : train) {
-        if (maxTokens > 0 && total >= maxTokens)
-            break;
-        if (!detail::aligned(f, p, nullptr))
-            continue;
-        int64_t tokens = int64_t(f.prompt(p).b.ids.size());
-        if (maxTokens > 0)
-            tokens = std::min(tokens, maxTokens - total);
-        rows.push_back({p, tokens});
-        total += tokens;
-    }
+    for (const auto &r : rows)
+        total += r.second;
     if (total < 2)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("{}: only {} aligned token rows to rank source layers; need at least 2",

@@ -47,14 +47,7 @@ Accumulation accumulate(const core::ExperimentReader &f, int targetLayer, const 
         acc.keys.emplace_back(blocks * g.widthA(), g.widthB());
         acc.values.emplace_back(blocks * g.widthA(), g.widthB());
     }
-    for (int p : prompts) {
-        if (maxTokens > 0 && acc.rows >= maxTokens)
-            break;
-        if (!aligned(f, p, &acc.warnings))
-            continue;
-        int64_t tokens = int64_t(f.prompt(p).b.ids.size());
-        if (maxTokens > 0)
-            tokens = std::min(tokens, maxTokens - acc.rows);
+    for (const auto &[p, tokens] : detail::calibrationRows(f, prompts, maxTokens, &acc.warnings)) {
         for (bool keys : {true, false}) {
             const auto x = sourceRows(f, sources, p, keys, tokens);
             const auto y = keys ? f.keys(core::ModelRole::B, targetLayer, p)

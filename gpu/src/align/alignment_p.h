@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvwb::gpu::detail {
@@ -48,6 +49,13 @@ std::vector<float> headColumns(const float *x, int64_t tokens, int blocks, int h
 // (different tokenisations in a file without alignments) false, with a warning naming the prompt
 // (the first 20 only) when warnings is given.
 bool aligned(const core::ExperimentReader &f, int prompt, std::vector<std::string> *warnings);
+
+// The calibration rows a fit takes: (prompt, rows) for the aligned prompts in order, at most
+// maxTokens rows in all (0: every row), the last prompt cut short to fit; prompts without an
+// alignment are skipped (warned about when warnings is given).
+std::vector<std::pair<int, int64_t>> calibrationRows(const core::ExperimentReader &f,
+                                                     const std::vector<int> &prompts, int64_t maxTokens,
+                                                     std::vector<std::string> *warnings);
 
 // Error(InvalidArgument) naming the file when headMatched and the kv-head counts differ.
 void checkHeadMatched(const core::ExperimentReader &f, bool headMatched);
