@@ -37,7 +37,7 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::compareSetRequested, this,
             [this](const ui::CompareSetRequest &r) { m_engine.compareSet(r); });
     connect(w, &ui::MainWindow::replayRequested, this,
-            [this](const ui::ReplayRequest &r) { m_engine.replay(r); });
+            [this](const core::ReplaySettings &r) { m_engine.replay(r); });
     connect(w, &ui::MainWindow::pauseRequested, &m_engine, &EngineController::setPaused);
     connect(w, &ui::MainWindow::knowledgeOpenRequested, this,
             [this](const ui::KnowledgeOpenRequest &r) { m_engine.openKnowledge(r); });

@@ -115,10 +115,20 @@ void removeStaleScratch(const fs::path &tmpRoot)
     }
 }
 
+// "exact,semantic,prefix" ("none" for none).
+std::string tierList(const std::vector<core::TierKind> &tiers)
+{
+    std::string out;
+    for (const auto t : tiers)
+        out += std::string(out.empty() ? "" : ",") + core::tierKindName(t);
+    return out.empty() ? "none" : out;
+}
+
 } // namespace
 
-int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::Prices &prices)
+int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::ReplaySettings &replay)
 {
+    const core::Prices prices = jobs::replayOptions(replay).prices; // a preset resolved before workers start
     const int workers = intOption(p, "workers", 1, 1, 64);
     const auto policy = core::parseRoutingPolicy(str(p.value("routing")));
     if (!policy)
@@ -138,21 +148,20 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
     ro.drainUnitsPerSecond = doubleOption(p, "route-drain", 2000, 1e-9, 1e12);
 
     std::unique_ptr<core::SharedStore> store;
-    if (p.isSet("store")) {
+    if (!replay.store.empty()) {
         core::StoreOptions so;
-        so.commandTimeoutMs = so.connectTimeoutMs = intOption(p, "store-timeout-ms", 500, 1, 600000);
-        if (p.isSet("store-key-file"))
-            so.integrityKey = core::readStoreKeyFile(str(p.value("store-key-file")));
-        store = core::openSharedStore(str(p.value("store")), so);
-        if (str(p.value("store")) == "memory")
+        so.commandTimeoutMs = so.connectTimeoutMs = replay.storeTimeoutMs;
+        if (!replay.storeKeyFile.empty())
+            so.integrityKey = core::readStoreKeyFile(replay.storeKeyFile);
+        store = core::openSharedStore(replay.store, so);
+        if (replay.store == "memory")
             throw UsageError{"--store memory lives in one process: a fleet shares redis://HOST:PORT, or runs "
                              "without --store (each worker its own caches)"};
-        if (p.isSet("store-flush"))
+        if (replay.storeFlush)
             store->flush();
     }
 
-    const auto read = jobs::readReplayRequests(str(p.value("workload")),
-                                               p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
+    const auto read = jobs::readReplayRequests(replay.workload, replay.limit);
     for (const auto &w : read.warnings.messages())
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     const auto &requests = read.requests;
@@ -382,7 +391,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
     }
     std::printf("%s: %lld requests over %d workers, routing %s, tiers %s\n\n",
                 str(p.value("workload")).c_str(), (long long)s.requests, workers,
-                core::routingPolicyName(*policy), settings.value("tiers", std::string("?")).c_str());
+                core::routingPolicyName(*policy), tierList(replay.tiers).c_str());
     std::printf("| worker | requests | hits | hit rate | TTFT p50 ms | TTFT p95 ms | wall s |\n");
     std::printf("|--:|--:|--:|--:|--:|--:|--:|\n");
     for (const auto &w : perWorker)

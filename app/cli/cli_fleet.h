@@ -6,7 +6,7 @@
 // "fleet" (per worker: requests, hits, TTFT, wall time) and the store counters summed.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/settings/replay_settings.h"
 
 #include <QCommandLineParser>
 #include <QStringList>
@@ -14,7 +14,9 @@
 namespace kvwb::app {
 
 // args: the replay's own arguments (without "replay"); p: them parsed. Returns the exit code.
-int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::Prices &prices);
+// settings: what the flags give (the store, the workload and its limit, prices).
+int runFleetReplay(const QStringList &args, const QCommandLineParser &p,
+                   const core::ReplaySettings &settings);
 
 } // namespace kvwb::app
 

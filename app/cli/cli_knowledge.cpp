@@ -511,22 +511,21 @@ int evaluate(const QStringList &args)
     if (!p.isSet("workload") || !p.isSet("model-a") || !p.isSet("model-b") || !p.isSet("knowledge"))
         throw UsageError{"--workload, --model-a, --model-b and --knowledge are required"};
     checkEmbedderOption(p);
-    jobs::ReplayJob job;
-    job.workloadPath = str(p.value("workload"));
+    core::ReplaySettings job;
+    job.workload = str(p.value("workload"));
     job.limit = p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0;
     job.embedder = str(p.value("embedder"));
     for (const QString &g : p.values("knowledge"))
         job.knowledgeGraphs.push_back(str(g));
-    job.profilesPath = str(p.value("profiles"));
-    job.knowledge.candidates = intOption(p, "knowledge-candidates", 3, 1, 64);
-    job.knowledge.minSimilarity = doubleOption(p, "knowledge-min-similarity", 0.3, -1.0, 1.0);
-    job.knowledge.verify = !p.isSet("no-verify");
-    job.knowledge.boundary = intOption(p, "knowledge-boundary", 0, 0);
-    job.knowledge.clockStartMs = core::unixMsNow();
-    job.options.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
-    job.options.maxTokens = p.isSet("max-tokens") ? intOption(p, "max-tokens", 0, 1) : 0;
-    job.options.prices.inputPerMillion = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
-    job.options.prices.outputPerMillion = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
+    job.profiles = str(p.value("profiles"));
+    job.knowledgeCandidates = intOption(p, "knowledge-candidates", 3, 1, 64);
+    job.knowledgeMinSimilarity = doubleOption(p, "knowledge-min-similarity", 0.3, -1.0, 1.0);
+    job.knowledgeVerify = !p.isSet("no-verify");
+    job.knowledgeBoundary = intOption(p, "knowledge-boundary", 0, 0);
+    job.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
+    job.maxTokens = p.isSet("max-tokens") ? intOption(p, "max-tokens", 0, 1) : 0;
+    job.priceIn = doubleOption(p, "price-in", 0.15, 0.0, 1e9);
+    job.priceOut = doubleOption(p, "price-out", 0.60, 0.0, 1e9);
     if (p.isSet("save") != p.isSet("experiment"))
         throw UsageError{"--save and --experiment go together"};
     if (p.isSet("save"))

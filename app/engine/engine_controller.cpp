@@ -154,7 +154,7 @@ quint64 EngineController::compareSet(const ui::CompareSetRequest &r)
                  [r](EngineWorker *w, quint64 id, auto cancel) { w->compareSet(id, r, cancel); });
 }
 
-quint64 EngineController::replay(const ui::ReplayRequest &r)
+quint64 EngineController::replay(const core::ReplaySettings &r)
 {
     return start("replaying",
                  [r, pause = m_pause, ms = replayBatchMs](EngineWorker *w, quint64 id, auto cancel) {

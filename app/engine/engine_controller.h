@@ -108,8 +108,9 @@ public:
     // Engine thread: replays a workload; rows go out in batches at most every batchMs, and the
     // replay waits between requests while *pause is set. Cancelled: replayFinished(job, outcome)
     // with outcome->cancelled and the rows done.
-    void replay(quint64 job, const kvwb::ui::ReplayRequest &request, std::shared_ptr<std::atomic_bool> cancel,
-                std::shared_ptr<std::atomic_bool> pause, int batchMs);
+    void replay(quint64 job, const kvwb::core::ReplaySettings &request,
+                std::shared_ptr<std::atomic_bool> cancel, std::shared_ptr<std::atomic_bool> pause,
+                int batchMs);
     // Engine thread: reads a knowledge graph file (building it first with model B when asked; a
     // cancelled build writes nothing) and reports its nodes with module freshness for model B.
     void openKnowledge(quint64 job, const kvwb::ui::KnowledgeOpenRequest &request,
@@ -174,7 +175,7 @@ public:
     quint64 fit(const ui::FitRequest &request);
     quint64 compare(const ui::CompareRequest &request);
     quint64 compareSet(const ui::CompareSetRequest &request);
-    quint64 replay(const ui::ReplayRequest &request);
+    quint64 replay(const core::ReplaySettings &request);
     quint64 openKnowledge(const ui::KnowledgeOpenRequest &request);
     quint64 traceKnowledge(const ui::KnowledgeTraceRequest &request);
     quint64 sweepSemantic(const ui::SemanticSweepRequest &request);

@@ -571,84 +571,28 @@ void EngineWorker::compareSet(quint64 job, const ui::CompareSetRequest &request,
     });
 }
 
-void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
+void EngineWorker::replay(quint64 job, const core::ReplaySettings &request,
                           std::shared_ptr<std::atomic_bool> cancel, std::shared_ptr<std::atomic_bool> pause,
                           int batchMs)
 {
     guarded(job, [&] {
         requireModels("a replay");
-        gpu::ReplayOptions o;
-        for (const auto t : request.tiers) {
-            if (t == core::TierKind::None)
-                throw core::Error(core::ErrorCode::InvalidArgument, "'none' is not a cache tier");
-            o.tiers.push_back(t);
-        }
-        o.threshold = request.threshold;
-        o.gateSignal = request.gateSignal;
-        o.gateThreshold = request.gateThreshold;
-        o.gate = request.gate;
-        o.maxTokens = request.maxTokens;
-        const bool cross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
-        if (!request.prices.isEmpty())
-            o.prices = core::resolvePricePreset(request.prices.toStdString()).prices;
-        if (request.errorBound > 0) {
-            core::EntryBoundOptions bound;
-            bound.errorBound = request.errorBound;
-            o.semanticBound = bound;
-        }
-        std::unique_ptr<core::SharedStore> store;
-        if (!request.store.isEmpty()) {
-            store = core::openSharedStore(request.store.toStdString());
-            o.store = store.get();
-            const auto dtype = core::parseKvBodyDType(request.storeKvDtype.toStdString());
-            if (!dtype)
-                throw core::Error(core::ErrorCode::InvalidArgument,
-                                  "shared store: KV blocks travel as f32, bf16 or f16, not '" +
-                                      request.storeKvDtype.toStdString() + "'");
-            o.storeKvDtype = *dtype;
-        }
-        jobs::ReplayJob replayJob;
-        replayJob.workloadPath = request.workloadPath.toStdString();
-        replayJob.embedder = request.embedder.toStdString();
-        replayJob.limit = request.limit;
-        replayJob.converter = request.converter.toStdString();
-        replayJob.options = o;
-        auto read = jobs::readReplayRequests(replayJob.workloadPath, replayJob.limit);
-        auto requests = std::move(read.requests);
-        const gpu::Converter *conv = nullptr;
-        if (cross) {
-            if (request.experimentPath.isEmpty() || request.converter.isEmpty())
-                throw core::Error(core::ErrorCode::InvalidArgument,
-                                  "the cross tier needs a converter: fit one and press 'Use this converter'");
-            requireExperimentModels(request.experimentPath);
-            conv = &converter(request.experimentPath, request.converter);
-        }
-        jobs::checkReplayWorkingSet(replayJob, requests, *m_a, *m_tokA, m_b.get(), m_tokB.get());
-        std::vector<std::string> embedTexts; // the lexical-idf embedder's documents
-        for (const auto &r : requests)
-            embedTexts.push_back(o.embedQuestion && !r.question.empty() ? r.question : r.prompt);
-        const auto embedder = jobs::makeEmbedder(replayJob.embedder, -1, *m_a, *m_tokA, embedTexts);
-        std::unique_ptr<gpu::KnowledgeTier> knowledge;
-        std::vector<std::string> tierWarnings;
-        if (std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Knowledge) != o.tiers.end()) {
-            if (request.knowledgeGraph.isEmpty())
-                throw core::Error(
-                    core::ErrorCode::InvalidArgument,
-                    "the knowledge tier needs a graph: open or build one in the Knowledge step");
-            if (!m_b)
-                throw core::Error(core::ErrorCode::InvalidArgument,
-                                  "the knowledge tier needs model B loaded");
-            replayJob.knowledgeGraphs = {request.knowledgeGraph.toStdString()};
-            replayJob.profilesPath = request.profilesPath.toStdString();
-            replayJob.knowledge.clockStartMs = core::unixMsNow();
-            knowledge = jobs::makeKnowledgeTier(replayJob, *m_b, *m_tokB, *embedder);
-            tierWarnings = knowledge->warnings();
-        }
-        gpu::ReplayModels models{m_a.get(), m_b.get(),      m_tokA.get(),   m_tokB.get(),
-                                 conv,      embedder.get(), knowledge.get()};
+        if (request.uses(core::TierKind::Cross) && (request.experiment.empty() || request.converter.empty()))
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "the cross tier needs a converter: fit one and press 'Use this converter'");
+        if (request.uses(core::TierKind::Knowledge) && request.knowledgeGraphs.empty())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "the knowledge tier needs a graph: open or build one in the Knowledge step");
+        auto read = jobs::readReplayRequests(request.workload, request.limit);
+        const auto prepared = jobs::prepareReplay(
+            request, std::move(read.requests),
+            {m_a.get(), m_b.get(), m_tokA.get(), m_tokB.get(),
+             [this](const std::string &experiment, const std::string &name) -> const gpu::Converter & {
+                 return converter(QString::fromStdString(experiment), QString::fromStdString(name));
+             }});
         auto batch = std::make_shared<RowBatch>();
         auto lastFlush = Clock::now();
-        int lastDone = 0, lastTotal = int(requests.size());
+        int lastDone = 0, lastTotal = int(prepared.requests.size());
         auto flush = [&] {
             if (!batch->empty())
                 Q_EMIT replayRows(job, std::shared_ptr<const RowBatch>(std::move(batch)));
@@ -658,8 +602,9 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
                             QString("%1 / %2 requests").arg(lastDone).arg(lastTotal));
             lastFlush = Clock::now();
         };
-        auto r =
-            gpu::replayWorkload(requests, models, o, [&](const core::LedgerRow &row, int done, int total) {
+        const auto r = gpu::replayWorkload(
+            prepared.requests, prepared.models, prepared.options,
+            [&](const core::LedgerRow &row, int done, int total) {
                 batch->push_back(row);
                 lastDone = done;
                 lastTotal = total;
@@ -675,25 +620,17 @@ void EngineWorker::replay(quint64 job, const ui::ReplayRequest &request,
                 return !cancel->load();
             });
         flush();
+        jobs::finishReplay(prepared, r);
         auto out = std::make_shared<ReplayOutcome>();
         out->summary = r.summary;
         out->requests = int(r.rows.size());
-        out->total = int(requests.size());
+        out->total = int(prepared.requests.size());
         out->cancelled = r.cancelled;
         std::vector<std::string> warnings = read.warnings.messages();
-        if (request.limit > 0 && size_t(request.limit) > requests.size()) // said, not silently capped
-            warnings.push_back("the limit of " + std::to_string(request.limit) +
-                               " requests is more than the "
-                               "workload holds: all " +
-                               std::to_string(requests.size()) + " were replayed");
-        warnings.insert(warnings.end(), tierWarnings.begin(), tierWarnings.end());
+        warnings.insert(warnings.end(), prepared.warnings.begin(), prepared.warnings.end());
         warnings.insert(warnings.end(), r.warnings.begin(), r.warnings.end());
-        if (!request.ledgerName.isEmpty() && !request.experimentPath.isEmpty() && !r.rows.empty()) {
-            core::saveLedger(
-                request.experimentPath.toStdString(), request.ledgerName.toStdString(), r.rows,
-                jobs::ledgerSettingsJson(replayJob, embedder.get(), *m_a, m_b.get(), r.cancelled));
-            out->storedLedger = request.ledgerName;
-        }
+        if (!request.ledgerName.empty() && !r.rows.empty())
+            out->storedLedger = QString::fromStdString(request.ledgerName);
         out->warnings = qStrings(warnings);
         Q_EMIT replayFinished(job, out);
     });
@@ -825,13 +762,12 @@ void EngineWorker::evaluateKnowledge(quint64 job, const ui::KnowledgeEvalRequest
 {
     guarded(job, [&] {
         requireModels("the knowledge evaluation");
-        jobs::ReplayJob j;
-        j.workloadPath = request.workloadPath.toStdString();
+        core::ReplaySettings j;
+        j.workload = request.workloadPath.toStdString();
         j.limit = request.limit;
         j.knowledgeGraphs = {request.graphPath.toStdString()};
-        j.profilesPath = request.profilesPath.toStdString();
-        j.knowledge.clockStartMs = core::unixMsNow();
-        j.options.threshold = request.threshold;
+        j.profiles = request.profilesPath.toStdString();
+        j.threshold = request.threshold;
         const auto e = jobs::evaluateKnowledge(
             j, *m_a, *m_b, *m_tokA, *m_tokB, [&](const std::string &stage, int done, int total) {
                 Q_EMIT progress(

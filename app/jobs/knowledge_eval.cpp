@@ -54,11 +54,12 @@ double mean(const std::vector<double> &v)
 
 } // namespace
 
-KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a, const gpu::Model &b,
-                                      const core::Tokenizer &tokenizerA, const core::Tokenizer &tokenizerB,
+KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu::Model &a,
+                                      const gpu::Model &b, const core::Tokenizer &tokenizerA,
+                                      const core::Tokenizer &tokenizerB,
                                       const KnowledgeEvalProgress &progress)
 {
-    auto read = readReplayRequests(job.workloadPath, job.limit);
+    auto read = readReplayRequests(job.workload, job.limit);
     KnowledgeEvaluation e;
     e.warnings = read.warnings.messages();
     std::vector<core::WorkloadRequest> requests;
@@ -67,7 +68,7 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
             requests.push_back(std::move(r));
     if (requests.empty())
         throw core::Error(core::ErrorCode::InvalidArgument,
-                          job.workloadPath + ": no request for model b (the knowledge tier serves model B)");
+                          job.workload + ": no request for model b (the knowledge tier serves model B)");
     std::set<std::string> users, intents;
     for (const auto &r : requests) {
         users.insert(r.user);
@@ -89,8 +90,8 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
                 e.buildMs += m.computeMs;
             }
     std::unordered_map<std::string, core::UserProfile> profiles;
-    if (!job.profilesPath.empty())
-        for (auto &p : core::readProfiles(job.profilesPath))
+    if (!job.profiles.empty())
+        for (auto &p : core::readProfiles(job.profiles))
             profiles.emplace(p.user, p);
     const auto profileOf = [&](const std::string &user) {
         const auto it = profiles.find(user);
@@ -106,7 +107,7 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
         arm.name = name;
         if (stopped)
             return arm;
-        gpu::ReplayOptions o = job.options;
+        gpu::ReplayOptions o = replayOptions(job);
         o.tiers = std::move(tiers);
         gpu::ReplayModels models{&a, &b, &tokenizerA, &tokenizerB, nullptr, embedder.get(), knowledge};
         auto r = gpu::replayWorkload(reqs, models, o, [&](const core::LedgerRow &, int done, int total) {
@@ -132,10 +133,10 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
     e.arms.push_back(run("knowledge tier", requests, {core::TierKind::Knowledge}, tier.get()));
     const size_t knowledgeArm = e.arms.size() - 1;
     e.costs = tier->costs();
-    if (job.knowledge.verify) {
+    if (job.knowledgeVerify) {
         // The same tier taking recall's best node unverified: the false reuse verification prevents.
-        ReplayJob unverifiedJob = job;
-        unverifiedJob.knowledge.verify = false;
+        core::ReplaySettings unverifiedJob = job;
+        unverifiedJob.knowledgeVerify = false;
         auto unverified = makeKnowledgeTier(unverifiedJob, b, tokenizerB, *embedder);
         e.arms.push_back(
             run("knowledge tier, unverified", requests, {core::TierKind::Knowledge}, unverified.get()));
@@ -161,7 +162,7 @@ KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a,
             row.totalMs = from.totalMs;
             arm.outputs[i] = base.outputs[i];
         }
-        arm.summary = core::summarize(arm.rows, job.options.prices);
+        arm.summary = core::summarize(arm.rows, replayOptions(job).prices);
         arm.modelSeconds = 0;
         for (const auto &row : arm.rows)
             arm.modelSeconds += row.totalMs / 1000.0;
@@ -336,7 +337,7 @@ std::string armSlug(const std::string &arm)
 }
 
 void saveKnowledgeEvaluation(const std::filesystem::path &experiment, const std::string &name,
-                             const ReplayJob &job, const KnowledgeEvaluation &e)
+                             const core::ReplaySettings &job, const KnowledgeEvaluation &e)
 {
     nlohmann::json evaluation = nlohmann::json::parse(knowledgeEvaluationJson(e));
     evaluation.erase("arms");
@@ -344,10 +345,10 @@ void saveKnowledgeEvaluation(const std::filesystem::path &experiment, const std:
     for (const auto &arm : e.arms) {
         const nlohmann::json settings = {{"knowledge_evaluation", name},
                                          {"arm", arm.name},
-                                         {"workload", job.workloadPath},
+                                         {"workload", job.workload},
                                          {"limit", job.limit},
                                          {"knowledge", job.knowledgeGraphs},
-                                         {"profiles", job.profilesPath},
+                                         {"profiles", job.profiles},
                                          {"word_f1", arm.wordF1},
                                          {"rouge_l", arm.rougeL},
                                          {"rouge_l_vs_full", arm.rougeVsFull},

@@ -62,10 +62,11 @@ struct KnowledgeEvaluation
 // Called between and during the arms: stage ("no cache", ...), requests done, total; false stops.
 using KnowledgeEvalProgress = std::function<bool(const std::string &stage, int done, int total)>;
 
-// job.options.tiers is ignored (each arm sets its own); job.knowledgeGraphs is required.
+// job.tiers is ignored (each arm sets its own); job.knowledgeGraphs is required.
 // Error(InvalidArgument) when the workload has no model-B request.
-KnowledgeEvaluation evaluateKnowledge(const ReplayJob &job, const gpu::Model &a, const gpu::Model &b,
-                                      const core::Tokenizer &tokenizerA, const core::Tokenizer &tokenizerB,
+KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu::Model &a,
+                                      const gpu::Model &b, const core::Tokenizer &tokenizerA,
+                                      const core::Tokenizer &tokenizerB,
                                       const KnowledgeEvalProgress &progress = {});
 
 // Columns (a row per arm, in KnowledgeEvaluation::arms order): requests, hits, false_hits, tokens_computed,
@@ -80,7 +81,7 @@ std::string knowledgeEvaluationMarkdown(const KnowledgeEvaluation &e);
 // "profile_fit", "scored", "model_s"), the workload and graphs, and on every arm the evaluation's
 // build cost, time per step and break-even reuse (the report's Knowledge reuse section reads them).
 void saveKnowledgeEvaluation(const std::filesystem::path &experiment, const std::string &name,
-                             const ReplayJob &job, const KnowledgeEvaluation &e);
+                             const core::ReplaySettings &job, const KnowledgeEvaluation &e);
 std::string armSlug(const std::string &arm); // "knowledge in the prompt" -> "knowledge-in-the-prompt"
 
 } // namespace kvwb::app::jobs

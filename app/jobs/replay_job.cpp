@@ -3,6 +3,11 @@
 #include "gpu/model/encoder.h"
 
 #include "app/jobs/job_inputs.h"
+#include "core/cache/prices.h"
+#include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
+#include "core/util/atomic_file.h"
+#include "core/util/clock.h"
 #include "core/util/error.h"
 #include "core/util/system_memory.h"
 
@@ -28,8 +33,9 @@ ReplayRequests readReplayRequests(const std::string &workloadPath, int limit)
     return out;
 }
 
-void checkReplayWorkingSet(const ReplayJob &job, const std::vector<core::WorkloadRequest> &requests,
-                           const gpu::Model &a, const core::Tokenizer &tokenizerA, const gpu::Model *b,
+void checkReplayWorkingSet(const core::ReplaySettings &settings,
+                           const std::vector<core::WorkloadRequest> &requests, const gpu::Model &a,
+                           const core::Tokenizer &tokenizerA, const gpu::Model *b,
                            const core::Tokenizer *tokenizerB)
 {
     if (requests.empty())
@@ -39,10 +45,8 @@ void checkReplayWorkingSet(const ReplayJob &job, const std::vector<core::Workloa
     });
     int generated = 0;
     for (const auto &r : requests)
-        generated = std::max(generated, job.options.maxTokens > 0 ? job.options.maxTokens : r.maxTokens);
-    const bool prefix = std::find(job.options.tiers.begin(), job.options.tiers.end(),
-                                  core::TierKind::Prefix) != job.options.tiers.end();
-    const int64_t budget = prefix ? job.options.prefixLimits.maxBytes : 0;
+        generated = std::max(generated, settings.maxTokens > 0 ? settings.maxTokens : r.maxTokens);
+    const int64_t budget = settings.uses(core::TierKind::Prefix) ? settings.prefixBytes : 0;
     const int64_t na = int64_t(tokenizerA.encode(longest->prompt, true).size()) + generated;
     int64_t bytes = requestWorkingSetBytes(a, na) + budget, nb = 0;
     if (b && tokenizerB) {
@@ -50,7 +54,7 @@ void checkReplayWorkingSet(const ReplayJob &job, const std::vector<core::Workloa
         bytes += 2 * requestWorkingSetBytes(*b, nb) + budget;
     }
     core::checkWorkingSet(
-        fmt::format("replaying {}", job.workloadPath), bytes,
+        fmt::format("replaying {}", settings.workload), bytes,
         fmt::format(
             "the longest request: {} tokens on A{}{}", na, b ? fmt::format(", {} on B (twice)", nb) : "",
             budget > 0 ? fmt::format("; the prefix tier's {:.2f} GB per model", double(budget) / 1e9) : ""),
@@ -81,16 +85,16 @@ std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer,
     return gpu::loadEmbedderModel(kind, o, prefix);
 }
 
-std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,
-                                                      const core::Tokenizer &tokenizerB,
+std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const core::ReplaySettings &settings,
+                                                      const gpu::Model &b, const core::Tokenizer &tokenizerB,
                                                       core::Embedder &embedder)
 {
-    if (job.knowledgeGraphs.empty())
+    if (settings.knowledgeGraphs.empty())
         throw core::Error(
             core::ErrorCode::InvalidArgument,
             "the knowledge tier needs a graph (--knowledge GRAPH.h5, from kvwb knowledge build)");
     std::vector<gpu::KnowledgeScope> scopes;
-    for (const auto &spec : job.knowledgeGraphs) {
+    for (const auto &spec : settings.knowledgeGraphs) {
         gpu::KnowledgeScope scope;
         std::string path = spec;
         const size_t eq = spec.find('=');
@@ -105,10 +109,10 @@ std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, cons
         scopes.push_back(std::move(scope));
     }
     std::vector<core::UserProfile> profiles;
-    if (!job.profilesPath.empty())
-        profiles = core::readProfiles(job.profilesPath);
+    if (!settings.profiles.empty())
+        profiles = core::readProfiles(settings.profiles);
     return std::make_unique<gpu::KnowledgeTier>(std::move(scopes), b, tokenizerB, embedder, profiles,
-                                                job.knowledge);
+                                                knowledgeTierOptions(settings));
 }
 
 std::string knowledgeCostsJson(const gpu::KnowledgeTier &tier)
@@ -150,53 +154,169 @@ std::string knowledgeCostsJson(const gpu::KnowledgeTier &tier)
     return j.dump();
 }
 
-std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embedder, const gpu::Model &a,
-                               const gpu::Model *b, bool cancelled)
+std::string ledgerSettingsJson(const PreparedReplay &replay, bool cancelled)
 {
-    const auto &o = job.options;
-    std::string tiers;
-    for (auto t : o.tiers)
-        tiers += std::string(tiers.empty() ? "" : ",") + core::tierKindName(t);
-    const bool cross = std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Cross) != o.tiers.end();
-    const bool knowledge =
-        std::find(o.tiers.begin(), o.tiers.end(), core::TierKind::Knowledge) != o.tiers.end();
-    std::string graphs;
-    for (const auto &g : job.knowledgeGraphs)
-        graphs += (graphs.empty() ? "" : ",") + g;
-    const nlohmann::json settings = {
-        {"workload", job.workloadPath},
-        {"tiers", tiers},
-        {"embedder_prefix", job.embedderPrefix},
-        {"threshold", o.threshold},
-        {"embedder", embedder ? embedder->name() : job.embedder},
-        {"embed", o.embedQuestion ? "question" : "prompt"},
-        {"block", o.prefixBlock},
-        {"eviction", core::evictionName(o.exactLimits.eviction)},
-        {"share_tenants", o.exactLimits.shareAcrossTenants},
-        {"gate", o.gate ? gpu::gateSignalName(o.gateSignal) : "off"},
-        {"gate_threshold", o.gateThreshold},
-        {"clock", o.onClock},
-        {"speed", o.speed},
-        {"max_tokens", o.maxTokens},
-        {"limit", job.limit},
-        {"converter", cross ? job.converter : ""},
-        {"align_policy", cross ? core::alignPolicyName(o.alignPolicy) : ""},
-        {"knowledge", knowledge ? graphs : ""},
-        {"profiles", knowledge ? job.profilesPath : ""},
-        {"knowledge_verify", knowledge && job.knowledge.verify},
-        {"knowledge_candidates", job.knowledge.candidates},
-        {"knowledge_min_similarity", job.knowledge.minSimilarity},
-        {"knowledge_ttl_ms", job.knowledge.ttlMs},
-        {"knowledge_boundary", job.knowledge.boundary},
-        {"store", o.store ? o.store->describe() : ""},
-        {"store_kv_dtype", o.store ? core::dtypeName(o.storeKvDtype) : ""},
-        {"error_bound", o.semanticBound ? o.semanticBound->errorBound : 0.0},
-        {"bound_confidence", o.semanticBound ? o.semanticBound->confidence : 0.0},
-        {"cancelled", cancelled},
-        {"model_a", a.checkpoint().fingerprint()},
-        {"model_b", b ? b->checkpoint().fingerprint() : ""},
-        {"device", gpu::deviceName(a.options().device)}};
+    const auto &m = replay.models;
+    nlohmann::json settings = core::replaySettingsToJson(replay.settings);
+    settings["embedder_name"] = replay.embedder ? replay.embedder->name() : replay.settings.embedder;
+    settings["cancelled"] = cancelled;
+    settings["model_a"] = m.a->checkpoint().fingerprint();
+    settings["model_b"] = m.b ? m.b->checkpoint().fingerprint() : "";
+    settings["device"] = gpu::deviceName(m.a->options().device);
     return settings.dump();
+}
+
+bool replayNeedsModelB(const core::ReplaySettings &settings,
+                       const std::vector<core::WorkloadRequest> &requests)
+{
+    if (settings.uses(core::TierKind::Cross) || settings.uses(core::TierKind::Knowledge))
+        return true;
+    return std::any_of(requests.begin(), requests.end(), [](const auto &r) { return r.model == "b"; });
+}
+
+gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)
+{
+    gpu::ReplayOptions o;
+    o.tiers = s.tiers;
+    o.exactLimits = s.limits(core::TierKind::Exact);
+    o.semanticLimits = s.limits(core::TierKind::Semantic);
+    o.prefixLimits = s.limits(core::TierKind::Prefix);
+    o.threshold = s.threshold;
+    o.embedQuestion = s.embedQuestion;
+    o.prefixBlock = s.prefixBlock;
+    o.minCrossTokens = s.minCrossTokens;
+    o.gateSignal = s.gateSignal;
+    o.gateThreshold = s.gateThreshold;
+    o.gate = s.gate;
+    o.alignPolicy = s.alignPolicy;
+    o.onClock = s.onClock;
+    o.speed = s.speed;
+    o.maxTokens = s.maxTokens;
+    o.shadowFraction = s.shadow;
+    if (!s.prices.empty()) {
+        o.prices = core::resolvePricePreset(s.prices).prices;
+    } else {
+        o.prices.inputPerMillion = s.priceIn;
+        o.prices.outputPerMillion = s.priceOut;
+    }
+    o.storeKvDtype = s.storeKvDtype;
+    if (s.errorBound > 0) {
+        core::EntryBoundOptions bound;
+        bound.errorBound = s.errorBound;
+        bound.confidence = s.boundConfidence;
+        o.semanticBound = bound;
+    }
+    return o;
+}
+
+gpu::KnowledgeTierOptions knowledgeTierOptions(const core::ReplaySettings &s)
+{
+    gpu::KnowledgeTierOptions k;
+    k.candidates = s.knowledgeCandidates;
+    k.minSimilarity = s.knowledgeMinSimilarity;
+    k.verify = s.knowledgeVerify;
+    k.ttlMs = s.knowledgeTtlMs;
+    k.boundary = s.knowledgeBoundary;
+    k.clockStartMs = s.knowledgeClockStartMs > 0 ? s.knowledgeClockStartMs : core::unixMsNow();
+    return k;
+}
+
+PreparedReplay prepareReplay(const core::ReplaySettings &settings,
+                             std::vector<core::WorkloadRequest> requests, const ReplayModelsIn &in)
+{
+    core::checkReplaySettings(settings);
+    PreparedReplay p;
+    p.settings = settings;
+    p.requests = std::move(requests);
+    p.options = replayOptions(settings); // a price preset resolved before anything loads
+    if (!in.a || !in.tokenizerA)
+        throw core::Error(core::ErrorCode::InvalidArgument, "a replay needs model A loaded");
+    if (replayNeedsModelB(settings, p.requests) && (!in.b || !in.tokenizerB))
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          settings.uses(core::TierKind::Cross) || settings.uses(core::TierKind::Knowledge)
+                              ? "the cross and knowledge tiers need model B loaded"
+                              : "the workload sends requests to model b: load model B");
+    if (settings.limit > 0 && size_t(settings.limit) > p.requests.size()) // said, not silently capped
+        p.warnings.push_back(
+            fmt::format("the limit of {} requests is more than the workload holds: all {} were replayed",
+                        settings.limit, p.requests.size()));
+    const gpu::Converter *converter = nullptr;
+    if (settings.uses(core::TierKind::Cross)) {
+        {
+            const auto exp = core::ExperimentReader::open(settings.experiment);
+            for (const core::ModelRole role : core::kRoles) {
+                const gpu::Model &m = role == core::ModelRole::A ? *in.a : *in.b;
+                if (m.checkpoint().fingerprint() != exp.model(role).weightsSha256)
+                    throw core::Error(
+                        core::ErrorCode::Config,
+                        fmt::format("{}: model {} at {} has weights fingerprint {}, the converters were "
+                                    "fitted for {}",
+                                    settings.experiment, core::roleLabel(role),
+                                    m.checkpoint().path().string(), m.checkpoint().fingerprint(),
+                                    exp.model(role).weightsSha256));
+            }
+        } // the experiment is closed again: a ledger may be written to it after the replay
+        if (in.converter) {
+            converter = &in.converter(settings.experiment, settings.converter);
+        } else {
+            p.ownConverter.emplace(gpu::Converter::create(
+                core::loadConverters(settings.experiment, settings.converter), *in.a, *in.b));
+            converter = &*p.ownConverter;
+        }
+    }
+    checkReplayWorkingSet(settings, p.requests, *in.a, *in.tokenizerA, in.b, in.tokenizerB);
+    std::vector<std::string>
+        embedTexts; // what the semantic tier embeds: the lexical-idf embedder's documents
+    for (const auto &r : p.requests)
+        embedTexts.push_back(settings.embedQuestion && !r.question.empty() ? r.question : r.prompt);
+    p.embedder = makeEmbedder(settings.embedder, settings.embedderLayer, *in.a, *in.tokenizerA, embedTexts,
+                              settings.embedderPrefix);
+    if (settings.uses(core::TierKind::Knowledge)) {
+        p.knowledge = makeKnowledgeTier(settings, *in.b, *in.tokenizerB, *p.embedder);
+        const auto w = p.knowledge->warnings();
+        p.warnings.insert(p.warnings.end(), w.begin(), w.end());
+    }
+    if (!settings.store.empty()) {
+        core::StoreOptions so;
+        so.commandTimeoutMs = settings.storeTimeoutMs;
+        so.connectTimeoutMs = so.commandTimeoutMs;
+        if (!settings.storeKeyFile.empty())
+            so.integrityKey = core::readStoreKeyFile(settings.storeKeyFile);
+        p.store = core::openSharedStore(settings.store, so);
+        if (settings.storeFlush)
+            p.store->flush();
+        p.options.store = p.store.get();
+    }
+    p.models = {in.a, in.b, in.tokenizerA, in.tokenizerB, converter, p.embedder.get(), p.knowledge.get()};
+    return p;
+}
+
+std::string finishReplay(const PreparedReplay &replay, const gpu::ReplayResult &r)
+{
+    const auto &s = replay.settings;
+    const std::string settings = ledgerSettingsJson(replay, r.cancelled);
+    if (!s.ledgerCsv.empty())
+        core::writeLedgerCsv(s.ledgerCsv, r.rows);
+    if (!s.outputs.empty()) {
+        std::string lines;
+        for (size_t i = 0; i < r.rows.size() && i < r.outputs.size(); ++i)
+            lines += nlohmann::json({{"id", r.rows[i].requestId}, {"output", r.outputs[i]}})
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                     "\n";
+        core::writeFileAtomic(s.outputs, lines);
+    }
+    if (!s.ledgerName.empty() && !r.rows.empty())
+        core::saveLedger(s.experiment, s.ledgerName, r.rows, settings);
+    if (!s.saveKnowledge.empty() && replay.knowledge) {
+        const auto &scopes = replay.knowledge->scopes();
+        const auto shared =
+            std::find_if(scopes.begin(), scopes.end(), [](const auto &x) { return x.tenant.empty(); });
+        if (shared == scopes.end())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              "--save-knowledge writes the shared graph; every --knowledge names a tenant");
+        core::saveKnowledge(s.saveKnowledge, shared->file);
+    }
+    return settings;
 }
 
 std::string storeStatsJson(core::SharedStore &store)

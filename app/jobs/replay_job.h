@@ -1,12 +1,15 @@
-// Replay job set-up shared by `kvwb replay` and the window's Replay panel (engine thread): reading
-// and trimming the workload, the semantic tier's embedder, and the settings JSON stored beside a
-// ledger (/ledgers/<name>), so a ledger records the same settings whichever front end ran it.
+// A replay set up and finished once for `kvwb replay` and the window's Replay step (engine thread),
+// from one core::ReplaySettings (core/settings/replay_settings.h):
+//   readReplayRequests -> (the front end loads or has its models) -> prepareReplay -> gpu::replayWorkload
+//   with the prepared models and options -> finishReplay (ledger CSV, answers, the ledger stored in
+//   the experiment, the knowledge graph), so both write the same files and the same settings JSON.
 //
 // Threading: the engine thread (or a subcommand's main thread); the models must outlive what is
 // built from them.
 #pragma once
 
 #include "core/cache/semantic_tier.h"
+#include "core/settings/replay_settings.h"
 #include "core/tokenize/tokenizer.h"
 #include "core/util/warning_list.h"
 #include "core/workload/workload.h"
@@ -14,33 +17,19 @@
 #include "gpu/replay/knowledge_tier.h"
 #include "gpu/replay/replay.h"
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace kvwb::app::jobs {
 
-struct ReplayJob
-{
-    std::string workloadPath;         // workload JSONL
-    gpu::ReplayOptions options;       // tier stack, limits, gate, clock, prices
-    std::string embedder = "lexical"; // lexical | lexical-idf | model | an embedding model's path
-    std::string embedderPrefix;       // an embedding model's: text put before every input ("query: ")
-    int embedderLayer = -1;           // model embedder: the block to pool (-1: the middle one)
-    int limit = 0;                    // first N requests (0 = all)
-    std::string converter;            // the cross tier's converter (/converters/<name>)
-    // Knowledge tier: graph files, each "GRAPH.h5" (shared by every tenant) or "TENANT=GRAPH.h5"
-    // (that tenant's only), the user profiles file ("" none) and the tier's settings.
-    std::vector<std::string> knowledgeGraphs;
-    std::string profilesPath;
-    gpu::KnowledgeTierOptions knowledge;
-};
-
 // The knowledge tier of a job: its graphs (modules loaded), profiles and options. Error(Format)
 // naming the file for a malformed graph or profiles file; Error(InvalidArgument) for a graph spec
 // with an empty tenant or path, or no graph at all.
-std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const ReplayJob &job, const gpu::Model &b,
-                                                      const core::Tokenizer &tokenizerB,
+std::unique_ptr<gpu::KnowledgeTier> makeKnowledgeTier(const core::ReplaySettings &settings,
+                                                      const gpu::Model &b, const core::Tokenizer &tokenizerB,
                                                       core::Embedder &embedder);
 
 // What the knowledge tier spent and holds after a replay, as JSON: its costs (ms per step, modules
@@ -57,12 +46,63 @@ struct ReplayRequests
 // when none is left to replay.
 ReplayRequests readReplayRequests(const std::string &workloadPath, int limit);
 
+// Whether the replay needs model B: a request sends to it, or the cross or knowledge tier is used.
+bool replayNeedsModelB(const core::ReplaySettings &settings,
+                       const std::vector<core::WorkloadRequest> &requests);
+
+// The engine's options for `settings` (the tier limits, gate, clock, prices resolved from a preset).
+// The store is left null: prepareReplay opens it.
+gpu::ReplayOptions replayOptions(const core::ReplaySettings &settings);
+// The knowledge tier's options (clock start 0: now).
+gpu::KnowledgeTierOptions knowledgeTierOptions(const core::ReplaySettings &settings);
+
+// The models a replay runs on, loaded by the caller (model B and its tokenizer may be null when
+// replayNeedsModelB says no).
+struct ReplayModelsIn
+{
+    const gpu::Model *a = nullptr;
+    const gpu::Model *b = nullptr;
+    const core::Tokenizer *tokenizerA = nullptr;
+    const core::Tokenizer *tokenizerB = nullptr;
+    // The cross tier's converter `name` of `experiment`, built for a and b: the window's cache. Empty:
+    // prepareReplay loads it from the experiment file.
+    std::function<const gpu::Converter &(const std::string &experiment, const std::string &name)> converter;
+};
+
+// A replay ready to run: gpu::replayWorkload(requests, models, options, ...).
+struct PreparedReplay
+{
+    core::ReplaySettings settings;
+    std::vector<core::WorkloadRequest> requests;
+    std::vector<std::string> warnings; // the knowledge tier's, and a limit past the workload's end
+    std::optional<gpu::Converter> ownConverter;
+    std::unique_ptr<core::Embedder> embedder;
+    std::unique_ptr<gpu::KnowledgeTier> knowledge;
+    std::unique_ptr<core::SharedStore> store;
+    gpu::ReplayModels models;
+    gpu::ReplayOptions options;
+};
+
+// Sets up the replay of `settings` on `in` (the requests from readReplayRequests): checks the rules
+// between settings (core::checkReplaySettings), that the experiment's converters were fitted for
+// these models' weights (Error(Config) naming the experiment and the model), the converter, that
+// the working set fits (checkReplayWorkingSet), the embedder (lexical-idf fitted on what the
+// semantic tier embeds), the knowledge tier, and the shared store (opened, flushed when asked).
+PreparedReplay prepareReplay(const core::ReplaySettings &settings,
+                             std::vector<core::WorkloadRequest> requests, const ReplayModelsIn &in);
+
+// Writes what the settings ask for after a replay: the ledger CSV, the answers JSONL, the ledger in
+// the experiment file (with ledgerSettingsJson) and the shared knowledge graph. Returns the settings
+// JSON stored beside the ledger.
+std::string finishReplay(const PreparedReplay &replay, const gpu::ReplayResult &result);
+
 // Refuses a replay whose working set would not fit in what the machine has left with its models
 // loaded (core::checkWorkingSet): one request on each model (the longest prompt, tokenised by that
 // model, plus the most tokens any request may generate, both paths of a cross-model hit on B) and
 // the prefix tier's byte budget per model when it has one.
-void checkReplayWorkingSet(const ReplayJob &job, const std::vector<core::WorkloadRequest> &requests,
-                           const gpu::Model &a, const core::Tokenizer &tokenizerA, const gpu::Model *b,
+void checkReplayWorkingSet(const core::ReplaySettings &settings,
+                           const std::vector<core::WorkloadRequest> &requests, const gpu::Model &a,
+                           const core::Tokenizer &tokenizerA, const gpu::Model *b,
                            const core::Tokenizer *tokenizerB);
 
 // "lexical", "lexical-idf" (fitted on idfDocuments: the texts the tier will embed, no labels),
@@ -78,10 +118,9 @@ std::unique_ptr<core::Embedder> makeEmbedder(const std::string &kind, int layer,
 // expired keys) as JSON, for `kvwb replay --json` and a fleet's summary.
 std::string storeStatsJson(core::SharedStore &store);
 
-// The settings stored beside a ledger and printed by `kvwb replay --json`: workload, tiers,
-// threshold, embedder, what it embeds, block, eviction, tenant sharing, gate, clock, speed, max
-// tokens, limit, converter, whether the replay was cancelled, both models' fingerprints, device.
-std::string ledgerSettingsJson(const ReplayJob &job, const core::Embedder *embedder, const gpu::Model &a,
-                               const gpu::Model *b, bool cancelled);
+// The settings stored beside a ledger and printed by `kvwb replay --json`: every Setting and Input
+// row of the table (core::replaySettingsToJson), then what the replay resolved: the embedder's name,
+// whether it was cancelled, both models' fingerprints and the device.
+std::string ledgerSettingsJson(const PreparedReplay &replay, bool cancelled);
 
 } // namespace kvwb::app::jobs

@@ -371,6 +371,11 @@ bool isKvBodyDType(DType dtype) noexcept
     return dtypeAllowed(PayloadKind::Kv, dtype);
 }
 
+const char *kvBodyDTypeName(DType dtype) noexcept
+{
+    return dtype == DType::BF16 ? "bf16" : dtype == DType::F16 ? "f16" : "f32";
+}
+
 std::optional<DType> parseKvBodyDType(std::string_view name) noexcept
 {
     if (name == "f32")

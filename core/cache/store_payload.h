@@ -68,6 +68,7 @@ inline constexpr float kMaxStoredKvValue = 1e6f;
 bool isKvBodyDType(DType dtype) noexcept; // F32, F16 or BF16
 // "f32", "bf16" or "f16" (how options and project files name a KV body's dtype); nullopt otherwise.
 std::optional<DType> parseKvBodyDType(std::string_view name) noexcept;
+const char *kvBodyDTypeName(DType dtype) noexcept; // its inverse ("f32" for anything but BF16 and F16)
 
 // What the reader expects: the scope and tier it asked under, and the kind.
 struct PayloadExpectation

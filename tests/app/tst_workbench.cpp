@@ -626,8 +626,8 @@ private Q_SLOTS:
         QSignalSpy rows(&engine, &app::EngineController::replayRows);
         QSignalSpy finished(&engine, &app::EngineController::replayFinished);
         auto *replay = w.replayPanel();
-        ui::ReplayRequest rr = replay->replayRequest();
-        QCOMPARE(rr.workloadPath, workload);
+        core::ReplaySettings rr = replay->replayRequest();
+        QCOMPARE(QString::fromStdString(rr.workload), workload);
         rr.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix,
                     core::TierKind::Cross};
         rr.limit = 60;
@@ -635,7 +635,7 @@ private Q_SLOTS:
         rr.ledgerName = "gui-run";
         replay->setReplayRequest(rr);
         QVERIFY(child<QCheckBox>(replay, "tierCross")->isEnabled()); // a converter is in use
-        QCOMPARE(replay->replayRequest().converter, QString("gui"));
+        QCOMPARE(replay->replayRequest().converter, std::string("gui"));
         engine.replayBatchMs = 20; // several batches even on a fast machine
         auto *pause = child<QPushButton>(replay, "pauseButton");
         QSignalSpy progress(&engine, &app::EngineController::progress);

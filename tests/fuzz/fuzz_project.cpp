@@ -1,5 +1,5 @@
 // Project files (.kvwb): every section and field.
-#include "core/store/project.h"
+#include "core/settings/project.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -12,10 +12,10 @@
 #include "core/model/quant.h"
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
+#include "core/settings/project.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/store/knowledge_store.h"
-#include "core/store/project.h"
 #include "core/tokenize/gguf_tokenizer.h"
 
 #include <cmath>

@@ -237,8 +237,9 @@ private Q_SLOTS:
         r = runKvwb({"replay", "--workload", q(m_dir / "w.jsonl"), "--model-a", q(m_dir / "m"), "--tiers",
                      "semantic", "--embedder", embedder, "--threshold", "0.9", "--threads", "1", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
-        QCOMPARE(QJsonDocument::fromJson(r.out).object()["settings"].toObject()["embedder"].toString(),
-                 QString("encoder-embedder-128"));
+        const auto settings = QJsonDocument::fromJson(r.out).object()["settings"].toObject();
+        QCOMPARE(settings["embedder"].toString(), embedder);                             // as given
+        QCOMPARE(settings["embedder_name"].toString(), QString("encoder-embedder-128")); // as loaded
         r = runKvwb({"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", embedder,
                      "--embedder-prefix", "query: ", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());

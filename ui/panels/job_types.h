@@ -3,6 +3,8 @@
 // engine thread and hands the result back as shared_ptr<const T>. Plain values, copied freely.
 #pragma once
 
+#include "core/settings/replay_settings.h"
+
 #include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_sweep.h"
 #include "core/jobs/job_enums.h"
@@ -126,30 +128,6 @@ struct CompareSetSummary
     std::optional<core::Interval> klGapClosed, top1Gain, rougeLGainVsA; // null: fewer than 2 prompts
     std::vector<CompareSetBaseline> baselines;
     QStringList warnings;
-};
-
-// Replay panel -> engine: replay a workload through a tier stack with the loaded models.
-struct ReplayRequest
-{
-    QString workloadPath;
-    QString experimentPath; // its converter (cross tier) and where the ledger is stored; may be empty
-    QString converter;      // for the cross tier
-    std::vector<core::TierKind> tiers = {core::TierKind::Exact, core::TierKind::Semantic,
-                                         core::TierKind::Prefix}; // lookup order
-    double threshold = 0.8;
-    QString embedder = "lexical"; // lexical | lexical-idf | model | an embedding model's path
-    core::GateSignal gateSignal = core::GateSignal::TailKl;
-    double gateThreshold = 0.1;
-    bool gate = true;
-    int maxTokens = 0;      // > 0 overrides every request's max_tokens
-    int limit = 0;          // first N requests (0 = all)
-    QString ledgerName;     // non-empty: store the ledger as /ledgers/<name> of the experiment
-    QString knowledgeGraph; // the knowledge tier's graph file (shared by every tenant)
-    QString profilesPath;   // the knowledge tier's user profiles ("" none)
-    QString store;          // "" the engine's process, else memory | redis://HOST:PORT[/DB] (docs/fleet.md)
-    QString storeKvDtype = "f32"; // what prefix KV blocks travel as in the store: f32 | bf16 | f16
-    QString prices;               // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
-    double errorBound = 0; // > 0: per-entry semantic thresholds under this error bound (threshold = floor)
 };
 
 // Replay step -> engine: the semantic threshold sweep of a labelled workload (kvwb sweep-semantic).

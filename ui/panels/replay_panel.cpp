@@ -1,5 +1,7 @@
 #include "ui/panels/replay_panel.h"
 
+#include "core/cache/store_payload.h"
+
 #include "core/cache/prices.h"
 
 #include "ui/charts/replay_charts.h"
@@ -511,7 +513,7 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     parent->addWidget(box);
 
     connect(m_sweep, &QPushButton::clicked, this, [this] { Q_EMIT sweepRequested(sweepRequest()); });
-    setReplayRequest(ReplayRequest{});
+    setReplayRequest(core::ReplaySettings{});
     setCrossAvailable(false, {});
     setKnowledgeAvailable({}, {});
 
@@ -527,36 +529,37 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     connect(m_semantic, &QCheckBox::toggled, this, [this] { refreshRunEnabled(); });
     connect(m_store, &QLineEdit::textChanged, this, [this] { refreshRunEnabled(); });
     connect(m_start, &QPushButton::clicked, this, [this] {
-        const ReplayRequest r = replayRequest();
-        if (r.workloadPath.isEmpty()) {
+        const core::ReplaySettings r = replayRequest();
+        const QString ledgerName = QString::fromStdString(r.ledgerName);
+        if (r.workload.empty()) {
             setError(tr("Cannot start: choose a workload file."));
             return;
         }
-        if (!r.ledgerName.isEmpty() && r.experimentPath.isEmpty()) {
+        if (!ledgerName.isEmpty() && r.experiment.empty()) {
             setError(tr("Cannot store ledger '%1': no experiment file is open. Open or capture one, or "
                         "leave the ledger name empty.")
-                         .arg(r.ledgerName));
+                         .arg(ledgerName));
             return;
         }
         static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
-        if (!r.ledgerName.isEmpty() && !validName.match(r.ledgerName).hasMatch()) {
+        if (!ledgerName.isEmpty() && !validName.match(ledgerName).hasMatch()) {
             setError(tr("Ledger name '%1' cannot be stored: use letters, digits, '_', '-' and '.'.")
-                         .arg(r.ledgerName));
+                         .arg(ledgerName));
             return;
         }
-        if (!r.ledgerName.isEmpty() && m_snapshot)
+        if (!ledgerName.isEmpty() && m_snapshot)
             for (const auto &l : m_snapshot->ledgers)
                 if (QString::fromStdString(l.first) ==
-                    r.ledgerName) { // a stored ledger is never replaced silently
+                    ledgerName) { // a stored ledger is never replaced silently
                     setError(
                         tr("The experiment already holds a ledger '%1': choose another name (or leave it "
                            "empty not to store this run).")
-                            .arg(r.ledgerName));
+                            .arg(ledgerName));
                     return;
                 }
         setBusy(true);
         m_runStatus->setText(tr("Starting %1 through %2...")
-                                 .arg(r.workloadPath.toHtmlEscaped(),
+                                 .arg(QString::fromStdString(r.workload).toHtmlEscaped(),
                                       r.tiers.empty()
                                           ? tr("no tiers: baseline (every request runs the model)")
                                           : tierNames(r.tiers).join(" \u2192 ")));
@@ -582,12 +585,13 @@ void ReplayPanel::setWorkloads(const QStringList &paths)
     m_workload->setCurrentText(typed.isEmpty() && !paths.isEmpty() ? paths.front() : typed);
 }
 
-ReplayRequest ReplayPanel::replayRequest() const
+core::ReplaySettings ReplayPanel::replayRequest() const
 {
-    ReplayRequest r;
-    r.workloadPath = m_workload->currentText().trimmed();
-    r.experimentPath = m_snapshot ? m_snapshot->path : QString();
-    r.converter = m_crossAvailable ? m_crossConverter : QString();
+    core::ReplaySettings r = m_settings;
+    r.workload = m_workload->currentText().trimmed().toStdString();
+    r.experiment = m_snapshot ? m_snapshot->path.toStdString() : std::string();
+    if (m_crossAvailable)
+        r.converter = m_crossConverter.toStdString();
     r.tiers.clear();
     // The knowledge tier goes before the prefix tier: a request it can serve must not be answered
     // by the system prompt's prefix KV alone.
@@ -599,39 +603,46 @@ ReplayRequest ReplayPanel::replayRequest() const
         if (box->isChecked() && (box != m_cross || m_crossAvailable) &&
             (box != m_knowledge || !m_knowledgeGraph.isEmpty())) // busy panels keep their tiers
             r.tiers.push_back(kind);
-    r.knowledgeGraph = m_knowledgeGraph;
-    r.profilesPath = m_knowledgeProfiles;
+    r.knowledgeGraphs.clear();
+    r.profiles.clear();
+    if (r.uses(core::TierKind::Knowledge)) {
+        r.knowledgeGraphs = {m_knowledgeGraph.toStdString()};
+        r.profiles = m_knowledgeProfiles.toStdString();
+    }
     r.threshold = m_threshold->value();
-    r.embedder = embedderSpec();
+    r.embedder = embedderSpec().toStdString();
     r.gateSignal =
         core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
     r.gate = m_gate->isChecked();
     r.maxTokens = m_maxTokens->value();
     r.limit = m_limit->value();
-    r.ledgerName = m_ledgerName->text().trimmed();
-    r.store = m_store->text().trimmed();
-    r.storeKvDtype = m_storeKvDtype->currentText();
+    r.ledgerName = m_ledgerName->text().trimmed().toStdString();
+    r.store = m_store->text().trimmed().toStdString();
+    // the KV blocks' type is the store's: without one they stay in this process in f32
+    r.storeKvDtype =
+        r.store.empty()
+            ? core::DType::F32
+            : core::parseKvBodyDType(m_storeKvDtype->currentText().toStdString()).value_or(core::DType::F32);
     r.errorBound = m_errorBound->value();
-    r.prices = m_prices->currentText().trimmed();
+    r.prices = m_prices->currentText().trimmed().toStdString();
     return r;
 }
 
-void ReplayPanel::setReplayRequest(const ReplayRequest &r)
+void ReplayPanel::setReplayRequest(const core::ReplaySettings &r)
 {
-    m_workload->setCurrentText(r.workloadPath);
-    const auto has = [&](core::TierKind t) {
-        return std::find(r.tiers.begin(), r.tiers.end(), t) != r.tiers.end();
-    };
-    m_exact->setChecked(has(core::TierKind::Exact));
-    m_semantic->setChecked(has(core::TierKind::Semantic));
-    m_prefix->setChecked(has(core::TierKind::Prefix));
-    m_cross->setChecked(has(core::TierKind::Cross));         // kept while no converter is in use, then used
-    m_knowledge->setChecked(has(core::TierKind::Knowledge)); // kept while no graph is in use
-    if (!r.knowledgeGraph.isEmpty())
-        setKnowledgeAvailable(r.knowledgeGraph, r.profilesPath);
+    m_settings = r;
+    m_workload->setCurrentText(QString::fromStdString(r.workload));
+    m_exact->setChecked(r.uses(core::TierKind::Exact));
+    m_semantic->setChecked(r.uses(core::TierKind::Semantic));
+    m_prefix->setChecked(r.uses(core::TierKind::Prefix));
+    m_cross->setChecked(r.uses(core::TierKind::Cross)); // kept while no converter is in use, then used
+    m_knowledge->setChecked(r.uses(core::TierKind::Knowledge)); // kept while no graph is in use
+    if (!r.knowledgeGraphs.empty())
+        setKnowledgeAvailable(QString::fromStdString(r.knowledgeGraphs.front()),
+                              QString::fromStdString(r.profiles));
     m_threshold->setValue(r.threshold);
-    selectEmbedder(r.embedder);
+    selectEmbedder(QString::fromStdString(r.embedder));
     {
         // the signal's own threshold, not its default
         const QSignalBlocker block(m_gateSignal);
@@ -641,11 +652,11 @@ void ReplayPanel::setReplayRequest(const ReplayRequest &r)
     m_gate->setChecked(r.gate);
     m_maxTokens->setValue(r.maxTokens);
     m_limit->setValue(r.limit);
-    m_ledgerName->setText(r.ledgerName);
-    m_store->setText(r.store);
-    m_storeKvDtype->setCurrentText(r.storeKvDtype);
+    m_ledgerName->setText(QString::fromStdString(r.ledgerName));
+    m_store->setText(QString::fromStdString(r.store));
+    m_storeKvDtype->setCurrentText(QString::fromUtf8(core::kvBodyDTypeName(r.storeKvDtype)));
     m_errorBound->setValue(r.errorBound);
-    m_prices->setCurrentText(r.prices);
+    m_prices->setCurrentText(QString::fromStdString(r.prices));
     refreshRunEnabled();
 }
 

@@ -56,9 +56,12 @@ public:
     QString summaryText() const;
 
     void setWorkloads(const QStringList &paths); // offered in the editable workload combo
-    // experimentPath = the snapshot's path (may be empty); converter = setCrossAvailable's converter.
-    ReplayRequest replayRequest() const;
-    void setReplayRequest(const ReplayRequest &r); // every field but experimentPath and converter
+    // The settings last set, with what the panel shows in place of theirs: the workload, the tiers,
+    // the semantic, gate, store and price settings, the ledger name; experiment = the snapshot's path
+    // (may be empty); converter = setCrossAvailable's converter; the knowledge graph in use when the
+    // knowledge tier is checked. Settings it does not show (limits, eviction, block...) are kept.
+    core::ReplaySettings replayRequest() const;
+    void setReplayRequest(const core::ReplaySettings &r); // every shown field but experiment and converter
     // The cross tier needs a converter in use; without one its checkbox is unchecked and disabled.
     void setCrossAvailable(bool available, const QString &converter);
     // The knowledge tier's graph in use ("" none: its checkbox is disabled) and its profiles.
@@ -87,7 +90,7 @@ public Q_SLOTS:
     void selectEmbedder(const QString &spec);
 
 Q_SIGNALS:
-    void replayRequested(const kvwb::ui::ReplayRequest &request);
+    void replayRequested(const kvwb::core::ReplaySettings &request);
     void sweepRequested(const kvwb::ui::SemanticSweepRequest &request);
     void pauseRequested(bool paused);
     void stopRequested();
@@ -123,6 +126,7 @@ private:
     bool m_crossAvailable = false;
     QString m_crossConverter;
     QString m_knowledgeGraph, m_knowledgeProfiles;
+    core::ReplaySettings m_settings; // what setReplayRequest gave, for the fields the panel does not show
 
     QComboBox *m_workload = nullptr;
     QPushButton *m_browse = nullptr;

@@ -241,12 +241,13 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
                      r.baselines ? tr(" and the baselines") : QString()));
         Q_EMIT compareSetRequested(r);
     });
-    connect(m_replay, &ReplayPanel::replayRequested, this, [this](const ReplayRequest &r) {
+    connect(m_replay, &ReplayPanel::replayRequested, this, [this](const core::ReplaySettings &r) {
         beginJob(Job::Replay);
-        m_replay->beginLive(QFileInfo(r.workloadPath).fileName() + " | " +
+        const QString workload = QString::fromStdString(r.workload);
+        m_replay->beginLive(QFileInfo(workload).fileName() + " | " +
                             (r.tiers.empty() ? tr("no tiers") : tierNames(r.tiers).join(',')));
         log(tr("replaying %1 through %2")
-                .arg(r.workloadPath, r.tiers.empty() ? tr("no tiers") : tierNames(r.tiers).join(',')));
+                .arg(workload, r.tiers.empty() ? tr("no tiers") : tierNames(r.tiers).join(',')));
         Q_EMIT replayRequested(r);
     });
     connect(m_replay, &ReplayPanel::pauseRequested, this, &MainWindow::pauseRequested);

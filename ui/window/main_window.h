@@ -12,7 +12,7 @@
 // GUI-thread only.
 #pragma once
 
-#include "core/store/project.h"
+#include "core/settings/project.h"
 #include "ui/models/experiment_snapshot.h"
 #include "ui/panels/job_types.h"
 #include "ui/panels/models_panel.h"
@@ -137,7 +137,7 @@ Q_SIGNALS:
     void fitRequested(const kvwb::ui::FitRequest &request);
     void compareRequested(const kvwb::ui::CompareRequest &request);
     void compareSetRequested(const kvwb::ui::CompareSetRequest &request);
-    void replayRequested(const kvwb::ui::ReplayRequest &request);
+    void replayRequested(const kvwb::core::ReplaySettings &request);
     void pauseRequested(bool paused);
     void knowledgeOpenRequested(const kvwb::ui::KnowledgeOpenRequest &request);
     void knowledgeTraceRequested(const kvwb::ui::KnowledgeTraceRequest &request);

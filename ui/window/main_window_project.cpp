@@ -233,22 +233,8 @@ void MainWindow::applyProjectSettings()
 
     m_replay->setWorkloads(workloads);
     m_knowledge->setWorkloads(workloads);
-    ReplayRequest r;
-    r.workloadPath = workloads.value(0);
-    r.tiers.clear();
-    for (const auto &t : p.replay.tiers)
-        if (const auto kind = core::parseTierKind(t); kind && *kind != core::TierKind::None)
-            r.tiers.push_back(*kind);
-    r.threshold = p.replay.threshold;
-    r.embedder = QString::fromStdString(p.replay.embedder);
-    r.gateSignal = core::parseGateSignal(p.replay.gateSignal).value_or(core::GateSignal::TailKl);
-    r.gateThreshold = p.replay.gateThreshold;
-    r.gate = p.replay.gate;
-    r.maxTokens = p.replay.maxTokens;
-    r.limit = p.replay.limit;
-    r.store = QString::fromStdString(p.replay.store);
-    r.storeKvDtype = QString::fromStdString(p.replay.storeKvDtype);
-    r.prices = QString::fromStdString(p.replay.prices);
+    core::ReplaySettings r = p.replay;
+    r.workload = workloads.value(0).toStdString();
     m_replay->setReplayRequest(r);
 
     CompareRequest cmp = m_compare->request();
@@ -279,20 +265,7 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.alignment.mlpEpochs = f.mlpEpochs;
     p.alignment.maxTrainTokens = f.maxTrainTokens;
     p.alignment.inUse = m_alignment->inUse().toStdString();
-    const auto r = m_replay->replayRequest();
-    p.replay.tiers.clear();
-    for (const auto t : r.tiers)
-        p.replay.tiers.push_back(core::tierKindName(t));
-    p.replay.threshold = r.threshold;
-    p.replay.embedder = r.embedder.toStdString();
-    p.replay.gateSignal = core::gateSignalName(r.gateSignal);
-    p.replay.gateThreshold = r.gateThreshold;
-    p.replay.gate = r.gate;
-    p.replay.maxTokens = r.maxTokens;
-    p.replay.limit = r.limit;
-    p.replay.store = r.store.toStdString();
-    p.replay.storeKvDtype = r.storeKvDtype.toStdString();
-    p.replay.prices = r.prices.toStdString();
+    p.replay = m_replay->replayRequest(); // its Setting rows are what the project keeps
     const auto cmp = m_compare->request();
     p.compare.prompt = cmp.prompt.toStdString();
     p.compare.maxTokens = cmp.maxTokens;

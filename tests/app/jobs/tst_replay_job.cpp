@@ -1,7 +1,9 @@
 // The replay set-up `kvwb replay` and the window's engine worker share (app/jobs/replay_job.h),
 // driven directly: reading and trimming a workload (malformed lines counted, nothing left refused
-// naming the file), the embedders by name, the settings JSON stored beside a ledger, and the
-// working-set refusal with the machine's free memory injected.
+// naming the file), the embedders by name, prepare -> replay -> finish on a tiny model (the options
+// derived from the settings, the ledger and answers written), what prepare refuses, the settings
+// JSON stored beside a ledger (read back as the same settings), and the working-set refusal with the
+// machine's free memory injected.
 #include "app/jobs/replay_job.h"
 
 #include "core/model/random_model.h"
@@ -13,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -114,30 +117,97 @@ private Q_SLOTS:
 
     void settingsJsonRecordsTheJob()
     {
-        app::jobs::ReplayJob job;
-        job.workloadPath = "w.jsonl";
-        job.limit = 7;
-        job.converter = "ridge";
-        job.options.tiers = {core::TierKind::Exact, core::TierKind::Semantic};
-        job.options.threshold = 0.85;
-        job.options.maxTokens = 5;
-        const auto embedder = app::jobs::makeEmbedder("lexical", -1, *m_model, *m_tok);
-        const auto j = nlohmann::json::parse(
-            app::jobs::ledgerSettingsJson(job, embedder.get(), *m_model, nullptr, true));
-        QCOMPARE(j.at("workload").get<std::string>(), std::string("w.jsonl"));
-        QCOMPARE(j.at("tiers").get<std::string>(), std::string("exact,semantic"));
+        const fs::path file = dir() / "rec.jsonl";
+        test::writeFile(file,
+                        requestLine(0, "What is a car?") + "\n" + requestLine(1, "What is a dog?") + "\n");
+        core::ReplaySettings settings;
+        settings.workload = file.string();
+        settings.limit = 7;
+        settings.converter = "ridge";
+        settings.tiers = {core::TierKind::Exact, core::TierKind::Semantic};
+        settings.threshold = 0.85;
+        settings.maxTokens = 5;
+        const auto job =
+            app::jobs::prepareReplay(settings, app::jobs::readReplayRequests(file.string(), 7).requests,
+                                     {m_model.get(), nullptr, m_tok.get(), nullptr, {}});
+        // the limit past the workload's end is said, not silently capped
+        QCOMPARE(job.warnings.size(), size_t(1));
+        QVERIFY2(job.warnings[0].find("limit of 7") != std::string::npos, job.warnings[0].c_str());
+        const auto j = nlohmann::json::parse(app::jobs::ledgerSettingsJson(job, true));
+        QCOMPARE(j.at("workload").get<std::string>(), file.string());
+        QCOMPARE(j.at("tiers"), nlohmann::json({"exact", "semantic"}));
         QCOMPARE(j.at("threshold").get<double>(), 0.85);
-        QCOMPARE(j.at("embedder").get<std::string>(), std::string("lexical-512"));
+        QCOMPARE(j.at("embedder").get<std::string>(), std::string("lexical"));
+        QCOMPARE(j.at("embedder_name").get<std::string>(), std::string("lexical-512"));
         QCOMPARE(j.at("max_tokens").get<int>(), 5);
         QCOMPARE(j.at("limit").get<int>(), 7);
-        QCOMPARE(j.at("converter").get<std::string>(), std::string()); // no cross tier: no converter
+        QCOMPARE(j.at("converter").get<std::string>(), std::string("ridge"));
         QCOMPARE(j.at("cancelled").get<bool>(), true);
-        job.options.tiers.push_back(core::TierKind::Cross);
-        const auto cross =
-            nlohmann::json::parse(app::jobs::ledgerSettingsJson(job, nullptr, *m_model, nullptr, false));
-        QCOMPARE(cross.at("converter").get<std::string>(), std::string("ridge"));
-        QCOMPARE(cross.at("embedder").get<std::string>(),
-                 std::string("lexical")); // no embedder built: its name
+        QCOMPARE(j.at("model_a").get<std::string>(), m_model->checkpoint().fingerprint());
+        QVERIFY(!j.contains("ledger")); // where this run wrote is not a setting
+        // The stored settings read back as the same settings.
+        const auto again = core::replaySettingsFromJson(j, "ledger", "settings");
+        QVERIFY(again == job.settings);
+    }
+
+    void preparedReplayRunsAndFinishes()
+    {
+        const fs::path file = dir() / "run.jsonl";
+        test::writeFile(file, requestLine(0, "What is a car?") + "\n" + requestLine(1, "What is a car?") +
+                                  "\n" + requestLine(2, "What is a dog?") + "\n");
+        core::ReplaySettings settings;
+        settings.workload = file.string();
+        settings.tiers = {core::TierKind::Exact, core::TierKind::Prefix};
+        settings.prefixBlock = 4;
+        settings.ledgerCsv = (dir() / "run.csv").string();
+        settings.outputs = (dir() / "run-outputs.jsonl").string();
+        const auto job =
+            app::jobs::prepareReplay(settings, app::jobs::readReplayRequests(file.string(), 0).requests,
+                                     {m_model.get(), nullptr, m_tok.get(), nullptr, {}});
+        QCOMPARE(job.options.prefixBlock, 4);
+        QCOMPARE(job.options.tiers, settings.tiers);
+        QVERIFY(job.models.embedder && !job.models.converter && !job.store);
+        const auto r = gpu::replayWorkload(job.requests, job.models, job.options);
+        QCOMPARE(r.rows.size(), size_t(3));
+        QCOMPARE(r.rows[1].answeredBy, core::TierKind::Exact); // the same question again
+        app::jobs::finishReplay(job, r);
+        const std::string csv = test::readFile(dir() / "run.csv");
+        QCOMPARE(std::count(csv.begin(), csv.end(), '\n'), 4L); // header and three rows
+        const std::string outputs = test::readFile(dir() / "run-outputs.jsonl");
+        QCOMPARE(std::count(outputs.begin(), outputs.end(), '\n'), 3L);
+        QVERIFY(outputs.find(nlohmann::json(r.outputs[0])
+                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) !=
+                std::string::npos);
+    }
+
+    void prepareRefusesWhatTheSettingsCannotRun()
+    {
+        const fs::path file = dir() / "refuse.jsonl";
+        test::writeFile(file, requestLine(0, "What is a car?") + "\n");
+        const auto requests = app::jobs::readReplayRequests(file.string(), 0).requests;
+        const auto refused = [&](core::ReplaySettings s, const char *expected) {
+            s.workload = file.string();
+            try {
+                app::jobs::prepareReplay(s, requests, {m_model.get(), nullptr, m_tok.get(), nullptr, {}});
+                QFAIL("no error");
+            } catch (const core::Error &e) {
+                QVERIFY2(std::string(e.what()).find(expected) != std::string::npos, e.what());
+            }
+        };
+        core::ReplaySettings cross;
+        cross.tiers = {core::TierKind::Cross};
+        refused(cross, "the cross tier needs --experiment");
+        cross.experiment = (dir() / "none.h5").string();
+        refused(cross, "need model B loaded");
+        core::ReplaySettings knowledge;
+        knowledge.tiers = {core::TierKind::Knowledge};
+        refused(knowledge, "the knowledge tier needs --knowledge");
+        core::ReplaySettings ttl;
+        ttl.eviction = core::Eviction::Ttl;
+        refused(ttl, "--eviction ttl needs --ttl-ms > 0");
+        core::ReplaySettings store;
+        store.storeKvDtype = core::DType::BF16;
+        refused(store, "--store-kv-dtype needs --store");
     }
 
     void refusesAWorkingSetThatDoesNotFit()
@@ -145,10 +215,10 @@ private Q_SLOTS:
         const fs::path file = dir() / "fit.jsonl";
         test::writeFile(file, requestLine(0, "What is a car?") + "\n");
         const auto requests = app::jobs::readReplayRequests(file.string(), 0).requests;
-        app::jobs::ReplayJob job;
-        job.workloadPath = "w.jsonl";
-        job.options.tiers = {core::TierKind::Prefix};
-        job.options.prefixLimits.maxBytes = int64_t(3) << 30; // 3 GB per model
+        core::ReplaySettings job;
+        job.workload = "w.jsonl";
+        job.tiers = {core::TierKind::Prefix};
+        job.prefixBytes = int64_t(3) << 30; // 3 GB per model
         {
             MemoryGuard guard("1000000000"); // 1 GB free
             try {

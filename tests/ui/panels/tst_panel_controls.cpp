@@ -90,26 +90,12 @@ void compareFit(const ui::FitRequest &a, const ui::FitRequest &b)
     QCOMPARE(a.maxTrainTokens, b.maxTrainTokens);
 }
 
-void compareReplay(const ui::ReplayRequest &a, const ui::ReplayRequest &b)
+void compareReplay(const core::ReplaySettings &a, const core::ReplaySettings &b)
 {
-    QCOMPARE(a.workloadPath, b.workloadPath);
-    QCOMPARE(a.experimentPath, b.experimentPath);
-    QCOMPARE(a.converter, b.converter);
-    QCOMPARE(a.tiers, b.tiers);
-    QCOMPARE(a.threshold, b.threshold);
-    QCOMPARE(a.embedder, b.embedder);
-    QCOMPARE(a.gateSignal, b.gateSignal);
-    QCOMPARE(a.gateThreshold, b.gateThreshold);
-    QCOMPARE(a.gate, b.gate);
-    QCOMPARE(a.maxTokens, b.maxTokens);
-    QCOMPARE(a.limit, b.limit);
-    QCOMPARE(a.ledgerName, b.ledgerName);
-    QCOMPARE(a.knowledgeGraph, b.knowledgeGraph);
-    QCOMPARE(a.profilesPath, b.profilesPath);
-    QCOMPARE(a.store, b.store);
-    QCOMPARE(a.storeKvDtype, b.storeKvDtype);
-    QCOMPARE(a.prices, b.prices);
-    QCOMPARE(a.errorBound, b.errorBound);
+    // row by row, so that a difference names its flag
+    for (const auto &f : core::replayFlags())
+        QVERIFY2(f.get(a) == f.get(b), f.name);
+    QVERIFY(a == b);
 }
 
 } // namespace
@@ -356,19 +342,19 @@ private Q_SLOTS:
         auto *combo = p.findChild<QComboBox *>("embedderCombo");
         QVERIFY(combo);
         const int before = combo->count();
-        ui::ReplayRequest r;
-        r.workloadPath = "/data/w.jsonl";
+        core::ReplaySettings r;
+        r.workload = "/data/w.jsonl";
         r.embedder = "/data/models/embedder";
         p.setReplayRequest(r);
         QCOMPARE(combo->currentText(), QString("embedder"));
-        QCOMPARE(p.replayRequest().embedder, QString("/data/models/embedder"));
+        QCOMPARE(p.replayRequest().embedder, std::string("/data/models/embedder"));
         QCOMPARE(p.sweepRequest().embedder, QString("/data/models/embedder"));
         QCOMPARE(combo->itemText(combo->count() - 1), QString("Other model..."));
         p.setReplayRequest(r);
         QCOMPARE(combo->count(), before + 1);
         r.embedder = "lexical-idf";
         p.setReplayRequest(r);
-        QCOMPARE(p.replayRequest().embedder, QString("lexical-idf"));
+        QCOMPARE(p.replayRequest().embedder, std::string("lexical-idf"));
     }
 
     // The threshold sweep: the button asks for the workload's sweep with the chosen embedder; the
@@ -378,8 +364,8 @@ private Q_SLOTS:
     {
         ui::ReplayPanel p;
         p.show();
-        ui::ReplayRequest r;
-        r.workloadPath = "/data/w.jsonl";
+        core::ReplaySettings r;
+        r.workload = "/data/w.jsonl";
         r.embedder = "lexical-idf";
         r.limit = 300;
         p.setReplayRequest(r);
@@ -428,12 +414,12 @@ private Q_SLOTS:
     void replayRequestRoundTrip()
     {
         ui::ReplayPanel p;
-        compareReplay(p.replayRequest(), ui::ReplayRequest{});
+        compareReplay(p.replayRequest(), core::ReplaySettings{});
         p.setSnapshot(snapshot(10, {"default"}));
         p.setCrossAvailable(true, "default");
-        ui::ReplayRequest r;
-        r.workloadPath = "/data/workload.jsonl";
-        r.experimentPath = "/tmp/exp.h5";
+        core::ReplaySettings r;
+        r.workload = "/data/workload.jsonl";
+        r.experiment = "/tmp/exp.h5";
         r.converter = "default";
         r.tiers = {core::TierKind::Exact, core::TierKind::Prefix, core::TierKind::Cross};
         r.threshold = 0.85;
@@ -445,7 +431,7 @@ private Q_SLOTS:
         r.limit = 200;
         r.ledgerName = "run-1";
         r.store = "redis://127.0.0.1:6379";
-        r.storeKvDtype = "bf16";
+        r.storeKvDtype = core::DType::BF16;
         r.prices = "anthropic-claude-sonnet-4";
         r.errorBound = 0.05;
         p.setReplayRequest(r);
@@ -468,12 +454,12 @@ private Q_SLOTS:
         QVERIFY(cross->toolTip().contains("Use this converter"));
         QCOMPARE(p.replayRequest().tiers,
                  std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
-        QCOMPARE(p.replayRequest().converter, QString());
+        QCOMPARE(p.replayRequest().converter, std::string("default")); // kept, unused
         p.setCrossAvailable(true, "other");
         QCOMPARE(p.replayRequest().tiers,
                  std::vector<core::TierKind>(
                      {core::TierKind::Exact, core::TierKind::Prefix, core::TierKind::Cross}));
-        QCOMPARE(p.replayRequest().converter, QString("other"));
+        QCOMPARE(p.replayRequest().converter, std::string("other"));
 
         // the knowledge tier needs a graph in use, with its profiles; without one it is left out
         auto *knowledge = p.findChild<QCheckBox *>("tierKnowledge");
@@ -482,8 +468,8 @@ private Q_SLOTS:
         r.tiers = {core::TierKind::Exact, core::TierKind::Knowledge,
                    core::TierKind::Prefix}; // the panel's order
         r.converter = "other";
-        r.knowledgeGraph = "/data/graph.h5";
-        r.profilesPath = "/data/profiles.json";
+        r.knowledgeGraphs = {"/data/graph.h5"};
+        r.profiles = "/data/profiles.json";
         p.setReplayRequest(r);
         QVERIFY(knowledge->isEnabled());
         compareReplay(p.replayRequest(), r);
@@ -491,7 +477,7 @@ private Q_SLOTS:
         p.setKnowledgeAvailable({}, {});
         QCOMPARE(p.replayRequest().tiers,
                  std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
-        QCOMPARE(p.replayRequest().knowledgeGraph, QString());
+        QVERIFY(p.replayRequest().knowledgeGraphs.empty());
     }
 
     void gateSignalResetsThreshold()
@@ -543,10 +529,10 @@ private Q_SLOTS:
             p.findChild<QCheckBox *>(t)->setChecked(false);
         start->click();
         QCOMPARE(spy.count(), 1);
-        auto r = spy.first().first().value<ui::ReplayRequest>();
-        QCOMPARE(r.workloadPath, QString("projects/demo/workload.jsonl"));
+        auto r = spy.first().first().value<core::ReplaySettings>();
+        QCOMPARE(r.workload, std::string("projects/demo/workload.jsonl"));
         QVERIFY(r.tiers.empty());
-        QCOMPARE(r.experimentPath, QString());
+        QCOMPARE(r.experiment, std::string());
         QVERIFY(p.statusText().contains("no tiers: baseline"));
         QVERIFY(!start->isEnabled());
         QVERIFY(pause->isEnabled());
@@ -651,8 +637,8 @@ private Q_SLOTS:
         replay.setSnapshot(snapshot(42, {"default"}, true));
         replay.setCrossAvailable(true, "default");
         replay.setWorkloads({"projects/demo/workload.jsonl"});
-        ui::ReplayRequest r;
-        r.workloadPath = "projects/demo/workload.jsonl";
+        core::ReplaySettings r;
+        r.workload = "projects/demo/workload.jsonl";
         r.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix,
                    core::TierKind::Cross};
         r.ledgerName = "demo-run";

@@ -7,6 +7,8 @@
 // Thread-safety: value type.
 #pragma once
 
+#include "core/settings/replay_settings.h"
+
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -50,22 +52,6 @@ struct ProjectAlignment
     std::string inUse;            // converter used by Compare and the cross tier ("" = none chosen)
 };
 
-// Replay settings (section "replay"): the tier stack and its parameters.
-struct ProjectReplay
-{
-    std::vector<std::string> tiers = {"exact", "semantic", "prefix"}; // exact | semantic | prefix | cross
-    double threshold = 0.8;                                           // semantic cosine threshold
-    std::string embedder = "lexical";   // lexical | lexical-idf | model | an embedding model (path)
-    std::string gateSignal = "tail_kl"; // tail_kl | kv_cos | nll | attn_cos
-    double gateThreshold = 0.1;
-    bool gate = true;
-    int maxTokens = 0;                // > 0 overrides every request's max_tokens
-    int limit = 0;                    // replay only the first N requests (0 = all)
-    std::string store;                // "" in the replay's process, else memory | redis://HOST:PORT[/DB]
-    std::string storeKvDtype = "f32"; // the store's prefix KV blocks: f32 | bf16 | f16
-    std::string prices;               // "" the default prices, else a preset id or FILE[#ID] (kvwb prices)
-};
-
 // Compare settings (section "compare"): the last prompt compared and its length.
 struct ProjectCompare
 {
@@ -85,7 +71,7 @@ struct Project
     std::optional<std::filesystem::path> experiment; // HDF5 experiment file
     ProjectCapture capture;
     ProjectAlignment alignment;
-    ProjectReplay replay;
+    ReplaySettings replay; // section "replay": its Setting rows (core/settings/replay_settings.h)
     ProjectCompare compare;
     std::string extraJson = "{}"; // sections this version does not interpret, kept verbatim
 

@@ -1,4 +1,4 @@
-#include "core/store/project.h"
+#include "core/settings/project.h"
 
 #include "core/model/encoder_config.h"
 
@@ -125,7 +125,7 @@ public:
     {
         throw Error(ErrorCode::Config, m_file.string() + ": field '" + field + "' " + what);
     }
-    const json *find(const char *key)
+    const json *find(const std::string &key)
     {
         m_known.push_back(key);
         return m_json && m_json->contains(key) ? &m_json->at(key) : nullptr;
@@ -190,7 +190,7 @@ public:
         if (!m_json)
             return nullptr;
         json rest = *m_json;
-        for (const char *k : m_known)
+        for (const auto &k : m_known)
             rest.erase(k);
         return rest.empty() ? json(nullptr) : rest;
     }
@@ -217,7 +217,7 @@ private:
     std::string m_name;
     const fs::path &m_file;
     const json *m_json = nullptr;
-    std::vector<const char *> m_known;
+    std::vector<std::string> m_known;
 };
 
 constexpr double kDoubleMax = std::numeric_limits<double>::max();
@@ -251,46 +251,24 @@ ProjectAlignment readAlignment(Section &s)
     return a;
 }
 
-ProjectReplay readReplay(Section &s)
+// The Setting rows of core::replayFlags(); "gate" was also what "gate" is now, and "tiers" a list
+// then as now.
+ReplaySettings readReplay(Section &s)
 {
-    ProjectReplay r;
-    if (const json *tiers = s.find("tiers")) {
-        if (!tiers->is_array())
-            s.fail("replay.tiers", "must be a list of tier names");
-        r.tiers.clear();
-        for (size_t i = 0; i < tiers->size(); ++i) {
-            const std::string field = "replay.tiers[" + std::to_string(i) + "]";
-            const json &t = tiers->at(i);
-            if (!t.is_string())
-                s.fail(field, "must be a string");
-            const std::string name = t.get<std::string>();
-            if (!Section::isOneOf(name, {"exact", "semantic", "knowledge", "prefix", "cross"}))
-                s.fail(field,
-                       "names an unknown tier '" + name + "' (exact, semantic, knowledge, prefix or cross)");
-            if (std::find(r.tiers.begin(), r.tiers.end(), name) != r.tiers.end())
-                s.fail(field, "repeats tier '" + name + "'");
-            r.tiers.push_back(name);
-        }
-    }
-    s.number("threshold", r.threshold, -1.0, 1.0);
-    s.string("embedder", r.embedder); // lexical | lexical-idf | model | an embedding model's path
-    if (r.embedder.empty())
-        s.fail("replay.embedder", "is empty (lexical, lexical-idf, model or an embedding model's path)");
-    s.string("gate_signal", r.gateSignal, {"tail_kl", "kv_cos", "nll", "attn_cos"});
-    s.number("gate_threshold", r.gateThreshold, -kDoubleMax, kDoubleMax);
-    s.boolean("gate", r.gate);
-    s.integer("max_tokens", r.maxTokens, 0, INT32_MAX);
-    s.integer("limit", r.limit, 0, INT32_MAX);
-    s.string("store", r.store);
-    if (!r.store.empty()) {
+    ReplaySettings r;
+    for (const auto &f : replayFlags()) {
+        if (f.scope != ReplayFlag::Scope::Setting)
+            continue;
+        const std::string key = f.key();
+        const json *v = s.find(key);
+        if (!v)
+            continue;
         try {
-            checkStoreUrl(r.store);
+            setReplayFlagFromJson(r, f, *v);
         } catch (const Error &e) {
-            s.fail("replay.store", std::string("is not a store URL: ") + e.what());
+            s.fail(s.path(key.c_str()), e.what());
         }
     }
-    s.string("store_kv_dtype", r.storeKvDtype, {"f32", "bf16", "f16"});
-    s.string("prices", r.prices);
     return r;
 }
 
@@ -332,19 +310,9 @@ json alignmentJson(const ProjectAlignment &a)
             {"in_use", a.inUse}};
 }
 
-json replayJson(const ProjectReplay &r)
+json replayJson(const ReplaySettings &r)
 {
-    return {{"tiers", r.tiers},
-            {"threshold", r.threshold},
-            {"embedder", r.embedder},
-            {"gate_signal", r.gateSignal},
-            {"gate_threshold", r.gateThreshold},
-            {"gate", r.gate},
-            {"max_tokens", r.maxTokens},
-            {"limit", r.limit},
-            {"store", r.store},
-            {"store_kv_dtype", r.storeKvDtype},
-            {"prices", r.prices}};
+    return replaySettingsToJson(r, {ReplayFlag::Scope::Setting});
 }
 
 } // namespace

@@ -1,7 +1,7 @@
 // Project files: round trip with relative paths, unknown sections preserved, the capture, alignment
 // and replay settings sections (every field round-tripped, defaults when absent, unknown keys inside
 // them kept), and errors that name the field.
-#include "core/store/project.h"
+#include "core/settings/project.h"
 #include "core/util/error.h"
 #include "tests/support/test_paths.h"
 
@@ -76,7 +76,7 @@ private Q_SLOTS:
         const auto p = core::Project::load(dir / "old.kvwb");
         const core::ProjectCapture c;
         const core::ProjectAlignment a;
-        const core::ProjectReplay r;
+        const core::ReplaySettings r;
         QCOMPARE(p.capture.storage, c.storage);
         QCOMPARE(p.capture.compress, c.compress);
         QCOMPARE(p.alignment.selection, a.selection);
@@ -126,13 +126,15 @@ private Q_SLOTS:
             QCOMPARE(p.alignment.mlpEpochs, 9);
             QCOMPARE(p.alignment.maxTrainTokens, int64_t(5000000000));
             QCOMPARE(p.alignment.inUse, std::string("fit-1"));
-            QCOMPARE(p.replay.tiers, (std::vector<std::string>{"cross", "knowledge", "exact"}));
+            QCOMPARE(p.replay.tiers,
+                     (std::vector<core::TierKind>{core::TierKind::Cross, core::TierKind::Knowledge,
+                                                  core::TierKind::Exact}));
             QCOMPARE(p.replay.store, std::string("memory"));
-            QCOMPARE(p.replay.storeKvDtype, std::string("bf16"));
+            QCOMPARE(p.replay.storeKvDtype, core::DType::BF16);
             QCOMPARE(p.replay.prices, std::string("deepseek-chat"));
             QCOMPARE(p.replay.threshold, -0.5);
             QCOMPARE(p.replay.embedder, std::string("model"));
-            QCOMPARE(p.replay.gateSignal, std::string("kv_cos"));
+            QCOMPARE(p.replay.gateSignal, core::GateSignal::KvCos);
             QCOMPARE(p.replay.gateThreshold, 0.875);
             QCOMPARE(p.replay.gate, false);
             QCOMPARE(p.replay.maxTokens, 64);
@@ -154,14 +156,15 @@ private Q_SLOTS:
         // Edited values are what save writes.
         again.capture.storage = "f16";
         again.alignment.k = 9;
-        again.replay.tiers = {"exact", "semantic", "prefix", "cross"};
-        again.replay.gateSignal = "nll";
+        again.replay.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix,
+                              core::TierKind::Cross};
+        again.replay.gateSignal = core::GateSignal::Nll;
         again.save(dir / "s3.kvwb");
         const auto third = core::Project::load(dir / "s3.kvwb");
         QCOMPARE(third.capture.storage, std::string("f16"));
         QCOMPARE(third.alignment.k, 9);
-        QCOMPARE(third.replay.tiers, (std::vector<std::string>{"exact", "semantic", "prefix", "cross"}));
-        QCOMPARE(third.replay.gateSignal, std::string("nll"));
+        QCOMPARE(third.replay.tiers, again.replay.tiers);
+        QCOMPARE(third.replay.gateSignal, core::GateSignal::Nll);
         QCOMPARE(third.capture.compress, 4);
     }
 
@@ -223,27 +226,29 @@ private Q_SLOTS:
         QTest::newRow("in_use") << bad(R"("alignment": {"in_use": false})") << config << "'alignment.in_use'";
         QTest::newRow("tiers type") << bad(R"("replay": {"tiers": "exact"})") << config
                                     << "field 'replay.tiers' must be a list";
-        QTest::newRow("unknown tier") << bad(R"("replay": {"tiers": ["exact", "prefix", "foo"]})") << config
-                                      << "field 'replay.tiers[2]' names an unknown tier 'foo'";
+        QTest::newRow("unknown tier")
+            << bad(R"("replay": {"tiers": ["exact", "prefix", "foo"]})") << config
+            << "field 'replay.tiers' expects a comma-separated list of exact, semantic, prefix, cross, "
+               "knowledge (or 'none'), got 'foo'";
         QTest::newRow("duplicate tier") << bad(R"("replay": {"tiers": ["exact", "cross", "exact"]})")
-                                        << config << "field 'replay.tiers[2]' repeats tier 'exact'";
+                                        << config << "field 'replay.tiers' names 'exact' twice";
         QTest::newRow("tier type") << bad(R"("replay": {"tiers": [1]})") << config
-                                   << "field 'replay.tiers[0]' must be a string";
+                                   << "field 'replay.tiers' must be a list of strings";
         QTest::newRow("threshold") << bad(R"("replay": {"threshold": 1.5})") << config
-                                   << "field 'replay.threshold' must be <= 1, got 1.5";
-        QTest::newRow("threshold low")
-            << bad(R"("replay": {"threshold": -1.01})") << config << "field 'replay.threshold' must be >= -1";
+                                   << "field 'replay.threshold' expects a number in [-1, 1], got '1.5'";
+        QTest::newRow("threshold low") << bad(R"("replay": {"threshold": -1.01})") << config
+                                       << "field 'replay.threshold' expects a number in [-1, 1], got '-1.01'";
         QTest::newRow("embedder") << bad(R"("replay": {"embedder": ""})") << config
                                   << "field 'replay.embedder' is empty";
         QTest::newRow("gate_signal")
             << bad(R"("replay": {"gate_signal": "kl"})") << config
-            << "field 'replay.gate_signal' must be tail_kl, kv_cos, nll or attn_cos, got 'kl'";
+            << "field 'replay.gate_signal' expects tail_kl, kv_cos, attn_cos or nll, got 'kl'";
         QTest::newRow("gate_threshold") << bad(R"("replay": {"gate_threshold": "x"})") << config
                                         << "'replay.gate_threshold' must be a number";
         QTest::newRow("gate") << bad(R"("replay": {"gate": "on"})") << config
                               << "'replay.gate' must be true or false";
-        QTest::newRow("replay max_tokens")
-            << bad(R"("replay": {"max_tokens": -5})") << config << "'replay.max_tokens' must be >= 0";
+        QTest::newRow("replay max_tokens") << bad(R"("replay": {"max_tokens": -5})") << config
+                                           << "'replay.max_tokens' expects an integer >= 0, got '-5'";
         QTest::newRow("replay limit")
             << bad(R"("replay": {"limit": 2.0})") << config << "'replay.limit' must be an integer";
         QTest::newRow("replay store") << bad(R"("replay": {"store": "redis:localhost"})") << config

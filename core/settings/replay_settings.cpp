@@ -1,0 +1,587 @@
+#include "core/settings/replay_settings.h"
+
+#include "core/cache/prefix_tree.h"
+#include "core/cache/store_payload.h"
+#include "core/util/error.h"
+#include "core/util/store_url.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <limits>
+
+namespace kvwb::core {
+
+using json = nlohmann::json;
+using Scope = ReplayFlag::Scope;
+using Kind = ReplayFlag::Kind;
+
+namespace {
+
+[[noreturn]] void bad(const std::string &what)
+{
+    throw Error(ErrorCode::InvalidArgument, what);
+}
+
+template <typename Int> std::optional<Int> parseInteger(const std::string &text)
+{
+    Int v{};
+    const char *end = text.data() + text.size();
+    const auto [at, ec] = std::from_chars(text.data(), end, v);
+    if (ec != std::errc() || at != end || text.empty())
+        return std::nullopt;
+    return v;
+}
+
+std::optional<double> parseReal(const std::string &text)
+{
+    double v = 0;
+    const char *begin = text.data(), *end = text.data() + text.size();
+    if (begin != end && *begin == '+')
+        ++begin;
+    const auto [at, ec] = std::from_chars(begin, end, v);
+    if (ec != std::errc() || at != end || begin == end)
+        return std::nullopt;
+    return v;
+}
+
+// The shortest text that reads back as the same double.
+std::string realText(double v)
+{
+    return fmt::format("{}", v);
+}
+
+// Integers in [lo, hi]; the message says ">= lo" when there is no upper bound.
+template <typename Int> Int readInteger(const std::string &text, Int lo, Int hi)
+{
+    const auto v = parseInteger<Int>(text);
+    if (!v || *v < lo || *v > hi) {
+        if (hi == std::numeric_limits<Int>::max())
+            bad(fmt::format("expects an integer >= {}, got '{}'", lo, text));
+        bad(fmt::format("expects an integer in [{}, {}], got '{}'", lo, hi, text));
+    }
+    return *v;
+}
+
+double readReal(const std::string &text, double lo, double hi)
+{
+    const auto v = parseReal(text);
+    if (!v || !(*v >= lo && *v <= hi)) // NaN is in no range
+        bad(fmt::format("expects a number in [{}, {}], got '{}'", lo, hi, text));
+    return *v;
+}
+
+using S = ReplaySettings;
+
+ReplayFlag row(const char *name, const char *valueName, const char *help, Scope scope, Kind kind,
+               ReplayFlag::Json json = ReplayFlag::Json::String)
+{
+    ReplayFlag f;
+    f.name = name;
+    f.valueName = valueName;
+    f.help = help;
+    f.scope = scope;
+    f.kind = kind;
+    f.json = json;
+    return f;
+}
+
+ReplayFlag text(const char *name, const char *valueName, const char *help, std::string S::*field,
+                Scope scope = Scope::Setting)
+{
+    ReplayFlag f = row(name, valueName, help, scope, Kind::Value);
+    f.set = [field](S &s, const std::string &v) { s.*field = v; };
+    f.get = [field](const S &s) { return std::vector<std::string>{s.*field}; };
+    return f;
+}
+
+template <typename Int>
+ReplayFlag integer(const char *name, const char *valueName, const char *help, Int S::*field, Int lo,
+                   Int hi = std::numeric_limits<Int>::max())
+{
+    ReplayFlag f = row(name, valueName, help, Scope::Setting, Kind::Value, ReplayFlag::Json::Integer);
+    f.set = [field, lo, hi](S &s, const std::string &v) { s.*field = readInteger<Int>(v, lo, hi); };
+    f.get = [field](const S &s) { return std::vector<std::string>{std::to_string(s.*field)}; };
+    return f;
+}
+
+// A non-negative count where 0 means none or unlimited.
+ReplayFlag count(const char *name, const char *valueName, const char *help, int64_t S::*field)
+{
+    ReplayFlag f = integer<int64_t>(name, valueName, help, field, 0);
+    f.set = [field](S &s, const std::string &v) {
+        const auto n = parseInteger<int64_t>(v);
+        if (!n || *n < 0)
+            bad("expects a non-negative integer, got '" + v + "'");
+        s.*field = *n;
+    };
+    return f;
+}
+
+ReplayFlag real(const char *name, const char *valueName, const char *help, double S::*field, double lo,
+                double hi)
+{
+    ReplayFlag f = row(name, valueName, help, Scope::Setting, Kind::Value, ReplayFlag::Json::Real);
+    f.set = [field, lo, hi](S &s, const std::string &v) { s.*field = readReal(v, lo, hi); };
+    f.get = [field](const S &s) { return std::vector<std::string>{realText(s.*field)}; };
+    return f;
+}
+
+ReplayFlag toggle(const char *name, const char *help, bool S::*field, bool whenSet, const char *jsonKey,
+                  Scope scope = Scope::Setting)
+{
+    ReplayFlag f = row(name, "", help, scope, Kind::Switch);
+    f.jsonKey = jsonKey;
+    f.set = [field, whenSet](S &s, const std::string &v) {
+        if (v.empty())
+            s.*field = whenSet;
+        else if (v == "true" || v == "false")
+            s.*field = v == "true";
+        else
+            bad("expects true or false, got '" + v + "'");
+    };
+    f.get = [field](const S &s) { return std::vector<std::string>{s.*field ? "true" : "false"}; };
+    return f;
+}
+
+// One of a set of names, read by `parse` and written by `name`.
+template <typename T, typename Parse, typename Name>
+ReplayFlag choice(const char *name, const char *valueName, const char *help, T S::*field, Parse parse,
+                  Name nameOf, const char *expected)
+{
+    ReplayFlag f = row(name, valueName, help, Scope::Setting, Kind::Value);
+    f.set = [field, parse, expected](S &s, const std::string &v) {
+        const auto t = parse(v);
+        if (!t)
+            bad(std::string("expects ") + expected + ", got '" + v + "'");
+        s.*field = *t;
+    };
+    f.get = [field, nameOf](const S &s) { return std::vector<std::string>{nameOf(s.*field)}; };
+    return f;
+}
+
+std::vector<ReplayFlag> makeFlags()
+{
+    std::vector<ReplayFlag> t;
+    t.push_back(text("workload", "W.jsonl", "Workload JSONL (kvwb workload wordnet|sharegpt|quora).",
+                     &S::workload, Scope::Input));
+    t.push_back(text("model-a", "PATH", "Model a of the workload (default: the experiment's model A).",
+                     &S::modelA, Scope::Run));
+    t.push_back(
+        text("model-b", "PATH", "Model b (default: the experiment's model B).", &S::modelB, Scope::Run));
+    t.push_back(text("experiment", "EXP.h5",
+                     "Experiment file: its converter (cross tier), and where the ledger is stored.",
+                     &S::experiment, Scope::Run));
+    t.push_back(text("converter", "NAME", "Converter name for the cross tier (default 'default').",
+                     &S::converter, Scope::Input));
+    {
+        ReplayFlag f =
+            row("tiers", "LIST",
+                "Cache tiers in lookup order: exact, semantic, prefix, cross, knowledge, or 'none' "
+                "(default exact,semantic,prefix).",
+                Scope::Setting, Kind::List);
+        f.set = [](S &s, const std::string &v) {
+            std::vector<TierKind> tiers;
+            if (v != "none") {
+                size_t at = 0;
+                while (at <= v.size()) {
+                    const size_t comma = std::min(v.find(',', at), v.size());
+                    std::string part = v.substr(at, comma - at);
+                    part.erase(0, part.find_first_not_of(" \t"));
+                    part.erase(part.find_last_not_of(" \t") + 1);
+                    at = comma + 1;
+                    if (part.empty())
+                        continue;
+                    const auto k = parseTierKind(part);
+                    if (!k || *k == TierKind::None)
+                        bad("expects a comma-separated list of exact, semantic, prefix, cross, knowledge (or "
+                            "'none'), got '" +
+                            part + "'");
+                    if (std::find(tiers.begin(), tiers.end(), *k) != tiers.end())
+                        bad("names '" + part + "' twice");
+                    tiers.push_back(*k);
+                }
+            }
+            s.tiers = std::move(tiers);
+        };
+        f.get = [](const S &s) {
+            std::vector<std::string> out;
+            for (const auto k : s.tiers)
+                out.push_back(tierKindName(k));
+            return out;
+        };
+        t.push_back(std::move(f));
+    }
+    t.push_back(real("threshold", "T", "Semantic cosine threshold (default 0.8).", &S::threshold, -1.0, 1.0));
+    {
+        ReplayFlag f = text(
+            "embedder", "E",
+            "Semantic embedder: lexical (default), lexical-idf (weighted by inverse document frequency over "
+            "the workload's texts), model (model A's hidden states) or the path of an embedding model (a "
+            "sentence-transformers directory or bert GGUF: all-MiniLM, bge, gte, e5, projects/demo/models/e; "
+            "or a decoder embedder such as Qwen3-Embedding, pooled at its last token).",
+            &S::embedder);
+        f.set = [](S &s, const std::string &v) {
+            if (v.empty())
+                bad("is empty (lexical, lexical-idf, model or an embedding model's path)");
+            s.embedder = v;
+        };
+        t.push_back(std::move(f));
+    }
+    {
+        ReplayFlag f =
+            real("error-bound", "F",
+                 "Semantic tier: per-entry thresholds that serve only while an entry's estimated error "
+                 "rate stays under this bound (the threshold becomes a floor; docs/cache-tiers.md).",
+                 &S::errorBound, 0, 0.999999);
+        f.set = [](S &s, const std::string &v) {
+            const auto x = parseReal(v);
+            if (!x || !(*x == 0 || (*x >= 1e-6 && *x <= 0.999999)))
+                bad("expects a number in [1e-06, 0.999999] (0: off), got '" + v + "'");
+            s.errorBound = *x;
+        };
+        t.push_back(std::move(f));
+    }
+    t.push_back(real("bound-confidence", "C",
+                     "With --error-bound: confidence of the error's upper bound (default 0.9).",
+                     &S::boundConfidence, 0.5, 0.999));
+    {
+        ReplayFlag f =
+            row("embed", "WHAT",
+                "What the semantic tier embeds: question (default: the request's question, else its "
+                "prompt) or prompt (the whole prompt, system prompt included).",
+                Scope::Setting, Kind::Value);
+        f.set = [](S &s, const std::string &v) {
+            if (v != "question" && v != "prompt")
+                bad("expects question or prompt, got '" + v + "'");
+            s.embedQuestion = v == "question";
+        };
+        f.get = [](const S &s) { return std::vector<std::string>{s.embedQuestion ? "question" : "prompt"}; };
+        t.push_back(std::move(f));
+    }
+    t.push_back(integer<int>("embedder-layer", "N", "Model embedder layer (default: the middle one).",
+                             &S::embedderLayer, -1));
+    t.push_back(text("embedder-prefix", "TEXT",
+                     "An embedding model's input prefix, put before every text it embeds (e5: \"query: \"; "
+                     "bge's query instruction).",
+                     &S::embedderPrefix));
+    t.push_back(integer<int>("block", "N", "Prefix-tree block size in tokens (default 16).", &S::prefixBlock,
+                             1, kMaxPrefixBlock));
+    t.push_back(integer<int>("min-cross-tokens", "N",
+                             "Cross-model reuse needs this many matched tokens (default 16).",
+                             &S::minCrossTokens, 1));
+    t.push_back(choice(
+        "align-policy", "POLICY",
+        "Cross tier, models that tokenise differently: which overlapping A token each B token's row is "
+        "converted from: last (default), first or longest (docs/transfer.md).",
+        &S::alignPolicy, [](const std::string &v) { return parseAlignPolicy(v); }, alignPolicyName,
+        "first, last or longest"));
+    {
+        ReplayFlag f =
+            row("knowledge", "SPEC",
+                "Knowledge tier: a graph from kvwb knowledge build, shared by every tenant (GRAPH.h5) "
+                "or one tenant's (TENANT=GRAPH.h5); repeatable.",
+                Scope::Input, Kind::Repeated);
+        f.reset = [](S &s) { s.knowledgeGraphs.clear(); };
+        f.set = [](S &s, const std::string &v) {
+            if (v.empty())
+                bad("is empty (GRAPH.h5 or TENANT=GRAPH.h5)");
+            s.knowledgeGraphs.push_back(v);
+        };
+        f.get = [](const S &s) { return s.knowledgeGraphs; };
+        t.push_back(std::move(f));
+    }
+    t.push_back(text("profiles", "P.json", "Knowledge tier: user profiles (kvwb knowledge profiles).",
+                     &S::profiles, Scope::Input));
+    t.push_back(integer<int>("knowledge-candidates", "N",
+                             "Knowledge tier: nodes recall proposes (default 3).", &S::knowledgeCandidates, 1,
+                             64));
+    t.push_back(real("knowledge-min-similarity", "S", "Knowledge tier: recall's cosine floor (default 0.3).",
+                     &S::knowledgeMinSimilarity, -1.0, 1.0));
+    t.push_back(toggle("no-verify", "Knowledge tier: take recall's best node without graph verification.",
+                       &S::knowledgeVerify, false, "knowledge_verify"));
+    t.push_back(count("knowledge-ttl-ms", "MS",
+                      "Knowledge tier: modules older than this are stale (default never).",
+                      &S::knowledgeTtlMs));
+    t.push_back(integer<int>("knowledge-boundary", "N",
+                             "Knowledge tier: module tokens recomputed in place (default 0).",
+                             &S::knowledgeBoundary, 0));
+    {
+        ReplayFlag f =
+            count("knowledge-clock-start", "MS",
+                  "Knowledge tier: Unix ms of the workload's time 0, for module freshness (default now).",
+                  &S::knowledgeClockStartMs);
+        f.scope = Scope::Run;
+        t.push_back(std::move(f));
+    }
+    t.push_back(
+        text("save-knowledge", "OUT.h5",
+             "After the replay, write the shared graph (reuse counts, recomputed modules) to this file.",
+             &S::saveKnowledge, Scope::Run));
+    t.push_back(
+        count("exact-entries", "N", "Exact tier capacity in entries (default unlimited).", &S::exactEntries));
+    t.push_back(count("exact-bytes", "N", "Exact tier capacity in bytes.", &S::exactBytes));
+    t.push_back(count("semantic-entries", "N", "Semantic tier capacity in entries.", &S::semanticEntries));
+    t.push_back(count("semantic-bytes", "N", "Semantic tier capacity in bytes.", &S::semanticBytes));
+    t.push_back(count("prefix-entries", "N", "Prefix tree capacity per model in blocks.", &S::prefixEntries));
+    t.push_back(count("prefix-bytes", "N", "Prefix tree capacity per model in KV bytes.", &S::prefixBytes));
+    t.push_back(choice(
+        "eviction", "POLICY", "lru (default), lfu, fifo or ttl.", &S::eviction,
+        [](const std::string &v) { return parseEviction(v); }, evictionName, "lru, lfu, fifo or ttl"));
+    t.push_back(count("ttl-ms", "MS", "Entries older than this (workload time) never hit.", &S::ttlMs));
+    t.push_back(toggle("share-tenants", "One cache scope for all tenants (default: isolated per tenant).",
+                       &S::shareTenants, true, "share_tenants"));
+    {
+        // Sets the signal's own default threshold; --gate-threshold, read after it, overrides it.
+        ReplayFlag f = choice(
+            "gate-signal", "S", "Cross-tier gate signal: tail_kl (default), kv_cos, attn_cos or nll.",
+            &S::gateSignal, [](const std::string &v) { return parseGateSignal(v); }, gateSignalName,
+            "tail_kl, kv_cos, attn_cos or nll");
+        f.set = [](S &s, const std::string &v) {
+            const auto g = parseGateSignal(v);
+            if (!g)
+                bad("expects tail_kl, kv_cos, attn_cos or nll, got '" + v + "'");
+            s.gateSignal = *g;
+            s.gateThreshold = defaultGateThreshold(*g);
+        };
+        t.push_back(std::move(f));
+    }
+    t.push_back(real("gate-threshold", "T",
+                     "Gate threshold (default 0.1 for tail_kl, 0.9 kv_cos and attn_cos, 3 nll).",
+                     &S::gateThreshold, -1.0, 1e9));
+    t.push_back(
+        toggle("no-gate", "Use every cross-model match without the quality gate.", &S::gate, false, "gate"));
+    t.push_back(toggle("clock", "Replay on the workload's clock (arrival times), not as fast as possible.",
+                       &S::onClock, true, "clock"));
+    t.push_back(real("speed", "F", "With --clock: speed factor (default 1; 10 = ten times faster).",
+                     &S::speed, 1e-6, 1e9));
+    t.push_back(integer<int>("max-tokens", "N", "Override every request's max_tokens.", &S::maxTokens, 0));
+    t.push_back(integer<int>("limit", "N", "Replay only the first N requests.", &S::limit, 0));
+    t.push_back(real("shadow", "F", "Share of hits re-run from scratch to verify them (default 0).",
+                     &S::shadow, 0.0, 1.0));
+    t.push_back(
+        real("price-in", "USD", "USD per 1M prompt tokens computed (default 0.15).", &S::priceIn, 0.0, 1e9));
+    t.push_back(real("price-out", "USD", "USD per 1M generated tokens computed (default 0.60).", &S::priceOut,
+                     0.0, 1e9));
+    t.push_back(text("prices", "PRESET|FILE",
+                     "Bill the ledger at a price preset (kvwb prices lists them) or a presets file (FILE or "
+                     "FILE#ID): cached input, cache writes and storage as the provider bills them "
+                     "(docs/replay.md, \"Prices\"). Not with --price-in/--price-out.",
+                     &S::prices));
+    {
+        ReplayFlag f =
+            text("store", "URL",
+                 "Keep the exact and semantic entries and the prefix KV blocks in a shared store: memory, "
+                 "redis://HOST:PORT[/DB] or redis-cluster://HOST:PORT[,HOST:PORT...] (docs/fleet.md).",
+                 &S::store);
+        f.set = [](S &s, const std::string &v) {
+            if (!v.empty()) {
+                try {
+                    checkStoreUrl(v);
+                } catch (const Error &e) {
+                    bad(std::string("is not a store URL: ") + e.what());
+                }
+            }
+            s.store = v;
+        };
+        t.push_back(std::move(f));
+    }
+    t.push_back(integer<int>("store-timeout-ms", "MS",
+                             "Shared store: connect and command timeout (default 500).", &S::storeTimeoutMs,
+                             1, 600000));
+    t.push_back(
+        text("store-key-file", "FILE",
+             "Shared store: sign every value with an HMAC-SHA256 under the key in this file (16 bytes to "
+             "4 KiB) and refuse values without a valid tag (docs/fleet.md).",
+             &S::storeKeyFile, Scope::Run));
+    t.push_back(toggle("store-flush", "Shared store: remove the workbench's keys before the replay.",
+                       &S::storeFlush, true, "store_flush", Scope::Run));
+    t.push_back(choice(
+        "store-kv-dtype", "TYPE",
+        "Shared store: prefix KV blocks travel as f32 (default), bf16 or f16 (half the bytes, values "
+        "rounded).",
+        &S::storeKvDtype, [](const std::string &v) { return parseKvBodyDType(v); }, kvBodyDTypeName,
+        "f32, bf16 or f16"));
+    t.push_back(text("ledger", "OUT.csv", "Write the per-request ledger as CSV.", &S::ledgerCsv, Scope::Run));
+    t.push_back(
+        text("outputs", "OUT.jsonl",
+             "Write each request's answer as JSONL ({\"id\", \"output\"}; text that is not UTF-8 has its "
+             "bad bytes replaced), e.g. for kvwb workload rounds --outputs.",
+             &S::outputs, Scope::Run));
+    t.push_back(text("save-ledger", "NAME", "Store the ledger in the experiment file as /ledgers/NAME.",
+                     &S::ledgerName, Scope::Run));
+    return t;
+}
+
+} // namespace
+
+bool ReplaySettings::uses(TierKind t) const
+{
+    return std::find(tiers.begin(), tiers.end(), t) != tiers.end();
+}
+
+TierLimits ReplaySettings::limits(TierKind t) const
+{
+    TierLimits l;
+    l.maxEntries = t == TierKind::Exact      ? exactEntries
+                   : t == TierKind::Semantic ? semanticEntries
+                                             : prefixEntries;
+    l.maxBytes = t == TierKind::Exact ? exactBytes : t == TierKind::Semantic ? semanticBytes : prefixBytes;
+    l.eviction = eviction;
+    l.ttlMs = ttlMs;
+    l.shareAcrossTenants = shareTenants;
+    return l;
+}
+
+bool operator==(const ReplaySettings &x, const ReplaySettings &y)
+{
+    for (const auto &f : replayFlags())
+        if (f.get(x) != f.get(y))
+            return false;
+    return true;
+}
+
+std::string ReplayFlag::key() const
+{
+    if (jsonKey)
+        return jsonKey;
+    std::string k = name;
+    std::replace(k.begin(), k.end(), '-', '_');
+    return k;
+}
+
+const std::vector<ReplayFlag> &replayFlags()
+{
+    static const std::vector<ReplayFlag> flags = makeFlags();
+    return flags;
+}
+
+const ReplayFlag *findReplayFlag(const std::string &name)
+{
+    for (const auto &f : replayFlags())
+        if (name == f.name)
+            return &f;
+    return nullptr;
+}
+
+json replaySettingsToJson(const ReplaySettings &s, std::initializer_list<ReplayFlag::Scope> scopes)
+{
+    json out = json::object();
+    for (const auto &f : replayFlags()) {
+        if (std::find(scopes.begin(), scopes.end(), f.scope) == scopes.end())
+            continue;
+        const auto values = f.get(s);
+        if (f.kind == Kind::Switch)
+            out[f.key()] = values.at(0) == "true";
+        else if (f.kind != Kind::Value)
+            out[f.key()] = values;
+        else if (f.json == ReplayFlag::Json::Integer)
+            out[f.key()] = std::stoll(values.at(0));
+        else if (f.json == ReplayFlag::Json::Real)
+            out[f.key()] = std::stod(values.at(0));
+        else
+            out[f.key()] = values.at(0);
+    }
+    return out;
+}
+
+void setReplayFlagFromJson(ReplaySettings &s, const ReplayFlag &f, const json &v)
+{
+    switch (f.kind) {
+    case Kind::Switch:
+        if (!v.is_boolean())
+            bad("must be true or false");
+        f.set(s, v.get<bool>() ? "true" : "false");
+        return;
+    case Kind::Value:
+        if (f.json == ReplayFlag::Json::Integer) {
+            if (!v.is_number_integer())
+                bad("must be an integer");
+            f.set(s, std::to_string(v.get<int64_t>()));
+        } else if (f.json == ReplayFlag::Json::Real) {
+            if (!v.is_number())
+                bad("must be a number");
+            f.set(s, v.is_number_float() ? realText(v.get<double>()) : std::to_string(v.get<int64_t>()));
+        } else {
+            if (!v.is_string())
+                bad("must be a string");
+            f.set(s, v.get<std::string>());
+        }
+        return;
+    case Kind::List:
+    case Kind::Repeated: {
+        if (!v.is_array())
+            bad("must be a list of strings");
+        std::string joined;
+        std::vector<std::string> items;
+        for (const auto &x : v) {
+            if (!x.is_string())
+                bad("must be a list of strings");
+            items.push_back(x.get<std::string>());
+        }
+        if (f.kind == Kind::Repeated) { // each value appends: start from none
+            f.reset(s);
+            for (const auto &x : items)
+                f.set(s, x);
+            return;
+        }
+        for (const auto &x : items)
+            joined += (joined.empty() ? "" : ",") + x;
+        f.set(s, joined.empty() ? "none" : joined);
+        return;
+    }
+    }
+}
+
+ReplaySettings replaySettingsFromJson(const json &object, const std::string &where,
+                                      const std::string &section)
+{
+    ReplaySettings s;
+    if (!object.is_object())
+        throw Error(ErrorCode::Config, where + ": field '" + section + "' must be an object");
+    for (const auto &f : replayFlags()) {
+        if (f.scope == Scope::Run || !object.contains(f.key()))
+            continue;
+        try {
+            setReplayFlagFromJson(s, f, object.at(f.key()));
+        } catch (const Error &e) {
+            throw Error(ErrorCode::Config, where + ": field '" + section + "." + f.key() + "' " + e.what());
+        }
+    }
+    return s;
+}
+
+void checkReplaySettings(const ReplaySettings &s)
+{
+    const bool knowledge = s.uses(TierKind::Knowledge);
+    if (knowledge && s.knowledgeGraphs.empty())
+        bad("the knowledge tier needs --knowledge GRAPH.h5 (kvwb knowledge build)");
+    if (!knowledge && (!s.knowledgeGraphs.empty() || !s.profiles.empty() || !s.saveKnowledge.empty()))
+        bad("--knowledge, --profiles and --save-knowledge need 'knowledge' in --tiers");
+    if (!s.ledgerName.empty() && s.experiment.empty())
+        bad("--save-ledger needs --experiment");
+    if (s.uses(TierKind::Cross) && s.experiment.empty())
+        bad("the cross tier needs --experiment (its converter)");
+    if (s.eviction == Eviction::Ttl && s.ttlMs <= 0)
+        bad("--eviction ttl needs --ttl-ms > 0");
+    if (s.errorBound == 0 && s.boundConfidence != ReplaySettings{}.boundConfidence)
+        bad("--bound-confidence needs --error-bound");
+    if (!s.prices.empty() &&
+        (s.priceIn != ReplaySettings{}.priceIn || s.priceOut != ReplaySettings{}.priceOut))
+        bad("--prices and --price-in/--price-out exclude each other: give a preset or file, or the two "
+            "prices");
+    if (s.store.empty()) {
+        if (!s.storeKeyFile.empty())
+            bad("--store-key-file needs --store");
+        if (s.storeKvDtype != DType::F32)
+            bad("--store-kv-dtype needs --store");
+        if (s.storeFlush)
+            bad("--store-flush needs --store");
+    }
+}
+
+} // namespace kvwb::core
