@@ -214,11 +214,336 @@ int compareHandoff(const QCommandLineParser &p, const fs::path &path, const core
     return 0;
 }
 
-} // namespace
-
-int cmdCompare(const QStringList &args)
+// What the gate's signals are judged against: a transfer is good when its KL to scratch is at most
+// goodKl; per signal, the threshold with the highest recall at precision >= minPrecision.
+struct GateQualityGoal
 {
-    QCommandLineParser p;
+    double goodKl = 0.1;
+    double minPrecision = 0.9;
+};
+
+// Per-prompt series of a compared set, in prompt order.
+struct CompareSeries
+{
+    std::vector<double> kl, top1, rougeL, rougeLA, klFloor, top1Floor, ttftScratch, ttftTransfer, ttftCached,
+        ttftGated, kvCos, tailKl, nll, attnCos, klPassed, klFailed, gatedKl;
+    int identical = 0, passed = 0, crossTokenizer = 0;
+
+    explicit CompareSeries(const jobs::CompareSetRun &run)
+    {
+        for (const auto &c : run.prompts) {
+            const auto &sample = c.outcome.sample;
+            const auto &gate = c.outcome.gate;
+            kl.push_back(sample.meanKl);
+            top1.push_back(sample.top1);
+            rougeL.push_back(sample.rougeL);
+            rougeLA.push_back(c.rougeLA);
+            klFloor.push_back(sample.klNoPrefix);
+            top1Floor.push_back(c.outcome.top1NoPrefix);
+            ttftScratch.push_back(sample.scratch.ttftMs);
+            ttftTransfer.push_back(sample.transfer.ttftMs);
+            ttftCached.push_back(c.outcome.ttftCachedMs);
+            ttftGated.push_back(c.outcome.ttftGatedMs);
+            kvCos.push_back(gate.kvCos);
+            tailKl.push_back(gate.tailKl);
+            nll.push_back(gate.nll);
+            attnCos.push_back(gate.attnCos);
+            (gate.passed ? klPassed : klFailed).push_back(sample.meanKl);
+            gatedKl.push_back(gate.passed ? sample.meanKl : 0.0);
+            identical += sample.firstDivergence < 0 ? 1 : 0;
+            passed += gate.passed ? 1 : 0;
+            crossTokenizer += c.tokens.crossTokenizer() ? 1 : 0;
+        }
+    }
+    const std::vector<double> &signal(gpu::GateSignal s) const
+    {
+        switch (s) {
+        case gpu::GateSignal::KvCos:
+            return kvCos;
+        case gpu::GateSignal::Nll:
+            return nll;
+        case gpu::GateSignal::AttnCos:
+            return attnCos;
+        case gpu::GateSignal::TailKl:
+            break;
+        }
+        return tailKl;
+    }
+};
+
+double meanOf(const std::vector<double> &v)
+{
+    return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+double medianOf(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+json intervalJson(const std::optional<core::Interval> &i)
+{
+    return i ? json{{"estimate", jsonNumber(i->estimate)},
+                    {"lo", jsonNumber(i->lo)},
+                    {"hi", jsonNumber(i->hi)}}
+             : json(nullptr);
+}
+
+json pointJson(const std::optional<core::GatePoint> &g)
+{
+    return g ? json{{"threshold", jsonNumber(g->threshold)},
+                    {"pass_rate", jsonNumber(g->passRate)},
+                    {"precision", jsonNumber(g->precision)},
+                    {"recall", jsonNumber(g->recall)}}
+             : json(nullptr);
+}
+
+// The gate's signals against "KL <= goodKl": precision and recall at the threshold in use, and for
+// every signal the threshold with the highest recall at the wanted precision.
+struct GateQuality
+{
+    GateQualityGoal goal;
+    std::optional<core::GatePoint> atThreshold;
+    std::vector<std::pair<std::string, std::optional<core::GatePoint>>> best; // per signal
+    json json_;
+};
+
+GateQuality gateQuality(const jobs::CompareSetRun &run, const gpu::CompareOptions &co,
+                        const GateQualityGoal &goal)
+{
+    const CompareSeries series(run);
+    std::vector<bool> good;
+    for (double kl : series.kl)
+        good.push_back(kl <= goal.goodKl);
+    GateQuality q;
+    q.goal = goal;
+    json perSignal = json::object();
+    for (gpu::GateSignal sig : core::kGateSignals) {
+        const auto &values = series.signal(sig);
+        const bool higher = core::gateHigherIsBetter(sig);
+        std::vector<double> finite;
+        std::vector<bool> goodFinite;
+        for (size_t i = 0; i < values.size(); ++i)
+            if (std::isfinite(values[i])) {
+                finite.push_back(values[i]);
+                goodFinite.push_back(good[i]);
+            }
+        const auto curve = core::gateCurve(finite, goodFinite, higher);
+        const auto best = core::bestThreshold(curve, goal.minPrecision);
+        json points = json::array();
+        for (const auto &pt : curve)
+            points.push_back(pointJson(pt));
+        if (sig == co.gateSignal)
+            q.atThreshold = core::gatePoint(finite, goodFinite, co.gateThreshold, higher);
+        perSignal[gpu::gateSignalName(sig)] = {{"curve", points}, {"best", pointJson(best)}};
+        q.best.emplace_back(gpu::gateSignalName(sig), best);
+    }
+    q.json_ = {{"good_kl", goal.goodKl},
+               {"good_rate", double(std::count(good.begin(), good.end(), true)) / double(good.size())},
+               {"min_precision", goal.minPrecision},
+               {"at_threshold", pointJson(q.atThreshold)},
+               {"signals", perSignal}};
+    return q;
+}
+
+// One prompt's row of `kvwb compare --json`.
+json comparedPromptJson(const jobs::ComparedPrompt &c, const std::string &text)
+{
+    const auto &sample = c.outcome.sample;
+    const auto &gate = c.outcome.gate;
+    return {{"prompt", text},
+            {"prompt_tokens", c.tokens.idsB.size()},
+            {"prompt_tokens_a", c.tokens.idsA.size()},
+            {"token_alignment", c.tokens.crossTokenizer() ? core::alignPolicyName(c.tokens.policy) : "none"},
+            {"text_scratch", sample.scratch.text},
+            {"text_transfer", sample.transfer.text},
+            {"text_a", sample.a.text},
+            {"first_divergence", sample.firstDivergence},
+            {"kl", sample.meanKl},
+            {"kl_max", sample.transfer.kl.empty()
+                           ? 0.0
+                           : *std::max_element(sample.transfer.kl.begin(), sample.transfer.kl.end())},
+            {"top1", sample.top1},
+            {"kl_no_prefix", sample.klNoPrefix},
+            {"top1_no_prefix", c.outcome.top1NoPrefix},
+            {"rouge_l", sample.rougeL},
+            {"rouge_l_a", c.rougeLA},
+            {"ttft_ms_scratch", sample.scratch.ttftMs},
+            {"ttft_ms_transfer", sample.transfer.ttftMs},
+            {"ttft_ms_transfer_cached", c.outcome.ttftCachedMs},
+            {"ttft_ms_gated", c.outcome.ttftGatedMs},
+            {"prefill_ms_a", sample.sourcePrefillMs},
+            {"convert_ms", sample.convertMs},
+            {"speedup", sample.scratch.ttftMs / sample.transfer.ttftMs},
+            {"speedup_cached", sample.scratch.ttftMs / c.outcome.ttftCachedMs},
+            {"gate",
+             {{"signal", gpu::gateSignalName(gate.signal)},
+              {"value", gate.value},
+              {"kv_cos", gate.kvCos},
+              {"tail_kl", gate.tailKl},
+              {"nll", gate.nll},
+              {"attn_cos", gate.attnCos},
+              {"tail", gate.tail},
+              {"threshold", gate.threshold},
+              {"passed", gate.passed},
+              {"decision", gate.passed ? "transfer" : "fallback_prefill"},
+              {"ms", gate.ms}}}};
+}
+
+// After each compared prompt: its texts when the set has one prompt, else the count; the gate's
+// decision for every prompt.
+void printComparedPrompt(const jobs::ComparedPrompt &c, const std::vector<std::string> &texts, size_t done,
+                         size_t total, const gpu::CompareOptions &co, bool asJson)
+{
+    const auto &sample = c.outcome.sample;
+    const auto &gate = c.outcome.gate;
+    if (!asJson) {
+        if (total == 1)
+            std::printf("prompt: %s\n\nB scratch : %s\nB transfer: %s\nA itself  : %s\n\n",
+                        texts[c.index].c_str(), sample.scratch.text.c_str(), sample.transfer.text.c_str(),
+                        sample.a.text.c_str());
+        else
+            std::fprintf(stderr, "\rcompared %zu/%zu prompts", done, total);
+    }
+    const bool higherIsBetter = core::gateHigherIsBetter(co.gateSignal);
+    fmt::print(stderr, "{}gate: prompt {} {} {:.4f} {} {:.4f} -> {}\n", asJson || total == 1 ? "" : "\n",
+               c.index, gpu::gateSignalName(co.gateSignal), gate.value,
+               gate.passed ? (higherIsBetter ? ">=" : "<=") : (higherIsBetter ? "<" : ">"), co.gateThreshold,
+               gate.passed ? "use the converted cache" : "fall back to B's own prefill");
+}
+
+// The summary of `kvwb compare --json`: means, medians, the baselines' and --versus' paired
+// intervals, the gate's pass rate, quality and correlations (reported as they are).
+json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOptions &o,
+                        const GateQuality &gate)
+{
+    const CompareSeries x(run);
+    const auto s = jobs::summarizeCompareSet(run);
+    const double done = double(run.prompts.size());
+    json others = json::object();
+    for (const auto &d : s.others)
+        others[d.key] = {{"converter", d.converter},
+                         {"kl", d.kl},
+                         {"top1", d.top1},
+                         {"rouge_l", d.rougeL},
+                         {"kl_difference", intervalJson(d.klDifference)},
+                         {"top1_difference", intervalJson(d.top1Difference)},
+                         {"rouge_l_difference", intervalJson(d.rougeLDifference)}};
+    const auto otherOf = [&](const char *key) { return others.contains(key) ? others[key] : json(nullptr); };
+    return {{"prompts", run.prompts.size()},
+            {"prompts_token_aligned", x.crossTokenizer},
+            {"align_policy", core::alignPolicyName(o.alignPolicy)},
+            {"versus", otherOf("versus")},
+            {"baselines",
+             {{"level", 0.95},
+              {"resamples", core::BootstrapOptions{}.resamples},
+              {"kl_gap_closed_vs_no_prefix", intervalJson(s.klGapClosed)},
+              {"top1_gain_vs_no_prefix", intervalJson(s.top1Gain)},
+              {"rouge_l_gain_vs_a", intervalJson(s.rougeLGainVsA)},
+              {"raw_source_kv", otherOf("raw_source_kv")},
+              {"random_map", otherOf("random_map")}}},
+            {"kl", s.kl},
+            {"top1", s.top1},
+            {"kl_no_prefix", s.klNoPrefix},
+            {"top1_no_prefix", s.top1NoPrefix},
+            {"rouge_l", s.rougeL},
+            {"rouge_l_a", s.rougeLA},
+            {"identical_outputs", x.identical / done},
+            {"ttft_ms_scratch", medianOf(x.ttftScratch)},
+            {"ttft_ms_transfer", medianOf(x.ttftTransfer)},
+            {"ttft_ms_transfer_cached", medianOf(x.ttftCached)},
+            {"ttft_ms_gated", medianOf(x.ttftGated)},
+            {"speedup", medianOf(x.ttftScratch) / medianOf(x.ttftTransfer)},
+            {"speedup_cached", medianOf(x.ttftScratch) / medianOf(x.ttftCached)},
+            {"gate",
+             {{"signal", gpu::gateSignalName(o.compare.gateSignal)},
+              {"threshold", o.compare.gateThreshold},
+              {"tail", o.compare.gateTail},
+              {"pass_rate", x.passed / done},
+              {"quality", gate.json_},
+              {"kl_gated", meanOf(x.gatedKl)},
+              {"kl_passed", x.klPassed.empty() ? json(nullptr) : json(meanOf(x.klPassed))},
+              {"kl_failed", x.klFailed.empty() ? json(nullptr) : json(meanOf(x.klFailed))},
+              {"spearman_kv_cos_kl", jsonNumber(core::spearman(x.kvCos, x.kl))},
+              {"spearman_tail_kl_kl", jsonNumber(core::spearman(x.tailKl, x.kl))},
+              {"spearman_nll_kl", jsonNumber(core::spearman(x.nll, x.kl))},
+              {"spearman_attn_cos_kl", jsonNumber(core::spearman(x.attnCos, x.kl))},
+              {"pearson_kv_cos_kl", jsonNumber(core::pearson(x.kvCos, x.kl))},
+              {"pearson_tail_kl_kl", jsonNumber(core::pearson(x.tailKl, x.kl))},
+              {"pearson_nll_kl", jsonNumber(core::pearson(x.nll, x.kl))},
+              {"pearson_attn_cos_kl", jsonNumber(core::pearson(x.attnCos, x.kl))}}}};
+}
+
+// The summary as a Markdown table.
+void printCompareSummary(const jobs::CompareSetRun &run, const std::string &converter,
+                         const gpu::CompareOptions &co, const GateQuality &gate)
+{
+    const CompareSeries x(run);
+    const auto s = jobs::summarizeCompareSet(run);
+    const int done = int(run.prompts.size());
+    std::printf("\n%d prompts, converter '%s', %d tokens each (greedy)\n\n", done, converter.c_str(),
+                co.maxTokens);
+    std::printf("| metric | value |\n|:--|--:|\n");
+    std::printf("| KL(scratch || transfer), nats/token | %.4f |\n", s.kl);
+    std::printf("| top-1 agreement | %.3f |\n", s.top1);
+    std::printf("| floor: KL / top-1 with no prefix at all | %.4f / %.3f |\n", s.klNoPrefix, s.top1NoPrefix);
+    std::printf("| ROUGE-L transfer vs scratch | %.3f |\n", s.rougeL);
+    std::printf("| ROUGE-L A vs B scratch | %.3f |\n", s.rougeLA);
+    const auto cell = [](const std::optional<core::Interval> &i) {
+        return i ? core::formatInterval(*i) : std::string("n/a (fewer than 2 prompts)");
+    };
+    std::printf("| KL gap closed vs no prefix, 1 - KL / KL(no prefix), 95%% CI over prompts | %s |\n",
+                cell(s.klGapClosed).c_str());
+    std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(s.top1Gain).c_str());
+    std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(s.rougeLGainVsA).c_str());
+    for (const auto &d : s.others) {
+        const char *what = d.key == "versus"          ? ""
+                           : d.key == "raw_source_kv" ? "baseline, raw source KV: "
+                                                      : "baseline, random map: ";
+        std::printf("| %s'%s': KL / top-1 / ROUGE-L | %.4f / %.3f / %.3f |\n", what, d.converter.c_str(),
+                    d.kl, d.top1, d.rougeL);
+        std::printf(
+            "| KL minus '%s' (negative: this one is closer to scratch), 95%% CI | %s |\n",
+            d.converter.c_str(),
+            (d.klDifference ? core::formatInterval(*d.klDifference, 4) : cell(d.klDifference)).c_str());
+        std::printf("| top-1 minus '%s', 95%% CI | %s |\n", d.converter.c_str(),
+                    cell(d.top1Difference).c_str());
+        std::printf("| ROUGE-L minus '%s', 95%% CI | %s |\n", d.converter.c_str(),
+                    cell(d.rougeLDifference).c_str());
+    }
+    std::printf("| identical outputs | %.3f |\n", double(x.identical) / done);
+    std::printf("| TTFT scratch (median ms) | %.2f |\n", medianOf(x.ttftScratch));
+    std::printf("| TTFT transfer, A prefill + convert (ms) | %.2f |\n", medianOf(x.ttftTransfer));
+    std::printf("| TTFT transfer, A's KV cached (ms) | %.2f |\n", medianOf(x.ttftCached));
+    std::printf("| TTFT with the gate: A prefill + gate + transfer or fallback (ms) | %.2f |\n",
+                medianOf(x.ttftGated));
+    std::printf("| gate (%s, threshold %g) pass rate | %.3f |\n", gpu::gateSignalName(co.gateSignal),
+                co.gateThreshold, double(x.passed) / done);
+    std::printf("| mean KL of passed / failed prompts | %.4f / %.4f |\n",
+                x.klPassed.empty() ? NAN : meanOf(x.klPassed), x.klFailed.empty() ? NAN : meanOf(x.klFailed));
+    std::printf("| gate precision / recall at its threshold (good: KL <= %g) | %.3f / %.3f |\n",
+                gate.goal.goodKl, gate.atThreshold ? gate.atThreshold->precision : NAN,
+                gate.atThreshold ? gate.atThreshold->recall : NAN);
+    for (const auto &[name, best] : gate.best)
+        if (best)
+            std::printf(
+                "| %s: highest recall at precision >= %g | threshold %.4g: recall %.3f, precision %.3f, "
+                "pass rate %.3f |\n",
+                name.c_str(), gate.goal.minPrecision, best->threshold, best->recall, best->precision,
+                best->passRate);
+        else
+            std::printf("| %s: highest recall at precision >= %g | none reaches it |\n", name.c_str(),
+                        gate.goal.minPrecision);
+    std::printf("| Spearman(kv_cos, KL) | %.3f |\n", core::spearman(x.kvCos, x.kl));
+    std::printf("| Spearman(tail_kl, KL) | %.3f |\n", core::spearman(x.tailKl, x.kl));
+    std::printf("| Spearman(nll, KL) | %.3f |\n", core::spearman(x.nll, x.kl));
+    std::printf("| Spearman(attn_cos, KL) | %.3f |\n", core::spearman(x.attnCos, x.kl));
+}
+
+// The options of `kvwb compare`, in the order --help lists them.
+void addCompareOptions(QCommandLineParser &p)
+{
     p.addOption({"experiment", "Experiment file holding the converter.", "EXP.h5"});
     p.addOption({"converter", "Converter name under /converters (default 'default').", "NAME", "default"});
     p.addOption(
@@ -269,6 +594,14 @@ int cmdCompare(const QStringList &args)
                  "converted from: last (default), first or longest (docs/transfer.md).",
                  "POLICY", "last"});
     p.addOption({"json", "Print per-prompt results and the summary as JSON."});
+}
+
+} // namespace
+
+int cmdCompare(const QStringList &args)
+{
+    QCommandLineParser p;
+    addCompareOptions(p);
     addPromptFileOptions(p);
     addModelOptions(p);
     addEngineOptions(p);
@@ -324,8 +657,6 @@ int cmdCompare(const QStringList &args)
                                            "prompts of '{}': the comparison favours '{}'",
                                            overlap, texts.size(), record.name, versus->name, versus->name));
     }
-    gpu::GenerateOptions go;
-    go.maxTokens = intOption(p, "max-tokens", 32, 1);
     const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
     if (!gs)
         throw UsageError{"--gate-signal expects tail_kl, kv_cos, attn_cos or nll, got '" +
@@ -334,376 +665,61 @@ int cmdCompare(const QStringList &args)
     if (!policy)
         throw UsageError{"--align-policy expects first, last or longest, got '" +
                          str(p.value("align-policy")) + "'"};
-    const core::AlignPolicy alignPolicy = *policy;
-    gpu::CompareOptions co;
-    co.maxTokens = go.maxTokens;
-    co.gateSignal = *gs;
-    co.gateTail = intOption(p, "gate-tail", 4, 1);
-    co.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
-    const double goodKl = doubleOption(p, "good-kl", 0.1, 0.0, 1e9); // read before the run, not after it
-    const double minPrecision = doubleOption(p, "min-precision", 0.9, 0.0, 1.0);
-    const auto gateSignal = co.gateSignal;
-    const double threshold = co.gateThreshold;
-    const int tail = co.gateTail;
-    std::vector<core::ComparisonSample> samples;
+    jobs::CompareSetOptions o;
+    o.compare.maxTokens = intOption(p, "max-tokens", 32, 1);
+    o.compare.gateSignal = *gs;
+    o.compare.gateTail = intOption(p, "gate-tail", 4, 1);
+    o.compare.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
+    o.alignPolicy = *policy;
+    o.baselines = p.isSet("baselines");
+    o.versus = versus;
+    GateQualityGoal goal; // read before the run, not after it
+    goal.goodKl = doubleOption(p, "good-kl", 0.1, 0.0, 1e9);
+    goal.minPrecision = doubleOption(p, "min-precision", 0.9, 0.0, 1.0);
     const auto lo = loadOptions(p);
     auto a = loadFileModel(file, core::ModelRole::A, p, lo);
     auto b = loadFileModel(file, core::ModelRole::B, p, lo);
     const auto conv = gpu::Converter::create(record, *a, *b);
     const auto tokA = loadModelTokenizer(*a), tokB = loadModelTokenizer(*b);
     const jobs::ComparePair pair{*a, *tokA, *b, *tokB, conv, record.name};
-    // The other converters run on every prompt: --versus, then the baselines.
-    struct Other
-    {
-        std::string key; // "versus", "raw_source_kv", "random_map"
-        core::ConverterRecord record;
-        gpu::Converter converter;
-        std::vector<double> kls, top1s, rouges; // prompt by prompt
-    };
-    std::vector<Other> others;
-    if (versus)
-        others.push_back({"versus", *versus, gpu::Converter::create(*versus, *a, *b), {}, {}, {}});
-    if (p.isSet("baselines")) {
-        const auto &ca = file.model(core::ModelRole::A).config, &cb = file.model(core::ModelRole::B).config;
-        if (auto raw = gpu::rawSourceRecord(record, ca.numLayers, ca.numKvHeads * ca.headDim, cb.numLayers,
-                                            cb.numKvHeads * cb.headDim))
-            others.push_back({"raw_source_kv", *raw, gpu::Converter::create(*raw, *a, *b), {}, {}, {}});
-        else
-            warnings.push_back(fmt::format("no raw-source-KV baseline: A's KV rows are {} wide, B's {}",
-                                           ca.numKvHeads * ca.headDim, cb.numKvHeads * cb.headDim));
-        const auto random = gpu::randomMapRecord(record, 1);
-        others.push_back({"random_map", random, gpu::Converter::create(random, *a, *b), {}, {}, {}});
-    }
     const bool asJson = p.isSet("json");
     InterruptScope ctrlC;
-    json rows = json::array();
-    std::vector<double> kls, top1s, rouges, rougesA, ttftScratch, ttftTransfer, ttftCached, kvCos, tailKls,
-        nlls, gatedKl, klPassed, klFailed, klFloor, top1Floor, ttftGated, attnCos;
-    int identical = 0, passed = 0, done = 0, crossTokenizer = 0;
-    bool warmed = false;
-    for (size_t i = 0; i < texts.size() && !InterruptScope::interrupted(); ++i) {
-        gpu::TokenPairing tokens;
-        try {
-            tokens = gpu::comparablePair(texts[i], *a, *tokA, *b, *tokB, go.maxTokens, alignPolicy);
-        } catch (const core::Error &e) {
-            warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
-            continue;
-        }
-        co.warmUp = !warmed; // first-call allocations would otherwise land on prompt 0's timings
-        warmed = true;
-        const auto outcome = jobs::compareOne(pair, texts[i], tokens, co);
-        crossTokenizer += tokens.crossTokenizer() ? 1 : 0;
-        const auto &sample = outcome.sample;
-        const auto &gate = outcome.gate;
-        samples.push_back(sample);
-        for (auto &other : others) {
-            const jobs::ComparePair run{*a, *tokA, *b, *tokB, other.converter, other.record.name};
-            const auto o = jobs::compareOne(run, texts[i], tokens, co);
-            other.kls.push_back(o.sample.meanKl);
-            other.top1s.push_back(o.sample.top1);
-            other.rouges.push_back(o.sample.rougeL);
-        }
-        const double kl = sample.meanKl;
-        kls.push_back(kl);
-        klFloor.push_back(sample.klNoPrefix);
-        top1Floor.push_back(outcome.top1NoPrefix);
-        top1s.push_back(sample.top1);
-        rouges.push_back(sample.rougeL);
-        rougesA.push_back(core::rougeL(sample.a.text, sample.scratch.text));
-        ttftScratch.push_back(sample.scratch.ttftMs);
-        ttftTransfer.push_back(sample.transfer.ttftMs);
-        ttftCached.push_back(outcome.ttftCachedMs);
-        ttftGated.push_back(outcome.ttftGatedMs);
-        kvCos.push_back(gate.kvCos);
-        tailKls.push_back(gate.tailKl);
-        nlls.push_back(gate.nll);
-        attnCos.push_back(gate.attnCos);
-        (gate.passed ? klPassed : klFailed).push_back(kl);
-        gatedKl.push_back(gate.passed ? kl : 0.0);
-        identical += sample.firstDivergence < 0 ? 1 : 0;
-        passed += gate.passed ? 1 : 0;
-        ++done;
-        const json row = {
-            {"prompt", texts[i]},
-            {"prompt_tokens", tokens.idsB.size()},
-            {"prompt_tokens_a", tokens.idsA.size()},
-            {"token_alignment", tokens.crossTokenizer() ? core::alignPolicyName(tokens.policy) : "none"},
-            {"text_scratch", sample.scratch.text},
-            {"text_transfer", sample.transfer.text},
-            {"text_a", sample.a.text},
-            {"first_divergence", sample.firstDivergence},
-            {"kl", kl},
-            {"kl_max", sample.transfer.kl.empty()
-                           ? 0.0
-                           : *std::max_element(sample.transfer.kl.begin(), sample.transfer.kl.end())},
-            {"top1", sample.top1},
-            {"kl_no_prefix", sample.klNoPrefix},
-            {"top1_no_prefix", outcome.top1NoPrefix},
-            {"rouge_l", rouges.back()},
-            {"rouge_l_a", rougesA.back()},
-            {"ttft_ms_scratch", sample.scratch.ttftMs},
-            {"ttft_ms_transfer", sample.transfer.ttftMs},
-            {"ttft_ms_transfer_cached", outcome.ttftCachedMs},
-            {"ttft_ms_gated", outcome.ttftGatedMs},
-            {"prefill_ms_a", sample.sourcePrefillMs},
-            {"convert_ms", sample.convertMs},
-            {"speedup", sample.scratch.ttftMs / sample.transfer.ttftMs},
-            {"speedup_cached", sample.scratch.ttftMs / outcome.ttftCachedMs},
-            {"gate",
-             {{"signal", gpu::gateSignalName(gate.signal)},
-              {"value", gate.value},
-              {"kv_cos", gate.kvCos},
-              {"tail_kl", gate.tailKl},
-              {"nll", gate.nll},
-              {"attn_cos", gate.attnCos},
-              {"tail", gate.tail},
-              {"threshold", gate.threshold},
-              {"passed", gate.passed},
-              {"decision", gate.passed ? "transfer" : "fallback_prefill"},
-              {"ms", gate.ms}}}};
-        rows.push_back(row);
-        if (!asJson) {
-            if (texts.size() == 1)
-                std::printf("prompt: %s\n\nB scratch : %s\nB transfer: %s\nA itself  : %s\n\n",
-                            texts[i].c_str(), sample.scratch.text.c_str(), sample.transfer.text.c_str(),
-                            sample.a.text.c_str());
-            else
-                std::fprintf(stderr, "\rcompared %d/%zu prompts", done, texts.size());
-        }
-        // the gate's decision, logged for every prompt
-        const bool higherIsBetter = core::gateHigherIsBetter(gateSignal);
-        fmt::print(stderr, "{}gate: prompt {} {} {:.4f} {} {:.4f} -> {}\n",
-                   asJson || texts.size() == 1 ? "" : "\n", i, gpu::gateSignalName(gateSignal), gate.value,
-                   gate.passed ? (higherIsBetter ? ">=" : "<=") : (higherIsBetter ? "<" : ">"), threshold,
-                   gate.passed ? "use the converted cache" : "fall back to B's own prefill");
-    }
-    if (done == 0)
+    bool warm = false;
+    size_t done = 0;
+    const auto run = jobs::compareSet(
+        pair, record, texts, o, warm, [&](size_t, size_t total, const jobs::ComparedPrompt *c) {
+            if (c)
+                printComparedPrompt(*c, texts, ++done, total, o.compare, asJson);
+            return !InterruptScope::interrupted();
+        });
+    warnings.insert(warnings.end(), run.warnings.begin(), run.warnings.end());
+    if (run.prompts.empty())
         throw core::Error(core::ErrorCode::InvalidArgument, "no prompt could be compared");
     if (p.isSet("save-samples")) {
         reader.reset(); // the store opens the file for writing
+        std::vector<core::ComparisonSample> samples;
+        for (const auto &c : run.prompts)
+            samples.push_back(c.outcome.sample);
         jobs::storeComparisons(path, str(p.value("save-samples")), samples, false);
     }
-    auto mean = [](const std::vector<double> &v) {
-        return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-    };
-    auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-    };
-    // Against the baselines, with paired bootstrap 95% intervals over the prompts (null with
-    // fewer than 2 prompts or a value that is not finite).
-    const auto interval = [&](auto &&f) -> std::optional<core::Interval> {
-        if (done < 2)
-            return std::nullopt;
-        try {
-            return f();
-        } catch (const core::Error &) {
-            return std::nullopt;
-        }
-    };
-    const auto klGapClosed = interval([&] { return core::gapClosed(kls, klFloor); });
-    const auto top1Gain = interval([&] { return core::meanDifference(top1s, top1Floor); });
-    const auto rougeGain = interval([&] { return core::meanDifference(rouges, rougesA); });
-    const auto intervalJson = [](const std::optional<core::Interval> &i) {
-        return i ? json{{"estimate", jsonNumber(i->estimate)},
-                        {"lo", jsonNumber(i->lo)},
-                        {"hi", jsonNumber(i->hi)}}
-                 : json(nullptr);
-    };
-    // each other converter: its means and this converter minus it, with paired intervals
-    struct OtherSummary
-    {
-        std::optional<core::Interval> kl, top1, rouge;
-    };
-    std::vector<OtherSummary> otherSummaries;
-    json otherJson = json::object();
-    for (const auto &o : others) {
-        OtherSummary d;
-        if (o.kls.size() == size_t(done)) {
-            d.kl = interval([&] { return core::meanDifference(kls, o.kls); });
-            d.top1 = interval([&] { return core::meanDifference(top1s, o.top1s); });
-            d.rouge = interval([&] { return core::meanDifference(rouges, o.rouges); });
-        }
-        otherJson[o.key] = {{"converter", o.record.name},
-                            {"kl", o.kls.empty() ? json(nullptr) : json(mean(o.kls))},
-                            {"top1", o.top1s.empty() ? json(nullptr) : json(mean(o.top1s))},
-                            {"rouge_l", o.rouges.empty() ? json(nullptr) : json(mean(o.rouges))},
-                            {"kl_difference", intervalJson(d.kl)},
-                            {"top1_difference", intervalJson(d.top1)},
-                            {"rouge_l_difference", intervalJson(d.rouge)}};
-        otherSummaries.push_back(d);
-    }
-    const auto otherOf = [&](const char *key) {
-        return otherJson.contains(key) ? otherJson[key] : json(nullptr);
-    };
-    // the gate's signals against "KL <= good-kl": precision and recall at the threshold in use, and
-    // for every signal the threshold with the highest recall at the wanted precision
-    std::vector<bool> good;
-    for (double kl : kls)
-        good.push_back(kl <= goodKl);
-    const auto valuesOf = [&](gpu::GateSignal sig) -> const std::vector<double> * {
-        switch (sig) {
-        case gpu::GateSignal::KvCos:
-            return &kvCos;
-        case gpu::GateSignal::TailKl:
-            return &tailKls;
-        case gpu::GateSignal::Nll:
-            return &nlls;
-        case gpu::GateSignal::AttnCos:
-            return &attnCos;
-        }
-        return &tailKls;
-    };
-    std::vector<std::pair<gpu::GateSignal, const std::vector<double> *>> signals;
-    for (gpu::GateSignal sig : core::kGateSignals)
-        signals.emplace_back(sig, valuesOf(sig));
-    const auto pointJson = [](const std::optional<core::GatePoint> &g) {
-        return g ? json{{"threshold", jsonNumber(g->threshold)},
-                        {"pass_rate", jsonNumber(g->passRate)},
-                        {"precision", jsonNumber(g->precision)},
-                        {"recall", jsonNumber(g->recall)}}
-                 : json(nullptr);
-    };
-    json perSignal = json::object();
-    std::optional<core::GatePoint> atThreshold;
-    std::vector<std::pair<std::string, std::optional<core::GatePoint>>> bestPerSignal;
-    for (const auto &[sig, values] : signals) {
-        const bool higher = core::gateHigherIsBetter(sig);
-        std::vector<double> finite;
-        std::vector<bool> goodFinite;
-        for (size_t i = 0; i < values->size(); ++i)
-            if (std::isfinite((*values)[i])) {
-                finite.push_back((*values)[i]);
-                goodFinite.push_back(good[i]);
-            }
-        const auto curve = core::gateCurve(finite, goodFinite, higher);
-        const auto best = core::bestThreshold(curve, minPrecision);
-        json points = json::array();
-        for (const auto &pt : curve)
-            points.push_back(pointJson(pt));
-        if (sig == gateSignal)
-            atThreshold = core::gatePoint(finite, goodFinite, threshold, higher);
-        perSignal[gpu::gateSignalName(sig)] = {{"curve", points}, {"best", pointJson(best)}};
-        bestPerSignal.emplace_back(gpu::gateSignalName(sig), best);
-    }
-    const json gateQuality = {
-        {"good_kl", goodKl},
-        {"good_rate", double(std::count(good.begin(), good.end(), true)) / double(done)},
-        {"min_precision", minPrecision},
-        {"at_threshold", pointJson(atThreshold)},
-        {"signals", perSignal}};
-    // lower KL should go with a higher signal: report the correlations as they are
-    const json summary = {{"prompts", done},
-                          {"prompts_token_aligned", crossTokenizer},
-                          {"align_policy", core::alignPolicyName(alignPolicy)},
-                          {"versus", otherOf("versus")},
-                          {"baselines",
-                           {{"level", 0.95},
-                            {"resamples", core::BootstrapOptions{}.resamples},
-                            {"kl_gap_closed_vs_no_prefix", intervalJson(klGapClosed)},
-                            {"top1_gain_vs_no_prefix", intervalJson(top1Gain)},
-                            {"rouge_l_gain_vs_a", intervalJson(rougeGain)},
-                            {"raw_source_kv", otherOf("raw_source_kv")},
-                            {"random_map", otherOf("random_map")}}},
-                          {"kl", mean(kls)},
-                          {"top1", mean(top1s)},
-                          {"kl_no_prefix", mean(klFloor)},
-                          {"top1_no_prefix", mean(top1Floor)},
-                          {"rouge_l", mean(rouges)},
-                          {"rouge_l_a", mean(rougesA)},
-                          {"identical_outputs", double(identical) / done},
-                          {"ttft_ms_scratch", median(ttftScratch)},
-                          {"ttft_ms_transfer", median(ttftTransfer)},
-                          {"ttft_ms_transfer_cached", median(ttftCached)},
-                          {"ttft_ms_gated", median(ttftGated)},
-                          {"speedup", median(ttftScratch) / median(ttftTransfer)},
-                          {"speedup_cached", median(ttftScratch) / median(ttftCached)},
-                          {"gate",
-                           {{"signal", gpu::gateSignalName(gateSignal)},
-                            {"threshold", threshold},
-                            {"tail", tail},
-                            {"pass_rate", double(passed) / done},
-                            {"quality", gateQuality},
-                            {"kl_gated", mean(gatedKl)},
-                            {"kl_passed", klPassed.empty() ? json(nullptr) : json(mean(klPassed))},
-                            {"kl_failed", klFailed.empty() ? json(nullptr) : json(mean(klFailed))},
-                            {"spearman_kv_cos_kl", jsonNumber(core::spearman(kvCos, kls))},
-                            {"spearman_tail_kl_kl", jsonNumber(core::spearman(tailKls, kls))},
-                            {"spearman_nll_kl", jsonNumber(core::spearman(nlls, kls))},
-                            {"spearman_attn_cos_kl", jsonNumber(core::spearman(attnCos, kls))},
-                            {"pearson_kv_cos_kl", jsonNumber(core::pearson(kvCos, kls))},
-                            {"pearson_tail_kl_kl", jsonNumber(core::pearson(tailKls, kls))},
-                            {"pearson_nll_kl", jsonNumber(core::pearson(nlls, kls))},
-                            {"pearson_attn_cos_kl", jsonNumber(core::pearson(attnCos, kls))}}}};
+    const auto gate = gateQuality(run, o.compare, goal);
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (asJson) {
+        json rows = json::array();
+        for (const auto &c : run.prompts)
+            rows.push_back(comparedPromptJson(c, texts[c.index]));
         std::printf("%s\n", json{{"experiment", path.string()},
                                  {"converter", record.name},
-                                 {"max_tokens", go.maxTokens},
+                                 {"max_tokens", o.compare.maxTokens},
                                  {"device", gpu::deviceName(lo.device)},
                                  {"prompts", rows},
-                                 {"summary", summary}}
+                                 {"summary", compareSummaryJson(run, o, gate)}}
                                 .dump(2, ' ', false, json::error_handler_t::replace)
                                 .c_str());
         return 0;
     }
-    std::printf("\n%d prompts, converter '%s', %d tokens each (greedy)\n\n", done, record.name.c_str(),
-                go.maxTokens);
-    std::printf("| metric | value |\n|:--|--:|\n");
-    std::printf("| KL(scratch || transfer), nats/token | %.4f |\n", mean(kls));
-    std::printf("| top-1 agreement | %.3f |\n", mean(top1s));
-    std::printf("| floor: KL / top-1 with no prefix at all | %.4f / %.3f |\n", mean(klFloor),
-                mean(top1Floor));
-    std::printf("| ROUGE-L transfer vs scratch | %.3f |\n", mean(rouges));
-    std::printf("| ROUGE-L A vs B scratch | %.3f |\n", mean(rougesA));
-    const auto cell = [](const std::optional<core::Interval> &i) {
-        return i ? core::formatInterval(*i) : std::string("n/a (fewer than 2 prompts)");
-    };
-    std::printf("| KL gap closed vs no prefix, 1 - KL / KL(no prefix), 95%% CI over prompts | %s |\n",
-                cell(klGapClosed).c_str());
-    std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(top1Gain).c_str());
-    std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(rougeGain).c_str());
-    for (size_t k = 0; k < others.size(); ++k) {
-        const auto &o = others[k];
-        const auto &d = otherSummaries[k];
-        if (o.kls.size() != size_t(done))
-            continue;
-        const char *what = o.key == "versus"          ? ""
-                           : o.key == "raw_source_kv" ? "baseline, raw source KV: "
-                                                      : "baseline, random map: ";
-        std::printf("| %s'%s': KL / top-1 / ROUGE-L | %.4f / %.3f / %.3f |\n", what, o.record.name.c_str(),
-                    mean(o.kls), mean(o.top1s), mean(o.rouges));
-        std::printf("| KL minus '%s' (negative: this one is closer to scratch), 95%% CI | %s |\n",
-                    o.record.name.c_str(), (d.kl ? core::formatInterval(*d.kl, 4) : cell(d.kl)).c_str());
-        std::printf("| top-1 minus '%s', 95%% CI | %s |\n", o.record.name.c_str(), cell(d.top1).c_str());
-        std::printf("| ROUGE-L minus '%s', 95%% CI | %s |\n", o.record.name.c_str(), cell(d.rouge).c_str());
-    }
-    std::printf("| identical outputs | %.3f |\n", double(identical) / done);
-    std::printf("| TTFT scratch (median ms) | %.2f |\n", median(ttftScratch));
-    std::printf("| TTFT transfer, A prefill + convert (ms) | %.2f |\n", median(ttftTransfer));
-    std::printf("| TTFT transfer, A's KV cached (ms) | %.2f |\n", median(ttftCached));
-    std::printf("| TTFT with the gate: A prefill + gate + transfer or fallback (ms) | %.2f |\n",
-                median(ttftGated));
-    std::printf("| gate (%s, threshold %g) pass rate | %.3f |\n", gpu::gateSignalName(gateSignal), threshold,
-                double(passed) / done);
-    std::printf("| mean KL of passed / failed prompts | %.4f / %.4f |\n",
-                klPassed.empty() ? NAN : mean(klPassed), klFailed.empty() ? NAN : mean(klFailed));
-    std::printf("| gate precision / recall at its threshold (good: KL <= %g) | %.3f / %.3f |\n", goodKl,
-                atThreshold ? atThreshold->precision : NAN, atThreshold ? atThreshold->recall : NAN);
-    for (const auto &[name, best] : bestPerSignal)
-        if (best)
-            std::printf(
-                "| %s: highest recall at precision >= %g | threshold %.4g: recall %.3f, precision %.3f, "
-                "pass rate %.3f |\n",
-                name.c_str(), minPrecision, best->threshold, best->recall, best->precision, best->passRate);
-        else
-            std::printf("| %s: highest recall at precision >= %g | none reaches it |\n", name.c_str(),
-                        minPrecision);
-    std::printf("| Spearman(kv_cos, KL) | %.3f |\n", core::spearman(kvCos, kls));
-    std::printf("| Spearman(tail_kl, KL) | %.3f |\n", core::spearman(tailKls, kls));
-    std::printf("| Spearman(nll, KL) | %.3f |\n", core::spearman(nlls, kls));
-    std::printf("| Spearman(attn_cos, KL) | %.3f |\n", core::spearman(attnCos, kls));
+    printCompareSummary(run, record.name, o.compare, gate);
     return 0;
 }
 

@@ -453,79 +453,23 @@ void EngineWorker::compareSet(quint64 job, const ui::CompareSetRequest &request,
             throw core::Error(core::ErrorCode::InvalidArgument,
                               fmt::format("'{}' has no held-out prompts to compare", record.name));
         out->requested = int(texts.size());
-        // the baselines of `kvwb compare --baselines`, built from the loaded pair's geometry
-        struct Other
-        {
-            ui::CompareSetBaseline shown;
-            gpu::Converter converter;
-            std::vector<double> kl, top1, rouge;
-        };
-        std::vector<Other> others;
-        const auto addOther = [&](const char *key, const core::ConverterRecord &rec) {
-            Other o;
-            o.shown.key = key;
-            o.shown.converter = QString::fromStdString(rec.name);
-            o.converter = gpu::Converter::create(rec, *m_a, *m_b);
-            others.push_back(std::move(o));
-        };
-        if (request.baselines) {
-            const auto &ca = m_a->config(), &cb = m_b->config();
-            if (auto raw = gpu::rawSourceRecord(record, ca.numLayers, ca.numKvHeads * ca.headDim,
-                                                cb.numLayers, cb.numKvHeads * cb.headDim))
-                addOther("raw_source_kv", *raw);
-            else
-                warnings.push_back(fmt::format("no raw-source-KV baseline: A's KV rows are {} wide, B's {}",
-                                               ca.numKvHeads * ca.headDim, cb.numKvHeads * cb.headDim));
-            addOther("random_map", gpu::randomMapRecord(record, 1));
-        }
-        gpu::CompareOptions co;
-        co.maxTokens = request.maxTokens;
-        co.gateSignal = request.gateSignal;
-        co.gateThreshold = request.gateThreshold;
-        co.gateTail = request.gateTail;
-        co.cancel = cancel.get();
+        jobs::CompareSetOptions o;
+        o.compare.maxTokens = request.maxTokens;
+        o.compare.gateSignal = request.gateSignal;
+        o.compare.gateThreshold = request.gateThreshold;
+        o.compare.gateTail = request.gateTail;
+        o.compare.cancel = cancel.get();
+        o.baselines = request.baselines;
         const jobs::ComparePair pair{*m_a, *m_tokA, *m_b, *m_tokB, conv, record.name};
-        std::vector<double> kl, top1, rouge, klFloor, top1Floor, rougeA;
-        for (size_t i = 0; i < texts.size() && !out->cancelled; ++i) {
-            Q_EMIT progress(job, 0.05 + 0.9 * double(i) / double(texts.size()),
-                            QString("prompt %1 of %2").arg(i + 1).arg(texts.size()));
-            gpu::TokenPairing ids; // the prompt in both tokenisations (aligned when they differ)
-            try {
-                ids = gpu::comparablePair(texts[i], *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
-            } catch (const core::Error &e) {
-                warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
-                continue;
-            }
-            co.warmUp = !m_compareWarm; // the first comparison after a load would time allocations
-            const auto outcome = jobs::compareOne(pair, texts[i], ids, co);
-            if (outcome.cancelled)
-                break;
-            m_compareWarm = true;
-            std::vector<gpu::CompareOutcome> runs;
-            for (auto &o : others) {
-                const jobs::ComparePair run{*m_a,    *m_tokA,     *m_b,
-                                            *m_tokB, o.converter, o.shown.converter.toStdString()};
-                runs.push_back(jobs::compareOne(run, texts[i], ids, co));
-                if (runs.back().cancelled)
-                    break;
-            }
-            if (cancel->load()) // a prompt counts only with every converter's measurement
-                break;
-            const auto &sample = outcome.sample;
-            kl.push_back(sample.meanKl);
-            top1.push_back(sample.top1);
-            rouge.push_back(sample.rougeL);
-            klFloor.push_back(sample.klNoPrefix);
-            top1Floor.push_back(outcome.top1NoPrefix);
-            rougeA.push_back(core::rougeL(sample.a.text, sample.scratch.text));
-            for (size_t k = 0; k < others.size(); ++k) {
-                others[k].kl.push_back(runs[k].sample.meanKl);
-                others[k].top1.push_back(runs[k].sample.top1);
-                others[k].rouge.push_back(runs[k].sample.rougeL);
-            }
-        }
-        out->cancelled = cancel->load();
-        out->prompts = int(kl.size());
+        const auto run =
+            jobs::compareSet(pair, record, texts, o, m_compareWarm, [&](size_t i, size_t n, auto *) {
+                Q_EMIT progress(job, 0.05 + 0.9 * double(i) / double(n),
+                                QString("prompt %1 of %2").arg(i + 1).arg(n));
+                return !cancel->load();
+            });
+        warnings.insert(warnings.end(), run.warnings.begin(), run.warnings.end());
+        out->cancelled = run.cancelled;
+        out->prompts = int(run.prompts.size());
         if (out->prompts == 0) {
             if (out->cancelled) {
                 Q_EMIT cancelled(job);
@@ -535,37 +479,20 @@ void EngineWorker::compareSet(quint64 job, const ui::CompareSetRequest &request,
                               "no prompt could be compared" +
                                   (warnings.empty() ? std::string() : ": " + warnings.front()));
         }
-        const auto mean = [](const std::vector<double> &v) {
-            return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-        };
-        // paired bootstrap 95% intervals over the prompts, as `kvwb compare` gives them
-        const auto interval = [&](auto &&f) -> std::optional<core::Interval> {
-            if (out->prompts < 2)
-                return std::nullopt;
-            try {
-                return f();
-            } catch (const core::Error &) {
-                return std::nullopt;
-            }
-        };
-        out->kl = mean(kl);
-        out->top1 = mean(top1);
-        out->rougeL = mean(rouge);
-        out->klNoPrefix = mean(klFloor);
-        out->top1NoPrefix = mean(top1Floor);
-        out->rougeLA = mean(rougeA);
-        out->klGapClosed = interval([&] { return core::gapClosed(kl, klFloor); });
-        out->top1Gain = interval([&] { return core::meanDifference(top1, top1Floor); });
-        out->rougeLGainVsA = interval([&] { return core::meanDifference(rouge, rougeA); });
-        for (auto &o : others) {
-            o.shown.kl = mean(o.kl);
-            o.shown.top1 = mean(o.top1);
-            o.shown.rougeL = mean(o.rouge);
-            o.shown.klDifference = interval([&] { return core::meanDifference(kl, o.kl); });
-            o.shown.top1Difference = interval([&] { return core::meanDifference(top1, o.top1); });
-            o.shown.rougeLDifference = interval([&] { return core::meanDifference(rouge, o.rouge); });
-            out->baselines.push_back(o.shown);
-        }
+        const auto s = jobs::summarizeCompareSet(run);
+        out->kl = s.kl;
+        out->top1 = s.top1;
+        out->rougeL = s.rougeL;
+        out->klNoPrefix = s.klNoPrefix;
+        out->top1NoPrefix = s.top1NoPrefix;
+        out->rougeLA = s.rougeLA;
+        out->klGapClosed = s.klGapClosed;
+        out->top1Gain = s.top1Gain;
+        out->rougeLGainVsA = s.rougeLGainVsA;
+        for (const auto &d : s.others)
+            out->baselines.push_back({QString::fromStdString(d.key), QString::fromStdString(d.converter),
+                                      d.kl, d.top1, d.rougeL, d.klDifference, d.top1Difference,
+                                      d.rougeLDifference});
         out->warnings = qStrings(warnings);
         Q_EMIT comparedSet(job, out);
     });

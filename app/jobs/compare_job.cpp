@@ -1,12 +1,16 @@
 #include "app/jobs/compare_job.h"
 
 #include "app/jobs/job_inputs.h"
+#include "core/metrics/text_metrics.h"
+#include "core/util/error.h"
 #include "core/util/system_memory.h"
 #include "core/util/text_util.h"
+#include "gpu/align/alignment.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace kvwb::app::jobs {
 
@@ -41,6 +45,131 @@ void storeComparisons(const std::filesystem::path &experiment, const std::string
     }
     list.insert(list.end(), samples.begin(), samples.end());
     core::saveComparisons(experiment, name, list);
+}
+
+CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &record,
+                         const std::vector<std::string> &texts, const CompareSetOptions &options, bool &warm,
+                         const CompareSetProgress &progress)
+{
+    CompareSetRun run;
+    struct Other
+    {
+        gpu::Converter converter;
+        std::string name;
+    };
+    std::vector<Other> converters;
+    const auto addOther = [&](const char *key, const core::ConverterRecord &rec) {
+        run.others.push_back({key, rec, {}, {}, {}});
+        converters.push_back({gpu::Converter::create(rec, pair.a, pair.b), rec.name});
+    };
+    if (options.versus)
+        addOther("versus", *options.versus);
+    if (options.baselines) {
+        const auto &ca = pair.a.config(), &cb = pair.b.config();
+        if (auto raw = gpu::rawSourceRecord(record, ca.numLayers, ca.numKvHeads * ca.headDim, cb.numLayers,
+                                            cb.numKvHeads * cb.headDim))
+            addOther("raw_source_kv", *raw);
+        else
+            run.warnings.push_back(fmt::format("no raw-source-KV baseline: A's KV rows are {} wide, B's {}",
+                                               ca.numKvHeads * ca.headDim, cb.numKvHeads * cb.headDim));
+        addOther("random_map", gpu::randomMapRecord(record, 1));
+    }
+    gpu::CompareOptions co = options.compare;
+    for (size_t i = 0; i < texts.size(); ++i) {
+        if (progress && !progress(i, texts.size(), nullptr)) {
+            run.cancelled = true;
+            break;
+        }
+        ComparedPrompt c;
+        c.index = i;
+        try {
+            c.tokens = gpu::comparablePair(texts[i], pair.a, pair.tokenizerA, pair.b, pair.tokenizerB,
+                                           co.maxTokens, options.alignPolicy);
+        } catch (const core::Error &e) {
+            run.warnings.push_back(fmt::format("prompt {} skipped: {}", i, e.what()));
+            continue;
+        }
+        co.warmUp = !warm;
+        c.outcome = compareOne(pair, texts[i], c.tokens, co);
+        if (c.outcome.cancelled) {
+            run.cancelled = true;
+            break;
+        }
+        warm = true;
+        std::vector<gpu::CompareOutcome> others;
+        for (const auto &o : converters) {
+            const ComparePair other{pair.a, pair.tokenizerA, pair.b, pair.tokenizerB, o.converter, o.name};
+            others.push_back(compareOne(other, texts[i], c.tokens, co));
+            if (others.back().cancelled)
+                break;
+        }
+        if (others.size() < converters.size() || (!others.empty() && others.back().cancelled)) {
+            run.cancelled = true; // a prompt counts only with every converter's measurement
+            break;
+        }
+        for (size_t k = 0; k < others.size(); ++k) {
+            run.others[k].kl.push_back(others[k].sample.meanKl);
+            run.others[k].top1.push_back(others[k].sample.top1);
+            run.others[k].rougeL.push_back(others[k].sample.rougeL);
+        }
+        const auto &sample = c.outcome.sample;
+        c.rougeLA = core::rougeL(sample.a.text, sample.scratch.text);
+        run.prompts.push_back(std::move(c));
+        if (progress && !progress(i, texts.size(), &run.prompts.back())) {
+            run.cancelled = i + 1 < texts.size();
+            break;
+        }
+    }
+    return run;
+}
+
+CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
+{
+    CompareSetSummary s;
+    s.prompts = int(run.prompts.size());
+    std::vector<double> kl, top1, rouge, klFloor, top1Floor, rougeA;
+    for (const auto &c : run.prompts) {
+        kl.push_back(c.outcome.sample.meanKl);
+        top1.push_back(c.outcome.sample.top1);
+        rouge.push_back(c.outcome.sample.rougeL);
+        klFloor.push_back(c.outcome.sample.klNoPrefix);
+        top1Floor.push_back(c.outcome.top1NoPrefix);
+        rougeA.push_back(c.rougeLA);
+    }
+    const auto mean = [](const std::vector<double> &v) {
+        return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    };
+    const auto interval = [&](auto &&f) -> std::optional<core::Interval> {
+        if (s.prompts < 2)
+            return std::nullopt;
+        try {
+            return f();
+        } catch (const core::Error &) {
+            return std::nullopt;
+        }
+    };
+    s.kl = mean(kl);
+    s.top1 = mean(top1);
+    s.rougeL = mean(rouge);
+    s.klNoPrefix = mean(klFloor);
+    s.top1NoPrefix = mean(top1Floor);
+    s.rougeLA = mean(rougeA);
+    s.klGapClosed = interval([&] { return core::gapClosed(kl, klFloor); });
+    s.top1Gain = interval([&] { return core::meanDifference(top1, top1Floor); });
+    s.rougeLGainVsA = interval([&] { return core::meanDifference(rouge, rougeA); });
+    for (const auto &o : run.others) {
+        CompareOtherSummary d;
+        d.key = o.key;
+        d.converter = o.record.name;
+        d.kl = mean(o.kl);
+        d.top1 = mean(o.top1);
+        d.rougeL = mean(o.rougeL);
+        d.klDifference = interval([&] { return core::meanDifference(kl, o.kl); });
+        d.top1Difference = interval([&] { return core::meanDifference(top1, o.top1); });
+        d.rougeLDifference = interval([&] { return core::meanDifference(rouge, o.rougeL); });
+        s.others.push_back(std::move(d));
+    }
+    return s;
 }
 
 } // namespace kvwb::app::jobs

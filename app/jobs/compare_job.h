@@ -1,7 +1,8 @@
 // Compare job set-up shared by `kvwb compare` and the window's Compare panel (engine thread): one
 // prompt answered by A, by B from scratch and by B from A's converted cache (gpu/transfer/compare.h),
 // the sample labelled with its prompt, converter and time, and samples stored in the experiment
-// file's /comparisons/<name>.
+// file's /comparisons/<name>; a prompt set compared with the other converters (--versus, the
+// baselines) on every prompt and summarised with paired bootstrap intervals, once for both.
 //
 // Threading: the engine thread (or a subcommand's main thread), which owns the models.
 #pragma once
@@ -13,7 +14,12 @@
 #include "gpu/transfer/cross_tokenizer.h"
 #include "gpu/transfer/transfer.h"
 
+#include "core/metrics/bootstrap.h"
+#include "core/store/converter_store.h"
+
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,5 +46,68 @@ gpu::CompareOutcome compareOne(const ComparePair &pair, const std::string &promp
 // their place.
 void storeComparisons(const std::filesystem::path &experiment, const std::string &name,
                       const std::vector<core::ComparisonSample> &samples, bool append);
+
+// One compared prompt of a set.
+struct ComparedPrompt
+{
+    size_t index = 0; // in the set's texts
+    gpu::TokenPairing tokens;
+    gpu::CompareOutcome outcome; // its sample labelled (compareOne)
+    double rougeLA = 0;          // ROUGE-L of A's answer against B's from scratch
+};
+
+// Another converter run on the same prompts: "versus" (a second fitted converter), "raw_source_kv"
+// or "random_map" (the baselines), with its measurement per compared prompt.
+struct CompareOther
+{
+    std::string key;
+    core::ConverterRecord record;
+    std::vector<double> kl, top1, rougeL; // [compared prompt]
+};
+
+struct CompareSetOptions
+{
+    gpu::CompareOptions compare; // max tokens, gate; its cancel stops inside a prompt
+    core::AlignPolicy alignPolicy = core::kDefaultAlignPolicy;
+    bool baselines = false;                      // the raw source KV (when widths match) and a random map
+    std::optional<core::ConverterRecord> versus; // a second converter on the same prompts
+};
+
+struct CompareSetRun
+{
+    std::vector<ComparedPrompt> prompts; // compared: with every converter's measurement
+    std::vector<CompareOther> others;    // versus first, then the baselines
+    std::vector<std::string> warnings;   // prompts skipped, a baseline that cannot be built
+    bool cancelled = false;
+};
+
+// Before each prompt (index, total) and after each compared one (its result, else null): false
+// stops the set after the prompt in hand.
+using CompareSetProgress = std::function<bool(size_t index, size_t total, const ComparedPrompt *compared)>;
+
+// Every text through `pair` (record: its converter's record, for the baselines' shapes) and the
+// others; a prompt that cannot be compared (too short, too long) is skipped with a warning. `warm`:
+// whether a comparison already ran in this process (the first one warms up first, so allocations do
+// not land on its timings); set on return.
+CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &record,
+                         const std::vector<std::string> &texts, const CompareSetOptions &options, bool &warm,
+                         const CompareSetProgress &progress = {});
+
+// Means over the compared prompts and paired bootstrap 95% intervals (null with fewer than 2
+// prompts or a value that is not finite).
+struct CompareOtherSummary
+{
+    std::string key, converter;
+    double kl = 0, top1 = 0, rougeL = 0;
+    std::optional<core::Interval> klDifference, top1Difference, rougeLDifference; // this minus the other
+};
+struct CompareSetSummary
+{
+    int prompts = 0;
+    double kl = 0, top1 = 0, rougeL = 0, klNoPrefix = 0, top1NoPrefix = 0, rougeLA = 0;
+    std::optional<core::Interval> klGapClosed, top1Gain, rougeLGainVsA;
+    std::vector<CompareOtherSummary> others;
+};
+CompareSetSummary summarizeCompareSet(const CompareSetRun &run);
 
 } // namespace kvwb::app::jobs
