@@ -164,9 +164,9 @@ ReplayFlag choice(const char *name, const char *valueName, const char *help, T S
     return f;
 }
 
-std::vector<ReplayFlag> makeFlags()
+// What is replayed, on which models, with which converter; the tier stack.
+void inputRows(std::vector<ReplayFlag> &t)
 {
-    std::vector<ReplayFlag> t;
     t.push_back(text("workload", "W.jsonl", "Workload JSONL (kvwb workload wordnet|sharegpt|quora).",
                      &S::workload, Scope::Input));
     t.push_back(text("model-a", "PATH", "Model a of the workload (default: the experiment's model A).",
@@ -216,6 +216,11 @@ std::vector<ReplayFlag> makeFlags()
         };
         t.push_back(std::move(f));
     }
+}
+
+// The semantic tier: threshold, embedder, per-entry bounds, what it embeds.
+void semanticRows(std::vector<ReplayFlag> &t)
+{
     t.push_back(real("threshold", "T", "Semantic cosine threshold (default 0.8).", &S::threshold, -1.0, 1.0));
     {
         ReplayFlag f = text(
@@ -269,6 +274,11 @@ std::vector<ReplayFlag> makeFlags()
                      "An embedding model's input prefix, put before every text it embeds (e5: \"query: \"; "
                      "bge's query instruction).",
                      &S::embedderPrefix));
+}
+
+// The KV tiers: prefix blocks, cross-model matching, the knowledge tier.
+void kvRows(std::vector<ReplayFlag> &t)
+{
     t.push_back(integer<int>("block", "N", "Prefix-tree block size in tokens (default 16).", &S::prefixBlock,
                              1, kMaxPrefixBlock));
     t.push_back(integer<int>("min-cross-tokens", "N",
@@ -318,6 +328,11 @@ std::vector<ReplayFlag> makeFlags()
         f.scope = Scope::Run;
         t.push_back(std::move(f));
     }
+}
+
+// What the tiers may hold and how they evict.
+void limitRows(std::vector<ReplayFlag> &t)
+{
     t.push_back(
         text("save-knowledge", "OUT.h5",
              "After the replay, write the shared graph (reuse counts, recomputed modules) to this file.",
@@ -335,6 +350,11 @@ std::vector<ReplayFlag> makeFlags()
     t.push_back(count("ttl-ms", "MS", "Entries older than this (workload time) never hit.", &S::ttlMs));
     t.push_back(toggle("share-tenants", "One cache scope for all tenants (default: isolated per tenant).",
                        &S::shareTenants, true, "share_tenants"));
+}
+
+// The cross tier's gate, the clock, request limits, shadow runs and prices.
+void gateRows(std::vector<ReplayFlag> &t)
+{
     {
         // Sets the signal's own default threshold; --gate-threshold, read after it, overrides it.
         ReplayFlag f = choice(
@@ -372,6 +392,11 @@ std::vector<ReplayFlag> makeFlags()
                      "FILE#ID): cached input, cache writes and storage as the provider bills them "
                      "(docs/replay.md, \"Prices\"). Not with --price-in/--price-out.",
                      &S::prices));
+}
+
+// The shared store and where results go.
+void storeRows(std::vector<ReplayFlag> &t)
+{
     {
         ReplayFlag f =
             text("store", "URL",
@@ -414,6 +439,17 @@ std::vector<ReplayFlag> makeFlags()
              &S::outputs, Scope::Run));
     t.push_back(text("save-ledger", "NAME", "Store the ledger in the experiment file as /ledgers/NAME.",
                      &S::ledgerName, Scope::Run));
+}
+
+std::vector<ReplayFlag> makeFlags()
+{
+    std::vector<ReplayFlag> t;
+    inputRows(t);
+    semanticRows(t);
+    kvRows(t);
+    limitRows(t);
+    gateRows(t);
+    storeRows(t);
     return t;
 }
 
