@@ -1,6 +1,7 @@
 #include "app/cli/cli_replay.h"
 
 #include "app/cli/cli_fleet.h"
+#include "app/cli/cli_settings.h"
 #include "app/cli/engine_options.h"
 #include "app/jobs/replay_job.h"
 #include "core/cache/prefix_tree.h"
@@ -61,18 +62,8 @@ json tierStoresJson(const std::map<core::TierKind, core::StoreStats> &stats)
 // always listed them: the fleet's after the store's, --force after --ledger, --json last.
 void addReplayOptions(QCommandLineParser &p)
 {
-    using namespace std::string_view_literals;
-    const core::ReplaySettings defaults;
-    for (const auto &f : core::replayFlags()) {
-        QCommandLineOption option(QString::fromUtf8(f.name), QString::fromUtf8(f.help),
-                                  QString::fromUtf8(f.valueName));
-        if (f.kind == core::ReplayFlag::Kind::Value) // what p.value() gives when the flag is not set
-            option.setDefaultValue(QString::fromStdString(f.get(defaults).at(0)));
-        else if (f.kind == core::ReplayFlag::Kind::List)
-            option.setDefaultValue(
-                QString::fromStdString(fmt::format("{}", fmt::join(f.get(defaults), ","))));
-        p.addOption(option);
-        if (f.name == "store-kv-dtype"sv) {
+    addSettingOptions<core::ReplaySettings>(p, core::replayFlags(), [&](const std::string &name) {
+        if (name == "store-kv-dtype") {
             // A fleet worker's completed rows, one CSV line each as it completes (the coordinator
             // reads them when the worker dies); set by the coordinator, not by users.
             QCommandLineOption rowLog("row-log", "Fleet worker: append each completed ledger row here.",
@@ -89,35 +80,11 @@ void addReplayOptions(QCommandLineParser &p)
             p.addOption({"route-drain",
                          "least-loaded routing: work units a worker drains per second (default 2000).",
                          "UNITS", "2000"});
-        } else if (f.name == "ledger"sv) {
+        } else if (name == "ledger") {
             addForceOption(p);
         }
-    }
+    });
     p.addOption({"json", "Print the summary as JSON."});
-}
-
-// The settings the flags give: each flag set read by its row, in the table's order (a signal's
-// default threshold before --gate-threshold); the rules between them (core::checkReplaySettings).
-core::ReplaySettings replaySettings(const QCommandLineParser &p)
-{
-    core::ReplaySettings s;
-    for (const auto &f : core::replayFlags()) {
-        const QString name = QString::fromUtf8(f.name);
-        if (!p.isSet(name))
-            continue;
-        try {
-            if (f.kind == core::ReplayFlag::Kind::Switch)
-                f.set(s, "");
-            else if (f.kind == core::ReplayFlag::Kind::Repeated)
-                for (const QString &v : p.values(name))
-                    f.set(s, str(v));
-            else
-                f.set(s, str(p.value(name)));
-        } catch (const core::Error &e) {
-            throw UsageError{"--" + std::string(f.name) + " " + e.what()};
-        }
-    }
-    return s;
 }
 
 // Model a and b: the flags, else the experiment's recorded paths.
@@ -269,7 +236,7 @@ int cmdReplay(const QStringList &args)
         becomeFleetWorker();
     if (!p.isSet("workload"))
         throw UsageError{"--workload is required"};
-    core::ReplaySettings settings = replaySettings(p);
+    core::ReplaySettings settings = settingsFromFlags(p, core::replayFlags());
     jobs::replayOptions(settings); // an unknown price preset is refused before anything is read or loaded
     if (p.isSet("workers")) {
         if (p.isSet("outputs"))

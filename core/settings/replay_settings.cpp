@@ -2,6 +2,7 @@
 
 #include "core/cache/prefix_tree.h"
 #include "core/cache/store_payload.h"
+#include "core/settings/setting_rows_p.h"
 #include "core/util/error.h"
 #include "core/util/store_url.h"
 
@@ -16,153 +17,10 @@
 
 namespace kvwb::core {
 
-using json = nlohmann::json;
-using Scope = ReplayFlag::Scope;
-using Kind = ReplayFlag::Kind;
-
 namespace {
 
-[[noreturn]] void bad(const std::string &what)
-{
-    throw Error(ErrorCode::InvalidArgument, what);
-}
-
-template <typename Int> std::optional<Int> parseInteger(const std::string &text)
-{
-    Int v{};
-    const char *end = text.data() + text.size();
-    const auto [at, ec] = std::from_chars(text.data(), end, v);
-    if (ec != std::errc() || at != end || text.empty())
-        return std::nullopt;
-    return v;
-}
-
-std::optional<double> parseReal(const std::string &text)
-{
-    double v = 0;
-    const char *begin = text.data(), *end = text.data() + text.size();
-    if (begin != end && *begin == '+')
-        ++begin;
-    const auto [at, ec] = std::from_chars(begin, end, v);
-    if (ec != std::errc() || at != end || begin == end)
-        return std::nullopt;
-    return v;
-}
-
-// The shortest text that reads back as the same double.
-std::string realText(double v)
-{
-    return fmt::format("{}", v);
-}
-
-// Integers in [lo, hi]; the message says ">= lo" when there is no upper bound.
-template <typename Int> Int readInteger(const std::string &text, Int lo, Int hi)
-{
-    const auto v = parseInteger<Int>(text);
-    if (!v || *v < lo || *v > hi) {
-        if (hi == std::numeric_limits<Int>::max())
-            bad(fmt::format("expects an integer >= {}, got '{}'", lo, text));
-        bad(fmt::format("expects an integer in [{}, {}], got '{}'", lo, hi, text));
-    }
-    return *v;
-}
-
-double readReal(const std::string &text, double lo, double hi)
-{
-    const auto v = parseReal(text);
-    if (!v || !(*v >= lo && *v <= hi)) // NaN is in no range
-        bad(fmt::format("expects a number in [{}, {}], got '{}'", lo, hi, text));
-    return *v;
-}
-
 using S = ReplaySettings;
-
-ReplayFlag row(const char *name, const char *valueName, const char *help, Scope scope, Kind kind,
-               ReplayFlag::Json json = ReplayFlag::Json::String)
-{
-    ReplayFlag f;
-    f.name = name;
-    f.valueName = valueName;
-    f.help = help;
-    f.scope = scope;
-    f.kind = kind;
-    f.json = json;
-    return f;
-}
-
-ReplayFlag text(const char *name, const char *valueName, const char *help, std::string S::*field,
-                Scope scope = Scope::Setting)
-{
-    ReplayFlag f = row(name, valueName, help, scope, Kind::Value);
-    f.set = [field](S &s, const std::string &v) { s.*field = v; };
-    f.get = [field](const S &s) { return std::vector<std::string>{s.*field}; };
-    return f;
-}
-
-template <typename Int>
-ReplayFlag integer(const char *name, const char *valueName, const char *help, Int S::*field, Int lo,
-                   Int hi = std::numeric_limits<Int>::max())
-{
-    ReplayFlag f = row(name, valueName, help, Scope::Setting, Kind::Value, ReplayFlag::Json::Integer);
-    f.set = [field, lo, hi](S &s, const std::string &v) { s.*field = readInteger<Int>(v, lo, hi); };
-    f.get = [field](const S &s) { return std::vector<std::string>{std::to_string(s.*field)}; };
-    return f;
-}
-
-// A non-negative count where 0 means none or unlimited.
-ReplayFlag count(const char *name, const char *valueName, const char *help, int64_t S::*field)
-{
-    ReplayFlag f = integer<int64_t>(name, valueName, help, field, 0);
-    f.set = [field](S &s, const std::string &v) {
-        const auto n = parseInteger<int64_t>(v);
-        if (!n || *n < 0)
-            bad("expects a non-negative integer, got '" + v + "'");
-        s.*field = *n;
-    };
-    return f;
-}
-
-ReplayFlag real(const char *name, const char *valueName, const char *help, double S::*field, double lo,
-                double hi)
-{
-    ReplayFlag f = row(name, valueName, help, Scope::Setting, Kind::Value, ReplayFlag::Json::Real);
-    f.set = [field, lo, hi](S &s, const std::string &v) { s.*field = readReal(v, lo, hi); };
-    f.get = [field](const S &s) { return std::vector<std::string>{realText(s.*field)}; };
-    return f;
-}
-
-ReplayFlag toggle(const char *name, const char *help, bool S::*field, bool whenSet, const char *jsonKey,
-                  Scope scope = Scope::Setting)
-{
-    ReplayFlag f = row(name, "", help, scope, Kind::Switch);
-    f.jsonKey = jsonKey;
-    f.set = [field, whenSet](S &s, const std::string &v) {
-        if (v.empty())
-            s.*field = whenSet;
-        else if (v == "true" || v == "false")
-            s.*field = v == "true";
-        else
-            bad("expects true or false, got '" + v + "'");
-    };
-    f.get = [field](const S &s) { return std::vector<std::string>{s.*field ? "true" : "false"}; };
-    return f;
-}
-
-// One of a set of names, read by `parse` and written by `name`.
-template <typename T, typename Parse, typename Name>
-ReplayFlag choice(const char *name, const char *valueName, const char *help, T S::*field, Parse parse,
-                  Name nameOf, const char *expected)
-{
-    ReplayFlag f = row(name, valueName, help, Scope::Setting, Kind::Value);
-    f.set = [field, parse, expected](S &s, const std::string &v) {
-        const auto t = parse(v);
-        if (!t)
-            bad(std::string("expects ") + expected + ", got '" + v + "'");
-        s.*field = *t;
-    };
-    f.get = [field, nameOf](const S &s) { return std::vector<std::string>{nameOf(s.*field)}; };
-    return f;
-}
+using namespace settings_detail;
 
 // What is replayed, on which models, with which converter; the tier stack.
 void inputRows(std::vector<ReplayFlag> &t)
@@ -180,10 +38,10 @@ void inputRows(std::vector<ReplayFlag> &t)
                      &S::converter, Scope::Input));
     {
         ReplayFlag f =
-            row("tiers", "LIST",
-                "Cache tiers in lookup order: exact, semantic, prefix, cross, knowledge, or 'none' "
-                "(default exact,semantic,prefix).",
-                Scope::Setting, Kind::List);
+            row<S>("tiers", "LIST",
+                   "Cache tiers in lookup order: exact, semantic, prefix, cross, knowledge, or 'none' "
+                   "(default exact,semantic,prefix).",
+                   Scope::Setting, Kind::List);
         f.set = [](S &s, const std::string &v) {
             std::vector<TierKind> tiers;
             if (v != "none") {
@@ -256,10 +114,10 @@ void semanticRows(std::vector<ReplayFlag> &t)
                      &S::boundConfidence, 0.5, 0.999));
     {
         ReplayFlag f =
-            row("embed", "WHAT",
-                "What the semantic tier embeds: question (default: the request's question, else its "
-                "prompt) or prompt (the whole prompt, system prompt included).",
-                Scope::Setting, Kind::Value);
+            row<S>("embed", "WHAT",
+                   "What the semantic tier embeds: question (default: the request's question, else its "
+                   "prompt) or prompt (the whole prompt, system prompt included).",
+                   Scope::Setting, Kind::Value);
         f.set = [](S &s, const std::string &v) {
             if (v != "question" && v != "prompt")
                 bad("expects question or prompt, got '" + v + "'");
@@ -268,8 +126,8 @@ void semanticRows(std::vector<ReplayFlag> &t)
         f.get = [](const S &s) { return std::vector<std::string>{s.embedQuestion ? "question" : "prompt"}; };
         t.push_back(std::move(f));
     }
-    t.push_back(integer<int>("embedder-layer", "N", "Model embedder layer (default: the middle one).",
-                             &S::embedderLayer, -1));
+    t.push_back(integer<S, int>("embedder-layer", "N", "Model embedder layer (default: the middle one).",
+                                &S::embedderLayer, -1));
     t.push_back(text("embedder-prefix", "TEXT",
                      "An embedding model's input prefix, put before every text it embeds (e5: \"query: \"; "
                      "bge's query instruction).",
@@ -279,11 +137,11 @@ void semanticRows(std::vector<ReplayFlag> &t)
 // The KV tiers: prefix blocks, cross-model matching, the knowledge tier.
 void kvRows(std::vector<ReplayFlag> &t)
 {
-    t.push_back(integer<int>("block", "N", "Prefix-tree block size in tokens (default 16).", &S::prefixBlock,
-                             1, kMaxPrefixBlock));
-    t.push_back(integer<int>("min-cross-tokens", "N",
-                             "Cross-model reuse needs this many matched tokens (default 16).",
-                             &S::minCrossTokens, 1));
+    t.push_back(integer<S, int>("block", "N", "Prefix-tree block size in tokens (default 16).",
+                                &S::prefixBlock, 1, kMaxPrefixBlock));
+    t.push_back(integer<S, int>("min-cross-tokens", "N",
+                                "Cross-model reuse needs this many matched tokens (default 16).",
+                                &S::minCrossTokens, 1));
     t.push_back(choice(
         "align-policy", "POLICY",
         "Cross tier, models that tokenise differently: which overlapping A token each B token's row is "
@@ -292,10 +150,10 @@ void kvRows(std::vector<ReplayFlag> &t)
         "first, last or longest"));
     {
         ReplayFlag f =
-            row("knowledge", "SPEC",
-                "Knowledge tier: a graph from kvwb knowledge build, shared by every tenant (GRAPH.h5) "
-                "or one tenant's (TENANT=GRAPH.h5); repeatable.",
-                Scope::Input, Kind::Repeated);
+            row<S>("knowledge", "SPEC",
+                   "Knowledge tier: a graph from kvwb knowledge build, shared by every tenant (GRAPH.h5) "
+                   "or one tenant's (TENANT=GRAPH.h5); repeatable.",
+                   Scope::Input, Kind::Repeated);
         f.reset = [](S &s) { s.knowledgeGraphs.clear(); };
         f.set = [](S &s, const std::string &v) {
             if (v.empty())
@@ -307,9 +165,9 @@ void kvRows(std::vector<ReplayFlag> &t)
     }
     t.push_back(text("profiles", "P.json", "Knowledge tier: user profiles (kvwb knowledge profiles).",
                      &S::profiles, Scope::Input));
-    t.push_back(integer<int>("knowledge-candidates", "N",
-                             "Knowledge tier: nodes recall proposes (default 3).", &S::knowledgeCandidates, 1,
-                             64));
+    t.push_back(integer<S, int>("knowledge-candidates", "N",
+                                "Knowledge tier: nodes recall proposes (default 3).", &S::knowledgeCandidates,
+                                1, 64));
     t.push_back(real("knowledge-min-similarity", "S", "Knowledge tier: recall's cosine floor (default 0.3).",
                      &S::knowledgeMinSimilarity, -1.0, 1.0));
     t.push_back(toggle("no-verify", "Knowledge tier: take recall's best node without graph verification.",
@@ -317,9 +175,9 @@ void kvRows(std::vector<ReplayFlag> &t)
     t.push_back(count("knowledge-ttl-ms", "MS",
                       "Knowledge tier: modules older than this are stale (default never).",
                       &S::knowledgeTtlMs));
-    t.push_back(integer<int>("knowledge-boundary", "N",
-                             "Knowledge tier: module tokens recomputed in place (default 0).",
-                             &S::knowledgeBoundary, 0));
+    t.push_back(integer<S, int>("knowledge-boundary", "N",
+                                "Knowledge tier: module tokens recomputed in place (default 0).",
+                                &S::knowledgeBoundary, 0));
     {
         ReplayFlag f =
             count("knowledge-clock-start", "MS",
@@ -379,8 +237,8 @@ void gateRows(std::vector<ReplayFlag> &t)
                        &S::onClock, true, "clock"));
     t.push_back(real("speed", "F", "With --clock: speed factor (default 1; 10 = ten times faster).",
                      &S::speed, 1e-6, 1e9));
-    t.push_back(integer<int>("max-tokens", "N", "Override every request's max_tokens.", &S::maxTokens, 0));
-    t.push_back(integer<int>("limit", "N", "Replay only the first N requests.", &S::limit, 0));
+    t.push_back(integer<S, int>("max-tokens", "N", "Override every request's max_tokens.", &S::maxTokens, 0));
+    t.push_back(integer<S, int>("limit", "N", "Replay only the first N requests.", &S::limit, 0));
     t.push_back(real("shadow", "F", "Share of hits re-run from scratch to verify them (default 0).",
                      &S::shadow, 0.0, 1.0));
     t.push_back(
@@ -415,9 +273,9 @@ void storeRows(std::vector<ReplayFlag> &t)
         };
         t.push_back(std::move(f));
     }
-    t.push_back(integer<int>("store-timeout-ms", "MS",
-                             "Shared store: connect and command timeout (default 500).", &S::storeTimeoutMs,
-                             1, 600000));
+    t.push_back(integer<S, int>("store-timeout-ms", "MS",
+                                "Shared store: connect and command timeout (default 500).",
+                                &S::storeTimeoutMs, 1, 600000));
     t.push_back(
         text("store-key-file", "FILE",
              "Shared store: sign every value with an HMAC-SHA256 under the key in this file (16 bytes to "
@@ -475,19 +333,7 @@ TierLimits ReplaySettings::limits(TierKind t) const
 
 bool operator==(const ReplaySettings &x, const ReplaySettings &y)
 {
-    for (const auto &f : replayFlags())
-        if (f.get(x) != f.get(y))
-            return false;
-    return true;
-}
-
-std::string ReplayFlag::key() const
-{
-    if (jsonKey)
-        return jsonKey;
-    std::string k = name;
-    std::replace(k.begin(), k.end(), '-', '_');
-    return k;
+    return rowsEqual(replayFlags(), x, y);
 }
 
 const std::vector<ReplayFlag> &replayFlags()
@@ -498,97 +344,23 @@ const std::vector<ReplayFlag> &replayFlags()
 
 const ReplayFlag *findReplayFlag(const std::string &name)
 {
-    for (const auto &f : replayFlags())
-        if (name == f.name)
-            return &f;
-    return nullptr;
+    return findRow(replayFlags(), name);
 }
 
-json replaySettingsToJson(const ReplaySettings &s, std::initializer_list<ReplayFlag::Scope> scopes)
+json replaySettingsToJson(const ReplaySettings &s, std::initializer_list<SettingScope> scopes)
 {
-    json out = json::object();
-    for (const auto &f : replayFlags()) {
-        if (std::find(scopes.begin(), scopes.end(), f.scope) == scopes.end())
-            continue;
-        const auto values = f.get(s);
-        if (f.kind == Kind::Switch)
-            out[f.key()] = values.at(0) == "true";
-        else if (f.kind != Kind::Value)
-            out[f.key()] = values;
-        else if (f.json == ReplayFlag::Json::Integer)
-            out[f.key()] = std::stoll(values.at(0));
-        else if (f.json == ReplayFlag::Json::Real)
-            out[f.key()] = std::stod(values.at(0));
-        else
-            out[f.key()] = values.at(0);
-    }
-    return out;
+    return rowsToJson(replayFlags(), s, scopes);
 }
 
 void setReplayFlagFromJson(ReplaySettings &s, const ReplayFlag &f, const json &v)
 {
-    switch (f.kind) {
-    case Kind::Switch:
-        if (!v.is_boolean())
-            bad("must be true or false");
-        f.set(s, v.get<bool>() ? "true" : "false");
-        return;
-    case Kind::Value:
-        if (f.json == ReplayFlag::Json::Integer) {
-            if (!v.is_number_integer())
-                bad("must be an integer");
-            f.set(s, std::to_string(v.get<int64_t>()));
-        } else if (f.json == ReplayFlag::Json::Real) {
-            if (!v.is_number())
-                bad("must be a number");
-            f.set(s, v.is_number_float() ? realText(v.get<double>()) : std::to_string(v.get<int64_t>()));
-        } else {
-            if (!v.is_string())
-                bad("must be a string");
-            f.set(s, v.get<std::string>());
-        }
-        return;
-    case Kind::List:
-    case Kind::Repeated: {
-        if (!v.is_array())
-            bad("must be a list of strings");
-        std::string joined;
-        std::vector<std::string> items;
-        for (const auto &x : v) {
-            if (!x.is_string())
-                bad("must be a list of strings");
-            items.push_back(x.get<std::string>());
-        }
-        if (f.kind == Kind::Repeated) { // each value appends: start from none
-            f.reset(s);
-            for (const auto &x : items)
-                f.set(s, x);
-            return;
-        }
-        for (const auto &x : items)
-            joined += (joined.empty() ? "" : ",") + x;
-        f.set(s, joined.empty() ? "none" : joined);
-        return;
-    }
-    }
+    setRowFromJson(s, f, v);
 }
 
 ReplaySettings replaySettingsFromJson(const json &object, const std::string &where,
                                       const std::string &section)
 {
-    ReplaySettings s;
-    if (!object.is_object())
-        throw Error(ErrorCode::Config, where + ": field '" + section + "' must be an object");
-    for (const auto &f : replayFlags()) {
-        if (f.scope == Scope::Run || !object.contains(f.key()))
-            continue;
-        try {
-            setReplayFlagFromJson(s, f, object.at(f.key()));
-        } catch (const Error &e) {
-            throw Error(ErrorCode::Config, where + ": field '" + section + "." + f.key() + "' " + e.what());
-        }
-    }
-    return s;
+    return rowsFromJson(replayFlags(), object, where, section);
 }
 
 void checkReplaySettings(const ReplaySettings &s)

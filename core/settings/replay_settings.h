@@ -15,6 +15,7 @@
 #include "core/cache/replay_ledger.h"
 #include "core/jobs/job_enums.h"
 #include "core/model/dtype.h"
+#include "core/settings/setting_table.h"
 #include "core/tokenize/token_alignment.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -86,46 +87,8 @@ struct ReplaySettings
 
 bool operator==(const ReplaySettings &x, const ReplaySettings &y);
 
-// One row of the table.
-struct ReplayFlag
-{
-    enum class Scope
-    {
-        Setting, // a tier or job setting: in the project file and the ledger's settings
-        Input,   // what the replay reads (workload, converter, graphs): in the ledger's settings only
-        Run      // this invocation's models and outputs: neither
-    };
-    enum class Kind
-    {
-        Switch,  // a flag without a value; in JSON a boolean (the field's value)
-        Value,   // one value; in JSON a string or number as `number` says
-        List,    // comma-separated values (one flag); in JSON an array of strings
-        Repeated // the flag given once per value; in JSON an array of strings
-    };
-    enum class Json
-    {
-        String,
-        Integer,
-        Real
-    };
-    const char *name = "";      // the flag without "--"
-    const char *valueName = ""; // "" for a switch
-    const char *help = "";
-    Scope scope = Scope::Setting;
-    Kind kind = Kind::Value;
-    Json json = Json::String; // a Value's JSON type
-    // The JSON key: the flag with '_' for '-', or the field's own name for a switch (no_gate: "gate").
-    const char *jsonKey = nullptr;
-    // Reads one value (a switch: "" sets it): Error(InvalidArgument) with what is wrong, not naming
-    // the flag ("expects an integer >= 1, got 'x'"), for the caller to prefix.
-    std::function<void(ReplaySettings &, const std::string &)> set;
-    // The values as the flag takes them (a switch: "true" / "false" for its field).
-    std::function<std::vector<std::string>(const ReplaySettings &)> get;
-    // A Repeated row: back to no values (each set appends one).
-    std::function<void(ReplaySettings &)> reset;
-
-    std::string key() const;
-};
+// One row of the replay's table.
+using ReplayFlag = SettingRow<ReplaySettings>;
 
 // Every replay setting in the order `kvwb replay --help` lists them.
 const std::vector<ReplayFlag> &replayFlags();
@@ -133,9 +96,8 @@ const std::vector<ReplayFlag> &replayFlags();
 const ReplayFlag *findReplayFlag(const std::string &name);
 
 // The settings of `scopes` as a JSON object, one key per row (ReplayFlag::key).
-nlohmann::json replaySettingsToJson(const ReplaySettings &s,
-                                    std::initializer_list<ReplayFlag::Scope> scopes = {
-                                        ReplayFlag::Scope::Setting, ReplayFlag::Scope::Input});
+nlohmann::json replaySettingsToJson(const ReplaySettings &s, std::initializer_list<SettingScope> scopes = {
+                                                                 SettingScope::Setting, SettingScope::Input});
 // Reads one row's JSON value into `s`: Error(InvalidArgument) saying what is wrong (without the key).
 void setReplayFlagFromJson(ReplaySettings &s, const ReplayFlag &flag, const nlohmann::json &value);
 // The Setting and Input rows present in a JSON object (a project's "replay" section, a ledger's
