@@ -33,9 +33,9 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
             [this](const ui::CaptureRequest &r) { m_engine.capture(r); });
     connect(w, &ui::MainWindow::fitRequested, this, [this](const ui::FitRequest &r) { m_engine.fit(r); });
     connect(w, &ui::MainWindow::compareRequested, this,
-            [this](const ui::CompareRequest &r) { m_engine.compare(r); });
+            [this](const core::CompareSettings &r) { m_engine.compare(r); });
     connect(w, &ui::MainWindow::compareSetRequested, this,
-            [this](const ui::CompareSetRequest &r) { m_engine.compareSet(r); });
+            [this](const core::CompareSettings &r) { m_engine.compareSet(r); });
     connect(w, &ui::MainWindow::replayRequested, this,
             [this](const core::ReplaySettings &r) { m_engine.replay(r); });
     connect(w, &ui::MainWindow::pauseRequested, &m_engine, &EngineController::setPaused);

@@ -1,6 +1,7 @@
 #include "app/cli/cli_compare.h"
 
 #include "app/cli/cli_converter_options.h"
+#include "app/cli/cli_settings.h"
 #include "app/cli/engine_options.h"
 #include "app/jobs/compare_job.h"
 #include "app/jobs/fit_job.h"
@@ -9,6 +10,7 @@
 #include "core/metrics/gate_curve.h"
 #include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
+#include "core/settings/compare_settings.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
@@ -48,18 +50,15 @@ namespace {
 
 // `kvwb compare --handoff`: conversations served by A for their first turns and continued by B from
 // A's converted cache, per turn against B from scratch (docs/transfer.md, "Multi-turn hand-off").
-int compareHandoff(const QCommandLineParser &p, const fs::path &path, const core::ExperimentReader &file,
-                   const core::ConverterRecord &record)
+int compareHandoff(const QCommandLineParser &p, const core::CompareSettings &compare, const fs::path &path,
+                   const core::ExperimentReader &file, const core::ConverterRecord &record)
 {
     jobs::HandoffSettings settings;
-    settings.handoffTurn = intOption(p, "handoff-turn", 1, 1);
-    settings.maxTurns = intOption(p, "turns", 0, 0);
-    settings.maxTokens = intOption(p, "max-tokens", 32, 1);
-    if (settings.maxTurns > 0 && settings.maxTurns <= settings.handoffTurn)
-        throw UsageError{fmt::format("--turns {} leaves no turn after the hand-off at turn {}",
-                                     settings.maxTurns, settings.handoffTurn)};
+    settings.handoffTurn = compare.handoffTurn;
+    settings.maxTurns = compare.turns;
+    settings.maxTokens = compare.maxTokens;
     std::vector<std::string> warnings;
-    const fs::path workload = str(p.value("handoff"));
+    const fs::path workload = compare.handoff;
     auto read = core::readWorkloadJsonl(workload);
     for (const auto &w : read.warnings.messages())
         warnings.push_back(w);
@@ -69,8 +68,8 @@ int compareHandoff(const QCommandLineParser &p, const fs::path &path, const core
             std::fprintf(stderr, "warning: %s\n", w.c_str());
         warnings.clear();
     };
-    if (p.isSet("limit"))
-        conversations.resize(std::min(conversations.size(), size_t(intOption(p, "limit", 0, 1))));
+    if (compare.limit > 0)
+        conversations.resize(std::min(conversations.size(), size_t(compare.limit)));
     if (conversations.empty())
         flushWarnings();
     if (conversations.empty())
@@ -544,55 +543,7 @@ void printCompareSummary(const jobs::CompareSetRun &run, const std::string &conv
 // The options of `kvwb compare`, in the order --help lists them.
 void addCompareOptions(QCommandLineParser &p)
 {
-    p.addOption({"experiment", "Experiment file holding the converter.", "EXP.h5"});
-    p.addOption({"converter", "Converter name under /converters (default 'default').", "NAME", "default"});
-    p.addOption(
-        {"good-kl",
-         "For the gate's precision and recall: a transfer is good when its KL to scratch is at most X "
-         "nats/token (default 0.1).",
-         "X", "0.1"});
-    p.addOption({"min-precision",
-                 "For each gate signal, report the threshold with the highest recall at precision >= P "
-                 "(default 0.9).",
-                 "P", "0.9"});
-    p.addOption({"baselines",
-                 "Also run the baselines on the same prompts: the raw source KV (A's layer at the same depth "
-                 "unchanged, when the KV widths match) and a random map of the converter's shape; the "
-                 "differences with paired bootstrap 95% intervals.",
-                 ""});
-    p.addOption({"versus",
-                 "A second converter run on the same prompts: the differences (this one minus it) with "
-                 "paired bootstrap 95% intervals over the prompts.",
-                 "NAME"});
-    p.addOption({"prompt", "One prompt.", "STR"});
-    p.addOption({"prompts", "Prompts: text lines or JSONL ('prompt' or 'text').", "FILE"});
-    p.addOption({"held-out", "The converter's own test prompts from the experiment file."});
-    p.addOption(
-        {"handoff",
-         "Multi-turn hand-off: the conversations of a workload file (`kvwb workload sharegpt`), A serving "
-         "the first turns and B continuing from A's converted cache; KL and top-1 per turn against B "
-         "from scratch.",
-         "W.jsonl"});
-    p.addOption({"handoff-turn", "With --handoff: A serves turns 1..K, B the rest (default 1).", "K", "1"});
-    p.addOption({"turns", "With --handoff: at most N turns of each conversation (default all).", "N"});
-    p.addOption({"limit", "At most N prompts (with --handoff: conversations).", "N"});
-    p.addOption({"max-tokens", "Tokens to generate per path (default 32).", "N", "32"});
-    p.addOption({"gate-tail", "Prompt positions B recomputes for the quality gate (default 4).", "N", "4"});
-    p.addOption({"gate-signal",
-                 "Gate signal: tail_kl (default), kv_cos, attn_cos or nll (see docs/transfer.md).", "S",
-                 "tail_kl"});
-    p.addOption({"gate-threshold",
-                 "Gate passes when tail_kl or nll <= T, or kv_cos or attn_cos >= T (default 0.1 for tail_kl, "
-                 "0.9 for kv_cos and attn_cos, 3 for nll).",
-                 "T"});
-    p.addOption({"save-samples",
-                 "Store every compared prompt (texts, per-token probabilities and KL, timings, gate) in the "
-                 "experiment file as /comparisons/NAME, for the workbench and reports.",
-                 "NAME"});
-    p.addOption({"align-policy",
-                 "Prompts A and B tokenise differently: which overlapping A token each B token's row is "
-                 "converted from: last (default), first or longest (docs/transfer.md).",
-                 "POLICY", "last"});
+    addSettingOptions<core::CompareSettings>(p, core::compareFlags());
     p.addOption({"json", "Print per-prompt results and the summary as JSON."});
 }
 
@@ -609,73 +560,52 @@ int cmdCompare(const QStringList &args)
           "Side by side: B from scratch, B from A's converted cache, and A itself; KL and top-1 agreement "
           "(teacher-forced on B's scratch continuation), ROUGE-L, first divergent token, TTFT of each path "
           "and the quality gate's decision.");
-    if (!p.isSet("experiment"))
+    const core::CompareSettings settings = settingsFromFlags(p, core::compareFlags());
+    if (settings.experiment.empty())
         throw UsageError{"--experiment is required"};
-    if (int(p.isSet("prompt")) + int(p.isSet("prompts")) + int(p.isSet("held-out")) +
-            int(p.isSet("handoff")) !=
-        1)
-        throw UsageError{"give exactly one of --prompt, --prompts, --held-out or --handoff"};
-    if (!p.isSet("handoff") && (p.isSet("handoff-turn") || p.isSet("turns")))
-        throw UsageError{"--handoff-turn and --turns go with --handoff"};
-    if (p.isSet("handoff"))
-        for (const char *other : {"baselines", "versus", "save-samples"})
-            if (p.isSet(other))
-                throw UsageError{fmt::format("--{} does not go with --handoff", other)};
-    const fs::path path = str(p.value("experiment"));
+    try {
+        core::checkCompareSettings(settings);
+    } catch (const core::Error &e) {
+        throw UsageError{e.what()};
+    }
+    const fs::path path = settings.experiment;
     std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(path));
     const auto &file = *reader;
-    if (p.isSet("save-samples")) { // before the run, not after it
-        core::checkComparisonName(path, str(p.value("save-samples")));
+    if (!settings.saveSamples.empty()) { // before the run, not after it
+        core::checkComparisonName(path, settings.saveSamples);
         core::checkWritableOutput(path, "--save-samples");
     }
-    const auto record = core::loadConverters(path, str(p.value("converter")));
-    if (p.isSet("handoff"))
-        return compareHandoff(p, path, file, record);
-    std::optional<core::ConverterRecord> versus;
-    if (p.isSet("versus"))
-        versus = core::loadConverters(path, str(p.value("versus")));
+    const auto record = core::loadConverters(path, settings.converter);
+    if (!settings.handoff.empty())
+        return compareHandoff(p, settings, path, file, record);
+    jobs::CompareSetOptions o = jobs::compareSetOptions(settings);
+    if (!settings.versus.empty())
+        o.versus = core::loadConverters(path, settings.versus);
     std::vector<std::string> warnings;
     std::vector<std::string> texts;
-    if (p.isSet("prompt"))
-        texts.push_back(str(p.value("prompt")));
-    else if (p.isSet("held-out"))
+    if (!settings.prompt.empty())
+        texts.push_back(settings.prompt);
+    else if (settings.heldOut)
         for (int i : record.testPrompts)
             texts.push_back(file.prompt(i).text);
     else
-        for (auto &t : readPromptFile(p, str(p.value("prompts")), warnings))
+        for (auto &t : readPromptFile(p, settings.promptsFile, warnings))
             texts.push_back(std::move(t.text));
-    if (p.isSet("limit"))
-        texts.resize(std::min(texts.size(), size_t(intOption(p, "limit", 0, 1))));
-    if (versus && p.isSet("held-out")) { // the second converter must not have been fitted on them
-        std::vector<int> seen(versus->trainPrompts.begin(), versus->trainPrompts.end());
-        seen.insert(seen.end(), versus->validPrompts.begin(), versus->validPrompts.end());
+    if (settings.limit > 0)
+        texts.resize(std::min(texts.size(), size_t(settings.limit)));
+    if (o.versus && settings.heldOut) { // the second converter must not have been fitted on them
+        std::vector<int> seen(o.versus->trainPrompts.begin(), o.versus->trainPrompts.end());
+        seen.insert(seen.end(), o.versus->validPrompts.begin(), o.versus->validPrompts.end());
         int overlap = 0;
         for (size_t i = 0; i < texts.size(); ++i)
             overlap += std::count(seen.begin(), seen.end(), record.testPrompts[i]) > 0;
         if (overlap > 0)
             warnings.push_back(fmt::format("{} of the {} held-out prompts of '{}' were fitting or validation "
                                            "prompts of '{}': the comparison favours '{}'",
-                                           overlap, texts.size(), record.name, versus->name, versus->name));
+                                           overlap, texts.size(), record.name, o.versus->name,
+                                           o.versus->name));
     }
-    const auto gs = gpu::parseGateSignal(str(p.value("gate-signal")));
-    if (!gs)
-        throw UsageError{"--gate-signal expects tail_kl, kv_cos, attn_cos or nll, got '" +
-                         str(p.value("gate-signal")) + "'"};
-    const auto policy = core::parseAlignPolicy(str(p.value("align-policy")));
-    if (!policy)
-        throw UsageError{"--align-policy expects first, last or longest, got '" +
-                         str(p.value("align-policy")) + "'"};
-    jobs::CompareSetOptions o;
-    o.compare.maxTokens = intOption(p, "max-tokens", 32, 1);
-    o.compare.gateSignal = *gs;
-    o.compare.gateTail = intOption(p, "gate-tail", 4, 1);
-    o.compare.gateThreshold = doubleOption(p, "gate-threshold", gpu::defaultGateThreshold(*gs), -1.0, 1e9);
-    o.alignPolicy = *policy;
-    o.baselines = p.isSet("baselines");
-    o.versus = versus;
-    GateQualityGoal goal; // read before the run, not after it
-    goal.goodKl = doubleOption(p, "good-kl", 0.1, 0.0, 1e9);
-    goal.minPrecision = doubleOption(p, "min-precision", 0.9, 0.0, 1.0);
+    const GateQualityGoal goal{settings.goodKl, settings.minPrecision};
     const auto lo = loadOptions(p);
     auto a = loadFileModel(file, core::ModelRole::A, p, lo);
     auto b = loadFileModel(file, core::ModelRole::B, p, lo);
@@ -695,12 +625,12 @@ int cmdCompare(const QStringList &args)
     warnings.insert(warnings.end(), run.warnings.begin(), run.warnings.end());
     if (run.prompts.empty())
         throw core::Error(core::ErrorCode::InvalidArgument, "no prompt could be compared");
-    if (p.isSet("save-samples")) {
+    if (!settings.saveSamples.empty()) {
         reader.reset(); // the store opens the file for writing
         std::vector<core::ComparisonSample> samples;
         for (const auto &c : run.prompts)
             samples.push_back(c.outcome.sample);
-        jobs::storeComparisons(path, str(p.value("save-samples")), samples, false);
+        jobs::storeComparisons(path, settings.saveSamples, samples, false);
     }
     const auto gate = gateQuality(run, o.compare, goal);
     for (const auto &w : warnings)

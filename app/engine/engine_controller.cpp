@@ -142,15 +142,16 @@ quint64 EngineController::fit(const ui::FitRequest &r)
                  [r](EngineWorker *w, quint64 id, auto cancel) { w->fit(id, r, cancel); });
 }
 
-quint64 EngineController::compare(const ui::CompareRequest &r)
+quint64 EngineController::compare(const core::CompareSettings &r)
 {
     return start("comparing", [r](EngineWorker *w, quint64 id, auto cancel) { w->compare(id, r, cancel); });
 }
 
-quint64 EngineController::compareSet(const ui::CompareSetRequest &r)
+quint64 EngineController::compareSet(const core::CompareSettings &r)
 {
     return start(QString("comparing %1")
-                     .arg(r.promptsPath.isEmpty() ? QString("the held-out prompts") : r.promptsPath),
+                     .arg(r.promptsFile.empty() ? QString("the held-out prompts")
+                                                : QString::fromStdString(r.promptsFile)),
                  [r](EngineWorker *w, quint64 id, auto cancel) { w->compareSet(id, r, cancel); });
 }
 

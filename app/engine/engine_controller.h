@@ -98,12 +98,12 @@ public:
     void fit(quint64 job, const kvwb::ui::FitRequest &request, std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: one prompt three ways with the loaded models and a stored converter.
     // Cancelled: cancelled(job); nothing stored.
-    void compare(quint64 job, const kvwb::ui::CompareRequest &request,
+    void compare(quint64 job, const kvwb::core::CompareSettings &request,
                  std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: a prompt set (held-out prompts or a file) through the converter and, when
     // asked, the baselines; the summary with paired intervals. Cancelled: comparedSet(job, summary)
     // with summary->cancelled over the prompts done, or cancelled(job) when none was; nothing stored.
-    void compareSet(quint64 job, const kvwb::ui::CompareSetRequest &request,
+    void compareSet(quint64 job, const kvwb::core::CompareSettings &request,
                     std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: replays a workload; rows go out in batches at most every batchMs, and the
     // replay waits between requests while *pause is set. Cancelled: replayFinished(job, outcome)
@@ -173,8 +173,8 @@ public:
     quint64 collectReport(const QString &path);
     quint64 capture(const ui::CaptureRequest &request);
     quint64 fit(const ui::FitRequest &request);
-    quint64 compare(const ui::CompareRequest &request);
-    quint64 compareSet(const ui::CompareSetRequest &request);
+    quint64 compare(const core::CompareSettings &request);
+    quint64 compareSet(const core::CompareSettings &request);
     quint64 replay(const core::ReplaySettings &request);
     quint64 openKnowledge(const ui::KnowledgeOpenRequest &request);
     quint64 traceKnowledge(const ui::KnowledgeTraceRequest &request);

@@ -383,68 +383,65 @@ void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_p
     });
 }
 
-void EngineWorker::compare(quint64 job, const ui::CompareRequest &request,
+void EngineWorker::compare(quint64 job, const core::CompareSettings &request,
                            std::shared_ptr<std::atomic_bool> cancel)
 {
     guarded(job, [&] {
         requireModels("a comparison");
-        if (request.experimentPath.isEmpty() || request.converter.isEmpty())
+        if (request.experiment.empty() || request.converter.empty())
             throw core::Error(core::ErrorCode::InvalidArgument,
                               "a comparison needs an experiment file with a converter: fit one first");
-        requireExperimentModels(request.experimentPath);
+        const QString experiment = QString::fromStdString(request.experiment);
+        requireExperimentModels(experiment);
         Q_EMIT progress(job, 0.1, "preparing the converter");
-        const auto &conv = converter(request.experimentPath, request.converter);
-        gpu::CompareOptions co;
-        co.maxTokens = request.maxTokens;
-        co.gateSignal = request.gateSignal;
-        co.gateThreshold = request.gateThreshold;
-        co.gateTail = request.gateTail;
-        const auto ids =
-            gpu::comparablePair(request.prompt.toStdString(), *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens);
+        const auto &conv = converter(experiment, QString::fromStdString(request.converter));
+        gpu::CompareOptions co = jobs::compareSetOptions(request).compare;
+        const auto ids = gpu::comparablePair(request.prompt, *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens,
+                                             request.alignPolicy);
         co.warmUp = !m_compareWarm; // the first comparison after a load would time allocations
         co.cancel = cancel.get();
         Q_EMIT progress(job, 0.3, "generating A, B from scratch and B from the converted cache");
-        const jobs::ComparePair pair{*m_a, *m_tokA, *m_b, *m_tokB, conv, request.converter.toStdString()};
-        auto outcome = jobs::compareOne(pair, request.prompt.toStdString(), ids, co);
+        const jobs::ComparePair pair{*m_a, *m_tokA, *m_b, *m_tokB, conv, request.converter};
+        auto outcome = jobs::compareOne(pair, request.prompt, ids, co);
         if (outcome.cancelled) {
             Q_EMIT cancelled(job); // nothing stored
             return;
         }
         m_compareWarm = true;
         auto sample = std::make_shared<core::ComparisonSample>(std::move(outcome.sample));
-        if (request.save) {
+        if (!request.saveSamples.empty()) {
             Q_EMIT progress(job, 0.95, "storing the sample");
-            jobs::storeComparisons(request.experimentPath.toStdString(), "workbench", {*sample}, true);
+            jobs::storeComparisons(request.experiment, request.saveSamples, {*sample}, true);
         }
         Q_EMIT compared(job, sample);
     });
 }
 
-void EngineWorker::compareSet(quint64 job, const ui::CompareSetRequest &request,
+void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
                               std::shared_ptr<std::atomic_bool> cancel)
 {
     guarded(job, [&] {
         requireModels("a comparison");
-        if (request.experimentPath.isEmpty() || request.converter.isEmpty())
+        if (request.experiment.empty() || request.converter.empty())
             throw core::Error(core::ErrorCode::InvalidArgument,
                               "a comparison needs an experiment file with a converter: fit one first");
-        requireExperimentModels(request.experimentPath);
+        const QString experiment = QString::fromStdString(request.experiment);
+        requireExperimentModels(experiment);
         Q_EMIT progress(job, 0.02, "preparing the converters");
-        const std::string path = request.experimentPath.toStdString();
-        const auto record = core::loadConverters(path, request.converter.toStdString());
-        const auto &conv = converter(request.experimentPath, request.converter);
+        const auto record = core::loadConverters(request.experiment, request.converter);
+        const auto &conv = converter(experiment, QString::fromStdString(request.converter));
         auto out = std::make_shared<ui::CompareSetSummary>();
-        out->converter = request.converter;
+        out->converter = QString::fromStdString(request.converter);
         std::vector<std::string> warnings;
         std::vector<std::string> texts;
-        if (request.promptsPath.isEmpty()) {
+        if (request.promptsFile.empty()) {
             out->source = "held-out prompts";
-            const auto file = core::ExperimentReader::open(path);
+            const auto file = core::ExperimentReader::open(request.experiment);
             for (int i : record.testPrompts)
                 texts.push_back(file.prompt(i).text);
         } else {
-            out->source = request.promptsPath;
-            for (auto &t : jobs::readPromptFile(request.promptsPath.toStdString(), {}, warnings))
+            out->source = QString::fromStdString(request.promptsFile);
+            for (auto &t : jobs::readPromptFile(request.promptsFile, {}, warnings))
                 texts.push_back(std::move(t.text));
         }
         if (request.limit > 0 && texts.size() > size_t(request.limit))
@@ -453,13 +450,8 @@ void EngineWorker::compareSet(quint64 job, const ui::CompareSetRequest &request,
             throw core::Error(core::ErrorCode::InvalidArgument,
                               fmt::format("'{}' has no held-out prompts to compare", record.name));
         out->requested = int(texts.size());
-        jobs::CompareSetOptions o;
-        o.compare.maxTokens = request.maxTokens;
-        o.compare.gateSignal = request.gateSignal;
-        o.compare.gateThreshold = request.gateThreshold;
-        o.compare.gateTail = request.gateTail;
+        jobs::CompareSetOptions o = jobs::compareSetOptions(request);
         o.compare.cancel = cancel.get();
-        o.baselines = request.baselines;
         const jobs::ComparePair pair{*m_a, *m_tokA, *m_b, *m_tokB, conv, record.name};
         const auto run =
             jobs::compareSet(pair, record, texts, o, m_compareWarm, [&](size_t i, size_t n, auto *) {

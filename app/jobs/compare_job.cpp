@@ -47,6 +47,18 @@ void storeComparisons(const std::filesystem::path &experiment, const std::string
     core::saveComparisons(experiment, name, list);
 }
 
+CompareSetOptions compareSetOptions(const core::CompareSettings &settings)
+{
+    CompareSetOptions o;
+    o.compare.maxTokens = settings.maxTokens;
+    o.compare.gateSignal = settings.gateSignal;
+    o.compare.gateThreshold = settings.gateThreshold;
+    o.compare.gateTail = settings.gateTail;
+    o.alignPolicy = settings.alignPolicy;
+    o.baselines = settings.baselines;
+    return o;
+}
+
 CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &record,
                          const std::vector<std::string> &texts, const CompareSetOptions &options, bool &warm,
                          const CompareSetProgress &progress)

@@ -15,6 +15,7 @@
 #include "gpu/transfer/transfer.h"
 
 #include "core/metrics/bootstrap.h"
+#include "core/settings/compare_settings.h"
 #include "core/store/converter_store.h"
 
 #include <filesystem>
@@ -72,6 +73,10 @@ struct CompareSetOptions
     bool baselines = false;                      // the raw source KV (when widths match) and a random map
     std::optional<core::ConverterRecord> versus; // a second converter on the same prompts
 };
+
+// The options `settings` give (max tokens, the gate, the token pairing policy, baselines); the
+// --versus converter is the caller's to load.
+CompareSetOptions compareSetOptions(const core::CompareSettings &settings);
 
 struct CompareSetRun
 {

@@ -545,8 +545,8 @@ private Q_SLOTS:
         // compare one prompt three ways; the sample is stored in the experiment
         QSignalSpy compared(&engine, &app::EngineController::compared);
         auto *cmp = w.comparePanel();
-        ui::CompareRequest q = cmp->request();
-        QCOMPARE(q.converter, QString("gui"));
+        core::CompareSettings q = cmp->request();
+        QCOMPARE(q.converter, std::string("gui"));
         q.prompt = "What is the meaning of the word \"harbor\"?";
         q.maxTokens = 16;
         cmp->setRequest(q);
@@ -573,9 +573,9 @@ private Q_SLOTS:
         QVERIFY2(fault.isEmpty(), qPrintable(fault));
         // the converter's held-out prompts with the baselines: the summary with paired intervals
         QSignalSpy comparedSet(&engine, &app::EngineController::comparedSet);
-        ui::CompareSetRequest sr = cmp->promptSetRequest();
-        QVERIFY(sr.promptsPath.isEmpty()); // the held-out prompts unless a file is typed
-        QCOMPARE(sr.converter, QString("gui"));
+        core::CompareSettings sr = cmp->promptSetRequest();
+        QVERIFY(sr.promptsFile.empty() && sr.heldOut); // the held-out prompts unless a file is typed
+        QCOMPARE(sr.converter, std::string("gui"));
         QVERIFY(sr.baselines);
         sr.limit = 3;
         sr.maxTokens = 4;
@@ -939,7 +939,7 @@ private Q_SLOTS:
         QVERIFY(!w.isProjectModified());
         QCOMPARE(w.experimentPath(), QString::fromStdString(exp.string()));
         QCOMPARE(w.alignmentPanel()->inUse(), QString("mine"));
-        QCOMPARE(w.comparePanel()->request().prompt, QString("Explain prefix caching in one sentence."));
+        QCOMPARE(w.comparePanel()->request().prompt, std::string("Explain prefix caching in one sentence."));
         QCOMPARE(w.replayPanel()->ledger()->rowCount(), 1); // the experiment's ledger
         QCOMPARE(w.comparePanel()->findChild<QComboBox *>("historyCombo")->count(), 1); // its comparison
         const auto project = core::Project::load(mine.toStdString());

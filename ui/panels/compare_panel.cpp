@@ -457,71 +457,69 @@ void ComparePanel::setModelsLoaded(bool loaded)
     refreshReadiness();
 }
 
-CompareRequest ComparePanel::request() const
+core::CompareSettings ComparePanel::request() const
 {
-    CompareRequest r;
-    r.experimentPath = m_experimentPath;
-    r.converter = m_converter->currentText();
-    r.prompt = m_prompt->toPlainText();
+    core::CompareSettings r = m_settings;
+    r.experiment = m_experimentPath.toStdString();
+    r.converter = m_converter->currentText().toStdString();
+    r.prompt = m_prompt->toPlainText().toStdString();
+    r.promptsFile.clear();
+    r.heldOut = false;
     r.maxTokens = m_maxTokens->value();
     r.gateSignal =
         core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
     r.gateTail = m_gateTail->value();
-    r.save = m_save;
+    r.saveSamples = m_save ? "workbench" : "";
     return r;
 }
 
-void ComparePanel::setRequest(const CompareRequest &r)
+void ComparePanel::setRequest(const core::CompareSettings &r)
 {
-    setExperimentPath(r.experimentPath);
-    if (!r.converter.isEmpty()) {
-        int i = m_converter->findText(r.converter);
+    m_settings = r;
+    m_save = !r.saveSamples.empty();
+    setExperimentPath(QString::fromStdString(r.experiment));
+    const QString converter = QString::fromStdString(r.converter);
+    if (!converter.isEmpty()) {
+        int i = m_converter->findText(converter);
         if (i < 0) {
-            m_converter->addItem(r.converter);
+            m_converter->addItem(converter);
             i = m_converter->count() - 1;
         }
         m_converter->setCurrentIndex(i);
     }
-    m_prompt->setPlainText(r.prompt);
+    m_prompt->setPlainText(QString::fromStdString(r.prompt));
     m_maxTokens->setValue(r.maxTokens);
     const int signal = m_gateSignal->findText(QString::fromUtf8(core::gateSignalName(r.gateSignal)));
     if (signal >= 0)
         m_gateSignal->setCurrentIndex(signal); // resets the threshold: set it afterwards
     m_gateThreshold->setValue(r.gateThreshold);
     m_gateTail->setValue(r.gateTail);
-    m_save = r.save;
     refreshReadiness();
 }
 
-CompareSetRequest ComparePanel::promptSetRequest() const
+core::CompareSettings ComparePanel::promptSetRequest() const
 {
-    const CompareRequest one = request();
-    CompareSetRequest r;
-    r.experimentPath = one.experimentPath;
-    r.converter = one.converter;
-    r.maxTokens = one.maxTokens;
-    r.gateSignal = one.gateSignal;
-    r.gateThreshold = one.gateThreshold;
-    r.gateTail = one.gateTail;
+    core::CompareSettings r = request();
+    r.prompt.clear();
+    r.saveSamples.clear();
     const QString source = m_setSource->currentText().trimmed();
-    r.promptsPath = source == m_setSource->itemText(0) || source.isEmpty() ? QString() : source;
+    r.promptsFile =
+        source == m_setSource->itemText(0) || source.isEmpty() ? std::string() : source.toStdString();
+    r.heldOut = r.promptsFile.empty();
     r.limit = m_setLimit->value();
     r.baselines = m_setBaselines->isChecked();
     return r;
 }
 
-void ComparePanel::setPromptSetRequest(const CompareSetRequest &r)
+void ComparePanel::setPromptSetRequest(const core::CompareSettings &r)
 {
-    CompareRequest one = request();
-    one.experimentPath = r.experimentPath;
-    one.converter = r.converter;
-    one.maxTokens = r.maxTokens;
-    one.gateSignal = r.gateSignal;
-    one.gateThreshold = r.gateThreshold;
-    one.gateTail = r.gateTail;
+    core::CompareSettings one = r;
+    one.prompt = request().prompt; // the single prompt stays
+    one.saveSamples = m_save ? "workbench" : "";
     setRequest(one);
-    m_setSource->setCurrentText(r.promptsPath.isEmpty() ? m_setSource->itemText(0) : r.promptsPath);
+    m_setSource->setCurrentText(r.promptsFile.empty() ? m_setSource->itemText(0)
+                                                      : QString::fromStdString(r.promptsFile));
     m_setLimit->setValue(r.limit);
     m_setBaselines->setChecked(r.baselines);
 }

@@ -8,7 +8,7 @@
 // against the no-prefix floor and A's own answer, and the differences from the raw-source-KV and
 // random-map baselines, each with its paired bootstrap 95% interval over the prompts.
 //
-// The panel only builds a CompareRequest from its controls and emits it; app/ runs it on the
+// The panel only builds a core::CompareSettings from its controls and emits it; app/ runs it on the
 // engine thread and hands the result back through showResult(). Earlier results (this session's,
 // or the samples stored in the experiment) are kept by value for the history combo.
 //
@@ -60,14 +60,15 @@ public:
     // Run needs loaded models, an experiment and a converter.
     void setModelsLoaded(bool loaded);
 
-    // From the controls: experiment, converter, prompt, max tokens, gate signal/threshold/tail.
-    CompareRequest request() const;
+    // The settings last set, with the controls' in place of theirs: experiment, converter, prompt,
+    // max tokens, gate signal/threshold/tail; saveSamples "workbench" unless saving is off.
+    core::CompareSettings request() const;
     // Sets the controls; a converter the combo does not list is added so the request round-trips.
-    void setRequest(const CompareRequest &r);
+    void setRequest(const core::CompareSettings &r);
     // The prompt-set run from the controls (converter, max tokens and gate as for one prompt).
-    CompareSetRequest promptSetRequest() const;
+    core::CompareSettings promptSetRequest() const;
     // Sets the prompt-set controls (and, from r, the converter, max tokens and gate).
-    void setPromptSetRequest(const CompareSetRequest &r);
+    void setPromptSetRequest(const core::CompareSettings &r);
     // Shows a prompt set's summary in place of the panes (Set summary toggles back).
     void showSetSummary(const kvwb::ui::CompareSetSummary &s);
     // That summary as plain text (empty before the first one).
@@ -96,8 +97,8 @@ public Q_SLOTS:
     void setFailed(const QString &message); // a red message line; busy off
 
 Q_SIGNALS:
-    void compareRequested(const kvwb::ui::CompareRequest &request);
-    void compareSetRequested(const kvwb::ui::CompareSetRequest &request);
+    void compareRequested(const kvwb::core::CompareSettings &request);
+    void compareSetRequested(const kvwb::core::CompareSettings &request);
     void cancelRequested();
 
 private:
@@ -117,7 +118,8 @@ private:
     bool m_modelsLoaded = false;
     bool m_busy = false;
     bool m_save = true;
-    bool m_syncing = false; // guards the scroll-bar echo between panes
+    core::CompareSettings m_settings; // what setRequest gave, for the settings the panel does not show
+    bool m_syncing = false;           // guards the scroll-bar echo between panes
     Colouring m_colouring = Colouring::Probability;
     std::optional<CompareResult> m_shown;
     std::vector<CompareResult> m_history;

@@ -3,6 +3,7 @@
 // engine thread and hands the result back as shared_ptr<const T>. Plain values, copied freely.
 #pragma once
 
+#include "core/settings/compare_settings.h"
 #include "core/settings/replay_settings.h"
 
 #include "core/cache/replay_ledger.h"
@@ -78,35 +79,11 @@ struct FitSummary
     QStringList warnings;
 };
 
-// Compare panel -> engine: one prompt, three ways (A; B scratch; B from A's converted cache).
-struct CompareRequest
-{
-    QString experimentPath;
-    QString converter;
-    QString prompt;
-    int maxTokens = 32;
-    core::GateSignal gateSignal = core::GateSignal::TailKl;
-    double gateThreshold = 0.1;
-    int gateTail = 4;
-    bool save = true; // append the sample to /comparisons/workbench of the experiment
-};
+// Compare panel -> engine: one prompt, three ways (A; B scratch; B from A's converted cache), or a
+// prompt set as `kvwb compare --held-out` (or --prompts FILE) with the baselines of --baselines when
+// asked: core::CompareSettings (core/settings/compare_settings.h), whose saveSamples the window sets
+// to "workbench" for a single prompt (appended there).
 using CompareResult = core::ComparisonSample;
-
-// Compare panel -> engine: a prompt set compared as `kvwb compare --held-out` (or --prompts FILE)
-// does, with the baselines of `--baselines` when asked; the summary with paired bootstrap 95%
-// intervals over the prompts comes back (docs/transfer.md, "Comparison").
-struct CompareSetRequest
-{
-    QString experimentPath;
-    QString converter;
-    QString promptsPath; // empty: the converter's held-out (test) prompts
-    int limit = 12;      // at most N prompts (0 = all)
-    int maxTokens = 16;
-    core::GateSignal gateSignal = core::GateSignal::TailKl;
-    double gateThreshold = 0.1;
-    int gateTail = 4;
-    bool baselines = true; // also the raw source KV and a random map of the converter's shape
-};
 
 // One other converter run on the same prompts: its means and this converter minus it.
 struct CompareSetBaseline

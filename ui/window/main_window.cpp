@@ -230,14 +230,16 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
         Q_EMIT fitRequested(r);
     });
     connect(m_alignment, &AlignmentPanel::inUseChanged, this, &MainWindow::setInUse);
-    connect(m_compare, &ComparePanel::compareRequested, this, [this](const CompareRequest &r) {
+    connect(m_compare, &ComparePanel::compareRequested, this, [this](const core::CompareSettings &r) {
         beginJob(Job::Compare);
         Q_EMIT compareRequested(r);
     });
-    connect(m_compare, &ComparePanel::compareSetRequested, this, [this](const CompareSetRequest &r) {
+    connect(m_compare, &ComparePanel::compareSetRequested, this, [this](const core::CompareSettings &r) {
         beginJob(Job::Compare);
         log(tr("comparing %1 with '%2'%3")
-                .arg(r.promptsPath.isEmpty() ? tr("the held-out prompts") : r.promptsPath, r.converter,
+                .arg(r.promptsFile.empty() ? tr("the held-out prompts")
+                                           : QString::fromStdString(r.promptsFile),
+                     QString::fromStdString(r.converter),
                      r.baselines ? tr(" and the baselines") : QString()));
         Q_EMIT compareSetRequested(r);
     });
@@ -858,7 +860,7 @@ void MainWindow::showExperiment(std::shared_ptr<const ExperimentSnapshot> snapsh
     if (m_project && !m_project->compare.prompt.empty()) {
         // the project's own prompt, not the newest sample's
         auto request = m_compare->request();
-        request.prompt = QString::fromStdString(m_project->compare.prompt);
+        request.prompt = m_project->compare.prompt;
         m_compare->setRequest(request);
     }
     QString inUse = m_alignment->inUse();

@@ -135,8 +135,8 @@ Q_SIGNALS:
     void reportWritten(const QStringList &files);
     void captureRequested(const kvwb::ui::CaptureRequest &request);
     void fitRequested(const kvwb::ui::FitRequest &request);
-    void compareRequested(const kvwb::ui::CompareRequest &request);
-    void compareSetRequested(const kvwb::ui::CompareSetRequest &request);
+    void compareRequested(const kvwb::core::CompareSettings &request);
+    void compareSetRequested(const kvwb::core::CompareSettings &request);
     void replayRequested(const kvwb::core::ReplaySettings &request);
     void pauseRequested(bool paused);
     void knowledgeOpenRequested(const kvwb::ui::KnowledgeOpenRequest &request);

@@ -237,9 +237,9 @@ void MainWindow::applyProjectSettings()
     r.workload = workloads.value(0).toStdString();
     m_replay->setReplayRequest(r);
 
-    CompareRequest cmp = m_compare->request();
+    core::CompareSettings cmp = m_compare->request();
     if (!p.compare.prompt.empty())
-        cmp.prompt = QString::fromStdString(p.compare.prompt);
+        cmp.prompt = p.compare.prompt;
     cmp.maxTokens = p.compare.maxTokens;
     m_compare->setRequest(cmp);
 }
@@ -267,7 +267,7 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.alignment.inUse = m_alignment->inUse().toStdString();
     p.replay = m_replay->replayRequest(); // its Setting rows are what the project keeps
     const auto cmp = m_compare->request();
-    p.compare.prompt = cmp.prompt.toStdString();
+    p.compare.prompt = cmp.prompt;
     p.compare.maxTokens = cmp.maxTokens;
 }
 

@@ -153,7 +153,7 @@ private Q_SLOTS:
         QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("no converter"));
         QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
         panel.setConverters({"a", "b"}, "missing");
-        QCOMPARE(panel.request().converter, QString("a"));
+        QCOMPARE(panel.request().converter, std::string("a"));
         QVERIFY(child<QPushButton>(panel, "runButton")->isEnabled());
         panel.setExperimentPath({});
         QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
@@ -268,30 +268,31 @@ private Q_SLOTS:
     {
         ui::ComparePanel panel;
         makeReady(panel);
-        ui::CompareRequest r;
-        r.experimentPath = "/data/exp.h5";
+        core::CompareSettings r;
+        r.experiment = "/data/exp.h5";
         r.converter = "all";
         r.prompt = "Line one\nline two";
         r.maxTokens = 77;
         r.gateSignal = core::GateSignal::KvCos;
         r.gateThreshold = 0.85;
         r.gateTail = 6;
-        r.save = false;
+        r.saveSamples.clear(); // not stored
         panel.setRequest(r);
         const auto back = panel.request();
-        QCOMPARE(back.experimentPath, r.experimentPath);
+        QCOMPARE(back.experiment, r.experiment);
         QCOMPARE(back.converter, r.converter);
         QCOMPARE(back.prompt, r.prompt);
         QCOMPARE(back.maxTokens, r.maxTokens);
         QCOMPARE(back.gateSignal, r.gateSignal);
         QCOMPARE(back.gateThreshold, r.gateThreshold);
         QCOMPARE(back.gateTail, r.gateTail);
-        QCOMPARE(back.save, r.save);
+        QCOMPARE(back.saveSamples, r.saveSamples);
+        QVERIFY(back == r); // every setting, shown or not
 
         // a converter the experiment does not list (yet) is kept
         r.converter = "later";
         panel.setRequest(r);
-        QCOMPARE(panel.request().converter, QString("later"));
+        QCOMPARE(panel.request().converter, std::string("later"));
 
         // changing the gate signal resets the threshold to that signal's default
         auto *signal = child<QComboBox>(panel, "gateSignalCombo");
@@ -307,7 +308,7 @@ private Q_SLOTS:
         ui::ComparePanel fresh;
         QCOMPARE(fresh.request().maxTokens, 32);
         QCOMPARE(fresh.request().gateSignal, core::GateSignal::TailKl);
-        QVERIFY(fresh.request().save);
+        QCOMPARE(fresh.request().saveSamples, std::string("workbench")); // stored by default
     }
 
     void runEmitsRequest()
@@ -332,15 +333,15 @@ private Q_SLOTS:
         run->click();
         QCOMPARE(spy.count(), 1);
         QVERIFY(message->isHidden());
-        const auto r = spy.at(0).at(0).value<ui::CompareRequest>();
-        QCOMPARE(r.prompt, QString("Why is the sky blue?"));
-        QCOMPARE(r.converter, QString("all"));
-        QCOMPARE(r.experimentPath, QString("/tmp/exp.h5"));
+        const auto r = spy.at(0).at(0).value<core::CompareSettings>();
+        QCOMPARE(r.prompt, std::string("Why is the sky blue?"));
+        QCOMPARE(r.converter, std::string("all"));
+        QCOMPARE(r.experiment, std::string("/tmp/exp.h5"));
         QCOMPARE(r.maxTokens, 48);
         QCOMPARE(r.gateSignal, core::GateSignal::Nll);
         QCOMPARE(r.gateThreshold, 3.0);
         QCOMPARE(r.gateTail, 8);
-        QVERIFY(r.save);
+        QCOMPARE(r.saveSamples, std::string("workbench"));
     }
 
     void busyAndFailure()
@@ -445,17 +446,20 @@ private Q_SLOTS:
         panel.show();
         QVERIFY(QTest::qWaitForWindowExposed(&panel));
         auto r = panel.promptSetRequest();
-        QCOMPARE(r.converter, QString("top2"));
-        QVERIFY(r.promptsPath.isEmpty()); // the held-out prompts
+        QCOMPARE(r.converter, std::string("top2"));
+        QVERIFY(r.promptsFile.empty() && r.heldOut); // the held-out prompts
+        QCOMPARE(r.source(), std::string("held-out"));
         QVERIFY(r.baselines);
-        r.promptsPath = "/data/questions.jsonl";
+        r.promptsFile = "/data/questions.jsonl";
+        r.heldOut = false;
         r.limit = 5;
         r.baselines = false;
         r.gateSignal = core::GateSignal::AttnCos;
         r.gateThreshold = 0.8;
         panel.setPromptSetRequest(r);
         const auto back = panel.promptSetRequest();
-        QCOMPARE(back.promptsPath, r.promptsPath);
+        QCOMPARE(back.promptsFile, r.promptsFile);
+        QCOMPARE(back.source(), std::string("prompts"));
         QCOMPARE(back.limit, 5);
         QVERIFY(!back.baselines);
         QCOMPARE(back.gateSignal, core::GateSignal::AttnCos);
@@ -465,7 +469,7 @@ private Q_SLOTS:
         QVERIFY(run->isEnabled());
         run->click();
         QCOMPARE(asked.count(), 1);
-        QCOMPARE(asked.first().at(0).value<ui::CompareSetRequest>().promptsPath, r.promptsPath);
+        QCOMPARE(asked.first().at(0).value<core::CompareSettings>().promptsFile, r.promptsFile);
 
         QVERIFY(panel.setSummaryText().isEmpty());
         auto *toggle = panel.findChild<QPushButton *>("setSummaryButton");
@@ -510,8 +514,8 @@ private Q_SLOTS:
         ui::ComparePanel panel;
         makeReady(panel);
         panel.setRequest([] {
-            ui::CompareRequest r;
-            r.experimentPath = "/data/experiments/tinyllama-qwen.h5";
+            core::CompareSettings r;
+            r.experiment = "/data/experiments/tinyllama-qwen.h5";
             r.converter = "default";
             r.prompt = "Explain in two sentences what a KV cache stores and why it speeds up decoding.";
             return r;
