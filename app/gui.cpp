@@ -31,7 +31,7 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
             [w](quint64, std::shared_ptr<const ExperimentSnapshot> s) { w->showExperiment(s); });
     connect(w, &ui::MainWindow::captureRequested, this,
             [this](const ui::CaptureRequest &r) { m_engine.capture(r); });
-    connect(w, &ui::MainWindow::fitRequested, this, [this](const ui::FitRequest &r) { m_engine.fit(r); });
+    connect(w, &ui::MainWindow::fitRequested, this, [this](const core::FitSettings &r) { m_engine.fit(r); });
     connect(w, &ui::MainWindow::compareRequested, this,
             [this](const core::CompareSettings &r) { m_engine.compare(r); });
     connect(w, &ui::MainWindow::compareSetRequested, this,

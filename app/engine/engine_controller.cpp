@@ -136,9 +136,9 @@ quint64 EngineController::capture(const ui::CaptureRequest &r)
     return start("capturing", [r](EngineWorker *w, quint64 id, auto cancel) { w->capture(id, r, cancel); });
 }
 
-quint64 EngineController::fit(const ui::FitRequest &r)
+quint64 EngineController::fit(const core::FitSettings &r)
 {
-    return start(QString("fitting '%1'").arg(r.name),
+    return start(QString("fitting '%1'").arg(QString::fromStdString(r.name)),
                  [r](EngineWorker *w, quint64 id, auto cancel) { w->fit(id, r, cancel); });
 }
 

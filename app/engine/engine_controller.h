@@ -95,7 +95,7 @@ public:
                  std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: fits a converter and stores it in the experiment file. Cancelled:
     // fitted(job, summary) with summary->cancelled; nothing stored.
-    void fit(quint64 job, const kvwb::ui::FitRequest &request, std::shared_ptr<std::atomic_bool> cancel);
+    void fit(quint64 job, const kvwb::core::FitSettings &request, std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: one prompt three ways with the loaded models and a stored converter.
     // Cancelled: cancelled(job); nothing stored.
     void compare(quint64 job, const kvwb::core::CompareSettings &request,
@@ -172,7 +172,7 @@ public:
     quint64 readExperiment(const QString &path, bool upgradeFirst = false);
     quint64 collectReport(const QString &path);
     quint64 capture(const ui::CaptureRequest &request);
-    quint64 fit(const ui::FitRequest &request);
+    quint64 fit(const core::FitSettings &request);
     quint64 compare(const core::CompareSettings &request);
     quint64 compareSet(const core::CompareSettings &request);
     quint64 replay(const core::ReplaySettings &request);

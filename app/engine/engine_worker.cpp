@@ -336,38 +336,30 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
     });
 }
 
-void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_ptr<std::atomic_bool> cancel)
+void EngineWorker::fit(quint64 job, const core::FitSettings &request,
+                       std::shared_ptr<std::atomic_bool> cancel)
 {
     guarded(job, [&] {
-        const fs::path path = request.experimentPath.toStdString();
-        gpu::AlignOptions o;
-        o.name = request.name.toStdString();
-        o.selection = request.selection;
-        o.autoLambda = request.autoLambda;
-        o.lambda = request.lambda;
-        o.perHead = request.perHead;
-        o.family = request.family;
-        o.rank = request.rank;
-        o.mlp.hidden = request.mlpHidden;
-        o.mlp.epochs = request.mlpEpochs;
-        o.maxTrainTokens = request.maxTrainTokens;
-        o.progress = [&](double f, const std::string &stage) {
+        core::FitSettings settings = request;
+        settings.dryRun = false; // the window stores what it fits
+        const auto progressOf = [&](double f, const std::string &stage) {
             Q_EMIT progress(job, f, QString::fromStdString(stage));
             return !cancel->load();
         };
-        o.k = request.k;
         auto s = std::make_shared<ui::FitSummary>();
-        s->experimentPath = request.experimentPath;
-        s->name = request.name;
+        s->experimentPath = QString::fromStdString(request.experiment);
+        s->name = QString::fromStdString(request.name);
         // attention-output cosine needs model B's queries: the loaded B when it is the file's
-        const auto fit = jobs::runFit({path.string(), o, true}, [&](const core::ExperimentReader &file,
-                                                                    std::vector<std::string> &warnings) {
-            if (m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256)
-                return static_cast<const gpu::Model *>(m_b.get());
-            warnings.push_back("attention-output cosine not computed: load the "
-                               "experiment's model B to get it");
-            return static_cast<const gpu::Model *>(nullptr);
-        });
+        const auto fit = jobs::runFit(
+            settings,
+            [&](const core::ExperimentReader &file, std::vector<std::string> &warnings) {
+                if (m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256)
+                    return static_cast<const gpu::Model *>(m_b.get());
+                warnings.push_back("attention-output cosine not computed: load the "
+                                   "experiment's model B to get it");
+                return static_cast<const gpu::Model *>(nullptr);
+            },
+            progressOf);
         const auto &r = fit.result;
         s->fitMs = fit.fitMs;
         s->warnings = qStrings(fit.warnings);
@@ -376,7 +368,7 @@ void EngineWorker::fit(quint64 job, const ui::FitRequest &request, std::shared_p
             s->meanR2K = columnMean(r.record.layerMetrics, "r2_k");
             s->meanR2V = columnMean(r.record.layerMetrics, "r2_v");
             s->meanAttnCos = columnMean(r.record.layerMetrics, "attn_cos");
-            if (m_converterKey.rfind(request.experimentPath.toStdString() + "\n" + o.name + "\n", 0) == 0)
+            if (m_converterKey.rfind(request.experiment + "\n" + request.name + "\n", 0) == 0)
                 m_converter.reset(); // refitted: the cached one is stale
         }
         Q_EMIT fitted(job, s);

@@ -5,6 +5,7 @@
 // Threading: the engine thread (or a subcommand's main thread), which owns the file while fitting.
 #pragma once
 
+#include "core/settings/fit_settings.h"
 #include "gpu/align/alignment.h"
 #include "gpu/model/model.h"
 
@@ -14,15 +15,8 @@
 
 namespace kvwb::app::jobs {
 
-struct FitJob
-{
-    std::string experimentPath;
-    gpu::AlignOptions options; // k is bounded to 1..A's layers by runFit
-    bool store = true;         // false: fit and score only (`kvwb align --dry-run`)
-    // MLP fits that store their converter keep each trained layer in fitCheckpointDir() until the
-    // converter is saved; resume reads back the layers of an interrupted fit with the same settings.
-    bool resume = false;
-};
+// The engine's options for `settings` (k bounded to 1..A's layers by runFit); progress is the caller's.
+gpu::AlignOptions alignOptions(const core::FitSettings &settings);
 
 // Where the MLP fit of converter `name` keeps its layer checkpoints: beside the experiment file,
 // "<experiment>.fit-<name>".
@@ -41,6 +35,10 @@ struct FitOutcome
 using FitTargetFn =
     std::function<const gpu::Model *(const core::ExperimentReader &file, std::vector<std::string> &warnings)>;
 
-FitOutcome runFit(const FitJob &job, const FitTargetFn &target);
+// Fits and scores the converter `settings` describe and, unless settings.dryRun, stores it; MLP fits
+// that store their converter keep each trained layer in fitCheckpointDir() until it is saved, and with
+// settings.resume read back the layers of an interrupted fit with the same settings.
+FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
+                  const std::function<bool(double fraction, const std::string &stage)> &progress = {});
 
 } // namespace kvwb::app::jobs

@@ -517,8 +517,8 @@ private Q_SLOTS:
         // fit: all A layers, fixed lambda; the first converter becomes the one in use
         QSignalSpy fitted(&engine, &app::EngineController::fitted);
         auto *align = w.alignmentPanel();
-        ui::FitRequest fr = align->fitRequest();
-        QCOMPARE(fr.experimentPath, exp);
+        core::FitSettings fr = align->fitRequest();
+        QCOMPARE(QString::fromStdString(fr.experiment), exp);
         fr.name = "gui";
         fr.selection = core::LayerSelection::All;
         fr.k = 4;

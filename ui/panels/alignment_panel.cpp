@@ -419,13 +419,14 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     connect(m_selection, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
     connect(m_family, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
     connect(m_fit, &QPushButton::clicked, this, [this] {
-        const FitRequest r = fitRequest();
+        const core::FitSettings r = fitRequest();
+        const QString name = QString::fromStdString(r.name);
         static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
-        if (!validName.match(r.name).hasMatch()) {
+        if (!validName.match(name).hasMatch()) {
             m_fitStatus->setText(errorHtml(
                 tr("Name '%1' cannot be stored: use letters, digits, '_', '-' and '.', not starting with "
                    "'.'.")
-                    .arg(r.name)));
+                    .arg(name)));
             return;
         }
         bool ok = false;
@@ -436,7 +437,8 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
         }
         setBusy(true);
         m_fitStatus->setText(
-            tr("Fitting '%1' from %2...").arg(r.name.toHtmlEscaped(), r.experimentPath.toHtmlEscaped()));
+            tr("Fitting '%1' from %2...")
+                .arg(name.toHtmlEscaped(), QString::fromStdString(r.experiment).toHtmlEscaped()));
         Q_EMIT fitRequested(r);
     });
     connect(m_cancel, &QPushButton::clicked, this, [this] {
@@ -445,18 +447,18 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     });
 }
 
-FitRequest AlignmentPanel::fitRequest() const
+core::FitSettings AlignmentPanel::fitRequest() const
 {
-    FitRequest r;
-    r.experimentPath = m_snapshot ? m_snapshot->path : QString();
-    r.name = m_fitName->text().trimmed();
+    core::FitSettings r = m_settings;
+    r.experiment = m_snapshot ? m_snapshot->path.toStdString() : std::string();
+    r.name = m_fitName->text().trimmed().toStdString();
     r.selection = core::parseLayerSelection(m_selection->currentData().toString().toStdString())
                       .value_or(core::LayerSelection::Proportional);
     r.k = m_k->value();
     r.autoLambda = m_autoLambda->isChecked();
     bool ok = false;
     const double lambda = QLocale::c().toDouble(m_lambda->text().trimmed(), &ok);
-    r.lambda = ok ? lambda : FitRequest{}.lambda;
+    r.lambda = ok ? lambda : core::FitSettings{}.lambda;
     r.perHead = m_perHead->isChecked();
     r.family = core::parseConverterFamily(m_family->currentData().toString().toStdString())
                    .value_or(core::ConverterFamily::Ridge);
@@ -467,9 +469,10 @@ FitRequest AlignmentPanel::fitRequest() const
     return r;
 }
 
-void AlignmentPanel::setFitRequest(const FitRequest &r)
+void AlignmentPanel::setFitRequest(const core::FitSettings &r)
 {
-    m_fitName->setText(r.name);
+    m_settings = r;
+    m_fitName->setText(QString::fromStdString(r.name));
     const int sel = m_selection->findData(QString::fromUtf8(core::layerSelectionName(r.selection)));
     m_selection->setCurrentIndex(sel >= 0 ? sel : 0);
     m_k->setValue(r.k);

@@ -52,8 +52,8 @@ public:
     LayerMetricsChart *layerChart() const { return m_layerChart; }
     SweepChart *sweepChart() const { return m_sweepChart; }
 
-    FitRequest fitRequest() const; // experimentPath = the snapshot's path
-    void setFitRequest(const FitRequest &r);
+    core::FitSettings fitRequest() const; // experimentPath = the snapshot's path
+    void setFitRequest(const core::FitSettings &r);
     // Marks `name` as the converter in use (" (in use)" in the combo, "In use: name"); "" for none.
     void setInUse(const QString &name);
     QString inUse() const;
@@ -69,7 +69,7 @@ public Q_SLOTS:
     void setFitFailed(const QString &message);
 
 Q_SIGNALS:
-    void fitRequested(const kvwb::ui::FitRequest &request);
+    void fitRequested(const kvwb::core::FitSettings &request);
     void cancelRequested();
     void inUseChanged(const QString &name); // "Use this converter" pressed
 
@@ -112,6 +112,7 @@ private:
     QPushButton *m_cancel = nullptr;
     QProgressBar *m_progress = nullptr;
     QLabel *m_fitStatus = nullptr;
+    core::FitSettings m_settings; // what setFitRequest gave, for the settings the panel does not show
 };
 
 } // namespace kvwb::ui

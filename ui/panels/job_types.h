@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/settings/compare_settings.h"
+#include "core/settings/fit_settings.h"
 #include "core/settings/replay_settings.h"
 
 #include "core/cache/replay_ledger.h"
@@ -52,23 +53,8 @@ struct CaptureSummary
     QStringList warnings;
 };
 
-// Alignment panel -> engine: fit a converter from the shown experiment file.
-struct FitRequest
-{
-    QString experimentPath;
-    QString name = "default";
-    core::LayerSelection selection = core::LayerSelection::Proportional;
-    int k = 1;
-    bool autoLambda = false;
-    double lambda = 0.01;
-    bool perHead = false;
-    core::ConverterFamily family = core::ConverterFamily::Ridge;
-    int rank = 16;              // low-rank
-    int mlpHidden = 256;        // MLP
-    int mlpEpochs = 30;         // MLP
-    int64_t maxTrainTokens = 0; // 0 = every train prompt
-};
-
+// Alignment panel -> engine: fit a converter from the shown experiment file, as core::FitSettings
+// (core/settings/fit_settings.h); engine -> panel: what came of it.
 struct FitSummary
 {
     QString experimentPath;

@@ -221,12 +221,12 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
         log(tr("capturing %1 into %2").arg(r.promptsPath, r.outPath));
         Q_EMIT captureRequested(r);
     });
-    connect(m_alignment, &AlignmentPanel::fitRequested, this, [this](const FitRequest &r) {
+    connect(m_alignment, &AlignmentPanel::fitRequested, this, [this](const core::FitSettings &r) {
         beginJob(Job::Fit);
         log(tr("fitting converter '%1' (%2, k %3) on %4")
-                .arg(r.name, QString::fromUtf8(core::layerSelectionName(r.selection)))
+                .arg(QString::fromStdString(r.name), QString::fromUtf8(core::layerSelectionName(r.selection)))
                 .arg(r.k)
-                .arg(r.experimentPath));
+                .arg(QString::fromStdString(r.experiment)));
         Q_EMIT fitRequested(r);
     });
     connect(m_alignment, &AlignmentPanel::inUseChanged, this, &MainWindow::setInUse);

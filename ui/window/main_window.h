@@ -134,7 +134,7 @@ Q_SIGNALS:
     void reportRequested(const QString &experimentPath);
     void reportWritten(const QStringList &files);
     void captureRequested(const kvwb::ui::CaptureRequest &request);
-    void fitRequested(const kvwb::ui::FitRequest &request);
+    void fitRequested(const kvwb::core::FitSettings &request);
     void compareRequested(const kvwb::core::CompareSettings &request);
     void compareSetRequested(const kvwb::core::CompareSettings &request);
     void replayRequested(const kvwb::core::ReplaySettings &request);

@@ -216,8 +216,8 @@ void MainWindow::applyProjectSettings()
     c.postRope = p.capture.postRope;
     m_capture->setRequest(c);
 
-    FitRequest f;
-    f.name = QString::fromStdString(p.alignment.name);
+    core::FitSettings f;
+    f.name = p.alignment.name;
     f.selection =
         core::parseLayerSelection(p.alignment.selection).value_or(core::LayerSelection::Proportional);
     f.k = p.alignment.k;
@@ -253,7 +253,7 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.capture.limit = c.limit;
     p.capture.postRope = c.postRope;
     const auto f = m_alignment->fitRequest();
-    p.alignment.name = f.name.toStdString();
+    p.alignment.name = f.name;
     p.alignment.selection = core::layerSelectionName(f.selection);
     p.alignment.k = f.k;
     p.alignment.autoLambda = f.autoLambda;

@@ -74,20 +74,12 @@ std::shared_ptr<ui::ExperimentSnapshot> snapshot(int prompts, const std::vector<
     return s;
 }
 
-void compareFit(const ui::FitRequest &a, const ui::FitRequest &b)
+void compareFit(const core::FitSettings &a, const core::FitSettings &b)
 {
-    QCOMPARE(a.experimentPath, b.experimentPath);
-    QCOMPARE(a.name, b.name);
-    QCOMPARE(a.selection, b.selection);
-    QCOMPARE(a.k, b.k);
-    QCOMPARE(a.autoLambda, b.autoLambda);
-    QCOMPARE(a.lambda, b.lambda);
-    QCOMPARE(a.perHead, b.perHead);
-    QCOMPARE(a.family, b.family);
-    QCOMPARE(a.rank, b.rank);
-    QCOMPARE(a.mlpHidden, b.mlpHidden);
-    QCOMPARE(a.mlpEpochs, b.mlpEpochs);
-    QCOMPARE(a.maxTrainTokens, b.maxTrainTokens);
+    // row by row, so that a difference names its flag
+    for (const auto &f : core::fitFlags())
+        QVERIFY2(f.get(a) == f.get(b), f.name);
+    QVERIFY(a == b);
 }
 
 void compareReplay(const core::ReplaySettings &a, const core::ReplaySettings &b)
@@ -199,10 +191,10 @@ private Q_SLOTS:
     void fitRequestRoundTrip()
     {
         ui::AlignmentPanel p;
-        compareFit(p.fitRequest(), ui::FitRequest{});
+        compareFit(p.fitRequest(), core::FitSettings{});
         p.setSnapshot(snapshot(10, {}));
-        ui::FitRequest r;
-        r.experimentPath = "/tmp/exp.h5";
+        core::FitSettings r;
+        r.experiment = "/tmp/exp.h5";
         r.name = "topk-3";
         r.selection = core::LayerSelection::TopK;
         r.k = 3;
@@ -261,9 +253,9 @@ private Q_SLOTS:
         p.findChild<QLineEdit *>("lambdaEdit")->setText("1e-2");
         fit->click();
         QCOMPARE(spy.count(), 1);
-        ui::FitRequest want;
-        want.experimentPath = "/tmp/exp.h5";
-        compareFit(spy.first().first().value<ui::FitRequest>(), want);
+        core::FitSettings want;
+        want.experiment = "/tmp/exp.h5";
+        compareFit(spy.first().first().value<core::FitSettings>(), want);
         QVERIFY(!fit->isEnabled());
         QVERIFY(cancel->isEnabled());
 
