@@ -272,7 +272,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
                 core::LedgerRow row = gpu::requestRow(q);
                 row.worker = w;
                 row.route = decisionOf.at(q.id)->note;
-                row.notServed = "worker";
+                row.notServed = core::NotServed::Worker;
                 rows.push_back(row);
                 ++lost;
             }

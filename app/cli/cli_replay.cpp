@@ -292,10 +292,11 @@ int cmdReplay(const QStringList &args)
                 ::raise(SIGKILL);
             if (!asJson && (done % 25 == 0 || done == total))
                 std::fprintf(stderr, "\rreplayed %d/%d requests", done, total);
-            if (!row.gate.empty())
+            if (row.gate != core::GateDecision::None)
                 std::fprintf(stderr, "%sgate: request %lld %s %.4f -> %s\n", asJson ? "" : "\n",
                              (long long)row.requestId, core::gateSignalName(settings.gateSignal),
-                             row.gateValue, row.gate == "pass" ? "use the converted cache" : "fall back");
+                             row.gateValue,
+                             row.gate == core::GateDecision::Pass ? "use the converted cache" : "fall back");
             return !InterruptScope::interrupted();
         });
     if (!asJson)

@@ -88,8 +88,8 @@ struct TierLookup
     // that entry's intent, for the ledger and the threshold sweep.
     std::optional<double> nearestSimilarity;
     std::string nearestIntent;
-    // Gated tiers (cross-model KV): the gate's decision ("pass" | "fail") and measured signal.
-    std::string gate;
+    // Gated tiers (cross-model KV): the gate's decision and measured signal.
+    GateDecision gate = GateDecision::None;
     double gateValue = 0;
     double modelMs = 0; // model work inside the lookup (gate, conversion): not tier overhead
     std::vector<std::string> warnings;
@@ -99,16 +99,19 @@ struct TierLookup
     std::vector<int> prompt;
     int computedTokens = 0;   // of the cache handed back, positions computed inside this lookup
     std::string reusedIntent; // a KV hit that stands for an intent (a knowledge node's id)
-    // The knowledge tier's ledger notes (core::LedgerRow's knowledge fields).
-    std::string knowledgeNode;
-    std::string knowledgeVerdict;
-    std::string knowledgeModule;
-    int profileApplied = -1;
-    // A tier over a shared store: its outcome ("hit" | "miss" | "refused" | "unavailable"); "" none.
-    std::string store;
-    // A semantic tier with per-entry thresholds: "serve" or "explore" (computed, outcome observed);
-    // "" when not consulted above the floor.
-    std::string semanticDecision;
+    // The knowledge tier's ledger notes (core::LedgerRow's knowledge fields): the node it judged,
+    // the verdict, the module's fate, whether a profile was rendered (-1: not consulted).
+    struct KnowledgeNote
+    {
+        std::string node;
+        KnowledgeVerdict verdict = KnowledgeVerdict::None;
+        ModuleFate module = ModuleFate::None;
+        int profileApplied = -1;
+    } knowledge;
+    // A tier over a shared store: its outcome.
+    StoreNote store = StoreNote::None;
+    // A semantic tier with per-entry thresholds; None when not consulted above the floor.
+    SemanticDecision semanticDecision = SemanticDecision::None;
 };
 
 // What the model computed for a request no tier served, offered to every tier to keep.

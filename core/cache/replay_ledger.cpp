@@ -75,6 +75,26 @@ double percentile(std::vector<double> values, double p)
 
 // ---- summary ----
 
+StoreNote worseStoreNote(StoreNote x, StoreNote y) noexcept
+{
+    const auto rank = [](StoreNote n) {
+        switch (n) {
+        case StoreNote::None:
+            return 0;
+        case StoreNote::Miss:
+            return 1;
+        case StoreNote::Hit:
+            return 2;
+        case StoreNote::Refused:
+            return 3;
+        case StoreNote::Unavailable:
+            return 4;
+        }
+        return 0;
+    };
+    return rank(x) >= rank(y) ? x : y;
+}
+
 namespace {
 
 bool isResponseHit(TierKind t)
@@ -108,11 +128,11 @@ LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &pri
     std::vector<LedgerRow> rows;
     rows.reserve(allRows.size());
     for (const LedgerRow &r : allRows) {
-        if (r.notServed.empty()) {
+        if (r.notServed == NotServed::No) {
             rows.push_back(r);
         } else {
             ++s.notServed;
-            ++s.notServedBy[r.notServed];
+            ++s.notServedBy[enumName(kNotServedNames, r.notServed)];
         }
     }
     s.requests = int64_t(rows.size());
@@ -162,8 +182,8 @@ LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &pri
                 ++s.tiers[tier].requests;
         if (r.tierHits.count(TierKind::Knowledge)) {
             TierAggregate &k = s.tiers[TierKind::Knowledge];
-            k.rejected += r.knowledgeVerdict == "rejected";
-            k.modulesRecomputed += r.knowledgeModule == "recomputed";
+            k.rejected += r.knowledgeVerdict == KnowledgeVerdict::Rejected;
+            k.modulesRecomputed += r.knowledgeModule == ModuleFate::Recomputed;
         }
         TierAggregate &a = s.tiers[r.answeredBy];
         if (r.answeredBy == TierKind::None)
@@ -225,8 +245,26 @@ struct TierHit
 {
     TierKind tier;
 };
+// A typed note written as its enum's name (core/util/enum_names.h).
+struct Named
+{
+    std::string (*name)(const LedgerRow &);
+    bool (*set)(LedgerRow &, const std::string &); // false: not a name of the enum
+    const char *expected;
+};
+template <auto Member, const auto &Table> Named named(const char *expected)
+{
+    return {[](const LedgerRow &r) { return std::string(enumName(Table, r.*Member)); },
+            [](LedgerRow &r, const std::string &s) {
+                const auto v = parseEnum(Table, s);
+                if (v)
+                    r.*Member = *v;
+                return v.has_value();
+            },
+            expected};
+}
 using Field = std::variant<int64_t LedgerRow::*, int LedgerRow::*, double LedgerRow::*, bool LedgerRow::*,
-                           std::string LedgerRow::*, AnsweredBy, TierHit>;
+                           std::string LedgerRow::*, AnsweredBy, TierHit, Named>;
 
 struct Column
 {
@@ -264,19 +302,25 @@ const std::vector<Column> &columns()
         {"ttft_ms", &LedgerRow::ttftMs, false},
         {"total_ms", &LedgerRow::totalMs, false},
         {"lookup_ms", &LedgerRow::lookupMs, false},
-        {"gate", &LedgerRow::gate, true},
+        {"gate", named<&LedgerRow::gate, kGateDecisionNames>("pass, fail or empty"), true},
         {"gate_value", &LedgerRow::gateValue, false},
         {"shadow_kl", &LedgerRow::shadowKl, false},
         {"shadow_exact", &LedgerRow::shadowExact, false},
         {"knowledge_node", &LedgerRow::knowledgeNode, true, true},
-        {"knowledge_verdict", &LedgerRow::knowledgeVerdict, true, true},
-        {"knowledge_module", &LedgerRow::knowledgeModule, true, true},
+        {"knowledge_verdict",
+         named<&LedgerRow::knowledgeVerdict, kKnowledgeVerdictNames>("verified, rejected or empty"), true,
+         true},
+        {"knowledge_module",
+         named<&LedgerRow::knowledgeModule, kModuleFateNames>("reused, recomputed, too-long or empty"), true,
+         true},
         {"profile_applied", &LedgerRow::profileApplied, false, true},
-        {"store", &LedgerRow::store, true, true},
+        {"store", named<&LedgerRow::store, kStoreNoteNames>("hit, miss, refused, unavailable or empty"), true,
+         true},
         {"worker", &LedgerRow::worker, false, true},
         {"route", &LedgerRow::route, true, true},
-        {"semantic_decision", &LedgerRow::semanticDecision, true, true},
-        {"not_served", &LedgerRow::notServed, true, true},
+        {"semantic_decision",
+         named<&LedgerRow::semanticDecision, kSemanticDecisionNames>("serve, explore or empty"), true, true},
+        {"not_served", named<&LedgerRow::notServed, kNotServedNames>("context, worker or empty"), true, true},
     };
     return all;
 }
@@ -309,6 +353,7 @@ std::string cellText(const LedgerRow &r, const Field &field)
                           [&](bool LedgerRow::*m) { return std::string(r.*m ? "1" : "0"); },
                           [&](std::string LedgerRow::*m) { return r.*m; },
                           [&](AnsweredBy) { return std::string(tierKindName(r.answeredBy)); },
+                          [&](const Named &n) { return n.name(r); },
                           [&](TierHit h) {
                               const auto it = r.tierHits.find(h.tier);
                               return std::string(it == r.tierHits.end() ? "" : it->second ? "1" : "0");
@@ -349,6 +394,7 @@ std::string setFromText(LedgerRow &r, const Field &field, const std::string &s)
                 r.*m = s;
                 return "";
             },
+            [&](const Named &n) -> std::string { return n.set(r, s) ? "" : n.expected; },
             [&](AnsweredBy) -> std::string {
                 const auto t = parseTierKind(s);
                 if (!t)
@@ -458,6 +504,7 @@ double cellNumber(const LedgerRow &r, const Field &field)
                           [&](bool LedgerRow::*m) { return r.*m ? 1.0 : 0.0; },
                           [&](std::string LedgerRow::*) { return 0.0; },
                           [&](AnsweredBy) { return 0.0; },
+                          [&](const Named &) { return 0.0; },
                           [&](TierHit h) {
                               const auto it = r.tierHits.find(h.tier);
                               return it == r.tierHits.end() ? std::numeric_limits<double>::quiet_NaN()
@@ -502,6 +549,7 @@ std::string setFromNumber(LedgerRow &r, const Field &field, double v)
             },
             [&](std::string LedgerRow::*) -> std::string { return "a string"; },
             [&](AnsweredBy) -> std::string { return "a string"; },
+            [&](const Named &) -> std::string { return "a string"; },
             [&](TierHit h) -> std::string {
                 if (std::isnan(v))
                     r.tierHits.erase(h.tier);

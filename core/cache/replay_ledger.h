@@ -4,6 +4,8 @@
 // Thread-safety: pure functions and values.
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -25,6 +27,82 @@ enum class TierKind
 // "none" | "exact" | "semantic" | "prefix" | "cross" | "knowledge"
 const char *tierKindName(TierKind t) noexcept;
 std::optional<TierKind> parseTierKind(const std::string &name);
+
+// A cross-model hit's quality gate: not consulted, passed (the converted cache was used) or failed
+// (B computed the prompt itself).
+enum class GateDecision
+{
+    None,
+    Pass,
+    Fail
+};
+inline constexpr EnumName<GateDecision> kGateDecisionNames[] = {
+    {GateDecision::None, ""}, {GateDecision::Pass, "pass"}, {GateDecision::Fail, "fail"}};
+
+// The knowledge tier's verification of the node recall proposed.
+enum class KnowledgeVerdict
+{
+    None,
+    Verified,
+    Rejected
+};
+inline constexpr EnumName<KnowledgeVerdict> kKnowledgeVerdictNames[] = {
+    {KnowledgeVerdict::None, ""},
+    {KnowledgeVerdict::Verified, "verified"},
+    {KnowledgeVerdict::Rejected, "rejected"}};
+
+// What happened to a knowledge node's KV module: reused as stored, recomputed (stale, or built for
+// the first time), or not used (the rewritten prompt would not fit model B's context).
+enum class ModuleFate
+{
+    None,
+    Reused,
+    Recomputed,
+    TooLong
+};
+inline constexpr EnumName<ModuleFate> kModuleFateNames[] = {{ModuleFate::None, ""},
+                                                            {ModuleFate::Reused, "reused"},
+                                                            {ModuleFate::Recomputed, "recomputed"},
+                                                            {ModuleFate::TooLong, "too-long"}};
+
+// The semantic tier under an error bound: the entry's estimated error allowed serving it, or the
+// request was computed and the outcome observed.
+enum class SemanticDecision
+{
+    None,
+    Serve,
+    Explore
+};
+inline constexpr EnumName<SemanticDecision> kSemanticDecisionNames[] = {
+    {SemanticDecision::None, ""}, {SemanticDecision::Serve, "serve"}, {SemanticDecision::Explore, "explore"}};
+
+// A shared store under the tiers: the worst outcome of a request's store calls (None: no store).
+enum class StoreNote
+{
+    None,
+    Hit,
+    Miss,
+    Refused,    // a corrupt or foreign payload, not used
+    Unavailable // no server: the request was computed instead
+};
+inline constexpr EnumName<StoreNote> kStoreNoteNames[] = {{StoreNote::None, ""},
+                                                          {StoreNote::Hit, "hit"},
+                                                          {StoreNote::Miss, "miss"},
+                                                          {StoreNote::Refused, "refused"},
+                                                          {StoreNote::Unavailable, "unavailable"}};
+// The worse of two outcomes: unavailable > refused > hit > miss > none.
+StoreNote worseStoreNote(StoreNote x, StoreNote y) noexcept;
+
+// Why a request was not served: it was (No), its prompt and max_tokens do not fit a model's context,
+// or a fleet worker died before serving it.
+enum class NotServed
+{
+    No,
+    Context,
+    Worker
+};
+inline constexpr EnumName<NotServed> kNotServedNames[] = {
+    {NotServed::No, ""}, {NotServed::Context, "context"}, {NotServed::Worker, "worker"}};
 
 struct LedgerRow
 {
@@ -49,34 +127,30 @@ struct LedgerRow
     double ttftMs = 0;   // measured: lookup + model work to the first token
     double totalMs = 0;  // measured: lookup + whole response
     double lookupMs = 0; // time spent in the tiers (embedding, index, tree), included above
-    // Cross-model hits: the quality gate's decision ("" when not consulted).
-    std::string gate; // "pass" | "fail"
+    // Cross-model hits: the quality gate's decision.
+    GateDecision gate = GateDecision::None;
     double gateValue = 0;
     // Shadow verification (a sample of hits re-run from scratch): -1 when not verified.
     double shadowKl = -1;
     int shadowExact = -1; // 1 when the hit's output equals the from-scratch output
-    // Knowledge tier (empty / -1 when not consulted): the node recall proposed and verification
-    // judged, its verdict ("verified" | "rejected"), what happened to its KV module ("reused" |
-    // "recomputed": stale or built for the first time), and whether a user profile was rendered.
+    // Knowledge tier (empty / None / -1 when not consulted): the node recall proposed and
+    // verification judged, its verdict, what happened to its KV module, and whether a user profile
+    // was rendered.
     std::string knowledgeNode;
-    std::string knowledgeVerdict;
-    std::string knowledgeModule;
+    KnowledgeVerdict knowledgeVerdict = KnowledgeVerdict::None;
+    ModuleFate knowledgeModule = ModuleFate::None;
     int profileApplied = -1;
-    // A shared store under the tiers (docs/fleet.md): "" when none, else the worst outcome of this
-    // request's store calls: "hit", "miss", "refused" (a corrupt or foreign payload, not used) or
-    // "unavailable" (no server: the request was computed instead).
-    std::string store;
+    // A shared store under the tiers (docs/fleet.md): the worst outcome of this request's store calls.
+    StoreNote store = StoreNote::None;
     // A fleet replay: the worker that served the request (-1: a single process) and the routing
     // decision, e.g. "prefix-hash:3fa2" or "least-loaded:1210".
     int worker = -1;
     std::string route;
-    // The semantic tier under an error bound (--error-bound): "serve" (the entry's estimated error
-    // allowed it) or "explore" (computed and observed); "" otherwise.
-    std::string semanticDecision;
-    // A request the replay did not serve: "" (served), "context" (its prompt and max_tokens do not
-    // fit a model's context) or "worker" (a fleet worker died before serving it). Such a row holds
-    // only the request's identity; the summary counts it in notServed and nowhere else.
-    std::string notServed;
+    // The semantic tier under an error bound (--error-bound).
+    SemanticDecision semanticDecision = SemanticDecision::None;
+    // A request the replay did not serve holds only the request's identity; the summary counts it
+    // in notServed and nowhere else.
+    NotServed notServed = NotServed::No;
 };
 
 struct TierAggregate

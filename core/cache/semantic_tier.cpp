@@ -381,10 +381,10 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
                                             request.scope.modelFingerprint(), request.nowMs)) {
             out.response = d.hitOf(*found).response;
             out.hit = true;
-            out.semanticDecision = "serve";
+            out.semanticDecision = SemanticDecision::Serve;
         } else {
             d.explored = Impl::Explored{request.requestId, found->id, found->similarity};
-            out.semanticDecision = "explore";
+            out.semanticDecision = SemanticDecision::Explore;
         }
         return out;
     }

@@ -13,10 +13,20 @@ std::string exactKeyOf(const TierRequest &r)
     return std::to_string(r.sampling.size()) + ":" + r.sampling + normalisePrompt(r.prompt);
 }
 
-// The worst of two store outcomes for the ledger: unavailable > refused > hit > miss.
-int rank(const std::string &o)
+// The ledger's note of a store call's outcome.
+StoreNote noteOf(StoreOutcome o)
 {
-    return o == "unavailable" ? 3 : o == "refused" ? 2 : o == "hit" ? 1 : 0;
+    switch (o) {
+    case StoreOutcome::Hit:
+        return StoreNote::Hit;
+    case StoreOutcome::Miss:
+        return StoreNote::Miss;
+    case StoreOutcome::Refused:
+        return StoreNote::Refused;
+    case StoreOutcome::Unavailable:
+        break;
+    }
+    return StoreNote::Unavailable;
 }
 
 } // namespace
@@ -33,13 +43,13 @@ TierLookup SharedExactTier::lookup(const TierRequest &request)
 {
     TierLookup out;
     const StoreGet g = m_store.get(scopeOf(request), "exact", exactKeyOf(request), request.nowMs);
-    out.store = storeOutcomeName(g.outcome);
+    out.store = noteOf(g.outcome);
     if (g.outcome == StoreOutcome::Hit) {
         try {
             out.response = decodeResponseBody(g.payload->body);
             out.hit = true;
         } catch (const Error &e) {
-            out.store = "refused";
+            out.store = StoreNote::Refused;
             m_store.refusedAfterGet();
             out.warnings.push_back(std::string("exact tier: a stored response was refused: ") + e.what());
         }
@@ -120,8 +130,8 @@ bool SharedSemanticTier::catchUp()
 TierLookup SharedSemanticTier::lookup(const TierRequest &request)
 {
     TierLookup out;
-    out.store = catchUp() ? "miss" : "unavailable";
-    if (out.store == "unavailable")
+    out.store = catchUp() ? StoreNote::Miss : StoreNote::Unavailable;
+    if (out.store == StoreNote::Unavailable)
         out.warnings.push_back("semantic tier (" + m_store.describe() +
                                "): the stream could not be read; "
                                "answering from this worker's index");
@@ -136,8 +146,7 @@ TierLookup SharedSemanticTier::lookup(const TierRequest &request)
     if (auto h = m_local.lookup(request.scope, m_embedding, request.nowMs)) {
         out.response = std::move(h->response);
         out.hit = true;
-        if (rank("hit") > rank(out.store))
-            out.store = "hit";
+        out.store = worseStoreNote(out.store, StoreNote::Hit);
     }
     return out;
 }

@@ -76,7 +76,7 @@ private:
     // Shared-store mode: the leading whole blocks of `tokens` found in the store, assembled into one
     // cache (m_fetched); outcome for the ledger.
     Match fetchBlocks(ModelStore &s, core::ModelRole role, const std::string &tenant,
-                      const std::vector<int> &tokens, int64_t nowMs, std::string &outcome);
+                      const std::vector<int> &tokens, int64_t nowMs, core::StoreNote &outcome);
     void putBlocks(ModelStore &s, const std::string &tenant, const std::vector<int> &tokens,
                    const KvCache &cache, int fromBlock, int64_t nowMs);
     void releaseCaches(ModelStore &s);
@@ -91,12 +91,13 @@ private:
     KvCache m_fetched;         // the last cache assembled from the store
     int64_t m_fetchedFor = -1; // ... for this request (blocks found, so insert skips them)
     int m_fetchedBlocks = 0;
-    std::string m_lastOutcome; // of the last store lookup, for the cross tier's ledger note
+    core::StoreNote m_lastOutcome =
+        core::StoreNote::None; // of the last store lookup, for the cross tier's ledger note
     int64_t m_storeBytesPut = 0;
     int64_t m_storeBlocksPut = 0;
 
 public:
-    const std::string &lastStoreOutcome() const { return m_lastOutcome; }
+    core::StoreNote lastStoreOutcome() const { return m_lastOutcome; }
 };
 
 struct CrossTierOptions

@@ -42,12 +42,12 @@ QString q(const fs::path &p)
     return QString::fromStdString(p.string());
 }
 
-std::map<std::string, int> countBy(const std::vector<core::LedgerRow> &rows,
-                                   std::string core::LedgerRow::*field)
+// How many rows hold each store note, by its name ("hit", "refused", ...).
+std::map<std::string, int> countStoreNotes(const std::vector<core::LedgerRow> &rows)
 {
     std::map<std::string, int> n;
     for (const auto &r : rows)
-        ++n[r.*field];
+        ++n[core::enumName(core::kStoreNoteNames, r.store)];
     return n;
 }
 
@@ -199,8 +199,8 @@ private Q_SLOTS:
             QCOMPARE(redis[i].answeredBy, local[i].answeredBy);
             QCOMPARE(redis[i].tokensReused, local[i].tokensReused);
             QCOMPARE(redis[i].tokensComputed, local[i].tokensComputed);
-            QCOMPARE(local[i].store, std::string());
-            QVERIFY(redis[i].store == "hit" || redis[i].store == "miss");
+            QCOMPARE(local[i].store, core::StoreNote::None);
+            QVERIFY(redis[i].store == core::StoreNote::Hit || redis[i].store == core::StoreNote::Miss);
             if (redis[i].answeredBy == core::TierKind::Prefix) {
                 ++prefixHits;
                 QCOMPARE(redis[i].shadowExact, 1); // KV blocks from Redis generate what a miss generates
@@ -237,10 +237,10 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto bad = ledger(m_dir / "bad.csv");
         QCOMPARE(int(bad.size()), 36);
-        const auto outcomes = countBy(bad, &core::LedgerRow::store);
+        const auto outcomes = countStoreNotes(bad);
         QVERIFY2(outcomes.count("refused") && outcomes.at("refused") > 0, r.err.constData());
         for (const auto &row : bad)
-            if (row.store == "refused")
+            if (row.store == core::StoreNote::Refused)
                 QVERIFY(row.answeredBy == core::TierKind::None && row.tokensComputed > 0);
         QCOMPARE(QJsonDocument::fromJson(r.out).object()["store"].toObject()["refused"].toInt(),
                  outcomes.at("refused"));
@@ -275,7 +275,7 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         int refusedRows = 0;
         for (const auto &row : ledger(m_dir / "poisoned.csv"))
-            refusedRows += row.store == "refused";
+            refusedRows += row.store == core::StoreNote::Refused;
         QVERIFY(refusedRows > 0);
         const auto j = QJsonDocument::fromJson(r.out).object();
         QVERIFY2(j["store"].toObject()["refused"].toInt() >= refusedRows, r.out.constData());
@@ -356,10 +356,10 @@ private Q_SLOTS:
         int served0 = 0, served1 = 0, lost = 0;
         for (const auto &row : rows) {
             QCOMPARE(row.worker, int(row.requestId % 2));
-            if (row.notServed.empty())
+            if (row.notServed == core::NotServed::No)
                 ++(row.worker == 0 ? served0 : served1);
             else {
-                QCOMPARE(row.notServed, std::string("worker"));
+                QCOMPARE(row.notServed, core::NotServed::Worker);
                 QCOMPARE(row.worker, 1);
                 QCOMPARE(row.tokensComputed, 0);
                 ++lost;
@@ -446,7 +446,7 @@ private Q_SLOTS:
         auto rows = ledger(m_dir / "down.csv");
         QCOMPARE(int(rows.size()), 36);
         for (const auto &row : rows) {
-            QCOMPARE(row.store, std::string("unavailable"));
+            QCOMPARE(row.store, core::StoreNote::Unavailable);
             QCOMPARE(row.answeredBy, core::TierKind::None);
         }
         QVERIFY(QJsonDocument::fromJson(r.out).object()["store"].toObject()["unavailable"].toInt() >= 36);
@@ -468,11 +468,12 @@ private Q_SLOTS:
         QVERIFY2(proc.exitCode() == 0, proc.readAllStandardError().constData());
         rows = ledger(m_dir / "mid.csv");
         QCOMPARE(int(rows.size()), 36); // nothing lost from the ledger
-        const auto outcomes = countBy(rows, &core::LedgerRow::store);
+        const auto outcomes = countStoreNotes(rows);
         QVERIFY2(outcomes.count("unavailable") && outcomes.at("unavailable") > 0,
                  "no request saw the outage");
         QVERIFY(outcomes.count("hit") + outcomes.count("miss") > 0);
-        QCOMPARE(rows.back().store == "unavailable", false); // the store came back before the end
+        QCOMPARE(rows.back().store == core::StoreNote::Unavailable,
+                 false); // the store came back before the end
     }
 
     void badFleetOptions()

@@ -203,14 +203,15 @@ private Q_SLOTS:
         QCOMPARE(k["modules_recomputed"].toInt(), 0);
         QCOMPARE(rows[0].answeredBy, core::TierKind::Knowledge);
         QCOMPARE(rows[0].knowledgeNode, std::string("car"));
-        QCOMPARE(rows[0].knowledgeVerdict, std::string("verified"));
-        QCOMPARE(rows[0].knowledgeModule, std::string("reused"));
+        QCOMPARE(rows[0].knowledgeVerdict, core::KnowledgeVerdict::Verified);
+        QCOMPARE(rows[0].knowledgeModule, core::ModuleFate::Reused);
         QCOMPARE(rows[0].profileApplied, 1); // u1: brief, beginner, example, casual
         QCOMPARE(rows[1].knowledgeNode, std::string("bus"));
         QCOMPARE(rows[1].profileApplied, 0); // u2's profile renders no instruction
         QCOMPARE(rows[2].answeredBy, core::TierKind::None);
-        QCOMPARE(rows[2].knowledgeNode, std::string("car"));         // recall's proposal ...
-        QCOMPARE(rows[2].knowledgeVerdict, std::string("rejected")); // ... names no concept of the graph
+        QCOMPARE(rows[2].knowledgeNode, std::string("car")); // recall's proposal ...
+        QCOMPARE(rows[2].knowledgeVerdict,
+                 core::KnowledgeVerdict::Rejected);          // ... names no concept of the graph
         QCOMPARE(rows[3].knowledgeNode, std::string("car")); // a synonym, another tenant: the shared graph
         QCOMPARE(rows[3].answeredBy, core::TierKind::Knowledge);
         for (int i : {0, 1, 3}) {
@@ -258,9 +259,9 @@ private Q_SLOTS:
                                          "--knowledge-clock-start", QString::number(later)},
                                         m_dir / "k4.csv");
         QCOMPARE(js["tiers"].toObject()["knowledge"].toObject()["modules_recomputed"].toInt(), 2);
-        QCOMPARE(rowsS[0].knowledgeModule, std::string("recomputed"));
-        QCOMPARE(rowsS[1].knowledgeModule, std::string("recomputed"));
-        QCOMPARE(rowsS[3].knowledgeModule, std::string("reused"));
+        QCOMPARE(rowsS[0].knowledgeModule, core::ModuleFate::Recomputed);
+        QCOMPARE(rowsS[1].knowledgeModule, core::ModuleFate::Recomputed);
+        QCOMPARE(rowsS[3].knowledgeModule, core::ModuleFate::Reused);
         QVERIFY(rowsS[0].tokensComputed > rows[0].tokensComputed); // the module's tokens were computed
 
         // The economics: the same requests answered by each arm, stored for the report.

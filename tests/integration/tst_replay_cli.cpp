@@ -175,7 +175,7 @@ private Q_SLOTS:
         const auto rows = core::ledgerFromCsv(test::readFile(m_dir / "ab.csv"), "ab.csv");
         QCOMPARE(rows.size(), size_t(3));
         QCOMPARE(rows[1].answeredBy, core::TierKind::Cross);
-        QCOMPARE(rows[1].gate, std::string("pass"));
+        QCOMPARE(rows[1].gate, core::GateDecision::Pass);
         QVERIFY(rows[1].tokensReused >= 16);
         QCOMPARE(rows[1].shadowExact, 1);
         QCOMPARE(rows[2].answeredBy, core::TierKind::None); // tenant t1 never sees t0's cache
@@ -293,9 +293,9 @@ private Q_SLOTS:
         const auto rows = core::ledgerFromCsv(test::readFile(m_dir / "long.csv"), "long.csv");
         QCOMPARE(int(rows.size()), 3);
         QCOMPARE(rows[1].requestId, int64_t(7));
-        QCOMPARE(rows[1].notServed, std::string("context"));
+        QCOMPARE(rows[1].notServed, core::NotServed::Context);
         QCOMPARE(rows[1].tokensComputed, 0);
-        QVERIFY(rows[0].notServed.empty() && rows[2].notServed.empty());
+        QVERIFY(rows[0].notServed == core::NotServed::No && rows[2].notServed == core::NotServed::No);
         r = runKvwb({"replay", "--workload", q(m_dir / "long.jsonl"), "--model-a", q(m_dir / "m"), "--tiers",
                      "exact"});
         QVERIFY2(r.exitCode == 0, r.err.constData());

@@ -55,7 +55,7 @@ inline std::vector<core::LedgerRow> patternedLedger(int n, int firstId = 0)
         r.ttftMs = 5.0 + d;
         r.totalMs = 50.0 + d;
         if (r.answeredBy == core::TierKind::Cross) {
-            r.gate = i % 30 == 7 ? "fail" : "pass";
+            r.gate = i % 30 == 7 ? kvwb::core::GateDecision::Fail : kvwb::core::GateDecision::Pass;
             r.gateValue = 0.12;
         }
         rows.push_back(r);
@@ -130,7 +130,7 @@ inline std::vector<core::LedgerRow> realisticLedger(int n, int firstId = 0, unsi
         r.totalMs = response ? r.ttftMs : r.ttftMs + 8.0 * r.generatedTokens;
         if (r.answeredBy == core::TierKind::Cross) {
             r.gateValue = 0.05 + 0.3 * u(rng);
-            r.gate = r.gateValue < 0.3 ? "pass" : "fail";
+            r.gate = r.gateValue < 0.3 ? kvwb::core::GateDecision::Pass : kvwb::core::GateDecision::Fail;
         }
         if (r.answeredBy != core::TierKind::None && u(rng) < 0.05) {
             r.shadowKl = r.falseHit ? 2.5 : 0.01 + 0.1 * u(rng);

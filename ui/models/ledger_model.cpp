@@ -85,16 +85,20 @@ QVariant displayValue(const core::LedgerRow &r, int column)
     case LedgerModel::TotalColumn:
         return QString::number(r.totalMs, 'f', 1);
     case LedgerModel::GateColumn:
-        if (r.gate.empty())
+        if (r.gate == core::GateDecision::None)
             return QString();
-        return QStringLiteral("%1 (%2)").arg(QString::fromStdString(r.gate)).arg(r.gateValue, 0, 'g', 3);
+        return QStringLiteral("%1 (%2)")
+            .arg(QString::fromUtf8(core::enumName(core::kGateDecisionNames, r.gate)))
+            .arg(r.gateValue, 0, 'g', 3);
     case LedgerModel::NodeColumn: {
         if (r.knowledgeNode.empty())
             return QString();
-        QString s = QStringLiteral("%1 %2").arg(QString::fromStdString(r.knowledgeNode),
-                                                QString::fromStdString(r.knowledgeVerdict));
-        if (!r.knowledgeModule.empty())
-            s += QStringLiteral(", module %1").arg(QString::fromStdString(r.knowledgeModule));
+        QString s = QStringLiteral("%1 %2").arg(
+            QString::fromStdString(r.knowledgeNode),
+            QString::fromUtf8(core::enumName(core::kKnowledgeVerdictNames, r.knowledgeVerdict)));
+        if (r.knowledgeModule != core::ModuleFate::None)
+            s += QStringLiteral(", module %1")
+                     .arg(QString::fromUtf8(core::enumName(core::kModuleFateNames, r.knowledgeModule)));
         if (r.profileApplied == 1)
             s += QStringLiteral(", profile");
         return s;
@@ -129,7 +133,7 @@ QVariant sortValue(const core::LedgerRow &r, int column)
     case LedgerModel::TotalColumn:
         return r.totalMs;
     case LedgerModel::GateColumn:
-        return r.gate.empty() ? -1.0 : r.gateValue;
+        return r.gate == core::GateDecision::None ? -1.0 : r.gateValue;
     case LedgerModel::ShadowColumn:
         return r.shadowKl;
     }
@@ -174,9 +178,9 @@ QVariant LedgerModel::data(const QModelIndex &index, int role) const
         // A false hit is the one outcome a user must not miss: a cached answer to another question.
         if (index.column() == FalseHitColumn && r.falseHit)
             return QBrush(QColor(0xc6, 0x28, 0x28));
-        if (index.column() == GateColumn && r.gate == "fail")
+        if (index.column() == GateColumn && r.gate == core::GateDecision::Fail)
             return QBrush(QColor(0xc6, 0x28, 0x28));
-        if (index.column() == NodeColumn && r.knowledgeVerdict == "rejected")
+        if (index.column() == NodeColumn && r.knowledgeVerdict == core::KnowledgeVerdict::Rejected)
             return QBrush(QColor(0xc6, 0x28, 0x28));
         // Hits stand out from the many misses when scanning the tier columns.
         if (const auto tier = tierOfColumn(index.column())) {

@@ -152,14 +152,14 @@ core::TierLookup KnowledgeTier::lookup(const core::TierRequest &request)
     costs.verifyMs += msSince(t);
     if (!chosen) {
         ++costs.rejected;
-        out.knowledgeNode = m->scopes[found.front().scope].file.graph.nodes()[found.front().c.node].id;
-        out.knowledgeVerdict = "rejected";
+        out.knowledge.node = m->scopes[found.front().scope].file.graph.nodes()[found.front().c.node].id;
+        out.knowledge.verdict = core::KnowledgeVerdict::Rejected;
         return out;
     }
     KnowledgeScope &scope = m->scopes[chosen->scope];
     core::ConceptNode &node = *scope.file.graph.find(scope.file.graph.nodes()[chosen->c.node].id);
-    out.knowledgeNode = node.id;
-    out.knowledgeVerdict = "verified";
+    out.knowledge.node = node.id;
+    out.knowledge.verdict = core::KnowledgeVerdict::Verified;
 
     // The rewritten prompt: [system prompt] [module] [profile line] "Q: question\nA:".
     std::string head, tail = request.prompt;
@@ -171,7 +171,7 @@ core::TierLookup KnowledgeTier::lookup(const core::TierRequest &request)
     const auto profile = m->profiles.find(request.user);
     const std::string line =
         profile == m->profiles.end() ? std::string() : core::profileInstruction(profile->second);
-    out.profileApplied = line.empty() ? 0 : 1;
+    out.knowledge.profileApplied = line.empty() ? 0 : 1;
     const std::vector<int> headIds = m->tokenizer.encode(head, true);
     const std::vector<int> restIds = m->tokenizer.encode(line + tail, false);
 
@@ -190,7 +190,7 @@ core::TierLookup KnowledgeTier::lookup(const core::TierRequest &request)
             "request {}: knowledge node {} does not fit model B's context ({} + {} + {} tokens and {} to "
             "generate): answered without it",
             request.requestId, node.id, headIds.size(), moduleTokens, restIds.size(), request.maxTokens));
-        out.knowledgeModule = "too-long";
+        out.knowledge.module = core::ModuleFate::TooLong;
         return out;
     }
     if (freshness != core::Freshness::Fresh) {
@@ -211,9 +211,9 @@ core::TierLookup KnowledgeTier::lookup(const core::TierRequest &request)
             mods.modules.push_back(std::move(fresh));
         module = mods.find(node.id);
         node.verifiedMs = now;
-        out.knowledgeModule = "recomputed";
+        out.knowledge.module = core::ModuleFate::Recomputed;
     } else {
-        out.knowledgeModule = "reused";
+        out.knowledge.module = core::ModuleFate::Reused;
     }
 
     // The system prompt's KV, computed once per tenant and text.

@@ -69,7 +69,7 @@ std::string blockKey(const std::vector<int> &tokens, int end)
 
 PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, const std::string &tenant,
                                               const std::vector<int> &tokens, int64_t nowMs,
-                                              std::string &outcome)
+                                              core::StoreNote &outcome)
 {
     const core::TenantScope scope(m_limits.shareAcrossTenants ? std::string() : tenant, s.fingerprint);
     const int layers = s.model->config().numLayers;
@@ -78,7 +78,7 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
     const int maxBlocks = int(tokens.size()) / m_block;
     std::vector<std::string> bodies;
     std::vector<core::DType> dtypes; // of each body: blocks of F32, F16 and BF16 are all read
-    outcome = "miss";
+    outcome = core::StoreNote::Miss;
     // every whole block of the prompt in one round trip; the leading run of hits is used
     std::vector<std::string> keys;
     for (int k = 1; k <= maxBlocks; ++k)
@@ -87,13 +87,14 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
     for (const core::StoreGet &g : found) {
         if (g.outcome != core::StoreOutcome::Hit) {
             if (g.outcome != core::StoreOutcome::Miss)
-                outcome = core::storeOutcomeName(g.outcome);
+                outcome = g.outcome == core::StoreOutcome::Refused ? core::StoreNote::Refused
+                                                                   : core::StoreNote::Unavailable;
             break;
         }
         const auto &h = g.payload->header;
         if (!core::isKvBodyDType(h.dtype) || h.keyForm != core::KeyForm::PostRope ||
             h.shape != std::vector<int64_t>{layers, 2, heads, m_block, hd}) {
-            outcome = "refused"; // another geometry under this fingerprint: never used
+            outcome = core::StoreNote::Refused; // another geometry under this fingerprint: never used
             m_shared->refusedAfterGet();
             break;
         }
@@ -112,7 +113,7 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
         if (!std::all_of(values.begin(), values.end(), [](float x) {
                 return std::isfinite(x) && std::abs(x) <= core::kMaxStoredKvValue;
             })) {
-            outcome = "refused";
+            outcome = core::StoreNote::Refused;
             m_shared->refusedAfterGet();
             break;
         }
@@ -121,8 +122,8 @@ PrefixKvTier::Match PrefixKvTier::fetchBlocks(ModelStore &s, ModelRole role, con
     bodies.resize(blocks.size());
     if (bodies.empty())
         return {};
-    if (outcome == "miss")
-        outcome = "hit";
+    if (outcome == core::StoreNote::Miss)
+        outcome = core::StoreNote::Hit;
     const int n = int(bodies.size()) * m_block;
     std::vector<core::HeadMajorKv> kv(static_cast<size_t>(layers));
     for (int l = 0; l < layers; ++l) {
@@ -335,7 +336,7 @@ TierLookup CrossModelTier::lookup(const TierRequest &request)
     }
     const auto match =
         m_source.longestPrefix(ModelRole::A, request.scope.tenant(), pairing.idsA, request.nowMs);
-    out.store = m_source.lastStoreOutcome(); // "" unless A's blocks live in a shared store
+    out.store = m_source.lastStoreOutcome(); // None unless A's blocks live in a shared store
     if (!match.cache)
         return out;
     // B's leading positions whose A token is in the matched prefix (all of them up to the match on
@@ -364,7 +365,7 @@ TierLookup CrossModelTier::lookup(const TierRequest &request)
         const GateResult g = qualityGate(m_b, m_converter, source, prompt[size_t(keep)], m_options.gateTail,
                                          m_options.gateSignal, m_options.gateThreshold);
         out.modelMs += core::msSince(t0);
-        out.gate = g.passed ? "pass" : "fail";
+        out.gate = g.passed ? core::GateDecision::Pass : core::GateDecision::Fail;
         out.gateValue = g.value;
         if (!g.passed)
             return out; // fall back to the next tier / B's own prefill, logged in the row

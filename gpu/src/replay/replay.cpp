@@ -264,7 +264,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
         if (tooLong[i]) {
             core::LedgerRow row = requestRow(r);
             row.promptTokens = int(prompt.size());
-            row.notServed = "context";
+            row.notServed = core::NotServed::Context;
             result.rows.push_back(row);
             result.outputs.emplace_back();
             result.overheadMs.push_back(0);
@@ -327,27 +327,21 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                                                                      !found.nearestIntent.empty() &&
                                                                      found.nearestIntent != r.intent});
             }
-            if (!found.gate.empty()) {
+            if (found.gate != core::GateDecision::None) {
                 row.gate = found.gate;
                 row.gateValue = found.gateValue;
             }
-            if (!found.knowledgeNode.empty() || !found.knowledgeModule.empty()) {
-                row.knowledgeNode = found.knowledgeNode;
-                row.knowledgeVerdict = found.knowledgeVerdict;
-                row.knowledgeModule = found.knowledgeModule;
+            if (!found.knowledge.node.empty() || found.knowledge.module != core::ModuleFate::None) {
+                row.knowledgeNode = found.knowledge.node;
+                row.knowledgeVerdict = found.knowledge.verdict;
+                row.knowledgeModule = found.knowledge.module;
             }
-            if (found.profileApplied >= 0)
-                row.profileApplied = found.profileApplied;
-            if (!found.semanticDecision.empty())
+            if (found.knowledge.profileApplied >= 0)
+                row.profileApplied = found.knowledge.profileApplied;
+            if (found.semanticDecision != core::SemanticDecision::None)
                 row.semanticDecision = found.semanticDecision;
-            if (!found.store.empty()) {
-                // the worst outcome of the request's store calls: unavailable > refused > hit > miss
-                const auto rank = [](const std::string &x) {
-                    return x == "unavailable" ? 4 : x == "refused" ? 3 : x == "hit" ? 2 : x == "miss" ? 1 : 0;
-                };
-                if (rank(found.store) > rank(row.store))
-                    row.store = found.store;
-            }
+            // the worst outcome of the request's store calls: unavailable > refused > hit > miss
+            row.store = core::worseStoreNote(row.store, found.store);
             row.lookupMs += msSince(tl);
             row.tierHits[tier->kind()] = found.hit;
             if (found.hit) {

@@ -83,7 +83,7 @@ std::vector<LedgerRow> trickyLedger()
     b.answeredBy = TierKind::Cross;
     b.tierHits[TierKind::Cross] = true;
     b.model = "b";
-    b.gate = "pass";
+    b.gate = GateDecision::Pass;
     b.gateValue = -0.0;
     b.similarity = std::numeric_limits<double>::quiet_NaN();
     b.shadowKl = std::numeric_limits<double>::infinity();
@@ -98,19 +98,19 @@ std::vector<LedgerRow> trickyLedger()
     c.tokensReused = std::numeric_limits<int>::min();
     c.tenant = "caf\xc3\xa9 \xe2\x82\xac";
     c.tierHits.clear(); // no tier consulted
-    c.gate = "fail";
+    c.gate = GateDecision::Fail;
     c.gateValue = 4.9406564584124654e-324; // the smallest subnormal
     LedgerRow &d = rows[5];
     d.tierHits[TierKind::Knowledge] = false;
     d.knowledgeNode = "n02958343, \"car\"";
-    d.knowledgeVerdict = "rejected";
+    d.knowledgeVerdict = KnowledgeVerdict::Rejected;
     d.profileApplied = 0;
     LedgerRow &e = rows[0];
     e.answeredBy = TierKind::Knowledge;
     e.tierHits[TierKind::Knowledge] = true;
     e.knowledgeNode = "bus";
-    e.knowledgeVerdict = "verified";
-    e.knowledgeModule = "recomputed";
+    e.knowledgeVerdict = KnowledgeVerdict::Verified;
+    e.knowledgeModule = ModuleFate::Recomputed;
     e.profileApplied = 1;
     return rows;
 }
@@ -302,9 +302,9 @@ void TestReplayLedger::notServedRowsCountOnlyThere()
         rows[size_t(i)].generatedTokens = 2;
         rows[size_t(i)].ttftMs = 5;
     }
-    rows[1].notServed = "context";
+    rows[1].notServed = NotServed::Context;
     rows[1].tokensComputed = 0;
-    rows[2].notServed = "worker";
+    rows[2].notServed = NotServed::Worker;
     rows[2].tokensComputed = 0;
     const LedgerSummary s = summarize(rows, Prices{1.0, 2.0});
     QCOMPARE(s.requests, int64_t(1));
@@ -314,9 +314,9 @@ void TestReplayLedger::notServedRowsCountOnlyThere()
     QCOMPARE(s.tokensComputed, int64_t(12));
     QCOMPARE(s.costUsdNoCache, (10 * 1.0 + 2 * 2.0) / 1e6);
     const auto back = ledgerFromCsv(ledgerToCsv(rows), "ledger.csv");
-    QCOMPARE(back[1].notServed, std::string("context"));
-    QCOMPARE(back[2].notServed, std::string("worker"));
-    QVERIFY(back[0].notServed.empty());
+    QCOMPARE(back[1].notServed, NotServed::Context);
+    QCOMPARE(back[2].notServed, NotServed::Worker);
+    QVERIFY(back[0].notServed == NotServed::No);
     QVERIFY(contains(ledgerSummaryJson(s), "\"not_served\":2"));
 }
 
@@ -372,10 +372,10 @@ void TestReplayLedger::knowledgeRowsAndOlderFiles()
         r.tierHits[T::Knowledge] = false;
     rows[0].answeredBy = T::Knowledge;
     rows[0].tierHits[T::Knowledge] = true;
-    rows[0].knowledgeVerdict = "verified";
-    rows[0].knowledgeModule = "recomputed";
+    rows[0].knowledgeVerdict = KnowledgeVerdict::Verified;
+    rows[0].knowledgeModule = ModuleFate::Recomputed;
     rows[0].falseHit = true; // the node of another intent
-    rows[5].knowledgeVerdict = "rejected";
+    rows[5].knowledgeVerdict = KnowledgeVerdict::Rejected;
     rows[5].falseHit = true; // a miss: must not count
     const LedgerSummary s = summarize(rows);
     const TierAggregate &k = s.tiers.at(T::Knowledge);
@@ -453,6 +453,18 @@ void TestReplayLedger::csvErrorsNameLineAndColumn_data()
                              << "ledger.csv:4: column hit_exact: 'yes' is not 1, 0 or empty";
     QTest::newRow("bad flag") << "false_hit=2"
                               << "ledger.csv:4: column false_hit: '2' is not 0 or 1";
+    QTest::newRow("bad gate") << "gate=maybe"
+                              << "ledger.csv:4: column gate: 'maybe' is not pass, fail or empty";
+    QTest::newRow("bad module") << "knowledge_module=kept"
+                                << "ledger.csv:4: column knowledge_module: 'kept' is not reused, recomputed, "
+                                   "too-long or empty";
+    QTest::newRow("bad store")
+        << "store=Hit"
+        << "ledger.csv:4: column store: 'Hit' is not hit, miss, refused, unavailable or "
+           "empty";
+    QTest::newRow("bad not served")
+        << "not_served=late"
+        << "ledger.csv:4: column not_served: 'late' is not context, worker or empty";
     QTest::newRow("missing column") << "drop gate"
                                     << "ledger.csv:1: column gate is missing";
     QTest::newRow("short row") << "truncate"

@@ -141,7 +141,7 @@ private Q_SLOTS:
         const auto pass = gpu::replayWorkload(requests, p.models(&identity), o);
         const auto &hit = pass.rows[1];
         QCOMPARE(hit.answeredBy, TierKind::Cross);
-        QCOMPARE(hit.gate, std::string("pass"));
+        QCOMPARE(hit.gate, core::GateDecision::Pass);
         QVERIFY(hit.gateValue <= o.gateThreshold);
         QVERIFY(hit.tokensReused >= o.minCrossTokens);
         QCOMPARE(pass.outputs, scratch);
@@ -155,7 +155,7 @@ private Q_SLOTS:
         const auto destroyed = gpu::Converter::create(zeros, *p.a, *p.b);
         const auto fail = gpu::replayWorkload(requests, p.models(&destroyed), o);
         const auto &refused = fail.rows[1];
-        QCOMPARE(refused.gate, std::string("fail"));
+        QCOMPARE(refused.gate, core::GateDecision::Fail);
         QVERIFY(refused.gateValue > o.gateThreshold);
         QCOMPARE(refused.answeredBy, TierKind::None);
         QCOMPARE(refused.tokensReused, 0);
@@ -166,7 +166,7 @@ private Q_SLOTS:
         o.gate = false;
         const auto ungated = gpu::replayWorkload(requests, p.models(&destroyed), o);
         QCOMPARE(ungated.rows[1].answeredBy, TierKind::Cross);
-        QCOMPARE(ungated.rows[1].gate, std::string());
+        QCOMPARE(ungated.rows[1].gate, core::GateDecision::None);
     }
 
     void shadowRunsConfirmHits()
@@ -222,18 +222,18 @@ private Q_SLOTS:
         for (int i : {0, 1}) {
             QCOMPARE(r.rows[size_t(i)].answeredBy, TierKind::Knowledge);
             QCOMPARE(r.rows[size_t(i)].knowledgeNode, std::string("car"));
-            QCOMPARE(r.rows[size_t(i)].knowledgeVerdict, std::string("verified"));
+            QCOMPARE(r.rows[size_t(i)].knowledgeVerdict, core::KnowledgeVerdict::Verified);
         }
         // the file had no modules: the first use computes the module (nothing reused), the second
         // reuses it and computes only the system prompt's tail, the profile line and the question
-        QCOMPARE(r.rows[0].knowledgeModule, std::string("recomputed"));
+        QCOMPARE(r.rows[0].knowledgeModule, core::ModuleFate::Recomputed);
         QCOMPARE(r.rows[0].tokensReused, 0);
-        QCOMPARE(r.rows[1].knowledgeModule, std::string("reused"));
+        QCOMPARE(r.rows[1].knowledgeModule, core::ModuleFate::Reused);
         QVERIFY(r.rows[1].tokensReused > 0);
         QVERIFY(r.rows[1].tokensComputed < r.rows[0].tokensComputed);
         QCOMPARE(r.outputs[0], r.outputs[1]);
         QCOMPARE(r.rows[2].answeredBy, TierKind::None); // names no concept of the graph
-        QCOMPARE(r.rows[2].knowledgeVerdict, std::string("rejected"));
+        QCOMPARE(r.rows[2].knowledgeVerdict, core::KnowledgeVerdict::Rejected);
         QCOMPARE(tier.costs().modulesRecomputed, int64_t(1));
         QCOMPARE(tier.scopes()[0].file.graph.find("car")->reuseCount, int64_t(2));
         QCOMPARE(tier.scopes()[0].file.graph.find("dog")->reuseCount, int64_t(0));
