@@ -1,6 +1,7 @@
 // The engine thread's side (EngineWorker): each job's set-up, run and result, on the thread that owns
 // the models. The GUI thread's side is engine_controller.cpp.
 #include "app/engine/engine_controller.h"
+#include "core/store/ledger_store.h"
 
 #include "core/cache/prices.h"
 #include "core/cache/semantic_sweep.h"

@@ -2,6 +2,7 @@
 
 #include "core/knowledge/user_profiles.h"
 #include "core/metrics/text_metrics.h"
+#include "core/store/ledger_store.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 #include "core/workload/corpus.h"

@@ -1,5 +1,6 @@
 #include "app/jobs/replay_job.h"
 
+#include "core/store/ledger_store.h"
 #include "gpu/model/encoder.h"
 
 #include "app/jobs/job_inputs.h"

@@ -1,9 +1,6 @@
 #include "core/cache/replay_ledger.h"
 
-#include "core/store/converter_store.h"
-#include "core/store/hdf5_handle.h"
 #include "core/util/atomic_file.h"
-#include "core/util/build_info.h"
 #include "core/util/csv.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
@@ -49,28 +46,6 @@ std::optional<TierKind> parseTierKind(const std::string &name)
         if (name == tierKindName(t))
             return t;
     return std::nullopt;
-}
-
-double percentile(std::vector<double> values, double p)
-{
-    if (!(p >= 0 && p <= 100))
-        throw Error(ErrorCode::InvalidArgument, fmt::format("percentile {} is outside [0, 100]", p));
-    if (values.empty())
-        return 0;
-    if (std::any_of(values.begin(), values.end(), [](double v) { return std::isnan(v); }))
-        return std::numeric_limits<double>::quiet_NaN(); // as numpy: NaN propagates
-    std::sort(values.begin(), values.end());
-    // numpy.percentile(method="linear") step by step, so that results agree to the last bit:
-    // q = p / 100, virtual index (n - 1) q, and its _lerp, which interpolates from the upper
-    // neighbour when the fraction is >= 0.5 (b - (b - a)(1 - t)), from the lower one otherwise.
-    const double q = p / 100.0;
-    const double virtualIndex = double(values.size() - 1) * q;
-    const double below = std::floor(virtualIndex);
-    const size_t i = size_t(below);
-    const size_t j = std::min(i + 1, values.size() - 1);
-    const double t = virtualIndex - below;
-    const double a = values[i], b = values[j], diff = b - a;
-    return t >= 0.5 ? b - diff * (1 - t) : a + diff * t;
 }
 
 // ---- summary ----
@@ -491,9 +466,6 @@ std::vector<CsvRecord> parseCsv(std::string_view text, const std::string &source
 
 // ---- HDF5 ----
 
-constexpr const char *kLedgers = "/ledgers";
-constexpr const char *kNumbers = "numbers";
-
 // The numeric value of a non-text column (tier hit absent: NaN).
 double cellNumber(const LedgerRow &r, const Field &field)
 {
@@ -583,6 +555,42 @@ void checkRows(const std::string &where, const std::vector<LedgerRow> &rows)
 
 // ---- CSV ----
 
+const std::vector<LedgerColumn> &ledgerColumns()
+{
+    static const std::vector<LedgerColumn> all = [] {
+        std::vector<LedgerColumn> out;
+        for (const Column &c : columns())
+            out.push_back({c.name, c.text, c.optional});
+        return out;
+    }();
+    return all;
+}
+
+std::string ledgerCellText(const LedgerRow &row, size_t column)
+{
+    return cellText(row, columns().at(column).field);
+}
+
+std::string setLedgerCellText(LedgerRow &row, size_t column, const std::string &text)
+{
+    return setFromText(row, columns().at(column).field, text);
+}
+
+double ledgerCellNumber(const LedgerRow &row, size_t column)
+{
+    return cellNumber(row, columns().at(column).field);
+}
+
+std::string setLedgerCellNumber(LedgerRow &row, size_t column, double value)
+{
+    return setFromNumber(row, columns().at(column).field, value);
+}
+
+void checkLedgerRows(const std::string &where, const std::vector<LedgerRow> &rows)
+{
+    checkRows(where, rows);
+}
+
 std::string ledgerToCsv(const std::vector<LedgerRow> &rows)
 {
     const std::vector<Column> &cols = columns();
@@ -648,126 +656,6 @@ std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &
                             where + "column " + cols[c].name + ": '" + value + "' is not " + must);
         }
         rows.push_back(std::move(r));
-    }
-    return rows;
-}
-
-// ---- experiment file ----
-
-void saveLedger(const fs::path &experiment, const std::string &name, const std::vector<LedgerRow> &rows,
-                const std::string &settingsJson)
-{
-    h5::prepareLibrary();
-    const std::string file = experiment.string();
-    h5::checkName(file, "ledger", name);
-    const std::string where = file + ": ledger " + name;
-    h5::checkSettingsJson(where, settingsJson);
-    checkRows(where, rows);
-    h5::openExperiment(experiment); // a kvwb experiment, checked read-only before it is opened for writing
-
-    const std::vector<Column> &cols = columns();
-    MetricTable numbers;
-    for (const Column &c : cols)
-        if (!c.text)
-            numbers.columns.push_back(c.name);
-    numbers.rows.reserve(rows.size());
-    for (const LedgerRow &r : rows) {
-        std::vector<double> &row = numbers.rows.emplace_back();
-        for (const Column &c : cols)
-            if (!c.text)
-                row.push_back(cellNumber(r, c.field));
-    }
-
-    h5::Save save(experiment);
-    const std::string target = std::string(kLedgers) + "/" + name;
-    {
-        const h5::PropList gcpl = h5::compactGroupCreation();
-        const h5::Group root(h5::check(H5Gcreate_anon(save.file(), gcpl.get(), H5P_DEFAULT), ErrorCode::Io,
-                                       file + ": cannot create group " + target));
-        const h5::Place place{root.get(), file, target};
-        const h5::Site site(file, target);
-        h5::writeAttr(root.get(), site, "settings", settingsJson);
-        h5::writeAttr(root.get(), site, "rows", int64_t(rows.size()));
-        h5::writeAttr(root.get(), site, "created_utc", text::utcNowIso8601());
-        h5::writeAttr(root.get(), site, "app_version", std::string(appVersion()));
-        h5::writeAttr(root.get(), site, "git_commit", std::string(gitCommit()));
-        h5::writeTable(place, kNumbers, numbers);
-        for (const Column &c : cols) {
-            if (!c.text)
-                continue;
-            std::vector<std::string> values;
-            values.reserve(rows.size());
-            for (const LedgerRow &r : rows)
-                values.push_back(cellText(r, c.field));
-            h5::writeStrings(place, c.name, values);
-        }
-        save.link(root.get(), kLedgers,
-                  "Replay ledgers: one group of per-request rows per replay (docs/replay.md)", name);
-    }
-    save.close();
-}
-
-std::vector<std::string> listLedgers(const fs::path &experiment)
-{
-    const h5::File f = h5::openExperiment(experiment);
-    return h5::visibleNames(f.get(), experiment.string(), kLedgers);
-}
-
-std::vector<LedgerRow> loadLedger(const fs::path &experiment, const std::string &name,
-                                  std::string *settingsJson)
-{
-    const std::string file = experiment.string();
-    h5::checkName(file, "ledger", name);
-    const h5::File f = h5::openExperiment(experiment);
-    const hid_t fid = f.get();
-    h5::requireObject(fid, file, kLedgers, "ledger", name);
-    const std::string base = std::string(kLedgers) + "/" + name;
-    int64_t count = 0;
-    {
-        const h5::Group g = h5::openGroup(fid, file, base);
-        const h5::Site site(file, base);
-        count = h5::readIntAttr(g.get(), site, "rows");
-        if (settingsJson)
-            *settingsJson = h5::readStringAttr(g.get(), site, "settings");
-    }
-    const std::string numbersPath = base + "/" + kNumbers;
-    const MetricTable numbers = h5::readTable(fid, file, numbersPath);
-    if (int64_t(numbers.rows.size()) != count)
-        throw Error(ErrorCode::Format, file + ": dataset " + numbersPath + " has " +
-                                           std::to_string(numbers.rows.size()) + " rows, attribute rows of " +
-                                           base + " says " + std::to_string(count));
-    std::vector<LedgerRow> rows(numbers.rows.size());
-    for (const Column &c : columns()) {
-        if (c.text) {
-            const std::string path = base + "/" + c.name;
-            if (c.optional && !h5::linkExists(fid, path))
-                continue;
-            const std::vector<std::string> values = h5::readStrings(fid, file, path);
-            if (values.size() != rows.size())
-                throw Error(ErrorCode::Format, file + ": dataset " + path + " has " +
-                                                   std::to_string(values.size()) + " rows, expected " +
-                                                   std::to_string(rows.size()) + " as " + numbersPath);
-            for (size_t i = 0; i < rows.size(); ++i) {
-                const std::string must = setFromText(rows[i], c.field, values[i]);
-                if (!must.empty())
-                    throw Error(ErrorCode::Format, file + ": dataset " + path + " row " + std::to_string(i) +
-                                                       ": '" + values[i] + "' is not " + must);
-            }
-            continue;
-        }
-        const int col = numbers.column(c.name);
-        if (col < 0 && c.optional)
-            continue;
-        if (col < 0)
-            throw Error(ErrorCode::Format, file + ": dataset " + numbersPath + " has no column " + c.name +
-                                               " (attribute columns)");
-        for (size_t i = 0; i < rows.size(); ++i) {
-            const double v = numbers.rows[i][size_t(col)];
-            const std::string must = setFromNumber(rows[i], c.field, v);
-            if (!must.empty())
-                throw Error(ErrorCode::Format, fmt::format("{}: dataset {} row {} column {}: {} is not {}",
-                                                           file, numbersPath, i, c.name, v, must));
-        }
     }
     return rows;
 }

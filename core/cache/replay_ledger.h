@@ -4,6 +4,7 @@
 // Thread-safety: pure functions and values.
 #pragma once
 
+#include "core/metrics/metric_table.h"
 #include "core/util/enum_names.h"
 
 #include <cstdint>
@@ -222,11 +223,6 @@ struct LedgerSummary
     std::map<TierKind, TierAggregate> tiers; // per tier in the stack, plus TierKind::None (misses)
 };
 
-// Percentile by linear interpolation between closest ranks (numpy's default, bit for bit); 0 for
-// no samples, NaN when a value is NaN. p is in percent, [0, 100] (as numpy.percentile; not a
-// fraction): Error(InvalidArgument) otherwise.
-double percentile(std::vector<double> values, double p);
-
 // Per tier: requests = rows whose tierHits holds it; hits, falseHits, tokens and TTFT over the rows
 // it answered (for None: requests = the misses, hits = 0). falseHits count response hits only.
 // Costs: response hits cost 0; other rows bill reused prompt tokens at the cached-input price (input
@@ -252,15 +248,23 @@ void writeLedgerCsv(const std::filesystem::path &path, const std::vector<LedgerR
 // Parses ledgerToCsv's output back (round trip); Error(Format) naming the line and column.
 std::vector<LedgerRow> ledgerFromCsv(const std::string &csv, const std::string &sourceName);
 
-// /ledgers/<name> of an experiment file (same saving rules as core/store/converter_store.h: validated,
-// built unlinked, linked in place; Error(Io) while a capture appends). settingsJson says what was
-// replayed (workload, tiers, thresholds, models). Error(InvalidArgument) before anything is written
-// for a bad name or settings JSON, a tierHits holding None, or an int64 field beyond +-2^53 (the
-// numeric columns are stored as float64). Layout: docs/experiment-format.md, "Replay ledgers".
-void saveLedger(const std::filesystem::path &experiment, const std::string &name,
-                const std::vector<LedgerRow> &rows, const std::string &settingsJson);
-std::vector<std::string> listLedgers(const std::filesystem::path &experiment);
-std::vector<LedgerRow> loadLedger(const std::filesystem::path &experiment, const std::string &name,
-                                  std::string *settingsJson = nullptr);
+// The ledger's columns in file order (the CSV's and the experiment file's; docs/replay.md, "Ledger"),
+// for the stores that write them: a text column is a string per row, the others a number per row.
+struct LedgerColumn
+{
+    const char *name;
+    bool text;
+    bool optional; // added after ledgers were first written: a file without it reads as not consulted
+};
+const std::vector<LedgerColumn> &ledgerColumns();
+// Column `column`'s cell as text (a text column) or as a number (the others), and back: "" when the
+// value fits, else what it must be ("an integer", "pass, fail or empty", ...).
+std::string ledgerCellText(const LedgerRow &row, size_t column);
+std::string setLedgerCellText(LedgerRow &row, size_t column, const std::string &text);
+double ledgerCellNumber(const LedgerRow &row, size_t column);
+std::string setLedgerCellNumber(LedgerRow &row, size_t column, double value);
+// What no stored form can hold: a tierHits holding None, an int64 field beyond +-2^53 (numbers are
+// stored as float64). Error(InvalidArgument) naming `where` and the row.
+void checkLedgerRows(const std::string &where, const std::vector<LedgerRow> &rows);
 
 } // namespace kvwb::core

@@ -59,25 +59,6 @@ int64_t ConverterRecord::parameterCount() const
 
 namespace fs = std::filesystem;
 
-int MetricTable::column(const std::string &name) const
-{
-    const auto it = std::find(columns.begin(), columns.end(), name);
-    return it == columns.end() ? -1 : int(it - columns.begin());
-}
-
-double MetricTable::at(size_t row, const std::string &name) const
-{
-    const int c = column(name);
-    if (c < 0)
-        throw Error(ErrorCode::InvalidArgument,
-                    "metric table has no column '" + name + "' (columns: " + text::join(columns) + ")");
-    if (row >= rows.size() || size_t(c) >= rows[row].size())
-        throw Error(ErrorCode::InvalidArgument, "metric table has no row " + std::to_string(row) +
-                                                    " in column '" + name + "' (" +
-                                                    std::to_string(rows.size()) + " rows)");
-    return rows[row][size_t(c)];
-}
-
 namespace {
 
 using h5::check;

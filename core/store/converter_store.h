@@ -16,6 +16,7 @@
 #pragma once
 
 #include "core/jobs/job_enums.h"
+#include "core/metrics/metric_table.h"
 #include "core/store/experiment_file.h"
 
 #include <filesystem>
@@ -69,24 +70,6 @@ struct LayerConverter
     std::vector<KvMap> values; // [1] or [kvHeadsB]
 
     int64_t parameterCount() const; // of every key and value map
-};
-
-// A numeric table with named columns (per-layer metrics, per-head metrics, sweeps), row-major.
-struct MetricTable
-{
-    std::vector<std::string> columns;
-    std::vector<std::vector<double>> rows; // each rows[i].size() == columns.size()
-
-    int column(const std::string &name) const;            // index, or -1
-    double at(size_t row, const std::string &name) const; // Error(InvalidArgument): unknown column
-};
-
-// A square-or-not matrix of doubles, row-major [rows, cols].
-struct Matrix
-{
-    int rows = 0;
-    int cols = 0;
-    std::vector<double> data;
 };
 
 struct ConverterRecord

@@ -7,6 +7,7 @@
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
+#include "core/store/ledger_store.h"
 #include "gpu/model/device.h"
 #include "tests/support/identity_map.h"
 #include "tests/support/legacy_experiment.h"

@@ -4,6 +4,7 @@
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
+#include "core/store/ledger_store.h"
 #include "tests/fuzz/fuzz_input.h"
 
 using namespace kvwb::core;

@@ -16,6 +16,7 @@
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/store/knowledge_store.h"
+#include "core/store/ledger_store.h"
 #include "core/tokenize/gguf_tokenizer.h"
 
 #include <cmath>

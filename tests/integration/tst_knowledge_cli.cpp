@@ -5,6 +5,7 @@
 #include "core/cache/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "core/store/knowledge_store.h"
+#include "core/store/ledger_store.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"
 

@@ -5,6 +5,7 @@
 // input fails with the right exit code and a message naming the request or line.
 #include "core/cache/replay_ledger.h"
 #include "core/model/random_model.h"
+#include "core/store/ledger_store.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/tenant_workload.h"
 #include "tests/support/test_paths.h"

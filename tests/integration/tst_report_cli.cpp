@@ -5,6 +5,7 @@
 #include "core/cache/replay_ledger.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
+#include "core/store/ledger_store.h"
 #include "core/util/error.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/test_paths.h"

@@ -11,7 +11,7 @@
 // GUI-thread only (a QWidget). Holds a copy of the matrix it shows.
 #pragma once
 
-#include "core/store/converter_store.h"
+#include "core/metrics/metric_table.h"
 
 #include <QStringList>
 #include <QWidget>

@@ -7,7 +7,7 @@
 // whenever a fit finishes and must appear at once.
 #pragma once
 
-#include "core/store/converter_store.h"
+#include "core/metrics/metric_table.h"
 
 #include <QChartView>
 

@@ -6,7 +6,7 @@
 // GUI-thread only (a QChartView). Owns its chart and series. No animations.
 #pragma once
 
-#include "core/store/converter_store.h"
+#include "core/metrics/metric_table.h"
 
 #include <QChartView>
 

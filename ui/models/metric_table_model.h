@@ -6,7 +6,7 @@
 // GUI-thread only (a QAbstractTableModel). Holds a copy of the table it shows.
 #pragma once
 
-#include "core/store/converter_store.h"
+#include "core/metrics/metric_table.h"
 
 #include <QAbstractTableModel>
 

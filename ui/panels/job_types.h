@@ -12,8 +12,8 @@
 #include "core/jobs/job_enums.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/metrics/bootstrap.h"
+#include "core/metrics/metric_table.h"
 #include "core/store/comparison_store.h"
-#include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 
 #include <QString>

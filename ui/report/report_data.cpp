@@ -1,6 +1,7 @@
 #include "ui/report/report_data.h"
 
 #include "core/cache/prices.h"
+#include "core/store/ledger_store.h"
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
 #include "core/util/csv.h"

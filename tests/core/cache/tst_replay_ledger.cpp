@@ -3,6 +3,7 @@
 // line and column) and /ledgers/<name> in an experiment file (round trip, replace, names, errors).
 #include "core/cache/replay_ledger.h"
 #include "core/store/experiment_file.h"
+#include "core/store/ledger_store.h"
 #include "core/util/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"

@@ -5,6 +5,7 @@
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/store/experiment_upgrade.h"
+#include "core/store/ledger_store.h"
 #include "core/util/error.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/legacy_experiment.h"

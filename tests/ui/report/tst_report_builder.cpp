@@ -8,6 +8,7 @@
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
+#include "core/store/ledger_store.h"
 #include "core/util/error.h"
 #include "tests/support/tiny_experiment.h"
 #include "ui/report/report_builder.h"
