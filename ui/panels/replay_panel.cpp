@@ -279,6 +279,21 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     auto *box = new QGroupBox(tr("Run a replay"), this);
     box->setObjectName("runGroup");
     auto *grid = new QGridLayout(box);
+    addWorkloadRow(box, grid);
+    addTierRow(box, grid);
+    addGateRow(box, grid);
+    addStoreRow(box, grid);
+    addRunButtons(box, grid);
+    grid->setColumnStretch(1, 2);
+    grid->setColumnStretch(3, 1);
+    grid->setColumnStretch(5, 1);
+    parent->addWidget(box);
+    connectRunGroup();
+}
+
+// Row 0: the workload and its file chooser.
+void ReplayPanel::addWorkloadRow(QWidget *box, QGridLayout *grid)
+{
 
     grid->addWidget(new QLabel(tr("Workload:"), box), 0, 0);
     m_workload = new QComboBox(box);
@@ -295,6 +310,11 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_browse->setToolTip(tr("Choose a workload file on disk."));
     grid->addWidget(m_workload, 0, 1, 1, 5);
     grid->addWidget(m_browse, 0, 6);
+}
+
+// Row 1: the tiers in lookup order, the semantic threshold, the embedder and its sweep.
+void ReplayPanel::addTierRow(QWidget *box, QGridLayout *grid)
+{
 
     grid->addWidget(new QLabel(tr("Tiers, in lookup order:"), box), 1, 0);
     auto *tiers = new QHBoxLayout;
@@ -383,6 +403,11 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     });
     grid->addWidget(m_embedder, 1, 5);
     grid->addWidget(m_sweep, 1, 6);
+}
+
+// Row 2: the cross tier's gate, max tokens and the request limit.
+void ReplayPanel::addGateRow(QWidget *box, QGridLayout *grid)
+{
 
     m_gate = new QCheckBox(tr("Quality gate"), box);
     m_gate->setObjectName("gateCheck");
@@ -436,6 +461,11 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     m_limit->setSuffix(tr(" requests"));
     m_limit->setToolTip(tr("Replay only the first N requests; 0 replays them all."));
     grid->addWidget(m_limit, 2, 5, 1, 2);
+}
+
+// Row 3: the ledger's name, the shared store and the price preset.
+void ReplayPanel::addStoreRow(QWidget *box, QGridLayout *grid)
+{
     grid->addWidget(new QLabel(tr("Store ledger as:"), box), 3, 0);
     m_ledgerName = new QLineEdit(box);
     m_ledgerName->setObjectName("ledgerNameEdit");
@@ -479,6 +509,11 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
                             "cached input, cache writes and storage; or a projected self-hosted GPU), a "
                             "presets file (FILE or FILE#ID), or empty for the default prices."));
     grid->addWidget(m_prices, 3, 5, 1, 2);
+}
+
+// Row 4: start, pause, stop, progress and the run's status.
+void ReplayPanel::addRunButtons(QWidget *box, QGridLayout *grid)
+{
 
     auto *buttons = new QHBoxLayout;
     m_start = new QPushButton(tr("Start"), box);
@@ -507,10 +542,11 @@ void ReplayPanel::buildRunGroup(QLayout *parent)
     buttons->addWidget(m_progress, 2);
     buttons->addWidget(m_runStatus, 3);
     grid->addLayout(buttons, 4, 0, 1, 7);
-    grid->setColumnStretch(1, 2);
-    grid->setColumnStretch(3, 1);
-    grid->setColumnStretch(5, 1);
-    parent->addWidget(box);
+}
+
+// The run controls' signals: start (with its checks), pause, stop, browse, the gate signal's own threshold.
+void ReplayPanel::connectRunGroup()
+{
 
     connect(m_sweep, &QPushButton::clicked, this, [this] { Q_EMIT sweepRequested(sweepRequest()); });
     setReplayRequest(core::ReplaySettings{});

@@ -24,6 +24,7 @@ class QCheckBox;
 class QComboBox;
 class QDialog;
 class QDoubleSpinBox;
+class QGridLayout;
 class QLabel;
 class QLayout;
 class QLineEdit;
@@ -98,6 +99,12 @@ Q_SIGNALS:
 private:
     void refreshSummary();
     void buildRunGroup(QLayout *parent);
+    void addWorkloadRow(QWidget *box, QGridLayout *grid);
+    void addTierRow(QWidget *box, QGridLayout *grid);
+    void addGateRow(QWidget *box, QGridLayout *grid);
+    void addStoreRow(QWidget *box, QGridLayout *grid);
+    void addRunButtons(QWidget *box, QGridLayout *grid);
+    void connectRunGroup();
     void refreshRunEnabled();
     void showRows(const std::vector<core::LedgerRow> &rows);
     void setError(const QString &message);
