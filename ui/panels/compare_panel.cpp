@@ -158,6 +158,21 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
 {
     auto *layout = new QVBoxLayout(this);
 
+    addHistoryAndPrompt(layout);
+    QLabel *comparison = addControls(layout);
+    addPromptSetRow(layout);
+    addResultViews(layout);
+    connectControls(comparison);
+
+    refreshReadiness();
+    refreshHeaders();
+    refreshLegend();
+    showEmpty();
+}
+
+// The earlier comparisons to show again, and the prompt.
+void ComparePanel::addHistoryAndPrompt(QVBoxLayout *layout)
+{
     auto *historyRow = new QHBoxLayout;
     historyRow->addWidget(new QLabel(tr("Earlier comparisons:"), this));
     m_historyCombo = new QComboBox(this);
@@ -182,7 +197,11 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     m_prompt->setTabChangesFocus(true);
     m_prompt->setFixedHeight(m_prompt->fontMetrics().lineSpacing() * 4 + 12);
     layout->addWidget(m_prompt);
+}
 
+// Converter, length, the gate (its comparison sign returned: it follows the signal), run, cancel, progress.
+QLabel *ComparePanel::addControls(QVBoxLayout *layout)
+{
     auto *controls = new QHBoxLayout;
     auto label = [this, controls](const QString &text, QWidget *buddy) {
         auto *l = new QLabel(text, this);
@@ -259,7 +278,12 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     controls->addWidget(m_progress);
     layout->addLayout(controls);
 
-    // a prompt set with the baselines and paired intervals, as `kvwb compare --held-out --baselines`
+    return comparison;
+}
+
+// A prompt set with the baselines and paired intervals, as `kvwb compare --held-out --baselines`.
+void ComparePanel::addPromptSetRow(QVBoxLayout *layout)
+{
     auto *setRow = new QHBoxLayout;
     m_setSource = new QComboBox(this);
     m_setSource->setObjectName("promptSetCombo");
@@ -306,6 +330,11 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
                                     "panes again)."));
     setRow->addWidget(m_showSetSummary);
     layout->addLayout(setRow);
+}
+
+// The message line, the three panes or the set's summary in one place, the legend, the token details.
+void ComparePanel::addResultViews(QVBoxLayout *layout)
+{
 
     m_message = new QLabel(this);
     m_message->setObjectName("compareMessage");
@@ -401,7 +430,11 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
     summaryFont.setPointSizeF(summaryFont.pointSizeF() + 1);
     m_summary->setFont(summaryFont);
     layout->addWidget(m_summary);
+}
 
+// The controls' signals; `comparison` shows the gate's direction for the chosen signal.
+void ComparePanel::connectControls(QLabel *comparison)
+{
     connect(m_run, &QPushButton::clicked, this, &ComparePanel::run);
     connect(m_cancel, &QPushButton::clicked, this, &ComparePanel::cancelRequested);
     connect(m_showSetSummary, &QPushButton::toggled, this,
@@ -428,11 +461,6 @@ ComparePanel::ComparePanel(QWidget *parent) : QWidget(parent)
         if (i >= 0 && i < int(m_history.size()))
             showSample(m_history[size_t(i)]);
     });
-
-    refreshReadiness();
-    refreshHeaders();
-    refreshLegend();
-    showEmpty();
 }
 
 void ComparePanel::setExperimentPath(const QString &path)

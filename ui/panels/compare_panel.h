@@ -29,6 +29,7 @@ class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
+class QVBoxLayout;
 class QPlainTextEdit;
 class QProgressBar;
 class QPushButton;
@@ -102,6 +103,11 @@ Q_SIGNALS:
     void cancelRequested();
 
 private:
+    void addHistoryAndPrompt(QVBoxLayout *layout);
+    QLabel *addControls(QVBoxLayout *layout);
+    void addPromptSetRow(QVBoxLayout *layout);
+    void addResultViews(QVBoxLayout *layout);
+    void connectControls(QLabel *comparison);
     void run();
     void showSample(const CompareResult &r);
     void showEmpty();
