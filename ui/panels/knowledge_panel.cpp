@@ -56,6 +56,41 @@ KnowledgePanel::KnowledgePanel(QWidget *parent) : QWidget(parent)
 {
     auto *layout = new QVBoxLayout(this);
 
+    addGraphGroup(layout);
+    addViews(layout);
+
+    connect(m_graph, &QLineEdit::textChanged, this, &KnowledgePanel::refreshEnabled);
+    connect(m_question, &QLineEdit::textChanged, this, &KnowledgePanel::refreshEnabled);
+    connect(m_workload, &QLineEdit::textChanged, this, &KnowledgePanel::refreshEnabled);
+    connect(m_open, &QPushButton::clicked, this, [this] { Q_EMIT openRequested(openRequest(false)); });
+    connect(m_build, &QPushButton::clicked, this, [this] { Q_EMIT openRequested(openRequest(true)); });
+    connect(m_trace, &QPushButton::clicked, this, [this] { Q_EMIT traceRequested(traceRequest()); });
+    connect(m_question, &QLineEdit::returnPressed, this, [this] {
+        if (m_trace->isEnabled())
+            Q_EMIT traceRequested(traceRequest());
+    });
+    connect(m_evaluate, &QPushButton::clicked, this, [this] { Q_EMIT evaluateRequested(evalRequest()); });
+    connect(m_use, &QPushButton::clicked, this, [this] {
+        Q_EMIT useInReplays(m_view.path, m_profiles->text().trimmed());
+        m_status->setText(m_status->text() + tr(" In use by the Replay step's knowledge tier."));
+    });
+    connect(m_filter, &QLineEdit::textChanged, this, &KnowledgePanel::refreshTable);
+    connect(m_nodes, &QTableWidget::itemSelectionChanged, this, [this] {
+        const auto rows = m_nodes->selectionModel()->selectedRows();
+        if (!rows.isEmpty())
+            showNode(m_nodes->item(rows.front().row(), NameColumn)->data(Qt::UserRole).toInt());
+    });
+    for (QTextBrowser *browser : {m_detail, m_path})
+        connect(browser, &QTextBrowser::anchorClicked, this, [this](const QUrl &url) {
+            if (url.scheme() == "node")
+                selectNode(url.path());
+        });
+    refreshEnabled();
+}
+
+// The graph file (open, or build from WordNet), the profiles, "Use in replays" and the status line.
+void KnowledgePanel::addGraphGroup(QVBoxLayout *layout)
+{
     auto *files = new QGroupBox(tr("Concept graph"), this);
     auto *grid = new QGridLayout(files);
     grid->addWidget(new QLabel(tr("Graph file:"), files), 0, 0);
@@ -104,6 +139,24 @@ KnowledgePanel::KnowledgePanel(QWidget *parent) : QWidget(parent)
     grid->setColumnStretch(3, 1);
     layout->addWidget(files);
 
+    connect(browse, &QPushButton::clicked, this, [this] {
+        const QString f =
+            QFileDialog::getSaveFileName(this, tr("Knowledge graph file"), m_graph->text(), tr("HDF5 (*.h5)"),
+                                         nullptr, QFileDialog::DontConfirmOverwrite);
+        if (!f.isEmpty())
+            m_graph->setText(f);
+    });
+    connect(browseProfiles, &QPushButton::clicked, this, [this] {
+        const QString f =
+            QFileDialog::getOpenFileName(this, tr("User profiles"), m_profiles->text(), tr("JSON (*.json)"));
+        if (!f.isEmpty())
+            m_profiles->setText(f);
+    });
+}
+
+// The node browser and its detail above; a request's path and the economics below.
+void KnowledgePanel::addViews(QVBoxLayout *layout)
+{
     auto *split = new QSplitter(Qt::Vertical, this);
     auto *top = new QSplitter(Qt::Horizontal, split);
     auto *left = new QWidget(top);
@@ -199,47 +252,6 @@ KnowledgePanel::KnowledgePanel(QWidget *parent) : QWidget(parent)
     split->addWidget(top);
     split->addWidget(bottom);
     layout->addWidget(split, 1);
-
-    connect(browse, &QPushButton::clicked, this, [this] {
-        const QString f =
-            QFileDialog::getSaveFileName(this, tr("Knowledge graph file"), m_graph->text(), tr("HDF5 (*.h5)"),
-                                         nullptr, QFileDialog::DontConfirmOverwrite);
-        if (!f.isEmpty())
-            m_graph->setText(f);
-    });
-    connect(browseProfiles, &QPushButton::clicked, this, [this] {
-        const QString f =
-            QFileDialog::getOpenFileName(this, tr("User profiles"), m_profiles->text(), tr("JSON (*.json)"));
-        if (!f.isEmpty())
-            m_profiles->setText(f);
-    });
-    connect(m_graph, &QLineEdit::textChanged, this, &KnowledgePanel::refreshEnabled);
-    connect(m_question, &QLineEdit::textChanged, this, &KnowledgePanel::refreshEnabled);
-    connect(m_workload, &QLineEdit::textChanged, this, &KnowledgePanel::refreshEnabled);
-    connect(m_open, &QPushButton::clicked, this, [this] { Q_EMIT openRequested(openRequest(false)); });
-    connect(m_build, &QPushButton::clicked, this, [this] { Q_EMIT openRequested(openRequest(true)); });
-    connect(m_trace, &QPushButton::clicked, this, [this] { Q_EMIT traceRequested(traceRequest()); });
-    connect(m_question, &QLineEdit::returnPressed, this, [this] {
-        if (m_trace->isEnabled())
-            Q_EMIT traceRequested(traceRequest());
-    });
-    connect(m_evaluate, &QPushButton::clicked, this, [this] { Q_EMIT evaluateRequested(evalRequest()); });
-    connect(m_use, &QPushButton::clicked, this, [this] {
-        Q_EMIT useInReplays(m_view.path, m_profiles->text().trimmed());
-        m_status->setText(m_status->text() + tr(" In use by the Replay step's knowledge tier."));
-    });
-    connect(m_filter, &QLineEdit::textChanged, this, &KnowledgePanel::refreshTable);
-    connect(m_nodes, &QTableWidget::itemSelectionChanged, this, [this] {
-        const auto rows = m_nodes->selectionModel()->selectedRows();
-        if (!rows.isEmpty())
-            showNode(m_nodes->item(rows.front().row(), NameColumn)->data(Qt::UserRole).toInt());
-    });
-    for (QTextBrowser *browser : {m_detail, m_path})
-        connect(browser, &QTextBrowser::anchorClicked, this, [this](const QUrl &url) {
-            if (url.scheme() == "node")
-                selectNode(url.path());
-        });
-    refreshEnabled();
 }
 
 KnowledgeOpenRequest KnowledgePanel::openRequest(bool build) const

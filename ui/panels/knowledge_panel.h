@@ -14,6 +14,7 @@
 #include <QWidget>
 
 class QLabel;
+class QVBoxLayout;
 class QLineEdit;
 class QPushButton;
 class QSpinBox;
@@ -57,6 +58,8 @@ Q_SIGNALS:
     void useInReplays(const QString &graphPath, const QString &profilesPath);
 
 private:
+    void addGraphGroup(QVBoxLayout *layout);
+    void addViews(QVBoxLayout *layout);
     void refreshTable();
     void refreshEnabled();
     void showNode(int index);
