@@ -90,80 +90,7 @@ CapturePanel::CapturePanel(QWidget *parent) : QWidget(parent)
     intro->setWordWrap(true);
     layout->addWidget(intro);
 
-    auto *settings = new QGroupBox(tr("Capture KV caches"), this);
-    auto *grid = new QGridLayout(settings);
-    grid->addWidget(new QLabel(tr("Prompt set:"), settings), 0, 0);
-    m_prompts = new QComboBox(settings);
-    m_prompts->setObjectName("promptSetCombo");
-    m_prompts->setEditable(true);
-    m_prompts->setInsertPolicy(QComboBox::NoInsert);
-    m_prompts->setMinimumContentsLength(30);
-    m_prompts->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
-    m_prompts->lineEdit()->setPlaceholderText(tr("prompts.txt (one prompt per line) or a .jsonl workload"));
-    m_prompts->setToolTip(
-        tr("The prompts to run: a text file with one prompt per line, or JSONL with a 'prompt' or "
-           "'text' field per line."));
-    m_browse = new QPushButton(tr("Browse..."), settings);
-    m_browse->setObjectName("browsePromptsButton");
-    m_browse->setToolTip(tr("Choose a prompt file on disk."));
-    grid->addWidget(m_prompts, 0, 1, 1, 7);
-    grid->addWidget(m_browse, 0, 8);
-
-    grid->addWidget(new QLabel(tr("Experiment file:"), settings), 1, 0);
-    m_out = new QLineEdit(settings);
-    m_out->setObjectName("outPathEdit");
-    m_out->setPlaceholderText(tr("experiment.h5"));
-    m_out->setToolTip(
-        tr("The HDF5 file the caches go to; an existing file for the same two models is appended to."));
-    m_saveAs = new QPushButton(tr("Save as..."), settings);
-    m_saveAs->setObjectName("saveAsButton");
-    m_saveAs->setToolTip(tr("Choose where to write the experiment file (.h5)."));
-    grid->addWidget(m_out, 1, 1, 1, 7);
-    grid->addWidget(m_saveAs, 1, 8);
-
-    grid->addWidget(new QLabel(tr("KV storage:"), settings), 2, 0);
-    m_storage = new QComboBox(settings);
-    m_storage->setObjectName("storageCombo");
-    m_storage->addItems({"f32", "f16", "bf16"});
-    m_storage->setToolTip(
-        tr("How K/V values are stored on disk: f32 keeps them exact, f16 and bf16 halve the file size."));
-    grid->addWidget(m_storage, 2, 1);
-    grid->addWidget(new QLabel(tr("Compression:"), settings), 2, 2);
-    m_compress = new QSpinBox(settings);
-    m_compress->setObjectName("compressSpin");
-    m_compress->setRange(0, 9);
-    m_compress->setSpecialValueText(tr("off"));
-    m_compress->setToolTip(
-        tr("Deflate level for the KV datasets, 0 = off; higher levels make smaller files but write "
-           "slower."));
-    grid->addWidget(m_compress, 2, 3);
-    grid->addWidget(new QLabel(tr("Max tokens:"), settings), 2, 4);
-    m_maxTokens = new QSpinBox(settings);
-    m_maxTokens->setObjectName("maxTokensSpin");
-    m_maxTokens->setRange(0, 1 << 20);
-    m_maxTokens->setSpecialValueText(tr("model context"));
-    m_maxTokens->setToolTip(
-        tr("Truncate each prompt to this many tokens; 0 keeps up to the model's context length."));
-    grid->addWidget(m_maxTokens, 2, 5);
-    grid->addWidget(new QLabel(tr("Limit:"), settings), 2, 6);
-    m_limit = new QSpinBox(settings);
-    m_limit->setObjectName("limitSpin");
-    m_limit->setRange(0, 1 << 24);
-    m_limit->setSpecialValueText(tr("all prompts"));
-    m_limit->setSuffix(tr(" prompts"));
-    m_limit->setToolTip(tr("Capture only the first N prompts of the set; 0 captures them all."));
-    grid->addWidget(m_limit, 2, 7);
-    m_postRope = new QCheckBox(tr("Keys after RoPE"), settings);
-    m_postRope->setObjectName("postRopeCheck");
-    m_postRope->setToolTip(
-        tr("Keys are stored before RoPE by default so that they can be mapped across models with "
-           "different position encodings; check to store them rotated."));
-    grid->addWidget(m_postRope, 2, 8);
-    grid->setColumnStretch(1, 1);
-    grid->setColumnStretch(3, 1);
-    grid->setColumnStretch(5, 1);
-    grid->setColumnStretch(7, 1);
-    layout->addWidget(settings);
+    addSettingsGroup(layout);
 
     auto *buttons = new QHBoxLayout;
     m_capture = new QPushButton(tr("Capture"), this);
@@ -246,6 +173,85 @@ CapturePanel::CapturePanel(QWidget *parent) : QWidget(parent)
         Q_EMIT cancelRequested();
     });
     refreshEnabled();
+}
+
+// The capture's settings: prompt set, experiment file, storage, compression, limits, RoPE form.
+void CapturePanel::addSettingsGroup(QVBoxLayout *layout)
+{
+    auto *settings = new QGroupBox(tr("Capture KV caches"), this);
+    auto *grid = new QGridLayout(settings);
+    grid->addWidget(new QLabel(tr("Prompt set:"), settings), 0, 0);
+    m_prompts = new QComboBox(settings);
+    m_prompts->setObjectName("promptSetCombo");
+    m_prompts->setEditable(true);
+    m_prompts->setInsertPolicy(QComboBox::NoInsert);
+    m_prompts->setMinimumContentsLength(30);
+    m_prompts->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_prompts->lineEdit()->setPlaceholderText(tr("prompts.txt (one prompt per line) or a .jsonl workload"));
+    m_prompts->setToolTip(
+        tr("The prompts to run: a text file with one prompt per line, or JSONL with a 'prompt' or "
+           "'text' field per line."));
+    m_browse = new QPushButton(tr("Browse..."), settings);
+    m_browse->setObjectName("browsePromptsButton");
+    m_browse->setToolTip(tr("Choose a prompt file on disk."));
+    grid->addWidget(m_prompts, 0, 1, 1, 7);
+    grid->addWidget(m_browse, 0, 8);
+
+    grid->addWidget(new QLabel(tr("Experiment file:"), settings), 1, 0);
+    m_out = new QLineEdit(settings);
+    m_out->setObjectName("outPathEdit");
+    m_out->setPlaceholderText(tr("experiment.h5"));
+    m_out->setToolTip(
+        tr("The HDF5 file the caches go to; an existing file for the same two models is appended to."));
+    m_saveAs = new QPushButton(tr("Save as..."), settings);
+    m_saveAs->setObjectName("saveAsButton");
+    m_saveAs->setToolTip(tr("Choose where to write the experiment file (.h5)."));
+    grid->addWidget(m_out, 1, 1, 1, 7);
+    grid->addWidget(m_saveAs, 1, 8);
+
+    grid->addWidget(new QLabel(tr("KV storage:"), settings), 2, 0);
+    m_storage = new QComboBox(settings);
+    m_storage->setObjectName("storageCombo");
+    m_storage->addItems({"f32", "f16", "bf16"});
+    m_storage->setToolTip(
+        tr("How K/V values are stored on disk: f32 keeps them exact, f16 and bf16 halve the file size."));
+    grid->addWidget(m_storage, 2, 1);
+    grid->addWidget(new QLabel(tr("Compression:"), settings), 2, 2);
+    m_compress = new QSpinBox(settings);
+    m_compress->setObjectName("compressSpin");
+    m_compress->setRange(0, 9);
+    m_compress->setSpecialValueText(tr("off"));
+    m_compress->setToolTip(
+        tr("Deflate level for the KV datasets, 0 = off; higher levels make smaller files but write "
+           "slower."));
+    grid->addWidget(m_compress, 2, 3);
+    grid->addWidget(new QLabel(tr("Max tokens:"), settings), 2, 4);
+    m_maxTokens = new QSpinBox(settings);
+    m_maxTokens->setObjectName("maxTokensSpin");
+    m_maxTokens->setRange(0, 1 << 20);
+    m_maxTokens->setSpecialValueText(tr("model context"));
+    m_maxTokens->setToolTip(
+        tr("Truncate each prompt to this many tokens; 0 keeps up to the model's context length."));
+    grid->addWidget(m_maxTokens, 2, 5);
+    grid->addWidget(new QLabel(tr("Limit:"), settings), 2, 6);
+    m_limit = new QSpinBox(settings);
+    m_limit->setObjectName("limitSpin");
+    m_limit->setRange(0, 1 << 24);
+    m_limit->setSpecialValueText(tr("all prompts"));
+    m_limit->setSuffix(tr(" prompts"));
+    m_limit->setToolTip(tr("Capture only the first N prompts of the set; 0 captures them all."));
+    grid->addWidget(m_limit, 2, 7);
+    m_postRope = new QCheckBox(tr("Keys after RoPE"), settings);
+    m_postRope->setObjectName("postRopeCheck");
+    m_postRope->setToolTip(
+        tr("Keys are stored before RoPE by default so that they can be mapped across models with "
+           "different position encodings; check to store them rotated."));
+    grid->addWidget(m_postRope, 2, 8);
+    grid->setColumnStretch(1, 1);
+    grid->setColumnStretch(3, 1);
+    grid->setColumnStretch(5, 1);
+    grid->setColumnStretch(7, 1);
+    layout->addWidget(settings);
 }
 
 void CapturePanel::setPromptSets(const QStringList &paths)

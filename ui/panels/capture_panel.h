@@ -20,6 +20,7 @@
 class QCheckBox;
 class QComboBox;
 class QLabel;
+class QVBoxLayout;
 class QLineEdit;
 class QProgressBar;
 class QPushButton;
@@ -60,6 +61,7 @@ Q_SIGNALS:
     void cancelRequested();
 
 private:
+    void addSettingsGroup(QVBoxLayout *layout);
     void refreshEnabled();
     void refreshFileTable();
     void setStatus(const QString &html);
