@@ -415,6 +415,12 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     grid->addWidget(m_fitStatus, 3, 0, 1, 13);
     parent->addWidget(box);
 
+    connectFitGroup();
+}
+
+// The fit controls' signals: what is enabled follows the choices; Fit (with its checks) and Cancel.
+void AlignmentPanel::connectFitGroup()
+{
     connect(m_autoLambda, &QCheckBox::toggled, this, [this] { refreshFitEnabled(); });
     connect(m_selection, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
     connect(m_family, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });

@@ -75,6 +75,7 @@ Q_SIGNALS:
 
 private:
     void buildFitGroup(QLayout *parent);
+    void connectFitGroup();
     void showSweep(int index);
     void refreshFitEnabled();
     void refreshInUseMarks();
