@@ -203,6 +203,19 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     refreshMemory();
 
     buildMenus();
+    connectPanels();
+
+    m_defaultState = saveState();
+    auto s = settings();
+    restoreGeometry(s.value("window/geometry").toByteArray());
+    restoreState(s.value("window/state").toByteArray());
+    refreshSummary();
+}
+
+// Each step's requests become the window's signals to the engine (the job marked as running and
+// logged first); every cancel goes one way.
+void MainWindow::connectPanels()
+{
     connect(m_models, &ModelsPanel::loadRequested, this, [this](const ModelChoice &a, const ModelChoice &b) {
         beginJob(Job::Load); // before the request: the engine reports busy as soon as it starts
         Q_EMIT loadRequested(a, b);
@@ -282,12 +295,6 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     connect(m_alignment, &AlignmentPanel::cancelRequested, this, &MainWindow::cancelRequested);
     connect(m_compare, &ComparePanel::cancelRequested, this, &MainWindow::cancelRequested);
     connect(m_replay, &ReplayPanel::stopRequested, this, &MainWindow::cancelRequested);
-
-    m_defaultState = saveState();
-    auto s = settings();
-    restoreGeometry(s.value("window/geometry").toByteArray());
-    restoreState(s.value("window/state").toByteArray());
-    refreshSummary();
 }
 
 MainWindow::~MainWindow() = default;

@@ -154,6 +154,7 @@ private:
     void markStep(const QString &id, bool done); // a check mark beside a step that has results
     QWidget *buildReportPage();
     void buildMenus();
+    void connectPanels();
     void rememberRecent(const QString &path);
     void refreshRecentMenu();
     void refreshSummary();
