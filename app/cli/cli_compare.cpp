@@ -48,6 +48,53 @@ using nlohmann::json;
 
 namespace {
 
+// One turn number of a hand-off: the conversations' mean KL and top-1 with 95% intervals, and the
+// KL change against each conversation's first turn after the hand-off.
+struct HandoffTurn
+{
+    int turn = 0, conversations = 0;
+    double kl = 0, top1 = 0;
+    std::optional<core::Interval> klCi, top1Ci, change;
+};
+
+// byTurn: per turn number, per conversation index, (KL, top-1).
+std::vector<HandoffTurn> handoffTurns(std::map<int, std::map<size_t, std::pair<double, double>>> byTurn,
+                                      int firstTurn)
+{
+    const auto interval = [](auto &&f) -> std::optional<core::Interval> {
+        try {
+            return f();
+        } catch (const core::Error &) { // fewer than 2 conversations, or a value that is not finite
+            return std::nullopt;
+        }
+    };
+    std::vector<HandoffTurn> table;
+    for (const auto &[turn, perConversation] : byTurn) {
+        HandoffTurn row;
+        row.turn = turn;
+        row.conversations = int(perConversation.size());
+        std::vector<double> kl, top1, now, before;
+        for (const auto &[i, v] : perConversation) {
+            kl.push_back(v.first);
+            top1.push_back(v.second);
+            // paired with the same conversation's first turn after the hand-off
+            const auto &first = byTurn[firstTurn];
+            if (turn != firstTurn && first.count(i)) {
+                now.push_back(v.first);
+                before.push_back(first.at(i).first);
+            }
+        }
+        row.kl = std::accumulate(kl.begin(), kl.end(), 0.0) / double(kl.size());
+        row.top1 = std::accumulate(top1.begin(), top1.end(), 0.0) / double(top1.size());
+        row.klCi = interval([&] { return core::meanInterval(kl); });
+        row.top1Ci = interval([&] { return core::meanInterval(top1); });
+        if (turn != firstTurn)
+            row.change = interval([&] { return core::meanDifference(now, before); });
+        table.push_back(row);
+    }
+    return table;
+}
+
 // `kvwb compare --handoff`: conversations served by A for their first turns and continued by B from
 // A's converted cache, per turn against B from scratch (docs/transfer.md, "Multi-turn hand-off").
 int compareHandoff(const QCommandLineParser &p, const core::CompareSettings &compare, const fs::path &path,
@@ -128,52 +175,17 @@ int compareHandoff(const QCommandLineParser &p, const core::CompareSettings &com
                         {"hi", jsonNumber(i->hi)}}
                  : json(nullptr);
     };
-    const auto interval = [](auto &&f) -> std::optional<core::Interval> {
-        try {
-            return f();
-        } catch (const core::Error &) { // fewer than 2 conversations, or a value that is not finite
-            return std::nullopt;
-        }
-    };
     const int firstTurn = settings.handoffTurn + 1;
-    struct TurnRow
-    {
-        int turn = 0, conversations = 0;
-        double kl = 0, top1 = 0;
-        std::optional<core::Interval> klCi, top1Ci, change;
-    };
-    std::vector<TurnRow> table;
+    const std::vector<HandoffTurn> table = handoffTurns(byTurn, firstTurn);
     json summaryTurns = json::array();
-    for (const auto &[turn, perConversation] : byTurn) {
-        TurnRow row;
-        row.turn = turn;
-        row.conversations = int(perConversation.size());
-        std::vector<double> kl, top1, now, before;
-        for (const auto &[i, v] : perConversation) {
-            kl.push_back(v.first);
-            top1.push_back(v.second);
-            // paired with the same conversation's first turn after the hand-off
-            const auto &first = byTurn[firstTurn];
-            if (turn != firstTurn && first.count(i)) {
-                now.push_back(v.first);
-                before.push_back(first.at(i).first);
-            }
-        }
-        row.kl = std::accumulate(kl.begin(), kl.end(), 0.0) / double(kl.size());
-        row.top1 = std::accumulate(top1.begin(), top1.end(), 0.0) / double(top1.size());
-        row.klCi = interval([&] { return core::meanInterval(kl); });
-        row.top1Ci = interval([&] { return core::meanInterval(top1); });
-        if (turn != firstTurn)
-            row.change = interval([&] { return core::meanDifference(now, before); });
-        summaryTurns.push_back({{"turn", turn},
+    for (const auto &row : table)
+        summaryTurns.push_back({{"turn", row.turn},
                                 {"conversations", row.conversations},
                                 {"kl", row.kl},
                                 {"top1", row.top1},
                                 {"kl_ci", intervalJson(row.klCi)},
                                 {"top1_ci", intervalJson(row.top1Ci)},
                                 {"kl_change_vs_first", intervalJson(row.change)}});
-        table.push_back(row);
-    }
     if (asJson) {
         const json summary = {{"conversations", done},
                               {"handoff_turn", settings.handoffTurn},
