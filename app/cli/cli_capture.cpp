@@ -128,10 +128,11 @@ int cmdCapture(const QStringList &args)
     p.addOption({"dequantize", "Dequantise GGUF quantised weights at load instead of running them in their "
                                "blocks on the CPU."});
     addCacheOptions(p);
-    p.addOption({"align-policy",
+    p.addOption({{"pair-policy", "align-policy"}, // --align-policy: the older name, still accepted
                  "Where A and B tokenise a prompt differently, which overlapping A token each B token pairs "
                  "with: last (default: the one covering the end of B's token), first or longest.",
-                 "POLICY", "last"});
+                 "POLICY",
+                 "last"});
     p.addOption({"json", "Print the summary as JSON."});
     addPromptFileOptions(p);
     parse(p, args,
@@ -148,10 +149,10 @@ int cmdCapture(const QStringList &args)
         throw UsageError{"--compress-level expects 1-9"};
     co.file.keyForm = p.isSet("post-rope") ? core::KeyForm::PostRope : core::KeyForm::PreRope;
     co.maxTokens = intOption(p, "max-tokens", 0, 1);
-    if (const auto policy = core::parseAlignPolicy(str(p.value("align-policy"))))
+    if (const auto policy = core::parseAlignPolicy(str(p.value("pair-policy"))))
         co.alignPolicy = *policy;
     else
-        throw UsageError{"--align-policy expects first, last or longest"};
+        throw UsageError{"--pair-policy expects first, last or longest"};
     std::vector<std::string> warnings;
     std::vector<gpu::CapturePrompt> prompts;
     for (auto &t : readPromptFile(p, str(p.value("prompts")), warnings))

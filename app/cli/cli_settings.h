@@ -26,8 +26,10 @@ void addSettingOptions(QCommandLineParser &p, const std::vector<core::SettingRow
 {
     const S defaults;
     for (const auto &f : rows) {
-        QCommandLineOption option(QString::fromUtf8(f.name), QString::fromUtf8(f.help),
-                                  QString::fromUtf8(f.valueName));
+        QStringList names = {QString::fromUtf8(f.name)};
+        if (f.alias)
+            names << QString::fromUtf8(f.alias);
+        QCommandLineOption option(names, QString::fromUtf8(f.help), QString::fromUtf8(f.valueName));
         if (f.kind == core::SettingKind::Value)
             option.setDefaultValue(QString::fromStdString(f.get(defaults).at(0)));
         else if (f.kind == core::SettingKind::List)

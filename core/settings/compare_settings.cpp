@@ -87,13 +87,18 @@ std::vector<CompareFlag> makeFlags()
              "Store every compared prompt (texts, per-token probabilities and KL, timings, gate) in the "
              "experiment file as /comparisons/NAME, for the workbench and reports.",
              &S::saveSamples, Scope::Run));
-    t.push_back(choice(
-        "align-policy", "POLICY",
-        "Prompts A and B tokenise differently: which overlapping A token each B token's row is converted "
-        "from: "
-        "last (default), first or longest (docs/transfer.md).",
-        &S::alignPolicy, [](const std::string &v) { return parseAlignPolicy(v); }, alignPolicyName,
-        "first, last or longest"));
+    {
+        // pairs B's tokens with A's; --align-policy, its older name, is still accepted
+        CompareFlag f = choice(
+            "pair-policy", "POLICY",
+            "Prompts A and B tokenise differently: which overlapping A token each B token's row is converted "
+            "from: "
+            "last (default), first or longest (docs/transfer.md).",
+            &S::alignPolicy, [](const std::string &v) { return parseAlignPolicy(v); }, alignPolicyName,
+            "first, last or longest");
+        f.alias = "align-policy";
+        t.push_back(std::move(f));
+    }
     return t;
 }
 

@@ -142,12 +142,17 @@ void kvRows(std::vector<ReplayFlag> &t)
     t.push_back(integer<S, int>("min-cross-tokens", "N",
                                 "Cross-model reuse needs this many matched tokens (default 16).",
                                 &S::minCrossTokens, 1));
-    t.push_back(choice(
-        "align-policy", "POLICY",
-        "Cross tier, models that tokenise differently: which overlapping A token each B token's row is "
-        "converted from: last (default), first or longest (docs/transfer.md).",
-        &S::alignPolicy, [](const std::string &v) { return parseAlignPolicy(v); }, alignPolicyName,
-        "first, last or longest"));
+    {
+        // pairs B's tokens with A's; --align-policy, its older name, is still accepted
+        ReplayFlag f = choice(
+            "pair-policy", "POLICY",
+            "Cross tier, models that tokenise differently: which overlapping A token each B token's row is "
+            "converted from: last (default), first or longest (docs/transfer.md).",
+            &S::alignPolicy, [](const std::string &v) { return parseAlignPolicy(v); }, alignPolicyName,
+            "first, last or longest");
+        f.alias = "align-policy";
+        t.push_back(std::move(f));
+    }
     {
         ReplayFlag f =
             row<S>("knowledge", "SPEC",

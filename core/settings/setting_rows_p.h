@@ -180,7 +180,7 @@ template <typename S>
 const SettingRow<S> *findRow(const std::vector<SettingRow<S>> &rows, const std::string &name)
 {
     for (const auto &f : rows)
-        if (name == f.name)
+        if (name == f.name || (f.alias && name == f.alias))
             return &f;
     return nullptr;
 }
@@ -266,10 +266,13 @@ S rowsFromJson(const std::vector<SettingRow<S>> &rows, const json &object, const
     if (!object.is_object())
         throw Error(ErrorCode::Config, where + ": field '" + section + "' must be an object");
     for (const auto &f : rows) {
-        if (f.scope == Scope::Run || !object.contains(f.key()))
+        std::string key = f.key();
+        if (!object.contains(key) && f.alias) // written under the flag's older name
+            key = SettingRow<S>{.name = f.alias}.key();
+        if (f.scope == Scope::Run || !object.contains(key))
             continue;
         try {
-            setRowFromJson(s, f, object.at(f.key()));
+            setRowFromJson(s, f, object.at(key));
         } catch (const Error &e) {
             throw Error(ErrorCode::Config, where + ": field '" + section + "." + f.key() + "' " + e.what());
         }

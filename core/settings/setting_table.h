@@ -41,8 +41,9 @@ template <typename S> struct SettingRow
     using Kind = SettingKind;
     using Json = SettingJson;
 
-    const char *name = "";      // the flag without "--"
-    const char *valueName = ""; // "" for a switch
+    const char *name = "";       // the flag without "--"
+    const char *alias = nullptr; // an older name of the flag, still accepted (its JSON key too)
+    const char *valueName = "";  // "" for a switch
     const char *help = "";
     Scope scope = Scope::Setting;
     Kind kind = Kind::Value;

@@ -406,7 +406,7 @@ private Q_SLOTS:
         r = runKvwb({"replay", "--workload", q(m_dir / "xtok.jsonl"), "--experiment", q(exp), "--converter",
                      "xtok", "--tiers", "cross", "--align-policy", "middle"});
         QCOMPARE(r.exitCode, 2);
-        QVERIFY2(r.err.contains("--align-policy"), r.err.constData());
+        QVERIFY2(r.err.contains("--pair-policy"), r.err.constData()); // the old name is still accepted
     }
 
     // Multi-turn hand-off: ShareGPT conversations imported as a workload, A serving the first turns

@@ -67,7 +67,12 @@ private Q_SLOTS:
             compareSettingsToJson(full, {SettingScope::Setting, SettingScope::Input, SettingScope::Run});
         QCOMPARE(j.at("held_out").get<bool>(), true);
         QCOMPARE(j.at("max_tokens").get<int>(), 7);
-        QCOMPARE(j.at("align_policy").get<std::string>(), std::string("first"));
+        QCOMPARE(j.at("pair_policy").get<std::string>(), std::string("first"));
+        // the flag's older name: as a flag and as a key of settings written before the rename
+        QCOMPARE(findCompareFlag("align-policy"), findCompareFlag("pair-policy"));
+        QCOMPARE(
+            compareSettingsFromJson(nlohmann::json{{"align_policy", "longest"}}, "x", "compare").alignPolicy,
+            AlignPolicy::Longest);
         const auto back = compareSettingsFromJson(compareSettingsToJson(full), "x", "compare");
         QCOMPARE(back.experiment, std::string()); // where it ran is not recorded
         QCOMPARE(back.gateThreshold, 2.5);        // read after the signal's default
