@@ -124,6 +124,182 @@ std::string tierList(const std::vector<core::TierKind> &tiers)
     return out.empty() ? "none" : out;
 }
 
+// A worker that failed: what it completed (its row log) is kept, the rest of its shard goes into the
+// ledger as not served; its row of the per-worker table. Returns the failure's line.
+std::string salvageWorker(int w, const QProcess &proc, const QByteArray &err, const fs::path &rowLog,
+                          double wallS, const std::vector<core::WorkloadRequest> &shard,
+                          const std::map<int64_t, const core::RouteDecision *> &decisionOf,
+                          std::vector<core::LedgerRow> &rows, json &perWorker)
+{
+    const QString e = QString::fromUtf8(err).trimmed();
+    std::string problem;
+    auto mine = completedRows(rowLog, problem);
+    std::set<int64_t> served;
+    for (auto &row : mine) {
+        const auto it = decisionOf.find(row.requestId);
+        if (it == decisionOf.end())
+            continue;
+        row.worker = w;
+        row.route = it->second->note;
+        served.insert(row.requestId);
+        rows.push_back(row);
+    }
+    int64_t lost = 0;
+    for (const auto &q : shard) {
+        if (served.count(q.id))
+            continue;
+        core::LedgerRow row = gpu::requestRow(q);
+        row.worker = w;
+        row.route = decisionOf.at(q.id)->note;
+        row.notServed = core::NotServed::Worker;
+        rows.push_back(row);
+        ++lost;
+    }
+    const std::string how = proc.exitStatus() != QProcess::NormalExit
+                                ? "was killed"
+                                : fmt::format("failed (exit {})", proc.exitCode());
+    const std::string last = e.section('\n', -1).toStdString();
+    const std::string line =
+        fmt::format("worker {} {} after {} of {} requests; its {} others are in the ledger as "
+                    "not served{}{}\n",
+                    w, how, served.size(), shard.size(), lost, last.empty() ? "" : ": " + last,
+                    problem.empty() ? "" : " (" + problem + ")");
+    perWorker.push_back({{"worker", w},
+                         {"requests", int64_t(served.size())},
+                         {"not_served", lost},
+                         {"hits", 0},
+                         {"failed", how},
+                         {"wall_s", wallS}});
+    return line;
+}
+
+// The fleet's summary as `--json` prints it: a single replay's, counted over all workers, plus
+// "fleet" (per worker) and the store counters summed with the server's memory.
+json fleetJson(const core::LedgerSummary &s, const json &settings, int workers, const char *routing,
+               double wallS, const json &perWorker, core::SharedStore *store, json storeTotal,
+               const json &tierStores, const std::vector<std::string> &warnings)
+{
+    json total = json::parse(core::ledgerSummaryJson(s));
+    const json tiers = total["tiers"];
+    total.erase("tiers");
+    if (store) {
+        const auto info = store->serverInfo();
+        storeTotal["server"] = {{"used_bytes", info.usedBytes},           {"max_bytes", info.maxBytes},
+                                {"eviction_policy", info.evictionPolicy}, {"evicted_keys", info.evictedKeys},
+                                {"expired_keys", info.expiredKeys},       {"keys", info.keys}};
+    }
+    const json out = {
+        {"settings", settings},
+        {"requests", s.requests},
+        {"cancelled", false},
+        {"tiers", tiers},
+        {"total", total},
+        {"fleet", {{"workers", workers}, {"routing", routing}, {"wall_s", wallS}, {"per_worker", perWorker}}},
+        {"store", store ? storeTotal : json()},
+        {"tier_stores", tierStores},
+        {"warnings", warnings}};
+    return out;
+}
+
+// Worker w: this executable running `kvwb replay` with `args`, dying with this process.
+// Test-only: KVWB_TEST_KILL_WORKER=W:N makes worker W kill itself after N rows.
+std::unique_ptr<QProcess> startWorker(int w, const fs::path &self, const QStringList &args)
+{
+    auto proc = std::make_unique<QProcess>();
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("KVWB_FLEET_PARENT", QString::number(::getpid())); // workers die with this process
+    env.remove("KVWB_TEST_DIE_AFTER_ROWS");
+    if (const char *kill = std::getenv("KVWB_TEST_KILL_WORKER")) {
+        const QStringList parts = QString(kill).split(':');
+        if (parts.size() == 2 && parts[0].toInt() == w)
+            env.insert("KVWB_TEST_DIE_AFTER_ROWS", parts[1]);
+    }
+    proc->setProcessEnvironment(env);
+    proc->start(QString::fromStdString(self.string()), args);
+    if (!proc->waitForStarted(30000))
+        throw core::Error(core::ErrorCode::Io,
+                          fmt::format("worker {} did not start: {}", w, proc->errorString().toStdString()));
+    return proc;
+}
+
+// The shared store of a fleet (null without --store), opened and flushed when asked; a memory
+// store lives in one process and cannot be a fleet's.
+std::unique_ptr<core::SharedStore> openFleetStore(const core::ReplaySettings &replay)
+{
+    if (replay.store.empty())
+        return nullptr;
+    core::StoreOptions so;
+    so.commandTimeoutMs = so.connectTimeoutMs = replay.storeTimeoutMs;
+    if (!replay.storeKeyFile.empty())
+        so.integrityKey = core::readStoreKeyFile(replay.storeKeyFile);
+    auto store = core::openSharedStore(replay.store, so);
+    if (replay.store == "memory")
+        throw UsageError{"--store memory lives in one process: a fleet shares redis://HOST:PORT, or runs "
+                         "without --store (each worker its own caches)"};
+    if (replay.storeFlush)
+        store->flush();
+    return store;
+}
+
+// A finished worker's --json summary added to the fleet's: the first settings, its warnings (named
+// by worker), its store counters and its tiers' bookkeeping, summed.
+void addWorkerSummary(const json &j, int w, json &settings, std::vector<std::string> &warnings,
+                      json &storeTotal, json &tierStores)
+{
+    if (settings.is_null())
+        settings = j["settings"];
+    for (const auto &x : j.value("warnings", json::array()))
+        warnings.push_back(fmt::format("worker {}: {}", w, x.get<std::string>()));
+    if (j.contains("store") && j["store"].is_object())
+        for (const auto &[k, v] : j["store"].items())
+            if (v.is_number())
+                storeTotal[k] = storeTotal.value(k, 0.0) + v.get<double>();
+    if (j.contains("tier_stores") && j["tier_stores"].is_object())
+        for (const auto &[tier, counts] : j["tier_stores"].items())
+            if (counts.is_object()) {
+                json &sum = tierStores[tier];
+                if (!sum.is_object())
+                    sum = json::object();
+                for (const auto &[k, v] : counts.items())
+                    if (v.is_number())
+                        sum[k] = sum.value(k, 0.0) + v.get<double>();
+            }
+}
+
+// The fleet's summary as text: per worker, per tier, the totals and the store's counters.
+void printFleetTables(const core::ReplaySettings &replay, const core::LedgerSummary &s, int workers,
+                      const char *routing, const json &perWorker, double wallS, core::SharedStore *store,
+                      const json &storeTotal)
+{
+    std::printf("%s: %lld requests over %d workers, routing %s, tiers %s\n\n", replay.workload.c_str(),
+                (long long)s.requests, workers, routing, tierList(replay.tiers).c_str());
+    std::printf("| worker | requests | hits | hit rate | TTFT p50 ms | TTFT p95 ms | wall s |\n");
+    std::printf("|--:|--:|--:|--:|--:|--:|--:|\n");
+    for (const auto &w : perWorker)
+        std::printf("| %d | %lld | %lld | %.3f | %.2f | %.2f | %.1f |\n", w["worker"].get<int>(),
+                    (long long)w["requests"].get<int64_t>(), (long long)w["hits"].get<int64_t>(),
+                    w.value("hit_rate", 0.0), w.value("ttft_ms_p50", 0.0), w.value("ttft_ms_p95", 0.0),
+                    w.value("wall_s", 0.0));
+    std::printf(
+        "\n| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms |\n");
+    std::printf("|:--|--:|--:|--:|--:|--:|--:|\n");
+    for (const auto &[kind, agg] : s.tiers)
+        std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.2f |\n", core::tierKindName(kind),
+                    (long long)agg.requests, (long long)agg.hits, (long long)agg.falseHits,
+                    (long long)agg.tokensReused, (long long)agg.tokensComputed, agg.ttftMsP50);
+    std::printf("\nhit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching, "
+                "wall %.1f s\n",
+                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache, wallS);
+    if (store)
+        std::printf(
+            "store %s: %.0f gets, %.0f hits, %.0f puts, %.0f refused, %.0f unavailable, %.1f MB sent, "
+            "%.1f MB received, %.1f ms in round trips\n",
+            store->describe().c_str(), storeTotal.value("gets", 0.0), storeTotal.value("hits", 0.0),
+            storeTotal.value("puts", 0.0), storeTotal.value("refused", 0.0),
+            storeTotal.value("unavailable", 0.0), storeTotal.value("bytes_sent", 0.0) / 1e6,
+            storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
+}
+
 } // namespace
 
 int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::ReplaySettings &replay)
@@ -147,19 +323,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
     ro.policy = *policy;
     ro.drainUnitsPerSecond = doubleOption(p, "route-drain", 2000, 1e-9, 1e12);
 
-    std::unique_ptr<core::SharedStore> store;
-    if (!replay.store.empty()) {
-        core::StoreOptions so;
-        so.commandTimeoutMs = so.connectTimeoutMs = replay.storeTimeoutMs;
-        if (!replay.storeKeyFile.empty())
-            so.integrityKey = core::readStoreKeyFile(replay.storeKeyFile);
-        store = core::openSharedStore(replay.store, so);
-        if (replay.store == "memory")
-            throw UsageError{"--store memory lives in one process: a fleet shares redis://HOST:PORT, or runs "
-                             "without --store (each worker its own caches)"};
-        if (replay.storeFlush)
-            store->flush();
-    }
+    const std::unique_ptr<core::SharedStore> store = openFleetStore(replay);
 
     const auto read = jobs::readReplayRequests(replay.workload, replay.limit);
     for (const auto &w : read.warnings.messages())
@@ -184,16 +348,6 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         throw core::Error(core::ErrorCode::Io, "cannot start workers: /proc/self/exe is unreadable");
     const QStringList common = workerArgs(args);
 
-    // Test-only: KVWB_TEST_KILL_WORKER=W:N makes worker W kill itself after N rows.
-    int dyingWorker = -1;
-    QString dieAfterRows;
-    if (const char *kill = std::getenv("KVWB_TEST_KILL_WORKER")) {
-        const QStringList parts = QString(kill).split(':');
-        if (parts.size() == 2) {
-            dyingWorker = parts[0].toInt();
-            dieAfterRows = parts[1];
-        }
-    }
     struct Worker
     {
         std::unique_ptr<QProcess> proc;
@@ -217,17 +371,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         a << common << "--workload" << QString::fromStdString(shard.string()) << "--ledger"
           << QString::fromStdString(wk.ledger.string()) << "--row-log"
           << QString::fromStdString(wk.rowLog.string()) << "--json";
-        wk.proc = std::make_unique<QProcess>();
-        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-        env.insert("KVWB_FLEET_PARENT", QString::number(::getpid())); // workers die with this process
-        env.remove("KVWB_TEST_DIE_AFTER_ROWS");
-        if (w == dyingWorker)
-            env.insert("KVWB_TEST_DIE_AFTER_ROWS", dieAfterRows);
-        wk.proc->setProcessEnvironment(env);
-        wk.proc->start(QString::fromStdString(self.string()), a);
-        if (!wk.proc->waitForStarted(30000))
-            throw core::Error(core::ErrorCode::Io, fmt::format("worker {} did not start: {}", w,
-                                                               wk.proc->errorString().toStdString()));
+        wk.proc = startWorker(w, self, a);
     }
     if (!asJson)
         std::fprintf(stderr, "%d workers, routing %s, %zu requests\n", workers,
@@ -252,45 +396,8 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         const QByteArray err = wk.proc->readAllStandardError();
         if (wk.proc->exitStatus() != QProcess::NormalExit || wk.proc->exitCode() != 0) {
             // Keep what it completed; the rest of its shard is marked not served.
-            const QString e = QString::fromUtf8(err).trimmed();
-            std::string problem;
-            auto mine = completedRows(wk.rowLog, problem);
-            std::set<int64_t> served;
-            for (auto &row : mine) {
-                const auto it = decisionOf.find(row.requestId);
-                if (it == decisionOf.end())
-                    continue;
-                row.worker = w;
-                row.route = it->second->note;
-                served.insert(row.requestId);
-                rows.push_back(row);
-            }
-            int64_t lost = 0;
-            for (const auto &q : shards[size_t(w)]) {
-                if (served.count(q.id))
-                    continue;
-                core::LedgerRow row = gpu::requestRow(q);
-                row.worker = w;
-                row.route = decisionOf.at(q.id)->note;
-                row.notServed = core::NotServed::Worker;
-                rows.push_back(row);
-                ++lost;
-            }
-            const std::string how = wk.proc->exitStatus() != QProcess::NormalExit
-                                        ? "was killed"
-                                        : fmt::format("failed (exit {})", wk.proc->exitCode());
-            const std::string last = e.section('\n', -1).toStdString();
-            failed +=
-                fmt::format("worker {} {} after {} of {} requests; its {} others are in the ledger as "
-                            "not served{}{}\n",
-                            w, how, served.size(), shards[size_t(w)].size(), lost,
-                            last.empty() ? "" : ": " + last, problem.empty() ? "" : " (" + problem + ")");
-            perWorker.push_back({{"worker", w},
-                                 {"requests", int64_t(served.size())},
-                                 {"not_served", lost},
-                                 {"hits", 0},
-                                 {"failed", how},
-                                 {"wall_s", wk.wallS}});
+            failed += salvageWorker(w, *wk.proc, err, wk.rowLog, wk.wallS, shards[size_t(w)], decisionOf,
+                                    rows, perWorker);
             continue;
         }
         json j;
@@ -300,24 +407,7 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
             failed += fmt::format("worker {}: its summary is not JSON\n", w);
             continue;
         }
-        if (settings.is_null())
-            settings = j["settings"];
-        for (const auto &x : j.value("warnings", json::array()))
-            warnings.push_back(fmt::format("worker {}: {}", w, x.get<std::string>()));
-        if (j.contains("store") && j["store"].is_object())
-            for (const auto &[k, v] : j["store"].items())
-                if (v.is_number())
-                    storeTotal[k] = storeTotal.value(k, 0.0) + v.get<double>();
-        if (j.contains("tier_stores") && j["tier_stores"].is_object())
-            for (const auto &[tier, counts] : j["tier_stores"].items())
-                if (counts.is_object()) {
-                    json &sum = tierStores[tier];
-                    if (!sum.is_object())
-                        sum = json::object();
-                    for (const auto &[k, v] : counts.items())
-                        if (v.is_number())
-                            sum[k] = sum.value(k, 0.0) + v.get<double>();
-                }
+        addWorkerSummary(j, w, settings, warnings, storeTotal, tierStores);
         auto mine = core::ledgerFromCsv(readAll(wk.ledger), wk.ledger.string());
         int64_t hits = 0;
         std::vector<double> ttft;
@@ -363,60 +453,13 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         storeTotal["url"] = store->describe();
 
     if (asJson) {
-        json total = json::parse(core::ledgerSummaryJson(s));
-        const json tiers = total["tiers"];
-        total.erase("tiers");
-        if (store) {
-            const auto info = store->serverInfo();
-            storeTotal["server"] = {
-                {"used_bytes", info.usedBytes},           {"max_bytes", info.maxBytes},
-                {"eviction_policy", info.evictionPolicy}, {"evicted_keys", info.evictedKeys},
-                {"expired_keys", info.expiredKeys},       {"keys", info.keys}};
-        }
-        const json out = {{"settings", settings},
-                          {"requests", s.requests},
-                          {"cancelled", false},
-                          {"tiers", tiers},
-                          {"total", total},
-                          {"fleet",
-                           {{"workers", workers},
-                            {"routing", core::routingPolicyName(*policy)},
-                            {"wall_s", wallS},
-                            {"per_worker", perWorker}}},
-                          {"store", store ? storeTotal : json()},
-                          {"tier_stores", tierStores},
-                          {"warnings", warnings}};
+        const json out = fleetJson(s, settings, workers, core::routingPolicyName(*policy), wallS, perWorker,
+                                   store.get(), storeTotal, tierStores, warnings);
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
         return reportFailures();
     }
-    std::printf("%s: %lld requests over %d workers, routing %s, tiers %s\n\n",
-                str(p.value("workload")).c_str(), (long long)s.requests, workers,
-                core::routingPolicyName(*policy), tierList(replay.tiers).c_str());
-    std::printf("| worker | requests | hits | hit rate | TTFT p50 ms | TTFT p95 ms | wall s |\n");
-    std::printf("|--:|--:|--:|--:|--:|--:|--:|\n");
-    for (const auto &w : perWorker)
-        std::printf("| %d | %lld | %lld | %.3f | %.2f | %.2f | %.1f |\n", w["worker"].get<int>(),
-                    (long long)w["requests"].get<int64_t>(), (long long)w["hits"].get<int64_t>(),
-                    w.value("hit_rate", 0.0), w.value("ttft_ms_p50", 0.0), w.value("ttft_ms_p95", 0.0),
-                    w.value("wall_s", 0.0));
-    std::printf(
-        "\n| tier | requests | hits | false hits | tokens reused | tokens computed | TTFT p50 ms |\n");
-    std::printf("|:--|--:|--:|--:|--:|--:|--:|\n");
-    for (const auto &[kind, agg] : s.tiers)
-        std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.2f |\n", core::tierKindName(kind),
-                    (long long)agg.requests, (long long)agg.hits, (long long)agg.falseHits,
-                    (long long)agg.tokensReused, (long long)agg.tokensComputed, agg.ttftMsP50);
-    std::printf("\nhit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching, "
-                "wall %.1f s\n",
-                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache, wallS);
-    if (store)
-        std::printf(
-            "store %s: %.0f gets, %.0f hits, %.0f puts, %.0f refused, %.0f unavailable, %.1f MB sent, "
-            "%.1f MB received, %.1f ms in round trips\n",
-            store->describe().c_str(), storeTotal.value("gets", 0.0), storeTotal.value("hits", 0.0),
-            storeTotal.value("puts", 0.0), storeTotal.value("refused", 0.0),
-            storeTotal.value("unavailable", 0.0), storeTotal.value("bytes_sent", 0.0) / 1e6,
-            storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
+    printFleetTables(replay, s, workers, core::routingPolicyName(*policy), perWorker, wallS, store.get(),
+                     storeTotal);
     if (s.notServed > 0)
         std::printf("%s\n", notServedLine(s).c_str());
     for (const auto &w : warnings)
