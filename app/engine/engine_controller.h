@@ -149,6 +149,8 @@ private:
     void requireExperimentModels(const QString &experiment) const;
     // The converter record `name` of the experiment, built for the loaded pair (cached).
     const gpu::Converter &converter(const QString &experiment, const QString &name);
+    // A comparison's converter: the models loaded, the experiment's models theirs (Error otherwise).
+    const gpu::Converter &compareConverter(const core::CompareSettings &request);
 
     std::unique_ptr<gpu::Model> m_a, m_b;
     std::unique_ptr<core::Tokenizer> m_tokA, m_tokB;

@@ -376,18 +376,23 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
     });
 }
 
+const gpu::Converter &EngineWorker::compareConverter(const core::CompareSettings &request)
+{
+    requireModels("a comparison");
+    if (request.experiment.empty() || request.converter.empty())
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          "a comparison needs an experiment file with a converter: fit one first");
+    const QString experiment = QString::fromStdString(request.experiment);
+    requireExperimentModels(experiment);
+    return converter(experiment, QString::fromStdString(request.converter));
+}
+
 void EngineWorker::compare(quint64 job, const core::CompareSettings &request,
                            std::shared_ptr<std::atomic_bool> cancel)
 {
     guarded(job, [&] {
-        requireModels("a comparison");
-        if (request.experiment.empty() || request.converter.empty())
-            throw core::Error(core::ErrorCode::InvalidArgument,
-                              "a comparison needs an experiment file with a converter: fit one first");
-        const QString experiment = QString::fromStdString(request.experiment);
-        requireExperimentModels(experiment);
         Q_EMIT progress(job, 0.1, "preparing the converter");
-        const auto &conv = converter(experiment, QString::fromStdString(request.converter));
+        const auto &conv = compareConverter(request);
         gpu::CompareOptions co = jobs::compareSetOptions(request).compare;
         const auto ids = gpu::comparablePair(request.prompt, *m_a, *m_tokA, *m_b, *m_tokB, co.maxTokens,
                                              request.alignPolicy);
@@ -414,15 +419,9 @@ void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
                               std::shared_ptr<std::atomic_bool> cancel)
 {
     guarded(job, [&] {
-        requireModels("a comparison");
-        if (request.experiment.empty() || request.converter.empty())
-            throw core::Error(core::ErrorCode::InvalidArgument,
-                              "a comparison needs an experiment file with a converter: fit one first");
-        const QString experiment = QString::fromStdString(request.experiment);
-        requireExperimentModels(experiment);
         Q_EMIT progress(job, 0.02, "preparing the converters");
+        const auto &conv = compareConverter(request);
         const auto record = core::loadConverters(request.experiment, request.converter);
-        const auto &conv = converter(experiment, QString::fromStdString(request.converter));
         auto out = std::make_shared<ui::CompareSetSummary>();
         out->converter = QString::fromStdString(request.converter);
         std::vector<std::string> warnings;
