@@ -46,6 +46,101 @@ using core::Clock;
 using core::msSince;
 using nlohmann::json;
 
+namespace {
+
+// A converter of `family` from A to B with random maps (the work of a conversion does not depend
+// on the values): B's every layer from kk of A's, head-matched or not, the maps' weights drawn from
+// rng. UsageError when --rank exceeds a low-rank map's widths.
+core::ConverterRecord randomConverter(const core::ModelConfig &ca, const core::ModelConfig &cb,
+                                      core::ConverterFamily family, int kk, bool headMatched, int rank,
+                                      int hidden, std::mt19937_64 &rng)
+{
+    core::ConverterRecord set;
+    set.family = family;
+    std::normal_distribution<float> N(0.0f, 0.05f);
+    const auto randomPart = [&](std::vector<float> &v, size_t n) {
+        v.resize(n);
+        for (float &w : v)
+            w = N(rng);
+    };
+    for (int l = 0; l < cb.numLayers; ++l) {
+        core::LayerConverter m;
+        m.targetLayer = l;
+        m.sourceLayers = gpu::proportionalSourceLayers(l, cb.numLayers, ca.numLayers, kk);
+        m.headMatched = headMatched;
+        const int maps = headMatched ? cb.numKvHeads : 1;
+        const int in = (headMatched ? ca.headDim : ca.numKvHeads * ca.headDim) * kk;
+        const int out = headMatched ? cb.headDim : cb.numKvHeads * cb.headDim;
+        for (int h = 0; h < 2 * maps; ++h) {
+            core::KvMap lm;
+            lm.inputDim = in;
+            lm.outputDim = out;
+            if (family == core::ConverterFamily::LowRank) {
+                if (rank > std::min(in, out))
+                    throw UsageError{
+                        fmt::format("--rank {} exceeds the maps' widths ({} in, {} out)", rank, in, out)};
+                lm.rank = rank;
+                randomPart(lm.down, size_t(in) * size_t(rank));
+                randomPart(lm.up, size_t(rank) * size_t(out));
+            } else {
+                randomPart(lm.weight, size_t(in) * size_t(out));
+            }
+            if (family == core::ConverterFamily::Mlp) {
+                lm.hidden = hidden;
+                randomPart(lm.hiddenWeight, size_t(in) * size_t(hidden));
+                randomPart(lm.hiddenBias, size_t(hidden));
+                randomPart(lm.outWeight, size_t(hidden) * size_t(out));
+            }
+            lm.bias.assign(size_t(out), 0.0f);
+            (h < maps ? m.keys : m.values).push_back(std::move(lm));
+        }
+        set.layers.push_back(std::move(m));
+    }
+    return set;
+}
+
+// The median times of B's prefill of n random tokens, of converting A's cache of them into B's, and of
+// A's prefill, over reps repetitions after one that warms up.
+struct TransferTiming
+{
+    double prefillB = 0, convertMs = 0, prefillA = 0;
+};
+
+TransferTiming timeTransfer(const gpu::Model &a, const gpu::Model &b, const gpu::Converter &conv, int n,
+                            int reps, std::mt19937_64 &rng)
+{
+    std::vector<int> ids;
+    for (int i = 0; i < n; ++i)
+        ids.push_back(3 + int(rng() % uint64_t(a.config().vocabSize - 3)));
+    std::vector<double> prefB, convMs, prefA;
+    for (int r = 0; r <= reps; ++r) { // rep 0 warms up
+        auto cb1 = b.newCache();
+        auto t0 = Clock::now();
+        b.forward(ids, cb1);
+        const double pb = msSince(t0);
+        auto ca1 = a.newCache();
+        t0 = Clock::now();
+        a.forward(ids, ca1);
+        const double pa = msSince(t0);
+        auto cb2 = b.newCache();
+        t0 = Clock::now();
+        conv.convert(ca1, cb2);
+        const double cm = msSince(t0);
+        if (r == 0)
+            continue;
+        prefB.push_back(pb);
+        prefA.push_back(pa);
+        convMs.push_back(cm);
+    }
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    return {median(prefB), median(convMs), median(prefA)};
+}
+
+} // namespace
+
 int cmdBenchTransfer(const QStringList &args)
 {
     QCommandLineParser p;
@@ -87,49 +182,9 @@ int cmdBenchTransfer(const QStringList &args)
     fs::remove_all(dir);
     const auto &ca = a->config(), &cb = b->config();
     const bool headMatched = p.isSet("per-head") && ca.numKvHeads == cb.numKvHeads;
-    core::ConverterRecord set;
-    set.family = *family;
     std::mt19937_64 rng(1);
-    std::normal_distribution<float> N(0.0f, 0.05f);
-    const auto randomPart = [&](std::vector<float> &v, size_t n) {
-        v.resize(n);
-        for (float &w : v)
-            w = N(rng);
-    };
     const int kk = std::min(k, ca.numLayers);
-    for (int l = 0; l < cb.numLayers; ++l) {
-        core::LayerConverter m;
-        m.targetLayer = l;
-        m.sourceLayers = gpu::proportionalSourceLayers(l, cb.numLayers, ca.numLayers, kk);
-        m.headMatched = headMatched;
-        const int maps = headMatched ? cb.numKvHeads : 1;
-        const int in = (headMatched ? ca.headDim : ca.numKvHeads * ca.headDim) * kk;
-        const int out = headMatched ? cb.headDim : cb.numKvHeads * cb.headDim;
-        for (int h = 0; h < 2 * maps; ++h) {
-            core::KvMap lm;
-            lm.inputDim = in;
-            lm.outputDim = out;
-            if (*family == core::ConverterFamily::LowRank) {
-                if (rank > std::min(in, out))
-                    throw UsageError{
-                        fmt::format("--rank {} exceeds the maps' widths ({} in, {} out)", rank, in, out)};
-                lm.rank = rank;
-                randomPart(lm.down, size_t(in) * size_t(rank));
-                randomPart(lm.up, size_t(rank) * size_t(out));
-            } else {
-                randomPart(lm.weight, size_t(in) * size_t(out));
-            }
-            if (*family == core::ConverterFamily::Mlp) {
-                lm.hidden = hidden;
-                randomPart(lm.hiddenWeight, size_t(in) * size_t(hidden));
-                randomPart(lm.hiddenBias, size_t(hidden));
-                randomPart(lm.outWeight, size_t(hidden) * size_t(out));
-            }
-            lm.bias.assign(size_t(out), 0.0f);
-            (h < maps ? m.keys : m.values).push_back(std::move(lm));
-        }
-        set.layers.push_back(std::move(m));
-    }
+    const core::ConverterRecord set = randomConverter(ca, cb, *family, kk, headMatched, rank, hidden, rng);
     const auto conv = gpu::Converter::create(set, *a, *b);
     const bool asJson = p.isSet("json");
     if (!asJson) {
@@ -139,7 +194,7 @@ int cmdBenchTransfer(const QStringList &args)
                     str(p.value("preset-b")).c_str(), cb.numLayers, cb.numKvHeads, cb.headDim,
                     core::converterFamilyName(*family), (long long)set.parameterCount(), kk,
                     headMatched ? " per head" : "", gpu::describeDevice(lo.device).c_str(),
-                    gpu::computeTypeName(lo.dtype), reps);
+                    gpu::floatTypeName(lo.dtype), reps);
         std::printf("| tokens | B prefill ms | convert ms | A prefill ms | B prefill / convert | B prefill / "
                     "(A prefill + "
                     "convert) |\n");
@@ -149,34 +204,8 @@ int cmdBenchTransfer(const QStringList &args)
     }
     json rows = json::array();
     for (int n : lengths) {
-        std::vector<int> ids;
-        for (int i = 0; i < n; ++i)
-            ids.push_back(3 + int(rng() % uint64_t(ca.vocabSize - 3)));
-        std::vector<double> prefB, convMs, prefA;
-        for (int r = 0; r <= reps; ++r) { // rep 0 warms up
-            auto cb1 = b->newCache();
-            auto t0 = Clock::now();
-            b->forward(ids, cb1);
-            const double pb = msSince(t0);
-            auto ca1 = a->newCache();
-            t0 = Clock::now();
-            a->forward(ids, ca1);
-            const double pa = msSince(t0);
-            auto cb2 = b->newCache();
-            t0 = Clock::now();
-            conv.convert(ca1, cb2);
-            const double cm = msSince(t0);
-            if (r == 0)
-                continue;
-            prefB.push_back(pb);
-            prefA.push_back(pa);
-            convMs.push_back(cm);
-        }
-        auto median = [](std::vector<double> v) {
-            std::sort(v.begin(), v.end());
-            return v[v.size() / 2];
-        };
-        const double pb = median(prefB), cm = median(convMs), pa = median(prefA);
+        const TransferTiming t = timeTransfer(*a, *b, conv, n, reps, rng);
+        const double pb = t.prefillB, cm = t.convertMs, pa = t.prefillA;
         if (asJson)
             rows.push_back({{"tokens", n},
                             {"prefill_ms_b", pb},

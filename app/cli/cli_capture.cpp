@@ -34,9 +34,9 @@ using nlohmann::json;
 
 namespace {
 
-core::KvStorage parseStorage(const QString &s)
+core::FloatType parseStorage(const QString &s)
 {
-    if (const auto kind = core::parseKvStorage(str(s)))
+    if (const auto kind = core::parseFloatType(str(s)))
         return *kind;
     throw UsageError{"--dtype expects f32, f16 or bf16, got '" + str(s) + "'"};
 }
@@ -118,16 +118,9 @@ int cmdCapture(const QStringList &args)
     p.addOption({"layers-a", "Capture only these layers of A, e.g. 0,5,8-11 (default: all).", "LIST"});
     p.addOption({"layers-b", "Capture only these layers of B (default: all).", "LIST"});
     p.addOption({"limit", "Capture at most N prompts.", "N"});
-    p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
-    p.addOption({"compute-dtype", "Engine dtype: f32 (default), bf16, f16 (CUDA).", "DTYPE", "f32"});
-    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
-    p.addOption({"context",
-                 "Positions each model serves (default: its config's; LongRoPE models use their long "
-                 "factors above the original context).",
-                 "N"});
-    p.addOption({"dequantize", "Dequantise GGUF quantised weights at load instead of running them in their "
-                               "blocks on the CPU."});
-    addCacheOptions(p);
+    addEngineOptions(p, {"compute-dtype", "Engine dtype: f32 (default), bf16, f16 (CUDA).", "DTYPE", "f32"},
+                     "Dequantise GGUF quantised weights at load instead of running them in their blocks on "
+                     "the CPU.");
     p.addOption({{"pair-policy", "align-policy"}, // --align-policy: the older name, still accepted
                  "Where A and B tokenise a prompt differently, which overlapping A token each B token pairs "
                  "with: last (default: the one covering the end of B's token), first or longest.",
@@ -187,7 +180,7 @@ int cmdCapture(const QStringList &args)
                              "capture: %zu prompts, %lld tokens of A and %lld of B: about "
                              "%.1f MB of KV (%s, uncompressed); %.1f MB of working memory per prompt\n",
                              prompts.size(), (long long)projected.tokensA, (long long)projected.tokensB,
-                             double(projected.bytes) / 1e6, core::kvStorageName(co.file.storage),
+                             double(projected.bytes) / 1e6, core::floatTypeName(co.file.storage),
                              double(projected.workingSetBytes) / 1e6);
         });
     ctrlC.reset();

@@ -300,6 +300,119 @@ void printFleetTables(const core::ReplaySettings &replay, const core::LedgerSumm
             storeTotal.value("bytes_received", 0.0) / 1e6, storeTotal.value("net_ms", 0.0));
 }
 
+// A worker process of the fleet: its ledger and row log in the scratch folder, its shard's size.
+struct FleetWorker
+{
+    std::unique_ptr<QProcess> proc;
+    fs::path ledger, rowLog;
+    double wallS = 0;
+    int requests = 0;
+};
+
+// Writes each shard to the scratch folder `dir` and starts a `replay` worker on it (`common`: the
+// arguments every worker shares); an empty shard gets no process.
+std::vector<FleetWorker> startFleet(const std::vector<std::vector<core::WorkloadRequest>> &shards,
+                                    const fs::path &dir, const fs::path &self, const QStringList &common)
+{
+    const int workers = int(shards.size());
+    std::vector<FleetWorker> fleet(static_cast<size_t>(workers));
+    for (int w = 0; w < workers; ++w) {
+        FleetWorker &wk = fleet[size_t(w)];
+        wk.requests = int(shards[size_t(w)].size());
+        if (shards[size_t(w)].empty())
+            continue;
+        const fs::path shard = dir / fmt::format("shard-{}.jsonl", w);
+        core::writeWorkloadJsonl(shard, shards[size_t(w)]);
+        wk.ledger = dir / fmt::format("ledger-{}.csv", w);
+        wk.rowLog = dir / fmt::format("rows-{}.csv", w);
+        QStringList a = {"replay"};
+        a << common << "--workload" << QString::fromStdString(shard.string()) << "--ledger"
+          << QString::fromStdString(wk.ledger.string()) << "--row-log"
+          << QString::fromStdString(wk.rowLog.string()) << "--json";
+        wk.proc = startWorker(w, self, a);
+    }
+    return fleet;
+}
+
+// What the fleet's workers sent back, merged.
+struct FleetResults
+{
+    std::vector<core::LedgerRow> rows;
+    json perWorker = json::array();
+    json storeTotal = json::object();
+    json tierStores = json::object(); // each tier's bookkeeping, summed over the workers
+    json settings;
+    std::vector<std::string> warnings;
+    std::string failed; // a line per worker that failed
+};
+
+// Waits for each worker in turn (its wall time from `clock`) and merges its ledger rows, with their
+// worker and route, and its summary. A worker that failed keeps what it completed; the rest of its
+// shard is marked not served, and the failure goes to `failed`.
+FleetResults collectFleet(std::vector<FleetWorker> &fleet,
+                          const std::vector<std::vector<core::WorkloadRequest>> &shards,
+                          const std::map<int64_t, const core::RouteDecision *> &decisionOf,
+                          const QElapsedTimer &clock)
+{
+    FleetResults res;
+    const int workers = int(fleet.size());
+    for (int w = 0; w < workers; ++w) {
+        FleetWorker &wk = fleet[size_t(w)];
+        if (!wk.proc) {
+            res.perWorker.push_back({{"worker", w}, {"requests", 0}, {"hits", 0}});
+            continue;
+        }
+        wk.proc->waitForFinished(-1);
+        wk.wallS = clock.elapsed() / 1000.0;
+        const QByteArray out = wk.proc->readAllStandardOutput();
+        const QByteArray err = wk.proc->readAllStandardError();
+        if (wk.proc->exitStatus() != QProcess::NormalExit || wk.proc->exitCode() != 0) {
+            // Keep what it completed; the rest of its shard is marked not served.
+            res.failed += salvageWorker(w, *wk.proc, err, wk.rowLog, wk.wallS, shards[size_t(w)], decisionOf,
+                                        res.rows, res.perWorker);
+            continue;
+        }
+        json j;
+        try {
+            j = json::parse(out.toStdString());
+        } catch (const json::exception &) {
+            res.failed += fmt::format("worker {}: its summary is not JSON\n", w);
+            continue;
+        }
+        addWorkerSummary(j, w, res.settings, res.warnings, res.storeTotal, res.tierStores);
+        auto mine = core::ledgerFromCsv(readAll(wk.ledger), wk.ledger.string());
+        int64_t hits = 0;
+        std::vector<double> ttft;
+        for (auto &row : mine) {
+            const auto *d = decisionOf.at(row.requestId);
+            row.worker = d->worker;
+            row.route = d->note;
+            hits += row.answeredBy != core::TierKind::None;
+            ttft.push_back(row.ttftMs);
+        }
+        res.perWorker.push_back({{"worker", w},
+                                 {"requests", int64_t(mine.size())},
+                                 {"hits", hits},
+                                 {"hit_rate", mine.empty() ? 0.0 : double(hits) / double(mine.size())},
+                                 {"ttft_ms_p50", core::percentile(ttft, 50)},
+                                 {"ttft_ms_p95", core::percentile(ttft, 95)},
+                                 {"wall_s", wk.wallS},
+                                 {"store", j.contains("store") ? j["store"] : json()}});
+        res.rows.insert(res.rows.end(), mine.begin(), mine.end());
+    }
+    return res;
+}
+
+// Prints each failed worker's line as an Io error; the exit status: 1 when any worker failed.
+int reportFailures(const std::string &failed)
+{
+    std::istringstream lines(failed);
+    for (std::string line; std::getline(lines, line);)
+        std::fprintf(stderr, "kvwb replay: error [%s]: %s\n", core::errorCodeName(core::ErrorCode::Io),
+                     line.c_str());
+    return failed.empty() ? 0 : 1;
+}
+
 } // namespace
 
 int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const core::ReplaySettings &replay)
@@ -348,123 +461,45 @@ int runFleetReplay(const QStringList &args, const QCommandLineParser &p, const c
         throw core::Error(core::ErrorCode::Io, "cannot start workers: /proc/self/exe is unreadable");
     const QStringList common = workerArgs(args);
 
-    struct Worker
-    {
-        std::unique_ptr<QProcess> proc;
-        fs::path ledger, rowLog;
-        double wallS = 0;
-        int requests = 0;
-    };
-    std::vector<Worker> fleet(static_cast<size_t>(workers));
     QElapsedTimer clock;
     clock.start();
-    for (int w = 0; w < workers; ++w) {
-        Worker &wk = fleet[size_t(w)];
-        wk.requests = int(shards[size_t(w)].size());
-        if (shards[size_t(w)].empty())
-            continue;
-        const fs::path shard = dir / fmt::format("shard-{}.jsonl", w);
-        core::writeWorkloadJsonl(shard, shards[size_t(w)]);
-        wk.ledger = dir / fmt::format("ledger-{}.csv", w);
-        wk.rowLog = dir / fmt::format("rows-{}.csv", w);
-        QStringList a = {"replay"};
-        a << common << "--workload" << QString::fromStdString(shard.string()) << "--ledger"
-          << QString::fromStdString(wk.ledger.string()) << "--row-log"
-          << QString::fromStdString(wk.rowLog.string()) << "--json";
-        wk.proc = startWorker(w, self, a);
-    }
+    std::vector<FleetWorker> fleet = startFleet(shards, dir, self, common);
     if (!asJson)
         std::fprintf(stderr, "%d workers, routing %s, %zu requests\n", workers,
                      core::routingPolicyName(*policy), requests.size());
 
-    std::vector<core::LedgerRow> rows;
-    json perWorker = json::array();
-    json storeTotal = json::object();
-    json tierStores = json::object(); // each tier's bookkeeping, summed over the workers
-    json settings;
-    std::vector<std::string> warnings;
-    std::string failed;
-    for (int w = 0; w < workers; ++w) {
-        Worker &wk = fleet[size_t(w)];
-        if (!wk.proc) {
-            perWorker.push_back({{"worker", w}, {"requests", 0}, {"hits", 0}});
-            continue;
-        }
-        wk.proc->waitForFinished(-1);
-        wk.wallS = clock.elapsed() / 1000.0;
-        const QByteArray out = wk.proc->readAllStandardOutput();
-        const QByteArray err = wk.proc->readAllStandardError();
-        if (wk.proc->exitStatus() != QProcess::NormalExit || wk.proc->exitCode() != 0) {
-            // Keep what it completed; the rest of its shard is marked not served.
-            failed += salvageWorker(w, *wk.proc, err, wk.rowLog, wk.wallS, shards[size_t(w)], decisionOf,
-                                    rows, perWorker);
-            continue;
-        }
-        json j;
-        try {
-            j = json::parse(out.toStdString());
-        } catch (const json::exception &) {
-            failed += fmt::format("worker {}: its summary is not JSON\n", w);
-            continue;
-        }
-        addWorkerSummary(j, w, settings, warnings, storeTotal, tierStores);
-        auto mine = core::ledgerFromCsv(readAll(wk.ledger), wk.ledger.string());
-        int64_t hits = 0;
-        std::vector<double> ttft;
-        for (auto &row : mine) {
-            const auto *d = decisionOf.at(row.requestId);
-            row.worker = d->worker;
-            row.route = d->note;
-            hits += row.answeredBy != core::TierKind::None;
-            ttft.push_back(row.ttftMs);
-        }
-        perWorker.push_back({{"worker", w},
-                             {"requests", int64_t(mine.size())},
-                             {"hits", hits},
-                             {"hit_rate", mine.empty() ? 0.0 : double(hits) / double(mine.size())},
-                             {"ttft_ms_p50", core::percentile(ttft, 50)},
-                             {"ttft_ms_p95", core::percentile(ttft, 95)},
-                             {"wall_s", wk.wallS},
-                             {"store", j.contains("store") ? j["store"] : json()}});
-        rows.insert(rows.end(), mine.begin(), mine.end());
-    }
+    FleetResults res = collectFleet(fleet, shards, decisionOf, clock);
     // A worker that failed loses nobody else's rows: the ledger and summary are written, then the
     // failure is the exit status.
-    const auto reportFailures = [&]() {
-        std::istringstream lines(failed);
-        for (std::string line; std::getline(lines, line);)
-            std::fprintf(stderr, "kvwb replay: error [%s]: %s\n", core::errorCodeName(core::ErrorCode::Io),
-                         line.c_str());
-        return failed.empty() ? 0 : 1;
-    };
-    std::stable_sort(rows.begin(), rows.end(), [](const core::LedgerRow &a, const core::LedgerRow &b) {
-        return a.arrivalMs != b.arrivalMs ? a.arrivalMs < b.arrivalMs : a.requestId < b.requestId;
-    });
+    std::stable_sort(
+        res.rows.begin(), res.rows.end(), [](const core::LedgerRow &a, const core::LedgerRow &b) {
+            return a.arrivalMs != b.arrivalMs ? a.arrivalMs < b.arrivalMs : a.requestId < b.requestId;
+        });
     if (p.isSet("ledger"))
-        core::writeLedgerCsv(str(p.value("ledger")), rows);
-    const core::LedgerSummary s = core::summarize(rows, prices);
+        core::writeLedgerCsv(str(p.value("ledger")), res.rows);
+    const core::LedgerSummary s = core::summarize(res.rows, prices);
     const double wallS = clock.elapsed() / 1000.0;
-    if (!settings.is_object())
-        settings = json::object();
-    settings["workload"] = str(p.value("workload"));
-    settings["workers"] = workers;
-    settings["routing"] = core::routingPolicyName(*policy);
+    if (!res.settings.is_object())
+        res.settings = json::object();
+    res.settings["workload"] = str(p.value("workload"));
+    res.settings["workers"] = workers;
+    res.settings["routing"] = core::routingPolicyName(*policy);
     if (store)
-        storeTotal["url"] = store->describe();
+        res.storeTotal["url"] = store->describe();
 
     if (asJson) {
-        const json out = fleetJson(s, settings, workers, core::routingPolicyName(*policy), wallS, perWorker,
-                                   store.get(), storeTotal, tierStores, warnings);
+        const json out = fleetJson(s, res.settings, workers, core::routingPolicyName(*policy), wallS,
+                                   res.perWorker, store.get(), res.storeTotal, res.tierStores, res.warnings);
         std::printf("%s\n", out.dump(2, ' ', false, json::error_handler_t::replace).c_str());
-        return reportFailures();
+        return reportFailures(res.failed);
     }
-    printFleetTables(replay, s, workers, core::routingPolicyName(*policy), perWorker, wallS, store.get(),
-                     storeTotal);
+    printFleetTables(replay, s, workers, core::routingPolicyName(*policy), res.perWorker, wallS, store.get(),
+                     res.storeTotal);
     if (s.notServed > 0)
         std::printf("%s\n", notServedLine(s).c_str());
-    for (const auto &w : warnings)
+    for (const auto &w : res.warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
-    return reportFailures();
+    return reportFailures(res.failed);
 }
 
 int cmdBenchStore(const QStringList &args)
@@ -483,9 +518,10 @@ int cmdBenchStore(const QStringList &args)
     if (!p.isSet("store"))
         throw UsageError{"--store is required"};
     const int repeats = intOption(p, "repeats", 5, 1, 1000);
-    const auto dtype = core::parseKvBodyDType(str(p.value("dtype")));
-    if (!dtype)
+    const auto floatType = core::parseFloatType(str(p.value("dtype")));
+    if (!floatType)
         throw UsageError{"--dtype expects f32, bf16 or f16, got '" + str(p.value("dtype")) + "'"};
+    const core::DType dtype = core::toDType(*floatType);
     std::vector<int> lengths;
     for (const QString &x : p.value("lengths").split(',', Qt::SkipEmptyParts)) {
         bool ok = false;
@@ -528,14 +564,14 @@ int cmdBenchStore(const QStringList &args)
             toHost.push_back(core::msSince(t));
             t = core::Clock::now();
             std::string body;
-            body.reserve(size_t(layers) * 2 * host[0].keys.size() * size_t(core::dtypeSize(*dtype)));
+            body.reserve(size_t(layers) * 2 * host[0].keys.size() * size_t(core::dtypeSize(dtype)));
             for (const auto &h : host) {
-                core::appendKvBody(body, h.keys.data(), h.keys.size(), *dtype);
-                core::appendKvBody(body, h.values.data(), h.values.size(), *dtype);
+                core::appendKvBody(body, h.keys.data(), h.keys.size(), dtype);
+                core::appendKvBody(body, h.values.data(), h.values.size(), dtype);
             }
             const std::string env =
                 core::encodePayload(core::kvPayloadHeader(scope, "prefix", layers, heads, n, hd,
-                                                          core::KeyForm::PostRope, 0, *dtype),
+                                                          core::KeyForm::PostRope, 0, dtype),
                                     body);
             ser.push_back(core::msSince(t));
             mb = double(env.size()) / 1e6;

@@ -144,7 +144,7 @@ int cmdGenerate(const QStringList &args)
                   {"prefill_tok_s", r.stats.prefillTokPerS},
                   {"decode_tok_s", r.stats.decodeTokPerS},
                   {"device", gpu::deviceName(opts.device)},
-                  {"dtype", gpu::computeTypeName(opts.dtype)},
+                  {"dtype", gpu::floatTypeName(opts.dtype)},
                   {"fingerprint", ck.fingerprint()}};
         std::printf("%s\n", j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     } else {
@@ -198,7 +198,7 @@ int cmdBench(const QStringList &args)
                     c.architecture.c_str(), model->checkpoint().path().c_str(), c.parameterCount() / 1e6,
                     c.numLayers, c.numHeads, c.numKvHeads, c.headDim);
         std::printf("device: %s, dtype %s, torch %s\n\n", gpu::describeDevice(opts.device).c_str(),
-                    gpu::computeTypeName(opts.dtype), gpu::torchVersion().c_str());
+                    gpu::floatTypeName(opts.dtype), gpu::torchVersion().c_str());
         std::printf("| prompt tokens | prefill ms | prefill tok/s | decode tok/s | KV MiB |\n");
         std::printf("|--------------:|-----------:|--------------:|-------------:|-------:|\n");
     }
@@ -242,8 +242,8 @@ int cmdBench(const QStringList &args)
     }
     if (asJson)
         std::printf("%s\n", json{{"device", gpu::deviceName(opts.device)},
-                                 {"dtype", gpu::computeTypeName(opts.dtype)},
-                                 {"kv_dtype", gpu::computeTypeName(model->kvDtype())},
+                                 {"dtype", gpu::floatTypeName(opts.dtype)},
+                                 {"kv_dtype", gpu::floatTypeName(model->kvDtype())},
                                  {"threads",
                                   opts.threads > 0 ? opts.threads : int(std::thread::hardware_concurrency())},
                                  {"rows", rows},

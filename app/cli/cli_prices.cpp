@@ -1,8 +1,8 @@
 #include "app/cli/cli_prices.h"
 
 #include "app/cli/cli_util.h"
-#include "core/cache/prices.h"
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/prices.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <QCommandLineParser>
 

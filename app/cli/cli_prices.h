@@ -1,4 +1,4 @@
-// `kvwb prices`: the price presets (core/cache/prices.h) as a table, and a replay ledger costed under
+// `kvwb prices`: the price presets (core/ledger/prices.h) as a table, and a replay ledger costed under
 // several of them. Conventions as in app/cli/cli.h.
 #pragma once
 

@@ -95,11 +95,9 @@ core::CorpusShard shardOption(const QCommandLineParser &p, const QString &name)
     return s;
 }
 
-} // namespace
-
-int cmdTrain(const QStringList &args)
+// The options of `kvwb train`.
+void addTrainOptions(QCommandLineParser &p)
 {
-    QCommandLineParser p;
     p.addOption({"corpus", "Corpus: JSONL from `kvwb corpus` (text, split) or plain text lines.", "FILE"});
     p.addOption({"out", "Output HF model directory.", "DIR"});
     p.addOption({"preset", "Architecture preset (demo-a, demo-b, tiny, gqa, ...).", "NAME"});
@@ -129,16 +127,11 @@ int cmdTrain(const QStringList &args)
                  "Fine-tune: start from this model's weights (same architecture: give its config.json "
                  "with --config).",
                  "MODEL"});
-    parse(p, args,
-          "Train a Llama-architecture model on a corpus and write an HF directory the engine loads.");
-    if (!p.isSet("corpus") || !p.isSet("out"))
-        throw UsageError{"--corpus and --out are required"};
-    if (p.isSet("preset") == p.isSet("config"))
-        throw UsageError{"give exactly one of --preset or --config"};
-    if (p.isSet("tokenizer") == p.isSet("train-tokenizer"))
-        throw UsageError{"give exactly one of --tokenizer or --train-tokenizer"};
-    const fs::path out = str(p.value("out"));
-    // Every flag is checked before anything slow (tokenizer training, model setup) starts.
+}
+
+// The architecture and the optimisation from the options (UsageError when one is out of range).
+gpu::TrainOptions trainOptions(const QCommandLineParser &p)
+{
     gpu::TrainOptions o;
     o.model = p.isSet("preset") ? core::randomModelPreset(str(p.value("preset"))).config
                                 : core::ModelConfig::fromHfJsonFile(str(p.value("config")));
@@ -166,18 +159,21 @@ int cmdTrain(const QStringList &args)
     if (o.seqLen > o.model.maxPositionEmbeddings)
         throw UsageError{fmt::format("--seq-len {} exceeds the architecture's context {}", o.seqLen,
                                      o.model.maxPositionEmbeddings)};
-    const int tokenizerVocab = p.isSet("train-tokenizer") ? intOption(p, "train-tokenizer", 1024, 260) : 0;
-    const core::CorpusShard shard = shardOption(p, "shard");
-    if (shard.count > 1)
-        o.shard = fmt::format("{}/{}", shard.index, shard.count);
+    return o;
+}
 
-    const fs::path corpusPath = str(p.value("corpus"));
+// The corpus at corpusPath, its part `shard` (shardName: how it is shown, "I/N"); warns about
+// malformed lines and reports the shard's share. Error(InvalidArgument) when it lacks training or
+// validation documents.
+core::TextCorpus readTrainCorpus(const fs::path &corpusPath, const core::CorpusShard &shard,
+                                 const std::string &shardName)
+{
     const auto whole = core::readTextCorpus(corpusPath);
     for (const auto &w : whole.warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (whole.skipped > whole.warnings.size())
         std::fprintf(stderr, "warning: %zu malformed lines skipped in all\n", whole.skipped);
-    const auto corpus = core::selectShard(whole, shard);
+    core::TextCorpus corpus = core::selectShard(whole, shard);
     const auto countValidation = [](const core::TextCorpus &c) {
         return size_t(std::count_if(c.documents.begin(), c.documents.end(),
                                     [](const auto &d) { return d.validation; }));
@@ -186,15 +182,42 @@ int cmdTrain(const QStringList &args)
     if (shard.count > 1) {
         const size_t wholeValidation = countValidation(whole);
         std::fprintf(stderr, "shard %s: %zu of %zu training documents, %zu of %zu validation\n",
-                     o.shard.c_str(), corpus.documents.size() - validationDocs,
+                     shardName.c_str(), corpus.documents.size() - validationDocs,
                      whole.documents.size() - wholeValidation, validationDocs, wholeValidation);
     }
     if (validationDocs == 0 || validationDocs == corpus.documents.size())
         throw core::Error(core::ErrorCode::InvalidArgument,
                           corpusPath.string() +
-                              (shard.count > 1 ? " (shard " + o.shard + ")" : std::string()) +
+                              (shard.count > 1 ? " (shard " + shardName + ")" : std::string()) +
                               ": training needs both training and validation documents (JSONL: "
                               "'split' train/validation; plain text: every 20th line is validation)");
+    return corpus;
+}
+
+} // namespace
+
+int cmdTrain(const QStringList &args)
+{
+    QCommandLineParser p;
+    addTrainOptions(p);
+    parse(p, args,
+          "Train a Llama-architecture model on a corpus and write an HF directory the engine loads.");
+    if (!p.isSet("corpus") || !p.isSet("out"))
+        throw UsageError{"--corpus and --out are required"};
+    if (p.isSet("preset") == p.isSet("config"))
+        throw UsageError{"give exactly one of --preset or --config"};
+    if (p.isSet("tokenizer") == p.isSet("train-tokenizer"))
+        throw UsageError{"give exactly one of --tokenizer or --train-tokenizer"};
+    const fs::path out = str(p.value("out"));
+    // Every flag is checked before anything slow (tokenizer training, model setup) starts.
+    gpu::TrainOptions o = trainOptions(p);
+    const int tokenizerVocab = p.isSet("train-tokenizer") ? intOption(p, "train-tokenizer", 1024, 260) : 0;
+    const core::CorpusShard shard = shardOption(p, "shard");
+    if (shard.count > 1)
+        o.shard = fmt::format("{}/{}", shard.index, shard.count);
+
+    const fs::path corpusPath = str(p.value("corpus"));
+    const auto corpus = readTrainCorpus(corpusPath, shard, o.shard);
 
     fs::path tokPath;
     if (tokenizerVocab > 0) {

@@ -1,6 +1,9 @@
 #include "app/cli/cli_util.h"
 
+#include "core/model/checkpoint.h"
 #include "core/model/encoder_config.h"
+#include "core/model/gguf_model.h"
+#include "core/tokenize/gguf_tokenizer.h"
 
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
@@ -14,6 +17,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <utility>
 
 namespace kvwb::app::cli {
 
@@ -133,6 +137,33 @@ std::vector<int> parseIdList(const QString &text, const char *flag)
 std::string readTextFile(const QString &path, uint64_t maxBytes)
 {
     return core::text::readWholeFile(str(path), maxBytes);
+}
+
+core::DType ggufWeightType(const std::string &name)
+{
+    for (core::DType t : {core::DType::F32, core::DType::F16, core::DType::BF16, core::DType::Q8_0,
+                          core::DType::Q4_0, core::DType::Q4_1, core::DType::Q5_0, core::DType::Q5_1,
+                          core::DType::Q4_K, core::DType::Q5_K, core::DType::Q6_K})
+        if (name == core::dtypeName(t))
+            return t;
+    throw UsageError{"weight type " + name +
+                     " is not one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"};
+}
+
+void writeGgufFrom(const core::Checkpoint &ck, const std::filesystem::path &out, core::DType type)
+{
+    core::GgufWriter w;
+    if (const auto tok = ck.tokenizerPath()) {
+        if (tok->extension() == ".gguf") {
+            // GGUF to GGUF: carry every tokenizer key over as it is
+            const auto src = core::GgufFile::open(*tok);
+            core::copyTokenizerMetadata(src, w);
+        } else {
+            core::writeTokenizerToGguf(*tok, w, ck.config().vocabSize);
+        }
+    }
+    for (const std::string &note : core::writeGguf(ck, out, type, std::move(w)))
+        std::fprintf(stderr, "%s\n", note.c_str());
 }
 
 std::filesystem::path demoProjectDir()

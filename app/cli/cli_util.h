@@ -1,9 +1,11 @@
-// Shared plumbing for the headless subcommands: option parsing with usage errors, text files,
-// Ctrl-C. Torch-free, so the light `kvwb` front end links it (the engine's options are in
-// app/cli/engine_options.h). GUI-free; used on the main thread of a `kvwb <subcommand>` process.
+// Shared plumbing for the headless subcommands: option parsing with usage errors, text files, GGUF
+// output (make-model, convert), Ctrl-C. Torch-free, so the light `kvwb` front end links it (the
+// engine's options are in app/cli/engine_options.h). GUI-free; used on the main thread of a
+// `kvwb <subcommand>` process.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
+#include "core/model/dtype.h"
 #include "core/util/text_util.h"
 
 #include <QCommandLineParser>
@@ -16,6 +18,10 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+namespace kvwb::core {
+class Checkpoint;
+} // namespace kvwb::core
 
 namespace kvwb::app::cli {
 
@@ -55,6 +61,11 @@ void checkEmbedderOption(const QCommandLineParser &p, bool hasPrefixOption = fal
 // The whole of a regular file of at most maxBytes (core::text::readWholeFile: checked before it is
 // read; Error(Io) naming the path when unreadable or not a regular file).
 std::string readTextFile(const QString &path, uint64_t maxBytes = core::text::kMaxInputFileBytes);
+// A GGUF weight type by name (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), for
+// `make-model --weight-dtype` and `convert --weight-type`; UsageError for any other name.
+core::DType ggufWeightType(const std::string &name);
+// The checkpoint as GGUF, its tokenizer (when it has one) in the metadata; prints what stayed F32.
+void writeGgufFrom(const core::Checkpoint &ck, const std::filesystem::path &out, core::DType type);
 // The demo project folder (holding demo.kvwb, models/a, models/b, workloads/): the installed one,
 // <prefix>/share/kvwb/projects/demo, when this executable runs installed (core/util/install_layout.h),
 // else the source tree's projects/demo.

@@ -1,7 +1,7 @@
 #include "app/cli/cli_wordnet.h"
 #include "app/cli/cli_util.h"
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/metrics/text_metrics.h"
 #include "core/model/checkpoint.h"
 #include "core/model/model_config.h"
@@ -407,44 +407,9 @@ int roundsReport(const QCommandLineParser &p)
     return 0;
 }
 
-} // namespace
-
-int cmdCorpus(const QStringList &args)
+// The options of `kvwb workload`, every source's (checkOptionScopes rejects those of another source).
+void addWorkloadOptions(QCommandLineParser &p)
 {
-    QCommandLineParser p;
-    addSourceOptions(p);
-    p.addOption({"min-examples", "Training examples for the least popular concept (default 4).", "N", "4"});
-    p.addOption({"max-examples",
-                 "Training examples for the most popular concept (default: one per training "
-                 "template).",
-                 "N", "0"});
-    parse(p, args,
-          "Write a question/answer training corpus (JSONL: synset, rank, lemma, template, split, question, "
-          "prompt, "
-          "answer, text) from WordNet noun concepts. Validation uses phrasing templates training never sees.",
-          "SOURCE", "Where concepts come from: wordnet.");
-    checkSource(p);
-    core::CorpusOptions o;
-    o.concepts = size_t(intOption(p, "concepts", 3000, 1));
-    o.seed = seedOption(p);
-    o.hypernymSentence = !p.isSet("no-hypernym");
-    o.minPerConcept = intOption(p, "min-examples", 4, 1);
-    o.maxPerConcept = intOption(p, "max-examples", 0, 0);
-    const auto wn = loadWordNet(p);
-    const auto t0 = Clock::now();
-    const auto corpus = core::CorpusBuilder(wn, o).build();
-    const std::string text = core::corpusToJsonl(corpus);
-    core::writeFileAtomic(str(p.value("out")), text);
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    std::printf("wrote %s: %zu concepts, %zu train + %zu validation examples, %.1f MiB in %.0f ms\n",
-                qPrintable(p.value("out")), corpus.concepts, corpus.trainCount, corpus.validationCount,
-                text.size() / 1048576.0, ms);
-    return 0;
-}
-
-int cmdWorkload(const QStringList &args)
-{
-    QCommandLineParser p;
     addSourceOptions(p);
     p.addOption({"requests", "Requests to generate (default 10000).", "N", "10000"});
     p.addOption({"zipf", "Zipf exponent s of concept popularity (default 1.0).", "S", "1.0"});
@@ -507,39 +472,11 @@ int cmdWorkload(const QStringList &args)
     p.addOption({"reference-outputs",
                  "rounds: the answers to the same requests under the reference policy (e.g. full history).",
                  "FILE"});
-    parse(p, args,
-          "Write a request workload (JSONL, one request a line). wordnet: over WordNet concepts, with Zipf "
-          "popularity, Poisson arrivals, tenants with shared system prompts, exact repeats, paraphrases, "
-          "synonym swaps and near misses. sharegpt: every human turn of ShareGPT conversations, prompted "
-          "with the conversation so far. quora: both questions of each Quora question pair, duplicates "
-          "sharing an intent. multiturn: multi-round conversations over WordNet concepts (users, rounds, "
-          "shared system prompt, history policy) and the prompt cost of each policy. rounds: per-round hit "
-          "rates of a replay ledger of a multi-turn workload (docs/corpus-and-workload.md).",
-          "SOURCE", "wordnet, sharegpt, quora, multiturn or rounds.");
-    {
-        const auto pos = p.positionalArguments();
-        if (pos.size() != 1)
-            throw UsageError{"expected exactly one SOURCE (wordnet, sharegpt, quora, multiturn or rounds)"};
-        const QString source = pos.first();
-        if (!QStringList{"wordnet", "sharegpt", "quora", "multiturn", "rounds"}.contains(source))
-            throw UsageError{"unknown source '" + str(source) +
-                             "' (wordnet, sharegpt, quora, multiturn or rounds)"};
-        if (source == "sharegpt" && p.isSet("system-prompt"))
-            throw UsageError{
-                "--system-prompt applies to quora only (ShareGPT conversations bring their own)"};
-        checkOptionScopes(p, source);
-        if (source == "rounds")
-            return roundsReport(p);
-        if (!p.isSet("out"))
-            throw UsageError{"--out is required"};
-        outputFileOption(p, "out");
-        for (const QString &model : p.values("fits")) // opened before the work, counted after it
-            core::Checkpoint::open(str(model));
-        if (source == "sharegpt" || source == "quora")
-            return importWorkload(p, source);
-        if (source == "multiturn")
-            return multiturnWorkload(p);
-    }
+}
+
+// `kvwb workload wordnet`'s generator settings from the options (UsageError when out of range).
+core::WorkloadOptions wordnetWorkloadOptions(const QCommandLineParser &p)
+{
     core::WorkloadOptions o;
     o.requests = size_t(intOption(p, "requests", 10000, 0));
     o.concepts = size_t(intOption(p, "concepts", 3000, 1));
@@ -569,6 +506,13 @@ int cmdWorkload(const QStringList &args)
     o.historyWindow = size_t(intOption(p, "history", 1000, 1));
     o.hypernymSentence = !p.isSet("no-hypernym");
     o.seed = seedOption(p);
+    return o;
+}
+
+// `kvwb workload wordnet`: a generated workload over WordNet concepts, written to --out, and its mix.
+int wordnetWorkload(const QCommandLineParser &p)
+{
+    const core::WorkloadOptions o = wordnetWorkloadOptions(p);
     const auto wn = loadWordNet(p);
     const auto t0 = Clock::now();
     const core::WorkloadGenerator gen(wn, o);
@@ -580,7 +524,7 @@ int cmdWorkload(const QStringList &args)
     size_t b = 0;
     for (const auto &r : w.requests) {
         ++kinds[core::requestKindName(r.kind)];
-        b += r.model == "b";
+        b += r.model == core::ModelRole::B;
     }
     std::printf("wrote %s: %zu requests over %zu concepts, %d tenants, %.1f s of traffic, in %.0f ms\n",
                 qPrintable(p.value("out")), w.requests.size(), w.concepts, o.tenants,
@@ -592,6 +536,78 @@ int cmdWorkload(const QStringList &args)
     for (const auto &sp : w.systemPrompts)
         std::printf("system prompt %s: %d words\n", sp.id.c_str(), sp.words);
     return 0;
+}
+
+} // namespace
+
+int cmdCorpus(const QStringList &args)
+{
+    QCommandLineParser p;
+    addSourceOptions(p);
+    p.addOption({"min-examples", "Training examples for the least popular concept (default 4).", "N", "4"});
+    p.addOption({"max-examples",
+                 "Training examples for the most popular concept (default: one per training "
+                 "template).",
+                 "N", "0"});
+    parse(p, args,
+          "Write a question/answer training corpus (JSONL: synset, rank, lemma, template, split, question, "
+          "prompt, "
+          "answer, text) from WordNet noun concepts. Validation uses phrasing templates training never sees.",
+          "SOURCE", "Where concepts come from: wordnet.");
+    checkSource(p);
+    core::CorpusOptions o;
+    o.concepts = size_t(intOption(p, "concepts", 3000, 1));
+    o.seed = seedOption(p);
+    o.hypernymSentence = !p.isSet("no-hypernym");
+    o.minPerConcept = intOption(p, "min-examples", 4, 1);
+    o.maxPerConcept = intOption(p, "max-examples", 0, 0);
+    const auto wn = loadWordNet(p);
+    const auto t0 = Clock::now();
+    const auto corpus = core::CorpusBuilder(wn, o).build();
+    const std::string text = core::corpusToJsonl(corpus);
+    core::writeFileAtomic(str(p.value("out")), text);
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    std::printf("wrote %s: %zu concepts, %zu train + %zu validation examples, %.1f MiB in %.0f ms\n",
+                qPrintable(p.value("out")), corpus.concepts, corpus.trainCount, corpus.validationCount,
+                text.size() / 1048576.0, ms);
+    return 0;
+}
+
+int cmdWorkload(const QStringList &args)
+{
+    QCommandLineParser p;
+    addWorkloadOptions(p);
+    parse(p, args,
+          "Write a request workload (JSONL, one request a line). wordnet: over WordNet concepts, with Zipf "
+          "popularity, Poisson arrivals, tenants with shared system prompts, exact repeats, paraphrases, "
+          "synonym swaps and near misses. sharegpt: every human turn of ShareGPT conversations, prompted "
+          "with the conversation so far. quora: both questions of each Quora question pair, duplicates "
+          "sharing an intent. multiturn: multi-round conversations over WordNet concepts (users, rounds, "
+          "shared system prompt, history policy) and the prompt cost of each policy. rounds: per-round hit "
+          "rates of a replay ledger of a multi-turn workload (docs/corpus-and-workload.md).",
+          "SOURCE", "wordnet, sharegpt, quora, multiturn or rounds.");
+    const auto pos = p.positionalArguments();
+    if (pos.size() != 1)
+        throw UsageError{"expected exactly one SOURCE (wordnet, sharegpt, quora, multiturn or rounds)"};
+    const QString source = pos.first();
+    if (!QStringList{"wordnet", "sharegpt", "quora", "multiturn", "rounds"}.contains(source))
+        throw UsageError{"unknown source '" + str(source) +
+                         "' (wordnet, sharegpt, quora, multiturn or rounds)"};
+    if (source == "sharegpt" && p.isSet("system-prompt"))
+        throw UsageError{"--system-prompt applies to quora only (ShareGPT conversations bring their own)"};
+    checkOptionScopes(p, source);
+    if (source == "rounds")
+        return roundsReport(p);
+    if (!p.isSet("out"))
+        throw UsageError{"--out is required"};
+    outputFileOption(p, "out");
+    for (const QString &model : p.values("fits")) // opened before the work, counted after it
+        core::Checkpoint::open(str(model));
+    if (source == "sharegpt" || source == "quora")
+        return importWorkload(p, source);
+    if (source == "multiturn")
+        return multiturnWorkload(p);
+    return wordnetWorkload(p);
 }
 
 } // namespace kvwb::app

@@ -12,7 +12,7 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
         o.device = *d;
     }
     if (p.isSet(dtypeFlag)) {
-        auto t = gpu::parseComputeType(str(p.value(dtypeFlag)));
+        auto t = gpu::parseFloatType(str(p.value(dtypeFlag)));
         if (!t)
             throw UsageError{"--" + str(dtypeFlag) + " expects f32, bf16 or f16, got '" +
                              str(p.value(dtypeFlag)) + "'"};
@@ -23,7 +23,7 @@ gpu::LoadOptions loadOptions(const QCommandLineParser &p, const QString &dtypeFl
         o.context = intOption(p, "context", 0, 1, core::kMaxPositions);
     o.dequantize = p.isSet("dequantize");
     if (p.isSet("kv-dtype")) {
-        auto t = gpu::parseComputeType(str(p.value("kv-dtype")));
+        auto t = gpu::parseFloatType(str(p.value("kv-dtype")));
         if (!t)
             throw UsageError{"--kv-dtype expects f32, bf16 or f16, got '" + str(p.value("kv-dtype")) + "'"};
         o.kvDtype = *t;
@@ -55,16 +55,23 @@ std::vector<PromptText> readPromptFile(const QCommandLineParser &p, const std::s
 
 void addEngineOptions(QCommandLineParser &p)
 {
+    addEngineOptions(
+        p, {"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"},
+        "Dequantise a GGUF file's quantised weights at load (to --dtype) instead of running them "
+        "in their blocks on the CPU (the reference path; about 2-7x the memory).");
+}
+
+void addEngineOptions(QCommandLineParser &p, const QCommandLineOption &computeDtype,
+                      const QString &dequantizeHelp)
+{
     p.addOption({"device", "cpu (default) or cuda.", "DEVICE", "cpu"});
-    p.addOption({"dtype", "f32 (default), bf16, or f16 (CUDA only).", "DTYPE", "f32"});
+    p.addOption(computeDtype);
     p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
     p.addOption({"context",
                  "Positions each model serves (default: its config's; LongRoPE models use their long "
                  "factors above the original context).",
                  "N"});
-    p.addOption({"dequantize",
-                 "Dequantise a GGUF file's quantised weights at load (to --dtype) instead of running them "
-                 "in their blocks on the CPU (the reference path; about 2-7x the memory)."});
+    p.addOption({"dequantize", dequantizeHelp});
     addCacheOptions(p);
 }
 

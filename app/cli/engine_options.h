@@ -25,6 +25,10 @@ using jobs::readPromptFile;
 
 // --device, --dtype, --threads, --context, --dequantize and addCacheOptions
 void addEngineOptions(QCommandLineParser &p);
+// The same with the compute dtype's option and --dequantize's help given: capture calls its compute
+// dtype --compute-dtype (see loadOptions).
+void addEngineOptions(QCommandLineParser &p, const QCommandLineOption &computeDtype,
+                      const QString &dequantizeHelp);
 // --kv-dtype (the KV cache's element type) and --prefill-chunk (prompt tokens per step).
 void addCacheOptions(QCommandLineParser &p);
 // Reads --device, --threads and the compute dtype from dtypeFlag (capture calls it --compute-dtype

@@ -3,8 +3,12 @@
 // engine subcommand's run function is null (the front end execs kvwb-engine for it), so the front
 // end links no engine code yet lists every subcommand in --help.
 #include "app/cli/cli.h"
-#include "app/cli/cli_files.h"
+#include "app/cli/cli_convert.h"
+#include "app/cli/cli_info.h"
+#include "app/cli/cli_make_model.h"
 #include "app/cli/cli_tiers.h"
+#include "app/cli/cli_tokenize.h"
+#include "app/cli/cli_upgrade.h"
 #include "app/cli/cli_wordnet.h"
 #ifndef KVWB_FRONT_END
 #include "app/cli/cli_align.h"

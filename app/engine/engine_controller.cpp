@@ -11,7 +11,7 @@
 
 namespace kvwb::app {
 
-EngineController::EngineController(QObject *parent) : QObject(parent)
+EngineController::EngineController(QObject *parent) : EngineSignals(parent)
 {
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::ReportData>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::LoadedPair>>();
@@ -42,28 +42,28 @@ EngineController::EngineController(QObject *parent) : QObject(parent)
 #endif
         },
         Qt::DirectConnection);
-    connect(m_worker, &EngineWorker::progress, this, [this](quint64 job, double f, const QString &stage) {
+    connect(m_worker, &EngineSignals::progress, this, [this](quint64 job, double f, const QString &stage) {
         m_state = QString("%1 %2% (%3)").arg(m_jobLabel).arg(int(100 * f)).arg(stage);
         Q_EMIT progress(job, f, stage);
         Q_EMIT stateChanged(m_state);
     });
-    relay(&EngineWorker::modelsLoaded, &EngineController::modelsLoaded);
-    relay(&EngineWorker::experimentRead, &EngineController::experimentRead);
-    relay(&EngineWorker::reportCollected, &EngineController::reportCollected);
-    relay(&EngineWorker::captured, &EngineController::captured);
-    relay(&EngineWorker::fitted, &EngineController::fitted);
-    relay(&EngineWorker::compared, &EngineController::compared);
-    relay(&EngineWorker::comparedSet, &EngineController::comparedSet);
-    relay(&EngineWorker::replayFinished, &EngineController::replayFinished);
-    relay(&EngineWorker::knowledgeOpened, &EngineController::knowledgeOpened);
-    relay(&EngineWorker::knowledgeTraced, &EngineController::knowledgeTraced);
-    relay(&EngineWorker::semanticSwept, &EngineController::semanticSwept);
-    relay(&EngineWorker::knowledgeEvaluated, &EngineController::knowledgeEvaluated);
-    relay(&EngineWorker::failed, &EngineController::failed);
-    relay(&EngineWorker::cancelled, &EngineController::cancelled);
+    relay(&EngineSignals::modelsLoaded);
+    relay(&EngineSignals::experimentRead);
+    relay(&EngineSignals::reportCollected);
+    relay(&EngineSignals::captured);
+    relay(&EngineSignals::fitted);
+    relay(&EngineSignals::compared);
+    relay(&EngineSignals::comparedSet);
+    relay(&EngineSignals::replayFinished);
+    relay(&EngineSignals::knowledgeOpened);
+    relay(&EngineSignals::knowledgeTraced);
+    relay(&EngineSignals::semanticSwept);
+    relay(&EngineSignals::knowledgeEvaluated);
+    relay(&EngineSignals::failed);
+    relay(&EngineSignals::cancelled);
     // rows are not the end of a job
-    connect(m_worker, &EngineWorker::replayRows, this, &EngineController::replayRows);
-    connect(m_worker, &EngineWorker::replayProgress, this, &EngineController::replayProgress);
+    connect(m_worker, &EngineSignals::replayRows, this, &EngineSignals::replayRows);
+    connect(m_worker, &EngineSignals::replayProgress, this, &EngineSignals::replayProgress);
     m_thread.start();
 }
 
@@ -76,16 +76,16 @@ EngineController::~EngineController()
     m_thread.wait();
 }
 
-template <typename Sig, typename Out> void EngineController::relay(Sig workerSignal, Out ownSignal)
+template <typename Sig> void EngineController::relay(Sig resultSignal)
 {
     // The result goes out while the job's panel is still marked as running (so a failure reaches
     // it) but with the engine free (so the handler may start the next job, e.g. re-read the file);
     // "idle" follows unless the handler did.
-    connect(m_worker, workerSignal, this, [this, ownSignal](auto... args) {
+    connect(m_worker, resultSignal, this, [this, resultSignal](auto... args) {
         m_busy = false;
         m_jobLabel.clear();
         m_state = "idle";
-        Q_EMIT(this->*ownSignal)(args...);
+        Q_EMIT(this->*resultSignal)(args...);
         if (!m_busy)
             Q_EMIT stateChanged(m_state);
     });

@@ -16,7 +16,7 @@
 // instead. Each job ends with exactly one of its result signal, cancelled(job) or failed(job).
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "ui/models/experiment_snapshot.h"
 #include "ui/panels/job_types.h"
 #include "ui/panels/models_panel.h"
@@ -68,7 +68,36 @@ struct ReplayOutcome
 
 using RowBatch = std::vector<core::LedgerRow>;
 
-class EngineWorker : public QObject
+// What the jobs report: EngineWorker emits these on the engine thread and EngineController
+// re-emits them on the GUI thread.
+class EngineSignals : public QObject
+{
+    Q_OBJECT
+
+public:
+    using QObject::QObject;
+
+Q_SIGNALS:
+    void progress(quint64 job, double fraction, const QString &stage);
+    void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
+    void failed(quint64 job, const QString &message);
+    void cancelled(quint64 job);
+    void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
+    void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
+    void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
+    void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
+    void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
+    void comparedSet(quint64 job, std::shared_ptr<const kvwb::ui::CompareSetSummary> summary);
+    void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
+    void replayProgress(quint64 job, int done, int total);
+    void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
+    void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
+    void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
+    void semanticSwept(quint64 job, std::shared_ptr<const kvwb::ui::SemanticSweepResult> sweep);
+    void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
+};
+
+class EngineWorker : public EngineSignals
 {
     Q_OBJECT
 
@@ -121,25 +150,6 @@ public:
     void evaluateKnowledge(quint64 job, const kvwb::ui::KnowledgeEvalRequest &request,
                            std::shared_ptr<std::atomic_bool> cancel);
 
-Q_SIGNALS:
-    void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
-    void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
-    void semanticSwept(quint64 job, std::shared_ptr<const kvwb::ui::SemanticSweepResult> sweep);
-    void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
-    void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
-    void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
-    void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
-    void comparedSet(quint64 job, std::shared_ptr<const kvwb::ui::CompareSetSummary> summary);
-    void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
-    void replayProgress(quint64 job, int done, int total);
-    void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
-    void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
-    void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
-    void progress(quint64 job, double fraction, const QString &stage);
-    void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
-    void failed(quint64 job, const QString &message);
-    void cancelled(quint64 job);
-
 private:
     // Runs body, reporting core::Error and std::exception as failed(job, ...).
     template <typename F> void guarded(quint64 job, F &&body);
@@ -160,7 +170,7 @@ private:
     std::string m_converterKey; // experiment path + name + models, of m_converter
 };
 
-class EngineController : public QObject
+class EngineController : public EngineSignals
 {
     Q_OBJECT
 
@@ -189,30 +199,13 @@ public:
     QString state() const { return m_state; } // "idle", "loading models 40% (layer 2/4)", ...
 
 Q_SIGNALS:
-    void progress(quint64 job, double fraction, const QString &stage);
-    void modelsLoaded(quint64 job, std::shared_ptr<const kvwb::app::LoadedPair> pair);
-    void failed(quint64 job, const QString &message);
-    void cancelled(quint64 job);
-    void experimentRead(quint64 job, std::shared_ptr<const kvwb::app::ExperimentSnapshot> snapshot);
-    void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
-    void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
-    void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
-    void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
-    void comparedSet(quint64 job, std::shared_ptr<const kvwb::ui::CompareSetSummary> summary);
-    void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
-    void replayProgress(quint64 job, int done, int total);
-    void replayFinished(quint64 job, std::shared_ptr<const kvwb::app::ReplayOutcome> outcome);
-    void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
-    void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
-    void semanticSwept(quint64 job, std::shared_ptr<const kvwb::ui::SemanticSweepResult> sweep);
-    void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
     void stateChanged(const QString &state);
 
 private:
     // Starts a job on the engine thread: job(worker, id, cancel flag). Refused (0) while busy.
     template <typename F> quint64 start(const QString &state, F &&job);
-    // Connects a worker result signal to finish the job and re-emit it.
-    template <typename Sig, typename Out> void relay(Sig workerSignal, Out ownSignal);
+    // Connects the worker's result signal to finish the job and re-emit it.
+    template <typename Sig> void relay(Sig resultSignal);
 
     QThread m_thread;
     EngineWorker *m_worker = nullptr; // owned by m_thread (deleteLater on finish)

@@ -3,9 +3,9 @@
 #include "app/engine/engine_controller.h"
 #include "core/store/ledger_store.h"
 
-#include "core/cache/prices.h"
 #include "core/cache/semantic_sweep.h"
 #include "core/cache/shared_store.h"
+#include "core/ledger/prices.h"
 
 #include "app/jobs/capture_job.h"
 #include "app/jobs/compare_job.h"
@@ -61,7 +61,7 @@ gpu::LoadOptions loadOptions(const ModelRequest &r)
     if (!device)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           "unknown device '" + r.device.toStdString() + "': expected cpu or cuda");
-    const auto dtype = gpu::parseComputeType(r.dtype.toStdString());
+    const auto dtype = gpu::parseFloatType(r.dtype.toStdString());
     if (!dtype)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           "unknown dtype '" + r.dtype.toStdString() + "': expected f32, bf16 or f16");
@@ -71,7 +71,7 @@ gpu::LoadOptions loadOptions(const ModelRequest &r)
     o.context = r.context;
     o.dequantize = r.dequantize;
     if (!r.kvDtype.isEmpty()) {
-        const auto kv = gpu::parseComputeType(r.kvDtype.toStdString());
+        const auto kv = gpu::parseFloatType(r.kvDtype.toStdString());
         if (!kv)
             throw core::Error(core::ErrorCode::InvalidArgument, "unknown KV dtype '" +
                                                                     r.kvDtype.toStdString() +
@@ -88,7 +88,7 @@ LoadedModel describe(const gpu::Model &m, const ModelRequest &r)
     l.config = m.config();
     l.fingerprint = QString::fromStdString(m.checkpoint().fingerprint());
     l.device = QString::fromStdString(gpu::describeDevice(m.options().device));
-    l.dtype = QString::fromUtf8(gpu::computeTypeName(m.options().dtype));
+    l.dtype = QString::fromUtf8(gpu::floatTypeName(m.options().dtype));
     l.deviceBytes = m.deviceBytes();
     return l;
 }
@@ -118,7 +118,7 @@ double columnMean(const core::MetricTable &t, const char *column)
 
 } // namespace
 
-EngineWorker::EngineWorker(QObject *parent) : QObject(parent) {}
+EngineWorker::EngineWorker(QObject *parent) : EngineSignals(parent) {}
 EngineWorker::~EngineWorker() = default;
 
 const gpu::Model *EngineWorker::modelA() const
@@ -322,7 +322,7 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
         s->prefillMsA = fc.result.timings.prefillMsA;
         s->prefillMsB = fc.result.timings.prefillMsB;
         s->writeMs = fc.result.timings.writeMs;
-        s->storage = QString::fromUtf8(core::kvStorageName(fc.storage.storage));
+        s->storage = QString::fromUtf8(core::floatTypeName(fc.storage.storage));
         s->keyForm = QString::fromUtf8(core::keyFormName(fc.storage.keyForm));
         {
             const auto reader = core::ExperimentReader::open(out);

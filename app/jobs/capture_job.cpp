@@ -43,7 +43,7 @@ CaptureProjection projectCapture(const gpu::Model &a, const core::Tokenizer &tok
                                  const core::Tokenizer &tokB, const std::vector<gpu::CapturePrompt> &prompts,
                                  const gpu::CaptureOptions &o)
 {
-    const int64_t valueBytes = o.file.storage == core::KvStorage::F32 ? 4 : 2;
+    const int64_t valueBytes = o.file.storage == core::FloatType::F32 ? 4 : 2;
     const auto perToken = [&](const gpu::Model &m, const std::vector<int> &layers) {
         const auto &c = m.config();
         const int64_t n = layers.empty() ? c.numLayers : int64_t(layers.size());
@@ -87,13 +87,13 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
     const json config = {{"model_a", infoA.weightsSha256},
                          {"model_b", infoB.weightsSha256},
                          {"prompts", promptsSource},
-                         {"dtype", core::kvStorageName(co.file.storage)},
+                         {"dtype", core::floatTypeName(co.file.storage)},
                          {"compress", co.file.compress},
                          {"max_tokens", co.maxTokens},
                          {"key_form", core::keyFormName(co.file.keyForm)},
                          {"device", gpu::deviceName(a.options().device)},
-                         {"compute_dtype", gpu::computeTypeName(a.options().dtype)},
-                         {"kv_dtype", gpu::computeTypeName(a.kvDtype())},
+                         {"compute_dtype", gpu::floatTypeName(a.options().dtype)},
+                         {"kv_dtype", gpu::floatTypeName(a.kvDtype())},
                          {"layers_a", co.layersA},
                          {"layers_b", co.layersB}};
     FileCapture fc;
@@ -120,7 +120,7 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
                             "not started (fewer prompts, --max-tokens, --layers-a/-b or --dtype "
                             "bf16 write less)",
                             out.string(), prompts.size(), fc.projected.tokensA, fc.projected.tokensB,
-                            double(fc.projected.bytes) / 1e9, core::kvStorageName(co.file.storage),
+                            double(fc.projected.bytes) / 1e9, core::floatTypeName(co.file.storage),
                             double(*free) / 1e9));
     }
     core::checkWorkingSet(fmt::format("capturing {}", out.string()), fc.projected.workingSetBytes,
@@ -140,7 +140,7 @@ FileCapture captureIntoFile(const fs::path &out, const gpu::Model &a, const core
         if (existing.storage != co.file.storage || existing.keyForm != co.file.keyForm)
             fc.warnings.push_back(
                 fmt::format("{}: appending with the file's storage ({}, {} keys), not the requested",
-                            out.filename().string(), core::kvStorageName(existing.storage),
+                            out.filename().string(), core::floatTypeName(existing.storage),
                             core::keyFormName(existing.keyForm)));
         co.file = existing;
     }

@@ -57,8 +57,8 @@ std::unique_ptr<core::Tokenizer> loadModelTokenizer(const gpu::Model &model)
 int64_t requestWorkingSetBytes(const gpu::Model &model, int64_t tokens)
 {
     const int positions = int(std::clamp<int64_t>(tokens, 0, model.contextLimit()));
-    return core::requestWorkingSetBytes(model.config(), gpu::computeTypeBytes(model.options().dtype),
-                                        gpu::computeTypeBytes(model.kvDtype()), positions,
+    return core::requestWorkingSetBytes(model.config(), gpu::floatTypeBytes(model.options().dtype),
+                                        gpu::floatTypeBytes(model.kvDtype()), positions,
                                         model.options().prefillChunk);
 }
 

@@ -53,6 +53,136 @@ double mean(const std::vector<double> &v)
     return v.empty() ? 0.0 : s / double(v.size());
 }
 
+using Profiles = std::unordered_map<std::string, core::UserProfile>;
+
+// The user's profile from the job's profiles file, or the default profile, named after the user.
+core::UserProfile profileOf(const Profiles &profiles, const std::string &user)
+{
+    const auto it = profiles.find(user);
+    core::UserProfile p = it == profiles.end() ? core::UserProfile{} : it->second;
+    p.user = user;
+    return p;
+}
+
+// Moves the model-B requests out of `all` and counts them, their users and their intents into `e`.
+// Error(InvalidArgument) when there is none.
+std::vector<core::WorkloadRequest> takeModelBRequests(std::vector<core::WorkloadRequest> &all,
+                                                      const std::string &workload, KnowledgeEvaluation &e)
+{
+    std::vector<core::WorkloadRequest> requests;
+    for (auto &r : all)
+        if (r.model == core::ModelRole::B)
+            requests.push_back(std::move(r));
+    if (requests.empty())
+        throw core::Error(core::ErrorCode::InvalidArgument,
+                          workload + ": no request for model b (the knowledge tier serves model B)");
+    std::set<std::string> users, intents;
+    for (const auto &r : requests) {
+        users.insert(r.user);
+        intents.insert(r.intent);
+    }
+    e.requests = int64_t(requests.size());
+    e.users = int64_t(users.size());
+    e.concepts = int64_t(intents.size());
+    return requests;
+}
+
+// The graph build cost: the modules the tier's graph files hold, the tokens and time they took.
+void countModules(const gpu::KnowledgeTier &tier, KnowledgeEvaluation &e)
+{
+    for (const auto &s : tier.scopes())
+        if (s.file.modules)
+            for (const auto &m : s.file.modules->modules) {
+                ++e.modules;
+                e.buildTokens += int64_t(s.file.modules->prefixIds.size() + m.ids.size());
+                e.buildMs += m.computeMs;
+            }
+}
+
+// Requests the tier does not answer (verification rejected every candidate, recall found none, the
+// rewritten prompt would not fit) are answered from scratch, and the personalisation layer applies
+// to them too: [system prompt + profile line + question], the no-cache arm's computation of the
+// same request. The tier's replay computed them on the request's own prompt (it rewrites only the
+// prompts it answers), so their rows and answers are the no-cache arm's (same model, greedy, no
+// cache: the same tokens; the time measured there).
+void fallBackPersonalised(KnowledgeArm &arm, const KnowledgeArm &base, const core::ReplaySettings &job)
+{
+    for (size_t i = 0; i < arm.rows.size() && i < base.rows.size(); ++i) {
+        core::LedgerRow &row = arm.rows[i];
+        if (row.answeredBy != core::TierKind::None)
+            continue;
+        const core::LedgerRow &from = base.rows[i];
+        row.promptTokens = from.promptTokens;
+        row.tokensReused = from.tokensReused;
+        row.tokensComputed = from.tokensComputed;
+        row.generatedTokens = from.generatedTokens;
+        row.ttftMs = from.ttftMs;
+        row.totalMs = from.totalMs;
+        arm.outputs[i] = base.outputs[i];
+    }
+    arm.summary = core::summarize(arm.rows, replayOptions(job).prices);
+    arm.modelSeconds = 0;
+    for (const auto &row : arm.rows)
+        arm.modelSeconds += row.totalMs / 1000.0;
+}
+
+// Quality: against the concept's reference answer (the corpus answer: the standard rendering
+// of the intent's node) and against the knowledge-in-the-prompt answer (the last arm); profile fit.
+void scoreArms(KnowledgeEvaluation &e, const std::vector<core::WorkloadRequest> &requests,
+               const gpu::KnowledgeTier &tier, const Profiles &profiles)
+{
+    const KnowledgeArm &fullArm = e.arms.back();
+    for (auto &arm : e.arms) {
+        std::vector<double> f1, rouge, vsFull, fit;
+        std::array<std::vector<double>, 3> words;
+        for (size_t i = 0; i < arm.outputs.size() && i < requests.size(); ++i) {
+            if (i < fullArm.outputs.size())
+                vsFull.push_back(core::rougeL(arm.outputs[i], fullArm.outputs[i]));
+            const auto *g = graphOf(tier, requests[i].intent);
+            if (!g)
+                continue;
+            const auto parts = core::answerParts(*g, *g->find(requests[i].intent));
+            const std::string reference = core::renderAnswer(parts, core::UserProfile{});
+            f1.push_back(core::wordF1(arm.outputs[i], reference));
+            rouge.push_back(core::rougeL(arm.outputs[i], reference));
+            const core::UserProfile &profile = profileOf(profiles, requests[i].user);
+            fit.push_back(core::profileFit(arm.outputs[i], profile, !parts.examples.empty()).all() ? 1.0
+                                                                                                   : 0.0);
+            words[size_t(profile.verbosity)].push_back(double(core::text::lowerWords(arm.outputs[i]).size()));
+        }
+        for (size_t v = 0; v < words.size(); ++v)
+            arm.wordsByVerbosity[v] = mean(words[v]);
+        arm.scored = int64_t(f1.size());
+        arm.wordF1 = mean(f1);
+        arm.rougeL = mean(rouge);
+        arm.rougeVsFull = mean(vsFull);
+        arm.profileFit = mean(fit);
+    }
+}
+
+// Where the knowledge tier's time went after the lookup, and what a node's reuse saves against the
+// knowledge-in-the-prompt arm (the last).
+void measureBreakEven(KnowledgeEvaluation &e, size_t knowledgeArm)
+{
+    const KnowledgeArm &fullArm = e.arms.back();
+    const KnowledgeArm &k = e.arms[knowledgeArm];
+    std::vector<double> savedTokens, savedMs;
+    for (size_t i = 0; i < k.rows.size() && i < fullArm.rows.size(); ++i) {
+        const auto &row = k.rows[i];
+        if (row.answeredBy != core::TierKind::Knowledge)
+            continue;
+        e.renderMs += row.totalMs - row.lookupMs;
+        savedTokens.push_back(double(fullArm.rows[i].tokensComputed - row.tokensComputed));
+        savedMs.push_back(fullArm.rows[i].totalMs - row.totalMs);
+    }
+    const double perModuleTokens = e.modules ? double(e.buildTokens) / double(e.modules) : 0.0;
+    const double perModuleMs = e.modules ? e.buildMs / double(e.modules) : 0.0;
+    if (mean(savedTokens) > 0)
+        e.breakEvenTokens = perModuleTokens / mean(savedTokens);
+    if (mean(savedMs) > 0)
+        e.breakEvenMs = perModuleMs / mean(savedMs);
+}
+
 } // namespace
 
 KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu::Model &a,
@@ -63,43 +193,17 @@ KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu
     auto read = readReplayRequests(job.workload, job.limit);
     KnowledgeEvaluation e;
     e.warnings = read.warnings.messages();
-    std::vector<core::WorkloadRequest> requests;
-    for (auto &r : read.requests)
-        if (r.model == "b")
-            requests.push_back(std::move(r));
-    if (requests.empty())
-        throw core::Error(core::ErrorCode::InvalidArgument,
-                          job.workload + ": no request for model b (the knowledge tier serves model B)");
-    std::set<std::string> users, intents;
-    for (const auto &r : requests) {
-        users.insert(r.user);
-        intents.insert(r.intent);
-    }
-    e.requests = int64_t(requests.size());
-    e.users = int64_t(users.size());
-    e.concepts = int64_t(intents.size());
+    const std::vector<core::WorkloadRequest> requests = takeModelBRequests(read.requests, job.workload, e);
 
     const auto embedder = makeEmbedder(job.embedder, job.embedderLayer, a, tokenizerA);
     auto tier = makeKnowledgeTier(job, b, tokenizerB, *embedder);
     for (const auto &w : tier->warnings())
         e.warnings.push_back(w);
-    for (const auto &s : tier->scopes())
-        if (s.file.modules)
-            for (const auto &m : s.file.modules->modules) {
-                ++e.modules;
-                e.buildTokens += int64_t(s.file.modules->prefixIds.size() + m.ids.size());
-                e.buildMs += m.computeMs;
-            }
-    std::unordered_map<std::string, core::UserProfile> profiles;
+    countModules(*tier, e);
+    Profiles profiles;
     if (!job.profiles.empty())
         for (auto &p : core::readProfiles(job.profiles))
             profiles.emplace(p.user, p);
-    const auto profileOf = [&](const std::string &user) {
-        const auto it = profiles.find(user);
-        core::UserProfile p = it == profiles.end() ? core::UserProfile{} : it->second;
-        p.user = user;
-        return p;
-    };
 
     bool stopped = false;
     const auto run = [&](const std::string &name, const std::vector<core::WorkloadRequest> &reqs,
@@ -128,7 +232,7 @@ KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu
     // The personalisation layer applies to every arm: the profile line goes before the question.
     std::vector<core::WorkloadRequest> personal = requests;
     for (auto &r : personal)
-        r.prompt = withMiddle(r, core::profileInstruction(profileOf(r.user)));
+        r.prompt = withMiddle(r, core::profileInstruction(profileOf(profiles, r.user)));
     e.arms.push_back(run("no cache", personal, {}, nullptr));
     e.arms.push_back(run("semantic cache", personal, {core::TierKind::Semantic}, nullptr));
     e.arms.push_back(run("knowledge tier", requests, {core::TierKind::Knowledge}, tier.get()));
@@ -142,35 +246,10 @@ KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu
         e.arms.push_back(
             run("knowledge tier, unverified", requests, {core::TierKind::Knowledge}, unverified.get()));
     }
-    // Requests the tier does not answer (verification rejected every candidate, recall found none, the
-    // rewritten prompt would not fit) are answered from scratch, and the personalisation layer applies
-    // to them too: [system prompt + profile line + question], the no-cache arm's computation of the
-    // same request. The tier's replay computed them on the request's own prompt (it rewrites only the
-    // prompts it answers), so their rows and answers are the no-cache arm's (same model, greedy, no
-    // cache: the same tokens; the time measured there).
-    const auto fallBackPersonalised = [&](KnowledgeArm &arm) {
-        const KnowledgeArm &base = e.arms.front();
-        for (size_t i = 0; i < arm.rows.size() && i < base.rows.size(); ++i) {
-            core::LedgerRow &row = arm.rows[i];
-            if (row.answeredBy != core::TierKind::None)
-                continue;
-            const core::LedgerRow &from = base.rows[i];
-            row.promptTokens = from.promptTokens;
-            row.tokensReused = from.tokensReused;
-            row.tokensComputed = from.tokensComputed;
-            row.generatedTokens = from.generatedTokens;
-            row.ttftMs = from.ttftMs;
-            row.totalMs = from.totalMs;
-            arm.outputs[i] = base.outputs[i];
-        }
-        arm.summary = core::summarize(arm.rows, replayOptions(job).prices);
-        arm.modelSeconds = 0;
-        for (const auto &row : arm.rows)
-            arm.modelSeconds += row.totalMs / 1000.0;
-    };
+    // The tier's arms answer what they do not serve as the no-cache arm does (fallBackPersonalised).
     if (!stopped)
         for (size_t i = knowledgeArm; i < e.arms.size(); ++i)
-            fallBackPersonalised(e.arms[i]);
+            fallBackPersonalised(e.arms[i], e.arms.front(), job);
 
     // The knowledge tier's text computed from scratch: its node's knowledge where it used one.
     std::vector<core::WorkloadRequest> full = personal;
@@ -178,62 +257,17 @@ KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu
         const auto &row = e.arms[knowledgeArm].rows[i];
         if (row.answeredBy == core::TierKind::Knowledge)
             if (const auto *n = nodeOf(*tier, row.knowledgeNode))
-                full[i].prompt =
-                    withMiddle(requests[i],
-                               core::moduleText(*n) + core::profileInstruction(profileOf(requests[i].user)));
+                full[i].prompt = withMiddle(
+                    requests[i],
+                    core::moduleText(*n) + core::profileInstruction(profileOf(profiles, requests[i].user)));
     }
     e.arms.push_back(run("knowledge in the prompt", full, {}, nullptr));
     e.cancelled = stopped;
     if (stopped)
         return e;
 
-    // Quality: against the concept's reference answer (the corpus answer: the standard rendering
-    // of the intent's node) and against the knowledge-in-the-prompt answer; profile fit.
-    const KnowledgeArm &fullArm = e.arms.back();
-    const KnowledgeArm &k = e.arms[knowledgeArm];
-    for (auto &arm : e.arms) {
-        std::vector<double> f1, rouge, vsFull, fit;
-        std::array<std::vector<double>, 3> words;
-        for (size_t i = 0; i < arm.outputs.size() && i < requests.size(); ++i) {
-            if (i < fullArm.outputs.size())
-                vsFull.push_back(core::rougeL(arm.outputs[i], fullArm.outputs[i]));
-            const auto *g = graphOf(*tier, requests[i].intent);
-            if (!g)
-                continue;
-            const auto parts = core::answerParts(*g, *g->find(requests[i].intent));
-            const std::string reference = core::renderAnswer(parts, core::UserProfile{});
-            f1.push_back(core::wordF1(arm.outputs[i], reference));
-            rouge.push_back(core::rougeL(arm.outputs[i], reference));
-            const core::UserProfile &profile = profileOf(requests[i].user);
-            fit.push_back(core::profileFit(arm.outputs[i], profile, !parts.examples.empty()).all() ? 1.0
-                                                                                                   : 0.0);
-            words[size_t(profile.verbosity)].push_back(double(core::text::lowerWords(arm.outputs[i]).size()));
-        }
-        for (size_t v = 0; v < words.size(); ++v)
-            arm.wordsByVerbosity[v] = mean(words[v]);
-        arm.scored = int64_t(f1.size());
-        arm.wordF1 = mean(f1);
-        arm.rougeL = mean(rouge);
-        arm.rougeVsFull = mean(vsFull);
-        arm.profileFit = mean(fit);
-    }
-
-    // Where the knowledge tier's time went after the lookup, and what a node's reuse saves.
-    std::vector<double> savedTokens, savedMs;
-    for (size_t i = 0; i < k.rows.size() && i < fullArm.rows.size(); ++i) {
-        const auto &row = k.rows[i];
-        if (row.answeredBy != core::TierKind::Knowledge)
-            continue;
-        e.renderMs += row.totalMs - row.lookupMs;
-        savedTokens.push_back(double(fullArm.rows[i].tokensComputed - row.tokensComputed));
-        savedMs.push_back(fullArm.rows[i].totalMs - row.totalMs);
-    }
-    const double perModuleTokens = e.modules ? double(e.buildTokens) / double(e.modules) : 0.0;
-    const double perModuleMs = e.modules ? e.buildMs / double(e.modules) : 0.0;
-    if (mean(savedTokens) > 0)
-        e.breakEvenTokens = perModuleTokens / mean(savedTokens);
-    if (mean(savedMs) > 0)
-        e.breakEvenMs = perModuleMs / mean(savedMs);
+    scoreArms(e, requests, *tier, profiles);
+    measureBreakEven(e, knowledgeArm);
     return e;
 }
 

@@ -4,7 +4,7 @@
 #include "gpu/model/encoder.h"
 
 #include "app/jobs/job_inputs.h"
-#include "core/cache/prices.h"
+#include "core/ledger/prices.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/util/atomic_file.h"
@@ -172,7 +172,8 @@ bool replayNeedsModelB(const core::ReplaySettings &settings,
 {
     if (settings.uses(core::TierKind::Cross) || settings.uses(core::TierKind::Knowledge))
         return true;
-    return std::any_of(requests.begin(), requests.end(), [](const auto &r) { return r.model == "b"; });
+    return std::any_of(requests.begin(), requests.end(),
+                       [](const auto &r) { return r.model == core::ModelRole::B; });
 }
 
 gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)

@@ -60,8 +60,7 @@ public:
         m_pos[slot] = kNone;
         const size_t last = m_items.size() - 1;
         if (i != last) {
-            m_items[i] = m_items[last];
-            m_pos[m_items[i].slot] = uint32_t(i);
+            place(i, m_items[last]);
             m_items.pop_back();
             fix(i);
         } else {
@@ -86,6 +85,12 @@ private:
         Key key;
         uint32_t slot;
     };
+    // item at index i, its position recorded
+    void place(size_t i, const Item &item)
+    {
+        m_items[i] = item;
+        m_pos[item.slot] = uint32_t(i);
+    }
     void fix(size_t i)
     {
         if (i > 0 && m_items[i].key < m_items[(i - 1) / 2].key)
@@ -100,12 +105,10 @@ private:
             const size_t p = (i - 1) / 2;
             if (!(item.key < m_items[p].key))
                 break;
-            m_items[i] = m_items[p];
-            m_pos[m_items[i].slot] = uint32_t(i);
+            place(i, m_items[p]);
             i = p;
         }
-        m_items[i] = item;
-        m_pos[item.slot] = uint32_t(i);
+        place(i, item);
     }
     void down(size_t i)
     {
@@ -119,12 +122,10 @@ private:
                 ++c;
             if (!(m_items[c].key < item.key))
                 break;
-            m_items[i] = m_items[c];
-            m_pos[m_items[i].slot] = uint32_t(i);
+            place(i, m_items[c]);
             i = c;
         }
-        m_items[i] = item;
-        m_pos[item.slot] = uint32_t(i);
+        place(i, item);
     }
 
     std::vector<Item> m_items;
@@ -153,29 +154,6 @@ private:
 };
 
 } // namespace
-
-const char *evictionName(Eviction e) noexcept
-{
-    switch (e) {
-    case Eviction::Lru:
-        return "lru";
-    case Eviction::Lfu:
-        return "lfu";
-    case Eviction::Fifo:
-        return "fifo";
-    case Eviction::Ttl:
-        return "ttl";
-    }
-    return "lru";
-}
-
-std::optional<Eviction> parseEviction(const std::string &name)
-{
-    for (Eviction e : {Eviction::Lru, Eviction::Lfu, Eviction::Fifo, Eviction::Ttl})
-        if (name == evictionName(e))
-            return e;
-    return std::nullopt;
-}
 
 struct CacheStore::Impl
 {

@@ -8,6 +8,8 @@
 // Thread-safety: none; a store belongs to the replay running on the engine thread.
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,8 +26,10 @@ enum class Eviction
     Fifo, // oldest insertion first
     Ttl   // entries expire ttlMs after insertion; when full, the soonest to expire goes first
 };
-const char *evictionName(Eviction e) noexcept; // "lru" | "lfu" | "fifo" | "ttl"
-std::optional<Eviction> parseEviction(const std::string &name);
+// "lru" | "lfu" | "fifo" | "ttl"
+inline constexpr EnumName<Eviction> kEvictionNames[] = {
+    {Eviction::Lru, "lru"}, {Eviction::Lfu, "lfu"}, {Eviction::Fifo, "fifo"}, {Eviction::Ttl, "ttl"}};
+KVWB_ENUM_NAMES(Eviction, kEvictionNames, evictionName, parseEviction)
 
 struct TierLimits
 {

@@ -14,8 +14,8 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
-#include "core/cache/replay_ledger.h"
 #include "core/model/kv_types.h"
+#include "core/util/enum_names.h"
 
 #include <cstdint>
 #include <memory>
@@ -24,6 +24,117 @@
 #include <vector>
 
 namespace kvwb::core {
+
+// Which tier served a request, and the notes each tier leaves on a lookup (TierLookup below); the
+// ledger (core/ledger/replay_ledger.h) records them, spelled by these tables.
+enum class TierKind
+{
+    None,     // a miss everywhere: the model ran from scratch
+    Exact,    // exact response hit
+    Semantic, // semantic response hit
+    Prefix,   // same-model prefix KV reused, the rest prefilled
+    Cross,    // the other model's prefix KV converted and reused
+    Knowledge // a concept node's KV module placed, the personalised answer rendered on top
+};
+// "none" | "exact" | "semantic" | "prefix" | "cross" | "knowledge"
+inline constexpr EnumName<TierKind> kTierKindNames[] = {
+    {TierKind::None, "none"},     {TierKind::Exact, "exact"}, {TierKind::Semantic, "semantic"},
+    {TierKind::Prefix, "prefix"}, {TierKind::Cross, "cross"}, {TierKind::Knowledge, "knowledge"}};
+KVWB_ENUM_NAMES(TierKind, kTierKindNames, tierKindName, parseTierKind)
+
+// A cross-model hit's quality gate: not consulted, passed (the converted cache was used) or failed
+// (B computed the prompt itself).
+enum class GateDecision
+{
+    None,
+    Pass,
+    Fail
+};
+inline constexpr EnumName<GateDecision> kGateDecisionNames[] = {
+    {GateDecision::None, ""}, {GateDecision::Pass, "pass"}, {GateDecision::Fail, "fail"}};
+
+// The knowledge tier's verification of the node recall proposed.
+enum class KnowledgeVerdict
+{
+    None,
+    Verified,
+    Rejected
+};
+inline constexpr EnumName<KnowledgeVerdict> kKnowledgeVerdictNames[] = {
+    {KnowledgeVerdict::None, ""},
+    {KnowledgeVerdict::Verified, "verified"},
+    {KnowledgeVerdict::Rejected, "rejected"}};
+
+// What happened to a knowledge node's KV module: reused as stored, recomputed (stale, or built for
+// the first time), or not used (the rewritten prompt would not fit model B's context).
+enum class ModuleFate
+{
+    None,
+    Reused,
+    Recomputed,
+    TooLong
+};
+inline constexpr EnumName<ModuleFate> kModuleFateNames[] = {{ModuleFate::None, ""},
+                                                            {ModuleFate::Reused, "reused"},
+                                                            {ModuleFate::Recomputed, "recomputed"},
+                                                            {ModuleFate::TooLong, "too-long"}};
+
+// The semantic tier under an error bound: the entry's estimated error allowed serving it, or the
+// request was computed and the outcome observed.
+enum class SemanticDecision
+{
+    None,
+    Serve,
+    Explore
+};
+inline constexpr EnumName<SemanticDecision> kSemanticDecisionNames[] = {
+    {SemanticDecision::None, ""}, {SemanticDecision::Serve, "serve"}, {SemanticDecision::Explore, "explore"}};
+
+// A shared store under the tiers: the worst outcome of a request's store calls (None: no store).
+enum class StoreNote
+{
+    None,
+    Hit,
+    Miss,
+    Refused,    // a corrupt or foreign payload, not used
+    Unavailable // no server: the request was computed instead
+};
+inline constexpr EnumName<StoreNote> kStoreNoteNames[] = {{StoreNote::None, ""},
+                                                          {StoreNote::Hit, "hit"},
+                                                          {StoreNote::Miss, "miss"},
+                                                          {StoreNote::Refused, "refused"},
+                                                          {StoreNote::Unavailable, "unavailable"}};
+// The worse of two outcomes: unavailable > refused > hit > miss > none.
+inline StoreNote worseStoreNote(StoreNote x, StoreNote y) noexcept
+{
+    const auto rank = [](StoreNote n) {
+        switch (n) {
+        case StoreNote::None:
+            return 0;
+        case StoreNote::Miss:
+            return 1;
+        case StoreNote::Hit:
+            return 2;
+        case StoreNote::Refused:
+            return 3;
+        case StoreNote::Unavailable:
+            return 4;
+        }
+        return 0;
+    };
+    return rank(x) >= rank(y) ? x : y;
+}
+
+// Why a request was not served: it was (No), its prompt and max_tokens do not fit a model's context,
+// or a fleet worker died before serving it.
+enum class NotServed
+{
+    No,
+    Context,
+    Worker
+};
+inline constexpr EnumName<NotServed> kNotServedNames[] = {
+    {NotServed::No, ""}, {NotServed::Context, "context"}, {NotServed::Worker, "worker"}};
 
 // Who an entry belongs to and what may see it: the requesting tenant and the fingerprint of the
 // model whose entries may answer. Entries of another fingerprint never hit; another tenant's never

@@ -197,10 +197,7 @@ public:
 
     std::optional<std::string> appendStream(std::string_view stream, const std::string &data) override
     {
-        const std::string value =
-            m_options.integrityKey.empty()
-                ? data
-                : sealValue(m_options.integrityKey, "stream:" + std::string(stream), data);
+        const std::string value = sealStreamEntry(data, stream, m_options.integrityKey);
         Reply r = command({"XADD", "kvwb:stream:" + std::string(stream), "*", "d", value});
         if (!r || r->type != REDIS_REPLY_STRING)
             return std::nullopt;
@@ -229,25 +226,10 @@ public:
                 if (std::string_view(fields->element[f]->str, fields->element[f]->len) == "d")
                     entry.data.assign(fields->element[f + 1]->str, fields->element[f + 1]->len);
             m_stats.bytesReceived += int64_t(entry.data.size());
-            if (!m_options.integrityKey.empty()) {
-                const auto envelope =
-                    unsealValue(m_options.integrityKey, "stream:" + std::string(stream), entry.data, nullptr);
-                if (!envelope) {
-                    ++m_stats.refused;
-                    entry.data.clear(); // the id still advances the reader; nothing decodes from it
-                } else {
-                    entry.data = std::string(*envelope);
-                }
-            }
+            checkStreamEntry(entry.data, stream, m_stats, m_options.integrityKey);
             out.push_back(std::move(entry));
         }
         return out;
-    }
-
-    void refusedAfterGet() override
-    {
-        --m_stats.hits;
-        ++m_stats.refused;
     }
 
     StoreServerInfo serverInfo() override
@@ -295,8 +277,6 @@ public:
     }
 
     void flush() override { deleteMatching("kvwb:*"); }
-
-    SharedStoreStats stats() const override { return m_stats; }
 
 private:
     struct Node
@@ -533,7 +513,6 @@ private:
     std::vector<std::unique_ptr<Node>> m_nodes; // the server, or the cluster's seeds then its masters
     std::vector<int> m_slotNode;                // cluster: slot -> index into m_nodes (-1 unknown)
     std::string m_lastError;
-    SharedStoreStats m_stats;
 };
 
 } // namespace

@@ -145,6 +145,25 @@ StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::strin
     return out;
 }
 
+std::string sealStreamEntry(const std::string &data, std::string_view stream, const std::string &integrityKey)
+{
+    return integrityKey.empty() ? data : sealValue(integrityKey, "stream:" + std::string(stream), data);
+}
+
+void checkStreamEntry(std::string &data, std::string_view stream, SharedStoreStats &stats,
+                      const std::string &integrityKey)
+{
+    if (integrityKey.empty())
+        return;
+    const auto envelope = unsealValue(integrityKey, "stream:" + std::string(stream), data, nullptr);
+    if (!envelope) {
+        ++stats.refused;
+        data.clear(); // its id still advances the reader; an empty entry decodes as nothing
+    } else {
+        data = std::string(*envelope);
+    }
+}
+
 PayloadHeader kvPayloadHeader(const TenantScope &scope, std::string_view tier, int layers, int kvHeads,
                               int tokens, int headDim, KeyForm form, int64_t createdMs, DType dtype)
 {
@@ -229,7 +248,7 @@ public:
     std::optional<std::string> appendStream(std::string_view stream, const std::string &data) override
     {
         auto &s = m_streams[std::string(stream)];
-        s.push_back(m_key.empty() ? data : sealValue(m_key, "stream:" + std::string(stream), data));
+        s.push_back(sealStreamEntry(data, stream, m_key));
         return "0-" + std::to_string(s.size());
     }
 
@@ -249,24 +268,10 @@ public:
         }
         for (size_t i = from; i < it->second.size() && int(out.size()) < limit; ++i) {
             std::string data = it->second[i];
-            if (!m_key.empty()) {
-                const auto envelope = unsealValue(m_key, "stream:" + std::string(stream), data, nullptr);
-                if (!envelope) {
-                    ++m_stats.refused;
-                    data.clear(); // its id still advances the reader; an empty entry decodes as nothing
-                } else {
-                    data = std::string(*envelope);
-                }
-            }
+            checkStreamEntry(data, stream, m_stats, m_key);
             out.push_back({"0-" + std::to_string(i + 1), std::move(data)});
         }
         return out;
-    }
-
-    void refusedAfterGet() override
-    {
-        --m_stats.hits;
-        ++m_stats.refused;
     }
 
     StoreServerInfo serverInfo() override
@@ -285,8 +290,6 @@ public:
         m_entries.clear();
         m_streams.clear();
     }
-
-    SharedStoreStats stats() const override { return m_stats; }
 
 private:
     struct Entry
@@ -315,7 +318,6 @@ private:
     std::map<std::string, Entry> m_entries;
     std::map<std::string, std::vector<std::string>> m_streams;
     std::string m_key; // integrity key, empty for none
-    SharedStoreStats m_stats;
     int64_t m_expired = 0;
 };
 

@@ -106,11 +106,18 @@ public:
 
     // A payload a get returned whole that its reader then refused (a body that does not decode,
     // another geometry, values out of range): counted as refused, not as a hit.
-    virtual void refusedAfterGet() = 0;
+    void refusedAfterGet()
+    {
+        --m_stats.hits;
+        ++m_stats.refused;
+    }
 
     virtual StoreServerInfo serverInfo() = 0;
     virtual void flush() = 0; // removes every key the workbench wrote (kvwb:*), nothing else
-    virtual SharedStoreStats stats() const = 0;
+    SharedStoreStats stats() const { return m_stats; }
+
+protected:
+    SharedStoreStats m_stats; // the implementation's counters
 };
 
 // What a get found under a key, checked: the envelope decoded against the scope and tier asked for
@@ -119,6 +126,16 @@ public:
 StoreGet checkedGet(std::string_view bytes, const TenantScope &scope, std::string_view tier,
                     SharedStoreStats &stats, const std::string &integrityKey = {},
                     std::string_view storeKey = {});
+
+// A stream entry's bytes as stored: sealed (bound to the stream) when there is an integrity key.
+// For the implementations, as checkedGet.
+std::string sealStreamEntry(const std::string &data, std::string_view stream,
+                            const std::string &integrityKey);
+// A stream entry's bytes as read, checked: with an integrity key, unsealed (bound to the stream); a
+// value that fails is counted as refused and emptied (its id still advances the reader, and an
+// empty entry decodes as nothing).
+void checkStreamEntry(std::string &data, std::string_view stream, SharedStoreStats &stats,
+                      const std::string &integrityKey);
 
 // The header of a KV payload of this scope and tier: [layers, 2 (K, V), kv heads, tokens, head dim]
 // in `form`, as dtype (F32, F16 or BF16: appendKvBody).

@@ -371,22 +371,6 @@ bool isKvBodyDType(DType dtype) noexcept
     return dtypeAllowed(PayloadKind::Kv, dtype);
 }
 
-const char *kvBodyDTypeName(DType dtype) noexcept
-{
-    return dtype == DType::BF16 ? "bf16" : dtype == DType::F16 ? "f16" : "f32";
-}
-
-std::optional<DType> parseKvBodyDType(std::string_view name) noexcept
-{
-    if (name == "f32")
-        return DType::F32;
-    if (name == "bf16")
-        return DType::BF16;
-    if (name == "f16")
-        return DType::F16;
-    return std::nullopt;
-}
-
 void appendKvBody(std::string &body, const float *values, size_t count, DType dtype)
 {
     if (!isKvBodyDType(dtype))

@@ -66,9 +66,6 @@ void unpackKvBody(std::string_view body, DType dtype, float *out, size_t count);
 // stay within a few thousand; a block holding more (or NaN or Inf) is refused, counted as refused.
 inline constexpr float kMaxStoredKvValue = 1e6f;
 bool isKvBodyDType(DType dtype) noexcept; // F32, F16 or BF16
-// "f32", "bf16" or "f16" (how options and project files name a KV body's dtype); nullopt otherwise.
-std::optional<DType> parseKvBodyDType(std::string_view name) noexcept;
-const char *kvBodyDTypeName(DType dtype) noexcept; // its inverse ("f32" for anything but BF16 and F16)
 
 // What the reader expects: the scope and tier it asked under, and the kind.
 struct PayloadExpectation

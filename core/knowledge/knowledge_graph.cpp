@@ -30,27 +30,6 @@ bool validId(const std::string &id)
 
 } // namespace
 
-const char *relationKindName(RelationKind kind) noexcept
-{
-    switch (kind) {
-    case RelationKind::Hypernym:
-        return "hypernym";
-    case RelationKind::Hyponym:
-        return "hyponym";
-    case RelationKind::Sibling:
-        return "sibling";
-    }
-    return "?";
-}
-
-std::optional<RelationKind> parseRelationKind(std::string_view name) noexcept
-{
-    for (auto k : {RelationKind::Hypernym, RelationKind::Hyponym, RelationKind::Sibling})
-        if (name == relationKindName(k))
-            return k;
-    return std::nullopt;
-}
-
 const char *freshnessName(Freshness f) noexcept
 {
     switch (f) {

@@ -12,6 +12,8 @@
 // Thread-safety: a graph is a value; const methods may be called from any thread.
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -30,8 +32,10 @@ enum class RelationKind
     Hyponym,  // the target is a kind of the node
     Sibling   // both are kinds of one hypernym
 };
-const char *relationKindName(RelationKind kind) noexcept; // "hypernym" | "hyponym" | "sibling"
-std::optional<RelationKind> parseRelationKind(std::string_view name) noexcept;
+inline constexpr EnumName<RelationKind> kRelationKindNames[] = {{RelationKind::Hypernym, "hypernym"},
+                                                                {RelationKind::Hyponym, "hyponym"},
+                                                                {RelationKind::Sibling, "sibling"}};
+KVWB_ENUM_NAMES(RelationKind, kRelationKindNames, relationKindName, parseRelationKind)
 
 struct ConceptRelation
 {

@@ -17,19 +17,6 @@ namespace kvwb::core {
 
 namespace {
 
-template <typename E, size_t N>
-std::optional<E> parseName(std::string_view s, const std::array<E, N> &all, const char *(*name)(E) noexcept)
-{
-    for (E e : all)
-        if (s == name(e))
-            return e;
-    return std::nullopt;
-}
-
-constexpr std::array kVerbosities = {Verbosity::Brief, Verbosity::Standard, Verbosity::Detailed};
-constexpr std::array kDepths = {Depth::Beginner, Depth::Intermediate, Depth::Expert};
-constexpr std::array kRegisters = {Register::Casual, Register::Neutral, Register::Formal};
-
 // Index i of the weights (percent, summing to 100) that a uniform draw falls in.
 size_t pick(SeededRandom &rng, std::initializer_list<int> weights)
 {
@@ -45,31 +32,6 @@ size_t pick(SeededRandom &rng, std::initializer_list<int> weights)
 }
 
 } // namespace
-
-const char *verbosityName(Verbosity v) noexcept
-{
-    return v == Verbosity::Brief ? "brief" : v == Verbosity::Standard ? "standard" : "detailed";
-}
-const char *depthName(Depth d) noexcept
-{
-    return d == Depth::Beginner ? "beginner" : d == Depth::Intermediate ? "intermediate" : "expert";
-}
-const char *registerName(Register r) noexcept
-{
-    return r == Register::Casual ? "casual" : r == Register::Neutral ? "neutral" : "formal";
-}
-std::optional<Verbosity> parseVerbosity(std::string_view s) noexcept
-{
-    return parseName(s, kVerbosities, verbosityName);
-}
-std::optional<Depth> parseDepth(std::string_view s) noexcept
-{
-    return parseName(s, kDepths, depthName);
-}
-std::optional<Register> parseRegister(std::string_view s) noexcept
-{
-    return parseName(s, kRegisters, registerName);
-}
 
 std::string profileInstruction(const UserProfile &p)
 {
@@ -219,10 +181,10 @@ std::vector<PersonalDocument> personalisedCorpus(const KnowledgeGraph &graph,
             PersonalDocument d;
             d.nodeId = n.id;
             d.profile.user = "train";
-            d.profile.verbosity = kVerbosities[pick(rng, {30, 40, 30})];
-            d.profile.depth = kDepths[pick(rng, {40, 35, 25})];
+            d.profile.verbosity = kVerbosityNames[pick(rng, {30, 40, 30})].value;
+            d.profile.depth = kDepthNames[pick(rng, {40, 35, 25})].value;
             d.profile.examples = pick(rng, {60, 40}) == 1;
-            d.profile.tone = kRegisters[pick(rng, {30, 45, 25})];
+            d.profile.tone = kRegisterNames[pick(rng, {30, 45, 25})].value;
             const bool withKnowledge = rng.below(4) != 0;
             const bool withSystem = !systemPrompts.empty() && rng.below(5) < 3;
             const std::string question =
@@ -248,10 +210,10 @@ std::vector<UserProfile> generateProfiles(const std::vector<std::string> &users,
             continue;
         UserProfile p;
         p.user = u;
-        p.verbosity = kVerbosities[pick(rng, {30, 40, 30})];
-        p.depth = kDepths[pick(rng, {40, 35, 25})];
+        p.verbosity = kVerbosityNames[pick(rng, {30, 40, 30})].value;
+        p.depth = kDepthNames[pick(rng, {40, 35, 25})].value;
         p.examples = pick(rng, {60, 40}) == 1;
-        p.tone = kRegisters[pick(rng, {30, 45, 25})];
+        p.tone = kRegisterNames[pick(rng, {30, 45, 25})].value;
         out.push_back(std::move(p));
     }
     return out;

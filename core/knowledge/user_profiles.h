@@ -6,6 +6,8 @@
 // Thread-safety: plain values.
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -33,12 +35,15 @@ enum class Register
     Neutral,
     Formal
 };
-const char *verbosityName(Verbosity v) noexcept; // "brief" | "standard" | "detailed"
-const char *depthName(Depth d) noexcept;         // "beginner" | "intermediate" | "expert"
-const char *registerName(Register r) noexcept;   // "casual" | "neutral" | "formal"
-std::optional<Verbosity> parseVerbosity(std::string_view s) noexcept;
-std::optional<Depth> parseDepth(std::string_view s) noexcept;
-std::optional<Register> parseRegister(std::string_view s) noexcept;
+inline constexpr EnumName<Verbosity> kVerbosityNames[] = {
+    {Verbosity::Brief, "brief"}, {Verbosity::Standard, "standard"}, {Verbosity::Detailed, "detailed"}};
+inline constexpr EnumName<Depth> kDepthNames[] = {
+    {Depth::Beginner, "beginner"}, {Depth::Intermediate, "intermediate"}, {Depth::Expert, "expert"}};
+inline constexpr EnumName<Register> kRegisterNames[] = {
+    {Register::Casual, "casual"}, {Register::Neutral, "neutral"}, {Register::Formal, "formal"}};
+KVWB_ENUM_NAMES(Verbosity, kVerbosityNames, verbosityName, parseVerbosity)
+KVWB_ENUM_NAMES(Depth, kDepthNames, depthName, parseDepth)
+KVWB_ENUM_NAMES(Register, kRegisterNames, registerName, parseRegister)
 
 struct UserProfile
 {

@@ -27,47 +27,49 @@ int dtypeSize(DType t) noexcept
     }
 }
 
-const char *dtypeName(DType t) noexcept
+DType toDType(FloatType t) noexcept
+{
+    switch (t) {
+    case FloatType::BF16:
+        return DType::BF16;
+    case FloatType::F16:
+        return DType::F16;
+    case FloatType::F32:
+        break;
+    }
+    return DType::F32;
+}
+
+std::optional<FloatType> toFloatType(DType t) noexcept
 {
     switch (t) {
     case DType::F32:
-        return "F32";
-    case DType::F16:
-        return "F16";
+        return FloatType::F32;
     case DType::BF16:
-        return "BF16";
-    case DType::F64:
-        return "F64";
-    case DType::I64:
-        return "I64";
-    case DType::I32:
-        return "I32";
-    case DType::I16:
-        return "I16";
-    case DType::I8:
-        return "I8";
-    case DType::U8:
-        return "U8";
-    case DType::Bool:
-        return "BOOL";
-    case DType::Q4_0:
-        return "Q4_0";
-    case DType::Q4_1:
-        return "Q4_1";
-    case DType::Q5_0:
-        return "Q5_0";
-    case DType::Q5_1:
-        return "Q5_1";
-    case DType::Q8_0:
-        return "Q8_0";
-    case DType::Q4_K:
-        return "Q4_K";
-    case DType::Q5_K:
-        return "Q5_K";
-    case DType::Q6_K:
-        return "Q6_K";
+        return FloatType::BF16;
+    case DType::F16:
+        return FloatType::F16;
+    default:
+        return std::nullopt;
     }
-    return "?";
+}
+
+namespace {
+
+// Safetensors' spellings first (parseDType reads only those), then ggml's quantised types.
+constexpr EnumName<DType> kDTypeNames[] = {
+    {DType::F32, "F32"},   {DType::F16, "F16"},   {DType::BF16, "BF16"}, {DType::F64, "F64"},
+    {DType::I64, "I64"},   {DType::I32, "I32"},   {DType::I16, "I16"},   {DType::I8, "I8"},
+    {DType::U8, "U8"},     {DType::Bool, "BOOL"}, {DType::Q4_0, "Q4_0"}, {DType::Q4_1, "Q4_1"},
+    {DType::Q5_0, "Q5_0"}, {DType::Q5_1, "Q5_1"}, {DType::Q8_0, "Q8_0"}, {DType::Q4_K, "Q4_K"},
+    {DType::Q5_K, "Q5_K"}, {DType::Q6_K, "Q6_K"}};
+
+} // namespace
+
+const char *dtypeName(DType t) noexcept
+{
+    const char *name = enumName(kDTypeNames, t);
+    return *name ? name : "?";
 }
 
 bool isBlockQuantized(DType t) noexcept
@@ -119,12 +121,10 @@ int dtypeBlockBytes(DType t) noexcept
 
 std::optional<DType> parseDType(std::string_view s) noexcept
 {
-    for (DType t : {DType::F32, DType::F16, DType::BF16, DType::F64, DType::I64, DType::I32, DType::I16,
-                    DType::I8, DType::U8, DType::Bool}) {
-        if (s == dtypeName(t))
-            return t;
-    }
-    return std::nullopt;
+    const auto t = parseEnum(kDTypeNames, s);
+    if (t && isBlockQuantized(*t)) // a quantised name is not a safetensors dtype
+        return std::nullopt;
+    return t;
 }
 
 float halfToFloat(uint16_t h) noexcept

@@ -4,6 +4,8 @@
 // bf16 is the top 16 bits of an f32 with round-to-nearest-even (NaN stays NaN).
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -47,6 +49,28 @@ bool isBlockQuantized(DType t) noexcept;
 // Elements per block (1 for plain types) and bytes per block (dtypeSize for plain types).
 int dtypeBlockElements(DType t) noexcept;
 int dtypeBlockBytes(DType t) noexcept;
+
+// The floating-point types a job computes in (a model's weights and activations) or keeps KV in (an
+// experiment file's datasets, a shared store's blocks): one type and one spelling for every option,
+// project, file attribute and report.
+enum class FloatType
+{
+    F32,
+    BF16,
+    F16
+};
+// "f32" | "bf16" | "f16"; "float32", "bfloat16" and "float16" are read as the same types.
+inline constexpr EnumName<FloatType> kFloatTypeNames[] = {
+    {FloatType::F32, "f32"},     {FloatType::BF16, "bf16"},     {FloatType::F16, "f16"},
+    {FloatType::F32, "float32"}, {FloatType::BF16, "bfloat16"}, {FloatType::F16, "float16"}};
+KVWB_ENUM_NAMES(FloatType, kFloatTypeNames, floatTypeName, parseFloatType)
+inline int floatTypeBytes(FloatType t) noexcept // bytes per element: 4 or 2
+{
+    return t == FloatType::F32 ? 4 : 2;
+}
+DType toDType(FloatType t) noexcept;
+// F32, BF16 or F16 as a FloatType; nullopt for any other dtype.
+std::optional<FloatType> toFloatType(DType t) noexcept;
 
 float halfToFloat(uint16_t h) noexcept;
 uint16_t floatToHalf(float f) noexcept;

@@ -1,5 +1,7 @@
 #include "core/model/encoder_config.h"
 
+#include "core/util/enum_names.h"
+
 #include "core/model/gguf.h"
 #include "core/model/json_fields_p.h"
 #include "core/model/model_config.h"
@@ -18,40 +20,17 @@ namespace kvwb::core {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char *poolingName(Pooling p) noexcept
-{
-    switch (p) {
-    case Pooling::Cls:
-        return "cls";
-    case Pooling::Max:
-        return "max";
-    case Pooling::Last:
-        return "last";
-    case Pooling::Mean:
-        break;
-    }
-    return "mean";
-}
+namespace {
 
-std::optional<Pooling> parsePooling(std::string_view name) noexcept
-{
-    for (Pooling p : {Pooling::Mean, Pooling::Cls, Pooling::Max, Pooling::Last})
-        if (name == poolingName(p))
-            return p;
-    return std::nullopt;
-}
+constexpr EnumName<EncoderActivation> kActivationNames[] = {{EncoderActivation::Gelu, "gelu"},
+                                                            {EncoderActivation::GeluTanh, "gelu_new"},
+                                                            {EncoderActivation::Relu, "relu"}};
+
+} // namespace
 
 const char *encoderActivationName(EncoderActivation a) noexcept
 {
-    switch (a) {
-    case EncoderActivation::GeluTanh:
-        return "gelu_new";
-    case EncoderActivation::Relu:
-        return "relu";
-    case EncoderActivation::Gelu:
-        break;
-    }
-    return "gelu";
+    return enumName(kActivationNames, a);
 }
 
 int64_t EncoderConfig::parameterCount() const

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "core/model/safetensors.h"
+#include "core/util/enum_names.h"
 
 #include <filesystem>
 #include <map>
@@ -34,8 +35,9 @@ enum class Pooling
     Last  // the last kept token's state (decoder embedders: Qwen3-Embedding)
 };
 // "mean" | "cls" | "max" | "last"
-const char *poolingName(Pooling p) noexcept;
-std::optional<Pooling> parsePooling(std::string_view name) noexcept;
+inline constexpr EnumName<Pooling> kPoolingNames[] = {
+    {Pooling::Mean, "mean"}, {Pooling::Cls, "cls"}, {Pooling::Max, "max"}, {Pooling::Last, "last"}};
+KVWB_ENUM_NAMES(Pooling, kPoolingNames, poolingName, parsePooling)
 
 // BERT's feed-forward activation: hidden_act "gelu" (erf), "gelu_new" / "gelu_pytorch_tanh" (tanh
 // approximation), "relu".

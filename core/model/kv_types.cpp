@@ -1,29 +1,25 @@
 #include "core/model/kv_types.h"
 
+#include "core/util/enum_names.h"
+
 namespace kvwb::core {
 
-const char *roleName(ModelRole r) noexcept
-{
-    return r == ModelRole::A ? "a" : "b";
-}
+namespace {
+
+constexpr EnumName<ModelRole> kRoleLabels[] = {{ModelRole::A, "A"}, {ModelRole::B, "B"}};
+constexpr EnumName<KeyForm> kKeyFormNames[] = {{KeyForm::PreRope, "pre_rope"},
+                                               {KeyForm::PostRope, "post_rope"}};
+
+} // namespace
 
 const char *roleLabel(ModelRole r) noexcept
 {
-    return r == ModelRole::A ? "A" : "B";
-}
-
-std::optional<ModelRole> parseRole(std::string_view s) noexcept
-{
-    if (s == "a")
-        return ModelRole::A;
-    if (s == "b")
-        return ModelRole::B;
-    return std::nullopt;
+    return enumName(kRoleLabels, r);
 }
 
 const char *keyFormName(KeyForm f) noexcept
 {
-    return f == KeyForm::PreRope ? "pre_rope" : "post_rope";
+    return enumName(kKeyFormNames, f);
 }
 
 } // namespace kvwb::core

@@ -5,6 +5,8 @@
 // Plain values; thread-safe.
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -17,10 +19,11 @@ enum class ModelRole
     A,
     B
 };
-const char *roleName(ModelRole r) noexcept;  // "a" | "b" (files, JSON, ledgers)
+// "a" | "b" (files, JSON, ledgers)
+inline constexpr EnumName<ModelRole> kRoleNames[] = {{ModelRole::A, "a"}, {ModelRole::B, "b"}};
+KVWB_ENUM_NAMES(ModelRole, kRoleNames, roleName, parseRole)
 const char *roleLabel(ModelRole r) noexcept; // "A" | "B" (messages, the window)
 inline constexpr ModelRole kRoles[] = {ModelRole::A, ModelRole::B};
-std::optional<ModelRole> parseRole(std::string_view s) noexcept; // "a" | "b", else nullopt
 
 // Keys as attention consumes them (after RoPE) or with the rotation removed (before RoPE: the form
 // converters map, since A's and B's rotations differ).

@@ -13,20 +13,6 @@
 
 namespace kvwb::core {
 
-const char *ropeLayoutName(RopeLayout l) noexcept
-{
-    return l == RopeLayout::Interleaved ? "interleaved" : "rotate_half";
-}
-
-std::optional<RopeLayout> parseRopeLayout(std::string_view name) noexcept
-{
-    if (name == "rotate_half")
-        return RopeLayout::RotateHalf;
-    if (name == "interleaved")
-        return RopeLayout::Interleaved;
-    return std::nullopt;
-}
-
 using nlohmann::json;
 
 namespace {
@@ -229,49 +215,25 @@ std::vector<double> baseInvFreq(double theta, int headDim)
     return inv;
 }
 
-} // namespace
-
-ModelConfig ModelConfig::fromHfJsonFile(const std::filesystem::path &configJson)
+// The architecture class that config.json's model_type implies; Error(Unsupported) for a
+// model_type kvwb does not read.
+std::string defaultArchitecture(const std::string &modelType, const std::string &sourceName)
 {
-    const auto mapped = MappedFile::open(configJson);
-    const std::string_view text(reinterpret_cast<const char *>(mapped->data()), size_t(mapped->size()));
-    return fromHfJsonText(text, configJson.string());
-}
-
-ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string &sourceName)
-{
-    json j;
-    try {
-        j = json::parse(text);
-    } catch (const json::exception &e) {
-        throw Error(ErrorCode::Format, fmt::format("{}: not valid JSON: {}", sourceName, e.what()));
-    }
-    if (!j.is_object())
-        throw Error(ErrorCode::Format, fmt::format("{}: config is not a JSON object", sourceName));
-    FieldReader r(j, sourceName);
-
-    ModelConfig cfg;
-    const auto modelType = r.optString("model_type");
-    if (!modelType)
-        r.missing("model_type");
-    cfg.modelType = *modelType;
-    const bool gemma = cfg.modelType == "gemma2" || cfg.modelType == "gemma3_text";
-    std::string defaultArch;
-    if (cfg.modelType == "llama")
-        defaultArch = "LlamaForCausalLM";
-    else if (cfg.modelType == "mistral")
-        defaultArch = "MistralForCausalLM";
-    else if (cfg.modelType == "qwen2")
-        defaultArch = "Qwen2ForCausalLM";
-    else if (cfg.modelType == "qwen3")
-        defaultArch = "Qwen3ForCausalLM";
-    else if (cfg.modelType == "phi3")
-        defaultArch = "Phi3ForCausalLM";
-    else if (cfg.modelType == "gemma2")
-        defaultArch = "Gemma2ForCausalLM";
-    else if (cfg.modelType == "gemma3_text")
-        defaultArch = "Gemma3ForCausalLM";
-    else if (cfg.modelType == "gemma3")
+    if (modelType == "llama")
+        return "LlamaForCausalLM";
+    if (modelType == "mistral")
+        return "MistralForCausalLM";
+    if (modelType == "qwen2")
+        return "Qwen2ForCausalLM";
+    if (modelType == "qwen3")
+        return "Qwen3ForCausalLM";
+    if (modelType == "phi3")
+        return "Phi3ForCausalLM";
+    if (modelType == "gemma2")
+        return "Gemma2ForCausalLM";
+    if (modelType == "gemma3_text")
+        return "Gemma3ForCausalLM";
+    if (modelType == "gemma3")
         // Gemma3ForConditionalGeneration: its text model's fields are in text_config (most left to
         // Gemma3TextConfig's defaults) and its weights sit under the multimodal model's prefixes.
         throw Error(ErrorCode::Unsupported,
@@ -279,10 +241,14 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
                                 "is not supported: its text model is in field 'text_config'; kvwb reads "
                                 "Gemma 3 text checkpoints (model_type gemma3_text, Gemma3ForCausalLM)",
                                 sourceName));
-    else
-        throw Error(ErrorCode::Unsupported,
-                    fmt::format("{}: model_type '{}' is not supported (supported: {})", sourceName,
-                                cfg.modelType, kSupportedModelTypes));
+    throw Error(ErrorCode::Unsupported, fmt::format("{}: model_type '{}' is not supported (supported: {})",
+                                                    sourceName, modelType, kSupportedModelTypes));
+}
+
+// cfg.architecture: the model_type's class, which "architectures" (when given) must name.
+void readArchitecture(const FieldReader &r, const std::string &sourceName, ModelConfig &cfg)
+{
+    const std::string defaultArch = defaultArchitecture(cfg.modelType, sourceName);
     cfg.architecture = defaultArch;
     if (const json *arch = r.find("architectures")) {
         if (!arch->is_array() || arch->empty() || !(*arch)[0].is_string())
@@ -294,7 +260,12 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
                 fmt::format("{}: architecture '{}' is not supported for model_type '{}' (expected {})",
                             sourceName, cfg.architecture, cfg.modelType, defaultArch));
     }
+}
 
+// The sizes: hidden, intermediate, layers, heads, KV heads, head_dim, vocabulary and context.
+void readGeometry(const FieldReader &r, const std::string &sourceName, ModelConfig &cfg)
+{
+    const bool gemma = cfg.modelType == "gemma2" || cfg.modelType == "gemma3_text";
     cfg.hiddenSize = r.reqInt("hidden_size");
     cfg.intermediateSize = r.reqInt("intermediate_size");
     cfg.numLayers = r.reqInt("num_hidden_layers");
@@ -315,9 +286,11 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
     }
     cfg.vocabSize = r.reqInt("vocab_size");
     cfg.maxPositionEmbeddings = r.reqInt("max_position_embeddings");
-    cfg.rmsNormEps = r.optDouble("rms_norm_eps").value_or(1e-6); // HF LlamaConfig's default
-    cfg.ropeTheta = r.optDouble("rope_theta").value_or(10000.0);
-    cfg.tieWordEmbeddings = r.optBool("tie_word_embeddings").value_or(false);
+}
+
+// Each model type's projection biases, q/k norms and fused projections.
+void readProjectionOptions(const FieldReader &r, const std::string &sourceName, ModelConfig &cfg)
+{
     if (cfg.modelType == "llama") {
         // LlamaAttention uses attention_bias for all four projections.
         const bool ab = r.optBool("attention_bias").value_or(false);
@@ -344,7 +317,11 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
                                     "(only 1.0)",
                                     sourceName, *f));
     }
-    cfg.bosTokenId = r.optInt("bos_token_id");
+}
+
+// eos_token_id: one id or a list of them, into cfg.eosTokenIds.
+void readEosTokenIds(const FieldReader &r, ModelConfig &cfg)
+{
     if (const json *eos = r.find("eos_token_id")) {
         // an id beyond 32 bits must not wrap (4294967532 is not 236)
         const auto id = [&](const json &e) {
@@ -368,22 +345,11 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
             r.wrongType("eos_token_id", "an integer or a list of integers", *eos);
         }
     }
-    if (auto dt = r.optString("torch_dtype"))
-        cfg.torchDtype = *dt;
-    else if (auto dt2 = r.optString("dtype")) // transformers >= 4.56 renamed it
-        cfg.torchDtype = *dt2;
+}
 
-    if (cfg.modelType == "gemma2" || cfg.modelType == "gemma3_text")
-        readGemma(j, r, sourceName, cfg);
-    // Mistral (v0.1: 4096) and Phi-3 (mini: 2047) slide every layer when sliding_window is set
-    // (MistralAttention / Phi3Attention's sliding-window mask); null or absent: no window.
-    if ((cfg.modelType == "mistral" || cfg.modelType == "phi3") && cfg.numLayers > 0 &&
-        cfg.numLayers <= kMaxLayers)
-        if (const auto w = r.optInt("sliding_window")) {
-            cfg.slidingWindow = *w;
-            cfg.layerAttention.assign(size_t(cfg.numLayers), LayerAttention::Sliding);
-        }
-
+// rope_scaling, rope_parameters and original_max_position_embeddings, then LongRoPE's defaults.
+void readRopeFields(const FieldReader &r, const std::string &sourceName, ModelConfig &cfg)
+{
     if (const json *rs = r.find("rope_scaling"))
         readRope(*rs, sourceName, "rope_scaling", cfg);
     // rope_parameters is the newer layout; when both exist it wins (it is what new HF code reads).
@@ -400,6 +366,60 @@ ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string
                     fmt::format("{}: field 'original_max_position_embeddings' must be positive, got {}",
                                 sourceName, *topLevelOriginal));
     finishLongRope(cfg, topLevelOriginal);
+}
+
+} // namespace
+
+ModelConfig ModelConfig::fromHfJsonFile(const std::filesystem::path &configJson)
+{
+    const auto mapped = MappedFile::open(configJson);
+    const std::string_view text(reinterpret_cast<const char *>(mapped->data()), size_t(mapped->size()));
+    return fromHfJsonText(text, configJson.string());
+}
+
+ModelConfig ModelConfig::fromHfJsonText(std::string_view text, const std::string &sourceName)
+{
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception &e) {
+        throw Error(ErrorCode::Format, fmt::format("{}: not valid JSON: {}", sourceName, e.what()));
+    }
+    if (!j.is_object())
+        throw Error(ErrorCode::Format, fmt::format("{}: config is not a JSON object", sourceName));
+    FieldReader r(j, sourceName);
+
+    ModelConfig cfg;
+    const auto modelType = r.optString("model_type");
+    if (!modelType)
+        r.missing("model_type");
+    cfg.modelType = *modelType;
+    readArchitecture(r, sourceName, cfg);
+
+    readGeometry(r, sourceName, cfg);
+    cfg.rmsNormEps = r.optDouble("rms_norm_eps").value_or(1e-6); // HF LlamaConfig's default
+    cfg.ropeTheta = r.optDouble("rope_theta").value_or(10000.0);
+    cfg.tieWordEmbeddings = r.optBool("tie_word_embeddings").value_or(false);
+    readProjectionOptions(r, sourceName, cfg);
+    cfg.bosTokenId = r.optInt("bos_token_id");
+    readEosTokenIds(r, cfg);
+    if (auto dt = r.optString("torch_dtype"))
+        cfg.torchDtype = *dt;
+    else if (auto dt2 = r.optString("dtype")) // transformers >= 4.56 renamed it
+        cfg.torchDtype = *dt2;
+
+    if (cfg.modelType == "gemma2" || cfg.modelType == "gemma3_text")
+        readGemma(j, r, sourceName, cfg);
+    // Mistral (v0.1: 4096) and Phi-3 (mini: 2047) slide every layer when sliding_window is set
+    // (MistralAttention / Phi3Attention's sliding-window mask); null or absent: no window.
+    if ((cfg.modelType == "mistral" || cfg.modelType == "phi3") && cfg.numLayers > 0 &&
+        cfg.numLayers <= kMaxLayers)
+        if (const auto w = r.optInt("sliding_window")) {
+            cfg.slidingWindow = *w;
+            cfg.layerAttention.assign(size_t(cfg.numLayers), LayerAttention::Sliding);
+        }
+
+    readRopeFields(r, sourceName, cfg);
 
     cfg.validate(sourceName);
     return cfg;

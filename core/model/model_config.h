@@ -7,6 +7,8 @@
 // layout too). Value type; thread-safe to copy and read.
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -24,8 +26,9 @@ enum class RopeLayout
     Interleaved
 };
 // The one spelling of a layout in files, JSON, reports and the window: "rotate_half" | "interleaved".
-const char *ropeLayoutName(RopeLayout l) noexcept;
-std::optional<RopeLayout> parseRopeLayout(std::string_view name) noexcept; // the inverse, else nullopt
+inline constexpr EnumName<RopeLayout> kRopeLayoutNames[] = {{RopeLayout::RotateHalf, "rotate_half"},
+                                                            {RopeLayout::Interleaved, "interleaved"}};
+KVWB_ENUM_NAMES(RopeLayout, kRopeLayoutNames, ropeLayoutName, parseRopeLayout)
 
 // What one layer's attention sees: the whole prefix, or the last `slidingWindow` positions (Gemma).
 enum class LayerAttention

@@ -141,173 +141,197 @@ int nearest(float v)
     return int(std::lround(v));
 }
 
+// Q4_0 / Q5_0 (t): ggml's scheme: the value of largest magnitude maps to the most negative level.
+void quantQ4_0Q5_0(DType t, const float *x, u8 *b)
+{
+    const int levels = t == DType::Q4_0 ? 8 : 16;
+    float amax = 0, vmax = 0;
+    for (int j = 0; j < 32; ++j)
+        if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            vmax = x[j];
+        }
+    const float d = vmax / float(-levels);
+    putF16(b, d);
+    const float dq = halfToFloat(floatToHalf(d));
+    const float id = dq != 0 ? 1.0f / dq : 0.0f;
+    int q[32];
+    for (int j = 0; j < 32; ++j)
+        q[j] = std::clamp(nearest(x[j] * id) + levels, 0, 2 * levels - 1);
+    if (t == DType::Q4_0) {
+        for (int j = 0; j < 16; ++j)
+            b[2 + j] = u8(q[j] | (q[j + 16] << 4));
+    } else {
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; ++j) {
+            b[6 + j] = u8((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+            qh |= uint32_t((q[j] & 0x10) >> 4) << j;
+            qh |= uint32_t((q[j + 16] & 0x10) >> 4) << (j + 16);
+        }
+        std::memcpy(b + 2, &qh, 4);
+    }
+}
+
+// Q4_1 / Q5_1 (t): an f16 scale and minimum per block of 32.
+void quantQ4_1Q5_1(DType t, const float *x, u8 *b)
+{
+    const int top = t == DType::Q4_1 ? 15 : 31;
+    const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
+    const float d = (hi - lo) / float(top);
+    putF16(b, d);
+    putF16(b + 2, lo);
+    const float dq = halfToFloat(floatToHalf(d)), mq = halfToFloat(floatToHalf(lo));
+    const float id = dq != 0 ? 1.0f / dq : 0.0f;
+    int q[32];
+    for (int j = 0; j < 32; ++j)
+        q[j] = std::clamp(nearest((x[j] - mq) * id), 0, top);
+    if (t == DType::Q4_1) {
+        for (int j = 0; j < 16; ++j)
+            b[4 + j] = u8(q[j] | (q[j + 16] << 4));
+    } else {
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; ++j) {
+            b[8 + j] = u8((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+            qh |= uint32_t((q[j] & 0x10) >> 4) << j;
+            qh |= uint32_t((q[j + 16] & 0x10) >> 4) << (j + 16);
+        }
+        std::memcpy(b + 4, &qh, 4);
+    }
+}
+
+// Q8_0: an f16 scale (the largest magnitude / 127) per block of 32.
+void quantQ8_0(const float *x, u8 *b)
+{
+    float amax = 0;
+    for (int j = 0; j < 32; ++j)
+        amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    putF16(b, d);
+    const float dq = halfToFloat(floatToHalf(d));
+    const float id = dq != 0 ? 1.0f / dq : 0.0f;
+    for (int j = 0; j < 32; ++j)
+        b[2 + j] = u8(int8_t(std::clamp(nearest(x[j] * id), -127, 127)));
+}
+
+// Q4_K / Q5_K (t): super-blocks of 256 values in eight sub-blocks of 32.
+void quantQ4_KQ5_K(DType t, const float *x, u8 *b)
+{
+    const bool five = t == DType::Q5_K;
+    const int top = five ? 31 : 15;
+    // Per 32-value sub-block: y = scale * q - min with min >= 0 (the sub-block's lowest value,
+    // or 0 when every value is positive), then the eight scales and mins as 6-bit multiples of
+    // the super-block's d and dmin.
+    float scale[8], mins[8];
+    float maxScale = 0, maxMin = 0;
+    for (int s = 0; s < 8; ++s) {
+        const float *v = x + 32 * s;
+        const float lo = std::min(0.0f, *std::min_element(v, v + 32));
+        const float hi = *std::max_element(v, v + 32);
+        scale[s] = (hi - lo) / float(top);
+        mins[s] = -lo;
+        maxScale = std::max(maxScale, scale[s]);
+        maxMin = std::max(maxMin, mins[s]);
+    }
+    const float d = maxScale / 63.0f, dmin = maxMin / 63.0f;
+    putF16(b, d);
+    putF16(b + 2, dmin);
+    const float dq = halfToFloat(floatToHalf(d)), dminq = halfToFloat(floatToHalf(dmin));
+    int sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) {
+        sc[s] = dq > 0 ? std::clamp(int(std::ceil(scale[s] / dq)), 0, 63) : 0;
+        mn[s] = dminq > 0 ? std::clamp(nearest(mins[s] / dminq), 0, 63) : 0;
+    }
+    packScaleMinK4(sc, mn, b + 4);
+    int L[256];
+    for (int s = 0; s < 8; ++s) {
+        const float step = dq * float(sc[s]), off = dminq * float(mn[s]);
+        for (int i = 0; i < 32; ++i)
+            L[32 * s + i] = step > 0 ? std::clamp(nearest((x[32 * s + i] + off) / step), 0, top) : 0;
+    }
+    u8 *qh = b + 16;
+    u8 *ql = b + (five ? 48 : 16);
+    if (five)
+        std::memset(qh, 0, 32);
+    u8 m1 = 1, m2 = 2;
+    for (int n = 0; n < 256; n += 64) {
+        for (int j = 0; j < 32; ++j) {
+            int l1 = L[n + j], l2 = L[n + j + 32];
+            if (five && l1 > 15) {
+                l1 -= 16;
+                qh[j] |= m1;
+            }
+            if (five && l2 > 15) {
+                l2 -= 16;
+                qh[j] |= m2;
+            }
+            ql[j] = u8(l1 | (l2 << 4));
+        }
+        m1 = u8(m1 << 2);
+        m2 = u8(m2 << 2);
+        ql += 32;
+    }
+}
+
+// Q6_K: super-blocks of 256 values in sixteen sub-blocks of 16.
+void quantQ6_K(const float *x, u8 *b)
+{
+    float scale[16];
+    float maxScale = 0;
+    for (int s = 0; s < 16; ++s) {
+        float amax = 0;
+        for (int i = 0; i < 16; ++i)
+            amax = std::max(amax, std::fabs(x[16 * s + i]));
+        scale[s] = amax / 31.0f;
+        maxScale = std::max(maxScale, scale[s]);
+    }
+    const float d = maxScale / 127.0f;
+    const float dq = halfToFloat(floatToHalf(d));
+    int8_t *sc = reinterpret_cast<int8_t *>(b + 192);
+    int L[256];
+    for (int s = 0; s < 16; ++s) {
+        sc[s] = int8_t(dq > 0 ? std::clamp(int(std::ceil(scale[s] / dq)), 0, 127) : 0);
+        const float step = dq * float(sc[s]);
+        for (int i = 0; i < 16; ++i)
+            L[16 * s + i] = (step > 0 ? std::clamp(nearest(x[16 * s + i] / step), -32, 31) : 0) + 32;
+    }
+    putF16(b + 208, d);
+    u8 *ql = b, *qh = b + 128;
+    for (int j = 0; j < 256; j += 128) {
+        for (int l = 0; l < 32; ++l) {
+            const int q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF,
+                      q4 = L[j + l + 96] & 0xF;
+            ql[l] = u8(q1 | (q3 << 4));
+            ql[l + 32] = u8(q2 | (q4 << 4));
+            qh[l] = u8((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
+                       ((L[j + l + 96] >> 4) << 6));
+        }
+        ql += 64;
+        qh += 32;
+    }
+}
+
 // Round-to-nearest quantisers, one block at a time; x has dtypeBlockElements(t) values.
 void quantBlock(DType t, const float *x, u8 *b)
 {
     switch (t) {
     case DType::Q4_0:
-    case DType::Q5_0: {
-        // ggml's scheme: the value of largest magnitude maps to the most negative level.
-        const int levels = t == DType::Q4_0 ? 8 : 16;
-        float amax = 0, vmax = 0;
-        for (int j = 0; j < 32; ++j)
-            if (std::fabs(x[j]) > amax) {
-                amax = std::fabs(x[j]);
-                vmax = x[j];
-            }
-        const float d = vmax / float(-levels);
-        putF16(b, d);
-        const float dq = halfToFloat(floatToHalf(d));
-        const float id = dq != 0 ? 1.0f / dq : 0.0f;
-        int q[32];
-        for (int j = 0; j < 32; ++j)
-            q[j] = std::clamp(nearest(x[j] * id) + levels, 0, 2 * levels - 1);
-        if (t == DType::Q4_0) {
-            for (int j = 0; j < 16; ++j)
-                b[2 + j] = u8(q[j] | (q[j + 16] << 4));
-        } else {
-            uint32_t qh = 0;
-            for (int j = 0; j < 16; ++j) {
-                b[6 + j] = u8((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
-                qh |= uint32_t((q[j] & 0x10) >> 4) << j;
-                qh |= uint32_t((q[j + 16] & 0x10) >> 4) << (j + 16);
-            }
-            std::memcpy(b + 2, &qh, 4);
-        }
+    case DType::Q5_0:
+        quantQ4_0Q5_0(t, x, b);
         return;
-    }
     case DType::Q4_1:
-    case DType::Q5_1: {
-        const int top = t == DType::Q4_1 ? 15 : 31;
-        const float lo = *std::min_element(x, x + 32), hi = *std::max_element(x, x + 32);
-        const float d = (hi - lo) / float(top);
-        putF16(b, d);
-        putF16(b + 2, lo);
-        const float dq = halfToFloat(floatToHalf(d)), mq = halfToFloat(floatToHalf(lo));
-        const float id = dq != 0 ? 1.0f / dq : 0.0f;
-        int q[32];
-        for (int j = 0; j < 32; ++j)
-            q[j] = std::clamp(nearest((x[j] - mq) * id), 0, top);
-        if (t == DType::Q4_1) {
-            for (int j = 0; j < 16; ++j)
-                b[4 + j] = u8(q[j] | (q[j + 16] << 4));
-        } else {
-            uint32_t qh = 0;
-            for (int j = 0; j < 16; ++j) {
-                b[8 + j] = u8((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
-                qh |= uint32_t((q[j] & 0x10) >> 4) << j;
-                qh |= uint32_t((q[j + 16] & 0x10) >> 4) << (j + 16);
-            }
-            std::memcpy(b + 4, &qh, 4);
-        }
+    case DType::Q5_1:
+        quantQ4_1Q5_1(t, x, b);
         return;
-    }
-    case DType::Q8_0: {
-        float amax = 0;
-        for (int j = 0; j < 32; ++j)
-            amax = std::max(amax, std::fabs(x[j]));
-        const float d = amax / 127.0f;
-        putF16(b, d);
-        const float dq = halfToFloat(floatToHalf(d));
-        const float id = dq != 0 ? 1.0f / dq : 0.0f;
-        for (int j = 0; j < 32; ++j)
-            b[2 + j] = u8(int8_t(std::clamp(nearest(x[j] * id), -127, 127)));
+    case DType::Q8_0:
+        quantQ8_0(x, b);
         return;
-    }
     case DType::Q4_K:
-    case DType::Q5_K: {
-        const bool five = t == DType::Q5_K;
-        const int top = five ? 31 : 15;
-        // Per 32-value sub-block: y = scale * q - min with min >= 0 (the sub-block's lowest value,
-        // or 0 when every value is positive), then the eight scales and mins as 6-bit multiples of
-        // the super-block's d and dmin.
-        float scale[8], mins[8];
-        float maxScale = 0, maxMin = 0;
-        for (int s = 0; s < 8; ++s) {
-            const float *v = x + 32 * s;
-            const float lo = std::min(0.0f, *std::min_element(v, v + 32));
-            const float hi = *std::max_element(v, v + 32);
-            scale[s] = (hi - lo) / float(top);
-            mins[s] = -lo;
-            maxScale = std::max(maxScale, scale[s]);
-            maxMin = std::max(maxMin, mins[s]);
-        }
-        const float d = maxScale / 63.0f, dmin = maxMin / 63.0f;
-        putF16(b, d);
-        putF16(b + 2, dmin);
-        const float dq = halfToFloat(floatToHalf(d)), dminq = halfToFloat(floatToHalf(dmin));
-        int sc[8], mn[8];
-        for (int s = 0; s < 8; ++s) {
-            sc[s] = dq > 0 ? std::clamp(int(std::ceil(scale[s] / dq)), 0, 63) : 0;
-            mn[s] = dminq > 0 ? std::clamp(nearest(mins[s] / dminq), 0, 63) : 0;
-        }
-        packScaleMinK4(sc, mn, b + 4);
-        int L[256];
-        for (int s = 0; s < 8; ++s) {
-            const float step = dq * float(sc[s]), off = dminq * float(mn[s]);
-            for (int i = 0; i < 32; ++i)
-                L[32 * s + i] = step > 0 ? std::clamp(nearest((x[32 * s + i] + off) / step), 0, top) : 0;
-        }
-        u8 *qh = b + 16;
-        u8 *ql = b + (five ? 48 : 16);
-        if (five)
-            std::memset(qh, 0, 32);
-        u8 m1 = 1, m2 = 2;
-        for (int n = 0; n < 256; n += 64) {
-            for (int j = 0; j < 32; ++j) {
-                int l1 = L[n + j], l2 = L[n + j + 32];
-                if (five && l1 > 15) {
-                    l1 -= 16;
-                    qh[j] |= m1;
-                }
-                if (five && l2 > 15) {
-                    l2 -= 16;
-                    qh[j] |= m2;
-                }
-                ql[j] = u8(l1 | (l2 << 4));
-            }
-            m1 = u8(m1 << 2);
-            m2 = u8(m2 << 2);
-            ql += 32;
-        }
+    case DType::Q5_K:
+        quantQ4_KQ5_K(t, x, b);
         return;
-    }
-    case DType::Q6_K: {
-        float scale[16];
-        float maxScale = 0;
-        for (int s = 0; s < 16; ++s) {
-            float amax = 0;
-            for (int i = 0; i < 16; ++i)
-                amax = std::max(amax, std::fabs(x[16 * s + i]));
-            scale[s] = amax / 31.0f;
-            maxScale = std::max(maxScale, scale[s]);
-        }
-        const float d = maxScale / 127.0f;
-        const float dq = halfToFloat(floatToHalf(d));
-        int8_t *sc = reinterpret_cast<int8_t *>(b + 192);
-        int L[256];
-        for (int s = 0; s < 16; ++s) {
-            sc[s] = int8_t(dq > 0 ? std::clamp(int(std::ceil(scale[s] / dq)), 0, 127) : 0);
-            const float step = dq * float(sc[s]);
-            for (int i = 0; i < 16; ++i)
-                L[16 * s + i] = (step > 0 ? std::clamp(nearest(x[16 * s + i] / step), -32, 31) : 0) + 32;
-        }
-        putF16(b + 208, d);
-        u8 *ql = b, *qh = b + 128;
-        for (int j = 0; j < 256; j += 128) {
-            for (int l = 0; l < 32; ++l) {
-                const int q1 = L[j + l] & 0xF, q2 = L[j + l + 32] & 0xF, q3 = L[j + l + 64] & 0xF,
-                          q4 = L[j + l + 96] & 0xF;
-                ql[l] = u8(q1 | (q3 << 4));
-                ql[l + 32] = u8(q2 | (q4 << 4));
-                qh[l] = u8((L[j + l] >> 4) | ((L[j + l + 32] >> 4) << 2) | ((L[j + l + 64] >> 4) << 4) |
-                           ((L[j + l + 96] >> 4) << 6));
-            }
-            ql += 64;
-            qh += 32;
-        }
+    case DType::Q6_K:
+        quantQ6_K(x, b);
         return;
-    }
     default:
         return;
     }

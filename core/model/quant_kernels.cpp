@@ -109,6 +109,40 @@ KVWB_QK_UNPACK void scaleMinK4(int j, const u8 *q, u8 &d, u8 &m)
     }
 }
 
+// Q4_K / Q5_K: the 4-bit levels of sub-blocks 2j (lo) and 2j + 1 (hi) from the 32 bytes at qs + 32j,
+// plus 16 where Q5_K's fifth bit is set (hb: its 32 bytes of high bits).
+template <bool five> KVWB_QK_UNPACK void levelsK4(const u8 *qs, __m256i hb, int j, __m256i &lo, __m256i &hi)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
+    lo = _mm256_and_si256(v, low4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+    if constexpr (five) {
+        const __m256i sixteen = _mm256_set1_epi8(16);
+        const __m256i u1 = _mm256_set1_epi8(char(1 << (2 * j))), u2 = _mm256_set1_epi8(char(2 << (2 * j)));
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, u1), u1), sixteen));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, u2), u2), sixteen));
+    }
+}
+
+// Q6_K: the levels (0-63) of half n of the block at b, 4 units of 32 in element order: the low
+// nibbles of ql's first and second 32 bytes, then their high nibbles, each with 2 bits of qh.
+KVWB_QK_UNPACK void levelsQ6K(const u8 *b, int n, __m256i (&q)[4])
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3);
+    const u8 *ql = b + 64 * n, *qh = b + 128 + 32 * n;
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+    q[0] = _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_slli_epi16(_mm256_and_si256(h, three), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(c, low4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4));
+}
+
 template <DType T> constexpr int unitsPerBlock()
 {
     return T == DType::Q4_K || T == DType::Q5_K || T == DType::Q6_K ? 8 : 1;
@@ -128,7 +162,6 @@ template <DType T> constexpr int unitsPerPart()
 // Part `part` of one block of T into its units, in element order.
 template <DType T> KVWB_QK_UNPACK void unpack(const u8 *b, int part, Unit *u)
 {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
     if constexpr (T == DType::Q8_0) {
         const float d = f16(b);
         u[0] = {_mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 2)), d, d, 0.0f};
@@ -156,17 +189,8 @@ template <DType T> KVWB_QK_UNPACK void unpack(const u8 *b, int part, Unit *u)
         const __m256i hb = five ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b + 16)) : __m256i{};
         {
             const int j = part;
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
-            __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-            if constexpr (five) {
-                const __m256i sixteen = _mm256_set1_epi8(16);
-                const __m256i u1 = _mm256_set1_epi8(char(1 << (2 * j))),
-                              u2 = _mm256_set1_epi8(char(2 << (2 * j)));
-                lo = _mm256_or_si256(
-                    lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, u1), u1), sixteen));
-                hi = _mm256_or_si256(
-                    hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, u2), u2), sixteen));
-            }
+            __m256i lo, hi;
+            levelsK4<five>(qs, hb, j, lo, hi);
             u8 sc, m;
             scaleMinK4(2 * j, scales, sc, m);
             const float d1 = d * sc, m1 = dmin * m;
@@ -178,28 +202,16 @@ template <DType T> KVWB_QK_UNPACK void unpack(const u8 *b, int part, Unit *u)
     } else if constexpr (T == DType::Q6_K) {
         const float d = f16(b + 208);
         const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
-        const __m256i three = _mm256_set1_epi8(3), bias = _mm256_set1_epi8(32);
+        const __m256i bias = _mm256_set1_epi8(32);
         {
             const int n = part;
-            const u8 *ql = b + 64 * n, *qh = b + 128 + 32 * n;
             const int8_t *s = sc + 8 * n;
-            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
-            const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
-            const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(h, three), 4);
-            const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4);
-            const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4);
-            const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4);
-            const __m256i qa = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(a, low4), h0), bias);
-            const __m256i qb = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(c, low4), h1), bias);
-            const __m256i qc =
-                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4), h2), bias);
-            const __m256i qd =
-                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4), h3), bias);
-            u[0] = {qa, d * float(s[0]), d * float(s[1]), 0.0f};
-            u[1] = {qb, d * float(s[2]), d * float(s[3]), 0.0f};
-            u[2] = {qc, d * float(s[4]), d * float(s[5]), 0.0f};
-            u[3] = {qd, d * float(s[6]), d * float(s[7]), 0.0f};
+            __m256i q[4];
+            levelsQ6K(b, n, q);
+            u[0] = {_mm256_sub_epi8(q[0], bias), d * float(s[0]), d * float(s[1]), 0.0f};
+            u[1] = {_mm256_sub_epi8(q[1], bias), d * float(s[2]), d * float(s[3]), 0.0f};
+            u[2] = {_mm256_sub_epi8(q[2], bias), d * float(s[4]), d * float(s[5]), 0.0f};
+            u[3] = {_mm256_sub_epi8(q[3], bias), d * float(s[6]), d * float(s[7]), 0.0f};
         }
     }
 }
@@ -326,7 +338,6 @@ template <DType T>
 KVWB_QK_UNPACK void superBlockK(const u8 *b, const int8_t *xq, const int16_t *bsum, float dx, __m256 &acc,
                                 __m128 &accMin)
 {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256i sumi = _mm256_setzero_si256();
     if constexpr (T == DType::Q4_K || T == DType::Q5_K) {
         constexpr bool five = T == DType::Q5_K;
@@ -349,17 +360,8 @@ KVWB_QK_UNPACK void superBlockK(const u8 *b, const int8_t *xq, const int16_t *bs
                 _mm256_shuffle_epi8(scales, _mm256_set1_epi16(short(((4 * j + 1) << 8) | (4 * j))));
             const __m256i sh =
                 _mm256_shuffle_epi8(scales, _mm256_set1_epi16(short(((4 * j + 3) << 8) | (4 * j + 2))));
-            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qs + 32 * j));
-            __m256i lo = _mm256_and_si256(v, low4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-            if constexpr (five) {
-                const __m256i sixteen = _mm256_set1_epi8(16);
-                const __m256i u1 = _mm256_set1_epi8(char(1 << (2 * j))),
-                              u2 = _mm256_set1_epi8(char(2 << (2 * j)));
-                lo = _mm256_or_si256(
-                    lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, u1), u1), sixteen));
-                hi = _mm256_or_si256(
-                    hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, u2), u2), sixteen));
-            }
+            __m256i lo, hi;
+            levelsK4<five>(qs, hb, j, lo, hi);
             const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq + 64 * j));
             const __m256i xh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq + 64 * j + 32));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, xl)));
@@ -369,21 +371,11 @@ KVWB_QK_UNPACK void superBlockK(const u8 *b, const int8_t *xq, const int16_t *bs
     } else { // Q6_K: levels 0-63, minus 32 through the activation's own pair sums
         const float d = f16(b + 208) * dx;
         const auto *sc = reinterpret_cast<const int8_t *>(b + 192);
-        const __m256i three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+        const __m256i m32 = _mm256_set1_epi8(32);
         for (int n = 0; n < 2; ++n) {
-            const u8 *ql = b + 64 * n, *qh = b + 128 + 32 * n;
             const int8_t *s = sc + 8 * n;
-            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
-            const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
-            const __m256i q[4] = {
-                _mm256_or_si256(_mm256_and_si256(a, low4), _mm256_slli_epi16(_mm256_and_si256(h, three), 4)),
-                _mm256_or_si256(_mm256_and_si256(c, low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4))};
+            __m256i q[4];
+            levelsQ6K(b, n, q);
             for (int u = 0; u < 4; ++u) {
                 const __m256i xv =
                     _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xq + 128 * n + 32 * u));
@@ -514,27 +506,6 @@ void checkArgs(DType t, int64_t k)
 }
 
 } // namespace
-
-const char *isaName(Isa isa) noexcept
-{
-    switch (isa) {
-    case Isa::Portable:
-        return "portable";
-    case Isa::Avx2:
-        return "avx2";
-    case Isa::Avx512:
-        return "avx512";
-    }
-    return "?";
-}
-
-std::optional<Isa> parseIsa(std::string_view name) noexcept
-{
-    for (Isa i : {Isa::Portable, Isa::Avx2, Isa::Avx512})
-        if (name == isaName(i))
-            return i;
-    return std::nullopt;
-}
 
 bool isaSupported(Isa isa) noexcept
 {

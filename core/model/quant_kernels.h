@@ -21,6 +21,7 @@
 #pragma once
 
 #include "core/model/dtype.h"
+#include "core/util/enum_names.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -36,10 +37,12 @@ enum class Isa
     Avx2,
     Avx512
 };
-const char *isaName(Isa isa) noexcept;
-std::optional<Isa> parseIsa(std::string_view name) noexcept; // "portable", "avx2", "avx512"
-bool isaSupported(Isa isa) noexcept;                         // this CPU runs the path
-Isa detectedIsa() noexcept;                                  // the best path this CPU runs
+// "portable", "avx2", "avx512"
+inline constexpr EnumName<Isa> kIsaNames[] = {
+    {Isa::Portable, "portable"}, {Isa::Avx2, "avx2"}, {Isa::Avx512, "avx512"}};
+KVWB_ENUM_NAMES(Isa, kIsaNames, isaName, parseIsa)
+bool isaSupported(Isa isa) noexcept; // this CPU runs the path
+Isa detectedIsa() noexcept;          // the best path this CPU runs
 // KVWB_QUANT_ISA when set (Error(InvalidArgument) for an unknown name, Error(Unsupported) for a
 // path this CPU lacks), else detectedIsa(). Read on every call (cheap).
 Isa activeIsa();

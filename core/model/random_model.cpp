@@ -65,6 +65,195 @@ std::string utf8(char32_t c)
     return s;
 }
 
+// Qwen3: q/k norms, head_dim given and != hidden / heads (as in every Qwen3), no bias. The -b variant
+// (b) is a wider, deeper member of the family with another KV geometry, for cross-model pairs (as
+// Qwen3 14B -> 32B).
+void applyQwen3Preset(ModelConfig &c, bool b)
+{
+    c.architecture = "Qwen3ForCausalLM";
+    c.modelType = "qwen3";
+    c.qkNorm = true;
+    c.hiddenSize = b ? 96 : 64;
+    c.numLayers = b ? 3 : 2;
+    c.numHeads = 4;
+    c.numKvHeads = 2;
+    c.headDim = b ? 32 : 24;
+    c.intermediateSize = b ? 192 : 128;
+    c.ropeTheta = 1000000.0;
+    c.rmsNormEps = 1e-6;
+}
+
+// Phi-3: fused qkv_proj and gate_up_proj, no bias, full RoPE; with LongRoPE when longrope is set.
+void applyPhi3Preset(ModelConfig &c, bool longrope)
+{
+    c.architecture = "Phi3ForCausalLM";
+    c.modelType = "phi3";
+    c.fusedProjections = true;
+    c.numKvHeads = 2;
+    if (longrope) {
+        // Phi-3-mini-128k's LongRoPE shrunk: an original context of 16 of 256 positions (factor
+        // 16, attention factor sqrt(1 + ln 16 / ln 16) = sqrt 2), divisors growing with the
+        // wavelength as the released ones do (short 1..1.44, long 1..8.44; exact in f32 for GGUF).
+        c.ropeScaling.type = "longrope";
+        c.ropeScaling.originalMaxPositionEmbeddings = 16;
+        c.ropeScaling.factor = 16.0;
+        c.ropeScaling.attentionFactor = std::sqrt(2.0);
+        for (int i = 0; i < c.headDim / 2; ++i) {
+            c.ropeScaling.shortFactor.push_back(1.0 + i / 16.0);
+            c.ropeScaling.longFactor.push_back(1.0 + 1.0625 * i);
+        }
+    }
+}
+
+// Gemma 2: (1 + w) norms, scaled embeddings, GeGLU, the four norms per layer, soft-capping at
+// Gemma 2's 50 / 30, alternating sliding layers (0 and 2 slide, 1 is global) with a window of 8
+// tokens so that the test prompts cross it, query_pre_attn_scalar = hidden / heads (as Gemma 2 27B)
+// != head_dim, tied embeddings.
+void applyGemma2Preset(ModelConfig &c)
+{
+    c.architecture = "Gemma2ForCausalLM";
+    c.modelType = "gemma2";
+    c.numLayers = 3;
+    c.numKvHeads = 2;
+    c.headDim = 24;
+    c.intermediateSize = 128;
+    c.rmsNormEps = 1e-6;
+    c.tieWordEmbeddings = true;
+    c.unitOffsetNorm = true;
+    c.scaleEmbeddings = true;
+    c.sandwichNorms = true;
+    c.activation = MlpActivation::GeluTanh;
+    c.queryPreAttnScalar = 16.0;
+    c.attnLogitSoftcap = 50.0;
+    c.finalLogitSoftcap = 30.0;
+    c.slidingWindow = 8;
+    c.layerAttention = {LayerAttention::Sliding, LayerAttention::Full, LayerAttention::Sliding};
+}
+
+// Gemma 3: as Gemma 2 plus q/k norms, without soft-capping; sliding layers use
+// rope_local_base_freq (10000), global ones rope_theta (1e6). gemma3 has 2 layers (sliding,
+// global: sliding_window_pattern 2), MQA with head_dim 32 and query_pre_attn_scalar = head_dim (as
+// Gemma 3 1B); gemma3-b (b) is wider and deeper with another KV geometry (4 layers, pattern 3, 2 kv
+// heads of 16, query_pre_attn_scalar = hidden / heads as 27B) and linear RoPE scaling 8 on its
+// global layers (as 4B and up), for cross-model pairs.
+void applyGemma3Preset(ModelConfig &c, bool b)
+{
+    c.architecture = "Gemma3ForCausalLM";
+    c.modelType = "gemma3_text";
+    c.hiddenSize = b ? 96 : 64;
+    c.numLayers = b ? 4 : 2;
+    c.numHeads = 4;
+    c.numKvHeads = b ? 2 : 1;
+    c.headDim = b ? 16 : 32;
+    c.intermediateSize = b ? 192 : 128;
+    c.rmsNormEps = 1e-6;
+    c.ropeTheta = 1000000.0;
+    c.ropeLocalTheta = 10000.0;
+    if (b) {
+        c.ropeScaling.type = "linear";
+        c.ropeScaling.factor = 8.0;
+    }
+    c.tieWordEmbeddings = true;
+    c.unitOffsetNorm = true;
+    c.scaleEmbeddings = true;
+    c.sandwichNorms = true;
+    c.qkNorm = true;
+    c.activation = MlpActivation::GeluTanh;
+    c.queryPreAttnScalar = b ? 24.0 : 32.0;
+    c.slidingWindow = b ? 12 : 8;
+    for (int l = 0; l < c.numLayers; ++l)
+        c.layerAttention.push_back((l + 1) % (b ? 3 : 2) != 0 ? LayerAttention::Sliding
+                                                              : LayerAttention::Full);
+}
+
+// SmolLM-135M's geometry (134.5M parameters): 30 layers, hidden 576, 9 heads and 3 kv heads of 64,
+// intermediate 1536, vocab 49152, tied embeddings; for engine speed against llama.cpp on a
+// memory-bound model (docs/engine.md). The byte tokenizer names 258 ids.
+void apply135mPreset(RandomModelSpec &s)
+{
+    ModelConfig &c = s.config;
+    c.hiddenSize = 576;
+    c.intermediateSize = 1536;
+    c.numLayers = 30;
+    c.numHeads = 9;
+    c.numKvHeads = 3;
+    c.headDim = 64;
+    c.vocabSize = 49152;
+    c.maxPositionEmbeddings = 2048;
+    c.tieWordEmbeddings = true;
+    s.weightStd = 0.02;
+}
+
+// Qwen3-0.6B, Qwen3-1.7B and Qwen2.5-3B as their config.json files have them (tied embeddings,
+// vocabulary 151,936; Qwen2.5: q/k/v bias and two KV heads; Qwen3: q/k norms).
+void applyReleasedQwenPreset(RandomModelSpec &s, const std::string &name)
+{
+    ModelConfig &c = s.config;
+    const bool q25 = name == "qwen2.5-3b", small = name == "qwen3-0.6b";
+    c.architecture = q25 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM";
+    c.modelType = q25 ? "qwen2" : "qwen3";
+    c.qkNorm = !q25;
+    c.qkvBias = q25;
+    c.hiddenSize = small ? 1024 : 2048;
+    c.intermediateSize = small ? 3072 : q25 ? 11008 : 6144;
+    c.numLayers = q25 ? 36 : 28;
+    c.numHeads = 16;
+    c.numKvHeads = q25 ? 2 : 8;
+    c.headDim = 128;
+    c.vocabSize = 151936;
+    c.maxPositionEmbeddings = q25 ? 32768 : 40960;
+    c.ropeTheta = 1000000.0;
+    c.rmsNormEps = 1e-6;
+    c.tieWordEmbeddings = true;
+    s.weightStd = 0.02;
+    s.streamed = true;
+}
+
+// Llama 3.2 1B / 3B (tied embeddings, RoPE scaled by 32) and Llama 3.1 8B (by 8), as their
+// config.json files have them: vocabulary 128,256, 8 KV heads, context 131,072.
+void applyReleasedLlamaPreset(RandomModelSpec &s, const std::string &name)
+{
+    ModelConfig &c = s.config;
+    const bool one = name == "llama3.2-1b", eight = name == "llama3.1-8b";
+    c.hiddenSize = one ? 2048 : eight ? 4096 : 3072;
+    c.intermediateSize = eight ? 14336 : 8192;
+    c.numLayers = one ? 16 : eight ? 32 : 28;
+    c.numHeads = one ? 32 : eight ? 32 : 24;
+    c.numKvHeads = 8;
+    c.headDim = one ? 64 : 128;
+    c.vocabSize = 128256;
+    c.maxPositionEmbeddings = 131072;
+    c.ropeTheta = 500000.0;
+    c.ropeScaling.type = "llama3";
+    c.ropeScaling.factor = eight ? 8.0 : 32.0;
+    c.ropeScaling.lowFreqFactor = 1.0;
+    c.ropeScaling.highFreqFactor = 4.0;
+    c.ropeScaling.originalMaxPositionEmbeddings = 8192;
+    c.rmsNormEps = 1e-5;
+    c.tieWordEmbeddings = !eight;
+    s.weightStd = 0.02;
+    s.streamed = true;
+}
+
+// The demo pair (projects/demo): same tokenizer, different KV geometry. A (a) is small and fast
+// (hidden 128, 4 layers, 4 heads, 2 kv heads of 32: 0.9M parameters); B is wider and deeper (hidden
+// 256, 6 layers, 4 heads, 2 kv heads of 64: 3.8M). Tied embeddings and bf16 storage keep B under
+// 8 MB on disk (7.6 MB).
+void applyDemoPreset(ModelConfig &c, bool a)
+{
+    c.hiddenSize = a ? 128 : 256;
+    c.numLayers = a ? 4 : 6;
+    c.numHeads = 4;
+    c.numKvHeads = 2;
+    c.headDim = a ? 32 : 64;
+    c.intermediateSize = a ? 384 : 512;
+    c.vocabSize = 1024;
+    c.maxPositionEmbeddings = 512;
+    c.tieWordEmbeddings = true;
+    c.bosTokenId = 1;
+    c.eosTokenIds = {2};
+}
+
 } // namespace
 
 std::vector<std::string> randomModelPresetNames()
@@ -93,96 +282,13 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.ropeTheta = 1000000.0;
         c.rmsNormEps = 1e-6;
     } else if (name == "qwen3" || name == "qwen3-b") {
-        // Qwen3: q/k norms, head_dim given and != hidden / heads (as in every Qwen3), no bias. The
-        // -b variant is a wider, deeper member of the family with another KV geometry, for
-        // cross-model pairs (as Qwen3 14B -> 32B).
-        const bool b = name == "qwen3-b";
-        c.architecture = "Qwen3ForCausalLM";
-        c.modelType = "qwen3";
-        c.qkNorm = true;
-        c.hiddenSize = b ? 96 : 64;
-        c.numLayers = b ? 3 : 2;
-        c.numHeads = 4;
-        c.numKvHeads = 2;
-        c.headDim = b ? 32 : 24;
-        c.intermediateSize = b ? 192 : 128;
-        c.ropeTheta = 1000000.0;
-        c.rmsNormEps = 1e-6;
+        applyQwen3Preset(c, name == "qwen3-b");
     } else if (name == "phi3" || name == "phi3-longrope") {
-        // Phi-3: fused qkv_proj and gate_up_proj, no bias, full RoPE.
-        c.architecture = "Phi3ForCausalLM";
-        c.modelType = "phi3";
-        c.fusedProjections = true;
-        c.numKvHeads = 2;
-        if (name == "phi3-longrope") {
-            // Phi-3-mini-128k's LongRoPE shrunk: an original context of 16 of 256 positions (factor
-            // 16, attention factor sqrt(1 + ln 16 / ln 16) = sqrt 2), divisors growing with the
-            // wavelength as the released ones do (short 1..1.44, long 1..8.44; exact in f32 for GGUF).
-            c.ropeScaling.type = "longrope";
-            c.ropeScaling.originalMaxPositionEmbeddings = 16;
-            c.ropeScaling.factor = 16.0;
-            c.ropeScaling.attentionFactor = std::sqrt(2.0);
-            for (int i = 0; i < c.headDim / 2; ++i) {
-                c.ropeScaling.shortFactor.push_back(1.0 + i / 16.0);
-                c.ropeScaling.longFactor.push_back(1.0 + 1.0625 * i);
-            }
-        }
+        applyPhi3Preset(c, name == "phi3-longrope");
     } else if (name == "gemma2") {
-        // Gemma 2: (1 + w) norms, scaled embeddings, GeGLU, the four norms per layer, soft-capping
-        // at Gemma 2's 50 / 30, alternating sliding layers (0 and 2 slide, 1 is global) with a window
-        // of 8 tokens so that the test prompts cross it, query_pre_attn_scalar = hidden / heads
-        // (as Gemma 2 27B) != head_dim, tied embeddings.
-        c.architecture = "Gemma2ForCausalLM";
-        c.modelType = "gemma2";
-        c.numLayers = 3;
-        c.numKvHeads = 2;
-        c.headDim = 24;
-        c.intermediateSize = 128;
-        c.rmsNormEps = 1e-6;
-        c.tieWordEmbeddings = true;
-        c.unitOffsetNorm = true;
-        c.scaleEmbeddings = true;
-        c.sandwichNorms = true;
-        c.activation = MlpActivation::GeluTanh;
-        c.queryPreAttnScalar = 16.0;
-        c.attnLogitSoftcap = 50.0;
-        c.finalLogitSoftcap = 30.0;
-        c.slidingWindow = 8;
-        c.layerAttention = {LayerAttention::Sliding, LayerAttention::Full, LayerAttention::Sliding};
+        applyGemma2Preset(c);
     } else if (name == "gemma3" || name == "gemma3-b") {
-        // Gemma 3: as Gemma 2 plus q/k norms, without soft-capping; sliding layers use
-        // rope_local_base_freq (10000), global ones rope_theta (1e6). gemma3 has 2 layers (sliding,
-        // global: sliding_window_pattern 2), MQA with head_dim 32 and query_pre_attn_scalar =
-        // head_dim (as Gemma 3 1B); gemma3-b is wider and deeper with another KV geometry (4
-        // layers, pattern 3, 2 kv heads of 16, query_pre_attn_scalar = hidden / heads as 27B) and
-        // linear RoPE scaling 8 on its global layers (as 4B and up), for cross-model pairs.
-        const bool b = name == "gemma3-b";
-        c.architecture = "Gemma3ForCausalLM";
-        c.modelType = "gemma3_text";
-        c.hiddenSize = b ? 96 : 64;
-        c.numLayers = b ? 4 : 2;
-        c.numHeads = 4;
-        c.numKvHeads = b ? 2 : 1;
-        c.headDim = b ? 16 : 32;
-        c.intermediateSize = b ? 192 : 128;
-        c.rmsNormEps = 1e-6;
-        c.ropeTheta = 1000000.0;
-        c.ropeLocalTheta = 10000.0;
-        if (b) {
-            c.ropeScaling.type = "linear";
-            c.ropeScaling.factor = 8.0;
-        }
-        c.tieWordEmbeddings = true;
-        c.unitOffsetNorm = true;
-        c.scaleEmbeddings = true;
-        c.sandwichNorms = true;
-        c.qkNorm = true;
-        c.activation = MlpActivation::GeluTanh;
-        c.queryPreAttnScalar = b ? 24.0 : 32.0;
-        c.slidingWindow = b ? 12 : 8;
-        for (int l = 0; l < c.numLayers; ++l)
-            c.layerAttention.push_back((l + 1) % (b ? 3 : 2) != 0 ? LayerAttention::Sliding
-                                                                  : LayerAttention::Full);
+        applyGemma3Preset(c, name == "gemma3-b");
     } else if (name == "smollm") {
         c.tieWordEmbeddings = true;
         c.numHeads = 8;
@@ -214,79 +320,13 @@ RandomModelSpec randomModelPreset(const std::string &name)
         c.maxPositionEmbeddings = 2048;
         s.weightStd = 0.03;
     } else if (name == "135m") {
-        // SmolLM-135M's geometry (134.5M parameters): 30 layers, hidden 576, 9 heads and 3 kv heads
-        // of 64, intermediate 1536, vocab 49152, tied embeddings; for engine speed against
-        // llama.cpp on a memory-bound model (docs/engine.md). The byte tokenizer names 258 ids.
-        c.hiddenSize = 576;
-        c.intermediateSize = 1536;
-        c.numLayers = 30;
-        c.numHeads = 9;
-        c.numKvHeads = 3;
-        c.headDim = 64;
-        c.vocabSize = 49152;
-        c.maxPositionEmbeddings = 2048;
-        c.tieWordEmbeddings = true;
-        s.weightStd = 0.02;
+        apply135mPreset(s);
     } else if (name == "qwen3-0.6b" || name == "qwen3-1.7b" || name == "qwen2.5-3b") {
-        // Qwen3-0.6B, Qwen3-1.7B and Qwen2.5-3B as their config.json files have them (tied
-        // embeddings, vocabulary 151,936; Qwen2.5: q/k/v bias and two KV heads; Qwen3: q/k norms).
-        const bool q25 = name == "qwen2.5-3b", small = name == "qwen3-0.6b";
-        c.architecture = q25 ? "Qwen2ForCausalLM" : "Qwen3ForCausalLM";
-        c.modelType = q25 ? "qwen2" : "qwen3";
-        c.qkNorm = !q25;
-        c.qkvBias = q25;
-        c.hiddenSize = small ? 1024 : 2048;
-        c.intermediateSize = small ? 3072 : q25 ? 11008 : 6144;
-        c.numLayers = q25 ? 36 : 28;
-        c.numHeads = 16;
-        c.numKvHeads = q25 ? 2 : 8;
-        c.headDim = 128;
-        c.vocabSize = 151936;
-        c.maxPositionEmbeddings = q25 ? 32768 : 40960;
-        c.ropeTheta = 1000000.0;
-        c.rmsNormEps = 1e-6;
-        c.tieWordEmbeddings = true;
-        s.weightStd = 0.02;
-        s.streamed = true;
+        applyReleasedQwenPreset(s, name);
     } else if (name == "llama3.2-1b" || name == "llama3.2-3b" || name == "llama3.1-8b") {
-        // Llama 3.2 1B / 3B (tied embeddings, RoPE scaled by 32) and Llama 3.1 8B (by 8), as their
-        // config.json files have them: vocabulary 128,256, 8 KV heads, context 131,072.
-        const bool one = name == "llama3.2-1b", eight = name == "llama3.1-8b";
-        c.hiddenSize = one ? 2048 : eight ? 4096 : 3072;
-        c.intermediateSize = eight ? 14336 : 8192;
-        c.numLayers = one ? 16 : eight ? 32 : 28;
-        c.numHeads = one ? 32 : eight ? 32 : 24;
-        c.numKvHeads = 8;
-        c.headDim = one ? 64 : 128;
-        c.vocabSize = 128256;
-        c.maxPositionEmbeddings = 131072;
-        c.ropeTheta = 500000.0;
-        c.ropeScaling.type = "llama3";
-        c.ropeScaling.factor = eight ? 8.0 : 32.0;
-        c.ropeScaling.lowFreqFactor = 1.0;
-        c.ropeScaling.highFreqFactor = 4.0;
-        c.ropeScaling.originalMaxPositionEmbeddings = 8192;
-        c.rmsNormEps = 1e-5;
-        c.tieWordEmbeddings = !eight;
-        s.weightStd = 0.02;
-        s.streamed = true;
+        applyReleasedLlamaPreset(s, name);
     } else if (name == "demo-a" || name == "demo-b") {
-        // The demo pair (projects/demo): same tokenizer, different KV geometry. A is small and fast
-        // (hidden 128, 4 layers, 4 heads, 2 kv heads of 32: 0.9M parameters); B is wider and deeper
-        // (hidden 256, 6 layers, 4 heads, 2 kv heads of 64: 3.8M). Tied embeddings and bf16 storage
-        // keep B under 8 MB on disk (7.6 MB).
-        const bool a = name == "demo-a";
-        c.hiddenSize = a ? 128 : 256;
-        c.numLayers = a ? 4 : 6;
-        c.numHeads = 4;
-        c.numKvHeads = 2;
-        c.headDim = a ? 32 : 64;
-        c.intermediateSize = a ? 384 : 512;
-        c.vocabSize = 1024;
-        c.maxPositionEmbeddings = 512;
-        c.tieWordEmbeddings = true;
-        c.bosTokenId = 1;
-        c.eosTokenIds = {2};
+        applyDemoPreset(c, name == "demo-a");
     } else {
         throw Error(ErrorCode::InvalidArgument, "unknown model preset '" + name + "'");
     }

@@ -6,7 +6,7 @@
 // Plain values and pure functions; thread-safe.
 #pragma once
 
-#include "core/jobs/job_enums.h"
+#include "core/cache/gate_signal.h"
 #include "core/settings/setting_table.h"
 #include "core/tokenize/token_alignment.h"
 

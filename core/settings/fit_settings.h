@@ -5,8 +5,8 @@
 // Plain values and pure functions; thread-safe.
 #pragma once
 
-#include "core/jobs/job_enums.h"
 #include "core/settings/setting_table.h"
+#include "core/store/converter_family.h"
 
 #include <cstdint>
 #include <string>

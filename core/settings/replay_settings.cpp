@@ -292,7 +292,7 @@ void storeRows(std::vector<ReplayFlag> &t)
         "store-kv-dtype", "TYPE",
         "Shared store: prefix KV blocks travel as f32 (default), bf16 or f16 (half the bytes, values "
         "rounded).",
-        &S::storeKvDtype, [](const std::string &v) { return parseKvBodyDType(v); }, kvBodyDTypeName,
+        &S::storeKvDtype, [](const std::string &v) { return parseFloatType(v); }, floatTypeName,
         "f32, bf16 or f16"));
     t.push_back(text("ledger", "OUT.csv", "Write the per-request ledger as CSV.", &S::ledgerCsv, Scope::Run));
     t.push_back(
@@ -390,7 +390,7 @@ void checkReplaySettings(const ReplaySettings &s)
     if (s.store.empty()) {
         if (!s.storeKeyFile.empty())
             bad("--store-key-file needs --store");
-        if (s.storeKvDtype != DType::F32)
+        if (s.storeKvDtype != FloatType::F32)
             bad("--store-kv-dtype needs --store");
         if (s.storeFlush)
             bad("--store-flush needs --store");

@@ -12,8 +12,8 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
-#include "core/cache/replay_ledger.h"
-#include "core/jobs/job_enums.h"
+#include "core/cache/cache_tier.h"
+#include "core/cache/gate_signal.h"
 #include "core/model/dtype.h"
 #include "core/settings/setting_table.h"
 #include "core/tokenize/token_alignment.h"
@@ -79,7 +79,7 @@ struct ReplaySettings
     std::string prices;                     // "" the two prices, else a preset id or FILE[#ID]
     std::string store;                      // "" this process, else memory | redis://... (docs/fleet.md)
     int storeTimeoutMs = 500;
-    DType storeKvDtype = DType::F32; // f32 | bf16 | f16
+    FloatType storeKvDtype = FloatType::F32; // f32 | bf16 | f16
 
     bool uses(TierKind t) const;
     TierLimits limits(TierKind t) const; // the exact, semantic or prefix tier's limits

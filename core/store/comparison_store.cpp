@@ -349,18 +349,14 @@ void saveComparisons(const fs::path &experiment, const std::string &name,
 
 std::vector<std::string> listComparisons(const fs::path &experiment)
 {
-    const h5::File f = h5::openExperiment(experiment);
-    return h5::visibleNames(f.get(), experiment.string(), kComparisons);
+    return h5::recordNames(experiment, kComparisons);
 }
 
 std::vector<ComparisonSample> loadComparisons(const fs::path &experiment, const std::string &name)
 {
-    const std::string file = experiment.string();
-    h5::checkName(file, "comparison list", name);
-    const h5::File f = h5::openExperiment(experiment);
-    const hid_t fid = f.get();
-    h5::requireObject(fid, file, kComparisons, "comparison list", name);
-    const std::string base = std::string(kComparisons) + "/" + name;
+    const h5::RecordFile record = h5::openRecord(experiment, kComparisons, "comparison list", name);
+    const std::string &file = record.file, &base = record.path;
+    const hid_t fid = record.handle.get();
     int64_t count = 0;
     {
         const h5::Group g = h5::openGroup(fid, file, base);

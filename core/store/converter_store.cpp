@@ -70,17 +70,18 @@ using h5::openArray;
 using h5::openDataset;
 using h5::openExperiment;
 using h5::openGroup;
+using h5::openRecord;
 using h5::Place;
 using h5::readIntArrayAttr;
 using h5::readIntAttr;
 using h5::readRows;
 using h5::readStringAttr;
 using h5::readTable;
-using h5::requireObject;
+using h5::RecordFile;
+using h5::recordNames;
 using h5::Save;
 using h5::shapeText;
 using h5::Site;
-using h5::visibleNames;
 using h5::writeAttr;
 using h5::writeDataset;
 using h5::writeTable;
@@ -527,18 +528,14 @@ void saveConverters(const fs::path &experiment, const ConverterRecord &record)
 
 std::vector<std::string> listConverters(const fs::path &experiment)
 {
-    const h5::File f = openExperiment(experiment);
-    return visibleNames(f.get(), experiment.string(), kConverters);
+    return recordNames(experiment, kConverters);
 }
 
 ConverterRecord loadConverters(const fs::path &experiment, const std::string &name, ConverterParts parts)
 {
-    const std::string file = experiment.string();
-    checkName(file, "converter", name);
-    const h5::File f = openExperiment(experiment);
-    const hid_t fid = f.get();
-    requireObject(fid, file, kConverters, "converter", name);
-    const std::string base = std::string(kConverters) + "/" + name;
+    const RecordFile record = openRecord(experiment, kConverters, "converter", name);
+    const std::string &file = record.file, &base = record.path;
+    const hid_t fid = record.handle.get();
 
     ConverterRecord r;
     r.name = name;
@@ -701,20 +698,16 @@ void saveTable(const fs::path &experiment, const std::string &name, const Metric
 
 std::vector<std::string> listTables(const fs::path &experiment)
 {
-    const h5::File f = openExperiment(experiment);
-    return visibleNames(f.get(), experiment.string(), kSweeps);
+    return recordNames(experiment, kSweeps);
 }
 
 MetricTable loadTable(const fs::path &experiment, const std::string &name, std::string *settingsJson)
 {
-    const std::string file = experiment.string();
-    checkName(file, "table", name);
-    const h5::File f = openExperiment(experiment);
-    requireObject(f.get(), file, kSweeps, "table", name);
-    const std::string path = std::string(kSweeps) + "/" + name;
-    MetricTable t = readTable(f.get(), file, path);
+    const RecordFile record = openRecord(experiment, kSweeps, "table", name);
+    const std::string &file = record.file, &path = record.path;
+    MetricTable t = readTable(record.handle.get(), file, path);
     if (settingsJson) {
-        const h5::Dataset ds = openDataset(f.get(), file, path);
+        const h5::Dataset ds = openDataset(record.handle.get(), file, path);
         *settingsJson = readStringAttr(ds.get(), Site(file, path), "settings");
     }
     return t;

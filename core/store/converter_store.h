@@ -15,8 +15,8 @@
 // InvalidArgument for an unknown, bad or hidden name or an inconsistent record).
 #pragma once
 
-#include "core/jobs/job_enums.h"
 #include "core/metrics/metric_table.h"
+#include "core/store/converter_family.h"
 #include "core/store/experiment_file.h"
 
 #include <filesystem>
@@ -26,7 +26,7 @@
 namespace kvwb::core {
 
 // One map of a converter, from a source row x [inputDim] to a target row y [outputDim] (row vectors,
-// float32, row-major). Its family (core/jobs/job_enums.h ConverterFamily) says which parts it has:
+// float32, row-major). Its family (core/store/converter_family.h ConverterFamily) says which parts it has:
 //   ridge:    y = x W + b                              (weight, bias)
 //   low-rank: y = (x D) U + b                          (down, up, bias; weight empty)
 //   MLP:      y = x W + b + gelu(x W1 + b1) W2         (weight, bias, hiddenWeight, hiddenBias,

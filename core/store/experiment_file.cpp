@@ -26,27 +26,6 @@ namespace kvwb::core {
 
 namespace fs = std::filesystem;
 
-const char *kvStorageName(KvStorage s) noexcept
-{
-    switch (s) {
-    case KvStorage::F32:
-        return "f32";
-    case KvStorage::F16:
-        return "f16";
-    case KvStorage::BF16:
-        return "bf16";
-    }
-    return "?";
-}
-
-std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept
-{
-    for (KvStorage s : {KvStorage::F32, KvStorage::F16, KvStorage::BF16})
-        if (name == kvStorageName(s))
-            return s;
-    return std::nullopt;
-}
-
 namespace {
 
 using detail::checkModel;
@@ -125,14 +104,14 @@ h5::Datatype halfType()
 }
 
 // The on-disk (and, since we convert ourselves, in-memory) element type of a KV dataset.
-h5::Datatype kvFileType(KvStorage s)
+h5::Datatype kvFileType(FloatType s)
 {
     switch (s) {
-    case KvStorage::F32:
+    case FloatType::F32:
         return h5::Datatype(H5Tcopy(H5T_IEEE_F32LE));
-    case KvStorage::F16:
+    case FloatType::F16:
         return halfType();
-    case KvStorage::BF16:
+    case FloatType::BF16:
         return h5::Datatype(H5Tcopy(H5T_STD_U16LE));
     }
     return {};
@@ -162,7 +141,7 @@ void writeRows(hid_t ds, const std::string &fileName, const std::string &path, h
 
 // ---- the whole file ----
 
-void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorage storage)
+void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, FloatType storage)
 {
     const ModelConfig &c = m.config;
     writeAttr(group, site, "architecture", c.architecture);
@@ -177,7 +156,7 @@ void writeModelAttrs(hid_t group, const Site &site, const ModelInfo &m, KvStorag
     writeAttr(group, site, "rope_layout", std::string(ropeLayoutName(c.ropeLayout)));
     writeAttr(group, site, "rope_scaling", c.ropeScaling.type);
     writeAttr(group, site, "rope_scaling_factor", c.ropeScaling.factor);
-    writeAttr(group, site, "dtype", std::string(kvStorageName(storage)));
+    writeAttr(group, site, "dtype", std::string(floatTypeName(storage)));
     writeAttr(group, site, "weights_sha256", m.weightsSha256);
     writeAttr(group, site, "tokenizer_sha256", m.tokenizerSha256);
     writeAttr(group, site, "source_path", m.sourcePath);
@@ -348,7 +327,7 @@ ExperimentWriter ExperimentWriter::create(const fs::path &path, const Experiment
                                                       {hsize_t(c.numKvHeads), hsize_t(c.headDim)},
                                                       hsize_t(options.chunkTokens), options.compress);
                     const Site site(name, path);
-                    writeAttr(ds.get(), site, "dtype", std::string(kvStorageName(options.storage)));
+                    writeAttr(ds.get(), site, "dtype", std::string(floatTypeName(options.storage)));
                     writeAttr(ds.get(), site, "layer", int64_t(layer));
                     writeAttr(ds.get(), site, "layout", std::string("[tokens, kv_heads, head_dim]"));
                     if (std::strcmp(what, "keys") == 0)
@@ -503,11 +482,11 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
                     const hid_t ds = (kind == 0 ? d.keys : d.values)[i].get();
                     const std::string path = layerPath(m, layers[i], kind == 0 ? "keys" : "values");
                     switch (s.options.storage) {
-                    case KvStorage::F32:
+                    case FloatType::F32:
                         writeRows(ds, s.name, path, H5T_NATIVE_FLOAT, first, count, rest, src.data());
                         crc = crc32Of(src.data(), src.size() * sizeof(float));
                         break;
-                    case KvStorage::F16:
+                    case FloatType::F16:
                         // Converted here (round to nearest even) and written as raw binary16: HDF5's own
                         // float->half soft conversion is bit-by-bit and far slower.
                         converted.resize(src.size());
@@ -515,7 +494,7 @@ int ExperimentWriter::appendPrompt(const PromptRecord &prompt)
                         writeRows(ds, s.name, path, w.half.get(), first, count, rest, converted.data());
                         crc = crc32Of(converted.data(), converted.size() * sizeof(uint16_t));
                         break;
-                    case KvStorage::BF16:
+                    case FloatType::BF16:
                         converted.resize(src.size());
                         std::transform(src.begin(), src.end(), converted.begin(), floatToBf16);
                         writeRows(ds, s.name, path, H5T_NATIVE_UINT16, first, count, rest, converted.data());
@@ -652,10 +631,10 @@ struct ExperimentReader::Impl
         const hid_t ds = (keys ? d.keys : d.values)[slot].get();
         const int kind = keys ? 0 : 1;
         const size_t rowElements = size_t(c.numKvHeads) * size_t(c.headDim);
-        const bool f32 = s.options.storage == KvStorage::F32;
+        const bool f32 = s.options.storage == FloatType::F32;
         const size_t elementBytes = f32 ? 4 : 2;
         const hid_t memType =
-            f32 ? H5T_NATIVE_FLOAT : (s.options.storage == KvStorage::F16 ? half.get() : H5T_NATIVE_UINT16);
+            f32 ? H5T_NATIVE_FLOAT : (s.options.storage == FloatType::F16 ? half.get() : H5T_NATIVE_UINT16);
 
         // Every prompt the range touches is checked against its CRC-32 once per reader, so rows
         // damaged on disk are refused rather than fitted. An unchecked prompt is read whole.
@@ -708,7 +687,7 @@ struct ExperimentReader::Impl
         } else {
             const auto *u = reinterpret_cast<const uint16_t *>(src);
             std::transform(u, u + n, out.begin(),
-                           s.options.storage == KvStorage::F16 ? halfToFloat : bf16ToFloat);
+                           s.options.storage == FloatType::F16 ? halfToFloat : bf16ToFloat);
         }
         // NaN or Inf is never a key or a value a model made: a damaged file or a broken capture.
         // Refused here, every reader (fitting, scoring, comparison) gets finite rows only.

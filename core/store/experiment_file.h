@@ -17,6 +17,7 @@
 // caller data).
 #pragma once
 
+#include "core/model/dtype.h"
 #include "core/model/kv_types.h"
 #include "core/model/model_config.h"
 
@@ -32,22 +33,14 @@ namespace kvwb::core {
 
 inline constexpr const char *kExperimentSchema = "kvwb/2";
 
-// How KV values are stored on disk; the API always speaks float32.
-enum class KvStorage
-{
-    F32,
-    F16,
-    BF16
-};
-const char *kvStorageName(KvStorage s) noexcept; // "f32" | "f16" | "bf16"
-// The inverse of kvStorageName; nullopt for anything else.
-std::optional<KvStorage> parseKvStorage(std::string_view name) noexcept;
+// How KV values are stored on disk (ExperimentOptions::storage): core::FloatType (core/model/dtype.h),
+// f32, f16 or bf16; the API always speaks float32.
 
 // Whether stored keys had RoPE applied (values never do): core::KeyForm (core/model/kv_types.h).
 
 struct ExperimentOptions
 {
-    KvStorage storage = KvStorage::F32;
+    FloatType storage = FloatType::F32;
     int compress = 0;      // deflate level 0 (off) .. 9, with the shuffle filter when > 0
     int chunkTokens = 256; // KV chunk rows: [chunkTokens, kvHeads, headDim]
     KeyForm keyForm = KeyForm::PreRope;

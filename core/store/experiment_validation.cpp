@@ -80,10 +80,10 @@ std::vector<int> resolvedLayers(const ModelInfo &m)
 
 namespace {
 
-// parseKvStorage, or Error(Format) naming the attribute at fault.
-KvStorage storageAttr(const std::string &s, const std::string &where)
+// parseFloatType, or Error(Format) naming the attribute at fault.
+FloatType storageAttr(const std::string &s, const std::string &where)
 {
-    if (const auto storage = parseKvStorage(s))
+    if (const auto storage = parseFloatType(s))
         return *storage;
     throw Error(ErrorCode::Format, where + " is '" + s + "', expected f32, f16 or bf16");
 }
@@ -157,15 +157,9 @@ std::vector<int64_t> readOffsets(hid_t ds, const std::string &fileName, const st
     return v;
 }
 
-} // namespace
-
-void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums)
+// The root group's provenance attributes.
+void readProvenance(hid_t f, const Site &root, Provenance &p)
 {
-    const hid_t f = s.file.get();
-    const std::string &n = s.name;
-    const Site root(n, "/");
-    s.schema = h5::checkSchema(f, n);
-    Provenance &p = s.provenance;
     p.appVersion = readStringAttr(f, root, "app_version");
     p.gitCommit = readStringAttr(f, root, "git_commit");
     p.qtVersion = readStringAttr(f, root, "qt_version");
@@ -175,42 +169,47 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums)
     p.createdUtc = readStringAttr(f, root, "created_utc");
     p.runId = readStringAttr(f, root, "run_id");
     p.configSha256 = readStringAttr(f, root, "config_sha256");
+}
 
-    for (int m = 0; m < 2; ++m) {
-        const std::string gpath = std::string("/models/") + roleLetter(m);
-        h5::Group g = openGroup(f, n, gpath);
-        s.models[size_t(m)] = readModelAttrs(g.get(), Site(n, gpath), roleOf(m));
+// Storage options live on the KV datasets; model a's first captured layer's keys define them
+// for the file.
+void readStorageOptions(FileState &s)
+{
+    const hid_t f = s.file.get();
+    const std::string &n = s.name;
+    const std::string kpath = layerPath(0, s.models[0].capturedLayers.front(), "keys");
+    h5::Dataset k = openDataset(f, n, kpath);
+    const Site site(n, kpath);
+    s.options.storage = storageAttr(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
+    const std::string form = readStringAttr(k.get(), site, "key_form");
+    if (form == "pre_rope")
+        s.options.keyForm = KeyForm::PreRope;
+    else if (form == "post_rope")
+        s.options.keyForm = KeyForm::PostRope;
+    else
+        throw Error(ErrorCode::Format, site.attr("key_form") + " is '" + form + "'");
+    h5::PropList dcpl(H5Dget_create_plist(k.get()));
+    hsize_t chunk[3] = {0, 0, 0};
+    if (H5Pget_chunk(dcpl.get(), 3, chunk) == 3)
+        s.options.chunkTokens = int(chunk[0]);
+    s.options.compress = 0;
+    const int nfilters = H5Pget_nfilters(dcpl.get());
+    for (int i = 0; i < nfilters; ++i) {
+        unsigned flags = 0, cd[4] = {0, 0, 0, 0};
+        size_t ncd = 4;
+        if (H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &ncd, cd, 0, nullptr, nullptr) ==
+                H5Z_FILTER_DEFLATE &&
+            ncd >= 1)
+            s.options.compress = int(cd[0]);
     }
-    // Storage options live on the KV datasets; model a's first captured layer's keys define them
-    // for the file.
-    {
-        const std::string kpath = layerPath(0, s.models[0].capturedLayers.front(), "keys");
-        h5::Dataset k = openDataset(f, n, kpath);
-        const Site site(n, kpath);
-        s.options.storage = storageAttr(readStringAttr(k.get(), site, "dtype"), site.attr("dtype"));
-        const std::string form = readStringAttr(k.get(), site, "key_form");
-        if (form == "pre_rope")
-            s.options.keyForm = KeyForm::PreRope;
-        else if (form == "post_rope")
-            s.options.keyForm = KeyForm::PostRope;
-        else
-            throw Error(ErrorCode::Format, site.attr("key_form") + " is '" + form + "'");
-        h5::PropList dcpl(H5Dget_create_plist(k.get()));
-        hsize_t chunk[3] = {0, 0, 0};
-        if (H5Pget_chunk(dcpl.get(), 3, chunk) == 3)
-            s.options.chunkTokens = int(chunk[0]);
-        s.options.compress = 0;
-        const int nfilters = H5Pget_nfilters(dcpl.get());
-        for (int i = 0; i < nfilters; ++i) {
-            unsigned flags = 0, cd[4] = {0, 0, 0, 0};
-            size_t ncd = 4;
-            if (H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &ncd, cd, 0, nullptr, nullptr) ==
-                    H5Z_FILTER_DEFLATE &&
-                ncd >= 1)
-                s.options.compress = int(cd[0]);
-        }
-    }
+}
 
+// Opens the prompts' offsets datasets (and the datasets they index) and sets the committed prompt
+// count.
+void openPromptDatasets(FileState &s)
+{
+    const hid_t f = s.file.get();
+    const std::string &n = s.name;
     // Offsets: committed prompt count = the shortest offsets dataset; a writer killed between
     // extending them leaves others at most one prompt longer.
     const auto openRagged = [&](RaggedBytes &r, const char *bytesName, const char *offsetsName) {
@@ -250,102 +249,151 @@ void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums)
     trimOffsets(s.kv[0].committed, "/prompts/a/offsets");
     trimOffsets(s.kv[1].committed, "/prompts/b/offsets");
     s.promptCount = int(shortest - 1);
+}
 
-    const auto checkLength = [&](hid_t ds, const std::string &path, int64_t needed,
-                                 const std::string &offsetsPath) {
-        const std::vector<hsize_t> dims = datasetDims(ds, n, path);
-        if (dims.size() != 1)
-            throw Error(ErrorCode::Format, n + ": dataset " + path + " must be 1-D");
-        if (int64_t(dims[0]) < needed)
-            throw Error(ErrorCode::Format, n + ": dataset " + offsetsPath + " reaches " +
-                                               std::to_string(needed) + " but " + path + " has only " +
-                                               std::to_string(dims[0]) + " entries");
-        // The committed rows were all written, so the file must store them: a damaged offset
-        // cannot make a reader allocate for rows that are not there.
-        h5::checkWholeRead(ds, n, path, {hsize_t(needed)}, 8);
-    };
-    checkLength(s.text.bytes.get(), s.text.bytesPath, s.text.committed.back(), s.text.offsetsPath);
-    checkLength(s.label.bytes.get(), s.label.bytesPath, s.label.committed.back(), s.label.offsetsPath);
+// Checks that the 1-D dataset at path holds the `needed` entries its offsets dataset reaches.
+void checkLength(const std::string &n, hid_t ds, const std::string &path, int64_t needed,
+                 const std::string &offsetsPath)
+{
+    const std::vector<hsize_t> dims = datasetDims(ds, n, path);
+    if (dims.size() != 1)
+        throw Error(ErrorCode::Format, n + ": dataset " + path + " must be 1-D");
+    if (int64_t(dims[0]) < needed)
+        throw Error(ErrorCode::Format, n + ": dataset " + offsetsPath + " reaches " + std::to_string(needed) +
+                                           " but " + path + " has only " + std::to_string(dims[0]) +
+                                           " entries");
+    // The committed rows were all written, so the file must store them: a damaged offset
+    // cannot make a reader allocate for rows that are not there.
+    h5::checkWholeRead(ds, n, path, {hsize_t(needed)}, 8);
+}
+
+// Checks model m's /prompts/<m>/spans: [tokens, 2], covering its committed tokens.
+void checkSpans(const FileState &s, int m)
+{
+    const std::string &n = s.name;
+    const ModelDatasets &d = s.kv[size_t(m)];
+    const std::string base = std::string("/prompts/") + roleLetter(m);
+    const std::string path = base + "/spans";
+    const std::vector<hsize_t> dims = datasetDims(d.spans.get(), n, path);
+    if (dims.size() != 2 || dims[1] != 2)
+        throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, 2]");
+    if (int64_t(dims[0]) < d.committed.back())
+        throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches " +
+                                           std::to_string(d.committed.back()) + " but " + path +
+                                           " has only " + std::to_string(dims[0]) + " rows");
+    h5::checkWholeRead(d.spans.get(), n, path, {hsize_t(d.committed.back()), 2}, 4);
+}
+
+// Opens and checks one KV dataset of model m (what: "keys" or "values"): its shape, its committed
+// rows, its element type against its dtype attribute and that against the file's storage.
+h5::Dataset openKvDataset(const FileState &s, int m, int layer, const char *what,
+                          hsize_t kvCacheBytesPerDataset)
+{
+    const hid_t f = s.file.get();
+    const std::string &n = s.name;
+    const ModelDatasets &d = s.kv[size_t(m)];
+    const ModelConfig &c = s.models[size_t(m)].config;
+    const std::string base = std::string("/prompts/") + roleLetter(m);
+    const std::string path = layerPath(m, layer, what);
+    h5::Dataset ds = openDataset(f, n, path, kvCacheBytesPerDataset);
+    const std::vector<hsize_t> dims = datasetDims(ds.get(), n, path);
+    if (dims.size() != 3 || dims[1] != hsize_t(c.numKvHeads) || dims[2] != hsize_t(c.headDim))
+        throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, " +
+                                           std::to_string(c.numKvHeads) + ", " + std::to_string(c.headDim) +
+                                           "] as /models/" + roleLetter(m) + " num_kv_heads/head_dim say");
+    if (int64_t(dims[0]) < d.committed.back())
+        throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches token " +
+                                           std::to_string(d.committed.back()) + " but " + path +
+                                           " has only " + std::to_string(dims[0]) + " rows");
+    h5::checkWholeRead(ds.get(), n, path, {hsize_t(d.committed.back()), dims[1], dims[2]}, 4);
+    const Site site(n, path);
+    const FloatType st = storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
+    h5::Datatype type(H5Dget_type(ds.get()));
+    const H5T_class_t cls = H5Tget_class(type.get());
+    const size_t size = H5Tget_size(type.get());
+    const bool typeOk = (st == FloatType::F32 && cls == H5T_FLOAT && size == 4) ||
+                        (st == FloatType::F16 && cls == H5T_FLOAT && size == 2) ||
+                        (st == FloatType::BF16 && cls == H5T_INTEGER && size == 2);
+    if (!typeOk) {
+        const std::string actual = std::string(cls == H5T_FLOAT     ? "float"
+                                               : cls == H5T_INTEGER ? "integer"
+                                                                    : "non-numeric") +
+                                   " of " + std::to_string(size) + " bytes";
+        throw Error(ErrorCode::Format, n + ": dataset " + path + " holds " + actual +
+                                           " elements, but its dtype attribute says '" + floatTypeName(st) +
+                                           "'");
+    }
+    if (st != s.options.storage)
+        throw Error(ErrorCode::Format, n + ": dataset " + path + " is stored as '" + floatTypeName(st) +
+                                           "', the file's storage is '" + floatTypeName(s.options.storage) +
+                                           "'");
+    return ds;
+}
+
+// Opens model m's checksums dataset and reads the committed prompts' rows.
+void readChecksums(FileState &s, int m)
+{
+    const hid_t f = s.file.get();
+    const std::string &n = s.name;
+    ModelDatasets &d = s.kv[size_t(m)];
+    // Checksums: one row per committed prompt at least (a killed writer may have written the
+    // next prompt's row before its offsets).
+    const std::string cpath = crcPath(m);
+    d.crc = openDataset(f, n, cpath);
+    const std::vector<hsize_t> cdims = datasetDims(d.crc.get(), n, cpath);
+    const h5::Datatype ctype(H5Dget_type(d.crc.get()));
+    const size_t layers = s.models[size_t(m)].capturedLayers.size();
+    if (cdims.size() != 3 || cdims[1] != layers || cdims[2] != 2 ||
+        H5Tget_class(ctype.get()) != H5T_INTEGER || H5Tget_size(ctype.get()) != 4)
+        throw Error(ErrorCode::Format, n + ": dataset " + cpath + " must be uint32 [prompts, " +
+                                           std::to_string(layers) + ", 2] (one CRC-32 per prompt, " +
+                                           "captured layer, keys and values), not " + h5::shapeText(cdims));
+    if (cdims[0] < hsize_t(s.promptCount))
+        throw Error(ErrorCode::Format, n + ": dataset " + cpath + " has " + std::to_string(cdims[0]) +
+                                           " rows for " + std::to_string(s.promptCount) + " prompts");
+    const std::vector<hsize_t> committed{hsize_t(s.promptCount), layers, 2};
+    h5::checkWholeRead(d.crc.get(), n, cpath, committed, 4);
+    d.crcs.assign(size_t(s.promptCount) * layers * 2, 0);
+    readRows(d.crc.get(), n, cpath, H5T_NATIVE_UINT32, 0, hsize_t(s.promptCount), d.crcs.data());
+}
+
+} // namespace
+
+void loadState(FileState &s, hsize_t kvCacheBytesPerDataset, bool checksums)
+{
+    const hid_t f = s.file.get();
+    const std::string &n = s.name;
+    const Site root(n, "/");
+    s.schema = h5::checkSchema(f, n);
+    readProvenance(f, root, s.provenance);
+
+    for (int m = 0; m < 2; ++m) {
+        const std::string gpath = std::string("/models/") + roleLetter(m);
+        h5::Group g = openGroup(f, n, gpath);
+        s.models[size_t(m)] = readModelAttrs(g.get(), Site(n, gpath), roleOf(m));
+    }
+    readStorageOptions(s);
+    openPromptDatasets(s);
+
+    checkLength(n, s.text.bytes.get(), s.text.bytesPath, s.text.committed.back(), s.text.offsetsPath);
+    checkLength(n, s.label.bytes.get(), s.label.bytesPath, s.label.committed.back(), s.label.offsetsPath);
 
     if (s.hasAlignment)
-        checkLength(s.align.get(), "/prompts/b/align", s.kv[1].committed.back(), "/prompts/b/offsets");
+        checkLength(n, s.align.get(), "/prompts/b/align", s.kv[1].committed.back(), "/prompts/b/offsets");
     for (int m = 0; m < 2; ++m) {
         ModelDatasets &d = s.kv[size_t(m)];
-        const ModelConfig &c = s.models[size_t(m)].config;
         const std::string base = std::string("/prompts/") + roleLetter(m);
-        checkLength(d.ids.get(), base + "/ids", d.committed.back(), base + "/offsets");
-        if (s.hasAlignment) {
-            const std::string path = base + "/spans";
-            const std::vector<hsize_t> dims = datasetDims(d.spans.get(), n, path);
-            if (dims.size() != 2 || dims[1] != 2)
-                throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, 2]");
-            if (int64_t(dims[0]) < d.committed.back())
-                throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches " +
-                                                   std::to_string(d.committed.back()) + " but " + path +
-                                                   " has only " + std::to_string(dims[0]) + " rows");
-            h5::checkWholeRead(d.spans.get(), n, path, {hsize_t(d.committed.back()), 2}, 4);
-        }
+        checkLength(n, d.ids.get(), base + "/ids", d.committed.back(), base + "/offsets");
+        if (s.hasAlignment)
+            checkSpans(s, m);
         for (int layer : s.models[size_t(m)].capturedLayers) {
             for (const char *what : {"keys", "values"}) {
-                const std::string path = layerPath(m, layer, what);
-                h5::Dataset ds = openDataset(f, n, path, kvCacheBytesPerDataset);
-                const std::vector<hsize_t> dims = datasetDims(ds.get(), n, path);
-                if (dims.size() != 3 || dims[1] != hsize_t(c.numKvHeads) || dims[2] != hsize_t(c.headDim))
-                    throw Error(ErrorCode::Format, n + ": dataset " + path + " is not [tokens, " +
-                                                       std::to_string(c.numKvHeads) + ", " +
-                                                       std::to_string(c.headDim) + "] as /models/" +
-                                                       roleLetter(m) + " num_kv_heads/head_dim say");
-                if (int64_t(dims[0]) < d.committed.back())
-                    throw Error(ErrorCode::Format, n + ": dataset " + base + "/offsets reaches token " +
-                                                       std::to_string(d.committed.back()) + " but " + path +
-                                                       " has only " + std::to_string(dims[0]) + " rows");
-                h5::checkWholeRead(ds.get(), n, path, {hsize_t(d.committed.back()), dims[1], dims[2]}, 4);
-                const Site site(n, path);
-                const KvStorage st = storageAttr(readStringAttr(ds.get(), site, "dtype"), site.attr("dtype"));
-                h5::Datatype type(H5Dget_type(ds.get()));
-                const H5T_class_t cls = H5Tget_class(type.get());
-                const size_t size = H5Tget_size(type.get());
-                const bool typeOk = (st == KvStorage::F32 && cls == H5T_FLOAT && size == 4) ||
-                                    (st == KvStorage::F16 && cls == H5T_FLOAT && size == 2) ||
-                                    (st == KvStorage::BF16 && cls == H5T_INTEGER && size == 2);
-                if (!typeOk) {
-                    const std::string actual = std::string(cls == H5T_FLOAT     ? "float"
-                                                           : cls == H5T_INTEGER ? "integer"
-                                                                                : "non-numeric") +
-                                               " of " + std::to_string(size) + " bytes";
-                    throw Error(ErrorCode::Format, n + ": dataset " + path + " holds " + actual +
-                                                       " elements, but its dtype attribute says '" +
-                                                       kvStorageName(st) + "'");
-                }
-                if (st != s.options.storage)
-                    throw Error(ErrorCode::Format, n + ": dataset " + path + " is stored as '" +
-                                                       kvStorageName(st) + "', the file's storage is '" +
-                                                       kvStorageName(s.options.storage) + "'");
+                h5::Dataset ds = openKvDataset(s, m, layer, what, kvCacheBytesPerDataset);
                 (std::strcmp(what, "keys") == 0 ? d.keys : d.values).push_back(std::move(ds));
             }
         }
-        if (!checksums)
-            continue;
-        // Checksums: one row per committed prompt at least (a killed writer may have written the
-        // next prompt's row before its offsets).
-        const std::string cpath = crcPath(m);
-        d.crc = openDataset(f, n, cpath);
-        const std::vector<hsize_t> cdims = datasetDims(d.crc.get(), n, cpath);
-        const h5::Datatype ctype(H5Dget_type(d.crc.get()));
-        const size_t layers = s.models[size_t(m)].capturedLayers.size();
-        if (cdims.size() != 3 || cdims[1] != layers || cdims[2] != 2 ||
-            H5Tget_class(ctype.get()) != H5T_INTEGER || H5Tget_size(ctype.get()) != 4)
-            throw Error(ErrorCode::Format, n + ": dataset " + cpath + " must be uint32 [prompts, " +
-                                               std::to_string(layers) + ", 2] (one CRC-32 per prompt, " +
-                                               "captured layer, keys and values), not " +
-                                               h5::shapeText(cdims));
-        if (cdims[0] < hsize_t(s.promptCount))
-            throw Error(ErrorCode::Format, n + ": dataset " + cpath + " has " + std::to_string(cdims[0]) +
-                                               " rows for " + std::to_string(s.promptCount) + " prompts");
-        const std::vector<hsize_t> committed{hsize_t(s.promptCount), layers, 2};
-        h5::checkWholeRead(d.crc.get(), n, cpath, committed, 4);
-        d.crcs.assign(size_t(s.promptCount) * layers * 2, 0);
-        readRows(d.crc.get(), n, cpath, H5T_NATIVE_UINT32, 0, hsize_t(s.promptCount), d.crcs.data());
+        if (checksums)
+            readChecksums(s, m);
     }
 }
 

@@ -602,6 +602,24 @@ void requireObject(hid_t file, const std::string &name, const char *group, const
                     (present.empty() ? std::string("none") : text::join(present)) + ")");
 }
 
+std::vector<std::string> recordNames(const std::filesystem::path &experiment, const char *group)
+{
+    const File f = openExperiment(experiment);
+    return visibleNames(f.get(), experiment.string(), group);
+}
+
+RecordFile openRecord(const std::filesystem::path &experiment, const char *group, const char *what,
+                      const std::string &name)
+{
+    RecordFile r;
+    r.file = experiment.string();
+    checkName(r.file, what, name);
+    r.handle = openExperiment(experiment);
+    requireObject(r.handle.get(), r.file, group, what, name);
+    r.path = std::string(group) + "/" + name;
+    return r;
+}
+
 std::string shapeText(const std::vector<hsize_t> &dims)
 {
     std::string out = "[";

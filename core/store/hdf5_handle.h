@@ -250,6 +250,18 @@ File openExperiment(const std::filesystem::path &path);
 // Error(InvalidArgument) naming the file and the missing object (and what the group holds instead).
 void requireObject(hid_t file, const std::string &name, const char *group, const char *what,
                    const std::string &object);
+// The names of an experiment's records under group (visibleNames of the file opened read-only).
+std::vector<std::string> recordNames(const std::filesystem::path &experiment, const char *group);
+// A named record of an experiment opened for reading: the name checked (checkName), the file opened
+// read-only (openExperiment), the record required under group (requireObject), in that order.
+struct RecordFile
+{
+    std::string file; // the experiment's path, for messages
+    File handle;
+    std::string path; // group/name
+};
+RecordFile openRecord(const std::filesystem::path &experiment, const char *group, const char *what,
+                      const std::string &name);
 // "[2, 3]"
 std::string shapeText(const std::vector<hsize_t> &dims);
 

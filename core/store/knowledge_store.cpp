@@ -90,6 +90,181 @@ nlohmann::json relationsJson(const ConceptNode &n)
     return out;
 }
 
+// Reads /nodes into k.graph (each node added as it is read).
+void readNodes(hid_t f, const std::string &name, KnowledgeFile &k)
+{
+    const auto ids = h5::readStrings(f, name, "/nodes/id");
+    const size_t n = ids.size();
+    const auto list = [&](const char *field) {
+        const std::string p = std::string("/nodes/") + field;
+        auto v = h5::readStrings(f, name, p);
+        if (v.size() != n)
+            throw Error(ErrorCode::Format,
+                        fmt::format("{}: dataset {} holds {} strings for {} nodes", name, p, v.size(), n));
+        return v;
+    };
+    const auto names = list("name"), knowledge = list("knowledge"), sources = list("source"),
+               synonyms = list("synonyms"), questions = list("questions"), related = list("related");
+    const auto confidence = readVector<double>(f, name, "/nodes/confidence", H5T_NATIVE_DOUBLE, false, n);
+    const auto verified = readVector<int64_t>(f, name, "/nodes/verified_ms", H5T_NATIVE_INT64, true, n);
+    const auto reuse = readVector<int64_t>(f, name, "/nodes/reuse_count", H5T_NATIVE_INT64, true, n);
+    const auto stringArray = [&](const std::string &text, const char *field, size_t i) {
+        const std::string at = fmt::format("{}: /nodes/{} of node {} ('{}')", name, field, i, ids[i]);
+        nlohmann::json j;
+        try {
+            j = nlohmann::json::parse(text);
+        } catch (const nlohmann::json::exception &) {
+            throw Error(ErrorCode::Format, at + " is not JSON");
+        }
+        return std::pair{j, at};
+    };
+    for (size_t i = 0; i < n; ++i) {
+        ConceptNode node;
+        node.id = ids[i];
+        node.name = names[i];
+        node.knowledge = knowledge[i];
+        node.source = sources[i];
+        node.confidence = confidence[i];
+        node.verifiedMs = verified[i];
+        node.reuseCount = reuse[i];
+        for (const char *field : {"synonyms", "questions"}) {
+            auto [j, at] = stringArray(field[0] == 's' ? synonyms[i] : questions[i], field, i);
+            if (!j.is_array() ||
+                !std::all_of(j.begin(), j.end(), [](const auto &v) { return v.is_string(); }))
+                throw Error(ErrorCode::Format, at + " is not an array of strings");
+            (field[0] == 's' ? node.synonyms : node.questions) = j.template get<std::vector<std::string>>();
+        }
+        auto [j, at] = stringArray(related[i], "related", i);
+        if (!j.is_array())
+            throw Error(ErrorCode::Format, at + " is not an array");
+        for (const auto &r : j) {
+            if (!r.is_array() || r.size() != 2 || !r[0].is_string() || !r[1].is_string())
+                throw Error(ErrorCode::Format, at + " holds an entry that is not [kind, node id]");
+            const auto kind = parseRelationKind(r[0].get<std::string>());
+            if (!kind)
+                throw Error(ErrorCode::Format, at + " holds relation kind '" + r[0].get<std::string>() + "'");
+            node.related.push_back({*kind, r[1].get<std::string>()});
+        }
+        try {
+            k.graph.add(std::move(node));
+        } catch (const Error &e) {
+            throw Error(ErrorCode::Format, name + ": " + e.what());
+        }
+    }
+}
+
+// The /modules group's attributes: the model, its KV geometry (checked) and the key form.
+KnowledgeModules readModulesHeader(hid_t f, const std::string &name)
+{
+    KnowledgeModules m;
+    const h5::Group g = h5::openGroup(f, name, "/modules");
+    const Site site(name, "/modules");
+    m.modelFingerprint = h5::readStringAttr(g.get(), site, "model_fingerprint");
+    m.modelPath = h5::readStringAttr(g.get(), site, "model_path");
+    m.layers = int(h5::readIntAttr(g.get(), site, "layers"));
+    m.kvHeads = int(h5::readIntAttr(g.get(), site, "kv_heads"));
+    m.headDim = int(h5::readIntAttr(g.get(), site, "head_dim"));
+    if (m.layers <= 0 || m.layers > 4096 || m.kvHeads <= 0 || m.kvHeads > 4096 || m.headDim <= 0 ||
+        m.headDim > 65536)
+        throw Error(ErrorCode::Format, fmt::format("{}: /modules says {} layers, {} kv heads, head size {}",
+                                                   name, m.layers, m.kvHeads, m.headDim));
+    const std::string form = h5::readStringAttr(g.get(), site, "key_form");
+    if (form != "pre_rope")
+        throw Error(ErrorCode::Format, site.attr("key_form") + " is '" + form + "', expected pre_rope");
+    return m;
+}
+
+// Reads the modules' prefix, nodes, token ids and timings (not their KV) into m.modules; returns
+// the total token count.
+size_t readModuleIndex(hid_t f, const std::string &name, const KnowledgeGraph &graph, KnowledgeModules &m)
+{
+    const auto prefix = readVector<int32_t>(f, name, "/modules/prefix_ids", H5T_NATIVE_INT32, true);
+    m.prefixIds.assign(prefix.begin(), prefix.end());
+    const auto nodes = h5::readStrings(f, name, "/modules/node");
+    const size_t count = nodes.size();
+    const auto offsets = readVector<int64_t>(f, name, "/modules/offsets", H5T_NATIVE_INT64, true, count + 1);
+    const auto tokenIds = readVector<int32_t>(f, name, "/modules/ids", H5T_NATIVE_INT32, true);
+    const auto built = readVector<int64_t>(f, name, "/modules/built_ms", H5T_NATIVE_INT64, true, count);
+    const auto compute = readVector<double>(f, name, "/modules/compute_ms", H5T_NATIVE_DOUBLE, false, count);
+    if (offsets.front() != 0 || int64_t(tokenIds.size()) != offsets.back())
+        throw Error(ErrorCode::Format,
+                    fmt::format("{}: /modules/offsets run from {} to {}, but ids holds {} tokens", name,
+                                offsets.front(), offsets.back(), tokenIds.size()));
+    for (size_t i = 0; i < count; ++i) {
+        if (offsets[i + 1] <= offsets[i])
+            throw Error(ErrorCode::Format,
+                        fmt::format("{}: /modules/offsets entry {} ({}) does not exceed the one before ({})",
+                                    name, i + 1, offsets[i + 1], offsets[i]));
+        if (offsets[i + 1] > offsets.back()) // checked before slicing ids with it
+            throw Error(ErrorCode::Format,
+                        fmt::format("{}: /modules/offsets entry {} ({}) is past the end of ids ({} tokens)",
+                                    name, i + 1, offsets[i + 1], tokenIds.size()));
+        if (!graph.find(nodes[i]))
+            throw Error(
+                ErrorCode::Format,
+                fmt::format("{}: /modules/node entry {} names '{}', which is not a node", name, i, nodes[i]));
+        KnowledgeModule mod;
+        mod.nodeId = nodes[i];
+        mod.ids.assign(tokenIds.begin() + offsets[i], tokenIds.begin() + offsets[i + 1]);
+        mod.builtMs = built[i];
+        mod.computeMs = compute[i];
+        m.modules.push_back(std::move(mod));
+    }
+    return tokenIds.size();
+}
+
+// Layer l's /modules/layer_NNN/crc32 rows ([modules, 2 (keys, values)] flattened), or none.
+std::vector<uint32_t> readModuleCrcs(hid_t f, const std::string &name, const KnowledgeModules &m, int l)
+{
+    // Files written before modules carried checksums have no crc32 dataset.
+    std::vector<uint32_t> crcs;
+    const std::string crcPath = "/modules/" + layerName(l) + "/crc32";
+    if (h5::linkExists(f, crcPath)) {
+        Dims cd = openArray(f, name, crcPath, 2, false);
+        if (cd.dims != std::vector<hsize_t>{m.modules.size(), 2})
+            throw Error(ErrorCode::Format, fmt::format("{}: dataset {} is {}, expected [{}, 2]", name,
+                                                       crcPath, h5::shapeText(cd.dims), m.modules.size()));
+        crcs.resize(m.modules.size() * 2);
+        if (!crcs.empty())
+            readRows(cd.ds.get(), name, crcPath, H5T_NATIVE_UINT32, 0, m.modules.size(), crcs.data());
+    }
+    return crcs;
+}
+
+// Reads layer l's keys and values (T tokens in all) into each module's mod.layers[l], checking
+// them against the layer's checksums when the file has them.
+void readModuleLayer(hid_t f, const std::string &name, KnowledgeModules &m, int l, size_t T)
+{
+    const size_t H = size_t(m.kvHeads), D = size_t(m.headDim);
+    const std::vector<uint32_t> crcs = readModuleCrcs(f, name, m, l);
+    for (const char *kind : {"keys", "values"}) {
+        const std::string p = "/modules/" + layerName(l) + "/" + kind;
+        Dims d = openArray(f, name, p, 3, false);
+        if (d.dims != std::vector<hsize_t>{T, H, D})
+            throw Error(ErrorCode::Format, fmt::format("{}: dataset {} is {}, expected [{}, {}, {}]", name, p,
+                                                       h5::shapeText(d.dims), T, H, D));
+        std::vector<float> all(T * H * D);
+        if (T > 0)
+            readRows(d.ds.get(), name, p, H5T_NATIVE_FLOAT, 0, T, all.data());
+        size_t first = 0, index = 0;
+        for (auto &mod : m.modules) {
+            const size_t n = mod.ids.size();
+            if (!crcs.empty() && crc32Of(all.data() + first * H * D, n * H * D * sizeof(float)) !=
+                                     crcs[index * 2 + (kind[0] == 'k' ? 0 : 1)])
+                throw Error(ErrorCode::Format,
+                            fmt::format("{}: {} of node '{}' fail their CRC-32 (the file is damaged)", name,
+                                        p, mod.nodeId));
+            ++index;
+            auto &dst = kind[0] == 'k' ? mod.layers[size_t(l)].keys : mod.layers[size_t(l)].values;
+            dst.resize(H * n * D);
+            for (size_t h = 0; h < H; ++h)
+                for (size_t t = 0; t < n; ++t)
+                    std::copy_n(all.data() + ((first + t) * H + h) * D, D, dst.data() + (h * n + t) * D);
+            first += n;
+        }
+    }
+}
+
 } // namespace
 
 const KnowledgeModule *KnowledgeModules::find(const std::string &nodeId) const
@@ -228,64 +403,7 @@ KnowledgeFile loadKnowledge(const fs::path &path, bool withModules)
     KnowledgeFile k;
     k.createdUtc = h5::readStringAttr(f, root, "created_utc");
     k.description = h5::readStringAttr(f, root, "description");
-    const auto ids = h5::readStrings(f, name, "/nodes/id");
-    const size_t n = ids.size();
-    const auto list = [&](const char *field) {
-        const std::string p = std::string("/nodes/") + field;
-        auto v = h5::readStrings(f, name, p);
-        if (v.size() != n)
-            throw Error(ErrorCode::Format,
-                        fmt::format("{}: dataset {} holds {} strings for {} nodes", name, p, v.size(), n));
-        return v;
-    };
-    const auto names = list("name"), knowledge = list("knowledge"), sources = list("source"),
-               synonyms = list("synonyms"), questions = list("questions"), related = list("related");
-    const auto confidence = readVector<double>(f, name, "/nodes/confidence", H5T_NATIVE_DOUBLE, false, n);
-    const auto verified = readVector<int64_t>(f, name, "/nodes/verified_ms", H5T_NATIVE_INT64, true, n);
-    const auto reuse = readVector<int64_t>(f, name, "/nodes/reuse_count", H5T_NATIVE_INT64, true, n);
-    const auto stringArray = [&](const std::string &text, const char *field, size_t i) {
-        const std::string at = fmt::format("{}: /nodes/{} of node {} ('{}')", name, field, i, ids[i]);
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(text);
-        } catch (const nlohmann::json::exception &) {
-            throw Error(ErrorCode::Format, at + " is not JSON");
-        }
-        return std::pair{j, at};
-    };
-    for (size_t i = 0; i < n; ++i) {
-        ConceptNode node;
-        node.id = ids[i];
-        node.name = names[i];
-        node.knowledge = knowledge[i];
-        node.source = sources[i];
-        node.confidence = confidence[i];
-        node.verifiedMs = verified[i];
-        node.reuseCount = reuse[i];
-        for (const char *field : {"synonyms", "questions"}) {
-            auto [j, at] = stringArray(field[0] == 's' ? synonyms[i] : questions[i], field, i);
-            if (!j.is_array() ||
-                !std::all_of(j.begin(), j.end(), [](const auto &v) { return v.is_string(); }))
-                throw Error(ErrorCode::Format, at + " is not an array of strings");
-            (field[0] == 's' ? node.synonyms : node.questions) = j.template get<std::vector<std::string>>();
-        }
-        auto [j, at] = stringArray(related[i], "related", i);
-        if (!j.is_array())
-            throw Error(ErrorCode::Format, at + " is not an array");
-        for (const auto &r : j) {
-            if (!r.is_array() || r.size() != 2 || !r[0].is_string() || !r[1].is_string())
-                throw Error(ErrorCode::Format, at + " holds an entry that is not [kind, node id]");
-            const auto kind = parseRelationKind(r[0].get<std::string>());
-            if (!kind)
-                throw Error(ErrorCode::Format, at + " holds relation kind '" + r[0].get<std::string>() + "'");
-            node.related.push_back({*kind, r[1].get<std::string>()});
-        }
-        try {
-            k.graph.add(std::move(node));
-        } catch (const Error &e) {
-            throw Error(ErrorCode::Format, name + ": " + e.what());
-        }
-    }
+    readNodes(f, name, k);
     try {
         k.graph.checkRelations();
     } catch (const Error &e) {
@@ -294,98 +412,13 @@ KnowledgeFile loadKnowledge(const fs::path &path, bool withModules)
     if (!h5::linkExists(f, "/modules"))
         return k;
 
-    KnowledgeModules m;
-    {
-        const h5::Group g = h5::openGroup(f, name, "/modules");
-        const Site site(name, "/modules");
-        m.modelFingerprint = h5::readStringAttr(g.get(), site, "model_fingerprint");
-        m.modelPath = h5::readStringAttr(g.get(), site, "model_path");
-        m.layers = int(h5::readIntAttr(g.get(), site, "layers"));
-        m.kvHeads = int(h5::readIntAttr(g.get(), site, "kv_heads"));
-        m.headDim = int(h5::readIntAttr(g.get(), site, "head_dim"));
-        if (m.layers <= 0 || m.layers > 4096 || m.kvHeads <= 0 || m.kvHeads > 4096 || m.headDim <= 0 ||
-            m.headDim > 65536)
-            throw Error(ErrorCode::Format,
-                        fmt::format("{}: /modules says {} layers, {} kv heads, head size {}", name, m.layers,
-                                    m.kvHeads, m.headDim));
-        const std::string form = h5::readStringAttr(g.get(), site, "key_form");
-        if (form != "pre_rope")
-            throw Error(ErrorCode::Format, site.attr("key_form") + " is '" + form + "', expected pre_rope");
-    }
-    const auto prefix = readVector<int32_t>(f, name, "/modules/prefix_ids", H5T_NATIVE_INT32, true);
-    m.prefixIds.assign(prefix.begin(), prefix.end());
-    const auto nodes = h5::readStrings(f, name, "/modules/node");
-    const size_t count = nodes.size();
-    const auto offsets = readVector<int64_t>(f, name, "/modules/offsets", H5T_NATIVE_INT64, true, count + 1);
-    const auto tokenIds = readVector<int32_t>(f, name, "/modules/ids", H5T_NATIVE_INT32, true);
-    const auto built = readVector<int64_t>(f, name, "/modules/built_ms", H5T_NATIVE_INT64, true, count);
-    const auto compute = readVector<double>(f, name, "/modules/compute_ms", H5T_NATIVE_DOUBLE, false, count);
-    if (offsets.front() != 0 || int64_t(tokenIds.size()) != offsets.back())
-        throw Error(ErrorCode::Format,
-                    fmt::format("{}: /modules/offsets run from {} to {}, but ids holds {} tokens", name,
-                                offsets.front(), offsets.back(), tokenIds.size()));
-    for (size_t i = 0; i < count; ++i) {
-        if (offsets[i + 1] <= offsets[i])
-            throw Error(ErrorCode::Format,
-                        fmt::format("{}: /modules/offsets entry {} ({}) does not exceed the one before ({})",
-                                    name, i + 1, offsets[i + 1], offsets[i]));
-        if (!k.graph.find(nodes[i]))
-            throw Error(
-                ErrorCode::Format,
-                fmt::format("{}: /modules/node entry {} names '{}', which is not a node", name, i, nodes[i]));
-        KnowledgeModule mod;
-        mod.nodeId = nodes[i];
-        mod.ids.assign(tokenIds.begin() + offsets[i], tokenIds.begin() + offsets[i + 1]);
-        mod.builtMs = built[i];
-        mod.computeMs = compute[i];
-        m.modules.push_back(std::move(mod));
-    }
+    KnowledgeModules m = readModulesHeader(f, name);
+    const size_t T = readModuleIndex(f, name, k.graph, m);
     if (withModules) {
-        const size_t H = size_t(m.kvHeads), D = size_t(m.headDim), T = tokenIds.size();
         for (auto &mod : m.modules)
             mod.layers.resize(size_t(m.layers));
-        for (int l = 0; l < m.layers; ++l) {
-            // Files written before modules carried checksums have no crc32 dataset.
-            std::vector<uint32_t> crcs;
-            const std::string crcPath = "/modules/" + layerName(l) + "/crc32";
-            if (h5::linkExists(f, crcPath)) {
-                Dims cd = openArray(f, name, crcPath, 2, false);
-                if (cd.dims != std::vector<hsize_t>{m.modules.size(), 2})
-                    throw Error(ErrorCode::Format,
-                                fmt::format("{}: dataset {} is {}, expected [{}, 2]", name, crcPath,
-                                            h5::shapeText(cd.dims), m.modules.size()));
-                crcs.resize(m.modules.size() * 2);
-                if (!crcs.empty())
-                    readRows(cd.ds.get(), name, crcPath, H5T_NATIVE_UINT32, 0, m.modules.size(), crcs.data());
-            }
-            for (const char *kind : {"keys", "values"}) {
-                const std::string p = "/modules/" + layerName(l) + "/" + kind;
-                Dims d = openArray(f, name, p, 3, false);
-                if (d.dims != std::vector<hsize_t>{T, H, D})
-                    throw Error(ErrorCode::Format, fmt::format("{}: dataset {} is {}, expected [{}, {}, {}]",
-                                                               name, p, h5::shapeText(d.dims), T, H, D));
-                std::vector<float> all(T * H * D);
-                if (T > 0)
-                    readRows(d.ds.get(), name, p, H5T_NATIVE_FLOAT, 0, T, all.data());
-                size_t first = 0, index = 0;
-                for (auto &mod : m.modules) {
-                    const size_t n = mod.ids.size();
-                    if (!crcs.empty() && crc32Of(all.data() + first * H * D, n * H * D * sizeof(float)) !=
-                                             crcs[index * 2 + (kind[0] == 'k' ? 0 : 1)])
-                        throw Error(ErrorCode::Format,
-                                    fmt::format("{}: {} of node '{}' fail their CRC-32 (the file is damaged)",
-                                                name, p, mod.nodeId));
-                    ++index;
-                    auto &dst = kind[0] == 'k' ? mod.layers[size_t(l)].keys : mod.layers[size_t(l)].values;
-                    dst.resize(H * n * D);
-                    for (size_t h = 0; h < H; ++h)
-                        for (size_t t = 0; t < n; ++t)
-                            std::copy_n(all.data() + ((first + t) * H + h) * D, D,
-                                        dst.data() + (h * n + t) * D);
-                    first += n;
-                }
-            }
-        }
+        for (int l = 0; l < m.layers; ++l)
+            readModuleLayer(f, name, m, l, T);
     }
     k.modules = std::move(m);
     return k;

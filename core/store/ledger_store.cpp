@@ -73,19 +73,15 @@ void saveLedger(const fs::path &experiment, const std::string &name, const std::
 
 std::vector<std::string> listLedgers(const fs::path &experiment)
 {
-    const h5::File f = h5::openExperiment(experiment);
-    return h5::visibleNames(f.get(), experiment.string(), kLedgers);
+    return h5::recordNames(experiment, kLedgers);
 }
 
 std::vector<LedgerRow> loadLedger(const fs::path &experiment, const std::string &name,
                                   std::string *settingsJson)
 {
-    const std::string file = experiment.string();
-    h5::checkName(file, "ledger", name);
-    const h5::File f = h5::openExperiment(experiment);
-    const hid_t fid = f.get();
-    h5::requireObject(fid, file, kLedgers, "ledger", name);
-    const std::string base = std::string(kLedgers) + "/" + name;
+    const h5::RecordFile record = h5::openRecord(experiment, kLedgers, "ledger", name);
+    const std::string &file = record.file, &base = record.path;
+    const hid_t fid = record.handle.get();
     int64_t count = 0;
     {
         const h5::Group g = h5::openGroup(fid, file, base);

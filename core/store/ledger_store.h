@@ -1,10 +1,10 @@
-// Replay ledgers in an experiment file: /ledgers/<name>, the rows of core/cache/replay_ledger.h with
+// Replay ledgers in an experiment file: /ledgers/<name>, the rows of core/ledger/replay_ledger.h with
 // the settings JSON of the replay that made them.
 //
 // Threading: any thread; HDF5 calls are serialised by the library (core/store/hdf5_handle.h).
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <filesystem>
 #include <string>

@@ -1,5 +1,6 @@
 #include "core/tokenize/bpe_tokenizer.h"
 
+#include "core/tokenize/tokenizer_json_p.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 
@@ -27,10 +28,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Errors
 
-[[noreturn]] void fail(const std::string &source, const std::string &what)
-{
-    throw Error(ErrorCode::Tokenizer, source + ": " + what);
-}
+using tokenize_detail::fail;
+using tokenize_detail::unsupported;
 
 // Sequences nest (a Sequence of Sequences ...); real files nest two deep. The path names every
 // level ("normalizer.normalizers[0].normalizers[1]"), so its '[' count is the depth: refuse past
@@ -51,11 +50,6 @@ void checkNormalizedSize(size_t bytes)
     if (bytes > kMaxNormalizedBytes)
         throw Error(ErrorCode::Tokenizer, "the tokenizer's normalizers expand the text past " +
                                               std::to_string(kMaxNormalizedBytes >> 20) + " MiB");
-}
-
-[[noreturn]] void unsupported(const std::string &source, const std::string &what)
-{
-    throw Error(ErrorCode::Unsupported, source + ": " + what);
 }
 
 // Field accessors that name the JSON path at fault instead of surfacing nlohmann's type errors.
@@ -1372,12 +1366,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::fromJsonText(std::string_view jsonTe
 {
     auto impl = std::make_unique<Impl>();
     impl->source = sourceName;
-    json root;
-    try {
-        root = json::parse(jsonText.begin(), jsonText.end());
-    } catch (const json::exception &e) {
-        fail(sourceName, std::string("not valid JSON: ") + e.what());
-    }
+    const json root = tokenize_detail::parseJson(jsonText, sourceName, "not valid JSON: ");
     try {
         impl->load(root);
     } catch (const json::exception &e) {

@@ -7,27 +7,6 @@
 
 namespace kvwb::core {
 
-const char *alignPolicyName(AlignPolicy policy) noexcept
-{
-    switch (policy) {
-    case AlignPolicy::First:
-        return "first";
-    case AlignPolicy::Last:
-        return "last";
-    case AlignPolicy::Longest:
-        return "longest";
-    }
-    return "last";
-}
-
-std::optional<AlignPolicy> parseAlignPolicy(std::string_view name) noexcept
-{
-    for (AlignPolicy p : {AlignPolicy::First, AlignPolicy::Last, AlignPolicy::Longest})
-        if (name == alignPolicyName(p))
-            return p;
-    return std::nullopt;
-}
-
 AlignSide alignSide(const Encoding &encoding, const Tokenizer &tok)
 {
     AlignSide s;

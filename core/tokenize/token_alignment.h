@@ -22,6 +22,7 @@
 #pragma once
 
 #include "core/tokenize/tokenizer.h"
+#include "core/util/enum_names.h"
 
 #include <cstdint>
 #include <optional>
@@ -36,8 +37,10 @@ enum class AlignPolicy
     Last,
     Longest
 };
-const char *alignPolicyName(AlignPolicy policy) noexcept; // "first" | "last" | "longest"
-std::optional<AlignPolicy> parseAlignPolicy(std::string_view name) noexcept;
+// "first" | "last" | "longest"
+inline constexpr EnumName<AlignPolicy> kAlignPolicyNames[] = {
+    {AlignPolicy::First, "first"}, {AlignPolicy::Last, "last"}, {AlignPolicy::Longest, "longest"}};
+KVWB_ENUM_NAMES(AlignPolicy, kAlignPolicyNames, alignPolicyName, parseAlignPolicy)
 inline constexpr AlignPolicy kDefaultAlignPolicy = AlignPolicy::Last;
 
 // One tokenisation as the alignment sees it: spans[i] of token i and whether it is a special token

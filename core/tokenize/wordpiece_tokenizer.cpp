@@ -1,5 +1,6 @@
 #include "core/tokenize/wordpiece_tokenizer.h"
 
+#include "core/tokenize/tokenizer_json_p.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 
@@ -22,15 +23,8 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void fail(const std::string &source, const std::string &what)
-{
-    throw Error(ErrorCode::Tokenizer, source + ": " + what);
-}
-
-[[noreturn]] void unsupported(const std::string &source, const std::string &what)
-{
-    throw Error(ErrorCode::Unsupported, source + ": " + what);
-}
+using tokenize_detail::fail;
+using tokenize_detail::unsupported;
 
 // ---------------------------------------------------------------------------------------------
 // Characters, as HF's BertNormalizer and BertPreTokenizer classify them (Rust char methods and the
@@ -575,31 +569,16 @@ void WordPieceTokenizer::Impl::finish()
 // ---------------------------------------------------------------------------------------------
 // Loading
 
-std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonFile(const fs::path &path)
-{
-    return fromJsonText(text::readWholeFile(path), path.string());
-}
+namespace {
 
-std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonText(std::string_view jsonText,
-                                                                     const std::string &src)
+using Impl = WordPieceTokenizer::Impl;
+
+// model.type (WordPiece) and model's unk_token, continuing_subword_prefix, max_input_chars_per_word.
+void readModelOptions(WordPieceOptions &opt, const json &model, const std::string &src)
 {
-    auto d = std::make_unique<Impl>();
-    d->source = src;
-    json root;
-    try {
-        root = json::parse(jsonText.begin(), jsonText.end());
-    } catch (const json::exception &e) {
-        fail(src, std::string("not JSON: ") + e.what());
-    }
-    if (!root.is_object())
-        fail(src, "tokenizer.json is not a JSON object");
-    if (!root.contains("model") || !root.at("model").is_object())
-        fail(src, "missing field model");
-    const json &model = root.at("model");
     const std::string type = typeOf(model, src, "model");
     if (type != "WordPiece")
         unsupported(src, "model.type \"" + type + "\" is not WordPiece");
-    WordPieceOptions &opt = d->opt;
     opt.unkToken = stringOr(model, "unk_token", "[UNK]", src, "model");
     opt.continuingPrefix = stringOr(model, "continuing_subword_prefix", "##", src, "model");
     if (model.contains("max_input_chars_per_word") && !model.at("max_input_chars_per_word").is_null()) {
@@ -608,6 +587,12 @@ std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonText(std::string
             fail(src, "model.max_input_chars_per_word is " + m.dump() + ", not a count of characters");
         opt.maxInputCharsPerWord = m.get<int>();
     }
+}
+
+// model.vocab and added_tokens into d.vocab, d.added and d.pieces (every id from 0 up named).
+void readVocabulary(Impl &d, const json &model, const json &root)
+{
+    const std::string &src = d.source;
     if (!model.contains("vocab") || !model.at("vocab").is_object())
         fail(src, "model.vocab is missing or not an object of token -> id");
     const json &vocab = model.at("vocab");
@@ -628,7 +613,7 @@ std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonText(std::string
             fail(src, where + " is not valid UTF-8");
         if (const auto [it, inserted] = byId.emplace(id, tok); !inserted)
             fail(src, where + " has id " + std::to_string(id) + ", which \"" + it->second + "\" has too");
-        d->vocab.emplace(tok, id);
+        d.vocab.emplace(tok, id);
     }
     for (size_t i = 0; i < addedList.size(); ++i) {
         const json &a = addedList[i];
@@ -647,17 +632,20 @@ std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonText(std::string
         t.rstrip = boolOr(a, "rstrip", false, src, where);
         t.singleWord = boolOr(a, "single_word", false, src, where);
         byId[t.id] = t.content; // an added token's content names its id
-        d->added.push_back(std::move(t));
+        d.added.push_back(std::move(t));
     }
     if (!byId.empty() && size_t(byId.rbegin()->first) >= byId.size())
         fail(src, "ids run to " + std::to_string(byId.rbegin()->first) + " but only " +
                       std::to_string(byId.size()) + " are given (model.vocab and added_tokens leave gaps)");
-    d->pieces.reserve(byId.size());
+    d.pieces.reserve(byId.size());
     for (auto &[id, tok] : byId)
-        d->pieces.push_back(std::move(tok));
+        d.pieces.push_back(std::move(tok));
+}
 
-    const auto section = [&](const char *key) -> json { return root.contains(key) ? root.at(key) : json(); };
-    if (const json norm = section("normalizer"); !norm.is_null()) {
+// The normalizer section (null: none): BertNormalizer's options.
+void readNormalizer(WordPieceOptions &opt, const json &norm, const std::string &src)
+{
+    if (!norm.is_null()) {
         const std::string t = typeOf(norm, src, "normalizer");
         if (t != "BertNormalizer")
             unsupported(src, "normalizer type \"" + t +
@@ -671,78 +659,123 @@ std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonText(std::string
         opt.cleanText = opt.handleChineseChars = opt.lowercase = false;
         opt.stripAccents = false;
     }
-    if (const json pre = section("pre_tokenizer"); !pre.is_null()) {
+}
+
+// The pre_tokenizer and decoder sections (null: none).
+void readPreTokenizerAndDecoder(Impl &d, const json &pre, const json &dec)
+{
+    const std::string &src = d.source;
+    if (!pre.is_null()) {
         const std::string t = typeOf(pre, src, "pre_tokenizer");
         if (t != "BertPreTokenizer")
             unsupported(src, "pre_tokenizer type \"" + t +
                                  "\" is not supported with WordPiece (only BertPreTokenizer)");
     } else {
-        d->preTokenizer = false;
+        d.preTokenizer = false;
     }
-    if (const json dec = section("decoder"); !dec.is_null()) {
+    if (!dec.is_null()) {
         const std::string t = typeOf(dec, src, "decoder");
         if (t != "WordPiece")
             unsupported(src, "decoder type \"" + t + "\" is not supported with WordPiece (only WordPiece)");
-        d->decoderPrefix = stringOr(dec, "prefix", "##", src, "decoder");
-        d->cleanup = boolOr(dec, "cleanup", true, src, "decoder");
+        d.decoderPrefix = stringOr(dec, "prefix", "##", src, "decoder");
+        d.cleanup = boolOr(dec, "cleanup", true, src, "decoder");
     } else {
-        d->wordPieceDecoder = false;
+        d.wordPieceDecoder = false;
     }
-    if (const json post = section("post_processor"); !post.is_null()) {
-        const std::string t = typeOf(post, src, "post_processor");
-        const auto idOf = [&](const std::string &tok, const std::string &where) {
-            const auto id = d->idOf(tok);
-            if (!id)
-                fail(src, where + " names \"" + tok + "\", which is not in the vocabulary");
-            return *id;
-        };
-        if (t == "TemplateProcessing") {
-            const json single = post.value("single", json());
-            if (!single.is_array())
-                fail(src, "post_processor.single is missing or not an array");
-            const json specials = post.value("special_tokens", json::object());
-            bool seenSequence = false;
-            for (size_t i = 0; i < single.size(); ++i) {
-                const json &item = single[i];
-                const std::string where = "post_processor.single[" + std::to_string(i) + "]";
-                if (item.is_object() && item.contains("Sequence")) {
-                    seenSequence = true;
-                    continue;
-                }
-                if (!item.is_object() || !item.contains("SpecialToken") ||
-                    !item.at("SpecialToken").contains("id") || !item.at("SpecialToken").at("id").is_string())
-                    fail(src, where + " is neither a Sequence nor a SpecialToken with an id");
-                const std::string name = item.at("SpecialToken").at("id").get<std::string>();
-                std::vector<int> ids;
-                if (specials.is_object() && specials.contains(name) && specials.at(name).is_object() &&
-                    specials.at(name).contains("ids")) {
-                    const json &list = specials.at(name).at("ids");
-                    if (!list.is_array())
-                        fail(src, "post_processor.special_tokens[\"" + name + "\"].ids is not an array");
-                    for (const auto &x : list)
-                        ids.push_back(
-                            tokenIdOf(x, src, "post_processor.special_tokens[\"" + name + "\"].ids"));
-                } else {
-                    ids.push_back(idOf(name, where));
-                }
-                auto &dst = seenSequence ? d->suffixIds : d->prefixIds;
-                dst.insert(dst.end(), ids.begin(), ids.end());
-            }
-        } else if (t == "BertProcessing") {
-            for (const char *key : {"cls", "sep"}) {
-                const std::string where = std::string("post_processor.") + key;
-                const json p = post.value(key, json());
-                if (!p.is_array() || p.size() != 2 || !p[0].is_string())
-                    fail(src, where + " is not [token, id]");
-                const int id = tokenIdOf(p[1], src, where + "[1]");
-                (std::string(key) == "cls" ? d->prefixIds : d->suffixIds).push_back(id);
-                (std::string(key) == "cls" ? opt.clsToken : opt.sepToken) = p[0].get<std::string>();
-            }
-        } else {
-            unsupported(src, "post_processor type \"" + t +
-                                 "\" is not supported with WordPiece (TemplateProcessing, BertProcessing)");
+}
+
+// A TemplateProcessing post-processor's single template: the special tokens before the sequence
+// into d.prefixIds, those after it into d.suffixIds.
+void readTemplateProcessing(Impl &d, const json &post)
+{
+    const std::string &src = d.source;
+    const auto idOf = [&](const std::string &tok, const std::string &where) {
+        const auto id = d.idOf(tok);
+        if (!id)
+            fail(src, where + " names \"" + tok + "\", which is not in the vocabulary");
+        return *id;
+    };
+    const json single = post.value("single", json());
+    if (!single.is_array())
+        fail(src, "post_processor.single is missing or not an array");
+    const json specials = post.value("special_tokens", json::object());
+    bool seenSequence = false;
+    for (size_t i = 0; i < single.size(); ++i) {
+        const json &item = single[i];
+        const std::string where = "post_processor.single[" + std::to_string(i) + "]";
+        if (item.is_object() && item.contains("Sequence")) {
+            seenSequence = true;
+            continue;
         }
+        if (!item.is_object() || !item.contains("SpecialToken") || !item.at("SpecialToken").contains("id") ||
+            !item.at("SpecialToken").at("id").is_string())
+            fail(src, where + " is neither a Sequence nor a SpecialToken with an id");
+        const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+        std::vector<int> ids;
+        if (specials.is_object() && specials.contains(name) && specials.at(name).is_object() &&
+            specials.at(name).contains("ids")) {
+            const json &list = specials.at(name).at("ids");
+            if (!list.is_array())
+                fail(src, "post_processor.special_tokens[\"" + name + "\"].ids is not an array");
+            for (const auto &x : list)
+                ids.push_back(tokenIdOf(x, src, "post_processor.special_tokens[\"" + name + "\"].ids"));
+        } else {
+            ids.push_back(idOf(name, where));
+        }
+        auto &dst = seenSequence ? d.suffixIds : d.prefixIds;
+        dst.insert(dst.end(), ids.begin(), ids.end());
     }
+}
+
+// The post_processor section (not null): TemplateProcessing or BertProcessing.
+void readPostProcessor(Impl &d, const json &post)
+{
+    const std::string &src = d.source;
+    const std::string t = typeOf(post, src, "post_processor");
+    if (t == "TemplateProcessing") {
+        readTemplateProcessing(d, post);
+    } else if (t == "BertProcessing") {
+        for (const char *key : {"cls", "sep"}) {
+            const std::string where = std::string("post_processor.") + key;
+            const json p = post.value(key, json());
+            if (!p.is_array() || p.size() != 2 || !p[0].is_string())
+                fail(src, where + " is not [token, id]");
+            const int id = tokenIdOf(p[1], src, where + "[1]");
+            (std::string(key) == "cls" ? d.prefixIds : d.suffixIds).push_back(id);
+            (std::string(key) == "cls" ? d.opt.clsToken : d.opt.sepToken) = p[0].get<std::string>();
+        }
+    } else {
+        unsupported(src, "post_processor type \"" + t +
+                             "\" is not supported with WordPiece (TemplateProcessing, BertProcessing)");
+    }
+}
+
+} // namespace
+
+std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonFile(const fs::path &path)
+{
+    return fromJsonText(text::readWholeFile(path), path.string());
+}
+
+std::unique_ptr<WordPieceTokenizer> WordPieceTokenizer::fromJsonText(std::string_view jsonText,
+                                                                     const std::string &src)
+{
+    auto d = std::make_unique<Impl>();
+    d->source = src;
+    const json root = tokenize_detail::parseJson(jsonText, src, "not JSON: ");
+    if (!root.is_object())
+        fail(src, "tokenizer.json is not a JSON object");
+    if (!root.contains("model") || !root.at("model").is_object())
+        fail(src, "missing field model");
+    const json &model = root.at("model");
+    readModelOptions(d->opt, model, src);
+    readVocabulary(*d, model, root);
+
+    const auto section = [&](const char *key) -> json { return root.contains(key) ? root.at(key) : json(); };
+    readNormalizer(d->opt, section("normalizer"), src);
+    readPreTokenizerAndDecoder(*d, section("pre_tokenizer"), section("decoder"));
+    if (const json post = section("post_processor"); !post.is_null())
+        readPostProcessor(*d, post);
     if (const json padding = section("padding"); padding.is_object()) {
         if (padding.contains("pad_id"))
             d->pad = tokenIdOf(padding.at("pad_id"), src, "padding.pad_id");

@@ -1,5 +1,5 @@
 // CSV field quoting (RFC 4180) shared by every CSV file kvwb writes: replay ledgers
-// (core/cache/replay_ledger.h) and the report's tables (ui/report/). One rule, so a field written by
+// (core/ledger/replay_ledger.h) and the report's tables (ui/report/). One rule, so a field written by
 // either reads back the same with any RFC 4180 reader, including the ledger's own parser.
 //
 // Thread-safety: pure functions. The caller owns the strings.

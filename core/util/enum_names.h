@@ -40,3 +40,17 @@ constexpr std::optional<E> parseEnum(const EnumName<E> (&table)[N], std::string_
 }
 
 } // namespace kvwb::core
+
+// An enum's two functions, derived from its table:
+//   KVWB_ENUM_NAMES(Color, kColorNames, colorName, parseColor)
+// defines `const char *colorName(Color)` (enumName) and `std::optional<Color> parseColor(std::string_view)`
+// (parseEnum) in the enclosing namespace.
+#define KVWB_ENUM_NAMES(Enum, table, nameFunction, parseFunction)                                            \
+    inline const char *nameFunction(Enum value) noexcept                                                     \
+    {                                                                                                        \
+        return ::kvwb::core::enumName(table, value);                                                         \
+    }                                                                                                        \
+    inline std::optional<Enum> parseFunction(std::string_view name) noexcept                                 \
+    {                                                                                                        \
+        return ::kvwb::core::parseEnum(table, name);                                                         \
+    }

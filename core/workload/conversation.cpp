@@ -201,7 +201,7 @@ Workload ConversationGenerator::generate(std::vector<std::string> *answers) cons
     struct User
     {
         std::string context; // system prompt + user history: what precedes the conversation
-        std::string model;
+        ModelRole model = ModelRole::A;
         std::vector<Round> rounds;
     };
     SeededRandom rng(o.seed);
@@ -215,7 +215,7 @@ Workload ConversationGenerator::generate(std::vector<std::string> *answers) cons
         user.context = sp.text;
         if (!notes.empty())
             user.context += (user.context.empty() ? "" : "\n\n") + notes;
-        user.model = rng.chance(o.fracB) ? "b" : "a";
+        user.model = rng.chance(o.fracB) ? ModelRole::B : ModelRole::A;
         for (int r = 0; r < o.rounds; ++r) {
             const Concept &c = concepts[zipf.sample(rng)];
             const QuestionTemplate &t = templates[rng.below(templates.size())];

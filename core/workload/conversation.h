@@ -133,7 +133,7 @@ std::vector<PolicyCost> comparePolicies(const WordNet &wordnet, ConversationOpti
 
 // ---- Per-round hit rates of a replay ----
 
-// One replayed request (core/cache/replay_ledger.h's LedgerRow reduced to what the breakdown needs;
+// One replayed request (core/ledger/replay_ledger.h's LedgerRow reduced to what the breakdown needs;
 // the workload room may not include the cache room).
 struct RequestOutcome
 {

@@ -24,30 +24,6 @@ uint64_t fnv1a(const std::string &s)
 
 } // namespace
 
-const char *routingPolicyName(RoutingPolicy p) noexcept
-{
-    switch (p) {
-    case RoutingPolicy::RoundRobin:
-        return "round-robin";
-    case RoutingPolicy::TenantAffine:
-        return "tenant-affine";
-    case RoutingPolicy::PrefixHash:
-        return "prefix-hash";
-    case RoutingPolicy::LeastLoaded:
-        return "least-loaded";
-    }
-    return "?";
-}
-
-std::optional<RoutingPolicy> parseRoutingPolicy(const std::string &name)
-{
-    for (RoutingPolicy p : {RoutingPolicy::RoundRobin, RoutingPolicy::TenantAffine, RoutingPolicy::PrefixHash,
-                            RoutingPolicy::LeastLoaded})
-        if (name == routingPolicyName(p))
-            return p;
-    return std::nullopt;
-}
-
 std::string routingContext(const WorkloadRequest &r)
 {
     if (!r.question.empty()) {

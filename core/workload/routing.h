@@ -15,6 +15,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include "core/util/enum_names.h"
 #include "core/workload/workload.h"
 
 #include <optional>
@@ -30,8 +31,12 @@ enum class RoutingPolicy
     PrefixHash,
     LeastLoaded
 };
-const char *routingPolicyName(RoutingPolicy p) noexcept; // "round-robin" | "tenant-affine" | ...
-std::optional<RoutingPolicy> parseRoutingPolicy(const std::string &name);
+inline constexpr EnumName<RoutingPolicy> kRoutingPolicyNames[] = {
+    {RoutingPolicy::RoundRobin, "round-robin"},
+    {RoutingPolicy::TenantAffine, "tenant-affine"},
+    {RoutingPolicy::PrefixHash, "prefix-hash"},
+    {RoutingPolicy::LeastLoaded, "least-loaded"}};
+KVWB_ENUM_NAMES(RoutingPolicy, kRoutingPolicyNames, routingPolicyName, parseRoutingPolicy)
 
 struct RoutingOptions
 {

@@ -266,7 +266,7 @@ Workload WorkloadGenerator::generate() const
             d.prompt = rng.below(o.systemPromptWords.size());
             r.kind = RequestKind::New;
             r.ref = -1;
-            r.model = rng.chance(o.fracB) ? "b" : "a";
+            r.model = rng.chance(o.fracB) ? ModelRole::B : ModelRole::A;
         }
         if (r.kind != RequestKind::ExactRepeat) {
             const Concept &c = concepts[d.conceptIdx];
@@ -298,7 +298,7 @@ std::string workloadToJsonl(const std::vector<WorkloadRequest> &requests)
             j["conversation"] = r.conversation;
         if (r.round >= 0)
             j["round"] = r.round;
-        j["model"] = r.model;
+        j["model"] = roleName(r.model);
         j["system_prompt_id"] = r.systemPromptId;
         j["kind"] = requestKindName(r.kind);
         j["intent"] = r.intent;
@@ -387,9 +387,14 @@ WorkloadReadResult parseWorkloadJsonl(std::string_view text, const std::string &
         if (round > INT32_MAX)
             fail("round", "must be a non-negative integer");
         r.round = int(round);
-        str("model", r.model, true, true);
-        if (problem.empty() && r.model != "a" && r.model != "b")
-            fail("model", "must be \"a\" or \"b\"");
+        std::string model;
+        str("model", model, true, true);
+        if (problem.empty()) {
+            if (const auto role = parseRole(model))
+                r.model = *role;
+            else
+                fail("model", "must be \"a\" or \"b\"");
+        }
         str("system_prompt_id", r.systemPromptId, false, false);
         std::string kind = "new";
         str("kind", kind, false, true);

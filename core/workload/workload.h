@@ -12,6 +12,7 @@
 // generator. Parsed requests are plain values.
 #pragma once
 
+#include "core/model/kv_types.h"
 #include "core/util/warning_list.h"
 #include "core/workload/wordnet.h"
 
@@ -72,11 +73,11 @@ inline constexpr int64_t kMaxArrivalMs = int64_t(30) * 24 * 3600 * 1000;
 
 struct WorkloadRequest
 {
-    int64_t id = 0;     // line index in the generated file
-    int64_t tMs = 0;    // arrival time, ms since the start, non-decreasing
-    std::string tenant; // "t0"
-    std::string user;   // "u12" (unique across tenants)
-    std::string model;  // "a" or "b"
+    int64_t id = 0;                 // line index in the generated file
+    int64_t tMs = 0;                // arrival time, ms since the start, non-decreasing
+    std::string tenant;             // "t0"
+    std::string user;               // "u12" (unique across tenants)
+    ModelRole model = ModelRole::A; // "a" or "b" in files
     std::string systemPromptId;
     RequestKind kind = RequestKind::New;
     std::string intent;     // synset id whose answer is correct, e.g. "n02958343"

@@ -193,7 +193,7 @@ ImportResult parseShareGpt(std::string_view json, const std::string &sourceName,
             r.user = "c" + std::to_string(i);
             r.conversation = r.user;
             r.round = int(rounds.size());
-            r.model = "a";
+            r.model = ModelRole::A;
             r.kind = RequestKind::New;
             r.maxTokens = options.maxTokens;
             r.question = question;
@@ -415,7 +415,7 @@ ImportResult parseQuoraPairs(std::string_view tsv, const std::string &sourceName
             r.tMs = r.id * options.gapMs;
             r.tenant = tenant;
             r.user = "p" + std::to_string(id);
-            r.model = "a";
+            r.model = ModelRole::A;
             r.systemPromptId = systemPromptId;
             r.maxTokens = options.maxTokens;
             r.question = k == 0 ? q1 : q2;

@@ -15,7 +15,7 @@
 // Runs on the calling thread (the engine thread): HDF5 reads and the model must stay on it.
 #pragma once
 
-#include "core/jobs/job_enums.h"
+#include "core/store/converter_family.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "gpu/align/ridge.h"
@@ -186,7 +186,7 @@ struct PromptSplit
 // A seeded shuffle of 0..count-1 cut into train / valid / test (each non-empty when count >= 3).
 PromptSplit splitPrompts(int count, double validFraction, double testFraction, uint64_t seed);
 
-// The selection enum and its names are core's (core/jobs/job_enums.h).
+// The selection enum and its names are core's (core/store/converter_family.h).
 using core::LayerSelection;
 using core::layerSelectionName;
 using core::parseLayerSelection;

@@ -3,7 +3,8 @@
 // Torch-free header. Thread-safety: all functions may be called from any thread.
 #pragma once
 
-#include "core/jobs/job_enums.h"
+#include "core/model/device.h"
+#include "core/model/dtype.h"
 
 #include <optional>
 #include <string>
@@ -11,20 +12,20 @@
 
 namespace kvwb::gpu {
 
-// Devices and element types are core's (core/jobs/job_enums.h), so the window and the command line
-// pass the same enums the engine runs with.
-using core::ComputeType;
-using core::computeTypeBytes;
-using core::computeTypeName;
+// Devices and element types are core's (core/model/device.h, core/model/dtype.h), so the window and the
+// command line pass the same enums the engine runs with.
 using core::Device;
 using core::deviceName;
-using core::parseComputeType;
+using core::FloatType;
+using core::floatTypeBytes;
+using core::floatTypeName;
 using core::parseDevice;
+using core::parseFloatType;
 
 // True when the linked LibTorch was built with CUDA and a GPU is visible.
 bool cudaAvailable();
 // Error(Device) with the reason when the pair cannot be used (no CUDA build, no GPU, f16 on CPU).
-void checkDeviceSupport(Device d, ComputeType t);
+void checkDeviceSupport(Device d, FloatType t);
 // "cpu (2 threads)" or "cuda:0 NVIDIA H200 (139 GiB)".
 std::string describeDevice(Device d);
 std::string torchVersion();

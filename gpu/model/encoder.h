@@ -86,6 +86,10 @@ private:
     std::string m_name, m_prefix;
 };
 
+// v scaled to unit length (its squared norm summed in double; a zero vector stays zero), as the
+// model embedders normalise their pooled state (DecoderEmbedder, replay's ModelEmbedder).
+void normaliseInPlace(std::vector<float> &v);
+
 // "lexical" and "lexical-idf" need no model; any other spec is a path: a BERT-family encoder
 // (isEncoderModel) becomes an EncoderEmbedder, any other model a DecoderEmbedder. Error naming the
 // path when it is neither.

@@ -33,7 +33,7 @@ inline constexpr int kMaxThreads = 1024;
 struct LoadOptions
 {
     Device device = Device::Cpu;
-    ComputeType dtype = ComputeType::F32;
+    FloatType dtype = FloatType::F32;
     int threads = 0; // intra-op threads; 0 = all cores, at most kMaxThreads
     // Positions the model serves; 0 = the config's (core::ModelConfig::contextLimit), at most
     // max_position_embeddings. LongRoPE (Phi-3 128k) uses its long divisors when this exceeds the
@@ -46,7 +46,7 @@ struct LoadOptions
     bool dequantize = false;
     // The KV cache's element type; unset = the compute dtype. bf16 halves an f32 model's cache
     // (keys and values are rounded once as they are written; attention widens them back to f32).
-    std::optional<ComputeType> kvDtype;
+    std::optional<FloatType> kvDtype;
     // Prompt tokens per step through the layers in a long prefill (llama.cpp's ubatch); 0 =
     // core::kPrefillChunk. A prompt's activations, mask and attention scores are bounded by one
     // chunk, so a 32k-token prompt needs no [32k, 32k] matrix.
@@ -120,7 +120,7 @@ public:
     const core::Checkpoint &checkpoint() const;
     const LoadOptions &options() const;
     // The KV cache's element type (options().kvDtype, else the compute dtype).
-    ComputeType kvDtype() const;
+    FloatType kvDtype() const;
     int64_t deviceBytes() const; // bytes of weights on the device
     int contextLimit() const;    // positions served (LoadOptions::context or the config's limit)
 

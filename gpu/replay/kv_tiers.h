@@ -43,7 +43,7 @@ public:
     // storeDtype: what blocks are written to the store as (F32, F16 or BF16: half the bytes, values
     // rounded); blocks of any of the three are read.
     PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize,
-                 core::SharedStore *store = nullptr, core::DType storeDtype = core::DType::F32);
+                 core::SharedStore *store = nullptr, core::FloatType storeDtype = core::FloatType::F32);
 
     core::TierKind kind() const override { return core::TierKind::Prefix; }
     core::TierLookup lookup(const core::TierRequest &request) override;
@@ -87,9 +87,9 @@ private:
     core::SharedStore *m_shared = nullptr;
     core::TierLimits m_limits;
     int m_block = 16;
-    core::DType m_storeDtype = core::DType::F32;
-    KvCache m_fetched;         // the last cache assembled from the store
-    int64_t m_fetchedFor = -1; // ... for this request (blocks found, so insert skips them)
+    core::DType m_storeDtype = core::DType::F32; // toDType of the constructor's storeDtype
+    KvCache m_fetched;                           // the last cache assembled from the store
+    int64_t m_fetchedFor = -1;                   // ... for this request (blocks found, so insert skips them)
     int m_fetchedBlocks = 0;
     core::StoreNote m_lastOutcome =
         core::StoreNote::None; // of the last store lookup, for the cross tier's ledger note

@@ -2,7 +2,7 @@
 // caches (core/cache/exact_tier.h, core/cache/semantic_tier.h), same-model prefix KV reuse
 // (core/cache/prefix_tree.h) and cross-model KV reuse (A's cached prefix converted into B's cache,
 // gpu/transfer/transfer.h). Misses, prefix and cross-model hits run the models, so latencies are measured,
-// not modelled. Every request yields one ledger row (core/cache/replay_ledger.h), streamed to a callback as
+// not modelled. Every request yields one ledger row (core/ledger/replay_ledger.h), streamed to a callback as
 // it completes.
 //
 // Also: ModelEmbedder, the semantic tier's embedder that mean-pools a loaded model's hidden states.
@@ -13,9 +13,9 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
-#include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_tier.h"
 #include "core/cache/shared_store.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/converter_store.h"
 #include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
@@ -79,7 +79,7 @@ struct ReplayOptions
     core::SharedStore *store = nullptr;
     // What prefix KV blocks are written to the store as: F32, F16 or BF16 (half the bytes; values
     // rounded, so a hit's output may differ from a miss's: --shadow measures it).
-    core::DType storeKvDtype = core::DType::F32;
+    core::FloatType storeKvDtype = core::FloatType::F32;
     // Semantic tier: per-entry thresholds under this error bound (the threshold a floor); nullopt:
     // one global threshold. Not with a shared store.
     std::optional<core::EntryBoundOptions> semanticBound;

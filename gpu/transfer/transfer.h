@@ -8,7 +8,7 @@
 // it. A Converter holds its maps on the target model's device and is immutable after creation.
 #pragma once
 
-#include "core/jobs/job_enums.h"
+#include "core/cache/gate_signal.h"
 #include "core/store/converter_store.h"
 #include "gpu/align/alignment.h"
 #include "gpu/model/model.h"
@@ -109,7 +109,7 @@ std::vector<Agreement> handoffAgreement(const Model &source, const Model &target
 //    [heads * headDim], averaged over queries and layers. kvCos weighs every direction of K and V
 //    alike, this one only what B's queries read (1 = the conversion changes nothing B reads there).
 // The gate passes when the chosen signal clears the threshold (kvCos, attnCos >= t; tailKl, nll <= t).
-// The signal enum and its names are core's (core/jobs/job_enums.h).
+// The signal enum and its names are core's (core/cache/gate_signal.h).
 using core::defaultGateThreshold;
 using core::GateSignal;
 using core::gateSignalName;

@@ -49,11 +49,18 @@ PY
 }
 align() { align_in "$EXP" "$@"; }
 
+# capture_pair EXP A B NAME: models/A -> models/B on 600 calibration sequences of 4 training
+# documents (question + answer) each into EXP, its summary into NAME.json
+capture_pair() {
+  local exp="$1" a="$2" b="$3" name="$4"
+  "$KVWB" capture --model-a "$HERE/models/$a" --model-b "$HERE/models/$b" --prompts "$WORK/corpus.jsonl" \
+    --split train --whole-text --join 4 --limit 600 --out "$exp" --json > "$OUT/$name.json"
+}
+
 if want base || [ ! -f "$EXP" ]; then
 rm -f "$EXP"
 echo "== capture: 600 calibration sequences of 4 training documents (question + answer) each"
-"$KVWB" capture --model-a "$HERE/models/a" --model-b "$HERE/models/b" --prompts "$WORK/corpus.jsonl" \
-  --split train --whole-text --join 4 --limit 600 --out "$EXP" --json > "$OUT/capture.json"
+capture_pair "$EXP" a b capture
 cat "$OUT/capture.json"
 fi
 
@@ -108,8 +115,7 @@ if want unrelated && [ -d "$HERE/models/b2" ]; then
 echo "== the unrelated pair: A -> B2 (B2: another seed, the other half of the corpus)"
 EXP2="$OUT/demo-unrelated.h5"
 rm -f "$EXP2"
-"$KVWB" capture --model-a "$HERE/models/a" --model-b "$HERE/models/b2" --prompts "$WORK/corpus.jsonl" \
-  --split train --whole-text --join 4 --limit 600 --out "$EXP2" --json > "$OUT/capture-unrelated.json"
+capture_pair "$EXP2" a b2 capture-unrelated
 for cfg in "u-all --select all --lambda auto" "u-lowrank-64 --select all --lambda auto --family low-rank --rank 64" \
            "u-mlp --select all --lambda auto --family mlp"; do
   set -- $cfg
@@ -124,8 +130,7 @@ if want crosstok && [ -d "$HERE/models/c" ]; then
 echo "== the cross-tokenizer pair: C (its own tokenizer) -> B, B's rows paired with C's through the alignment"
 EXP3="$OUT/demo-crosstok.h5"
 rm -f "$EXP3"
-"$KVWB" capture --model-a "$HERE/models/c" --model-b "$HERE/models/b" --prompts "$WORK/corpus.jsonl" \
-  --split train --whole-text --join 4 --limit 600 --out "$EXP3" --json > "$OUT/capture-crosstok.json"
+capture_pair "$EXP3" c b capture-crosstok
 align_in "$EXP3" x-all --select all --lambda auto
 compare150 "$EXP3" x-all x-all --baselines
 align_in "$EXP3" x-mlp --select all --lambda auto --family mlp

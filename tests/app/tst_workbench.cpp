@@ -3,7 +3,7 @@
 // docks have unique names and the layout resets. Saves a screenshot of the window under the build
 // directory (screenshots/).
 #include "app/gui.h"
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
@@ -126,7 +126,7 @@ void writeSmallExperiment(const std::filesystem::path &path)
     core::LedgerRow row;
     row.requestId = 7;
     row.tenant = "t0";
-    row.model = "a";
+    row.model = core::ModelRole::A;
     row.tierHits[core::TierKind::Exact] = true;
     row.answeredBy = core::TierKind::Exact;
     core::saveLedger(path, "run", {row}, "{}");
@@ -365,7 +365,7 @@ private Q_SLOTS:
             core::LedgerRow r;
             r.requestId = i;
             r.tenant = "t" + std::to_string(i % 3);
-            r.model = i % 2 ? "b" : "a";
+            r.model = i % 2 ? core::ModelRole::B : core::ModelRole::A;
             r.intent = "n" + std::to_string(i % 17);
             r.tierHits[core::TierKind::Exact] = i % 7 == 0;
             if (i % 7 != 0)

@@ -1,6 +1,6 @@
 // Experiment files (HDF5): opening, every prompt's text, ids, token spans and alignment and KV of every
 // captured layer, and every converter, table, ledger and comparison list the file holds.
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"

@@ -1,9 +1,9 @@
 // Shared-store payloads (core/cache/store_payload.h): whatever a Redis key holds (another writer's
 // bytes, a truncated or corrupted value) is decoded or refused, never a crash or an allocation from
 // an unchecked count; the bodies inside (a response, a semantic stream entry) likewise; and a price
-// presets file (core/cache/prices.h) parses or fails with kvwb::core::Error.
-#include "core/cache/prices.h"
+// presets file (core/ledger/prices.h) parses or fails with kvwb::core::Error.
 #include "core/cache/store_payload.h"
+#include "core/ledger/prices.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -3,10 +3,10 @@
 // a SentencePiece tokenizer.model (when the demo's is given), workload lines, a project file and
 // small experiment files (prompts, a converter, a table, a ledger).
 // Usage: kvwb_fuzz_seeds OUT_DIR [DEMO_TOKENIZER_MODEL]
-#include "core/cache/replay_ledger.h"
 #include "core/cache/store_payload.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/knowledge/user_profiles.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/model/checkpoint.h"
 #include "core/model/gguf_model.h"
 #include "core/model/quant.h"
@@ -89,7 +89,7 @@ ModelInfo tinyInfo(ModelRole role)
 }
 
 // Two prompts (both models, both layers), then a converter, a table and a ledger when full.
-void writeExperimentSeed(const fs::path &path, KvStorage storage, int compress, bool full)
+void writeExperimentSeed(const fs::path &path, FloatType storage, int compress, bool full)
 {
     fs::create_directories(path.parent_path());
     fs::remove(path);
@@ -151,7 +151,7 @@ void writeExperimentSeed(const fs::path &path, KvStorage storage, int compress, 
     saveTable(path, "sweep", MetricTable{{"k", "r2"}, {{1, 0.5}}}, "{}");
     LedgerRow row;
     row.tenant = "t1";
-    row.model = "b";
+    row.model = ModelRole::B;
     row.intent = "cat";
     row.tierHits = {{TierKind::Exact, false}};
     row.promptTokens = 4;
@@ -285,9 +285,9 @@ int main(int argc, char **argv)
         fs::create_directories(out / "project");
         p.save(out / "project" / "seed.kvwb");
     }
-    writeExperimentSeed(out / "experiment" / "plain.h5", KvStorage::F16, 0, false);
-    writeExperimentSeed(out / "experiment" / "records.h5", KvStorage::F32, 0, true);
-    writeExperimentSeed(out / "experiment" / "deflate.h5", KvStorage::BF16, 1, true);
+    writeExperimentSeed(out / "experiment" / "plain.h5", FloatType::F16, 0, false);
+    writeExperimentSeed(out / "experiment" / "records.h5", FloatType::F32, 0, true);
+    writeExperimentSeed(out / "experiment" / "deflate.h5", FloatType::BF16, 1, true);
     if (argc > 2)
         put(out / "tokenizer_model", "demo.model", read(argv[2]));
     // quant: type byte, rows byte, then blocks (fuzz_quant.cpp): one row of 512 smooth values per type

@@ -74,7 +74,7 @@ private Q_SLOTS:
             const auto rd = core::ExperimentReader::open(out);
             QCOMPARE(rd.promptCount(), 5);
             QCOMPARE(rd.prompt(0).label, std::string("n1"));
-            QCOMPARE(rd.storage().storage, core::KvStorage::F16);
+            QCOMPARE(rd.storage().storage, core::FloatType::F16);
         }
         // other models: refused, exit 1, one line naming both fingerprints
         r = runKvwb({"capture", "--model-a", q(m_dir / "a"), "--model-b", q(m_dir / "c"), "--out", q(out),

@@ -5,8 +5,8 @@
 // repeat, and a fleet of two workers on one store never serves a tenant another's entry; a store
 // that is down, killed mid-replay or holding corrupt payloads costs hits, never a request: every
 // row is in the ledger, marked.
-#include "core/cache/replay_ledger.h"
 #include "core/cache/store_payload.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/redis_server.h"

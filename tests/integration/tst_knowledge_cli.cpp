@@ -2,7 +2,7 @@
 // random model B, the node shown with its neighbours, module and freshness, verification from the
 // command line, the knowledge tier in `kvwb replay`, and bad input refused with one line naming the
 // file and line.
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "core/store/knowledge_store.h"
 #include "core/store/ledger_store.h"

@@ -1,7 +1,7 @@
 // `kvwb workload multiturn` and `kvwb workload rounds` end to end against the WordNet fixture: a
 // conversation workload that reads back with its rounds, the prompt cost per policy on stderr (and
 // as JSON), the per-round table of a ledger, and usage errors (exit 2).
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "core/workload/corpus.h"
 #include "core/workload/workload.h"
@@ -69,7 +69,7 @@ private Q_SLOTS:
         for (const auto &q : w.requests) {
             kvwb::core::LedgerRow row;
             row.requestId = q.id;
-            row.model = "a";
+            row.model = kvwb::core::ModelRole::A;
             row.tenant = q.tenant;
             row.promptTokens = 100;
             row.answeredBy = q.round == 0 ? kvwb::core::TierKind::None : kvwb::core::TierKind::Prefix;

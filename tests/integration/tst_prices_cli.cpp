@@ -1,6 +1,6 @@
 // `kvwb prices` end to end: the preset table, a ledger CSV costed under chosen presets (text and
 // JSON), and `kvwb replay --prices`: one-line usage errors before any model loads.
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "tests/support/kvwb_process.h"
 
 #include <QJsonArray>

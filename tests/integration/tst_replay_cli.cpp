@@ -3,7 +3,7 @@
 // what a miss generates (shadow verification); a cross-model hit on a model paired with itself
 // reproduces B's own output; the ledger CSV and the experiment's /ledgers hold every request; bad
 // input fails with the right exit code and a message naming the request or line.
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "core/store/ledger_store.h"
 #include "tests/support/kvwb_process.h"

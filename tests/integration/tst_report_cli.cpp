@@ -2,7 +2,7 @@
 // reported in all four formats (files listed on stdout, JSON parses, HTML self-contained with charts,
 // PDF); a bad --format exits 2; a missing experiment and an unwritable output directory exit 1 naming
 // the path.
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/store/ledger_store.h"

@@ -89,10 +89,19 @@ std::vector<std::vector<double>> referenceForward(const core::Checkpoint &ck, co
     const auto rmsnorm = [&](const Vec &x, const Vec &w) { return rmsnormOf(x, w, c.rmsNormEps, g); };
     if (preRopeKeys)
         preRopeKeys->assign(size_t(c.numLayers), {});
+    // One layer's weights, row-major [out, in] like torch Linear (H hidden, nh / nkv query / kv heads,
+    // hd head dim, I intermediate); an absent part is empty.
     struct L
     {
-        Vec an, wq, wk, wv, wo, bq, bk, bv, bo, qn, kn, fn, pre, post, w1, w2, w3, b1, b2, b3;
-        std::vector<double> invFreq; // this layer's RoPE
+        Vec an;                      // [H] input norm
+        Vec wq, wk, wv, wo;          // [nh*hd, H], [nkv*hd, H], [nkv*hd, H], [H, nh*hd]
+        Vec bq, bk, bv, bo;          // [nh*hd], [nkv*hd], [nkv*hd], [H]
+        Vec qn, kn;                  // [hd] each: Qwen3's per-head q/k norms
+        Vec fn;                      // [H] post-attention norm
+        Vec pre, post;               // [H] each: Gemma's pre/post feed-forward norms
+        Vec w1, w2, w3;              // gate [I, H], down [H, I], up [I, H]
+        Vec b1, b2, b3;              // [I], [H], [I]
+        std::vector<double> invFreq; // [hd / 2]: this layer's RoPE inverse frequencies
     };
     std::vector<L> layers(size_t(c.numLayers));
     for (int l = 0; l < c.numLayers; ++l) {

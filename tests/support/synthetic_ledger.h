@@ -3,7 +3,7 @@
 // and screenshots. Header-only: each ui test is its own executable.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <QCoreApplication>
 #include <QDir>
@@ -29,7 +29,7 @@ inline std::vector<core::LedgerRow> patternedLedger(int n, int firstId = 0)
         r.requestId = i;
         r.arrivalMs = int64_t(i) * 100;
         r.tenant = tenants[i % 3];
-        r.model = i % 2 == 0 ? "a" : "b";
+        r.model = i % 2 == 0 ? core::ModelRole::A : core::ModelRole::B;
         r.intent = intents[i % 7];
         const int d = i % 10;
         r.answeredBy = d <= 2   ? core::TierKind::Exact
@@ -80,7 +80,7 @@ inline std::vector<core::LedgerRow> realisticLedger(int n, int firstId = 0, unsi
         r.requestId = i;
         r.arrivalMs = int64_t(i) * 250;
         r.tenant = tenants[int(u(rng) * 4) % 4];
-        r.model = u(rng) < 0.5 ? "a" : "b";
+        r.model = u(rng) < 0.5 ? core::ModelRole::A : core::ModelRole::B;
         r.intent = intents[int(u(rng) * 6) % 6];
         r.promptTokens = 60 + int(u(rng) * 700);
         const double warm = 1.0 - std::exp(-double(i) / 4000.0);

@@ -4,7 +4,7 @@
 // GUI-thread only (touches QChart objects).
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <QColor>
 #include <QString>

@@ -13,7 +13,7 @@
 // GUI-thread only (a QWidget). Owns its charts; keeps counters, not the rows.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <QWidget>
 

@@ -3,7 +3,7 @@
 // (HDF5 stays there, app/engine/engine_controller.h) and hands the GUI an immutable snapshot.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"

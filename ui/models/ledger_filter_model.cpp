@@ -70,7 +70,7 @@ bool LedgerFilterModel::filterAcceptsRow(int sourceRow, const QModelIndex &sourc
         return false;
     if (!m_tenantUtf8.empty() && r.tenant != m_tenantUtf8)
         return false;
-    if (!m_modelUtf8.empty() && r.model != m_modelUtf8)
+    if (!m_modelUtf8.empty() && core::roleName(r.model) != m_modelUtf8)
         return false;
     if (!m_text.isEmpty()) {
         const auto contains = [&](const std::string &s) {

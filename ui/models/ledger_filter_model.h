@@ -6,7 +6,7 @@
 // it is not owned.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <QSortFilterProxyModel>
 

@@ -66,7 +66,7 @@ QVariant displayValue(const core::LedgerRow &r, int column)
     case LedgerModel::TenantColumn:
         return QString::fromStdString(r.tenant);
     case LedgerModel::ModelColumn:
-        return QString::fromStdString(r.model);
+        return QString::fromUtf8(core::roleName(r.model));
     case LedgerModel::IntentColumn:
         return QString::fromStdString(r.intent);
     case LedgerModel::AnsweredByColumn:

@@ -5,7 +5,7 @@
 // GUI-thread only (a QAbstractTableModel). Holds copies of the rows it shows.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <QAbstractTableModel>
 

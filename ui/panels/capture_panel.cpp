@@ -267,7 +267,7 @@ void CapturePanel::setRequest(const CaptureRequest &r)
 {
     m_prompts->setCurrentText(r.promptsPath);
     m_out->setText(r.outPath);
-    m_storage->setCurrentText(QString::fromUtf8(core::kvStorageName(r.storage)));
+    m_storage->setCurrentText(QString::fromUtf8(core::floatTypeName(r.storage)));
     m_compress->setValue(r.compress);
     m_maxTokens->setValue(r.maxTokens);
     m_limit->setValue(r.limit);
@@ -279,7 +279,7 @@ CaptureRequest CapturePanel::request() const
     CaptureRequest r;
     r.promptsPath = m_prompts->currentText().trimmed();
     r.outPath = m_out->text().trimmed();
-    r.storage = core::parseKvStorage(m_storage->currentText().toStdString()).value_or(core::KvStorage::F32);
+    r.storage = core::parseFloatType(m_storage->currentText().toStdString()).value_or(core::FloatType::F32);
     r.compress = m_compress->value();
     r.maxTokens = m_maxTokens->value();
     r.limit = m_limit->value();
@@ -320,7 +320,7 @@ namespace {
 QString storageText(const core::ExperimentOptions &o)
 {
     return QString("%1, %2, chunks of %3 tokens")
-        .arg(QString::fromUtf8(core::kvStorageName(o.storage)),
+        .arg(QString::fromUtf8(core::floatTypeName(o.storage)),
              o.compress > 0 ? QString("deflate %1").arg(o.compress) : QString("uncompressed"))
         .arg(o.chunkTokens);
 }

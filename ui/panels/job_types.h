@@ -7,12 +7,13 @@
 #include "core/settings/fit_settings.h"
 #include "core/settings/replay_settings.h"
 
-#include "core/cache/replay_ledger.h"
 #include "core/cache/semantic_sweep.h"
-#include "core/jobs/job_enums.h"
 #include "core/knowledge/knowledge_graph.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/metrics/bootstrap.h"
 #include "core/metrics/metric_table.h"
+#include "core/model/device.h"
+#include "core/model/dtype.h"
 #include "core/store/comparison_store.h"
 #include "core/store/experiment_file.h"
 
@@ -30,7 +31,7 @@ struct CaptureRequest
 {
     QString promptsPath; // text (one prompt per line) or JSONL (corpus/workload)
     QString outPath;     // experiment file; appended to when it exists (same models)
-    core::KvStorage storage = core::KvStorage::F32;
+    core::FloatType storage = core::FloatType::F32;
     int compress = 0;      // deflate level, 0 = off
     int maxTokens = 0;     // truncate each prompt (0 = the model's context)
     int limit = 0;         // at most N prompts (0 = all)

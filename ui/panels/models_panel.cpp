@@ -1,7 +1,8 @@
 #include "ui/panels/models_panel.h"
 
-#include "core/jobs/job_enums.h"
 #include "core/model/checkpoint.h"
+#include "core/model/device.h"
+#include "core/model/dtype.h"
 #include "core/model/gguf_model.h"
 #include "core/model/memory_estimate.h"
 #include "core/util/error.h"
@@ -176,9 +177,8 @@ void ModelsPanel::refreshEstimate(char role)
         try {
             const auto ck = core::Checkpoint::open(path.toStdString());
             r.config = ck.config();
-            const int bytes =
-                core::computeTypeBytes(core::parseComputeType(r.dtype->currentText().toStdString())
-                                           .value_or(core::ComputeType::F32));
+            const int bytes = core::floatTypeBytes(
+                core::parseFloatType(r.dtype->currentText().toStdString()).value_or(core::FloatType::F32));
             const int most =
                 r.config->maxPositionEmbeddings > 0 ? r.config->maxPositionEmbeddings : core::kMaxPositions;
             if (r.context->maximum() != most) {
@@ -189,7 +189,7 @@ void ModelsPanel::refreshEstimate(char role)
             const bool keep = r.device->currentText() == "cpu" && !r.dequantize->isChecked();
             const QString kv = r.kvDtype->currentData().toString();
             const int kvBytes =
-                kv.isEmpty() ? 0 : core::computeTypeBytes(*core::parseComputeType(kv.toStdString()));
+                kv.isEmpty() ? 0 : core::floatTypeBytes(*core::parseFloatType(kv.toStdString()));
             const auto e = core::estimateMemory(ck, bytes, context, keep, kvBytes);
             r.estimate->setText(
                 tr("%1 layers, %2 heads / %3 kv heads of %4, %5M parameters. Needs about %6 on %7 "
@@ -269,30 +269,28 @@ void ModelsPanel::setBusy(bool busy)
 {
     m_load->setEnabled(!busy);
     m_cancel->setEnabled(busy);
-    for (const Row *r : {&m_a, &m_b}) {
-        r->path->setEnabled(!busy);
-        r->device->setEnabled(!busy);
-        r->dtype->setEnabled(!busy);
-        r->context->setEnabled(!busy);
-        r->dequantize->setEnabled(!busy);
-        r->kvDtype->setEnabled(!busy);
-    }
+    setChoicesEnabled(!busy);
     if (busy)
         m_progress->setValue(0);
+}
+
+void ModelsPanel::setChoicesEnabled(bool enabled)
+{
+    for (const Row *r : {&m_a, &m_b}) {
+        r->path->setEnabled(enabled);
+        r->device->setEnabled(enabled);
+        r->dtype->setEnabled(enabled);
+        r->context->setEnabled(enabled);
+        r->dequantize->setEnabled(enabled);
+        r->kvDtype->setEnabled(enabled);
+    }
 }
 
 void ModelsPanel::setEngineBusy(bool busy)
 {
     m_load->setEnabled(!busy);
     m_load->setToolTip(busy ? tr("The engine is busy with another job; load when it is done.") : QString());
-    for (const Row *r : {&m_a, &m_b}) {
-        r->path->setEnabled(!busy);
-        r->device->setEnabled(!busy);
-        r->dtype->setEnabled(!busy);
-        r->context->setEnabled(!busy);
-        r->dequantize->setEnabled(!busy);
-        r->kvDtype->setEnabled(!busy);
-    }
+    setChoicesEnabled(!busy);
 }
 
 void ModelsPanel::setProgress(double fraction, const QString &stage)

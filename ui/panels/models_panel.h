@@ -98,6 +98,7 @@ private:
     void buildRow(char role, QGridLayout *grid, int line);
     void refreshEstimate(char role);
     void setBusy(bool busy);
+    void setChoicesEnabled(bool enabled); // both rows' controls
 
     Row m_a, m_b;
     QPushButton *m_load = nullptr;

@@ -2,7 +2,7 @@
 
 #include "core/cache/store_payload.h"
 
-#include "core/cache/prices.h"
+#include "core/ledger/prices.h"
 
 #include "ui/charts/replay_charts.h"
 #include "ui/models/ledger_filter_model.h"
@@ -656,10 +656,9 @@ core::ReplaySettings ReplayPanel::replayRequest() const
     r.ledgerName = m_ledgerName->text().trimmed().toStdString();
     r.store = m_store->text().trimmed().toStdString();
     // the KV blocks' type is the store's: without one they stay in this process in f32
-    r.storeKvDtype =
-        r.store.empty()
-            ? core::DType::F32
-            : core::parseKvBodyDType(m_storeKvDtype->currentText().toStdString()).value_or(core::DType::F32);
+    r.storeKvDtype = r.store.empty() ? core::FloatType::F32
+                                     : core::parseFloatType(m_storeKvDtype->currentText().toStdString())
+                                           .value_or(core::FloatType::F32);
     r.errorBound = m_errorBound->value();
     r.prices = m_prices->currentText().trimmed().toStdString();
     return r;
@@ -690,7 +689,7 @@ void ReplayPanel::setReplayRequest(const core::ReplaySettings &r)
     m_limit->setValue(r.limit);
     m_ledgerName->setText(QString::fromStdString(r.ledgerName));
     m_store->setText(QString::fromStdString(r.store));
-    m_storeKvDtype->setCurrentText(QString::fromUtf8(core::kvBodyDTypeName(r.storeKvDtype)));
+    m_storeKvDtype->setCurrentText(QString::fromUtf8(core::floatTypeName(r.storeKvDtype)));
     m_errorBound->setValue(r.errorBound);
     m_prices->setCurrentText(QString::fromStdString(r.prices));
     refreshRunEnabled();

@@ -1,6 +1,6 @@
 #include "ui/report/report_data.h"
 
-#include "core/cache/prices.h"
+#include "core/ledger/prices.h"
 #include "core/store/ledger_store.h"
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
@@ -130,7 +130,7 @@ json modelJson(const core::ModelInfo &m)
 
 json storageJson(const core::ExperimentOptions &s)
 {
-    return {{"dtype", core::kvStorageName(s.storage)},
+    return {{"dtype", core::floatTypeName(s.storage)},
             {"compress", s.compress},
             {"chunk_tokens", s.chunkTokens},
             {"key_form", core::keyFormName(s.keyForm)}};
@@ -168,7 +168,7 @@ json ledgerRowJson(const core::LedgerRow &r)
     return {{"request_id", r.requestId},
             {"arrival_ms", r.arrivalMs},
             {"tenant", r.tenant},
-            {"model", r.model},
+            {"model", core::roleName(r.model)},
             {"intent", r.intent},
             {"answered_by", core::tierKindName(r.answeredBy)},
             {"tier_hits", hits},

@@ -10,7 +10,7 @@
 // place (core/util/atomic_file.h). Errors: core::Error naming the file (Io for an unwritable directory).
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"

@@ -1,6 +1,6 @@
 #include "ui/report/report_document.h"
 
-#include "core/cache/prices.h"
+#include "core/ledger/prices.h"
 #include "ui/report/report_comparison.h"
 #include "ui/report/report_text.h"
 
@@ -157,17 +157,9 @@ void addKnowledgeSection(Doc &doc, const ReportData &d)
     }
 }
 
-Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
+// The provenance of the experiment file beside the environment that writes the report.
+void addEnvironmentSection(Doc &doc, const ReportData &d)
 {
-    Doc doc;
-    doc.heading(1, "KV Workbench report: " + d.experiment.filename().string());
-    doc.para(
-        fmt::format("Experiment file {} ({} bytes, schema {}), {} prompts ({} tokens for model A, {} for "
-                    "model B), {} converter(s), {} sweep(s), {} replay ledger(s). Configuration hash "
-                    "(sha256 of every setting below): {}.",
-                    d.experiment.string(), d.fileBytes, d.schema, d.prompts, d.tokensA, d.tokensB,
-                    d.converters.size(), d.sweeps.size(), d.ledgers.size(), d.configSha256));
-
     doc.heading(2, "Environment");
     doc.para("Left: what wrote the experiment file (its provenance). Right: what wrote this report.");
     const auto &p = d.provenance;
@@ -183,7 +175,11 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
                                                        {"created (UTC)", p.createdUtc, e.createdUtc},
                                                        {"run id", p.runId, "-"},
                                                        {"capture config sha256", p.configSha256, "-"}});
+}
 
+// Both models' configurations and fingerprints, then the KV storage.
+void addModelsSection(Doc &doc, const ReportData &d)
+{
     doc.heading(2, "Models");
     const auto row = [&](const std::string &label, auto get) {
         return std::vector<std::string>{label, get(d.modelA), get(d.modelB)};
@@ -210,47 +206,139 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
                row("weights sha256", [](const core::ModelInfo &m) { return m.weightsSha256; }),
                row("tokenizer sha256", [](const core::ModelInfo &m) { return m.tokenizerSha256; }),
                row("source", [](const core::ModelInfo &m) { return m.sourcePath; })});
-    doc.table({"storage", "value"}, {{"KV dtype", core::kvStorageName(d.storage.storage)},
+    doc.table({"storage", "value"}, {{"KV dtype", core::floatTypeName(d.storage.storage)},
                                      {"deflate level", std::to_string(d.storage.compress)},
                                      {"chunk rows", std::to_string(d.storage.chunkTokens)},
                                      {"stored keys", core::keyFormName(d.storage.keyForm)},
                                      {"prompts", std::to_string(d.prompts)},
                                      {"tokens A / B", fmt::format("{} / {}", d.tokensA, d.tokensB)}});
+}
 
-    for (const auto &r : d.converters) {
-        doc.heading(2, "Converter " + r.name);
-        doc.table(
-            {"setting", "value"},
-            {{"family", core::converterFamilyName(r.family)},
-             {"parameters", fmt::format("{} ({:.2f} MB as float32)", r.parameterCount(), r.bytes() / 1e6)},
-             {"fit time", r.fitSeconds > 0 ? fmt::format("{:.1f} s", r.fitSeconds) : "-"},
-             {"conversion per 1k tokens",
-              r.convertMsPer1k > 0 ? fmt::format("{:.2f} ms", r.convertMsPer1k) : "-"},
-             {"key form", core::keyFormName(r.keyForm)},
-             {"source-layer selection", fmt::format("{} (k = {})", r.selection, r.k)},
-             {"lambda", r.lambdaMode},
-             {"per-head maps asked for", r.perHead ? "yes" : "no"},
-             {"train / valid / test prompts", fmt::format("{} / {} / {}", r.trainPrompts.size(),
-                                                          r.validPrompts.size(), r.testPrompts.size())},
-             {"train tokens", std::to_string(r.trainTokens)},
-             {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)},
-             {"settings", r.settingsJson.empty() ? "-" : r.settingsJson}});
-        addCharts(doc, charts, "converter_" + safeName(r.name) + "_");
-        doc.heading(3, "Per-layer metrics (held-out prompts)");
-        doc.metricTable(r.layerMetrics);
-        if (!r.headMetrics.rows.empty()) {
-            doc.heading(3, "Per-head metrics");
-            doc.metricTable(r.headMetrics);
-        }
-        if (r.ckaKeys.rows > 0) {
-            doc.heading(3, "Linear CKA of keys (rows: B layers, columns: A layers)");
-            doc.matrixTable(r.ckaKeys);
-        }
-        if (r.ckaValues.rows > 0) {
-            doc.heading(3, "Linear CKA of values (rows: B layers, columns: A layers)");
-            doc.matrixTable(r.ckaValues);
+// A converter's settings, charts, per-layer and per-head metrics and CKA matrices.
+void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::vector<ReportChart> &charts)
+{
+    doc.heading(2, "Converter " + r.name);
+    doc.table({"setting", "value"},
+              {{"family", core::converterFamilyName(r.family)},
+               {"parameters", fmt::format("{} ({:.2f} MB as float32)", r.parameterCount(), r.bytes() / 1e6)},
+               {"fit time", r.fitSeconds > 0 ? fmt::format("{:.1f} s", r.fitSeconds) : "-"},
+               {"conversion per 1k tokens",
+                r.convertMsPer1k > 0 ? fmt::format("{:.2f} ms", r.convertMsPer1k) : "-"},
+               {"key form", core::keyFormName(r.keyForm)},
+               {"source-layer selection", fmt::format("{} (k = {})", r.selection, r.k)},
+               {"lambda", r.lambdaMode},
+               {"per-head maps asked for", r.perHead ? "yes" : "no"},
+               {"train / valid / test prompts", fmt::format("{} / {} / {}", r.trainPrompts.size(),
+                                                            r.validPrompts.size(), r.testPrompts.size())},
+               {"train tokens", std::to_string(r.trainTokens)},
+               {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)},
+               {"settings", r.settingsJson.empty() ? "-" : r.settingsJson}});
+    addCharts(doc, charts, "converter_" + safeName(r.name) + "_");
+    doc.heading(3, "Per-layer metrics (held-out prompts)");
+    doc.metricTable(r.layerMetrics);
+    if (!r.headMetrics.rows.empty()) {
+        doc.heading(3, "Per-head metrics");
+        doc.metricTable(r.headMetrics);
+    }
+    if (r.ckaKeys.rows > 0) {
+        doc.heading(3, "Linear CKA of keys (rows: B layers, columns: A layers)");
+        doc.matrixTable(r.ckaKeys);
+    }
+    if (r.ckaValues.rows > 0) {
+        doc.heading(3, "Linear CKA of values (rows: B layers, columns: A layers)");
+        doc.matrixTable(r.ckaValues);
+    }
+}
+
+// A replay ledger's summary, its tiers, its charts and its cost under each price preset.
+void addLedgerSection(Doc &doc, const ReportLedger &l, const std::vector<ReportChart> &charts)
+{
+    const auto &s = l.summary;
+    doc.heading(2, "Replay ledger " + l.name);
+    if (!l.settingsJson.empty())
+        doc.para("Settings: " + l.settingsJson);
+    doc.table(
+        {"measure", "value"},
+        {{"requests", std::to_string(s.requests) +
+                          (s.notServed > 0 ? fmt::format(" ({} more not served)", s.notServed) : "")},
+         {"hits (any tier)", fmt::format("{} ({})", s.hits, percent(s.hitRate))},
+         {"false hits", fmt::format("{} ({} of response hits)", s.falseHits, percent(s.falseHitRate))},
+         {"tokens reused / computed", fmt::format("{} / {} (token hit rate {})", s.tokensReused,
+                                                  s.tokensComputed, percent(s.tokenHitRate))},
+         {"TTFT p50 / p95 / p99 (ms)",
+          fmt::format("{} / {} / {}", shown(s.ttftMsP50), shown(s.ttftMsP95), shown(s.ttftMsP99))},
+         {"total p50 / p95 / p99 (ms)",
+          fmt::format("{} / {} / {}", shown(s.totalMsP50), shown(s.totalMsP95), shown(s.totalMsP99))},
+         {"cost (USD), with / without cache", fmt::format("{:.6f} / {:.6f}", s.costUsd, s.costUsdNoCache)}});
+    std::vector<std::vector<std::string>> tierRows;
+    for (const auto &[kind, a] : s.tiers)
+        tierRows.push_back({tierLabel(kind), std::to_string(a.requests), std::to_string(a.hits),
+                            a.requests ? percent(double(a.hits) / double(a.requests)) : "-",
+                            std::to_string(a.falseHits), std::to_string(a.tokensReused),
+                            std::to_string(a.tokensComputed), shown(a.ttftMsP50), shown(a.ttftMsP95),
+                            shown(a.ttftMsP99)});
+    doc.heading(3, "Per tier");
+    doc.table({"tier", "requests", "hits", "hit rate", "false hits", "tokens reused", "tokens computed",
+               "TTFT p50 ms", "p95", "p99"},
+              std::move(tierRows));
+    addCharts(doc, charts, "ledger_" + safeName(l.name) + "_");
+    // The same ledger under every built-in price preset (resources/prices.json): providers bill
+    // reuse differently (cached input at a fraction, a premium to write, storage per hour, a
+    // minimum cacheable prefix), so one ledger saves differently at each.
+    std::vector<std::vector<std::string>> priceRows;
+    for (const auto &r : core::comparePrices(l.rows, core::builtinPricePresets()))
+        priceRows.push_back({r.preset, r.provider + " " + r.model, fmt::format("{:.6f}", r.costUsd),
+                             fmt::format("{:.6f}", r.costUsdNoCache), fmt::format("{:.1f}%", r.savingPercent),
+                             fmt::format("{:.6f}", r.cost.cachedInputUsd),
+                             fmt::format("{:.6f}", r.cost.cacheWriteUsd),
+                             fmt::format("{:.6f}", r.cost.storageUsd)});
+    doc.heading(3, "Under each price preset");
+    doc.para("The ledger's tokens billed at each preset of resources/prices.json (list prices with their "
+             "source and date; the self-hosted one projected from GPU-hour price and throughput): computed "
+             "prompt tokens at the input or cache-write price, reused ones at the cached-input price, "
+             "response hits free (docs/replay.md, \"Prices\").");
+    doc.table({"preset", "model", "cost USD", "no cache USD", "saving", "cached input USD", "cache write USD",
+               "storage USD"},
+              std::move(priceRows));
+    doc.para(fmt::format("All {} ledger rows are in csv/ledger_{}.csv and report.json.", l.rows.size(),
+                         safeName(l.name)));
+}
+
+void addComparisonsSection(Doc &doc, const ReportData &d)
+{
+    if (d.comparisons.empty())
+        return;
+    doc.heading(2, "Comparison samples");
+    doc.para("Each prompt answered three ways: by model A, by model B from its own prefill (B scratch) "
+             "and by model B from A's converted cache (B transfer). The first token where scratch and "
+             "transfer differ is marked (bold and underlined in HTML and PDF, between \u00ab and "
+             "\u00bb in Markdown). In HTML and PDF each transfer token is shaded by its KL to scratch: "
+             "white at 0 nats, red at 2 nats or more. Every field is in csv/comparisons.csv and "
+             "report.json.");
+    for (const auto &c : d.comparisons) {
+        doc.heading(3, fmt::format("Comparison list {} ({} sample(s))", c.name, c.samples.size()));
+        for (size_t i = 0; i < c.samples.size(); ++i) {
+            doc.heading(4, fmt::format("Sample {}", i));
+            doc.comparison(c.samples[i]);
         }
     }
+}
+
+Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
+{
+    Doc doc;
+    doc.heading(1, "KV Workbench report: " + d.experiment.filename().string());
+    doc.para(
+        fmt::format("Experiment file {} ({} bytes, schema {}), {} prompts ({} tokens for model A, {} for "
+                    "model B), {} converter(s), {} sweep(s), {} replay ledger(s). Configuration hash "
+                    "(sha256 of every setting below): {}.",
+                    d.experiment.string(), d.fileBytes, d.schema, d.prompts, d.tokensA, d.tokensB,
+                    d.converters.size(), d.sweeps.size(), d.ledgers.size(), d.configSha256));
+
+    addEnvironmentSection(doc, d);
+    addModelsSection(doc, d);
+    for (const auto &r : d.converters)
+        addConverterSection(doc, r, charts);
     for (const auto &s : d.sweeps) {
         doc.heading(2, "Sweep " + s.name);
         if (!s.settingsJson.empty())
@@ -259,75 +347,9 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
         doc.metricTable(s.table);
     }
     addKnowledgeSection(doc, d);
-    for (const auto &l : d.ledgers) {
-        const auto &s = l.summary;
-        doc.heading(2, "Replay ledger " + l.name);
-        if (!l.settingsJson.empty())
-            doc.para("Settings: " + l.settingsJson);
-        doc.table(
-            {"measure", "value"},
-            {{"requests", std::to_string(s.requests) +
-                              (s.notServed > 0 ? fmt::format(" ({} more not served)", s.notServed) : "")},
-             {"hits (any tier)", fmt::format("{} ({})", s.hits, percent(s.hitRate))},
-             {"false hits", fmt::format("{} ({} of response hits)", s.falseHits, percent(s.falseHitRate))},
-             {"tokens reused / computed", fmt::format("{} / {} (token hit rate {})", s.tokensReused,
-                                                      s.tokensComputed, percent(s.tokenHitRate))},
-             {"TTFT p50 / p95 / p99 (ms)",
-              fmt::format("{} / {} / {}", shown(s.ttftMsP50), shown(s.ttftMsP95), shown(s.ttftMsP99))},
-             {"total p50 / p95 / p99 (ms)",
-              fmt::format("{} / {} / {}", shown(s.totalMsP50), shown(s.totalMsP95), shown(s.totalMsP99))},
-             {"cost (USD), with / without cache",
-              fmt::format("{:.6f} / {:.6f}", s.costUsd, s.costUsdNoCache)}});
-        std::vector<std::vector<std::string>> tierRows;
-        for (const auto &[kind, a] : s.tiers)
-            tierRows.push_back({tierLabel(kind), std::to_string(a.requests), std::to_string(a.hits),
-                                a.requests ? percent(double(a.hits) / double(a.requests)) : "-",
-                                std::to_string(a.falseHits), std::to_string(a.tokensReused),
-                                std::to_string(a.tokensComputed), shown(a.ttftMsP50), shown(a.ttftMsP95),
-                                shown(a.ttftMsP99)});
-        doc.heading(3, "Per tier");
-        doc.table({"tier", "requests", "hits", "hit rate", "false hits", "tokens reused", "tokens computed",
-                   "TTFT p50 ms", "p95", "p99"},
-                  std::move(tierRows));
-        addCharts(doc, charts, "ledger_" + safeName(l.name) + "_");
-        // The same ledger under every built-in price preset (resources/prices.json): providers bill
-        // reuse differently (cached input at a fraction, a premium to write, storage per hour, a
-        // minimum cacheable prefix), so one ledger saves differently at each.
-        std::vector<std::vector<std::string>> priceRows;
-        for (const auto &r : core::comparePrices(l.rows, core::builtinPricePresets()))
-            priceRows.push_back(
-                {r.preset, r.provider + " " + r.model, fmt::format("{:.6f}", r.costUsd),
-                 fmt::format("{:.6f}", r.costUsdNoCache), fmt::format("{:.1f}%", r.savingPercent),
-                 fmt::format("{:.6f}", r.cost.cachedInputUsd), fmt::format("{:.6f}", r.cost.cacheWriteUsd),
-                 fmt::format("{:.6f}", r.cost.storageUsd)});
-        doc.heading(3, "Under each price preset");
-        doc.para(
-            "The ledger's tokens billed at each preset of resources/prices.json (list prices with their "
-            "source and date; the self-hosted one projected from GPU-hour price and throughput): computed "
-            "prompt tokens at the input or cache-write price, reused ones at the cached-input price, "
-            "response hits free (docs/replay.md, \"Prices\").");
-        doc.table({"preset", "model", "cost USD", "no cache USD", "saving", "cached input USD",
-                   "cache write USD", "storage USD"},
-                  std::move(priceRows));
-        doc.para(fmt::format("All {} ledger rows are in csv/ledger_{}.csv and report.json.", l.rows.size(),
-                             safeName(l.name)));
-    }
-    if (!d.comparisons.empty()) {
-        doc.heading(2, "Comparison samples");
-        doc.para("Each prompt answered three ways: by model A, by model B from its own prefill (B scratch) "
-                 "and by model B from A's converted cache (B transfer). The first token where scratch and "
-                 "transfer differ is marked (bold and underlined in HTML and PDF, between \u00ab and "
-                 "\u00bb in Markdown). In HTML and PDF each transfer token is shaded by its KL to scratch: "
-                 "white at 0 nats, red at 2 nats or more. Every field is in csv/comparisons.csv and "
-                 "report.json.");
-        for (const auto &c : d.comparisons) {
-            doc.heading(3, fmt::format("Comparison list {} ({} sample(s))", c.name, c.samples.size()));
-            for (size_t i = 0; i < c.samples.size(); ++i) {
-                doc.heading(4, fmt::format("Sample {}", i));
-                doc.comparison(c.samples[i]);
-            }
-        }
-    }
+    for (const auto &l : d.ledgers)
+        addLedgerSection(doc, l, charts);
+    addComparisonsSection(doc, d);
     doc.heading(2, "Configuration");
     doc.para("sha256 " + d.configSha256 + " of this canonical JSON (sorted keys):");
     doc.code(d.configJson);

@@ -5,7 +5,7 @@
 // Thread-safety: pure functions (ensureDir touches the file system). The caller owns every string.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <filesystem>
 #include <string>

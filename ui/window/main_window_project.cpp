@@ -209,7 +209,7 @@ void MainWindow::applyProjectSettings()
     }
     c.outPath = p.experiment ? QString::fromStdString(p.experiment->string())
                              : QDir(captureDir).filePath(projectFile.completeBaseName() + "-experiment.h5");
-    c.storage = core::parseKvStorage(p.capture.storage).value_or(core::KvStorage::F32);
+    c.storage = core::parseFloatType(p.capture.storage).value_or(core::FloatType::F32);
     c.compress = p.capture.compress;
     c.maxTokens = p.capture.maxTokens;
     c.limit = p.capture.limit;
@@ -247,7 +247,7 @@ void MainWindow::applyProjectSettings()
 void MainWindow::storeProjectSettings(core::Project &p) const
 {
     const auto c = m_capture->request();
-    p.capture.storage = core::kvStorageName(c.storage);
+    p.capture.storage = core::floatTypeName(c.storage);
     p.capture.compress = c.compress;
     p.capture.maxTokens = c.maxTokens;
     p.capture.limit = c.limit;

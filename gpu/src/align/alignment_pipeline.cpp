@@ -124,6 +124,165 @@ void checkResumedLayer(const std::filesystem::path &file, const core::LayerCheck
                                 fmt::join(l.sourceLayers, ","), layer, fmt::join(start.sourceLayers, ",")));
 }
 
+// What determines an MLP layer's maps: a checkpoint is used only by the fit that wrote it.
+std::string mlpFitKey(const core::ExperimentReader &f, const AlignOptions &o)
+{
+    return nlohmann::json{{"experiment_run_id", f.provenance().runId},
+                          {"selection", layerSelectionName(o.selection)},
+                          {"k", o.k},
+                          {"lambda", o.autoLambda ? nlohmann::json(o.lambdaGrid) : nlohmann::json(o.lambda)},
+                          {"per_head", o.perHead},
+                          {"family", core::converterFamilyName(o.family)},
+                          {"max_train_tokens", o.maxTrainTokens},
+                          {"valid_fraction", o.validFraction},
+                          {"test_fraction", o.testFraction},
+                          {"seed", o.seed},
+                          {"mlp",
+                           {o.mlp.hidden, o.mlp.epochs, o.mlp.batch, o.mlp.learningRate, o.mlp.patience,
+                            o.mlp.validationRows, o.mlp.bufferBytes}}}
+        .dump();
+}
+
+// The record's description of the fit (its name, selection, split) and its metric tables' columns.
+// k: the k actually used.
+void describeFit(core::ConverterRecord &rec, const core::ExperimentReader &f, const AlignOptions &o,
+                 const PromptSplit &split, int k)
+{
+    rec.name = o.name;
+    rec.keyForm = f.storage().keyForm;
+    rec.selection = layerSelectionName(o.selection);
+    const int capturedA = int(f.model(core::ModelRole::A).capturedLayers.size());
+    rec.k = o.selection == LayerSelection::All ? capturedA : k;
+    rec.lambdaMode = o.autoLambda ? "auto" : "fixed";
+    rec.perHead = o.perHead;
+    rec.trainPrompts = split.train;
+    rec.validPrompts = split.valid;
+    rec.testPrompts = split.test;
+    rec.layerMetrics.columns = {"layer",     "sources", "first_source", "lambda", "train_rows",
+                                "test_rows", "r2_k",    "r2_v",         "cos_k",  "cos_v",
+                                "rel_k",     "rel_v",   "attn_cos"};
+    rec.headMetrics.columns = {"layer", "head",  "r2_k",  "r2_v",    "cos_k",
+                               "cos_v", "rel_k", "rel_v", "attn_cos"};
+}
+
+// B layer l's ridge maps, one per lambda of the grid (reduced-rank for a low-rank converter), and in
+// chosen the index of the one the validation prompts prefer when the grid has several.
+std::vector<core::LayerConverter> ridgeMaps(const core::ExperimentReader &f, const AlignOptions &o,
+                                            const PromptSplit &split, const std::vector<double> &grid, int l,
+                                            const std::vector<int> &sources, bool headMatched,
+                                            LayerFitStats *stats, size_t *chosen)
+{
+    auto maps = o.family == core::ConverterFamily::LowRank
+                    ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.rank, stats, headMatched,
+                                          o.maxTrainTokens)
+                    : fitLayerGrid(f, l, sources, split.train, grid, stats, headMatched, o.maxTrainTokens);
+    if (grid.size() > 1)
+        *chosen = bestLambda(evaluateLayers(f, maps, split.valid), grid);
+    return maps;
+}
+
+// B layer l's MLP map read back from its checkpoint (which must be this fit's, of the shape of
+// its ridge start `start`); its stats, marked resumed, are appended to mlpLayers.
+core::LayerConverter resumeMlpLayer(const std::filesystem::path &checkpoint, const std::string &fitKey,
+                                    const AlignOptions &o, const core::LayerConverter &start, int l,
+                                    nlohmann::json &mlpLayers)
+{
+    auto c = core::loadLayerCheckpoint(checkpoint);
+    if (c.fitKey != fitKey)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: written by a fit with other settings, seed or experiment; remove "
+                                "{} or run without --resume",
+                                checkpoint.string(), o.checkpointDir.string()));
+    checkResumedLayer(checkpoint, c, start, l);
+    auto stats = nlohmann::json::parse(c.statsJson);
+    stats["resumed"] = true;
+    mlpLayers.push_back(std::move(stats));
+    return std::move(c.layer);
+}
+
+// B layer l's MLP map trained from its ridge start, saved to its checkpoint (when not empty) and
+// its stats appended to mlpLayers; empty when cancelled.
+std::optional<core::LayerConverter> trainMlpLayerFor(const core::ExperimentReader &f, const AlignOptions &o,
+                                                     const PromptSplit &split,
+                                                     const core::LayerConverter &start, const MlpOptions &mo,
+                                                     int l, const std::filesystem::path &checkpoint,
+                                                     const std::string &fitKey, nlohmann::json &mlpLayers)
+{
+    MlpFitStats ms;
+    auto trained = trainMlpLayer(f, start, split.train, split.valid, mo, &ms);
+    if (!trained)
+        return std::nullopt;
+    nlohmann::json stats = {{"layer", l},
+                            {"epochs", ms.epochs},
+                            {"best_epoch_k", ms.bestEpochKeys},
+                            {"best_epoch_v", ms.bestEpochValues},
+                            {"valid_loss_ridge_k", ms.ridgeLossKeys},
+                            {"valid_loss_ridge_v", ms.ridgeLossValues},
+                            {"valid_loss_k", ms.lossKeys},
+                            {"valid_loss_v", ms.lossValues},
+                            {"train_rows", ms.trainRows},
+                            {"seconds", ms.seconds}};
+    if (!checkpoint.empty()) {
+        std::filesystem::create_directories(o.checkpointDir);
+        core::saveLayerCheckpoint(checkpoint, {*trained, o.family, fitKey, stats.dump()});
+    }
+    mlpLayers.push_back(std::move(stats));
+    return trained;
+}
+
+// One row per B layer, and one per B layer and kv head, of the test scores and attention cosines
+// (NaN without model B).
+void fillMetricTables(core::ConverterRecord &rec, const std::vector<LayerMetrics> &metrics,
+                      const AttentionMetrics &attn, bool haveTarget, int kvB)
+{
+    for (int l = 0; l < int(metrics.size()); ++l) {
+        const auto &m = metrics[size_t(l)];
+        const auto &map = rec.layers[size_t(l)];
+        const double ac = haveTarget ? attn.layerCos[size_t(l)] : kNaN;
+        rec.layerMetrics.rows.push_back(
+            row({double(l), double(map.sourceLayers.size()), double(map.sourceLayers.front()),
+                 map.keys[0].lambda, double(rec.trainTokens), double(m.rows), m.r2Keys, m.r2Values, m.cosKeys,
+                 m.cosValues, m.relErrKeys, m.relErrValues, ac}));
+        for (int h = 0; h < kvB; ++h) {
+            const auto &hm = m.heads[size_t(h)];
+            rec.headMetrics.rows.push_back(
+                row({double(l), double(h), hm.r2Keys, hm.r2Values, hm.cosKeys, hm.cosValues, hm.relErrKeys,
+                     hm.relErrValues, haveTarget ? attn.headCos[size_t(l)][size_t(h)] : kNaN}));
+        }
+    }
+}
+
+// The record's settings JSON: the fit's options and, for MLP converters, each layer's stats.
+std::string fitSettingsJson(const core::ExperimentReader &f, const AlignOptions &o,
+                            const core::ConverterRecord &rec, bool headMatched, int attentionPrompts,
+                            const nlohmann::json &mlpLayers)
+{
+    const bool lowRank = o.family == core::ConverterFamily::LowRank;
+    nlohmann::json settings = {{"selection", rec.selection},
+                               {"k", rec.k},
+                               {"lambda", o.lambda},
+                               {"auto_lambda", o.autoLambda},
+                               {"lambda_grid", o.lambdaGrid},
+                               {"per_head", o.perHead},
+                               {"family", core::converterFamilyName(o.family)},
+                               {"rank", lowRank ? o.rank : 0},
+                               {"head_matched", headMatched},
+                               {"max_train_tokens", o.maxTrainTokens},
+                               {"valid_fraction", o.validFraction},
+                               {"test_fraction", o.testFraction},
+                               {"seed", o.seed},
+                               {"attention_prompts", attentionPrompts},
+                               {"cka_tokens", o.ckaTokens},
+                               {"experiment_run_id", f.provenance().runId}};
+    if (o.family == core::ConverterFamily::Mlp) {
+        settings["mlp"] = {{"hidden", o.mlp.hidden},     {"max_epochs", o.mlp.epochs},
+                           {"batch", o.mlp.batch},       {"learning_rate", o.mlp.learningRate},
+                           {"patience", o.mlp.patience}, {"validation_rows", o.mlp.validationRows},
+                           {"layers", mlpLayers}};
+    }
+    return settings.dump();
+}
+
 } // namespace
 
 AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions &o, const Model *target)
@@ -153,39 +312,12 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     nlohmann::json mlpLayers = nlohmann::json::array();
     const std::vector<double> grid = o.autoLambda ? o.lambdaGrid : std::vector<double>{o.lambda};
     auto report = [&](double fr, const std::string &stage) { return !o.progress || o.progress(fr, stage); };
-    // What determines an MLP layer's maps: a checkpoint is used only by the fit that wrote it.
-    const std::string fitKey = nlohmann::json{
-        {"experiment_run_id", f.provenance().runId},
-        {"selection", layerSelectionName(o.selection)},
-        {"k", o.k},
-        {"lambda", o.autoLambda ? nlohmann::json(o.lambdaGrid) : nlohmann::json(o.lambda)},
-        {"per_head", o.perHead},
-        {"family", core::converterFamilyName(o.family)},
-        {"max_train_tokens", o.maxTrainTokens},
-        {"valid_fraction", o.validFraction},
-        {"test_fraction", o.testFraction},
-        {"seed", o.seed},
-        {"mlp",
-         {o.mlp.hidden, o.mlp.epochs, o.mlp.batch, o.mlp.learningRate, o.mlp.patience, o.mlp.validationRows,
-          o.mlp.bufferBytes}}}.dump();
+    const std::string fitKey = mlpFitKey(f, o);
     std::vector<int> resumed;
 
-    rec.name = o.name;
-    rec.keyForm = f.storage().keyForm;
-    rec.selection = layerSelectionName(o.selection);
-    const int capturedA = int(f.model(core::ModelRole::A).capturedLayers.size());
-    const int k = std::min(o.k, capturedA); // the k actually used
-    rec.k = o.selection == LayerSelection::All ? capturedA : k;
-    rec.lambdaMode = o.autoLambda ? "auto" : "fixed";
-    rec.perHead = o.perHead;
-    rec.trainPrompts = split.train;
-    rec.validPrompts = split.valid;
-    rec.testPrompts = split.test;
-    rec.layerMetrics.columns = {"layer",     "sources", "first_source", "lambda", "train_rows",
-                                "test_rows", "r2_k",    "r2_v",         "cos_k",  "cos_v",
-                                "rel_k",     "rel_v",   "attn_cos"};
-    rec.headMetrics.columns = {"layer", "head",  "r2_k",  "r2_v",    "cos_k",
-                               "cos_v", "rel_k", "rel_v", "attn_cos"};
+    const int k =
+        std::min(o.k, int(f.model(core::ModelRole::A).capturedLayers.size())); // the k actually used
+    describeFit(rec, f, o, split, k);
     std::vector<LayerMetrics> metrics;
     // top k: every B layer's ranking of A's layers first (one accumulation per A layer), reported as
     // the first share of the fit in proportion to its work (an A layer against all of B's layers)
@@ -211,13 +343,8 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         const auto sources =
             selectSources(f, o.selection, k, l, ranked.empty() ? std::vector<int>{} : ranked[size_t(l)]);
         LayerFitStats stats;
-        auto maps =
-            lowRank ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.rank, &stats, headMatched,
-                                          o.maxTrainTokens)
-                    : fitLayerGrid(f, l, sources, split.train, grid, &stats, headMatched, o.maxTrainTokens);
         size_t chosen = 0;
-        if (grid.size() > 1)
-            chosen = bestLambda(evaluateLayers(f, maps, split.valid), grid);
+        auto maps = ridgeMaps(f, o, split, grid, l, sources, headMatched, &stats, &chosen);
         if (l == 0) {
             rec.trainTokens = stats.rows;
             r.warnings.insert(r.warnings.end(), stats.warnings.begin(), stats.warnings.end());
@@ -226,18 +353,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                                                      ? std::filesystem::path()
                                                      : o.checkpointDir / fmt::format("layer-{:03}.h5", l);
         if (mlp && o.resume && !checkpoint.empty() && std::filesystem::exists(checkpoint)) {
-            auto c = core::loadLayerCheckpoint(checkpoint);
-            if (c.fitKey != fitKey)
-                throw Error(
-                    ErrorCode::InvalidArgument,
-                    fmt::format("{}: written by a fit with other settings, seed or experiment; remove "
-                                "{} or run without --resume",
-                                checkpoint.string(), o.checkpointDir.string()));
-            checkResumedLayer(checkpoint, c, maps[chosen], l);
-            auto stats = nlohmann::json::parse(c.statsJson);
-            stats["resumed"] = true;
-            mlpLayers.push_back(std::move(stats));
-            rec.layers.push_back(std::move(c.layer));
+            rec.layers.push_back(resumeMlpLayer(checkpoint, fitKey, o, maps[chosen], l, mlpLayers));
             resumed.push_back(l);
         } else if (mlp) {
             MlpOptions mo = o.mlp;
@@ -247,27 +363,11 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                 return report(after((l + double(epoch) / std::max(1, epochs)) / (lb + 2)),
                               fmt::format("layer {}/{}: MLP epoch {}/{}", l + 1, lb, epoch, epochs));
             };
-            MlpFitStats ms;
-            auto trained = trainMlpLayer(f, maps[chosen], split.train, split.valid, mo, &ms);
+            auto trained = trainMlpLayerFor(f, o, split, maps[chosen], mo, l, checkpoint, fitKey, mlpLayers);
             if (!trained) {
                 r.cancelled = true;
                 return r;
             }
-            nlohmann::json stats = {{"layer", l},
-                                    {"epochs", ms.epochs},
-                                    {"best_epoch_k", ms.bestEpochKeys},
-                                    {"best_epoch_v", ms.bestEpochValues},
-                                    {"valid_loss_ridge_k", ms.ridgeLossKeys},
-                                    {"valid_loss_ridge_v", ms.ridgeLossValues},
-                                    {"valid_loss_k", ms.lossKeys},
-                                    {"valid_loss_v", ms.lossValues},
-                                    {"train_rows", ms.trainRows},
-                                    {"seconds", ms.seconds}};
-            if (!checkpoint.empty()) {
-                std::filesystem::create_directories(o.checkpointDir);
-                core::saveLayerCheckpoint(checkpoint, {*trained, o.family, fitKey, stats.dump()});
-            }
-            mlpLayers.push_back(std::move(stats));
             rec.layers.push_back(std::move(*trained));
         } else {
             rec.layers.push_back(std::move(maps[chosen]));
@@ -296,44 +396,8 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         return r;
     }
     std::tie(rec.ckaKeys, rec.ckaValues) = linearCka(f, split.test, o.ckaTokens);
-    for (int l = 0; l < lb; ++l) {
-        const auto &m = metrics[size_t(l)];
-        const auto &map = rec.layers[size_t(l)];
-        const double ac = target ? attn.layerCos[size_t(l)] : kNaN;
-        rec.layerMetrics.rows.push_back(
-            row({double(l), double(map.sourceLayers.size()), double(map.sourceLayers.front()),
-                 map.keys[0].lambda, double(rec.trainTokens), double(m.rows), m.r2Keys, m.r2Values, m.cosKeys,
-                 m.cosValues, m.relErrKeys, m.relErrValues, ac}));
-        for (int h = 0; h < g.kvB; ++h) {
-            const auto &hm = m.heads[size_t(h)];
-            rec.headMetrics.rows.push_back(
-                row({double(l), double(h), hm.r2Keys, hm.r2Values, hm.cosKeys, hm.cosValues, hm.relErrKeys,
-                     hm.relErrValues, target ? attn.headCos[size_t(l)][size_t(h)] : kNaN}));
-        }
-    }
-    nlohmann::json settings = {{"selection", rec.selection},
-                               {"k", rec.k},
-                               {"lambda", o.lambda},
-                               {"auto_lambda", o.autoLambda},
-                               {"lambda_grid", o.lambdaGrid},
-                               {"per_head", o.perHead},
-                               {"family", core::converterFamilyName(o.family)},
-                               {"rank", lowRank ? o.rank : 0},
-                               {"head_matched", headMatched},
-                               {"max_train_tokens", o.maxTrainTokens},
-                               {"valid_fraction", o.validFraction},
-                               {"test_fraction", o.testFraction},
-                               {"seed", o.seed},
-                               {"attention_prompts", target ? attn.prompts : 0},
-                               {"cka_tokens", o.ckaTokens},
-                               {"experiment_run_id", f.provenance().runId}};
-    if (mlp) {
-        settings["mlp"] = {{"hidden", o.mlp.hidden},     {"max_epochs", o.mlp.epochs},
-                           {"batch", o.mlp.batch},       {"learning_rate", o.mlp.learningRate},
-                           {"patience", o.mlp.patience}, {"validation_rows", o.mlp.validationRows},
-                           {"layers", mlpLayers}};
-    }
-    rec.settingsJson = settings.dump();
+    fillMetricTables(rec, metrics, attn, target != nullptr, g.kvB);
+    rec.settingsJson = fitSettingsJson(f, o, rec, headMatched, target ? attn.prompts : 0, mlpLayers);
     report(1.0, "done");
     return r;
 }

@@ -103,13 +103,9 @@ struct Net
     }
 };
 
-} // namespace
-
-std::optional<core::LayerConverter> trainMlpLayer(const core::ExperimentReader &f,
-                                                  const core::LayerConverter &ridge,
-                                                  const std::vector<int> &train,
-                                                  const std::vector<int> &valid, const MlpOptions &o,
-                                                  MlpFitStats *stats)
+// Refuses options out of range, no validation prompts, and a start that is not a ridge map.
+void checkMlpInputs(const core::ExperimentReader &f, const core::LayerConverter &ridge,
+                    const std::vector<int> &valid, const MlpOptions &o)
 {
     if (o.hidden < 1 || o.epochs < 0 || o.batch < 1 || !(o.learningRate > 0) || o.patience < 1)
         throw Error(
@@ -127,74 +123,94 @@ std::optional<core::LayerConverter> trainMlpLayer(const core::ExperimentReader &
                 throw Error(ErrorCode::InvalidArgument,
                             fmt::format("layer {}: the MLP starts from a ridge map with its weights",
                                         ridge.targetLayer));
-    const Geometry g = geometry(f);
-    const auto started = core::Clock::now();
-    return detail::translateTorch("MLP training", [&]() -> std::optional<core::LayerConverter> {
-        c10::InferenceMode off(false);
-        torch::AutoGradMode grad(true);
-        torch::manual_seed(o.seed * 1000003ULL + uint64_t(ridge.targetLayer));
-        std::mt19937_64 rng(o.seed * 7919ULL + uint64_t(ridge.targetLayer));
-        std::vector<std::string> skipped;
+}
 
-        // Validation rows, at most validationRows of them, per kind: [maps, rows, in] / [maps, rows, out].
-        std::array<torch::Tensor, 2> vx, vy;
-        {
-            std::array<std::vector<torch::Tensor>, 2> xs, ys;
-            int64_t rows = 0;
-            for (int p : valid) {
-                if (rows >= o.validationRows)
-                    break;
-                if (!aligned(f, p, &skipped))
-                    continue;
-                for (int kv = 0; kv < 2; ++kv) {
-                    auto [x, y] = promptRows(f, g, ridge, p, kv == 0, int64_t(f.prompt(p).b.ids.size()));
-                    const int64_t take = std::min<int64_t>(x.size(1), o.validationRows - rows);
-                    xs[size_t(kv)].push_back(x.slice(1, 0, take));
-                    ys[size_t(kv)].push_back(y.slice(1, 0, take));
-                }
-                rows += xs[0].back().size(1);
-            }
-            if (rows < 2)
-                throw Error(ErrorCode::InvalidArgument,
-                            fmt::format("{}: the validation prompts give {} aligned rows; MLP early stopping "
-                                        "needs at least 2",
-                                        f.path().string(), rows));
-            for (int kv = 0; kv < 2; ++kv) {
-                vx[size_t(kv)] = torch::cat(xs[size_t(kv)], 1);
-                vy[size_t(kv)] = torch::cat(ys[size_t(kv)], 1);
-            }
+// Rows per kind (0: keys, 1: values): x [maps, rows, in], y [maps, rows, out].
+struct KindRows
+{
+    std::array<torch::Tensor, 2> x, y;
+};
+
+// Validation rows, at most validationRows of them, per kind. Prompts that are not aligned are
+// noted in skipped.
+KindRows validationSet(const core::ExperimentReader &f, const Geometry &g, const core::LayerConverter &ridge,
+                       const std::vector<int> &valid, const MlpOptions &o, std::vector<std::string> &skipped)
+{
+    KindRows v;
+    std::array<std::vector<torch::Tensor>, 2> xs, ys;
+    int64_t rows = 0;
+    for (int p : valid) {
+        if (rows >= o.validationRows)
+            break;
+        if (!aligned(f, p, &skipped))
+            continue;
+        for (int kv = 0; kv < 2; ++kv) {
+            auto [x, y] = promptRows(f, g, ridge, p, kv == 0, int64_t(f.prompt(p).b.ids.size()));
+            const int64_t take = std::min<int64_t>(x.size(1), o.validationRows - rows);
+            xs[size_t(kv)].push_back(x.slice(1, 0, take));
+            ys[size_t(kv)].push_back(y.slice(1, 0, take));
         }
+        rows += xs[0].back().size(1);
+    }
+    if (rows < 2)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: the validation prompts give {} aligned rows; MLP early stopping "
+                                "needs at least 2",
+                                f.path().string(), rows));
+    for (int kv = 0; kv < 2; ++kv) {
+        v.x[size_t(kv)] = torch::cat(xs[size_t(kv)], 1);
+        v.y[size_t(kv)] = torch::cat(ys[size_t(kv)], 1);
+    }
+    return v;
+}
 
-        // The training prompts and how many of each one's rows are used: every aligned prompt, or
-        // the first ones (in the given order) up to maxTrainRows, the last one cut, as for ridge.
-        std::vector<std::pair<int, int64_t>> plan;
-        {
-            int64_t rows = 0;
-            for (int p : train) {
-                if (o.maxTrainRows > 0 && rows >= o.maxTrainRows)
-                    break;
-                if (!aligned(f, p, &skipped))
-                    continue;
-                int64_t tokens = int64_t(f.prompt(p).b.ids.size());
-                if (o.maxTrainRows > 0)
-                    tokens = std::min(tokens, o.maxTrainRows - rows);
-                plan.emplace_back(p, tokens);
-                rows += tokens;
-            }
-            if (rows < 2)
-                throw Error(ErrorCode::InvalidArgument,
-                            fmt::format("{}: the training prompts give {} aligned rows for layer {}; the MLP "
-                                        "needs at least 2",
-                                        f.path().string(), rows, ridge.targetLayer));
-        }
+// The training prompts and how many of each one's rows are used: every aligned prompt, or
+// the first ones (in the given order) up to maxTrainRows, the last one cut, as for ridge.
+std::vector<std::pair<int, int64_t>> trainingPlan(const core::ExperimentReader &f,
+                                                  const core::LayerConverter &ridge,
+                                                  const std::vector<int> &train, const MlpOptions &o,
+                                                  std::vector<std::string> &skipped)
+{
+    std::vector<std::pair<int, int64_t>> plan;
+    int64_t rows = 0;
+    for (int p : train) {
+        if (o.maxTrainRows > 0 && rows >= o.maxTrainRows)
+            break;
+        if (!aligned(f, p, &skipped))
+            continue;
+        int64_t tokens = int64_t(f.prompt(p).b.ids.size());
+        if (o.maxTrainRows > 0)
+            tokens = std::min(tokens, o.maxTrainRows - rows);
+        plan.emplace_back(p, tokens);
+        rows += tokens;
+    }
+    if (rows < 2)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: the training prompts give {} aligned rows for layer {}; the MLP "
+                                "needs at least 2",
+                                f.path().string(), rows, ridge.targetLayer));
+    return plan;
+}
 
-        std::array<Net, 2> nets;
+// Both kinds' nets under training, their optimisers and early stopping's state. Starts at the
+// ridge maps (the branch's output weight zero), with the validation loss of ridge as the best.
+struct MlpTraining
+{
+    const KindRows &valid;
+    std::array<Net, 2> nets;
+    std::vector<std::unique_ptr<torch::optim::Adam>> optim;
+    std::array<double, 2> best{}, ridgeLoss{};
+    std::array<int, 2> bestEpoch = {0, 0}, bad = {0, 0}; // bad: epochs since the best
+    std::array<std::vector<torch::Tensor>, 2> bestState;
+
+    MlpTraining(const core::LayerConverter &ridge, const KindRows &v, const MlpOptions &o) : valid(v)
+    {
         for (int kv = 0; kv < 2; ++kv) {
             const auto &maps = kv == 0 ? ridge.keys : ridge.values;
             const auto start =
                 detail::stackMaps(maps, torch::kCPU, fmt::format("layer {}", ridge.targetLayer));
             Net &n = nets[size_t(kv)];
-            const auto &x = vx[size_t(kv)], &y = vy[size_t(kv)];
+            const auto &x = v.x[size_t(kv)], &y = v.y[size_t(kv)];
             const int64_t mapsN = x.size(0), in = x.size(2), out = y.size(2);
             n.w = start.weight.clone().requires_grad_(true);
             n.b = start.bias.clone().requires_grad_(true);
@@ -206,103 +222,153 @@ std::optional<core::LayerConverter> trainMlpLayer(const core::ExperimentReader &
             n.w2 = torch::zeros({mapsN, int64_t(o.hidden), out}).requires_grad_(true);
             n.yScale = 1.0 / (y.var(1, true, true).mean(2, true) + 1e-12);
         }
-        std::vector<std::unique_ptr<torch::optim::Adam>> optim;
         for (const Net &n : nets)
             optim.push_back(std::make_unique<torch::optim::Adam>(n.parameters(),
                                                                  torch::optim::AdamOptions(o.learningRate)));
-        const auto validationLoss = [&](int kv) {
-            torch::NoGradGuard ng;
-            return nets[size_t(kv)].loss(vx[size_t(kv)], vy[size_t(kv)]).item<double>();
-        };
-        std::array<double, 2> best = {validationLoss(0), validationLoss(1)};
-        std::array<double, 2> ridgeLoss = best;
-        std::array<int, 2> bestEpoch = {0, 0}, bad = {0, 0};
-        std::array<std::vector<torch::Tensor>, 2> bestState = {nets[0].snapshot(), nets[1].snapshot()};
-        const int64_t in = vx[0].size(2) + vy[0].size(2);
+        best = {validationLoss(0), validationLoss(1)};
+        ridgeLoss = best;
+        bestState = {nets[0].snapshot(), nets[1].snapshot()};
+    }
+
+    double validationLoss(int kv) const
+    {
+        torch::NoGradGuard ng;
+        return nets[size_t(kv)].loss(valid.x[size_t(kv)], valid.y[size_t(kv)]).item<double>();
+    }
+
+    // Trains on the buffered rows (emptying the buffers): shuffled, then cut into mini-batches, each
+    // one step of every kind that has not stopped.
+    void trainBuffer(std::array<std::vector<torch::Tensor>, 2> &bx,
+                     std::array<std::vector<torch::Tensor>, 2> &by, int64_t buffered, const MlpOptions &o,
+                     std::mt19937_64 &rng)
+    {
+        std::array<torch::Tensor, 2> X, Y;
+        for (int kv = 0; kv < 2; ++kv) {
+            X[size_t(kv)] = torch::cat(bx[size_t(kv)], 1);
+            Y[size_t(kv)] = torch::cat(by[size_t(kv)], 1);
+            bx[size_t(kv)].clear();
+            by[size_t(kv)].clear();
+        }
+        std::vector<int64_t> perm(static_cast<size_t>(buffered));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        const auto idx = torch::from_blob(perm.data(), {buffered}, torch::kInt64);
+        for (int64_t s = 0; s < buffered; s += o.batch) {
+            const auto pick = idx.slice(0, s, std::min(buffered, s + o.batch));
+            for (int kv = 0; kv < 2; ++kv) {
+                if (bad[size_t(kv)] >= o.patience)
+                    continue; // this kind has stopped
+                auto &opt = *optim[size_t(kv)];
+                opt.zero_grad();
+                auto loss = nets[size_t(kv)].loss(X[size_t(kv)].index_select(1, pick),
+                                                  Y[size_t(kv)].index_select(1, pick));
+                loss.backward();
+                opt.step();
+            }
+        }
+    }
+
+    // After an epoch: each kind still training keeps its state if the validation loss improved,
+    // else counts one more bad epoch.
+    void validate(int epoch, int patience)
+    {
+        for (int kv = 0; kv < 2; ++kv) {
+            if (bad[size_t(kv)] >= patience)
+                continue;
+            const double v = validationLoss(kv);
+            if (v < best[size_t(kv)] * (1 - 1e-4)) {
+                best[size_t(kv)] = v;
+                bestEpoch[size_t(kv)] = epoch;
+                bestState[size_t(kv)] = nets[size_t(kv)].snapshot();
+                bad[size_t(kv)] = 0;
+            } else {
+                ++bad[size_t(kv)];
+            }
+        }
+    }
+};
+
+// One epoch: the planned prompts in a seeded order through the shuffle buffer of bufferRows rows,
+// trained on each time it fills and at the end. Returns the rows trained on.
+int64_t runEpoch(MlpTraining &t, const core::ExperimentReader &f, const Geometry &g,
+                 const core::LayerConverter &ridge, const std::vector<std::pair<int, int64_t>> &plan,
+                 int64_t bufferRows, const MlpOptions &o, std::mt19937_64 &rng)
+{
+    auto order = plan;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::array<std::vector<torch::Tensor>, 2> bx, by;
+    int64_t buffered = 0;
+    int64_t trainRows = 0;
+    const auto flush = [&] {
+        if (buffered == 0)
+            return;
+        t.trainBuffer(bx, by, buffered, o, rng);
+        trainRows += buffered;
+        buffered = 0;
+    };
+    for (const auto &[p, tokens] : order) {
+        for (int kv = 0; kv < 2; ++kv) {
+            auto [x, y] = promptRows(f, g, ridge, p, kv == 0, tokens);
+            bx[size_t(kv)].push_back(std::move(x));
+            by[size_t(kv)].push_back(std::move(y));
+        }
+        buffered += bx[0].back().size(1);
+        if (buffered >= bufferRows)
+            flush();
+    }
+    flush();
+    return trainRows;
+}
+
+} // namespace
+
+std::optional<core::LayerConverter> trainMlpLayer(const core::ExperimentReader &f,
+                                                  const core::LayerConverter &ridge,
+                                                  const std::vector<int> &train,
+                                                  const std::vector<int> &valid, const MlpOptions &o,
+                                                  MlpFitStats *stats)
+{
+    checkMlpInputs(f, ridge, valid, o);
+    const Geometry g = geometry(f);
+    const auto started = core::Clock::now();
+    return detail::translateTorch("MLP training", [&]() -> std::optional<core::LayerConverter> {
+        c10::InferenceMode off(false);
+        torch::AutoGradMode grad(true);
+        torch::manual_seed(o.seed * 1000003ULL + uint64_t(ridge.targetLayer));
+        std::mt19937_64 rng(o.seed * 7919ULL + uint64_t(ridge.targetLayer));
+        std::vector<std::string> skipped;
+        const KindRows v = validationSet(f, g, ridge, valid, o, skipped);
+        const std::vector<std::pair<int, int64_t>> plan = trainingPlan(f, ridge, train, o, skipped);
+
+        MlpTraining t(ridge, v, o);
+        const int64_t in = v.x[0].size(2) + v.y[0].size(2);
         const int64_t bufferRows =
-            std::max<int64_t>(o.batch, o.bufferBytes / std::max<int64_t>(1, 4 * 2 * in * vx[0].size(0)));
+            std::max<int64_t>(o.batch, o.bufferBytes / std::max<int64_t>(1, 4 * 2 * in * v.x[0].size(0)));
         int epochs = 0;
         int64_t trainRows = 0;
         for (int epoch = 1; epoch <= o.epochs; ++epoch) {
-            if (bad[0] >= o.patience && bad[1] >= o.patience)
+            if (t.bad[0] >= o.patience && t.bad[1] >= o.patience)
                 break;
-            auto order = plan;
-            std::shuffle(order.begin(), order.end(), rng);
-            std::array<std::vector<torch::Tensor>, 2> bx, by;
-            int64_t buffered = 0;
-            trainRows = 0;
-            const auto flush = [&] {
-                if (buffered == 0)
-                    return;
-                std::array<torch::Tensor, 2> X, Y;
-                for (int kv = 0; kv < 2; ++kv) {
-                    X[size_t(kv)] = torch::cat(bx[size_t(kv)], 1);
-                    Y[size_t(kv)] = torch::cat(by[size_t(kv)], 1);
-                    bx[size_t(kv)].clear();
-                    by[size_t(kv)].clear();
-                }
-                std::vector<int64_t> perm(static_cast<size_t>(buffered));
-                std::iota(perm.begin(), perm.end(), 0);
-                std::shuffle(perm.begin(), perm.end(), rng);
-                const auto idx = torch::from_blob(perm.data(), {buffered}, torch::kInt64);
-                for (int64_t s = 0; s < buffered; s += o.batch) {
-                    const auto pick = idx.slice(0, s, std::min(buffered, s + o.batch));
-                    for (int kv = 0; kv < 2; ++kv) {
-                        if (bad[size_t(kv)] >= o.patience)
-                            continue; // this kind has stopped
-                        auto &opt = *optim[size_t(kv)];
-                        opt.zero_grad();
-                        auto loss = nets[size_t(kv)].loss(X[size_t(kv)].index_select(1, pick),
-                                                          Y[size_t(kv)].index_select(1, pick));
-                        loss.backward();
-                        opt.step();
-                    }
-                }
-                trainRows += buffered;
-                buffered = 0;
-            };
-            for (const auto &[p, tokens] : order) {
-                for (int kv = 0; kv < 2; ++kv) {
-                    auto [x, y] = promptRows(f, g, ridge, p, kv == 0, tokens);
-                    bx[size_t(kv)].push_back(std::move(x));
-                    by[size_t(kv)].push_back(std::move(y));
-                }
-                buffered += bx[0].back().size(1);
-                if (buffered >= bufferRows)
-                    flush();
-            }
-            flush();
+            trainRows = runEpoch(t, f, g, ridge, plan, bufferRows, o, rng);
             epochs = epoch;
-            for (int kv = 0; kv < 2; ++kv) {
-                if (bad[size_t(kv)] >= o.patience)
-                    continue;
-                const double v = validationLoss(kv);
-                if (v < best[size_t(kv)] * (1 - 1e-4)) {
-                    best[size_t(kv)] = v;
-                    bestEpoch[size_t(kv)] = epoch;
-                    bestState[size_t(kv)] = nets[size_t(kv)].snapshot();
-                    bad[size_t(kv)] = 0;
-                } else {
-                    ++bad[size_t(kv)];
-                }
-            }
+            t.validate(epoch, o.patience);
             if (o.progress && !o.progress(epoch, o.epochs))
                 return std::nullopt;
         }
         core::LayerConverter out = ridge;
         for (int kv = 0; kv < 2; ++kv) {
-            nets[size_t(kv)].restore(bestState[size_t(kv)]);
+            t.nets[size_t(kv)].restore(t.bestState[size_t(kv)]);
             auto &list = kv == 0 ? out.keys : out.values;
-            list = detail::unstackMaps(nets[size_t(kv)].folded(), list);
+            list = detail::unstackMaps(t.nets[size_t(kv)].folded(), list);
         }
         if (stats) {
             stats->epochs = epochs;
-            stats->bestEpochKeys = bestEpoch[0];
-            stats->bestEpochValues = bestEpoch[1];
-            stats->ridgeLossKeys = ridgeLoss[0];
-            stats->ridgeLossValues = ridgeLoss[1];
-            stats->lossKeys = best[0];
-            stats->lossValues = best[1];
+            stats->bestEpochKeys = t.bestEpoch[0];
+            stats->bestEpochValues = t.bestEpoch[1];
+            stats->ridgeLossKeys = t.ridgeLoss[0];
+            stats->ridgeLossValues = t.ridgeLoss[1];
+            stats->lossKeys = t.best[0];
+            stats->lossValues = t.best[1];
             stats->trainRows = trainRows;
             stats->seconds = core::msSince(started) / 1000;
             stats->warnings = std::move(skipped);

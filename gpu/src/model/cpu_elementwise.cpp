@@ -1,21 +1,13 @@
 // The CPU's elementwise kernels: RMSNorm, RoPE, the gated MLP activations and the attention
 // softmax, on f32 and bf16 rows (AVX-512 where the CPU has it), each row one thread's loop so the
 // result does not depend on the thread count.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "gpu/src/model/cpu_simd_p.h"
 
 #include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/row_team_p.h"
 
 #include <cmath>
 #include <cstdint>
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define KVWB_X86_AVX512 1
-#endif
 
 namespace kvwb::gpu::detail {
 

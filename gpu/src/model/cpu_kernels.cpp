@@ -1,10 +1,4 @@
-// GCC 12's AVX-512 intrinsics start some results from a self-initialised "undefined" vector,
-// which its flow analysis reports as uninitialised once they are inlined under target
-// attributes; the headers (torch's among them) are read before any line of this file's own.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "gpu/src/model/cpu_simd_p.h"
 
 #include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/row_team_p.h"
@@ -31,11 +25,6 @@
 #ifdef __linux__
 #include <dlfcn.h>
 #include <sys/mman.h>
-#endif
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define KVWB_X86_AVX512 1
 #endif
 
 namespace kvwb::gpu::detail {
@@ -492,6 +481,22 @@ CblasSgemm cblasSgemm()
 #endif
 }
 
+// c [m, ldc] columns [0, n) = x [m, k] w^T for an f32 w [n, k] (row-major), through the BLAS's sgemm.
+void sgemmNT(CblasSgemm gemm, const float *x, int64_t m, const float *w, int64_t k, int64_t n, float *c,
+             int64_t ldc)
+{
+    constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+    gemm(kRowMajor, kNoTrans, kTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), 0.0f, c, int(ldc));
+}
+
+// c [m, ldc] columns [0, n) += bias [n], row by row.
+void addBias(float *c, int64_t m, int64_t n, int64_t ldc, const float *bias)
+{
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+            c[i * ldc + j] += bias[j];
+}
+
 // Whether an f32 product of m rows goes through the BLAS: its packed kernels win on long prompts,
 // the tiles (no packing) on short ones (m < 256).
 bool blasRows(int64_t m)
@@ -509,13 +514,9 @@ void productShare(const float *x, int64_t m, const TW *w, int64_t k, int64_t j0,
 {
     if constexpr (std::is_same_v<TW, float>) {
         if (const auto gemm = blasRows(m) ? cblasSgemm() : nullptr) {
-            constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
-            gemm(kRowMajor, kNoTrans, kTrans, int(m), int(j1 - j0), int(k), 1.0f, x, int(k), w + j0 * k,
-                 int(k), 0.0f, c + j0, int(ldc));
+            sgemmNT(gemm, x, m, w + j0 * k, k, j1 - j0, c + j0, ldc);
             if (bias)
-                for (int64_t i = 0; i < m; ++i)
-                    for (int64_t j = j0; j < j1; ++j)
-                        c[i * ldc + j] += bias[j];
+                addBias(c + j0, m, j1 - j0, ldc, bias + j0);
             return;
         }
     }
@@ -575,6 +576,25 @@ void teamProducts(int64_t b, const TX *x, int64_t m, const TW *w, int64_t wStrid
             }
         },
         1);
+}
+
+// y[i] = x[i] w[i]^T (+ bias) as teamProducts, for x [b, m, k] and w (rows of k, batch stride
+// wStride) of one dtype: bf16 x and w on the vdpbf16ps tiles (bf16Products()), else x widened to f32.
+void tensorProducts(const torch::Tensor &x, int64_t b, int64_t m, const torch::Tensor &w, int64_t wStride,
+                    int64_t n, int64_t k, float *y, const float *bias)
+{
+    if (x.scalar_type() == torch::kBFloat16 && bf16Products()) {
+        const auto xb = x.contiguous();
+        teamProducts(b, reinterpret_cast<const uint16_t *>(xb.data_ptr()), m,
+                     reinterpret_cast<const uint16_t *>(w.data_ptr()), wStride, n, k, y, bias);
+        return;
+    }
+    const auto xc = x.to(torch::kFloat32).contiguous();
+    const float *xp = xc.data_ptr<float>();
+    if (w.scalar_type() == torch::kBFloat16)
+        teamProducts(b, xp, m, reinterpret_cast<const uint16_t *>(w.data_ptr()), wStride, n, k, y, bias);
+    else
+        teamProducts(b, xp, m, w.data_ptr<float>(), wStride, n, k, y, bias);
 }
 
 #ifdef __linux__
@@ -795,20 +815,7 @@ torch::Tensor teamMatmulNT(const torch::Tensor &x, const torch::Tensor &w)
                 "on the CPU");
     const int64_t b = x.size(0), m = x.size(1), n = w.size(1), k = x.size(2), wStride = w.stride(0);
     auto y = torch::empty({b, m, n}, x.options().dtype(torch::kFloat32));
-    if (dt == torch::kBFloat16 && bf16Products()) {
-        const auto xb = x.contiguous();
-        teamProducts(b, reinterpret_cast<const uint16_t *>(xb.data_ptr()), m,
-                     reinterpret_cast<const uint16_t *>(w.data_ptr()), wStride, n, k, y.data_ptr<float>(),
-                     nullptr);
-        return y;
-    }
-    const auto xc = x.to(torch::kFloat32).contiguous();
-    const float *xp = xc.data_ptr<float>();
-    if (dt == torch::kBFloat16)
-        teamProducts(b, xp, m, reinterpret_cast<const uint16_t *>(w.data_ptr()), wStride, n, k,
-                     y.data_ptr<float>(), nullptr);
-    else
-        teamProducts(b, xp, m, w.data_ptr<float>(), wStride, n, k, y.data_ptr<float>(), nullptr);
+    tensorProducts(x, b, m, w, wStride, n, k, y.data_ptr<float>(), nullptr);
     return y;
 }
 
@@ -825,19 +832,7 @@ torch::Tensor teamLinear(const torch::Tensor &x, const torch::Tensor &w, const t
     auto y = torch::empty({m, n}, w.options().dtype(torch::kFloat32));
     const auto bf = bias.defined() ? bias.to(torch::kFloat32).contiguous() : torch::Tensor();
     const float *bp = bf.defined() ? bf.data_ptr<float>() : nullptr;
-    if (dt == torch::kBFloat16 && bf16Products()) {
-        const auto xb = x.contiguous();
-        teamProducts(1, reinterpret_cast<const uint16_t *>(xb.data_ptr()), m,
-                     reinterpret_cast<const uint16_t *>(w.data_ptr()), 0, n, k, y.data_ptr<float>(), bp);
-        return y.to(dt);
-    }
-    const auto xc = x.to(torch::kFloat32).contiguous();
-    const float *xp = xc.data_ptr<float>();
-    if (dt == torch::kBFloat16)
-        teamProducts(1, xp, m, reinterpret_cast<const uint16_t *>(w.data_ptr()), 0, n, k, y.data_ptr<float>(),
-                     bp);
-    else
-        teamProducts(1, xp, m, w.data_ptr<float>(), 0, n, k, y.data_ptr<float>(), bp);
+    tensorProducts(x, 1, m, w, 0, n, k, y.data_ptr<float>(), bp);
     return dt == torch::kFloat32 ? y : y.to(dt);
 }
 
@@ -863,9 +858,7 @@ void f32Share(const float *x, int64_t m, const float *w, int64_t k, int64_t n, f
     if (haveRowGemv(torch::kFloat32))
         return productShare(x, m, w, k, 0, n, c, ldc, bias);
     if (const auto gemm = cblasSgemm()) {
-        constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
-        gemm(kRowMajor, kNoTrans, kTrans, int(m), int(n), int(k), 1.0f, x, int(k), w, int(k), 0.0f, c,
-             int(ldc));
+        sgemmNT(gemm, x, m, w, k, n, c, ldc);
     } else {
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) {
@@ -876,9 +869,7 @@ void f32Share(const float *x, int64_t m, const float *w, int64_t k, int64_t n, f
             }
     }
     if (bias)
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t j = 0; j < n; ++j)
-                c[i * ldc + j] += bias[j];
+        addBias(c, m, n, ldc, bias);
 }
 
 } // namespace
@@ -928,8 +919,7 @@ torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix>
             }
         });
         if (bp)
-            for (int64_t j = 0; j < n; ++j)
-                yp[j] += bp[j];
+            addBias(yp, 1, n, n, bp);
     } else {
         struct Chunk
         {
@@ -965,9 +955,7 @@ torch::Tensor quantLinear(const torch::Tensor &x, const std::vector<QuantMatrix>
                                                 core::quant::promptBlock(p.type) == 256 ? xs256 : xs32,
                                                 yp + col, n, isa);
                         if (bp)
-                            for (int64_t i = 0; i < m; ++i)
-                                for (int64_t j = 0; j < c.j1 - c.j0; ++j)
-                                    yp[i * n + col + j] += bp[col + j];
+                            addBias(yp + col, m, c.j1 - c.j0, n, bp + col);
                         continue;
                     }
                     scratch.resize(size_t(kQuantChunk * k));

@@ -22,7 +22,7 @@ bool cudaAvailable()
     }
 }
 
-void checkDeviceSupport(Device d, ComputeType t)
+void checkDeviceSupport(Device d, FloatType t)
 {
     if (d == Device::Cuda && !cudaAvailable()) {
         throw core::Error(core::ErrorCode::Device,
@@ -32,7 +32,7 @@ void checkDeviceSupport(Device d, ComputeType t)
                                    : " cannot initialise CUDA") +
                               "; run it on the CPU instead");
     }
-    if (d == Device::Cpu && t == ComputeType::F16) {
+    if (d == Device::Cpu && t == FloatType::F16) {
         throw core::Error(core::ErrorCode::Device, "f16 is only supported on CUDA (CPU half matmuls are "
                                                    "emulated and slow); use bf16 or f32 on the CPU");
     }

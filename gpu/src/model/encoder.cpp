@@ -271,16 +271,6 @@ std::string prefixTag(const std::string &prefix)
     return fmt::format("-p{:08x}", h);
 }
 
-void normaliseInPlace(std::vector<float> &v)
-{
-    double norm = 0;
-    for (float x : v)
-        norm += double(x) * x;
-    if (norm > 0)
-        for (float &x : v)
-            x = float(x / std::sqrt(norm));
-}
-
 // An embedder whose weights hold NaN or Inf (or whose configuration breaks its arithmetic) gives
 // non-finite vectors, and a similarity of NaN must never count as a match: it is refused when it
 // loads, by name, on a probe sentence that reaches its normalisation, attention and pooling.
@@ -391,6 +381,16 @@ std::vector<float> DecoderEmbedder::embed(const std::string &text)
     auto v = m_model->lastHiddenState(ids);
     normaliseInPlace(v);
     return v;
+}
+
+void normaliseInPlace(std::vector<float> &v)
+{
+    double norm = 0;
+    for (float x : v)
+        norm += double(x) * x;
+    if (norm > 0)
+        for (float &x : v)
+            x = float(x / std::sqrt(norm));
 }
 
 std::unique_ptr<core::Embedder> loadEmbedderModel(const fs::path &path, const LoadOptions &options,

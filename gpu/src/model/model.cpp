@@ -352,6 +352,211 @@ const char *stopReasonName(StopReason r) noexcept
     return "?";
 }
 
+namespace {
+
+// Refuse a load that cannot fit rather than be killed half-way: the weights as they will be
+// held, against what the machine has available now (a second model sees what the first left).
+// Returns the bytes the weights will be held in.
+int64_t checkWeightsFit(const core::Checkpoint &checkpoint, const LoadOptions &options, int64_t elementBytes,
+                        bool keepQuantized)
+{
+    const int64_t held = core::heldWeightBytes(checkpoint, int(elementBytes), keepQuantized);
+    if (const auto available = core::availableMemoryBytes(); available && held > *available)
+        throw Error(ErrorCode::Device,
+                    fmt::format("{}: its weights need about {:.2f} GB in {}, and this machine has {:.2f} "
+                                "GB available (MemAvailable){}; not loaded",
+                                checkpoint.path().string(), double(held) / 1e9,
+                                core::floatTypeName(options.dtype), double(*available) / 1e9,
+                                options.dtype == FloatType::F32 ? "; --dtype bf16 halves them" : ""));
+    return held;
+}
+
+// A weight's name and its shape in the checkpoint.
+using Part = std::pair<std::string, std::vector<int64_t>>;
+
+// Reads a checkpoint's weights for Model::load: into tensors of the compute dtype on the device
+// (on the CPU, pieces of one packed arena), or kept in their ggml blocks; adds what it holds to
+// deviceBytes.
+struct WeightLoader
+{
+    const core::Checkpoint &checkpoint;
+    torch::Dtype dtype;
+    torch::Device device;
+    bool onCpu;
+    bool keepQuantized;
+    int64_t elementBytes;
+    int64_t &deviceBytes;
+    detail::PackedArena arena;
+
+    // held: the bytes the weights will be held in on the CPU (checkWeightsFit), else 0.
+    WeightLoader(const core::Checkpoint &checkpoint, torch::Dtype dtype, torch::Device device, bool onCpu,
+                 bool keepQuantized, int64_t held, int64_t &deviceBytes)
+        : checkpoint(checkpoint), dtype(dtype), device(device), onCpu(onCpu), keepQuantized(keepQuantized),
+          elementBytes(int64_t(c10::elementSize(dtype))), deviceBytes(deviceBytes),
+          // (each piece is padded to 64 bytes)
+          arena(held > 0 ? held + 64 * int64_t(checkpoint.tensorNames().size()) : 0)
+    {}
+
+    // An uninitialised tensor of the compute dtype: a piece of the arena on the CPU.
+    torch::Tensor denseTensor(const std::vector<int64_t> &shape)
+    {
+        int64_t n = 1;
+        for (int64_t d : shape)
+            n *= d;
+        torch::Tensor bytes = arena.take(n * elementBytes);
+        return torch::from_blob(
+            bytes.data_ptr(), shape, [bytes](void *) {}, torch::TensorOptions().dtype(dtype));
+    }
+
+    // An uninitialised tensor of the compute dtype on the device.
+    torch::Tensor emptyTensor(const std::string &name, const std::vector<int64_t> &shape)
+    {
+        return translateTorch(name.c_str(), [&] {
+            return onCpu ? denseTensor(shape)
+                         : torch::empty(shape, torch::TensorOptions().dtype(dtype).device(device));
+        });
+    }
+
+    // The tensor's values converted into dst (of the compute dtype, on the device); its file pages
+    // are released once copied.
+    void loadInto(const std::string &name, const std::vector<int64_t> &shape, torch::Tensor dst)
+    {
+        const core::TensorRef ref = checkpoint.require(name, shape);
+        translateTorch(name.c_str(), [&] {
+            if (core::isBlockQuantized(ref.info->dtype)) { // GGUF blocks: dequantised one tensor at a time
+                std::vector<float> values = core::toFloatVector(ref);
+                dst.copy_(torch::from_blob(values.data(), shape, torch::kFloat32));
+            } else { // (the mapping is read-only and may be unaligned for the dtype: copied, not viewed)
+                dst.copy_(
+                    torch::from_blob(const_cast<std::byte *>(ref.data), shape, torchType(ref.info->dtype)));
+            }
+            return 0;
+        });
+        core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
+        deviceBytes += dst.numel() * elementBytes;
+    }
+
+    torch::Tensor tensor(const std::string &name, std::vector<int64_t> shape)
+    {
+        torch::Tensor t = emptyTensor(name, shape);
+        loadInto(name, shape, t);
+        return t;
+    }
+
+    // Whether the weight is kept in its blocks.
+    bool quantized(const std::string &name, const std::vector<int64_t> &shape)
+    {
+        return keepQuantized && core::isBlockQuantized(checkpoint.require(name, shape).info->dtype);
+    }
+
+    // Matrices' blocks stacked by rows into one packed buffer, straight off the file (whose pages
+    // are then released), their scales checked; all of one type.
+    detail::QuantMatrix quantMatrix(const std::vector<Part> &parts)
+    {
+        std::vector<core::TensorRef> refs;
+        int64_t bytes = 0, rows = 0;
+        for (const auto &[name, shape] : parts) {
+            refs.push_back(checkpoint.require(name, shape));
+            core::checkScales(refs.back().info->dtype, {refs.back().data, size_t(refs.back().info->bytes)},
+                              name);
+            bytes += int64_t(refs.back().info->bytes);
+            rows += shape[0];
+        }
+        return translateTorch(parts[0].first.c_str(), [&] {
+            detail::QuantMatrix q{refs[0].info->dtype, rows, parts[0].second[1], arena.take(bytes)};
+            auto *out = static_cast<std::byte *>(q.bytes.data_ptr());
+            for (const core::TensorRef &ref : refs) {
+                std::memcpy(out, ref.data, size_t(ref.info->bytes));
+                out += ref.info->bytes;
+                core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
+            }
+            deviceBytes += bytes;
+            return q;
+        });
+    }
+
+    // The matrices of one projection stacked by rows: kept in blocks when every one of them is
+    // quantised (adjacent parts of one type in one buffer), else as one tensor of the compute dtype.
+    Proj stacked(const std::vector<Part> &parts, torch::Tensor b)
+    {
+        Proj p;
+        p.b = std::move(b);
+        if (std::all_of(parts.begin(), parts.end(),
+                        [&](const Part &x) { return quantized(x.first, x.second); })) {
+            for (size_t i = 0; i < parts.size();) {
+                const core::DType type = checkpoint.require(parts[i].first, {}).info->dtype;
+                size_t j = i + 1;
+                while (j < parts.size() && checkpoint.require(parts[j].first, {}).info->dtype == type)
+                    ++j;
+                p.q.push_back(quantMatrix({parts.begin() + long(i), parts.begin() + long(j)}));
+                i = j;
+            }
+            return p;
+        }
+        int64_t rows = 0;
+        for (const auto &part : parts)
+            rows += part.second[0];
+        if (parts.size() == 1) {
+            p.w = tensor(parts[0].first, parts[0].second);
+        } else {
+            torch::Tensor whole = emptyTensor(parts[0].first, {rows, parts[0].second[1]});
+            int64_t at = 0;
+            for (const auto &[name, shape] : parts) {
+                loadInto(name, shape, whole.narrow(0, at, shape[0]));
+                at += shape[0];
+            }
+            p.w = whole;
+        }
+        return p;
+    }
+
+    // Layer l's norms and projections, q|k|v and gate|up fused.
+    Layer layer(const core::ModelConfig &c, int l)
+    {
+        const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
+                      kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
+        const std::string p = fmt::format("model.layers.{}.", l);
+        Layer L;
+        L.inputNorm = tensor(p + "input_layernorm.weight", {h});
+        {
+            torch::Tensor b;
+            if (c.qkvBias)
+                b = torch::cat({tensor(p + "self_attn.q_proj.bias", {q}),
+                                tensor(p + "self_attn.k_proj.bias", {kv}),
+                                tensor(p + "self_attn.v_proj.bias", {kv})});
+            L.qkv = stacked({{p + "self_attn.q_proj.weight", {q, h}},
+                             {p + "self_attn.k_proj.weight", {kv, h}},
+                             {p + "self_attn.v_proj.weight", {kv, h}}},
+                            b);
+        }
+        L.o = stacked({{p + "self_attn.o_proj.weight", {h, q}}},
+                      c.oBias ? tensor(p + "self_attn.o_proj.bias", {h}) : torch::Tensor());
+        if (c.qkNorm) {
+            L.qNorm = tensor(p + "self_attn.q_norm.weight", {c.headDim});
+            L.kNorm = tensor(p + "self_attn.k_norm.weight", {c.headDim});
+        }
+        L.postNorm = tensor(p + "post_attention_layernorm.weight", {h});
+        if (c.sandwichNorms) {
+            L.preFfNorm = tensor(p + "pre_feedforward_layernorm.weight", {h});
+            L.postFfNorm = tensor(p + "post_feedforward_layernorm.weight", {h});
+        }
+        L.sliding = c.isSlidingLayer(l);
+        {
+            torch::Tensor b;
+            if (c.mlpBias)
+                b = torch::cat(
+                    {tensor(p + "mlp.gate_proj.bias", {inter}), tensor(p + "mlp.up_proj.bias", {inter})});
+            L.gateUp = stacked(
+                {{p + "mlp.gate_proj.weight", {inter, h}}, {p + "mlp.up_proj.weight", {inter, h}}}, b);
+        }
+        L.down = stacked({{p + "mlp.down_proj.weight", {h, inter}}},
+                         c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
+        return L;
+    }
+};
+
+} // namespace
+
 Model::Model() : m_impl(std::make_unique<Impl>()) {}
 Model::~Model() = default;
 
@@ -398,178 +603,31 @@ std::unique_ptr<Model> Model::load(const core::Checkpoint &checkpoint, const Loa
     const bool keepQuantized = onCpu && !options.dequantize;
     const int64_t elementBytes = int64_t(c10::elementSize(m.dtype));
     int64_t held = 0;
-    if (onCpu) {
-        // Refuse a load that cannot fit rather than be killed half-way: the weights as they will be
-        // held, against what the machine has available now (a second model sees what the first left).
-        held = core::heldWeightBytes(checkpoint, int(elementBytes), keepQuantized);
-        if (const auto available = core::availableMemoryBytes(); available && held > *available)
-            throw Error(ErrorCode::Device,
-                        fmt::format("{}: its weights need about {:.2f} GB in {}, and this machine has {:.2f} "
-                                    "GB available (MemAvailable){}; not loaded",
-                                    checkpoint.path().string(), double(held) / 1e9,
-                                    core::computeTypeName(options.dtype), double(*available) / 1e9,
-                                    options.dtype == ComputeType::F32 ? "; --dtype bf16 halves them" : ""));
-    }
+    if (onCpu)
+        held = checkWeightsFit(checkpoint, options, elementBytes, keepQuantized);
     const core::ModelConfig &c = m.config;
-    const int64_t h = c.hiddenSize, q = int64_t(c.numHeads) * c.headDim,
-                  kv = int64_t(c.numKvHeads) * c.headDim, inter = c.intermediateSize;
-    // (each piece is padded to 64 bytes)
-    detail::PackedArena arena(held > 0 ? held + 64 * int64_t(checkpoint.tensorNames().size()) : 0);
-    // An uninitialised tensor of the compute dtype: a piece of the arena on the CPU.
-    auto denseTensor = [&](const std::vector<int64_t> &shape) {
-        int64_t n = 1;
-        for (int64_t d : shape)
-            n *= d;
-        torch::Tensor bytes = arena.take(n * elementBytes);
-        return torch::from_blob(
-            bytes.data_ptr(), shape, [bytes](void *) {}, torch::TensorOptions().dtype(m.dtype));
-    };
-    // The tensor's values converted into dst (of the compute dtype, on the device); its file pages
-    // are released once copied.
-    auto loadInto = [&](const std::string &name, const std::vector<int64_t> &shape, torch::Tensor dst) {
-        const core::TensorRef ref = checkpoint.require(name, shape);
-        translateTorch(name.c_str(), [&] {
-            if (core::isBlockQuantized(ref.info->dtype)) { // GGUF blocks: dequantised one tensor at a time
-                std::vector<float> values = core::toFloatVector(ref);
-                dst.copy_(torch::from_blob(values.data(), shape, torch::kFloat32));
-            } else { // (the mapping is read-only and may be unaligned for the dtype: copied, not viewed)
-                dst.copy_(
-                    torch::from_blob(const_cast<std::byte *>(ref.data), shape, torchType(ref.info->dtype)));
-            }
-            return 0;
-        });
-        core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
-        m.deviceBytes += dst.numel() * elementBytes;
-    };
-    auto tensor = [&](const std::string &name, std::vector<int64_t> shape) {
-        torch::Tensor t = translateTorch(name.c_str(), [&] {
-            return onCpu ? denseTensor(shape)
-                         : torch::empty(shape, torch::TensorOptions().dtype(m.dtype).device(m.device));
-        });
-        loadInto(name, shape, t);
-        return t;
-    };
-    auto quantized = [&](const std::string &name, const std::vector<int64_t> &shape) {
-        return keepQuantized && core::isBlockQuantized(checkpoint.require(name, shape).info->dtype);
-    };
-    // Matrices' blocks stacked by rows into one packed buffer, straight off the file (whose pages
-    // are then released), their scales checked; all of one type.
-    using Part = std::pair<std::string, std::vector<int64_t>>;
-    auto quantMatrix = [&](const std::vector<Part> &parts) {
-        std::vector<core::TensorRef> refs;
-        int64_t bytes = 0, rows = 0;
-        for (const auto &[name, shape] : parts) {
-            refs.push_back(checkpoint.require(name, shape));
-            core::checkScales(refs.back().info->dtype, {refs.back().data, size_t(refs.back().info->bytes)},
-                              name);
-            bytes += int64_t(refs.back().info->bytes);
-            rows += shape[0];
-        }
-        return translateTorch(parts[0].first.c_str(), [&] {
-            detail::QuantMatrix q{refs[0].info->dtype, rows, parts[0].second[1], arena.take(bytes)};
-            auto *out = static_cast<std::byte *>(q.bytes.data_ptr());
-            for (const core::TensorRef &ref : refs) {
-                std::memcpy(out, ref.data, size_t(ref.info->bytes));
-                out += ref.info->bytes;
-                core::MappedFile::releasePages(ref.data, size_t(ref.info->bytes));
-            }
-            m.deviceBytes += bytes;
-            return q;
-        });
-    };
-    // The matrices of one projection stacked by rows: kept in blocks when every one of them is
-    // quantised (adjacent parts of one type in one buffer), else as one tensor of the compute dtype.
-    auto stacked = [&](const std::vector<Part> &parts, torch::Tensor b) {
-        Proj p;
-        p.b = std::move(b);
-        if (std::all_of(parts.begin(), parts.end(),
-                        [&](const Part &x) { return quantized(x.first, x.second); })) {
-            for (size_t i = 0; i < parts.size();) {
-                const core::DType type = checkpoint.require(parts[i].first, {}).info->dtype;
-                size_t j = i + 1;
-                while (j < parts.size() && checkpoint.require(parts[j].first, {}).info->dtype == type)
-                    ++j;
-                p.q.push_back(quantMatrix({parts.begin() + long(i), parts.begin() + long(j)}));
-                i = j;
-            }
-            return p;
-        }
-        int64_t rows = 0;
-        for (const auto &part : parts)
-            rows += part.second[0];
-        if (parts.size() == 1) {
-            p.w = tensor(parts[0].first, parts[0].second);
-        } else {
-            torch::Tensor whole = translateTorch(parts[0].first.c_str(), [&] {
-                const std::vector<int64_t> shape{rows, parts[0].second[1]};
-                return onCpu ? denseTensor(shape)
-                             : torch::empty(shape, torch::TensorOptions().dtype(m.dtype).device(m.device));
-            });
-            int64_t at = 0;
-            for (const auto &[name, shape] : parts) {
-                loadInto(name, shape, whole.narrow(0, at, shape[0]));
-                at += shape[0];
-            }
-            p.w = whole;
-        }
-        return p;
-    };
+    const int64_t h = c.hiddenSize;
+    WeightLoader w(checkpoint, m.dtype, m.device, onCpu, keepQuantized, held, m.deviceBytes);
     auto report = [&](double f, const std::string &stage) { return !progress || progress(f, stage); };
     m.cpuKernels = m.device.is_cpu() && detail::haveRowGemv(m.dtype);
 
     const int total = c.numLayers + 2;
     if (!report(0.0, "embeddings"))
         return nullptr;
-    if (quantized("model.embed_tokens.weight", {c.vocabSize, h}))
-        m.embedQ = quantMatrix({{"model.embed_tokens.weight", {c.vocabSize, h}}});
+    if (w.quantized("model.embed_tokens.weight", {c.vocabSize, h}))
+        m.embedQ = w.quantMatrix({{"model.embed_tokens.weight", {c.vocabSize, h}}});
     else
-        m.embed = tensor("model.embed_tokens.weight", {c.vocabSize, h});
+        m.embed = w.tensor("model.embed_tokens.weight", {c.vocabSize, h});
     for (int l = 0; l < c.numLayers; ++l) {
         if (!report(double(l + 1) / total, fmt::format("layer {}/{}", l + 1, c.numLayers)))
             return nullptr;
-        const std::string p = fmt::format("model.layers.{}.", l);
-        Layer L;
-        L.inputNorm = tensor(p + "input_layernorm.weight", {h});
-        {
-            torch::Tensor b;
-            if (c.qkvBias)
-                b = torch::cat({tensor(p + "self_attn.q_proj.bias", {q}),
-                                tensor(p + "self_attn.k_proj.bias", {kv}),
-                                tensor(p + "self_attn.v_proj.bias", {kv})});
-            L.qkv = stacked({{p + "self_attn.q_proj.weight", {q, h}},
-                             {p + "self_attn.k_proj.weight", {kv, h}},
-                             {p + "self_attn.v_proj.weight", {kv, h}}},
-                            b);
-        }
-        L.o = stacked({{p + "self_attn.o_proj.weight", {h, q}}},
-                      c.oBias ? tensor(p + "self_attn.o_proj.bias", {h}) : torch::Tensor());
-        if (c.qkNorm) {
-            L.qNorm = tensor(p + "self_attn.q_norm.weight", {c.headDim});
-            L.kNorm = tensor(p + "self_attn.k_norm.weight", {c.headDim});
-        }
-        L.postNorm = tensor(p + "post_attention_layernorm.weight", {h});
-        if (c.sandwichNorms) {
-            L.preFfNorm = tensor(p + "pre_feedforward_layernorm.weight", {h});
-            L.postFfNorm = tensor(p + "post_feedforward_layernorm.weight", {h});
-        }
-        L.sliding = c.isSlidingLayer(l);
-        {
-            torch::Tensor b;
-            if (c.mlpBias)
-                b = torch::cat(
-                    {tensor(p + "mlp.gate_proj.bias", {inter}), tensor(p + "mlp.up_proj.bias", {inter})});
-            L.gateUp = stacked(
-                {{p + "mlp.gate_proj.weight", {inter, h}}, {p + "mlp.up_proj.weight", {inter, h}}}, b);
-        }
-        L.down = stacked({{p + "mlp.down_proj.weight", {h, inter}}},
-                         c.mlpBias ? tensor(p + "mlp.down_proj.bias", {h}) : torch::Tensor());
-        m.layers.push_back(std::move(L));
+        m.layers.push_back(w.layer(c, l));
     }
     if (!report(double(total - 1) / total, "output"))
         return nullptr;
-    m.finalNorm = tensor("model.norm.weight", {h});
+    m.finalNorm = w.tensor("model.norm.weight", {h});
     if (!c.tieWordEmbeddings)
-        m.lmHead = stacked({{"lm_head.weight", {c.vocabSize, h}}}, torch::Tensor());
+        m.lmHead = w.stacked({{"lm_head.weight", {c.vocabSize, h}}}, torch::Tensor());
     else if (m.embedQ)
         m.lmHead.q = {*m.embedQ};
     else
@@ -595,7 +653,7 @@ int64_t Model::deviceBytes() const
 {
     return m_impl->deviceBytes;
 }
-ComputeType Model::kvDtype() const
+FloatType Model::kvDtype() const
 {
     return m_impl->options.kvDtype.value_or(m_impl->options.dtype);
 }
@@ -630,50 +688,51 @@ static void checkIds(const std::vector<int> &ids, const core::ModelConfig &c)
     }
 }
 
-std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, bool allLogits) const
+// Error(InvalidArgument) "<what>: no tokens" for none, then checkIds.
+static void checkTokens(const char *what, const std::vector<int> &ids, const core::ModelConfig &c)
 {
     if (ids.empty())
-        throw Error(ErrorCode::InvalidArgument, "forward: no tokens");
-    checkIds(ids, m_impl->config);
-    auto &ci = m_impl->cacheOf(cache);
-    JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
-    auto logits =
-        translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits).contiguous().cpu(); });
-    return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+        throw Error(ErrorCode::InvalidArgument, fmt::format("{}: no tokens", what));
+    checkIds(ids, c);
+}
+
+// The queries run() collected, one vector per layer.
+static std::vector<std::vector<float>> queryVectors(const std::vector<torch::Tensor> &q)
+{
+    std::vector<std::vector<float>> out;
+    for (const auto &t : q)
+        out.emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    return out;
+}
+
+std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, bool allLogits) const
+{
+    return forward(ids, cache, allLogits, nullptr);
 }
 
 std::vector<float> Model::forward(const std::vector<int> &ids, KvCache &cache, bool allLogits,
                                   std::vector<std::vector<float>> *queries) const
 {
-    if (!queries)
-        return forward(ids, cache, allLogits);
-    if (ids.empty())
-        throw Error(ErrorCode::InvalidArgument, "forward: no tokens");
-    checkIds(ids, m_impl->config);
+    checkTokens("forward", ids, m_impl->config);
     auto &ci = m_impl->cacheOf(cache);
     JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
     std::vector<torch::Tensor> q;
-    auto logits =
-        translateTorch("forward", [&] { return m_impl->run(ids, ci, allLogits, &q).contiguous().cpu(); });
-    queries->clear();
-    for (const auto &t : q)
-        queries->emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    auto logits = translateTorch("forward", [&] {
+        return m_impl->run(ids, ci, allLogits, queries ? &q : nullptr).contiguous().cpu();
+    });
+    if (queries)
+        *queries = queryVectors(q);
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
 }
 
 std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCache &cache) const
 {
-    if (ids.empty())
-        throw Error(ErrorCode::InvalidArgument, "queries: no tokens");
-    checkIds(ids, m_impl->config);
+    checkTokens("queries", ids, m_impl->config);
     auto &ci = m_impl->cacheOf(cache);
     JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
     std::vector<torch::Tensor> q;
     translateTorch("forward", [&] { return m_impl->run(ids, ci, false, &q); });
-    std::vector<std::vector<float>> out;
-    for (const auto &t : q)
-        out.emplace_back(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-    return out;
+    return queryVectors(q);
 }
 
 std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer) const
@@ -697,9 +756,7 @@ std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer
 
 std::vector<float> Model::lastHiddenState(const std::vector<int> &ids) const
 {
-    if (ids.empty())
-        throw Error(ErrorCode::InvalidArgument, "lastHiddenState: no tokens");
-    checkIds(ids, m_impl->config);
+    checkTokens("lastHiddenState", ids, m_impl->config);
     auto cache = newCache();
     auto &ci = m_impl->cacheOf(cache);
     JobScope scope(m_impl->options.threads, m_impl->cpuKernels);
@@ -839,13 +896,13 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
         const float *row = logits.data_ptr<float>();
         if (!std::all_of(row, row + c.vocabSize, [](float v) { return std::isfinite(v); }))
             throw Error(ErrorCode::Device,
-                        m_impl->options.dtype == ComputeType::F32
+                        m_impl->options.dtype == FloatType::F32
                             ? fmt::format("logits at generation step {} are not finite in f32: the model's "
                                           "weights hold NaN or Inf, or its activations overflow",
                                           step)
                             : fmt::format("logits at generation step {} are not finite (overflow in {}?); "
                                           "try f32 (--dtype f32 / --compute-dtype f32)",
-                                          step, computeTypeName(m_impl->options.dtype)));
+                                          step, floatTypeName(m_impl->options.dtype)));
         const int next =
             sampleToken(logits.data_ptr<float>(), c.vocabSize, options.sampling, uint64_t(step), &lp);
         if (step == 0) {

@@ -18,14 +18,14 @@ namespace kvwb::gpu::detail {
 using core::Error;
 using core::ErrorCode;
 
-inline torch::Dtype torchType(ComputeType t)
+inline torch::Dtype torchType(FloatType t)
 {
     switch (t) {
-    case ComputeType::F32:
+    case FloatType::F32:
         return torch::kFloat32;
-    case ComputeType::BF16:
+    case FloatType::BF16:
         return torch::kBFloat16;
-    case ComputeType::F16:
+    case FloatType::F16:
         return torch::kFloat16;
     }
     return torch::kFloat32;

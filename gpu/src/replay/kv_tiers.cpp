@@ -17,15 +17,12 @@ using core::TierLookup;
 using core::TierRequest;
 
 PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimits &limits, int blockSize,
-                           core::SharedStore *store, core::DType storeDtype)
-    : m_shared(store), m_limits(limits), m_block(blockSize), m_storeDtype(storeDtype)
+                           core::SharedStore *store, core::FloatType storeDtype)
+    : m_shared(store), m_limits(limits), m_block(blockSize), m_storeDtype(core::toDType(storeDtype))
 {
     if (blockSize < 1)
         throw core::Error(core::ErrorCode::InvalidArgument,
                           fmt::format("prefix block size must be >= 1, got {}", blockSize));
-    if (!core::isKvBodyDType(storeDtype))
-        throw core::Error(core::ErrorCode::InvalidArgument,
-                          fmt::format("prefix blocks cannot be stored as {}", core::dtypeName(storeDtype)));
     const Model *models[2] = {a, b};
     for (int i = 0; i < 2; ++i) {
         ModelStore &s = m_stores[i];
@@ -33,7 +30,7 @@ PrefixKvTier::PrefixKvTier(const Model *a, const Model *b, const core::TierLimit
         if (!s.model)
             continue;
         s.fingerprint = s.model->checkpoint().fingerprint();
-        const int elem = computeTypeBytes(s.model->kvDtype()); // the GPU-side caches the tree holds
+        const int elem = floatTypeBytes(s.model->kvDtype()); // the GPU-side caches the tree holds
         s.tree =
             std::make_unique<core::PrefixTree>(limits, blockSize, s.model->config().kvBytesPerToken(elem));
     }

@@ -5,6 +5,7 @@
 #include "core/metrics/distributions.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "gpu/model/encoder.h"
 #include "gpu/replay/kv_tiers.h"
 
 #include <fmt/format.h>
@@ -51,12 +52,7 @@ std::vector<float> ModelEmbedder::embed(const std::string &text)
     if (ids.empty())
         return v;
     v = m_model.meanHiddenState(ids, m_layer);
-    double norm = 0;
-    for (float x : v)
-        norm += double(x) * x;
-    if (norm > 0)
-        for (float &x : v)
-            x = float(x / std::sqrt(norm));
+    normaliseInPlace(v);
     return v;
 }
 
@@ -156,8 +152,11 @@ core::LedgerRow requestRow(const core::WorkloadRequest &request)
     return row;
 }
 
-ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, const ReplayModels &m,
-                            const ReplayOptions &o, const ReplayEventFn &onRow)
+namespace {
+
+// Refuses a replay whose tiers lack what they need, or whose options are out of range.
+void checkReplay(const std::vector<core::WorkloadRequest> &requests, const ReplayModels &m,
+                 const ReplayOptions &o)
 {
     if (!m.a || !m.tokenizerA)
         throw Error(ErrorCode::InvalidArgument, "replay needs model A and its tokenizer");
@@ -197,32 +196,33 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                             o.speed, lastMs, double(lastMs) / o.speed / 86400e3,
                             core::kMaxArrivalMs / 86400000));
     }
+}
 
-    struct Side
-    {
-        const Model *model = nullptr;
-        const core::Tokenizer *tokenizer = nullptr;
-        std::string fingerprint;
-    };
-    Side sides[2];
-    sides[0] = {m.a, m.tokenizerA, m.a->checkpoint().fingerprint()};
-    if (m.b)
-        sides[1] = {m.b, m.tokenizerB ? m.tokenizerB : m.tokenizerA, m.b->checkpoint().fingerprint()};
+// The model that serves one role's requests, its tokenizer and its checkpoint's fingerprint.
+struct Side
+{
+    const Model *model = nullptr;
+    const core::Tokenizer *tokenizer = nullptr;
+    std::string fingerprint;
+};
 
-    // Validate every request before running any: a bad request 900 of 1000 must not cost a replay.
-    std::vector<std::vector<int>> ids(requests.size());
-    std::vector<core::ModelRole> roles(requests.size());
-    std::vector<char> tooLong(requests.size(), 0); // served as "not served: context"
-    ReplayResult result;
+// Every request's prompt ids, and whether it fits its model's context.
+struct PreparedRequests
+{
+    std::vector<std::vector<int>> ids;
+    std::vector<char> tooLong; // served as "not served: context"
+};
+
+// Validate every request before running any: a bad request 900 of 1000 must not cost a replay.
+PreparedRequests prepareRequests(const std::vector<core::WorkloadRequest> &requests, const Side (&sides)[2],
+                                 const ReplayOptions &o)
+{
+    PreparedRequests p;
+    p.ids.resize(requests.size());
+    p.tooLong.assign(requests.size(), 0);
     for (size_t i = 0; i < requests.size(); ++i) {
         const auto &r = requests[i];
-        const auto role = core::parseRole(r.model);
-        if (!role)
-            throw Error(
-                ErrorCode::InvalidArgument,
-                fmt::format("request {}: unknown model '{}' (expected \"a\" or \"b\")", r.id, r.model));
-        roles[i] = *role;
-        const Side &s = sides[*role == core::ModelRole::A ? 0 : 1];
+        const Side &s = sides[r.model == core::ModelRole::A ? 0 : 1];
         if (!s.model)
             throw Error(ErrorCode::InvalidArgument,
                         fmt::format("request {} asks for model b, but no model B is loaded", r.id));
@@ -232,203 +232,248 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             throw Error(
                 ErrorCode::InvalidArgument,
                 fmt::format("request {}: field 'tenant' contains the control character U+001F", r.id));
-        ids[i] = s.tokenizer->encode(r.prompt, true);
+        p.ids[i] = s.tokenizer->encode(r.prompt, true);
         const int maxTokens = o.maxTokens > 0 ? o.maxTokens : r.maxTokens;
-        tooLong[i] = int64_t(ids[i].size()) + maxTokens > s.model->contextLimit();
+        p.tooLong[i] = int64_t(p.ids[i].size()) + maxTokens > s.model->contextLimit();
     }
-    // What does not fit is not served, marked in the ledger, and counted in one warning per model.
-    for (const char *model : {"a", "b"}) {
+    return p;
+}
+
+// What does not fit is not served, marked in the ledger, and counted in one warning per model.
+void warnTooLong(const std::vector<core::WorkloadRequest> &requests, const std::vector<char> &tooLong,
+                 const Side (&sides)[2], std::vector<std::string> &warnings)
+{
+    for (const core::ModelRole model : core::kRoles) {
         int64_t n = 0, firstId = -1;
         for (size_t i = 0; i < requests.size(); ++i)
             if (tooLong[i] && requests[i].model == model && n++ == 0)
                 firstId = requests[i].id;
         if (n > 0) {
-            const Side &s = sides[model[0] == 'a' ? 0 : 1];
-            result.warnings.push_back(fmt::format(
+            const Side &s = sides[model == core::ModelRole::A ? 0 : 1];
+            warnings.push_back(fmt::format(
                 "{} requests for model {} do not fit its context of {} tokens (prompt + max_tokens; "
                 "the first is request {}): not served, marked not_served=context in the ledger",
-                n, model, s.model->contextLimit(), firstId));
+                n, core::roleName(model), s.model->contextLimit(), firstId));
         }
     }
-    TierSet tiers = buildTiers(m, o);
-    std::mt19937_64 rng(o.seed);
-    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+}
+
+// What one replay keeps across its requests.
+struct ReplayRun
+{
+    const ReplayOptions &o;
+    TierSet tiers;
+    ReplayResult &result;
+    std::mt19937_64 rng;
+    std::uniform_real_distribution<double> uniform;
     std::vector<std::pair<double, bool>> nearestSeen; // (similarity, intent differs) per semantic lookup
-    const auto start = Clock::now();
+    Clock::time_point start;
+};
 
-    for (size_t i = 0; i < requests.size(); ++i) {
-        const auto &r = requests[i];
-        const std::vector<int> &prompt = ids[i];
-        const Side &s = sides[roles[i] == core::ModelRole::A ? 0 : 1];
-        const Model &model = *s.model;
-        if (tooLong[i]) {
-            core::LedgerRow row = requestRow(r);
-            row.promptTokens = int(prompt.size());
-            row.notServed = core::NotServed::Context;
-            result.rows.push_back(row);
-            result.outputs.emplace_back();
-            result.overheadMs.push_back(0);
-            if (onRow && !onRow(result.rows.back(), int(i) + 1, int(requests.size()))) {
-                result.cancelled = true;
-                break;
-            }
-            continue;
-        }
-        GenerateOptions go;
-        go.maxTokens = o.maxTokens > 0 ? o.maxTokens : r.maxTokens;
-        const std::string sampling = fmt::format("greedy max={}", go.maxTokens);
+// A request being served: what it is generated with, its ledger row and its timings.
+struct Serving
+{
+    const core::WorkloadRequest &r;
+    const Model &model;
+    GenerateOptions go;
+    double queueMs = 0;
+    Clock::time_point t0;
+    core::LedgerRow row;
+    double modelMs = 0; // model work inside this request (excluded from the overhead)
 
-        double queueMs = 0;
-        if (o.onClock) {
-            const double due = double(r.tMs) / o.speed, now = msSince(start);
-            if (due > now)
-                std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(due - now));
-            else
-                queueMs = now - due; // still busy with earlier requests: the wait counts as latency
-        }
-        const auto t0 = Clock::now();
-        core::LedgerRow row = requestRow(r);
-        row.promptTokens = int(prompt.size());
+    // Runs f, counting its time as model work.
+    template <class F> void timed(F &&f)
+    {
+        const auto tm = Clock::now();
+        f();
+        modelMs += msSince(tm);
+    }
+};
 
-        double modelMs = 0; // model work inside this request (excluded from the overhead)
-        auto timed = [&](auto &&f) {
-            const auto tm = Clock::now();
-            f();
-            modelMs += msSince(tm);
-        };
-        const std::string &embedText = o.embedQuestion && !r.question.empty() ? r.question : r.prompt;
-        const core::TierRequest request{core::TenantScope(r.tenant, s.fingerprint),
-                                        roles[i],
-                                        r.id,
-                                        r.tMs,
-                                        r.prompt,
-                                        embedText,
-                                        prompt,
-                                        sampling,
-                                        r.intent,
-                                        r.user,
-                                        r.question,
-                                        go.maxTokens};
-        std::optional<core::CachedResponse> response;
-        std::unique_ptr<core::KvPayload> reuse; // the cache to continue from (KV tier hit)
-        int reused = 0;
-        int lookupComputed = 0;     // of that cache, positions the tier computed for this request
-        std::vector<int> rewritten; // the prompt a tier rewrote (knowledge), else empty
-        std::string reusedIntent;
-        for (core::CacheTier *tier : tiers.stack) {
-            const auto tl = Clock::now();
-            core::TierLookup found = tier->lookup(request);
-            modelMs += found.modelMs;
-            for (auto &w : found.warnings)
-                result.warnings.push_back(std::move(w));
-            if (found.nearestSimilarity) {
-                row.similarity = *found.nearestSimilarity;
-                nearestSeen.push_back({*found.nearestSimilarity, !r.intent.empty() &&
+// What the tier stack handed back for a request: a response, or a cache to continue from.
+struct StackFind
+{
+    std::optional<core::CachedResponse> response;
+    std::unique_ptr<core::KvPayload> reuse; // the cache to continue from (KV tier hit)
+    int reused = 0;
+    int lookupComputed = 0;     // of that cache, positions the tier computed for this request
+    std::vector<int> rewritten; // the prompt a tier rewrote (knowledge), else empty
+    std::string reusedIntent;
+};
+
+// Asks the tiers in lookup order until one hits, noting each tier's evidence in the row.
+StackFind lookupStack(ReplayRun &run, const core::TierRequest &request, Serving &sv)
+{
+    StackFind f;
+    core::LedgerRow &row = sv.row;
+    for (core::CacheTier *tier : run.tiers.stack) {
+        const auto tl = Clock::now();
+        core::TierLookup found = tier->lookup(request);
+        sv.modelMs += found.modelMs;
+        for (auto &w : found.warnings)
+            run.result.warnings.push_back(std::move(w));
+        if (found.nearestSimilarity) {
+            row.similarity = *found.nearestSimilarity;
+            run.nearestSeen.push_back({*found.nearestSimilarity, !sv.r.intent.empty() &&
                                                                      !found.nearestIntent.empty() &&
-                                                                     found.nearestIntent != r.intent});
-            }
-            if (found.gate != core::GateDecision::None) {
-                row.gate = found.gate;
-                row.gateValue = found.gateValue;
-            }
-            if (!found.knowledge.node.empty() || found.knowledge.module != core::ModuleFate::None) {
-                row.knowledgeNode = found.knowledge.node;
-                row.knowledgeVerdict = found.knowledge.verdict;
-                row.knowledgeModule = found.knowledge.module;
-            }
-            if (found.knowledge.profileApplied >= 0)
-                row.profileApplied = found.knowledge.profileApplied;
-            if (found.semanticDecision != core::SemanticDecision::None)
-                row.semanticDecision = found.semanticDecision;
-            // the worst outcome of the request's store calls: unavailable > refused > hit > miss
-            row.store = core::worseStoreNote(row.store, found.store);
-            row.lookupMs += msSince(tl);
-            row.tierHits[tier->kind()] = found.hit;
-            if (found.hit) {
-                row.answeredBy = tier->kind();
-                response = std::move(found.response);
-                reuse = std::move(found.kv);
-                reused = found.reusedTokens;
-                lookupComputed = found.computedTokens;
-                rewritten = std::move(found.prompt);
-                reusedIntent = std::move(found.reusedIntent);
-                break;
-            }
+                                                                     found.nearestIntent != sv.r.intent});
         }
-        const std::vector<int> &input = rewritten.empty() ? prompt : rewritten;
-        row.promptTokens = int(input.size());
-
-        const bool shadow =
-            row.answeredBy != TierKind::None && o.shadowFraction > 0 && uniform(rng) < o.shadowFraction;
-        if (response) {
-            row.cachedIntent = response->intent;
-            row.cachedRequestId = response->requestId;
-            row.falseHit = !r.intent.empty() && !response->intent.empty() && response->intent != r.intent;
-            row.generatedTokens = int(response->outputIds.size());
-            row.tokensReused = row.promptTokens;
-            row.tokensComputed = 0;
-            row.ttftMs = row.totalMs = msSince(t0) + queueMs;
-            result.outputs.push_back(response->text);
-            if (shadow)
-                timed([&] {
-                    row.shadowExact = model.generate(prompt, go).outputIds == response->outputIds ? 1 : 0;
-                });
-        } else {
-            KvCache cache = reuse ? std::move(static_cast<KvCachePayload &>(*reuse).cache) : model.newCache();
-            std::vector<float> hitLogits;
-            if (shadow && reuse)
-                timed([&] {
-                    auto probe = cache.fork();
-                    hitLogits = model.forward(
-                        std::vector<int>(input.begin() + reused + lookupComputed, input.end()), probe);
-                });
-            double firstMs = -1;
-            GenerateResult gen;
-            timed([&] {
-                gen = model.generate(input, cache, go, [&](int, float) {
-                    if (firstMs < 0)
-                        firstMs = msSince(t0);
-                    return true;
-                });
-            });
-            row.ttftMs = (firstMs < 0 ? msSince(t0) : firstMs) + queueMs;
-            row.totalMs = msSince(t0) + queueMs;
-            row.generatedTokens = gen.stats.generatedTokens;
-            row.tokensReused = std::max(0, gen.stats.reusedTokens - lookupComputed);
-            row.tokensComputed = gen.stats.prefillTokens + gen.stats.generatedTokens + lookupComputed;
-            if (!reusedIntent.empty()) {
-                row.cachedIntent = reusedIntent;
-                row.falseHit = !r.intent.empty() && reusedIntent != r.intent;
-            }
-            const std::string text = s.tokenizer->decode(gen.outputIds, true);
-            if (shadow)
-                timed([&] {
-                    auto fresh = model.newCache();
-                    const auto scratchLogits = model.forward(input, fresh);
-                    row.shadowKl = core::klDivergence(scratchLogits, hitLogits);
-                    row.shadowExact = model.generate(input, go).outputIds == gen.outputIds ? 1 : 0;
-                });
-            // Cache what was computed, in every tier of the stack. A rewritten prompt's KV is not the
-            // request's prompt's, so no KV tier may keep it.
-            const core::CachedResponse cr{text, gen.outputIds, r.intent, r.id};
-            std::unique_ptr<core::KvPayload> computed;
-            if (rewritten.empty())
-                computed = std::make_unique<KvCachePayload>(std::move(cache));
-            for (core::CacheTier *tier : tiers.all)
-                tier->insert(request, core::TierInsert{cr, computed});
-            result.outputs.push_back(text);
+        if (found.gate != core::GateDecision::None) {
+            row.gate = found.gate;
+            row.gateValue = found.gateValue;
         }
-        result.overheadMs.push_back(std::max(0.0, msSince(t0) - modelMs));
-        result.rows.push_back(row);
-        if (onRow && !onRow(result.rows.back(), int(i) + 1, int(requests.size()))) {
-            result.cancelled = true;
+        if (!found.knowledge.node.empty() || found.knowledge.module != core::ModuleFate::None) {
+            row.knowledgeNode = found.knowledge.node;
+            row.knowledgeVerdict = found.knowledge.verdict;
+            row.knowledgeModule = found.knowledge.module;
+        }
+        if (found.knowledge.profileApplied >= 0)
+            row.profileApplied = found.knowledge.profileApplied;
+        if (found.semanticDecision != core::SemanticDecision::None)
+            row.semanticDecision = found.semanticDecision;
+        // the worst outcome of the request's store calls: unavailable > refused > hit > miss
+        row.store = core::worseStoreNote(row.store, found.store);
+        row.lookupMs += msSince(tl);
+        row.tierHits[tier->kind()] = found.hit;
+        if (found.hit) {
+            row.answeredBy = tier->kind();
+            f.response = std::move(found.response);
+            f.reuse = std::move(found.kv);
+            f.reused = found.reusedTokens;
+            f.lookupComputed = found.computedTokens;
+            f.rewritten = std::move(found.prompt);
+            f.reusedIntent = std::move(found.reusedIntent);
             break;
         }
     }
-    result.summary = core::summarize(result.rows, o.prices);
-    for (const core::CacheTier *tier : tiers.all)
-        result.tierStats[tier->kind()] = tier->stats();
-    result.thresholdSweep.columns = {"threshold", "hit_rate", "false_hit_rate", "hits", "false_hits"};
+    return f;
+}
+
+// A response tier's hit: the cached answer, checked against a fresh generation when shadowed.
+void serveCached(Serving &sv, const core::CachedResponse &response, const std::vector<int> &prompt,
+                 bool shadow, std::vector<std::string> &outputs)
+{
+    core::LedgerRow &row = sv.row;
+    row.cachedIntent = response.intent;
+    row.cachedRequestId = response.requestId;
+    row.falseHit = !sv.r.intent.empty() && !response.intent.empty() && response.intent != sv.r.intent;
+    row.generatedTokens = int(response.outputIds.size());
+    row.tokensReused = row.promptTokens;
+    row.tokensComputed = 0;
+    row.ttftMs = row.totalMs = msSince(sv.t0) + sv.queueMs;
+    outputs.push_back(response.text);
+    if (shadow)
+        sv.timed([&] {
+            row.shadowExact = sv.model.generate(prompt, sv.go).outputIds == response.outputIds ? 1 : 0;
+        });
+}
+
+// Generates the answer (continuing from a KV tier's cache if one hit), shadows it against a fresh
+// run when asked, and offers what was computed to every tier.
+void serveComputed(ReplayRun &run, Serving &sv, StackFind &f, const std::vector<int> &input, bool shadow,
+                   const core::TierRequest &request, const core::Tokenizer &tokenizer)
+{
+    const Model &model = sv.model;
+    core::LedgerRow &row = sv.row;
+    KvCache cache = f.reuse ? std::move(static_cast<KvCachePayload &>(*f.reuse).cache) : model.newCache();
+    std::vector<float> hitLogits;
+    if (shadow && f.reuse)
+        sv.timed([&] {
+            auto probe = cache.fork();
+            hitLogits = model.forward(
+                std::vector<int>(input.begin() + f.reused + f.lookupComputed, input.end()), probe);
+        });
+    double firstMs = -1;
+    GenerateResult gen;
+    sv.timed([&] {
+        gen = model.generate(input, cache, sv.go, [&](int, float) {
+            if (firstMs < 0)
+                firstMs = msSince(sv.t0);
+            return true;
+        });
+    });
+    row.ttftMs = (firstMs < 0 ? msSince(sv.t0) : firstMs) + sv.queueMs;
+    row.totalMs = msSince(sv.t0) + sv.queueMs;
+    row.generatedTokens = gen.stats.generatedTokens;
+    row.tokensReused = std::max(0, gen.stats.reusedTokens - f.lookupComputed);
+    row.tokensComputed = gen.stats.prefillTokens + gen.stats.generatedTokens + f.lookupComputed;
+    if (!f.reusedIntent.empty()) {
+        row.cachedIntent = f.reusedIntent;
+        row.falseHit = !sv.r.intent.empty() && f.reusedIntent != sv.r.intent;
+    }
+    const std::string text = tokenizer.decode(gen.outputIds, true);
+    if (shadow)
+        sv.timed([&] {
+            auto fresh = model.newCache();
+            const auto scratchLogits = model.forward(input, fresh);
+            row.shadowKl = core::klDivergence(scratchLogits, hitLogits);
+            row.shadowExact = model.generate(input, sv.go).outputIds == gen.outputIds ? 1 : 0;
+        });
+    // Cache what was computed, in every tier of the stack. A rewritten prompt's KV is not the
+    // request's prompt's, so no KV tier may keep it.
+    const core::CachedResponse cr{text, gen.outputIds, sv.r.intent, sv.r.id};
+    std::unique_ptr<core::KvPayload> computed;
+    if (f.rewritten.empty())
+        computed = std::make_unique<KvCachePayload>(std::move(cache));
+    for (core::CacheTier *tier : run.tiers.all)
+        tier->insert(request, core::TierInsert{cr, computed});
+    run.result.outputs.push_back(text);
+}
+
+// Serves one request that fits its model's context (waiting for its arrival on the clock) and
+// returns its ledger row; its output and overhead are appended to the result.
+core::LedgerRow serveRequest(ReplayRun &run, const core::WorkloadRequest &r, const Side &s,
+                             core::ModelRole role, const std::vector<int> &prompt)
+{
+    const ReplayOptions &o = run.o;
+    GenerateOptions go;
+    go.maxTokens = o.maxTokens > 0 ? o.maxTokens : r.maxTokens;
+    const std::string sampling = fmt::format("greedy max={}", go.maxTokens);
+
+    double queueMs = 0;
+    if (o.onClock) {
+        const double due = double(r.tMs) / o.speed, now = msSince(run.start);
+        if (due > now)
+            std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(due - now));
+        else
+            queueMs = now - due; // still busy with earlier requests: the wait counts as latency
+    }
+    Serving sv{r, *s.model, go, queueMs, Clock::now(), requestRow(r)};
+    sv.row.promptTokens = int(prompt.size());
+
+    const std::string &embedText = o.embedQuestion && !r.question.empty() ? r.question : r.prompt;
+    const core::TierRequest request{core::TenantScope(r.tenant, s.fingerprint),
+                                    role,
+                                    r.id,
+                                    r.tMs,
+                                    r.prompt,
+                                    embedText,
+                                    prompt,
+                                    sampling,
+                                    r.intent,
+                                    r.user,
+                                    r.question,
+                                    go.maxTokens};
+    StackFind found = lookupStack(run, request, sv);
+    const std::vector<int> &input = found.rewritten.empty() ? prompt : found.rewritten;
+    sv.row.promptTokens = int(input.size());
+
+    const bool shadow = sv.row.answeredBy != TierKind::None && o.shadowFraction > 0 &&
+                        run.uniform(run.rng) < o.shadowFraction;
+    if (found.response)
+        serveCached(sv, *found.response, prompt, shadow, run.result.outputs);
+    else
+        serveComputed(run, sv, found, input, shadow, request, *s.tokenizer);
+    run.result.overheadMs.push_back(std::max(0.0, msSince(sv.t0) - sv.modelMs));
+    return sv.row;
+}
+
+// The semantic threshold sweep: at each threshold, how many lookups would have hit, and how many
+// of those hits would have been of another intent.
+core::MetricTable thresholdSweep(const std::vector<std::pair<double, bool>> &nearestSeen)
+{
+    core::MetricTable sweep;
+    sweep.columns = {"threshold", "hit_rate", "false_hit_rate", "hits", "false_hits"};
     for (double t : kSweepThresholds) {
         double hits = 0, falseHits = 0;
         for (const auto &[sim, differs] : nearestSeen)
@@ -437,9 +482,56 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
                 falseHits += differs ? 1 : 0;
             }
         const double n = double(std::max<size_t>(nearestSeen.size(), 1));
-        result.thresholdSweep.rows.push_back(
-            {t, hits / n, hits > 0 ? falseHits / hits : 0.0, hits, falseHits});
+        sweep.rows.push_back({t, hits / n, hits > 0 ? falseHits / hits : 0.0, hits, falseHits});
     }
+    return sweep;
+}
+
+} // namespace
+
+ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, const ReplayModels &m,
+                            const ReplayOptions &o, const ReplayEventFn &onRow)
+{
+    checkReplay(requests, m, o);
+    Side sides[2];
+    sides[0] = {m.a, m.tokenizerA, m.a->checkpoint().fingerprint()};
+    if (m.b)
+        sides[1] = {m.b, m.tokenizerB ? m.tokenizerB : m.tokenizerA, m.b->checkpoint().fingerprint()};
+
+    ReplayResult result;
+    const PreparedRequests prepared = prepareRequests(requests, sides, o);
+    warnTooLong(requests, prepared.tooLong, sides, result.warnings);
+    ReplayRun run{o,
+                  buildTiers(m, o),
+                  result,
+                  std::mt19937_64(o.seed),
+                  std::uniform_real_distribution<double>(0.0, 1.0),
+                  {},
+                  Clock::now()};
+
+    for (size_t i = 0; i < requests.size(); ++i) {
+        const auto &r = requests[i];
+        const std::vector<int> &prompt = prepared.ids[i];
+        const Side &s = sides[r.model == core::ModelRole::A ? 0 : 1];
+        if (prepared.tooLong[i]) {
+            core::LedgerRow row = requestRow(r);
+            row.promptTokens = int(prompt.size());
+            row.notServed = core::NotServed::Context;
+            result.rows.push_back(row);
+            result.outputs.emplace_back();
+            result.overheadMs.push_back(0);
+        } else {
+            result.rows.push_back(serveRequest(run, r, s, r.model, prompt));
+        }
+        if (onRow && !onRow(result.rows.back(), int(i) + 1, int(requests.size()))) {
+            result.cancelled = true;
+            break;
+        }
+    }
+    result.summary = core::summarize(result.rows, o.prices);
+    for (const core::CacheTier *tier : run.tiers.all)
+        result.tierStats[tier->kind()] = tier->stats();
+    result.thresholdSweep = thresholdSweep(run.nearestSeen);
     return result;
 }
 

@@ -232,10 +232,8 @@ void writeModel(const Params &p, const core::ModelConfig &c, const TrainOptions 
     core::writeFileAtomic(dir / "config.json", out.toHfJson());
 }
 
-} // namespace
-
-TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::path &outDir,
-                       const std::optional<fs::path> &tokenizerFile, const TrainProgressFn &progress)
+// Refuses architectures and settings the trainer does not implement, and empty data.
+void checkTrainable(const TrainOptions &o, const TrainData &data)
 {
     const core::ModelConfig &c = o.model;
     c.validate("training configuration");
@@ -261,34 +259,30 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
                     "training needs at least one training and one validation document");
     if (o.steps <= 0 || o.batchSize <= 0 || o.seqLen <= 1)
         throw Error(ErrorCode::InvalidArgument, "steps, batch size and sequence length must be positive");
-    const Stream train = buildStream(data.train, c.vocabSize, "training");
-    const Stream val = buildStream(data.validation, c.vocabSize, "validation");
-    std::error_code ec;
-    fs::create_directories(outDir / "train_state", ec);
-    if (ec)
-        throw Error(ErrorCode::Io, outDir.string() + ": cannot create directory: " + ec.message());
+}
 
-    const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-    at::set_num_threads(threads);
-    torch::NoGradGuard noGradInit;
-    Params p = initParams(c, o.seed);
-    if (!o.initFrom.empty()) {
-        // Fine-tuning: every parameter from the given model, checked by name and shape.
-        const auto ws = core::WeightSet::open(o.initFrom);
-        for (size_t i = 0; i < p.names.size(); ++i) {
-            const auto t = ws.get(p.names[i]);
-            std::vector<int64_t> want(p.tensors[i].sizes().begin(), p.tensors[i].sizes().end());
-            if (t.info->shape != want)
-                throw Error(ErrorCode::Shape,
-                            fmt::format("{}: tensor {} has shape [{}], the architecture trains [{}]",
-                                        ws.source().string(), p.names[i], fmt::join(t.info->shape, ", "),
-                                        fmt::join(want, ", ")));
-            const std::vector<float> v = core::toFloatVector(t);
-            p.tensors[i].copy_(
-                torch::from_blob(const_cast<float *>(v.data()), p.tensors[i].sizes(), torch::kFloat32));
-        }
+// Fine-tuning: every parameter from the given model, checked by name and shape.
+void loadInitialWeights(Params &p, const fs::path &initFrom)
+{
+    const auto ws = core::WeightSet::open(initFrom);
+    for (size_t i = 0; i < p.names.size(); ++i) {
+        const auto t = ws.get(p.names[i]);
+        std::vector<int64_t> want(p.tensors[i].sizes().begin(), p.tensors[i].sizes().end());
+        if (t.info->shape != want)
+            throw Error(ErrorCode::Shape,
+                        fmt::format("{}: tensor {} has shape [{}], the architecture trains [{}]",
+                                    ws.source().string(), p.names[i], fmt::join(t.info->shape, ", "),
+                                    fmt::join(want, ", ")));
+        const std::vector<float> v = core::toFloatVector(t);
+        p.tensors[i].copy_(
+            torch::from_blob(const_cast<float *>(v.data()), p.tensors[i].sizes(), torch::kFloat32));
     }
-    std::vector<torch::Tensor> decay, noDecay; // decay matrices only, as is usual for transformers
+}
+
+// AdamW's two parameter groups: weight decay on matrices only, as is usual for transformers.
+std::vector<torch::optim::OptimizerParamGroup> paramGroups(const Params &p, const TrainOptions &o)
+{
+    std::vector<torch::Tensor> decay, noDecay;
     for (size_t i = 0; i < p.names.size(); ++i)
         (p.tensors[i].dim() >= 2 ? decay : noDecay).push_back(p.tensors[i]);
     std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -298,15 +292,14 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
     groups.emplace_back(noDecay,
                         std::make_unique<torch::optim::AdamWOptions>(
                             torch::optim::AdamWOptions(o.lr).betas({o.beta1, o.beta2}).weight_decay(0.0)));
-    torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr));
+    return groups;
+}
 
-    TrainResult result;
-    int startStep = 0;
-    double windowLoss = 0; // training losses since the last evaluation (saved with the state)
-    int windowSteps = 0;
-    const fs::path stateDir = outDir / "train_state";
-    // Everything that decides which batches and updates a step makes: a resume with other settings
-    // or other data would silently mix two runs, so it is refused, naming the setting.
+// Everything that decides which batches and updates a step makes: a resume with other settings
+// or other data would silently mix two runs, so it is refused, naming the setting.
+nlohmann::json runSettings(const TrainOptions &o, const Stream &train, const Stream &val)
+{
+    const core::ModelConfig &c = o.model;
     size_t trainTokens = train.tokens.size(), valTokens = val.tokens.size();
     nlohmann::json settings = {{"seed", o.seed},
                                {"seq_len", o.seqLen},
@@ -326,184 +319,184 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         settings["shard"] = o.shard;
     if (!o.initFrom.empty())
         settings["init"] = o.initFrom.string();
-    if (o.resume && fs::exists(stateDir / "state.json")) {
-        try {
-            const auto st = nlohmann::json::parse(std::ifstream(stateDir / "state.json"));
-            const auto &savedSettings = st.at("settings");
-            for (const auto &[key, value] : settings.items()) {
-                if (!savedSettings.contains(key) || savedSettings.at(key) != value)
-                    throw Error(
-                        ErrorCode::InvalidArgument,
-                        fmt::format("{}: cannot resume: '{}' was {} and is now {} (start a new run or "
-                                    "use the original settings and data)",
-                                    (stateDir / "state.json").string(), key,
-                                    savedSettings.contains(key) ? savedSettings.at(key).dump() : "absent",
-                                    value.dump()));
-            }
-            startStep = st.at("step").get<int>();
-            windowLoss = st.at("window_loss").get<double>();
-            windowSteps = st.at("window_steps").get<int>();
-            const fs::path checkpoint = stateDir / st.at("checkpoint").get<std::string>();
-            std::vector<torch::Tensor> saved;
-            torch::load(saved, (checkpoint / "params.pt").string());
-            if (saved.size() != p.tensors.size())
-                throw Error(ErrorCode::Format,
-                            (checkpoint / "params.pt").string() + ": parameter count differs from the model");
-            for (size_t i = 0; i < saved.size(); ++i) {
-                if (!saved[i].sizes().equals(p.tensors[i].sizes()))
-                    throw Error(ErrorCode::Shape,
-                                fmt::format("{}: parameter '{}' has another shape than the model",
-                                            (checkpoint / "params.pt").string(), p.names[i]));
-                p.tensors[i].copy_(saved[i]);
-            }
-            torch::load(opt, (checkpoint / "optimizer.pt").string());
-            for (const auto &e : st.at("evaluations")) {
-                TrainProgress tp;
-                tp.step = e.at("step");
-                tp.loss = e.at("loss");
-                tp.valLoss = e.at("val_loss").get<double>();
-                result.evaluations.push_back(tp);
-            }
-        } catch (const nlohmann::json::exception &e) {
-            throw Error(ErrorCode::Format, (stateDir / "state.json").string() + ": " + e.what());
-        } catch (const c10::Error &e) {
-            throw Error(ErrorCode::Format,
-                        stateDir.string() + ": cannot read training state: " + e.what_without_backtrace());
-        }
-    }
+    return settings;
+}
 
+// Training losses since the last evaluation (saved with the state).
+struct LossWindow
+{
+    double loss = 0;
+    int steps = 0;
+};
+
+// Resumes from stateDir/state.json (which must exist): refuses changed settings, then restores the
+// parameters, the optimizer, the loss window and the evaluations so far. Returns the next step.
+int restoreState(const fs::path &stateDir, const nlohmann::json &settings, Params &p,
+                 torch::optim::AdamW &opt, LossWindow &window, TrainResult &result)
+{
+    try {
+        const auto st = nlohmann::json::parse(std::ifstream(stateDir / "state.json"));
+        const auto &savedSettings = st.at("settings");
+        for (const auto &[key, value] : settings.items()) {
+            if (!savedSettings.contains(key) || savedSettings.at(key) != value)
+                throw Error(ErrorCode::InvalidArgument,
+                            fmt::format("{}: cannot resume: '{}' was {} and is now {} (start a new run or "
+                                        "use the original settings and data)",
+                                        (stateDir / "state.json").string(), key,
+                                        savedSettings.contains(key) ? savedSettings.at(key).dump() : "absent",
+                                        value.dump()));
+        }
+        const int startStep = st.at("step").get<int>();
+        window.loss = st.at("window_loss").get<double>();
+        window.steps = st.at("window_steps").get<int>();
+        const fs::path checkpoint = stateDir / st.at("checkpoint").get<std::string>();
+        std::vector<torch::Tensor> saved;
+        torch::load(saved, (checkpoint / "params.pt").string());
+        if (saved.size() != p.tensors.size())
+            throw Error(ErrorCode::Format,
+                        (checkpoint / "params.pt").string() + ": parameter count differs from the model");
+        for (size_t i = 0; i < saved.size(); ++i) {
+            if (!saved[i].sizes().equals(p.tensors[i].sizes()))
+                throw Error(ErrorCode::Shape,
+                            fmt::format("{}: parameter '{}' has another shape than the model",
+                                        (checkpoint / "params.pt").string(), p.names[i]));
+            p.tensors[i].copy_(saved[i]);
+        }
+        torch::load(opt, (checkpoint / "optimizer.pt").string());
+        for (const auto &e : st.at("evaluations")) {
+            TrainProgress tp;
+            tp.step = e.at("step");
+            tp.loss = e.at("loss");
+            tp.valLoss = e.at("val_loss").get<double>();
+            result.evaluations.push_back(tp);
+        }
+        return startStep;
+    } catch (const nlohmann::json::exception &e) {
+        throw Error(ErrorCode::Format, (stateDir / "state.json").string() + ": " + e.what());
+    } catch (const c10::Error &e) {
+        throw Error(ErrorCode::Format,
+                    stateDir.string() + ": cannot read training state: " + e.what_without_backtrace());
+    }
+}
+
+// Each save goes to its own train_state/step-N/ directory; state.json, written atomically last,
+// names the directory. A crash at any point leaves state.json naming a complete checkpoint.
+void saveState(const fs::path &stateDir, int step, const Params &p, torch::optim::AdamW &opt,
+               const nlohmann::json &settings, const LossWindow &window,
+               const std::vector<TrainProgress> &evaluations)
+{
+    const std::string name = fmt::format("step-{:07d}", step);
+    const fs::path dir = stateDir / name;
+    try {
+        std::vector<torch::Tensor> detached;
+        for (const auto &t : p.tensors)
+            detached.push_back(t.detach());
+        fs::create_directories(dir);
+        torch::save(detached, (dir / "params.pt").string());
+        torch::save(opt, (dir / "optimizer.pt").string());
+    } catch (const c10::Error &e) {
+        throw Error(ErrorCode::Io,
+                    dir.string() + ": cannot save training state: " + e.what_without_backtrace());
+    } catch (const fs::filesystem_error &e) {
+        throw Error(ErrorCode::Io, dir.string() + ": cannot save training state: " + e.code().message());
+    }
+    nlohmann::json evals = nlohmann::json::array();
+    for (const auto &e : evaluations)
+        evals.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});
+    core::writeFileAtomic(stateDir / "state.json", nlohmann::json{{"step", step},
+                                                                  {"checkpoint", name},
+                                                                  {"settings", settings},
+                                                                  {"window_loss", window.loss},
+                                                                  {"window_steps", window.steps},
+                                                                  {"evaluations", evals}}
+                                                       .dump(1));
+    // older checkpoints are no longer referenced
+    std::error_code ec;
+    for (const auto &entry : fs::directory_iterator(stateDir, ec))
+        if (entry.is_directory() && entry.path().filename() != name &&
+            entry.path().filename().string().starts_with("step-"))
+            fs::remove_all(entry.path(), ec);
+}
+
+// The parameters being trained with the RoPE tables their forward uses.
+struct Net
+{
+    Params p;
     std::vector<torch::Tensor> cosT, sinT; // [layers] x [seqLen, half]
+};
+
+// Each layer's RoPE angles for positions [0, seqLen), as cos and sin tables [seqLen, half].
+void buildRopeTables(Net &net, const core::ModelConfig &c, int seqLen)
+{
     for (int l = 0; l < c.numLayers; ++l) {
         const auto inv = c.ropeInvFreq(l);
         std::vector<float> invf(inv.begin(), inv.end());
         auto invT = torch::from_blob(invf.data(), {int64_t(invf.size())}, torch::kFloat32).clone();
-        auto ang = torch::arange(o.seqLen, torch::kFloat32).unsqueeze(1) * invT.unsqueeze(0); // [T, half]
-        cosT.push_back(ang.cos());
-        sinT.push_back(ang.sin());
+        auto ang = torch::arange(seqLen, torch::kFloat32).unsqueeze(1) * invT.unsqueeze(0); // [T, half]
+        net.cosT.push_back(ang.cos());
+        net.sinT.push_back(ang.sin());
     }
-    const auto valRows = validationRows(val, o);
-    auto evaluate = [&] {
-        torch::NoGradGuard ng;
-        double total = 0;
-        int64_t n = 0;
-        for (int64_t r = 0; r < valRows.size(0); r += o.batchSize) {
-            auto rows = valRows.narrow(0, r, std::min<int64_t>(o.batchSize, valRows.size(0) - r));
-            auto logits = forward(p, c, cosT, sinT, rows.narrow(1, 0, o.seqLen));
-            total += lossOf(logits, rows.narrow(1, 1, o.seqLen)).item<double>() * double(rows.size(0));
-            n += rows.size(0);
-        }
-        return total / double(n);
-    };
-    // Each save goes to its own train_state/step-N/ directory; state.json, written atomically last,
-    // names the directory. A crash at any point leaves state.json naming a complete checkpoint.
-    auto saveState = [&](int step) {
-        const std::string name = fmt::format("step-{:07d}", step);
-        const fs::path dir = stateDir / name;
-        try {
-            std::vector<torch::Tensor> detached;
-            for (const auto &t : p.tensors)
-                detached.push_back(t.detach());
-            fs::create_directories(dir);
-            torch::save(detached, (dir / "params.pt").string());
-            torch::save(opt, (dir / "optimizer.pt").string());
-        } catch (const c10::Error &e) {
-            throw Error(ErrorCode::Io,
-                        dir.string() + ": cannot save training state: " + e.what_without_backtrace());
-        } catch (const fs::filesystem_error &e) {
-            throw Error(ErrorCode::Io, dir.string() + ": cannot save training state: " + e.code().message());
-        }
-        nlohmann::json evals = nlohmann::json::array();
-        for (const auto &e : result.evaluations)
-            evals.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});
-        core::writeFileAtomic(stateDir / "state.json", nlohmann::json{{"step", step},
-                                                                      {"checkpoint", name},
-                                                                      {"settings", settings},
-                                                                      {"window_loss", windowLoss},
-                                                                      {"window_steps", windowSteps},
-                                                                      {"evaluations", evals}}
-                                                           .dump(1));
-        // older checkpoints are no longer referenced
-        std::error_code ec;
-        for (const auto &entry : fs::directory_iterator(stateDir, ec))
-            if (entry.is_directory() && entry.path().filename() != name &&
-                entry.path().filename().string().starts_with("step-"))
-                fs::remove_all(entry.path(), ec);
-    };
+}
 
-    const auto t0 = std::chrono::steady_clock::now();
-    int64_t tokensSeen = 0;
-    int step = startStep;
-    for (; step < o.steps; ++step) {
-        const double lr = lrAt(o, step);
-        for (auto &g : opt.param_groups())
-            static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
-        auto batch = trainBatch(train, o, step);
-        torch::Tensor loss;
-        {
-            torch::AutoGradMode enable(true);
-            opt.zero_grad();
-            auto logits = forward(p, c, cosT, sinT, batch.narrow(1, 0, o.seqLen));
-            loss = lossOf(logits, batch.narrow(1, 1, o.seqLen));
-            loss.backward();
-        }
-        const double gradNorm = torch::nn::utils::clip_grad_norm_(p.tensors, o.gradClip);
-        opt.step();
-        tokensSeen += int64_t(o.batchSize) * o.seqLen;
-        TrainProgress tp;
-        tp.step = step + 1;
-        tp.steps = o.steps;
-        tp.loss = loss.item<double>();
-        tp.lr = lr;
-        tp.gradNorm = gradNorm;
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        tp.tokensPerSecond = secs > 0 ? double(tokensSeen) / secs : 0;
-        windowLoss += tp.loss;
-        ++windowSteps;
-        if (!std::isfinite(tp.loss))
-            throw Error(
-                ErrorCode::InvalidArgument,
-                fmt::format("training diverged at step {} (loss is not finite); lower the learning rate",
-                            tp.step));
-        const bool evalNow = (o.evalEvery > 0 && tp.step % o.evalEvery == 0) || tp.step == o.steps;
-        if (evalNow) {
-            tp.valLoss = evaluate();
-            TrainProgress e = tp;
-            e.loss = windowLoss / windowSteps;
-            result.evaluations.push_back(e);
-            result.finalLoss = e.loss;
-            result.finalValLoss = *tp.valLoss;
-            windowLoss = 0;
-            windowSteps = 0;
-        }
-        if (o.checkpointEvery > 0 && tp.step % o.checkpointEvery == 0 && tp.step < o.steps)
-            saveState(tp.step);
-        if (progress && !progress(tp)) {
-            saveState(tp.step);
-            result.cancelled = true;
-            result.stepsDone = tp.step;
-            result.seconds = secs;
-            return result;
-        }
+// Mean loss over the fixed validation rows, forwarded batchSize rows at a time.
+double evaluateRows(const Net &net, const core::ModelConfig &c, const torch::Tensor &valRows,
+                    const TrainOptions &o)
+{
+    torch::NoGradGuard ng;
+    double total = 0;
+    int64_t n = 0;
+    for (int64_t r = 0; r < valRows.size(0); r += o.batchSize) {
+        auto rows = valRows.narrow(0, r, std::min<int64_t>(o.batchSize, valRows.size(0) - r));
+        auto logits = forward(net.p, c, net.cosT, net.sinT, rows.narrow(1, 0, o.seqLen));
+        total += lossOf(logits, rows.narrow(1, 1, o.seqLen)).item<double>() * double(rows.size(0));
+        n += rows.size(0);
     }
-    result.stepsDone = step;
-    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (result.evaluations.empty() || result.evaluations.back().step != step) {
-        result.finalValLoss = evaluate();
-    } else { // e.g. resuming a run that had already finished: report its last evaluation
-        result.finalValLoss = *result.evaluations.back().valLoss;
-        result.finalLoss = result.evaluations.back().loss;
+    return total / double(n);
+}
+
+// One optimizer step on step's batch; the progress it returns has no timing or validation loss.
+TrainProgress trainStep(Net &net, torch::optim::AdamW &opt, const core::ModelConfig &c, const Stream &train,
+                        const TrainOptions &o, int step)
+{
+    const double lr = lrAt(o, step);
+    for (auto &g : opt.param_groups())
+        static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
+    auto batch = trainBatch(train, o, step);
+    torch::Tensor loss;
+    {
+        torch::AutoGradMode enable(true);
+        opt.zero_grad();
+        auto logits = forward(net.p, c, net.cosT, net.sinT, batch.narrow(1, 0, o.seqLen));
+        loss = lossOf(logits, batch.narrow(1, 1, o.seqLen));
+        loss.backward();
     }
-    saveState(step);
-    writeModel(p, c, o, outDir);
-    if (tokenizerFile) {
-        const fs::path dest = outDir / tokenizerFile->filename();
-        if (fs::absolute(*tokenizerFile) != fs::absolute(dest)) {
-            fs::copy_file(*tokenizerFile, dest, fs::copy_options::overwrite_existing, ec);
-            if (ec)
-                throw Error(ErrorCode::Io,
-                            tokenizerFile->string() + ": cannot copy tokenizer: " + ec.message());
-        }
+    const double gradNorm = torch::nn::utils::clip_grad_norm_(net.p.tensors, o.gradClip);
+    opt.step();
+    TrainProgress tp;
+    tp.step = step + 1;
+    tp.steps = o.steps;
+    tp.loss = loss.item<double>();
+    tp.lr = lr;
+    tp.gradNorm = gradNorm;
+    return tp;
+}
+
+// Copies the tokenizer file into the model directory unless it is already there.
+void copyTokenizer(const fs::path &tokenizerFile, const fs::path &outDir)
+{
+    const fs::path dest = outDir / tokenizerFile.filename();
+    if (fs::absolute(tokenizerFile) != fs::absolute(dest)) {
+        std::error_code ec;
+        fs::copy_file(tokenizerFile, dest, fs::copy_options::overwrite_existing, ec);
+        if (ec)
+            throw Error(ErrorCode::Io, tokenizerFile.string() + ": cannot copy tokenizer: " + ec.message());
     }
+}
+
+// Writes outDir/train_log.json: the settings, the data sizes and the losses of a finished run.
+void writeTrainLog(const TrainOptions &o, const TrainData &data, const TrainResult &result, int threads,
+                   const fs::path &outDir)
+{
     nlohmann::json log = {{"steps", result.stepsDone},
                           {"seconds", result.seconds},
                           {"seq_len", o.seqLen},
@@ -527,12 +520,98 @@ TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::p
         ev.push_back({{"step", e.step}, {"loss", e.loss}, {"val_loss", e.valLoss.value_or(0.0)}});
     log["evaluations"] = ev;
     core::writeFileAtomic(outDir / "train_log.json", log.dump(1));
+}
+
+} // namespace
+
+TrainResult trainModel(const TrainOptions &o, const TrainData &data, const fs::path &outDir,
+                       const std::optional<fs::path> &tokenizerFile, const TrainProgressFn &progress)
+{
+    const core::ModelConfig &c = o.model;
+    checkTrainable(o, data);
+    const Stream train = buildStream(data.train, c.vocabSize, "training");
+    const Stream val = buildStream(data.validation, c.vocabSize, "validation");
+    std::error_code ec;
+    fs::create_directories(outDir / "train_state", ec);
+    if (ec)
+        throw Error(ErrorCode::Io, outDir.string() + ": cannot create directory: " + ec.message());
+
+    const int threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    at::set_num_threads(threads);
+    torch::NoGradGuard noGradInit;
+    Net net{initParams(c, o.seed), {}, {}};
+    Params &p = net.p;
+    if (!o.initFrom.empty())
+        loadInitialWeights(p, o.initFrom);
+    torch::optim::AdamW opt(paramGroups(p, o), torch::optim::AdamWOptions(o.lr));
+
+    TrainResult result;
+    int startStep = 0;
+    LossWindow window;
+    const fs::path stateDir = outDir / "train_state";
+    const nlohmann::json settings = runSettings(o, train, val);
+    if (o.resume && fs::exists(stateDir / "state.json"))
+        startStep = restoreState(stateDir, settings, p, opt, window, result);
+
+    buildRopeTables(net, c, o.seqLen);
+    const auto valRows = validationRows(val, o);
+    auto evaluate = [&] { return evaluateRows(net, c, valRows, o); };
+    auto save = [&](int step) { saveState(stateDir, step, p, opt, settings, window, result.evaluations); };
+
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t tokensSeen = 0;
+    int step = startStep;
+    for (; step < o.steps; ++step) {
+        TrainProgress tp = trainStep(net, opt, c, train, o, step);
+        tokensSeen += int64_t(o.batchSize) * o.seqLen;
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        tp.tokensPerSecond = secs > 0 ? double(tokensSeen) / secs : 0;
+        window.loss += tp.loss;
+        ++window.steps;
+        if (!std::isfinite(tp.loss))
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("training diverged at step {} (loss is not finite); lower the learning rate",
+                            tp.step));
+        const bool evalNow = (o.evalEvery > 0 && tp.step % o.evalEvery == 0) || tp.step == o.steps;
+        if (evalNow) {
+            tp.valLoss = evaluate();
+            TrainProgress e = tp;
+            e.loss = window.loss / window.steps;
+            result.evaluations.push_back(e);
+            result.finalLoss = e.loss;
+            result.finalValLoss = *tp.valLoss;
+            window = LossWindow{};
+        }
+        if (o.checkpointEvery > 0 && tp.step % o.checkpointEvery == 0 && tp.step < o.steps)
+            save(tp.step);
+        if (progress && !progress(tp)) {
+            save(tp.step);
+            result.cancelled = true;
+            result.stepsDone = tp.step;
+            result.seconds = secs;
+            return result;
+        }
+    }
+    result.stepsDone = step;
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (result.evaluations.empty() || result.evaluations.back().step != step) {
+        result.finalValLoss = evaluate();
+    } else { // e.g. resuming a run that had already finished: report its last evaluation
+        result.finalValLoss = *result.evaluations.back().valLoss;
+        result.finalLoss = result.evaluations.back().loss;
+    }
+    save(step);
+    writeModel(p, c, o, outDir);
+    if (tokenizerFile)
+        copyTokenizer(*tokenizerFile, outDir);
+    writeTrainLog(o, data, result, threads, outDir);
     return result;
 }
 
 double validationLoss(const fs::path &modelDir, const TrainOptions &o, const TrainData &data)
 {
-    auto model = Model::load(modelDir, LoadOptions{Device::Cpu, ComputeType::F32, o.threads});
+    auto model = Model::load(modelDir, LoadOptions{Device::Cpu, FloatType::F32, o.threads});
     const Stream val = buildStream(data.validation, model->config().vocabSize, "validation");
     const auto rows = validationRows(val, o);
     const int vocab = model->config().vocabSize;

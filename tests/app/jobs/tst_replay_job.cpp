@@ -206,7 +206,7 @@ private Q_SLOTS:
         ttl.eviction = core::Eviction::Ttl;
         refused(ttl, "--eviction ttl needs --ttl-ms > 0");
         core::ReplaySettings store;
-        store.storeKvDtype = core::DType::BF16;
+        store.storeKvDtype = core::FloatType::BF16;
         refused(store, "--store-kv-dtype needs --store");
     }
 

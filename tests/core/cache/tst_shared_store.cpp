@@ -177,10 +177,13 @@ private Q_SLOTS:
                      core::ErrorCode::Format);
         }
         QVERIFY(!core::isKvBodyDType(core::DType::I32));
-        QCOMPARE(core::parseKvBodyDType("bf16"), std::optional(core::DType::BF16));
-        QCOMPARE(core::parseKvBodyDType("f32"), std::optional(core::DType::F32));
-        QVERIFY(!core::parseKvBodyDType("F16")); // option values are lower-case
-        QVERIFY(!core::parseKvBodyDType("u8"));
+        QCOMPARE(core::parseFloatType("bf16"), std::optional(core::FloatType::BF16));
+        QCOMPARE(core::parseFloatType("f32"), std::optional(core::FloatType::F32));
+        QCOMPARE(core::toDType(core::FloatType::F16), core::DType::F16);
+        QCOMPARE(core::toFloatType(core::DType::BF16), std::optional(core::FloatType::BF16));
+        QVERIFY(!core::toFloatType(core::DType::I32));
+        QVERIFY(!core::parseFloatType("F16")); // option values are lower-case
+        QVERIFY(!core::parseFloatType("u8"));
         std::string body;
         QCOMPARE(
             test::expectError([&] { core::appendKvBody(body, v.data(), v.size(), core::DType::I8); }).code(),

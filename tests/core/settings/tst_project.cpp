@@ -130,7 +130,7 @@ private Q_SLOTS:
                      (std::vector<core::TierKind>{core::TierKind::Cross, core::TierKind::Knowledge,
                                                   core::TierKind::Exact}));
             QCOMPARE(p.replay.store, std::string("memory"));
-            QCOMPARE(p.replay.storeKvDtype, core::DType::BF16);
+            QCOMPARE(p.replay.storeKvDtype, core::FloatType::BF16);
             QCOMPARE(p.replay.prices, std::string("deepseek-chat"));
             QCOMPARE(p.replay.threshold, -0.5);
             QCOMPARE(p.replay.embedder, std::string("model"));

@@ -72,7 +72,7 @@ ReplaySettings everyFieldSet()
     s.prices = "deepseek-chat";
     s.store = "redis://127.0.0.1:6379/2";
     s.storeTimeoutMs = 900;
-    s.storeKvDtype = DType::BF16;
+    s.storeKvDtype = FloatType::BF16;
     return s;
 }
 
@@ -168,7 +168,7 @@ private Q_SLOTS:
         QCOMPARE(s.gateThreshold, 0.875); // read after the signal, which set its own default first
         QCOMPARE(s.maxTokens, 16);
         QCOMPARE(s.limit, 300);
-        QCOMPARE(s.storeKvDtype, DType::F16);
+        QCOMPARE(s.storeKvDtype, FloatType::F16);
         QCOMPARE(s.threshold, 1.0);
         QCOMPARE(replaySettingsFromJson(nlohmann::json::parse(R"({"tiers": []})"), "p", "r").tiers.size(),
                  size_t(0));

@@ -2,7 +2,7 @@
 // newlines, a piece holding half a character), replacing, sorted listing, unknown and hidden names,
 // bad samples refused naming the field before the file is touched, a hand-edited file refused on load
 // naming sample and field, and /converters, /sweeps and /ledgers left as they were by a save.
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"

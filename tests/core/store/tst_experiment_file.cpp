@@ -31,7 +31,7 @@ namespace core = kvwb::core;
 namespace fs = std::filesystem;
 using kvwb::test::expectError;
 
-Q_DECLARE_METATYPE(kvwb::core::KvStorage)
+Q_DECLARE_METATYPE(kvwb::core::FloatType)
 
 namespace {
 
@@ -140,19 +140,19 @@ PromptRecord makePrompt(int index, const ModelInfo &a, const ModelInfo &b, bool 
 }
 
 // Error message of the first element outside tolerance, or "" when all agree.
-QString compareKv(const std::vector<float> &got, const std::vector<float> &want, KvStorage storage)
+QString compareKv(const std::vector<float> &got, const std::vector<float> &want, FloatType storage)
 {
     if (got.size() != want.size())
         return QStringLiteral("size %1 != %2").arg(got.size()).arg(want.size());
-    if (storage == KvStorage::F32) {
+    if (storage == FloatType::F32) {
         if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0)
             return QStringLiteral("f32 data not bit-exact");
         return {};
     }
     // f16: 10 mantissa bits, round to nearest: relative error <= 2^-11 ~ 4.9e-4 (plus subnormals).
     // bf16: 7 mantissa bits: <= 2^-8 ~ 3.9e-3.
-    const double rel = storage == KvStorage::F16 ? 1e-3 : 8e-3;
-    const double floor = storage == KvStorage::F16 ? 1e-7 : 1e-30;
+    const double rel = storage == FloatType::F16 ? 1e-3 : 8e-3;
+    const double floor = storage == FloatType::F16 ? 1e-7 : 1e-30;
     for (size_t i = 0; i < got.size(); ++i)
         if (std::fabs(double(got[i]) - double(want[i])) > rel * std::fabs(double(want[i])) + floor)
             return QStringLiteral("element %1: %2 vs %3").arg(i).arg(got[i]).arg(want[i]);
@@ -169,7 +169,7 @@ QString checkPrompt(const ExperimentReader &r, int index, const PromptRecord &wa
         return QStringLiteral("prompt %1 label differs").arg(index);
     if (got.a.ids != want.a.ids || got.b.ids != want.b.ids)
         return QStringLiteral("prompt %1 ids differ").arg(index);
-    const KvStorage storage = r.storage().storage;
+    const FloatType storage = r.storage().storage;
     for (int m = 0; m < 2; ++m) {
         const PromptKv &kv = m == 0 ? want.a : want.b;
         const ModelRole role = m == 0 ? ModelRole::A : ModelRole::B;
@@ -253,7 +253,7 @@ void editDataset1d(const fs::path &p, const char *path, hsize_t length, hssize_t
     H5Dclose(ds);
 }
 
-void writeExperiment(const fs::path &path, KvStorage storage, int prompts, int compress = 0,
+void writeExperiment(const fs::path &path, FloatType storage, int prompts, int compress = 0,
                      bool compressible = false)
 {
     ExperimentOptions o;
@@ -272,7 +272,7 @@ void writeExperiment(const fs::path &path, KvStorage storage, int prompts, int c
 {
     try {
         ExperimentOptions o;
-        o.storage = KvStorage::F16;
+        o.storage = FloatType::F16;
         o.syncToDisk = syncToDisk; // without fsync the kill lands inside HDF5's writes more often
         o.chunkTokens = 64;        // many chunk boundaries
         const ModelInfo a = tinyModel('a'), b = tinyModel('b');
@@ -347,18 +347,18 @@ private Q_SLOTS:
 
 void TestExperimentFile::roundTrip_data()
 {
-    QTest::addColumn<KvStorage>("storage");
+    QTest::addColumn<FloatType>("storage");
     QTest::addColumn<int>("compress");
-    QTest::newRow("f32") << KvStorage::F32 << 0;
-    QTest::newRow("f32-deflate") << KvStorage::F32 << 4;
-    QTest::newRow("f16") << KvStorage::F16 << 0;
-    QTest::newRow("f16-deflate") << KvStorage::F16 << 1;
-    QTest::newRow("bf16") << KvStorage::BF16 << 0;
+    QTest::newRow("f32") << FloatType::F32 << 0;
+    QTest::newRow("f32-deflate") << FloatType::F32 << 4;
+    QTest::newRow("f16") << FloatType::F16 << 0;
+    QTest::newRow("f16-deflate") << FloatType::F16 << 1;
+    QTest::newRow("bf16") << FloatType::BF16 << 0;
 }
 
 void TestExperimentFile::roundTrip()
 {
-    QFETCH(KvStorage, storage);
+    QFETCH(FloatType, storage);
     QFETCH(int, compress);
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
@@ -421,7 +421,7 @@ void TestExperimentFile::keyRangeAcrossPrompts()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 3);
+    writeExperiment(path, FloatType::F32, 3);
     const ExperimentReader r = ExperimentReader::open(path);
     const PromptInfo p1 = r.prompt(1);
     for (ModelRole role : kRoles) {
@@ -520,7 +520,7 @@ void TestExperimentFile::capturedLayersDefaultAndLegacy()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 2);
+    writeExperiment(path, FloatType::F32, 2);
     QCOMPARE(ExperimentReader::open(path).model(core::ModelRole::B).capturedLayers,
              std::vector<int>({0, 1, 2}));
     // A file written before captured_layers existed stores every layer.
@@ -568,7 +568,7 @@ void TestExperimentFile::appendMatchingModels()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::BF16, 2);
+    writeExperiment(path, FloatType::BF16, 2);
     const ModelInfo a = tinyModel('a'), b = tinyModel('b');
     {
         ExperimentWriter w = ExperimentWriter::append(path, a, b, false);
@@ -578,7 +578,7 @@ void TestExperimentFile::appendMatchingModels()
     } // destructor closes
     const ExperimentReader r = ExperimentReader::open(path);
     QCOMPARE(r.promptCount(), 4);
-    QVERIFY(r.storage().storage == KvStorage::BF16);
+    QVERIFY(r.storage().storage == FloatType::BF16);
     for (int i = 0; i < 4; ++i) {
         const QString e = checkPrompt(r, i, makePrompt(i, a, b));
         QVERIFY2(e.isEmpty(), qPrintable(e));
@@ -589,7 +589,7 @@ void TestExperimentFile::appendRefusesOtherModels()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 1);
+    writeExperiment(path, FloatType::F32, 1);
     const std::string other(64, 'f');
     const Error e =
         expectError([&] { ExperimentWriter::append(path, tinyModel('a'), tinyModel('b', other), false); });
@@ -607,8 +607,8 @@ void TestExperimentFile::compressionShrinksCompressibleData()
     QTemporaryDir dir;
     const fs::path plain = fs::path(dir.path().toStdString()) / "plain.h5";
     const fs::path packed = fs::path(dir.path().toStdString()) / "packed.h5";
-    writeExperiment(plain, KvStorage::F32, 6, 0, true);
-    writeExperiment(packed, KvStorage::F32, 6, 4, true);
+    writeExperiment(plain, FloatType::F32, 6, 0, true);
+    writeExperiment(packed, FloatType::F32, 6, 4, true);
     const auto plainSize = fs::file_size(plain), packedSize = fs::file_size(packed);
     QVERIFY2(packedSize * 4 < plainSize,
              qPrintable(QStringLiteral("plain %1 bytes, deflated %2").arg(plainSize).arg(packedSize)));
@@ -621,10 +621,10 @@ void TestExperimentFile::compressionShrinksCompressibleData()
 void TestExperimentFile::nonFiniteKvRefused_data()
 {
     QTest::addColumn<float>("bad");
-    QTest::addColumn<KvStorage>("storage");
-    QTest::newRow("nan f32") << std::numeric_limits<float>::quiet_NaN() << KvStorage::F32;
-    QTest::newRow("inf f16") << std::numeric_limits<float>::infinity() << KvStorage::F16;
-    QTest::newRow("-inf bf16") << -std::numeric_limits<float>::infinity() << KvStorage::BF16;
+    QTest::addColumn<FloatType>("storage");
+    QTest::newRow("nan f32") << std::numeric_limits<float>::quiet_NaN() << FloatType::F32;
+    QTest::newRow("inf f16") << std::numeric_limits<float>::infinity() << FloatType::F16;
+    QTest::newRow("-inf bf16") << -std::numeric_limits<float>::infinity() << FloatType::BF16;
 }
 
 // KV that is not finite is refused on the way out, with the dataset, token, model, layer and prompt
@@ -632,7 +632,7 @@ void TestExperimentFile::nonFiniteKvRefused_data()
 void TestExperimentFile::nonFiniteKvRefused()
 {
     QFETCH(float, bad);
-    QFETCH(KvStorage, storage);
+    QFETCH(FloatType, storage);
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "e.h5";
     ExperimentOptions o;
@@ -681,7 +681,7 @@ void TestExperimentFile::flippedKvBitRefused()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "e.h5";
-    writeExperiment(path, KvStorage::F32, 3);
+    writeExperiment(path, FloatType::F32, 3);
     int64_t row = 0;
     size_t rowBytes = 0;
     std::vector<float> before;
@@ -728,7 +728,7 @@ void TestExperimentFile::variableLengthStringRefused()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "e.h5";
-    writeExperiment(path, KvStorage::F16, 1);
+    writeExperiment(path, FloatType::F16, 1);
     {
         RawFile f(path);
         const hid_t g = H5Gopen2(f.id, "/models/a", H5P_DEFAULT);
@@ -763,7 +763,7 @@ void TestExperimentFile::futureSchema()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 1);
+    writeExperiment(path, FloatType::F32, 1);
     setStringAttr(path, "schema", "kvwb/3");
     const Error e = expectError([&] { ExperimentReader::open(path); });
     QCOMPARE(e.code(), ErrorCode::Unsupported);
@@ -776,7 +776,7 @@ void TestExperimentFile::tamperedAttribute()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F16, 2);
+    writeExperiment(path, FloatType::F16, 2);
     setIntAttr(path, "/models/a", "num_kv_heads", 3);
     const Error e = expectError([&] { ExperimentReader::open(path); });
     QCOMPARE(e.code(), ErrorCode::Format);
@@ -787,7 +787,7 @@ void TestExperimentFile::offsetsBeyondDataset()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 2);
+    writeExperiment(path, FloatType::F32, 2);
     const int64_t total = ExperimentReader::open(path).totalTokens(core::ModelRole::B);
     // Prompt 1 of model b now claims 1000 more tokens than were written.
     editDataset1d(path, "/prompts/b/offsets", 3, 2, total + 1000);
@@ -800,7 +800,7 @@ void TestExperimentFile::offsetsLengthMismatch()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 3);
+    writeExperiment(path, FloatType::F32, 3);
     // Two prompts shorter than the other offsets datasets: not a torn append (at most one).
     editDataset1d(path, "/prompts/a/offsets", 2);
     const Error e = expectError([&] { ExperimentReader::open(path); });
@@ -810,7 +810,7 @@ void TestExperimentFile::offsetsLengthMismatch()
 
     // ids shorter than the offsets say.
     const fs::path path2 = fs::path(dir.path().toStdString()) / "exp2.h5";
-    writeExperiment(path2, KvStorage::F32, 3);
+    writeExperiment(path2, FloatType::F32, 3);
     editDataset1d(path2, "/prompts/a/ids", 10);
     const Error e2 = expectError([&] { ExperimentReader::open(path2); });
     QCOMPARE(e2.code(), ErrorCode::Format);
@@ -821,7 +821,7 @@ void TestExperimentFile::tornPromptIgnoredAndOverwritten()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 2);
+    writeExperiment(path, FloatType::F32, 2);
     const int64_t total = ExperimentReader::open(path).totalTokens(core::ModelRole::A);
     // What a writer killed between extending /prompts/a/offsets and the others leaves behind:
     // model a's ids grown by 50 and its offsets by one entry.
@@ -848,7 +848,7 @@ void TestExperimentFile::refusesExistingPath()
 {
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F32, 1);
+    writeExperiment(path, FloatType::F32, 1);
     const Error e = expectError([&] {
         ExperimentWriter::create(path, ExperimentOptions{}, testProvenance(), tinyModel('a'), tinyModel('b'));
     });
@@ -1064,7 +1064,7 @@ void TestExperimentFile::hdf5ToolsListSchema()
         QSKIP("h5ls/h5dump not installed (Debian package hdf5-tools)");
     QTemporaryDir dir;
     const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
-    writeExperiment(path, KvStorage::F16, 2, 1);
+    writeExperiment(path, FloatType::F16, 2, 1);
     const auto run = [](const QString &program, const QStringList &args) {
         QProcess p;
         p.start(program, args);

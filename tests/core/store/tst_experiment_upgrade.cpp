@@ -1,7 +1,7 @@
 // kvwb upgrade: a kvwb/1 file (made here from a kvwb/2 one by turning every string back into the
 // variable-length storage kvwb/1 used and dropping the checksums) is refused by every reader with
 // a message naming the command, and reads back after the upgrade exactly as before.
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/store/experiment_upgrade.h"
@@ -59,7 +59,7 @@ std::vector<LedgerRow> ledger()
         r.requestId = int64_t(i);
         r.arrivalMs = int64_t(i) * 10;
         r.tenant = i == 1 ? "acme, inc.\nsecond line" : "t" + std::to_string(i);
-        r.model = "b";
+        r.model = ModelRole::B;
         r.intent = "intent " + std::to_string(i);
         r.tierHits = {{TierKind::Exact, false}};
         r.promptTokens = 10;
@@ -117,7 +117,7 @@ void TestExperimentUpgrade::upgradesKvwb1()
     const ModelInfo a = kvwb::test::tinyModelInfo('a', 2), b = kvwb::test::tinyModelInfo('b', 2);
     {
         ExperimentOptions o;
-        o.storage = KvStorage::F16;
+        o.storage = FloatType::F16;
         o.syncToDisk = false;
         ExperimentWriter w = ExperimentWriter::create(path, o, Provenance{}, a, b);
         for (int p = 0; p < 3; ++p)

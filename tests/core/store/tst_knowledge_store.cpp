@@ -10,6 +10,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <hdf5.h>
+
 #include <fstream>
 
 using namespace kvwb;
@@ -165,6 +167,30 @@ private Q_SLOTS:
         e = test::expectError([&] { loadKnowledge(flipped); });
         QCOMPARE(e.code(), ErrorCode::Format);
         QVERIFY2(QString(e.what()).contains("/modules/layer_000/keys of node 'c1' fail their CRC-32"),
+                 e.what());
+    }
+
+    // An offset past the end of ids is refused before it slices anything (a fuzzed file once made the
+    // reader copy 2^33 tokens).
+    void moduleOffsetsPastTheEndAreRefused()
+    {
+        QTemporaryDir tmp;
+        const fs::path path = fs::path(tmp.path().toStdString()) / "g.h5";
+        saveKnowledge(path, sample()); // modules of 3 and 4 tokens: offsets {0, 3, 7}
+        {
+            const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+            QVERIFY(f >= 0);
+            const hid_t d = H5Dopen2(f, "/modules/offsets", H5P_DEFAULT);
+            QVERIFY(d >= 0);
+            const int64_t bad[3] = {0, int64_t(1) << 33, 7};
+            QVERIFY(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, bad) >= 0);
+            H5Dclose(d);
+            H5Fclose(f);
+        }
+        const auto e = test::expectError([&] { loadKnowledge(path); });
+        QCOMPARE(e.code(), ErrorCode::Format);
+        QVERIFY2(QString(e.what()).contains(
+                     "/modules/offsets entry 1 (8589934592) is past the end of ids (7 tokens)"),
                  e.what());
     }
 

@@ -23,7 +23,7 @@ core::WorkloadRequest req(int64_t id, int64_t tMs, const std::string &tenant, co
     r.id = id;
     r.tMs = tMs;
     r.tenant = tenant;
-    r.model = "b";
+    r.model = core::ModelRole::B;
     r.question = question;
     r.prompt = core::requestPrompt(system, question);
     r.maxTokens = maxTokens;

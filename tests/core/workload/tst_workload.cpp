@@ -51,7 +51,7 @@ private Q_SLOTS:
         for (const auto &r : w.requests) {
             kinds[requestKindName(r.kind)]++;
             tenants[QString::fromStdString(r.tenant)]++;
-            b += r.model == "b";
+            b += r.model == ModelRole::B;
         }
         const double n = double(w.requests.size());
         qInfo("kinds: new %d repeat %d paraphrase %d synonym %d near miss %d", kinds["new"],
@@ -305,7 +305,7 @@ private Q_SLOTS:
         QVERIFY2(msg.startsWith("workload.jsonl:3: " + warning), qPrintable(msg));
         QCOMPARE(r.requests[1].id, int64_t(1)); // ids default to the index among good lines
         QCOMPARE(r.requests[0].kind, RequestKind::New);
-        QCOMPARE(r.requests[0].model, std::string("b"));
+        QCOMPARE(r.requests[0].model, ModelRole::B);
     }
 };
 

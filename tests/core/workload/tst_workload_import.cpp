@@ -95,7 +95,7 @@ void TestWorkloadImport::shareGptTurnsShareGrowingPrefixes()
         QCOMPARE(q[i].id, int64_t(i));
         QCOMPARE(q[i].tMs, int64_t(i) * 250);
         QCOMPARE(q[i].tenant, std::string("sharegpt"));
-        QCOMPARE(q[i].model, std::string("a"));
+        QCOMPARE(q[i].model, ModelRole::A);
         QCOMPARE(q[i].kind, RequestKind::New);
         QCOMPARE(q[i].intent, std::string());
         QCOMPARE(q[i].ref, int64_t(-1));

@@ -36,14 +36,14 @@ struct Tolerance
 {
     double logits, kv, top1;
 };
-Tolerance toleranceOf(gpu::ComputeType t)
+Tolerance toleranceOf(gpu::FloatType t)
 {
     switch (t) {
-    case gpu::ComputeType::F32:
+    case gpu::FloatType::F32:
         return {1e-3, 1e-4, 0.95};
-    case gpu::ComputeType::BF16:
+    case gpu::FloatType::BF16:
         return {4e-2, 3e-2, 0.8};
-    case gpu::ComputeType::F16:
+    case gpu::FloatType::F16:
         return {1e-2, 5e-3, 0.9};
     }
     return {0, 0, 1};
@@ -139,12 +139,10 @@ private Q_SLOTS:
         for (const char *p : {"gqa", "qwen3", "gemma3", "phi3-longrope", "135m"}) {
             if (!cuda && std::string_view(p) == "135m")
                 continue; // 135M parameters: the GPU's row; on the CPU the small ones show the same
-            for (gpu::ComputeType t :
-                 {gpu::ComputeType::F32, gpu::ComputeType::BF16, gpu::ComputeType::F16}) {
-                if (!cuda && t != gpu::ComputeType::BF16)
+            for (gpu::FloatType t : {gpu::FloatType::F32, gpu::FloatType::BF16, gpu::FloatType::F16}) {
+                if (!cuda && t != gpu::FloatType::BF16)
                     continue; // CPU-only: the CPU's bf16 against its f32; f16 is CUDA's
-                QTest::newRow(fmt::format("{} {}", p, gpu::computeTypeName(t)).c_str())
-                    << QString(p) << int(t);
+                QTest::newRow(fmt::format("{} {}", p, gpu::floatTypeName(t)).c_str()) << QString(p) << int(t);
             }
         }
     }
@@ -153,7 +151,7 @@ private Q_SLOTS:
     {
         QFETCH(QString, preset);
         QFETCH(int, dtype);
-        const auto type = gpu::ComputeType(dtype);
+        const auto type = gpu::FloatType(dtype);
         QTemporaryDir tmp;
         const fs::path dir = fs::path(tmp.path().toStdString()) / "m";
         auto spec = core::randomModelPreset(preset.toStdString());
@@ -185,7 +183,7 @@ private Q_SLOTS:
         const Tolerance tol = toleranceOf(type);
         row(fmt::format(
             "| {} | {} | {:.2e} | {:.2e} | {:.2e} | {:.2e} | {:.3f} | {:.3f} | {:.0e} / {:.0e} / {} |",
-            preset.toStdString(), gpu::computeTypeName(type), eLogits, eKeys, eValues, eTransfer, top1,
+            preset.toStdString(), gpu::floatTypeName(type), eLogits, eKeys, eValues, eTransfer, top1,
             top1Transfer, tol.logits, tol.kv, tol.top1));
         QVERIFY2(eLogits <= tol.logits, qPrintable(QString("logits %1").arg(eLogits)));
         QVERIFY2(eKeys <= tol.kv && eValues <= tol.kv,

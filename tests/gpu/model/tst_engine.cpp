@@ -708,7 +708,7 @@ private Q_SLOTS:
             QVERIFY(QString(e.what()).contains("99999"));
         }
         gpu::LoadOptions f16;
-        f16.dtype = gpu::ComputeType::F16;
+        f16.dtype = gpu::FloatType::F16;
         try {
             gpu::Model::load(path, f16);
             QFAIL("f16 on CPU accepted");
@@ -724,7 +724,7 @@ private Q_SLOTS:
         const auto path = makeVariant(tmp.path().toStdString(), "gqa");
         auto f32 = gpu::Model::load(path, {});
         gpu::LoadOptions o;
-        o.dtype = gpu::ComputeType::BF16;
+        o.dtype = gpu::FloatType::BF16;
         auto bf16 = gpu::Model::load(path, o);
         const auto ids = randomIds(16, f32->config().vocabSize, 8);
         auto c1 = f32->newCache(), c2 = bf16->newCache();
@@ -798,7 +798,7 @@ private Q_SLOTS:
         }
         const auto ck = core::Checkpoint::open(path);
         gpu::LoadOptions o;
-        o.dtype = gpu::ComputeType::BF16;
+        o.dtype = gpu::FloatType::BF16;
         auto bf16 = gpu::Model::load(ck, o);
         const int vocab = ck.config().vocabSize;
         const auto ids = randomIds(24, vocab, 4);
@@ -857,7 +857,7 @@ private Q_SLOTS:
             gpu::LoadOptions o;
             o.threads = threads;
             if (bf16)
-                o.dtype = gpu::ComputeType::BF16;
+                o.dtype = gpu::FloatType::BF16;
             auto model = gpu::Model::load(path, o);
             auto cache = model->newCache(); // one token at a time from the start: all one-token products
             std::vector<float> all;
@@ -988,8 +988,8 @@ private Q_SLOTS:
         QTemporaryDir tmp;
         const auto ck = longContextModel(tmp.path().toStdString(), "gqa");
         gpu::LoadOptions o;
-        o.dtype = *gpu::parseComputeType(compute.toStdString());
-        o.kvDtype = *gpu::parseComputeType(kv.toStdString());
+        o.dtype = *gpu::parseFloatType(compute.toStdString());
+        o.kvDtype = *gpu::parseFloatType(kv.toStdString());
         o.prefillChunk = 48;
         auto model = gpu::Model::load(ck, o);
         QCOMPARE(model->kvDtype(), *o.kvDtype);
@@ -1024,8 +1024,7 @@ private Q_SLOTS:
         }
         auto wide = plain->newCache();
         plain->forward(ids, wide);
-        const int64_t kvBytes = gpu::computeTypeBytes(*o.kvDtype),
-                      computeBytes = gpu::computeTypeBytes(o.dtype);
+        const int64_t kvBytes = gpu::floatTypeBytes(*o.kvDtype), computeBytes = gpu::floatTypeBytes(o.dtype);
         QCOMPARE(full.bytes() * computeBytes, wide.bytes() * kvBytes);
         const auto e = test::expectError([&] { plain->forward({ids[0]}, full); });
         QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);

@@ -27,7 +27,7 @@ namespace {
 const std::string kPrompt = "The quick brown fox jumps over the lazy dog near the river bank at dawn, twice.";
 const std::string kLonger = kPrompt + " Then it ran far away.";
 
-core::WorkloadRequest request(int64_t id, const std::string &model, const std::string &tenant,
+core::WorkloadRequest request(int64_t id, core::ModelRole model, const std::string &tenant,
                               const std::string &prompt)
 {
     core::WorkloadRequest r;
@@ -84,8 +84,8 @@ private Q_SLOTS:
     {
         Pair p;
         const std::vector<core::WorkloadRequest> requests = {
-            request(0, "a", "t0", kPrompt), request(1, "a", "t0", kPrompt), request(2, "a", "t0", kLonger),
-            request(3, "a", "t1", kPrompt)};
+            request(0, core::ModelRole::A, "t0", kPrompt), request(1, core::ModelRole::A, "t0", kPrompt),
+            request(2, core::ModelRole::A, "t0", kLonger), request(3, core::ModelRole::A, "t1", kPrompt)};
         gpu::ReplayOptions o;
         o.tiers = {TierKind::Exact, TierKind::Prefix};
         o.prefixBlock = 16;
@@ -123,8 +123,8 @@ private Q_SLOTS:
     void crossModelGate()
     {
         Pair p;
-        const std::vector<core::WorkloadRequest> requests = {request(0, "a", "t0", kPrompt),
-                                                             request(1, "b", "t0", kLonger)};
+        const std::vector<core::WorkloadRequest> requests = {request(0, core::ModelRole::A, "t0", kPrompt),
+                                                             request(1, core::ModelRole::B, "t0", kLonger)};
         const auto scratch = fromScratch(p, requests);
         gpu::ReplayOptions o;
         o.tiers = {TierKind::Prefix, TierKind::Cross};
@@ -172,8 +172,8 @@ private Q_SLOTS:
     void shadowRunsConfirmHits()
     {
         Pair p;
-        const std::vector<core::WorkloadRequest> requests = {request(0, "a", "t0", kPrompt),
-                                                             request(1, "a", "t0", kLonger)};
+        const std::vector<core::WorkloadRequest> requests = {request(0, core::ModelRole::A, "t0", kPrompt),
+                                                             request(1, core::ModelRole::A, "t0", kLonger)};
         gpu::ReplayOptions o;
         o.tiers = {TierKind::Prefix};
         o.shadowFraction = 1.0;
@@ -206,7 +206,7 @@ private Q_SLOTS:
         core::LexicalEmbedder embedder(512);
         gpu::KnowledgeTier tier({{"", file}}, *p.b, *p.tok, embedder, {}, {});
         const auto ask = [](int64_t id, const std::string &question) {
-            auto r = request(id, "b", "t0", "You answer briefly.\n\nQ: " + question + "\nA:");
+            auto r = request(id, core::ModelRole::B, "t0", "You answer briefly.\n\nQ: " + question + "\nA:");
             r.question = question;
             return r;
         };
@@ -242,7 +242,7 @@ private Q_SLOTS:
     void refusesBadSetups()
     {
         Pair p;
-        const std::vector<core::WorkloadRequest> requests = {request(0, "b", "t0", kPrompt)};
+        const std::vector<core::WorkloadRequest> requests = {request(0, core::ModelRole::B, "t0", kPrompt)};
         gpu::ReplayOptions o;
         o.tiers = {TierKind::Cross};
         try { // the cross tier without a converter
@@ -252,13 +252,17 @@ private Q_SLOTS:
             QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
         }
         o.tiers = {};
-        auto bad = requests;
-        bad[0].model = "c";
-        try { // a request for a model the pair does not have names the request
-            gpu::replayWorkload(bad, p.models(), o);
+        auto onlyA = p.models();
+        onlyA.b = nullptr;
+        onlyA.tokenizerB = nullptr;
+        try { // a request for a model that is not loaded names the request
+            gpu::replayWorkload(requests, onlyA, o);
             QFAIL("no error");
         } catch (const core::Error &e) {
-            QVERIFY2(std::string(e.what()).find("0") != std::string::npos, e.what());
+            QCOMPARE(e.code(), core::ErrorCode::InvalidArgument);
+            QVERIFY2(std::string(e.what()).find("request 0 asks for model b, but no model B is loaded") !=
+                         std::string::npos,
+                     e.what());
         }
     }
 };

@@ -140,7 +140,8 @@ private Q_SLOTS:
             const bool ok =
                 (tier < 0 || int(r.answeredBy) == tier) &&
                 (tenant.isEmpty() || r.tenant == tenant.toStdString()) &&
-                (modelName.isEmpty() || r.model == modelName.toStdString()) && (!falseOnly || r.falseHit) &&
+                (modelName.isEmpty() || core::roleName(r.model) == modelName.toStdString()) &&
+                (!falseOnly || r.falseHit) &&
                 (text.isEmpty() || QString::fromStdString(r.tenant).contains(text, Qt::CaseInsensitive) ||
                  QString::fromStdString(r.intent).contains(text, Qt::CaseInsensitive));
             direct += ok;

@@ -22,7 +22,7 @@ ui::CaptureRequest sampleRequest()
     ui::CaptureRequest r;
     r.promptsPath = "/data/prompts.txt";
     r.outPath = "/tmp/exp.h5";
-    r.storage = core::KvStorage::BF16;
+    r.storage = core::FloatType::BF16;
     r.compress = 4;
     r.maxTokens = 256;
     r.limit = 50;
@@ -51,7 +51,7 @@ std::shared_ptr<ui::ExperimentSnapshot> smallSnapshot()
     s->prompts = 42;
     s->tokensA = 5120;
     s->tokensB = 5004;
-    s->storage.storage = core::KvStorage::BF16;
+    s->storage.storage = core::FloatType::BF16;
     s->storage.compress = 4;
     s->storage.chunkTokens = 128;
     s->storage.keyForm = core::KeyForm::PostRope;

@@ -423,7 +423,7 @@ private Q_SLOTS:
         r.limit = 200;
         r.ledgerName = "run-1";
         r.store = "redis://127.0.0.1:6379";
-        r.storeKvDtype = core::DType::BF16;
+        r.storeKvDtype = core::FloatType::BF16;
         r.prices = "anthropic-claude-sonnet-4";
         r.errorBound = 0.05;
         p.setReplayRequest(r);

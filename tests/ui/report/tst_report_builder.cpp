@@ -3,8 +3,8 @@
 // quotes, commas and line breaks parse back), self-contained HTML (fingerprints, embedded charts, no
 // external references, the first divergence marked, tokens shaded by KL), PDF and Markdown; each chart is
 // saved as a PNG under <test binary dir>/screenshots for a person to look at.
-#include "core/cache/prices.h"
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/prices.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
@@ -132,7 +132,7 @@ std::vector<LedgerRow> makeLedger()
         r.requestId = i;
         r.arrivalMs = i * 100;
         r.tenant = "t0";
-        r.model = "b";
+        r.model = core::ModelRole::B;
         r.intent = "intent" + std::to_string(i % 3);
         r.answeredBy = answered[i];
         for (TierKind t : {TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross})

@@ -3,8 +3,8 @@
 // cache writes, the minimum cacheable prefix, storage per hour, response hits free); the old
 // Prices{in, out} figure is unchanged; user files fail with one line naming the file, the preset and
 // the field; an unknown preset lists the known ones; the comparison table over several presets.
-#include "core/cache/prices.h"
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/prices.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/util/error.h"
 #include "tests/support/expect_error.h"
 
@@ -31,7 +31,7 @@ LedgerRow row(int64_t id, int64_t arrivalMs, TierKind by, std::map<TierKind, boo
     r.requestId = id;
     r.arrivalMs = arrivalMs;
     r.tenant = "t0";
-    r.model = "a";
+    r.model = ModelRole::A;
     r.answeredBy = by;
     r.tierHits = std::move(hits);
     r.promptTokens = prompt;

@@ -1,4 +1,6 @@
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
+
+#include "core/util/enum_names.h"
 
 #include "core/util/atomic_file.h"
 #include "core/util/csv.h"
@@ -20,55 +22,7 @@ namespace kvwb::core {
 
 namespace fs = std::filesystem;
 
-const char *tierKindName(TierKind t) noexcept
-{
-    switch (t) {
-    case TierKind::None:
-        return "none";
-    case TierKind::Exact:
-        return "exact";
-    case TierKind::Semantic:
-        return "semantic";
-    case TierKind::Prefix:
-        return "prefix";
-    case TierKind::Cross:
-        return "cross";
-    case TierKind::Knowledge:
-        return "knowledge";
-    }
-    return "none";
-}
-
-std::optional<TierKind> parseTierKind(const std::string &name)
-{
-    for (TierKind t : {TierKind::None, TierKind::Exact, TierKind::Semantic, TierKind::Prefix, TierKind::Cross,
-                       TierKind::Knowledge})
-        if (name == tierKindName(t))
-            return t;
-    return std::nullopt;
-}
-
 // ---- summary ----
-
-StoreNote worseStoreNote(StoreNote x, StoreNote y) noexcept
-{
-    const auto rank = [](StoreNote n) {
-        switch (n) {
-        case StoreNote::None:
-            return 0;
-        case StoreNote::Miss:
-            return 1;
-        case StoreNote::Hit:
-            return 2;
-        case StoreNote::Refused:
-            return 3;
-        case StoreNote::Unavailable:
-            return 4;
-        }
-        return 0;
-    };
-    return rank(x) >= rank(y) ? x : y;
-}
 
 namespace {
 
@@ -258,7 +212,7 @@ const std::vector<Column> &columns()
         {"request_id", &LedgerRow::requestId, false},
         {"arrival_ms", &LedgerRow::arrivalMs, false},
         {"tenant", &LedgerRow::tenant, true},
-        {"model", &LedgerRow::model, true},
+        {"model", named<&LedgerRow::model, kRoleNames>("a or b"), true},
         {"intent", &LedgerRow::intent, true},
         {"answered_by", AnsweredBy{}, true},
         {"hit_exact", TierHit{TierKind::Exact}, false},

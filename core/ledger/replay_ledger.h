@@ -4,7 +4,9 @@
 // Thread-safety: pure functions and values.
 #pragma once
 
+#include "core/cache/cache_tier.h"
 #include "core/metrics/metric_table.h"
+#include "core/model/kv_types.h"
 #include "core/util/enum_names.h"
 
 #include <cstdint>
@@ -16,102 +18,13 @@
 
 namespace kvwb::core {
 
-enum class TierKind
-{
-    None,     // a miss everywhere: the model ran from scratch
-    Exact,    // exact response hit
-    Semantic, // semantic response hit
-    Prefix,   // same-model prefix KV reused, the rest prefilled
-    Cross,    // the other model's prefix KV converted and reused
-    Knowledge // a concept node's KV module placed, the personalised answer rendered on top
-};
-// "none" | "exact" | "semantic" | "prefix" | "cross" | "knowledge"
-const char *tierKindName(TierKind t) noexcept;
-std::optional<TierKind> parseTierKind(const std::string &name);
-
-// A cross-model hit's quality gate: not consulted, passed (the converted cache was used) or failed
-// (B computed the prompt itself).
-enum class GateDecision
-{
-    None,
-    Pass,
-    Fail
-};
-inline constexpr EnumName<GateDecision> kGateDecisionNames[] = {
-    {GateDecision::None, ""}, {GateDecision::Pass, "pass"}, {GateDecision::Fail, "fail"}};
-
-// The knowledge tier's verification of the node recall proposed.
-enum class KnowledgeVerdict
-{
-    None,
-    Verified,
-    Rejected
-};
-inline constexpr EnumName<KnowledgeVerdict> kKnowledgeVerdictNames[] = {
-    {KnowledgeVerdict::None, ""},
-    {KnowledgeVerdict::Verified, "verified"},
-    {KnowledgeVerdict::Rejected, "rejected"}};
-
-// What happened to a knowledge node's KV module: reused as stored, recomputed (stale, or built for
-// the first time), or not used (the rewritten prompt would not fit model B's context).
-enum class ModuleFate
-{
-    None,
-    Reused,
-    Recomputed,
-    TooLong
-};
-inline constexpr EnumName<ModuleFate> kModuleFateNames[] = {{ModuleFate::None, ""},
-                                                            {ModuleFate::Reused, "reused"},
-                                                            {ModuleFate::Recomputed, "recomputed"},
-                                                            {ModuleFate::TooLong, "too-long"}};
-
-// The semantic tier under an error bound: the entry's estimated error allowed serving it, or the
-// request was computed and the outcome observed.
-enum class SemanticDecision
-{
-    None,
-    Serve,
-    Explore
-};
-inline constexpr EnumName<SemanticDecision> kSemanticDecisionNames[] = {
-    {SemanticDecision::None, ""}, {SemanticDecision::Serve, "serve"}, {SemanticDecision::Explore, "explore"}};
-
-// A shared store under the tiers: the worst outcome of a request's store calls (None: no store).
-enum class StoreNote
-{
-    None,
-    Hit,
-    Miss,
-    Refused,    // a corrupt or foreign payload, not used
-    Unavailable // no server: the request was computed instead
-};
-inline constexpr EnumName<StoreNote> kStoreNoteNames[] = {{StoreNote::None, ""},
-                                                          {StoreNote::Hit, "hit"},
-                                                          {StoreNote::Miss, "miss"},
-                                                          {StoreNote::Refused, "refused"},
-                                                          {StoreNote::Unavailable, "unavailable"}};
-// The worse of two outcomes: unavailable > refused > hit > miss > none.
-StoreNote worseStoreNote(StoreNote x, StoreNote y) noexcept;
-
-// Why a request was not served: it was (No), its prompt and max_tokens do not fit a model's context,
-// or a fleet worker died before serving it.
-enum class NotServed
-{
-    No,
-    Context,
-    Worker
-};
-inline constexpr EnumName<NotServed> kNotServedNames[] = {
-    {NotServed::No, ""}, {NotServed::Context, "context"}, {NotServed::Worker, "worker"}};
-
 struct LedgerRow
 {
     int64_t requestId = 0;
     int64_t arrivalMs = 0; // workload time
     std::string tenant;
-    std::string model;  // "a" or "b"
-    std::string intent; // the request's intent label ("" unknown)
+    ModelRole model = ModelRole::A; // "a" or "b" in files
+    std::string intent;             // the request's intent label ("" unknown)
     TierKind answeredBy = TierKind::None;
     // Per tier consulted: hit (1) or miss (0); absent when that tier is not in the stack.
     std::map<TierKind, bool> tierHits;
@@ -169,7 +82,7 @@ struct TierAggregate
 
 // What tokens cost, in USD per million tokens (docs/replay.md, "Prices"). A Prices{in, out} bills as
 // kvwb always did: computed prompt tokens at `in`, generated tokens at `out`, reused tokens free.
-// Presets of hosted providers and a self-hosted GPU projection: core/cache/prices.h.
+// Presets of hosted providers and a self-hosted GPU projection: core/ledger/prices.h.
 struct Prices
 {
     double inputPerMillion = 0.15;  // USD per 1M prompt tokens computed

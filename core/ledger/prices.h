@@ -7,7 +7,7 @@
 // Thread-safety: pure functions and values; nothing is cached between calls.
 #pragma once
 
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 
 #include <filesystem>
 #include <string>

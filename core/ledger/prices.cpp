@@ -1,4 +1,4 @@
-#include "core/cache/prices.h"
+#include "core/ledger/prices.h"
 
 #include "core/util/error.h"
 #include "core/util/text_util.h"

@@ -1,7 +1,7 @@
 // Replay ledger: numpy-compatible percentiles, per-tier aggregates and costs of a hand-built ledger,
 // the CSV form (every field back exactly, strings with commas, quotes and line breaks, errors naming
 // line and column) and /ledgers/<name> in an experiment file (round trip, replace, names, errors).
-#include "core/cache/replay_ledger.h"
+#include "core/ledger/replay_ledger.h"
 #include "core/store/experiment_file.h"
 #include "core/store/ledger_store.h"
 #include "core/util/error.h"
@@ -36,7 +36,7 @@ LedgerRow row(int64_t id, TierKind by, std::map<TierKind, bool> hits, int prompt
     r.requestId = id;
     r.arrivalMs = id * 100;
     r.tenant = "t0";
-    r.model = "a";
+    r.model = ModelRole::A;
     r.intent = "n" + std::to_string(id);
     r.answeredBy = by;
     r.tierHits = std::move(hits);
@@ -83,7 +83,7 @@ std::vector<LedgerRow> trickyLedger()
     LedgerRow &b = rows[3];
     b.answeredBy = TierKind::Cross;
     b.tierHits[TierKind::Cross] = true;
-    b.model = "b";
+    b.model = ModelRole::B;
     b.gate = GateDecision::Pass;
     b.gateValue = -0.0;
     b.similarity = std::numeric_limits<double>::quiet_NaN();
