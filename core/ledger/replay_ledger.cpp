@@ -1,7 +1,5 @@
 #include "core/ledger/replay_ledger.h"
 
-#include "core/util/enum_names.h"
-
 #include "core/util/atomic_file.h"
 #include "core/util/csv.h"
 #include "core/util/error.h"

@@ -1,7 +1,5 @@
 #include "core/model/encoder_config.h"
 
-#include "core/util/enum_names.h"
-
 #include "core/model/gguf.h"
 #include "core/model/json_fields_p.h"
 #include "core/model/model_config.h"

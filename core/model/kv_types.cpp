@@ -1,7 +1,5 @@
 #include "core/model/kv_types.h"
 
-#include "core/util/enum_names.h"
-
 namespace kvwb::core {
 
 namespace {

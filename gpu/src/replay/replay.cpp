@@ -206,6 +206,11 @@ struct Side
     std::string fingerprint;
 };
 
+const Side &sideOf(const Side (&sides)[2], core::ModelRole role)
+{
+    return sides[role == core::ModelRole::A ? 0 : 1];
+}
+
 // Every request's prompt ids, and whether it fits its model's context.
 struct PreparedRequests
 {
@@ -222,7 +227,7 @@ PreparedRequests prepareRequests(const std::vector<core::WorkloadRequest> &reque
     p.tooLong.assign(requests.size(), 0);
     for (size_t i = 0; i < requests.size(); ++i) {
         const auto &r = requests[i];
-        const Side &s = sides[r.model == core::ModelRole::A ? 0 : 1];
+        const Side &s = sideOf(sides, r.model);
         if (!s.model)
             throw Error(ErrorCode::InvalidArgument,
                         fmt::format("request {} asks for model b, but no model B is loaded", r.id));
@@ -249,7 +254,7 @@ void warnTooLong(const std::vector<core::WorkloadRequest> &requests, const std::
             if (tooLong[i] && requests[i].model == model && n++ == 0)
                 firstId = requests[i].id;
         if (n > 0) {
-            const Side &s = sides[model == core::ModelRole::A ? 0 : 1];
+            const Side &s = sideOf(sides, model);
             warnings.push_back(fmt::format(
                 "{} requests for model {} do not fit its context of {} tokens (prompt + max_tokens; "
                 "the first is request {}): not served, marked not_served=context in the ledger",
@@ -423,7 +428,7 @@ void serveComputed(ReplayRun &run, Serving &sv, StackFind &f, const std::vector<
 // Serves one request that fits its model's context (waiting for its arrival on the clock) and
 // returns its ledger row; its output and overhead are appended to the result.
 core::LedgerRow serveRequest(ReplayRun &run, const core::WorkloadRequest &r, const Side &s,
-                             core::ModelRole role, const std::vector<int> &prompt)
+                             const std::vector<int> &prompt)
 {
     const ReplayOptions &o = run.o;
     GenerateOptions go;
@@ -443,7 +448,7 @@ core::LedgerRow serveRequest(ReplayRun &run, const core::WorkloadRequest &r, con
 
     const std::string &embedText = o.embedQuestion && !r.question.empty() ? r.question : r.prompt;
     const core::TierRequest request{core::TenantScope(r.tenant, s.fingerprint),
-                                    role,
+                                    r.model,
                                     r.id,
                                     r.tMs,
                                     r.prompt,
@@ -512,7 +517,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
     for (size_t i = 0; i < requests.size(); ++i) {
         const auto &r = requests[i];
         const std::vector<int> &prompt = prepared.ids[i];
-        const Side &s = sides[r.model == core::ModelRole::A ? 0 : 1];
+        const Side &s = sideOf(sides, r.model);
         if (prepared.tooLong[i]) {
             core::LedgerRow row = requestRow(r);
             row.promptTokens = int(prompt.size());
@@ -521,7 +526,7 @@ ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, 
             result.outputs.emplace_back();
             result.overheadMs.push_back(0);
         } else {
-            result.rows.push_back(serveRequest(run, r, s, r.model, prompt));
+            result.rows.push_back(serveRequest(run, r, s, prompt));
         }
         if (onRow && !onRow(result.rows.back(), int(i) + 1, int(requests.size()))) {
             result.cancelled = true;
