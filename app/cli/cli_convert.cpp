@@ -25,8 +25,8 @@ int cmdConvert(const QStringList &args)
     p.addOption({"to", "hf (default) or gguf.", "FORMAT", "hf"});
     p.addOption(
         {"weight-type",
-         "With --to gguf: F32 (default), F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K for "
-         "the matrices (norms and biases stay F32).",
+         QString::fromStdString("With --to gguf: " + ggufWeightTypeNames(WeightTypeSet::All, NameList::Help) +
+                                " for the matrices (norms and biases stay F32)."),
          "TYPE", "F32"});
     addForceOption(p);
     parse(

@@ -55,7 +55,7 @@ void addSplitOptions(QCommandLineParser &p)
 {
     p.addOption({"valid-fraction", "Prompts held out to choose layers/lambda (default 0.15).", "F", "0.15"});
     p.addOption({"test-fraction", "Prompts held out for the metrics (default 0.15).", "F", "0.15"});
-    p.addOption({"seed", "Split seed (default 1).", "S", "1"});
+    addSeedOption(p, "Split seed");
 }
 
 std::vector<json> tableJson(const core::MetricTable &t)

@@ -387,8 +387,7 @@ int profiles(const QStringList &args)
     p.addOption({"workload", "The workload whose users get a profile (JSONL).", "W.jsonl"});
     p.addOption({"out", "The profiles file to write (JSON, replaced whole).", "P.json"});
     addForceOption(p);
-    p.addOption(
-        {"seed", "Random seed; the same users and seed give the same profiles (default 1).", "S", "1"});
+    addSeedOption(p, "Random seed; the same users and seed give the same profiles");
     parse(
         p, args,
         "Write one profile per user of a workload (verbosity, depth, examples, register), drawn with a seed: "
@@ -396,10 +395,7 @@ int profiles(const QStringList &args)
     if (!p.isSet("workload") || !p.isSet("out"))
         throw UsageError{"--workload and --out are required"};
     outputFileOption(p, "out");
-    bool ok = false;
-    const uint64_t seed = p.value("seed").toULongLong(&ok);
-    if (!ok)
-        throw UsageError{"--seed expects a non-negative integer"};
+    const uint64_t seed = seedOption(p);
     const auto w = core::readWorkloadJsonl(str(p.value("workload")));
     for (const auto &m : w.warnings.messages())
         std::fprintf(stderr, "warning: %s\n", m.c_str());
@@ -429,7 +425,7 @@ int corpus(const QStringList &args)
                  core::WordNet::kDefaultDir});
     p.addOption({"workload", "Take the system prompts of this workload's requests as contexts.", "W.jsonl"});
     p.addOption({"per-node", "Documents per concept (default 4).", "N", "4"});
-    p.addOption({"seed", "Random seed (default 1).", "S", "1"});
+    addSeedOption(p, "Random seed");
     parse(p, args,
           "Write training documents that teach a model to render a concept's knowledge for a user profile: "
           "[system prompt] [knowledge] [profile instruction] Q: question / A: the answer written for the "
@@ -439,10 +435,7 @@ int corpus(const QStringList &args)
     outputFileOption(p, "out");
     const int count = intOption(p, "concepts", 1000, 1, 100000);
     const int perNode = intOption(p, "per-node", 4, 1, 1000);
-    bool ok = false;
-    const uint64_t seed = p.value("seed").toULongLong(&ok);
-    if (!ok)
-        throw UsageError{"--seed expects a non-negative integer"};
+    const uint64_t seed = seedOption(p);
     std::vector<std::string> systems;
     if (p.isSet("workload")) {
         const auto w = core::readWorkloadJsonl(str(p.value("workload")));
@@ -518,10 +511,10 @@ int evaluate(const QStringList &args)
     for (const QString &g : p.values("knowledge"))
         job.knowledgeGraphs.push_back(str(g));
     job.profiles = str(p.value("profiles"));
-    job.knowledgeCandidates = intOption(p, "knowledge-candidates", 3, 1, 64);
-    job.knowledgeMinSimilarity = doubleOption(p, "knowledge-min-similarity", 0.3, -1.0, 1.0);
-    job.knowledgeVerify = !p.isSet("no-verify");
-    job.knowledgeBoundary = intOption(p, "knowledge-boundary", 0, 0);
+    job.knowledge.candidates = intOption(p, "knowledge-candidates", 3, 1, 64);
+    job.knowledge.minSimilarity = doubleOption(p, "knowledge-min-similarity", 0.3, -1.0, 1.0);
+    job.knowledge.verify = !p.isSet("no-verify");
+    job.knowledge.boundary = intOption(p, "knowledge-boundary", 0, 0);
     job.threshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
     job.maxTokens = p.isSet("max-tokens") ? intOption(p, "max-tokens", 0, 1) : 0;
     job.priceIn = doubleOption(p, "price-in", 0.15, 0.0, 1e9);

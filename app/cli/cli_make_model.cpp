@@ -28,12 +28,12 @@ int cmdMakeModel(const QStringList &args)
         presets << QString::fromStdString(n);
     p.addOption({"preset", "One of: " + presets.join(", ") + " (default tiny).", "NAME", "tiny"});
     p.addOption({"out", "Output directory (HF layout).", "DIR"});
-    p.addOption({"seed", "Weight seed (default 1).", "S", "1"});
-    p.addOption(
-        {"weight-dtype",
-         "F32 (default), F16 or BF16 safetensors; with --format gguf also Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-         "Q4_K, Q5_K, Q6_K.",
-         "DTYPE", "F32"});
+    addSeedOption(p, "Weight seed");
+    p.addOption({"weight-dtype",
+                 QString::fromStdString(ggufWeightTypeNames(WeightTypeSet::Unquantised, NameList::Help) +
+                                        " safetensors; with --format gguf also " +
+                                        ggufWeightTypeNames(WeightTypeSet::Quantised, NameList::Plain) + "."),
+                 "DTYPE", "F32"});
     p.addOption({"format", "hf (default: a directory) or gguf (one .gguf file at --out).", "FORMAT", "hf"});
     p.addOption(
         {"tokenizer",

@@ -252,8 +252,8 @@ int cmdReplay(const QStringList &args)
     }
     claimReplayOutputs(p);
     checkEmbedderOption(p, true);
-    if (settings.knowledgeClockStartMs == 0)
-        settings.knowledgeClockStartMs = core::unixMsNow();
+    if (settings.knowledge.clockStartMs == 0)
+        settings.knowledge.clockStartMs = core::unixMsNow();
     const bool asJson = p.isSet("json");
 
     auto read = jobs::readReplayRequests(settings.workload, settings.limit);

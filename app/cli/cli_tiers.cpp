@@ -285,7 +285,7 @@ int cmdBenchTiers(const QStringList &args)
     p.addOption({"semantic-entries", "Semantic-tier entries (default 50000).", "N", "50000"});
     p.addOption({"dim", "Semantic embedding size (default 256).", "N", "256"});
     p.addOption({"sequences", "Prefix-tree sequences (default 100000).", "N", "100000"});
-    p.addOption({"seed", "Random seed (default 1).", "S", "1"});
+    addSeedOption(p, "Random seed");
     parse(p, args,
           "Measure the cache tiers: exact lookup latency (hits and misses), semantic insert/lookup latency "
           "and HNSW recall@1 against brute force, LexicalEmbedder cost, prefix-tree lookup/insert latency. "

@@ -1,5 +1,7 @@
 #include "app/cli/cli_train.h"
 
+#include "app/cli/cli_settings.h"
+
 #include "app/cli/engine_options.h"
 #include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
@@ -117,7 +119,7 @@ void addTrainOptions(QCommandLineParser &p)
     p.addOption({"warmup", "Linear warmup steps (default 50).", "N", "50"});
     p.addOption({"weight-decay", "AdamW weight decay on matrices (default 0.1).", "WD", "0.1"});
     p.addOption({"grad-clip", "Global gradient-norm clip (default 1.0).", "C", "1.0"});
-    p.addOption({"seed", "Seed for initialisation and batches (default 1).", "S", "1"});
+    addSeedOption(p, "Seed for initialisation and batches");
     p.addOption({"eval-every", "Steps between validation losses (default 100).", "N", "100"});
     p.addOption({"checkpoint-every", "Steps between resumable state saves (default 200).", "N", "200"});
     p.addOption({"weight-dtype", "Stored weights: F32 (default), BF16 or F16.", "DTYPE", "F32"});
@@ -275,56 +277,20 @@ int cmdTrain(const QStringList &args)
 int cmdTrainEmbedder(const QStringList &args)
 {
     QCommandLineParser p;
-    p.addOption({"out", "Output sentence-transformers directory (written atomically).", "DIR"});
-    p.addOption({"wordnet-dir", "WordNet database directory (default /usr/share/wordnet).", "DIR"});
-    p.addOption({"concepts", "Most popular noun concepts (default 1000, as the demo).", "N", "1000"});
-    p.addOption({"hold-out-every",
-                 "Never train on every Nth concept by rank (default 10; 0: none); they and the "
-                 "validation-only templates make the held-out pairs.",
-                 "N", "10"});
-    p.addOption({"vocab", "WordPiece vocabulary size (default 4000).", "N", "4000"});
-    p.addOption({"hidden", "Hidden size (default 128).", "N", "128"});
-    p.addOption({"layers", "Encoder layers (default 2).", "N", "2"});
-    p.addOption({"heads", "Attention heads (default 4).", "N", "4"});
-    p.addOption({"intermediate", "Feed-forward size (default 256).", "N", "256"});
-    p.addOption({"max-positions", "Positions (default 64).", "N", "64"});
-    p.addOption({"steps", "Optimizer steps (default 1500).", "N", "1500"});
-    p.addOption({"batch", "Triples per step (default 64).", "N", "64"});
-    p.addOption({"lr", "Peak learning rate (default 1e-3).", "LR", "1e-3"});
-    p.addOption({"warmup", "Linear warmup steps (default 100).", "N", "100"});
-    p.addOption({"temperature", "InfoNCE temperature (default 0.05).", "T", "0.05"});
-    p.addOption({"eval-pairs", "Held-out labelled pairs scored at the end (default 4000).", "N", "4000"});
-    p.addOption({"seed", "Seed for initialisation and batches (default 1).", "S", "1"});
-    p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
-    addForceOption(p);
+    addSettingOptions<core::EmbedderTrainSettings>(
+        p, core::embedderTrainFlags(), [&](const std::string &name) {
+            if (name == "seed")
+                p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
+        });
     parse(
         p, args,
         "Train the demo's sentence embedder: a small BERT-family encoder with its own WordPiece vocabulary, "
         "trained contrastively on WordNet question paraphrases and synonyms with near misses as hard "
         "negatives; prints the held-out evaluation against the lexical embedders.");
-    if (!p.isSet("out"))
+    auto o = settingsFromFlags(p, core::embedderTrainFlags());
+    if (o.out.empty())
         throw UsageError{"--out is required"};
-    gpu::EmbedderTrainOptions o;
-    o.out = str(p.value("out"));
-    if (p.isSet("wordnet-dir"))
-        o.wordnetDir = str(p.value("wordnet-dir"));
-    o.concepts = size_t(intOption(p, "concepts", 1000, 2));
-    o.holdOutEvery = intOption(p, "hold-out-every", 10, 0);
-    o.vocabSize = intOption(p, "vocab", 4000, 64);
-    o.hidden = intOption(p, "hidden", 128, 8, 4096);
-    o.layers = intOption(p, "layers", 2, 1, 48);
-    o.heads = intOption(p, "heads", 4, 1, 64);
-    o.intermediate = intOption(p, "intermediate", 256, 8, 16384);
-    o.maxPositions = intOption(p, "max-positions", 64, 8, 4096);
-    o.steps = intOption(p, "steps", 1500, 1);
-    o.batch = intOption(p, "batch", 64, 2, 4096);
-    o.lr = doubleOption(p, "lr", 1e-3, 0, 10);
-    o.warmup = intOption(p, "warmup", 100, 0);
-    o.temperature = doubleOption(p, "temperature", 0.05, 1e-4, 10);
-    o.evalPairs = size_t(intOption(p, "eval-pairs", 4000, 10));
-    o.seed = uint64_t(intOption(p, "seed", 1, 0));
     o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
-    o.force = p.isSet("force");
     std::optional<InterruptScope> ctrlC(std::in_place);
     const auto r = gpu::trainEmbedder(o, [&](int step, int steps, double loss) {
         if (step % 100 == 0 || step == 1)

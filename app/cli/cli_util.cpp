@@ -134,20 +134,56 @@ std::vector<int> parseIdList(const QString &text, const char *flag)
     return ids;
 }
 
+void addSeedOption(QCommandLineParser &p, const QString &what)
+{
+    p.addOption({"seed", what + " (default 1).", "S", "1"});
+}
+
+uint64_t seedOption(const QCommandLineParser &p)
+{
+    bool ok = false;
+    const uint64_t s = p.value("seed").toULongLong(&ok);
+    if (!ok)
+        throw UsageError{"--seed expects a non-negative integer"};
+    return s;
+}
+
 std::string readTextFile(const QString &path, uint64_t maxBytes)
 {
     return core::text::readWholeFile(str(path), maxBytes);
 }
 
+namespace {
+
+// In the order the help texts and messages list them: F32 (the default) first.
+constexpr core::DType kGgufWeightTypes[] = {core::DType::F32,  core::DType::F16,  core::DType::BF16,
+                                            core::DType::Q8_0, core::DType::Q4_0, core::DType::Q4_1,
+                                            core::DType::Q5_0, core::DType::Q5_1, core::DType::Q4_K,
+                                            core::DType::Q5_K, core::DType::Q6_K};
+
+} // namespace
+
 core::DType ggufWeightType(const std::string &name)
 {
-    for (core::DType t : {core::DType::F32, core::DType::F16, core::DType::BF16, core::DType::Q8_0,
-                          core::DType::Q4_0, core::DType::Q4_1, core::DType::Q5_0, core::DType::Q5_1,
-                          core::DType::Q4_K, core::DType::Q5_K, core::DType::Q6_K})
+    for (core::DType t : kGgufWeightTypes)
         if (name == core::dtypeName(t))
             return t;
-    throw UsageError{"weight type " + name +
-                     " is not one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K"};
+    throw UsageError{"weight type " + name + " is not one of " +
+                     ggufWeightTypeNames(WeightTypeSet::All, NameList::Plain)};
+}
+
+std::string ggufWeightTypeNames(WeightTypeSet set, NameList style)
+{
+    std::vector<std::string> names;
+    for (core::DType t : kGgufWeightTypes)
+        if (set == WeightTypeSet::All || core::isBlockQuantized(t) == (set == WeightTypeSet::Quantised))
+            names.push_back(std::string(core::dtypeName(t)) +
+                            (style == NameList::Help && t == core::DType::F32 ? " (default)" : ""));
+    if (style == NameList::Plain || names.size() < 2)
+        return core::text::join(names);
+    const std::string last = names.back();
+    names.pop_back();
+    return core::text::join(names) + " or " + last;
 }
 
 void writeGgufFrom(const core::Checkpoint &ck, const std::filesystem::path &out, core::DType type)

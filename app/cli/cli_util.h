@@ -45,6 +45,10 @@ int intOption(const QCommandLineParser &p, const QString &name, int fallback, in
 double doubleOption(const QCommandLineParser &p, const QString &name, double fallback, double min,
                     double max);
 std::vector<int> parseIdList(const QString &text, const char *flag);
+// --seed S, default 1, its help `what (default 1).`; seedOption reads it as any non-negative 64-bit
+// integer (UsageError otherwise).
+void addSeedOption(QCommandLineParser &p, const QString &what);
+uint64_t seedOption(const QCommandLineParser &p);
 // The output rule (core::claimOutputFile / claimOutputDirectory) for option `name`, with the
 // command's --force (addForceOption): checked before any work; returns the path.
 void addForceOption(QCommandLineParser &p);
@@ -61,9 +65,24 @@ void checkEmbedderOption(const QCommandLineParser &p, bool hasPrefixOption = fal
 // The whole of a regular file of at most maxBytes (core::text::readWholeFile: checked before it is
 // read; Error(Io) naming the path when unreadable or not a regular file).
 std::string readTextFile(const QString &path, uint64_t maxBytes = core::text::kMaxInputFileBytes);
-// A GGUF weight type by name (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K), for
-// `make-model --weight-dtype` and `convert --weight-type`; UsageError for any other name.
+// The GGUF weight types (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) of
+// `make-model --weight-dtype` and `convert --weight-type`. ggufWeightType reads one by name (UsageError
+// for any other name). ggufWeightTypeNames lists all of them, the unquantised ones (F32, F16, BF16:
+// safetensors types too) or the block-quantised ones, plainly ("F32, F16, BF16") or as a help text
+// does ("F32 (default), F16 or BF16": F32, both options' default, marked, "or" before the last).
+enum class WeightTypeSet
+{
+    All,
+    Unquantised,
+    Quantised
+};
+enum class NameList
+{
+    Plain,
+    Help
+};
 core::DType ggufWeightType(const std::string &name);
+std::string ggufWeightTypeNames(WeightTypeSet set, NameList style);
 // The checkpoint as GGUF, its tokenizer (when it has one) in the metadata; prints what stayed F32.
 void writeGgufFrom(const core::Checkpoint &ck, const std::filesystem::path &out, core::DType type);
 // The demo project folder (holding demo.kvwb, models/a, models/b, workloads/): the installed one,

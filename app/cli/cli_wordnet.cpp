@@ -40,7 +40,7 @@ void addSourceOptions(QCommandLineParser &p)
                  QString("WordNet database directory (default %1).").arg(core::WordNet::kDefaultDir), "DIR",
                  core::WordNet::kDefaultDir});
     p.addOption({"concepts", "Most popular noun concepts to use (default 3000).", "N", "3000"});
-    p.addOption({"seed", "Random seed; the output is identical for a seed (default 1).", "S", "1"});
+    addSeedOption(p, "Random seed; the output is identical for a seed");
     p.addOption({"no-hypernym", "Answers without the \" It is a kind of X.\" sentence."});
 }
 
@@ -89,15 +89,6 @@ void reportContextFit(const QCommandLineParser &p, const std::vector<core::Workl
                          "all %zu requests fit %s's context of %lld tokens (the longest needs %lld)\n",
                          requests.size(), str(path).c_str(), (long long)context, (long long)longest);
     }
-}
-
-uint64_t seedOption(const QCommandLineParser &p)
-{
-    bool ok = false;
-    const uint64_t s = p.value("seed").toULongLong(&ok);
-    if (!ok)
-        throw UsageError{"--seed expects a non-negative integer"};
-    return s;
 }
 
 core::WordNet loadWordNet(const QCommandLineParser &p)

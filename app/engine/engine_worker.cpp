@@ -453,8 +453,7 @@ void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
             });
         warnings.insert(warnings.end(), run.warnings.begin(), run.warnings.end());
         out->cancelled = run.cancelled;
-        out->prompts = int(run.prompts.size());
-        if (out->prompts == 0) {
+        if (run.prompts.empty()) {
             if (out->cancelled) {
                 Q_EMIT cancelled(job);
                 return;
@@ -463,20 +462,7 @@ void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
                               "no prompt could be compared" +
                                   (warnings.empty() ? std::string() : ": " + warnings.front()));
         }
-        const auto s = jobs::summarizeCompareSet(run);
-        out->kl = s.kl;
-        out->top1 = s.top1;
-        out->rougeL = s.rougeL;
-        out->klNoPrefix = s.klNoPrefix;
-        out->top1NoPrefix = s.top1NoPrefix;
-        out->rougeLA = s.rougeLA;
-        out->klGapClosed = s.klGapClosed;
-        out->top1Gain = s.top1Gain;
-        out->rougeLGainVsA = s.rougeLGainVsA;
-        for (const auto &d : s.others)
-            out->baselines.push_back({QString::fromStdString(d.key), QString::fromStdString(d.converter),
-                                      d.kl, d.top1, d.rougeL, d.klDifference, d.top1Difference,
-                                      d.rougeLDifference});
+        out->set = jobs::summarizeCompareSet(run);
         out->warnings = qStrings(warnings);
         Q_EMIT comparedSet(job, out);
     });

@@ -170,7 +170,7 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
     s.top1Gain = interval([&] { return core::meanDifference(top1, top1Floor); });
     s.rougeLGainVsA = interval([&] { return core::meanDifference(rouge, rougeA); });
     for (const auto &o : run.others) {
-        CompareOtherSummary d;
+        core::CompareOtherSummary d;
         d.key = o.key;
         d.converter = o.record.name;
         d.kl = mean(o.kl);

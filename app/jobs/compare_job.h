@@ -15,6 +15,7 @@
 #include "gpu/transfer/transfer.h"
 
 #include "core/metrics/bootstrap.h"
+#include "core/metrics/compare_summary.h"
 #include "core/settings/compare_settings.h"
 #include "core/store/converter_store.h"
 
@@ -98,21 +99,8 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
                          const std::vector<std::string> &texts, const CompareSetOptions &options, bool &warm,
                          const CompareSetProgress &progress = {});
 
-// Means over the compared prompts and paired bootstrap 95% intervals (null with fewer than 2
-// prompts or a value that is not finite).
-struct CompareOtherSummary
-{
-    std::string key, converter;
-    double kl = 0, top1 = 0, rougeL = 0;
-    std::optional<core::Interval> klDifference, top1Difference, rougeLDifference; // this minus the other
-};
-struct CompareSetSummary
-{
-    int prompts = 0;
-    double kl = 0, top1 = 0, rougeL = 0, klNoPrefix = 0, top1NoPrefix = 0, rougeLA = 0;
-    std::optional<core::Interval> klGapClosed, top1Gain, rougeLGainVsA;
-    std::vector<CompareOtherSummary> others;
-};
+// Means over the compared prompts and paired bootstrap 95% intervals (core/metrics/compare_summary.h).
+using core::CompareSetSummary;
 CompareSetSummary summarizeCompareSet(const CompareSetRun &run);
 
 } // namespace kvwb::app::jobs

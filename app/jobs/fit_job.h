@@ -15,9 +15,6 @@
 
 namespace kvwb::app::jobs {
 
-// The engine's options for `settings` (k bounded to 1..A's layers by runFit); progress is the caller's.
-gpu::AlignOptions alignOptions(const core::FitSettings &settings);
-
 // Where the MLP fit of converter `name` keeps its layer checkpoints: beside the experiment file,
 // "<experiment>.fit-<name>".
 std::string fitCheckpointDir(const std::string &experimentPath, const std::string &name);
@@ -38,6 +35,7 @@ using FitTargetFn =
 // Fits and scores the converter `settings` describe and, unless settings.dryRun, stores it; MLP fits
 // that store their converter keep each trained layer in fitCheckpointDir() until it is saved, and with
 // settings.resume read back the layers of an interrupted fit with the same settings.
+// settings.k is bounded to 1..A's layers.
 FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
                   const std::function<bool(double fraction, const std::string &stage)> &progress = {});
 

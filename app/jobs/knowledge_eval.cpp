@@ -238,10 +238,10 @@ KnowledgeEvaluation evaluateKnowledge(const core::ReplaySettings &job, const gpu
     e.arms.push_back(run("knowledge tier", requests, {core::TierKind::Knowledge}, tier.get()));
     const size_t knowledgeArm = e.arms.size() - 1;
     e.costs = tier->costs();
-    if (job.knowledgeVerify) {
+    if (job.knowledge.verify) {
         // The same tier taking recall's best node unverified: the false reuse verification prevents.
         core::ReplaySettings unverifiedJob = job;
-        unverifiedJob.knowledgeVerify = false;
+        unverifiedJob.knowledge.verify = false;
         auto unverified = makeKnowledgeTier(unverifiedJob, b, tokenizerB, *embedder);
         e.arms.push_back(
             run("knowledge tier, unverified", requests, {core::TierKind::Knowledge}, unverified.get()));

@@ -186,11 +186,11 @@ gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)
     o.threshold = s.threshold;
     o.embedQuestion = s.embedQuestion;
     o.prefixBlock = s.prefixBlock;
-    o.minCrossTokens = s.minCrossTokens;
-    o.gateSignal = s.gateSignal;
-    o.gateThreshold = s.gateThreshold;
-    o.gate = s.gate;
-    o.alignPolicy = s.alignPolicy;
+    o.cross.minTokens = s.minCrossTokens;
+    o.cross.gateSignal = s.gateSignal;
+    o.cross.gateThreshold = s.gateThreshold;
+    o.cross.gate = s.gate;
+    o.cross.alignPolicy = s.alignPolicy;
     o.onClock = s.onClock;
     o.speed = s.speed;
     o.maxTokens = s.maxTokens;
@@ -213,13 +213,9 @@ gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)
 
 gpu::KnowledgeTierOptions knowledgeTierOptions(const core::ReplaySettings &s)
 {
-    gpu::KnowledgeTierOptions k;
-    k.candidates = s.knowledgeCandidates;
-    k.minSimilarity = s.knowledgeMinSimilarity;
-    k.verify = s.knowledgeVerify;
-    k.ttlMs = s.knowledgeTtlMs;
-    k.boundary = s.knowledgeBoundary;
-    k.clockStartMs = s.knowledgeClockStartMs > 0 ? s.knowledgeClockStartMs : core::unixMsNow();
+    gpu::KnowledgeTierOptions k = s.knowledge;
+    if (k.clockStartMs <= 0)
+        k.clockStartMs = core::unixMsNow();
     return k;
 }
 

@@ -58,6 +58,18 @@ struct StoreStats
     int64_t evictions = 0;     // removed to make room
     int64_t expirations = 0;   // removed because their TTL passed
     int64_t invalidations = 0; // removed by model fingerprint or tag
+
+    // Every count added (several stores reported as one).
+    StoreStats &operator+=(const StoreStats &o)
+    {
+        entries += o.entries;
+        bytes += o.bytes;
+        inserts += o.inserts;
+        evictions += o.evictions;
+        expirations += o.expirations;
+        invalidations += o.invalidations;
+        return *this;
+    }
 };
 
 // Ids are the store's (never 0); a tier maps them to its payloads. Every removal (eviction, expiry,

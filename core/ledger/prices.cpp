@@ -360,17 +360,7 @@ std::string priceComparisonJson(const std::vector<PriceComparisonRow> &rows)
                        {"cost_usd", r.costUsd},
                        {"cost_usd_no_cache", r.costUsdNoCache},
                        {"saving_percent", r.savingPercent},
-                       {"cost",
-                        {{"input_tokens", r.cost.inputTokens},
-                         {"cached_input_tokens", r.cost.cachedInputTokens},
-                         {"cache_write_tokens", r.cost.cacheWriteTokens},
-                         {"output_tokens", r.cost.outputTokens},
-                         {"storage_token_hours", r.cost.storageTokenHours},
-                         {"input_usd", r.cost.inputUsd},
-                         {"cached_input_usd", r.cost.cachedInputUsd},
-                         {"cache_write_usd", r.cost.cacheWriteUsd},
-                         {"output_usd", r.cost.outputUsd},
-                         {"storage_usd", r.cost.storageUsd}}}});
+                       {"cost", costBreakdownJson(r.cost)}});
     return out.dump(2, ' ', false, json::error_handler_t::replace);
 }
 

@@ -617,7 +617,6 @@ namespace {
 nlohmann::json pricesJson(const LedgerSummary &s)
 {
     const Prices &p = s.prices;
-    const CostBreakdown &c = s.cost;
     return {{"preset", p.preset.empty() ? "custom" : p.preset},
             {"input", p.inputPerMillion},
             {"cached_input", p.cachedInputPerMillion},
@@ -625,20 +624,24 @@ nlohmann::json pricesJson(const LedgerSummary &s)
             {"output", p.outputPerMillion},
             {"storage_per_million_tokens_hour", p.storagePerMillionTokensHour},
             {"min_cacheable_tokens", p.minCacheableTokens},
-            {"cost",
-             {{"input_tokens", c.inputTokens},
-              {"cached_input_tokens", c.cachedInputTokens},
-              {"cache_write_tokens", c.cacheWriteTokens},
-              {"output_tokens", c.outputTokens},
-              {"storage_token_hours", c.storageTokenHours},
-              {"input_usd", c.inputUsd},
-              {"cached_input_usd", c.cachedInputUsd},
-              {"cache_write_usd", c.cacheWriteUsd},
-              {"output_usd", c.outputUsd},
-              {"storage_usd", c.storageUsd}}}};
+            {"cost", nlohmann::json(costBreakdownJson(s.cost))}};
 }
 
 } // namespace
+
+nlohmann::ordered_json costBreakdownJson(const CostBreakdown &c)
+{
+    return {{"input_tokens", c.inputTokens},
+            {"cached_input_tokens", c.cachedInputTokens},
+            {"cache_write_tokens", c.cacheWriteTokens},
+            {"output_tokens", c.outputTokens},
+            {"storage_token_hours", c.storageTokenHours},
+            {"input_usd", c.inputUsd},
+            {"cached_input_usd", c.cachedInputUsd},
+            {"cache_write_usd", c.cacheWriteUsd},
+            {"output_usd", c.outputUsd},
+            {"storage_usd", c.storageUsd}};
+}
 
 std::string ledgerSummaryJson(const LedgerSummary &s)
 {

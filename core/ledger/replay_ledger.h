@@ -9,6 +9,8 @@
 #include "core/model/kv_types.h"
 #include "core/util/enum_names.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -114,6 +116,9 @@ struct CostBreakdown
     double storageTokenHours = 0;  // tokens written x hours from their request to the ledger's last arrival
     double inputUsd = 0, cachedInputUsd = 0, cacheWriteUsd = 0, outputUsd = 0, storageUsd = 0;
 };
+// As JSON, in this order: input_tokens, cached_input_tokens, cache_write_tokens, output_tokens,
+// storage_token_hours, input_usd, cached_input_usd, cache_write_usd, output_usd, storage_usd.
+nlohmann::ordered_json costBreakdownJson(const CostBreakdown &c);
 
 struct LedgerSummary
 {

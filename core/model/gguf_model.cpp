@@ -427,13 +427,10 @@ GgufModel ggufModel(const GgufFile &f)
     if (f.find(p + "attention.key_length")) {
         c.headDim = reqInt(f, p + "attention.key_length", 2, kMaxHeadDim);
     } else {
-        if (c.hiddenSize % c.numHeads != 0)
-            throw Error(
-                ErrorCode::Config,
-                fmt::format("{}: embedding_length {} is not divisible by head_count {} and there is no "
-                            "attention.key_length",
-                            file, c.hiddenSize, c.numHeads));
-        c.headDim = c.hiddenSize / c.numHeads;
+        c.headDim =
+            headDimFromHidden(c.hiddenSize, c.numHeads, file,
+                              "{}: embedding_length {} is not divisible by head_count {} and there is "
+                              "no attention.key_length");
     }
     if (f.find(p + "attention.value_length") &&
         reqInt(f, p + "attention.value_length", 1, kMaxHeadDim) != c.headDim)

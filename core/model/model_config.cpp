@@ -276,13 +276,10 @@ void readGeometry(const FieldReader &r, const std::string &sourceName, ModelConf
     } else if (gemma) {
         cfg.headDim = 256; // Gemma2Config / Gemma3TextConfig default, not hidden / heads
     } else {
-        if (cfg.numHeads <= 0 || cfg.hiddenSize % cfg.numHeads != 0)
-            throw Error(
-                ErrorCode::Config,
-                fmt::format("{}: field 'hidden_size' ({}) is not divisible by 'num_attention_heads' ({}) and "
-                            "no head_dim is given",
-                            sourceName, cfg.hiddenSize, cfg.numHeads));
-        cfg.headDim = cfg.hiddenSize / cfg.numHeads;
+        cfg.headDim =
+            headDimFromHidden(cfg.hiddenSize, cfg.numHeads, sourceName,
+                              "{}: field 'hidden_size' ({}) is not divisible by 'num_attention_heads' "
+                              "({}) and no head_dim is given");
     }
     cfg.vocabSize = r.reqInt("vocab_size");
     cfg.maxPositionEmbeddings = r.reqInt("max_position_embeddings");
@@ -670,6 +667,15 @@ std::vector<double> ModelConfig::ropeInvFreq(int layer) const
         }
     }
     return inv;
+}
+
+int headDimFromHidden(int hiddenSize, int numHeads, const std::string &source,
+                      fmt::format_string<const std::string &, int, int> message)
+{
+    if (numHeads <= 0 || hiddenSize % numHeads != 0)
+        throw Error(ErrorCode::Config,
+                    fmt::vformat(message, fmt::make_format_args(source, hiddenSize, numHeads)));
+    return hiddenSize / numHeads;
 }
 
 int ModelConfig::contextLimit() const

@@ -9,6 +9,8 @@
 
 #include "core/util/enum_names.h"
 
+#include <fmt/core.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -158,5 +160,10 @@ struct ModelConfig
 
     bool operator==(const ModelConfig &) const = default;
 };
+
+// hiddenSize / numHeads: the head size of a config that gives none. Error(Config) with `message`
+// formatted from (source, hiddenSize, numHeads) when numHeads does not divide hiddenSize.
+int headDimFromHidden(int hiddenSize, int numHeads, const std::string &source,
+                      fmt::format_string<const std::string &, int, int> message);
 
 } // namespace kvwb::core

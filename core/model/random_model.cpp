@@ -1,5 +1,6 @@
 #include "core/model/random_model.h"
 
+#include "core/model/byte_level_bpe_json.h"
 #include "core/model/dtype.h"
 #include "core/model/safetensors.h"
 #include "core/util/atomic_file.h"
@@ -420,41 +421,15 @@ std::string byteLevelTokenizerJson()
         vocab[utf8(table[size_t(b)])] = b;
     vocab["<|begin_of_text|>"] = 256;
     vocab["<|end_of_text|>"] = 257;
-    auto added = [](int id, const char *content) {
-        return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
-                    {"rstrip", false}, {"normalized", false}, {"special", true}};
-    };
-    json j = {
-        {"version", "1.0"},
-        {"truncation", nullptr},
-        {"padding", nullptr},
-        {"added_tokens", json::array({added(256, "<|begin_of_text|>"), added(257, "<|end_of_text|>")})},
-        {"normalizer", nullptr},
-        {"pre_tokenizer",
-         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-        {"post_processor",
-         {{"type", "TemplateProcessing"},
-          {"single", json::array({{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
-                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-          {"pair", json::array()},
-          {"special_tokens",
-           {{"<|begin_of_text|>",
-             {{"id", "<|begin_of_text|>"},
-              {"ids", json::array({256})},
-              {"tokens", json::array({"<|begin_of_text|>"})}}}}}}},
-        {"decoder",
-         {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-        {"model",
-         {{"type", "BPE"},
-          {"dropout", nullptr},
-          {"unk_token", nullptr},
-          {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr},
-          {"fuse_unk", false},
-          {"byte_fallback", false},
-          {"ignore_merges", false},
-          {"vocab", vocab},
-          {"merges", json::array()}}}};
+    json j = byteLevelBpeJson({.addedTokens = json::array({addedTokenJson(256, "<|begin_of_text|>", true),
+                                                           addedTokenJson(257, "<|end_of_text|>", true)}),
+                               .normalizer = nullptr,
+                               .preTokenizer = byteLevelPreTokenizerJson(true),
+                               .postProcessor = bosTemplateJson("<|begin_of_text|>", 256),
+                               .vocab = std::move(vocab)});
+    // HF's tokenizers writes these two of a BPE model as null (GGUF's tokenizer.json leaves them out)
+    j["model"]["continuing_subword_prefix"] = nullptr;
+    j["model"]["end_of_word_suffix"] = nullptr;
     return j.dump(1);
 }
 

@@ -61,22 +61,8 @@ std::vector<CompareFlag> makeFlags()
     t.push_back(integer<S, int>("gate-tail", "N",
                                 "Prompt positions B recomputes for the quality gate (default 4).",
                                 &S::gateTail, 1));
-    {
-        // Sets the signal's own default threshold; --gate-threshold, read after it, overrides it.
-        CompareFlag f = choice(
-            "gate-signal", "S",
-            "Gate signal: tail_kl (default), kv_cos, attn_cos or nll (see docs/transfer.md).", &S::gateSignal,
-            [](const std::string &v) { return parseGateSignal(v); }, gateSignalName,
-            "tail_kl, kv_cos, attn_cos or nll");
-        f.set = [](S &s, const std::string &v) {
-            const auto g = parseGateSignal(v);
-            if (!g)
-                bad("expects tail_kl, kv_cos, attn_cos or nll, got '" + v + "'");
-            s.gateSignal = *g;
-            s.gateThreshold = defaultGateThreshold(*g);
-        };
-        t.push_back(std::move(f));
-    }
+    t.push_back(
+        gateSignalRow<S>("Gate signal: tail_kl (default), kv_cos, attn_cos or nll (see docs/transfer.md)."));
     t.push_back(
         real("gate-threshold", "T",
              "Gate passes when tail_kl or nll <= T, or kv_cos or attn_cos >= T (default 0.1 for tail_kl, "
@@ -112,21 +98,7 @@ std::string CompareSettings::source() const
     return !prompt.empty() ? "prompt" : !promptsFile.empty() ? "prompts" : heldOut ? "held-out" : "handoff";
 }
 
-bool operator==(const CompareSettings &x, const CompareSettings &y)
-{
-    return rowsEqual(compareFlags(), x, y);
-}
-
-const std::vector<CompareFlag> &compareFlags()
-{
-    static const std::vector<CompareFlag> flags = makeFlags();
-    return flags;
-}
-
-const CompareFlag *findCompareFlag(const std::string &name)
-{
-    return findRow(compareFlags(), name);
-}
+KVWB_SETTING_TABLE(CompareSettings, compareFlags, findCompareFlag, makeFlags)
 
 json compareSettingsToJson(const CompareSettings &s, std::initializer_list<SettingScope> scopes)
 {

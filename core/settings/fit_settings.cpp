@@ -118,20 +118,6 @@ std::vector<FitFlag> makeFlags()
 
 } // namespace
 
-bool operator==(const FitSettings &x, const FitSettings &y)
-{
-    return rowsEqual(fitFlags(), x, y);
-}
-
-const std::vector<FitFlag> &fitFlags()
-{
-    static const std::vector<FitFlag> flags = makeFlags();
-    return flags;
-}
-
-const FitFlag *findFitFlag(const std::string &name)
-{
-    return findRow(fitFlags(), name);
-}
+KVWB_SETTING_TABLE(FitSettings, fitFlags, findFitFlag, makeFlags)
 
 } // namespace kvwb::core

@@ -222,10 +222,20 @@ private:
 
 constexpr double kDoubleMax = std::numeric_limits<double>::max();
 
-ProjectCapture readCapture(Section &s)
+// A string of `allowed` (the message lists them) read as an enum by `parse`.
+template <typename T, typename Parse>
+void readName(Section &s, const char *key, T &out, Parse parse, std::initializer_list<const char *> allowed)
 {
-    ProjectCapture c;
-    s.string("storage", c.storage, {"f32", "f16", "bf16"});
+    std::string name;
+    s.string(key, name, allowed);
+    if (!name.empty())
+        out = *parse(name);
+}
+
+CaptureSettings readCapture(Section &s)
+{
+    CaptureSettings c;
+    readName(s, "storage", c.storage, parseFloatType, {"f32", "f16", "bf16"});
     s.integer("compress", c.compress, 0, 9);
     s.integer("max_tokens", c.maxTokens, 0, INT32_MAX);
     s.integer("limit", c.limit, 0, INT32_MAX);
@@ -236,17 +246,18 @@ ProjectCapture readCapture(Section &s)
 ProjectAlignment readAlignment(Section &s)
 {
     ProjectAlignment a;
-    s.string("name", a.name);
-    s.string("selection", a.selection, {"proportional", "topk", "all"});
-    s.integer("k", a.k, 1, INT32_MAX);
-    s.boolean("auto_lambda", a.autoLambda);
-    s.number("lambda", a.lambda, 0.0, kDoubleMax, true);
-    s.boolean("per_head", a.perHead);
-    s.string("family", a.family, {"ridge", "low_rank", "mlp"});
-    s.integer("rank", a.rank, 1, 1 << 20);
-    s.integer("mlp_hidden", a.mlpHidden, 1, 1 << 20);
-    s.integer("mlp_epochs", a.mlpEpochs, 0, 100000);
-    s.integer("max_train_tokens", a.maxTrainTokens, 0, INT64_MAX);
+    FitSettings &f = a.fit;
+    s.string("name", f.name);
+    readName(s, "selection", f.selection, parseLayerSelection, {"proportional", "topk", "all"});
+    s.integer("k", f.k, 1, INT32_MAX);
+    s.boolean("auto_lambda", f.autoLambda);
+    s.number("lambda", f.lambda, 0.0, kDoubleMax, true);
+    s.boolean("per_head", f.perHead);
+    readName(s, "family", f.family, parseConverterFamily, {"ridge", "low_rank", "mlp"});
+    s.integer("rank", f.rank, 1, 1 << 20);
+    s.integer("mlp_hidden", f.mlpHidden, 1, 1 << 20);
+    s.integer("mlp_epochs", f.mlpEpochs, 0, 100000);
+    s.integer("max_train_tokens", f.maxTrainTokens, 0, INT64_MAX);
     s.string("in_use", a.inUse);
     return a;
 }
@@ -285,9 +296,9 @@ json compareJson(const ProjectCompare &c)
     return {{"prompt", c.prompt}, {"max_tokens", c.maxTokens}};
 }
 
-json captureJson(const ProjectCapture &c)
+json captureJson(const CaptureSettings &c)
 {
-    return {{"storage", c.storage},
+    return {{"storage", floatTypeName(c.storage)},
             {"compress", c.compress},
             {"max_tokens", c.maxTokens},
             {"limit", c.limit},
@@ -296,17 +307,18 @@ json captureJson(const ProjectCapture &c)
 
 json alignmentJson(const ProjectAlignment &a)
 {
-    return {{"name", a.name},
-            {"selection", a.selection},
-            {"k", a.k},
-            {"auto_lambda", a.autoLambda},
-            {"lambda", a.lambda},
-            {"per_head", a.perHead},
-            {"family", a.family},
-            {"rank", a.rank},
-            {"mlp_hidden", a.mlpHidden},
-            {"mlp_epochs", a.mlpEpochs},
-            {"max_train_tokens", a.maxTrainTokens},
+    const FitSettings &f = a.fit;
+    return {{"name", f.name},
+            {"selection", layerSelectionName(f.selection)},
+            {"k", f.k},
+            {"auto_lambda", f.autoLambda},
+            {"lambda", f.lambda},
+            {"per_head", f.perHead},
+            {"family", converterFamilyName(f.family)},
+            {"rank", f.rank},
+            {"mlp_hidden", f.mlpHidden},
+            {"mlp_epochs", f.mlpEpochs},
+            {"max_train_tokens", f.maxTrainTokens},
             {"in_use", a.inUse}};
 }
 

@@ -7,6 +7,8 @@
 // Thread-safety: value type.
 #pragma once
 
+#include "core/model/dtype.h"
+#include "core/settings/fit_settings.h"
 #include "core/settings/replay_settings.h"
 
 #include <filesystem>
@@ -25,31 +27,24 @@ struct ProjectModel
     int context = 0;            // positions served (gpu::LoadOptions::context); 0 = the model's own
 };
 
-// Capture settings (section "capture"): what `kvwb capture` takes as flags.
-struct ProjectCapture
+// Capture settings (section "capture"): what `kvwb capture` takes as flags besides its inputs and
+// output (the window's capture request is these and its two paths).
+struct CaptureSettings
 {
-    std::string storage = "f32"; // KV storage dtype: f32 | f16 | bf16
-    int compress = 0;            // deflate level 0 (off) - 9
-    int maxTokens = 0;           // truncate prompts (0 = the model's context)
-    int limit = 0;               // at most this many prompts (0 = all)
-    bool postRope = false;       // store keys after RoPE
+    FloatType storage = FloatType::F32; // KV storage dtype
+    int compress = 0;                   // deflate level 0 (off) - 9
+    int maxTokens = 0;                  // truncate prompts (0 = the model's context)
+    int limit = 0;                      // at most this many prompts (0 = all)
+    bool postRope = false;              // store keys after RoPE
 };
 
-// Alignment settings (section "alignment"): what `kvwb align` takes, and the converter in use.
+// Alignment settings (section "alignment"): the fit settings a project keeps (name, selection, k,
+// lambda, per-head, family, rank, the MLP's width and epochs, calibration tokens; the others stay at
+// their defaults) and the converter in use.
 struct ProjectAlignment
 {
-    std::string name = "default";           // record name the next fit writes
-    std::string selection = "proportional"; // proportional | topk | all
-    int k = 1;
-    bool autoLambda = false;
-    double lambda = 0.01;
-    bool perHead = false;
-    std::string family = "ridge"; // ridge | low_rank | mlp (core::converterFamilyName)
-    int rank = 16;                // low_rank: the rank of each map
-    int mlpHidden = 256;          // mlp: the branch's width
-    int mlpEpochs = 30;           // mlp: at most this many epochs
-    int64_t maxTrainTokens = 0;   // 0 = every train prompt
-    std::string inUse;            // converter used by Compare and the cross tier ("" = none chosen)
+    FitSettings fit;
+    std::string inUse; // converter used by Compare and the cross tier ("" = none chosen)
 };
 
 // Compare settings (section "compare"): the last prompt compared and its length.
@@ -69,7 +64,7 @@ struct Project
     std::vector<std::filesystem::path> workloads;    // workload JSONL files
     std::optional<std::filesystem::path> corpus;     // corpus JSONL (training / QA evaluation)
     std::optional<std::filesystem::path> experiment; // HDF5 experiment file
-    ProjectCapture capture;
+    CaptureSettings capture;
     ProjectAlignment alignment;
     ReplaySettings replay; // section "replay": its Setting rows (core/settings/replay_settings.h)
     ProjectCompare compare;

@@ -170,24 +170,26 @@ void kvRows(std::vector<ReplayFlag> &t)
     }
     t.push_back(text("profiles", "P.json", "Knowledge tier: user profiles (kvwb knowledge profiles).",
                      &S::profiles, Scope::Input));
+    using K = KnowledgeTierSettings;
     t.push_back(integer<S, int>("knowledge-candidates", "N",
-                                "Knowledge tier: nodes recall proposes (default 3).", &S::knowledgeCandidates,
-                                1, 64));
-    t.push_back(real("knowledge-min-similarity", "S", "Knowledge tier: recall's cosine floor (default 0.3).",
-                     &S::knowledgeMinSimilarity, -1.0, 1.0));
-    t.push_back(toggle("no-verify", "Knowledge tier: take recall's best node without graph verification.",
-                       &S::knowledgeVerify, false, "knowledge_verify"));
-    t.push_back(count("knowledge-ttl-ms", "MS",
-                      "Knowledge tier: modules older than this are stale (default never).",
-                      &S::knowledgeTtlMs));
+                                "Knowledge tier: nodes recall proposes (default 3).",
+                                nested(&S::knowledge, &K::candidates), 1, 64));
+    t.push_back(real<S>("knowledge-min-similarity", "S",
+                        "Knowledge tier: recall's cosine floor (default 0.3).",
+                        nested(&S::knowledge, &K::minSimilarity), -1.0, 1.0));
+    t.push_back(toggle<S>("no-verify", "Knowledge tier: take recall's best node without graph verification.",
+                          nested(&S::knowledge, &K::verify), false, "knowledge_verify"));
+    t.push_back(count<S>("knowledge-ttl-ms", "MS",
+                         "Knowledge tier: modules older than this are stale (default never).",
+                         nested(&S::knowledge, &K::ttlMs)));
     t.push_back(integer<S, int>("knowledge-boundary", "N",
                                 "Knowledge tier: module tokens recomputed in place (default 0).",
-                                &S::knowledgeBoundary, 0));
+                                nested(&S::knowledge, &K::boundary), 0));
     {
         ReplayFlag f =
-            count("knowledge-clock-start", "MS",
-                  "Knowledge tier: Unix ms of the workload's time 0, for module freshness (default now).",
-                  &S::knowledgeClockStartMs);
+            count<S>("knowledge-clock-start", "MS",
+                     "Knowledge tier: Unix ms of the workload's time 0, for module freshness (default now).",
+                     nested(&S::knowledge, &K::clockStartMs));
         f.scope = Scope::Run;
         t.push_back(std::move(f));
     }
@@ -218,21 +220,7 @@ void limitRows(std::vector<ReplayFlag> &t)
 // The cross tier's gate, the clock, request limits, shadow runs and prices.
 void gateRows(std::vector<ReplayFlag> &t)
 {
-    {
-        // Sets the signal's own default threshold; --gate-threshold, read after it, overrides it.
-        ReplayFlag f = choice(
-            "gate-signal", "S", "Cross-tier gate signal: tail_kl (default), kv_cos, attn_cos or nll.",
-            &S::gateSignal, [](const std::string &v) { return parseGateSignal(v); }, gateSignalName,
-            "tail_kl, kv_cos, attn_cos or nll");
-        f.set = [](S &s, const std::string &v) {
-            const auto g = parseGateSignal(v);
-            if (!g)
-                bad("expects tail_kl, kv_cos, attn_cos or nll, got '" + v + "'");
-            s.gateSignal = *g;
-            s.gateThreshold = defaultGateThreshold(*g);
-        };
-        t.push_back(std::move(f));
-    }
+    t.push_back(gateSignalRow<S>("Cross-tier gate signal: tail_kl (default), kv_cos, attn_cos or nll."));
     t.push_back(real("gate-threshold", "T",
                      "Gate threshold (default 0.1 for tail_kl, 0.9 kv_cos and attn_cos, 3 nll).",
                      &S::gateThreshold, -1.0, 1e9));
@@ -336,21 +324,7 @@ TierLimits ReplaySettings::limits(TierKind t) const
     return l;
 }
 
-bool operator==(const ReplaySettings &x, const ReplaySettings &y)
-{
-    return rowsEqual(replayFlags(), x, y);
-}
-
-const std::vector<ReplayFlag> &replayFlags()
-{
-    static const std::vector<ReplayFlag> flags = makeFlags();
-    return flags;
-}
-
-const ReplayFlag *findReplayFlag(const std::string &name)
-{
-    return findRow(replayFlags(), name);
-}
+KVWB_SETTING_TABLE(ReplaySettings, replayFlags, findReplayFlag, makeFlags)
 
 json replaySettingsToJson(const ReplaySettings &s, std::initializer_list<SettingScope> scopes)
 {

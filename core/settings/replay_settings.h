@@ -27,6 +27,19 @@
 
 namespace kvwb::core {
 
+// The knowledge tier's settings (gpu/replay/knowledge_tier.h takes them as they are).
+struct KnowledgeTierSettings
+{
+    int candidates = 3;         // nodes recall proposes for verification
+    double minSimilarity = 0.3; // recall's floor (cosine of question and a node's nearest entry)
+    bool verify = true;         // false: take recall's best candidate unverified (for measuring)
+    int64_t ttlMs = 0;          // a module older than this is stale (<= 0: never by age)
+    int boundary = 0;           // module tokens recomputed in place after placement
+    // Unix ms of workload time 0: freshness compares a module's build time with it. In a replay's
+    // settings 0 means the replay's start (its set-up resolves it); the tier takes it as is.
+    int64_t clockStartMs = 0;
+};
+
 struct ReplaySettings
 {
     // ---- what is replayed, on what, and where results go (not part of a project's settings)
@@ -36,7 +49,6 @@ struct ReplaySettings
     std::string converter = "default";
     std::vector<std::string> knowledgeGraphs; // each "GRAPH.h5" (every tenant's) or "TENANT=GRAPH.h5"
     std::string profiles;                     // the knowledge tier's user profiles ("" none)
-    int64_t knowledgeClockStartMs = 0;        // Unix ms of the workload's time 0 (0: now)
     std::string saveKnowledge;                // write the shared graph here after the replay
     std::string storeKeyFile;                 // the shared store's HMAC key
     bool storeFlush = false;                  // remove the workbench's keys before the replay
@@ -56,11 +68,7 @@ struct ReplaySettings
     int prefixBlock = 16;
     int minCrossTokens = 16;
     AlignPolicy alignPolicy = kDefaultAlignPolicy;
-    int knowledgeCandidates = 3;
-    double knowledgeMinSimilarity = 0.3;
-    bool knowledgeVerify = true;
-    int64_t knowledgeTtlMs = 0; // 0: modules never go stale
-    int knowledgeBoundary = 0;
+    KnowledgeTierSettings knowledge;          // clockStartMs is this run's, not a project setting
     int64_t exactEntries = 0, exactBytes = 0; // 0: unlimited
     int64_t semanticEntries = 0, semanticBytes = 0;
     int64_t prefixEntries = 0, prefixBytes = 0; // per model

@@ -2,6 +2,7 @@
 // (core/settings/setting_table.h); included by the settings room's .cpp files only.
 #pragma once
 
+#include "core/cache/gate_signal.h"
 #include "core/settings/setting_table.h"
 #include "core/util/error.h"
 
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -90,66 +92,106 @@ SettingRow<S> row(const char *name, const char *valueName, const char *help, Sco
     return f;
 }
 
+// A setting held in a group of settings: s.*group.*field (ReplaySettings::knowledge, say). Any row
+// builder below takes one where it takes a member pointer (with S given: `integer<S, int>(...)`).
+template <typename S, typename G, typename T> struct Nested
+{
+    G S::*group;
+    T G::*field;
+    T &operator()(S &s) const { return s.*group.*field; }
+    const T &operator()(const S &s) const { return s.*group.*field; }
+};
+template <typename S, typename G, typename T> Nested<S, G, T> nested(G S::*group, T G::*field)
+{
+    return {group, field};
+}
+
+template <typename S, typename F = std::string S::*>
+SettingRow<S> text(const char *name, const char *valueName, const char *help, F field,
+                   Scope scope = Scope::Setting)
+{
+    SettingRow<S> f = row<S>(name, valueName, help, scope, Kind::Value);
+    f.set = [field](S &s, const std::string &v) { std::invoke(field, s) = v; };
+    f.get = [field](const S &s) { return std::vector<std::string>{std::invoke(field, s)}; };
+    return f;
+}
 template <typename S>
 SettingRow<S> text(const char *name, const char *valueName, const char *help, std::string S::*field,
                    Scope scope = Scope::Setting)
 {
-    SettingRow<S> f = row<S>(name, valueName, help, scope, Kind::Value);
-    f.set = [field](S &s, const std::string &v) { s.*field = v; };
-    f.get = [field](const S &s) { return std::vector<std::string>{s.*field}; };
-    return f;
+    return text<S, std::string S::*>(name, valueName, help, field, scope);
 }
 
-template <typename S, typename Int>
-SettingRow<S> integer(const char *name, const char *valueName, const char *help, Int S::*field, Int lo,
+template <typename S, typename Int, typename F = Int S::*>
+SettingRow<S> integer(const char *name, const char *valueName, const char *help, F field, Int lo,
                       Int hi = std::numeric_limits<Int>::max())
 {
     SettingRow<S> f = row<S>(name, valueName, help, Scope::Setting, Kind::Value, SettingJson::Integer);
-    f.set = [field, lo, hi](S &s, const std::string &v) { s.*field = readInteger<Int>(v, lo, hi); };
-    f.get = [field](const S &s) { return std::vector<std::string>{std::to_string(s.*field)}; };
+    f.set = [field, lo, hi](S &s, const std::string &v) {
+        std::invoke(field, s) = readInteger<Int>(v, lo, hi);
+    };
+    f.get = [field](const S &s) { return std::vector<std::string>{std::to_string(std::invoke(field, s))}; };
     return f;
 }
 
 // A non-negative count where 0 means none or unlimited.
-template <typename S>
-SettingRow<S> count(const char *name, const char *valueName, const char *help, int64_t S::*field)
+template <typename S, typename F = int64_t S::*>
+SettingRow<S> count(const char *name, const char *valueName, const char *help, F field)
 {
     SettingRow<S> f = integer<S, int64_t>(name, valueName, help, field, 0);
     f.set = [field](S &s, const std::string &v) {
         const auto n = parseInteger<int64_t>(v);
         if (!n || *n < 0)
             bad("expects a non-negative integer, got '" + v + "'");
-        s.*field = *n;
+        std::invoke(field, s) = *n;
     };
     return f;
 }
+template <typename S>
+SettingRow<S> count(const char *name, const char *valueName, const char *help, int64_t S::*field)
+{
+    return count<S, int64_t S::*>(name, valueName, help, field);
+}
 
+template <typename S, typename F = double S::*>
+SettingRow<S> real(const char *name, const char *valueName, const char *help, F field, double lo, double hi)
+{
+    SettingRow<S> f = row<S>(name, valueName, help, Scope::Setting, Kind::Value, SettingJson::Real);
+    f.set = [field, lo, hi](S &s, const std::string &v) { std::invoke(field, s) = readReal(v, lo, hi); };
+    f.get = [field](const S &s) { return std::vector<std::string>{realText(std::invoke(field, s))}; };
+    return f;
+}
 template <typename S>
 SettingRow<S> real(const char *name, const char *valueName, const char *help, double S::*field, double lo,
                    double hi)
 {
-    SettingRow<S> f = row<S>(name, valueName, help, Scope::Setting, Kind::Value, SettingJson::Real);
-    f.set = [field, lo, hi](S &s, const std::string &v) { s.*field = readReal(v, lo, hi); };
-    f.get = [field](const S &s) { return std::vector<std::string>{realText(s.*field)}; };
-    return f;
+    return real<S, double S::*>(name, valueName, help, field, lo, hi);
 }
 
-template <typename S>
-SettingRow<S> toggle(const char *name, const char *help, bool S::*field, bool whenSet, const char *jsonKey,
+template <typename S, typename F = bool S::*>
+SettingRow<S> toggle(const char *name, const char *help, F field, bool whenSet, const char *jsonKey,
                      Scope scope = Scope::Setting)
 {
     SettingRow<S> f = row<S>(name, "", help, scope, Kind::Switch);
     f.jsonKey = jsonKey;
     f.set = [field, whenSet](S &s, const std::string &v) {
         if (v.empty())
-            s.*field = whenSet;
+            std::invoke(field, s) = whenSet;
         else if (v == "true" || v == "false")
-            s.*field = v == "true";
+            std::invoke(field, s) = v == "true";
         else
             bad("expects true or false, got '" + v + "'");
     };
-    f.get = [field](const S &s) { return std::vector<std::string>{s.*field ? "true" : "false"}; };
+    f.get = [field](const S &s) {
+        return std::vector<std::string>{std::invoke(field, s) ? "true" : "false"};
+    };
     return f;
+}
+template <typename S>
+SettingRow<S> toggle(const char *name, const char *help, bool S::*field, bool whenSet, const char *jsonKey,
+                     Scope scope = Scope::Setting)
+{
+    return toggle<S, bool S::*>(name, help, field, whenSet, jsonKey, scope);
 }
 
 // One of a set of names, read by `parse` and written by `name`.
@@ -268,7 +310,11 @@ S rowsFromJson(const std::vector<SettingRow<S>> &rows, const json &object, const
     for (const auto &f : rows) {
         std::string key = f.key();
         if (!object.contains(key) && f.alias) // written under the flag's older name
-            key = SettingRow<S>{.name = f.alias}.key();
+        {
+            SettingRow<S> old;
+            old.name = f.alias;
+            key = old.key();
+        }
         if (f.scope == Scope::Run || !object.contains(key))
             continue;
         try {
@@ -281,3 +327,42 @@ S rowsFromJson(const std::vector<SettingRow<S>> &rows, const json &object, const
 }
 
 } // namespace kvwb::core::settings_detail
+
+namespace kvwb::core::settings_detail {
+
+// The gate signal (tail_kl, kv_cos, attn_cos or nll), which also sets the signal's own default
+// threshold; a gate threshold row, read after it, overrides it. S has gateSignal and gateThreshold.
+template <typename S> SettingRow<S> gateSignalRow(const char *help)
+{
+    constexpr const char *kExpected = "tail_kl, kv_cos, attn_cos or nll";
+    SettingRow<S> f = choice(
+        "gate-signal", "S", help, &S::gateSignal, [](const std::string &v) { return parseGateSignal(v); },
+        gateSignalName, kExpected);
+    f.set = [kExpected](S &s, const std::string &v) {
+        const auto g = parseGateSignal(v);
+        if (!g)
+            bad(std::string("expects ") + kExpected + ", got '" + v + "'");
+        s.gateSignal = *g;
+        s.gateThreshold = defaultGateThreshold(*g);
+    };
+    return f;
+}
+
+} // namespace kvwb::core::settings_detail
+
+// What every settings type defines from its table builder `makeRows` (in namespace kvwb::core):
+// operator== (row by row), the table itself (built once) and a row by flag name (nullptr for none).
+#define KVWB_SETTING_TABLE(S, tableFn, findFn, makeRows)                                                     \
+    bool operator==(const S &x, const S &y)                                                                  \
+    {                                                                                                        \
+        return rowsEqual(tableFn(), x, y);                                                                   \
+    }                                                                                                        \
+    const std::vector<SettingRow<S>> &tableFn()                                                              \
+    {                                                                                                        \
+        static const std::vector<SettingRow<S>> rows = makeRows();                                           \
+        return rows;                                                                                         \
+    }                                                                                                        \
+    const SettingRow<S> *findFn(const std::string &name)                                                     \
+    {                                                                                                        \
+        return findRow(tableFn(), name);                                                                     \
+    }

@@ -1,5 +1,6 @@
 #include "core/tokenize/gguf_tokenizer.h"
 
+#include "core/model/byte_level_bpe_json.h"
 #include "core/tokenize/bpe_tokenizer.h"
 #include "core/tokenize/sentencepiece_tokenizer.h"
 #include "core/tokenize/wordpiece_tokenizer.h"
@@ -35,19 +36,13 @@ const char *kLlama3Pattern =
 const char *kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-json byteLevel(bool useRegex)
-{
-    return {
-        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", useRegex}};
-}
-
 json splitThenBytes(const char *pattern)
 {
     return {
         {"type", "Sequence"},
         {"pretokenizers",
          {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"}, {"invert", false}},
-          byteLevel(false)}}};
+          byteLevelPreTokenizerJson(false)}}};
 }
 
 struct PreTokenizer
@@ -58,8 +53,8 @@ struct PreTokenizer
 };
 
 const PreTokenizer kPre[] = {
-    {"gpt-2", [] { return byteLevel(true); }, false},
-    {"gpt2", [] { return byteLevel(true); }, false},
+    {"gpt-2", [] { return byteLevelPreTokenizerJson(true); }, false},
+    {"gpt2", [] { return byteLevelPreTokenizerJson(true); }, false},
     {"llama-bpe", [] { return splitThenBytes(kLlama3Pattern); }, true},
     {"llama3", [] { return splitThenBytes(kLlama3Pattern); }, true},
     {"qwen2", [] { return splitThenBytes(kQwen2Pattern); }, false},
@@ -67,7 +62,8 @@ const PreTokenizer kPre[] = {
     {"smollm",
      [] {
          return json{{"type", "Sequence"},
-                     {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byteLevel(true)}}};
+                     {"pretokenizers",
+                      {{{"type", "Digits"}, {"individual_digits", true}}, byteLevelPreTokenizerJson(true)}}};
      },
      false},
 };
@@ -131,13 +127,7 @@ std::string bpeJson(const GgufFile &f, const std::vector<std::string> &tokens)
     for (size_t i = 0; i < tokens.size(); ++i) {
         vocab[tokens[i]] = i; // every id is in the vocabulary, as llama.cpp sees it (merges may name any)
         if (types[i] == kControl || types[i] == kUserDefined)
-            added.push_back({{"id", i},
-                             {"content", tokens[i]},
-                             {"single_word", false},
-                             {"lstrip", false},
-                             {"rstrip", false},
-                             {"normalized", types[i] != kControl},
-                             {"special", types[i] == kControl}});
+            added.push_back(addedTokenJson(int64_t(i), tokens[i], types[i] == kControl));
     }
     // A merge whose parts or result are not tokens can never apply (llama.cpp never looks at it);
     // tokenizer.json's BPE refuses such merges, so they are left out.
@@ -161,35 +151,14 @@ std::string bpeJson(const GgufFile &f, const std::vector<std::string> &tokens)
     const json normalizer = norm ? json{{"type", "NFC"}} : json();
     const auto bos = tokenId(f, "tokenizer.ggml.bos_token_id", tokens.size());
     const bool addBos = f.boolean("tokenizer.ggml.add_bos_token").value_or(false) && bos;
-    json post = nullptr;
-    if (addBos) {
-        const std::string &b = tokens[size_t(*bos)];
-        post = {{"type", "TemplateProcessing"},
-                {"single", json::array({{{"SpecialToken", {{"id", b}, {"type_id", 0}}}},
-                                        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-                {"pair", json::array()},
-                {"special_tokens", {{b, {{"id", b}, {"ids", {*bos}}, {"tokens", {b}}}}}}};
-    }
-    const json j = {
-        {"version", "1.0"},
-        {"truncation", nullptr},
-        {"padding", nullptr},
-        {"added_tokens", added},
-        {"normalizer", normalizer},
-        {"pre_tokenizer", chosen->make()},
-        {"post_processor", post},
-        {"decoder",
-         {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-        {"model",
-         {{"type", "BPE"},
-          {"dropout", nullptr},
-          {"unk_token", nullptr},
-          {"fuse_unk", false},
-          {"byte_fallback", false},
-          {"ignore_merges", chosen->ignoreMerges},
-          {"vocab", vocab},
-          {"merges", merges}}}};
-    return j.dump();
+    return byteLevelBpeJson({.addedTokens = std::move(added),
+                             .normalizer = normalizer,
+                             .preTokenizer = chosen->make(),
+                             .postProcessor = addBos ? bosTemplateJson(tokens[size_t(*bos)], *bos) : json(),
+                             .vocab = std::move(vocab),
+                             .merges = std::move(merges),
+                             .ignoreMerges = chosen->ignoreMerges})
+        .dump();
 }
 
 // llama.cpp's "bert" vocabulary (convert_hf_to_gguf.py's BertModel.set_vocab) back as the

@@ -65,19 +65,9 @@ SpmApi loadApi()
             fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
             ok = ok && fn != nullptr;
         };
-        bind(api.load, "kvwb_spm_load");
-        bind(api.free, "kvwb_spm_free");
-        bind(api.pieceSize, "kvwb_spm_piece_size");
-        bind(api.bosId, "kvwb_spm_bos_id");
-        bind(api.eosId, "kvwb_spm_eos_id");
-        bind(api.unkId, "kvwb_spm_unk_id");
-        bind(api.flags, "kvwb_spm_flags");
-        bind(api.encode, "kvwb_spm_encode");
-        bind(api.encodeSpans, "kvwb_spm_encode_spans");
-        bind(api.decode, "kvwb_spm_decode");
-        bind(api.idToPiece, "kvwb_spm_id_to_piece");
-        bind(api.pieceToId, "kvwb_spm_piece_to_id");
-        bind(api.train, "kvwb_spm_train");
+#define KVWB_SPM_API_BIND(member, symbol) bind(api.member, #symbol);
+        KVWB_SPM_API_FUNCTIONS(KVWB_SPM_API_BIND)
+#undef KVWB_SPM_API_BIND
         if (ok)
             return api; // kept loaded for the life of the process
         dlclose(h);

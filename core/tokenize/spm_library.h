@@ -10,21 +10,28 @@
 
 namespace kvwb::core {
 
+// Every function of the shim, once: X(member of SpmApi, exported symbol). SpmApi's fields and the
+// loader's dlsym() calls are both generated from it.
+#define KVWB_SPM_API_FUNCTIONS(X)                                                                            \
+    X(load, kvwb_spm_load)                                                                                   \
+    X(free, kvwb_spm_free)                                                                                   \
+    X(pieceSize, kvwb_spm_piece_size)                                                                        \
+    X(bosId, kvwb_spm_bos_id)                                                                                \
+    X(eosId, kvwb_spm_eos_id)                                                                                \
+    X(unkId, kvwb_spm_unk_id)                                                                                \
+    X(flags, kvwb_spm_flags)                                                                                 \
+    X(encode, kvwb_spm_encode)                                                                               \
+    X(encodeSpans, kvwb_spm_encode_spans)                                                                    \
+    X(decode, kvwb_spm_decode)                                                                               \
+    X(idToPiece, kvwb_spm_id_to_piece)                                                                       \
+    X(pieceToId, kvwb_spm_piece_to_id)                                                                       \
+    X(train, kvwb_spm_train)
+
 struct SpmApi
 {
-    decltype(&kvwb_spm_load) load = nullptr;
-    decltype(&kvwb_spm_free) free = nullptr;
-    decltype(&kvwb_spm_piece_size) pieceSize = nullptr;
-    decltype(&kvwb_spm_bos_id) bosId = nullptr;
-    decltype(&kvwb_spm_eos_id) eosId = nullptr;
-    decltype(&kvwb_spm_unk_id) unkId = nullptr;
-    decltype(&kvwb_spm_flags) flags = nullptr;
-    decltype(&kvwb_spm_encode) encode = nullptr;
-    decltype(&kvwb_spm_encode_spans) encodeSpans = nullptr;
-    decltype(&kvwb_spm_decode) decode = nullptr;
-    decltype(&kvwb_spm_id_to_piece) idToPiece = nullptr;
-    decltype(&kvwb_spm_piece_to_id) pieceToId = nullptr;
-    decltype(&kvwb_spm_train) train = nullptr;
+#define KVWB_SPM_API_FIELD(member, symbol) decltype(&symbol) member = nullptr;
+    KVWB_SPM_API_FUNCTIONS(KVWB_SPM_API_FIELD)
+#undef KVWB_SPM_API_FIELD
 };
 
 // Error(Unsupported) naming every path tried when the shim cannot be loaded. Search order:

@@ -15,6 +15,7 @@
 // Runs on the calling thread (the engine thread): HDF5 reads and the model must stay on it.
 #pragma once
 
+#include "core/settings/fit_settings.h"
 #include "core/store/converter_family.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
@@ -193,34 +194,29 @@ using core::parseLayerSelection;
 
 struct AlignOptions
 {
-    std::string name = "default"; // record name under /converters
-    LayerSelection selection = LayerSelection::Proportional;
-    int k = 1;
-    // choose per layer from lambdaGrid: the best mean key/value R^2 on the validation prompts
-    // (ties: the larger, more regularised lambda)
-    bool autoLambda = false;
-    double lambda = 0.01;
+    // What shapes the converter: its name, selection, k, lambda, family, rank, the MLP's training,
+    // the split and the seed (the window's and `kvwb align`'s settings, core/settings/fit_settings.h).
+    // experiment, attention and dryRun are the caller's; with autoLambda, each layer's lambda is the
+    // one of lambdaGrid with the best mean key/value R^2 on the validation prompts (ties: the larger,
+    // more regularised lambda). perHead: head-matched maps when kv-head counts agree (else full, warned).
+    core::FitSettings fit;
     std::vector<double> lambdaGrid = {1e-4, 1e-3, 1e-2, 1e-1, 1.0};
-    bool perHead = false; // head-matched maps when kv-head counts agree (else full, warned)
-    core::ConverterFamily family = core::ConverterFamily::Ridge;
-    int rank = 0;               // low-rank: the rank bound (required, >= 1)
-    MlpOptions mlp;             // MLP: the training (its seed is `seed`)
-    int64_t maxTrainTokens = 0; // calibration tokens (0 = every train prompt; ridge part of the MLP)
-    double validFraction = 0.15, testFraction = 0.15;
-    uint64_t seed = 1;
-    int attentionPrompts = 32; // test prompts scored by attention-output cosine (needs model B)
     int64_t ckaTokens = 2048;
+    int64_t mlpValidationRows = 16384;          // MlpOptions::validationRows
+    int64_t mlpBufferBytes = int64_t(64) << 20; // MlpOptions::bufferBytes
     // Layer checkpoints of the MLP family (minutes of training per layer): when set, each trained B
-    // layer is saved as checkpointDir/layer-NNN.h5 (core::saveLayerCheckpoint), and with `resume` a
-    // layer whose checkpoint was written by the same fit (every setting above that shapes the maps,
-    // the seed and the experiment's run id) is read back instead of trained again; one written by
-    // another fit is refused with Error(InvalidArgument). The caller removes the directory once the
-    // converter is saved.
+    // layer is saved as checkpointDir/layer-NNN.h5 (core::saveLayerCheckpoint), and with fit.resume a
+    // layer whose checkpoint was written by the same fit (every setting that shapes the maps, the seed
+    // and the experiment's run id) is read back instead of trained again; one written by another fit
+    // is refused with Error(InvalidArgument). The caller removes the directory once the converter is
+    // saved. Without it, fit.resume does nothing.
     std::filesystem::path checkpointDir;
-    bool resume = false;
     // fraction in [0, 1]; return false to cancel.
     std::function<bool(double fraction, const std::string &stage)> progress;
 };
+
+// The MLP training of `options` (its seed is fit.seed, its calibration rows fit.maxTrainTokens).
+MlpOptions mlpOptions(const AlignOptions &options);
 
 struct AlignResult
 {

@@ -24,6 +24,7 @@
 #include "core/cache/cache_tier.h"
 #include "core/cache/semantic_tier.h"
 #include "core/knowledge/user_profiles.h"
+#include "core/settings/replay_settings.h"
 #include "core/store/knowledge_store.h"
 #include "core/tokenize/tokenizer.h"
 #include "gpu/model/model.h"
@@ -34,15 +35,8 @@
 
 namespace kvwb::gpu {
 
-struct KnowledgeTierOptions
-{
-    int candidates = 3;         // nodes recall proposes for verification
-    double minSimilarity = 0.3; // recall's floor (cosine of question and a node's nearest entry)
-    bool verify = true;         // false: take recall's best candidate unverified (for measuring)
-    int64_t ttlMs = 0;          // a module older than this is stale (<= 0: never by age)
-    int64_t clockStartMs = 0;   // Unix ms of workload time 0: freshness compares builtMs with it
-    int boundary = 0;           // module tokens recomputed in place after placement
-};
+// candidates, minSimilarity, verify, ttlMs, boundary, clockStartMs (the replay's settings as they are)
+using KnowledgeTierOptions = core::KnowledgeTierSettings;
 
 struct KnowledgeScope
 {

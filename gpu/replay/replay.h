@@ -21,6 +21,7 @@
 #include "core/tokenize/tokenizer.h"
 #include "core/workload/workload.h"
 #include "gpu/model/model.h"
+#include "gpu/replay/kv_tiers.h"
 #include "gpu/transfer/transfer.h"
 
 #include <functional>
@@ -60,13 +61,8 @@ struct ReplayOptions
     // last_content does) rather than the whole prompt, whose shared system prompt would make
     // every request of a tenant look alike. Falls back to the prompt when a request has none.
     bool embedQuestion = true;
-    int prefixBlock = 16;    // tokens per prefix-tree block
-    int minCrossTokens = 16; // cross-model reuse needs at least this many matched tokens
-    GateSignal gateSignal = GateSignal::TailKl;
-    double gateThreshold = 0.1;
-    int gateTail = 4;
-    bool gate = true; // false: use every cross-model match without the gate
-    core::AlignPolicy alignPolicy = core::kDefaultAlignPolicy; // cross tier, tokenizers that differ
+    int prefixBlock = 16;      // tokens per prefix-tree block
+    CrossTierOptions cross;    // the cross tier's matching and quality gate
     bool onClock = false;      // wait for each request's arrival time (scaled by speed)
     double speed = 1.0;        // > 1 replays faster than the workload's clock
     int maxTokens = 0;         // > 0 overrides every request's max_tokens

@@ -13,6 +13,7 @@
 // returns false to stop (nothing is written then).
 #pragma once
 
+#include "core/settings/embedder_train_settings.h"
 #include "core/workload/paraphrase_pairs.h"
 
 #include <cstdint>
@@ -23,28 +24,8 @@
 
 namespace kvwb::gpu {
 
-struct EmbedderTrainOptions
-{
-    std::filesystem::path wordnetDir = "/usr/share/wordnet";
-    size_t concepts = 1000;
-    int holdOutEvery = 10; // every 10th concept by rank never trained on
-    int vocabSize = 4000;
-    int hidden = 128;
-    int layers = 2;
-    int heads = 4;
-    int intermediate = 256;
-    int maxPositions = 64;
-    int steps = 1500;
-    int batch = 64; // triples per step
-    double lr = 1e-3;
-    int warmup = 100;
-    double temperature = 0.05;
-    uint64_t seed = 1;
-    int threads = 0;
-    size_t evalPairs = 4000;
-    std::filesystem::path out;
-    bool force = false; // replace a non-empty out
-};
+// What `kvwb train-embedder` takes (core/settings/embedder_train_settings.h).
+using EmbedderTrainOptions = core::EmbedderTrainSettings;
 
 struct EmbedderEvaluation
 {

@@ -15,9 +15,8 @@
 # rebuilt (seconds), B2 needs models/a's tokenizer, and P needs models/b and the workload. The corpus itself is not committed;
 # models/, workloads/ and the evaluation numbers in docs/demo-models.md are.
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KVWB="${1:-$HERE/../../build/kvwb}"
-WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
+# shellcheck source=demo-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-env.sh" "$@" # HERE, KVWB, WORK
 SEED=1
 ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c p embedder}"
 for step in $ONLY; do

@@ -8,8 +8,8 @@
 # stops it at the end. One thread per worker.
 # Usage: projects/demo/make-fleet-report.sh [path/to/kvwb] [requests]
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KVWB="${1:-$HERE/../../build/kvwb}"
+# shellcheck source=demo-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-env.sh" "$@" # HERE, KVWB, WORK
 N="${2:-400}"
 # The capacity table's limits: the workbench's prefix KV limit per model in bytes (models A and B:
 # twice this; the first 400 requests' prefix KV is about 13 MB unlimited), and Redis's maxmemory for
@@ -17,7 +17,6 @@ N="${2:-400}"
 # so that both hold about the same bytes.
 CAP=4000000
 RCAP=10mb
-WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 OUT="$WORK/fleet"
 W="$HERE/workloads/demo.jsonl"
 mkdir -p "$OUT/redis"

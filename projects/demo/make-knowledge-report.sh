@@ -10,10 +10,9 @@
 # One thread per engine (docs/engine.md: timings with spinning workers measure the scheduler).
 # Usage: projects/demo/make-knowledge-report.sh [path/to/kvwb] [requests]
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KVWB="${1:-$HERE/../../build/kvwb}"
+# shellcheck source=demo-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-env.sh" "$@" # HERE, KVWB, WORK
 N="${2:-800}"
-WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 OUT="$WORK/knowledge"
 W="$HERE/workloads/demo.jsonl"
 mkdir -p "$OUT"

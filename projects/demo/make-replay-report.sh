@@ -4,10 +4,9 @@
 # and embedder, and the KV tiers alone. Needs the converter of make-transfer-report.sh (it runs it when the experiment is missing).
 # Usage: projects/demo/make-replay-report.sh [path/to/kvwb] [requests]
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KVWB="${1:-$HERE/../../build/kvwb}"
+# shellcheck source=demo-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-env.sh" "$@" # HERE, KVWB, WORK
 N="${2:-2000}"
-WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
 EXP="$WORK/transfer/demo-transfer.h5"
 OUT="$WORK/replay"
 mkdir -p "$OUT"

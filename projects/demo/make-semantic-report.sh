@@ -8,11 +8,11 @@
 # One thread; the replays generate one token a request (their hits, not their answers, are measured).
 # Usage: projects/demo/make-semantic-report.sh [path/to/kvwb] [requests] [PAIRS.tsv]
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KVWB="${1:-$HERE/../../build/kvwb}"
+# shellcheck source=demo-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-env.sh" "$@" # HERE, KVWB, WORK
 N="${2:-2000}"
 PAIRS="${3:-}"
-WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}/semantic"
+WORK="$WORK/semantic"
 mkdir -p "$WORK"
 W="$HERE/workloads/demo.jsonl"
 A="$HERE/models/a"

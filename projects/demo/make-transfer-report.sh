@@ -9,9 +9,8 @@
 # it the MLP fits)
 # KVWB_REPORT_PARTS="base families unrelated" runs only those parts (default: all of them).
 set -euo pipefail
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-KVWB="${1:-$HERE/../../build/kvwb}"
-WORK="${KVWB_DEMO_WORK:-$HERE/../../build/demo-work}"
+# shellcheck source=demo-env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo-env.sh" "$@" # HERE, KVWB, WORK
 OUT="$WORK/transfer"
 mkdir -p "$OUT"
 [ -f "$WORK/corpus.jsonl" ] || "$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed 1

@@ -592,19 +592,20 @@ private Q_SLOTS:
         QVERIFY(comparedSet.wait(120000));
         QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed.first().at(1).toString()));
         const auto set = comparedSet.first().at(1).value<std::shared_ptr<const ui::CompareSetSummary>>();
-        QCOMPARE(set->prompts, 3);
+        QCOMPARE(set->set.prompts, 3);
         QVERIFY(!set->cancelled);
-        QVERIFY(set->klGapClosed && set->klGapClosed->lo <= set->klGapClosed->estimate &&
-                set->klGapClosed->estimate <= set->klGapClosed->hi);
+        const auto &gap = set->set.klGapClosed;
+        QVERIFY(gap && gap->lo <= gap->estimate && gap->estimate <= gap->hi);
         // the random map always; the raw source KV only when the KV rows are equally wide (else a
         // warning says why)
-        QVERIFY(!set->baselines.empty() && set->baselines.back().key == "random_map");
-        QVERIFY(set->baselines.back().klDifference);
-        QVERIFY(set->baselines.size() == 2 || set->warnings.join(' ').contains("no raw-source-KV baseline"));
+        const auto &others = set->set.others;
+        QVERIFY(!others.empty() && others.back().key == "random_map");
+        QVERIFY(others.back().klDifference);
+        QVERIFY(others.size() == 2 || set->warnings.join(' ').contains("no raw-source-KV baseline"));
         const QString setText = cmp->setSummaryText();
         QVERIFY2(setText.contains("3 of 3 held-out prompts with 'gui'") &&
                      setText.contains("KL gap closed") &&
-                     setText.contains(QString::fromStdString(core::formatInterval(*set->klGapClosed))) &&
+                     setText.contains(QString::fromStdString(core::formatInterval(*gap))) &&
                      setText.contains("KL minus random map"),
                  qPrintable(setText));
         QVERIFY(child<QLabel>(cmp, "compareSetSummary")->isVisible());

@@ -562,17 +562,17 @@ void ComparePanel::showSetSummary(const CompareSetSummary &s)
     // one wrapped line per measure (a rich-text table would not wrap and widens the page), values in
     // bold; the same lines as plain text for logs and tests
     std::vector<std::vector<std::pair<QString, QString>>> lines = {
-        {{tr("KL(scratch \u2016 transfer)"), fmt(s.kl, 4) + tr(" nats/token")},
-         {tr("no prefix"), fmt(s.klNoPrefix, 4)},
-         {tr("KL gap closed vs no prefix"), ci(s.klGapClosed, 3)}},
-        {{tr("top-1 agreement"), fmt(s.top1, 3)},
-         {tr("no prefix"), fmt(s.top1NoPrefix, 3)},
-         {tr("gain over no prefix"), ci(s.top1Gain, 3)}},
-        {{tr("ROUGE-L vs scratch"), fmt(s.rougeL, 3)},
-         {tr("A's own answer"), fmt(s.rougeLA, 3)},
-         {tr("gain over answering with A"), ci(s.rougeLGainVsA, 3)}},
+        {{tr("KL(scratch \u2016 transfer)"), fmt(s.set.kl, 4) + tr(" nats/token")},
+         {tr("no prefix"), fmt(s.set.klNoPrefix, 4)},
+         {tr("KL gap closed vs no prefix"), ci(s.set.klGapClosed, 3)}},
+        {{tr("top-1 agreement"), fmt(s.set.top1, 3)},
+         {tr("no prefix"), fmt(s.set.top1NoPrefix, 3)},
+         {tr("gain over no prefix"), ci(s.set.top1Gain, 3)}},
+        {{tr("ROUGE-L vs scratch"), fmt(s.set.rougeL, 3)},
+         {tr("A's own answer"), fmt(s.set.rougeLA, 3)},
+         {tr("gain over answering with A"), ci(s.set.rougeLGainVsA, 3)}},
     };
-    for (const auto &b : s.baselines) {
+    for (const auto &b : s.set.others) {
         const QString name = b.key == "raw_source_kv" ? tr("raw source KV") : tr("random map");
         lines.push_back({{tr("baseline %1: KL / top-1 / ROUGE-L").arg(name),
                           fmt(b.kl, 4) + " / " + fmt(b.top1, 3) + " / " + fmt(b.rougeL, 3)},
@@ -582,7 +582,7 @@ void ComparePanel::showSetSummary(const CompareSetSummary &s)
     }
     const QString title = tr("%1 of %2 %3 with '%4'%5 (paired bootstrap 95% intervals over the prompts; "
                              "KL minus a baseline below 0: closer to scratch)")
-                              .arg(s.prompts)
+                              .arg(s.set.prompts)
                               .arg(s.requested)
                               .arg(s.source, s.converter, s.cancelled ? tr(" (cancelled)") : QString());
     QString html = "<b>" + title.toHtmlEscaped() + "</b>";

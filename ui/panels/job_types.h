@@ -5,12 +5,14 @@
 
 #include "core/settings/compare_settings.h"
 #include "core/settings/fit_settings.h"
+#include "core/settings/project.h"
 #include "core/settings/replay_settings.h"
 
 #include "core/cache/semantic_sweep.h"
 #include "core/knowledge/knowledge_graph.h"
 #include "core/ledger/replay_ledger.h"
 #include "core/metrics/bootstrap.h"
+#include "core/metrics/compare_summary.h"
 #include "core/metrics/metric_table.h"
 #include "core/model/device.h"
 #include "core/model/dtype.h"
@@ -26,16 +28,12 @@
 
 namespace kvwb::ui {
 
-// Capture panel -> engine: run both loaded models over a prompt set into an experiment file.
-struct CaptureRequest
+// Capture panel -> engine: run both loaded models over a prompt set into an experiment file; the
+// capture settings a project keeps, and the prompts and the file.
+struct CaptureRequest : core::CaptureSettings
 {
     QString promptsPath; // text (one prompt per line) or JSONL (corpus/workload)
     QString outPath;     // experiment file; appended to when it exists (same models)
-    core::FloatType storage = core::FloatType::F32;
-    int compress = 0;      // deflate level, 0 = off
-    int maxTokens = 0;     // truncate each prompt (0 = the model's context)
-    int limit = 0;         // at most N prompts (0 = all)
-    bool postRope = false; // keys after RoPE (default: before)
 };
 
 struct CaptureSummary
@@ -72,25 +70,13 @@ struct FitSummary
 // to "workbench" for a single prompt (appended there).
 using CompareResult = core::ComparisonSample;
 
-// One other converter run on the same prompts: its means and this converter minus it.
-struct CompareSetBaseline
-{
-    QString key;       // "raw_source_kv" | "random_map"
-    QString converter; // its record name
-    double kl = 0, top1 = 0, rougeL = 0;
-    std::optional<core::Interval> klDifference, top1Difference, rougeLDifference; // null: < 2 prompts
-};
-
 struct CompareSetSummary
 {
     QString converter;
-    QString source;         // "held-out prompts" or the prompt file
-    int prompts = 0;        // compared
-    int requested = 0;      // in the set (after the limit)
-    bool cancelled = false; // the prompts done so far are summarised
-    double kl = 0, top1 = 0, rougeL = 0, klNoPrefix = 0, top1NoPrefix = 0, rougeLA = 0;
-    std::optional<core::Interval> klGapClosed, top1Gain, rougeLGainVsA; // null: fewer than 2 prompts
-    std::vector<CompareSetBaseline> baselines;
+    QString source;              // "held-out prompts" or the prompt file
+    int requested = 0;           // in the set (after the limit)
+    bool cancelled = false;      // the prompts done so far are summarised
+    core::CompareSetSummary set; // the means, the intervals and the baselines
     QStringList warnings;
 };
 

@@ -14,7 +14,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -296,6 +295,24 @@ ReportData collectReport(const fs::path &experiment)
     return d;
 }
 
+std::vector<EnvironmentRow> environmentRows(const ReportData &d)
+{
+    const auto &p = d.provenance;
+    const auto &e = d.environment;
+    return {{"app_version", "kvwb version", p.appVersion, e.appVersion},
+            {"git_commit", "git commit", p.gitCommit, e.gitCommit},
+            {"qt_version", "Qt", p.qtVersion, e.qtVersion},
+            {"torch_version", "LibTorch", p.torchVersion, std::nullopt},
+            {"hdf5_version", "HDF5", p.hdf5Version, std::nullopt},
+            {"device_or_cpu", "device / CPU", p.device, e.cpuModel},
+            {"threads", "threads", std::nullopt, std::to_string(e.threads)},
+            {"", "OS", std::nullopt, e.os},
+            {"created_utc", "created (UTC)", p.createdUtc, e.createdUtc},
+            {"run_id", "run id", p.runId, std::nullopt},
+            // The report's own configuration hash: the document gives it in its introduction.
+            {"config_sha256", "capture config sha256", p.configSha256, d.configSha256, false}};
+}
+
 std::string reportJson(const ReportData &d)
 {
     const auto &p = d.provenance;
@@ -405,22 +422,11 @@ std::vector<fs::path> writeCsvJson(ReportData &data, const fs::path &outDir)
         put(csvDir / "models.csv", models);
     }
     {
-        const auto &p = data.provenance;
-        const auto &e = data.environment;
         std::string env = "field,experiment_file,this_report\n";
-        const std::vector<std::array<std::string, 3>> rows = {
-            {"app_version", p.appVersion, e.appVersion},
-            {"git_commit", p.gitCommit, e.gitCommit},
-            {"qt_version", p.qtVersion, e.qtVersion},
-            {"torch_version", p.torchVersion, ""},
-            {"hdf5_version", p.hdf5Version, ""},
-            {"device_or_cpu", p.device, e.cpuModel},
-            {"threads", "", std::to_string(e.threads)},
-            {"created_utc", p.createdUtc, e.createdUtc},
-            {"run_id", p.runId, ""},
-            {"config_sha256", p.configSha256, data.configSha256}};
-        for (const auto &r : rows)
-            env += csvField(r[0]) + "," + csvField(r[1]) + "," + csvField(r[2]) + "\n";
+        for (const auto &r : environmentRows(data))
+            if (!r.key.empty())
+                env += csvField(r.key) + "," + csvField(r.experiment.value_or("")) + "," +
+                       csvField(r.report.value_or("")) + "\n";
         put(csvDir / "environment.csv", env);
     }
     for (const auto &r : data.converters) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,21 @@ struct ReportData
     std::string configSha256;
     std::vector<std::string> warnings; // e.g. charts left out
 };
+
+// One row of the environment table: the experiment file's provenance beside the environment that
+// writes the report. The rows are listed once, for csv/environment.csv and the document's Environment
+// section. A missing cell (nullopt: not recorded on that side) is empty in the CSV and "-" in the
+// document.
+struct EnvironmentRow
+{
+    std::string key;                       // environment.csv's field; empty: the document only
+    std::string label;                     // the document's row label
+    std::optional<std::string> experiment; // the file's provenance
+    std::optional<std::string> report;     // what writes the report
+    bool reportInDocument = true;          // false: the document states it elsewhere ("-" in its row)
+};
+
+std::vector<EnvironmentRow> environmentRows(const ReportData &data);
 
 // Reads everything. Error(Io) naming a missing/unreadable file; Error(Format) for a damaged one.
 ReportData collectReport(const std::filesystem::path &experiment);

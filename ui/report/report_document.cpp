@@ -162,19 +162,11 @@ void addEnvironmentSection(Doc &doc, const ReportData &d)
 {
     doc.heading(2, "Environment");
     doc.para("Left: what wrote the experiment file (its provenance). Right: what wrote this report.");
-    const auto &p = d.provenance;
-    const auto &e = d.environment;
-    doc.table({"", "experiment file", "this report"}, {{"kvwb version", p.appVersion, e.appVersion},
-                                                       {"git commit", p.gitCommit, e.gitCommit},
-                                                       {"Qt", p.qtVersion, e.qtVersion},
-                                                       {"LibTorch", p.torchVersion, "-"},
-                                                       {"HDF5", p.hdf5Version, "-"},
-                                                       {"device / CPU", p.device, e.cpuModel},
-                                                       {"threads", "-", std::to_string(e.threads)},
-                                                       {"OS", "-", e.os},
-                                                       {"created (UTC)", p.createdUtc, e.createdUtc},
-                                                       {"run id", p.runId, "-"},
-                                                       {"capture config sha256", p.configSha256, "-"}});
+    std::vector<std::vector<std::string>> rows;
+    for (const auto &r : environmentRows(d))
+        rows.push_back(
+            {r.label, r.experiment.value_or("-"), r.reportInDocument ? r.report.value_or("-") : "-"});
+    doc.table({"", "experiment file", "this report"}, std::move(rows));
 }
 
 // Both models' configurations and fingerprints, then the KV storage.

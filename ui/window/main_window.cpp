@@ -746,12 +746,13 @@ void MainWindow::showComparedSet(const CompareSetSummary &summary)
 {
     m_compare->showSetSummary(summary);
     log(tr("compared %1 of %2 prompts with '%3'%4: KL %5 nats/token, gap closed vs no prefix %6")
-            .arg(summary.prompts)
+            .arg(summary.set.prompts)
             .arg(summary.requested)
             .arg(summary.converter, summary.cancelled ? tr(" (cancelled)") : QString())
-            .arg(summary.kl, 0, 'f', 4)
-            .arg(summary.klGapClosed ? QString::fromStdString(core::formatInterval(*summary.klGapClosed))
-                                     : tr("n/a")));
+            .arg(summary.set.kl, 0, 'f', 4)
+            .arg(summary.set.klGapClosed
+                     ? QString::fromStdString(core::formatInterval(*summary.set.klGapClosed))
+                     : tr("n/a")));
     for (const QString &w : summary.warnings)
         log(tr("compare: %1").arg(w));
 }

@@ -209,27 +209,9 @@ void MainWindow::applyProjectSettings()
     }
     c.outPath = p.experiment ? QString::fromStdString(p.experiment->string())
                              : QDir(captureDir).filePath(projectFile.completeBaseName() + "-experiment.h5");
-    c.storage = core::parseFloatType(p.capture.storage).value_or(core::FloatType::F32);
-    c.compress = p.capture.compress;
-    c.maxTokens = p.capture.maxTokens;
-    c.limit = p.capture.limit;
-    c.postRope = p.capture.postRope;
+    static_cast<core::CaptureSettings &>(c) = p.capture;
     m_capture->setRequest(c);
-
-    core::FitSettings f;
-    f.name = p.alignment.name;
-    f.selection =
-        core::parseLayerSelection(p.alignment.selection).value_or(core::LayerSelection::Proportional);
-    f.k = p.alignment.k;
-    f.autoLambda = p.alignment.autoLambda;
-    f.lambda = p.alignment.lambda;
-    f.perHead = p.alignment.perHead;
-    f.family = core::parseConverterFamily(p.alignment.family).value_or(core::ConverterFamily::Ridge);
-    f.rank = p.alignment.rank;
-    f.mlpHidden = p.alignment.mlpHidden;
-    f.mlpEpochs = p.alignment.mlpEpochs;
-    f.maxTrainTokens = p.alignment.maxTrainTokens;
-    m_alignment->setFitRequest(f);
+    m_alignment->setFitRequest(p.alignment.fit);
 
     m_replay->setWorkloads(workloads);
     m_knowledge->setWorkloads(workloads);
@@ -246,24 +228,8 @@ void MainWindow::applyProjectSettings()
 
 void MainWindow::storeProjectSettings(core::Project &p) const
 {
-    const auto c = m_capture->request();
-    p.capture.storage = core::floatTypeName(c.storage);
-    p.capture.compress = c.compress;
-    p.capture.maxTokens = c.maxTokens;
-    p.capture.limit = c.limit;
-    p.capture.postRope = c.postRope;
-    const auto f = m_alignment->fitRequest();
-    p.alignment.name = f.name;
-    p.alignment.selection = core::layerSelectionName(f.selection);
-    p.alignment.k = f.k;
-    p.alignment.autoLambda = f.autoLambda;
-    p.alignment.lambda = f.lambda;
-    p.alignment.perHead = f.perHead;
-    p.alignment.family = core::converterFamilyName(f.family);
-    p.alignment.rank = f.rank;
-    p.alignment.mlpHidden = f.mlpHidden;
-    p.alignment.mlpEpochs = f.mlpEpochs;
-    p.alignment.maxTrainTokens = f.maxTrainTokens;
+    p.capture = m_capture->request(); // the settings without the request's paths
+    p.alignment.fit = m_alignment->fitRequest();
     p.alignment.inUse = m_alignment->inUse().toStdString();
     p.replay = m_replay->replayRequest(); // its Setting rows are what the project keeps
     const auto cmp = m_compare->request();

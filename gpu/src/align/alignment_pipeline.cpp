@@ -127,19 +127,20 @@ void checkResumedLayer(const std::filesystem::path &file, const core::LayerCheck
 // What determines an MLP layer's maps: a checkpoint is used only by the fit that wrote it.
 std::string mlpFitKey(const core::ExperimentReader &f, const AlignOptions &o)
 {
-    return nlohmann::json{{"experiment_run_id", f.provenance().runId},
-                          {"selection", layerSelectionName(o.selection)},
-                          {"k", o.k},
-                          {"lambda", o.autoLambda ? nlohmann::json(o.lambdaGrid) : nlohmann::json(o.lambda)},
-                          {"per_head", o.perHead},
-                          {"family", core::converterFamilyName(o.family)},
-                          {"max_train_tokens", o.maxTrainTokens},
-                          {"valid_fraction", o.validFraction},
-                          {"test_fraction", o.testFraction},
-                          {"seed", o.seed},
-                          {"mlp",
-                           {o.mlp.hidden, o.mlp.epochs, o.mlp.batch, o.mlp.learningRate, o.mlp.patience,
-                            o.mlp.validationRows, o.mlp.bufferBytes}}}
+    return nlohmann::json{
+        {"experiment_run_id", f.provenance().runId},
+        {"selection", layerSelectionName(o.fit.selection)},
+        {"k", o.fit.k},
+        {"lambda", o.fit.autoLambda ? nlohmann::json(o.lambdaGrid) : nlohmann::json(o.fit.lambda)},
+        {"per_head", o.fit.perHead},
+        {"family", core::converterFamilyName(o.fit.family)},
+        {"max_train_tokens", o.fit.maxTrainTokens},
+        {"valid_fraction", o.fit.validFraction},
+        {"test_fraction", o.fit.testFraction},
+        {"seed", o.fit.seed},
+        {"mlp",
+         {o.fit.mlpHidden, o.fit.mlpEpochs, o.fit.mlpBatch, o.fit.learningRate, o.fit.patience,
+          o.mlpValidationRows, o.mlpBufferBytes}}}
         .dump();
 }
 
@@ -148,13 +149,13 @@ std::string mlpFitKey(const core::ExperimentReader &f, const AlignOptions &o)
 void describeFit(core::ConverterRecord &rec, const core::ExperimentReader &f, const AlignOptions &o,
                  const PromptSplit &split, int k)
 {
-    rec.name = o.name;
+    rec.name = o.fit.name;
     rec.keyForm = f.storage().keyForm;
-    rec.selection = layerSelectionName(o.selection);
+    rec.selection = layerSelectionName(o.fit.selection);
     const int capturedA = int(f.model(core::ModelRole::A).capturedLayers.size());
-    rec.k = o.selection == LayerSelection::All ? capturedA : k;
-    rec.lambdaMode = o.autoLambda ? "auto" : "fixed";
-    rec.perHead = o.perHead;
+    rec.k = o.fit.selection == LayerSelection::All ? capturedA : k;
+    rec.lambdaMode = o.fit.autoLambda ? "auto" : "fixed";
+    rec.perHead = o.fit.perHead;
     rec.trainPrompts = split.train;
     rec.validPrompts = split.valid;
     rec.testPrompts = split.test;
@@ -172,10 +173,11 @@ std::vector<core::LayerConverter> ridgeMaps(const core::ExperimentReader &f, con
                                             const std::vector<int> &sources, bool headMatched,
                                             LayerFitStats *stats, size_t *chosen)
 {
-    auto maps = o.family == core::ConverterFamily::LowRank
-                    ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.rank, stats, headMatched,
-                                          o.maxTrainTokens)
-                    : fitLayerGrid(f, l, sources, split.train, grid, stats, headMatched, o.maxTrainTokens);
+    auto maps =
+        o.fit.family == core::ConverterFamily::LowRank
+            ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.fit.rank, stats, headMatched,
+                                  o.fit.maxTrainTokens)
+            : fitLayerGrid(f, l, sources, split.train, grid, stats, headMatched, o.fit.maxTrainTokens);
     if (grid.size() > 1)
         *chosen = bestLambda(evaluateLayers(f, maps, split.valid), grid);
     return maps;
@@ -224,7 +226,7 @@ std::optional<core::LayerConverter> trainMlpLayerFor(const core::ExperimentReade
                             {"seconds", ms.seconds}};
     if (!checkpoint.empty()) {
         std::filesystem::create_directories(o.checkpointDir);
-        core::saveLayerCheckpoint(checkpoint, {*trained, o.family, fitKey, stats.dump()});
+        core::saveLayerCheckpoint(checkpoint, {*trained, o.fit.family, fitKey, stats.dump()});
     }
     mlpLayers.push_back(std::move(stats));
     return trained;
@@ -257,33 +259,47 @@ std::string fitSettingsJson(const core::ExperimentReader &f, const AlignOptions 
                             const core::ConverterRecord &rec, bool headMatched, int attentionPrompts,
                             const nlohmann::json &mlpLayers)
 {
-    const bool lowRank = o.family == core::ConverterFamily::LowRank;
+    const bool lowRank = o.fit.family == core::ConverterFamily::LowRank;
     nlohmann::json settings = {{"selection", rec.selection},
                                {"k", rec.k},
-                               {"lambda", o.lambda},
-                               {"auto_lambda", o.autoLambda},
+                               {"lambda", o.fit.lambda},
+                               {"auto_lambda", o.fit.autoLambda},
                                {"lambda_grid", o.lambdaGrid},
-                               {"per_head", o.perHead},
-                               {"family", core::converterFamilyName(o.family)},
-                               {"rank", lowRank ? o.rank : 0},
+                               {"per_head", o.fit.perHead},
+                               {"family", core::converterFamilyName(o.fit.family)},
+                               {"rank", lowRank ? o.fit.rank : 0},
                                {"head_matched", headMatched},
-                               {"max_train_tokens", o.maxTrainTokens},
-                               {"valid_fraction", o.validFraction},
-                               {"test_fraction", o.testFraction},
-                               {"seed", o.seed},
+                               {"max_train_tokens", o.fit.maxTrainTokens},
+                               {"valid_fraction", o.fit.validFraction},
+                               {"test_fraction", o.fit.testFraction},
+                               {"seed", o.fit.seed},
                                {"attention_prompts", attentionPrompts},
                                {"cka_tokens", o.ckaTokens},
                                {"experiment_run_id", f.provenance().runId}};
-    if (o.family == core::ConverterFamily::Mlp) {
-        settings["mlp"] = {{"hidden", o.mlp.hidden},     {"max_epochs", o.mlp.epochs},
-                           {"batch", o.mlp.batch},       {"learning_rate", o.mlp.learningRate},
-                           {"patience", o.mlp.patience}, {"validation_rows", o.mlp.validationRows},
+    if (o.fit.family == core::ConverterFamily::Mlp) {
+        settings["mlp"] = {{"hidden", o.fit.mlpHidden},  {"max_epochs", o.fit.mlpEpochs},
+                           {"batch", o.fit.mlpBatch},    {"learning_rate", o.fit.learningRate},
+                           {"patience", o.fit.patience}, {"validation_rows", o.mlpValidationRows},
                            {"layers", mlpLayers}};
     }
     return settings.dump();
 }
 
 } // namespace
+
+MlpOptions mlpOptions(const AlignOptions &o)
+{
+    return {.hidden = o.fit.mlpHidden,
+            .epochs = o.fit.mlpEpochs,
+            .batch = o.fit.mlpBatch,
+            .learningRate = o.fit.learningRate,
+            .patience = o.fit.patience,
+            .validationRows = o.mlpValidationRows,
+            .maxTrainRows = o.fit.maxTrainTokens,
+            .bufferBytes = o.mlpBufferBytes,
+            .seed = uint64_t(o.fit.seed),
+            .progress = {}};
+}
 
 AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions &o, const Model *target)
 {
@@ -292,41 +308,42 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     checkCapturedB(f);
     if (target)
         checkTarget(f, *target);
-    if (o.k <= 0)
-        throw Error(ErrorCode::InvalidArgument, fmt::format("k must be positive, got {}", o.k));
+    if (o.fit.k <= 0)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("k must be positive, got {}", o.fit.k));
     const Geometry g = geometry(f);
-    const bool headMatched = o.perHead && g.kvA == g.kvB;
-    if (o.perHead && !headMatched)
+    const bool headMatched = o.fit.perHead && g.kvA == g.kvB;
+    if (o.fit.perHead && !headMatched)
         r.warnings.push_back(fmt::format("per-head maps need equal kv-head counts (A {}, B {}): fitted full "
                                          "cross-head maps instead",
                                          g.kvA, g.kvB));
-    const bool mlp = o.family == core::ConverterFamily::Mlp,
-               lowRank = o.family == core::ConverterFamily::LowRank;
-    if (lowRank && o.rank < 1)
+    const bool mlp = o.fit.family == core::ConverterFamily::Mlp,
+               lowRank = o.fit.family == core::ConverterFamily::LowRank;
+    if (lowRank && o.fit.rank < 1)
         throw Error(ErrorCode::InvalidArgument,
-                    fmt::format("a low-rank converter needs rank >= 1, got {}", o.rank));
-    const PromptSplit split = splitPrompts(f.promptCount(), o.validFraction, o.testFraction, o.seed);
-    requireSplit(f, split, o.autoLambda || o.selection == LayerSelection::TopK || mlp);
+                    fmt::format("a low-rank converter needs rank >= 1, got {}", o.fit.rank));
+    const PromptSplit split =
+        splitPrompts(f.promptCount(), o.fit.validFraction, o.fit.testFraction, o.fit.seed);
+    requireSplit(f, split, o.fit.autoLambda || o.fit.selection == LayerSelection::TopK || mlp);
     const int lb = f.model(core::ModelRole::B).config.numLayers;
     const auto started = core::Clock::now();
     nlohmann::json mlpLayers = nlohmann::json::array();
-    const std::vector<double> grid = o.autoLambda ? o.lambdaGrid : std::vector<double>{o.lambda};
+    const std::vector<double> grid = o.fit.autoLambda ? o.lambdaGrid : std::vector<double>{o.fit.lambda};
     auto report = [&](double fr, const std::string &stage) { return !o.progress || o.progress(fr, stage); };
     const std::string fitKey = mlpFitKey(f, o);
     std::vector<int> resumed;
 
     const int k =
-        std::min(o.k, int(f.model(core::ModelRole::A).capturedLayers.size())); // the k actually used
+        std::min(o.fit.k, int(f.model(core::ModelRole::A).capturedLayers.size())); // the k actually used
     describeFit(rec, f, o, split, k);
     std::vector<LayerMetrics> metrics;
     // top k: every B layer's ranking of A's layers first (one accumulation per A layer), reported as
     // the first share of the fit in proportion to its work (an A layer against all of B's layers)
     std::vector<std::vector<int>> ranked;
-    const double rankShare = o.selection == LayerSelection::TopK ? 0.5 : 0.0;
+    const double rankShare = o.fit.selection == LayerSelection::TopK ? 0.5 : 0.0;
     const auto after = [&](double fr) { return rankShare + (1 - rankShare) * fr; }; // the fit's own share
-    if (o.selection == LayerSelection::TopK) {
-        ranked = rankSourceLayers(f, split.train, split.valid, o.autoLambda ? 0.01 : o.lambda,
-                                  o.maxTrainTokens, [&](int done, int of) {
+    if (o.fit.selection == LayerSelection::TopK) {
+        ranked = rankSourceLayers(f, split.train, split.valid, o.fit.autoLambda ? 0.01 : o.fit.lambda,
+                                  o.fit.maxTrainTokens, [&](int done, int of) {
                                       return report(rankShare * done / of,
                                                     fmt::format("ranking A's layers {}/{}", done + 1, of));
                                   });
@@ -341,7 +358,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             return r;
         }
         const auto sources =
-            selectSources(f, o.selection, k, l, ranked.empty() ? std::vector<int>{} : ranked[size_t(l)]);
+            selectSources(f, o.fit.selection, k, l, ranked.empty() ? std::vector<int>{} : ranked[size_t(l)]);
         LayerFitStats stats;
         size_t chosen = 0;
         auto maps = ridgeMaps(f, o, split, grid, l, sources, headMatched, &stats, &chosen);
@@ -352,13 +369,11 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         const std::filesystem::path checkpoint = o.checkpointDir.empty()
                                                      ? std::filesystem::path()
                                                      : o.checkpointDir / fmt::format("layer-{:03}.h5", l);
-        if (mlp && o.resume && !checkpoint.empty() && std::filesystem::exists(checkpoint)) {
+        if (mlp && o.fit.resume && !checkpoint.empty() && std::filesystem::exists(checkpoint)) {
             rec.layers.push_back(resumeMlpLayer(checkpoint, fitKey, o, maps[chosen], l, mlpLayers));
             resumed.push_back(l);
         } else if (mlp) {
-            MlpOptions mo = o.mlp;
-            mo.seed = o.seed;
-            mo.maxTrainRows = o.maxTrainTokens;
+            MlpOptions mo = mlpOptions(o);
             mo.progress = [&](int epoch, int epochs) {
                 return report(after((l + double(epoch) / std::max(1, epochs)) / (lb + 2)),
                               fmt::format("layer {}/{}: MLP epoch {}/{}", l + 1, lb, epoch, epochs));
@@ -380,7 +395,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             fmt::format("{} of {} layers read from checkpoints in {} (fit time counts this run only)",
                         resumed.size(), lb, o.checkpointDir.string()));
     rec.fitSeconds = core::msSince(started) / 1000;
-    rec.family = o.family;
+    rec.family = o.fit.family;
     rec.convertMsPer1k = conversionMsPer1k(g, rec.layers);
     if (!report(after(double(lb) / (lb + 2)), "attention-output cosine")) {
         r.cancelled = true;
@@ -388,7 +403,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     }
     AttentionMetrics attn;
     if (target)
-        attn = attentionCosine(f, rec.layers, *target, split.test, o.attentionPrompts);
+        attn = attentionCosine(f, rec.layers, *target, split.test, o.fit.attentionPrompts);
     else
         r.warnings.push_back("model B not loaded: attention-output cosine not computed");
     if (!report(after(double(lb + 1) / (lb + 2)), "linear CKA")) {

@@ -289,13 +289,7 @@ core::StoreStats PrefixKvTier::stats() const
     for (const auto &s : m_stores) {
         if (!s.tree)
             continue;
-        const auto st = s.tree->stats();
-        total.entries += st.entries;
-        total.bytes += st.bytes;
-        total.inserts += st.inserts;
-        total.evictions += st.evictions;
-        total.expirations += st.expirations;
-        total.invalidations += st.invalidations;
+        total += s.tree->stats();
     }
     return total;
 }

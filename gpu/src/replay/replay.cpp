@@ -110,16 +110,9 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
             }
             break;
         case TierKind::Cross: {
-            CrossTierOptions co;
-            co.minTokens = o.minCrossTokens;
-            co.gate = o.gate;
-            co.gateSignal = o.gateSignal;
-            co.gateThreshold = o.gateThreshold;
-            co.gateTail = o.gateTail;
-            co.alignPolicy = o.alignPolicy;
             tier = std::make_unique<CrossModelTier>(*prefix, *m.a, *m.b, *m.tokenizerA,
                                                     m.tokenizerB ? *m.tokenizerB : *m.tokenizerA,
-                                                    *m.converter, co);
+                                                    *m.converter, o.cross);
             break;
         }
         case TierKind::Knowledge:

@@ -74,14 +74,14 @@ private Q_SLOTS:
         test::writeFile(dir / "old.kvwb", R"({"schema": "kvwb-project/1",
             "models": {"a": {"path": "a"}, "b": {"path": "b"}}})");
         const auto p = core::Project::load(dir / "old.kvwb");
-        const core::ProjectCapture c;
+        const core::CaptureSettings c;
         const core::ProjectAlignment a;
         const core::ReplaySettings r;
-        QCOMPARE(p.capture.storage, c.storage);
+        QVERIFY(p.capture.storage == c.storage);
         QCOMPARE(p.capture.compress, c.compress);
-        QCOMPARE(p.alignment.selection, a.selection);
-        QCOMPARE(p.alignment.lambda, a.lambda);
-        QCOMPARE(p.alignment.name, a.name);
+        QVERIFY(p.alignment.fit.selection == a.fit.selection);
+        QCOMPARE(p.alignment.fit.lambda, a.fit.lambda);
+        QCOMPARE(p.alignment.fit.name, a.fit.name);
         QCOMPARE(p.replay.tiers, r.tiers);
         QCOMPARE(p.replay.threshold, r.threshold);
         QCOMPARE(p.replay.gate, r.gate);
@@ -109,22 +109,22 @@ private Q_SLOTS:
                        "limit": 7, "store": "memory", "store_kv_dtype": "bf16", "prices": "deepseek-chat"},
             "later_section": [1, 2]})");
         const auto check = [](const core::Project &p) {
-            QCOMPARE(p.capture.storage, std::string("bf16"));
+            QVERIFY(p.capture.storage == core::FloatType::BF16);
             QCOMPARE(p.capture.compress, 4);
             QCOMPARE(p.capture.maxTokens, 512);
             QCOMPARE(p.capture.limit, 20);
             QCOMPARE(p.capture.postRope, true);
-            QCOMPARE(p.alignment.name, std::string("fit-2"));
-            QCOMPARE(p.alignment.selection, std::string("topk"));
-            QCOMPARE(p.alignment.k, 3);
-            QCOMPARE(p.alignment.autoLambda, true);
-            QCOMPARE(p.alignment.lambda, 0.25);
-            QCOMPARE(p.alignment.perHead, true);
-            QCOMPARE(p.alignment.family, std::string("mlp"));
-            QCOMPARE(p.alignment.rank, 12);
-            QCOMPARE(p.alignment.mlpHidden, 64);
-            QCOMPARE(p.alignment.mlpEpochs, 9);
-            QCOMPARE(p.alignment.maxTrainTokens, int64_t(5000000000));
+            QCOMPARE(p.alignment.fit.name, std::string("fit-2"));
+            QVERIFY(p.alignment.fit.selection == core::LayerSelection::TopK);
+            QCOMPARE(p.alignment.fit.k, 3);
+            QCOMPARE(p.alignment.fit.autoLambda, true);
+            QCOMPARE(p.alignment.fit.lambda, 0.25);
+            QCOMPARE(p.alignment.fit.perHead, true);
+            QVERIFY(p.alignment.fit.family == core::ConverterFamily::Mlp);
+            QCOMPARE(p.alignment.fit.rank, 12);
+            QCOMPARE(p.alignment.fit.mlpHidden, 64);
+            QCOMPARE(p.alignment.fit.mlpEpochs, 9);
+            QCOMPARE(p.alignment.fit.maxTrainTokens, int64_t(5000000000));
             QCOMPARE(p.alignment.inUse, std::string("fit-1"));
             QCOMPARE(p.replay.tiers,
                      (std::vector<core::TierKind>{core::TierKind::Cross, core::TierKind::Knowledge,
@@ -154,15 +154,15 @@ private Q_SLOTS:
         QVERIFY2(text.find("\"future_flag\"") != std::string::npos, text.c_str());
 
         // Edited values are what save writes.
-        again.capture.storage = "f16";
-        again.alignment.k = 9;
+        again.capture.storage = core::FloatType::F16;
+        again.alignment.fit.k = 9;
         again.replay.tiers = {core::TierKind::Exact, core::TierKind::Semantic, core::TierKind::Prefix,
                               core::TierKind::Cross};
         again.replay.gateSignal = core::GateSignal::Nll;
         again.save(dir / "s3.kvwb");
         const auto third = core::Project::load(dir / "s3.kvwb");
-        QCOMPARE(third.capture.storage, std::string("f16"));
-        QCOMPARE(third.alignment.k, 9);
+        QVERIFY(third.capture.storage == core::FloatType::F16);
+        QCOMPARE(third.alignment.fit.k, 9);
         QCOMPARE(third.replay.tiers, again.replay.tiers);
         QCOMPARE(third.replay.gateSignal, core::GateSignal::Nll);
         QCOMPARE(third.capture.compress, 4);

@@ -27,7 +27,7 @@ ReplaySettings everyFieldSet()
     s.converter = "ridge";
     s.knowledgeGraphs = {"g.h5", "t1=h.h5"};
     s.profiles = "p.json";
-    s.knowledgeClockStartMs = 1700000000000;
+    s.knowledge.clockStartMs = 1700000000000;
     s.saveKnowledge = "out.h5";
     s.storeKeyFile = "key";
     s.storeFlush = true;
@@ -45,11 +45,11 @@ ReplaySettings everyFieldSet()
     s.prefixBlock = 8;
     s.minCrossTokens = 5;
     s.alignPolicy = AlignPolicy::Longest;
-    s.knowledgeCandidates = 7;
-    s.knowledgeMinSimilarity = 0.125;
-    s.knowledgeVerify = false;
-    s.knowledgeTtlMs = 5000;
-    s.knowledgeBoundary = 3;
+    s.knowledge.candidates = 7;
+    s.knowledge.minSimilarity = 0.125;
+    s.knowledge.verify = false;
+    s.knowledge.ttlMs = 5000;
+    s.knowledge.boundary = 3;
     s.exactEntries = 11;
     s.exactBytes = 12;
     s.semanticEntries = 13;

@@ -376,14 +376,14 @@ private Q_SLOTS:
             QCOMPARE(std::vector<int>{ranked.back()}, std::vector<int>{1 - ranked.front()});
         }
         gpu::AlignOptions o;
-        o.selection = gpu::LayerSelection::TopK;
-        o.k = 5; // more than A's 2 layers: both, in layer order
-        o.autoLambda = true;
-        o.validFraction = o.testFraction = 0.25;
+        o.fit.selection = gpu::LayerSelection::TopK;
+        o.fit.k = 5; // more than A's 2 layers: both, in layer order
+        o.fit.autoLambda = true;
+        o.fit.validFraction = o.fit.testFraction = 0.25;
         const auto all = gpu::alignExperiment(file, o, nullptr);
         for (const auto &map : all.record.layers)
             QCOMPARE(map.sourceLayers, std::vector<int>({0, 1}));
-        o.k = 1;
+        o.fit.k = 1;
         const auto r = gpu::alignExperiment(file, o, nullptr);
         QCOMPARE(r.record.layers.size(), size_t(3));
         for (int l = 0; l < 3; ++l) {
@@ -488,11 +488,11 @@ private Q_SLOTS:
         for (auto family :
              {core::ConverterFamily::Ridge, core::ConverterFamily::LowRank, core::ConverterFamily::Mlp}) {
             gpu::AlignOptions o;
-            o.family = family;
-            o.rank = 4;
-            o.lambda = 1e-9;
-            o.mlp.hidden = 8;
-            o.mlp.epochs = 3;
+            o.fit.family = family;
+            o.fit.rank = 4;
+            o.fit.lambda = 1e-9;
+            o.fit.mlpHidden = 8;
+            o.fit.mlpEpochs = 3;
             const auto r = gpu::alignExperiment(file, o, nullptr);
             QVERIFY(!r.cancelled);
             QCOMPARE(r.record.family, family);
@@ -523,9 +523,9 @@ private Q_SLOTS:
         QTemporaryDir tmp;
         const auto file = core::ExperimentReader::open(writeSynthetic(tmp.path().toStdString()));
         gpu::AlignOptions o;
-        o.family = core::ConverterFamily::Mlp;
-        o.mlp.hidden = 8;
-        o.mlp.epochs = 2;
+        o.fit.family = core::ConverterFamily::Mlp;
+        o.fit.mlpHidden = 8;
+        o.fit.mlpEpochs = 2;
         o.checkpointDir = fs::path(tmp.path().toStdString()) / "ckpt";
         const auto whole = gpu::alignExperiment(file, o, nullptr);
         QVERIFY(!whole.cancelled);
@@ -542,7 +542,7 @@ private Q_SLOTS:
         QVERIFY(!fs::exists(o.checkpointDir / "layer-001.h5"));
 
         auto resume = o;
-        resume.resume = true;
+        resume.fit.resume = true;
         const auto resumed = gpu::alignExperiment(file, resume, nullptr);
         QVERIFY(!resumed.cancelled);
         QCOMPARE(resumed.resumedLayers, 1);
@@ -559,7 +559,7 @@ private Q_SLOTS:
         QCOMPARE(resumed.record.layerMetrics.at(2, "r2_k"), whole.record.layerMetrics.at(2, "r2_k"));
 
         auto other = resume; // another seed: the checkpoints are not this fit's
-        other.seed = 2;
+        other.fit.seed = 2;
         const auto refused = test::expectError([&] { gpu::alignExperiment(file, other, nullptr); });
         QCOMPARE(refused.code(), core::ErrorCode::InvalidArgument);
         QVERIFY2(QString(refused.what()).contains("layer-000.h5: written by a fit with other settings"),
@@ -667,12 +667,12 @@ private Q_SLOTS:
         const auto path = captureSelf(tmp.path().toStdString(), a, b);
         const auto file = core::ExperimentReader::open(path);
         gpu::AlignOptions o;
-        o.selection = gpu::LayerSelection(selection);
-        o.perHead = perHead;
-        o.lambda = 1e-7;
-        o.autoLambda = o.selection == gpu::LayerSelection::TopK;
+        o.fit.selection = gpu::LayerSelection(selection);
+        o.fit.perHead = perHead;
+        o.fit.lambda = 1e-7;
+        o.fit.autoLambda = o.fit.selection == gpu::LayerSelection::TopK;
         o.lambdaGrid = {1e-7, 1e-1};
-        o.validFraction = o.testFraction = 0.2;
+        o.fit.validFraction = o.fit.testFraction = 0.2;
         const auto r = gpu::alignExperiment(file, o, b.get());
         const auto &rec = r.record;
         const int layers = b->config().numLayers;

@@ -129,11 +129,11 @@ private Q_SLOTS:
         gpu::ReplayOptions o;
         o.tiers = {TierKind::Prefix, TierKind::Cross};
         o.prefixBlock = 16;
-        o.minCrossTokens = 16;
+        o.cross.minTokens = 16;
         // a random model's next-token distributions are near uniform, so even a destroyed cache moves
         // them little in absolute terms (tail KL ~7e-5 here, against ~1e-14 for the identity maps):
         // the threshold sits between the two
-        o.gateThreshold = 1e-9;
+        o.cross.gateThreshold = 1e-9;
 
         // identity maps between two instances of one model: the converted cache is B's own
         const auto identity = gpu::Converter::create(
@@ -142,8 +142,8 @@ private Q_SLOTS:
         const auto &hit = pass.rows[1];
         QCOMPARE(hit.answeredBy, TierKind::Cross);
         QCOMPARE(hit.gate, core::GateDecision::Pass);
-        QVERIFY(hit.gateValue <= o.gateThreshold);
-        QVERIFY(hit.tokensReused >= o.minCrossTokens);
+        QVERIFY(hit.gateValue <= o.cross.gateThreshold);
+        QVERIFY(hit.tokensReused >= o.cross.minTokens);
         QCOMPARE(pass.outputs, scratch);
 
         // maps of zeros destroy the cache: the gate refuses it and B computes the whole prompt
@@ -156,14 +156,14 @@ private Q_SLOTS:
         const auto fail = gpu::replayWorkload(requests, p.models(&destroyed), o);
         const auto &refused = fail.rows[1];
         QCOMPARE(refused.gate, core::GateDecision::Fail);
-        QVERIFY(refused.gateValue > o.gateThreshold);
+        QVERIFY(refused.gateValue > o.cross.gateThreshold);
         QCOMPARE(refused.answeredBy, TierKind::None);
         QCOMPARE(refused.tokensReused, 0);
         QCOMPARE(fail.outputs, scratch);
 
         // without the gate the destroyed cache is used: reuse is counted, and the answer is B's
         // from that cache (whatever it is), still as a cross-model hit
-        o.gate = false;
+        o.cross.gate = false;
         const auto ungated = gpu::replayWorkload(requests, p.models(&destroyed), o);
         QCOMPARE(ungated.rows[1].answeredBy, TierKind::Cross);
         QCOMPARE(ungated.rows[1].gate, core::GateDecision::None);

@@ -1,0 +1,35 @@
+// The summary of a prompt set compared three ways (A; B from scratch; B from A's converted cache),
+// as `kvwb compare --held-out` / `--prompts` prints it and the window's Compare step shows it: means
+// over the compared prompts and paired bootstrap 95% intervals (null with fewer than 2 prompts or a
+// value that is not finite).
+//
+// Plain values.
+#pragma once
+
+#include "core/metrics/bootstrap.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvwb::core {
+
+// One other converter run on the same prompts (--versus, a baseline): its means and this converter
+// minus it.
+struct CompareOtherSummary
+{
+    std::string key;       // "versus", "raw_source_kv" or "random_map"
+    std::string converter; // its record name
+    double kl = 0, top1 = 0, rougeL = 0;
+    std::optional<Interval> klDifference, top1Difference, rougeLDifference;
+};
+
+struct CompareSetSummary
+{
+    int prompts = 0; // compared
+    double kl = 0, top1 = 0, rougeL = 0, klNoPrefix = 0, top1NoPrefix = 0, rougeLA = 0;
+    std::optional<Interval> klGapClosed, top1Gain, rougeLGainVsA;
+    std::vector<CompareOtherSummary> others; // versus first, then the baselines
+};
+
+} // namespace kvwb::core
