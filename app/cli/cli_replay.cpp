@@ -174,9 +174,9 @@ void printReplaySummary(const jobs::PreparedReplay &job, const gpu::ReplayResult
                 (long long)s.hits, (long long)s.falseHits, (long long)s.tokensReused,
                 (long long)s.tokensComputed, s.ttftMsP50, s.ttftMsP95);
     std::printf(
-        "hit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching (prices: "
-        "%s)\n",
-        s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache,
+        "hit rate %.3f (tokens %.3f), false-hit rate %.3f, approximate hits %lld (never cached again), "
+        "cost $%.6f vs $%.6f without caching (prices: %s)\n",
+        s.hitRate, s.tokenHitRate, s.falseHitRate, (long long)s.approximateHits, s.costUsd, s.costUsdNoCache,
         s.prices.preset.empty() ? "custom" : s.prices.preset.c_str());
     if (s.notServed > 0)
         std::printf("%s\n", notServedLine(s).c_str());

@@ -2,9 +2,11 @@
 // same-model prefix KV, cross-model KV and knowledge modules in gpu/replay), so a replay is a loop over a
 // stack of tiers and a new tier plugs in without touching the replay.
 //
-// A tier is asked, in stack order, whether it can serve a request (lookup); when no tier served it
-// and the model ran, every tier is offered what was computed (insert). Approximate reuse (semantic
-// answers, converted KV) reports itself as such through its TierKind, never as an exact hit.
+// A tier is asked, in stack order, whether it can serve a request (lookup); when the model ran on
+// its own (a miss, or a same-model prefix hit), every tier is offered what was computed (insert).
+// Approximate reuse (semantic answers, converted KV, knowledge modules) reports itself as such
+// through its TierKind, never as an exact hit, and what it produced is never inserted: no exact,
+// semantic or prefix entry descends from an approximate hit.
 //
 // The tenant scope is part of every key: TenantScope has no default constructor, so a lookup or
 // insert without a scope does not compile.

@@ -36,13 +36,19 @@ bool carriesIntent(TierKind t)
     return isResponseHit(t) || t == TierKind::Knowledge;
 }
 
-// A model-served row whose prompt KV a KV tier kept: the replay inserts every computed prompt's KV
-// into the prefix trees when the stack has a prefix or cross tier (gpu/src/replay/replay.cpp), except
-// a knowledge hit's rewritten prompt. A miss consulted every tier, a KV hit its own, so the row's
-// tierHits tells whether the stack had one.
+// Reuse that is not the model's own computation for this prompt (core/cache/cache_tier.h).
+bool isApproximate(TierKind t)
+{
+    return t == TierKind::Semantic || t == TierKind::Cross || t == TierKind::Knowledge;
+}
+
+// A model-served row whose prompt KV a KV tier kept: the replay inserts the KV of a miss or a
+// prefix hit into the prefix trees when the stack has a prefix or cross tier
+// (gpu/src/replay/replay.cpp), never what a cross-model or knowledge hit produced. A miss consulted
+// every tier, a KV hit its own, so the row's tierHits tells whether the stack had one.
 bool keepsKv(const LedgerRow &r)
 {
-    if (r.answeredBy != TierKind::None && r.answeredBy != TierKind::Prefix && r.answeredBy != TierKind::Cross)
+    if (r.answeredBy != TierKind::None && r.answeredBy != TierKind::Prefix)
         return false;
     return r.tierHits.count(TierKind::Prefix) || r.tierHits.count(TierKind::Cross);
 }
@@ -79,6 +85,7 @@ LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &pri
         const bool falseHit = r.falseHit && carriesIntent(r.answeredBy);
         if (r.answeredBy != TierKind::None)
             ++s.hits;
+        s.approximateHits += isApproximate(r.answeredBy);
         responseHits += carriesIntent(r.answeredBy);
         s.falseHits += falseHit;
         s.tokensReused += r.tokensReused;
@@ -664,6 +671,7 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
                               {"not_served_by", s.notServedBy},
                               {"hits", s.hits},
                               {"false_hits", s.falseHits},
+                              {"approximate_hits", s.approximateHits},
                               {"hit_rate", s.hitRate},
                               {"token_hit_rate", s.tokenHitRate},
                               {"false_hit_rate", s.falseHitRate},

@@ -127,6 +127,10 @@ struct LedgerSummary
     std::map<std::string, int64_t> notServedBy; // ... by reason ("context", "worker")
     int64_t hits = 0;                           // answered by any tier
     int64_t falseHits = 0;
+    // Hits of approximate reuse (semantic, cross-model, knowledge): answers that are not the
+    // model's own for this prompt. None is cached again, so these are all the answers descending
+    // from approximate hits.
+    int64_t approximateHits = 0;
     double hitRate = 0;      // hits / requests
     double tokenHitRate = 0; // tokens reused / prompt tokens
     double falseHitRate = 0; // false hits / hits of a response or a knowledge node

@@ -250,8 +250,8 @@ void ReplayPanel::refreshSummary()
                 .arg(agg.tokensReused)
                 .arg(agg.ttftMsP50, 0, 'f', 2);
     m_summary->setText(
-        tr("<b>%1 requests</b>%10: hit rate %2 (by tokens %3), false-hit rate %4, TTFT p50 %5 ms / p95 "
-           "%6 ms, cost $%7 vs $%8 without caching."
+        tr("<b>%1 requests</b>%10: hit rate %2 (by tokens %3), false-hit rate %4, approximate hits %11 "
+           "(never cached again), TTFT p50 %5 ms / p95 %6 ms, cost $%7 vs $%8 without caching."
            "<table cellspacing=6><tr><th align=left>tier</th><th>requests</th><th>hits</th>"
            "<th>false hits</th><th>tokens reused</th><th>TTFT p50 ms</th></tr>%9</table>")
             .arg(s.requests)
@@ -266,7 +266,8 @@ void ReplayPanel::refreshSummary()
             .arg(s.notServed > 0 ? tr(" (%1 more not served: too long for the model's context, or their "
                                       "worker died)")
                                        .arg(s.notServed)
-                                 : QString()));
+                                 : QString())
+            .arg(s.approximateHits));
 }
 
 QString ReplayPanel::summaryText() const

@@ -255,6 +255,8 @@ void addLedgerSection(Doc &doc, const ReportLedger &l, const std::vector<ReportC
                           (s.notServed > 0 ? fmt::format(" ({} more not served)", s.notServed) : "")},
          {"hits (any tier)", fmt::format("{} ({})", s.hits, percent(s.hitRate))},
          {"false hits", fmt::format("{} ({} of response hits)", s.falseHits, percent(s.falseHitRate))},
+         {"approximate hits (semantic, cross-model, knowledge; never cached again)",
+          std::to_string(s.approximateHits)},
          {"tokens reused / computed", fmt::format("{} / {} (token hit rate {})", s.tokensReused,
                                                   s.tokensComputed, percent(s.tokenHitRate))},
          {"TTFT p50 / p95 / p99 (ms)",

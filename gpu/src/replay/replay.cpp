@@ -407,15 +407,17 @@ void serveComputed(ReplayRun &run, Serving &sv, StackFind &f, const std::vector<
             row.shadowKl = core::klDivergence(scratchLogits, hitLogits);
             row.shadowExact = model.generate(input, sv.go).outputIds == gen.outputIds ? 1 : 0;
         });
-    // Cache what was computed, in every tier of the stack. A rewritten prompt's KV is not the
-    // request's prompt's, so no KV tier may keep it.
+    run.result.outputs.push_back(text);
+    // An answer and a cache that descend from an approximate hit (converted KV, a knowledge module)
+    // are not the model's own: no tier keeps them, so no later hit, exact or prefix, serves them as
+    // if they were (core/cache/cache_tier.h).
+    if (row.answeredBy == TierKind::Cross || row.answeredBy == TierKind::Knowledge)
+        return;
+    // Cache what was computed, in every tier of the stack.
     const core::CachedResponse cr{text, gen.outputIds, sv.r.intent, sv.r.id};
-    std::unique_ptr<core::KvPayload> computed;
-    if (f.rewritten.empty())
-        computed = std::make_unique<KvCachePayload>(std::move(cache));
+    std::unique_ptr<core::KvPayload> computed = std::make_unique<KvCachePayload>(std::move(cache));
     for (core::CacheTier *tier : run.tiers.all)
         tier->insert(request, core::TierInsert{cr, computed});
-    run.result.outputs.push_back(text);
 }
 
 // Serves one request that fits its model's context (waiting for its arrival on the clock) and

@@ -92,6 +92,7 @@ private Q_SLOTS:
     void oldPricesUnchanged();
     void gpuPresetDerivesPrices();
     void summaryJsonNamesThePreset();
+    void approximateHitsWriteNothing();
     void comparison();
     void fileErrors_data();
     void fileErrors();
@@ -186,6 +187,25 @@ void TestPrices::gpuPresetDerivesPrices()
     QCOMPARE(gpu.prices.cacheWrite(), 1.0);
     const LedgerSummary s = summarize(handLedger(), gpu.prices);
     QCOMPARE(s.costUsd, (1466 * 1.0 + 125 * 10.0) / 1e6);
+}
+
+// What a cross-model hit produced is never cached (core/cache/cache_tier.h): its computed tokens are
+// billed at the input price, none written; a prefix hit's are written as before.
+void TestPrices::approximateHitsWriteNothing()
+{
+    using T = TierKind;
+    const PricePreset round = findPricePreset(parsePricePresets(kTestPresets, "test"), "round");
+    const std::map<T, bool> crossHit = {{T::Prefix, false}, {T::Cross, true}};
+    const LedgerSummary s = summarize({row(0, 0, T::Cross, crossHit, 1200, 1000, 10)}, round.prices);
+    QCOMPARE(s.cost.cachedInputTokens, int64_t(1000));
+    QCOMPARE(s.cost.inputTokens, int64_t(200));
+    QCOMPARE(s.cost.cacheWriteTokens, int64_t(0));
+    QCOMPARE(s.approximateHits, int64_t(1));
+    QVERIFY(contains(ledgerSummaryJson(s), "\"approximate_hits\":1"));
+    const LedgerSummary p =
+        summarize({row(0, 0, T::Prefix, {{T::Prefix, true}}, 1200, 1000, 10)}, round.prices);
+    QCOMPARE(p.cost.cacheWriteTokens, int64_t(200));
+    QCOMPARE(p.approximateHits, int64_t(0));
 }
 
 void TestPrices::summaryJsonNamesThePreset()

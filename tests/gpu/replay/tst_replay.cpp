@@ -169,6 +169,39 @@ private Q_SLOTS:
         QCOMPARE(ungated.rows[1].gate, core::GateDecision::None);
     }
 
+    // What a cross-model hit produced is not B's own answer or cache: no tier keeps it, so the same
+    // request again is a cross-model hit again, never an exact or prefix hit (while a miss's answer
+    // is cached as usual), and the summary counts the approximate hits.
+    void approximateAnswersAreNeverCachedAgain()
+    {
+        Pair p;
+        const auto identity = gpu::Converter::create(
+            test::identityConverter(p.b->config(), core::KeyForm::PreRope), *p.a, *p.b);
+        gpu::ReplayOptions o;
+        o.tiers = {TierKind::Exact, TierKind::Prefix, TierKind::Cross};
+        o.prefixBlock = 16;
+        o.cross.minTokens = 16;
+        o.cross.gate = false;
+        const std::vector<core::WorkloadRequest> requests = {request(0, core::ModelRole::A, "t0", kPrompt),
+                                                             request(1, core::ModelRole::B, "t0", kLonger),
+                                                             request(2, core::ModelRole::B, "t0", kLonger)};
+        const auto r = gpu::replayWorkload(requests, p.models(&identity), o);
+        QCOMPARE(r.rows[1].answeredBy, TierKind::Cross);
+        QCOMPARE(r.rows[2].answeredBy, TierKind::Cross);
+        QCOMPARE(r.rows[2].tierHits.at(TierKind::Exact), false);
+        QCOMPARE(r.rows[2].tierHits.at(TierKind::Prefix), false);
+        QCOMPARE(r.summary.approximateHits, int64_t(2));
+        QCOMPARE(r.outputs[2], r.outputs[1]);
+
+        // control: B's own answer to a miss is cached, so the repeat is an exact hit
+        const std::vector<core::WorkloadRequest> own = {request(0, core::ModelRole::B, "t0", kLonger),
+                                                        request(1, core::ModelRole::B, "t0", kLonger)};
+        const auto m = gpu::replayWorkload(own, p.models(&identity), o);
+        QCOMPARE(m.rows[0].answeredBy, TierKind::None);
+        QCOMPARE(m.rows[1].answeredBy, TierKind::Exact);
+        QCOMPARE(m.summary.approximateHits, int64_t(0));
+    }
+
     void shadowRunsConfirmHits()
     {
         Pair p;
