@@ -3,6 +3,7 @@
 // line has always had.
 #include "core/settings/embedder_train_settings.h"
 #include "core/util/error.h"
+#include "tests/support/setting_message.h"
 
 #include <QTest>
 
@@ -14,13 +15,7 @@ namespace {
 
 std::string messageOf(const char *flag, const std::string &value)
 {
-    EmbedderTrainSettings s;
-    try {
-        findEmbedderTrainFlag(flag)->set(s, value);
-    } catch (const Error &e) {
-        return e.what();
-    }
-    return "(accepted)";
+    return kvwb::test::rowMessage(*findEmbedderTrainFlag(flag), value);
 }
 
 } // namespace

@@ -2,6 +2,7 @@
 // it writes, topk's own default k before --k, lambda's "auto", and the calibration-token floor.
 #include "core/settings/fit_settings.h"
 #include "core/util/error.h"
+#include "tests/support/setting_message.h"
 
 #include <QTest>
 
@@ -13,13 +14,7 @@ namespace {
 
 std::string messageOf(const char *flag, const std::string &value)
 {
-    FitSettings s;
-    try {
-        findFitFlag(flag)->set(s, value);
-    } catch (const Error &e) {
-        return e.what();
-    }
-    return "(accepted)";
+    return kvwb::test::rowMessage(*findFitFlag(flag), value);
 }
 
 } // namespace

@@ -5,6 +5,7 @@
 // tiers as a list) read as before, and the rules between settings name the flags at fault.
 #include "core/settings/replay_settings.h"
 #include "core/util/error.h"
+#include "tests/support/setting_message.h"
 
 #include <QTest>
 
@@ -78,13 +79,7 @@ ReplaySettings everyFieldSet()
 
 std::string messageOf(const ReplayFlag &f, const std::string &value)
 {
-    ReplaySettings s;
-    try {
-        f.set(s, value);
-    } catch (const Error &e) {
-        return e.what();
-    }
-    return "(accepted)";
+    return kvwb::test::rowMessage(f, value);
 }
 
 } // namespace
