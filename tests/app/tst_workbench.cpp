@@ -704,6 +704,11 @@ private Q_SLOTS:
         QFile json(tmp.path() + "/report/report.json");
         QVERIFY(json.open(QIODevice::ReadOnly));
         QVERIFY(!QJsonDocument::fromJson(json.readAll(), &err).isNull());
+        // Open report says why it cannot open a report that is gone (never silently nothing)
+        QVERIFY(QFile::remove(tmp.path() + "/report/report.html"));
+        QVERIFY(!w.openReport());
+        QVERIFY2(child<QLabel>(&w, "reportStatus")->text().contains("report.html is gone"),
+                 qPrintable(child<QLabel>(&w, "reportStatus")->text()));
 
         qInfo("longest event-loop pause while the engine worked: %lld ms (%s)", stalls.worstMs(),
               qPrintable(stalls.where()));

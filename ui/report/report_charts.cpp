@@ -406,6 +406,7 @@ std::vector<ReportChart> ledgerCharts(const ReportLedger &l)
         series->append(set);
         series->setLabelsVisible(true);
         series->setLabelsFormat("@value %");
+        series->setLabelsPrecision(3); // significant digits: 97 %, not 97.0443 %
         auto *x = new QBarCategoryAxis;
         x->append(tiers.isEmpty() ? QStringList{"(no tiers)"} : tiers);
         x->setTitleText("cache tier, in stack order");

@@ -117,6 +117,9 @@ public Q_SLOTS:
     // data; writeReport() then draws and writes it into outDir (all formats). False when no
     // experiment is shown.
     bool exportReport(const QString &outDir);
+    // Report > Open report: the last exported report's HTML in the desktop's browser. False, with
+    // the reason in the Report step's status line, when it is gone or nothing here opens it.
+    bool openReport();
     // The engine gathered the report data: draw the charts and write every format (GUI thread:
     // charts are widgets). Returns the files written.
     QStringList writeReport(std::shared_ptr<const kvwb::ui::ReportData> data);

@@ -84,8 +84,7 @@ QWidget *MainWindow::buildReportPage()
     m_openReportButton = new QPushButton(tr("Open report"), page);
     m_openReportButton->setObjectName("openReportButton");
     m_openReportButton->setEnabled(false);
-    connect(m_openReportButton, &QPushButton::clicked, this,
-            [this] { QDesktopServices::openUrl(QUrl::fromLocalFile(m_lastReport)); });
+    connect(m_openReportButton, &QPushButton::clicked, this, [this] { openReport(); });
     buttons->addWidget(m_openReportButton);
     buttons->addStretch(1);
     v->addLayout(buttons);
@@ -117,6 +116,22 @@ bool MainWindow::exportReport(const QString &outDir)
     log(tr("exporting the report of %1 into %2").arg(m_experimentPath, outDir));
     Q_EMIT reportRequested(m_experimentPath);
     return true;
+}
+
+bool MainWindow::openReport()
+{
+    QString why;
+    if (m_lastReport.isEmpty())
+        why = tr("No report was exported yet.");
+    else if (!QFileInfo::exists(m_lastReport))
+        why = tr("%1 is gone: export the report again.").arg(m_lastReport);
+    else if (!QDesktopServices::openUrl(QUrl::fromLocalFile(m_lastReport)))
+        why = tr("Nothing on this desktop opens %1: open it in a browser.").arg(m_lastReport);
+    if (why.isEmpty())
+        return true;
+    m_reportStatus->setText(why);
+    log(why);
+    return false;
 }
 
 QStringList MainWindow::writeReport(std::shared_ptr<const ReportData> data)
