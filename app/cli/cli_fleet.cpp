@@ -287,9 +287,11 @@ void printFleetTables(const core::ReplaySettings &replay, const core::LedgerSumm
         std::printf("| %s | %lld | %lld | %lld | %lld | %lld | %.2f |\n", core::tierKindName(kind),
                     (long long)agg.requests, (long long)agg.hits, (long long)agg.falseHits,
                     (long long)agg.tokensReused, (long long)agg.tokensComputed, agg.ttftMsP50);
-    std::printf("\nhit rate %.3f (tokens %.3f), false-hit rate %.3f, cost $%.6f vs $%.6f without caching, "
-                "wall %.1f s\n",
-                s.hitRate, s.tokenHitRate, s.falseHitRate, s.costUsd, s.costUsdNoCache, wallS);
+    std::printf(
+        "\nhit rate %.3f (tokens %.3f), false-hit rate %.3f, approximate hits %lld (never cached again), "
+        "cost $%.6f vs $%.6f without caching, wall %.1f s\n",
+        s.hitRate, s.tokenHitRate, s.falseHitRate, (long long)s.approximateHits, s.costUsd, s.costUsdNoCache,
+        wallS);
     if (store)
         std::printf(
             "store %s: %.0f gets, %.0f hits, %.0f puts, %.0f refused, %.0f unavailable, %.1f MB sent, "

@@ -287,9 +287,9 @@ int cmdTrainEmbedder(const QStringList &args)
         "Train the demo's sentence embedder: a small BERT-family encoder with its own WordPiece vocabulary, "
         "trained contrastively on WordNet question paraphrases and synonyms with near misses as hard "
         "negatives; prints the held-out evaluation against the lexical embedders.");
-    auto o = settingsFromFlags(p, core::embedderTrainFlags());
-    if (o.out.empty())
+    if (!p.isSet("out")) // before the values: the missing output is the first thing to say
         throw UsageError{"--out is required"};
+    auto o = settingsFromFlags(p, core::embedderTrainFlags());
     o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
     std::optional<InterruptScope> ctrlC(std::in_place);
     const auto r = gpu::trainEmbedder(o, [&](int step, int steps, double loss) {

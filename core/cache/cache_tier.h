@@ -44,6 +44,13 @@ inline constexpr EnumName<TierKind> kTierKindNames[] = {
     {TierKind::Prefix, "prefix"}, {TierKind::Cross, "cross"}, {TierKind::Knowledge, "knowledge"}};
 KVWB_ENUM_NAMES(TierKind, kTierKindNames, tierKindName, parseTierKind)
 
+// Reuse that is not the model's own computation for the prompt: a semantic answer, converted KV, a
+// knowledge module. What it produced is never cached (TierInsert::approximate).
+constexpr bool isApproximate(TierKind t) noexcept
+{
+    return t == TierKind::Semantic || t == TierKind::Cross || t == TierKind::Knowledge;
+}
+
 // A cross-model hit's quality gate: not consulted, passed (the converted cache was used) or failed
 // (B computed the prompt itself).
 enum class GateDecision
@@ -234,6 +241,9 @@ struct TierInsert
     // The requested model's KV cache after generation; a KV tier may take it (leaving null). At
     // most one tier per model keeps it.
     std::unique_ptr<KvPayload> &kv;
+    // The answer descends from an approximate hit (isApproximate): no tier keeps it; a tier may
+    // only learn from it (the semantic tier's error bound, from a labelled intent).
+    bool approximate = false;
 };
 
 class CacheTier

@@ -124,6 +124,8 @@ TierLookup ExactTier::lookup(const TierRequest &request)
 
 void ExactTier::insert(const TierRequest &request, TierInsert computed)
 {
+    if (computed.approximate)
+        return;
     insert(ExactKey{request.scope, request.prompt, request.sampling}, computed.response, request.nowMs);
 }
 

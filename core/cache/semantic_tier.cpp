@@ -413,10 +413,14 @@ void SemanticTier::insert(const TierRequest &request, TierInsert computed)
             const bool labelled = !cached.intent.empty() && !computed.response.intent.empty();
             const bool right =
                 labelled ? cached.intent == computed.response.intent : cached.text == computed.response.text;
-            d.bound->observe(d.explored.entry, d.explored.similarity, right);
+            // an approximate answer's text is no ground truth; its request's intent is
+            if (labelled || !computed.approximate)
+                d.bound->observe(d.explored.entry, d.explored.similarity, right);
         }
         d.explored = {};
     }
+    if (computed.approximate)
+        return;
     const auto &embedding = embeddingOf(request);
     insert(request.scope, request.embedText, embedding, computed.response, request.nowMs);
 }

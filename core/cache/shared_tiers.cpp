@@ -61,6 +61,8 @@ TierLookup SharedExactTier::lookup(const TierRequest &request)
 
 void SharedExactTier::insert(const TierRequest &request, TierInsert computed)
 {
+    if (computed.approximate)
+        return;
     const TenantScope scope = scopeOf(request);
     const std::string env = encodeResponsePayload(scope, "exact", computed.response, request.nowMs);
     if (m_store.put(scope, "exact", exactKeyOf(request), env, m_limits.ttlMs, request.nowMs) ==
@@ -153,6 +155,8 @@ TierLookup SharedSemanticTier::lookup(const TierRequest &request)
 
 void SharedSemanticTier::insert(const TierRequest &request, TierInsert computed)
 {
+    if (computed.approximate)
+        return;
     if (m_embeddedFor != request.requestId) {
         m_embedding = m_embedder.embed(request.embedText);
         m_embeddedFor = request.requestId;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <iterator>
 #include <unordered_set>
 
 namespace kvwb::core {
@@ -168,6 +169,11 @@ ProfileFit profileFit(const std::string &answer, const UserProfile &p, bool exam
     f.verbosity = p.verbosity == Verbosity::Brief ? n == 1 : n >= 2;
     return f;
 }
+
+// The seeded draws below index the name tables by weight position: one row per value, no alias
+// rows, or the same seed would give other profiles.
+static_assert(std::size(kVerbosityNames) == 3 && std::size(kDepthNames) == 3 &&
+              std::size(kRegisterNames) == 3);
 
 std::vector<PersonalDocument> personalisedCorpus(const KnowledgeGraph &graph,
                                                  const std::vector<std::string> &systemPrompts, int perNode,

@@ -36,12 +36,6 @@ bool carriesIntent(TierKind t)
     return isResponseHit(t) || t == TierKind::Knowledge;
 }
 
-// Reuse that is not the model's own computation for this prompt (core/cache/cache_tier.h).
-bool isApproximate(TierKind t)
-{
-    return t == TierKind::Semantic || t == TierKind::Cross || t == TierKind::Knowledge;
-}
-
 // A model-served row whose prompt KV a KV tier kept: the replay inserts the KV of a miss or a
 // prefix hit into the prefix trees when the stack has a prefix or cross tier
 // (gpu/src/replay/replay.cpp), never what a cross-model or knowledge hit produced. A miss consulted

@@ -35,7 +35,8 @@ std::vector<EmbedderTrainFlag> makeFlags()
         real("temperature", "T", "InfoNCE temperature (default 0.05).", &S::temperature, 1e-4, 10),
         integer<S, size_t>("eval-pairs", "N", "Held-out labelled pairs scored at the end (default 4000).",
                            &S::evalPairs, 10),
-        integer<S, uint64_t>("seed", "S", "Seed for initialisation and batches (default 1).", &S::seed, 0),
+        integer<S, uint64_t>("seed", "S", "Seed for initialisation and batches (default 1).", &S::seed, 0,
+                             uint64_t(INT64_MAX)),
         toggle("force", "Replace an output file that exists, or an output directory kvwb wrote.", &S::force,
                true, "force", Scope::Run)};
 }

@@ -301,6 +301,7 @@ private Q_SLOTS:
                      "exact"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QVERIFY2(r.out.contains("not served: 1 requests (context 1;"), r.out.constData());
+        QVERIFY2(r.out.contains("approximate hits 0 (never cached again)"), r.out.constData()); // exact only
         // --fits: the workload command counts what a model's context cannot take
         test::writeFile(m_dir / "pairs.tsv", "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\t" +
                                                  longPrompt + "\tshort?\t0\n");

@@ -218,6 +218,7 @@ private:
     QPushButton *m_openReportButton = nullptr;
     QLabel *m_reportStatus = nullptr;
     QString m_lastReport;                 // index.html of the last export
+    QString m_reportWritten;              // the status line of the last export (rich text)
     bool m_reportFolderIsDefault = false; // the folder field holds the experiment's default
     QString m_savedState;                 // projectState() when the project was opened or saved
     bool m_closeAfterJob = false;         // the user chose to stop the running job and quit

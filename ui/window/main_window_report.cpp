@@ -127,9 +127,11 @@ bool MainWindow::openReport()
         why = tr("%1 is gone: export the report again.").arg(m_lastReport);
     else if (!QDesktopServices::openUrl(QUrl::fromLocalFile(m_lastReport)))
         why = tr("Nothing on this desktop opens %1: open it in a browser.").arg(m_lastReport);
-    if (why.isEmpty())
+    if (why.isEmpty()) {
+        m_reportStatus->setText(m_reportWritten); // an earlier failure's reason no longer holds
         return true;
-    m_reportStatus->setText(why);
+    }
+    m_reportStatus->setText(why.toHtmlEscaped());
     log(why);
     return false;
 }
@@ -159,8 +161,9 @@ QStringList MainWindow::writeReport(std::shared_ptr<const ReportData> data)
         QStringList names;
         for (const QString &f : files)
             names << QFileInfo(f).fileName();
-        m_reportStatus->setText(tr("Written to %1: %2. <i>Open report</i> shows it in the browser.")
-                                    .arg(m_reportDir.toHtmlEscaped(), names.join(", ").toHtmlEscaped()));
+        m_reportWritten = tr("Written to %1: %2. <i>Open report</i> shows it in the browser.")
+                              .arg(m_reportDir.toHtmlEscaped(), names.join(", ").toHtmlEscaped());
+        m_reportStatus->setText(m_reportWritten);
         markStep("report", true);
     } catch (const core::Error &e) {
         showError(tr("cannot write the report: %1").arg(QString::fromUtf8(e.what())));

@@ -225,6 +225,8 @@ TierLookup PrefixKvTier::lookup(const TierRequest &request)
 
 void PrefixKvTier::insert(const TierRequest &request, core::TierInsert computed)
 {
+    if (computed.approximate) // converted KV or a placed module is not this model's own
+        return;
     ModelStore &s = storeOf(request.role);
     auto *payload = dynamic_cast<KvCachePayload *>(computed.kv.get());
     if (m_shared) {

@@ -408,16 +408,16 @@ void serveComputed(ReplayRun &run, Serving &sv, StackFind &f, const std::vector<
             row.shadowExact = model.generate(input, sv.go).outputIds == gen.outputIds ? 1 : 0;
         });
     run.result.outputs.push_back(text);
-    // An answer and a cache that descend from an approximate hit (converted KV, a knowledge module)
-    // are not the model's own: no tier keeps them, so no later hit, exact or prefix, serves them as
-    // if they were (core/cache/cache_tier.h).
-    if (row.answeredBy == TierKind::Cross || row.answeredBy == TierKind::Knowledge)
-        return;
-    // Cache what was computed, in every tier of the stack.
+    // Offer what was computed to every tier. An answer and a cache that descend from an approximate
+    // hit (converted KV, a knowledge module) are not the model's own: no tier keeps them, so no
+    // later hit, exact or prefix, serves them as if they were (core/cache/cache_tier.h).
+    const bool approximate = core::isApproximate(row.answeredBy);
     const core::CachedResponse cr{text, gen.outputIds, sv.r.intent, sv.r.id};
-    std::unique_ptr<core::KvPayload> computed = std::make_unique<KvCachePayload>(std::move(cache));
+    std::unique_ptr<core::KvPayload> computed;
+    if (!approximate)
+        computed = std::make_unique<KvCachePayload>(std::move(cache));
     for (core::CacheTier *tier : run.tiers.all)
-        tier->insert(request, core::TierInsert{cr, computed});
+        tier->insert(request, core::TierInsert{cr, computed, approximate});
 }
 
 // Serves one request that fits its model's context (waiting for its arrival on the clock) and

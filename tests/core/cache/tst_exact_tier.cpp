@@ -46,6 +46,34 @@ private Q_SLOTS:
         QCOMPARE(core::normalisePrompt(" \n "), std::string());
     }
 
+    // Through the CacheTier interface: an answer that descends from an approximate hit is not
+    // kept (TierInsert::approximate); the model's own answer is.
+    void approximateAnswersAreNotKept()
+    {
+        ExactTier t(lru(0));
+        const std::string prompt = "What is a cat?", sampling = "greedy max=8", none;
+        const std::vector<int> tokens = {1, 2};
+        const core::TierRequest request{core::TenantScope("alice", "fp"),
+                                        core::ModelRole::B,
+                                        1,
+                                        0,
+                                        prompt,
+                                        prompt,
+                                        tokens,
+                                        sampling,
+                                        none,
+                                        none,
+                                        none};
+        std::unique_ptr<core::KvPayload> kv;
+        t.insert(request, core::TierInsert{response("converted"), kv, true});
+        QVERIFY(!t.lookup(request).hit);
+        QCOMPARE(t.stats().entries, int64_t(0));
+        t.insert(request, core::TierInsert{response("own"), kv});
+        const auto found = t.lookup(request);
+        QVERIFY(found.hit);
+        QCOMPARE(found.response->text, std::string("own"));
+    }
+
     void keyParts()
     {
         ExactTier t(lru(0));

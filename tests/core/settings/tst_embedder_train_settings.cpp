@@ -74,7 +74,12 @@ private Q_SLOTS:
         QCOMPARE(d.lr, 1e-3);
         QCOMPARE(messageOf("hidden", "4097"), std::string("expects an integer in [8, 4096], got '4097'"));
         QCOMPARE(messageOf("concepts", "1"), std::string("expects an integer >= 2, got '1'"));
-        QCOMPARE(messageOf("seed", "-1"), std::string("expects an integer >= 0, got '-1'"));
+        // the seed stays within what the settings JSON reads back (a signed 64-bit integer)
+        QCOMPARE(messageOf("seed", "-1"),
+                 std::string("expects an integer in [0, 9223372036854775807], got '-1'"));
+        QCOMPARE(messageOf("seed", "9223372036854775808"),
+                 std::string("expects an integer in [0, 9223372036854775807], got '9223372036854775808'"));
+        QCOMPARE(messageOf("seed", "9223372036854775807"), std::string("(accepted)"));
         QCOMPARE(messageOf("temperature", "0"), std::string("expects a number in [0.0001, 10], got '0'"));
         QCOMPARE(messageOf("lr", "nan"), std::string("expects a number in [0, 10], got 'nan'"));
         QCOMPARE(messageOf("eval-pairs", "10"), std::string("(accepted)"));

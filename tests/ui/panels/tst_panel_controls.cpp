@@ -571,6 +571,14 @@ private Q_SLOTS:
         QCOMPARE(p.charts()->requestCount(), 65);
         QCOMPARE(p.charts()->hitRateSeries(core::TierKind::None)->points().back().x(), 65.0);
         QVERIFY(p.summaryText().contains("65 requests"));
+        auto all = testing::patternedLedger(40);
+        for (auto &row : testing::patternedLedger(25, 40))
+            all.push_back(row);
+        const int64_t approximate = core::summarize(all).approximateHits;
+        QVERIFY(approximate > 0); // the pattern has semantic and cross-model hits
+        QVERIFY2(
+            p.summaryText().contains(QString("approximate hits %1 (never cached again)").arg(approximate)),
+            qPrintable(p.summaryText()));
 
         // away to the stored ledger while rows keep coming, and back
         combo->setCurrentIndex(0);
