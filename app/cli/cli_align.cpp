@@ -63,11 +63,22 @@ void checkFamilyFlags(const QCommandLineParser &p, const core::FitSettings &s)
         throw UsageError{"--family low-rank needs --rank R"};
     if (s.family != core::ConverterFamily::LowRank && p.isSet("rank"))
         throw UsageError{"--rank applies to --family low-rank only"};
-    for (const char *flag : {"hidden", "epochs", "batch", "learning-rate", "patience"})
-        if (p.isSet(flag) && s.family != core::ConverterFamily::Mlp)
-            throw UsageError{fmt::format("--{} applies to --family mlp only", flag)};
+    const bool trainsMlp = s.family == core::ConverterFamily::Mlp || s.family == core::ConverterFamily::Auto;
+    for (const char *flag : {"hidden", "epochs", "batch", "learning-rate", "patience", "budget"})
+        if (p.isSet(flag) && !trainsMlp)
+            throw UsageError{fmt::format("--{} applies to --family mlp or auto only", flag)};
+    if (p.isSet("auto-prompts") && s.family != core::ConverterFamily::Auto)
+        throw UsageError{"--auto-prompts applies to --family auto only"};
     if (s.resume && (s.family != core::ConverterFamily::Mlp || s.dryRun))
         throw UsageError{"--resume applies to --family mlp fits that store their converter (not --dry-run)"};
+}
+
+// The record's "auto" settings (the candidates and the choice), null for a fit of one family.
+json autoJson(const gpu::AlignResult &r)
+{
+    if (r.chosen < 0)
+        return nullptr;
+    return json::parse(r.record.settingsJson).value("auto", json());
 }
 
 } // namespace
@@ -94,14 +105,18 @@ int cmdAlign(const QStringList &args)
     const auto fit = jobs::runFit(
         settings,
         [&](const core::ExperimentReader &file, std::vector<std::string> &) {
-            if (settings.attention)
+            if (settings.attention || settings.family == core::ConverterFamily::Auto)
                 b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
             return static_cast<const gpu::Model *>(b.get());
         },
         [&](double f, const std::string &stage) {
             if (!asJson)
-                std::fprintf(stderr, "\r%3.0f%% %-40s", 100 * f, stage.c_str());
+                std::fprintf(stderr, "\r%3.0f%% %-56s", 100 * f, stage.c_str());
             return !InterruptScope::interrupted();
+        },
+        [&](const gpu::AutoCandidate &c) {
+            if (!asJson) // each candidate as soon as it is scored: ridge's result first
+                std::fprintf(stderr, "\r%s\n", gpu::autoCandidateLine(c).c_str());
         });
     const auto &r = fit.result;
     const double fitMs = fit.fitMs;
@@ -154,6 +169,7 @@ int cmdAlign(const QStringList &args)
                           {"train_tokens", rec.trainTokens},
                           {"fit_ms", fitMs},
                           {"resumed_layers", r.resumedLayers},
+                          {"auto", autoJson(r)},
                           {"layers", layers},
                           {"cka_keys", matrixJson(rec.ckaKeys)},
                           {"cka_values", matrixJson(rec.ckaValues)},
@@ -168,6 +184,9 @@ int cmdAlign(const QStringList &args)
         rec.lambdaMode.c_str(), rec.perHead ? ", per head" : "", rec.trainPrompts.size(),
         rec.validPrompts.size(), rec.testPrompts.size(), (long long)rec.trainTokens, fitMs / 1000,
         settings.dryRun ? "" : ", stored");
+    if (r.chosen >= 0)
+        std::printf("family auto chose %s: %s\n", core::converterFamilyName(rec.family),
+                    gpu::autoCandidateLine(r.candidates[size_t(r.chosen)]).c_str());
     std::printf(
         "fit %.1f s, %lld parameters (%.2f MB as f32), conversion %.2f ms per 1k tokens of every layer\n\n",
         rec.fitSeconds, (long long)rec.parameterCount(), double(rec.bytes()) / 1e6, rec.convertMsPer1k);

@@ -343,7 +343,9 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
     guarded(job, [&] {
         core::FitSettings settings = request;
         settings.dryRun = false; // the window stores what it fits
+        double last = 0;
         const auto progressOf = [&](double f, const std::string &stage) {
+            last = f;
             Q_EMIT progress(job, f, QString::fromStdString(stage));
             return !cancel->load();
         };
@@ -356,11 +358,18 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
             [&](const core::ExperimentReader &file, std::vector<std::string> &warnings) {
                 if (m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256)
                     return static_cast<const gpu::Model *>(m_b.get());
+                if (settings.family == core::ConverterFamily::Auto)
+                    throw core::Error(core::ErrorCode::InvalidArgument,
+                                      "family auto chooses the converter by model B's validation KL: load "
+                                      "the experiment's model B first, or choose a family");
                 warnings.push_back("attention-output cosine not computed: load the "
                                    "experiment's model B to get it");
                 return static_cast<const gpu::Model *>(nullptr);
             },
-            progressOf);
+            progressOf,
+            [&](const gpu::AutoCandidate &c) { // in the status line as soon as it is scored
+                Q_EMIT progress(job, last, QString::fromStdString(gpu::autoCandidateLine(c)));
+            });
         const auto &r = fit.result;
         s->fitMs = fit.fitMs;
         s->warnings = qStrings(fit.warnings);
@@ -369,6 +378,9 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
             s->meanR2K = columnMean(r.record.layerMetrics, "r2_k");
             s->meanR2V = columnMean(r.record.layerMetrics, "r2_v");
             s->meanAttnCos = columnMean(r.record.layerMetrics, "attn_cos");
+            s->family = QString::fromUtf8(core::converterFamilyName(r.record.family));
+            for (const auto &c : r.candidates)
+                s->autoCandidates << QString::fromStdString(gpu::autoCandidateLine(c));
             if (m_converterKey.rfind(request.experiment + "\n" + request.name + "\n", 0) == 0)
                 m_converter.reset(); // refitted: the cached one is stale
         }

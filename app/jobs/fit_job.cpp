@@ -16,12 +16,14 @@ std::string fitCheckpointDir(const std::string &experimentPath, const std::strin
 }
 
 FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
-                  const std::function<bool(double fraction, const std::string &stage)> &progress)
+                  const std::function<bool(double fraction, const std::string &stage)> &progress,
+                  const std::function<void(const gpu::AutoCandidate &)> &onCandidate)
 {
     FitOutcome out;
     gpu::AlignOptions o;
     o.fit = settings;
     o.progress = progress;
+    o.onCandidate = onCandidate;
     const bool store = !settings.dryRun;
     const bool checkpoints = store && settings.family == core::ConverterFamily::Mlp;
     if (checkpoints) // without a directory, resume does nothing

@@ -27,16 +27,19 @@ struct FitOutcome
     std::vector<std::string> warnings; // the target choice's, then the fit's
 };
 
-// The model whose queries score the attention-output cosine, chosen once the file is open (null:
-// that score is skipped; say why in `warnings`). It must outlive the call.
+// Model B, chosen once the file is open: its queries score the attention-output cosine and family
+// auto scores its candidates with it (null: the cosine is skipped, say why in `warnings`; auto
+// refuses). It must outlive the call.
 using FitTargetFn =
     std::function<const gpu::Model *(const core::ExperimentReader &file, std::vector<std::string> &warnings)>;
 
 // Fits and scores the converter `settings` describe and, unless settings.dryRun, stores it; MLP fits
 // that store their converter keep each trained layer in fitCheckpointDir() until it is saved, and with
 // settings.resume read back the layers of an interrupted fit with the same settings.
-// settings.k is bounded to 1..A's layers.
+// settings.k is bounded to 1..A's layers. With family auto, onCandidate hears each candidate as soon
+// as it is scored (ridge first).
 FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
-                  const std::function<bool(double fraction, const std::string &stage)> &progress = {});
+                  const std::function<bool(double fraction, const std::string &stage)> &progress = {},
+                  const std::function<void(const gpu::AutoCandidate &)> &onCandidate = {});
 
 } // namespace kvwb::app::jobs

@@ -55,12 +55,21 @@ void mapRows(std::vector<FitFlag> &t)
                        "Map each B head only from the same head of A (needs equal kv-head counts).",
                        &S::perHead, true, "per_head"));
     t.push_back(choice(
-        "family", "ridge|low-rank|mlp",
-        "Form of each map: ridge (default; y = xW + b), low-rank (reduced-rank ridge, needs --rank) or mlp "
-        "(ridge "
-        "skip path plus a trained GELU branch).",
+        "family", "auto|ridge|low-rank|mlp",
+        "Form of each map: auto (default: fit ridge, then mlp from it, and keep the one whose converted "
+        "cache "
+        "gives B's next-token distributions the lower KL to B's own on the validation prompts; loads model "
+        "B), ridge (y = xW + b), low-rank (reduced-rank ridge, needs --rank) or mlp (ridge skip path plus a "
+        "trained GELU branch).",
         &S::family, [](const std::string &v) { return parseConverterFamily(v); }, converterFamilyName,
-        "ridge, low-rank or mlp"));
+        "auto, ridge, low-rank or mlp"));
+    t.push_back(real("budget", "S",
+                     "auto, mlp: stop the MLP's training after S seconds of the fit; layers it did not reach "
+                     "keep their ridge maps (default 0: no limit).",
+                     &S::budgetSeconds, 0.0, 1e9));
+    t.push_back(integer<S, int>("auto-prompts", "N",
+                                "auto: validation prompts on which B's KL chooses the family (default 32).",
+                                &S::autoPrompts, 1));
     t.push_back(integer<S, int>("rank", "R", "low-rank: the rank of each map.", &S::rank, 1));
     t.push_back(integer<S, int>("hidden", "N", "mlp: the branch's width (default 256).", &S::mlpHidden, 1));
     t.push_back(
@@ -92,7 +101,9 @@ void runRows(std::vector<FitFlag> &t)
     t.push_back(integer<S, int>("attention-prompts", "N",
                                 "Test prompts scored by attention-output cosine (default 32).",
                                 &S::attentionPrompts, 1));
-    t.push_back(toggle("no-attention", "Do not load model B: skip the attention-output cosine.",
+    t.push_back(toggle("no-attention",
+                       "Skip the attention-output cosine (model B is then not loaded, unless the family is "
+                       "auto, which scores its candidates with it).",
                        &S::attention, false, "attention"));
     t.push_back(toggle("dry-run", "Fit and print, but do not store the converter.", &S::dryRun, true,
                        "dry_run", Scope::Run));

@@ -28,12 +28,17 @@ enum class ConverterFamily
 {
     Ridge,   // y = x W + b, closed-form ridge
     LowRank, // y = (x D) U + b, reduced-rank regression: rank r bounds the mapper's size
-    Mlp      // y = x W + b + gelu(x W1 + b1) W2: ridge skip path plus a trained nonlinear branch
+    Mlp,     // y = x W + b + gelu(x W1 + b1) W2: ridge skip path plus a trained nonlinear branch
+    // A fit setting, never a stored converter's family: fit ridge, then the MLP, and keep the one whose
+    // converted cache gives B's next-token distributions the lowest KL to B's own on held-out prompts
+    // (gpu/align/alignment.h alignExperiment).
+    Auto
 };
-// "ridge" | "low_rank" | "mlp"; "low-rank" (the command line's spelling) is read as low_rank.
+// "ridge" | "low_rank" | "mlp" | "auto"; "low-rank" (the command line's spelling) is read as low_rank.
 inline constexpr EnumName<ConverterFamily> kConverterFamilyNames[] = {{ConverterFamily::Ridge, "ridge"},
                                                                       {ConverterFamily::LowRank, "low_rank"},
                                                                       {ConverterFamily::Mlp, "mlp"},
+                                                                      {ConverterFamily::Auto, "auto"},
                                                                       {ConverterFamily::LowRank, "low-rank"}};
 KVWB_ENUM_NAMES(ConverterFamily, kConverterFamilyNames, converterFamilyName, parseConverterFamily)
 

@@ -557,7 +557,7 @@ ConverterRecord loadConverters(const fs::path &experiment, const std::string &na
         if (H5Aexists(g.get(), "family") > 0) {
             const std::string family = readStringAttr(g.get(), site, "family");
             const auto parsed = parseConverterFamily(family);
-            if (!parsed || family == "low-rank")
+            if (!parsed || family == "low-rank" || *parsed == ConverterFamily::Auto)
                 throw Error(ErrorCode::Format, site.attr("family") + " is '" + family + "'");
             r.family = *parsed;
             r.fitSeconds = readDoubleAttr(g.get(), site, "fit_seconds");

@@ -19,11 +19,13 @@
 #include "core/store/converter_family.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
+#include "core/util/clock.h"
 #include "gpu/align/ridge.h"
 #include "gpu/model/model.h"
 
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -93,6 +95,9 @@ struct MlpOptions
     int64_t maxTrainRows = 0;                // calibration rows (0 = every training prompt; the last one cut)
     int64_t bufferBytes = int64_t(64) << 20; // shuffle buffer of training rows (both kinds)
     uint64_t seed = 1;
+    // No epoch starts after this time (the fit's budget): the kept epoch is the best of those run, and
+    // with none run the map is its ridge start (an MLP map whose branch is zero).
+    std::optional<core::Clock::time_point> deadline;
     // After each epoch (1-based) of at most `epochs`; return false to cancel.
     std::function<bool(int epoch, int epochs)> progress;
 };
@@ -103,6 +108,7 @@ struct MlpFitStats
     double ridgeLossKeys = 0, ridgeLossValues = 0; // validation loss at the start (ridge)
     double lossKeys = 0, lossValues = 0;           // of the kept epoch
     int64_t trainRows = 0;                         // rows per epoch
+    bool deadlineReached = false;                  // training stopped at options.deadline
     double seconds = 0;
     std::vector<std::string> warnings; // skipped prompts
 };
@@ -162,6 +168,29 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &file,
                                  const std::vector<core::LayerConverter> &layers, const Model &target,
                                  const std::vector<int> &prompts, int maxPrompts = 32);
 
+// What a converter does to B's predictions, on prompts of the file (no model A needed: A's rows are
+// the file's). For each prompt of n B tokens (n >= 4), the first n - m positions hold A's rows
+// converted (B's RoPE applied) and B runs the last m = min(continuation, n / 2) tokens on top; each of
+// those m next-token distributions is compared with B's from its own prefill of the whole prompt
+// (KL(own || converted), argmax agreement), and so is B given no prefix at all (the m tokens alone
+// from position 0): the floor a converter has to beat. `target` must be the file's model B
+// (Error(Config) otherwise); at most maxPrompts aligned prompts of at least 4 tokens are run.
+struct TransferKl
+{
+    int prompts = 0;
+    int64_t tokens = 0; // compared positions
+    double kl = std::numeric_limits<double>::quiet_NaN(),
+           klNoPrefix = std::numeric_limits<double>::quiet_NaN();
+    double top1 = std::numeric_limits<double>::quiet_NaN(),
+           top1NoPrefix = std::numeric_limits<double>::quiet_NaN();
+    // 1 - kl / klNoPrefix: the share of the no-prefix KL the converted cache removes (NaN when the
+    // floor is 0 or nothing was compared)
+    double gapClosed() const;
+};
+TransferKl transferKl(const core::ExperimentReader &file, const std::vector<core::LayerConverter> &layers,
+                      const Model &target, const std::vector<int> &prompts, int maxPrompts = 32,
+                      int continuation = 16);
+
 // Linear CKA between every (B layer, A layer) pair of token rows, on up to maxTokens rows of the
 // prompts: {keys, values}, each [B layers, A layers]; NaN where a layer was not captured.
 std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &file,
@@ -192,6 +221,22 @@ using core::LayerSelection;
 using core::layerSelectionName;
 using core::parseLayerSelection;
 
+// One converter family a `family auto` fit tried, scored on the validation prompts (transferKl).
+struct AutoCandidate
+{
+    core::ConverterFamily family = core::ConverterFamily::Ridge;
+    LayerSelection selection = LayerSelection::Proportional;
+    int k = 1; // source layers per B layer (all: A's captured layers)
+    bool autoLambda = false;
+    TransferKl score;             // on the validation prompts
+    double fitSeconds = 0;        // this candidate's fit and score
+    bool deadlineReached = false; // mlp: the budget ended its training early
+};
+
+// One line for the log: "auto: mlp (all, k 4, lambda auto): validation KL 0.0930 (no prefix 1.4450),
+// 93.6 % of the gap, top-1 0.947, 32 prompts, fit 812.3 s".
+std::string autoCandidateLine(const AutoCandidate &c);
+
 struct AlignOptions
 {
     // What shapes the converter: its name, selection, k, lambda, family, rank, the MLP's training,
@@ -213,6 +258,8 @@ struct AlignOptions
     std::filesystem::path checkpointDir;
     // fraction in [0, 1]; return false to cancel.
     std::function<bool(double fraction, const std::string &stage)> progress;
+    // family auto: each candidate as soon as it is scored (ridge first), for the log.
+    std::function<void(const AutoCandidate &)> onCandidate;
 };
 
 // The MLP training of `options` (its seed is fit.seed, its calibration rows fit.maxTrainTokens).
@@ -224,10 +271,22 @@ struct AlignResult
     std::vector<std::string> warnings;
     bool cancelled = false;
     int resumedLayers = 0; // layers read from checkpoints instead of trained
+    // family auto: every candidate in the order tried, and the index of the one kept (its record)
+    std::vector<AutoCandidate> candidates;
+    int chosen = -1;
 };
 
 // The whole fit: split, select sources, choose lambda, fit every B layer, score on the test
 // prompts (attention-output cosine only when target is given: NaN otherwise).
+// fit.budgetSeconds > 0 bounds the MLP's training (MlpOptions::deadline from the fit's start).
+// Family auto (gpu/src/align/alignment_auto.cpp) needs target (Error(InvalidArgument) without it)
+// and fits, in this order: ridge with the fit's selection, ridge on every captured A layer with lambda
+// auto (top k = 4096 / A's row width when every layer would exceed 4,096 features; skipped when the
+// fit already asks for that), then the MLP from the better of the two; the MLP is skipped when that
+// ridge already closes 99 % of the no-prefix KL gap or the budget is spent. It keeps the candidate
+// with the lowest validation KL (transferKl on the validation prompts, at most fit.autoPrompts of
+// them; ties: the earlier, cheaper one). The record's settings JSON gains "auto": the candidates
+// and their scores, and which was chosen.
 AlignResult alignExperiment(const core::ExperimentReader &file, const AlignOptions &options,
                             const Model *target);
 

@@ -180,6 +180,29 @@ private Q_SLOTS:
         QCOMPARE(j["selection"].toString(), QString("topk"));
         for (const auto &v : j["layers"].toArray())
             QCOMPARE(v.toObject()["sources"].toArray().size(), 2);
+        // no family given: auto fits ridge, then the MLP, and keeps the lower validation KL
+        r = runKvwb({"align", "--experiment", q(exp), "--hidden", "16", "--epochs", "3", "--name", "picked",
+                     "--dry-run", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        {
+            const auto picked = QJsonDocument::fromJson(r.out).object();
+            const auto a = picked["auto"].toObject();
+            const auto list = a["candidates"].toArray();
+            QVERIFY2(list.size() >= 2, r.out.constData());
+            QCOMPARE(list[0].toObject()["family"].toString(), QString("ridge"));
+            const int chosen = a["chosen"].toInt();
+            QCOMPARE(picked["family"].toString(), list[chosen].toObject()["family"].toString());
+            for (const auto &c : list) {
+                QVERIFY(c.toObject()["valid_prompts"].toInt() > 0);
+                QVERIFY(list[chosen].toObject()["valid_kl"].toDouble() <=
+                        c.toObject()["valid_kl"].toDouble());
+            }
+        }
+        r = runKvwb({"align", "--experiment", q(exp), "--hidden", "16", "--epochs", "2", "--dry-run"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.out.contains("family auto chose"), r.out.constData());
+        QVERIFY2(r.err.contains("auto: ridge (proportional, k 1, lambda fixed): validation KL"),
+                 r.err.constData());
         // per head: tiny has 4 kv heads, gqa 2: refused as head-matched, fitted full with a warning
         r = runKvwb({"align", "--experiment", q(exp), "--per-head", "--name", "ph", "--no-attention"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
@@ -310,11 +333,14 @@ private Q_SLOTS:
         for (const QStringList &bad :
              {QStringList{"--family", "spline"}, QStringList{"--family", "low-rank"},
               QStringList{"--rank", "4"}, QStringList{"--family", "ridge", "--hidden", "8"},
-              QStringList{"--resume"}, QStringList{"--family", "mlp", "--resume", "--dry-run"}}) {
+              QStringList{"--family", "ridge", "--budget", "60"},
+              QStringList{"--family", "mlp", "--auto-prompts", "4"}, QStringList{"--resume"},
+              QStringList{"--family", "mlp", "--resume", "--dry-run"}}) {
             r = runKvwb(QStringList{"align", "--experiment", q(exp)} + bad);
             QCOMPARE(r.exitCode, 2);
             QVERIFY2(r.err.contains("--family") || r.err.contains("--rank") || r.err.contains("--hidden") ||
-                         r.err.contains("--resume"),
+                         r.err.contains("--resume") || r.err.contains("--budget") ||
+                         r.err.contains("--auto-prompts"),
                      r.err.constData());
         }
         // a rank the maps cannot have: refused naming it

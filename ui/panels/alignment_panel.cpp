@@ -12,6 +12,9 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QProgressBar>
@@ -48,9 +51,33 @@ QString familyText(const core::ConverterRecord &c)
     case core::ConverterFamily::Mlp:
         return QObject::tr("MLP (width %1)").arg(m ? m->hidden : 0);
     case core::ConverterFamily::Ridge:
+    case core::ConverterFamily::Auto: // a setting: a stored converter is never auto
         break;
     }
     return QObject::tr("ridge");
+}
+
+// For a converter family auto chose: " Chosen by auto: validation KL 0.093 (ridge, proportional 0.412;
+// mlp, all 0.093; no prefix 1.445)."; "" for others.
+QString autoText(const core::ConverterRecord &c)
+{
+    const auto settings = QJsonDocument::fromJson(QByteArray::fromStdString(c.settingsJson)).object();
+    const QJsonObject a = settings.value("auto").toObject();
+    const QJsonArray list = a.value("candidates").toArray();
+    const int chosen = a.value("chosen").toInt(-1);
+    if (list.isEmpty() || chosen < 0 || chosen >= list.size())
+        return {};
+    QStringList scores;
+    for (const auto &v : list) {
+        const QJsonObject o = v.toObject();
+        scores << QObject::tr("%1, %2 %3")
+                      .arg(o.value("family").toString(), o.value("selection").toString())
+                      .arg(o.value("valid_kl").toDouble(), 0, 'f', 3);
+    }
+    return QObject::tr(" Chosen by auto: validation KL %1 (%2; no prefix %3).")
+        .arg(list[chosen].toObject().value("valid_kl").toDouble(), 0, 'f', 3)
+        .arg(scores.join("; "))
+        .arg(list[chosen].toObject().value("valid_kl_no_prefix").toDouble(), 0, 'f', 3);
 }
 
 // "1.23 M parameters (4.9 MB), fitted in 12.3 s, conversion 0.41 ms per 1k tokens."
@@ -247,7 +274,7 @@ void AlignmentPanel::showConverter(int index)
             .arg(c.trainTokens)
             .arg(c.testPrompts.size())
             .arg(QString::fromStdString(c.createdUtc))
-            .arg(familyText(c), costText(c)));
+            .arg(familyText(c), costText(c) + autoText(c)));
     m_layerModel->setTable(c.layerMetrics);
     m_layerView->resizeColumnsToContents();
     m_layerChart->setTable(c.layerMetrics);
@@ -352,18 +379,24 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     familyRow->addWidget(new QLabel(tr("Family:"), box));
     m_family = new QComboBox(box);
     m_family->setObjectName("familyCombo");
+    m_family->addItem(tr("auto"), "auto");
+    m_family->setItemData(0,
+                          tr("Fit ridge, then the MLP from it, and keep the one whose converted cache brings "
+                             "B's next-token distributions closest to B's own on the validation prompts "
+                             "(needs model B loaded)."),
+                          Qt::ToolTipRole);
     m_family->addItem(tr("ridge"), "ridge");
-    m_family->setItemData(0, tr("One least-squares linear map per B layer and kind: y = xW + b."),
+    m_family->setItemData(1, tr("One least-squares linear map per B layer and kind: y = xW + b."),
                           Qt::ToolTipRole);
     m_family->addItem(tr("low-rank"), "low_rank");
-    m_family->setItemData(1,
+    m_family->setItemData(2,
                           tr("Reduced-rank ridge: W factored as D U of the chosen rank, for small mappers."),
                           Qt::ToolTipRole);
     m_family->addItem(tr("MLP"), "mlp");
     m_family->setItemData(
-        2, tr("The ridge map plus a trained GELU branch, early-stopped on the validation prompts."),
+        3, tr("The ridge map plus a trained GELU branch, early-stopped on the validation prompts."),
         Qt::ToolTipRole);
-    m_family->setToolTip(tr("The form of every map: ridge, low-rank or MLP (docs/transfer.md)."));
+    m_family->setToolTip(tr("The form of every map: auto, ridge, low-rank or MLP (docs/transfer.md)."));
     familyRow->addWidget(m_family);
     familyRow->addWidget(new QLabel(tr("Rank:"), box));
     m_rank = new QSpinBox(box);
@@ -467,7 +500,7 @@ core::FitSettings AlignmentPanel::fitRequest() const
     r.lambda = ok ? lambda : core::FitSettings{}.lambda;
     r.perHead = m_perHead->isChecked();
     r.family = core::parseConverterFamily(m_family->currentData().toString().toStdString())
-                   .value_or(core::ConverterFamily::Ridge);
+                   .value_or(core::FitSettings{}.family);
     r.rank = m_rank->value();
     r.mlpHidden = m_mlpHidden->value();
     r.mlpEpochs = m_mlpEpochs->value();
@@ -530,8 +563,8 @@ void AlignmentPanel::refreshFitEnabled()
         w->setEnabled(!m_busy);
     const QString family = m_family->currentData().toString();
     m_rank->setEnabled(!m_busy && family == "low_rank");
-    m_mlpHidden->setEnabled(!m_busy && family == "mlp");
-    m_mlpEpochs->setEnabled(!m_busy && family == "mlp");
+    m_mlpHidden->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
+    m_mlpEpochs->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
     m_k->setEnabled(!m_busy && m_selection->currentData().toString() != "all");
     m_lambda->setEnabled(!m_busy && !m_autoLambda->isChecked());
     if (!m_busy && !havePrompts)
@@ -574,12 +607,18 @@ void AlignmentPanel::showFitSummary(const FitSummary &s)
         return;
     }
     m_progress->setValue(1000);
-    QString text = tr("fitted '%1' in %2 s: mean R\u00b2 K %3, V %4, attention cosine %5")
-                       .arg(s.name.toHtmlEscaped())
-                       .arg(s.fitMs / 1000.0, 0, 'f', 1)
-                       .arg(s.meanR2K, 0, 'f', 2)
-                       .arg(s.meanR2V, 0, 'f', 2)
-                       .arg(s.meanAttnCos, 0, 'f', 2);
+    QString text =
+        tr("fitted '%1'%6 in %2 s: mean R\u00b2 K %3, V %4, attention cosine %5")
+            .arg(s.name.toHtmlEscaped())
+            .arg(s.fitMs / 1000.0, 0, 'f', 1)
+            .arg(s.meanR2K, 0, 'f', 2)
+            .arg(s.meanR2V, 0, 'f', 2)
+            .arg(s.meanAttnCos, 0, 'f', 2)
+            .arg(s.family.isEmpty()           ? QString()
+                 : s.autoCandidates.isEmpty() ? QString(" (%1)").arg(s.family.toHtmlEscaped())
+                                              : tr(" (auto chose %1)").arg(s.family.toHtmlEscaped()));
+    for (const QString &c : s.autoCandidates)
+        text += "<br>" + c.toHtmlEscaped();
     for (const QString &w : s.warnings)
         text += "<br>" + tr("warning: %1").arg(w.toHtmlEscaped());
     m_fitStatus->setText(text);

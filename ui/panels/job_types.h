@@ -61,6 +61,8 @@ struct FitSummary
     bool cancelled = false; // nothing stored
     double fitMs = 0;
     double meanR2K = 0, meanR2V = 0, meanAttnCos = 0;
+    QString family;             // the stored converter's (family auto: the one it chose)
+    QStringList autoCandidates; // family auto: each candidate's line, in the order tried
     QStringList warnings;
 };
 

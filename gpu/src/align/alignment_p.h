@@ -73,4 +73,8 @@ std::vector<int> selectSources(const core::ExperimentReader &f, LayerSelection s
 // the best mean key/value R^2; ties within 1e-12 go to the larger, more regularised lambda.
 size_t bestLambda(const std::vector<LayerMetrics> &metrics, const std::vector<double> &grid);
 
+// alignExperiment for family auto (alignment_auto.cpp): the candidates alignment.h lists, each a fit
+// of a concrete family through alignExperiment, scored by transferKl on the validation prompts.
+AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, const Model *target);
+
 } // namespace kvwb::gpu::detail

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -223,8 +224,9 @@ std::optional<core::LayerConverter> trainMlpLayerFor(const core::ExperimentReade
                             {"valid_loss_k", ms.lossKeys},
                             {"valid_loss_v", ms.lossValues},
                             {"train_rows", ms.trainRows},
+                            {"deadline_reached", ms.deadlineReached},
                             {"seconds", ms.seconds}};
-    if (!checkpoint.empty()) {
+    if (!checkpoint.empty() && !ms.deadlineReached) { // a layer the budget cut short is not final
         std::filesystem::create_directories(o.checkpointDir);
         core::saveLayerCheckpoint(checkpoint, {*trained, o.fit.family, fitKey, stats.dump()});
     }
@@ -277,9 +279,13 @@ std::string fitSettingsJson(const core::ExperimentReader &f, const AlignOptions 
                                {"cka_tokens", o.ckaTokens},
                                {"experiment_run_id", f.provenance().runId}};
     if (o.fit.family == core::ConverterFamily::Mlp) {
-        settings["mlp"] = {{"hidden", o.fit.mlpHidden},  {"max_epochs", o.fit.mlpEpochs},
-                           {"batch", o.fit.mlpBatch},    {"learning_rate", o.fit.learningRate},
-                           {"patience", o.fit.patience}, {"validation_rows", o.mlpValidationRows},
+        settings["mlp"] = {{"hidden", o.fit.mlpHidden},
+                           {"max_epochs", o.fit.mlpEpochs},
+                           {"batch", o.fit.mlpBatch},
+                           {"learning_rate", o.fit.learningRate},
+                           {"patience", o.fit.patience},
+                           {"validation_rows", o.mlpValidationRows},
+                           {"budget_seconds", o.fit.budgetSeconds},
                            {"layers", mlpLayers}};
     }
     return settings.dump();
@@ -298,11 +304,14 @@ MlpOptions mlpOptions(const AlignOptions &o)
             .maxTrainRows = o.fit.maxTrainTokens,
             .bufferBytes = o.mlpBufferBytes,
             .seed = uint64_t(o.fit.seed),
+            .deadline = {},
             .progress = {}};
 }
 
 AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions &o, const Model *target)
 {
+    if (o.fit.family == core::ConverterFamily::Auto)
+        return detail::alignAuto(f, o, target);
     AlignResult r;
     auto &rec = r.record;
     checkCapturedB(f);
@@ -330,7 +339,11 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     const std::vector<double> grid = o.fit.autoLambda ? o.lambdaGrid : std::vector<double>{o.fit.lambda};
     auto report = [&](double fr, const std::string &stage) { return !o.progress || o.progress(fr, stage); };
     const std::string fitKey = mlpFitKey(f, o);
-    std::vector<int> resumed;
+    std::vector<int> resumed, outOfBudget;
+    std::optional<core::Clock::time_point> deadline;
+    if (o.fit.budgetSeconds > 0)
+        deadline = started + std::chrono::duration_cast<core::Clock::duration>(
+                                 std::chrono::duration<double>(o.fit.budgetSeconds));
 
     const int k =
         std::min(o.fit.k, int(f.model(core::ModelRole::A).capturedLayers.size())); // the k actually used
@@ -374,6 +387,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             resumed.push_back(l);
         } else if (mlp) {
             MlpOptions mo = mlpOptions(o);
+            mo.deadline = deadline;
             mo.progress = [&](int epoch, int epochs) {
                 return report(after((l + double(epoch) / std::max(1, epochs)) / (lb + 2)),
                               fmt::format("layer {}/{}: MLP epoch {}/{}", l + 1, lb, epoch, epochs));
@@ -383,6 +397,8 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                 r.cancelled = true;
                 return r;
             }
+            if (mlpLayers.back().value("deadline_reached", false))
+                outOfBudget.push_back(l);
             rec.layers.push_back(std::move(*trained));
         } else {
             rec.layers.push_back(std::move(maps[chosen]));
@@ -394,6 +410,11 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         r.warnings.push_back(
             fmt::format("{} of {} layers read from checkpoints in {} (fit time counts this run only)",
                         resumed.size(), lb, o.checkpointDir.string()));
+    if (!outOfBudget.empty())
+        r.warnings.push_back(fmt::format(
+            "the {} s budget ended the MLP's training in B layer{} {}: what they "
+            "had learned by then is kept (their ridge maps where nothing was)",
+            o.fit.budgetSeconds, outOfBudget.size() > 1 ? "s" : "", fmt::join(outOfBudget, ", ")));
     rec.fitSeconds = core::msSince(started) / 1000;
     rec.family = o.fit.family;
     rec.convertMsPer1k = conversionMsPer1k(g, rec.layers);
@@ -402,17 +423,18 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         return r;
     }
     AttentionMetrics attn;
-    if (target)
+    const bool scoreAttention = target && o.fit.attention;
+    if (scoreAttention)
         attn = attentionCosine(f, rec.layers, *target, split.test, o.fit.attentionPrompts);
-    else
+    else if (!target)
         r.warnings.push_back("model B not loaded: attention-output cosine not computed");
     if (!report(after(double(lb + 1) / (lb + 2)), "linear CKA")) {
         r.cancelled = true;
         return r;
     }
     std::tie(rec.ckaKeys, rec.ckaValues) = linearCka(f, split.test, o.ckaTokens);
-    fillMetricTables(rec, metrics, attn, target != nullptr, g.kvB);
-    rec.settingsJson = fitSettingsJson(f, o, rec, headMatched, target ? attn.prompts : 0, mlpLayers);
+    fillMetricTables(rec, metrics, attn, scoreAttention, g.kvB);
+    rec.settingsJson = fitSettingsJson(f, o, rec, headMatched, scoreAttention ? attn.prompts : 0, mlpLayers);
     report(1.0, "done");
     return r;
 }

@@ -4,6 +4,7 @@
 #include "gpu/src/align/alignment_p.h"
 #include "gpu/src/align/kv_map_p.h"
 
+#include "core/metrics/distributions.h"
 #include "core/util/error.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -217,6 +218,53 @@ LayerMetrics evaluateLayer(const core::ExperimentReader &f, const core::LayerCon
     return std::move(evaluateLayers(f, {map}, prompts).front());
 }
 
+namespace {
+
+// A's rows of prompt p converted by `layers` into B's K/V of every B layer, head-major
+// [kvHeadsB, tokens, headDimB], keys in the file's key form: what a cache of B is assigned.
+std::vector<HeadMajorKv> convertedPrompt(const core::ExperimentReader &f,
+                                         const std::vector<core::LayerConverter> &layers, const Geometry &g,
+                                         int p, int64_t t)
+{
+    std::vector<HeadMajorKv> converted(layers.size());
+    for (int kv = 0; kv < 2; ++kv) {
+        std::map<int, std::vector<float>> rowsA;
+        for (size_t l = 0; l < layers.size(); ++l) {
+            const core::LayerConverter &m = layers[l];
+            std::vector<const float *> src;
+            for (int s : m.sourceLayers) {
+                auto it = rowsA.find(s);
+                if (it == rowsA.end())
+                    it = rowsA.emplace(s, detail::sourceLayerRows(f, s, p, kv == 0)).first;
+                src.push_back(it->second.data());
+            }
+            const auto rows = convertRows(m, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB); // [t, kvB, hdB]
+            auto &out = kv == 0 ? converted[l].keys : converted[l].values;
+            out.resize(rows.size());
+            for (int64_t i = 0; i < t; ++i) // token-major -> head-major
+                for (int h = 0; h < g.kvB; ++h)
+                    std::copy_n(rows.data() + (i * g.kvB + h) * g.hdB, g.hdB,
+                                out.data() + (int64_t(h) * t + i) * g.hdB);
+        }
+    }
+    return converted;
+}
+
+// The first n positions of head-major K/V of t positions.
+HeadMajorKv firstPositions(const HeadMajorKv &kv, int heads, int64_t t, int64_t n, int hd)
+{
+    HeadMajorKv out;
+    for (const auto *part : {&kv.keys, &kv.values}) {
+        auto &dst = part == &kv.keys ? out.keys : out.values;
+        for (int h = 0; h < heads; ++h)
+            dst.insert(dst.end(), part->begin() + (int64_t(h) * t) * hd,
+                       part->begin() + (int64_t(h) * t + n) * hd);
+    }
+    return out;
+}
+
+} // namespace
+
 AttentionMetrics attentionCosine(const core::ExperimentReader &f,
                                  const std::vector<core::LayerConverter> &layers, const Model &target,
                                  const std::vector<int> &prompts, int maxPrompts)
@@ -242,28 +290,7 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f,
         const int64_t t = int64_t(ids.size());
         auto own = target.newCache();
         const auto queries = target.queries(ids, own);
-        // converted K/V for every B layer, head-major, then placed in a cache for B's RoPE
-        std::vector<HeadMajorKv> converted(size_t(cb.numLayers));
-        for (int kv = 0; kv < 2; ++kv) {
-            std::map<int, std::vector<float>> rowsA;
-            for (int l = 0; l < cb.numLayers; ++l) {
-                const core::LayerConverter &m = layers[size_t(l)];
-                std::vector<const float *> src;
-                for (int s : m.sourceLayers) {
-                    auto it = rowsA.find(s);
-                    if (it == rowsA.end())
-                        it = rowsA.emplace(s, detail::sourceLayerRows(f, s, p, kv == 0)).first;
-                    src.push_back(it->second.data());
-                }
-                const auto rows =
-                    convertRows(m, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB); // [t, kvB, hdB]
-                auto headMajor = torch::from_blob(const_cast<float *>(rows.data()), {t, g.kvB, g.hdB})
-                                     .transpose(0, 1)
-                                     .contiguous();
-                (kv == 0 ? converted[size_t(l)].keys : converted[size_t(l)].values)
-                    .assign(headMajor.data_ptr<float>(), headMajor.data_ptr<float>() + headMajor.numel());
-            }
-        }
+        const auto converted = convertedPrompt(f, layers, g, p, t);
         auto conv = target.newCache();
         conv.assign(ids, converted, form);
         detail::translateTorch("attention-output cosine", [&] {
@@ -292,6 +319,72 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f,
         r.layerCos[size_t(l)] = r.tokens > 0 ? r.layerCos[size_t(l)] / double(r.tokens) : kNaN;
         for (double &c : r.headCos[size_t(l)])
             c = r.tokens > 0 ? c / double(r.tokens) : kNaN;
+    }
+    return r;
+}
+
+double TransferKl::gapClosed() const
+{
+    return tokens > 0 && klNoPrefix > 0 ? 1 - kl / klNoPrefix : kNaN;
+}
+
+TransferKl transferKl(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &layers,
+                      const Model &target, const std::vector<int> &prompts, int maxPrompts, int continuation)
+{
+    checkTarget(f, target);
+    const Geometry g = geometry(f);
+    const auto &cb = target.config();
+    if (int(layers.size()) != cb.numLayers)
+        throw Error(ErrorCode::Shape,
+                    fmt::format("{} layer maps for model B's {} layers", layers.size(), cb.numLayers));
+    if (continuation < 1)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("a transfer KL needs at least 1 continuation token, got {}", continuation));
+    const size_t vocab = size_t(cb.vocabSize);
+    TransferKl r;
+    double kl = 0, klFloor = 0, top1 = 0, top1Floor = 0;
+    const auto argmax = [&](const float *x) { return std::max_element(x, x + vocab) - x; };
+    for (int p : prompts) {
+        if (r.prompts >= maxPrompts)
+            break;
+        if (!aligned(f, p, nullptr))
+            continue;
+        const auto info = f.prompt(p);
+        const std::vector<int> ids(info.b.ids.begin(), info.b.ids.end());
+        const int64_t t = int64_t(ids.size());
+        if (t < 4 || t > target.contextLimit())
+            continue;
+        const int64_t m = std::min<int64_t>(continuation, t / 2), cut = t - m;
+        const std::vector<int> prefix(ids.begin(), ids.begin() + cut), rest(ids.begin() + cut, ids.end());
+        auto own = target.newCache();
+        const auto ownLogits = target.forward(ids, own, true); // [t, vocab]
+        const auto converted = convertedPrompt(f, layers, g, p, t);
+        std::vector<HeadMajorKv> head(converted.size());
+        for (size_t l = 0; l < converted.size(); ++l)
+            head[l] = firstPositions(converted[l], g.kvB, t, cut, g.hdB);
+        auto conv = target.newCache();
+        conv.assign(prefix, head, f.storage().keyForm);
+        const auto convLogits = target.forward(rest, conv, true); // [m, vocab]
+        auto none = target.newCache();
+        const auto floorLogits = target.forward(rest, none, true); // [m, vocab]
+        for (int64_t i = 0; i < m; ++i) {
+            const float *o = ownLogits.data() + size_t(cut + i) * vocab,
+                        *c = convLogits.data() + size_t(i) * vocab,
+                        *n = floorLogits.data() + size_t(i) * vocab;
+            kl += core::klDivergence(o, c, vocab);
+            klFloor += core::klDivergence(o, n, vocab);
+            top1 += argmax(o) == argmax(c) ? 1 : 0;
+            top1Floor += argmax(o) == argmax(n) ? 1 : 0;
+        }
+        r.tokens += m;
+        ++r.prompts;
+    }
+    if (r.tokens > 0) {
+        const double n = double(r.tokens);
+        r.kl = kl / n;
+        r.klNoPrefix = klFloor / n;
+        r.top1 = top1 / n;
+        r.top1NoPrefix = top1Floor / n;
     }
     return r;
 }

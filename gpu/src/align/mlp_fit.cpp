@@ -346,9 +346,14 @@ std::optional<core::LayerConverter> trainMlpLayer(const core::ExperimentReader &
             std::max<int64_t>(o.batch, o.bufferBytes / std::max<int64_t>(1, 4 * 2 * in * v.x[0].size(0)));
         int epochs = 0;
         int64_t trainRows = 0;
+        bool deadlineReached = false;
         for (int epoch = 1; epoch <= o.epochs; ++epoch) {
             if (t.bad[0] >= o.patience && t.bad[1] >= o.patience)
                 break;
+            if (o.deadline && core::Clock::now() >= *o.deadline) {
+                deadlineReached = true;
+                break;
+            }
             trainRows = runEpoch(t, f, g, ridge, plan, bufferRows, o, rng);
             epochs = epoch;
             t.validate(epoch, o.patience);
@@ -370,6 +375,7 @@ std::optional<core::LayerConverter> trainMlpLayer(const core::ExperimentReader &
             stats->lossKeys = t.best[0];
             stats->lossValues = t.best[1];
             stats->trainRows = trainRows;
+            stats->deadlineReached = deadlineReached;
             stats->seconds = core::msSince(started) / 1000;
             stats->warnings = std::move(skipped);
         }

@@ -39,6 +39,8 @@ private Q_SLOTS:
         full.mlpBatch = 32;
         full.learningRate = 0.01;
         full.patience = 2;
+        full.budgetSeconds = 90;
+        full.autoPrompts = 12;
         full.maxTrainTokens = 5000;
         full.name = "n";
         full.attentionPrompts = 8;
@@ -57,7 +59,7 @@ private Q_SLOTS:
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));
             QVERIFY2(f.get(s) == f.get(full), f.name);
         }
-        QCOMPARE(names.size(), size_t(21));
+        QCOMPARE(names.size(), size_t(23));
     }
 
     void defaultsThatDependOnOtherSettings()
@@ -76,7 +78,11 @@ private Q_SLOTS:
         QCOMPARE(messageOf("max-train-tokens", "1"), std::string("expects an integer >= 2, got '1'"));
         QCOMPARE(messageOf("max-train-tokens", "0"), std::string("(accepted)"));
         QCOMPARE(messageOf("lambda", "-1"), std::string("expects a number in [0, 1000000], got '-1'"));
-        QCOMPARE(messageOf("family", "cubic"), std::string("expects ridge, low-rank or mlp, got 'cubic'"));
+        QCOMPARE(messageOf("family", "cubic"),
+                 std::string("expects auto, ridge, low-rank or mlp, got 'cubic'"));
+        QCOMPARE(messageOf("budget", "-1"), std::string("expects a number in [0, 1000000000], got '-1'"));
+        QCOMPARE(messageOf("auto-prompts", "0"), std::string("expects an integer >= 1, got '0'"));
+        QCOMPARE(FitSettings{}.family, ConverterFamily::Auto); // the default: the fit picks the family
         QCOMPARE(messageOf("family", "low-rank"), std::string("(accepted)"));
     }
 };

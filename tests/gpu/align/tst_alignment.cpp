@@ -11,6 +11,8 @@
 #include "gpu/transfer/transfer.h"
 #include "tests/support/expect_error.h"
 
+#include <nlohmann/json.hpp>
+
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -274,6 +276,47 @@ fs::path captureSelf(const fs::path &dir, std::unique_ptr<gpu::Model> &a, std::u
     return path;
 }
 
+// A random model's own caches of `prompts` prompts as model B, and as model A rows bent by the
+// elementwise `bend` (A's rows = bend(B's rows), keys and values alike, the same geometry): a
+// converter has to undo the bend, and B itself scores what a converted cache does to its predictions.
+fs::path captureBent(const fs::path &dir, std::unique_ptr<gpu::Model> &b,
+                     const std::function<float(float)> &bend, int prompts = 40)
+{
+    auto spec = core::randomModelPreset("gqa");
+    spec.weightStd = 0.3; // sharp attention: B's predictions depend on the context, so there is a gap
+    core::writeRandomHfModel(dir / "m", spec);
+    b = gpu::Model::load(dir / "m", {});
+    const fs::path tok = dir / "m" / "tokenizer.json";
+    const fs::path path = dir / "bent.h5";
+    auto writer =
+        core::ExperimentWriter::create(path, {}, {}, gpu::describeModel(core::ModelRole::A, *b, tok),
+                                       gpu::describeModel(core::ModelRole::B, *b, tok));
+    std::mt19937_64 rng(23);
+    for (int p = 0; p < prompts; ++p) {
+        core::PromptRecord rec;
+        rec.text = "p" + std::to_string(p);
+        const int tokens = 24 + p % 17;
+        for (int t = 0; t < tokens; ++t)
+            rec.a.ids.push_back(int32_t(3 + rng() % uint64_t(b->config().vocabSize - 3)));
+        rec.b.ids = rec.a.ids;
+        auto cache = b->newCache();
+        b->forward(std::vector<int>(rec.b.ids.begin(), rec.b.ids.end()), cache);
+        for (int l = 0; l < b->config().numLayers; ++l) {
+            const auto kv = cache.layerTokenMajor(l, core::KeyForm::PreRope);
+            rec.b.keys.push_back(kv.keys);
+            rec.b.values.push_back(kv.values);
+            for (const auto *part : {&kv.keys, &kv.values}) {
+                std::vector<float> bent(part->size());
+                std::transform(part->begin(), part->end(), bent.begin(), bend);
+                (part == &kv.keys ? rec.a.keys : rec.a.values).push_back(std::move(bent));
+            }
+        }
+        writer.appendPrompt(rec);
+    }
+    writer.close();
+    return path;
+}
+
 } // namespace
 
 class TestAlignment : public QObject
@@ -376,6 +419,7 @@ private Q_SLOTS:
             QCOMPARE(std::vector<int>{ranked.back()}, std::vector<int>{1 - ranked.front()});
         }
         gpu::AlignOptions o;
+        o.fit.family = core::ConverterFamily::Ridge;
         o.fit.selection = gpu::LayerSelection::TopK;
         o.fit.k = 5; // more than A's 2 layers: both, in layer order
         o.fit.autoLambda = true;
@@ -621,6 +665,94 @@ private Q_SLOTS:
                  core::ErrorCode::InvalidArgument);
     }
 
+    // Family auto keeps the converter that brings B's predictions closest to its own: with A's rows
+    // B's bent by a kink (slope 1 below 0, 1/8 above), no linear map undoes it and the MLP does, so
+    // auto scores ridge first and keeps the MLP; with A's rows B's own scaled, ridge is exact and the
+    // MLP is not fitted at all. Without model B, auto refuses.
+    void autoKeepsTheFamilyWithTheLowestValidationKl()
+    {
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> b;
+        const auto kinked = captureBent(fs::path(tmp.path().toStdString()) / "kink", b,
+                                        [](float x) { return x > 0 ? x / 8 : x; });
+        const auto file = core::ExperimentReader::open(kinked);
+        gpu::AlignOptions o;
+        QCOMPARE(o.fit.family, core::ConverterFamily::Auto);
+        o.fit.lambda = 1e-6;
+        o.fit.mlpHidden = 64;
+        o.fit.mlpEpochs = 60;
+        o.fit.mlpBatch = 64;
+        o.fit.learningRate = 3e-3;
+        o.fit.patience = 10;
+        o.fit.validFraction = o.fit.testFraction = 0.2;
+        std::vector<gpu::AutoCandidate> heard;
+        o.onCandidate = [&](const gpu::AutoCandidate &c) { heard.push_back(c); };
+        const auto r = gpu::alignExperiment(file, o, b.get());
+        QVERIFY(!r.cancelled);
+        QCOMPARE(r.candidates.size(), size_t(3)); // ridge as asked, ridge on every A layer, the MLP
+        QCOMPARE(heard.size(), size_t(3));
+        QCOMPARE(heard.front().family, core::ConverterFamily::Ridge); // ridge's score comes first
+        QCOMPARE(r.candidates[0].selection, gpu::LayerSelection::Proportional);
+        QCOMPARE(r.candidates[1].selection, gpu::LayerSelection::All);
+        QCOMPARE(r.candidates[2].family, core::ConverterFamily::Mlp);
+        for (const auto &c : r.candidates) {
+            qInfo("%s", gpu::autoCandidateLine(c).c_str());
+            QCOMPARE(c.score.prompts, 8);
+            QVERIFY(c.score.klNoPrefix > 0.01); // there is a gap to close
+        }
+        const double ridgeKl = std::min(r.candidates[0].score.kl, r.candidates[1].score.kl);
+        QVERIFY2(r.candidates[2].score.kl < 0.8 * ridgeKl, qPrintable(QString::number(ridgeKl)));
+        QCOMPARE(r.chosen, 2);
+        QCOMPARE(r.record.family, core::ConverterFamily::Mlp);
+        const auto settings = nlohmann::json::parse(r.record.settingsJson);
+        QCOMPARE(settings["auto"]["chosen"].get<int>(), 2);
+        QCOMPARE(settings["auto"]["candidates"].size(), size_t(3));
+        QCOMPARE(settings["auto"]["candidates"][2]["valid_kl"].get<double>(), r.candidates[2].score.kl);
+        // the chosen record scores like a plain fit's: test metrics of every layer
+        QCOMPARE(int(r.record.layerMetrics.rows.size()), b->config().numLayers);
+
+        // a linear bend: ridge on every layer is exact, so the MLP is not fitted
+        std::unique_ptr<gpu::Model> b2;
+        const auto scaled = captureBent(
+            fs::path(tmp.path().toStdString()) / "scale", b2, [](float x) { return 2 * x; }, 20);
+        const auto file2 = core::ExperimentReader::open(scaled);
+        o.onCandidate = nullptr;
+        const auto r2 = gpu::alignExperiment(file2, o, b2.get());
+        QCOMPARE(r2.candidates.size(), size_t(2));
+        QCOMPARE(r2.record.family, core::ConverterFamily::Ridge);
+        QVERIFY(r2.candidates[size_t(r2.chosen)].score.gapClosed() > 0.99);
+        QVERIFY(std::any_of(r2.warnings.begin(), r2.warnings.end(), [](const std::string &w) {
+            return w.find("did not fit the MLP") != std::string::npos;
+        }));
+        QCOMPARE(test::expectError([&] { gpu::alignExperiment(file2, o, nullptr); }).code(),
+                 core::ErrorCode::InvalidArgument);
+    }
+
+    // The budget ends the MLP's training: with no time at all, every layer keeps its ridge start.
+    void mlpBudgetKeepsTheRidgeStart()
+    {
+        QTemporaryDir tmp;
+        const auto file =
+            core::ExperimentReader::open(writePlanted(tmp.path().toStdString(), [&](const float *x) {
+                const float sq[4] = {x[0] * x[0], x[1] * x[1], x[2] * x[2], x[3] * x[3]};
+                return times(sq, randomMatrix(4, 6, 42));
+            }));
+        std::vector<int> train(28), valid = {28, 29, 30, 31};
+        std::iota(train.begin(), train.end(), 0);
+        const auto ridge = gpu::fitLayer(file, 0, {0}, train, 1e-6);
+        gpu::MlpOptions o;
+        o.hidden = 8;
+        o.epochs = 5;
+        o.deadline = core::Clock::now();
+        gpu::MlpFitStats stats;
+        const auto mlp = gpu::trainMlpLayer(file, ridge, train, valid, o, &stats);
+        QVERIFY(mlp.has_value());
+        QVERIFY(stats.deadlineReached);
+        QCOMPARE(stats.epochs, 0);
+        const std::vector<int> test = {32, 33};
+        QCOMPARE(gpu::evaluateLayer(file, *mlp, test).r2Keys, gpu::evaluateLayer(file, ridge, test).r2Keys);
+    }
+
     void calibrationTokensAreCapped()
     {
         QTemporaryDir tmp;
@@ -667,6 +799,7 @@ private Q_SLOTS:
         const auto path = captureSelf(tmp.path().toStdString(), a, b);
         const auto file = core::ExperimentReader::open(path);
         gpu::AlignOptions o;
+        o.fit.family = core::ConverterFamily::Ridge;
         o.fit.selection = gpu::LayerSelection(selection);
         o.fit.perHead = perHead;
         o.fit.lambda = 1e-7;
@@ -696,6 +829,11 @@ private Q_SLOTS:
         // no prompt is both trained on and scored
         for (int p : rec.testPrompts)
             QVERIFY(std::find(rec.trainPrompts.begin(), rec.trainPrompts.end(), p) == rec.trainPrompts.end());
+        // B from the converted cache predicts what B from its own does
+        const auto kl = gpu::transferKl(file, rec.layers, *b, rec.testPrompts);
+        QCOMPARE(kl.prompts, 3);
+        QVERIFY2(kl.kl < 1e-4 && kl.top1 == 1.0 && kl.klNoPrefix > kl.kl, qPrintable(QString::number(kl.kl)));
+        QVERIFY(kl.gapClosed() > 0.99);
         const auto conv = gpu::Converter::create(rec, *a, *b);
         std::vector<int> prompt;
         for (int i = 0; i < 26; ++i)

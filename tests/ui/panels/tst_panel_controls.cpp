@@ -216,6 +216,10 @@ private Q_SLOTS:
         family->setCurrentIndex(family->findData("mlp"));
         QCOMPARE(p.fitRequest().family, core::ConverterFamily::Mlp);
         QVERIFY(!rank->isEnabled() && hidden->isEnabled());
+        family->setCurrentIndex(family->findData("auto")); // auto trains the MLP too
+        QCOMPARE(p.fitRequest().family, core::ConverterFamily::Auto);
+        QVERIFY(!rank->isEnabled() && hidden->isEnabled());
+        QCOMPARE(family->itemData(0).toString(), QString("auto")); // listed first: the default
         family->setCurrentIndex(family->findData("low_rank"));
         // lambda typed in scientific notation; auto lambda disables the field
         auto *lambda = p.findChild<QLineEdit *>("lambdaEdit");
@@ -279,10 +283,21 @@ private Q_SLOTS:
         s.meanR2K = 0.6234;
         s.meanR2V = 0.5;
         s.meanAttnCos = 0.679;
+        s.family = "ridge";
         p.showFitSummary(s);
         QVERIFY2(p.fitStatusText().contains(
-                     "fitted 'default' in 2.1 s: mean R\u00b2 K 0.62, V 0.50, attention cosine 0.68"),
+                     "fitted 'default' (ridge) in 2.1 s: mean R\u00b2 K 0.62, V 0.50, attention cosine 0.68"),
                  qPrintable(p.fitStatusText()));
+        // family auto: what it chose, and every candidate's line
+        s.family = "mlp";
+        s.autoCandidates = {"auto: ridge (proportional, k 1, lambda fixed): validation KL 0.4000",
+                            "auto: mlp (all, k 4, lambda auto): validation KL 0.0900"};
+        p.showFitSummary(s);
+        QVERIFY2(p.fitStatusText().contains("fitted 'default' (auto chose mlp) in 2.1 s"),
+                 qPrintable(p.fitStatusText()));
+        QVERIFY(p.fitStatusText().contains(
+            "auto: ridge (proportional, k 1, lambda fixed): validation KL 0.4000"));
+        QVERIFY(p.fitStatusText().contains("auto: mlp (all, k 4, lambda auto): validation KL 0.0900"));
         p.setBusy(true);
         p.setFitFailed("no train prompts");
         QVERIFY(p.fitStatusText().contains("no train prompts"));
