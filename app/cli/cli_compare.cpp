@@ -444,6 +444,9 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
     const auto otherOf = [&](const char *key) { return others.contains(key) ? others[key] : json(nullptr); };
     return {{"prompts", run.prompts.size()},
             {"prompts_token_aligned", x.crossTokenizer},
+            {"recompute",
+             {{"share", o.compare.recompute.share},
+              {"positions", core::recomputePositionsName(o.compare.recompute.positions)}}},
             {"align_policy", core::alignPolicyName(o.alignPolicy)},
             {"versus", otherOf("versus")},
             {"baselines",
@@ -552,6 +555,54 @@ void printCompareSummary(const jobs::CompareSetRun &run, const std::string &conv
     std::printf("| Spearman(attn_cos, KL) | %.3f |\n", core::spearman(x.attnCos, x.kl));
 }
 
+// --recompute-curve: the set compared at every share of core::kRecomputeCurve, one row each: quality
+// against the share, and what it costs in time beside B's own prefill.
+int compareRecomputeCurve(const jobs::ComparePair &pair, const core::ConverterRecord &record,
+                          const std::vector<std::string> &texts, jobs::CompareSetOptions o, bool asJson)
+{
+    bool warm = false;
+    json rows = json::array();
+    if (!asJson)
+        std::printf(
+            "recompute curve: converter '%s', %zu prompts, %d tokens each, positions %s\n\n"
+            "| share | prompts | KL | KL gap closed, 95%% CI | top-1 | TTFT scratch ms | TTFT transfer ms | "
+            "TTFT transfer, A cached ms |\n|--:|--:|--:|:--|--:|--:|--:|--:|\n",
+            record.name.c_str(), texts.size(), o.compare.maxTokens,
+            core::recomputePositionsName(o.compare.recompute.positions));
+    for (double share : core::kRecomputeCurve) {
+        o.compare.recompute.share = share;
+        const auto run = jobs::compareSet(pair, record, texts, o, warm, [&](size_t, size_t, const auto *) {
+            return !InterruptScope::interrupted();
+        });
+        if (run.cancelled || run.prompts.empty())
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              run.cancelled ? "interrupted" : "no prompt could be compared");
+        const CompareSeries x(run);
+        const auto s = jobs::summarizeCompareSet(run);
+        rows.push_back({{"share", share},
+                        {"prompts", run.prompts.size()},
+                        {"kl", s.kl},
+                        {"kl_no_prefix", s.klNoPrefix},
+                        {"kl_gap_closed", intervalJson(s.klGapClosed)},
+                        {"top1", s.top1},
+                        {"ttft_ms_scratch", medianOf(x.ttftScratch)},
+                        {"ttft_ms_transfer", medianOf(x.ttftTransfer)},
+                        {"ttft_ms_transfer_cached", medianOf(x.ttftCached)}});
+        if (!asJson)
+            std::printf("| %g | %zu | %.4f | %s | %.3f | %.2f | %.2f | %.2f |\n", share, run.prompts.size(),
+                        s.kl, s.klGapClosed ? core::formatInterval(*s.klGapClosed).c_str() : "n/a", s.top1,
+                        medianOf(x.ttftScratch), medianOf(x.ttftTransfer), medianOf(x.ttftCached));
+    }
+    if (asJson)
+        std::printf("%s\n", json{{"converter", record.name},
+                                 {"positions", core::recomputePositionsName(o.compare.recompute.positions)},
+                                 {"max_tokens", o.compare.maxTokens},
+                                 {"recompute_curve", rows}}
+                                .dump(2, ' ', false, json::error_handler_t::replace)
+                                .c_str());
+    return 0;
+}
+
 // The options of `kvwb compare`, in the order --help lists them.
 void addCompareOptions(QCommandLineParser &p)
 {
@@ -626,6 +677,11 @@ int cmdCompare(const QStringList &args)
     const jobs::ComparePair pair{*a, *tokA, *b, *tokB, conv, record.name};
     const bool asJson = p.isSet("json");
     InterruptScope ctrlC;
+    if (settings.recomputeCurve) {
+        for (const auto &w : warnings)
+            std::fprintf(stderr, "warning: %s\n", w.c_str());
+        return compareRecomputeCurve(pair, record, texts, o, asJson);
+    }
     bool warm = false;
     size_t done = 0;
     const auto run = jobs::compareSet(

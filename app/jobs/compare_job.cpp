@@ -54,6 +54,7 @@ CompareSetOptions compareSetOptions(const core::CompareSettings &settings)
     o.compare.gateSignal = settings.gateSignal;
     o.compare.gateThreshold = settings.gateThreshold;
     o.compare.gateTail = settings.gateTail;
+    o.compare.recompute = settings.recompute;
     o.alignPolicy = settings.alignPolicy;
     o.baselines = settings.baselines;
     return o;

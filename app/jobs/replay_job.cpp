@@ -187,6 +187,7 @@ gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)
     o.embedQuestion = s.embedQuestion;
     o.prefixBlock = s.prefixBlock;
     o.cross.minTokens = s.minCrossTokens;
+    o.cross.recompute.share = s.crossRecompute;
     o.cross.gateSignal = s.gateSignal;
     o.cross.gateThreshold = s.gateThreshold;
     o.cross.gate = s.gate;

@@ -64,6 +64,21 @@ std::vector<CompareFlag> makeFlags()
     t.push_back(
         gateSignalRow<S>("Gate signal: tail_kl (default), kv_cos, attn_cos or nll (see docs/transfer.md)."));
     t.push_back(
+        real<S>("recompute", "F",
+                "Selective recompute: B recomputes this share of its prefix positions itself, the rest "
+                "come from the converted cache (0 default: none; 1: B's own prefill).",
+                nested(&S::recompute, &RecomputePlan::share), 0.0, 1.0));
+    t.push_back(choice(
+        "recompute-positions", "WHICH",
+        "Which positions --recompute takes: ends (default: half the first, half the last), first or recent.",
+        nested(&S::recompute, &RecomputePlan::positions),
+        [](const std::string &v) { return parseRecomputePositions(v); }, recomputePositionsName,
+        "ends, first or recent"));
+    t.push_back(toggle("recompute-curve",
+                       "With a prompt set: compare at every recompute share of 0, 0.05, 0.1, 0.25, 0.5 and 1 "
+                       "and print the curve of quality and time against the share.",
+                       &S::recomputeCurve, true, "recompute_curve"));
+    t.push_back(
         real("gate-threshold", "T",
              "Gate passes when tail_kl or nll <= T, or kv_cos or attn_cos >= T (default 0.1 for tail_kl, "
              "0.9 for kv_cos and attn_cos, 3 for nll).",
@@ -128,7 +143,13 @@ void checkCompareSettings(const CompareSettings &s)
         if (s.turns > 0 && s.turns <= s.handoffTurn)
             bad(fmt::format("--turns {} leaves no turn after the hand-off at turn {}", s.turns,
                             s.handoffTurn));
+        if (s.recompute.share > 0 || s.recomputeCurve)
+            bad("--recompute and --recompute-curve do not go with --handoff");
     }
+    if (s.recomputeCurve && (s.recompute.share > 0 || !s.prompt.empty() || !s.versus.empty()))
+        bad("--recompute-curve compares every share itself, on a prompt set: not with --recompute, --prompt "
+            "or "
+            "--versus");
 }
 
 } // namespace kvwb::core

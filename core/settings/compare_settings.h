@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/cache/gate_signal.h"
+#include "core/cache/recompute_plan.h"
 #include "core/settings/setting_table.h"
 #include "core/tokenize/token_alignment.h"
 
@@ -42,12 +43,17 @@ struct CompareSettings
     GateSignal gateSignal = GateSignal::TailKl;
     double gateThreshold = 0.1; // set with the signal: its default (defaultGateThreshold)
     AlignPolicy alignPolicy = kDefaultAlignPolicy;
+    RecomputePlan recompute;     // the share of B's prefix B recomputes itself on the transfer path
+    bool recomputeCurve = false; // compare at every share of kRecomputeCurve, one table row each
 
     // Which prompts: "prompt", "prompts", "held-out", "handoff", or "" when none or several are set.
     std::string source() const;
 };
 
 bool operator==(const CompareSettings &x, const CompareSettings &y);
+
+// The shares --recompute-curve compares (1: B's own prefill, the curve's end).
+inline constexpr double kRecomputeCurve[] = {0.0, 0.05, 0.1, 0.25, 0.5, 1.0};
 
 using CompareFlag = SettingRow<CompareSettings>;
 

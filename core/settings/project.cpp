@@ -253,7 +253,7 @@ ProjectAlignment readAlignment(Section &s)
     s.boolean("auto_lambda", f.autoLambda);
     s.number("lambda", f.lambda, 0.0, kDoubleMax, true);
     s.boolean("per_head", f.perHead);
-    readName(s, "family", f.family, parseConverterFamily, {"ridge", "low_rank", "mlp"});
+    readName(s, "family", f.family, parseConverterFamily, {"auto", "ridge", "low_rank", "mlp"});
     s.integer("rank", f.rank, 1, 1 << 20);
     s.integer("mlp_hidden", f.mlpHidden, 1, 1 << 20);
     s.integer("mlp_epochs", f.mlpEpochs, 0, 100000);

@@ -142,6 +142,10 @@ void kvRows(std::vector<ReplayFlag> &t)
     t.push_back(integer<S, int>("min-cross-tokens", "N",
                                 "Cross-model reuse needs this many matched tokens (default 16).",
                                 &S::minCrossTokens, 1));
+    t.push_back(real("cross-recompute", "F",
+                     "Cross tier: B recomputes this share of the converted prefix itself, half the first "
+                     "positions, half the last (default 0: none; 1: B's own prefill).",
+                     &S::crossRecompute, 0.0, 1.0));
     {
         // pairs B's tokens with A's; --align-policy, its older name, is still accepted
         ReplayFlag f = choice(

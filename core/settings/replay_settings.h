@@ -67,6 +67,7 @@ struct ReplaySettings
     std::string embedderPrefix;
     int prefixBlock = 16;
     int minCrossTokens = 16;
+    double crossRecompute = 0; // the cross tier: share of B's reused prefix B recomputes itself (ends)
     AlignPolicy alignPolicy = kDefaultAlignPolicy;
     KnowledgeTierSettings knowledge;          // clockStartMs is this run's, not a project setting
     int64_t exactEntries = 0, exactBytes = 0; // 0: unlimited

@@ -195,19 +195,31 @@ SettingRow<S> toggle(const char *name, const char *help, bool S::*field, bool wh
 }
 
 // One of a set of names, read by `parse` and written by `name`.
-template <typename S, typename T, typename Parse, typename Name>
-SettingRow<S> choice(const char *name, const char *valueName, const char *help, T S::*field, Parse parse,
-                     Name nameOf, const char *expected)
+template <typename S, typename F, typename Parse, typename Name>
+SettingRow<S> choiceOf(const char *name, const char *valueName, const char *help, F field, Parse parse,
+                       Name nameOf, const char *expected)
 {
     SettingRow<S> f = row<S>(name, valueName, help, Scope::Setting, Kind::Value);
     f.set = [field, parse, expected](S &s, const std::string &v) {
         const auto t = parse(v);
         if (!t)
             bad(std::string("expects ") + expected + ", got '" + v + "'");
-        s.*field = *t;
+        std::invoke(field, s) = *t;
     };
-    f.get = [field, nameOf](const S &s) { return std::vector<std::string>{nameOf(s.*field)}; };
+    f.get = [field, nameOf](const S &s) { return std::vector<std::string>{nameOf(std::invoke(field, s))}; };
     return f;
+}
+template <typename S, typename T, typename Parse, typename Name>
+SettingRow<S> choice(const char *name, const char *valueName, const char *help, T S::*field, Parse parse,
+                     Name nameOf, const char *expected)
+{
+    return choiceOf<S>(name, valueName, help, field, parse, nameOf, expected);
+}
+template <typename S, typename G, typename T, typename Parse, typename Name>
+SettingRow<S> choice(const char *name, const char *valueName, const char *help, Nested<S, G, T> field,
+                     Parse parse, Name nameOf, const char *expected)
+{
+    return choiceOf<S>(name, valueName, help, field, parse, nameOf, expected);
 }
 
 template <typename S> bool rowsEqual(const std::vector<SettingRow<S>> &rows, const S &x, const S &y)

@@ -14,6 +14,7 @@
 
 #include "core/cache/cache_tier.h"
 #include "core/cache/prefix_tree.h"
+#include "core/cache/recompute_plan.h"
 #include "core/cache/shared_store.h"
 #include "core/tokenize/token_alignment.h"
 #include "core/tokenize/tokenizer.h"
@@ -110,6 +111,9 @@ struct CrossTierOptions
     // Models with different tokenizers: how each B token is paired with an A token
     // (gpu/transfer/cross_tokenizer.h).
     core::AlignPolicy alignPolicy = core::kDefaultAlignPolicy;
+    // Selective recompute: B recomputes this share of the converted prefix itself (reused tokens
+    // count the converted positions only).
+    core::RecomputePlan recompute;
 };
 
 class CrossModelTier : public core::CacheTier

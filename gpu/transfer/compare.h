@@ -27,6 +27,9 @@ struct CompareOptions
     double gateThreshold = 0.1;
     int gateTail = 4;
     bool warmUp = false; // run B and the transfer once untimed first (first-call allocations)
+    // The share of B's prefix positions B recomputes itself on the transfer path (its generation and
+    // its KL to scratch; the quality gate reads the plain conversion).
+    core::RecomputePlan recompute;
     // Checked between the paths and at every generated token: when set, compareTransfer returns
     // with CompareOutcome::cancelled and a partial sample.
     const std::atomic_bool *cancel = nullptr;

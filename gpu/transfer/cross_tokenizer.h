@@ -58,11 +58,12 @@ KvCache pairedSourceCache(const Model &source, const KvCache &cacheA, const Toke
 // is transferGenerate on idsB.
 TransferResult transferGenerate(const Model &source, const Model &target, const Converter &converter,
                                 const TokenPairing &pairing, const GenerateOptions &options,
-                                KvCache *sourceCache = nullptr);
+                                KvCache *sourceCache = nullptr, const core::RecomputePlan &recompute = {});
 
 // teacherForcedAgreement across tokenizers: B from its own prefill of idsB vs B from the converted,
 // re-laid cache, both fed B's last prompt token + continuation[0 .. m-2].
 Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
-                                 const TokenPairing &pairing, const std::vector<int> &continuation);
+                                 const TokenPairing &pairing, const std::vector<int> &continuation,
+                                 const core::RecomputePlan &recompute = {});
 
 } // namespace kvwb::gpu

@@ -9,6 +9,7 @@
 #pragma once
 
 #include "core/cache/gate_signal.h"
+#include "core/cache/recompute_plan.h"
 #include "core/store/converter_store.h"
 #include "gpu/align/alignment.h"
 #include "gpu/model/model.h"
@@ -45,21 +46,30 @@ private:
     std::unique_ptr<Impl> m_impl;
 };
 
+// Selective recompute (core/cache/recompute_plan.h) of a converted cache of B: the plan's positions
+// are run through B itself in order, each run of them on top of the cache before it (converted and
+// already recomputed positions alike), and their K/V replace the converted ones; the positions after
+// a run keep their converted K/V. A plan of share 1 gives exactly B's own prefill, share 0 leaves the
+// cache as converted. Returns the positions recomputed.
+int recomputeConverted(const Model &target, KvCache &cache, const core::RecomputePlan &plan);
+
 struct TransferResult
 {
     GenerateResult generation;  // B's output; stats.reusedTokens = converted positions
     double sourcePrefillMs = 0; // A's forward over the prefix
-    double convertMs = 0;       // maps applied and B's cache filled
+    double convertMs = 0;       // maps applied, B's cache filled and the recomputed positions run
+    int recomputed = 0;         // prefix positions B recomputed itself (RecomputePlan)
     // ttft of the transfer path: sourcePrefillMs + convertMs + generation.stats.ttftMs
     double ttftMs() const { return sourcePrefillMs + convertMs + generation.stats.ttftMs; }
 };
 
 // A prefills prompt[0 .. n-2] (unless sourceCache already holds that prefix, then its prefill is
-// skipped and reported as 0), its cache is converted into B's, and B processes the last prompt
-// token and generates. prompt must have at least 2 tokens and be valid for both models.
+// skipped and reported as 0), its cache is converted into B's (the plan's share of it then
+// recomputed by B), and B processes the last prompt token and generates. prompt must have at least
+// 2 tokens and be valid for both models.
 TransferResult transferGenerate(const Model &source, const Model &target, const Converter &converter,
                                 const std::vector<int> &prompt, const GenerateOptions &options,
-                                KvCache *sourceCache = nullptr);
+                                KvCache *sourceCache = nullptr, const core::RecomputePlan &recompute = {});
 
 // Teacher-forced agreement of two continuations of the same prompt: B from its own prefill vs B
 // from the converted cache, both fed prompt's last token + continuation[0 .. m-2] and compared on
@@ -72,7 +82,8 @@ struct Agreement
     double top1Rate() const;
 };
 Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
-                                 const std::vector<int> &prompt, const std::vector<int> &continuation);
+                                 const std::vector<int> &prompt, const std::vector<int> &continuation,
+                                 const core::RecomputePlan &recompute = {});
 // The floor a converted cache has to beat: the same comparison with B given no prefix at all (only
 // the prompt's last token, at position 0) instead of the converted cache.
 Agreement noPrefixAgreement(const Model &target, const std::vector<int> &prompt,

@@ -217,6 +217,32 @@ private Q_SLOTS:
         const auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
         QCOMPARE(s["prompts"].toInt(), 3);
         // the baselines' paired intervals: the estimate is the plain statistic and lies inside
+        QCOMPARE(s["recompute"].toObject()["share"].toDouble(), 0.0);
+        // selective recompute: at share 1 B computes its whole prefix itself, so it is scratch exactly
+        {
+            auto rr = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out",
+                               "--limit", "2", "--max-tokens", "4", "--recompute", "1", "--json"});
+            QVERIFY2(rr.exitCode == 0, rr.err.constData());
+            const auto one = QJsonDocument::fromJson(rr.out).object()["summary"].toObject();
+            QCOMPARE(one["kl"].toDouble(), 0.0);
+            QCOMPARE(one["top1"].toDouble(), 1.0);
+            rr = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out", "--limit",
+                          "3", "--max-tokens", "4", "--recompute-curve", "--json"});
+            QVERIFY2(rr.exitCode == 0, rr.err.constData());
+            const auto curve = QJsonDocument::fromJson(rr.out).object()["recompute_curve"].toArray();
+            QCOMPARE(curve.size(), 6);
+            QCOMPARE(curve[0].toObject()["share"].toDouble(), 0.0);
+            QCOMPARE(curve[0].toObject()["kl"].toDouble(), s["kl"].toDouble()); // share 0: the plain transfer
+            QCOMPARE(curve[5].toObject()["share"].toDouble(), 1.0);
+            QCOMPARE(curve[5].toObject()["kl"].toDouble(), 0.0);
+            rr = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out",
+                          "--recompute-curve", "--recompute", "0.5"});
+            QCOMPARE(rr.exitCode, 2);
+            QVERIFY2(rr.err.contains("--recompute-curve"), rr.err.constData());
+            rr = runKvwb({"compare", "--experiment", q(exp), "--held-out", "--recompute", "1.5"});
+            QCOMPARE(rr.exitCode, 2);
+            QVERIFY2(rr.err.contains("--recompute"), rr.err.constData());
+        }
         const auto base = s["baselines"].toObject();
         const auto gap = base["kl_gap_closed_vs_no_prefix"].toObject();
         QVERIFY(std::abs(gap["estimate"].toDouble() -

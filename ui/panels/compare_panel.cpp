@@ -250,6 +250,16 @@ QLabel *ComparePanel::addControls(QVBoxLayout *layout)
                               "converted cache."));
     label(tr("&Tail:"), m_gateTail);
     controls->addSpacing(8);
+    m_recompute = new QDoubleSpinBox(this);
+    m_recompute->setObjectName("recomputeSpin");
+    m_recompute->setDecimals(2);
+    m_recompute->setRange(0, 1);
+    m_recompute->setSingleStep(0.05);
+    m_recompute->setToolTip(tr("Selective recompute: the share of B's prefix positions B computes itself "
+                               "(half the first, half the last); the rest come from the converted cache. 0: "
+                               "plain transfer, 1: B's own prefill."));
+    label(tr("Reco&mpute:"), m_recompute);
+    controls->addSpacing(8);
     m_colourBy = new QComboBox(this);
     m_colourBy->setObjectName("colourByCombo");
     m_colourBy->addItems({tr("probability"), tr("KL to scratch")});
@@ -498,6 +508,7 @@ core::CompareSettings ComparePanel::request() const
         core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
     r.gateTail = m_gateTail->value();
+    r.recompute.share = m_recompute->value();
     r.saveSamples = m_save ? "workbench" : "";
     return r;
 }
@@ -523,6 +534,7 @@ void ComparePanel::setRequest(const core::CompareSettings &r)
         m_gateSignal->setCurrentIndex(signal); // resets the threshold: set it afterwards
     m_gateThreshold->setValue(r.gateThreshold);
     m_gateTail->setValue(r.gateTail);
+    m_recompute->setValue(r.recompute.share);
     refreshReadiness();
 }
 

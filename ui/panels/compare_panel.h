@@ -139,6 +139,7 @@ private:
     QComboBox *m_gateSignal = nullptr;
     QDoubleSpinBox *m_gateThreshold = nullptr;
     QSpinBox *m_gateTail = nullptr;
+    QDoubleSpinBox *m_recompute = nullptr; // the share of B's prefix B recomputes itself
     QComboBox *m_colourBy = nullptr;
     QPushButton *m_run = nullptr;
     QPushButton *m_cancel = nullptr;

@@ -445,6 +445,15 @@ void ReplayPanel::addGateRow(QWidget *box, QGridLayout *grid)
     m_gateThreshold->setToolTip(tr(
         "The gate's limit for the chosen signal (defaults: tail_kl 0.1, kv_cos and attn_cos 0.9, nll 3)."));
     gateRow->addWidget(m_gateThreshold);
+    gateRow->addWidget(new QLabel(tr("recompute:"), box));
+    m_crossRecompute = new QDoubleSpinBox(box);
+    m_crossRecompute->setObjectName("crossRecomputeSpin");
+    m_crossRecompute->setRange(0, 1);
+    m_crossRecompute->setDecimals(2);
+    m_crossRecompute->setSingleStep(0.05);
+    m_crossRecompute->setToolTip(tr("Cross tier: the share of the converted prefix B recomputes itself (half "
+                                    "the first positions, half the last); 0 takes it all converted."));
+    gateRow->addWidget(m_crossRecompute);
     gateRow->addStretch(1);
     grid->addLayout(gateRow, 2, 1);
     grid->addWidget(new QLabel(tr("Max tokens:"), box), 2, 2);
@@ -651,6 +660,7 @@ core::ReplaySettings ReplayPanel::replayRequest() const
     r.gateSignal =
         core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
+    r.crossRecompute = m_crossRecompute->value();
     r.gate = m_gate->isChecked();
     r.maxTokens = m_maxTokens->value();
     r.limit = m_limit->value();
@@ -685,6 +695,7 @@ void ReplayPanel::setReplayRequest(const core::ReplaySettings &r)
         m_gateSignal->setCurrentText(QString::fromUtf8(core::gateSignalName(r.gateSignal)));
     }
     m_gateThreshold->setValue(r.gateThreshold);
+    m_crossRecompute->setValue(r.crossRecompute);
     m_gate->setChecked(r.gate);
     m_maxTokens->setValue(r.maxTokens);
     m_limit->setValue(r.limit);
@@ -747,6 +758,7 @@ void ReplayPanel::refreshRunEnabled()
     m_sweep->setEnabled(!m_busy && !m_workload->currentText().trimmed().isEmpty());
     m_gateSignal->setEnabled(!m_busy && m_gate->isChecked());
     m_gateThreshold->setEnabled(!m_busy && m_gate->isChecked());
+    m_crossRecompute->setEnabled(!m_busy && m_crossAvailable);
     if (!m_busy && !m_modelsLoaded)
         m_runStatus->setText(
             tr("Load models A and B first (Models panel); a replay runs them for every miss."));

@@ -148,6 +148,7 @@ private:
     QCheckBox *m_gate = nullptr;
     QComboBox *m_gateSignal = nullptr;
     QDoubleSpinBox *m_gateThreshold = nullptr;
+    QDoubleSpinBox *m_crossRecompute = nullptr; // the cross tier's selective recompute share
     QSpinBox *m_maxTokens = nullptr;
     QSpinBox *m_limit = nullptr;
     QLineEdit *m_ledgerName = nullptr;

@@ -366,9 +366,11 @@ TierLookup CrossModelTier::lookup(const TierRequest &request)
     const auto t0 = core::Clock::now();
     KvCache converted = m_b.newCache();
     m_converter.convert(source, converted);
+    const int recomputed = recomputeConverted(m_b, converted, m_options.recompute);
     out.modelMs += core::msSince(t0);
     out.kv = std::make_unique<KvCachePayload>(std::move(converted));
-    out.reusedTokens = keep;
+    out.reusedTokens = keep - recomputed;
+    out.computedTokens = recomputed; // B's own positions inside the cache handed back
     out.hit = true;
     return out;
 }

@@ -107,7 +107,7 @@ CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, cons
     if (options.warmUp) {
         b.generate(ids, go, {}, options.cancel);
         auto warm = a.newCache();
-        transferGenerate(a, b, converter, pairing, go, &warm);
+        transferGenerate(a, b, converter, pairing, go, &warm, options.recompute);
     }
     if (stop()) {
         out.cancelled = true;
@@ -131,12 +131,12 @@ CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, cons
         out.gate = qualityGate(b, converter, cacheA, ids.back(), options.gateTail, options.gateSignal,
                                options.gateThreshold);
     }
-    const auto tr = transferGenerate(a, b, converter, pairing, go, &cacheA);
+    const auto tr = transferGenerate(a, b, converter, pairing, go, &cacheA, options.recompute);
     if (stop()) {
         out.cancelled = true;
         return out;
     }
-    const auto agree = teacherForcedAgreement(a, b, converter, pairing, scratch.outputIds);
+    const auto agree = teacherForcedAgreement(a, b, converter, pairing, scratch.outputIds, options.recompute);
     const auto floor = noPrefixAgreement(b, ids, scratch.outputIds);
     auto &s = out.sample;
     s.a = path(selfA, tokA);

@@ -85,10 +85,11 @@ KvCache pairedSourceCache(const Model &source, const KvCache &cacheA, const Toke
 }
 
 TransferResult transferGenerate(const Model &source, const Model &target, const Converter &converter,
-                                const TokenPairing &p, const GenerateOptions &options, KvCache *sourceCache)
+                                const TokenPairing &p, const GenerateOptions &options, KvCache *sourceCache,
+                                const core::RecomputePlan &recompute)
 {
     if (!p.crossTokenizer())
-        return transferGenerate(source, target, converter, p.idsB, options, sourceCache);
+        return transferGenerate(source, target, converter, p.idsB, options, sourceCache, recompute);
     if (p.idsB.size() < 2)
         throw Error(ErrorCode::InvalidArgument, "transfer needs a prompt of at least 2 tokens");
     TransferResult r;
@@ -109,16 +110,19 @@ TransferResult transferGenerate(const Model &source, const Model &target, const 
     const KvCache paired = pairedSourceCache(source, *cacheA, p, converter.keyForm());
     auto cacheB = target.newCache();
     converter.convert(paired, cacheB);
+    r.recomputed = recomputeConverted(target, cacheB, recompute);
     r.convertMs = msSince(t1);
     r.generation = target.generate(p.idsB, cacheB, options);
+    r.generation.stats.reusedTokens -= r.recomputed; // B computed those itself
     return r;
 }
 
 Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
-                                 const TokenPairing &p, const std::vector<int> &continuation)
+                                 const TokenPairing &p, const std::vector<int> &continuation,
+                                 const core::RecomputePlan &recompute)
 {
     if (!p.crossTokenizer())
-        return teacherForcedAgreement(source, target, converter, p.idsB, continuation);
+        return teacherForcedAgreement(source, target, converter, p.idsB, continuation, recompute);
     if (p.idsB.size() < 2)
         throw Error(ErrorCode::InvalidArgument, "agreement needs a prompt of at least 2 tokens");
     std::vector<int> fed = {p.idsB.back()};
@@ -133,6 +137,7 @@ Agreement teacherForcedAgreement(const Model &source, const Model &target, const
     const KvCache paired = pairedSourceCache(source, cacheA, p, converter.keyForm());
     auto transfer = target.newCache();
     converter.convert(paired, transfer);
+    recomputeConverted(target, transfer, recompute);
     const auto lt = target.forward(fed, transfer, true);
     const size_t vocab = ls.size() / fed.size();
     Agreement a;

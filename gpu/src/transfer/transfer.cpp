@@ -229,9 +229,54 @@ std::vector<HeadMajorKv> Converter::convertToHost(const KvCache &source) const
     return out;
 }
 
+int recomputeConverted(const Model &target, KvCache &cache, const core::RecomputePlan &plan)
+{
+    if (!cache.impl())
+        throw Error(ErrorCode::InvalidArgument, "recompute: empty cache: create it with Model::newCache()");
+    const int n = cache.tokens();
+    const auto redo = core::recomputedPositions(n, plan);
+    if (redo.empty())
+        return 0;
+    KvCache::Impl &d = *cache.impl();
+    const std::vector<int> ids = cache.tokenIds();
+    translateTorch("selective recompute", [&] {
+        size_t i = 0;
+        while (i < redo.size()) { // one run [begin, end) of consecutive positions at a time
+            const int begin = redo[i];
+            int end = begin + 1;
+            while (i + 1 < redo.size() && redo[i + 1] == end) {
+                ++i;
+                ++end;
+            }
+            ++i;
+            // the converted positions after the run, kept aside while B writes the run's K/V
+            std::vector<torch::Tensor> keys, values;
+            {
+                c10::InferenceMode guard;
+                for (int l = 0; l < d.numLayers; ++l) {
+                    keys.push_back(d.keys[size_t(l)].narrow(1, end, n - end).clone());
+                    values.push_back(d.values[size_t(l)].narrow(1, end, n - end).clone());
+                }
+            }
+            cache.truncate(begin);
+            target.forward(std::vector<int>(ids.begin() + begin, ids.begin() + end), cache);
+            c10::InferenceMode guard;
+            d.reserve(n);
+            for (int l = 0; l < d.numLayers; ++l) {
+                d.keys[size_t(l)].narrow(1, end, n - end).copy_(keys[size_t(l)]);
+                d.values[size_t(l)].narrow(1, end, n - end).copy_(values[size_t(l)]);
+            }
+            d.length = n;
+            d.ids = ids;
+        }
+        return 0;
+    });
+    return int(redo.size());
+}
+
 TransferResult transferGenerate(const Model &source, const Model &target, const Converter &converter,
                                 const std::vector<int> &prompt, const GenerateOptions &options,
-                                KvCache *sourceCache)
+                                KvCache *sourceCache, const core::RecomputePlan &recompute)
 {
     if (prompt.size() < 2)
         throw Error(ErrorCode::InvalidArgument, "transfer needs a prompt of at least 2 tokens");
@@ -252,8 +297,10 @@ TransferResult transferGenerate(const Model &source, const Model &target, const 
     const auto t1 = Clock::now();
     auto cacheB = target.newCache();
     converter.convert(*cacheA, cacheB);
+    r.recomputed = recomputeConverted(target, cacheB, recompute);
     r.convertMs = msSince(t1);
     r.generation = target.generate(prompt, cacheB, options);
+    r.generation.stats.reusedTokens -= r.recomputed; // B computed those itself
     return r;
 }
 
@@ -327,7 +374,8 @@ std::vector<float> scratchLogits(const Model &target, const std::vector<int> &pr
 } // namespace
 
 Agreement teacherForcedAgreement(const Model &source, const Model &target, const Converter &converter,
-                                 const std::vector<int> &prompt, const std::vector<int> &continuation)
+                                 const std::vector<int> &prompt, const std::vector<int> &continuation,
+                                 const core::RecomputePlan &recompute)
 {
     const auto fed = fedTokens(prompt, continuation);
     const auto ls = scratchLogits(target, prompt, fed);
@@ -335,6 +383,7 @@ Agreement teacherForcedAgreement(const Model &source, const Model &target, const
     source.forward(std::vector<int>(prompt.begin(), prompt.end() - 1), cacheA);
     auto transfer = target.newCache();
     converter.convert(cacheA, transfer);
+    recomputeConverted(target, transfer, recompute);
     return compareLogits(ls, target.forward(fed, transfer, true), fed.size());
 }
 

@@ -54,6 +54,8 @@ private Q_SLOTS:
         full.gateSignal = GateSignal::Nll;
         full.gateThreshold = 2.5;
         full.alignPolicy = AlignPolicy::First;
+        full.recompute = {0.25, RecomputePositions::Recent};
+        full.recomputeCurve = true;
         for (const auto &f : compareFlags()) {
             QVERIFY2(names.insert(f.name).second, f.name);
             QVERIFY2(keys.insert(f.key()).second, f.name);
@@ -62,7 +64,7 @@ private Q_SLOTS:
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));
             QVERIFY2(f.get(s) == f.get(full), f.name);
         }
-        QCOMPARE(names.size(), size_t(19));
+        QCOMPARE(names.size(), size_t(22));
         const auto j =
             compareSettingsToJson(full, {SettingScope::Setting, SettingScope::Input, SettingScope::Run});
         QCOMPARE(j.at("held_out").get<bool>(), true);

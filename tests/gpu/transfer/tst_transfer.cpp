@@ -219,6 +219,76 @@ private Q_SLOTS:
 
     // Identity transfer: KL 0, top-1 agreement 1, the gate's signal 1; maps that scramble the cache
     // drive the signal down and the gate closes.
+    // Selective recompute: share 1 is B's own prefill (the same tokens and a KL of exactly 0 to
+    // scratch), share 0 the plain transfer, and a share between recomputes its positions only (the
+    // rest stay converted) and moves B towards scratch.
+    void selectiveRecompute()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "m", core::randomModelPreset("gqa"));
+        auto a = gpu::Model::load(dir / "m", {});
+        auto b = gpu::Model::load(dir / "m", {});
+        const auto &c = b->config();
+        const int w = c.numKvHeads * c.headDim;
+        core::ConverterRecord noisy;
+        std::mt19937_64 rng(5);
+        std::normal_distribution<float> N(0.0f, 0.05f);
+        for (int l = 0; l < c.numLayers; ++l) {
+            auto m = test::identityMap(w);
+            for (float &x : m.weight)
+                x += N(rng);
+            noisy.layers.push_back({l, {l}, false, {m}, {m}});
+        }
+        const auto conv = gpu::Converter::create(noisy, *a, *b);
+        std::vector<int> prompt;
+        for (int i = 0; i < 24; ++i)
+            prompt.push_back((i * 29 + 1) % c.vocabSize);
+        gpu::GenerateOptions o;
+        o.maxTokens = 8;
+        o.stopAtEos = false;
+        const auto scratch = b->generate(prompt, o);
+        const auto klAt = [&](double share) {
+            return gpu::teacherForcedAgreement(*a, *b, conv, prompt, scratch.outputIds,
+                                               {share, core::RecomputePositions::Ends})
+                .meanKl();
+        };
+        const double plain = gpu::teacherForcedAgreement(*a, *b, conv, prompt, scratch.outputIds).meanKl();
+        QVERIFY2(plain > 1e-4, qPrintable(QString::number(plain)));
+        QCOMPARE(klAt(0.0), plain);
+        QCOMPARE(klAt(1.0), 0.0);
+        const double half = klAt(0.5);
+        QVERIFY2(half > 0 && half < plain, qPrintable(QString("%1 %2").arg(half).arg(plain)));
+
+        const auto all = gpu::transferGenerate(*a, *b, conv, prompt, o, nullptr, {1.0});
+        QCOMPARE(all.recomputed, 23);
+        QCOMPARE(all.generation.stats.reusedTokens, 0);
+        QCOMPARE(all.generation.outputIds, scratch.outputIds);
+        const auto some = gpu::transferGenerate(*a, *b, conv, prompt, o, nullptr, {0.25});
+        QCOMPARE(some.recomputed, 6); // round(0.25 * 23)
+        QCOMPARE(some.generation.stats.reusedTokens, 17);
+
+        // the recomputed positions hold B's own K/V; a converted position after them keeps its conversion
+        auto cacheA = a->newCache();
+        a->forward(std::vector<int>(prompt.begin(), prompt.end() - 1), cacheA);
+        auto converted = b->newCache(), mixed = b->newCache(), own = b->newCache();
+        conv.convert(cacheA, converted);
+        conv.convert(cacheA, mixed);
+        QCOMPARE(gpu::recomputeConverted(*b, mixed, {2.0 / 23, core::RecomputePositions::First}), 2);
+        b->forward(std::vector<int>(prompt.begin(), prompt.end() - 1), own);
+        QCOMPARE(mixed.tokens(), 23);
+        QCOMPARE(mixed.tokenIds(), converted.tokenIds());
+        const auto m0 = mixed.layer(1, core::KeyForm::PostRope), o0 = own.layer(1, core::KeyForm::PostRope),
+                   c0 = converted.layer(1, core::KeyForm::PostRope);
+        const int hd = c.headDim;
+        for (int h = 0; h < c.numKvHeads; ++h)
+            for (int t : {0, 1, 2, 22})
+                for (int j = 0; j < hd; ++j) {
+                    const size_t i = (size_t(h) * 23 + size_t(t)) * size_t(hd) + size_t(j);
+                    QCOMPARE(m0.values[i], t < 2 ? o0.values[i] : c0.values[i]);
+                }
+    }
+
     void agreementAndGate()
     {
         QTemporaryDir tmp;

@@ -276,6 +276,7 @@ private Q_SLOTS:
         r.gateSignal = core::GateSignal::KvCos;
         r.gateThreshold = 0.85;
         r.gateTail = 6;
+        r.recompute.share = 0.25;
         r.saveSamples.clear(); // not stored
         panel.setRequest(r);
         const auto back = panel.request();
@@ -286,6 +287,8 @@ private Q_SLOTS:
         QCOMPARE(back.gateSignal, r.gateSignal);
         QCOMPARE(back.gateThreshold, r.gateThreshold);
         QCOMPARE(back.gateTail, r.gateTail);
+        QCOMPARE(back.recompute.share, 0.25);
+        QCOMPARE(child<QDoubleSpinBox>(panel, "recomputeSpin")->value(), 0.25);
         QCOMPARE(back.saveSamples, r.saveSamples);
         QVERIFY(back == r); // every setting, shown or not
 
@@ -330,6 +333,7 @@ private Q_SLOTS:
         child<QSpinBox>(panel, "maxTokensSpin")->setValue(48);
         child<QComboBox>(panel, "gateSignalCombo")->setCurrentText("nll");
         child<QSpinBox>(panel, "gateTailSpin")->setValue(8);
+        child<QDoubleSpinBox>(panel, "recomputeSpin")->setValue(0.1);
         run->click();
         QCOMPARE(spy.count(), 1);
         QVERIFY(message->isHidden());
@@ -341,6 +345,7 @@ private Q_SLOTS:
         QCOMPARE(r.gateSignal, core::GateSignal::Nll);
         QCOMPARE(r.gateThreshold, 3.0);
         QCOMPARE(r.gateTail, 8);
+        QCOMPARE(r.recompute.share, 0.1);
         QCOMPARE(r.saveSamples, std::string("workbench"));
     }
 

@@ -362,6 +362,12 @@ private Q_SLOTS:
         r.embedder = "lexical-idf";
         p.setReplayRequest(r);
         QCOMPARE(p.replayRequest().embedder, std::string("lexical-idf"));
+        // the cross tier's selective recompute share
+        r.crossRecompute = 0.25;
+        p.setReplayRequest(r);
+        QCOMPARE(p.findChild<QDoubleSpinBox *>("crossRecomputeSpin")->value(), 0.25);
+        p.findChild<QDoubleSpinBox *>("crossRecomputeSpin")->setValue(0.5);
+        QCOMPARE(p.replayRequest().crossRecompute, 0.5);
     }
 
     // The threshold sweep: the button asks for the workload's sweep with the chosen embedder; the
