@@ -453,6 +453,7 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
              {{"level", 0.95},
               {"resamples", core::BootstrapOptions{}.resamples},
               {"kl_gap_closed_vs_no_prefix", intervalJson(s.klGapClosed)},
+              {"kl_gap_closed_vs_no_prefix_first8", intervalJson(s.klGapClosedFirst)},
               {"top1_gain_vs_no_prefix", intervalJson(s.top1Gain)},
               {"rouge_l_gain_vs_a", intervalJson(s.rougeLGainVsA)},
               {"raw_source_kv", otherOf("raw_source_kv")},
@@ -460,6 +461,8 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
             {"kl", s.kl},
             {"top1", s.top1},
             {"kl_no_prefix", s.klNoPrefix},
+            {"kl_first8", s.klFirst},
+            {"kl_no_prefix_first8", s.klNoPrefixFirst},
             {"top1_no_prefix", s.top1NoPrefix},
             {"rouge_l", s.rougeL},
             {"rouge_l_a", s.rougeLA},
@@ -509,6 +512,8 @@ void printCompareSummary(const jobs::CompareSetRun &run, const std::string &conv
     };
     std::printf("| KL gap closed vs no prefix, 1 - KL / KL(no prefix), 95%% CI over prompts | %s |\n",
                 cell(s.klGapClosed).c_str());
+    std::printf("| first 8 tokens: KL / no prefix / gap closed, 95%% CI | %.4f / %.4f / %s |\n", s.klFirst,
+                s.klNoPrefixFirst, cell(s.klGapClosedFirst).c_str());
     std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(s.top1Gain).c_str());
     std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(s.rougeLGainVsA).c_str());
     for (const auto &d : s.others) {
@@ -565,8 +570,9 @@ int compareRecomputeCurve(const jobs::ComparePair &pair, const core::ConverterRe
     if (!asJson)
         std::printf(
             "recompute curve: converter '%s', %zu prompts, %d tokens each, positions %s\n\n"
-            "| share | prompts | KL | KL gap closed, 95%% CI | top-1 | TTFT scratch ms | TTFT transfer ms | "
-            "TTFT transfer, A cached ms |\n|--:|--:|--:|:--|--:|--:|--:|--:|\n",
+            "| share | prompts | KL | KL gap closed, 95%% CI | first 8 tokens: gap closed | top-1 | TTFT "
+            "scratch "
+            "ms | TTFT transfer ms | TTFT transfer, A cached ms |\n|--:|--:|--:|:--|:--|--:|--:|--:|--:|\n",
             record.name.c_str(), texts.size(), o.compare.maxTokens,
             core::recomputePositionsName(o.compare.recompute.positions));
     for (double share : core::kRecomputeCurve) {
@@ -584,14 +590,18 @@ int compareRecomputeCurve(const jobs::ComparePair &pair, const core::ConverterRe
                         {"kl", s.kl},
                         {"kl_no_prefix", s.klNoPrefix},
                         {"kl_gap_closed", intervalJson(s.klGapClosed)},
+                        {"kl_first8", s.klFirst},
+                        {"kl_gap_closed_first8", intervalJson(s.klGapClosedFirst)},
                         {"top1", s.top1},
                         {"ttft_ms_scratch", medianOf(x.ttftScratch)},
                         {"ttft_ms_transfer", medianOf(x.ttftTransfer)},
                         {"ttft_ms_transfer_cached", medianOf(x.ttftCached)}});
         if (!asJson)
-            std::printf("| %g | %zu | %.4f | %s | %.3f | %.2f | %.2f | %.2f |\n", share, run.prompts.size(),
-                        s.kl, s.klGapClosed ? core::formatInterval(*s.klGapClosed).c_str() : "n/a", s.top1,
-                        medianOf(x.ttftScratch), medianOf(x.ttftTransfer), medianOf(x.ttftCached));
+            std::printf("| %g | %zu | %.4f | %s | %s | %.3f | %.2f | %.2f | %.2f |\n", share,
+                        run.prompts.size(), s.kl,
+                        s.klGapClosed ? core::formatInterval(*s.klGapClosed).c_str() : "n/a",
+                        s.klGapClosedFirst ? core::formatInterval(*s.klGapClosedFirst).c_str() : "n/a",
+                        s.top1, medianOf(x.ttftScratch), medianOf(x.ttftTransfer), medianOf(x.ttftCached));
     }
     if (asJson)
         std::printf("%s\n", json{{"converter", record.name},

@@ -140,8 +140,10 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
 {
     CompareSetSummary s;
     s.prompts = int(run.prompts.size());
-    std::vector<double> kl, top1, rouge, klFloor, top1Floor, rougeA;
+    std::vector<double> kl, top1, rouge, klFloor, top1Floor, rougeA, klFirst, klFloorFirst;
     for (const auto &c : run.prompts) {
+        klFirst.push_back(c.outcome.klFirst);
+        klFloorFirst.push_back(c.outcome.klNoPrefixFirst);
         kl.push_back(c.outcome.sample.meanKl);
         top1.push_back(c.outcome.sample.top1);
         rouge.push_back(c.outcome.sample.rougeL);
@@ -168,6 +170,9 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
     s.top1NoPrefix = mean(top1Floor);
     s.rougeLA = mean(rougeA);
     s.klGapClosed = interval([&] { return core::gapClosed(kl, klFloor); });
+    s.klFirst = mean(klFirst);
+    s.klNoPrefixFirst = mean(klFloorFirst);
+    s.klGapClosedFirst = interval([&] { return core::gapClosed(klFirst, klFloorFirst); });
     s.top1Gain = interval([&] { return core::meanDifference(top1, top1Floor); });
     s.rougeLGainVsA = interval([&] { return core::meanDifference(rouge, rougeA); });
     for (const auto &o : run.others) {

@@ -29,6 +29,9 @@ struct CompareSetSummary
     int prompts = 0; // compared
     double kl = 0, top1 = 0, rougeL = 0, klNoPrefix = 0, top1NoPrefix = 0, rougeLA = 0;
     std::optional<Interval> klGapClosed, top1Gain, rougeLGainVsA;
+    // the same KL over the first 8 generated positions only (gpu::kFirstTokens)
+    double klFirst = 0, klNoPrefixFirst = 0;
+    std::optional<Interval> klGapClosedFirst;
     std::vector<CompareOtherSummary> others; // versus first, then the baselines
 };
 

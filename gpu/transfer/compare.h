@@ -35,6 +35,9 @@ struct CompareOptions
     const std::atomic_bool *cancel = nullptr;
 };
 
+// Positions the early-token KL averages over (beside the whole continuation's mean).
+inline constexpr int kFirstTokens = 8;
+
 struct CompareOutcome
 {
     core::ComparisonSample sample; // createdUtc and converter left for the caller
@@ -42,7 +45,9 @@ struct CompareOutcome
     double ttftCachedMs = 0;       // transfer TTFT when A's cache is already there (convert + B)
     double ttftGatedMs = 0;        // what a gated deployment pays: A prefill + gate + transfer or B's prefill
     double top1NoPrefix = 0;       // the floor's top-1 agreement
-    bool cancelled = false;        // options.cancel was set: the sample is incomplete
+    // the first kFirstTokens generated positions only: where a context-dependent answer starts
+    double klFirst = 0, klNoPrefixFirst = 0;
+    bool cancelled = false; // options.cancel was set: the sample is incomplete
 };
 
 // The prompt's ids, when A and B tokenise it identically and it leaves room for maxTokens (for

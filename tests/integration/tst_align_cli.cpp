@@ -218,6 +218,12 @@ private Q_SLOTS:
         QCOMPARE(s["prompts"].toInt(), 3);
         // the baselines' paired intervals: the estimate is the plain statistic and lies inside
         QCOMPARE(s["recompute"].toObject()["share"].toDouble(), 0.0);
+        // 4 tokens: the first-8 means are the whole continuation's
+        QCOMPARE(s["kl_first8"].toDouble(), s["kl"].toDouble());
+        QCOMPARE(s["kl_no_prefix_first8"].toDouble(), s["kl_no_prefix"].toDouble());
+        QCOMPARE(
+            s["baselines"].toObject()["kl_gap_closed_vs_no_prefix_first8"].toObject()["estimate"].toDouble(),
+            s["baselines"].toObject()["kl_gap_closed_vs_no_prefix"].toObject()["estimate"].toDouble());
         // selective recompute: at share 1 B computes its whole prefix itself, so it is scratch exactly
         {
             auto rr = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out",
@@ -225,6 +231,7 @@ private Q_SLOTS:
             QVERIFY2(rr.exitCode == 0, rr.err.constData());
             const auto one = QJsonDocument::fromJson(rr.out).object()["summary"].toObject();
             QCOMPARE(one["kl"].toDouble(), 0.0);
+            QCOMPARE(one["kl_first8"].toDouble(), 0.0);
             QCOMPARE(one["top1"].toDouble(), 1.0);
             rr = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out", "--limit",
                           "3", "--max-tokens", "4", "--recompute-curve", "--json"});

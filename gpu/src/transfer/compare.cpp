@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace kvwb::gpu {
 
@@ -156,6 +157,12 @@ CompareOutcome compareTransfer(const Model &a, const core::Tokenizer &tokA, cons
     s.top1 = agree.top1Rate();
     s.klNoPrefix = floor.meanKl();
     out.top1NoPrefix = floor.top1Rate();
+    const auto firstMean = [](const std::vector<double> &kl) {
+        const size_t n = std::min(kl.size(), size_t(kFirstTokens));
+        return n == 0 ? 0.0 : std::accumulate(kl.begin(), kl.begin() + long(n), 0.0) / double(n);
+    };
+    out.klFirst = firstMean(agree.kl);
+    out.klNoPrefixFirst = firstMean(floor.kl);
     s.rougeL = core::rougeL(s.transfer.text, s.scratch.text);
     s.gateSignal = gateSignalName(out.gate.signal);
     s.gateValue = out.gate.value;

@@ -486,6 +486,9 @@ private Q_SLOTS:
         s.set.kl = 0.0123;
         s.set.klNoPrefix = 1.5;
         s.set.klGapClosed = core::Interval{0.9918, 0.985, 0.996};
+        s.set.klFirst = 0.25;
+        s.set.klNoPrefixFirst = 2.5;
+        s.set.klGapClosedFirst = core::Interval{0.9, 0.8, 0.95};
         s.set.top1Gain = core::Interval{0.5, 0.4, 0.6};
         core::CompareOtherSummary random;
         random.key = "random_map";
@@ -498,6 +501,8 @@ private Q_SLOTS:
         const QString text = panel.setSummaryText();
         QVERIFY2(text.contains("12 of 12 held-out prompts with 'top2'") &&
                      text.contains("KL gap closed vs no prefix 0.992 [0.985, 0.996]") &&
+                     text.contains("first 8 tokens: KL 0.2500") &&
+                     text.contains("gap closed 0.900 [0.800, 0.950]") &&
                      text.contains("KL minus random map -2.4900 [-2.7000, -2.3000]") &&
                      text.contains("gain over answering with A n/a (fewer than 2 prompts)") &&
                      text.contains("warning: no raw-source-KV baseline"),
