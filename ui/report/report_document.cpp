@@ -206,6 +206,43 @@ void addModelsSection(Doc &doc, const ReportData &d)
                                      {"tokens A / B", fmt::format("{} / {}", d.tokensA, d.tokensB)}});
 }
 
+// A converter family auto chose: every candidate it fitted with its validation scores, the kept one
+// marked (nothing for other converters).
+void addAutoChoice(Doc &doc, const core::ConverterRecord &r)
+{
+    if (r.settingsJson.empty() || !nlohmann::json::accept(r.settingsJson))
+        return;
+    const auto settings = nlohmann::json::parse(r.settingsJson);
+    const auto it = settings.find("auto");
+    if (it == settings.end() || !it->is_object() || !it->contains("candidates"))
+        return;
+    const int chosen = it->value("chosen", -1);
+    const auto number = [](const nlohmann::json &c, const char *key, const char *format) {
+        const auto v = c.find(key);
+        return v != c.end() && v->is_number() ? fmt::format(fmt::runtime(format), v->get<double>())
+                                              : std::string("-");
+    };
+    std::vector<std::vector<std::string>> rows;
+    int i = 0;
+    for (const auto &c : it->at("candidates")) {
+        rows.push_back({(i == chosen ? "kept: " : "") + c.value("family", std::string("?")),
+                        fmt::format("{} (k = {}), lambda {}", c.value("selection", std::string("?")),
+                                    c.value("k", 0), c.value("lambda_mode", std::string("?"))),
+                        number(c, "valid_kl", "{:.4f}"), number(c, "valid_kl_no_prefix", "{:.4f}"),
+                        c.contains("valid_gap_closed") && c["valid_gap_closed"].is_number()
+                            ? fmt::format("{:.1f} %", 100 * c["valid_gap_closed"].get<double>())
+                            : "-",
+                        number(c, "valid_top1", "{:.3f}"), number(c, "fit_seconds", "{:.1f} s")});
+        ++i;
+    }
+    doc.heading(3, "Family choice (auto): the lowest validation KL of B's next-token distributions");
+    doc.table({"candidate", "source layers", "validation KL", "no prefix", "gap closed", "top-1", "fit"},
+              rows);
+    const std::string skipped = it->value("mlp_skipped", std::string());
+    if (!skipped.empty())
+        doc.para("The MLP was not fitted: " + skipped + ".");
+}
+
 // A converter's settings, charts, per-layer and per-head metrics and CKA matrices.
 void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::vector<ReportChart> &charts)
 {
@@ -225,6 +262,7 @@ void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::ve
                {"train tokens", std::to_string(r.trainTokens)},
                {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)},
                {"settings", r.settingsJson.empty() ? "-" : r.settingsJson}});
+    addAutoChoice(doc, r);
     addCharts(doc, charts, "converter_" + safeName(r.name) + "_");
     doc.heading(3, "Per-layer metrics (held-out prompts)");
     doc.metricTable(r.layerMetrics);

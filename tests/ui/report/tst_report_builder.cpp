@@ -70,7 +70,14 @@ ConverterRecord makeConverter()
     r.selection = "proportional";
     r.k = 1;
     r.lambdaMode = "fixed";
-    r.settingsJson = R"({"seed": 7, "splits": [0.5, 0.25, 0.25]})";
+    // as family auto leaves it: the candidates it fitted, the second kept
+    r.settingsJson =
+        R"({"seed": 7, "splits": [0.5, 0.25, 0.25], "auto": {"chosen": 1, "mlp_skipped": "ridge closes )"
+        R"(99.5 % of the no-prefix KL gap on the validation prompts", "candidates": [)"
+        R"({"family": "ridge", "selection": "proportional", "k": 1, "lambda_mode": "fixed", "valid_kl": )"
+        R"(0.5, "valid_kl_no_prefix": 2.0, "valid_gap_closed": 0.75, "valid_top1": 0.8, "fit_seconds": 1.5},)"
+        R"({"family": "ridge", "selection": "all", "k": 2, "lambda_mode": "auto", "valid_kl": 0.01, )"
+        R"("valid_kl_no_prefix": 2.0, "valid_gap_closed": 0.995, "valid_top1": 0.99, "fit_seconds": 2.5}]}})";
     r.trainPrompts = {0};
     r.validPrompts = {1};
     r.testPrompts = {2};
@@ -412,6 +419,16 @@ private Q_SLOTS:
         QVERIFY(md.contains("## Sweep sweep1"));
         QVERIFY(md.contains("## Replay ledger replay1"));
         QVERIFY(md.contains("](charts/converter_c1_layers.png)"));
+        // the family auto chose, beside what it was chosen over
+        QVERIFY(md.contains("Family choice (auto)"));
+        QVERIFY2(
+            md.contains(
+                "| ridge | proportional (k = 1), lambda fixed | 0.5000 | 2.0000 | 75.0 % | 0.800 | 1.5 s |"),
+            md.constData());
+        QVERIFY(md.contains(
+            "| kept: ridge | all (k = 2), lambda auto | 0.0100 | 2.0000 | 99.5 % | 0.990 | 2.5 s |"));
+        QVERIFY(md.contains("The MLP was not fitted: ridge closes 99.5 % of the no-prefix KL gap"));
+        QVERIFY(html.contains("Family choice (auto)"));
         QVERIFY(mdFiles.size() >= 11);
         for (const auto &f : mdFiles)
             QVERIFY2(fs::exists(f), f.c_str());
