@@ -457,7 +457,8 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
               {"top1_gain_vs_no_prefix", intervalJson(s.top1Gain)},
               {"rouge_l_gain_vs_a", intervalJson(s.rougeLGainVsA)},
               {"raw_source_kv", otherOf("raw_source_kv")},
-              {"random_map", otherOf("random_map")}}},
+              {"random_map", otherOf("random_map")},
+              {"shuffled_positions", otherOf("shuffled_positions")}}},
             {"kl", s.kl},
             {"top1", s.top1},
             {"kl_no_prefix", s.klNoPrefix},
@@ -517,9 +518,10 @@ void printCompareSummary(const jobs::CompareSetRun &run, const std::string &conv
     std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(s.top1Gain).c_str());
     std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(s.rougeLGainVsA).c_str());
     for (const auto &d : s.others) {
-        const char *what = d.key == "versus"          ? ""
-                           : d.key == "raw_source_kv" ? "baseline, raw source KV: "
-                                                      : "baseline, random map: ";
+        const char *what = d.key == "versus"               ? ""
+                           : d.key == "raw_source_kv"      ? "baseline, raw source KV: "
+                           : d.key == "shuffled_positions" ? "baseline, its rows at shuffled positions: "
+                                                           : "baseline, random map: ";
         std::printf("| %s'%s': KL / top-1 / ROUGE-L | %.4f / %.3f / %.3f |\n", what, d.converter.c_str(),
                     d.kl, d.top1, d.rougeL);
         std::printf(

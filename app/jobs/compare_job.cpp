@@ -69,11 +69,12 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
     {
         gpu::Converter converter;
         std::string name;
+        uint64_t shuffleSeed = 0; // the shuffled-positions baseline
     };
     std::vector<Other> converters;
-    const auto addOther = [&](const char *key, const core::ConverterRecord &rec) {
+    const auto addOther = [&](const char *key, const core::ConverterRecord &rec, uint64_t shuffleSeed = 0) {
         run.others.push_back({key, rec, {}, {}, {}});
-        converters.push_back({gpu::Converter::create(rec, pair.a, pair.b), rec.name});
+        converters.push_back({gpu::Converter::create(rec, pair.a, pair.b), rec.name, shuffleSeed});
     };
     if (options.versus)
         addOther("versus", *options.versus);
@@ -86,6 +87,7 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
             run.warnings.push_back(fmt::format("no raw-source-KV baseline: A's KV rows are {} wide, B's {}",
                                                ca.numKvHeads * ca.headDim, cb.numKvHeads * cb.headDim));
         addOther("random_map", gpu::randomMapRecord(record, 1));
+        addOther("shuffled_positions", record, 1); // this converter, its rows at the wrong positions
     }
     gpu::CompareOptions co = options.compare;
     for (size_t i = 0; i < texts.size(); ++i) {
@@ -112,7 +114,9 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
         std::vector<gpu::CompareOutcome> others;
         for (const auto &o : converters) {
             const ComparePair other{pair.a, pair.tokenizerA, pair.b, pair.tokenizerB, o.converter, o.name};
-            others.push_back(compareOne(other, texts[i], c.tokens, co));
+            gpu::CompareOptions oo = co;
+            oo.recompute.shuffleSeed = o.shuffleSeed;
+            others.push_back(compareOne(other, texts[i], c.tokens, oo));
             if (others.back().cancelled)
                 break;
         }

@@ -9,6 +9,7 @@
 
 #include "core/util/enum_names.h"
 
+#include <cstdint>
 #include <vector>
 
 namespace kvwb::core {
@@ -29,6 +30,10 @@ struct RecomputePlan
 {
     double share = 0; // in [0, 1]: 0 takes every position converted, 1 recomputes them all
     RecomputePositions positions = RecomputePositions::Ends;
+    // A baseline, not a setting: when not 0, the converted rows are first laid at seeded shuffled
+    // positions (B's RoPE applied where they land): a destroyed cache with the right content in the
+    // wrong places, which a converter has to beat for its order to matter.
+    uint64_t shuffleSeed = 0;
 };
 
 // The positions of an n-position prefix the plan recomputes, ascending: round(share * n) of them

@@ -50,7 +50,8 @@ private:
 // are run through B itself in order, each run of them on top of the cache before it (converted and
 // already recomputed positions alike), and their K/V replace the converted ones; the positions after
 // a run keep their converted K/V. A plan of share 1 gives exactly B's own prefill, share 0 leaves the
-// cache as converted. Returns the positions recomputed.
+// cache as converted. With plan.shuffleSeed the converted positions are first shuffled (a baseline).
+// Returns the positions recomputed.
 int recomputeConverted(const Model &target, KvCache &cache, const core::RecomputePlan &plan);
 
 struct TransferResult

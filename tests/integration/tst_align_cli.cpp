@@ -156,6 +156,10 @@ private Q_SLOTS:
         QVERIFY2(random["kl"].toDouble() > 100 * raw["kl"].toDouble() + 1e-3,
                  qPrintable(QString::number(random["kl"].toDouble())));
         QVERIFY(random["kl_difference"].toObject()["hi"].toDouble() < 0);
+        // the same exact maps with their rows at shuffled positions: the order is what B reads
+        const auto shuffled = bs["shuffled_positions"].toObject();
+        QVERIFY2(shuffled["kl"].toDouble() > 100 * raw["kl"].toDouble() + 1e-3,
+                 qPrintable(QString::number(shuffled["kl"].toDouble())));
 
         const auto pair = capture("g3", "g3b", "gemma-pair.h5");
         r = runKvwb({"align", "--experiment", q(pair), "--json"});

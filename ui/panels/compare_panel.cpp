@@ -588,7 +588,9 @@ void ComparePanel::showSetSummary(const CompareSetSummary &s)
          {tr("gain over answering with A"), ci(s.set.rougeLGainVsA, 3)}},
     };
     for (const auto &b : s.set.others) {
-        const QString name = b.key == "raw_source_kv" ? tr("raw source KV") : tr("random map");
+        const QString name = b.key == "raw_source_kv"        ? tr("raw source KV")
+                             : b.key == "shuffled_positions" ? tr("shuffled positions")
+                                                             : tr("random map");
         lines.push_back({{tr("baseline %1: KL / top-1 / ROUGE-L").arg(name),
                           fmt(b.kl, 4) + " / " + fmt(b.top1, 3) + " / " + fmt(b.rougeL, 3)},
                          {tr("KL minus %1").arg(name), ci(b.klDifference, 4)},

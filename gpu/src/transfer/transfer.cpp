@@ -12,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 
 namespace kvwb::gpu {
 
@@ -229,10 +230,44 @@ std::vector<HeadMajorKv> Converter::convertToHost(const KvCache &source) const
     return out;
 }
 
+namespace {
+
+// The cache's positions permuted (seeded): row i moves to position perm[i], its key rotated there.
+void shufflePositions(KvCache &cache, uint64_t seed)
+{
+    const int n = cache.tokens();
+    std::vector<int> perm(static_cast<size_t>(n));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937_64 rng(seed);
+    for (size_t i = perm.size(); i > 1; --i)
+        std::swap(perm[i - 1], perm[size_t(rng() % i)]);
+    std::vector<HeadMajorKv> layers;
+    for (int l = 0; l < cache.numLayers(); ++l) {
+        HeadMajorKv kv = cache.layer(l, core::KeyForm::PreRope), out;
+        out.keys.resize(kv.keys.size());
+        out.values.resize(kv.values.size());
+        const size_t hd = size_t(cache.headDim());
+        for (int h = 0; h < cache.numKvHeads(); ++h)
+            for (int i = 0; i < n; ++i) {
+                const size_t from = (size_t(h) * size_t(n) + size_t(i)) * hd,
+                             to = (size_t(h) * size_t(n) + size_t(perm[size_t(i)])) * hd;
+                std::copy_n(kv.keys.begin() + long(from), hd, out.keys.begin() + long(to));
+                std::copy_n(kv.values.begin() + long(from), hd, out.values.begin() + long(to));
+            }
+        layers.push_back(std::move(out));
+    }
+    const std::vector<int> ids = cache.tokenIds();
+    cache.assign(ids, layers, core::KeyForm::PreRope);
+}
+
+} // namespace
+
 int recomputeConverted(const Model &target, KvCache &cache, const core::RecomputePlan &plan)
 {
     if (!cache.impl())
         throw Error(ErrorCode::InvalidArgument, "recompute: empty cache: create it with Model::newCache()");
+    if (plan.shuffleSeed != 0)
+        shufflePositions(cache, plan.shuffleSeed);
     const int n = cache.tokens();
     const auto redo = core::recomputedPositions(n, plan);
     if (redo.empty())

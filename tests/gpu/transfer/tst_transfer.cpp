@@ -268,6 +268,17 @@ private Q_SLOTS:
         QCOMPARE(some.recomputed, 6); // round(0.25 * 23)
         QCOMPARE(some.generation.stats.reusedTokens, 17);
 
+        // the destroyed-cache baseline: the rows at shuffled positions move B further from scratch,
+        // and recomputing everything afterwards still gives B's own prefill
+        core::RecomputePlan shuffled;
+        shuffled.shuffleSeed = 1;
+        const double destroyed =
+            gpu::teacherForcedAgreement(*a, *b, conv, prompt, scratch.outputIds, shuffled).meanKl();
+        QVERIFY2(destroyed > plain, qPrintable(QString("%1 %2").arg(destroyed).arg(plain)));
+        shuffled.share = 1;
+        QCOMPARE(gpu::teacherForcedAgreement(*a, *b, conv, prompt, scratch.outputIds, shuffled).meanKl(),
+                 0.0);
+
         // the recomputed positions hold B's own K/V; a converted position after them keeps its conversion
         auto cacheA = a->newCache();
         a->forward(std::vector<int>(prompt.begin(), prompt.end() - 1), cacheA);
