@@ -168,7 +168,7 @@ for pair in "${pairList[@]}"; do
   step "$dir/capture.json" "$KVWB" capture --model-a "$a" --model-b "$b" --prompts "$(prompts)" \
     --whole-text --join 18 --limit "$PROMPTS" --max-tokens "$TOKENS" --dtype bf16 --threads "$THREADS" \
     --out "$exp" --json
-  step "$dir/align-ridge-top4.json" "$KVWB" align --experiment "$exp" --select topk -k 4 \
+  step "$dir/align-ridge-top4.json" "$KVWB" align --experiment "$exp" --family ridge --select topk -k 4 \
     --max-train-tokens "$CALIBRATION" --name ridge-top4 --no-attention --threads "$THREADS" --json
   step "$dir/align-low-rank.json" "$KVWB" align --experiment "$exp" --family low-rank --rank 64 \
     --name low-rank --no-attention --threads "$THREADS" --json

@@ -4,7 +4,8 @@
 # scratch with B from A's converted cache on held-out questions, and time conversion vs prefill.
 # Then the converter families (low-rank, MLP) against ridge on the same data, and, when the demo has
 # them, the unrelated pair (A -> B2, B2 trained on the other half of the corpus from another seed)
-# and the cross-tokenizer pair (C -> B).
+# and the cross-tokenizer pair (C -> B); last (part `defaults`), every pair with no fit flags at all
+# (family auto) and the selective-recompute curve.
 # Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 90 minutes on 2 cores, most of
 # it the MLP fits)
 # KVWB_REPORT_PARTS="base families unrelated" runs only those parts (default: all of them).
@@ -15,7 +16,7 @@ OUT="$WORK/transfer"
 mkdir -p "$OUT"
 [ -f "$WORK/corpus.jsonl" ] || "$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed 1
 
-PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok}"
+PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok defaults}"
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 EXP="$OUT/demo-transfer.h5"
 
@@ -65,11 +66,11 @@ fi
 
 if want base; then
 echo "== align: one converter per configuration"
-align prop-k1 --select proportional --k 1 --lambda auto
-align prop-k1-head --select proportional --k 1 --lambda auto --per-head
-align topk-k2 --select topk --k 2 --lambda auto
-align all --select all --lambda auto
-align all-head --select all --lambda auto --per-head
+align prop-k1 --select proportional --k 1 --lambda auto --family ridge
+align prop-k1-head --select proportional --k 1 --lambda auto --per-head --family ridge
+align topk-k2 --select topk --k 2 --lambda auto --family ridge
+align all --select all --lambda auto --family ridge
+align all-head --select all --lambda auto --per-head --family ridge
 
 echo "== sweeps"
 "$KVWB" sweep --experiment "$EXP" --name k-lambda --select topk --k 1,2,3,4 --lambda 1e-4,1e-3,1e-2,1e-1,1 \
@@ -94,7 +95,7 @@ fi
 
 if want families; then
 echo "== converter families on the demo pair (same capture, split and held-out questions)"
-want base || align all --select all --lambda auto
+want base || align all --select all --lambda auto --family ridge
 compare150 "$EXP" all all --baselines
 align lowrank-16 --select all --lambda auto --family low-rank --rank 16
 align lowrank-64 --select all --lambda auto --family low-rank --rank 64
@@ -115,7 +116,7 @@ echo "== the unrelated pair: A -> B2 (B2: another seed, the other half of the co
 EXP2="$OUT/demo-unrelated.h5"
 rm -f "$EXP2"
 capture_pair "$EXP2" a b2 capture-unrelated
-for cfg in "u-all --select all --lambda auto" "u-lowrank-64 --select all --lambda auto --family low-rank --rank 64" \
+for cfg in "u-all --select all --lambda auto --family ridge" "u-lowrank-64 --select all --lambda auto --family low-rank --rank 64" \
            "u-mlp --select all --lambda auto --family mlp"; do
   set -- $cfg
   name="$1"; shift
@@ -130,8 +131,25 @@ echo "== the cross-tokenizer pair: C (its own tokenizer) -> B, B's rows paired w
 EXP3="$OUT/demo-crosstok.h5"
 rm -f "$EXP3"
 capture_pair "$EXP3" c b capture-crosstok
-align_in "$EXP3" x-all --select all --lambda auto
+align_in "$EXP3" x-all --select all --lambda auto --family ridge
 compare150 "$EXP3" x-all x-all --baselines
 align_in "$EXP3" x-mlp --select all --lambda auto --family mlp
 compare150 "$EXP3" x-mlp x-mlp-vs-x-all --versus x-all --baselines
+fi
+
+if want defaults; then
+echo "== every pair with the defaults: no fit flags (family auto), compared with the baselines, then the"
+echo "   recompute curve (ends) of the kept converter"
+for pair in "demo a b" "unrelated a b2" "crosstok c b"; do
+  set -- $pair
+  [ -d "$HERE/models/$3" ] && [ -d "$HERE/models/$2" ] || continue
+  EXPD="$OUT/defaults-$1.h5"
+  [ -f "$EXPD" ] || capture_pair "$EXPD" "$2" "$3" "capture-defaults-$1"
+  "$KVWB" align --experiment "$EXPD" --name defaults > "$OUT/align-defaults-$1.md" 2> "$OUT/align-defaults-$1.log"
+  tr '\r' '\n' < "$OUT/align-defaults-$1.log" | grep '^auto:' || true
+  grep 'family auto chose' "$OUT/align-defaults-$1.md"
+  compare150 "$EXPD" defaults "defaults-$1" --baselines
+  "$KVWB" compare --experiment "$EXPD" --converter defaults --prompts "$WORK/corpus.jsonl" --split validation \
+    --limit 150 --max-tokens 24 --recompute-curve --threads 1 | tee "$OUT/recompute-curve-$1.md"
+done
 fi
