@@ -596,12 +596,13 @@ private Q_SLOTS:
         QVERIFY(!set->cancelled);
         const auto &gap = set->set.klGapClosed;
         QVERIFY(gap && gap->lo <= gap->estimate && gap->estimate <= gap->hi);
-        // the random map always; the raw source KV only when the KV rows are equally wide (else a
-        // warning says why)
+        // the random map and the shuffled positions always; the raw source KV only when the KV rows
+        // are equally wide (else a warning says why)
         const auto &others = set->set.others;
-        QVERIFY(!others.empty() && others.back().key == "random_map");
-        QVERIFY(others.back().klDifference);
-        QVERIFY(others.size() == 2 || set->warnings.join(' ').contains("no raw-source-KV baseline"));
+        QVERIFY(others.size() >= 2 && others[others.size() - 2].key == "random_map" &&
+                others.back().key == "shuffled_positions");
+        QVERIFY(others[others.size() - 2].klDifference && others.back().klDifference);
+        QVERIFY(others.size() == 3 || set->warnings.join(' ').contains("no raw-source-KV baseline"));
         const QString setText = cmp->setSummaryText();
         QVERIFY2(setText.contains("3 of 3 held-out prompts with 'gui'") &&
                      setText.contains("KL gap closed") &&

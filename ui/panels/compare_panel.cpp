@@ -250,16 +250,6 @@ QLabel *ComparePanel::addControls(QVBoxLayout *layout)
                               "converted cache."));
     label(tr("&Tail:"), m_gateTail);
     controls->addSpacing(8);
-    m_recompute = new QDoubleSpinBox(this);
-    m_recompute->setObjectName("recomputeSpin");
-    m_recompute->setDecimals(2);
-    m_recompute->setRange(0, 1);
-    m_recompute->setSingleStep(0.05);
-    m_recompute->setToolTip(tr("Selective recompute: the share of B's prefix positions B computes itself "
-                               "(half the first, half the last); the rest come from the converted cache. 0: "
-                               "plain transfer, 1: B's own prefill."));
-    label(tr("Reco&mpute:"), m_recompute);
-    controls->addSpacing(8);
     m_colourBy = new QComboBox(this);
     m_colourBy->setObjectName("colourByCombo");
     m_colourBy->addItems({tr("probability"), tr("KL to scratch")});
@@ -321,11 +311,26 @@ void ComparePanel::addPromptSetRow(QVBoxLayout *layout)
     limitLabel->setToolTip(m_setLimit->toolTip());
     setRow->addWidget(limitLabel);
     setRow->addWidget(m_setLimit);
+    // in this row for the room: it applies to a single prompt's run as well
+    m_recompute = new QDoubleSpinBox(this);
+    m_recompute->setObjectName("recomputeSpin");
+    m_recompute->setDecimals(2);
+    m_recompute->setRange(0, 1);
+    m_recompute->setSingleStep(0.05);
+    m_recompute->setToolTip(tr("Selective recompute, for a single prompt and a set: the share of B's prefix "
+                               "positions B computes itself (half the first, half the last); the rest come "
+                               "from the converted cache. 0: plain transfer, 1: B's own prefill."));
+    auto *recomputeLabel = new QLabel(tr("Recompute:"), this); // its letters are all other mnemonics
+    recomputeLabel->setBuddy(m_recompute);
+    recomputeLabel->setToolTip(m_recompute->toolTip());
+    setRow->addWidget(recomputeLabel);
+    setRow->addWidget(m_recompute);
     m_setBaselines = new QCheckBox(tr("&Baselines"), this);
     m_setBaselines->setObjectName("baselinesCheck");
     m_setBaselines->setChecked(true);
-    m_setBaselines->setToolTip(tr("Also run A's raw KV (when the KV widths match) and a random map of the "
-                                  "converter's shape on the same prompts, with paired differences."));
+    m_setBaselines->setToolTip(tr("Also run A's raw KV (when the KV widths match), a random map of the "
+                                  "converter's shape and the converter's rows at shuffled positions on the "
+                                  "same prompts, with paired differences."));
     setRow->addWidget(m_setBaselines);
     m_runSet = new QPushButton(tr("Run s&et"), this);
     m_runSet->setObjectName("runSetButton");

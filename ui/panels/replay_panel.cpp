@@ -445,8 +445,8 @@ void ReplayPanel::addGateRow(QWidget *box, QGridLayout *grid)
     m_gateThreshold->setToolTip(tr(
         "The gate's limit for the chosen signal (defaults: tail_kl 0.1, kv_cos and attn_cos 0.9, nll 3)."));
     gateRow->addWidget(m_gateThreshold);
-    gateRow->addWidget(new QLabel(tr("recompute:"), box));
     m_crossRecompute = new QDoubleSpinBox(box);
+    m_crossRecompute->setPrefix(tr("recompute "));
     m_crossRecompute->setObjectName("crossRecomputeSpin");
     m_crossRecompute->setRange(0, 1);
     m_crossRecompute->setDecimals(2);
@@ -454,6 +454,7 @@ void ReplayPanel::addGateRow(QWidget *box, QGridLayout *grid)
     m_crossRecompute->setToolTip(tr("Cross tier: the share of the converted prefix B recomputes itself (half "
                                     "the first positions, half the last); 0 takes it all converted."));
     gateRow->addWidget(m_crossRecompute);
+    gateRow->setSpacing(4);
     gateRow->addStretch(1);
     grid->addLayout(gateRow, 2, 1);
     grid->addWidget(new QLabel(tr("Max tokens:"), box), 2, 2);

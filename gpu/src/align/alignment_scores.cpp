@@ -263,30 +263,48 @@ HeadMajorKv firstPositions(const HeadMajorKv &kv, int heads, int64_t t, int64_t 
     return out;
 }
 
+// The file's model B, with one map per layer: Error otherwise (checkTarget's, or Shape).
+void checkScoredTarget(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &layers,
+                       const Model &target)
+{
+    checkTarget(f, target);
+    if (int(layers.size()) != target.config().numLayers)
+        throw Error(ErrorCode::Shape, fmt::format("{} layer maps for model B's {} layers", layers.size(),
+                                                  target.config().numLayers));
+}
+
+// each(p, B's ids) for the aligned prompts of `prompts`, in order, until maxPrompts of them were
+// taken (each returns false for a prompt it skips).
+template <typename Each>
+void forScoredPrompts(const core::ExperimentReader &f, const std::vector<int> &prompts, int maxPrompts,
+                      Each each)
+{
+    int taken = 0;
+    for (int p : prompts) {
+        if (taken >= maxPrompts)
+            break;
+        if (!aligned(f, p, nullptr))
+            continue;
+        const auto info = f.prompt(p);
+        taken += each(p, std::vector<int>(info.b.ids.begin(), info.b.ids.end())) ? 1 : 0;
+    }
+}
+
 } // namespace
 
 AttentionMetrics attentionCosine(const core::ExperimentReader &f,
                                  const std::vector<core::LayerConverter> &layers, const Model &target,
                                  const std::vector<int> &prompts, int maxPrompts)
 {
-    checkTarget(f, target);
+    checkScoredTarget(f, layers, target);
     const Geometry g = geometry(f);
     const auto &cb = target.config();
-    if (int(layers.size()) != cb.numLayers)
-        throw Error(ErrorCode::Shape,
-                    fmt::format("{} layer maps for model B's {} layers", layers.size(), cb.numLayers));
     const KeyForm form = f.storage().keyForm;
     const int rep = cb.numHeads / cb.numKvHeads;
     AttentionMetrics r;
     r.layerCos.assign(size_t(cb.numLayers), 0.0);
     r.headCos.assign(size_t(cb.numLayers), std::vector<double>(size_t(cb.numKvHeads), 0.0));
-    for (int p : prompts) {
-        if (r.prompts >= maxPrompts)
-            break;
-        if (!aligned(f, p, nullptr))
-            continue;
-        const auto info = f.prompt(p);
-        const std::vector<int> ids(info.b.ids.begin(), info.b.ids.end());
+    forScoredPrompts(f, prompts, maxPrompts, [&](int p, const std::vector<int> &ids) {
         const int64_t t = int64_t(ids.size());
         auto own = target.newCache();
         const auto queries = target.queries(ids, own);
@@ -314,7 +332,8 @@ AttentionMetrics attentionCosine(const core::ExperimentReader &f,
         });
         r.tokens += t;
         ++r.prompts;
-    }
+        return true;
+    });
     for (int l = 0; l < cb.numLayers; ++l) {
         r.layerCos[size_t(l)] = r.tokens > 0 ? r.layerCos[size_t(l)] / double(r.tokens) : kNaN;
         for (double &c : r.headCos[size_t(l)])
@@ -331,12 +350,9 @@ double TransferKl::gapClosed() const
 TransferKl transferKl(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &layers,
                       const Model &target, const std::vector<int> &prompts, int maxPrompts, int continuation)
 {
-    checkTarget(f, target);
+    checkScoredTarget(f, layers, target);
     const Geometry g = geometry(f);
     const auto &cb = target.config();
-    if (int(layers.size()) != cb.numLayers)
-        throw Error(ErrorCode::Shape,
-                    fmt::format("{} layer maps for model B's {} layers", layers.size(), cb.numLayers));
     if (continuation < 1)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("a transfer KL needs at least 1 continuation token, got {}", continuation));
@@ -344,16 +360,10 @@ TransferKl transferKl(const core::ExperimentReader &f, const std::vector<core::L
     TransferKl r;
     double kl = 0, klFloor = 0, top1 = 0, top1Floor = 0;
     const auto argmax = [&](const float *x) { return std::max_element(x, x + vocab) - x; };
-    for (int p : prompts) {
-        if (r.prompts >= maxPrompts)
-            break;
-        if (!aligned(f, p, nullptr))
-            continue;
-        const auto info = f.prompt(p);
-        const std::vector<int> ids(info.b.ids.begin(), info.b.ids.end());
+    forScoredPrompts(f, prompts, maxPrompts, [&](int p, const std::vector<int> &ids) {
         const int64_t t = int64_t(ids.size());
         if (t < 4 || t > target.contextLimit())
-            continue;
+            return false;
         const int64_t m = std::min<int64_t>(continuation, t / 2), cut = t - m;
         const std::vector<int> prefix(ids.begin(), ids.begin() + cut), rest(ids.begin() + cut, ids.end());
         auto own = target.newCache();
@@ -378,7 +388,8 @@ TransferKl transferKl(const core::ExperimentReader &f, const std::vector<core::L
         }
         r.tokens += m;
         ++r.prompts;
-    }
+        return true;
+    });
     if (r.tokens > 0) {
         const double n = double(r.tokens);
         r.kl = kl / n;
