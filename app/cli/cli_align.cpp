@@ -96,8 +96,19 @@ int cmdAlign(const QStringList &args)
     if (settings.experiment.empty())
         throw UsageError{"--experiment is required"};
     const fs::path path = settings.experiment;
-    if (!settings.dryRun) // the converter is stored in the file: checked before the fit, not after
+    if (!settings.dryRun) { // the converter is stored in the file: checked before the fit, not after
         core::checkWritableOutput(path, "--experiment");
+        const auto names = core::listConverters(path);
+        if (!settings.replace && std::find(names.begin(), names.end(), settings.name) != names.end()) {
+            const auto old = core::loadConverters(path, settings.name);
+            throw core::Error(
+                core::ErrorCode::InvalidArgument,
+                fmt::format("{}: converter '{}' exists ({}, fitted {}); pass --replace to replace "
+                            "it, or choose another --name",
+                            path.string(), settings.name, core::converterFamilyName(old.family),
+                            old.createdUtc));
+        }
+    }
     checkFamilyFlags(p, settings);
     const bool asJson = p.isSet("json");
     std::unique_ptr<gpu::Model> b;

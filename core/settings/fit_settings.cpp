@@ -97,7 +97,8 @@ void runRows(std::vector<FitFlag> &t)
         t.push_back(std::move(f));
     }
     t.push_back(text("name", "NAME",
-                     "Converter name under /converters (default 'default'; replaced if present).", &S::name));
+                     "Converter name under /converters (default 'default'; one in use needs --replace).",
+                     &S::name));
     t.push_back(integer<S, int>("attention-prompts", "N",
                                 "Test prompts scored by attention-output cosine (default 32).",
                                 &S::attentionPrompts, 1));
@@ -105,6 +106,10 @@ void runRows(std::vector<FitFlag> &t)
                        "Skip the attention-output cosine (model B is then not loaded, unless the family is "
                        "auto, which scores its candidates with it).",
                        &S::attention, false, "attention"));
+    t.push_back(toggle("replace",
+                       "Store over a converter of the same name (without it, a name in use is refused before "
+                       "the fit).",
+                       &S::replace, true, "replace", Scope::Run));
     t.push_back(toggle("dry-run", "Fit and print, but do not store the converter.", &S::dryRun, true,
                        "dry_run", Scope::Run));
     t.push_back(

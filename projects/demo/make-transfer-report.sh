@@ -37,7 +37,7 @@ PY
 # align EXP NAME flags...: fit and store one converter, print its one-line summary
 align_in() {
   local exp="$1" name="$2"; shift 2
-  "$KVWB" align --experiment "$exp" --name "$name" "$@" --json > "$OUT/align-$name.json"
+  "$KVWB" align --experiment "$exp" --name "$name" --replace "$@" --json > "$OUT/align-$name.json"
   python3 - "$OUT/align-$name.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -145,7 +145,7 @@ for pair in "demo a b" "unrelated a b2" "crosstok c b"; do
   [ -d "$HERE/models/$3" ] && [ -d "$HERE/models/$2" ] || continue
   EXPD="$OUT/defaults-$1.h5"
   [ -f "$EXPD" ] || capture_pair "$EXPD" "$2" "$3" "capture-defaults-$1"
-  "$KVWB" align --experiment "$EXPD" --name defaults > "$OUT/align-defaults-$1.md" 2> "$OUT/align-defaults-$1.log"
+  "$KVWB" align --experiment "$EXPD" --name defaults --replace > "$OUT/align-defaults-$1.md" 2> "$OUT/align-defaults-$1.log"
   tr '\r' '\n' < "$OUT/align-defaults-$1.log" | grep '^auto:' || true
   grep 'family auto chose' "$OUT/align-defaults-$1.md"
   compare150 "$EXPD" defaults "defaults-$1" --baselines

@@ -212,6 +212,15 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         QVERIFY(r.err.contains("per-head maps need equal kv-head counts"));
         QCOMPARE(core::listConverters(exp), std::vector<std::string>({"ph", "top2"}));
+        // a name in use is refused before the fit, naming the converter; --replace stores over it
+        r = runKvwb({"align", "--experiment", q(exp), "--per-head", "--name", "ph", "--no-attention"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("converter 'ph' exists (") && r.err.contains("--replace"), r.err.constData());
+        r = runKvwb({"align", "--experiment", q(exp), "--family", "ridge", "--name", "ph", "--replace",
+                     "--no-attention"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(core::listConverters(exp), std::vector<std::string>({"ph", "top2"}));
+        QCOMPARE(core::loadConverters(exp, "ph").family, core::ConverterFamily::Ridge); // the new fit's
         const auto rec = core::loadConverters(exp, "top2");
         QCOMPARE(rec.k, 2);
         QCOMPARE(rec.lambdaMode, std::string("auto"));

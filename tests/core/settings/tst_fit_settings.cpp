@@ -46,6 +46,7 @@ private Q_SLOTS:
         full.attentionPrompts = 8;
         full.attention = false;
         full.dryRun = true;
+        full.replace = true;
         full.resume = true;
         full.validFraction = 0.2;
         full.testFraction = 0.25;
@@ -59,7 +60,7 @@ private Q_SLOTS:
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));
             QVERIFY2(f.get(s) == f.get(full), f.name);
         }
-        QCOMPARE(names.size(), size_t(23));
+        QCOMPARE(names.size(), size_t(24));
     }
 
     void defaultsThatDependOnOtherSettings()
