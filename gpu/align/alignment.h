@@ -270,7 +270,8 @@ struct AlignResult
     core::ConverterRecord record; // maps, metrics, CKA, splits (not yet saved)
     std::vector<std::string> warnings;
     bool cancelled = false;
-    int resumedLayers = 0; // layers read from checkpoints instead of trained
+    int resumedLayers = 0;        // layers read from checkpoints instead of trained
+    bool deadlineReached = false; // fit.budgetSeconds ended the MLP's training in some layer
     // family auto: every candidate in the order tried, and the index of the one kept (its record)
     std::vector<AutoCandidate> candidates;
     int chosen = -1;

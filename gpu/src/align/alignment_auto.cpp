@@ -114,9 +114,7 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
         c.autoLambda = s.autoLambda;
         c.score = transferKl(f, r.record.layers, *target, r.record.validPrompts, o.fit.autoPrompts);
         c.fitSeconds = core::msSince(t0) / 1000;
-        c.deadlineReached = std::any_of(r.warnings.begin(), r.warnings.end(), [](const std::string &w) {
-            return w.find("budget ended") != std::string::npos;
-        });
+        c.deadlineReached = r.deadlineReached;
         if (c.score.tokens == 0)
             throw Error(ErrorCode::InvalidArgument,
                         fmt::format("{}: no validation prompt of at least 4 tokens to score the converters "

@@ -410,6 +410,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         r.warnings.push_back(
             fmt::format("{} of {} layers read from checkpoints in {} (fit time counts this run only)",
                         resumed.size(), lb, o.checkpointDir.string()));
+    r.deadlineReached = !outOfBudget.empty();
     if (!outOfBudget.empty())
         r.warnings.push_back(fmt::format(
             "the {} s budget ended the MLP's training in B layer{} {}: what they "
