@@ -427,7 +427,10 @@ std::string Project::toJson(const fs::path &file) const
 Project Project::resolved(const fs::path &file) const
 {
     const fs::path dir = fs::absolute(file).parent_path();
-    auto abs = [&](const fs::path &p) { return p.is_absolute() ? p : (dir / p).lexically_normal(); };
+    // an empty path (a model not chosen yet) stays empty
+    auto abs = [&](const fs::path &p) {
+        return p.empty() || p.is_absolute() ? p : (dir / p).lexically_normal();
+    };
     Project r = *this;
     r.modelA.path = abs(modelA.path);
     r.modelB.path = abs(modelB.path);

@@ -22,6 +22,7 @@
 #include "ui/panels/alignment_panel.h"
 #include "ui/panels/capture_panel.h"
 #include "ui/panels/compare_panel.h"
+#include "ui/panels/knowledge_panel.h"
 #include "ui/panels/replay_panel.h"
 
 #include <QAbstractItemModelTester>
@@ -36,6 +37,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QLineSeries>
+#include <QListWidget>
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
@@ -953,6 +955,210 @@ private Q_SLOTS:
         const auto project = core::Project::load(mine.toStdString());
         QCOMPARE(project.alignment.inUse, std::string("mine"));
         QVERIFY(project.experiment.has_value());
+    }
+
+    // Opening another project, creating one (File > New Project) or closing it shows that project's
+    // state on every step: the previous project's experiment, converter in use, comparisons, ledgers,
+    // live replay, capture summary, knowledge graph, report folder and check marks are gone, and the
+    // loaded pair is no longer used when the project names other models (the jobs wait for a load);
+    // opening the first project again shows its own work and uses the pair again.
+    void switchingProjectsResetsEveryStep()
+    {
+        QTemporaryDir tmp;
+        const QString demo = QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string());
+        const QString first = tmp.path() + "/first.kvwb", second = tmp.path() + "/second.kvwb";
+        {
+            app::Workbench setup;
+            QVERIFY(setup.window().openProject(demo));
+            QVERIFY(setup.window().saveProject(first));
+            setup.window().modelsPanel()->setChoice(
+                'b', {setup.window().modelsPanel()->choice('b').path, "cpu", "bf16", 0});
+            QVERIFY(setup.window().saveProject(second)); // another project: B in bf16
+        }
+        const std::filesystem::path exp = tmp.path().toStdString() + "/first-experiment.h5";
+        writeSmallExperiment(exp); // a prompt, a sweep and a ledger
+        core::ConverterRecord conv = test::identityConverter(core::randomModelPreset("tiny").config);
+        conv.name = "firsts";
+        conv.selection = "all";
+        conv.lambdaMode = "fixed";
+        core::saveConverters(exp, conv);
+        core::ComparisonSample sample;
+        sample.prompt = "What does a KV cache hold?";
+        sample.converter = "firsts";
+        core::saveComparisons(exp, "workbench", {sample});
+
+        app::Workbench bench;
+        auto &w = bench.window();
+        w.resize(1366, 738);
+        w.show();
+        const auto open = [&](const QString &project) {
+            QSignalSpy read(&bench.engine(), &app::EngineController::experimentRead);
+            if (!w.openProject(project))
+                return false;
+            if (w.project()->experiment && !read.wait(30000))
+                return false;
+            // the window shows what the engine read, and hears that the engine is free again
+            return QTest::qWaitFor([&] { return !bench.engine().busy(); }, 30000) &&
+                   (QCoreApplication::processEvents(), true);
+        };
+        const auto marks = [&w] {
+            QStringList marked;
+            auto *steps = w.findChild<QListWidget *>("stepList");
+            for (int i = 0; i < steps->count(); ++i)
+                if (steps->item(i)->text().contains(QString::fromUtf8("\u2713")))
+                    marked << w.steps().at(i);
+            return marked;
+        };
+        QVERIFY(open(first));
+        QSignalSpy loaded(&bench.engine(), &app::EngineController::modelsLoaded);
+        w.modelsPanel()->findChild<QPushButton *>("loadButton")->click();
+        QVERIFY(loaded.wait(60000));
+        QCoreApplication::processEvents();
+        // the first project's work on every step
+        ui::CaptureSummary captured;
+        captured.outPath = QString::fromStdString(exp.string());
+        captured.promptsWritten = 1;
+        w.capturePanel()->showSummary(captured);
+        w.replayPanel()->beginLive("demo.jsonl | exact");
+        core::LedgerRow row;
+        row.requestId = 1;
+        w.replayPanel()->appendRows({row});
+        w.replayPanel()->finishLive(false);
+        ui::KnowledgeView graph;
+        graph.path = tmp.path() + "/first.kg";
+        w.knowledgePanel()->showGraph(graph);
+        w.replayPanel()->setKnowledgeAvailable(graph.path, {});
+        QCOMPARE(w.experimentPath(), QString::fromStdString(exp.string()));
+        QCOMPARE(w.alignmentPanel()->inUse(), QString("firsts"));
+        QCOMPARE(w.comparePanel()->findChild<QComboBox *>("historyCombo")->count(), 1);
+        QVERIFY(!w.capturePanel()->summaryText().isEmpty());
+        QCOMPARE(marks(), (QStringList{"models", "capture", "alignment", "compare", "replay"}));
+        QVERIFY(w.findChild<QLineEdit *>("reportFolder")->text().endsWith("first-experiment-report"));
+        QVERIFY(w.capturePanel()->findChild<QPushButton *>("captureButton")->isEnabled());
+
+        // every step as a project with nothing run shows it
+        const auto expectEmptySteps = [&](const QString &when) {
+            const QString where = when + ": ";
+            QVERIFY2(w.experimentPath().isEmpty(), qPrintable(where + w.experimentPath()));
+            QVERIFY2(marks().isEmpty() || marks() == QStringList{"models"},
+                     qPrintable(where + marks().join(',')));
+            auto *capture = w.capturePanel();
+            QVERIFY2(capture->summaryText().isEmpty(), qPrintable(where + capture->summaryText()));
+            QVERIFY(!capture->findChild<QLineEdit *>("outPathEdit")->text().contains("first-experiment"));
+            auto *align = w.alignmentPanel();
+            QCOMPARE(align->inUse(), QString());
+            QCOMPARE(align->findChild<QComboBox *>("converterCombo")->count(), 0);
+            QCOMPARE(align->layerTable()->rowCount(), 0);
+            QVERIFY(!align->findChild<QPushButton *>("fitButton")->isEnabled());
+            auto *compare = w.comparePanel();
+            QCOMPARE(compare->findChild<QComboBox *>("historyCombo")->count(), 0);
+            QCOMPARE(compare->findChild<QComboBox *>("converterCombo")->count(), 0);
+            QVERIFY(compare->statsText(1).isEmpty());
+            QVERIFY(compare->summaryText().isEmpty());
+            QVERIFY(compare->setSummaryText().isEmpty());
+            QVERIFY(!compare->findChild<QPushButton *>("runButton")->isEnabled());
+            auto *replay = w.replayPanel();
+            QCOMPARE(replay->ledger()->rowCount(), 0);
+            QCOMPARE(replay->findChild<QComboBox *>("ledgerCombo")->count(), 0);
+            QVERIFY(!replay->liveShown());
+            QVERIFY(!replay->findChild<QCheckBox *>("tierKnowledge")->isEnabled());
+            QVERIFY(!replay->findChild<QCheckBox *>("tierCross")->isEnabled());
+            QVERIFY(w.knowledgePanel()->graphPath().isEmpty());
+            QCOMPARE(w.findChild<QLabel *>("reportStatus")->text(),
+                     QString("Open or capture an experiment first."));
+            QVERIFY(w.findChild<QLineEdit *>("reportFolder")->text().isEmpty());
+            QVERIFY(!w.findChild<QPushButton *>("exportReportButton")->isEnabled());
+        };
+        QVERIFY(open(second));
+        expectEmptySteps("another project");
+        // its B is bf16: the loaded f32 pair is not used for it
+        QVERIFY(!w.capturePanel()->findChild<QPushButton *>("captureButton")->isEnabled());
+        QVERIFY(!w.replayPanel()->findChild<QPushButton *>("startButton")->isEnabled());
+        QVERIFY2(w.modelsPanel()
+                     ->findChild<QLabel *>("statusLabel")
+                     ->text()
+                     .contains("this project names other models"),
+                 qPrintable(w.modelsPanel()->findChild<QLabel *>("statusLabel")->text()));
+        QCOMPARE(marks(), QStringList());
+        QCOMPARE(w.modelsPanel()->choice('b').dtype, QString("bf16"));
+
+        // the first project again: its own work, and the loaded pair is its pair
+        QVERIFY(open(first));
+        QCOMPARE(w.alignmentPanel()->inUse(), QString("firsts"));
+        QCOMPARE(w.comparePanel()->findChild<QComboBox *>("historyCombo")->count(), 1);
+        QCOMPARE(w.replayPanel()->ledger()->rowCount(), 1);
+        QVERIFY(w.capturePanel()->summaryText().isEmpty()); // the summary was of a run, not of the file
+        QVERIFY(w.knowledgePanel()->graphPath().isEmpty());
+        QCOMPARE(marks(), (QStringList{"models", "capture", "alignment", "compare", "replay"}));
+        QVERIFY(w.capturePanel()->findChild<QPushButton *>("captureButton")->isEnabled());
+
+        // File > New Project: an empty project written where asked
+        const QString fresh = tmp.path() + "/fresh.kvwb";
+        QVERIFY(w.newProject(fresh));
+        QVERIFY(QFileInfo::exists(fresh));
+        QCOMPARE(w.project()->name, std::string("fresh"));
+        QVERIFY(w.modelsPanel()->choice('a').path.isEmpty());
+        QVERIFY(!w.isProjectModified());
+        expectEmptySteps("a new project");
+        QCOMPARE(core::Project::load(fresh.toStdString()).modelA.path, std::filesystem::path());
+
+        // File > Close Project: no project at all
+        QVERIFY(open(first));
+        QVERIFY(w.closeProject());
+        QVERIFY(!w.project().has_value());
+        QVERIFY(w.projectPath().isEmpty());
+        QCOMPARE(w.windowTitle(), QString("KV Workbench[*]"));
+        expectEmptySteps("no project");
+        QVERIFY(!w.isProjectModified());
+        QTest::qWait(50);
+        QVERIFY(w.grab().save(screenshotDir() + "/closed_project.png"));
+    }
+
+    // A step's Cancel, Pause and Stop act on its own job only: while a replay runs, the other steps'
+    // cancels are off and do nothing, the status bar names the replay and its Stop cancels it.
+    void controlsActOnTheirOwnJob()
+    {
+        ui::MainWindow w;
+        w.resize(1366, 738);
+        w.show();
+        auto *replay = w.replayPanel();
+        replay->setWorkloads({"w.jsonl"});
+        replay->setModelsLoaded(true);
+        QSignalSpy cancel(&w, &ui::MainWindow::cancelRequested);
+        QSignalSpy pause(&w, &ui::MainWindow::pauseRequested);
+        QSignalSpy started(&w, &ui::MainWindow::replayRequested);
+        replay->findChild<QPushButton *>("startButton")->click();
+        QCOMPARE(started.count(), 1);
+        w.setEngineBusy(true); // the engine took the replay
+        auto *jobLabel = w.findChild<QLabel *>("runningJobLabel");
+        auto *stop = w.findChild<QPushButton *>("statusCancelButton");
+        QVERIFY(jobLabel->isVisible());
+        QCOMPARE(jobLabel->text(), QString("Running: the replay"));
+        QVERIFY(stop->isVisible() && stop->isEnabled());
+        QVERIFY(!w.comparePanel()->findChild<QPushButton *>("cancelCompareButton")->isEnabled());
+        QVERIFY(!w.capturePanel()->findChild<QPushButton *>("cancelCaptureButton")->isEnabled());
+        QVERIFY(!w.alignmentPanel()->findChild<QPushButton *>("cancelFitButton")->isEnabled());
+        QVERIFY(
+            !w.comparePanel()->findChild<QProgressBar *>("compareProgress")->isVisibleTo(w.comparePanel()));
+        QVERIFY(replay->findChild<QPushButton *>("pauseButton")->isEnabled());
+        QVERIFY(replay->findChild<QPushButton *>("stopButton")->isEnabled());
+        // another step's cancel, even if it were pressed, does not stop the replay
+        Q_EMIT w.comparePanel()->cancelRequested();
+        Q_EMIT w.capturePanel()->cancelRequested();
+        Q_EMIT w.alignmentPanel()->cancelRequested();
+        QCOMPARE(cancel.count(), 0);
+        replay->findChild<QPushButton *>("pauseButton")->click();
+        QCOMPARE(pause.count(), 1);
+        replay->findChild<QPushButton *>("stopButton")->click();
+        QCOMPARE(cancel.count(), 1);
+        stop->click();
+        QCOMPARE(cancel.count(), 2);
+        w.setEngineBusy(false);
+        QVERIFY(!jobLabel->isVisible());
+        QVERIFY(!stop->isVisible());
+        // with no job running, nothing is cancelled
+        Q_EMIT replay->stopRequested();
+        QCOMPARE(cancel.count(), 2);
     }
 
     // Closing asks before unsaved work is lost (Cancel keeps the window, Discard closes), and

@@ -557,7 +557,7 @@ void AlignmentPanel::refreshFitEnabled()
 {
     const bool havePrompts = m_snapshot && m_snapshot->prompts > 0;
     m_fit->setEnabled(!m_busy && havePrompts);
-    m_cancel->setEnabled(m_busy);
+    m_cancel->setEnabled(m_ownJob);
     for (QWidget *w : std::initializer_list<QWidget *>{m_fitName, m_selection, m_autoLambda, m_perHead,
                                                        m_maxTokens, m_family})
         w->setEnabled(!m_busy);
@@ -578,10 +578,11 @@ void AlignmentPanel::refreshFitEnabled()
                                  .arg(m_snapshot->path.toHtmlEscaped()));
 }
 
-void AlignmentPanel::setBusy(bool busy)
+void AlignmentPanel::setBusy(bool busy, bool ownJob)
 {
     m_busy = busy;
-    if (busy)
+    m_ownJob = busy && ownJob;
+    if (m_ownJob)
         m_progress->setValue(0);
     refreshFitEnabled();
 }

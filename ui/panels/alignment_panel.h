@@ -64,7 +64,8 @@ public:
     QString fitStatusText() const;
 
 public Q_SLOTS:
-    void setBusy(bool busy);
+    // busy: the engine runs a job; ownJob: it is this step's (only then are its Cancel, Pause and Stop on)
+    void setBusy(bool busy, bool ownJob = true);
     void setFitProgress(double fraction, const QString &stage);
     void setFitFailed(const QString &message);
 
@@ -96,6 +97,7 @@ private:
 
     QString m_inUse;
     bool m_busy = false;
+    bool m_ownJob = false; // the running job is this step's
     QPushButton *m_useButton = nullptr;
     QLabel *m_inUseLabel = nullptr;
     QLineEdit *m_fitName = nullptr;

@@ -296,7 +296,7 @@ void CapturePanel::setModelsLoaded(bool loaded)
 void CapturePanel::refreshEnabled()
 {
     m_capture->setEnabled(!m_busy && m_modelsLoaded);
-    m_cancel->setEnabled(m_busy);
+    m_cancel->setEnabled(m_ownJob);
     for (QWidget *w : std::initializer_list<QWidget *>{m_prompts, m_browse, m_out, m_saveAs, m_storage,
                                                        m_compress, m_maxTokens, m_limit, m_postRope})
         w->setEnabled(!m_busy);
@@ -395,10 +395,11 @@ QString CapturePanel::statusText() const
     return m_status->text();
 }
 
-void CapturePanel::setBusy(bool busy)
+void CapturePanel::setBusy(bool busy, bool ownJob)
 {
     m_busy = busy;
-    if (busy)
+    m_ownJob = busy && ownJob;
+    if (m_ownJob)
         m_progress->setValue(0);
     refreshEnabled();
 }

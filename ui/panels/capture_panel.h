@@ -51,7 +51,8 @@ public:
     QString statusText() const;
 
 public Q_SLOTS:
-    void setBusy(bool busy);
+    // busy: the engine runs a job; ownJob: it is this step's (only then are its Cancel, Pause and Stop on)
+    void setBusy(bool busy, bool ownJob = true);
     void setProgress(double fraction, const QString &stage);
     void setFailed(const QString &message);
     void setCancelled();
@@ -70,6 +71,7 @@ private:
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     bool m_modelsLoaded = false;
     bool m_busy = false;
+    bool m_ownJob = false; // the running job is this step's
     QString m_summaryText;
 
     QComboBox *m_prompts = nullptr;

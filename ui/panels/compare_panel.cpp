@@ -694,12 +694,13 @@ QString ComparePanel::tokenInfoText() const
     return m_tokenInfo->text();
 }
 
-void ComparePanel::setBusy(bool busy)
+void ComparePanel::setBusy(bool busy, bool ownJob)
 {
     m_busy = busy;
-    m_cancel->setEnabled(busy);
-    m_progress->setVisible(busy);
-    if (busy) {
+    m_ownJob = busy && ownJob;
+    m_cancel->setEnabled(m_ownJob);
+    m_progress->setVisible(m_ownJob);
+    if (m_ownJob) {
         m_progress->setValue(0);
         m_progress->setFormat(tr("starting %p%"));
         showMessage({});

@@ -93,7 +93,8 @@ public:
     QString tokenInfoText() const;
 
 public Q_SLOTS:
-    void setBusy(bool busy); // Run disabled, Cancel enabled, progress shown
+    // Run disabled; when the job is this step's (ownJob), Cancel enabled and progress shown
+    void setBusy(bool busy, bool ownJob = true);
     void setProgress(double fraction, const QString &stage);
     void setFailed(const QString &message); // a red message line; busy off
 
@@ -123,6 +124,7 @@ private:
     QString m_experimentPath;
     bool m_modelsLoaded = false;
     bool m_busy = false;
+    bool m_ownJob = false; // the running job is this step's
     bool m_save = true;
     core::CompareSettings m_settings; // what setRequest gave, for the settings the panel does not show
     bool m_syncing = false;           // guards the scroll-bar echo between panes

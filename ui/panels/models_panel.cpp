@@ -320,8 +320,9 @@ void ModelsPanel::setLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, 
 {
     setBusy(false);
     m_progress->setValue(0); // the bar shows a load in progress; the line below says what is loaded
-    m_loadedText = tr("A %1 and B %2 (%3 / %4)")
-                       .arg(QFileInfo(a.path).fileName(), QFileInfo(b.path).fileName(), a.device, a.dtype);
+    m_loadedText = m_heldText =
+        tr("A %1 and B %2 (%3 / %4)")
+            .arg(QFileInfo(a.path).fileName(), QFileInfo(b.path).fileName(), a.device, a.dtype);
     m_status->setText(
         tr("Loaded in %1 ms: A on %2 (%3, %4 weights), B on %5 (%6, %7 weights).")
             .arg(ms, 0, 'f', 0)
@@ -335,15 +336,29 @@ void ModelsPanel::setLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, 
                                            .arg(m == &a ? "A" : "B", m->tokenizerError.toHtmlEscaped())));
 }
 
+void ModelsPanel::setLoadedInUse(bool inUse, const QString &whyNot)
+{
+    if (m_heldText.isEmpty() || inUse == !m_loadedText.isEmpty())
+        return;
+    m_progress->setValue(0);
+    m_loadedText = inUse ? m_heldText : QString();
+    m_status->setText(inUse ? tr("Loaded and in use: %1.").arg(m_heldText.toHtmlEscaped())
+                            : tr("%1 stay loaded from before, but %2: load them (Load both models) before "
+                                 "Capture, Compare or Replay.")
+                                  .arg(m_heldText.toHtmlEscaped(), whyNot.toHtmlEscaped()));
+}
+
 void ModelsPanel::setFailed(const QString &message)
 {
     setBusy(false);
     m_progress->setValue(0);
-    m_status->setText(QString("<span style='color:#b00020'>%1</span><br>%2")
-                          .arg(message.toHtmlEscaped(),
-                               m_loadedText.isEmpty()
-                                   ? tr("Nothing is loaded. Check the path and device, then load again.")
-                                   : tr("Still loaded and in use: %1").arg(m_loadedText.toHtmlEscaped())));
+    m_status->setText(
+        QString("<span style='color:#b00020'>%1</span><br>%2")
+            .arg(message.toHtmlEscaped(),
+                 m_loadedText.isEmpty()
+                     ? tr("None of this project's models is loaded. Check the path and device, then load "
+                          "again.")
+                     : tr("Still loaded and in use: %1").arg(m_loadedText.toHtmlEscaped())));
 }
 
 void ModelsPanel::setCancelled()
@@ -351,7 +366,7 @@ void ModelsPanel::setCancelled()
     setBusy(false);
     m_progress->setValue(0);
     m_status->setText(m_loadedText.isEmpty()
-                          ? tr("Loading cancelled; nothing is loaded.")
+                          ? tr("Loading cancelled; none of this project's models is loaded.")
                           : tr("Loading cancelled; still loaded and in use: %1").arg(m_loadedText));
 }
 

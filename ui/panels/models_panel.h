@@ -75,6 +75,9 @@ public Q_SLOTS:
     void setLoaded(const kvwb::ui::LoadedModelInfo &a, const kvwb::ui::LoadedModelInfo &b, double ms);
     void setFailed(const QString &message);
     void setCancelled();
+    // Whether the loaded pair is the one now chosen (another project opened): when not, the status
+    // says so ("... stay loaded from before, but <whyNot>") and later messages no longer call it in use.
+    void setLoadedInUse(bool inUse, const QString &whyNot = {});
 
 Q_SIGNALS:
     void loadRequested(const kvwb::ui::ModelChoice &a, const kvwb::ui::ModelChoice &b);
@@ -104,7 +107,9 @@ private:
     QPushButton *m_load = nullptr;
     QPushButton *m_cancel = nullptr;
     QProgressBar *m_progress = nullptr;
-    QString m_loadedText; // what the last successful load loaded, for the failure and cancel lines
+    QString m_heldText; // what the last successful load loaded (the engine holds it)
+    QString
+        m_loadedText; // the same while it is in use (the project's pair), for the failure and cancel lines
     QLabel *m_status = nullptr;
 };
 

@@ -745,8 +745,8 @@ void ReplayPanel::setModelsLoaded(bool loaded)
 void ReplayPanel::refreshRunEnabled()
 {
     m_start->setEnabled(!m_busy && m_modelsLoaded);
-    m_pause->setEnabled(m_busy);
-    m_stop->setEnabled(m_busy);
+    m_pause->setEnabled(m_ownJob);
+    m_stop->setEnabled(m_ownJob);
     for (QWidget *w : std::initializer_list<QWidget *>{m_workload, m_browse, m_exact, m_semantic, m_prefix,
                                                        m_embedder, m_gate, m_maxTokens, m_limit, m_ledgerName,
                                                        m_store, m_prices, m_errorBound})
@@ -767,9 +767,10 @@ void ReplayPanel::refreshRunEnabled()
         m_runStatus->setText(tr("Ready: choose a workload and the tiers, then Start."));
 }
 
-void ReplayPanel::setBusy(bool busy)
+void ReplayPanel::setBusy(bool busy, bool ownJob)
 {
     m_busy = busy;
+    m_ownJob = busy && ownJob;
     if (!busy) {
         const QSignalBlocker block(m_pause);
         m_pause->setChecked(false);

@@ -78,7 +78,8 @@ public:
     QString statusText() const;
 
 public Q_SLOTS:
-    void setBusy(bool busy);
+    // busy: the engine runs a job; ownJob: it is this step's (only then are its Cancel, Pause and Stop on)
+    void setBusy(bool busy, bool ownJob = true);
     void setReplayFailed(const QString &message);
 
     // The threshold sweep of the workload (kvwb sweep-semantic): shown in the "Threshold sweep"
@@ -129,6 +130,7 @@ private:
     QString m_liveTitle;
     bool m_hasLive = false;
     bool m_busy = false;
+    bool m_ownJob = false; // the running job is this step's
     bool m_modelsLoaded = false;
     bool m_crossAvailable = false;
     QString m_crossConverter;

@@ -62,6 +62,17 @@ int64_t residentBytes()
         return -1;
     return resident * int64_t(sysconf(_SC_PAGESIZE));
 }
+
+// Whether two choices load the same model the same way (paths compared as files).
+bool sameModel(const ModelChoice &x, const ModelChoice &y)
+{
+    const auto file = [](const QString &p) {
+        const QFileInfo f(p);
+        return f.exists() ? f.canonicalFilePath() : f.absoluteFilePath();
+    };
+    return !x.path.isEmpty() && file(x.path) == file(y.path) && x.device == y.device && x.dtype == y.dtype &&
+           x.context == y.context && x.dequantize == y.dequantize && x.kvDtype == y.kvDtype;
+}
 } // namespace
 
 MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
@@ -103,11 +114,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_log->setReadOnly(true);
     m_log->setMaximumBlockCount(5000);
 
-    m_capture = new CapturePanel(this);
-    m_alignment = new AlignmentPanel(this);
-    m_compare = new ComparePanel(this);
-    m_replay = new ReplayPanel(this);
-    m_knowledge = new KnowledgePanel(this);
+    createStepPanels();
 
     // The Models step: the two choices, then both cards side by side below them.
     auto *modelsPage = new QWidget(this);
@@ -192,7 +199,21 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     m_deviceLabel->setObjectName("deviceLabel");
     m_memoryLabel = new QLabel(tr("memory: -"), this);
     m_memoryLabel->setObjectName("memoryLabel");
+    // the running job by name, with a Stop that cancels whichever job it is
+    m_jobLabel = new QLabel(this);
+    m_jobLabel->setObjectName("runningJobLabel");
+    m_jobCancel = new QPushButton(tr("Stop"), this);
+    m_jobCancel->setObjectName("statusCancelButton");
+    m_jobCancel->setToolTip(tr("Stop the running job (what it wrote so far is kept)"));
+    connect(m_jobCancel, &QPushButton::clicked, this, [this] {
+        if (!m_engineBusy)
+            return;
+        log(tr("stopping %1").arg(jobName().toLower()));
+        Q_EMIT cancelRequested();
+    });
     statusBar()->addWidget(m_engineLabel, 1);
+    statusBar()->addPermanentWidget(m_jobLabel);
+    statusBar()->addPermanentWidget(m_jobCancel);
     statusBar()->addPermanentWidget(m_deviceLabel);
     statusBar()->addPermanentWidget(m_memoryLabel);
     auto *memoryTimer = new QTimer(this);
@@ -201,9 +222,11 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     connect(memoryTimer, &QTimer::timeout, this, &MainWindow::refreshModified); // the title's [*]
     memoryTimer->start();
     refreshMemory();
+    refreshJobLabel();
 
     buildMenus();
-    connectPanels();
+    connectModels();
+    connectSteps();
 
     m_defaultState = saveState();
     auto s = settings();
@@ -212,15 +235,78 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
     refreshSummary();
 }
 
+void MainWindow::createStepPanels()
+{
+    m_capture = new CapturePanel(this);
+    m_alignment = new AlignmentPanel(this);
+    m_compare = new ComparePanel(this);
+    m_replay = new ReplayPanel(this);
+    m_knowledge = new KnowledgePanel(this);
+}
+
+void MainWindow::resetSteps()
+{
+    // fresh step panels: no result, choice or message of the previous project can stay behind
+    createStepPanels();
+    for (const auto &[id, panel] : {std::pair<const char *, QWidget *>{"capture", m_capture},
+                                    {"alignment", m_alignment},
+                                    {"compare", m_compare},
+                                    {"replay", m_replay},
+                                    {"knowledge", m_knowledge}}) {
+        QScrollArea *page = stepPage(id);
+        if (QWidget *old = page->takeWidget())
+            old->deleteLater();
+        page->setWidget(panel);
+    }
+    connectSteps();
+    m_snapshot.reset();
+    m_experimentPath.clear();
+    m_requestedExperiment.clear();
+    m_openingRead = false;
+    m_openingExperiment.clear();
+    m_experimentBeside = false;
+    m_reportFolder->clear();
+    m_reportFolderIsDefault = false;
+    m_lastReport.clear();
+    m_reportWritten.clear();
+    m_reportStatus->setText(tr("Open or capture an experiment first."));
+    m_exportAction->setEnabled(false);
+    m_exportButton->setEnabled(false);
+    m_openReportButton->setEnabled(false);
+    for (const QString &id : m_stepIds)
+        markStep(id, false);
+}
+
+void MainWindow::keepLoadedPairIfChosen()
+{
+    // the pair the engine holds serves this project only when it is the one the project names
+    const bool was = m_modelsLoaded;
+    m_modelsLoaded = m_pairHeld && sameModel(m_loaded[0], m_models->choice('a')) &&
+                     sameModel(m_loaded[1], m_models->choice('b'));
+    const QString whyNot = m_project ? tr("this project names other models") : tr("no project is open");
+    m_models->setLoadedInUse(m_modelsLoaded, whyNot);
+    if (was && !m_modelsLoaded)
+        log(tr("the loaded models stay loaded, but %1: load the models to use (Models step) before running "
+               "a job")
+                .arg(whyNot));
+    markStep("models", m_modelsLoaded);
+    m_capture->setModelsLoaded(m_modelsLoaded);
+    m_compare->setModelsLoaded(m_modelsLoaded);
+    m_replay->setModelsLoaded(m_modelsLoaded);
+    m_knowledge->setModelBLoaded(m_modelsLoaded);
+}
+
 // Each step's requests become the window's signals to the engine (the job marked as running and
-// logged first); every cancel goes one way.
-void MainWindow::connectPanels()
+// logged first); a step's cancel acts on its own job only.
+void MainWindow::connectModels()
 {
     connect(m_models, &ModelsPanel::loadRequested, this, [this](const ModelChoice &a, const ModelChoice &b) {
         beginJob(Job::Load); // before the request: the engine reports busy as soon as it starts
+        m_loading[0] = a;
+        m_loading[1] = b;
         Q_EMIT loadRequested(a, b);
     });
-    connect(m_models, &ModelsPanel::cancelRequested, this, &MainWindow::cancelRequested);
+    connect(m_models, &ModelsPanel::cancelRequested, this, [this] { cancelJob(Job::Load); });
     connect(m_models, &ModelsPanel::choiceChanged, this, [this](char role) {
         m_card->setModel(role == 'a' ? ModelCardModel::ModelAColumn : ModelCardModel::ModelBColumn,
                          m_models->previewConfig(role));
@@ -228,7 +314,10 @@ void MainWindow::connectPanels()
     for (char role : {'a', 'b'})
         m_card->setModel(role == 'a' ? ModelCardModel::ModelAColumn : ModelCardModel::ModelBColumn,
                          m_models->previewConfig(role));
+}
 
+void MainWindow::connectSteps()
+{
     connect(m_capture, &CapturePanel::captureRequested, this, [this](const CaptureRequest &r) {
         beginJob(Job::Capture);
         log(tr("capturing %1 into %2").arg(r.promptsPath, r.outPath));
@@ -265,7 +354,10 @@ void MainWindow::connectPanels()
                 .arg(workload, r.tiers.empty() ? tr("no tiers") : tierNames(r.tiers).join(',')));
         Q_EMIT replayRequested(r);
     });
-    connect(m_replay, &ReplayPanel::pauseRequested, this, &MainWindow::pauseRequested);
+    connect(m_replay, &ReplayPanel::pauseRequested, this, [this](bool paused) {
+        if (m_engineBusy && m_job == Job::Replay)
+            Q_EMIT pauseRequested(paused);
+    });
     connect(m_knowledge, &KnowledgePanel::openRequested, this, [this](const KnowledgeOpenRequest &r) {
         beginJob(Job::Knowledge);
         log(r.build ? tr("building knowledge graph %1 from %2 concepts").arg(r.graphPath).arg(r.concepts)
@@ -291,10 +383,11 @@ void MainWindow::connectPanels()
                 m_replay->setKnowledgeAvailable(graph, profiles);
                 log(tr("the Replay step's knowledge tier uses %1").arg(graph));
             });
-    connect(m_capture, &CapturePanel::cancelRequested, this, &MainWindow::cancelRequested);
-    connect(m_alignment, &AlignmentPanel::cancelRequested, this, &MainWindow::cancelRequested);
-    connect(m_compare, &ComparePanel::cancelRequested, this, &MainWindow::cancelRequested);
-    connect(m_replay, &ReplayPanel::stopRequested, this, &MainWindow::cancelRequested);
+    // a step's Cancel (or Stop, or Pause) reaches the engine only while its own job runs
+    connect(m_capture, &CapturePanel::cancelRequested, this, [this] { cancelJob(Job::Capture); });
+    connect(m_alignment, &AlignmentPanel::cancelRequested, this, [this] { cancelJob(Job::Fit); });
+    connect(m_compare, &ComparePanel::cancelRequested, this, [this] { cancelJob(Job::Compare); });
+    connect(m_replay, &ReplayPanel::stopRequested, this, [this] { cancelJob(Job::Replay); });
 }
 
 MainWindow::~MainWindow() = default;
@@ -379,7 +472,22 @@ QList<QDockWidget *> MainWindow::docks() const
 void MainWindow::buildMenus()
 {
     QMenu *file = menuBar()->addMenu(tr("&File"));
+    m_newAction = file->addAction(tr("&New Project..."), this, [this] {
+        if (!confirmUnsaved(tr("creating a new project")))
+            return;
+        QString path = QFileDialog::getSaveFileName(this, tr("New project"), QFileInfo(m_projectPath).path(),
+                                                    tr("KV Workbench projects (*.kvwb)"));
+        if (path.isEmpty())
+            return;
+        if (QFileInfo(path).suffix().isEmpty())
+            path += ".kvwb";
+        newProject(path);
+    });
+    m_newAction->setObjectName("newProjectAction");
+    m_newAction->setShortcut(QKeySequence::New);
     m_openAction = file->addAction(tr("&Open Project..."), this, [this] {
+        if (!confirmUnsaved(tr("opening another project")))
+            return;
         const QString path = QFileDialog::getOpenFileName(
             this, tr("Open project"), QFileInfo(m_projectPath).path(), tr("KV Workbench projects (*.kvwb)"));
         if (!path.isEmpty())
@@ -427,6 +535,12 @@ void MainWindow::buildMenus()
             saveProject(path);
     });
     saveAs->setShortcut(QKeySequence::SaveAs);
+    m_closeProjectAction = file->addAction(tr("&Close Project"), this, [this] {
+        if (confirmUnsaved(tr("closing the project")))
+            closeProject();
+    });
+    m_closeProjectAction->setObjectName("closeProjectAction");
+    m_closeProjectAction->setShortcut(QKeySequence::Close);
     file->addSeparator();
     QAction *quit = file->addAction(tr("&Quit"), this, &QWidget::close);
     quit->setShortcut(QKeySequence::Quit);
@@ -539,6 +653,21 @@ void MainWindow::chainJob(Job job)
     m_engineBusy = false; // called from a result handler: the engine is free (it delivers results so)
     m_job = job;
     m_jobClock.start();
+    refreshJobLabel();
+}
+
+void MainWindow::cancelJob(Job job)
+{
+    if (m_engineBusy && m_job == job)
+        Q_EMIT cancelRequested();
+}
+
+void MainWindow::refreshJobLabel()
+{
+    const bool running = m_busyShown && m_job != Job::None;
+    m_jobLabel->setText(running ? tr("Running: %1").arg(jobName().toLower()) : QString());
+    m_jobLabel->setVisible(running);
+    m_jobCancel->setVisible(running);
 }
 
 void MainWindow::showProgress(double fraction, const QString &text)
@@ -573,18 +702,22 @@ void MainWindow::setEngineBusy(bool busy)
     if (busy == m_busyShown)
         return;
     m_busyShown = busy;
+    refreshJobLabel();
     // the window's own engine requests wait for the running job
     m_openAction->setEnabled(!busy);
+    m_newAction->setEnabled(!busy);
+    m_closeProjectAction->setEnabled(!busy);
     m_openExperimentAction->setEnabled(!busy);
     m_recentMenu->setEnabled(!busy && !m_recentMenu->actions().isEmpty());
     m_exportAction->setEnabled(!busy && !m_experimentPath.isEmpty());
     m_exportButton->setEnabled(!busy && !m_experimentPath.isEmpty());
     if (m_job != Job::Load)
         m_models->setEngineBusy(busy);
-    m_capture->setBusy(busy);
-    m_alignment->setBusy(busy);
-    m_compare->setBusy(busy);
-    m_replay->setBusy(busy);
+    // a step's Cancel, Pause and Stop act on its own job only; the status bar stops any job
+    m_capture->setBusy(busy, m_job == Job::Capture);
+    m_alignment->setBusy(busy, m_job == Job::Fit);
+    m_compare->setBusy(busy, m_job == Job::Compare);
+    m_replay->setBusy(busy, m_job == Job::Replay);
     m_knowledge->setBusy(busy);
     if (!busy) {
         m_job = Job::None;
@@ -599,7 +732,8 @@ void MainWindow::setEngineBusy(bool busy)
 void MainWindow::showModelsLoaded(const LoadedModelInfo &a, const LoadedModelInfo &b, double ms)
 {
     m_models->setLoaded(a, b, ms);
-    m_modelsLoaded = true;
+    m_modelsLoaded = m_pairHeld = true;
+    m_loaded = m_loading;
     markStep("models", true);
     m_capture->setModelsLoaded(true);
     m_compare->setModelsLoaded(true);
@@ -922,6 +1056,8 @@ QString MainWindow::jobName() const
         return tr("The knowledge job");
     case Job::Report:
         return tr("The report");
+    case Job::Read:
+        return tr("Reading the experiment");
     default:
         return tr("A job");
     }
@@ -948,15 +1084,21 @@ bool MainWindow::confirmClose()
         Q_EMIT cancelRequested();
         return false;
     }
+    return confirmUnsaved(tr("closing"));
+}
+
+bool MainWindow::confirmUnsaved(const QString &action)
+{
     if (!isProjectModified())
         return true;
     QMessageBox box(QMessageBox::Warning, tr("Unsaved project"),
                     m_projectPath.isEmpty()
                         ? tr("This session's models and experiment are not in a project yet. Save them as a "
-                             "project before closing?")
+                             "project before %1?")
+                              .arg(action)
                         : tr("%1 has changes that are not saved (models, experiment, converter in use or "
-                             "step settings). Save them before closing?")
-                              .arg(QFileInfo(m_projectPath).fileName()),
+                             "step settings). Save them before %2?")
+                              .arg(QFileInfo(m_projectPath).fileName(), action),
                     QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel, this);
     box.setObjectName("unsavedProjectBox");
     box.setDefaultButton(QMessageBox::Save);

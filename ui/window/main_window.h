@@ -21,6 +21,7 @@
 #include <QElapsedTimer>
 #include <QMainWindow>
 
+#include <array>
 #include <memory>
 #include <optional>
 
@@ -75,9 +76,16 @@ public:
     const std::optional<core::Project> &project() const { return m_project; }
     QString projectPath() const { return m_projectPath; }
 
-    // Loads a .kvwb project (paths resolved against its directory) into the panels. Returns false
-    // and shows why (log + status bar) when it cannot be read.
+    // Loads a .kvwb project (paths resolved against its directory) into the panels: every step is
+    // reset first, so nothing of the previous project's results stays. Returns false and shows why
+    // (log + status bar) when it cannot be read or a job runs.
     bool openProject(const QString &path);
+    // File > New Project: an empty project written at `path` and shown (every step reset; the loaded
+    // models stay loaded but unused until the project names them). False, saying why, when it cannot
+    // be written or a job runs.
+    bool newProject(const QString &path);
+    // File > Close Project: no project, every step reset. False while a job runs.
+    bool closeProject();
     // Saves the current choices into the project file (the other sections are kept).
     bool saveProject(const QString &path);
     // Whether the window holds choices or results the project file does not (the title's [*]):
@@ -157,11 +165,21 @@ private:
     void markStep(const QString &id, bool done); // a check mark beside a step that has results
     QWidget *buildReportPage();
     void buildMenus();
-    void connectPanels();
+    void connectModels();
+    void connectSteps();     // the step panels' requests (again for each new set of panels)
+    void createStepPanels(); // Capture, Alignment, Compare, Replay and Knowledge, as new
+    // A project opened, created or closed: new step panels, no experiment, no check marks, no report.
+    void resetSteps();
+    // The loaded pair stays in use only when it is the one now chosen; else every step waits for a load.
+    void keepLoadedPairIfChosen();
     void rememberRecent(const QString &path);
     void refreshRecentMenu();
     void refreshSummary();
-    core::Project currentProject(const QString &path) const; // the project as it would be saved
+    core::Project currentProject(const QString &path) const;             // the project as it would be saved
+    void showProject(const core::Project &project, const QString &path); // steps reset, then its settings
+    // Before the shown project is replaced: asks to save unsaved work (`action`: "opening another
+    // project"). False when the user cancels or the save fails.
+    bool confirmUnsaved(const QString &action);
     // its JSON, to compare with the saved one (withoutExperiment: as a file that names none)
     QString projectState(const QString &path, bool withoutExperiment = false) const;
     void refreshModified();
@@ -187,8 +205,10 @@ private:
     void beginJob(Job job);
     // The stage line with the job's elapsed time and, from the fraction done, the time left.
     QString withTiming(double fraction, const QString &stage) const;
-    void chainJob(Job job); // the next job, started from the previous one's result
-    void refreshMemory();   // status bar: weights on the device and the process's resident memory
+    void chainJob(Job job);  // the next job, started from the previous one's result
+    void cancelJob(Job job); // a step's Cancel: stops the engine's job only when it is that step's
+    void refreshJobLabel();  // the status bar's "Running: ..." and its Stop
+    void refreshMemory();    // status bar: weights on the device and the process's resident memory
 
     ModelsPanel *m_models = nullptr;
     ModelCardModel *m_card = nullptr;
@@ -202,6 +222,9 @@ private:
     // A kvwb/1 file was refused: asks (without blocking) whether to upgrade it and read it again.
     void offerUpgrade(const QString &path, const QString &message);
     bool m_modelsLoaded = false;
+    std::array<ModelChoice, 2> m_loading; // the pair the engine is loading (A, B)
+    std::array<ModelChoice, 2> m_loaded;  // the pair it holds (m_pairHeld)
+    bool m_pairHeld = false;              // m_modelsLoaded: and the project names it
     bool m_engineBusy = false;
     bool m_busyShown = false; // what the panels were last told
     QElapsedTimer m_jobClock; // since the running job started
@@ -230,6 +253,8 @@ private:
     QLabel *m_engineLabel = nullptr;
     QLabel *m_deviceLabel = nullptr;
     QLabel *m_memoryLabel = nullptr;
+    QLabel *m_jobLabel = nullptr;
+    QPushButton *m_jobCancel = nullptr;
     QMenu *m_viewMenu = nullptr;
     QMenu *m_recentMenu = nullptr;
     QByteArray m_defaultState;
@@ -239,6 +264,8 @@ private:
     QString m_reportDir;      // where the pending export goes
     QAction *m_exportAction = nullptr;
     QAction *m_openAction = nullptr;
+    QAction *m_newAction = nullptr;
+    QAction *m_closeProjectAction = nullptr;
     QAction *m_openExperimentAction = nullptr;
 };
 

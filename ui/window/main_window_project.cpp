@@ -55,29 +55,25 @@ using detail::settings;
 
 bool MainWindow::openProject(const QString &path)
 {
+    if (m_engineBusy) {
+        showError(tr("cannot open a project while %1 runs: stop it first").arg(jobName().toLower()));
+        return false;
+    }
     try {
         auto project = core::Project::load(path.toStdString()).resolved(path.toStdString());
-        m_experimentBeside = false;
+        bool beside = false;
         if (!project.experiment) {
             // Capture's default file beside the project, written before the project was saved
             const QFileInfo f(path);
-            const QString beside = f.dir().filePath(f.completeBaseName() + "-experiment.h5");
-            if (QFileInfo::exists(beside)) {
-                project.experiment = beside.toStdString();
-                m_experimentBeside = true;
+            const QString file = f.dir().filePath(f.completeBaseName() + "-experiment.h5");
+            if (QFileInfo::exists(file)) {
+                project.experiment = file.toStdString();
+                beside = true;
             }
         }
-        m_project = project;
-        m_projectPath = QFileInfo(path).absoluteFilePath();
-        for (char role : {'a', 'b'}) {
-            const auto &m = role == 'a' ? project.modelA : project.modelB;
-            m_models->setChoice(role,
-                                {QString::fromStdString(m.path.string()), QString::fromStdString(m.device),
-                                 QString::fromStdString(m.dtype), 0, m.context});
-        }
+        showProject(project, QFileInfo(path).absoluteFilePath());
+        m_experimentBeside = beside;
         rememberRecent(m_projectPath);
-        setWindowTitle(tr("KV Workbench - %1[*]").arg(QString::fromStdString(project.name)));
-        applyProjectSettings();
         m_openingRead = false;
         if (project.experiment) {
             m_openingRead = true;
@@ -94,6 +90,65 @@ bool MainWindow::openProject(const QString &path)
         showError(tr("cannot open project: %1").arg(QString::fromUtf8(e.what())));
         return false;
     }
+}
+
+void MainWindow::showProject(const core::Project &project, const QString &path)
+{
+    resetSteps();
+    m_project = project;
+    m_projectPath = path;
+    for (char role : {'a', 'b'}) {
+        const auto &m = role == 'a' ? project.modelA : project.modelB;
+        m_models->setChoice(role, {QString::fromStdString(m.path.string()), QString::fromStdString(m.device),
+                                   QString::fromStdString(m.dtype), 0, m.context});
+    }
+    keepLoadedPairIfChosen();
+    setWindowTitle(tr("KV Workbench - %1[*]").arg(QString::fromStdString(project.name)));
+    applyProjectSettings();
+}
+
+bool MainWindow::newProject(const QString &path)
+{
+    if (m_engineBusy) {
+        showError(tr("cannot create a project while %1 runs: stop it first").arg(jobName().toLower()));
+        return false;
+    }
+    core::Project project;
+    project.name = QFileInfo(path).completeBaseName().toStdString();
+    try {
+        project.save(path.toStdString()); // the file exists from the start; Save writes the work into it
+    } catch (const core::Error &e) {
+        showError(tr("cannot create project: %1").arg(QString::fromUtf8(e.what())));
+        return false;
+    }
+    showProject(project.resolved(path.toStdString()), QFileInfo(path).absoluteFilePath());
+    rememberRecent(m_projectPath);
+    log(tr("created project %1").arg(m_projectPath));
+    refreshSummary();
+    m_savedState = projectState(m_projectPath);
+    refreshModified();
+    return true;
+}
+
+bool MainWindow::closeProject()
+{
+    if (m_engineBusy) {
+        showError(tr("cannot close the project while %1 runs: stop it first").arg(jobName().toLower()));
+        return false;
+    }
+    if (m_project)
+        log(tr("closed project %1").arg(m_projectPath));
+    resetSteps();
+    m_project.reset();
+    m_projectPath.clear();
+    for (char role : {'a', 'b'})
+        m_models->setChoice(role, {});
+    keepLoadedPairIfChosen();
+    setWindowTitle(tr("KV Workbench[*]"));
+    refreshSummary();
+    m_savedState.clear();
+    refreshModified();
+    return true;
 }
 
 core::Project MainWindow::currentProject(const QString &path) const
@@ -178,7 +233,10 @@ void MainWindow::refreshRecentMenu()
     m_recentMenu->clear();
     const QStringList recent = recentProjects();
     for (const QString &p : recent)
-        m_recentMenu->addAction(p, this, [this, p] { openProject(p); });
+        m_recentMenu->addAction(p, this, [this, p] {
+            if (confirmUnsaved(tr("opening another project")))
+                openProject(p);
+        });
     m_recentMenu->setEnabled(!recent.isEmpty());
 }
 
