@@ -479,6 +479,13 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
               {"threshold", o.compare.gateThreshold},
               {"tail", o.compare.gateTail},
               {"pass_rate", x.passed / done},
+              {"first_tokens",
+               {{"tokens", s.matchTokens},
+                {"passed", s.passed},
+                {"passed_matching", s.passedMatching},
+                {"precision", s.gatePrecision() ? json(*s.gatePrecision()) : json(nullptr)},
+                {"matching_rate", s.matching / done}}},
+              {"kl_first_token", s.klFirstToken},
               {"quality", gate.json_},
               {"kl_gated", meanOf(x.gatedKl)},
               {"kl_passed", x.klPassed.empty() ? json(nullptr) : json(meanOf(x.klPassed))},
@@ -541,6 +548,12 @@ void printCompareSummary(const jobs::CompareSetRun &run, const std::string &conv
                 medianOf(x.ttftGated));
     std::printf("| gate (%s, threshold %g) pass rate | %.3f |\n", gpu::gateSignalName(co.gateSignal),
                 co.gateThreshold, double(x.passed) / done);
+    std::printf("| gate precision: passes whose first %d tokens are scratch's | %s |\n", s.matchTokens,
+                s.gatePrecision()
+                    ? fmt::format("{:.3f} ({} of {})", *s.gatePrecision(), s.passedMatching, s.passed).c_str()
+                    : "n/a (nothing passed)");
+    std::printf("| first %d tokens are scratch's (all prompts) / KL at the first token | %.3f / %.4f |\n",
+                s.matchTokens, double(s.matching) / done, s.klFirstToken);
     std::printf("| mean KL of passed / failed prompts | %.4f / %.4f |\n",
                 x.klPassed.empty() ? NAN : meanOf(x.klPassed), x.klFailed.empty() ? NAN : meanOf(x.klFailed));
     std::printf("| gate precision / recall at its threshold (good: KL <= %g) | %.3f / %.3f |\n",

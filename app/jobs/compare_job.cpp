@@ -57,6 +57,7 @@ CompareSetOptions compareSetOptions(const core::CompareSettings &settings)
     o.compare.recompute = settings.recompute;
     o.alignPolicy = settings.alignPolicy;
     o.baselines = settings.baselines;
+    o.matchTokens = settings.matchTokens;
     return o;
 }
 
@@ -65,6 +66,9 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
                          const CompareSetProgress &progress)
 {
     CompareSetRun run;
+    run.gateSignal = options.compare.gateSignal;
+    run.gateThreshold = options.compare.gateThreshold;
+    run.matchTokens = options.matchTokens;
     struct Other
     {
         gpu::Converter converter;
@@ -145,7 +149,17 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
     CompareSetSummary s;
     s.prompts = int(run.prompts.size());
     std::vector<double> kl, top1, rouge, klFloor, top1Floor, rougeA, klFirst, klFloorFirst;
+    s.gateSignal = core::gateSignalName(run.gateSignal);
+    s.gateThreshold = run.gateThreshold;
+    s.matchTokens = run.matchTokens;
+    std::vector<double> klFirstToken;
     for (const auto &c : run.prompts) {
+        const auto &sample = c.outcome.sample;
+        const bool match = core::firstTokensMatch(sample.firstDivergence, run.matchTokens);
+        s.matching += match ? 1 : 0;
+        s.passed += sample.gatePassed ? 1 : 0;
+        s.passedMatching += sample.gatePassed && match ? 1 : 0;
+        klFirstToken.push_back(sample.transfer.kl.empty() ? 0.0 : sample.transfer.kl.front());
         klFirst.push_back(c.outcome.klFirst);
         klFloorFirst.push_back(c.outcome.klNoPrefixFirst);
         kl.push_back(c.outcome.sample.meanKl);
@@ -175,6 +189,7 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
     s.rougeLA = mean(rougeA);
     s.klGapClosed = interval([&] { return core::gapClosed(kl, klFloor); });
     s.klFirst = mean(klFirst);
+    s.klFirstToken = mean(klFirstToken);
     s.klNoPrefixFirst = mean(klFloorFirst);
     s.klGapClosedFirst = interval([&] { return core::gapClosed(klFirst, klFloorFirst); });
     s.top1Gain = interval([&] { return core::meanDifference(top1, top1Floor); });

@@ -73,6 +73,7 @@ struct CompareSetOptions
     core::AlignPolicy alignPolicy = core::kDefaultAlignPolicy;
     bool baselines = false;                      // the raw source KV (when widths match) and a random map
     std::optional<core::ConverterRecord> versus; // a second converter on the same prompts
+    int matchTokens = 4; // the gate's measured precision: first tokens that must match scratch's
 };
 
 // The options `settings` give (max tokens, the gate, the token pairing policy, baselines); the
@@ -85,6 +86,9 @@ struct CompareSetRun
     std::vector<CompareOther> others;    // versus first, then the baselines
     std::vector<std::string> warnings;   // prompts skipped, a baseline that cannot be built
     bool cancelled = false;
+    core::GateSignal gateSignal = core::GateSignal::TailKl; // the options it ran with
+    double gateThreshold = 0;
+    int matchTokens = 4;
 };
 
 // Before each prompt (index, total) and after each compared one (its result, else null): false

@@ -24,6 +24,13 @@ struct CompareOtherSummary
     std::optional<Interval> klDifference, top1Difference, rougeLDifference;
 };
 
+// Whether B's continuation from the converted cache starts with the same n tokens as from scratch
+// (firstDivergence: ComparisonSample's, -1 when the continuations are identical).
+inline bool firstTokensMatch(int firstDivergence, int n)
+{
+    return firstDivergence < 0 || firstDivergence >= n;
+}
+
 struct CompareSetSummary
 {
     int prompts = 0; // compared
@@ -33,6 +40,18 @@ struct CompareSetSummary
     double klFirst = 0, klNoPrefixFirst = 0;
     std::optional<Interval> klGapClosedFirst;
     std::vector<CompareOtherSummary> others; // versus first, then the baselines
+    // The quality gate judged by what B answers: a pass is right when the transfer's first
+    // matchTokens greedy tokens are scratch's (firstTokensMatch).
+    std::string gateSignal; // the gate's signal and threshold on this run
+    double gateThreshold = 0;
+    int matchTokens = 4;
+    int passed = 0, passedMatching = 0, matching = 0; // gate passes; those matching; all matching
+    double klFirstToken = 0; // mean KL at the first generated position, where the answer starts
+    // passedMatching / passed; nullopt when nothing passed
+    std::optional<double> gatePrecision() const
+    {
+        return passed > 0 ? std::optional<double>(double(passedMatching) / passed) : std::nullopt;
+    }
 };
 
 } // namespace kvwb::core

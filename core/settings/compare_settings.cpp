@@ -28,6 +28,11 @@ std::vector<CompareFlag> makeFlags()
                      "For each gate signal, report the threshold with the highest recall at precision >= P "
                      "(default 0.9).",
                      &S::minPrecision, 0.0, 1.0));
+    t.push_back(integer<S, int>("match-tokens", "N",
+                                "For the gate's measured precision: a pass is right when B's first N greedy "
+                                "tokens from the converted "
+                                "cache are its tokens from scratch (default 4).",
+                                &S::matchTokens, 1, 4096));
     t.push_back(
         toggle("baselines",
                "Also run the baselines on the same prompts: the raw source KV (A's layer at the same depth "

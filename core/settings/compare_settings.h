@@ -34,6 +34,7 @@ struct CompareSettings
     // ---- how
     double goodKl = 0.1;       // the gate's precision and recall: a transfer is good at KL <= this
     double minPrecision = 0.9; // per gate signal, the threshold with the highest recall at this precision
+    int matchTokens = 4;       // the gate's measured precision: a pass is right when these first tokens match
     bool baselines = false;    // also the raw source KV and a random map of the converter's shape
     int handoffTurn = 1;       // A serves turns 1..K, B the rest
     int turns = 0;             // at most N turns of each conversation (0: all)

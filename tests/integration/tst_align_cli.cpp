@@ -237,6 +237,32 @@ private Q_SLOTS:
         QCOMPARE(
             s["baselines"].toObject()["kl_gap_closed_vs_no_prefix_first8"].toObject()["estimate"].toDouble(),
             s["baselines"].toObject()["kl_gap_closed_vs_no_prefix"].toObject()["estimate"].toDouble());
+        // the gate judged by what B answered, counted from the stored samples: a pass is right when the
+        // first --match-tokens (4) tokens are scratch's
+        {
+            const auto samples = core::loadComparisons(exp, "held-out");
+            QCOMPARE(samples.size(), size_t(3));
+            int passed = 0, passedMatching = 0, matching = 0;
+            for (const auto &x : samples) {
+                const bool match = x.firstDivergence < 0 || x.firstDivergence >= 4;
+                passed += x.gatePassed;
+                passedMatching += x.gatePassed && match;
+                matching += match;
+            }
+            const auto first = s["gate"].toObject()["first_tokens"].toObject();
+            QCOMPARE(first["tokens"].toInt(), 4);
+            QCOMPARE(first["passed"].toInt(), passed);
+            QCOMPARE(first["passed_matching"].toInt(), passedMatching);
+            QCOMPARE(first["matching_rate"].toDouble(), matching / 3.0);
+            if (passed > 0)
+                QCOMPARE(first["precision"].toDouble(), double(passedMatching) / passed);
+            else
+                QVERIFY(first["precision"].isNull());
+            QVERIFY(
+                std::abs(s["gate"].toObject()["kl_first_token"].toDouble() -
+                         (samples[0].transfer.kl[0] + samples[1].transfer.kl[0] + samples[2].transfer.kl[0]) /
+                             3) < 1e-5);
+        }
         // selective recompute: at share 1 B computes its whole prefix itself, so it is scratch exactly
         {
             auto rr = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out",
@@ -246,6 +272,7 @@ private Q_SLOTS:
             QCOMPARE(one["kl"].toDouble(), 0.0);
             QCOMPARE(one["kl_first8"].toDouble(), 0.0);
             QCOMPARE(one["top1"].toDouble(), 1.0);
+            QCOMPARE(one["gate"].toObject()["first_tokens"].toObject()["matching_rate"].toDouble(), 1.0);
             rr = runKvwb({"compare", "--experiment", q(exp), "--converter", "top2", "--held-out", "--limit",
                           "3", "--max-tokens", "4", "--recompute-curve", "--json"});
             QVERIFY2(rr.exitCode == 0, rr.err.constData());

@@ -572,6 +572,8 @@ void ComparePanel::setPromptSetRequest(const core::CompareSettings &r)
 void ComparePanel::showSetSummary(const CompareSetSummary &s)
 {
     setBusy(false);
+    m_lastSet = s;
+    render(); // the shown sample's gate line gains the measured precision
     const auto ci = [](const std::optional<core::Interval> &i, int digits) {
         return i ? QString::fromStdString(core::formatInterval(*i, digits))
                  : tr("n/a (fewer than 2 prompts)");
@@ -592,6 +594,18 @@ void ComparePanel::showSetSummary(const CompareSetSummary &s)
          {tr("A's own answer"), fmt(s.set.rougeLA, 3)},
          {tr("gain over answering with A"), ci(s.set.rougeLGainVsA, 3)}},
     };
+    lines.push_back({{tr("gate %1 %2 %3: precision")
+                          .arg(QString::fromStdString(s.set.gateSignal), gateOp(s.set.gateSignal))
+                          .arg(s.set.gateThreshold),
+                      s.set.gatePrecision() ? tr("%1 (%2 of %3 passes keep scratch's first %4 tokens)")
+                                                  .arg(fmt(*s.set.gatePrecision(), 3))
+                                                  .arg(s.set.passedMatching)
+                                                  .arg(s.set.passed)
+                                                  .arg(s.set.matchTokens)
+                                            : tr("n/a (nothing passed)")},
+                     {tr("first %1 tokens match").arg(s.set.matchTokens),
+                      tr("%1 of %2 prompts").arg(s.set.matching).arg(s.set.prompts)},
+                     {tr("KL at the first token"), fmt(s.set.klFirstToken, 4)}});
     for (const auto &b : s.set.others) {
         const QString name = b.key == "raw_source_kv"        ? tr("raw source KV")
                              : b.key == "shuffled_positions" ? tr("shuffled positions")
@@ -672,6 +686,12 @@ void ComparePanel::setColouring(Colouring c)
     refreshHeaders();
     refreshLegend();
     render();
+}
+
+QString ComparePanel::gateOp(const std::string &signal)
+{
+    const auto s = core::parseGateSignal(signal);
+    return QString::fromUtf8(s && core::gateHigherIsBetter(*s) ? "\u2265" : "\u2264");
 }
 
 QString ComparePanel::paneHtml(int pane) const
@@ -766,8 +786,11 @@ void ComparePanel::render()
         for (size_t j = 0; j < path.pieces.size(); ++j) {
             QColor bg(Qt::white);
             if (byKl) {
+                // KL was measured along scratch's tokens: the transfer's own tokens after the first
+                // divergence were not measured, and stay grey
+                const bool measured = pane == 1 || r.firstDivergence < 0 || j <= size_t(r.firstDivergence);
                 if (j < kl.size())
-                    bg = klColour(kl[j]);
+                    bg = measured ? klColour(kl[j]) : QColor(0xe0, 0xe0, 0xe0);
             } else if (j < path.logprobs.size()) {
                 bg = probabilityColour(std::exp(double(path.logprobs[j])));
             }
@@ -810,26 +833,58 @@ void ComparePanel::render()
         << tr("top-1 agreement %1%").arg(fmt(r.top1 * 100, 1)) << tr("ROUGE-L %1").arg(fmt(r.rougeL, 2))
         << (r.firstDivergence < 0 ? tr("identical continuations")
                                   : tr("first divergence at token %1").arg(r.firstDivergence));
-    QString gate;
-    if (!r.gateSignal.empty()) {
-        const auto signal = core::parseGateSignal(r.gateSignal);
-        const bool higherIsBetter = signal && core::gateHigherIsBetter(*signal);
-        const char *op = higherIsBetter ? (r.gatePassed ? "\u2265" : "<") : (r.gatePassed ? "\u2264" : ">");
-        gate = tr("gate %1 %2 %3 %4: %5")
-                   .arg(QString::fromStdString(r.gateSignal), fmt(r.gateValue, 3), QString::fromUtf8(op),
-                        QString::number(r.gateThreshold),
-                        r.gatePassed ? tr("pass (converted cache used)")
-                                     : tr("fail (B falls back to its own prefill)"));
-    }
     m_summaryPlain = parts.join(QStringLiteral(" \u00b7 "));
     QString rich = m_summaryPlain.toHtmlEscaped();
-    if (!gate.isEmpty()) {
-        m_summaryPlain += QStringLiteral(" \u00b7 ") + gate;
-        rich += QStringLiteral(" \u00b7 <b style=\"color:%1\">%2</b>")
-                    .arg(r.gatePassed ? "#2e7d32" : "#c62828", gate.toHtmlEscaped());
+    const GateLine gate = gateLine(r);
+    if (!gate.verdict.isEmpty()) {
+        m_summaryPlain += QStringLiteral("\n") + gate.verdict + QStringLiteral(" \u00b7 ") + gate.check;
+        rich += QStringLiteral("<br><b style=\"color:%1\">%2</b> \u00b7 %3")
+                    .arg(gate.colour, gate.verdict.toHtmlEscaped(), gate.check.toHtmlEscaped());
     }
     m_summary->setText(rich);
     m_tokenInfo->setText(tr("Point at a token to see its probability and KL."));
+}
+
+ComparePanel::GateLine ComparePanel::gateLine(const CompareResult &r) const
+{
+    GateLine g;
+    if (r.gateSignal.empty())
+        return g;
+    const auto signal = core::parseGateSignal(r.gateSignal);
+    const bool higherIsBetter = signal && core::gateHigherIsBetter(*signal);
+    const char *op = higherIsBetter ? (r.gatePassed ? "\u2265" : "<") : (r.gatePassed ? "\u2264" : ">");
+    // what B answered: its first N greedy tokens from the converted cache against scratch's
+    const int n = m_settings.matchTokens;
+    const bool match = core::firstTokensMatch(r.firstDivergence, n);
+    g.verdict = tr("gate %1 %2 %3 %4: %5")
+                    .arg(QString::fromStdString(r.gateSignal), fmt(r.gateValue, 3), QString::fromUtf8(op),
+                         QString::number(r.gateThreshold),
+                         !r.gatePassed ? tr("fail (B falls back to its own prefill)")
+                         : match       ? tr("pass (converted cache used)")
+                                       : tr("pass, but B's first %1 tokens differ from scratch's").arg(n));
+    g.colour = !r.gatePassed ? "#c62828" : match ? "#2e7d32" : "#b26a00";
+    g.check = (match ? tr("first %1 tokens match scratch's").arg(n)
+                     : tr("first %1 tokens differ (at token %2)").arg(n).arg(r.firstDivergence)) +
+              QStringLiteral(" \u00b7 ") +
+              tr("KL at the first token %1")
+                  .arg(r.transfer.kl.empty() ? QStringLiteral("\u2013") : fmt(r.transfer.kl.front(), 3)) +
+              QStringLiteral(" \u00b7 ");
+    // the gate's measured precision: from the last prompt set run with this converter and gate
+    const bool sameGate = m_lastSet && m_lastSet->converter == QString::fromStdString(r.converter) &&
+                          m_lastSet->set.gateSignal == r.gateSignal &&
+                          m_lastSet->set.gateThreshold == r.gateThreshold && m_lastSet->set.matchTokens == n;
+    if (sameGate && m_lastSet->set.gatePrecision())
+        g.check += tr("its precision %1 over %2 (%3 of %4 passes keep the first %5 tokens)")
+                       .arg(fmt(*m_lastSet->set.gatePrecision(), 2), m_lastSet->source)
+                       .arg(m_lastSet->set.passedMatching)
+                       .arg(m_lastSet->set.passed)
+                       .arg(n);
+    else if (sameGate)
+        g.check += tr("its precision: nothing passed over %1").arg(m_lastSet->source);
+    else
+        g.check +=
+            tr("its precision: run the prompt set (Run set) with this converter and gate to measure it");
+    return g;
 }
 
 void ComparePanel::refreshReadiness()

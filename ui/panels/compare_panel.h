@@ -120,6 +120,14 @@ private:
     void showTokenInfo(int pane, const QUrl &link);
     void syncScroll(int fromPane);
     QString historyLabel(const CompareResult &r) const;
+    // The gate's verdict judged by what B answered: its first N tokens against scratch's, the
+    // first-token KL and the gate's measured precision (from the last prompt set with this gate).
+    struct GateLine
+    {
+        QString verdict, colour, check;
+    };
+    GateLine gateLine(const CompareResult &r) const;
+    static QString gateOp(const std::string &signal); // "≤" or "≥": the side that passes
 
     QString m_experimentPath;
     bool m_modelsLoaded = false;
@@ -130,6 +138,7 @@ private:
     bool m_syncing = false;           // guards the scroll-bar echo between panes
     Colouring m_colouring = Colouring::Probability;
     std::optional<CompareResult> m_shown;
+    std::optional<CompareSetSummary> m_lastSet; // the last prompt set's summary (the gate's precision)
     std::vector<CompareResult> m_history;
     std::array<QString, PaneCount> m_html;
     QString m_summaryPlain;

@@ -56,6 +56,7 @@ private Q_SLOTS:
         full.alignPolicy = AlignPolicy::First;
         full.recompute = {0.25, RecomputePositions::Recent};
         full.recomputeCurve = true;
+        full.matchTokens = 8;
         for (const auto &f : compareFlags()) {
             QVERIFY2(names.insert(f.name).second, f.name);
             QVERIFY2(keys.insert(f.key()).second, f.name);
@@ -64,7 +65,7 @@ private Q_SLOTS:
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));
             QVERIFY2(f.get(s) == f.get(full), f.name);
         }
-        QCOMPARE(names.size(), size_t(22));
+        QCOMPARE(names.size(), size_t(23));
         const auto j =
             compareSettingsToJson(full, {SettingScope::Setting, SettingScope::Input, SettingScope::Run});
         QCOMPARE(j.at("held_out").get<bool>(), true);

@@ -213,6 +213,9 @@ private Q_SLOTS:
         QVERIFY(panel.paneHtml(1).contains(darkDivergence));
         QVERIFY(!transfer.contains(darkDivergence));
         QVERIFY(!scratch.contains(darkDivergence));
+        // KL was measured on scratch's tokens: the transfer's own tokens after the divergence are grey
+        QCOMPARE(panel.paneHtml(2).count("background-color:#e0e0e0"), 2);
+        QCOMPARE(panel.paneHtml(1).count("background-color:#e0e0e0"), 0);
         child<QComboBox>(panel, "colourByCombo")->setCurrentIndex(0);
         QCOMPARE(panel.colouring(), ui::ComparePanel::Colouring::Probability);
         QCOMPARE(panel.paneHtml(2), transfer);
@@ -231,18 +234,53 @@ private Q_SLOTS:
         QCOMPARE(panel.statsText(2),
                  QString::fromUtf8("TTFT 5.3 ms \u00b7 406 tok/s \u00b7 6 tokens \u00b7 prompt 31 tokens (30 "
                                    "reused) \u00b7 A prefill 2.5 ms + convert 1.3 ms"));
+        // the gate passed, but B answered differently within its first 4 tokens: the verdict says so
         QCOMPARE(
             panel.summaryText(),
-            QString::fromUtf8("KL to scratch 0.284 nats/token (no-prefix floor 1.445) \u00b7 top-1 agreement "
-                              "89.9% \u00b7 ROUGE-L 0.33 \u00b7 first divergence at token 3 \u00b7 gate "
-                              "tail_kl 0.041 \u2264 0.1: pass (converted cache used)"));
+            QString::fromUtf8(
+                "KL to scratch 0.284 nats/token (no-prefix floor 1.445) \u00b7 top-1 agreement "
+                "89.9% \u00b7 ROUGE-L 0.33 \u00b7 first divergence at token 3\ngate tail_kl 0.041 \u2264 "
+                "0.1: pass, but B's first 4 tokens differ from scratch's \u00b7 first 4 tokens differ (at "
+                "token 3) \u00b7 KL at the first token 0.010 \u00b7 its precision: run the prompt set (Run "
+                "set) with this converter and gate to measure it"));
+        QVERIFY(child<QLabel>(panel, "compareSummary")->text().contains("color:#b26a00"));
+        // diverging after the first 4 tokens: a plain pass
+        auto later = r;
+        later.firstDivergence = 4;
+        panel.showResult(later);
+        QVERIFY(panel.summaryText().contains(
+            QString::fromUtf8("pass (converted cache used) \u00b7 first 4 tokens match scratch's")));
+        QVERIFY(child<QLabel>(panel, "compareSummary")->text().contains("color:#2e7d32"));
+        // a prompt set with this converter and gate measured its precision: shown beside the verdict
+        ui::CompareSetSummary set;
+        set.converter = "default";
+        set.source = "held-out prompts";
+        set.set.prompts = 5;
+        set.set.gateSignal = "tail_kl";
+        set.set.gateThreshold = 0.1;
+        set.set.passed = 3;
+        set.set.passedMatching = 2;
+        set.set.matching = 3;
+        panel.showSetSummary(set);
+        QVERIFY2(panel.summaryText().endsWith(
+                     "its precision 0.67 over held-out prompts (2 of 3 passes keep the first 4 tokens)"),
+                 qPrintable(panel.summaryText()));
+        QVERIFY2(panel.setSummaryText().contains(QString::fromUtf8(
+                     "gate tail_kl \u2264 0.1: precision 0.667 (2 of 3 passes keep scratch's first 4 tokens) "
+                     "\u00b7 first 4 tokens match 3 of 5 prompts")),
+                 qPrintable(panel.setSummaryText()));
+        set.set.gateThreshold = 0.2; // another gate: its precision is not this one's
+        panel.showSetSummary(set);
+        QVERIFY(panel.summaryText().endsWith("with this converter and gate to measure it"));
+        panel.showResult(r);
 
         r.gateValue = 0.3;
         r.gatePassed = false;
         panel.showResult(r);
-        QVERIFY(
-            panel.summaryText().endsWith(QString::fromUtf8("gate tail_kl 0.300 > 0.1: fail (B falls back to "
-                                                           "its own prefill)")));
+        QVERIFY2(
+            panel.summaryText().contains(QString::fromUtf8("gate tail_kl 0.300 > 0.1: fail (B falls back to "
+                                                           "its own prefill) \u00b7 first 4 tokens differ")),
+            qPrintable(panel.summaryText()));
         r.gateSignal = "kv_cos";
         r.gateValue = 0.95;
         r.gateThreshold = 0.9;
