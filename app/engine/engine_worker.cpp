@@ -343,7 +343,7 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
     guarded(job, [&] {
         core::FitSettings settings = request;
         settings.dryRun = false; // the window stores what it fits
-        settings.replace = true; // over a converter of the same name (the step's list shows them)
+        // settings.replace: the Alignment step asked the user before a fit over an existing name
         double last = 0;
         const auto progressOf = [&](double f, const std::string &stage) {
             last = f;

@@ -17,6 +17,7 @@
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
@@ -111,8 +112,36 @@ core::Matrix headMatrix(const core::MetricTable &t, const std::string &metric, i
     return m;
 }
 
+// Mean of a per-layer metric column; NaN when the table has none.
+double meanColumn(const core::MetricTable &t, const std::string &column)
+{
+    const int c = t.column(column);
+    double sum = 0;
+    int n = 0;
+    for (const auto &row : t.rows)
+        if (c >= 0 && std::isfinite(row[size_t(c)])) {
+            sum += row[size_t(c)];
+            ++n;
+        }
+    return n > 0 ? sum / n : std::numeric_limits<double>::quiet_NaN();
+}
+
+// A converter list entry's details: " · MLP (width 256) · R² K 0.71, V 0.64 · 2026-12-05 18:02".
+QString converterDetails(const core::ConverterRecord &c)
+{
+    QString t = QStringLiteral(" \u00b7 ") + familyText(c);
+    const double k = meanColumn(c.layerMetrics, "r2_k"), v = meanColumn(c.layerMetrics, "r2_v");
+    if (std::isfinite(k) && std::isfinite(v))
+        t += QObject::tr(" \u00b7 R\u00b2 K %1, V %2").arg(k, 0, 'f', 2).arg(v, 0, 'f', 2);
+    if (c.createdUtc.size() >= 16)
+        t +=
+            QStringLiteral(" \u00b7 ") + QString::fromStdString(c.createdUtc.substr(0, 16)).replace('T', ' ');
+    return t;
+}
+
 const QString kInUseSuffix = QStringLiteral(" (in use)");
-constexpr int NameRole = Qt::UserRole; // the stored converter name of a combo item
+constexpr int NameRole = Qt::UserRole;        // the stored converter name of a combo item
+constexpr int DetailsRole = Qt::UserRole + 1; // its family, mean R² and fit date
 
 QString errorHtml(const QString &message)
 {
@@ -224,7 +253,8 @@ void AlignmentPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snaps
     if (m_snapshot) {
         for (const auto &c : m_snapshot->converters) {
             const QString name = QString::fromStdString(c.name);
-            m_converters->addItem(name, name);
+            m_converters->addItem(name + converterDetails(c), name);
+            m_converters->setItemData(m_converters->count() - 1, converterDetails(c).mid(3), DetailsRole);
             inUseKept = inUseKept || name == m_inUse;
         }
         for (const auto &[name, table] : m_snapshot->sweeps)
@@ -320,8 +350,8 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_fitName = new QLineEdit(QStringLiteral("default"), box);
     m_fitName->setObjectName("fitNameEdit");
     m_fitName->setMinimumWidth(160);
-    m_fitName->setToolTip(
-        tr("The name the converter is stored under in the experiment file; an existing one is replaced."));
+    m_fitName->setToolTip(tr("The name the converter is stored under in the experiment file; a name in use "
+                             "asks first (replace it, or store under a new name)."));
     grid->addWidget(m_fitName, 0, 1);
     grid->addWidget(new QLabel(tr("Source layers:"), box), 0, 2);
     m_selection = new QComboBox(box);
@@ -474,16 +504,69 @@ void AlignmentPanel::connectFitGroup()
             m_fitStatus->setText(errorHtml(tr("\u03bb must be a positive number such as 0.01 or 1e-3.")));
             return;
         }
-        setBusy(true);
-        m_fitStatus->setText(
-            tr("Fitting '%1' from %2...")
-                .arg(name.toHtmlEscaped(), QString::fromStdString(r.experiment).toHtmlEscaped()));
-        Q_EMIT fitRequested(r);
+        if (existingConverter(r.name))
+            askToReplace(r); // replace it, or fit under a new name
+        else
+            startFit(r);
     });
     connect(m_cancel, &QPushButton::clicked, this, [this] {
         m_fitStatus->setText(tr("Cancelling the fit..."));
         Q_EMIT cancelRequested();
     });
+}
+
+const core::ConverterRecord *AlignmentPanel::existingConverter(const std::string &name) const
+{
+    if (m_snapshot)
+        for (const auto &c : m_snapshot->converters)
+            if (c.name == name)
+                return &c;
+    return nullptr;
+}
+
+void AlignmentPanel::startFit(const core::FitSettings &r)
+{
+    setBusy(true);
+    m_fitStatus->setText(tr("Fitting '%1' from %2...")
+                             .arg(QString::fromStdString(r.name).toHtmlEscaped(),
+                                  QString::fromStdString(r.experiment).toHtmlEscaped()));
+    Q_EMIT fitRequested(r);
+}
+
+void AlignmentPanel::askToReplace(core::FitSettings r)
+{
+    const core::ConverterRecord &old = *existingConverter(r.name);
+    QString fresh; // the first free "<name>-2", "<name>-3", ...
+    for (int i = 2; fresh.isEmpty() || existingConverter(fresh.toStdString()); ++i)
+        fresh = QString::fromStdString(r.name) + QString("-%1").arg(i);
+    auto *box = new QMessageBox(
+        QMessageBox::Question, tr("Converter exists"),
+        tr("The experiment already holds a converter '%1'%2. Replace it with this fit, or store the fit as "
+           "'%3'?")
+            .arg(QString::fromStdString(r.name),
+                 converterDetails(old).replace(QStringLiteral(" \u00b7 "), ", "), fresh),
+        QMessageBox::Cancel, this);
+    box->setObjectName("replaceConverterBox");
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    QPushButton *replace =
+        box->addButton(tr("Replace '%1'").arg(QString::fromStdString(r.name)), QMessageBox::DestructiveRole);
+    replace->setObjectName("replaceConverterButton");
+    QPushButton *rename = box->addButton(tr("Store as '%1'").arg(fresh), QMessageBox::AcceptRole);
+    rename->setObjectName("newConverterNameButton");
+    box->setDefaultButton(rename);
+    connect(box, &QMessageBox::buttonClicked, this,
+            [this, r, replace, rename, fresh](QAbstractButton *b) mutable {
+                if (b == replace) {
+                    r.replace = true;
+                } else if (b == rename) {
+                    r.name = fresh.toStdString();
+                    m_fitName->setText(fresh);
+                } else {
+                    return;
+                }
+                startFit(r);
+            });
+    box->open();
 }
 
 core::FitSettings AlignmentPanel::fitRequest() const
@@ -549,7 +632,10 @@ void AlignmentPanel::refreshInUseMarks()
 {
     for (int i = 0; i < m_converters->count(); ++i) {
         const QString name = converterName(i);
-        m_converters->setItemText(i, !m_inUse.isEmpty() && name == m_inUse ? name + kInUseSuffix : name);
+        const QString details = m_converters->itemData(i, DetailsRole).toString();
+        m_converters->setItemText(i,
+                                  (!m_inUse.isEmpty() && name == m_inUse ? name + kInUseSuffix : name) +
+                                      (details.isEmpty() ? QString() : QStringLiteral(" \u00b7 ") + details));
     }
 }
 

@@ -80,6 +80,11 @@ private:
     void showSweep(int index);
     void refreshFitEnabled();
     void refreshInUseMarks();
+    const core::ConverterRecord *existingConverter(const std::string &name) const; // in the snapshot
+    void startFit(const core::FitSettings &r);
+    // A fit under a name the experiment holds: asks (without blocking) whether to replace that
+    // converter or store the fit under the next free "<name>-N".
+    void askToReplace(core::FitSettings r);
 
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QComboBox *m_converters = nullptr;

@@ -21,6 +21,7 @@
 #include <QLineEdit>
 #include <QLineSeries>
 #include <QMenu>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSignalSpy>
@@ -308,6 +309,10 @@ private Q_SLOTS:
     {
         ui::AlignmentPanel p;
         auto *combo = p.findChild<QComboBox *>("converterCombo");
+        // an entry's name part; the rest is the converter's family, mean R² and fit date
+        const auto entry = [combo](int i) {
+            return combo->itemText(i).section(QString::fromUtf8(" \u00b7 "), 0, 0);
+        };
         auto *use = p.findChild<QPushButton *>("useConverterButton");
         auto *label = p.findChild<QLabel *>("inUseLabel");
         QVERIFY(!use->isEnabled());
@@ -320,24 +325,73 @@ private Q_SLOTS:
         QCOMPARE(spy.count(), 1);
         QCOMPARE(spy.first().first().toString(), QString("topk"));
         QCOMPARE(p.inUse(), QString("topk"));
-        QCOMPARE(combo->itemText(1), QString("topk (in use)"));
-        QCOMPARE(combo->itemText(0), QString("default"));
+        QCOMPARE(entry(1), QString("topk (in use)"));
+        QCOMPARE(entry(0), QString("default"));
         QCOMPARE(p.converterName(1), QString("topk"));
+        QVERIFY2(
+            combo->itemText(1).startsWith(QString::fromUtf8("topk (in use) \u00b7 ridge \u00b7 R\u00b2 K ")),
+            qPrintable(combo->itemText(1)));
         QVERIFY(label->text().contains("topk"));
 
         p.setInUse("default"); // from the app: no signal
         QCOMPARE(spy.count(), 1);
-        QCOMPARE(combo->itemText(0), QString("default (in use)"));
-        QCOMPARE(combo->itemText(1), QString("topk"));
+        QCOMPARE(entry(0), QString("default (in use)"));
+        QCOMPARE(entry(1), QString("topk"));
 
         // a new snapshot keeps the name while it exists, else none
         p.setSnapshot(snapshot(10, {"other", "default"}));
         QCOMPARE(p.inUse(), QString("default"));
-        QCOMPARE(combo->itemText(1), QString("default (in use)"));
+        QCOMPARE(entry(1), QString("default (in use)"));
         p.setSnapshot(snapshot(10, {"other"}));
         QCOMPARE(p.inUse(), QString());
-        QCOMPARE(combo->itemText(0), QString("other"));
+        QCOMPARE(entry(0), QString("other"));
         QCOMPARE(spy.count(), 1);
+    }
+
+    // Fitting under a name the experiment holds asks first: store the fit under the next free name,
+    // or replace that converter (the request then says so); cancelling fits nothing.
+    void fitOverAnExistingNameAsks()
+    {
+        ui::AlignmentPanel p;
+        p.show();
+        p.setSnapshot(snapshot(10, {"default", "default-2"}));
+        QSignalSpy fits(&p, &ui::AlignmentPanel::fitRequested);
+        auto *name = p.findChild<QLineEdit *>("fitNameEdit");
+        auto *fit = p.findChild<QPushButton *>("fitButton");
+        const auto press = [&](const char *button) {
+            name->setText("default");
+            fit->click();
+            auto *box = p.findChild<QMessageBox *>("replaceConverterBox");
+            QVERIFY(box && box->isVisible());
+            QVERIFY2(box->text().contains("already holds a converter 'default', ridge"),
+                     qPrintable(box->text()));
+            QCOMPARE(fits.count(), 0); // nothing starts before the answer
+            if (button)
+                box->findChild<QPushButton *>(button)->click();
+            else
+                box->button(QMessageBox::Cancel)->click();
+            QCoreApplication::processEvents();
+        };
+        press("newConverterNameButton");
+        QCOMPARE(fits.count(), 1);
+        auto request = fits.takeFirst().first().value<core::FitSettings>();
+        QCOMPARE(request.name, std::string("default-3")); // default-2 is taken too
+        QVERIFY(!request.replace);
+        QCOMPARE(name->text(), QString("default-3"));
+        p.setBusy(false);
+        press("replaceConverterButton");
+        QCOMPARE(fits.count(), 1);
+        request = fits.takeFirst().first().value<core::FitSettings>();
+        QCOMPARE(request.name, std::string("default"));
+        QVERIFY(request.replace);
+        p.setBusy(false);
+        press(nullptr);
+        QCOMPARE(fits.count(), 0);
+        // a new name is fitted at once
+        name->setText("fresh");
+        fit->click();
+        QCOMPARE(fits.count(), 1);
+        QVERIFY(!fits.takeFirst().first().value<core::FitSettings>().replace);
     }
 
     // An embedding model by path: listed by its folder name before "Other model...", its path
