@@ -26,6 +26,8 @@
 #include "ui/panels/replay_panel.h"
 
 #include <QAbstractItemModelTester>
+#include <QAbstractScrollArea>
+#include <QAbstractSpinBox>
 #include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
@@ -135,7 +137,10 @@ void writeSmallExperiment(const std::filesystem::path &path)
 }
 
 // Why step's page does not fit the window as it stands, or empty: the page needs no horizontal
-// scrollbar and every visible button lies fully inside the page's view (scrolled to the top).
+// scrollbar; every visible button lies fully inside the page's view (scrolled to the top); and every
+// visible control and label lies inside the view's width at no less than the width it needs (its
+// text not cut). Widgets inside an item view or a text view scroll in their own area: the view is
+// checked, not what it holds.
 QString layoutFault(ui::MainWindow &w, const QString &step, const QString &tag)
 {
     QScrollArea *page = w.stepPage(step);
@@ -146,19 +151,43 @@ QString layoutFault(ui::MainWindow &w, const QString &step, const QString &tag)
             .arg(step, tag)
             .arg(std::max(content->minimumSizeHint().width(), content->width()))
             .arg(view->width());
-    for (QPushButton *b : content->findChildren<QPushButton *>()) {
-        if (!b->isVisibleTo(content))
+    const auto describe = [](QWidget *x) {
+        QString what = x->metaObject()->className();
+        if (!x->objectName().isEmpty())
+            what += " '" + x->objectName() + "'";
+        if (auto *b = qobject_cast<QAbstractButton *>(x))
+            what += " \"" + b->text() + "\"";
+        else if (auto *l = qobject_cast<QLabel *>(x))
+            what += " \"" + l->text().left(60) + "\"";
+        return what;
+    };
+    for (QWidget *x : content->findChildren<QWidget *>()) {
+        if (!x->isVisibleTo(content))
             continue;
-        const QRect r(b->mapTo(view, QPoint(0, 0)), b->size());
-        if (!view->rect().contains(r))
-            return QString("%1 at %2: button '%3' at %4,%5 %6x%7 is outside the %8x%9 view")
-                .arg(step, tag, b->text())
+        bool inOwnArea = false; // inside an item view, a text view or a chart: scrolls there
+        for (QWidget *up = x->parentWidget(); up && up != content; up = up->parentWidget())
+            inOwnArea = inOwnArea || qobject_cast<QAbstractScrollArea *>(up) != nullptr;
+        if (inOwnArea)
+            continue;
+        const QRect r(x->mapTo(view, QPoint(0, 0)), x->size());
+        const bool isButton = qobject_cast<QPushButton *>(x) != nullptr;
+        if (isButton ? !view->rect().contains(r) : r.left() < 0 || r.right() >= view->width())
+            return QString("%1 at %2: %3 at %4,%5 %6x%7 is outside the %8x%9 view")
+                .arg(step, tag, describe(x))
                 .arg(r.x())
                 .arg(r.y())
                 .arg(r.width())
                 .arg(r.height())
                 .arg(view->width())
                 .arg(view->height());
+        auto *label = qobject_cast<QLabel *>(x);
+        const bool control = qobject_cast<QAbstractButton *>(x) || qobject_cast<QComboBox *>(x) ||
+                             qobject_cast<QAbstractSpinBox *>(x) || (label && !label->wordWrap());
+        if (control && x->width() + 1 < x->minimumSizeHint().width())
+            return QString("%1 at %2: %3 is %4 px wide and needs %5: its text is cut")
+                .arg(step, tag, describe(x))
+                .arg(x->width())
+                .arg(x->minimumSizeHint().width());
     }
     return {};
 }
@@ -891,6 +920,22 @@ private Q_SLOTS:
                 QVERIFY(w.grab().save(screenshotDir() + QString("/layout_%1_%2_busy.png").arg(tag, step)));
             w.setEngineBusy(false);
         }
+        // the check sees a label past the right edge and one squeezed below its text's width
+        w.showStep("compare");
+        QWidget *content = w.stepPage("compare")->widget();
+        {
+            QLabel past("a label past the edge", content);
+            past.setGeometry(w.stepPage("compare")->viewport()->width() - 20, 5, 120, 20);
+            past.show();
+            QVERIFY(layoutFault(w, "compare", tag).contains("is outside the"));
+        }
+        {
+            QLabel cut("a label whose text does not fit in forty pixels", content);
+            cut.setGeometry(10, 5, 40, 20);
+            cut.show();
+            QVERIFY(layoutFault(w, "compare", tag).contains("its text is cut"));
+        }
+        QVERIFY(layoutFault(w, "compare", tag).isEmpty());
     }
 
     // A project remembers its work: an experiment Capture wrote beside it (its default name) before
