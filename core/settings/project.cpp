@@ -291,6 +291,25 @@ ProjectCompare readCompare(Section &s)
     return c;
 }
 
+ProjectKnowledge readKnowledge(Section &s)
+{
+    ProjectKnowledge k;
+    std::string graph, profiles;
+    s.string("graph", graph);
+    s.string("profiles", profiles);
+    k.graph = graph;
+    k.profiles = profiles;
+    s.boolean("use_in_replays", k.useInReplays);
+    return k;
+}
+
+json knowledgeJson(const ProjectKnowledge &k, const fs::path &dir)
+{
+    return {{"graph", k.graph.empty() ? std::string() : relativeTo(k.graph, dir).string()},
+            {"profiles", k.profiles.empty() ? std::string() : relativeTo(k.profiles, dir).string()},
+            {"use_in_replays", k.useInReplays}};
+}
+
 json compareJson(const ProjectCompare &c)
 {
     return {{"prompt", c.prompt}, {"max_tokens", c.maxTokens}};
@@ -362,12 +381,13 @@ Project Project::load(const fs::path &file)
     // The sections' known keys live in the structs; any others stay in extraJson under the
     // section's name, so that save() can merge them back.
     Section capture(j, "capture", file), alignment(j, "alignment", file), replay(j, "replay", file),
-        compare(j, "compare", file);
+        compare(j, "compare", file), knowledge(j, "knowledge", file);
     p.capture = readCapture(capture);
     p.alignment = readAlignment(alignment);
     p.replay = readReplay(replay);
     p.compare = readCompare(compare);
-    for (const Section *sec : {&capture, &alignment, &replay, &compare}) {
+    p.knowledge = readKnowledge(knowledge);
+    for (const Section *sec : {&capture, &alignment, &replay, &compare, &knowledge}) {
         const json rest = sec->unknown();
         if (rest.is_null())
             extra.erase(sec->name());
@@ -409,7 +429,7 @@ std::string Project::toJson(const fs::path &file) const
         j["corpus"] = relativeTo(*corpus, dir).string();
     if (experiment)
         j["experiment"] = relativeTo(*experiment, dir).string();
-    // Always all three sections; keys kept from a newer version's section come first, ours win.
+    // Always every section; keys kept from a newer version's section come first, ours win.
     const auto section = [&](const char *key, const json &known) {
         json merged = j.contains(key) && j[key].is_object() ? j[key] : json::object();
         merged.update(known);
@@ -419,6 +439,7 @@ std::string Project::toJson(const fs::path &file) const
     section("alignment", alignmentJson(alignment));
     section("replay", replayJson(replay));
     section("compare", compareJson(compare));
+    section("knowledge", knowledgeJson(knowledge, dir));
     if (!isBuiltinEmbedder(replay.embedder))
         j["replay"]["embedder"] = relativeTo(replay.embedder, dir).string();
     return j.dump(2) + "\n";
@@ -442,6 +463,8 @@ Project Project::resolved(const fs::path &file) const
         r.corpus = abs(*r.corpus);
     if (r.experiment)
         r.experiment = abs(*r.experiment);
+    r.knowledge.graph = abs(knowledge.graph);
+    r.knowledge.profiles = abs(knowledge.profiles);
     if (!isBuiltinEmbedder(r.replay.embedder))
         r.replay.embedder = abs(r.replay.embedder).string();
     return r;

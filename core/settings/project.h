@@ -54,6 +54,17 @@ struct ProjectCompare
     int maxTokens = 32;
 };
 
+// Knowledge settings (section "knowledge"): the Knowledge step's graph and user profiles, and
+// whether the Replay step's knowledge tier uses them.
+struct ProjectKnowledge
+{
+    std::filesystem::path graph;    // "" none (relative to the project file)
+    std::filesystem::path profiles; // "" none
+    bool useInReplays = false;      // the Replay step's knowledge tier answers through this graph
+
+    bool operator==(const ProjectKnowledge &) const = default;
+};
+
 struct Project
 {
     std::string name;
@@ -68,6 +79,7 @@ struct Project
     ProjectAlignment alignment;
     ReplaySettings replay; // section "replay": its Setting rows (core/settings/replay_settings.h)
     ProjectCompare compare;
+    ProjectKnowledge knowledge;
     std::string extraJson = "{}"; // sections this version does not interpret, kept verbatim
 
     // Error(Io) unreadable; Error(Format) not JSON / wrong schema (naming the file); Error(Config)

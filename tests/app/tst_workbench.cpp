@@ -985,6 +985,8 @@ private Q_SLOTS:
             request.prompt = "Explain prefix caching in one sentence.";
             w.comparePanel()->setRequest(request);
             QVERIFY(w.isProjectModified());
+            // the Knowledge step's graph in use by the replay's knowledge tier (Use in replays)
+            w.replayPanel()->setKnowledgeAvailable(tmp.path() + "/kg.h5", tmp.path() + "/users.json");
             QVERIFY(w.saveProject(mine));
             QVERIFY(!w.isProjectModified());
         }
@@ -997,8 +999,15 @@ private Q_SLOTS:
         QCOMPARE(w.comparePanel()->request().prompt, std::string("Explain prefix caching in one sentence."));
         QCOMPARE(w.replayPanel()->ledger()->rowCount(), 1); // the experiment's ledger
         QCOMPARE(w.comparePanel()->findChild<QComboBox *>("historyCombo")->count(), 1); // its comparison
+        // the knowledge tier's graph came back: the tier can run, the Knowledge step names it
+        QCOMPARE(w.replayPanel()->knowledgeGraph(), tmp.path() + "/kg.h5");
+        QCOMPARE(w.replayPanel()->knowledgeProfiles(), tmp.path() + "/users.json");
+        QVERIFY(w.replayPanel()->findChild<QCheckBox *>("tierKnowledge")->isEnabled());
+        QCOMPARE(w.knowledgePanel()->graphPathText(), tmp.path() + "/kg.h5");
         const auto project = core::Project::load(mine.toStdString());
         QCOMPARE(project.alignment.inUse, std::string("mine"));
+        QCOMPARE(project.knowledge.graph, std::filesystem::path("kg.h5")); // relative to the project
+        QVERIFY(project.knowledge.useInReplays);
         QVERIFY(project.experiment.has_value());
     }
 

@@ -284,6 +284,16 @@ void KnowledgePanel::setGraphPath(const QString &path)
     m_graph->setText(path);
 }
 
+QString KnowledgePanel::graphPathText() const
+{
+    return m_graph->text().trimmed();
+}
+
+QString KnowledgePanel::profilesPath() const
+{
+    return m_profiles->text().trimmed();
+}
+
 void KnowledgePanel::setProfilesPath(const QString &path)
 {
     m_profiles->setText(path);

@@ -35,6 +35,8 @@ public:
     KnowledgeEvalRequest evalRequest() const;
     void setGraphPath(const QString &path);
     void setProfilesPath(const QString &path);
+    QString graphPathText() const; // the graph file typed or chosen (whether or not it is open)
+    QString profilesPath() const;
     void setWorkloads(const QStringList &paths); // the project's workloads (the first is the default)
 
     QString graphPath() const;          // the graph shown ("" none)

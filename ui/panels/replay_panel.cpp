@@ -588,6 +588,17 @@ void ReplayPanel::connectRunGroup()
                          .arg(ledgerName));
             return;
         }
+        // a replay never runs with fewer tiers than the step shows checked
+        if (m_knowledge->isChecked() && m_knowledgeGraph.isEmpty()) {
+            setError(tr("The knowledge tier is checked but no graph is in use: open or build one in the "
+                        "Knowledge step and press 'Use in replays', or uncheck the tier."));
+            return;
+        }
+        if (m_cross->isChecked() && !m_crossAvailable) {
+            setError(tr("The cross tier is checked but no converter is in use: fit or pick one in the "
+                        "Alignment step and press 'Use this converter', or uncheck the tier."));
+            return;
+        }
         static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
         if (!ledgerName.isEmpty() && !validName.match(ledgerName).hasMatch()) {
             setError(tr("Ledger name '%1' cannot be stored: use letters, digits, '_', '-' and '.'.")
@@ -720,6 +731,16 @@ void ReplayPanel::setCrossAvailable(bool available, const QString &converter)
     refreshRunEnabled();
 }
 
+QString ReplayPanel::knowledgeGraph() const
+{
+    return m_knowledgeGraph;
+}
+
+QString ReplayPanel::knowledgeProfiles() const
+{
+    return m_knowledgeProfiles;
+}
+
 void ReplayPanel::setKnowledgeAvailable(const QString &graph, const QString &profiles)
 {
     m_knowledgeGraph = graph;
@@ -752,8 +773,9 @@ void ReplayPanel::refreshRunEnabled()
                                                        m_store, m_prices, m_errorBound})
         w->setEnabled(!m_busy);
     m_storeKvDtype->setEnabled(!m_busy && !m_store->text().trimmed().isEmpty());
-    m_cross->setEnabled(!m_busy && m_crossAvailable);
-    m_knowledge->setEnabled(!m_busy && !m_knowledgeGraph.isEmpty());
+    // a checked tier that cannot run stays enabled, so that it can be unchecked (Start says why not)
+    m_cross->setEnabled(!m_busy && (m_crossAvailable || m_cross->isChecked()));
+    m_knowledge->setEnabled(!m_busy && (!m_knowledgeGraph.isEmpty() || m_knowledge->isChecked()));
     m_threshold->setEnabled(!m_busy && m_semantic->isChecked());
     m_errorBound->setEnabled(!m_busy && m_semantic->isChecked());
     m_sweep->setEnabled(!m_busy && !m_workload->currentText().trimmed().isEmpty());

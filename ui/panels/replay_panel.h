@@ -67,6 +67,8 @@ public:
     void setCrossAvailable(bool available, const QString &converter);
     // The knowledge tier's graph in use ("" none: its checkbox is disabled) and its profiles.
     void setKnowledgeAvailable(const QString &graph, const QString &profiles);
+    QString knowledgeGraph() const;    // the graph the knowledge tier uses ("" none)
+    QString knowledgeProfiles() const; // its user profiles ("" none)
     void setModelsLoaded(bool loaded); // Start needs models
     // Clears the ledger and charts and shows "<title> (live)"; rows then come through appendRows().
     void beginLive(const QString &title);

@@ -273,6 +273,12 @@ void MainWindow::applyProjectSettings()
 
     m_replay->setWorkloads(workloads);
     m_knowledge->setWorkloads(workloads);
+    const QString graph = QString::fromStdString(p.knowledge.graph.string()),
+                  profiles = QString::fromStdString(p.knowledge.profiles.string());
+    m_knowledge->setGraphPath(graph);
+    m_knowledge->setProfilesPath(profiles);
+    if (p.knowledge.useInReplays && !graph.isEmpty())
+        m_replay->setKnowledgeAvailable(graph, profiles);
     core::ReplaySettings r = p.replay;
     r.workload = workloads.value(0).toStdString();
     m_replay->setReplayRequest(r);
@@ -290,6 +296,11 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.alignment.fit = m_alignment->fitRequest();
     p.alignment.inUse = m_alignment->inUse().toStdString();
     p.replay = m_replay->replayRequest(); // its Setting rows are what the project keeps
+    // the graph the replay's knowledge tier uses, else the one the Knowledge step names
+    const bool used = !m_replay->knowledgeGraph().isEmpty();
+    p.knowledge.graph = (used ? m_replay->knowledgeGraph() : m_knowledge->graphPathText()).toStdString();
+    p.knowledge.profiles = (used ? m_replay->knowledgeProfiles() : m_knowledge->profilesPath()).toStdString();
+    p.knowledge.useInReplays = used;
     const auto cmp = m_compare->request();
     p.compare.prompt = cmp.prompt;
     p.compare.maxTokens = cmp.maxTokens;

@@ -107,6 +107,7 @@ private Q_SLOTS:
             "replay": {"tiers": ["cross", "knowledge", "exact"], "threshold": -0.5, "embedder": "model",
                        "gate_signal": "kv_cos", "gate_threshold": 0.875, "gate": false, "max_tokens": 64,
                        "limit": 7, "store": "memory", "store_kv_dtype": "bf16", "prices": "deepseek-chat"},
+            "knowledge": {"graph": "kg/graph.h5", "profiles": "users.json", "use_in_replays": true},
             "later_section": [1, 2]})");
         const auto check = [](const core::Project &p) {
             QVERIFY(p.capture.storage == core::FloatType::BF16);
@@ -139,6 +140,9 @@ private Q_SLOTS:
             QCOMPARE(p.replay.gate, false);
             QCOMPARE(p.replay.maxTokens, 64);
             QCOMPARE(p.replay.limit, 7);
+            QCOMPARE(p.knowledge.graph, fs::path("kg/graph.h5"));
+            QCOMPARE(p.knowledge.profiles, fs::path("users.json"));
+            QVERIFY(p.knowledge.useInReplays);
             // Known keys are not also kept verbatim; unknown ones (in a section too) are.
             QVERIFY2(p.extraJson.find("storage") == std::string::npos, p.extraJson.c_str());
             QVERIFY2(p.extraJson.find("\"tiers\"") == std::string::npos, p.extraJson.c_str());
@@ -166,6 +170,15 @@ private Q_SLOTS:
         QCOMPARE(third.replay.tiers, again.replay.tiers);
         QCOMPARE(third.replay.gateSignal, core::GateSignal::Nll);
         QCOMPARE(third.capture.compress, 4);
+        // the knowledge section's paths resolve against the project file; no graph stays no graph
+        QCOMPARE(third.resolved(dir / "s3.kvwb").knowledge.graph, dir / "kg/graph.h5");
+        auto none = third;
+        none.knowledge = {};
+        none.save(dir / "s4.kvwb");
+        const auto fourth = core::Project::load(dir / "s4.kvwb").resolved(dir / "s4.kvwb");
+        QVERIFY(fourth.knowledge.graph.empty());
+        QVERIFY(!fourth.knowledge.useInReplays);
+        QVERIFY(fourth.modelA.path == dir / "a");
     }
 
     void errors_data()
@@ -206,6 +219,10 @@ private Q_SLOTS:
         QTest::newRow("capture limit") << bad(R"("capture": {"limit": -3})") << config << "'capture.limit'";
         QTest::newRow("post_rope") << bad(R"("capture": {"post_rope": 1})") << config
                                    << "field 'capture.post_rope' must be true or false";
+        QTest::newRow("knowledge graph type")
+            << bad(R"("knowledge": {"graph": 3})") << config << "field 'knowledge.graph' must be a string";
+        QTest::newRow("use_in_replays type") << bad(R"("knowledge": {"use_in_replays": "yes"})") << config
+                                             << "field 'knowledge.use_in_replays' must be true or false";
         QTest::newRow("selection")
             << bad(R"("alignment": {"selection": "best"})") << config
             << "field 'alignment.selection' must be proportional, topk or all, got 'best'";

@@ -514,14 +514,25 @@ private Q_SLOTS:
         compareReplay(p.replayRequest(), r);
         p.setBusy(false);
 
-        // without a converter in use the cross tier is left out (the choice is kept for later)
+        // without a converter in use the cross tier is left out of the settings (the choice is kept
+        // for later), stays checked and can be unchecked, and Start refuses to run without it
         p.setCrossAvailable(false, {});
         auto *cross = p.findChild<QCheckBox *>("tierCross");
-        QVERIFY(!cross->isEnabled());
+        QVERIFY(cross->isChecked() && cross->isEnabled());
         QVERIFY(cross->toolTip().contains("Use this converter"));
         QCOMPARE(p.replayRequest().tiers,
                  std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
         QCOMPARE(p.replayRequest().converter, std::string("default")); // kept, unused
+        {
+            QSignalSpy started(&p, &ui::ReplayPanel::replayRequested);
+            p.setWorkloads({"w.jsonl"});
+            p.setModelsLoaded(true);
+            p.findChild<QPushButton *>("startButton")->click();
+            QCOMPARE(started.count(), 0);
+            QVERIFY2(p.statusText().contains("cross tier is checked but no converter is in use"),
+                     qPrintable(p.statusText()));
+            r.workload = "w.jsonl"; // what the panel now shows, for the round trips below
+        }
         p.setCrossAvailable(true, "other");
         QCOMPARE(p.replayRequest().tiers,
                  std::vector<core::TierKind>(
@@ -530,7 +541,7 @@ private Q_SLOTS:
 
         // the knowledge tier needs a graph in use, with its profiles; without one it is left out
         auto *knowledge = p.findChild<QCheckBox *>("tierKnowledge");
-        QVERIFY(!knowledge->isEnabled());
+        QVERIFY(!knowledge->isEnabled()); // unchecked and nothing to use
         QVERIFY(knowledge->toolTip().contains("Knowledge step"));
         r.tiers = {core::TierKind::Exact, core::TierKind::Knowledge,
                    core::TierKind::Prefix}; // the panel's order
@@ -545,6 +556,15 @@ private Q_SLOTS:
         QCOMPARE(p.replayRequest().tiers,
                  std::vector<core::TierKind>({core::TierKind::Exact, core::TierKind::Prefix}));
         QVERIFY(p.replayRequest().knowledgeGraphs.empty());
+        QVERIFY(knowledge->isChecked() && knowledge->isEnabled());
+        QSignalSpy started(&p, &ui::ReplayPanel::replayRequested);
+        p.findChild<QPushButton *>("startButton")->click();
+        QCOMPARE(started.count(), 0);
+        QVERIFY2(p.statusText().contains("knowledge tier is checked but no graph is in use"),
+                 qPrintable(p.statusText()));
+        knowledge->setChecked(false); // unchecked, the replay runs without it
+        p.findChild<QPushButton *>("startButton")->click();
+        QCOMPARE(started.count(), 1);
     }
 
     void gateSignalResetsThreshold()
