@@ -125,6 +125,11 @@ json compareSettingsToJson(const CompareSettings &s, std::initializer_list<Setti
     return rowsToJson(compareFlags(), s, scopes);
 }
 
+void setCompareFlagFromJson(CompareSettings &s, const CompareFlag &f, const json &v)
+{
+    setRowFromJson(s, f, v);
+}
+
 CompareSettings compareSettingsFromJson(const json &object, const std::string &where,
                                         const std::string &section)
 {

@@ -65,6 +65,7 @@ const CompareFlag *findCompareFlag(const std::string &name);
 nlohmann::json compareSettingsToJson(const CompareSettings &s,
                                      std::initializer_list<SettingScope> scopes = {SettingScope::Setting,
                                                                                    SettingScope::Input});
+void setCompareFlagFromJson(CompareSettings &s, const CompareFlag &flag, const nlohmann::json &value);
 CompareSettings compareSettingsFromJson(const nlohmann::json &object, const std::string &where,
                                         const std::string &section);
 

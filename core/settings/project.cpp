@@ -283,11 +283,25 @@ ReplaySettings readReplay(Section &s)
     return r;
 }
 
+// The Setting rows of core::compareFlags() ("prompt" and "max_tokens" were the section's first keys)
+// and the prompt set's file.
 ProjectCompare readCompare(Section &s)
 {
     ProjectCompare c;
-    s.string("prompt", c.prompt);
-    s.integer("max_tokens", c.maxTokens, 1, 4096);
+    for (const auto &f : compareFlags()) {
+        if (f.scope != CompareFlag::Scope::Setting)
+            continue;
+        const std::string key = f.key();
+        const json *v = s.find(key);
+        if (!v)
+            continue;
+        try {
+            setCompareFlagFromJson(c, f, *v);
+        } catch (const Error &e) {
+            s.fail(s.path(key.c_str()), e.what());
+        }
+    }
+    s.string("prompts", c.promptsFile);
     return c;
 }
 
@@ -310,9 +324,11 @@ json knowledgeJson(const ProjectKnowledge &k, const fs::path &dir)
             {"use_in_replays", k.useInReplays}};
 }
 
-json compareJson(const ProjectCompare &c)
+json compareJson(const ProjectCompare &c, const fs::path &dir)
 {
-    return {{"prompt", c.prompt}, {"max_tokens", c.maxTokens}};
+    json j = compareSettingsToJson(c, {CompareFlag::Scope::Setting});
+    j["prompts"] = c.promptsFile.empty() ? std::string() : relativeTo(c.promptsFile, dir).string();
+    return j;
 }
 
 json captureJson(const CaptureSettings &c)
@@ -438,7 +454,7 @@ std::string Project::toJson(const fs::path &file) const
     section("capture", captureJson(capture));
     section("alignment", alignmentJson(alignment));
     section("replay", replayJson(replay));
-    section("compare", compareJson(compare));
+    section("compare", compareJson(compare, dir));
     section("knowledge", knowledgeJson(knowledge, dir));
     if (!isBuiltinEmbedder(replay.embedder))
         j["replay"]["embedder"] = relativeTo(replay.embedder, dir).string();
@@ -463,6 +479,8 @@ Project Project::resolved(const fs::path &file) const
         r.corpus = abs(*r.corpus);
     if (r.experiment)
         r.experiment = abs(*r.experiment);
+    if (!r.compare.promptsFile.empty())
+        r.compare.promptsFile = abs(r.compare.promptsFile).string();
     r.knowledge.graph = abs(knowledge.graph);
     r.knowledge.profiles = abs(knowledge.profiles);
     if (!isBuiltinEmbedder(r.replay.embedder))

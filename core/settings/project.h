@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/model/dtype.h"
+#include "core/settings/compare_settings.h"
 #include "core/settings/fit_settings.h"
 #include "core/settings/replay_settings.h"
 
@@ -47,12 +48,10 @@ struct ProjectAlignment
     std::string inUse; // converter used by Compare and the cross tier ("" = none chosen)
 };
 
-// Compare settings (section "compare"): the last prompt compared and its length.
-struct ProjectCompare
-{
-    std::string prompt;
-    int maxTokens = 32;
-};
+// Compare settings (section "compare"): every Setting row of core::compareFlags() (the prompt the
+// Compare step shows, its length, the gate, the recompute share, the prompt set's limit and
+// baselines, ...) and the prompt set's file ("prompts"; "" the held-out prompts).
+using ProjectCompare = CompareSettings;
 
 // Knowledge settings (section "knowledge"): the Knowledge step's graph and user profiles, and
 // whether the Replay step's knowledge tier uses them.

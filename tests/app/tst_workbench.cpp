@@ -985,6 +985,15 @@ private Q_SLOTS:
             request.prompt = "Explain prefix caching in one sentence.";
             w.comparePanel()->setRequest(request);
             QVERIFY(w.isProjectModified());
+            // the prompt set row and the gate (every input the Compare step uses)
+            auto set = w.comparePanel()->promptSetRequest();
+            set.promptsFile = (tmp.path() + "/questions.txt").toStdString();
+            set.limit = 7;
+            set.baselines = true;
+            set.gateSignal = core::GateSignal::KvCos;
+            set.gateThreshold = 0.85;
+            set.recompute.share = 0.25;
+            w.comparePanel()->setPromptSetRequest(set);
             // the Knowledge step's graph in use by the replay's knowledge tier (Use in replays)
             w.replayPanel()->setKnowledgeAvailable(tmp.path() + "/kg.h5", tmp.path() + "/users.json");
             QVERIFY(w.saveProject(mine));
@@ -999,6 +1008,15 @@ private Q_SLOTS:
         QCOMPARE(w.comparePanel()->request().prompt, std::string("Explain prefix caching in one sentence."));
         QCOMPARE(w.replayPanel()->ledger()->rowCount(), 1); // the experiment's ledger
         QCOMPARE(w.comparePanel()->findChild<QComboBox *>("historyCombo")->count(), 1); // its comparison
+        const auto set = w.comparePanel()->promptSetRequest();
+        QCOMPARE(set.promptsFile, (tmp.path() + "/questions.txt").toStdString());
+        QCOMPARE(set.limit, 7);
+        QVERIFY(set.baselines);
+        QCOMPARE(set.gateSignal, core::GateSignal::KvCos);
+        QCOMPARE(set.gateThreshold, 0.85);
+        QCOMPARE(set.recompute.share, 0.25);
+        QCOMPARE(w.comparePanel()->request().saveSamples, std::string("workbench")); // still stored
+        QCOMPARE(core::Project::load(mine.toStdString()).compare.promptsFile, std::string("questions.txt"));
         // the knowledge tier's graph came back: the tier can run, the Knowledge step names it
         QCOMPARE(w.replayPanel()->knowledgeGraph(), tmp.path() + "/kg.h5");
         QCOMPARE(w.replayPanel()->knowledgeProfiles(), tmp.path() + "/users.json");

@@ -283,10 +283,16 @@ void MainWindow::applyProjectSettings()
     r.workload = workloads.value(0).toStdString();
     m_replay->setReplayRequest(r);
 
-    core::CompareSettings cmp = m_compare->request();
-    if (!p.compare.prompt.empty())
-        cmp.prompt = p.compare.prompt;
-    cmp.maxTokens = p.compare.maxTokens;
+    // the Compare step's settings and prompt set as the project keeps them; its experiment and
+    // converter are the shown experiment's
+    const core::CompareSettings shown = m_compare->request();
+    core::CompareSettings cmp = p.compare;
+    cmp.experiment = shown.experiment;
+    cmp.converter = shown.converter;
+    cmp.saveSamples = shown.saveSamples; // the step stores what it compares
+    m_compare->setPromptSetRequest(cmp);
+    cmp.prompt = p.compare.prompt.empty() ? shown.prompt : p.compare.prompt;
+    cmp.promptsFile.clear();
     m_compare->setRequest(cmp);
 }
 
@@ -301,9 +307,9 @@ void MainWindow::storeProjectSettings(core::Project &p) const
     p.knowledge.graph = (used ? m_replay->knowledgeGraph() : m_knowledge->graphPathText()).toStdString();
     p.knowledge.profiles = (used ? m_replay->knowledgeProfiles() : m_knowledge->profilesPath()).toStdString();
     p.knowledge.useInReplays = used;
-    const auto cmp = m_compare->request();
-    p.compare.prompt = cmp.prompt;
-    p.compare.maxTokens = cmp.maxTokens;
+    // the one prompt and the row above it, and the prompt set's file, limit and baselines
+    p.compare = m_compare->promptSetRequest();
+    p.compare.prompt = m_compare->request().prompt;
 }
 
 } // namespace kvwb::ui

@@ -107,6 +107,8 @@ private Q_SLOTS:
             "replay": {"tiers": ["cross", "knowledge", "exact"], "threshold": -0.5, "embedder": "model",
                        "gate_signal": "kv_cos", "gate_threshold": 0.875, "gate": false, "max_tokens": 64,
                        "limit": 7, "store": "memory", "store_kv_dtype": "bf16", "prices": "deepseek-chat"},
+            "compare": {"prompt": "Why?", "max_tokens": 12, "gate_signal": "nll", "gate_threshold": 2.5,
+                        "limit": 5, "baselines": true, "recompute": 0.5, "prompts": "q.txt"},
             "knowledge": {"graph": "kg/graph.h5", "profiles": "users.json", "use_in_replays": true},
             "later_section": [1, 2]})");
         const auto check = [](const core::Project &p) {
@@ -140,6 +142,14 @@ private Q_SLOTS:
             QCOMPARE(p.replay.gate, false);
             QCOMPARE(p.replay.maxTokens, 64);
             QCOMPARE(p.replay.limit, 7);
+            QCOMPARE(p.compare.prompt, std::string("Why?"));
+            QCOMPARE(p.compare.maxTokens, 12);
+            QCOMPARE(p.compare.gateSignal, core::GateSignal::Nll);
+            QCOMPARE(p.compare.gateThreshold, 2.5);
+            QCOMPARE(p.compare.limit, 5);
+            QVERIFY(p.compare.baselines);
+            QCOMPARE(p.compare.recompute.share, 0.5);
+            QCOMPARE(p.compare.promptsFile, std::string("q.txt"));
             QCOMPARE(p.knowledge.graph, fs::path("kg/graph.h5"));
             QCOMPARE(p.knowledge.profiles, fs::path("users.json"));
             QVERIFY(p.knowledge.useInReplays);
@@ -223,6 +233,8 @@ private Q_SLOTS:
             << bad(R"("knowledge": {"graph": 3})") << config << "field 'knowledge.graph' must be a string";
         QTest::newRow("use_in_replays type") << bad(R"("knowledge": {"use_in_replays": "yes"})") << config
                                              << "field 'knowledge.use_in_replays' must be true or false";
+        QTest::newRow("compare gate_signal")
+            << bad(R"("compare": {"gate_signal": "loudness"})") << config << "field 'compare.gate_signal'";
         QTest::newRow("selection")
             << bad(R"("alignment": {"selection": "best"})") << config
             << "field 'alignment.selection' must be proportional, topk or all, got 'best'";
