@@ -30,6 +30,7 @@
 #include "core/workload/workload.h"
 #include "gpu/align/alignment.h"
 #include "gpu/model/device.h"
+#include "gpu/model/encoder.h"
 #include "gpu/model/model.h"
 #include "gpu/replay/replay.h"
 #include "gpu/transfer/compare.h"
@@ -636,22 +637,21 @@ void EngineWorker::sweepSemantic(quint64 job, const ui::SemanticSweepRequest &re
             texts.push_back({r.tenant, r.question.empty() ? r.prompt : r.question, r.intent});
             documents.push_back(texts.back().text);
         }
+        // every embedder the Replay step offers, as the replay builds it
         const std::string kind = request.embedder.toStdString();
         std::unique_ptr<core::Embedder> embedder;
-        if (kind == "model") {
-            if (!m_a)
-                throw core::Error(core::ErrorCode::InvalidArgument,
-                                  "the model embedder needs model A loaded");
-            embedder = jobs::makeEmbedder(kind, -1, *m_a, *m_tokA);
-        } else {
+        if (m_a) {
+            embedder = jobs::makeEmbedder(kind, request.embedderLayer, *m_a, *m_tokA, documents,
+                                          request.embedderPrefix.toStdString());
+        } else if (kind == "model") {
+            throw core::Error(core::ErrorCode::InvalidArgument, "the model embedder needs model A loaded");
+        } else if (kind == "lexical" || kind == "lexical-idf") {
             auto lexical = std::make_unique<core::LexicalEmbedder>();
             if (kind == "lexical-idf")
                 lexical->fitIdf(documents);
-            else if (kind != "lexical")
-                throw core::Error(core::ErrorCode::InvalidArgument, "embedder '" + kind +
-                                                                        "': expected lexical, "
-                                                                        "lexical-idf or model");
             embedder = std::move(lexical);
+        } else { // an embedding model's path: on the CPU while no pair is loaded
+            embedder = gpu::loadEmbedderModel(kind, gpu::LoadOptions{}, request.embedderPrefix.toStdString());
         }
         const auto s = core::sweepSemantic(texts, *embedder, request.target);
         auto out = std::make_shared<ui::SemanticSweepResult>();

@@ -46,6 +46,7 @@
 #include <QScrollArea>
 #include <QSet>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QStandardItemModel>
 #include <QStandardPaths>
 #include <QTableWidget>
@@ -1184,6 +1185,32 @@ private Q_SLOTS:
         QVERIFY(!w.isProjectModified());
         QTest::qWait(50);
         QVERIFY(w.grab().save(screenshotDir() + "/closed_project.png"));
+    }
+
+    // The Replay step's Sweep works out of the box on the demo project's own embedder (an embedding
+    // model's path), before any model is loaded, and draws the threshold curve.
+    void sweepsTheDemoProjectsEmbedder()
+    {
+        app::Workbench bench;
+        auto &w = bench.window();
+        QVERIFY(
+            w.openProject(QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string())));
+        w.show();
+        auto *replay = w.replayPanel();
+        QVERIFY2(replay->embedderSpec().endsWith("models/embedder"), qPrintable(replay->embedderSpec()));
+        replay->findChild<QSpinBox *>("replayLimitSpin")->setValue(60);
+        QSignalSpy swept(&bench.engine(), &app::EngineController::semanticSwept);
+        QSignalSpy failed(&bench.engine(), &app::EngineController::failed);
+        replay->findChild<QPushButton *>("sweepButton")->click();
+        QVERIFY(swept.wait(120000));
+        QCOMPARE(failed.count(), 0);
+        QCoreApplication::processEvents();
+        const auto sweep = swept.first().at(1).value<std::shared_ptr<const ui::SemanticSweepResult>>();
+        QVERIFY2(sweep->embedder.contains("embedder"), qPrintable(sweep->embedder));
+        QVERIFY(sweep->scored > 0);
+        QVERIFY(!sweep->points.empty());
+        auto *table = w.findChild<QTableWidget *>("sweepTable");
+        QVERIFY(table && table->rowCount() > 0);
     }
 
     // A step's Cancel, Pause and Stop act on its own job only: while a replay runs, the other steps'

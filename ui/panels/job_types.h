@@ -87,6 +87,8 @@ struct SemanticSweepRequest
 {
     QString workloadPath;
     QString embedder = "lexical"; // lexical | lexical-idf | model (model A) | an embedding model's path
+    int embedderLayer = -1;       // the model embedder's block (-1: the middle one), as the replay's
+    QString embedderPrefix;       // an embedding model's query prefix, as the replay's
     double target = 0.1;          // false-hit rate the suggested threshold must meet
     int limit = 0;
 };

@@ -885,6 +885,8 @@ SemanticSweepRequest ReplayPanel::sweepRequest() const
     SemanticSweepRequest r;
     r.workloadPath = m_workload->currentText().trimmed();
     r.embedder = embedderSpec();
+    r.embedderLayer = m_settings.embedderLayer;
+    r.embedderPrefix = QString::fromStdString(m_settings.embedderPrefix);
     r.limit = m_limit->value();
     r.target = m_errorBound->value() > 0 ? m_errorBound->value() : 0.1;
     return r;
