@@ -32,6 +32,10 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
     connect(w, &ui::MainWindow::captureRequested, this,
             [this](const ui::CaptureRequest &r) { m_engine.capture(r); });
     connect(w, &ui::MainWindow::fitRequested, this, [this](const core::FitSettings &r) { m_engine.fit(r); });
+    connect(w, &ui::MainWindow::converterSweepRequested, this,
+            [this](const ui::ConverterSweepRequest &r) { m_engine.sweepConverters(r); });
+    connect(&m_engine, &EngineController::convertersSwept, w,
+            [w](quint64, std::shared_ptr<const ui::ConverterSweepSummary> s) { w->showConverterSweep(*s); });
     connect(w, &ui::MainWindow::compareRequested, this,
             [this](const core::CompareSettings &r) { m_engine.compare(r); });
     connect(w, &ui::MainWindow::compareSetRequested, this,

@@ -138,27 +138,22 @@ int cmdSweep(const QStringList &args)
     std::unique_ptr<gpu::Model> b;
     if (!p.isSet("no-attention"))
         b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
+    reader.reset();
     InterruptScope ctrlC;
-    const auto sweep = gpu::sweepAlignment(file, o, b.get());
-    const auto &table = sweep.table;
+    const std::string name = str(p.value("name"));
+    const auto sweep = jobs::runSweep(path, name, /*replace=*/true, o,
+                                      [&](const core::ExperimentReader &, std::vector<std::string> &) {
+                                          return static_cast<const gpu::Model *>(b.get());
+                                      });
+    const auto &table = sweep.result.table;
     const auto &warnings = sweep.warnings;
+    const json settings = json::parse(sweep.settingsJson);
     if (!asJson)
         std::fprintf(stderr, "\n");
-    if (sweep.cancelled) {
+    if (sweep.result.cancelled) {
         std::fprintf(stderr, "cancelled: nothing stored\n");
         return 130;
     }
-    const json settings = {{"select", gpu::layerSelectionName(o.selection)},
-                           {"k", o.ks},
-                           {"lambda", o.lambdas},
-                           {"tokens", o.trainTokens},
-                           {"per_head", o.perHead},
-                           {"valid_fraction", o.validFraction},
-                           {"test_fraction", o.testFraction},
-                           {"seed", o.seed}};
-    const std::string name = str(p.value("name"));
-    reader.reset();
-    core::saveTable(path, name, table, settings.dump());
     for (const auto &w : warnings)
         std::fprintf(stderr, "warning: %s\n", w.c_str());
     if (asJson) {

@@ -18,6 +18,7 @@ EngineController::EngineController(QObject *parent) : EngineSignals(parent)
     qRegisterMetaType<std::shared_ptr<const kvwb::app::ExperimentSnapshot>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::CaptureSummary>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::FitSummary>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::ConverterSweepSummary>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::CompareResult>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::CompareSetSummary>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::app::RowBatch>>();
@@ -52,6 +53,7 @@ EngineController::EngineController(QObject *parent) : EngineSignals(parent)
     relay(&EngineSignals::reportCollected);
     relay(&EngineSignals::captured);
     relay(&EngineSignals::fitted);
+    relay(&EngineSignals::convertersSwept);
     relay(&EngineSignals::compared);
     relay(&EngineSignals::comparedSet);
     relay(&EngineSignals::replayFinished);
@@ -140,6 +142,12 @@ quint64 EngineController::fit(const core::FitSettings &r)
 {
     return start(QString("fitting '%1'").arg(QString::fromStdString(r.name)),
                  [r](EngineWorker *w, quint64 id, auto cancel) { w->fit(id, r, cancel); });
+}
+
+quint64 EngineController::sweepConverters(const ui::ConverterSweepRequest &r)
+{
+    return start(QString("sweeping '%1'").arg(r.name),
+                 [r](EngineWorker *w, quint64 id, auto cancel) { w->sweepConverters(id, r, cancel); });
 }
 
 quint64 EngineController::compare(const core::CompareSettings &r)

@@ -86,6 +86,7 @@ Q_SIGNALS:
     void reportCollected(quint64 job, std::shared_ptr<const kvwb::ui::ReportData> data);
     void captured(quint64 job, std::shared_ptr<const kvwb::ui::CaptureSummary> summary);
     void fitted(quint64 job, std::shared_ptr<const kvwb::ui::FitSummary> summary);
+    void convertersSwept(quint64 job, std::shared_ptr<const kvwb::ui::ConverterSweepSummary> summary);
     void compared(quint64 job, std::shared_ptr<const kvwb::ui::CompareResult> result);
     void comparedSet(quint64 job, std::shared_ptr<const kvwb::ui::CompareSetSummary> summary);
     void replayRows(quint64 job, std::shared_ptr<const kvwb::app::RowBatch> rows);
@@ -125,6 +126,10 @@ public:
     // Engine thread: fits a converter and stores it in the experiment file. Cancelled:
     // fitted(job, summary) with summary->cancelled; nothing stored.
     void fit(quint64 job, const kvwb::core::FitSettings &request, std::shared_ptr<std::atomic_bool> cancel);
+    // Engine thread: a converter sweep stored as /sweeps/<name> (a name in use is refused).
+    // Cancelled: convertersSwept(job, summary) with summary->cancelled; nothing stored.
+    void sweepConverters(quint64 job, const kvwb::ui::ConverterSweepRequest &request,
+                         std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: one prompt three ways with the loaded models and a stored converter.
     // Cancelled: cancelled(job); nothing stored.
     void compare(quint64 job, const kvwb::core::CompareSettings &request,
@@ -185,6 +190,7 @@ public:
     quint64 collectReport(const QString &path);
     quint64 capture(const ui::CaptureRequest &request);
     quint64 fit(const core::FitSettings &request);
+    quint64 sweepConverters(const ui::ConverterSweepRequest &request);
     quint64 compare(const core::CompareSettings &request);
     quint64 compareSet(const core::CompareSettings &request);
     quint64 replay(const core::ReplaySettings &request);

@@ -338,6 +338,40 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
     });
 }
 
+void EngineWorker::sweepConverters(quint64 job, const ui::ConverterSweepRequest &request,
+                                   std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        gpu::SweepOptions o;
+        o.selection = request.selection;
+        o.ks = request.ks;
+        o.lambdas = request.lambdas;
+        o.trainTokens = request.tokens;
+        o.perHead = request.perHead;
+        o.progress = [&](double f, const std::string &stage) {
+            Q_EMIT progress(job, f, QString::fromStdString(stage));
+            return !cancel->load();
+        };
+        // attention-output cosine needs model B's queries: the loaded B when it is the file's
+        const auto sweep = jobs::runSweep(
+            request.experimentPath.toStdString(), request.name.toStdString(), /*replace=*/false, o,
+            [&](const core::ExperimentReader &file, std::vector<std::string> &warnings) {
+                if (m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256)
+                    return static_cast<const gpu::Model *>(m_b.get());
+                warnings.push_back(
+                    "attention-output cosine not computed: load the experiment's model B to get it");
+                return static_cast<const gpu::Model *>(nullptr);
+            });
+        auto s = std::make_shared<ui::ConverterSweepSummary>();
+        s->experimentPath = request.experimentPath;
+        s->name = request.name;
+        s->rows = int(sweep.result.table.rows.size());
+        s->cancelled = sweep.result.cancelled;
+        s->warnings = qStrings(sweep.warnings);
+        Q_EMIT convertersSwept(job, s);
+    });
+}
+
 void EngineWorker::fit(quint64 job, const core::FitSettings &request,
                        std::shared_ptr<std::atomic_bool> cancel)
 {

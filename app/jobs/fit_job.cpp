@@ -3,6 +3,10 @@
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/util/clock.h"
+#include "core/util/error.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -46,6 +50,42 @@ FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
             std::filesystem::remove_all(o.checkpointDir, ec);
         }
     }
+    return out;
+}
+
+SweepOutcome runSweep(const std::filesystem::path &experiment, const std::string &name, bool replace,
+                      const gpu::SweepOptions &options, const FitTargetFn &target)
+{
+    const auto names = core::listTables(experiment);
+    if (!replace && std::find(names.begin(), names.end(), name) != names.end())
+        throw core::Error(
+            core::ErrorCode::InvalidArgument,
+            fmt::format("{}: a sweep '{}' exists: choose another name", experiment.string(), name));
+    std::optional<core::ExperimentReader> reader(core::ExperimentReader::open(experiment));
+    const int layersA = reader->model(core::ModelRole::A).config.numLayers;
+    for (int k : options.ks)
+        if (k < 1 || k > layersA)
+            throw core::Error(core::ErrorCode::InvalidArgument,
+                              fmt::format("k {} is outside 1..{} (model A's layers)", k, layersA));
+    SweepOutcome out;
+    const gpu::Model *b = target ? target(*reader, out.warnings) : nullptr;
+    out.result = gpu::sweepAlignment(*reader, options, b);
+    out.warnings.insert(out.warnings.end(), out.result.warnings.begin(), out.result.warnings.end());
+    out.settingsJson = nlohmann::json{
+        {"select", gpu::layerSelectionName(options.selection)},
+        {"k", options.ks},
+        {"lambda", options.lambdas},
+        {"tokens", options.trainTokens},
+        {"per_head", options.perHead},
+        {"valid_fraction", options.validFraction},
+        {"test_fraction", options.testFraction},
+        {"seed",
+         options.seed}}.dump();
+    if (out.result.cancelled)
+        return out;
+    reader.reset(); // the writer takes the file
+    core::saveTable(experiment, name, out.result.table, out.settingsJson);
+    out.stored = true;
     return out;
 }
 

@@ -42,4 +42,19 @@ FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
                   const std::function<bool(double fraction, const std::string &stage)> &progress = {},
                   const std::function<void(const gpu::AutoCandidate &)> &onCandidate = {});
 
+struct SweepOutcome
+{
+    gpu::SweepResult result;           // cancelled: nothing was stored
+    bool stored = false;               // the table is in the file
+    std::string settingsJson;          // what determined the sweep, stored with the table
+    std::vector<std::string> warnings; // the target choice's, then the sweep's
+};
+
+// A converter sweep (`kvwb sweep`, the Alignment step's Sweep): a converter fitted for every k x
+// lambda x calibration-token count on one split, the held-out scores stored as /sweeps/<name> unless
+// cancelled. Error(InvalidArgument) for a k outside 1..A's layers, or a name the file holds unless
+// `replace`.
+SweepOutcome runSweep(const std::filesystem::path &experiment, const std::string &name, bool replace,
+                      const gpu::SweepOptions &options, const FitTargetFn &target);
+
 } // namespace kvwb::app::jobs

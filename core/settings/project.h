@@ -51,7 +51,12 @@ struct ProjectAlignment
 // Compare settings (section "compare"): every Setting row of core::compareFlags() (the prompt the
 // Compare step shows, its length, the gate, the recompute share, the prompt set's limit and
 // baselines, ...) and the prompt set's file ("prompts"; "" the held-out prompts).
-using ProjectCompare = CompareSettings;
+// One default differs from the command line's: the Compare step runs the baselines unless told not to.
+struct ProjectCompare : CompareSettings
+{
+    ProjectCompare() { baselines = true; }
+    ProjectCompare(const CompareSettings &s) : CompareSettings(s) {} // the settings a step shows
+};
 
 // Knowledge settings (section "knowledge"): the Knowledge step's graph and user profiles, and
 // whether the Replay step's knowledge tier uses them.

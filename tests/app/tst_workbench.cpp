@@ -575,6 +575,31 @@ private Q_SLOTS:
         fault = left("alignment");
         QVERIFY2(fault.isEmpty(), qPrintable(fault));
 
+        // a converter sweep from the step (kvwb sweep): stored, read back and drawn; a name in use
+        // is refused before anything runs
+        QSignalSpy swept(&engine, &app::EngineController::convertersSwept);
+        read.clear();
+        child<QLineEdit>(align, "sweepKsEdit")->setText("1,2");
+        child<QLineEdit>(align, "sweepLambdasEdit")
+            ->setText("0.01,0.1"); // the fit group says all layers: k is moot
+        child<QLineEdit>(align, "sweepNameEdit")->setText("gui-sweep");
+        child<QPushButton>(align, "runSweepButton")->click();
+        QVERIFY(swept.wait(120000));
+        const auto ss = swept.first().at(1).value<std::shared_ptr<const ui::ConverterSweepSummary>>();
+        QVERIFY(!ss->cancelled);
+        QCOMPARE(ss->rows, 2);
+        QVERIFY(read.wait(30000));
+        QCoreApplication::processEvents();
+        QCOMPARE(core::listTables(exp.toStdString()), std::vector<std::string>{"gui-sweep"});
+        QCOMPARE(child<QComboBox>(align, "sweepCombo")->currentText(), QString("gui-sweep"));
+        QVERIFY(!align->sweepChart()->series().isEmpty());
+        child<QPushButton>(align, "runSweepButton")->click();
+        QVERIFY2(align->fitStatusText().contains("already holds a sweep 'gui-sweep'"),
+                 qPrintable(align->fitStatusText()));
+        QVERIFY(!engine.busy());
+        fault = left("alignment");
+        QVERIFY2(fault.isEmpty(), qPrintable(fault));
+
         // compare one prompt three ways; the sample is stored in the experiment
         QSignalSpy compared(&engine, &app::EngineController::compared);
         auto *cmp = w.comparePanel();

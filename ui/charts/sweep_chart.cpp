@@ -45,7 +45,7 @@ void SweepChart::setTable(const core::MetricTable &table, const QString &metric,
                     .arg(metricLabel(metric),
                          xKind == XAxis::K ? tr("source layers per converter") : tr("calibration tokens")));
     if (table.columns.empty() || table.rows.empty()) {
-        c->setTitle(tr("No sweep yet: Alignment > Sweep fits converters over k, lambda or calibration "
+        c->setTitle(tr("No sweep yet: Run sweep (above) fits converters over k, lambda and calibration "
                        "tokens and draws them here"));
         return;
     }

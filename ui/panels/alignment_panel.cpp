@@ -222,11 +222,38 @@ AlignmentPanel::AlignmentPanel(QWidget *parent) : QWidget(parent)
     m_sweepMetric->addItems({"attn_cos", "r2_k", "r2_v", "cos_k", "cos_v"});
     sweepTop->addWidget(m_sweepMetric);
     sweepLayout->addLayout(sweepTop);
+    // a new sweep: the fit group's layer selection and per-head choice, over these lists
+    auto *sweepRun = new QHBoxLayout;
+    const auto listEdit = [&](const char *label, const char *name, const QString &text, const QString &tip) {
+        sweepRun->addWidget(new QLabel(tr(label), sweeps));
+        auto *edit = new QLineEdit(text, sweeps);
+        edit->setObjectName(name);
+        edit->setToolTip(tip);
+        sweepRun->addWidget(edit, 1);
+        return edit;
+    };
+    m_sweepKs = listEdit("k:", "sweepKsEdit", "1,2,4", tr("Source layers per B layer, comma-separated."));
+    m_sweepLambdas =
+        listEdit("\u03bb:", "sweepLambdasEdit", "0.001,0.01,0.1", tr("Ridge lambdas, comma-separated."));
+    m_sweepTokens =
+        listEdit("Tokens:", "sweepTokensEdit", "all",
+                 tr("Calibration token counts, comma-separated; 'all' for every training prompt."));
+    m_sweepName =
+        listEdit("Name:", "sweepNameEdit", "sweep", tr("Stored as /sweeps/<name> of the experiment."));
+    m_sweepRun = new QPushButton(tr("Run sweep"), sweeps);
+    m_sweepRun->setObjectName("runSweepButton");
+    m_sweepRun->setToolTip(
+        tr("Fit a converter for every k x \u03bb x token count on one split (the fit group's "
+           "layer selection and per-head choice) and store their held-out scores, as "
+           "`kvwb sweep` does; Cancel above stops it."));
+    sweepRun->addWidget(m_sweepRun);
+    sweepLayout->addLayout(sweepRun);
     m_sweepChart = new SweepChart(sweeps);
     sweepLayout->addWidget(m_sweepChart, 1);
     tabs->addTab(sweeps, tr("Sweeps"));
     layout->addWidget(tabs, 1);
 
+    connect(m_sweepRun, &QPushButton::clicked, this, &AlignmentPanel::runSweep);
     connect(m_converters, &QComboBox::currentIndexChanged, this, &AlignmentPanel::showConverter);
     connect(m_useButton, &QPushButton::clicked, this, [this] {
         const QString name = converterName(m_converters->currentIndex());
@@ -264,7 +291,11 @@ void AlignmentPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snaps
     setInUse(inUseKept ? m_inUse : QString());
     refreshFitEnabled();
     showConverter(m_converters->count() > 0 ? 0 : -1);
-    showSweep(m_sweeps->count() > 0 ? 0 : -1);
+    // the sweep just run, else the first
+    const int last = m_lastSweep.isEmpty() ? -1 : m_sweeps->findText(m_lastSweep);
+    if (last >= 0)
+        m_sweeps->setCurrentIndex(last); // signals blocked above
+    showSweep(last >= 0 ? last : m_sweeps->count() > 0 ? 0 : -1);
 }
 
 int AlignmentPanel::currentConverter() const
@@ -515,6 +546,78 @@ void AlignmentPanel::connectFitGroup()
     });
 }
 
+void AlignmentPanel::runSweep()
+{
+    ConverterSweepRequest r;
+    r.experimentPath = m_snapshot ? m_snapshot->path : QString();
+    const core::FitSettings fit = fitRequest();
+    r.selection = fit.selection;
+    r.perHead = fit.perHead;
+    r.name = m_sweepName->text().trimmed();
+    QStringList bad;
+    r.ks.clear();
+    r.lambdas.clear();
+    r.tokens.clear();
+    for (const QString &part : m_sweepKs->text().split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int k = part.trimmed().toInt(&ok);
+        if (!ok || k < 1)
+            bad << tr("k '%1' is not a whole number >= 1").arg(part.trimmed());
+        else
+            r.ks.push_back(k);
+    }
+    for (const QString &part : m_sweepLambdas->text().split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const double l = QLocale::c().toDouble(part.trimmed(), &ok);
+        if (!ok || !(l > 0))
+            bad << tr("\u03bb '%1' is not a positive number").arg(part.trimmed());
+        else
+            r.lambdas.push_back(l);
+    }
+    for (const QString &part : m_sweepTokens->text().split(',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const qlonglong t = part.trimmed() == "all" ? 0 : part.trimmed().toLongLong(&ok);
+        if (part.trimmed() != "all" && (!ok || t < 2))
+            bad << tr("token count '%1' is not 'all' or a number >= 2").arg(part.trimmed());
+        else
+            r.tokens.push_back(t);
+    }
+    static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
+    if (r.ks.empty() || r.lambdas.empty() || r.tokens.empty())
+        bad << tr("k, \u03bb and tokens each need at least one value");
+    if (!validName.match(r.name).hasMatch())
+        bad << tr("name '%1' cannot be stored: use letters, digits, '_', '-' and '.'").arg(r.name);
+    if (m_snapshot)
+        for (const auto &[name, table] : m_snapshot->sweeps)
+            if (QString::fromStdString(name) == r.name) // a stored sweep is never replaced silently
+                bad << tr("the experiment already holds a sweep '%1': choose another name").arg(r.name);
+    if (!bad.isEmpty()) {
+        m_fitStatus->setText(errorHtml(tr("Cannot sweep: %1.").arg(bad.join("; "))));
+        return;
+    }
+    setBusy(true);
+    m_fitStatus->setText(tr("Sweeping '%1': %2 converters...")
+                             .arg(r.name.toHtmlEscaped())
+                             .arg(r.ks.size() * r.lambdas.size() * r.tokens.size()));
+    Q_EMIT sweepRequested(r);
+}
+
+void AlignmentPanel::showSweepResult(const ConverterSweepSummary &s)
+{
+    setBusy(false);
+    if (!s.cancelled)
+        m_lastSweep = s.name; // shown once the file is read again
+    m_progress->setValue(s.cancelled ? m_progress->value() : 1000);
+    QString text = s.cancelled
+                       ? tr("Sweep '%1' cancelled: nothing stored.").arg(s.name.toHtmlEscaped())
+                       : tr("Sweep '%1' stored: %2 converters scored on the test prompts (Sweeps tab).")
+                             .arg(s.name.toHtmlEscaped())
+                             .arg(s.rows);
+    for (const QString &w : s.warnings)
+        text += "<br>" + tr("warning: %1").arg(w.toHtmlEscaped());
+    m_fitStatus->setText(text);
+}
+
 const core::ConverterRecord *AlignmentPanel::existingConverter(const std::string &name) const
 {
     if (m_snapshot)
@@ -643,6 +746,7 @@ void AlignmentPanel::refreshFitEnabled()
 {
     const bool havePrompts = m_snapshot && m_snapshot->prompts > 0;
     m_fit->setEnabled(!m_busy && havePrompts);
+    m_sweepRun->setEnabled(!m_busy && havePrompts);
     m_cancel->setEnabled(m_ownJob);
     for (QWidget *w : std::initializer_list<QWidget *>{m_fitName, m_selection, m_autoLambda, m_perHead,
                                                        m_maxTokens, m_family})

@@ -61,6 +61,8 @@ public:
     QString converterName(int index) const;
     // Status line: "fitted 'name' in 2.1 s: mean R² K 0.62, V 0.50, attention cosine 0.68".
     void showFitSummary(const FitSummary &s);
+    // A converter sweep finished (or was cancelled): the status line says what was stored.
+    void showSweepResult(const ConverterSweepSummary &s);
     QString fitStatusText() const;
 
 public Q_SLOTS:
@@ -71,6 +73,7 @@ public Q_SLOTS:
 
 Q_SIGNALS:
     void fitRequested(const kvwb::core::FitSettings &request);
+    void sweepRequested(const kvwb::ui::ConverterSweepRequest &request); // Run sweep
     void cancelRequested();
     void inUseChanged(const QString &name); // "Use this converter" pressed
 
@@ -80,6 +83,7 @@ private:
     void showSweep(int index);
     void refreshFitEnabled();
     void refreshInUseMarks();
+    void runSweep(); // Run sweep: the lists read and checked, then sweepRequested
     const core::ConverterRecord *existingConverter(const std::string &name) const; // in the snapshot
     void startFit(const core::FitSettings &r);
     // A fit under a name the experiment holds: asks (without blocking) whether to replace that
@@ -99,6 +103,10 @@ private:
     QComboBox *m_sweeps = nullptr;
     QComboBox *m_sweepMetric = nullptr;
     SweepChart *m_sweepChart = nullptr;
+    QLineEdit *m_sweepKs = nullptr, *m_sweepLambdas = nullptr, *m_sweepTokens = nullptr,
+              *m_sweepName = nullptr;
+    QPushButton *m_sweepRun = nullptr;
+    QString m_lastSweep; // the sweep this panel ran last (shown when the file is read again)
 
     QString m_inUse;
     bool m_busy = false;

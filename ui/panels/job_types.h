@@ -52,6 +52,29 @@ struct CaptureSummary
     QStringList warnings;
 };
 
+// Alignment panel -> engine: a converter sweep (kvwb sweep) of the shown experiment file: a
+// converter fitted for every k x lambda x calibration-token count on one split, the held-out scores
+// stored as /sweeps/<name>; engine -> panel: what came of it.
+struct ConverterSweepRequest
+{
+    QString experimentPath;
+    QString name = "sweep";
+    core::LayerSelection selection = core::LayerSelection::Proportional;
+    std::vector<int> ks = {1};
+    std::vector<double> lambdas = {0.01};
+    std::vector<int64_t> tokens = {0}; // 0: every training prompt
+    bool perHead = false;
+};
+
+struct ConverterSweepSummary
+{
+    QString experimentPath;
+    QString name;
+    int rows = 0;
+    bool cancelled = false; // nothing stored
+    QStringList warnings;
+};
+
 // Alignment panel -> engine: fit a converter from the shown experiment file, as core::FitSettings
 // (core/settings/fit_settings.h); engine -> panel: what came of it.
 struct FitSummary

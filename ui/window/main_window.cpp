@@ -331,6 +331,11 @@ void MainWindow::connectSteps()
                 .arg(QString::fromStdString(r.experiment)));
         Q_EMIT fitRequested(r);
     });
+    connect(m_alignment, &AlignmentPanel::sweepRequested, this, [this](const ConverterSweepRequest &r) {
+        beginJob(Job::Sweep);
+        log(tr("sweeping converters '%1' on %2").arg(r.name, r.experimentPath));
+        Q_EMIT converterSweepRequested(r);
+    });
     connect(m_alignment, &AlignmentPanel::inUseChanged, this, &MainWindow::setInUse);
     connect(m_compare, &ComparePanel::compareRequested, this, [this](const core::CompareSettings &r) {
         beginJob(Job::Compare);
@@ -385,7 +390,8 @@ void MainWindow::connectSteps()
             });
     // a step's Cancel (or Stop, or Pause) reaches the engine only while its own job runs
     connect(m_capture, &CapturePanel::cancelRequested, this, [this] { cancelJob(Job::Capture); });
-    connect(m_alignment, &AlignmentPanel::cancelRequested, this, [this] { cancelJob(Job::Fit); });
+    connect(m_alignment, &AlignmentPanel::cancelRequested, this,
+            [this] { cancelJob(m_job == Job::Sweep ? Job::Sweep : Job::Fit); });
     connect(m_compare, &ComparePanel::cancelRequested, this, [this] { cancelJob(Job::Compare); });
     connect(m_replay, &ReplayPanel::stopRequested, this, [this] { cancelJob(Job::Replay); });
 }
@@ -681,6 +687,7 @@ void MainWindow::showProgress(double fraction, const QString &text)
         m_capture->setProgress(fraction, stage);
         break;
     case Job::Fit:
+    case Job::Sweep:
         m_alignment->setFitProgress(fraction, stage);
         break;
     case Job::Compare:
@@ -715,7 +722,7 @@ void MainWindow::setEngineBusy(bool busy)
         m_models->setEngineBusy(busy);
     // a step's Cancel, Pause and Stop act on its own job only; the status bar stops any job
     m_capture->setBusy(busy, m_job == Job::Capture);
-    m_alignment->setBusy(busy, m_job == Job::Fit);
+    m_alignment->setBusy(busy, m_job == Job::Fit || m_job == Job::Sweep);
     m_compare->setBusy(busy, m_job == Job::Compare);
     m_replay->setBusy(busy, m_job == Job::Replay);
     m_knowledge->setBusy(busy);
@@ -761,6 +768,7 @@ void MainWindow::showFailure(const QString &message)
         m_capture->setFailed(message);
         break;
     case Job::Fit:
+    case Job::Sweep:
         m_alignment->setFitFailed(message);
         break;
     case Job::Compare:
@@ -859,6 +867,20 @@ void MainWindow::showFitted(const FitSummary &summary)
             .arg(summary.meanAttnCos, 0, 'f', 3));
     if (m_alignment->inUse().isEmpty())
         setInUse(summary.name); // the first fitted converter is the one in use until the user picks
+    chainJob(Job::Read);
+    Q_EMIT experimentRequested(summary.experimentPath);
+}
+
+void MainWindow::showConverterSweep(const ConverterSweepSummary &summary)
+{
+    m_alignment->showSweepResult(summary);
+    for (const QString &w : summary.warnings)
+        log(tr("sweep: %1").arg(w));
+    if (summary.cancelled) {
+        log(tr("sweep '%1' cancelled: nothing stored").arg(summary.name));
+        return;
+    }
+    log(tr("sweep '%1': %2 converters scored").arg(summary.name).arg(summary.rows));
     chainJob(Job::Read);
     Q_EMIT experimentRequested(summary.experimentPath);
 }
@@ -1048,6 +1070,8 @@ QString MainWindow::jobName() const
         return tr("The capture");
     case Job::Fit:
         return tr("The converter fit");
+    case Job::Sweep:
+        return tr("The converter sweep");
     case Job::Compare:
         return tr("The comparison");
     case Job::Replay:

@@ -109,6 +109,7 @@ public Q_SLOTS:
     void setEngineBusy(bool busy);
     void showCaptured(const kvwb::ui::CaptureSummary &summary);
     void showFitted(const kvwb::ui::FitSummary &summary);
+    void showConverterSweep(const kvwb::ui::ConverterSweepSummary &summary);
     void showCompared(const kvwb::ui::CompareResult &result);
     void showComparedSet(const kvwb::ui::CompareSetSummary &summary);
     void showReplayRows(const std::vector<kvwb::core::LedgerRow> &rows);
@@ -146,6 +147,7 @@ Q_SIGNALS:
     void reportWritten(const QStringList &files);
     void captureRequested(const kvwb::ui::CaptureRequest &request);
     void fitRequested(const kvwb::core::FitSettings &request);
+    void converterSweepRequested(const kvwb::ui::ConverterSweepRequest &request);
     void compareRequested(const kvwb::core::CompareSettings &request);
     void compareSetRequested(const kvwb::core::CompareSettings &request);
     void replayRequested(const kvwb::core::ReplaySettings &request);
@@ -198,6 +200,7 @@ private:
         Report,
         Capture,
         Fit,
+        Sweep, // a converter sweep (the Alignment step's)
         Compare,
         Replay,
         Knowledge
