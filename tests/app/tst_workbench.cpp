@@ -422,6 +422,15 @@ private Q_SLOTS:
         auto *align = w.alignmentPanel();
         QCOMPARE(align->currentConverter(), 0);
         QCOMPARE(align->layerTable()->rowCount(), lb);
+        // the headline scores come right after the layer, whatever order the record keeps
+        QCOMPARE(align->layerTable()->headerData(1, Qt::Horizontal).toString(), QString("Attention cos"));
+        QCOMPARE(align->layerTable()->headerData(2, Qt::Horizontal).toString(),
+                 QString::fromUtf8("R\u00b2 K"));
+        // the project panel's step guide lists every step of the navigator
+        for (const QString &step :
+             {"Models", "Capture", "Alignment", "Compare", "Replay", "Knowledge", "Report"})
+            QVERIFY2(w.findChild<QLabel *>("projectSummary")->text().contains("<b>" + step + "</b>"),
+                     qPrintable(step));
         QCOMPARE(align->layerChart()->series().size(), 3);
         QVERIFY(!align->sweepChart()->series().isEmpty());
         auto *replay = w.replayPanel();
@@ -1258,6 +1267,9 @@ private Q_SLOTS:
         auto *stop = w.findChild<QPushButton *>("statusCancelButton");
         QVERIFY(jobLabel->isVisible());
         QCOMPARE(jobLabel->text(), QString("Running: the replay"));
+        w.showReplayProgress(10, 40); // the replay's line carries its elapsed time
+        QVERIFY2(replay->statusText().startsWith(QString::fromUtf8("10 / 40 requests \u00b7 0 s elapsed")),
+                 qPrintable(replay->statusText()));
         QVERIFY(stop->isVisible() && stop->isEnabled());
         QVERIFY(!w.comparePanel()->findChild<QPushButton *>("cancelCompareButton")->isEnabled());
         QVERIFY(!w.capturePanel()->findChild<QPushButton *>("cancelCaptureButton")->isEnabled());

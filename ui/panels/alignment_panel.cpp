@@ -26,6 +26,7 @@
 #include <QTableView>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -137,6 +138,29 @@ QString converterDetails(const core::ConverterRecord &c)
         t +=
             QStringLiteral(" \u00b7 ") + QString::fromStdString(c.createdUtc.substr(0, 16)).replace('T', ' ');
     return t;
+}
+
+// The per-layer table with its headline scores right after the layer (no sideways scroll to reach
+// them at 1366 px); the fit's details after.
+core::MetricTable scoresFirst(const core::MetricTable &t)
+{
+    std::vector<int> order;
+    for (const char *c : {"layer", "attn_cos", "r2_k", "r2_v", "cos_k", "cos_v"})
+        if (const int i = t.column(c); i >= 0)
+            order.push_back(i);
+    for (int i = 0; i < int(t.columns.size()); ++i)
+        if (std::find(order.begin(), order.end(), i) == order.end())
+            order.push_back(i);
+    core::MetricTable out;
+    for (int i : order)
+        out.columns.push_back(t.columns[size_t(i)]);
+    for (const auto &row : t.rows) {
+        std::vector<double> r;
+        for (int i : order)
+            r.push_back(i < int(row.size()) ? row[size_t(i)] : std::numeric_limits<double>::quiet_NaN());
+        out.rows.push_back(std::move(r));
+    }
+    return out;
 }
 
 const QString kInUseSuffix = QStringLiteral(" (in use)");
@@ -336,7 +360,7 @@ void AlignmentPanel::showConverter(int index)
             .arg(c.testPrompts.size())
             .arg(QString::fromStdString(c.createdUtc))
             .arg(familyText(c), costText(c) + autoText(c)));
-    m_layerModel->setTable(c.layerMetrics);
+    m_layerModel->setTable(scoresFirst(c.layerMetrics));
     m_layerView->resizeColumnsToContents();
     m_layerChart->setTable(c.layerMetrics);
     m_layerChart->setTitle(

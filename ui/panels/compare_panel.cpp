@@ -893,7 +893,8 @@ void ComparePanel::refreshReadiness()
     if (!m_modelsLoaded)
         missing << tr("Load models A and B.");
     if (m_experimentPath.isEmpty())
-        missing << tr("Open an experiment with a converter (File > Open Experiment).");
+        missing << tr("Capture the pair (Capture step), then fit a converter (Alignment step); or open an "
+                      "experiment that has one (File > Open Experiment).");
     else if (m_converter->count() == 0)
         missing << tr("This experiment has no converter yet: fit one in the Alignment dock.");
     m_run->setEnabled(!m_busy && missing.isEmpty());

@@ -830,14 +830,15 @@ void ReplayPanel::finishLive(bool cancelled)
     }
 }
 
-void ReplayPanel::setReplayProgress(int done, int total)
+void ReplayPanel::setReplayProgress(int done, int total, const QString &timing)
 {
     m_progress->setRange(0, std::max(1, total));
     m_progress->setValue(std::min(done, std::max(1, total)));
-    m_runStatus->setText(tr("%1 / %2 requests%3")
+    m_runStatus->setText(tr("%1 / %2 requests%3%4")
                              .arg(done)
                              .arg(total)
-                             .arg(m_pause->isChecked() ? tr(" (paused)") : QString()));
+                             .arg(m_pause->isChecked() ? tr(" (paused)") : QString(),
+                                  timing.isEmpty() ? QString() : QString::fromUtf8(" \u00b7 ") + timing));
 }
 
 void ReplayPanel::setReplayFailed(const QString &message)

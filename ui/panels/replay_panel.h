@@ -74,7 +74,8 @@ public:
     void beginLive(const QString &title);
     // Status "done: N requests" or "stopped after N"; the live rows stay shown.
     void finishLive(bool cancelled);
-    void setReplayProgress(int done, int total);
+    // timing: the elapsed time and the estimate of the time left ("" none)
+    void setReplayProgress(int done, int total, const QString &timing = {});
     bool liveShown() const; // the live entry is the one shown
     int liveRowCount() const { return int(m_liveRows.size()); }
     QString statusText() const;

@@ -581,6 +581,8 @@ void MainWindow::refreshSummary()
            "cache, token by token.</li>"
            "<li><b>Replay</b>: a workload through exact, semantic, prefix and cross-model cache tiers, "
            "with live hit rates and latency.</li>"
+           "<li><b>Knowledge</b>: concepts held once as KV modules, answers personalised per user, and "
+           "what it saves.</li>"
            "<li><b>Report</b>: HTML, PDF, Markdown and CSV/JSON of the experiment.</li>"
            "</ol>");
     if (!m_project) {
@@ -920,7 +922,7 @@ void MainWindow::showReplayRows(const std::vector<core::LedgerRow> &rows)
 
 void MainWindow::showReplayProgress(int done, int total)
 {
-    m_replay->setReplayProgress(done, total);
+    m_replay->setReplayProgress(done, total, withTiming(total > 0 ? double(done) / total : 0, {}).mid(3));
 }
 
 void MainWindow::showReplayFinished(bool cancelled, int requests, const QString &storedLedger)

@@ -148,7 +148,9 @@ private Q_SLOTS:
         QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("Load models"));
         panel.setModelsLoaded(true);
         QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
-        QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("Open an experiment"));
+        QVERIFY(child<QLabel>(panel, "compareHint")
+                    ->text()
+                    .contains("Capture the pair (Capture step), then fit a converter (Alignment step)"));
         panel.setExperimentPath("/tmp/exp.h5");
         QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("no converter"));
         QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
