@@ -893,8 +893,7 @@ void ComparePanel::refreshReadiness()
     if (!m_modelsLoaded)
         missing << tr("Load models A and B.");
     if (m_experimentPath.isEmpty())
-        missing << tr("Capture the pair (Capture step), then fit a converter (Alignment step); or open an "
-                      "experiment that has one (File > Open Experiment).");
+        missing << tr("No converter yet: Capture, then Fit (Alignment), or File > Open Experiment.");
     else if (m_converter->count() == 0)
         missing << tr("This experiment has no converter yet: fit one in the Alignment dock.");
     m_run->setEnabled(!m_busy && missing.isEmpty());

@@ -150,7 +150,7 @@ private Q_SLOTS:
         QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
         QVERIFY(child<QLabel>(panel, "compareHint")
                     ->text()
-                    .contains("Capture the pair (Capture step), then fit a converter (Alignment step)"));
+                    .contains("No converter yet: Capture, then Fit (Alignment)"));
         panel.setExperimentPath("/tmp/exp.h5");
         QVERIFY(child<QLabel>(panel, "compareHint")->text().contains("no converter"));
         QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
