@@ -180,6 +180,15 @@ void printReplaySummary(const jobs::PreparedReplay &job, const gpu::ReplayResult
         s.prices.preset.empty() ? "custom" : s.prices.preset.c_str());
     if (s.notServed > 0)
         std::printf("%s\n", notServedLine(s).c_str());
+    if (s.guarded > 0) {
+        std::string by;
+        for (const auto &[guard, n] : s.guardedBy)
+            by += fmt::format("{}{} {}", by.empty() ? "" : ", ", guard, n);
+        std::printf(
+            "guards held back %lld semantic candidates (%s): %lld false hits prevented, %lld hits lost "
+            "(intents known)\n",
+            (long long)s.guarded, by.c_str(), (long long)s.guardPrevented, (long long)s.guardLost);
+    }
     std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
                 core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
     if (job.store) {

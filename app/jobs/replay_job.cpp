@@ -203,6 +203,7 @@ gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)
         o.prices.outputPerMillion = s.priceOut;
     }
     o.storeKvDtype = s.storeKvDtype;
+    o.guards = s.guards;
     if (s.errorBound > 0) {
         core::EntryBoundOptions bound;
         bound.errorBound = s.errorBound;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "core/cache/cache_store.h"
+#include "core/cache/semantic_guards.h"
 #include "core/model/kv_types.h"
 #include "core/util/enum_names.h"
 
@@ -208,6 +209,11 @@ struct TierLookup
     // that entry's intent, for the ledger and the threshold sweep.
     std::optional<double> nearestSimilarity;
     std::string nearestIntent;
+    // Semantic tiers: the guard that kept a candidate above the threshold from serving
+    // (core/cache/semantic_guards.h), and whether that candidate's intent was the request's (1), another
+    // (0) or unknown (-1): a hit lost or a false hit prevented.
+    SemanticGuard guard = SemanticGuard::None;
+    int guardedSameIntent = -1;
     // Gated tiers (cross-model KV): the gate's decision and measured signal.
     GateDecision gate = GateDecision::None;
     double gateValue = 0;

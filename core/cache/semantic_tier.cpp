@@ -147,6 +147,7 @@ struct SemanticTier::Impl
     // Per-entry thresholds (setErrorBound), and the request explored last: its nearest entry, to
     // observe once the request has been computed.
     std::optional<EntryThresholds> bound;
+    SemanticGuards guards; // none unless set
     struct Explored
     {
         int64_t requestId = -1;
@@ -285,6 +286,38 @@ std::optional<SemanticHit> SemanticTier::nearest(const TenantScope &scope,
 }
 
 std::optional<SemanticHit> SemanticTier::lookup(const TenantScope &scope, const std::vector<float> &embedding,
+                                                int64_t nowMs, const std::string &text,
+                                                const std::string &intent, TierLookup &note)
+{
+    Impl &d = *m_impl;
+    const auto q = d.checked(embedding, "lookup");
+    const auto found = d.nearest(d.store.namespaceOf(scope.tenant(), scope.modelFingerprint()), q, nowMs);
+    if (!found || !(found->similarity >= d.threshold)) // NaN never passes
+        return std::nullopt;
+    auto hit = d.hitOf(*found);
+    if (const auto check = checkGuards(text, hit.cachedPrompt, d.guards);
+        check.blocked != SemanticGuard::None) {
+        note.guard = check.blocked;
+        note.guardedSameIntent =
+            intent.empty() || hit.response.intent.empty() ? -1 : int(intent == hit.response.intent);
+        return std::nullopt;
+    }
+    if (!d.store.touch(found->id, scope.tenant(), scope.modelFingerprint(), nowMs))
+        return std::nullopt;
+    return hit;
+}
+
+void SemanticTier::setGuards(SemanticGuards guards)
+{
+    m_impl->guards = guards;
+}
+
+const SemanticGuards &SemanticTier::guards() const
+{
+    return m_impl->guards;
+}
+
+std::optional<SemanticHit> SemanticTier::lookup(const TenantScope &scope, const std::vector<float> &embedding,
                                                 int64_t nowMs)
 {
     Impl &d = *m_impl;
@@ -376,6 +409,14 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
             d.store.namespaceOf(request.scope.tenant(), request.scope.modelFingerprint()), q, request.nowMs);
         if (!found || !(found->similarity >= d.threshold)) // NaN never passes
             return out;
+        const auto check = checkGuards(request.embedText, d.hitOf(*found).cachedPrompt, d.guards);
+        if (check.blocked != SemanticGuard::None) { // neither served nor explored: computed
+            out.guard = check.blocked;
+            out.guardedSameIntent = request.intent.empty() || out.nearestIntent.empty()
+                                        ? -1
+                                        : int(request.intent == out.nearestIntent);
+            return out;
+        }
         const auto estimate = d.bound->decide(found->id, found->similarity);
         if (estimate.serve && d.store.touch(found->id, request.scope.tenant(),
                                             request.scope.modelFingerprint(), request.nowMs)) {
@@ -388,7 +429,7 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
         }
         return out;
     }
-    if (auto h = lookup(request.scope, embedding, request.nowMs)) {
+    if (auto h = lookup(request.scope, embedding, request.nowMs, request.embedText, request.intent, out)) {
         out.response = std::move(h->response);
         out.hit = true;
     }

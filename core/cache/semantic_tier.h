@@ -82,6 +82,10 @@ public:
     // right when the computed request has the entry's intent, both known, else when the computed
     // answer equals the entry's). CacheTier lookups and inserts only. nullopt: the global threshold.
     void setErrorBound(std::optional<EntryBoundOptions> options);
+    // Guards (core/cache/semantic_guards.h) on CacheTier lookups: a candidate above the threshold
+    // whose question differs from the cached one as a guard says is not served (nor counted a use).
+    void setGuards(SemanticGuards guards);
+    const SemanticGuards &guards() const;
     // The nearest visible entry (any similarity; nullopt when the namespace is empty), without
     // applying the threshold, and without counting a use: for threshold sweeps.
     std::optional<SemanticHit> nearest(const TenantScope &scope, const std::vector<float> &embedding,
@@ -89,6 +93,11 @@ public:
     // The nearest entry if its similarity >= threshold (counts a use), else nullopt.
     std::optional<SemanticHit> lookup(const TenantScope &scope, const std::vector<float> &embedding,
                                       int64_t nowMs);
+    // The same with the guards applied to `text` against the candidate's cached text: a blocked
+    // candidate is reported in `note` (its guard, whether its intent was `intent`) and not served.
+    std::optional<SemanticHit> lookup(const TenantScope &scope, const std::vector<float> &embedding,
+                                      int64_t nowMs, const std::string &text, const std::string &intent,
+                                      TierLookup &note);
     void insert(const TenantScope &scope, const std::string &prompt, const std::vector<float> &embedding,
                 CachedResponse response, int64_t nowMs, const std::vector<std::string> &tags = {});
     int64_t invalidateModel(const std::string &modelFingerprint) override;

@@ -145,7 +145,8 @@ TierLookup SharedSemanticTier::lookup(const TierRequest &request)
         out.nearestSimilarity = near->similarity;
         out.nearestIntent = near->response.intent;
     }
-    if (auto h = m_local.lookup(request.scope, m_embedding, request.nowMs)) {
+    if (auto h = m_local.lookup(request.scope, m_embedding, request.nowMs, request.embedText, request.intent,
+                                out)) {
         out.response = std::move(h->response);
         out.hit = true;
         out.store = worseStoreNote(out.store, StoreNote::Hit);

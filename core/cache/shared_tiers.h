@@ -56,6 +56,7 @@ public:
     TierKind kind() const override { return TierKind::Semantic; }
     TierLookup lookup(const TierRequest &request) override;
     void insert(const TierRequest &request, TierInsert computed) override;
+    void setGuards(SemanticGuards guards) { m_local.setGuards(guards); } // as SemanticTier's
     int64_t evict(int64_t nowMs) override;
     int64_t invalidateModel(const std::string &modelFingerprint) override;
     int64_t invalidateTag(const std::string &tag) override;

@@ -80,6 +80,12 @@ LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &pri
         if (r.answeredBy != TierKind::None)
             ++s.hits;
         s.approximateHits += isApproximate(r.answeredBy);
+        if (r.semanticGuard != SemanticGuard::None) {
+            ++s.guarded;
+            ++s.guardedBy[semanticGuardName(r.semanticGuard)];
+            s.guardPrevented += r.guardedSameIntent == 0;
+            s.guardLost += r.guardedSameIntent == 1;
+        }
         responseHits += carriesIntent(r.answeredBy);
         s.falseHits += falseHit;
         s.tokensReused += r.tokensReused;
@@ -248,6 +254,11 @@ const std::vector<Column> &columns()
         {"route", &LedgerRow::route, true, true},
         {"semantic_decision",
          named<&LedgerRow::semanticDecision, kSemanticDecisionNames>("serve, explore or empty"), true, true},
+        {"semantic_guard",
+         named<&LedgerRow::semanticGuard, kSemanticGuardNames>(
+             "negation, number, entity, question-word or empty"),
+         true, true},
+        {"guarded_same_intent", &LedgerRow::guardedSameIntent, false, true},
         {"not_served", named<&LedgerRow::notServed, kNotServedNames>("context, worker or empty"), true, true},
     };
     return all;
@@ -666,6 +677,11 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
                               {"hits", s.hits},
                               {"false_hits", s.falseHits},
                               {"approximate_hits", s.approximateHits},
+                              {"guarded",
+                               {{"candidates", s.guarded},
+                                {"by_guard", s.guardedBy},
+                                {"false_hits_prevented", s.guardPrevented},
+                                {"hits_lost", s.guardLost}}},
                               {"hit_rate", s.hitRate},
                               {"token_hit_rate", s.tokenHitRate},
                               {"false_hit_rate", s.falseHitRate},

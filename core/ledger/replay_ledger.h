@@ -64,6 +64,11 @@ struct LedgerRow
     std::string route;
     // The semantic tier under an error bound (--error-bound).
     SemanticDecision semanticDecision = SemanticDecision::None;
+    // The semantic tier's guards (core/cache/semantic_guards.h): the guard that kept a candidate above
+    // the threshold from serving, and whether that candidate's intent was the request's (1: a hit
+    // lost), another (0: a false hit prevented) or unknown (-1).
+    SemanticGuard semanticGuard = SemanticGuard::None;
+    int guardedSameIntent = -1;
     // A request the replay did not serve holds only the request's identity; the summary counts it
     // in notServed and nowhere else.
     NotServed notServed = NotServed::No;
@@ -131,6 +136,10 @@ struct LedgerSummary
     // model's own for this prompt. None is cached again, so these are all the answers descending
     // from approximate hits.
     int64_t approximateHits = 0;
+    // Semantic candidates above the threshold the guards kept from serving, by guard name, and of
+    // those with both intents known: a false hit prevented (another intent) or a hit lost (the same).
+    int64_t guarded = 0, guardPrevented = 0, guardLost = 0;
+    std::map<std::string, int64_t> guardedBy;
     double hitRate = 0;      // hits / requests
     double tokenHitRate = 0; // tokens reused / prompt tokens
     double falseHitRate = 0; // false hits / hits of a response or a knowledge node

@@ -109,6 +109,13 @@ void semanticRows(std::vector<ReplayFlag> &t)
         };
         t.push_back(std::move(f));
     }
+    t.push_back(choice(
+        "guards", "LIST",
+        "Semantic tier: candidates whose question differs from the cached one in a negation or opposite, a "
+        "number, a named entity or the question word are not served (docs/cache-tiers.md): all (default), "
+        "none, or a comma-separated list of negation, number, entity and question-word.",
+        &S::guards, [](const std::string &v) { return parseSemanticGuards(v); }, semanticGuardsName,
+        "all, none or a list of negation, number, entity, question-word"));
     t.push_back(real("bound-confidence", "C",
                      "With --error-bound: confidence of the error's upper bound (default 0.9).",
                      &S::boundConfidence, 0.5, 0.999));

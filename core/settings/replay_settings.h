@@ -14,6 +14,7 @@
 #include "core/cache/cache_store.h"
 #include "core/cache/cache_tier.h"
 #include "core/cache/gate_signal.h"
+#include "core/cache/semantic_guards.h"
 #include "core/model/dtype.h"
 #include "core/settings/setting_table.h"
 #include "core/tokenize/token_alignment.h"
@@ -61,6 +62,7 @@ struct ReplaySettings
     double threshold = 0.8;           // semantic cosine threshold
     std::string embedder = "lexical"; // lexical | lexical-idf | model | an embedding model's path
     double errorBound = 0;            // > 0: per-entry semantic thresholds under this error bound
+    SemanticGuards guards = SemanticGuards::all(); // semantic hits refused on a negation, number, ...
     double boundConfidence = 0.9;
     bool embedQuestion = true; // the semantic tier embeds the request's question, not the whole prompt
     int embedderLayer = -1;    // the model embedder's block (-1: the middle one)

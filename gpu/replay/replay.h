@@ -79,6 +79,7 @@ struct ReplayOptions
     // Semantic tier: per-entry thresholds under this error bound (the threshold a floor); nullopt:
     // one global threshold. Not with a shared store.
     std::optional<core::EntryBoundOptions> semanticBound;
+    core::SemanticGuards guards; // semantic hits refused on a negation, number, entity or question word
 };
 
 struct ReplayResult

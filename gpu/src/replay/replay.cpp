@@ -99,13 +99,16 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
                 tier = std::make_unique<core::ExactTier>(o.exactLimits);
             break;
         case TierKind::Semantic:
-            if (o.store)
-                tier = std::make_unique<core::SharedSemanticTier>(*o.store, o.semanticLimits, *m.embedder,
-                                                                  o.threshold);
-            else {
+            if (o.store) {
+                auto shared = std::make_unique<core::SharedSemanticTier>(*o.store, o.semanticLimits,
+                                                                         *m.embedder, o.threshold);
+                shared->setGuards(o.guards);
+                tier = std::move(shared);
+            } else {
                 auto semantic =
                     std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
                 semantic->setErrorBound(o.semanticBound);
+                semantic->setGuards(o.guards);
                 tier = std::move(semantic);
             }
             break;
@@ -329,6 +332,10 @@ StackFind lookupStack(ReplayRun &run, const core::TierRequest &request, Serving 
             row.profileApplied = found.knowledge.profileApplied;
         if (found.semanticDecision != core::SemanticDecision::None)
             row.semanticDecision = found.semanticDecision;
+        if (found.guard != core::SemanticGuard::None) {
+            row.semanticGuard = found.guard;
+            row.guardedSameIntent = found.guardedSameIntent;
+        }
         // the worst outcome of the request's store calls: unavailable > refused > hit > miss
         row.store = core::worseStoreNote(row.store, found.store);
         row.lookupMs += msSince(tl);
