@@ -262,24 +262,31 @@ ProjectAlignment readAlignment(Section &s)
     return a;
 }
 
-// The Setting rows of core::replayFlags(); "gate" was also what "gate" is now, and "tiers" a list
-// then as now.
-ReplaySettings readReplay(Section &s)
+// Reads a settings type's Setting rows present in the section into `out`, each with `set`.
+template <typename S, typename Rows, typename Set>
+void readSettingRows(Section &s, const Rows &rows, S &out, Set set)
 {
-    ReplaySettings r;
-    for (const auto &f : replayFlags()) {
-        if (f.scope != ReplayFlag::Scope::Setting)
+    for (const auto &f : rows) {
+        if (f.scope != SettingScope::Setting)
             continue;
         const std::string key = f.key();
         const json *v = s.find(key);
         if (!v)
             continue;
         try {
-            setReplayFlagFromJson(r, f, *v);
+            set(out, f, *v);
         } catch (const Error &e) {
             s.fail(s.path(key.c_str()), e.what());
         }
     }
+}
+
+// The Setting rows of core::replayFlags(); "gate" was also what "gate" is now, and "tiers" a list
+// then as now.
+ReplaySettings readReplay(Section &s)
+{
+    ReplaySettings r;
+    readSettingRows(s, replayFlags(), r, setReplayFlagFromJson);
     return r;
 }
 
@@ -288,19 +295,7 @@ ReplaySettings readReplay(Section &s)
 ProjectCompare readCompare(Section &s)
 {
     ProjectCompare c;
-    for (const auto &f : compareFlags()) {
-        if (f.scope != CompareFlag::Scope::Setting)
-            continue;
-        const std::string key = f.key();
-        const json *v = s.find(key);
-        if (!v)
-            continue;
-        try {
-            setCompareFlagFromJson(c, f, *v);
-        } catch (const Error &e) {
-            s.fail(s.path(key.c_str()), e.what());
-        }
-    }
+    readSettingRows<CompareSettings>(s, compareFlags(), c, setCompareFlagFromJson);
     s.string("prompts", c.promptsFile);
     return c;
 }

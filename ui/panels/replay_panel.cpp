@@ -317,8 +317,12 @@ void ReplayPanel::addWorkloadRow(QWidget *box, QGridLayout *grid)
 void ReplayPanel::addTierRow(QWidget *box, QGridLayout *grid)
 {
 
-    grid->addWidget(new QLabel(tr("Tiers, in lookup order:"), box), 1, 0);
+    auto *tiersLabel = new QLabel(tr("Tiers:"), box);
+    tiersLabel->setToolTip(
+        tr("In lookup order: a request goes through the checked tiers until one answers."));
+    grid->addWidget(tiersLabel, 1, 0);
     auto *tiers = new QHBoxLayout;
+    tiers->setSpacing(4); // six boxes in the room of the row below at 1366 px
     m_exact = new QCheckBox(tr("exact"), box);
     m_exact->setObjectName("tierExact");
     m_exact->setToolTip(tr("Exact: answer a request seen before, word for word, from the response cache."));
@@ -333,7 +337,14 @@ void ReplayPanel::addTierRow(QWidget *box, QGridLayout *grid)
     m_cross->setObjectName("tierCross");
     m_knowledge = new QCheckBox(tr("knowledge"), box);
     m_knowledge->setObjectName("tierKnowledge");
-    for (QCheckBox *c : {m_exact, m_semantic, m_prefix, m_cross, m_knowledge})
+    m_guards = new QCheckBox(tr("guards"), box);
+    m_guards->setObjectName("guardsCheck");
+    m_guards->setChecked(true);
+    m_guards->setToolTip(tr("Hold back a semantic candidate whose question differs from the cached one in a "
+                            "negation or opposite, a number, a named entity or the question word "
+                            "(docs/cache-tiers.md); the ledger says which guard held it."));
+    // the guards belong to the semantic tier: beside it
+    for (QCheckBox *c : {m_exact, m_semantic, m_guards, m_prefix, m_cross, m_knowledge})
         tiers->addWidget(c);
     tiers->addStretch(1);
     grid->addLayout(tiers, 1, 1);
@@ -683,6 +694,10 @@ core::ReplaySettings ReplayPanel::replayRequest() const
                                      : core::parseFloatType(m_storeKvDtype->currentText().toStdString())
                                            .value_or(core::FloatType::F32);
     r.errorBound = m_errorBound->value();
+    // the guards the settings name (every one unless a project chose some), or none
+    r.guards = !m_guards->isChecked()    ? core::SemanticGuards{}
+               : m_settings.guards.any() ? m_settings.guards
+                                         : core::SemanticGuards::all();
     r.prices = m_prices->currentText().trimmed().toStdString();
     return r;
 }
@@ -715,6 +730,7 @@ void ReplayPanel::setReplayRequest(const core::ReplaySettings &r)
     m_store->setText(QString::fromStdString(r.store));
     m_storeKvDtype->setCurrentText(QString::fromUtf8(core::floatTypeName(r.storeKvDtype)));
     m_errorBound->setValue(r.errorBound);
+    m_guards->setChecked(r.guards.any());
     m_prices->setCurrentText(QString::fromStdString(r.prices));
     refreshRunEnabled();
 }
@@ -778,6 +794,7 @@ void ReplayPanel::refreshRunEnabled()
     m_knowledge->setEnabled(!m_busy && (!m_knowledgeGraph.isEmpty() || m_knowledge->isChecked()));
     m_threshold->setEnabled(!m_busy && m_semantic->isChecked());
     m_errorBound->setEnabled(!m_busy && m_semantic->isChecked());
+    m_guards->setEnabled(!m_busy && m_semantic->isChecked());
     m_sweep->setEnabled(!m_busy && !m_workload->currentText().trimmed().isEmpty());
     m_gateSignal->setEnabled(!m_busy && m_gate->isChecked());
     m_gateThreshold->setEnabled(!m_busy && m_gate->isChecked());

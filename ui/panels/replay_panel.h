@@ -160,6 +160,7 @@ private:
     QLineEdit *m_store = nullptr;           // shared store URL ("" this process)
     QComboBox *m_storeKvDtype = nullptr;    // f32 | bf16 | f16: the prefix KV blocks in the store
     QDoubleSpinBox *m_errorBound = nullptr; // 0 = one global threshold
+    QCheckBox *m_guards = nullptr;          // the semantic tier's guards on (core/cache/semantic_guards.h)
     QPushButton *m_sweep = nullptr;
     QDialog *m_sweepDialog = nullptr; // created on the first sweep
     QTableWidget *m_sweepTable = nullptr;

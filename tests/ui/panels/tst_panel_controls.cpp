@@ -567,6 +567,25 @@ private Q_SLOTS:
         QCOMPARE(started.count(), 1);
     }
 
+    // The semantic tier's guards: on by default, a project's own list kept, off when unchecked.
+    void guardsCheckbox()
+    {
+        ui::ReplayPanel p;
+        auto *guards = p.findChild<QCheckBox *>("guardsCheck");
+        QVERIFY(guards->isChecked());
+        QCOMPARE(p.replayRequest().guards, core::SemanticGuards::all());
+        core::ReplaySettings r;
+        r.guards = *core::parseSemanticGuards("negation,number");
+        p.setReplayRequest(r);
+        QVERIFY(guards->isChecked());
+        QCOMPARE(core::semanticGuardsName(p.replayRequest().guards), std::string("negation,number"));
+        guards->setChecked(false);
+        QVERIFY(!p.replayRequest().guards.any());
+        r.guards = {};
+        p.setReplayRequest(r);
+        QVERIFY(!guards->isChecked());
+    }
+
     void gateSignalResetsThreshold()
     {
         ui::ReplayPanel p;
