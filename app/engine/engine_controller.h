@@ -34,6 +34,7 @@
 #include <vector>
 
 namespace kvwb::core {
+class ExperimentReader;
 class Tokenizer;
 }
 namespace kvwb::gpu {
@@ -159,6 +160,8 @@ private:
     // Runs body, reporting core::Error and std::exception as failed(job, ...).
     template <typename F> void guarded(quint64 job, F &&body);
     void requireModels(const char *what) const;
+    // The loaded model B when it is the experiment's (weights fingerprint), else null.
+    const gpu::Model *fileModelB(const core::ExperimentReader &file) const;
     // The loaded models must be the experiment's (weights fingerprints); Error(Config) saying
     // which one differs and what to load.
     void requireExperimentModels(const QString &experiment) const;

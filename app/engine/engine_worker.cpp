@@ -338,6 +338,12 @@ void EngineWorker::capture(quint64 job, const ui::CaptureRequest &request,
     });
 }
 
+const gpu::Model *EngineWorker::fileModelB(const core::ExperimentReader &file) const
+{
+    return m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256 ? m_b.get()
+                                                                                                  : nullptr;
+}
+
 void EngineWorker::sweepConverters(quint64 job, const ui::ConverterSweepRequest &request,
                                    std::shared_ptr<std::atomic_bool> cancel)
 {
@@ -356,11 +362,11 @@ void EngineWorker::sweepConverters(quint64 job, const ui::ConverterSweepRequest 
         const auto sweep = jobs::runSweep(
             request.experimentPath.toStdString(), request.name.toStdString(), /*replace=*/false, o,
             [&](const core::ExperimentReader &file, std::vector<std::string> &warnings) {
-                if (m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256)
-                    return static_cast<const gpu::Model *>(m_b.get());
-                warnings.push_back(
-                    "attention-output cosine not computed: load the experiment's model B to get it");
-                return static_cast<const gpu::Model *>(nullptr);
+                const gpu::Model *b = fileModelB(file);
+                if (!b)
+                    warnings.push_back(
+                        "attention-output cosine not computed: load the experiment's model B to get it");
+                return b;
             });
         auto s = std::make_shared<ui::ConverterSweepSummary>();
         s->experimentPath = request.experimentPath;
@@ -392,8 +398,8 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
         const auto fit = jobs::runFit(
             settings,
             [&](const core::ExperimentReader &file, std::vector<std::string> &warnings) {
-                if (m_b && m_b->checkpoint().fingerprint() == file.model(core::ModelRole::B).weightsSha256)
-                    return static_cast<const gpu::Model *>(m_b.get());
+                if (const gpu::Model *b = fileModelB(file))
+                    return b;
                 if (settings.family == core::ConverterFamily::Auto)
                     throw core::Error(core::ErrorCode::InvalidArgument,
                                       "family auto chooses the converter by model B's validation KL: load "
