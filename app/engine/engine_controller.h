@@ -36,7 +36,7 @@
 namespace kvwb::core {
 class ExperimentReader;
 class Tokenizer;
-}
+} // namespace kvwb::core
 namespace kvwb::gpu {
 class Converter;
 class Model;
