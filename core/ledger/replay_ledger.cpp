@@ -260,6 +260,8 @@ const std::vector<Column> &columns()
          true, true},
         {"guarded_same_intent", &LedgerRow::guardedSameIntent, false, true},
         {"not_served", named<&LedgerRow::notServed, kNotServedNames>("context, worker or empty"), true, true},
+        {"question", &LedgerRow::question, true, true},
+        {"answer", &LedgerRow::answer, true, true},
     };
     return all;
 }
@@ -698,6 +700,35 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
                               {"prices", pricesJson(s)},
                               {"tiers", tiers}};
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string ledgerText(std::string_view in, bool keepEnd)
+{
+    std::string valid;
+    valid.reserve(std::min(in.size(), 2 * kLedgerTextBytes));
+    while (!in.empty()) {
+        const std::optional<size_t> bad = text::firstInvalidUtf8(in);
+        valid.append(in.substr(0, bad.value_or(in.size())));
+        if (!bad)
+            break;
+        valid += "\xef\xbf\xbd"; // U+FFFD for the byte that starts no valid sequence
+        in.remove_prefix(*bad + 1);
+    }
+    if (valid.size() <= kLedgerTextBytes)
+        return valid;
+    static constexpr std::string_view kCut = "\xe2\x80\xa6"; // U+2026
+    const size_t keep = kLedgerTextBytes - kCut.size();
+    const auto continuation = [&](size_t i) { return (static_cast<unsigned char>(valid[i]) & 0xC0) == 0x80; };
+    if (keepEnd) {
+        size_t start = valid.size() - keep;
+        while (start < valid.size() && continuation(start))
+            ++start;
+        return std::string(kCut) + valid.substr(start);
+    }
+    size_t end = keep;
+    while (end > 0 && continuation(end))
+        --end;
+    return valid.substr(0, end) + std::string(kCut);
 }
 
 } // namespace kvwb::core

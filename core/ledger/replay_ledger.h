@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvwb::core {
@@ -72,7 +73,21 @@ struct LedgerRow
     // A request the replay did not serve holds only the request's identity; the summary counts it
     // in notServed and nowhere else.
     NotServed notServed = NotServed::No;
+    // What was asked and what was answered, as the ledger keeps them (ledgerText): the request's
+    // question (its prompt's end when the workload has no question field) and the answer it got -
+    // for a response hit, the cached answer that was served. Empty in ledgers written before these
+    // columns existed; the answer is empty for a request not served.
+    std::string question;
+    std::string answer;
 };
+
+// The most bytes of a question or an answer a ledger keeps.
+inline constexpr size_t kLedgerTextBytes = 2048;
+// text as a ledger keeps it: valid UTF-8 (each invalid byte becomes U+FFFD, so a decoded answer cut
+// inside a character stays readable) and at most kLedgerTextBytes bytes, cut at a character
+// boundary with "..." (U+2026) marking the cut - at the end, or at the start when keepEnd (a prompt,
+// whose question is at its end).
+std::string ledgerText(std::string_view text, bool keepEnd = false);
 
 struct TierAggregate
 {

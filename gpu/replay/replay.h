@@ -125,8 +125,8 @@ struct ReplayModels
 ReplayResult replayWorkload(const std::vector<core::WorkloadRequest> &requests, const ReplayModels &models,
                             const ReplayOptions &options, const ReplayEventFn &onRow = {});
 
-// A ledger row holding a request's identity (id, arrival, tenant, model, intent) and nothing
-// else yet: what every row starts from, and all a not-served row has.
+// A ledger row holding a request's identity (id, arrival, tenant, model, intent) and its question
+// (core::ledgerText) and nothing else yet: what every row starts from, and all a not-served row has.
 core::LedgerRow requestRow(const core::WorkloadRequest &request);
 
 } // namespace kvwb::gpu

@@ -24,6 +24,7 @@
 #include "ui/panels/compare_panel.h"
 #include "ui/panels/knowledge_panel.h"
 #include "ui/panels/replay_panel.h"
+#include "ui/window/tool_tips.h"
 
 #include <QAbstractItemModelTester>
 #include <QAbstractScrollArea>
@@ -35,6 +36,7 @@
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QHelpEvent>
 #include <QJsonDocument>
 #include <QLabel>
 #include <QLineEdit>
@@ -43,12 +45,14 @@
 #include <QMessageBox>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QScreen>
 #include <QScrollArea>
 #include <QSet>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QStandardPaths>
+#include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -499,9 +503,10 @@ private Q_SLOTS:
             return std::make_pair(layoutFault(w, step, tag), buttonPlaces(w, step));
         };
         // the step with its results in it: still fits; a screenshot of it
-        const auto left = [&](const QString &step) {
+        const auto left = [&](const QString &step, const QString &shot = {}) {
             QTest::qWait(30);
-            const QString file = screenshotDir() + QString("/workflow_%1_%2.png").arg(tag, step);
+            const QString file =
+                screenshotDir() + QString("/workflow_%1_%2.png").arg(tag, shot.isEmpty() ? step : shot);
             return w.grab().save(file) ? layoutFault(w, step, tag) : "cannot write " + file;
         };
 
@@ -745,6 +750,23 @@ private Q_SLOTS:
         QCOMPARE(core::loadLedger(exp.toStdString(), "gui-run").size(), size_t(60));
         fault = left("replay");
         QVERIFY2(fault.isEmpty(), qPrintable(fault));
+        // the Requests tab: the ledger gets the page (more than the 3 rows it had below the charts),
+        // with each request's question and the answer the engine gave it
+        replay->tabs()->setCurrentIndex(1);
+        QTest::qWait(30);
+        QTableView *ledgerView = replay->ledgerView();
+        const int ledgerRows = ledgerView->viewport()->height() / ledgerView->rowHeight(0);
+        QVERIFY2(ledgerRows >= 8, qPrintable(QString("%1 rows at %2").arg(ledgerRows).arg(tag)));
+        for (int r = 0; r < replay->ledger()->rowCount(); ++r) {
+            QVERIFY(!replay->ledger()->row(r).question.empty());
+            QVERIFY(!replay->ledger()->row(r).answer.empty());
+        }
+        ledgerView->setCurrentIndex(ledgerView->model()->index(3, 0));
+        QVERIFY2(replay->detailText().contains(QString::fromStdString(replay->ledger()->row(3).question)),
+                 qPrintable(replay->detailText()));
+        fault = left("replay", "replay_requests");
+        QVERIFY2(fault.isEmpty(), qPrintable(fault));
+        replay->tabs()->setCurrentIndex(0);
 
         // the item models the panels show pass Qt's model checks
         QAbstractItemModelTester t1(replay->ledger(), QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -939,6 +961,12 @@ private Q_SLOTS:
             QTest::qWait(30);
             const QString fault = layoutFault(w, step, tag);
             QVERIFY2(fault.isEmpty(), qPrintable(fault));
+            // an idle, empty progress bar reads as a text field: none is shown
+            QWidget *page = w.stepPage(step)->widget();
+            for (auto *bar : page->findChildren<QProgressBar *>())
+                QVERIFY2(!bar->isVisibleTo(page) || bar->value() > bar->minimum(),
+                         qPrintable(QString("%1 at %2: the empty progress bar '%3' is shown while idle")
+                                        .arg(step, tag, bar->objectName())));
             const auto before = buttonPlaces(w, step);
             QVERIFY(w.grab().save(screenshotDir() + QString("/layout_%1_%2.png").arg(tag, step)));
             // a job starts: every panel goes busy, the step's own shows progress and its stage
@@ -971,6 +999,45 @@ private Q_SLOTS:
             QVERIFY(layoutFault(w, "compare", tag).contains("its text is cut"));
         }
         QVERIFY(layoutFault(w, "compare", tag).isEmpty());
+    }
+
+    // Long tooltips are wrapped paragraphs that stay on the screen, not one line across it.
+    void longToolTipsStayOnTheScreen()
+    {
+        app::Workbench bench;
+        auto &w = bench.window();
+        w.resize(1366, 738);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        w.showStep("replay");
+        QWidget *target = nullptr;
+        for (auto *x : w.replayPanel()->findChildren<QWidget *>())
+            if (x->isVisible() && x->toolTip().size() > 150 && !Qt::mightBeRichText(x->toolTip()))
+                target = x;
+        QVERIFY(target);
+        // at the right edge of the screen, where a one-line tip would run off it
+        const QRect screen = w.screen()->geometry();
+        const QPoint at(screen.right() - 20, screen.top() + 200);
+        QHelpEvent help(QEvent::ToolTip, target->mapFromGlobal(at), at);
+        QApplication::sendEvent(target, &help);
+        QWidget *tip = nullptr;
+        QTRY_VERIFY((tip = [] {
+                        for (QWidget *top : QApplication::topLevelWidgets())
+                            if (top->inherits("QTipLabel") && top->isVisible())
+                                return top;
+                        return static_cast<QWidget *>(nullptr);
+                    }()) != nullptr);
+        QVERIFY2(screen.contains(tip->geometry()), qPrintable(QString("tip at %1,%2 %3x%4")
+                                                                  .arg(tip->x())
+                                                                  .arg(tip->y())
+                                                                  .arg(tip->width())
+                                                                  .arg(tip->height())));
+        QVERIFY2(tip->width() <= 720, qPrintable(QString::number(tip->width())));
+        QVERIFY(tip->height() > tip->fontMetrics().height() * 2); // wrapped onto several lines
+        QCOMPARE(ui::wrappedToolTip("short"), QString("short"));
+        QVERIFY(ui::wrappedToolTip(QString(80, 'x') + " if a < b && c")
+                    .startsWith("<p style='white-space:pre-wrap'>"));
+        QVERIFY(ui::wrappedToolTip(QString(80, 'x') + " if a < b && c").contains("a &lt; b &amp;&amp; c"));
     }
 
     // A project remembers its work: an experiment Capture wrote beside it (its default name) before

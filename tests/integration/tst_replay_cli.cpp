@@ -86,12 +86,19 @@ private Q_SLOTS:
         QVERIFY2(r.exitCode == 0, r.err.constData());
         const auto rows = core::ledgerFromCsv(test::readFile(csv), "ledger.csv");
         QCOMPARE(rows.size(), size_t(36));
+        std::map<int64_t, const core::LedgerRow *> byId;
+        for (const auto &row : rows)
+            byId[row.requestId] = &row;
         int responseHits = 0, prefixHits = 0;
         for (const auto &row : rows) {
             QCOMPARE(row.tenant, m_tenantOf.at(row.requestId));
+            QVERIFY(!row.question.empty()); // the workload's question field
+            QVERIFY(row.question.find("\n") == std::string::npos);
             if (row.answeredBy == core::TierKind::Exact || row.answeredBy == core::TierKind::Semantic) {
                 ++responseHits;
                 QCOMPARE(m_tenantOf.at(row.cachedRequestId), row.tenant); // never across tenants
+                // a response hit's answer is the cached one: the answer of the request it came from
+                QCOMPARE(row.answer, byId.at(row.cachedRequestId)->answer);
                 QCOMPARE(row.tokensComputed, 0);
             }
             if (row.answeredBy == core::TierKind::Prefix) {

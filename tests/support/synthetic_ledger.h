@@ -58,6 +58,9 @@ inline std::vector<core::LedgerRow> patternedLedger(int n, int firstId = 0)
             r.gate = i % 30 == 7 ? kvwb::core::GateDecision::Fail : kvwb::core::GateDecision::Pass;
             r.gateValue = 0.12;
         }
+        // Text that matches a search only where the intent does, besides "Q<i>:" and "Answer <i>:".
+        r.question = "Q" + std::to_string(i) + ": what about " + r.intent + "?";
+        r.answer = "Answer " + std::to_string(i) + ": see the " + r.intent + " page.";
         rows.push_back(r);
     }
     return rows;
@@ -136,6 +139,23 @@ inline std::vector<core::LedgerRow> realisticLedger(int n, int firstId = 0, unsi
             r.shadowKl = r.falseHit ? 2.5 : 0.01 + 0.1 * u(rng);
             r.shadowExact = r.shadowKl < 0.05 ? 1 : 0;
         }
+        // Questions and answers by intent (no random draws, so the numbers above stay as they were).
+        static const char *questions[] = {
+            "Why was I charged twice this month?", "How do I get my money back?",
+            "When will my order arrive?",          "I cannot log in to my account",
+            "How do I reset my password?",         "How do I move to the Pro plan?"};
+        static const char *answers[] = {
+            "A second charge is usually a pending authorisation; it drops off within 3 days.",
+            "Open Orders, choose the order and press Request refund; refunds take 5-7 days.",
+            "Standard shipping takes 3-5 working days; the tracking link is in your email.",
+            "Check the email address, then use Forgot password; accounts lock after 5 tries.",
+            "Use Forgot password on the sign-in page; the link is valid for one hour.",
+            "Settings > Plan > Upgrade; the price difference is charged pro rata."};
+        const size_t q = size_t(std::find_if(std::begin(intents), std::end(intents),
+                                             [&](const char *n) { return r.intent == n; }) -
+                                std::begin(intents));
+        r.question = questions[q % 6];
+        r.answer = answers[(r.falseHit ? q + 1 : q) % 6];
         rows.push_back(r);
     }
     return rows;

@@ -47,6 +47,28 @@ void setScoreRange(QValueAxis *axis, double dataMin, double dataMax)
     axis->setLabelFormat("%.1f");
 }
 
+double roundStep(double span, int labels)
+{
+    if (!(span > 0) || labels < 1)
+        return 1;
+    const double raw = span / labels;
+    const double power = std::pow(10.0, std::floor(std::log10(raw)));
+    for (double m : {1.0, 2.0, 5.0, 10.0})
+        if (m * power >= raw)
+            return std::max(1.0, m * power);
+    return std::max(1.0, 10 * power);
+}
+
+void setCountAxis(QValueAxis *axis, double max, double minimum)
+{
+    const double top = std::isfinite(max) ? std::max(max, minimum) : minimum;
+    axis->setRange(0, top);
+    axis->setTickType(QValueAxis::TicksDynamic);
+    axis->setTickAnchor(0);
+    axis->setTickInterval(roundStep(top));
+    axis->setLabelFormat("%.0f");
+}
+
 QColor tierColor(core::TierKind tier)
 {
     switch (tier) {

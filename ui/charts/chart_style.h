@@ -24,6 +24,13 @@ void styleAxis(QAbstractAxis *axis, const QString &title);
 // does (R^2 is unbounded below: a bad fit must show how bad, not be clipped at 0).
 void setScoreRange(QValueAxis *axis, double dataMin, double dataMax);
 
+// A count axis (requests replayed, layers) that ends where the data ends: 0..max (at least
+// minimum), labels at a round step (1, 2 or 5 times a power of ten, about 5 of them) from 0, so the
+// last label may fall short of the end but the axis never runs past the data.
+void setCountAxis(QValueAxis *axis, double max, double minimum = 1);
+// The round step setCountAxis labels a 0..span axis with.
+double roundStep(double span, int labels = 5);
+
 QColor tierColor(core::TierKind tier);
 // Prompt tokens reused from a cache / computed by the model (replay charts, window and report).
 QColor reusedTokensColor();

@@ -82,10 +82,7 @@ void LayerMetricsChart::setTable(const core::MetricTable &table)
         s->attachAxis(y);
     }
     setScoreRange(y, yMin, yMax);
-    x->setRange(0, xMax);
-    x->setTickCount(std::min(int(xMax) + 1, 17));
-    if (xMax > 16)
-        x->applyNiceNumbers();
+    setCountAxis(x, xMax);
     c->legend()->setVisible(!c->series().isEmpty());
 }
 

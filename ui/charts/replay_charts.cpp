@@ -43,10 +43,10 @@ double percentOf(int64_t part, int64_t whole)
 
 ReplayCharts::ReplayCharts(QWidget *parent) : QWidget(parent)
 {
-    m_hit = makeChart(tr("Hit rate by tier (cumulative)"), tr("% of requests answered"));
-    m_falseHit = makeChart(tr("False-hit rate (cumulative)"), tr("% of response hits"));
+    m_hit = makeChart(tr("Hit rate by tier (cumulative)"), tr("% answered"));
+    m_falseHit = makeChart(tr("False-hit rate (cumulative)"), tr("% of hits"));
     m_latency = makeChart(tr("Time to first token (last %1 requests)").arg(m_window), tr("TTFT (ms)"));
-    m_tokens = makeChart(tr("Tokens reused vs. computed (cumulative)"), tr("tokens (thousands)"));
+    m_tokens = makeChart(tr("Tokens reused vs. computed (cumulative)"), tr("k tokens"));
 
     auto track = [this](ChartParts &chart, const QString &name, const QColor &color,
                         std::function<double()> f, Qt::PenStyle style = Qt::SolidLine) {
@@ -248,8 +248,7 @@ void ReplayCharts::rescale(ChartParts &chart, const std::vector<const Track *> &
     chart.y->applyNiceNumbers();
     const double shown = chart.y->max();
     chart.y->setLabelFormat(shown >= 10 ? "%.0f" : shown >= 1 ? "%.1f" : "%.2f");
-    chart.x->setRange(0, std::max<double>(10, double(m_requests)));
-    chart.x->applyNiceNumbers();
+    setCountAxis(chart.x, double(m_requests), 10);
 }
 
 void ReplayCharts::clear()

@@ -2,7 +2,26 @@
 
 #include "ui/models/ledger_model.h"
 
+#include <algorithm>
+
 namespace kvwb::ui {
+
+namespace {
+
+char foldAscii(char c)
+{
+    return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c;
+}
+
+// needle in haystack, ASCII letters of either case: 100k rows of questions and answers are searched
+// on each keystroke, with no conversion to QString.
+bool containsFolded(const std::string &haystack, const std::string &needle)
+{
+    return std::search(haystack.begin(), haystack.end(), needle.begin(), needle.end(),
+                       [](char a, char b) { return foldAscii(a) == foldAscii(b); }) != haystack.end();
+}
+
+} // namespace
 
 LedgerFilterModel::LedgerFilterModel(QObject *parent) : QSortFilterProxyModel(parent)
 {
@@ -56,6 +75,7 @@ void LedgerFilterModel::setSearchText(const QString &text)
     if (m_text == text)
         return;
     m_text = text;
+    m_textUtf8 = text.toStdString();
     invalidateRowsFilter();
 }
 
@@ -72,13 +92,10 @@ bool LedgerFilterModel::filterAcceptsRow(int sourceRow, const QModelIndex &sourc
         return false;
     if (!m_modelUtf8.empty() && core::roleName(r.model) != m_modelUtf8)
         return false;
-    if (!m_text.isEmpty()) {
-        const auto contains = [&](const std::string &s) {
-            return QString::fromStdString(s).contains(m_text, Qt::CaseInsensitive);
-        };
-        if (!contains(r.tenant) && !contains(r.intent))
-            return false;
-    }
+    if (!m_textUtf8.empty() && !containsFolded(r.tenant, m_textUtf8) &&
+        !containsFolded(r.intent, m_textUtf8) && !containsFolded(r.question, m_textUtf8) &&
+        !containsFolded(r.answer, m_textUtf8))
+        return false;
     return true;
 }
 

@@ -1,6 +1,6 @@
 // Filters a LedgerModel for the Replay panel's ledger table: by the tier that answered, tenant,
-// model, false hits only, and a free-text search over tenant and intent. Every filter is off by
-// default; they combine with AND. Sorts on LedgerModel::SortRole so numbers sort as numbers.
+// model, false hits only, and a free-text search over tenant, intent, question and answer. Every filter is
+// off by default; they combine with AND. Sorts on LedgerModel::SortRole so numbers sort as numbers.
 //
 // GUI-thread only (a QSortFilterProxyModel). The source must be a LedgerModel (setLedgerModel);
 // it is not owned.
@@ -30,7 +30,9 @@ public:
     void setTenant(const QString &tenant);   // exact match; empty: any
     void setModelName(const QString &model); // "a" | "b"; empty: any
     void setFalseHitsOnly(bool on);
-    void setSearchText(const QString &text); // case-insensitive substring of tenant or intent
+    // a substring of the tenant, the intent, the question or the answer; ASCII letters match either
+    // case, other characters exactly
+    void setSearchText(const QString &text);
 
     std::optional<core::TierKind> answeredBy() const { return m_answeredBy; }
     QString tenant() const { return m_tenant; }
@@ -52,6 +54,7 @@ private:
     // converting every row to QString (100k rows are filtered on each keystroke).
     std::string m_tenantUtf8;
     std::string m_modelUtf8;
+    std::string m_textUtf8; // the search text, matched with ASCII case folding
 };
 
 } // namespace kvwb::ui

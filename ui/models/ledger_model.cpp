@@ -11,6 +11,7 @@ void LedgerModel::appendRows(const std::vector<core::LedgerRow> &rows)
 {
     if (rows.empty())
         return;
+    m_rowOfRequest.clear();
     const int first = int(m_rows.size());
     beginInsertRows({}, first, first + int(rows.size()) - 1);
     m_rows.insert(m_rows.end(), rows.begin(), rows.end());
@@ -21,6 +22,7 @@ void LedgerModel::setRows(std::vector<core::LedgerRow> rows)
 {
     beginResetModel();
     m_rows = std::move(rows);
+    m_rowOfRequest.clear();
     endResetModel();
 }
 
@@ -58,6 +60,28 @@ int LedgerModel::columnCount(const QModelIndex &parent) const
 
 namespace {
 
+// A question or an answer on one table line: line breaks shown as spaces, at most 300 characters
+// (the view elides what its column cannot show; the tooltip and the detail pane hold the whole).
+QString oneLine(const std::string &text)
+{
+    QString s = QString::fromStdString(text.substr(0, 1200)).simplified();
+    if (s.size() > 300)
+        s = s.left(299) + QChar(0x2026);
+    return s;
+}
+
+// The whole text for a tooltip: rich text, so Qt wraps it inside the screen instead of drawing one
+// line as wide as the text.
+QString wrappedTip(const std::string &text)
+{
+    if (text.empty())
+        return {};
+    QString s = QString::fromStdString(text);
+    if (s.size() > 600)
+        s = s.left(599) + QChar(0x2026);
+    return QStringLiteral("<p style='white-space:pre-wrap'>%1</p>").arg(s.toHtmlEscaped());
+}
+
 QVariant displayValue(const core::LedgerRow &r, int column)
 {
     switch (column) {
@@ -69,6 +93,10 @@ QVariant displayValue(const core::LedgerRow &r, int column)
         return QString::fromUtf8(core::roleName(r.model));
     case LedgerModel::IntentColumn:
         return QString::fromStdString(r.intent);
+    case LedgerModel::QuestionColumn:
+        return oneLine(r.question);
+    case LedgerModel::AnswerColumn:
+        return oneLine(r.answer);
     case LedgerModel::AnsweredByColumn:
         return QString::fromLatin1(r.answeredBy == core::TierKind::None ? "miss"
                                                                         : core::tierKindName(r.answeredBy));
@@ -192,6 +220,10 @@ QVariant LedgerModel::data(const QModelIndex &index, int role) const
             return QBrush(QColor(0x90, 0x90, 0x90));
         return {};
     case Qt::ToolTipRole:
+        if (index.column() == QuestionColumn)
+            return wrappedTip(r.question);
+        if (index.column() == AnswerColumn)
+            return wrappedTip(r.answer);
         if (index.column() == IntentColumn || index.column() == FalseHitColumn) {
             if (r.cachedRequestId >= 0)
                 return tr("Answered from request %1 (intent \"%2\")")
@@ -219,8 +251,12 @@ QVariant LedgerModel::headerData(int section, Qt::Orientation orientation, int r
             return tr("Model");
         case IntentColumn:
             return tr("Intent");
+        case QuestionColumn:
+            return tr("Question");
         case AnsweredByColumn:
             return tr("Answered by");
+        case AnswerColumn:
+            return tr("Answer");
         case ExactColumn:
             return tr("Exact");
         case SemanticColumn:
@@ -262,6 +298,10 @@ QVariant LedgerModel::headerData(int section, Qt::Orientation orientation, int r
             return tr("Whether this tier had an entry for the request (empty: tier not in the stack)");
         case FalseHitColumn:
             return tr("A cached response, or a knowledge node, of a different intent than the request's");
+        case QuestionColumn:
+            return tr("The request's question (the end of its prompt when the workload has no question)");
+        case AnswerColumn:
+            return tr("The answer the request got: for an exact or semantic hit, the cached answer served");
         case ReusedColumn:
             return tr("Prompt tokens taken from a cache instead of being computed");
         case ComputedColumn:
@@ -280,6 +320,134 @@ QVariant LedgerModel::headerData(int section, Qt::Orientation orientation, int r
         }
     }
     return {};
+}
+
+int LedgerModel::rowOfRequest(int64_t requestId) const
+{
+    if (m_rowOfRequest.empty() && !m_rows.empty())
+        for (size_t i = m_rows.size(); i-- > 0;) // the first row of an id wins
+            m_rowOfRequest[m_rows[i].requestId] = int(i);
+    const auto it = m_rowOfRequest.find(requestId);
+    return it == m_rowOfRequest.end() ? -1 : it->second;
+}
+
+bool LedgerModel::shownByDefault(int column)
+{
+    switch (column) {
+    case RequestColumn:
+    case TenantColumn:
+    case ModelColumn:
+    case IntentColumn:
+    case QuestionColumn:
+    case AnsweredByColumn:
+    case AnswerColumn:
+    case FalseHitColumn:
+    case PromptTokensColumn:
+    case ReusedColumn:
+    case TtftColumn:
+        return true;
+    }
+    return false;
+}
+
+namespace {
+
+QString para(const std::string &text)
+{
+    return QStringLiteral("<p style='white-space:pre-wrap; margin-left:12px'>%1</p>")
+        .arg(QString::fromStdString(text).toHtmlEscaped());
+}
+
+} // namespace
+
+QString LedgerModel::detailHtml(int index) const
+{
+    if (index < 0 || index >= rowCount())
+        return {};
+    const core::LedgerRow &r = m_rows[size_t(index)];
+    const auto name = [](const auto &names, auto value) {
+        return QString::fromUtf8(core::enumName(names, value));
+    };
+    QString h = tr("<h3>Request %1</h3><p>tenant <b>%2</b>, model %3, intent <b>%4</b>, arrived at %5 ms</p>")
+                    .arg(r.requestId)
+                    .arg(QString::fromStdString(r.tenant).toHtmlEscaped())
+                    .arg(QString::fromUtf8(core::roleName(r.model)))
+                    .arg(r.intent.empty() ? tr("unknown") : QString::fromStdString(r.intent).toHtmlEscaped())
+                    .arg(r.arrivalMs);
+    h += tr("<p><b>Question</b></p>") +
+         (r.question.empty() ? tr("<p>(not in this ledger: written before questions were kept)</p>")
+                             : para(r.question));
+    if (r.notServed != core::NotServed::No) {
+        h += tr("<p><b>Not served</b>: %1.</p>")
+                 .arg(r.notServed == core::NotServed::Context
+                          ? tr("the prompt does not fit the model's context")
+                          : tr("its worker died"));
+        return h;
+    }
+    const QString by = r.answeredBy == core::TierKind::None
+                           ? tr("the model (every tier missed)")
+                           : QString::fromLatin1(core::tierKindName(r.answeredBy));
+    h += tr("<p><b>Answer</b>, from %1%2</p>")
+             .arg(by)
+             .arg(r.falseHit ? tr(" - <span style='color:#c62828'><b>a false hit</b></span>") : QString());
+    h += r.answer.empty() ? tr("<p>(not in this ledger)</p>") : para(r.answer);
+    if (r.cachedRequestId >= 0) {
+        h += tr("<p>Served from request %1 (intent %2)")
+                 .arg(r.cachedRequestId)
+                 .arg(r.cachedIntent.empty() ? tr("unknown")
+                                             : QString::fromStdString(r.cachedIntent).toHtmlEscaped());
+        const int from = rowOfRequest(r.cachedRequestId);
+        if (from >= 0 && !m_rows[size_t(from)].question.empty())
+            h += tr(", which asked:</p>") + para(m_rows[size_t(from)].question);
+        else
+            h += QStringLiteral("</p>");
+    } else if (!r.cachedIntent.empty()) {
+        h += tr("<p>Reused the cache of intent %1</p>")
+                 .arg(QString::fromStdString(r.cachedIntent).toHtmlEscaped());
+    }
+    QString tiers;
+    for (const auto &[tier, hit] : r.tierHits)
+        tiers += QStringLiteral("%1%2 %3").arg(tiers.isEmpty() ? QString() : QStringLiteral(", "),
+                                               QString::fromLatin1(core::tierKindName(tier)),
+                                               hit ? tr("hit") : tr("miss"));
+    QString rows;
+    const auto add = [&](const QString &k, const QString &v) {
+        if (!v.isEmpty())
+            rows += QStringLiteral("<tr><td>%1</td><td>%2</td></tr>").arg(k, v);
+    };
+    add(tr("tiers"), tiers.isEmpty() ? tr("none consulted") : tiers);
+    if (r.similarity >= 0)
+        add(tr("best similarity"), QString::number(r.similarity, 'f', 3));
+    if (r.semanticDecision != core::SemanticDecision::None)
+        add(tr("error bound"), name(core::kSemanticDecisionNames, r.semanticDecision));
+    if (r.semanticGuard != core::SemanticGuard::None)
+        add(tr("guard"), tr("%1 held back a candidate above the threshold (%2)")
+                             .arg(name(core::kSemanticGuardNames, r.semanticGuard))
+                             .arg(r.guardedSameIntent == 1   ? tr("a hit lost: same intent")
+                                  : r.guardedSameIntent == 0 ? tr("a false hit prevented")
+                                                             : tr("intent unknown")));
+    if (r.gate != core::GateDecision::None)
+        add(tr("quality gate"), QStringLiteral("%1 (%2)")
+                                    .arg(name(core::kGateDecisionNames, r.gate))
+                                    .arg(r.gateValue, 0, 'g', 4));
+    if (!r.knowledgeNode.empty())
+        add(tr("knowledge"), displayValue(r, NodeColumn).toString().toHtmlEscaped());
+    if (r.shadowKl >= 0)
+        add(tr("shadow check"), displayValue(r, ShadowColumn).toString());
+    if (r.store != core::StoreNote::None)
+        add(tr("shared store"), name(core::kStoreNoteNames, r.store));
+    if (r.worker >= 0)
+        add(tr("worker"), tr("%1 (%2)").arg(r.worker).arg(QString::fromStdString(r.route).toHtmlEscaped()));
+    add(tr("tokens"), tr("prompt %1, reused %2, computed %3, generated %4")
+                          .arg(r.promptTokens)
+                          .arg(r.tokensReused)
+                          .arg(r.tokensComputed)
+                          .arg(r.generatedTokens));
+    add(tr("time"), tr("TTFT %1 ms, total %2 ms, of which lookup %3 ms")
+                        .arg(r.ttftMs, 0, 'f', 2)
+                        .arg(r.totalMs, 0, 'f', 2)
+                        .arg(r.lookupMs, 0, 'f', 2));
+    return h + QStringLiteral("<table cellspacing=4>%1</table>").arg(rows);
 }
 
 } // namespace kvwb::ui

@@ -9,6 +9,7 @@
 
 #include <QAbstractTableModel>
 
+#include <unordered_map>
 #include <vector>
 
 namespace kvwb::ui {
@@ -24,8 +25,10 @@ public:
         TenantColumn,
         ModelColumn,
         IntentColumn,
+        QuestionColumn, // the request's question (one line; the whole text in its tooltip)
         AnsweredByColumn,
-        ExactColumn, // hit/miss per tier; empty when the tier is not in the stack
+        AnswerColumn, // the answer it got: for a response hit, the cached answer served
+        ExactColumn,  // hit/miss per tier; empty when the tier is not in the stack
         SemanticColumn,
         PrefixColumn,
         CrossColumn,
@@ -54,6 +57,17 @@ public:
     const core::LedgerRow &row(int index) const { return m_rows[size_t(index)]; }
     const std::vector<core::LedgerRow> &rows() const { return m_rows; }
 
+    // The row of request `requestId`, or -1 (the first such row: a workload's ids are unique).
+    int rowOfRequest(int64_t requestId) const;
+    // Everything the ledger holds about row `index`, as HTML for the Replay step's detail pane: the
+    // question and the answer whole, where a hit came from (the cached request's question, when that
+    // request is in this ledger), each tier's verdict, the guard, the gate, the knowledge path, the
+    // tokens and the times.
+    QString detailHtml(int index) const;
+    // The columns a new view shows (the others are one right-click away): request, tenant, model,
+    // intent, question, answered by, answer, false hit, prompt tokens, reused, TTFT.
+    static bool shownByDefault(int column);
+
     // The tier a hit/miss column shows, or std::nullopt for other columns.
     static std::optional<core::TierKind> tierOfColumn(int column);
 
@@ -64,6 +78,7 @@ public:
 
 private:
     std::vector<core::LedgerRow> m_rows;
+    mutable std::unordered_map<int64_t, int> m_rowOfRequest; // built on first use; cleared on change
 };
 
 } // namespace kvwb::ui

@@ -1,4 +1,5 @@
 #include "ui/panels/alignment_panel.h"
+#include "ui/panels/job_progress.h"
 
 #include "ui/charts/heatmap_widget.h"
 #include "ui/charts/layer_metrics_chart.h"
@@ -522,6 +523,7 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_progress->setRange(0, 1000);
     m_progress->setTextVisible(false);
     m_progress->setToolTip(tr("Progress of the fit."));
+    initJobProgress(m_progress);
     buttons->addWidget(m_fit);
     buttons->addWidget(m_cancel);
     buttons->addWidget(m_progress, 1);
@@ -542,23 +544,17 @@ void AlignmentPanel::connectFitGroup()
     connect(m_autoLambda, &QCheckBox::toggled, this, [this] { refreshFitEnabled(); });
     connect(m_selection, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
     connect(m_family, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
+    connect(m_fitName, &QLineEdit::textChanged, this, &AlignmentPanel::fitInputChanged);
+    connect(m_lambda, &QLineEdit::textChanged, this, &AlignmentPanel::fitInputChanged);
+    connect(m_autoLambda, &QCheckBox::toggled, this, &AlignmentPanel::fitInputChanged);
     connect(m_fit, &QPushButton::clicked, this, [this] {
         const core::FitSettings r = fitRequest();
-        const QString name = QString::fromStdString(r.name);
-        static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
-        if (!validName.match(name).hasMatch()) {
-            m_fitStatus->setText(errorHtml(
-                tr("Name '%1' cannot be stored: use letters, digits, '_', '-' and '.', not starting with "
-                   "'.'.")
-                    .arg(name)));
+        if (const QString refusal = fitRefusal(); !refusal.isEmpty()) {
+            m_fitStatus->setText(errorHtml(refusal));
+            m_fitRefusalShown = true;
             return;
         }
-        bool ok = false;
-        const double lambda = QLocale::c().toDouble(m_lambda->text().trimmed(), &ok);
-        if (!r.autoLambda && (!ok || !(lambda > 0))) {
-            m_fitStatus->setText(errorHtml(tr("\u03bb must be a positive number such as 0.01 or 1e-3.")));
-            return;
-        }
+        m_fitRefusalShown = false;
         if (existingConverter(r.name))
             askToReplace(r); // replace it, or fit under a new name
         else
@@ -792,12 +788,43 @@ void AlignmentPanel::refreshFitEnabled()
                                  .arg(m_snapshot->path.toHtmlEscaped()));
 }
 
+QString AlignmentPanel::fitRefusal() const
+{
+    const core::FitSettings r = fitRequest();
+    const QString name = QString::fromStdString(r.name);
+    static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
+    if (!validName.match(name).hasMatch())
+        return tr("Name '%1' cannot be stored: use letters, digits, '_', '-' and '.', not starting with '.'.")
+            .arg(name);
+    bool ok = false;
+    const double lambda = QLocale::c().toDouble(m_lambda->text().trimmed(), &ok);
+    if (!r.autoLambda && (!ok || !(lambda > 0)))
+        return tr("\u03bb must be a positive number such as 0.01 or 1e-3.");
+    return {};
+}
+
+void AlignmentPanel::fitInputChanged()
+{
+    if (!m_fitRefusalShown || m_busy)
+        return;
+    if (const QString refusal = fitRefusal(); !refusal.isEmpty()) {
+        m_fitStatus->setText(errorHtml(refusal));
+        return;
+    }
+    m_fitRefusalShown = false;
+    m_fitStatus->setText(m_snapshot ? tr("Ready to fit from %1 prompts of %2.")
+                                          .arg(m_snapshot->prompts)
+                                          .arg(m_snapshot->path.toHtmlEscaped())
+                                    : tr("Ready to fit."));
+}
+
 void AlignmentPanel::setBusy(bool busy, bool ownJob)
 {
     m_busy = busy;
     m_ownJob = busy && ownJob;
     if (m_ownJob)
         m_progress->setValue(0);
+    setJobProgressRunning(m_progress, m_ownJob);
     refreshFitEnabled();
 }
 

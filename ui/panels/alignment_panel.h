@@ -80,6 +80,8 @@ Q_SIGNALS:
 private:
     void buildFitGroup(QLayout *parent);
     void connectFitGroup();
+    QString fitRefusal() const; // why Fit would refuse now ("" none): the name, lambda
+    void fitInputChanged();     // a refusal shown stays only while its cause does
     void showSweep(int index);
     void refreshFitEnabled();
     void refreshInUseMarks();
@@ -114,6 +116,7 @@ private:
     QPushButton *m_useButton = nullptr;
     QLabel *m_inUseLabel = nullptr;
     QLineEdit *m_fitName = nullptr;
+    bool m_fitRefusalShown = false; // the fit status shows why Fit refused
     QComboBox *m_selection = nullptr;
     QSpinBox *m_k = nullptr;
     QLineEdit *m_lambda = nullptr;

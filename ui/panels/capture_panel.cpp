@@ -1,4 +1,5 @@
 #include "ui/panels/capture_panel.h"
+#include "ui/panels/job_progress.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -105,6 +106,7 @@ CapturePanel::CapturePanel(QWidget *parent) : QWidget(parent)
     m_progress->setValue(0);
     m_progress->setTextVisible(false);
     m_progress->setToolTip(tr("Share of the prompts captured so far."));
+    initJobProgress(m_progress);
     buttons->addWidget(m_capture);
     buttons->addWidget(m_cancel);
     buttons->addWidget(m_progress, 1);
@@ -152,15 +154,12 @@ CapturePanel::CapturePanel(QWidget *parent) : QWidget(parent)
             path += ".h5";
         m_out->setText(path);
     });
+    connect(m_prompts, &QComboBox::currentTextChanged, this, &CapturePanel::inputChanged);
+    connect(m_out, &QLineEdit::textChanged, this, &CapturePanel::inputChanged);
     connect(m_capture, &QPushButton::clicked, this, [this] {
         const CaptureRequest r = request();
-        QStringList missing;
-        if (r.promptsPath.isEmpty())
-            missing << tr("choose a prompt set");
-        if (r.outPath.isEmpty())
-            missing << tr("choose an experiment file to write");
-        if (!missing.isEmpty()) {
-            setError(tr("Cannot capture yet: %1.").arg(missing.join(tr(" and "))));
+        if (const QString refusal = captureRefusal(); !refusal.isEmpty()) {
+            setError(refusal);
             return;
         }
         setBusy(true);
@@ -401,6 +400,7 @@ void CapturePanel::setBusy(bool busy, bool ownJob)
     m_ownJob = busy && ownJob;
     if (m_ownJob)
         m_progress->setValue(0);
+    setJobProgressRunning(m_progress, m_ownJob);
     refreshEnabled();
 }
 
@@ -425,11 +425,35 @@ void CapturePanel::setCancelled()
 
 void CapturePanel::setStatus(const QString &html)
 {
+    m_errorShown = false;
     m_status->setText(html);
+}
+
+QString CapturePanel::captureRefusal() const
+{
+    const CaptureRequest r = request();
+    QStringList missing;
+    if (r.promptsPath.isEmpty())
+        missing << tr("choose a prompt set");
+    if (r.outPath.isEmpty())
+        missing << tr("choose an experiment file to write");
+    return missing.isEmpty() ? QString() : tr("Cannot capture yet: %1.").arg(missing.join(tr(" and ")));
+}
+
+void CapturePanel::inputChanged()
+{
+    if (!m_errorShown || m_busy)
+        return;
+    const QString refusal = captureRefusal();
+    if (refusal.isEmpty())
+        setStatus(tr("Ready: press Capture."));
+    else
+        setError(refusal);
 }
 
 void CapturePanel::setError(const QString &message)
 {
+    m_errorShown = true;
     m_status->setText(QString("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
 }
 

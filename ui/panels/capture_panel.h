@@ -67,6 +67,8 @@ private:
     void refreshFileTable();
     void setStatus(const QString &html);
     void setError(const QString &message);
+    QString captureRefusal() const; // why Capture would refuse now ("" none)
+    void inputChanged();            // an error shown stays only while its cause does
 
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     bool m_modelsLoaded = false;
@@ -77,6 +79,7 @@ private:
     QComboBox *m_prompts = nullptr;
     QPushButton *m_browse = nullptr;
     QLineEdit *m_out = nullptr;
+    bool m_errorShown = false; // the status shows an error (a refusal or a failed capture)
     QPushButton *m_saveAs = nullptr;
     QComboBox *m_storage = nullptr;
     QSpinBox *m_compress = nullptr;

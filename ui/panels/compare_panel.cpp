@@ -451,6 +451,11 @@ void ComparePanel::addResultViews(QVBoxLayout *layout)
 void ComparePanel::connectControls(QLabel *comparison)
 {
     connect(m_run, &QPushButton::clicked, this, &ComparePanel::run);
+    // a message (a refusal, a failed run) stays only until the prompt it was about is edited
+    connect(m_prompt, &QPlainTextEdit::textChanged, this, [this] {
+        if (!m_message->text().isEmpty() && !m_prompt->toPlainText().trimmed().isEmpty())
+            showMessage({});
+    });
     connect(m_cancel, &QPushButton::clicked, this, &ComparePanel::cancelRequested);
     connect(m_showSetSummary, &QPushButton::toggled, this,
             [this](bool on) { m_views->setCurrentIndex(on ? 1 : 0); });

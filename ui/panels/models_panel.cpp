@@ -1,4 +1,5 @@
 #include "ui/panels/models_panel.h"
+#include "ui/panels/job_progress.h"
 
 #include "core/model/checkpoint.h"
 #include "core/model/device.h"
@@ -61,6 +62,7 @@ ModelsPanel::ModelsPanel(QWidget *parent) : QWidget(parent)
     m_progress->setRange(0, 1000);
     m_progress->setValue(0);
     m_progress->setTextVisible(false);
+    initJobProgress(m_progress);
     buttons->addWidget(m_load);
     buttons->addWidget(m_cancel);
     buttons->addWidget(m_progress, 1);
@@ -272,6 +274,7 @@ void ModelsPanel::setBusy(bool busy)
     setChoicesEnabled(!busy);
     if (busy)
         m_progress->setValue(0);
+    setJobProgressRunning(m_progress, busy);
 }
 
 void ModelsPanel::setChoicesEnabled(bool enabled)

@@ -1,4 +1,5 @@
 #include "ui/panels/replay_panel.h"
+#include "ui/panels/job_progress.h"
 
 #include "core/cache/store_payload.h"
 
@@ -20,14 +21,17 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMenu>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 
 namespace kvwb::ui {
@@ -67,81 +71,24 @@ ReplayPanel::ReplayPanel(QWidget *parent) : QWidget(parent)
     m_summary->setAlignment(Qt::AlignTop | Qt::AlignLeft);
     m_summary->setToolTip(tr("The replay shown, overall and per tier (a miss means the model ran)."));
 
-    auto *split = new QSplitter(Qt::Vertical, this);
+    // Two tabs under the ledger combo: the charts with the per-tier summary, and the requests, which
+    // get the page's whole height for the table and its detail pane.
+    m_tabs = new QTabWidget(this);
+    m_tabs->setObjectName("replayTabs");
+    m_tabs->setDocumentMode(true);
+    auto *split = new QSplitter(Qt::Vertical, m_tabs);
     m_charts = new ReplayCharts(split);
-    // Below the charts: the per-tier summary beside the per-request ledger, so that the charts keep
-    // their height at 800 pixels with the run controls above.
-    auto *bottom = new QWidget(split);
-    auto *bottomLayout = new QHBoxLayout(bottom);
-    bottomLayout->setContentsMargins(0, 0, 0, 0);
-    auto *summaryScroll = new QScrollArea(bottom);
+    auto *summaryScroll = new QScrollArea(split);
     summaryScroll->setWidget(m_summary);
     summaryScroll->setWidgetResizable(true);
     summaryScroll->setFrameShape(QFrame::NoFrame);
-    summaryScroll->setMinimumWidth(470);
-    summaryScroll->setMaximumWidth(520);
-    bottomLayout->addWidget(summaryScroll);
-    auto *tablePart = new QWidget(bottom);
-    bottomLayout->addWidget(tablePart, 1);
-    auto *tableLayout = new QVBoxLayout(tablePart);
-    auto *filters = new QHBoxLayout;
-    filters->addWidget(new QLabel(tr("Answered by:"), tablePart));
-    m_tier = new QComboBox(tablePart);
-    m_tier->setObjectName("tierFilter");
-    m_tier->addItem(tr("any"), -1);
-    for (auto t : {core::TierKind::None, core::TierKind::Exact, core::TierKind::Semantic,
-                   core::TierKind::Prefix, core::TierKind::Cross})
-        m_tier->addItem(t == core::TierKind::None ? tr("miss (model ran)") : core::tierKindName(t), int(t));
-    m_tier->setToolTip(tr("Show only the requests this tier answered (or the misses, where the model ran)."));
-    filters->addWidget(m_tier);
-    filters->addWidget(new QLabel(tr("Tenant:"), tablePart));
-    m_tenant = new QLineEdit(tablePart);
-    m_tenant->setPlaceholderText(tr("any"));
-    m_tenant->setToolTip(tr("Show only the requests of this tenant."));
-    filters->addWidget(m_tenant);
-    filters->addWidget(new QLabel(tr("Model:"), tablePart));
-    m_model = new QComboBox(tablePart);
-    m_model->addItems({tr("any"), "a", "b"});
-    m_model->setToolTip(tr("Show only the requests sent to model A or model B."));
-    filters->addWidget(m_model);
-    m_falseOnly = new QCheckBox(tr("false hits only"), tablePart);
-    m_falseOnly->setObjectName("falseHitsOnly");
-    m_falseOnly->setToolTip(tr("Show only cached answers given to a request of another intent."));
-    filters->addWidget(m_falseOnly);
-    m_search = new QLineEdit(tablePart);
-    m_search->setPlaceholderText(tr("search tenant or intent"));
-    m_search->setToolTip(tr("Show only the requests whose tenant or intent contains this text."));
-    filters->addWidget(m_search, 1);
-    m_rowCount = new QLabel(tablePart);
-    m_rowCount->setObjectName("ledgerRowCount");
-    filters->addWidget(m_rowCount);
-    tableLayout->addLayout(filters);
-    m_ledger = new LedgerModel(this);
-    m_filter = new LedgerFilterModel(this);
-    m_filter->setLedgerModel(m_ledger);
-    const auto countRows = [this] {
-        const int shown = m_filter->rowCount(), all = m_ledger->rowCount();
-        m_rowCount->setText(shown == all ? tr("%1 rows").arg(all) : tr("%1 of %2 rows").arg(shown).arg(all));
-    };
-    for (auto *m :
-         {static_cast<QAbstractItemModel *>(m_filter), static_cast<QAbstractItemModel *>(m_ledger)}) {
-        connect(m, &QAbstractItemModel::rowsInserted, this, countRows);
-        connect(m, &QAbstractItemModel::rowsRemoved, this, countRows);
-        connect(m, &QAbstractItemModel::modelReset, this, countRows);
-        connect(m, &QAbstractItemModel::layoutChanged, this, countRows);
-    }
-    countRows();
-    m_view = new QTableView(tablePart);
-    m_view->setObjectName("ledgerView");
-    m_view->setModel(m_filter);
-    m_view->setSortingEnabled(true);
-    m_view->verticalHeader()->hide();
-    tableLayout->addWidget(m_view, 1);
     split->addWidget(m_charts);
-    split->addWidget(bottom);
+    split->addWidget(summaryScroll);
     split->setStretchFactor(0, 3);
-    split->setStretchFactor(1, 2);
-    layout->addWidget(split, 1);
+    split->setStretchFactor(1, 1);
+    m_tabs->addTab(split, tr("Charts"));
+    m_tabs->addTab(buildRequestsTab(), tr("Requests"));
+    layout->addWidget(m_tabs, 1);
 
     connect(m_ledgers, &QComboBox::currentIndexChanged, this, &ReplayPanel::showLedger);
     connect(m_tier, &QComboBox::currentIndexChanged, this, [this] {
@@ -153,6 +100,175 @@ ReplayPanel::ReplayPanel(QWidget *parent) : QWidget(parent)
             [this](int i) { m_filter->setModelName(i == 0 ? QString() : m_model->currentText()); });
     connect(m_falseOnly, &QCheckBox::toggled, m_filter, &LedgerFilterModel::setFalseHitsOnly);
     connect(m_search, &QLineEdit::textChanged, m_filter, &LedgerFilterModel::setSearchText);
+}
+
+QWidget *ReplayPanel::buildRequestsTab()
+{
+    auto *tablePart = new QWidget(this);
+    auto *tableLayout = new QVBoxLayout(tablePart);
+    tableLayout->setContentsMargins(0, 4, 0, 0);
+    auto *filters = new QHBoxLayout;
+    filters->addWidget(new QLabel(tr("Answered by:"), tablePart));
+    m_tier = new QComboBox(tablePart);
+    m_tier->setObjectName("tierFilter");
+    m_tier->addItem(tr("any"), -1);
+    for (auto t : {core::TierKind::None, core::TierKind::Exact, core::TierKind::Semantic,
+                   core::TierKind::Prefix, core::TierKind::Cross, core::TierKind::Knowledge})
+        m_tier->addItem(t == core::TierKind::None ? tr("miss (model ran)") : core::tierKindName(t), int(t));
+    m_tier->setToolTip(tr("Show only the requests this tier answered (or the misses, where the model ran)."));
+    filters->addWidget(m_tier);
+    filters->addWidget(new QLabel(tr("Tenant:"), tablePart));
+    m_tenant = new QLineEdit(tablePart);
+    m_tenant->setPlaceholderText(tr("any"));
+    m_tenant->setToolTip(tr("Show only the requests of this tenant."));
+    m_tenant->setMaximumWidth(120);
+    filters->addWidget(m_tenant);
+    filters->addWidget(new QLabel(tr("Model:"), tablePart));
+    m_model = new QComboBox(tablePart);
+    m_model->addItems({tr("any"), "a", "b"});
+    m_model->setToolTip(tr("Show only the requests sent to model A or model B."));
+    filters->addWidget(m_model);
+    m_falseOnly = new QCheckBox(tr("false hits only"), tablePart);
+    m_falseOnly->setObjectName("falseHitsOnly");
+    m_falseOnly->setToolTip(tr("Show only cached answers given to a request of another intent."));
+    filters->addWidget(m_falseOnly);
+    m_search = new QLineEdit(tablePart);
+    m_search->setObjectName("ledgerSearch");
+    m_search->setPlaceholderText(tr("search questions, answers, tenants, intents"));
+    m_search->setToolTip(
+        tr("Show only the requests whose question, answer, tenant or intent contains this text."));
+    m_search->setClearButtonEnabled(true);
+    filters->addWidget(m_search, 1);
+    m_rowCount = new QLabel(tablePart);
+    m_rowCount->setObjectName("ledgerRowCount");
+    m_rowCount->setMinimumWidth(
+        m_rowCount->fontMetrics().horizontalAdvance(tr("%1 of %2 rows").arg(99999).arg(99999)));
+    filters->addWidget(m_rowCount);
+    m_export = new QPushButton(tr("Export rows..."), tablePart);
+    m_export->setObjectName("exportLedgerButton");
+    m_export->setToolTip(tr("Write the rows shown (filtered and sorted as here) to a CSV file: every ledger "
+                            "column, the question and the answer included."));
+    filters->addWidget(m_export);
+    tableLayout->addLayout(filters);
+
+    m_ledger = new LedgerModel(this);
+    m_filter = new LedgerFilterModel(this);
+    m_filter->setLedgerModel(m_ledger);
+    const auto countRows = [this] {
+        const int shown = m_filter->rowCount(), all = m_ledger->rowCount();
+        m_rowCount->setText(shown == all ? tr("%1 rows").arg(all) : tr("%1 of %2 rows").arg(shown).arg(all));
+        m_export->setEnabled(shown > 0);
+    };
+    for (auto *m :
+         {static_cast<QAbstractItemModel *>(m_filter), static_cast<QAbstractItemModel *>(m_ledger)}) {
+        connect(m, &QAbstractItemModel::rowsInserted, this, countRows);
+        connect(m, &QAbstractItemModel::rowsRemoved, this, countRows);
+        connect(m, &QAbstractItemModel::modelReset, this, countRows);
+        connect(m, &QAbstractItemModel::layoutChanged, this, countRows);
+    }
+    countRows();
+
+    auto *split = new QSplitter(Qt::Horizontal, tablePart);
+    m_view = new QTableView(split);
+    m_view->setObjectName("ledgerView");
+    m_view->setModel(m_filter);
+    m_view->setSortingEnabled(true);
+    m_view->sortByColumn(LedgerModel::RequestColumn, Qt::AscendingOrder);
+    m_view->verticalHeader()->hide();
+    m_view->verticalHeader()->setDefaultSectionSize(m_view->fontMetrics().height() + 6);
+    m_view->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_view->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_view->setWordWrap(false);
+    m_view->setTextElideMode(Qt::ElideRight);
+    auto *header = m_view->horizontalHeader();
+    for (int c = 0; c < LedgerModel::ColumnCount; ++c)
+        m_view->setColumnHidden(c, !LedgerModel::shownByDefault(c));
+    header->setSectionResizeMode(QHeaderView::Interactive);
+    // Columns as wide as their titles (room for the sort arrow), the text columns wider.
+    for (int c = 0; c < LedgerModel::ColumnCount; ++c)
+        header->resizeSection(
+            c,
+            header->fontMetrics().horizontalAdvance(m_ledger->headerData(c, Qt::Horizontal).toString()) + 40);
+    header->resizeSection(LedgerModel::TenantColumn, 90);
+    header->resizeSection(LedgerModel::IntentColumn, 110);
+    header->resizeSection(LedgerModel::QuestionColumn, 260);
+    header->resizeSection(LedgerModel::AnswerColumn, 300);
+    header->setContextMenuPolicy(Qt::CustomContextMenu);
+    header->setToolTip(tr("Click to sort; right-click to choose the columns shown."));
+    connect(header, &QWidget::customContextMenuRequested, this, &ReplayPanel::chooseColumns);
+    m_detail = new QTextBrowser(split);
+    m_detail->setObjectName("ledgerDetail");
+    m_detail->setOpenLinks(false);
+    m_detail->setPlaceholderText(tr("Select a request to see its question, its answer, where a hit came from "
+                                    "and every tier's verdict."));
+    split->addWidget(m_view);
+    split->addWidget(m_detail);
+    split->setStretchFactor(0, 3);
+    split->setStretchFactor(1, 2);
+    tableLayout->addWidget(split, 1);
+
+    connect(m_view->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+            &ReplayPanel::showDetail);
+    connect(m_filter, &QAbstractItemModel::modelReset, this, &ReplayPanel::showDetail);
+    connect(m_export, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Export the rows shown"),
+                                                          m_ledgerName->text() + QStringLiteral("-rows.csv"),
+                                                          tr("CSV files (*.csv)"));
+        if (path.isEmpty())
+            return;
+        const QString error = exportShownRows(path);
+        m_rowCount->setText(
+            error.isEmpty()
+                ? tr("%1 rows written to %2").arg(m_filter->rowCount()).arg(QFileInfo(path).fileName())
+                : error);
+    });
+    return tablePart;
+}
+
+void ReplayPanel::chooseColumns(const QPoint &at)
+{
+    QMenu menu(this);
+    for (int c = 0; c < LedgerModel::ColumnCount; ++c) {
+        QAction *a = menu.addAction(m_ledger->headerData(c, Qt::Horizontal).toString());
+        a->setCheckable(true);
+        a->setChecked(!m_view->isColumnHidden(c));
+        connect(a, &QAction::toggled, this, [this, c](bool on) { m_view->setColumnHidden(c, !on); });
+    }
+    menu.addSeparator();
+    connect(menu.addAction(tr("Default columns")), &QAction::triggered, this, [this] {
+        for (int c = 0; c < LedgerModel::ColumnCount; ++c)
+            m_view->setColumnHidden(c, !LedgerModel::shownByDefault(c));
+    });
+    menu.exec(m_view->horizontalHeader()->mapToGlobal(at));
+}
+
+void ReplayPanel::showDetail()
+{
+    const QModelIndex current = m_view->currentIndex();
+    if (!current.isValid()) {
+        m_detail->clear();
+        return;
+    }
+    m_detail->setHtml(m_ledger->detailHtml(m_filter->mapToSource(current).row()));
+}
+
+QString ReplayPanel::detailText() const
+{
+    return m_detail->toPlainText();
+}
+
+QString ReplayPanel::exportShownRows(const QString &path) const
+{
+    std::vector<core::LedgerRow> rows;
+    rows.reserve(size_t(m_filter->rowCount()));
+    for (int i = 0; i < m_filter->rowCount(); ++i)
+        rows.push_back(m_ledger->row(m_filter->mapToSource(m_filter->index(i, 0)).row()));
+    try {
+        core::writeLedgerCsv(path.toStdString(), rows);
+    } catch (const std::exception &e) {
+        return QString::fromStdString(e.what());
+    }
+    return {};
 }
 
 void ReplayPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snapshot)
@@ -554,6 +670,7 @@ void ReplayPanel::addRunButtons(QWidget *box, QGridLayout *grid)
     m_progress->setValue(0);
     m_progress->setTextVisible(false);
     m_progress->setToolTip(tr("Requests replayed out of the workload's."));
+    initJobProgress(m_progress);
     m_runStatus = new QLabel(box);
     m_runStatus->setObjectName("replayStatus");
     m_runStatus->setTextFormat(Qt::RichText);
@@ -586,46 +703,19 @@ void ReplayPanel::connectRunGroup()
     connect(m_gate, &QCheckBox::toggled, this, [this] { refreshRunEnabled(); });
     connect(m_semantic, &QCheckBox::toggled, this, [this] { refreshRunEnabled(); });
     connect(m_store, &QLineEdit::textChanged, this, [this] { refreshRunEnabled(); });
+    // an error shown stays only while its cause does
+    connect(m_workload, &QComboBox::currentTextChanged, this, &ReplayPanel::inputChanged);
+    connect(m_ledgerName, &QLineEdit::textChanged, this, &ReplayPanel::inputChanged);
+    connect(m_store, &QLineEdit::textChanged, this, &ReplayPanel::inputChanged);
+    for (QCheckBox *tier : {m_exact, m_semantic, m_prefix, m_cross, m_knowledge})
+        connect(tier, &QCheckBox::toggled, this, &ReplayPanel::inputChanged);
     connect(m_start, &QPushButton::clicked, this, [this] {
         const core::ReplaySettings r = replayRequest();
-        const QString ledgerName = QString::fromStdString(r.ledgerName);
-        if (r.workload.empty()) {
-            setError(tr("Cannot start: choose a workload file."));
+        if (const QString refusal = startRefusal(); !refusal.isEmpty()) {
+            setError(refusal);
             return;
         }
-        if (!ledgerName.isEmpty() && r.experiment.empty()) {
-            setError(tr("Cannot store ledger '%1': no experiment file is open. Open or capture one, or "
-                        "leave the ledger name empty.")
-                         .arg(ledgerName));
-            return;
-        }
-        // a replay never runs with fewer tiers than the step shows checked
-        if (m_knowledge->isChecked() && m_knowledgeGraph.isEmpty()) {
-            setError(tr("The knowledge tier is checked but no graph is in use: open or build one in the "
-                        "Knowledge step and press 'Use in replays', or uncheck the tier."));
-            return;
-        }
-        if (m_cross->isChecked() && !m_crossAvailable) {
-            setError(tr("The cross tier is checked but no converter is in use: fit or pick one in the "
-                        "Alignment step and press 'Use this converter', or uncheck the tier."));
-            return;
-        }
-        static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
-        if (!ledgerName.isEmpty() && !validName.match(ledgerName).hasMatch()) {
-            setError(tr("Ledger name '%1' cannot be stored: use letters, digits, '_', '-' and '.'.")
-                         .arg(ledgerName));
-            return;
-        }
-        if (!ledgerName.isEmpty() && m_snapshot)
-            for (const auto &l : m_snapshot->ledgers)
-                if (QString::fromStdString(l.first) ==
-                    ledgerName) { // a stored ledger is never replaced silently
-                    setError(
-                        tr("The experiment already holds a ledger '%1': choose another name (or leave it "
-                           "empty not to store this run).")
-                            .arg(ledgerName));
-                    return;
-                }
+        m_errorShown = false;
         setBusy(true);
         m_runStatus->setText(tr("Starting %1 through %2...")
                                  .arg(QString::fromStdString(r.workload).toHtmlEscaped(),
@@ -745,6 +835,7 @@ void ReplayPanel::setCrossAvailable(bool available, const QString &converter)
             : tr("Cross needs a converter in use: fit or pick one in the Alignment panel and "
                  "press 'Use this converter'."));
     refreshRunEnabled();
+    inputChanged();
 }
 
 QString ReplayPanel::knowledgeGraph() const
@@ -771,12 +862,14 @@ void ReplayPanel::setKnowledgeAvailable(const QString &graph, const QString &pro
                        profiles.isEmpty() ? QString()
                                           : tr(", profiles %1").arg(QFileInfo(profiles).fileName())));
     refreshRunEnabled();
+    inputChanged();
 }
 
 void ReplayPanel::setModelsLoaded(bool loaded)
 {
     m_modelsLoaded = loaded;
     refreshRunEnabled();
+    inputChanged();
 }
 
 void ReplayPanel::refreshRunEnabled()
@@ -810,6 +903,7 @@ void ReplayPanel::setBusy(bool busy, bool ownJob)
 {
     m_busy = busy;
     m_ownJob = busy && ownJob;
+    setJobProgressRunning(m_progress, m_ownJob);
     if (!busy) {
         const QSignalBlocker block(m_pause);
         m_pause->setChecked(false);
@@ -858,6 +952,53 @@ void ReplayPanel::setReplayProgress(int done, int total, const QString &timing)
                                   timing.isEmpty() ? QString() : QString::fromUtf8(" \u00b7 ") + timing));
 }
 
+QString ReplayPanel::startRefusal() const
+{
+    const core::ReplaySettings r = replayRequest();
+    const QString ledgerName = QString::fromStdString(r.ledgerName);
+    if (r.workload.empty())
+        return tr("Cannot start: choose a workload file.");
+    if (!ledgerName.isEmpty() && r.experiment.empty())
+        return tr("Cannot store ledger '%1': no experiment file is open. Open or capture one, or leave the "
+                  "ledger name empty.")
+            .arg(ledgerName);
+    // a replay never runs with fewer tiers than the step shows checked
+    if (m_knowledge->isChecked() && m_knowledgeGraph.isEmpty())
+        return tr("The knowledge tier is checked but no graph is in use: open or build one in the Knowledge "
+                  "step and press 'Use in replays', or uncheck the tier.");
+    if (m_cross->isChecked() && !m_crossAvailable)
+        return tr("The cross tier is checked but no converter is in use: fit or pick one in the Alignment "
+                  "step and press 'Use this converter', or uncheck the tier.");
+    static const QRegularExpression validName("^[A-Za-z0-9_-][A-Za-z0-9_.-]*$");
+    if (!ledgerName.isEmpty() && !validName.match(ledgerName).hasMatch())
+        return tr("Ledger name '%1' cannot be stored: use letters, digits, '_', '-' and '.'.")
+            .arg(ledgerName);
+    if (!ledgerName.isEmpty() && m_snapshot)
+        for (const auto &l : m_snapshot->ledgers)
+            if (QString::fromStdString(l.first) == ledgerName) // a stored ledger is never replaced silently
+                return tr("The experiment already holds a ledger '%1': choose another name (or leave it "
+                          "empty "
+                          "not to store this run).")
+                    .arg(ledgerName);
+    return {};
+}
+
+void ReplayPanel::inputChanged()
+{
+    if (!m_errorShown || m_busy)
+        return;
+    const QString refusal = startRefusal();
+    if (refusal.isEmpty()) {
+        m_errorShown = false;
+        m_runStatus->setText(m_modelsLoaded
+                                 ? tr("Ready: press Start.")
+                                 : tr("Load models A and B first (Models panel); a replay runs them "
+                                      "for every miss."));
+    } else {
+        setError(refusal);
+    }
+}
+
 void ReplayPanel::setReplayFailed(const QString &message)
 {
     setBusy(false);
@@ -866,6 +1007,7 @@ void ReplayPanel::setReplayFailed(const QString &message)
 
 void ReplayPanel::setError(const QString &message)
 {
+    m_errorShown = true;
     m_runStatus->setText(QString("<span style='color:#b00020'>%1</span>").arg(message.toHtmlEscaped()));
 }
 

@@ -1,7 +1,8 @@
 // The Replay panel: the replay ledgers stored in an experiment file (`kvwb replay --save-ledger`)
 // with their per-tier summary, the live-style charts (hit rate per tier, false-hit rate, latency
-// percentiles, tokens saved) and the per-request ledger, filterable by tier, tenant, model, false
-// hits and free text.
+// percentiles, tokens saved) on its Charts tab, and the per-request ledger on its Requests tab:
+// question and answer, filters (tier, tenant, model, false hits, free text over questions and
+// answers), sorting, a detail pane for the selected request and export of the rows shown.
 //
 // Its "Run a replay" group asks the engine for a replay of a workload through a chosen tier stack
 // (replayRequested / pauseRequested / stopRequested); the app answers with beginLive, rows in
@@ -28,11 +29,14 @@ class QGridLayout;
 class QLabel;
 class QLayout;
 class QLineEdit;
+class QPoint;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
+class QTabWidget;
 class QTableView;
 class QTableWidget;
+class QTextBrowser;
 
 namespace kvwb::ui {
 
@@ -54,6 +58,12 @@ public:
     ReplayCharts *charts() const { return m_charts; }
     LedgerModel *ledger() const { return m_ledger; }
     LedgerFilterModel *filter() const { return m_filter; }
+    QTableView *ledgerView() const { return m_view; }
+    QTabWidget *tabs() const { return m_tabs; } // "Charts" and "Requests"
+    QString detailText() const;                 // the detail pane's text (the selected request)
+    // Writes the rows the filters show, in the order shown, as a ledger CSV (docs/replay.md, "Ledger")
+    // to path, atomically; "" or the error, one line naming the file.
+    QString exportShownRows(const QString &path) const;
     QString summaryText() const;
 
     void setWorkloads(const QStringList &paths); // offered in the editable workload combo
@@ -111,7 +121,15 @@ private:
     void connectRunGroup();
     void refreshRunEnabled();
     void showRows(const std::vector<core::LedgerRow> &rows);
+    QWidget *buildRequestsTab();
+    void showDetail();                    // the detail pane for the current row of the view
+    void chooseColumns(const QPoint &at); // the header's menu: columns shown
     void setError(const QString &message);
+    // Why Start would refuse now ("" none): the workload, the ledger name, a checked tier without
+    // what it needs.
+    QString startRefusal() const;
+    // An input changed: an error shown stays only while its cause does (a refusal is re-checked).
+    void inputChanged();
     int liveComboIndex() const;
 
     QLabel *m_rowCount = nullptr; // "N of M rows" under the filters
@@ -122,6 +140,9 @@ private:
     LedgerModel *m_ledger = nullptr;
     LedgerFilterModel *m_filter = nullptr;
     QTableView *m_view = nullptr;
+    QTabWidget *m_tabs = nullptr;
+    QTextBrowser *m_detail = nullptr;
+    QPushButton *m_export = nullptr;
     QComboBox *m_tier = nullptr;
     QLineEdit *m_tenant = nullptr;
     QComboBox *m_model = nullptr;
@@ -133,7 +154,8 @@ private:
     QString m_liveTitle;
     bool m_hasLive = false;
     bool m_busy = false;
-    bool m_ownJob = false; // the running job is this step's
+    bool m_errorShown = false; // the run status shows an error (a refusal or a failed replay)
+    bool m_ownJob = false;     // the running job is this step's
     bool m_modelsLoaded = false;
     bool m_crossAvailable = false;
     QString m_crossConverter;

@@ -1,5 +1,6 @@
 #include "ui/window/main_window.h"
 #include "ui/window/main_window_p.h"
+#include "ui/window/tool_tips.h"
 
 #include "core/util/error.h"
 #include "ui/models/model_card_model.h"
@@ -79,6 +80,7 @@ MainWindow::MainWindow(QWidget *parent) : QMainWindow(parent)
 {
     setObjectName("kvwbMainWindow");
     setWindowTitle(tr("KV Workbench[*]"));
+    installWrappedToolTips(this);
     connect(this, &MainWindow::experimentRequested, this,
             [this](const QString &p) { m_requestedExperiment = p; });
     m_summary = new QLabel(this);

@@ -145,6 +145,8 @@ core::LedgerRow requestRow(const core::WorkloadRequest &request)
     row.tenant = request.tenant;
     row.model = request.model;
     row.intent = request.intent;
+    row.question = request.question.empty() ? core::ledgerText(request.prompt, true)
+                                            : core::ledgerText(request.question);
     return row;
 }
 
@@ -471,6 +473,7 @@ core::LedgerRow serveRequest(ReplayRun &run, const core::WorkloadRequest &r, con
         serveCached(sv, *found.response, prompt, shadow, run.result.outputs);
     else
         serveComputed(run, sv, found, input, shadow, request, *s.tokenizer);
+    sv.row.answer = core::ledgerText(run.result.outputs.back());
     run.result.overheadMs.push_back(std::max(0.0, msSince(sv.t0) - sv.modelMs));
     return sv.row;
 }

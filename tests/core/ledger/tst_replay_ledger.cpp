@@ -5,6 +5,7 @@
 #include "core/store/experiment_file.h"
 #include "core/store/ledger_store.h"
 #include "core/util/error.h"
+#include "core/util/text_util.h"
 #include "tests/support/expect_error.h"
 #include "tests/support/test_paths.h"
 #include "tests/support/tiny_experiment.h"
@@ -113,6 +114,9 @@ std::vector<LedgerRow> trickyLedger()
     e.knowledgeVerdict = KnowledgeVerdict::Verified;
     e.knowledgeModule = ModuleFate::Recomputed;
     e.profileApplied = 1;
+    a.question = "Is a \"car\", in short,\na vehicle?";
+    a.answer = "Yes.\r\nA car is a motor vehicle \xe2\x80\x94 caf\xc3\xa9";
+    b.answer = std::string(kLedgerTextBytes, 'x');
     return rows;
 }
 
@@ -136,7 +140,8 @@ QString compareRows(const std::vector<LedgerRow> &got, const std::vector<LedgerR
             return fail("an int64 field");
         if (g.tenant != w.tenant || g.model != w.model || g.intent != w.intent ||
             g.cachedIntent != w.cachedIntent || g.gate != w.gate || g.knowledgeNode != w.knowledgeNode ||
-            g.knowledgeVerdict != w.knowledgeVerdict || g.knowledgeModule != w.knowledgeModule)
+            g.knowledgeVerdict != w.knowledgeVerdict || g.knowledgeModule != w.knowledgeModule ||
+            g.question != w.question || g.answer != w.answer)
             return fail("a string field");
         if (g.profileApplied != w.profileApplied)
             return fail("profileApplied");
@@ -170,6 +175,7 @@ private Q_SLOTS:
     void notServedRowsCountOnlyThere();
     void csvRoundTrip();
     void csvFileWrittenAtomically();
+    void ledgerTextIsValidAndBounded();
     void knowledgeRowsAndOlderFiles();
     void csvErrorsNameLineAndColumn_data();
     void csvErrorsNameLineAndColumn();
@@ -362,6 +368,43 @@ void TestReplayLedger::csvRoundTrip()
     QVERIFY(ledgerFromCsv(ledgerToCsv({}), "empty.csv").empty());
 }
 
+// Questions and answers are kept as valid UTF-8 of at most kLedgerTextBytes, cut at a character
+// boundary with the cut marked (an answer decoded from tokens may end inside a character).
+void TestReplayLedger::ledgerTextIsValidAndBounded()
+{
+    const std::string ell = "\xe2\x80\xa6";
+    QCOMPARE(ledgerText("What is a car?"), std::string("What is a car?"));
+    QCOMPARE(ledgerText(""), std::string());
+    // A stray continuation byte and a lead byte cut short: each becomes U+FFFD.
+    QCOMPARE(ledgerText("a\x80"
+                        "b\xe2\x82"),
+             std::string("a\xef\xbf\xbd"
+                         "b\xef\xbf\xbd\xef\xbf\xbd"));
+    // Exactly the limit is kept whole; one byte more is cut, the cut marked.
+    const std::string full(kLedgerTextBytes, 'q');
+    QCOMPARE(ledgerText(full), full);
+    const std::string cut = ledgerText(full + "r");
+    QCOMPARE(cut.size(), kLedgerTextBytes);
+    QCOMPARE(cut.substr(cut.size() - 3), ell);
+    QCOMPARE(cut.substr(0, kLedgerTextBytes - 3), full.substr(0, kLedgerTextBytes - 3));
+    // Two-byte characters: the cut never splits one.
+    std::string wide;
+    for (size_t i = 0; i < kLedgerTextBytes; ++i)
+        wide += "\xc3\xa9";
+    for (bool keepEnd : {false, true}) {
+        const std::string t = ledgerText(wide, keepEnd);
+        QVERIFY(t.size() <= kLedgerTextBytes);
+        QVERIFY(!text::firstInvalidUtf8(t).has_value());
+        QCOMPARE(keepEnd ? t.substr(0, 3) : t.substr(t.size() - 3), ell);
+    }
+    // keepEnd keeps a long prompt's end, where its question is.
+    const std::string prompt = std::string(5000, 's') + "\n\nQ: What is a car?\nA:";
+    const std::string kept = ledgerText(prompt, true);
+    QCOMPARE(kept.size(), kLedgerTextBytes);
+    QVERIFY(kept.rfind(ell, 0) == 0);
+    QVERIFY(kept.ends_with("\n\nQ: What is a car?\nA:"));
+}
+
 // Knowledge hits stand for a node's intent: a false one counts like a false response hit; rejected
 // candidates and recomputed modules are the tier's own counts. A ledger written before the
 // knowledge tier's columns existed still reads, every row "not consulted".
@@ -469,7 +512,7 @@ void TestReplayLedger::csvErrorsNameLineAndColumn_data()
     QTest::newRow("missing column") << "drop gate"
                                     << "ledger.csv:1: column gate is missing";
     QTest::newRow("short row") << "truncate"
-                               << "ledger.csv:4: 36 fields, the header has 37";
+                               << "ledger.csv:4: 38 fields, the header has 39";
     QTest::newRow("unclosed quote") << "unclosed"
                                     << "ledger.csv:4: quoted field";
     QTest::newRow("empty") << "empty"

@@ -93,6 +93,14 @@ private Q_SLOTS:
         QCOMPARE(r.rows.size(), size_t(4));
         const auto scratch = fromScratch(p, requests);
         QCOMPARE(r.outputs, scratch); // no tier changed an answer
+        // The ledger keeps each request's text and the answer it got (an exact hit's is the cached one);
+        // without a question field, the prompt stands for it.
+        for (size_t i = 0; i < r.rows.size(); ++i) {
+            QCOMPARE(r.rows[i].question, core::ledgerText(requests[i].prompt, true));
+            QCOMPARE(r.rows[i].answer, core::ledgerText(r.outputs[i]));
+        }
+        QVERIFY(!r.rows[1].answer.empty());
+        QCOMPARE(r.rows[1].answer, r.rows[0].answer);
 
         const auto &first = r.rows[0], &exact = r.rows[1], &prefix = r.rows[2], &other = r.rows[3];
         QCOMPARE(first.answeredBy, TierKind::None);

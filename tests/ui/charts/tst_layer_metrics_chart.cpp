@@ -2,6 +2,7 @@
 // for tokens), NaN skipped, and screenshots for a person to look at.
 #include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
+#include "ui/charts/chart_style.h"
 #include "ui/charts/layer_metrics_chart.h"
 #include "ui/charts/sweep_chart.h"
 
@@ -50,6 +51,16 @@ class TestLayerMetricsChart : public QObject
     Q_OBJECT
 
 private Q_SLOTS:
+    void roundSteps()
+    {
+        QCOMPARE(ui::roundStep(60), 20.0);
+        QCOMPARE(ui::roundStep(5), 1.0);
+        QCOMPARE(ui::roundStep(29), 10.0);
+        QCOMPARE(ui::roundStep(1000), 200.0);
+        QCOMPARE(ui::roundStep(2), 1.0); // never below one request or layer
+        QCOMPARE(ui::roundStep(0), 1.0);
+    }
+
     void layerSeries()
     {
         ui::LayerMetricsChart chart;
@@ -69,6 +80,8 @@ private Q_SLOTS:
         const auto axes = chart.chart()->axes(Qt::Horizontal);
         QCOMPARE(axes.size(), 1);
         QCOMPARE(axes[0]->titleText(), QString("model B layer"));
+        QCOMPARE(qobject_cast<QValueAxis *>(axes[0])->max(),
+                 5.0); // the last layer, not a round number past it
         QVERIFY(!chart.chart()->axes(Qt::Vertical)[0]->titleText().isEmpty());
 
         // Without a layer column the row index is the layer; a table without metrics shows nothing.

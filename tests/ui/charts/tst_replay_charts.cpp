@@ -2,6 +2,7 @@
 // lines end at the exact cumulative values, clear() resets; batch time is printed, not asserted.
 #include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
+#include "ui/charts/chart_style.h"
 #include "ui/charts/replay_charts.h"
 
 #include <QChart>
@@ -86,7 +87,12 @@ private Q_SLOTS:
         // Axes follow the data: x reaches the last request, y holds the highest hit rate.
         auto *x = qobject_cast<QValueAxis *>(
             charts.chartView(ui::ReplayCharts::Chart::HitRate)->chart()->axes(Qt::Horizontal)[0]);
-        QVERIFY(x && x->max() >= total);
+        // ... and stops there (it ran past the data to the next round number)
+        QVERIFY(x);
+        QCOMPARE(x->max(), double(total));
+        QCOMPARE(x->tickType(), QValueAxis::TicksDynamic);
+        QCOMPARE(x->tickAnchor(), 0.0);
+        QCOMPARE(x->tickInterval(), ui::roundStep(total));
         QCOMPARE(charts.chartView(ui::ReplayCharts::Chart::HitRate)->chart()->animationOptions(),
                  QChart::NoAnimation);
 

@@ -9,6 +9,7 @@
 #include <QHeaderView>
 #include <QSignalSpy>
 #include <QTableView>
+#include <QTextDocument>
 #include <QtTest>
 
 using namespace kvwb;
@@ -53,8 +54,60 @@ private Q_SLOTS:
         QCOMPARE(cell(8, LedgerModel::GateColumn), QString());
         QCOMPARE(cell(8, LedgerModel::ShadowColumn), QString());
         QCOMPARE(model.headerData(LedgerModel::TtftColumn, Qt::Horizontal).toString(), QString("TTFT ms"));
+        QCOMPARE(cell(3, LedgerModel::QuestionColumn), QString("Q3: what about login?"));
+        QCOMPARE(cell(3, LedgerModel::AnswerColumn), QString("Answer 3: see the login page."));
         model.clear();
         QCOMPARE(model.rowCount(), 0);
+    }
+
+    // A long answer on several lines fits one table line (its whole text in the tooltip); the
+    // detail pane holds everything: both texts whole, where a hit came from with that request's
+    // question, the guard, the gate, tokens and times.
+    void textCellsAndDetail()
+    {
+        std::vector<core::LedgerRow> rows = testing::patternedLedger(40);
+        rows[2].answer = "Line one.\nLine two <b>not bold</b>.\n" + std::string(400, 'x');
+        rows[3].similarity = 0.91;
+        rows[3].semanticGuard = core::SemanticGuard::None;
+        rows[9].semanticGuard = core::SemanticGuard::Negation;
+        rows[9].guardedSameIntent = 0;
+        rows[9].similarity = 0.93;
+        rows[39].notServed = core::NotServed::Context;
+        LedgerModel model;
+        model.appendRows(rows);
+        const QString line = model.index(2, LedgerModel::AnswerColumn).data().toString();
+        QVERIFY(!line.contains('\n'));
+        QCOMPARE(line.size(), 300);
+        QVERIFY(line.startsWith("Line one. Line two <b>not bold</b>. xxx"));
+        QVERIFY(
+            model.index(2, LedgerModel::AnswerColumn).data(Qt::ToolTipRole).toString().contains("&lt;b&gt;"));
+        QCOMPARE(model.rowOfRequest(17), 17);
+        QCOMPARE(model.rowOfRequest(4000), -1);
+
+        QTextDocument doc;
+        doc.setHtml(model.detailHtml(3)); // a semantic false hit served from request 2
+        const QString three = doc.toPlainText();
+        QVERIFY2(three.contains("Request 3"), qPrintable(three));
+        QVERIFY(three.contains("Q3: what about login?"));
+        QVERIFY(three.contains("Answer 3: see the login page."));
+        QVERIFY(three.contains("from semantic - a false hit"));
+        QVERIFY(three.contains("Served from request 2 (intent refund), which asked:"));
+        QVERIFY(three.contains("Q2: what about shipping?"));
+        QVERIFY(three.contains("best similarity") && three.contains("0.910"));
+        QVERIFY(three.contains("exact miss, semantic hit"));
+        doc.setHtml(model.detailHtml(9));
+        const QString nine = doc.toPlainText();
+        QVERIFY2(nine.contains("negation held back a candidate above the threshold (a false hit prevented)"),
+                 qPrintable(nine));
+        QVERIFY(nine.contains("from the model (every tier missed)"));
+        doc.setHtml(model.detailHtml(2));
+        QVERIFY(doc.toPlainText().contains("Line two <b>not bold</b>.\n"));
+        doc.setHtml(model.detailHtml(7));
+        QVERIFY(doc.toPlainText().contains("quality gate") && doc.toPlainText().contains("fail (0.12)"));
+        doc.setHtml(model.detailHtml(39));
+        QVERIFY(doc.toPlainText().contains("Not served: the prompt does not fit the model's context."));
+        QCOMPARE(model.detailHtml(40), QString());
+        QCOMPARE(model.detailHtml(-1), QString());
     }
 
     void appendsInOneBatch()
@@ -110,6 +163,13 @@ private Q_SLOTS:
         // (i % 7 in {0,2,3,4}) among the 667 others
         QTest::newRow("text in") << -1 << ""
                                  << "" << false << "in" << 333 + 382;
+        // The question and the answer are searched too: "Q13:" and "Answer 13:" name one row each.
+        QTest::newRow("text question") << -1 << ""
+                                       << "" << false << "q13:" << 1;
+        QTest::newRow("text answer") << -1 << ""
+                                     << "" << false << "ANSWER 13:" << 1;
+        QTest::newRow("text answer tenant") << -1 << "acme"
+                                            << "" << false << "answer 13:" << 0;
         QTest::newRow("nothing") << -1 << ""
                                  << "" << false << "zzz" << 0;
     }
@@ -143,7 +203,9 @@ private Q_SLOTS:
                 (modelName.isEmpty() || core::roleName(r.model) == modelName.toStdString()) &&
                 (!falseOnly || r.falseHit) &&
                 (text.isEmpty() || QString::fromStdString(r.tenant).contains(text, Qt::CaseInsensitive) ||
-                 QString::fromStdString(r.intent).contains(text, Qt::CaseInsensitive));
+                 QString::fromStdString(r.intent).contains(text, Qt::CaseInsensitive) ||
+                 QString::fromStdString(r.question).contains(text, Qt::CaseInsensitive) ||
+                 QString::fromStdString(r.answer).contains(text, Qt::CaseInsensitive));
             direct += ok;
         }
         QCOMPARE(direct, count);

@@ -161,6 +161,27 @@ private Q_SLOTS:
         QVERIFY(!child<QPushButton>(panel, "runButton")->isEnabled());
     }
 
+    // A refusal or a failure stays only until the prompt it was about is edited (issue: stale errors).
+    void messagesClearWhenThePromptChanges()
+    {
+        ui::ComparePanel panel;
+        panel.setModelsLoaded(true);
+        panel.setExperimentPath("/tmp/exp.h5");
+        panel.setConverters({"a"}, "a");
+        auto *prompt = child<QPlainTextEdit>(panel, "promptEdit");
+        auto *message = child<QLabel>(panel, "compareMessage");
+        prompt->setPlainText("   ");
+        child<QPushButton>(panel, "runButton")->click();
+        QVERIFY(message->text().contains("Type a prompt first"));
+        prompt->setPlainText("The capital of France is");
+        QCOMPARE(message->text(), QString());
+        panel.setBusy(true);
+        panel.setFailed("B's context is 64 tokens; the prompt has 80");
+        QVERIFY(message->text().contains("64 tokens"));
+        prompt->setPlainText("A shorter prompt");
+        QCOMPARE(message->text(), QString());
+    }
+
     void panesShowTokens()
     {
         ui::ComparePanel panel;

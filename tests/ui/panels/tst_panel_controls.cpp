@@ -9,14 +9,19 @@
 #include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
 #include "ui/charts/replay_charts.h"
+#include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
 #include "ui/panels/alignment_panel.h"
+#include "ui/panels/capture_panel.h"
 #include "ui/panels/models_panel.h"
 #include "ui/panels/replay_panel.h"
 
+#include <QChart>
+#include <QChartView>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QFile>
 #include <QLabel>
 #include <QLineEdit>
 #include <QLineSeries>
@@ -26,6 +31,8 @@
 #include <QRegularExpression>
 #include <QSignalSpy>
 #include <QSpinBox>
+#include <QTabWidget>
+#include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -728,6 +735,140 @@ private Q_SLOTS:
         QVERIFY(p.statusText().contains("done: 5 requests"));
     }
 
+    // An error shown stays only while its cause does: fixing the input that a refusal named clears
+    // it (issue: stale errors stayed after the cause was fixed).
+    void staleErrorsClear()
+    {
+        ui::ReplayPanel replay;
+        replay.setModelsLoaded(true);
+        auto *status = replay.findChild<QLabel *>("replayStatus");
+        auto *start = replay.findChild<QPushButton *>("startButton");
+        start->click();
+        QVERIFY(status->text().contains("choose a workload file"));
+        replay.findChild<QComboBox *>("workloadCombo")->setCurrentText("w.jsonl");
+        QCOMPARE(status->text(), QString("Ready: press Start."));
+        replay.findChild<QCheckBox *>("tierCross")->setChecked(true);
+        start->click();
+        QVERIFY(status->text().contains("no converter is in use"));
+        replay.setCrossAvailable(true, "c1");
+        QCOMPARE(status->text(), QString("Ready: press Start."));
+        // one cause fixed, another named
+        replay.findChild<QLineEdit *>("ledgerNameEdit")->setText("run1");
+        start->click();
+        QVERIFY(status->text().contains("no experiment file is open"));
+        replay.findChild<QLineEdit *>("ledgerNameEdit")->setText("bad name");
+        QVERIFY2(status->text().contains("no experiment file is open"), qPrintable(status->text()));
+        replay.findChild<QLineEdit *>("ledgerNameEdit")->clear();
+        QCOMPARE(status->text(), QString("Ready: press Start."));
+        // a failed replay's message goes when an input changes, and Start then runs
+        replay.setBusy(true);
+        replay.setReplayFailed("cannot read w.jsonl: no such file");
+        QVERIFY(status->text().contains("no such file"));
+        replay.findChild<QComboBox *>("workloadCombo")->setCurrentText("w2.jsonl");
+        QCOMPARE(status->text(), QString("Ready: press Start."));
+
+        ui::CapturePanel capture;
+        auto *captureStatus = capture.findChild<QLabel *>("captureStatus");
+        capture.findChild<QLineEdit *>("outPathEdit")->clear();
+        capture.findChild<QComboBox *>("promptSetCombo")->setCurrentText("");
+        capture.findChild<QPushButton *>("captureButton")->setEnabled(true);
+        capture.findChild<QPushButton *>("captureButton")->click();
+        QVERIFY2(captureStatus->text().contains("choose a prompt set and choose an experiment file"),
+                 qPrintable(captureStatus->text()));
+        capture.findChild<QComboBox *>("promptSetCombo")->setCurrentText("prompts.txt");
+        QVERIFY(captureStatus->text().contains("Cannot capture yet: choose an experiment file to write."));
+        capture.findChild<QLineEdit *>("outPathEdit")->setText("exp.h5");
+        QCOMPARE(captureStatus->text(), QString("Ready: press Capture."));
+
+        ui::AlignmentPanel align;
+        align.setSnapshot(snapshot(12, {}));
+        auto *fitStatus = align.findChild<QLabel *>("fitStatus");
+        align.findChild<QLineEdit *>("fitNameEdit")->setText("two words");
+        align.findChild<QPushButton *>("fitButton")->click();
+        QVERIFY(fitStatus->text().contains("cannot be stored"));
+        align.findChild<QLineEdit *>("fitNameEdit")->setText("two-words");
+        QVERIFY2(fitStatus->text().startsWith("Ready to fit from 12 prompts"), qPrintable(fitStatus->text()));
+    }
+
+    // The Requests tab: question and answer columns shown (the rarer ones one right-click away),
+    // the detail pane follows the selection, filters and sorting combine, and export writes exactly
+    // the rows shown in the order shown.
+    void requestsTab()
+    {
+        ui::ReplayPanel p;
+        auto snap = snapshot(10, {});
+        snap->ledgers.push_back({"stored", testing::realisticLedger(4000)});
+        p.setSnapshot(snap);
+        p.resize(1190, 560);
+        p.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&p));
+        p.tabs()->setCurrentIndex(1);
+        QCOMPARE(p.tabs()->tabText(1), QString("Requests"));
+        QTableView *view = p.ledgerView();
+        QVERIFY(view->isVisible());
+        for (int c : {int(ui::LedgerModel::QuestionColumn), int(ui::LedgerModel::AnswerColumn),
+                      int(ui::LedgerModel::AnsweredByColumn), int(ui::LedgerModel::TtftColumn)})
+            QVERIFY(!view->isColumnHidden(c));
+        for (int c : {int(ui::LedgerModel::ExactColumn), int(ui::LedgerModel::ComputedColumn),
+                      int(ui::LedgerModel::NodeColumn)})
+            QVERIFY(view->isColumnHidden(c));
+        // The table has the tab's height: at 560 pixels for the whole panel, more than 3 rows.
+        const int visibleRows = view->viewport()->height() / view->rowHeight(0);
+        QVERIFY2(visibleRows >= 8, qPrintable(QString::number(visibleRows)));
+
+        QVERIFY(p.detailText().isEmpty());
+        view->setCurrentIndex(view->model()->index(5, ui::LedgerModel::QuestionColumn));
+        const core::LedgerRow &five = p.ledger()->row(5);
+        QVERIFY2(p.detailText().contains(QString::fromStdString(five.question)), qPrintable(p.detailText()));
+        QVERIFY(p.detailText().contains(QString::fromStdString(five.answer)));
+
+        // False hits only, slowest first.
+        p.findChild<QCheckBox *>("falseHitsOnly")->setChecked(true);
+        view->sortByColumn(ui::LedgerModel::TtftColumn, Qt::DescendingOrder);
+        std::vector<core::LedgerRow> want;
+        for (const auto &r : p.ledger()->rows())
+            if (r.falseHit)
+                want.push_back(r);
+        std::stable_sort(want.begin(), want.end(),
+                         [](const auto &x, const auto &y) { return x.ttftMs > y.ttftMs; });
+        QVERIFY(want.size() >= 2);
+        QCOMPARE(p.filter()->rowCount(), int(want.size()));
+        QVERIFY(p.findChild<QPushButton *>("exportLedgerButton")->isEnabled());
+        QTemporaryDir dir;
+        const QString out = dir.filePath("rows.csv");
+        QCOMPARE(p.exportShownRows(out), QString());
+        QFile f(out);
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        const auto got = core::ledgerFromCsv(f.readAll().toStdString(), "rows.csv");
+        QCOMPARE(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            QCOMPARE(got[i].requestId, want[i].requestId);
+            QCOMPARE(got[i].question, want[i].question);
+            QCOMPARE(got[i].answer, want[i].answer);
+            QVERIFY(got[i].falseHit);
+        }
+        // A folder that does not exist: one line naming the file, nothing written.
+        const QString bad = dir.filePath("no/such/dir/rows.csv");
+        const QString e = p.exportShownRows(bad);
+        QVERIFY2(e.contains("no/such/dir/rows.csv"), qPrintable(e));
+        QVERIFY(!QFile::exists(bad));
+        // Nothing shown: nothing to export.
+        p.findChild<QLineEdit *>("ledgerSearch")->setText("no request says this");
+        QCOMPARE(p.filter()->rowCount(), 0);
+        QVERIFY(!p.findChild<QPushButton *>("exportLedgerButton")->isEnabled());
+        // The search reads questions: every refund question, and nothing else.
+        p.findChild<QCheckBox *>("falseHitsOnly")->setChecked(false);
+        p.findChild<QLineEdit *>("ledgerSearch")->setText("MONEY back");
+        const auto refunds =
+            std::count_if(p.ledger()->rows().begin(), p.ledger()->rows().end(),
+                          [](const auto &r) { return r.question == "How do I get my money back?"; });
+        QVERIFY(refunds > 10);
+        QCOMPARE(p.filter()->rowCount(), int(refunds));
+        view->setCurrentIndex(view->model()->index(0, 0));
+        QVERIFY(p.detailText().contains("How do I get my money back?"));
+        KVWB_VERIFY_SCREENSHOT(&p, "replay_requests");
+    }
+
     void screenshots()
     {
         ui::AlignmentPanel align;
@@ -766,6 +907,23 @@ private Q_SLOTS:
         QVERIFY(QTest::qWaitForWindowExposed(&replay));
         QTest::qWait(100);
         KVWB_VERIFY_SCREENSHOT(&replay, "replay_controls");
+        // every chart's title and axis titles are whole at this size (Qt Charts elides what does not fit)
+        using C = ui::ReplayCharts::Chart;
+        for (C which : {C::HitRate, C::FalseHitRate, C::Latency, C::Tokens}) {
+            QChart *chart = replay.charts()->chartView(which)->chart();
+            QVERIFY2(QFontMetrics(chart->titleFont()).horizontalAdvance(chart->title()) <=
+                         chart->size().width() - 20,
+                     qPrintable(chart->title()));
+            for (QAbstractAxis *axis : chart->axes()) {
+                const int need = QFontMetrics(axis->titleFont()).horizontalAdvance(axis->titleText());
+                const qreal room = axis->orientation() == Qt::Vertical ? chart->plotArea().height()
+                                                                       : chart->plotArea().width();
+                QVERIFY2(need <= room, qPrintable(QString("%1: axis title '%2' needs %3 px, has %4")
+                                                      .arg(chart->title(), axis->titleText())
+                                                      .arg(need)
+                                                      .arg(room)));
+            }
+        }
     }
 };
 
