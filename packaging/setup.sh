@@ -21,6 +21,8 @@ PACKAGES=(
   # LibTorch otherwise links the reference BLAS: matmuls run ~15x slower.
   libopenblas0-pthread
   libhdf5-dev hdf5-tools zlib1g-dev libhnswlib-dev libfmt-dev nlohmann-json3-dev
+  # run archives (core/settings/run_archive.cpp)
+  libarchive-dev
   libsentencepiece-dev sentencepiece libpcre2-dev libicu-dev libssl-dev
   wordnet-base
   # the Redis store under the cache tiers (core/cache/redis_store.cpp); the tests start their own

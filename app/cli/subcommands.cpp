@@ -3,6 +3,7 @@
 // engine subcommand's run function is null (the front end execs kvwb-engine for it), so the front
 // end links no engine code yet lists every subcommand in --help.
 #include "app/cli/cli.h"
+#include "app/cli/cli_archive.h"
 #include "app/cli/cli_convert.h"
 #include "app/cli/cli_info.h"
 #include "app/cli/cli_make_model.h"
@@ -93,6 +94,7 @@ const std::vector<Subcommand> &subcommands()
          "Build or show a knowledge graph file: concepts with their knowledge as KV modules of model B.", E,
          KVWB_ENGINE_RUN(cmdKnowledge)},
         {"corpus", "Write a Q/A training corpus (JSONL) from WordNet concepts.", F, cmdCorpus},
+        {"archive", "Export a project's whole run as one zip file, or import or show one.", F, cmdArchive},
         {"workload", "Write a request workload (JSONL) for cache replay: WordNet, ShareGPT or Quora pairs.",
          F, cmdWorkload},
     };

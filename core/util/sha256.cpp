@@ -83,4 +83,21 @@ std::string sha256Files(const std::vector<std::filesystem::path> &files)
     return finishHex(ctx.get());
 }
 
+Sha256Stream::Sha256Stream() : m_ctx(newSha256().release()) {}
+
+Sha256Stream::~Sha256Stream()
+{
+    EVP_MD_CTX_free(static_cast<EVP_MD_CTX *>(m_ctx));
+}
+
+void Sha256Stream::add(const void *data, size_t bytes)
+{
+    update(static_cast<EVP_MD_CTX *>(m_ctx), data, bytes);
+}
+
+std::string Sha256Stream::hex()
+{
+    return finishHex(static_cast<EVP_MD_CTX *>(m_ctx));
+}
+
 } // namespace kvwb::core

@@ -5,6 +5,7 @@
 #include "app/gui.h"
 #include "core/ledger/replay_ledger.h"
 #include "core/model/random_model.h"
+#include "core/settings/project.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
 #include "core/store/ledger_store.h"
@@ -59,6 +60,8 @@
 #include <QtTest>
 
 using namespace kvwb;
+
+namespace fs = std::filesystem;
 
 namespace {
 QString screenshotDir()
@@ -1432,6 +1435,81 @@ private Q_SLOTS:
         w.modelsPanel()->setFailed("/m/notes.txt: not a model");
         const QString status = w.modelsPanel()->findChild<QLabel *>("statusLabel")->text();
         QVERIFY2(status.contains("Still loaded and in use: A a and B b"), qPrintable(status));
+    }
+
+    // File > Export Run Archive, then File > Open Project of the archive "on another machine": the
+    // project opens from the extracted folder with its experiment's ledger shown, and model B, no
+    // longer where the run was made, is asked for in the Models step until a path that exists is
+    // chosen.
+    void opensARunArchiveOnAnotherMachine()
+    {
+        QTemporaryDir tmp;
+        const fs::path one = fs::path(tmp.path().toStdString()) / "one";
+        fs::create_directories(one);
+        const fs::path demo = test::sourceDir() / "projects/demo";
+        fs::copy(demo / "models" / "b", one / "b", fs::copy_options::recursive);
+        writeSmallExperiment(one / "exp.h5");
+        core::Project p = core::Project::load(demo / "demo.kvwb").resolved(demo / "demo.kvwb");
+        p.name = "archived";
+        p.modelB.path = one / "b";
+        p.experiment = one / "exp.h5";
+        p.save(one / "p.kvwb");
+
+        app::Workbench bench;
+        auto &w = bench.window();
+        QVERIFY(w.openProject(QString::fromStdString((one / "p.kvwb").string())));
+        QTRY_VERIFY(!w.experimentPath().isEmpty());
+        const QString zip = tmp.path() + "/run.zip";
+        QSignalSpy written(&w, &ui::MainWindow::runArchiveWritten);
+        QVERIFY(w.exportRunArchive(zip));
+        QVERIFY(written.wait(30000));
+        QCOMPARE(written.at(0).at(1).toString(), QString());
+        QVERIFY(QFileInfo::exists(zip));
+
+        fs::remove_all(one); // the other machine has neither the run nor model B
+        QSignalSpy opened(&w, &ui::MainWindow::runArchiveOpened);
+        QVERIFY(w.openRunArchive(zip));
+        QVERIFY(opened.wait(30000));
+        QCOMPARE(opened.at(0).at(1).toString(), QString());
+        const QString project = opened.at(0).at(0).toString();
+        QCOMPARE(project, tmp.path() + "/run/run/p.kvwb"); // a folder beside the archive, named after it
+        QCOMPARE(w.projectPath(), project);
+        QTRY_COMPARE(w.experimentPath(), tmp.path() + "/run/run/exp.h5");
+        QTRY_COMPARE(child<QComboBox>(w.replayPanel(), "ledgerCombo")->count(), 1);
+        QVERIFY(child<QComboBox>(w.replayPanel(), "ledgerCombo")->itemText(0).startsWith("run (1 requests)"));
+        QCOMPARE(w.currentStep(), QString("models"));
+        const QString note = w.modelsPanel()->archiveNote();
+        QVERIFY2(note.contains("Model B") && note.contains(QString::fromStdString((one / "b").string())) &&
+                     note.contains("weights sha256 bb..."), // the experiment file's fingerprint of B
+                 qPrintable(note));
+        QVERIFY(!note.contains("Model A")); // the demo's model A is where the run said
+        QVERIFY(child<QLabel>(w.modelsPanel(), "archiveNote")->isVisibleTo(w.modelsPanel()));
+        w.resize(1366, 738);
+        w.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&w));
+        QVERIFY(w.grab().save(screenshotDir() + "/archive_opened_models.png"));
+        const QString fault = layoutFault(w, "models", "1366x768");
+        QVERIFY2(fault.isEmpty(), qPrintable(fault));
+        // choosing where model B is here answers the question
+        w.modelsPanel()->setChoice(
+            'b', {QString::fromStdString((demo / "models" / "b").string()), "cpu", "f32", 0});
+        QCOMPARE(w.modelsPanel()->archiveNote(), QString());
+        QVERIFY(!child<QLabel>(w.modelsPanel(), "archiveNote")->isVisibleTo(w.modelsPanel()));
+
+        // a second open of the same archive goes into run-2; a damaged archive says so and opens nothing
+        QVERIFY(w.openRunArchive(zip));
+        QVERIFY(opened.wait(30000));
+        QCOMPARE(opened.at(1).at(0).toString(), tmp.path() + "/run-2/run/p.kvwb");
+        QTRY_COMPARE(w.experimentPath(), tmp.path() + "/run-2/run/exp.h5"); // its read done
+        QFile damaged(tmp.path() + "/damaged.zip");
+        QVERIFY(damaged.open(QIODevice::WriteOnly));
+        damaged.write(QByteArray(1000, 'x'));
+        damaged.close();
+        QVERIFY(w.openRunArchive(damaged.fileName()));
+        QVERIFY(opened.wait(30000));
+        QVERIFY(opened.at(2).at(1).toString().contains("damaged.zip: not a run archive"));
+        QCOMPARE(w.projectPath(), tmp.path() + "/run-2/run/p.kvwb");
+        QVERIFY(!QFileInfo::exists(tmp.path() + "/damaged"));
     }
 
     void savesAndReopensAProject()

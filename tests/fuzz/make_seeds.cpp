@@ -13,6 +13,7 @@
 #include "core/model/random_model.h"
 #include "core/model/safetensors.h"
 #include "core/settings/project.h"
+#include "core/settings/run_archive.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/store/knowledge_store.h"
@@ -284,6 +285,15 @@ int main(int argc, char **argv)
         p.name = "fuzz";
         fs::create_directories(out / "project");
         p.save(out / "project" / "seed.kvwb");
+        // a run archive of it, with one data file
+        fs::create_directories(out / "archive");
+        const fs::path stage = out / "archive-stage";
+        fs::create_directories(stage);
+        std::ofstream(stage / "prompts.txt") << "first prompt\nsecond prompt\n";
+        p.promptSets = {stage / "prompts.txt"};
+        p.save(stage / "seed.kvwb");
+        exportRunArchive(stage / "seed.kvwb", out / "archive" / "seed.zip", true);
+        fs::remove_all(stage);
     }
     writeExperimentSeed(out / "experiment" / "plain.h5", FloatType::F16, 0, false);
     writeExperimentSeed(out / "experiment" / "records.h5", FloatType::F32, 0, true);

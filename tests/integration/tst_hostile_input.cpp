@@ -496,6 +496,8 @@ private Q_SLOTS:
             << QStringList{"make-model", "--preset", "tiny", "--format", "gguf", "--out", "OUT"};
         QTest::newRow("convert gguf")
             << QStringList{"convert", "--model", q(m_model), "--to", "gguf", "--out", "OUT"};
+        QTest::newRow("archive export") << QStringList{
+            "archive", "export", q(test::sourceDir() / "projects" / "demo" / "demo.kvwb"), "--out", "OUT"};
         QTest::newRow("replay ledger")
             << QStringList{"replay", "--workload", q(w), "--model-a", q(m_model), "--tiers",
                            "exact",  "--threads",  "1",  "--ledger",  "OUT"};

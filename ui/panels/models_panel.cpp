@@ -41,6 +41,13 @@ QString megabytes(int64_t bytes)
 ModelsPanel::ModelsPanel(QWidget *parent) : QWidget(parent)
 {
     auto *layout = new QVBoxLayout(this);
+    m_archiveNote = new QLabel(this);
+    m_archiveNote->setObjectName("archiveNote");
+    m_archiveNote->setWordWrap(true);
+    m_archiveNote->setTextFormat(Qt::RichText);
+    m_archiveNote->setStyleSheet("QLabel { background:#fff4e0; border:1px solid #e0a040; padding:6px; }");
+    m_archiveNote->hide();
+    layout->addWidget(m_archiveNote);
     auto *grid = new QGridLayout;
     grid->addWidget(new QLabel(tr("<b>Model</b>")), 0, 0);
     grid->addWidget(new QLabel(tr("<b>Path</b> (HF directory, .gguf file or llama2.c .bin)")), 0, 1);
@@ -371,6 +378,17 @@ void ModelsPanel::setCancelled()
     m_status->setText(m_loadedText.isEmpty()
                           ? tr("Loading cancelled; none of this project's models is loaded.")
                           : tr("Loading cancelled; still loaded and in use: %1").arg(m_loadedText));
+}
+
+void ModelsPanel::setArchiveNote(const QString &html)
+{
+    m_archiveNote->setText(html);
+    m_archiveNote->setVisible(!html.isEmpty());
+}
+
+QString ModelsPanel::archiveNote() const
+{
+    return m_archiveNote->text();
 }
 
 } // namespace kvwb::ui

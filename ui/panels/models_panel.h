@@ -67,6 +67,11 @@ public:
     std::optional<core::ModelConfig> previewConfig(char role) const;
     // The estimate line shown for a model ("weights 3.7 MB + KV 0.8 MB at 512 tokens = ...").
     QString estimateText(char role) const;
+    // A note above the model rows (rich text; "" hides it): the models an opened run archive names
+    // that are not where it says on this machine. Cleared when a model path is edited to one that
+    // exists.
+    void setArchiveNote(const QString &html);
+    QString archiveNote() const;
 
 public Q_SLOTS:
     // Another engine job runs (capture, fit, ...): loading is disabled until it ends.
@@ -107,7 +112,8 @@ private:
     QPushButton *m_load = nullptr;
     QPushButton *m_cancel = nullptr;
     QProgressBar *m_progress = nullptr;
-    QString m_heldText; // what the last successful load loaded (the engine holds it)
+    QString m_heldText;
+    QLabel *m_archiveNote = nullptr; // what the last successful load loaded (the engine holds it)
     QString
         m_loadedText; // the same while it is in use (the project's pair), for the failure and cancel lines
     QLabel *m_status = nullptr;

@@ -310,6 +310,8 @@ void MainWindow::connectModels()
     });
     connect(m_models, &ModelsPanel::cancelRequested, this, [this] { cancelJob(Job::Load); });
     connect(m_models, &ModelsPanel::choiceChanged, this, [this](char role) {
+        if (!m_archiveMissing.empty())
+            refreshArchiveNote(); // a row now naming a path that exists is no longer asked for
         m_card->setModel(role == 'a' ? ModelCardModel::ModelAColumn : ModelCardModel::ModelBColumn,
                          m_models->previewConfig(role));
     });
@@ -398,7 +400,10 @@ void MainWindow::connectSteps()
     connect(m_replay, &ReplayPanel::stopRequested, this, [this] { cancelJob(Job::Replay); });
 }
 
-MainWindow::~MainWindow() = default;
+MainWindow::~MainWindow()
+{
+    finishArchiveThread(); // its result is dropped with the window
+}
 
 QDockWidget *MainWindow::addDock(const QString &objectName, const QString &title, QWidget *widget,
                                  Qt::DockWidgetArea area)
@@ -496,9 +501,13 @@ void MainWindow::buildMenus()
     m_openAction = file->addAction(tr("&Open Project..."), this, [this] {
         if (!confirmUnsaved(tr("opening another project")))
             return;
-        const QString path = QFileDialog::getOpenFileName(
-            this, tr("Open project"), QFileInfo(m_projectPath).path(), tr("KV Workbench projects (*.kvwb)"));
-        if (!path.isEmpty())
+        const QString path =
+            QFileDialog::getOpenFileName(this, tr("Open project"), QFileInfo(m_projectPath).path(),
+                                         tr("KV Workbench projects and run archives (*.kvwb *.zip);;KV "
+                                            "Workbench projects (*.kvwb);;Run archives (*.zip)"));
+        if (path.endsWith(".zip", Qt::CaseInsensitive))
+            openRunArchive(path); // into a new folder beside it
+        else if (!path.isEmpty())
             openProject(path);
     });
     m_openAction->setShortcut(QKeySequence::Open);
@@ -524,6 +533,23 @@ void MainWindow::buildMenus()
     });
     m_exportAction->setObjectName("exportReportAction");
     m_exportAction->setEnabled(false);
+    m_exportArchiveAction = file->addAction(tr("Export Run &Archive..."), this, [this] {
+        QString out = QFileDialog::getSaveFileName(
+            this, tr("Export the run as one archive"),
+            QFileInfo(m_projectPath).dir().filePath(QFileInfo(m_projectPath).completeBaseName() + "-run.zip"),
+            tr("Run archives (*.zip)"));
+        if (out.isEmpty())
+            return;
+        if (QFileInfo(out).suffix().isEmpty())
+            out += ".zip";
+        exportRunArchive(out);
+    });
+    m_exportArchiveAction->setObjectName("exportRunArchiveAction");
+    m_exportArchiveAction->setToolTip(
+        tr("The project, its experiment file (converters, comparisons, ledgers), its "
+           "data files and the models' paths and fingerprints - not their weights - "
+           "as one zip that File > Open Project opens on another machine."));
+    m_exportArchiveAction->setEnabled(false);
     m_recentMenu = file->addMenu(tr("Open &Recent"));
     refreshRecentMenu();
     QAction *save = file->addAction(tr("&Save Project"), this, [this] {
@@ -721,6 +747,7 @@ void MainWindow::setEngineBusy(bool busy)
     m_openExperimentAction->setEnabled(!busy);
     m_recentMenu->setEnabled(!busy && !m_recentMenu->actions().isEmpty());
     m_exportAction->setEnabled(!busy && !m_experimentPath.isEmpty());
+    m_exportArchiveAction->setEnabled(!busy && !m_projectPath.isEmpty() && !m_archiveThread);
     m_exportButton->setEnabled(!busy && !m_experimentPath.isEmpty());
     if (m_job != Job::Load)
         m_models->setEngineBusy(busy);

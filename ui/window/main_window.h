@@ -22,8 +22,10 @@
 #include <QMainWindow>
 
 #include <array>
+#include <map>
 #include <memory>
 #include <optional>
+#include <thread>
 
 class QAction;
 class QDockWidget;
@@ -88,6 +90,17 @@ public:
     bool closeProject();
     // Saves the current choices into the project file (the other sections are kept).
     bool saveProject(const QString &path);
+    // File > Export Run Archive without the dialog: the saved project's whole run (the project, its
+    // experiment with converters, comparisons and ledgers, its data files, the models' paths and
+    // fingerprints) as one zip at `out` (core/settings/run_archive.h), written on a worker thread;
+    // runArchiveWritten says how it went. False, saying why, when no saved project is open or an
+    // archive is being written or read.
+    bool exportRunArchive(const QString &out);
+    // File > Open Project with a run archive: extracted (checked entry by entry) into `into` - by
+    // default a new folder beside the archive named after it - on a worker thread, then opened; a
+    // model not at the path the project names is asked for in the Models step. runArchiveOpened
+    // says how it went. False, saying why, when it cannot start.
+    bool openRunArchive(const QString &archive, const QString &into = {});
     // Whether the window holds choices or results the project file does not (the title's [*]):
     // the models, the experiment, the converter in use, the steps' settings.
     bool isProjectModified() const;
@@ -145,6 +158,10 @@ Q_SIGNALS:
     // Gather the report data of this experiment on the engine thread (File > Export Report).
     void reportRequested(const QString &experimentPath);
     void reportWritten(const QStringList &files);
+    // A run archive written ("" error) or refused (error: one line naming the file at fault).
+    void runArchiveWritten(const QString &path, const QString &error);
+    // A run archive extracted and its project opened ("" error), or refused.
+    void runArchiveOpened(const QString &project, const QString &error);
     void captureRequested(const kvwb::ui::CaptureRequest &request);
     void fitRequested(const kvwb::core::FitSettings &request);
     void converterSweepRequested(const kvwb::ui::ConverterSweepRequest &request);
@@ -266,6 +283,14 @@ private:
     QString m_experimentPath; // the experiment the panels show
     QString m_reportDir;      // where the pending export goes
     QAction *m_exportAction = nullptr;
+    QAction *m_exportArchiveAction = nullptr;
+    // The thread writing or reading a run archive (null when none); the window waits for it on close.
+    std::unique_ptr<std::thread> m_archiveThread;
+    void finishArchiveThread();
+    // The models the last opened run archive names that are not on this machine (role -> path),
+    // shown in the Models step until each row names a path that exists.
+    std::map<std::string, std::string> m_archiveMissing;
+    void refreshArchiveNote();
     QAction *m_openAction = nullptr;
     QAction *m_newAction = nullptr;
     QAction *m_closeProjectAction = nullptr;

@@ -97,6 +97,9 @@ void MainWindow::showProject(const core::Project &project, const QString &path)
     resetSteps();
     m_project = project;
     m_projectPath = path;
+    m_exportArchiveAction->setEnabled(!m_engineBusy && !m_archiveThread && !m_projectPath.isEmpty());
+    m_archiveMissing.clear(); // an archive opening this project sets its own after
+    refreshArchiveNote();
     for (char role : {'a', 'b'}) {
         const auto &m = role == 'a' ? project.modelA : project.modelB;
         m_models->setChoice(role, {QString::fromStdString(m.path.string()), QString::fromStdString(m.device),
@@ -141,6 +144,9 @@ bool MainWindow::closeProject()
     resetSteps();
     m_project.reset();
     m_projectPath.clear();
+    m_exportArchiveAction->setEnabled(!m_engineBusy && !m_archiveThread && !m_projectPath.isEmpty());
+    m_archiveMissing.clear();
+    refreshArchiveNote();
     for (char role : {'a', 'b'})
         m_models->setChoice(role, {});
     keepLoadedPairIfChosen();
@@ -197,6 +203,7 @@ bool MainWindow::saveProject(const QString &path)
         p.save(path.toStdString());
         m_project = p.resolved(path.toStdString());
         m_projectPath = QFileInfo(path).absoluteFilePath();
+        m_exportArchiveAction->setEnabled(!m_engineBusy && !m_archiveThread && !m_projectPath.isEmpty());
         rememberRecent(m_projectPath);
         m_experimentBeside = false;
         log(tr("saved project %1").arg(m_projectPath));
