@@ -681,18 +681,9 @@ int cmdCompare(const QStringList &args)
             texts.push_back(std::move(t.text));
     if (settings.limit > 0)
         texts.resize(std::min(texts.size(), size_t(settings.limit)));
-    if (o.versus && settings.heldOut) { // the second converter must not have been fitted on them
-        std::vector<int> seen(o.versus->trainPrompts.begin(), o.versus->trainPrompts.end());
-        seen.insert(seen.end(), o.versus->validPrompts.begin(), o.versus->validPrompts.end());
-        int overlap = 0;
-        for (size_t i = 0; i < texts.size(); ++i)
-            overlap += std::count(seen.begin(), seen.end(), record.testPrompts[i]) > 0;
-        if (overlap > 0)
-            warnings.push_back(fmt::format("{} of the {} held-out prompts of '{}' were fitting or validation "
-                                           "prompts of '{}': the comparison favours '{}'",
-                                           overlap, texts.size(), record.name, o.versus->name,
-                                           o.versus->name));
-    }
+    if (o.versus && settings.heldOut) // the second converter must not have been fitted on them
+        if (std::string w = jobs::versusOverlapWarning(record, *o.versus, texts.size()); !w.empty())
+            warnings.push_back(std::move(w));
     const GateQualityGoal goal{settings.goodKl, settings.minPrecision};
     const auto lo = loadOptions(p);
     auto a = loadFileModel(file, core::ModelRole::A, p, lo);

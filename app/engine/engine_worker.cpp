@@ -498,6 +498,12 @@ void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
         out->requested = int(texts.size());
         jobs::CompareSetOptions o = jobs::compareSetOptions(request);
         o.compare.cancel = cancel.get();
+        if (!request.versus.empty()) { // side by side: a second converter on the same prompts
+            o.versus = core::loadConverters(request.experiment, request.versus);
+            if (request.promptsFile.empty())
+                if (std::string w = jobs::versusOverlapWarning(record, *o.versus, texts.size()); !w.empty())
+                    warnings.push_back(std::move(w));
+        }
         const jobs::ComparePair pair{*m_a, *m_tokA, *m_b, *m_tokB, conv, record.name};
         const auto run =
             jobs::compareSet(pair, record, texts, o, m_compareWarm, [&](size_t i, size_t n, auto *) {

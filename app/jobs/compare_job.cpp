@@ -47,6 +47,23 @@ void storeComparisons(const std::filesystem::path &experiment, const std::string
     core::saveComparisons(experiment, name, list);
 }
 
+std::string versusOverlapWarning(const core::ConverterRecord &record, const core::ConverterRecord &versus,
+                                 size_t n)
+{
+    std::vector<int> seen(versus.trainPrompts.begin(), versus.trainPrompts.end());
+    seen.insert(seen.end(), versus.validPrompts.begin(), versus.validPrompts.end());
+    n = std::min(n, record.testPrompts.size());
+    int overlap = 0;
+    for (size_t i = 0; i < n; ++i)
+        overlap += std::count(seen.begin(), seen.end(), record.testPrompts[i]) > 0;
+    if (overlap == 0)
+        return {};
+    return fmt::format(
+        "{} of the {} held-out prompts of '{}' were fitting or validation prompts of '{}': the "
+        "comparison favours '{}'",
+        overlap, n, record.name, versus.name, versus.name);
+}
+
 CompareSetOptions compareSetOptions(const core::CompareSettings &settings)
 {
     CompareSetOptions o;

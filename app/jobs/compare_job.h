@@ -79,6 +79,10 @@ struct CompareSetOptions
 // The options `settings` give (max tokens, the gate, the token pairing policy, baselines); the
 // --versus converter is the caller's to load.
 CompareSetOptions compareSetOptions(const core::CompareSettings &settings);
+// When the first n of record's held-out prompts are compared against `versus`: the warning that
+// some of them were versus' fitting or validation prompts (the comparison favours it), or "".
+std::string versusOverlapWarning(const core::ConverterRecord &record, const core::ConverterRecord &versus,
+                                 size_t n);
 
 struct CompareSetRun
 {

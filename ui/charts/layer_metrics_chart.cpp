@@ -38,6 +38,12 @@ QList<QLineSeries *> LayerMetricsChart::series() const
     return out;
 }
 
+void LayerMetricsChart::setReference(const core::MetricTable &table, const QString &name)
+{
+    m_reference = table;
+    m_referenceName = name;
+}
+
 void LayerMetricsChart::setTable(const core::MetricTable &table)
 {
     QChart *c = chart();
@@ -53,34 +59,44 @@ void LayerMetricsChart::setTable(const core::MetricTable &table)
     c->addAxis(x, Qt::AlignBottom);
     c->addAxis(y, Qt::AlignLeft);
 
-    const int layerColumn = table.column("layer");
     double yMin = 0, yMax = 1, xMax = 1;
-    for (const char *metric : kMetrics) {
-        const int column = table.column(metric);
-        if (column < 0)
-            continue;
-        auto *s = new QLineSeries;
-        s->setName(metricLabel(metric));
-        QPen pen(metricColor(metric));
-        pen.setWidthF(2);
-        s->setPen(pen);
-        s->setPointsVisible(table.rows.size() <= 48); // markers help read a few layers, clutter many
-        QList<QPointF> points;
-        for (size_t r = 0; r < table.rows.size(); ++r) {
-            const double layer = layerColumn >= 0 ? table.rows[r][size_t(layerColumn)] : double(r);
-            const double v = table.rows[r][size_t(column)];
-            if (!std::isfinite(v) || !std::isfinite(layer))
+    // The shown table's lines, then the reference's (dotted, paler) over the same axes.
+    const auto draw = [&](const core::MetricTable &t, const QString &prefix, bool reference) {
+        const int layerColumn = t.column("layer");
+        for (const char *metric : kMetrics) {
+            const int column = t.column(metric);
+            if (column < 0)
                 continue;
-            points << QPointF(layer, v);
-            yMin = std::min(yMin, v);
-            yMax = std::max(yMax, v);
-            xMax = std::max(xMax, layer);
+            auto *s = new QLineSeries;
+            s->setName(prefix + metricLabel(metric));
+            QColor colour = metricColor(metric);
+            if (reference)
+                colour.setAlpha(150);
+            QPen pen(colour);
+            pen.setWidthF(2);
+            pen.setStyle(reference ? Qt::DotLine : Qt::SolidLine);
+            s->setPen(pen);
+            s->setPointsVisible(!reference && t.rows.size() <= 48); // markers help read a few layers
+            QList<QPointF> points;
+            for (size_t r = 0; r < t.rows.size(); ++r) {
+                const double layer = layerColumn >= 0 ? t.rows[r][size_t(layerColumn)] : double(r);
+                const double v = t.rows[r][size_t(column)];
+                if (!std::isfinite(v) || !std::isfinite(layer))
+                    continue;
+                points << QPointF(layer, v);
+                yMin = std::min(yMin, v);
+                yMax = std::max(yMax, v);
+                xMax = std::max(xMax, layer);
+            }
+            s->replace(points);
+            c->addSeries(s);
+            s->attachAxis(x);
+            s->attachAxis(y);
         }
-        s->replace(points);
-        c->addSeries(s);
-        s->attachAxis(x);
-        s->attachAxis(y);
-    }
+    };
+    draw(table, QString(), false);
+    if (!m_reference.rows.empty())
+        draw(m_reference, m_referenceName + QStringLiteral(": "), true);
     setScoreRange(y, yMin, yMax);
     setCountAxis(x, xMax);
     c->legend()->setVisible(!c->series().isEmpty());

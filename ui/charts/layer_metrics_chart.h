@@ -23,12 +23,19 @@ public:
     explicit LayerMetricsChart(QWidget *parent = nullptr);
 
     void setTable(const core::MetricTable &table);
+    // A second converter's table drawn beside the shown one (dotted, paler, "<name>: R² of keys"),
+    // on the next setTable; an empty table removes it.
+    void setReference(const core::MetricTable &table, const QString &name);
     void setTitle(const QString &title);
 
     // The series shown, in the order r2_k, r2_v, attn_cos (only those present in the table).
     QList<QLineSeries *> series() const;
 
     QSize sizeHint() const override { return {800, 500}; }
+
+private:
+    core::MetricTable m_reference;
+    QString m_referenceName;
 };
 
 } // namespace kvwb::ui

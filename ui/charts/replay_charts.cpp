@@ -66,14 +66,14 @@ ReplayCharts::ReplayCharts(QWidget *parent) : QWidget(parent)
         m_hit, tierLegend(core::TierKind::None), QColor(0x30, 0x30, 0x30),
         [this] { return percentOf(m_hits, m_requests); }, Qt::DashLine);
     m_falseHitTrack =
-        track(m_falseHit, tr("false hits / (exact + semantic + knowledge hits)"), QColor(0xd6, 0x27, 0x28),
+        track(m_falseHit, tr("false hits / response hits"), QColor(0xd6, 0x27, 0x28),
               [this] { return percentOf(m_falseHits, m_responseHits); });
     m_p50 =
         track(m_latency, tr("p50 (median)"), percentileColor(50), [this] { return windowPercentile(50); });
     m_p95 = track(m_latency, tr("p95"), percentileColor(95), [this] { return windowPercentile(95); });
-    m_reused = track(m_tokens, tr("reused from caches (not computed)"), reusedTokensColor(),
+    m_reused = track(m_tokens, tr("reused from caches"), reusedTokensColor(),
                      [this] { return double(m_tokensReused) / 1000.0; });
-    m_computed = track(m_tokens, tr("computed by the model"), computedTokensColor(),
+    m_computed = track(m_tokens, tr("computed"), computedTokensColor(),
                        [this] { return double(m_tokensComputed) / 1000.0; });
 
     auto *grid = new QGridLayout(this);
@@ -239,6 +239,10 @@ void ReplayCharts::rescale(ChartParts &chart, const std::vector<const Track *> &
     for (const Track *t : tracks)
         for (const QPointF &p : t->series->points())
             top = std::max(top, p.y());
+    for (const QLineSeries *s : m_refSeries)
+        if (s->chart() == chart.chart)
+            for (const QPointF &p : s->points())
+                top = std::max(top, p.y());
     // Headroom above the highest line, then round numbers; percentages run 0-5 at least (an empty
     // chart's 0-1 read as a fraction) and stop at 100.
     top = top > 0 ? top * 1.1 : 1.0;
@@ -248,7 +252,7 @@ void ReplayCharts::rescale(ChartParts &chart, const std::vector<const Track *> &
     chart.y->applyNiceNumbers();
     const double shown = chart.y->max();
     chart.y->setLabelFormat(shown >= 10 ? "%.0f" : shown >= 1 ? "%.1f" : "%.2f");
-    setCountAxis(chart.x, double(m_requests), 10);
+    setCountAxis(chart.x, double(std::max(m_requests, m_refRequests)), 10);
 }
 
 void ReplayCharts::clear()
@@ -300,6 +304,47 @@ QLineSeries *ReplayCharts::ttftSeries(int percentile) const
 QLineSeries *ReplayCharts::tokensReusedSeries() const
 {
     return m_reused->series;
+}
+
+void ReplayCharts::setReference(const std::vector<core::LedgerRow> &rows, const QString &name)
+{
+    for (QLineSeries *s : m_refSeries) {
+        s->chart()->removeSeries(s);
+        delete s;
+    }
+    m_refSeries.clear();
+    m_refName = rows.empty() ? QString() : name;
+    m_refRequests = int64_t(rows.size());
+    if (!rows.empty()) {
+        // The same lines, computed the same way, by a second (never shown) set of charts.
+        ReplayCharts ref;
+        ref.addRows(rows);
+        const std::pair<ChartParts *, QLineSeries *> lines[] = {
+            {&m_hit, ref.m_anyTier->series},   {&m_falseHit, ref.m_falseHitTrack->series},
+            {&m_latency, ref.m_p50->series},   {&m_latency, ref.m_p95->series},
+            {&m_tokens, ref.m_reused->series}, {&m_tokens, ref.m_computed->series}};
+        for (const auto &[chart, from] : lines) {
+            auto *s = new QLineSeries;
+            s->setName(QStringLiteral("%1: %2").arg(name, from->name()));
+            QPen pen = from->pen();
+            QColor c = pen.color();
+            c.setAlpha(150);
+            pen.setColor(c);
+            pen.setStyle(Qt::DotLine);
+            s->setPen(pen);
+            s->replace(from->points());
+            chart->chart->addSeries(s);
+            s->attachAxis(chart->x);
+            s->attachAxis(chart->y);
+            m_refSeries.push_back(s);
+        }
+    }
+    publish();
+}
+
+QList<QLineSeries *> ReplayCharts::referenceSeries() const
+{
+    return QList<QLineSeries *>(m_refSeries.begin(), m_refSeries.end());
 }
 
 QList<QLineSeries *> ReplayCharts::allSeries() const

@@ -60,6 +60,15 @@ public:
     QLineSeries *tokensReusedSeries() const;
     QList<QLineSeries *> allSeries() const;
 
+    // A second ledger beside the one shown, drawn over it dotted and paler ("<name>: all tiers",
+    // its false-hit rate, TTFT p50/p95, tokens reused and computed), the x axes spanning both.
+    // Empty rows remove it. It stays through clear() and addRows(): the shown ledger can change
+    // under it.
+    void setReference(const std::vector<core::LedgerRow> &rows, const QString &name);
+    QString referenceName() const { return m_refName; }
+    int64_t referenceRequestCount() const { return m_refRequests; }
+    QList<QLineSeries *> referenceSeries() const;
+
     QSize sizeHint() const override { return {1000, 700}; }
 
 private:
@@ -105,6 +114,10 @@ private:
     int64_t m_falseHits = 0;
     int64_t m_tokensReused = 0;
     int64_t m_tokensComputed = 0;
+    // The reference ledger's lines (each in one of the charts above) and its length.
+    std::vector<QLineSeries *> m_refSeries;
+    QString m_refName;
+    int64_t m_refRequests = 0;
     const int m_window = 500;        // requests in the TTFT percentile window
     std::deque<double> m_ttftWindow; // [<= m_window] TTFT ms of the latest requests
 };

@@ -164,6 +164,40 @@ core::MetricTable scoresFirst(const core::MetricTable &t)
     return out;
 }
 
+// Two converters' per-layer scores side by side, scores first: layer, then for each of attn_cos,
+// r2_k, r2_v, cos_k, cos_v the shown one's, the other's (name + "′") and the difference
+// ("Δ" + name: shown minus other), matched by layer; a layer the other lacks gets NaN.
+core::MetricTable sideBySide(const core::MetricTable &shown, const core::MetricTable &other)
+{
+    core::MetricTable out;
+    out.columns.push_back("layer");
+    std::vector<std::pair<int, int>> metrics; // column in shown, in other
+    for (const char *m : {"attn_cos", "r2_k", "r2_v", "cos_k", "cos_v"})
+        if (const int a = shown.column(m), b = other.column(m); a >= 0 && b >= 0) {
+            metrics.push_back({a, b});
+            out.columns.push_back(m);
+            out.columns.push_back(std::string(m) + "\u2032");
+            out.columns.push_back("\u0394" + std::string(m));
+        }
+    const int la = shown.column("layer"), lb = other.column("layer");
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (size_t r = 0; r < shown.rows.size(); ++r) {
+        const auto &row = shown.rows[r];
+        const double layer = la >= 0 ? row[size_t(la)] : double(r);
+        const std::vector<double> *match = nullptr;
+        for (size_t q = 0; q < other.rows.size(); ++q)
+            if ((lb >= 0 ? other.rows[q][size_t(lb)] : double(q)) == layer)
+                match = &other.rows[q];
+        std::vector<double> line{layer};
+        for (const auto &[a, b] : metrics) {
+            const double x = row[size_t(a)], y = match ? (*match)[size_t(b)] : nan;
+            line.insert(line.end(), {x, y, x - y});
+        }
+        out.rows.push_back(std::move(line));
+    }
+    return out;
+}
+
 const QString kInUseSuffix = QStringLiteral(" (in use)");
 constexpr int NameRole = Qt::UserRole;        // the stored converter name of a combo item
 constexpr int DetailsRole = Qt::UserRole + 1; // its family, mean R² and fit date
@@ -186,7 +220,16 @@ AlignmentPanel::AlignmentPanel(QWidget *parent) : QWidget(parent)
     m_converters->setObjectName("converterCombo");
     m_converters->setToolTip(
         tr("The converters stored in the experiment file; pick one to see how well it fits."));
-    top->addWidget(m_converters, 1);
+    top->addWidget(m_converters, 3);
+    top->addWidget(new QLabel(tr("beside it:"), this));
+    m_beside = new QComboBox(this);
+    m_beside->setObjectName("besideConverterCombo");
+    m_beside->setToolTip(
+        tr("A second converter side by side: its per-layer scores drawn dotted over the chart "
+           "and put beside the shown one's in the table, with the differences. For the "
+           "same prompts run through both, use Versus in the Compare step."));
+    m_beside->addItem(tr("(none)"));
+    top->addWidget(m_beside, 1);
     m_useButton = new QPushButton(tr("Use this converter"), this);
     m_useButton->setObjectName("useConverterButton");
     m_useButton->setToolTip(
@@ -280,6 +323,8 @@ AlignmentPanel::AlignmentPanel(QWidget *parent) : QWidget(parent)
 
     connect(m_sweepRun, &QPushButton::clicked, this, &AlignmentPanel::runSweep);
     connect(m_converters, &QComboBox::currentIndexChanged, this, &AlignmentPanel::showConverter);
+    connect(m_beside, &QComboBox::currentIndexChanged, this,
+            [this] { showConverter(m_converters->currentIndex()); });
     connect(m_useButton, &QPushButton::clicked, this, [this] {
         const QString name = converterName(m_converters->currentIndex());
         if (name.isEmpty())
@@ -315,6 +360,7 @@ void AlignmentPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snaps
     // Keep the converter in use while the new file still has it; never pick one here (the app does).
     setInUse(inUseKept ? m_inUse : QString());
     refreshFitEnabled();
+    refreshBeside();
     showConverter(m_converters->count() > 0 ? 0 : -1);
     // the sweep just run, else the first
     const int last = m_lastSweep.isEmpty() ? -1 : m_sweeps->findText(m_lastSweep);
@@ -332,6 +378,7 @@ void AlignmentPanel::showConverter(int index)
 {
     if (!m_snapshot || index < 0 || index >= int(m_snapshot->converters.size())) {
         m_layerModel->setTable({});
+        m_layerChart->setReference({}, {});
         m_layerChart->setTable({});
         if (m_snapshot)
             m_summary->setText(
@@ -361,9 +408,22 @@ void AlignmentPanel::showConverter(int index)
             .arg(c.testPrompts.size())
             .arg(QString::fromStdString(c.createdUtc))
             .arg(familyText(c), costText(c) + autoText(c)));
-    m_layerModel->setTable(scoresFirst(c.layerMetrics));
+    refreshBeside(); // the shown converter is never beside itself
+    const core::ConverterRecord *other = nullptr;
+    for (const auto &o : m_snapshot->converters)
+        if (m_beside->currentIndex() > 0 && QString::fromStdString(o.name) == m_beside->currentText())
+            other = &o;
+    m_layerModel->setTable(other ? sideBySide(c.layerMetrics, other->layerMetrics)
+                                 : scoresFirst(c.layerMetrics));
     m_layerView->resizeColumnsToContents();
+    m_layerChart->setReference(other ? other->layerMetrics : core::MetricTable{},
+                               other ? QString::fromStdString(other->name) : QString());
     m_layerChart->setTable(c.layerMetrics);
+    if (other)
+        m_summary->setText(m_summary->text() +
+                           tr("<br>Beside it, <b>%1</b>: %2 (dotted in the chart; the table's columns of it "
+                              "end in \u2032, its differences start with \u0394).")
+                               .arg(QString::fromStdString(other->name), familyText(*other)));
     m_layerChart->setTitle(
         tr("Converter %1: fit per layer of model B (held-out prompts)").arg(QString::fromStdString(c.name)));
     m_headR2->setMatrix(headMatrix(c.headMetrics, "r2_k", layersB, heads), labels("B", layersB),
@@ -869,6 +929,19 @@ void AlignmentPanel::showFitSummary(const FitSummary &s)
 QString AlignmentPanel::fitStatusText() const
 {
     return m_fitStatus->text();
+}
+
+void AlignmentPanel::refreshBeside()
+{
+    const QString chosen = m_beside->currentText();
+    const QSignalBlocker block(m_beside);
+    m_beside->clear();
+    m_beside->addItem(tr("(none)"));
+    if (m_snapshot)
+        for (const auto &c : m_snapshot->converters)
+            if (QString::fromStdString(c.name) != converterName(m_converters->currentIndex()))
+                m_beside->addItem(QString::fromStdString(c.name));
+    m_beside->setCurrentIndex(std::max(0, m_beside->findText(chosen)));
 }
 
 } // namespace kvwb::ui

@@ -45,6 +45,7 @@ public:
     int currentConverter() const;
     void showConverter(int index);
 
+    // The per-layer table shown: the shown converter's, or both side by side (a converter beside it).
     MetricTableModel *layerTable() const { return m_layerModel; }
     HeatmapWidget *ckaKeys() const { return m_ckaKeys; }
     HeatmapWidget *headR2() const { return m_headR2; }
@@ -94,6 +95,10 @@ private:
 
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QComboBox *m_converters = nullptr;
+    // A second converter beside the shown one: its per-layer lines over the chart, and the table
+    // one row per layer with both converters' scores and their differences.
+    QComboBox *m_beside = nullptr;
+    void refreshBeside(); // the other converters, keeping the choice while it is one of them
     QLabel *m_summary = nullptr;
     MetricTableModel *m_layerModel = nullptr;
     QTableView *m_layerView = nullptr;

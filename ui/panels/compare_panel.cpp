@@ -325,6 +325,17 @@ void ComparePanel::addPromptSetRow(QVBoxLayout *layout)
     recomputeLabel->setToolTip(m_recompute->toolTip());
     setRow->addWidget(recomputeLabel);
     setRow->addWidget(m_recompute);
+    m_setVersus = new QComboBox(this);
+    m_setVersus->setObjectName("versusCombo");
+    m_setVersus->addItem(tr("(none)"));
+    m_setVersus->setToolTip(
+        tr("Side by side: a second converter run on the same prompts of the set, with the "
+           "paired differences and their intervals (kvwb compare --versus)."));
+    auto *versusLabel = new QLabel(tr("Versus:"), this);
+    versusLabel->setBuddy(m_setVersus);
+    versusLabel->setToolTip(m_setVersus->toolTip());
+    setRow->addWidget(versusLabel);
+    setRow->addWidget(m_setVersus);
     m_setBaselines = new QCheckBox(tr("&Baselines"), this);
     m_setBaselines->setObjectName("baselinesCheck");
     m_setBaselines->setChecked(true);
@@ -451,6 +462,7 @@ void ComparePanel::addResultViews(QVBoxLayout *layout)
 void ComparePanel::connectControls(QLabel *comparison)
 {
     connect(m_run, &QPushButton::clicked, this, &ComparePanel::run);
+    connect(m_converter, &QComboBox::currentTextChanged, this, [this] { refreshVersus(); });
     // a message (a refusal, a failed run) stays only until the prompt it was about is edited
     connect(m_prompt, &QPlainTextEdit::textChanged, this, [this] {
         if (!m_message->text().isEmpty() && !m_prompt->toPlainText().trimmed().isEmpty())
@@ -496,7 +508,20 @@ void ComparePanel::setConverters(const QStringList &names, const QString &inUse)
     m_converter->addItems(names);
     const int i = m_converter->findText(inUse);
     m_converter->setCurrentIndex(i >= 0 ? i : (names.isEmpty() ? -1 : 0));
+    refreshVersus();
     refreshReadiness();
+}
+
+void ComparePanel::refreshVersus()
+{
+    const QString chosen = m_setVersus->currentText();
+    const QSignalBlocker block(m_setVersus);
+    m_setVersus->clear();
+    m_setVersus->addItem(tr("(none)"));
+    for (int i = 0; i < m_converter->count(); ++i)
+        if (m_converter->itemText(i) != m_converter->currentText())
+            m_setVersus->addItem(m_converter->itemText(i));
+    m_setVersus->setCurrentIndex(std::max(0, m_setVersus->findText(chosen)));
 }
 
 void ComparePanel::setModelsLoaded(bool loaded)
@@ -559,6 +584,7 @@ core::CompareSettings ComparePanel::promptSetRequest() const
     r.heldOut = r.promptsFile.empty();
     r.limit = m_setLimit->value();
     r.baselines = m_setBaselines->isChecked();
+    r.versus = m_setVersus->currentIndex() > 0 ? m_setVersus->currentText().toStdString() : std::string();
     return r;
 }
 
@@ -572,6 +598,8 @@ void ComparePanel::setPromptSetRequest(const core::CompareSettings &r)
                                                       : QString::fromStdString(r.promptsFile));
     m_setLimit->setValue(r.limit);
     m_setBaselines->setChecked(r.baselines);
+    refreshVersus();
+    m_setVersus->setCurrentIndex(std::max(0, m_setVersus->findText(QString::fromStdString(r.versus))));
 }
 
 void ComparePanel::showSetSummary(const CompareSetSummary &s)
@@ -612,6 +640,15 @@ void ComparePanel::showSetSummary(const CompareSetSummary &s)
                       tr("%1 of %2 prompts").arg(s.set.matching).arg(s.set.prompts)},
                      {tr("KL at the first token"), fmt(s.set.klFirstToken, 4)}});
     for (const auto &b : s.set.others) {
+        if (b.key == "versus") { // a second converter on the same prompts: side by side
+            const QString name = QString::fromStdString(b.converter);
+            lines.push_back({{tr("versus '%1': KL / top-1 / ROUGE-L").arg(name),
+                              fmt(b.kl, 4) + " / " + fmt(b.top1, 3) + " / " + fmt(b.rougeL, 3)},
+                             {tr("KL minus '%1'").arg(name), ci(b.klDifference, 4)},
+                             {tr("top-1 minus it"), ci(b.top1Difference, 3)},
+                             {tr("ROUGE-L minus it"), ci(b.rougeLDifference, 3)}});
+            continue;
+        }
         const QString name = b.key == "raw_source_kv"        ? tr("raw source KV")
                              : b.key == "shuffled_positions" ? tr("shuffled positions")
                                                              : tr("random map");

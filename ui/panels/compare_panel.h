@@ -166,6 +166,10 @@ private:
     QLabel *m_tokenInfo = nullptr;
     QLabel *m_summary = nullptr;
     QComboBox *m_setSource = nullptr; // "held-out prompts" or a prompt file's path (editable)
+    // A second converter run on the same prompts of a set (kvwb compare --versus): "(none)" or one
+    // of the experiment's other converters.
+    QComboBox *m_setVersus = nullptr;
+    void refreshVersus(); // the other converters, keeping the choice while it is one of them
     QSpinBox *m_setLimit = nullptr;
     QCheckBox *m_setBaselines = nullptr;
     QPushButton *m_runSet = nullptr;

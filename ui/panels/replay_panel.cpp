@@ -60,7 +60,14 @@ ReplayPanel::ReplayPanel(QWidget *parent) : QWidget(parent)
     m_ledgers->setObjectName("ledgerCombo");
     m_ledgers->setToolTip(
         tr("The replay shown: a ledger stored in the experiment file, or the replay run here (live)."));
-    top->addWidget(m_ledgers, 1);
+    top->addWidget(m_ledgers, 3);
+    top->addWidget(new QLabel(tr("beside it:"), this));
+    m_beside = new QComboBox(this);
+    m_beside->setObjectName("besideLedgerCombo");
+    m_beside->setToolTip(
+        tr("A second replay drawn over the charts (dotted) and summarised beside the shown "
+           "one, with the differences: two tier stacks, thresholds or workloads side by side."));
+    top->addWidget(m_beside, 2);
     layout->addLayout(top);
     m_summary = new QLabel(tr("Run a replay above, or open an experiment file with replay ledgers (`kvwb "
                               "replay ... --experiment EXP.h5 --save-ledger NAME`)."),
@@ -91,6 +98,7 @@ ReplayPanel::ReplayPanel(QWidget *parent) : QWidget(parent)
     layout->addWidget(m_tabs, 1);
 
     connect(m_ledgers, &QComboBox::currentIndexChanged, this, &ReplayPanel::showLedger);
+    connect(m_beside, &QComboBox::currentIndexChanged, this, &ReplayPanel::showBeside);
     connect(m_tier, &QComboBox::currentIndexChanged, this, [this] {
         const int t = m_tier->currentData().toInt();
         m_filter->setAnsweredBy(t < 0 ? std::nullopt : std::optional<core::TierKind>(core::TierKind(t)));
@@ -288,6 +296,17 @@ void ReplayPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snapshot
         if (m_hasLive)
             m_ledgers->addItem(tr("%1 (live)").arg(m_liveTitle), LiveEntry);
     }
+    {
+        const QString chosen = m_beside->currentText();
+        const QSignalBlocker block(m_beside);
+        m_beside->clear();
+        m_beside->addItem(tr("(none)"), -2);
+        if (m_snapshot) // the stored ledgers (a live replay is still changing)
+            for (size_t i = 0; i < m_snapshot->ledgers.size(); ++i)
+                m_beside->addItem(QString::fromStdString(m_snapshot->ledgers[i].first), int(i));
+        m_beside->setCurrentIndex(std::max(0, m_beside->findText(chosen)));
+    }
+    showBeside(m_beside->currentIndex());
     if (wasLive) // a file re-read while following a replay keeps following it
         showLedger(liveComboIndex());
     else
@@ -321,6 +340,30 @@ void ReplayPanel::showLedger(int index)
     } else {
         refreshSummary();
     }
+}
+
+void ReplayPanel::showBeside(int index)
+{
+    if (index >= 0 && index < m_beside->count() && m_beside->currentIndex() != index) {
+        const QSignalBlocker block(m_beside);
+        m_beside->setCurrentIndex(index);
+    }
+    const auto *rows = besideRows();
+    m_charts->setReference(rows ? *rows : std::vector<core::LedgerRow>{}, besideName());
+    refreshSummary();
+}
+
+const std::vector<core::LedgerRow> *ReplayPanel::besideRows() const
+{
+    const int stored = m_beside->currentIndex() > 0 ? m_beside->currentData().toInt() : -1;
+    if (!m_snapshot || stored < 0 || stored >= int(m_snapshot->ledgers.size()))
+        return nullptr;
+    return &m_snapshot->ledgers[size_t(stored)].second;
+}
+
+QString ReplayPanel::besideName() const
+{
+    return besideRows() ? m_beside->currentText() : QString();
 }
 
 void ReplayPanel::appendRows(const std::vector<core::LedgerRow> &rows)
@@ -384,6 +427,38 @@ void ReplayPanel::refreshSummary()
                                        .arg(s.notServed)
                                  : QString())
             .arg(s.approximateHits));
+    if (const auto *rows = besideRows())
+        m_summary->setText(m_summary->text() + besideTable(s, core::summarize(*rows)));
+}
+
+QString ReplayPanel::besideTable(const core::LedgerSummary &shown, const core::LedgerSummary &other) const
+{
+    QString rows;
+    const auto row = [&](const QString &what, double a, double b, int decimals) {
+        const double d = a - b;
+        rows += QStringLiteral("<tr><td>%1</td><td align=right>%2</td><td align=right>%3</td>"
+                               "<td align=right>%4%5</td></tr>")
+                    .arg(what)
+                    .arg(a, 0, 'f', decimals)
+                    .arg(b, 0, 'f', decimals)
+                    .arg(d > 0 ? QStringLiteral("+") : QString())
+                    .arg(d, 0, 'f', decimals);
+    };
+    row(tr("requests"), double(shown.requests), double(other.requests), 0);
+    row(tr("hit rate"), shown.hitRate, other.hitRate, 3);
+    row(tr("hit rate by tokens"), shown.tokenHitRate, other.tokenHitRate, 3);
+    row(tr("false-hit rate"), shown.falseHitRate, other.falseHitRate, 3);
+    row(tr("false hits"), double(shown.falseHits), double(other.falseHits), 0);
+    row(tr("approximate hits"), double(shown.approximateHits), double(other.approximateHits), 0);
+    row(tr("TTFT p50 ms"), shown.ttftMsP50, other.ttftMsP50, 2);
+    row(tr("TTFT p95 ms"), shown.ttftMsP95, other.ttftMsP95, 2);
+    row(tr("cost $"), shown.costUsd, other.costUsd, 4);
+    row(tr("cost without caching $"), shown.costUsdNoCache, other.costUsdNoCache, 4);
+    return tr("<p><b>Side by side</b> (the shown ledger minus '%1'; the same prices):</p>"
+              "<table cellspacing=6><tr><th "
+              "align=left></th><th>shown</th><th>%1</th><th>difference</th></tr>%2"
+              "</table>")
+        .arg(besideName().toHtmlEscaped(), rows);
 }
 
 QString ReplayPanel::summaryText() const

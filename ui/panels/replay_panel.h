@@ -53,6 +53,10 @@ public:
 
     void setSnapshot(std::shared_ptr<const ExperimentSnapshot> snapshot);
     void showLedger(int index);
+    // A second ledger beside the shown one (index into the "beside it" combo: 0 none, then the
+    // stored ledgers, then the live replay): its lines drawn over the charts, and the summary one
+    // table of both with their differences.
+    void showBeside(int index);
     void appendRows(const std::vector<core::LedgerRow> &rows); // a batch, e.g. every 100 ms
 
     ReplayCharts *charts() const { return m_charts; }
@@ -135,6 +139,10 @@ private:
     QLabel *m_rowCount = nullptr; // "N of M rows" under the filters
     std::shared_ptr<const ExperimentSnapshot> m_snapshot;
     QComboBox *m_ledgers = nullptr;
+    QComboBox *m_beside = nullptr;                          // a second ledger, drawn beside the shown one
+    const std::vector<core::LedgerRow> *besideRows() const; // null: none chosen
+    QString besideName() const;
+    QString besideTable(const core::LedgerSummary &shown, const core::LedgerSummary &other) const;
     QLabel *m_summary = nullptr;
     ReplayCharts *m_charts = nullptr;
     LedgerModel *m_ledger = nullptr;

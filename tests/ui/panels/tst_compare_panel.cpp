@@ -580,6 +580,56 @@ private Q_SLOTS:
         QVERIFY(label->isVisible());
     }
 
+    // Converters side by side: Versus lists the experiment's other converters; a set run carries the
+    // choice as --versus does, and its summary gives the second converter's means with the paired
+    // differences and their intervals.
+    void versusSideBySide()
+    {
+        ui::ComparePanel panel;
+        panel.setExperimentPath("/tmp/x.h5");
+        panel.setConverters({"all", "top2", "mlp"}, "top2");
+        panel.setModelsLoaded(true);
+        auto *versus = panel.findChild<QComboBox *>("versusCombo");
+        QCOMPARE(versus->count(), 3);
+        QCOMPARE(versus->itemText(0), QString("(none)"));
+        QCOMPARE(versus->itemText(1), QString("all"));
+        QCOMPARE(versus->itemText(2), QString("mlp"));
+        QCOMPARE(panel.promptSetRequest().versus, std::string());
+        versus->setCurrentIndex(2);
+        QCOMPARE(panel.promptSetRequest().versus, std::string("mlp"));
+        // choosing mlp as the converter takes it out of Versus
+        panel.findChild<QComboBox *>("converterCombo")->setCurrentText("mlp");
+        QCOMPARE(versus->findText("mlp"), -1);
+        QCOMPARE(panel.promptSetRequest().versus, std::string());
+        auto r = panel.promptSetRequest();
+        r.versus = "all";
+        panel.setPromptSetRequest(r);
+        QCOMPARE(versus->currentText(), QString("all"));
+        QSignalSpy asked(&panel, &ui::ComparePanel::compareSetRequested);
+        panel.findChild<QPushButton *>("runSetButton")->click();
+        QCOMPARE(asked.first().at(0).value<core::CompareSettings>().versus, std::string("all"));
+
+        ui::CompareSetSummary s;
+        s.converter = "mlp";
+        s.source = "held-out prompts";
+        s.set.prompts = s.requested = 30;
+        core::CompareOtherSummary other;
+        other.key = "versus";
+        other.converter = "all";
+        other.kl = 0.31;
+        other.top1 = 0.7;
+        other.rougeL = 0.5;
+        other.klDifference = core::Interval{-0.12, -0.2, -0.05};
+        other.top1Difference = core::Interval{0.1, 0.02, 0.2};
+        s.set.others.push_back(other);
+        panel.showSetSummary(s);
+        const QString text = panel.setSummaryText();
+        QVERIFY2(text.contains("versus 'all': KL / top-1 / ROUGE-L 0.3100 / 0.700 / 0.500") &&
+                     text.contains("KL minus 'all' -0.1200 [-0.2000, -0.0500]") &&
+                     text.contains("top-1 minus it 0.100 [0.020, 0.200]") && !text.contains("random map"),
+                 qPrintable(text));
+    }
+
     void screenshots()
     {
         ui::ComparePanel panel;

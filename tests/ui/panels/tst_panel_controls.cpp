@@ -8,9 +8,11 @@
 #include "core/model/random_model.h"
 #include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
+#include "ui/charts/layer_metrics_chart.h"
 #include "ui/charts/replay_charts.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
+#include "ui/models/metric_table_model.h"
 #include "ui/panels/alignment_panel.h"
 #include "ui/panels/capture_panel.h"
 #include "ui/panels/models_panel.h"
@@ -35,6 +37,7 @@
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <QValueAxis>
 #include <QtTest>
 
 using namespace kvwb;
@@ -733,6 +736,98 @@ private Q_SLOTS:
         p.appendRows(testing::patternedLedger(5));
         p.finishLive(false);
         QVERIFY(p.statusText().contains("done: 5 requests"));
+    }
+
+    // Two converters side by side in the Alignment step: the second's per-layer lines dotted over the
+    // chart, and the table one row per layer with both scores and their differences.
+    void convertersSideBySide()
+    {
+        ui::AlignmentPanel p;
+        auto snap = snapshot(42, {"default", "topk-2"});
+        for (auto &row : snap->converters[1].layerMetrics.rows)
+            row[1] -= 0.1; // topk-2's R² of keys: 0.1 lower on every layer
+        p.setSnapshot(snap);
+        auto *beside = p.findChild<QComboBox *>("besideConverterCombo");
+        QCOMPARE(beside->count(), 2);
+        QCOMPARE(beside->itemText(1), QString("topk-2"));
+        QCOMPARE(p.layerChart()->series().size(), 3);
+        beside->setCurrentIndex(1);
+        const core::MetricTable &t = p.layerTable()->table();
+        QCOMPARE(t.columns,
+                 (std::vector<std::string>{"layer", "attn_cos", "attn_cos\u2032", "\u0394attn_cos", "r2_k",
+                                           "r2_k\u2032", "\u0394r2_k", "r2_v", "r2_v\u2032", "\u0394r2_v"}));
+        QCOMPARE(t.rows.size(), size_t(4));
+        QCOMPARE(t.rows[2][4], 0.6 + 0.02 * 2);
+        QCOMPARE(t.rows[2][5], 0.6 + 0.02 * 2 - 0.1);
+        QVERIFY(std::abs(t.rows[2][6] - 0.1) < 1e-12);
+        QCOMPARE(t.rows[2][3], 0.0); // the same attention cosine
+        const auto series = p.layerChart()->series();
+        QCOMPARE(series.size(), 6);
+        QCOMPARE(series[3]->name(), QString("topk-2: R\u00b2 of keys"));
+        QCOMPARE(series[3]->pen().style(), Qt::DotLine);
+        QVERIFY(p.findChild<QLabel *>("converterSummary")->text().contains("Beside it, <b>topk-2</b>"));
+        // showing topk-2 itself: it is no longer offered beside itself
+        p.showConverter(1);
+        QCOMPARE(beside->findText("topk-2"), -1);
+        QCOMPARE(beside->currentIndex(), 0);
+        QCOMPARE(p.layerChart()->series().size(), 3);
+        QCOMPARE(p.layerTable()->table().columns.size(), size_t(4));
+    }
+
+    // Two replays side by side: the second ledger's lines over the charts (dotted, named after it),
+    // the x axis spanning both, and one table of both summaries with their differences; the choice
+    // survives a re-read of the file and "(none)" removes it.
+    void ledgersSideBySide()
+    {
+        ui::ReplayPanel p;
+        auto snap = snapshot(10, {}, true); // "stored": 30 patterned rows
+        snap->ledgers.push_back({"other", testing::realisticLedger(50)});
+        p.setSnapshot(snap);
+        auto *beside = p.findChild<QComboBox *>("besideLedgerCombo");
+        QCOMPARE(beside->count(), 3);
+        QCOMPARE(beside->itemText(0), QString("(none)"));
+        QVERIFY(p.charts()->referenceSeries().isEmpty());
+        beside->setCurrentIndex(2);
+        QCOMPARE(p.charts()->referenceName(), QString("other"));
+        const auto ref = p.charts()->referenceSeries();
+        QCOMPARE(ref.size(), 6);
+        for (auto *s : ref) {
+            QVERIFY2(s->name().startsWith("other: "), qPrintable(s->name()));
+            QCOMPARE(s->pen().style(), Qt::DotLine);
+            QCOMPARE(s->points().back().x(), 50.0); // the other ledger's own length
+        }
+        // its all-tiers line is what that ledger's own charts draw
+        ui::ReplayCharts alone;
+        alone.addRows(testing::realisticLedger(50));
+        QCOMPARE(ref[0]->points(), alone.hitRateSeries(core::TierKind::None)->points());
+        auto *x = qobject_cast<QValueAxis *>(
+            p.charts()->chartView(ui::ReplayCharts::Chart::HitRate)->chart()->axes(Qt::Horizontal)[0]);
+        QCOMPARE(x->max(), 50.0); // spans both: the shown ledger has 30 requests
+        const auto a = core::summarize(testing::patternedLedger(30)),
+                   b = core::summarize(testing::realisticLedger(50));
+        const QString text = p.summaryText();
+        QVERIFY2(text.contains("Side by side"), qPrintable(text));
+        QVERIFY(text.contains(
+            "<td>requests</td><td align=right>30</td><td align=right>50</td><td align=right>-20</td>"));
+        QVERIFY(text.contains(QString("<td>hit rate</td><td align=right>%1</td><td align=right>%2</td>")
+                                  .arg(a.hitRate, 0, 'f', 3)
+                                  .arg(b.hitRate, 0, 'f', 3)));
+        // a re-read keeps the choice; the shown ledger can change under it
+        p.setSnapshot(snap);
+        QCOMPARE(beside->currentText(), QString("other"));
+        QCOMPARE(p.charts()->referenceSeries().size(), 6);
+        p.findChild<QComboBox *>("ledgerCombo")->setCurrentIndex(1);
+        QCOMPARE(p.charts()->referenceSeries().size(), 6);
+        QVERIFY(p.summaryText().contains("<td>requests</td><td align=right>50</td><td align=right>50</td>"));
+        beside->setCurrentIndex(0);
+        QVERIFY(p.charts()->referenceSeries().isEmpty());
+        QVERIFY(!p.summaryText().contains("Side by side"));
+        p.findChild<QComboBox *>("ledgerCombo")->setCurrentIndex(0);
+        beside->setCurrentIndex(2);
+        p.resize(1300, 800);
+        p.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&p));
+        KVWB_VERIFY_SCREENSHOT(&p, "replay_side_by_side");
     }
 
     // An error shown stays only while its cause does: fixing the input that a refusal named clears
