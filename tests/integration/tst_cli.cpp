@@ -37,6 +37,7 @@ QStringList allSubcommands()
         all << "report";
     all << "knowledge"
         << "corpus"
+        << "archive"
         << "workload";
     return all;
 }

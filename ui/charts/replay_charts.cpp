@@ -65,9 +65,8 @@ ReplayCharts::ReplayCharts(QWidget *parent) : QWidget(parent)
     m_anyTier = track(
         m_hit, tierLegend(core::TierKind::None), QColor(0x30, 0x30, 0x30),
         [this] { return percentOf(m_hits, m_requests); }, Qt::DashLine);
-    m_falseHitTrack =
-        track(m_falseHit, tr("false hits / response hits"), QColor(0xd6, 0x27, 0x28),
-              [this] { return percentOf(m_falseHits, m_responseHits); });
+    m_falseHitTrack = track(m_falseHit, tr("false hits / response hits"), QColor(0xd6, 0x27, 0x28),
+                            [this] { return percentOf(m_falseHits, m_responseHits); });
     m_p50 =
         track(m_latency, tr("p50 (median)"), percentileColor(50), [this] { return windowPercentile(50); });
     m_p95 = track(m_latency, tr("p95"), percentileColor(95), [this] { return windowPercentile(95); });

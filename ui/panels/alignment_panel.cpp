@@ -426,10 +426,30 @@ void AlignmentPanel::showConverter(int index)
                                .arg(QString::fromStdString(other->name), familyText(*other)));
     m_layerChart->setTitle(
         tr("Converter %1: fit per layer of model B (held-out prompts)").arg(QString::fromStdString(c.name)));
-    m_headR2->setMatrix(headMatrix(c.headMetrics, "r2_k", layersB, heads), labels("B", layersB),
-                        labels("head ", heads), tr("R\u00b2 of keys per B layer and kv head"));
-    m_headAttn->setMatrix(headMatrix(c.headMetrics, "attn_cos", layersB, heads), labels("B", layersB),
-                          labels("head ", heads), tr("Attention-output cosine per B layer and kv head"));
+    // Per head: the shown converter's scores, or with a converter beside it the difference (shown
+    // minus the other) on a colour scale symmetric about 0.
+    const auto perHead = [&](HeatmapWidget *h, const std::string &metric, const QString &what) {
+        core::Matrix m = headMatrix(c.headMetrics, metric, layersB, heads);
+        if (!other) {
+            h->setValueRange(std::nullopt);
+            h->setMatrix(m, labels("B", layersB), labels("head ", heads),
+                         tr("%1 per B layer and kv head").arg(what));
+            return;
+        }
+        const core::Matrix o = headMatrix(other->headMetrics, metric, layersB, heads);
+        double most = 1e-6;
+        for (size_t i = 0; i < m.data.size(); ++i) {
+            m.data[i] -= i < o.data.size() ? o.data[i] : std::numeric_limits<double>::quiet_NaN();
+            if (std::isfinite(m.data[i]))
+                most = std::max(most, std::abs(m.data[i]));
+        }
+        h->setValueRange(std::make_pair(-most, most));
+        h->setMatrix(m, labels("B", layersB), labels("head ", heads),
+                     tr("%1: %2 minus %3 per B layer and kv head")
+                         .arg(what, QString::fromStdString(c.name), QString::fromStdString(other->name)));
+    };
+    perHead(m_headR2, "r2_k", tr("R\u00b2 of keys"));
+    perHead(m_headAttn, "attn_cos", tr("Attention-output cosine"));
     m_ckaKeys->setMatrix(c.ckaKeys, labels("B", layersB), labels("A", layersA),
                          tr("Linear CKA of keys: B layer vs A layer"));
     m_ckaValues->setMatrix(c.ckaValues, labels("B", layersB), labels("A", layersA),

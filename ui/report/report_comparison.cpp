@@ -190,8 +190,11 @@ std::string comparisonHtml(const core::ComparisonSample &s)
                 piece = fmt::format("<span style=\"background-color:{}\" title=\"KL {} nats\">{}</span>",
                                     klColour(kl), shown(kl), piece);
             }
+            // The divergent token: bold, underlined and boxed, in black, so that it stays readable on the
+            // deep red of a high KL (red text on it read as a solid red block).
             if (holds(g, fd))
-                piece = "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\">" +
+                piece = "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#000000;"
+                        "outline:2px solid #b00000\">" +
                         piece + "</u></b>";
             body += piece;
         }

@@ -1,6 +1,8 @@
 #include "ui/report/report_document.h"
 
 #include "core/ledger/prices.h"
+#include "core/metrics/bootstrap.h"
+#include "core/util/error.h"
 #include "ui/report/report_comparison.h"
 #include "ui/report/report_text.h"
 
@@ -8,6 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
 
 #include <utility>
 
@@ -91,6 +96,122 @@ void addCharts(Doc &doc, const std::vector<ReportChart> &charts, const std::stri
     for (const auto &c : charts)
         if (c.id.rfind(prefix, 0) == 0)
             doc.chart(c);
+}
+
+// A JSON value flattened into rows of a setting table: nested objects as dotted keys, arrays of
+// plain values joined with ", ".
+void flattenJson(const nlohmann::json &j, const std::string &key, std::vector<std::vector<std::string>> &rows)
+{
+    if (j.is_object()) {
+        for (const auto &[k, v] : j.items())
+            flattenJson(v, key.empty() ? k : key + "." + k, rows);
+        return;
+    }
+    std::string value;
+    if (j.is_array()) {
+        bool plain = true;
+        for (const auto &v : j)
+            plain = plain && !v.is_structured();
+        if (!plain) {
+            for (size_t i = 0; i < j.size(); ++i)
+                flattenJson(j[i], key + "[" + std::to_string(i) + "]", rows);
+            return;
+        }
+        for (const auto &v : j)
+            value += (value.empty() ? "" : ", ") + (v.is_string() ? v.get<std::string>() : v.dump());
+    } else {
+        value = j.is_string() ? j.get<std::string>() : j.dump();
+    }
+    rows.push_back({key, value.empty() ? "-" : value});
+}
+
+// Settings JSON as a two-column table (or a paragraph when it is not JSON).
+void settingsTable(Doc &doc, const std::string &json)
+{
+    if (json.empty())
+        return;
+    if (!nlohmann::json::accept(json)) {
+        doc.para("Settings: " + json);
+        return;
+    }
+    std::vector<std::vector<std::string>> rows;
+    flattenJson(nlohmann::json::parse(json), {}, rows);
+    if (!rows.empty())
+        doc.table({"setting", "value"}, std::move(rows));
+}
+
+// Whether a ledger's replay was stopped before its workload's end (its settings say "cancelled").
+bool partialLedger(const ReportLedger &l)
+{
+    if (l.settingsJson.empty() || !nlohmann::json::accept(l.settingsJson))
+        return false;
+    const auto j = nlohmann::json::parse(l.settingsJson);
+    return j.is_object() && j.value("cancelled", false);
+}
+
+double meanColumn(const core::MetricTable &t, const char *name)
+{
+    const int c = t.column(name);
+    double sum = 0;
+    int n = 0;
+    for (const auto &r : t.rows)
+        if (c >= 0 && size_t(c) < r.size() && std::isfinite(r[size_t(c)]))
+            sum += r[size_t(c)], ++n;
+    return n > 0 ? sum / n : std::numeric_limits<double>::quiet_NaN();
+}
+
+// Page one: what a reader wants first - the pair, each converter with the share of the no-prefix
+// KL gap it closed (with its interval over the compared prompts), and each replay's savings and
+// false hits. The environment and hashes come last.
+void addSummarySection(Doc &doc, const ReportData &d)
+{
+    doc.heading(2, "Summary");
+    std::vector<std::vector<std::string>> rows;
+    const auto model = [](const core::ModelInfo &m) {
+        const std::string source = std::filesystem::path(m.sourcePath).filename().string();
+        return fmt::format("{}, {} layers, {} kv heads of {}{}", m.config.architecture, m.config.numLayers,
+                           m.config.numKvHeads, m.config.headDim, source.empty() ? "" : " (" + source + ")");
+    };
+    rows.push_back({"model A (source)", model(d.modelA)});
+    rows.push_back({"model B (target)", model(d.modelB)});
+    rows.push_back(
+        {"captured", fmt::format("{} prompts ({} tokens of A, {} of B)", d.prompts, d.tokensA, d.tokensB)});
+    for (const auto &r : d.converters) {
+        std::string text = fmt::format(
+            "{}; held-out mean R\u00b2 of keys {}, of values {}, attention cosine {}",
+            core::converterFamilyName(r.family), shown(meanColumn(r.layerMetrics, "r2_k")),
+            shown(meanColumn(r.layerMetrics, "r2_v")), shown(meanColumn(r.layerMetrics, "attn_cos")));
+        std::vector<double> kl, floor;
+        for (const auto &c : d.comparisons)
+            for (const auto &sample : c.samples)
+                if (sample.converter == r.name && std::isfinite(sample.meanKl) &&
+                    std::isfinite(sample.klNoPrefix)) {
+                    kl.push_back(sample.meanKl);
+                    floor.push_back(sample.klNoPrefix);
+                }
+        if (kl.size() >= 2) {
+            try {
+                text += fmt::format("; KL gap closed vs no prefix {} over {} compared prompts",
+                                    core::formatInterval(core::gapClosed(kl, floor)), kl.size());
+            } catch (const core::Error &) {
+                // a degenerate set (every floor 0): no interval to give
+            }
+        } else {
+            text += "; no comparison of it stored (kvwb compare --save-samples, or the Compare step)";
+        }
+        rows.push_back({"converter " + r.name, text});
+    }
+    for (const auto &l : d.ledgers) {
+        const auto &s = l.summary;
+        const double saving = s.costUsdNoCache > 0 ? 1 - s.costUsd / s.costUsdNoCache : 0;
+        rows.push_back({"replay " + l.name,
+                        fmt::format("{}{} requests: hit rate {}, false hits {} ({} of response hits), cost "
+                                    "${:.4f} vs ${:.4f} without caching (saving {}), TTFT p50 {} ms",
+                                    partialLedger(l) ? "PARTIAL (stopped before the workload's end): " : "",
+                                    s.requests, percent(s.hitRate), s.falseHits, percent(s.falseHitRate),
+                                    s.costUsd, s.costUsdNoCache, percent(saving), shown(s.ttftMsP50))});
+    }
+    doc.table({"what", "measured"}, std::move(rows));
 }
 
 // The knowledge tier's evaluations (kvwb knowledge evaluate --save NAME): their arms' ledgers carry
@@ -260,8 +381,11 @@ void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::ve
                {"train / valid / test prompts", fmt::format("{} / {} / {}", r.trainPrompts.size(),
                                                             r.validPrompts.size(), r.testPrompts.size())},
                {"train tokens", std::to_string(r.trainTokens)},
-               {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)},
-               {"settings", r.settingsJson.empty() ? "-" : r.settingsJson}});
+               {"fitted", fmt::format("{} by kvwb {} ({})", r.createdUtc, r.appVersion, r.gitCommit)}});
+    if (!r.settingsJson.empty()) {
+        doc.heading(3, "Fit settings");
+        settingsTable(doc, r.settingsJson);
+    }
     addAutoChoice(doc, r);
     addCharts(doc, charts, "converter_" + safeName(r.name) + "_");
     doc.heading(3, "Per-layer metrics (held-out prompts)");
@@ -284,9 +408,13 @@ void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::ve
 void addLedgerSection(Doc &doc, const ReportLedger &l, const std::vector<ReportChart> &charts)
 {
     const auto &s = l.summary;
-    doc.heading(2, "Replay ledger " + l.name);
-    if (!l.settingsJson.empty())
-        doc.para("Settings: " + l.settingsJson);
+    const bool partial = partialLedger(l);
+    doc.heading(2, "Replay ledger " + l.name + (partial ? " (partial)" : ""));
+    if (partial)
+        doc.para(
+            fmt::format("PARTIAL: this replay was stopped after {} requests, before the end of its workload; "
+                        "its numbers cover those requests only.",
+                        s.requests));
     doc.table(
         {"measure", "value"},
         {{"requests", std::to_string(s.requests) +
@@ -314,6 +442,10 @@ void addLedgerSection(Doc &doc, const ReportLedger &l, const std::vector<ReportC
                "TTFT p50 ms", "p95", "p99"},
               std::move(tierRows));
     addCharts(doc, charts, "ledger_" + safeName(l.name) + "_");
+    if (!l.settingsJson.empty()) {
+        doc.heading(3, "Replay settings");
+        settingsTable(doc, l.settingsJson);
+    }
     // The same ledger under every built-in price preset (resources/prices.json): providers bill
     // reuse differently (cached input at a fraction, a premium to write, storage per hour, a
     // minimum cacheable prefix), so one ledger saves differently at each.
@@ -360,36 +492,37 @@ Doc buildDoc(const ReportData &d, const std::vector<ReportChart> &charts)
 {
     Doc doc;
     doc.heading(1, "KV Workbench report: " + d.experiment.filename().string());
-    doc.para(
-        fmt::format("Experiment file {} ({} bytes, schema {}), {} prompts ({} tokens for model A, {} for "
-                    "model B), {} converter(s), {} sweep(s), {} replay ledger(s). Configuration hash "
-                    "(sha256 of every setting below): {}.",
-                    d.experiment.string(), d.fileBytes, d.schema, d.prompts, d.tokensA, d.tokensB,
-                    d.converters.size(), d.sweeps.size(), d.ledgers.size(), d.configSha256));
-
-    addEnvironmentSection(doc, d);
+    doc.para(fmt::format(
+        "Experiment file {}: {} converter(s), {} sweep(s), {} replay ledger(s), {} comparison "
+        "list(s). The environment, the file's provenance and the configuration hash are at "
+        "the end.",
+        d.experiment.string(), d.converters.size(), d.sweeps.size(), d.ledgers.size(), d.comparisons.size()));
+    addSummarySection(doc, d);
     addModelsSection(doc, d);
     for (const auto &r : d.converters)
         addConverterSection(doc, r, charts);
     for (const auto &s : d.sweeps) {
         doc.heading(2, "Sweep " + s.name);
-        if (!s.settingsJson.empty())
-            doc.para("Settings: " + s.settingsJson);
         addCharts(doc, charts, "sweep_" + safeName(s.name) + "_");
         doc.metricTable(s.table);
+        settingsTable(doc, s.settingsJson);
     }
     addKnowledgeSection(doc, d);
     for (const auto &l : d.ledgers)
         addLedgerSection(doc, l, charts);
     addComparisonsSection(doc, d);
-    doc.heading(2, "Configuration");
-    doc.para("sha256 " + d.configSha256 + " of this canonical JSON (sorted keys):");
-    doc.code(d.configJson);
     if (!d.warnings.empty()) {
         doc.heading(2, "Warnings");
         for (const auto &w : d.warnings)
             doc.para(w);
     }
+    addEnvironmentSection(doc, d);
+    doc.heading(2, "Configuration");
+    doc.para(
+        fmt::format("Experiment file {} bytes, schema {}. Configuration hash: sha256 {} of the canonical "
+                    "JSON of every setting that determined the numbers (report.json holds it whole):",
+                    d.fileBytes, d.schema, d.configSha256));
+    settingsTable(doc, d.configJson);
     return doc;
 }
 

@@ -8,6 +8,7 @@
 #include "core/model/random_model.h"
 #include "tests/support/screenshot.h"
 #include "tests/support/synthetic_ledger.h"
+#include "ui/charts/heatmap_widget.h"
 #include "ui/charts/layer_metrics_chart.h"
 #include "ui/charts/replay_charts.h"
 #include "ui/models/ledger_filter_model.h"
@@ -766,12 +767,17 @@ private Q_SLOTS:
         QCOMPARE(series[3]->name(), QString("topk-2: R\u00b2 of keys"));
         QCOMPARE(series[3]->pen().style(), Qt::DotLine);
         QVERIFY(p.findChild<QLabel *>("converterSummary")->text().contains("Beside it, <b>topk-2</b>"));
+        // per head: the difference, on a scale symmetric about 0
+        QVERIFY(p.headR2()->title().contains("default minus topk-2"));
+        QCOMPARE(p.headR2()->valueRange().first, -p.headR2()->valueRange().second);
+        QCOMPARE(p.headR2()->matrix().data[0], 0.0); // the helper gave both the same head scores
         // showing topk-2 itself: it is no longer offered beside itself
         p.showConverter(1);
         QCOMPARE(beside->findText("topk-2"), -1);
         QCOMPARE(beside->currentIndex(), 0);
         QCOMPARE(p.layerChart()->series().size(), 3);
         QCOMPARE(p.layerTable()->table().columns.size(), size_t(4));
+        QVERIFY(!p.headR2()->title().contains("minus"));
     }
 
     // Two replays side by side: the second ledger's lines over the charts (dotted, named after it),

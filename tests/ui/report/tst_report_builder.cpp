@@ -435,6 +435,41 @@ private Q_SLOTS:
         QVERIFY(d.warnings.empty());
     }
 
+    // Page one is a summary (the pair, each converter's gap closed with its interval, each replay's
+    // savings and false hits); settings are tables, never raw JSON; the environment and the hashes
+    // come last; a replay that was stopped says PARTIAL wherever its numbers appear.
+    void summaryFirstSettingsAsTables()
+    {
+        const fs::path copy = fs::path(m_dir.path().toStdString()) / "summary.h5";
+        fs::copy_file(m_experiment, copy, fs::copy_options::overwrite_existing);
+        saveLedger(copy, "stopped", makeLedger(), R"({"cancelled": true, "tiers": ["exact"]})");
+        ui::ReportData d = ui::collectReport(copy);
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-summary";
+        ui::writeMarkdown(d, out);
+        const QByteArray md = readAll(out / "report.md");
+        QVERIFY(md.indexOf("## ") == md.indexOf("## Summary"));
+        const int summary = md.indexOf("## Summary"), models = md.indexOf("## Models");
+        const QByteArray page1 = md.mid(summary, models - summary);
+        QVERIFY2(
+            page1.contains("| what | measured |") &&
+                page1.contains("| model A (source) | LlamaForCausalLM, 4 layers") &&
+                page1.contains("| converter c1 | ridge;") &&
+                page1.contains("KL gap closed vs no prefix 0.767 [0.767, 0.767] over 3 compared prompts") &&
+                page1.contains("| replay replay1 | ") && page1.contains("hit rate ") &&
+                page1.contains("without caching (saving ") &&
+                page1.contains("| replay stopped | PARTIAL (stopped before the workload's end): "),
+            page1.constData());
+        QVERIFY(md.indexOf("## Environment") > md.indexOf("## Replay ledger replay1"));
+        QVERIFY(md.indexOf("## Configuration") > md.indexOf("## Environment"));
+        QVERIFY(!md.contains("Settings: {"));
+        QVERIFY(md.contains("| setting | value |"));
+        QVERIFY(md.contains("| tiers | exact, semantic, prefix, cross |"));
+        QVERIFY(md.contains("| ks | 1, 2, 3 |"));
+        QVERIFY(md.contains("## Replay ledger stopped (partial)"));
+        QVERIFY(md.contains("PARTIAL: this replay was stopped after"));
+        QVERIFY(!md.contains("## Replay ledger replay1 (partial)"));
+    }
+
     // The PDF keeps each heading, chart and table label on the page of what it introduces: none is
     // stranded at a page's foot, and without the page breaks keepWithNext put in some were (so the
     // test cannot pass on a document that never needed moving); a second pass moves nothing.
@@ -520,12 +555,14 @@ private Q_SLOTS:
         QVERIFY(html.contains("<h2>Comparison samples</h2>"));
         QVERIFY(html.contains("What does a KV cache store?\nAnswer &quot;briefly&quot;, please."));
         QVERIFY(html.contains("Keys and values, per\nlayer"));
-        // The diverging token, bold and underlined, in scratch and (shaded red: KL 2.5) in transfer.
-        QVERIFY(html.contains("<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\"> "
-                              "stores</u></b>"));
+        // The diverging token, bold, underlined and boxed in black text (readable on the deep red of a
+        // high KL, never a solid red block), in scratch and (shaded red: KL 2.5) in transfer.
+        const std::string mark =
+            "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#000000;outline:2px solid "
+            "#b00000\">";
+        QVERIFY(html.contains(mark + " stores</u></b>"));
         QVERIFY(html.contains(
-            "<b><u class=\"divergence\" style=\"text-decoration:underline;color:#b00000\">"
-            "<span style=\"background-color:#ff0000\" title=\"KL 2.5 nats\"> saves</span></u></b>"));
+            mark + "<span style=\"background-color:#ff0000\" title=\"KL 2.5 nats\"> saves</span></u></b>"));
         QVERIFY(html.contains("<span style=\"background-color:#ffffff\" title=\"KL 0 nats\">A</span>"));
         QVERIFY(
             html.contains("<span style=\"background-color:#ff8080\" title=\"KL 1 nats\"> caf\u00e9</span>"));
