@@ -34,6 +34,9 @@ PACKAGES=(
   clang
   # the format lint (CTest lint.format)
   clang-format
+  # the report's rendering test (ui.report_builder): the HTML in a headless Chromium, the PDF's pages
+  # as images
+  chromium-headless-shell poppler-utils
   # the Debian package (packaging/build-deb.sh, CTest packaging.deb): CPack's DEB generator needs
   # file, its dependency scan dpkg-shlibdeps
   dpkg-dev file

@@ -27,6 +27,7 @@ int cmdReport(const QStringList &args)
     p.addOption({"format",
                  "Comma-separated: html, pdf, md, csv (csv includes report.json). Default: all four.", "LIST",
                  "html,pdf,md,csv"});
+    p.addOption({"paper", "The PDF's paper: a4 or letter (15 mm margins).", "SIZE", "a4"});
     parse(p, args,
           "Write a report of an experiment file: provenance, models, converters, sweeps and replay ledgers, "
           "with charts (docs/reports.md).");
@@ -47,9 +48,13 @@ int cmdReport(const QStringList &args)
     if (formats.empty())
         throw UsageError{"--format: give at least one of html, pdf, md, csv"};
 
+    const QString paper = p.value("paper").trimmed().toLower();
+    if (paper != "a4" && paper != "letter")
+        throw UsageError{fmt::format("--paper: '{}' is not a4 or letter", str(paper))};
     const fs::path experiment = str(p.value("experiment"));
     const fs::path out = outputDirectoryOption(p, "out");
     ui::ReportData data = ui::collectReport(experiment);
+    data.paper = paper == "letter" ? ui::PaperSize::Letter : ui::PaperSize::A4;
     const bool pdfImpossible = formats.count("pdf") && !ui::canRenderCharts();
     core::startOutputDirectory(out);
     std::vector<fs::path> written;

@@ -12,6 +12,7 @@
 
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -163,6 +164,27 @@ private Q_SLOTS:
                                 "--format", "html,docx"});
         QCOMPARE(r.exitCode, 2);
         QVERIFY2(r.err.contains("docx"), r.err.constData());
+    }
+
+    // --paper letter lays the PDF out on US Letter pages (612 x 792 points); an unknown paper is usage.
+    void paperSize()
+    {
+        const QString out = m_dir.path() + "/letter";
+        auto r = runKvwb({"report", "--experiment", q(m_experiment), "--out", out, "--format", "pdf",
+                          "--paper", "letter"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QFile pdf(out + "/report.pdf");
+        QVERIFY(pdf.open(QIODevice::ReadOnly));
+        const QByteArray bytes = pdf.readAll();
+        const auto box =
+            QRegularExpression(R"(/MediaBox \[0 0 ([0-9.]+) ([0-9.]+)\])").match(QString::fromLatin1(bytes));
+        QVERIFY(box.hasMatch());
+        QCOMPARE(std::lround(box.captured(1).toDouble()), 612L);
+        QCOMPARE(std::lround(box.captured(2).toDouble()), 792L);
+        r = runKvwb(
+            {"report", "--experiment", q(m_experiment), "--out", m_dir.path() + "/b5", "--paper", "b5"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY(r.err.contains("--paper: 'b5' is not a4 or letter"));
     }
 
     void missingExperimentExits1()

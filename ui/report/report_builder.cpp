@@ -70,6 +70,16 @@ std::vector<fs::path> writeHtml(ReportData &data, const fs::path &outDir)
     return {html};
 }
 
+namespace {
+
+QPageLayout pageLayout(PaperSize paper)
+{
+    return QPageLayout(QPageSize(paper == PaperSize::Letter ? QPageSize::Letter : QPageSize::A4),
+                       QPageLayout::Portrait, QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter);
+}
+
+} // namespace
+
 std::unique_ptr<QTextDocument> layoutPdf(ReportData &data, QSizeF *pagePixels)
 {
     std::vector<ReportChart> storage;
@@ -86,9 +96,7 @@ std::unique_ptr<QTextDocument> layoutPdf(ReportData &data, QSizeF *pagePixels)
     doc->setHtml(QString::fromStdString(report::renderHtml(
         data, charts, "KV Workbench report", false, [](const ReportChart &c) { return "chart:" + c.id; },
         640)));
-    const QPageLayout page(QPageSize(QPageSize::A4), QPageLayout::Portrait, QMarginsF(15, 15, 15, 15),
-                           QPageLayout::Millimeter);
-    const QSizeF size = page.paintRectPixels(96).size();
+    const QSizeF size = pageLayout(data.paper).paintRectPixels(96).size();
     if (pagePixels)
         *pagePixels = size;
     doc->setPageSize(size);
@@ -109,8 +117,7 @@ std::vector<fs::path> writePdf(ReportData &data, const fs::path &outDir)
     buffer.open(QIODevice::WriteOnly);
     {
         QPdfWriter writer(&buffer);
-        writer.setPageLayout(QPageLayout(QPageSize(QPageSize::A4), QPageLayout::Portrait,
-                                         QMarginsF(15, 15, 15, 15), QPageLayout::Millimeter));
+        writer.setPageLayout(pageLayout(data.paper));
         writer.setResolution(96);
         writer.setTitle(
             QString::fromStdString("KV Workbench report: " + data.experiment.filename().string()));

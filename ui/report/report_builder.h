@@ -34,9 +34,9 @@ namespace kvwb::ui {
 std::vector<std::filesystem::path> writeMarkdown(ReportData &data, const std::filesystem::path &outDir);
 // report.html: one file, inline CSS, charts as data:image/png;base64 URIs, no external references.
 std::vector<std::filesystem::path> writeHtml(ReportData &data, const std::filesystem::path &outDir);
-// report.pdf, A4, charts as images. Error(Unsupported) without a QApplication.
+// report.pdf on data.paper (A4 or Letter), charts as images. Error(Unsupported) without a QApplication.
 std::vector<std::filesystem::path> writePdf(ReportData &data, const std::filesystem::path &outDir);
-// The document writePdf prints: laid out on A4 pages (the page's paint area, in pixels at 96 dpi,
+// The document writePdf prints: laid out on data.paper's pages (the page's paint area, in pixels at 96 dpi,
 // in *pagePixels when given), with headings, charts and table labels kept with what follows
 // (report_pages.h). Needs a QApplication for the charts.
 std::unique_ptr<QTextDocument> layoutPdf(ReportData &data, QSizeF *pagePixels = nullptr);

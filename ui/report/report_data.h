@@ -58,8 +58,16 @@ struct ReportComparisons
     std::vector<core::ComparisonSample> samples;
 };
 
+// The PDF's paper: A4 (210 x 297 mm) or US Letter (8.5 x 11 in), 15 mm margins.
+enum class PaperSize
+{
+    A4,
+    Letter
+};
+
 struct ReportData
 {
+    PaperSize paper = PaperSize::A4; // the PDF's (writePdf, layoutPdf); the other formats have none
     std::filesystem::path experiment;
     uint64_t fileBytes = 0;
     std::string schema;

@@ -10,9 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 
 #include <utility>
 
@@ -584,9 +586,32 @@ std::string markdownOf(const Doc &doc)
 }
 
 // imageSrc maps a chart to its src attribute: a data URI for HTML, a resource URL for PDF.
+// A section's HTML id: its title in lower-case letters, digits and dashes ("Replay ledger run-1" ->
+// "replay-ledger-run-1"), made unique with "-2", "-3", ...
+std::string sectionId(const std::string &title, std::set<std::string> &taken)
+{
+    std::string id;
+    for (char c : title) {
+        const auto u = static_cast<unsigned char>(c);
+        if (std::isalnum(u) && u < 0x80)
+            id += char(std::tolower(u));
+        else if (!id.empty() && id.back() != '-')
+            id += '-';
+    }
+    while (!id.empty() && id.back() == '-')
+        id.pop_back();
+    if (id.empty())
+        id = "section";
+    std::string unique = id;
+    for (int n = 2; !taken.insert(unique).second; ++n)
+        unique = id + "-" + std::to_string(n);
+    return unique;
+}
+
 std::string htmlOf(const Doc &doc, const std::string &title, bool withCss, const ChartSource &imageSrc,
                    int imageWidth)
 {
+    std::set<std::string> ids;
     std::string h =
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + htmlEscape(title) + "</title>\n";
     if (withCss)
@@ -597,7 +622,7 @@ std::string htmlOf(const Doc &doc, const std::string &title, bool withCss, const
              "table{border-collapse:collapse;margin:0.8em 0;font-size:0.85em}\n"
              "th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}"
              "th{background:#eef}tr:nth-child(even) td{background:#fafafa}\n"
-             "td{font-variant-numeric:tabular-nums;word-break:break-all}\n"
+             "td{font-variant-numeric:tabular-nums;overflow-wrap:anywhere}\n"
              "figure{margin:1em 0}figcaption{color:#555;font-size:0.9em}img{max-width:100%}\n"
              "pre{background:#f4f4f4;padding:0.8em;white-space:pre-wrap;word-break:break-all;font-size:0.8em}"
              "\n"
@@ -606,7 +631,11 @@ std::string htmlOf(const Doc &doc, const std::string &title, bool withCss, const
     for (const auto &b : doc.blocks) {
         switch (b.kind) {
         case Block::Heading:
-            h += fmt::format("<h{0}>{1}</h{0}>\n", b.level, htmlEscape(b.text));
+            // sections (h2) carry an id, so a link (report.html#summary) opens one
+            if (b.level == 2)
+                h += fmt::format("<h2 id=\"{}\">{}</h2>\n", sectionId(b.text, ids), htmlEscape(b.text));
+            else
+                h += fmt::format("<h{0}>{1}</h{0}>\n", b.level, htmlEscape(b.text));
             break;
         case Block::Para:
             h += "<p>" + htmlEscape(b.text) + "</p>\n";

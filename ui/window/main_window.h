@@ -31,6 +31,7 @@ class QAction;
 class QDockWidget;
 class QLabel;
 class QMenu;
+class QComboBox;
 class QLineEdit;
 class QListWidget;
 class QPlainTextEdit;
@@ -257,6 +258,7 @@ private:
     QDockWidget *m_projectDock = nullptr;
     bool m_logAtEnd = true;
     QLineEdit *m_reportFolder = nullptr;
+    QComboBox *m_reportPaper = nullptr; // the PDF's paper: A4 or Letter
     QPushButton *m_exportButton = nullptr;
     QPushButton *m_openReportButton = nullptr;
     QLabel *m_reportStatus = nullptr;

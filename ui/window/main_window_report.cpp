@@ -14,6 +14,7 @@
 #include <QAction>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QComboBox>
 #include <QDateTime>
 #include <QDesktopServices>
 #include <QDir>
@@ -74,6 +75,13 @@ QWidget *MainWindow::buildReportPage()
             m_reportFolder->setText(dir);
     });
     row->addWidget(browse);
+    row->addWidget(new QLabel(tr("PDF paper:"), page));
+    m_reportPaper = new QComboBox(page);
+    m_reportPaper->setObjectName("reportPaper");
+    m_reportPaper->addItem(tr("A4"), int(PaperSize::A4));
+    m_reportPaper->addItem(tr("Letter"), int(PaperSize::Letter));
+    m_reportPaper->setToolTip(tr("The PDF's pages: A4 or US Letter, 15 mm margins (kvwb report --paper)."));
+    row->addWidget(m_reportPaper);
     v->addLayout(row);
     auto *buttons = new QHBoxLayout;
     m_exportButton = new QPushButton(tr("Export report"), page);
@@ -142,6 +150,7 @@ QStringList MainWindow::writeReport(std::shared_ptr<const ReportData> data)
     if (m_reportDir.isEmpty() || !data)
         return files;
     ReportData copy = *data; // the writers add their warnings
+    copy.paper = PaperSize(m_reportPaper->currentData().toInt());
     try {
         const std::filesystem::path dir = m_reportDir.toStdString();
         for (auto writer : {&writeHtml, &writePdf, &writeMarkdown, &writeCsvJson})

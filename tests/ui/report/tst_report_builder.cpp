@@ -17,14 +17,22 @@
 #include <QApplication>
 #include <QDir>
 #include <QFile>
+#include <QImage>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QSet>
+#include <QStandardPaths>
 #include <QTemporaryDir>
+#include <QUrl>
+
 #include <QTextBlock>
 #include <QTextCursor>
 #include <QTextDocument>
 #include <QtTest>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -435,6 +443,113 @@ private Q_SLOTS:
         QVERIFY(d.warnings.empty());
     }
 
+    // The HTML in a real browser (headless Chromium from Debian): the whole page and each section
+    // screenshotted (none blank), with no console message; the PDF
+    // on A4 and on Letter rendered page by page (poppler's pdftoppm): each page of its paper's shape and
+    // nothing drawn in its outermost 3 mm, where content running past the printable area would show.
+    void rendersInABrowserAndOnPaper()
+    {
+        const QString chromium = QStandardPaths::findExecutable("chromium-headless-shell");
+        const QString pdftoppm = QStandardPaths::findExecutable("pdftoppm");
+        QVERIFY2(!chromium.isEmpty() && !pdftoppm.isEmpty(),
+                 "chromium-headless-shell and pdftoppm are needed: ./packaging/setup.sh installs them "
+                 "(chromium-headless-shell, poppler-utils)");
+        ui::ReportData d = ui::collectReport(m_experiment);
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-render";
+        ui::writeHtml(d, out);
+        const QString html = QString::fromUtf8(readAll(out / "report.html"));
+        QStringList ids;
+        for (const auto &m : QRegularExpression("<h2 id=\"([^\"]+)\">").globalMatch(html))
+            ids << m.captured(1);
+        QVERIFY2(ids.size() >= 6, qPrintable(ids.join(", ")));
+        QVERIFY(ids.contains("summary") && ids.contains("configuration"));
+        const QString shots = QCoreApplication::applicationDirPath() + "/screenshots";
+        QDir().mkpath(shots);
+        // Chromium on a file: its log (every console message is a line with ":CONSOLE") and its
+        // screenshot of the first 1280 x 900 pixels.
+        const auto browse = [&](const QString &file, const QString &png) {
+            QFile::remove(png);
+            QProcess p;
+            p.start(chromium,
+                    {"--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
+                     "--window-size=1280,900", "--screenshot=" + png, QUrl::fromLocalFile(file).toString()});
+            if (!p.waitForFinished(120000) || p.exitCode() != 0)
+                return QString("chromium failed on %1").arg(file);
+            for (const QString &line : QString::fromUtf8(p.readAllStandardError()).split('\n'))
+                if (line.contains(":CONSOLE"))
+                    return file + ": " + line;
+            const QImage img = QImage(png).convertToFormat(QImage::Format_RGB32);
+            if (img.isNull() || img.width() != 1280)
+                return "no screenshot " + png;
+            QSet<QRgb> colours; // not blank
+            for (int y = 0; y < img.height() && colours.size() < 3; y += 7)
+                for (int x = 0; x < img.width(); x += 7)
+                    colours.insert(img.pixel(x, y));
+            return colours.size() >= 3 ? QString() : png + " is blank";
+        };
+        QString fault =
+            browse(QString::fromStdString((out / "report.html").string()), shots + "/report_page.png");
+        QVERIFY2(fault.isEmpty(), qPrintable(fault));
+        // Each section on its own, with the report's head (its CSS): headless Chromium paints only the
+        // top of a page in a screenshot, so a link into the page would show nothing.
+        const qsizetype body = html.indexOf("<body>");
+        QVERIFY(body > 0);
+        const QString head = html.left(body + 6);
+        for (qsizetype i = 0; i < ids.size(); ++i) {
+            const qsizetype from = html.indexOf("<h2 id=\"" + ids[i] + "\">");
+            const qsizetype to =
+                i + 1 < ids.size() ? html.indexOf("<h2 id=\"" + ids[i + 1] + "\">") : html.indexOf("</body>");
+            QVERIFY(from > 0 && to > from);
+            const QString file =
+                QString::fromStdString((out / ("section-" + ids[i].toStdString() + ".html")).string());
+            QFile f(file);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write((head + html.mid(from, to - from) + "</body></html>\n").toUtf8());
+            f.close();
+            fault = browse(file, shots + "/report_section_" + ids[i] + ".png");
+            QVERIFY2(fault.isEmpty(), qPrintable(fault));
+        }
+
+        for (const auto &[paper, name, ratio] : {std::tuple{ui::PaperSize::A4, "a4", 210.0 / 297.0},
+                                                 {ui::PaperSize::Letter, "letter", 8.5 / 11.0}}) {
+            d.paper = paper;
+            const fs::path dir = out / name;
+            ui::writePdf(d, dir);
+            QProcess p;
+            p.start(pdftoppm, {"-r", "40", "-png", QString::fromStdString((dir / "report.pdf").string()),
+                               QString::fromStdString((dir / "page").string())});
+            QVERIFY(p.waitForFinished(120000));
+            QCOMPARE(p.exitCode(), 0);
+            int pages = 0;
+            const int band = int(std::lround(3.0 / 25.4 * 40)); // 3 mm at 40 dpi
+            for (const auto &f : fs::directory_iterator(dir)) {
+                if (f.path().extension() != ".png")
+                    continue;
+                ++pages;
+                QImage img(QString::fromStdString(f.path().string()));
+                QVERIFY(!img.isNull());
+                QVERIFY2(std::abs(double(img.width()) / img.height() - ratio) < 0.01,
+                         qPrintable(QString("%1: %2 x %3").arg(name).arg(img.width()).arg(img.height())));
+                img = img.convertToFormat(QImage::Format_RGB32);
+                for (int y = 0; y < img.height(); ++y)
+                    for (int x = 0; x < img.width(); ++x) {
+                        if (x >= band && x < img.width() - band && y >= band && y < img.height() - band)
+                            continue;
+                        const QRgb c = img.pixel(x, y);
+                        QVERIFY2(
+                            qRed(c) > 240 && qGreen(c) > 240 && qBlue(c) > 240,
+                            qPrintable(QString("%1: content at the edge of %2 at %3,%4")
+                                           .arg(name, QString::fromStdString(f.path().filename().string()))
+                                           .arg(x)
+                                           .arg(y)));
+                    }
+                if (pages <= 2) // the first pages for a person to look at
+                    img.save(shots + QString("/report_pdf_%1_%2.png").arg(name).arg(pages));
+            }
+            QVERIFY2(pages >= 5, qPrintable(QString::number(pages)));
+        }
+    }
+
     // Page one is a summary (the pair, each converter's gap closed with its interval, each replay's
     // savings and false hits); settings are tables, never raw JSON; the environment and the hashes
     // come last; a replay that was stopped says PARTIAL wherever its numbers appear.
@@ -552,7 +667,7 @@ private Q_SLOTS:
 
         ui::writeHtml(d, out);
         const QByteArray html = readAll(out / "report.html");
-        QVERIFY(html.contains("<h2>Comparison samples</h2>"));
+        QVERIFY(html.contains("<h2 id=\"comparison-samples\">Comparison samples</h2>"));
         QVERIFY(html.contains("What does a KV cache store?\nAnswer &quot;briefly&quot;, please."));
         QVERIFY(html.contains("Keys and values, per\nlayer"));
         // The diverging token, bold, underlined and boxed in black text (readable on the deep red of a
