@@ -322,6 +322,8 @@ AlignmentPanel::AlignmentPanel(QWidget *parent) : QWidget(parent)
     layout->addWidget(tabs, 1);
 
     connect(m_sweepRun, &QPushButton::clicked, this, &AlignmentPanel::runSweep);
+    for (QLineEdit *e : {m_sweepKs, m_sweepLambdas, m_sweepTokens, m_sweepName})
+        connect(e, &QLineEdit::textChanged, this, &AlignmentPanel::sweepInputChanged);
     connect(m_converters, &QComboBox::currentIndexChanged, this, &AlignmentPanel::showConverter);
     connect(m_beside, &QComboBox::currentIndexChanged, this,
             [this] { showConverter(m_converters->currentIndex()); });
@@ -646,7 +648,7 @@ void AlignmentPanel::connectFitGroup()
     });
 }
 
-void AlignmentPanel::runSweep()
+ConverterSweepRequest AlignmentPanel::sweepRequest(QStringList *problems) const
 {
     ConverterSweepRequest r;
     r.experimentPath = m_snapshot ? m_snapshot->path : QString();
@@ -691,6 +693,30 @@ void AlignmentPanel::runSweep()
         for (const auto &[name, table] : m_snapshot->sweeps)
             if (QString::fromStdString(name) == r.name) // a stored sweep is never replaced silently
                 bad << tr("the experiment already holds a sweep '%1': choose another name").arg(r.name);
+    if (problems)
+        *problems = bad;
+    return r;
+}
+
+void AlignmentPanel::sweepInputChanged()
+{
+    if (!m_sweepRefusalShown || m_busy)
+        return;
+    QStringList bad;
+    sweepRequest(&bad);
+    if (!bad.isEmpty()) {
+        m_fitStatus->setText(errorHtml(tr("Cannot sweep: %1.").arg(bad.join("; "))));
+        return;
+    }
+    m_sweepRefusalShown = false;
+    m_fitStatus->setText(tr("Ready to sweep."));
+}
+
+void AlignmentPanel::runSweep()
+{
+    QStringList bad;
+    const ConverterSweepRequest r = sweepRequest(&bad);
+    m_sweepRefusalShown = !bad.isEmpty();
     if (!bad.isEmpty()) {
         m_fitStatus->setText(errorHtml(tr("Cannot sweep: %1.").arg(bad.join("; "))));
         return;

@@ -87,6 +87,10 @@ private:
     void refreshFitEnabled();
     void refreshInUseMarks();
     void runSweep(); // Run sweep: the lists read and checked, then sweepRequested
+    // The sweep the Sweeps tab's fields ask for, and why it cannot run (empty: it can).
+    ConverterSweepRequest sweepRequest(QStringList *problems) const;
+    bool m_sweepRefusalShown = false; // the fit status shows why Run sweep refused
+    void sweepInputChanged();         // that refusal stays only while its cause does
     const core::ConverterRecord *existingConverter(const std::string &name) const; // in the snapshot
     void startFit(const core::FitSettings &r);
     // A fit under a name the experiment holds: asks (without blocking) whether to replace that

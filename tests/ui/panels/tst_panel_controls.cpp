@@ -889,6 +889,15 @@ private Q_SLOTS:
         QVERIFY(fitStatus->text().contains("cannot be stored"));
         align.findChild<QLineEdit *>("fitNameEdit")->setText("two-words");
         QVERIFY2(fitStatus->text().startsWith("Ready to fit from 12 prompts"), qPrintable(fitStatus->text()));
+        // the sweep's refusal, the same way
+        auto withSweep = snapshot(12, {});
+        withSweep->sweeps.push_back({"s1", core::MetricTable{{"k", "r2_k"}, {{1, 0.5}}}});
+        align.setSnapshot(withSweep);
+        align.findChild<QLineEdit *>("sweepNameEdit")->setText("s1");
+        align.findChild<QPushButton *>("runSweepButton")->click();
+        QVERIFY2(fitStatus->text().contains("already holds a sweep 's1'"), qPrintable(fitStatus->text()));
+        align.findChild<QLineEdit *>("sweepNameEdit")->setText("s2");
+        QCOMPARE(fitStatus->text(), QString("Ready to sweep."));
     }
 
     // The Requests tab: question and answer columns shown (the rarer ones one right-click away),
