@@ -15,6 +15,7 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -122,8 +123,8 @@ struct Plan
 Plan planArchive(const fs::path &projectFile)
 {
     Plan plan;
-    const Project original = Project::load(projectFile);
-    Project p = original.resolved(projectFile);
+    Project p = Project::load(projectFile).resolved(projectFile);
+    const std::optional<fs::path> experimentFile = p.experiment; // before it is renamed into the archive
     // Staged names only: toJson makes them relative to the archived project's folder.
     const fs::path stage = fs::path("/kvwb-archive-stage") / "run";
     EntryNames names;
@@ -172,9 +173,9 @@ Plan planArchive(const fs::path &projectFile)
 
     // The models: their paths and what the experiment file knows of their weights.
     std::map<std::string, ModelInfo> recorded;
-    if (original.experiment)
+    if (experimentFile)
         try {
-            const ExperimentReader r = ExperimentReader::open(*original.resolved(projectFile).experiment);
+            const ExperimentReader r = ExperimentReader::open(*experimentFile);
             recorded["a"] = r.model(ModelRole::A);
             recorded["b"] = r.model(ModelRole::B);
         } catch (const Error &e) {
@@ -250,7 +251,8 @@ ArchiveManifest ArchiveManifest::fromJson(const std::string &text, const std::st
     } catch (const json::exception &e) {
         throw Error(ErrorCode::Format, where + ": not JSON (" + e.what() + ")");
     }
-    const auto field = [&](const json &o, const char *key, json::value_t type, const std::string &at) {
+    const auto field = [&](const json &o, const char *key, json::value_t type,
+                           const std::string &at) -> const json & {
         if (!o.is_object() || !o.contains(key))
             throw Error(ErrorCode::Format, where + ": " + at + "missing field '" + key + "'");
         const json &v = o[key];

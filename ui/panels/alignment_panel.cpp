@@ -362,8 +362,7 @@ void AlignmentPanel::setSnapshot(std::shared_ptr<const ExperimentSnapshot> snaps
     // Keep the converter in use while the new file still has it; never pick one here (the app does).
     setInUse(inUseKept ? m_inUse : QString());
     refreshFitEnabled();
-    refreshBeside();
-    showConverter(m_converters->count() > 0 ? 0 : -1);
+    showConverter(m_converters->count() > 0 ? 0 : -1); // refreshes the "beside it" list too
     // the sweep just run, else the first
     const int last = m_lastSweep.isEmpty() ? -1 : m_sweeps->findText(m_lastSweep);
     if (last >= 0)
@@ -379,6 +378,7 @@ int AlignmentPanel::currentConverter() const
 void AlignmentPanel::showConverter(int index)
 {
     if (!m_snapshot || index < 0 || index >= int(m_snapshot->converters.size())) {
+        refreshBeside();
         m_layerModel->setTable({});
         m_layerChart->setReference({}, {});
         m_layerChart->setTable({});
