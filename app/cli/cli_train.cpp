@@ -10,10 +10,12 @@
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 #include "core/workload/corpus_shard.h"
+
 #include "core/workload/text_corpus.h"
 #include "gpu/model/model.h"
 #include "gpu/train/embedder_trainer.h"
 #include "gpu/train/trainer.h"
+#include <cmath>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -284,30 +286,50 @@ int cmdTrainEmbedder(const QStringList &args)
         });
     parse(
         p, args,
-        "Train the demo's sentence embedder: a small BERT-family encoder with its own WordPiece vocabulary, "
-        "trained contrastively on WordNet question paraphrases and synonyms with near misses as hard "
-        "negatives; prints the held-out evaluation against the lexical embedders.");
+        "Train a sentence embedder for the semantic tier: a small BERT-family encoder with its own WordPiece "
+        "vocabulary, trained contrastively on WordNet question paraphrases and synonyms with near misses as "
+        "hard negatives; or, with --pairs FILE, on labelled question pairs (your own logs or a public "
+        "paraphrase set), from scratch or fine-tuning --init DIR, with a validation split, early stopping "
+        "and --resume. Prints the held-out evaluation against the lexical embedders.");
     if (!p.isSet("out")) // before the values: the missing output is the first thing to say
         throw UsageError{"--out is required"};
     auto o = settingsFromFlags(p, core::embedderTrainFlags());
     o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
+    const bool pairs = !o.pairs.empty();
     std::optional<InterruptScope> ctrlC(std::in_place);
-    const auto r = gpu::trainEmbedder(o, [&](int step, int steps, double loss) {
-        if (step % 100 == 0 || step == 1)
+    const auto r = gpu::trainEmbedder(o, [&](int step, int steps, double loss, double auc) {
+        if (std::isfinite(auc))
+            std::fprintf(stderr, "step %5d/%d  loss %.4f  validation AUC %.4f\n", step, steps, loss, auc);
+        else if (!pairs && (step % 100 == 0 || step == 1))
             std::fprintf(stderr, "step %5d/%d  loss %.4f\n", step, steps, loss);
         return !InterruptScope::interrupted();
     });
     ctrlC.reset();
     if (r.cancelled) {
-        std::fprintf(stderr, "interrupted; nothing written\n");
+        std::fprintf(stderr,
+                     pairs ? "interrupted at step %d; the state is kept, continue with --resume\n"
+                           : "interrupted at step %d; nothing written\n",
+                     r.stepsDone);
         return 130;
     }
-    std::fprintf(stderr, "held-out pairs: %-12s %6s %8s %14s %10s\n", "embedder", "AUC", "near AUC",
-                 "recall@P0.9", "threshold");
+    if (r.warningCount > 0) {
+        std::fprintf(stderr, "%zu lines of %s skipped:\n", r.warningCount, o.pairs.string().c_str());
+        for (size_t i = 0; i < r.warnings.size() && i < 5; ++i)
+            std::fprintf(stderr, "  %s\n", r.warnings[i].c_str());
+    }
+    if (pairs)
+        std::fprintf(stderr,
+                     "%zu training pairs, %zu validation pairs (grouped by shared text); %d steps%s, best at "
+                     "step %d%s\n",
+                     r.trainPairs, r.validationPairs, r.stepsDone, r.stoppedEarly ? " (stopped early)" : "",
+                     r.bestStep, r.resumedFrom ? "; resumed" : "");
+    std::fprintf(stderr, "%s pairs: %-12s %6s %8s %14s %10s\n", pairs ? "validation" : "held-out", "embedder",
+                 "AUC", pairs ? "AP" : "near AUC", "recall@P0.9", "threshold");
     for (const auto &e : r.evaluation) {
         const auto &s = e.separation;
-        std::fprintf(stderr, "                %-12s %6.3f %8.3f %14.3f %10.3f\n", e.embedder.c_str(), s.auc,
-                     s.nearMissAuc, s.recallAtPrecision90, s.thresholdAtPrecision90);
+        std::fprintf(stderr, "%s        %-12s %6.3f %8.3f %14.3f %10.3f\n", pairs ? "  " : "",
+                     e.embedder.c_str(), s.auc, pairs ? e.averagePrecision : s.nearMissAuc,
+                     s.recallAtPrecision90, s.thresholdAtPrecision90);
     }
     // the log the trainer wrote beside the model: options, losses, the held-out evaluation
     json log = json::parse(core::text::readWholeFile(o.out / "train_log.json"));

@@ -37,6 +37,28 @@ std::vector<EmbedderTrainFlag> makeFlags()
                            &S::evalPairs, 10),
         integer<S, uint64_t>("seed", "S", "Seed for initialisation and batches (default 1).", &S::seed, 0,
                              uint64_t(INT64_MAX)),
+        text<S>(
+            "pairs", "FILE",
+            "Labelled pairs to learn from (TSV text, text, label; Quora's or GLUE's TSV; JSONL): the user's "
+            "own logs or a public paraphrase set. The embedder then learns from them, not from WordNet.",
+            &S::pairs, Scope::Input),
+        text<S>("init", "DIR",
+                "Fine-tune this BERT-family sentence encoder (its vocabulary and sizes) instead of a new one "
+                "(with --pairs).",
+                &S::init, Scope::Input),
+        real(
+            "validation", "F",
+            "Share of the pairs held out for validation, whole groups of pairs sharing a text (default 0.1).",
+            &S::validationShare, 0, 0.9),
+        integer<S, int>("eval-every", "N", "Steps between validation passes (default 100; with --pairs).",
+                        &S::evalEvery, 1),
+        integer<S, int>("patience", "N",
+                        "Validation passes without a better AUC before stopping early (default 5; 0: never).",
+                        &S::patience, 0),
+        real("margin", "M", "Cosine below which a labelled non-duplicate is pushed (default 0.5).",
+             &S::margin, -1, 1),
+        toggle("resume", "Continue an interrupted --pairs training from OUT.train_state.", &S::resume, true,
+               "resume", Scope::Run),
         toggle("force", "Replace an output file that exists, or an output directory kvwb wrote.", &S::force,
                true, "force", Scope::Run)};
 }

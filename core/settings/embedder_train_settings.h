@@ -1,5 +1,6 @@
-// The settings of `kvwb train-embedder` (the demo's sentence embedder: a small BERT-family encoder
-// trained contrastively on WordNet question paraphrases), as one plain type and its one table
+// The settings of `kvwb train-embedder` (a sentence embedder: a small BERT-family encoder trained
+// contrastively on WordNet question paraphrases, or on a labelled pairs file - the user's own logs
+// or a public paraphrase set - from scratch or fine-tuning an encoder), as one plain type and its one table
 // (core/settings/setting_table.h): the command line's options; gpu/train/embedder_trainer.h trains
 // with this same type.
 //
@@ -35,8 +36,17 @@ struct EmbedderTrainSettings
     double temperature = 0.05;
     size_t evalPairs = 4000;
     uint64_t seed = 1;
-    int threads = 0;    // intra-op threads (0: all cores); the engine's, not in the table
-    bool force = false; // replace a non-empty out
+    // Labelled pairs (core/workload/labelled_pairs.h): when set, the embedder learns from them
+    // instead of WordNet (concepts, hold-out-every, wordnet-dir and eval-pairs do not apply).
+    std::filesystem::path pairs;
+    std::filesystem::path init;   // fine-tune this BERT-family encoder (its vocabulary and sizes)
+    double validationShare = 0.1; // of the pairs, grouped by shared text, never trained on
+    int evalEvery = 100;          // steps between validation passes (pairs only)
+    int patience = 5;             // validation passes without a better AUC before stopping (0: never)
+    double margin = 0.5;          // cosine a labelled non-duplicate is pushed below
+    bool resume = false;          // continue from <out>.train_state when present
+    int threads = 0;              // intra-op threads (0: all cores); the engine's, not in the table
+    bool force = false;           // replace a non-empty out
 };
 
 bool operator==(const EmbedderTrainSettings &x, const EmbedderTrainSettings &y);

@@ -4,6 +4,8 @@
 #include "core/workload/corpus.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <unordered_map>
 
 namespace kvwb::core {
@@ -162,10 +164,15 @@ double aucOf(const std::vector<double> &pos, const std::vector<double> &neg)
 
 } // namespace
 
-PairSeparation separation(const std::vector<LabelledPair> &pairs, const std::vector<double> &similarity)
+PairSeparation separation(const std::vector<LabelledPair> &pairs, const std::vector<double> &scores)
 {
-    if (pairs.size() != similarity.size())
+    if (pairs.size() != scores.size())
         throw Error(ErrorCode::InvalidArgument, "separation: one similarity per pair");
+    // a NaN similarity ranks below every number: it never passes a threshold (and cannot break the sort)
+    std::vector<double> similarity = scores;
+    for (double &x : similarity)
+        if (std::isnan(x))
+            x = -std::numeric_limits<double>::infinity();
     std::vector<double> pos, neg, near;
     for (size_t i = 0; i < pairs.size(); ++i) {
         (pairs[i].duplicate ? pos : neg).push_back(similarity[i]);

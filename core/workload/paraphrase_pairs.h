@@ -65,7 +65,8 @@ struct PairSeparation
     double thresholdAtPrecision90 = 1; // that threshold
     double nearMissAuc = 0;            // the AUC against near misses only
 };
-// similarity[i] of pairs[i]. Error(InvalidArgument) when the sizes differ.
+// similarity[i] of pairs[i]; a NaN ranks below every number (it never passes a threshold).
+// Error(InvalidArgument) when the sizes differ.
 PairSeparation separation(const std::vector<LabelledPair> &pairs, const std::vector<double> &similarity);
 
 } // namespace kvwb::core

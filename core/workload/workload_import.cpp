@@ -1,5 +1,7 @@
 #include "core/workload/workload_import.h"
 
+#include "core/util/tsv_reader.h"
+
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 
@@ -259,92 +261,6 @@ ImportResult importShareGpt(const std::filesystem::path &path, const ImportOptio
 // ---- Quora question pairs ----
 
 namespace {
-
-// One TSV record: fields separated by '\t', records by "\n" or "\r\n"; a field that starts with '"'
-// runs to the next '"' not doubled and may hold tabs and line breaks ("" is a quote).
-struct TsvRecord
-{
-    size_t line = 0; // where the record starts
-    std::vector<std::string> fields;
-    std::string problem; // set when the record is malformed (the rest of its line was skipped)
-};
-
-class TsvReader
-{
-public:
-    explicit TsvReader(std::string_view text) : m_text(text) {}
-
-    // false at the end of the text.
-    bool next(TsvRecord &rec)
-    {
-        if (m_pos >= m_text.size())
-            return false;
-        rec = TsvRecord{};
-        rec.line = m_line;
-        for (;;) {
-            std::string field;
-            if (peek() == '"') {
-                const size_t opened = m_line;
-                ++m_pos;
-                for (;;) {
-                    if (m_pos >= m_text.size()) {
-                        rec.problem = "quoted field " + std::to_string(rec.fields.size() + 1) +
-                                      " opened on line " + std::to_string(opened) + " is not closed";
-                        return true;
-                    }
-                    const char c = m_text[m_pos++];
-                    if (c == '"') {
-                        if (peek() != '"')
-                            break;
-                        ++m_pos;
-                    } else if (c == '\n') {
-                        ++m_line;
-                    }
-                    field += c;
-                }
-                if (!atSeparator()) {
-                    rec.problem =
-                        "text after the closing quote of field " + std::to_string(rec.fields.size() + 1);
-                    skipLine();
-                    return true;
-                }
-            } else {
-                while (!atSeparator())
-                    field += m_text[m_pos++];
-            }
-            rec.fields.push_back(std::move(field));
-            if (m_pos >= m_text.size())
-                return true;
-            if (m_text[m_pos] == '\t') {
-                ++m_pos;
-                continue;
-            }
-            skipLine(); // at "\n" or "\r\n"
-            return true;
-        }
-    }
-
-private:
-    char peek() const { return m_pos < m_text.size() ? m_text[m_pos] : '\0'; }
-    bool atSeparator() const
-    {
-        if (m_pos >= m_text.size())
-            return true;
-        const char c = m_text[m_pos];
-        return c == '\t' || c == '\n' ||
-               (c == '\r' && m_pos + 1 < m_text.size() && m_text[m_pos + 1] == '\n');
-    }
-    void skipLine()
-    {
-        const size_t end = m_text.find('\n', m_pos);
-        m_pos = end == std::string_view::npos ? m_text.size() : end + 1;
-        ++m_line;
-    }
-
-    std::string_view m_text;
-    size_t m_pos = 0;
-    size_t m_line = 1;
-};
 
 bool parseId(const std::string &s, int64_t &out)
 {

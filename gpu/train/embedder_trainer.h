@@ -9,11 +9,25 @@
 // held-out concepts) scored by the trained embedder, the lexical embedder and its IDF variant
 // (fitted on the pairs' texts, as the semantic tier fits it on the texts it embeds).
 //
+// With options.pairs, it learns from a labelled pairs file instead (core/workload/labelled_pairs.h:
+// the user's logs or a public paraphrase set): a new encoder with a WordPiece vocabulary built from
+// the training texts, or the encoder at options.init fine-tuned (its vocabulary and sizes). The
+// pairs are split by shared text into training and validation; each step's loss is InfoNCE of each
+// duplicate's first text against its second, every other second text, and the texts of the
+// batch's labelled non-duplicates, plus a squared hinge that pushes each labelled non-duplicate's
+// cosine below the margin. Every evalEvery steps the validation AUC is measured; the best weights
+// are kept, training stops after `patience` passes without a better AUC, and the state (weights,
+// best weights, optimizer, counters) is saved under <out>.train_state so that `resume` continues
+// an interrupted run exactly (batch s is a pure function of seed and s). The log holds the
+// validation AUC, average precision, the threshold for precision 0.9 and the precision/recall
+// curve, beside the lexical embedders' on the same pairs.
+//
 // Threading: runs on the calling thread and sets torch's thread count there; the progress callback
-// returns false to stop (nothing is written then).
+// returns false to stop (nothing is written to out then; a --pairs run keeps its state to resume).
 #pragma once
 
 #include "core/settings/embedder_train_settings.h"
+#include "core/workload/labelled_pairs.h"
 #include "core/workload/paraphrase_pairs.h"
 
 #include <cstdint>
@@ -31,6 +45,8 @@ struct EmbedderEvaluation
 {
     std::string embedder; // "trained", "lexical", "lexical-idf"
     core::PairSeparation separation;
+    double averagePrecision = 0;
+    std::vector<core::PrPoint> curve; // precision/recall over thresholds, highest first
 };
 
 struct EmbedderTrainResult
@@ -41,10 +57,20 @@ struct EmbedderTrainResult
     int vocabSize = 0;
     std::vector<std::pair<int, double>> losses; // (step, mean loss over the steps since the last)
     std::vector<EmbedderEvaluation> evaluation;
+    // --pairs only
+    int stepsDone = 0;
+    int bestStep = 0;          // the step whose weights were written
+    bool stoppedEarly = false; // patience ran out before the last step
+    bool resumedFrom = false;  // continued from a saved state
+    size_t trainPairs = 0, validationPairs = 0;
+    std::vector<std::pair<int, double>> validationAuc; // (step, AUC) per validation pass
+    std::vector<std::string> warnings;                 // the pairs file's skipped lines (first ones)
+    size_t warningCount = 0;
 };
 
-// fraction in [0, 1]; false cancels.
-using EmbedderProgressFn = std::function<bool(int step, int steps, double loss)>;
+// Called after every step; valAuc is the validation AUC on a validation step, NaN otherwise. False
+// cancels.
+using EmbedderProgressFn = std::function<bool(int step, int steps, double loss, double valAuc)>;
 
 EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &options,
                                   const EmbedderProgressFn &progress = {});

@@ -256,6 +256,69 @@ private Q_SLOTS:
         QVERIFY(!fs::exists(dir / "never"));
     }
 
+    // `kvwb train-embedder --pairs`: the skipped line named, the validation table printed, the log
+    // in the JSON; a bad pairs file is one line naming it, and nothing is written.
+    void trainEmbedderOnPairs()
+    {
+        const fs::path dir(m_tmp.path().toStdString());
+        std::string text;
+        const char *topics[] = {"rice", "pasta", "bread", "soup", "salad", "tea",  "coffee", "cake",
+                                "eggs", "fish",  "beans", "corn", "lamb",  "tofu", "pie",    "jam"};
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 4; ++j) {
+                const std::string a = std::string("how do i make ") + topics[i] + " " + std::to_string(j);
+                text += a + "\twhat is the way to make " + topics[i] + " " + std::to_string(j) + "\t1\n";
+                text +=
+                    a + " at home\thow do i make " + topics[(i + 1) % 16] + " " + std::to_string(j) + "\t0\n";
+            }
+        text += "a line without its label\n";
+        test::writeFile(dir / "pairs.tsv", text);
+        const fs::path out = dir / "pair-embedder";
+        const Run r = runKvwb({"train-embedder",
+                               "--pairs",
+                               q(dir / "pairs.tsv"),
+                               "--out",
+                               q(out),
+                               "--vocab",
+                               "100",
+                               "--hidden",
+                               "16",
+                               "--layers",
+                               "1",
+                               "--heads",
+                               "2",
+                               "--intermediate",
+                               "32",
+                               "--max-positions",
+                               "24",
+                               "--steps",
+                               "6",
+                               "--batch",
+                               "8",
+                               "--eval-every",
+                               "3",
+                               "--validation",
+                               "0.25",
+                               "--threads",
+                               "1"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.err.contains("pairs.tsv:129: 1 fields, expected 3"), r.err.constData());
+        QVERIFY2(r.err.contains("validation AUC"), r.err.constData());
+        QVERIFY2(r.err.contains("validation pairs (grouped by shared text)"), r.err.constData());
+        const auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["steps_done"].toInt(), 6);
+        QCOMPARE(j["pairs_file"].toObject()["pairs"].toInt(), 128);
+        QVERIFY(j["evaluation"].toObject()["trained"].toObject()["curve"].toArray().size() > 1);
+        QVERIFY(fs::exists(out / "model.safetensors"));
+
+        test::writeFile(dir / "bad.tsv", "question1\tlabel\nx\t1\n");
+        const Run bad =
+            runKvwb({"train-embedder", "--pairs", q(dir / "bad.tsv"), "--out", q(dir / "bad-out")});
+        QCOMPARE(bad.exitCode, 1);
+        QVERIFY2(bad.err.contains("bad.tsv:1: the header names no second text"), bad.err.constData());
+        QVERIFY(!fs::exists(dir / "bad-out"));
+    }
+
     void badCorpus()
     {
         const fs::path bad = fs::path(m_tmp.path().toStdString()) / "bad.jsonl";

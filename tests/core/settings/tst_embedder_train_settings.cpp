@@ -45,6 +45,13 @@ private Q_SLOTS:
         full.temperature = 0.5;
         full.evalPairs = 40;
         full.seed = uint64_t(1) << 40;
+        full.pairs = "/data/pairs.tsv";
+        full.init = "/models/enc";
+        full.validationShare = 0.2;
+        full.evalEvery = 50;
+        full.patience = 2;
+        full.margin = 0.3;
+        full.resume = true;
         full.force = true;
         std::set<std::string> names, keys;
         for (const auto &f : embedderTrainFlags()) {
@@ -55,7 +62,7 @@ private Q_SLOTS:
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));
             QVERIFY2(f.get(s) == f.get(full), f.name);
         }
-        QCOMPARE(names.size(), size_t(18));
+        QCOMPARE(names.size(), size_t(25));
         EmbedderTrainSettings s;
         for (const auto &f : embedderTrainFlags())
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));

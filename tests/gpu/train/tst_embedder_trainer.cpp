@@ -9,7 +9,9 @@
 #include "core/tokenize/tokenizer.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/seeded_random.h"
 #include "core/util/text_util.h"
+#include "core/workload/labelled_pairs.h"
 #include "core/workload/paraphrase_pairs.h"
 #include "core/workload/wordnet.h"
 #include "core/workload/workload.h"
@@ -64,6 +66,71 @@ std::vector<double> cosines(core::Embedder &e, const std::vector<core::LabelledP
     return out;
 }
 
+// A planted separable set: a duplicate asks about one made-up topic in two templates; a
+// non-duplicate asks about two topics in one template (a near miss that word overlap rates high).
+fs::path writePlantedPairs(const fs::path &file, int count)
+{
+    // 400 made-up topics ("zorbplix") in 8 templates: few pairs share a text, so the split by shared
+    // text has groups to draw
+    const char *syllables[] = {"zor", "plix", "quen", "mav", "tul", "fer", "gon", "hex", "jur", "kel",
+                               "lom", "nuv",  "orp",  "pas", "rin", "sov", "bri", "dak", "wem", "yul"};
+    const char *templates[] = {"how do i clean a {} at home", "what is the best way to clean a {}",
+                               "tips for cleaning my {}",     "cleaning a {} the easy way",
+                               "can you clean a {} quickly",  "what should i use to clean a {}",
+                               "is it hard to clean a {}",    "the right way to wash a {}"};
+    core::SeededRandom rng(3);
+    const auto topic = [&] { return std::string(syllables[rng.below(20)]) + syllables[rng.below(20)]; };
+    std::string text;
+    const auto fill = [](const char *t, const std::string &topic) {
+        std::string s = t;
+        return s.replace(s.find("{}"), 2, topic);
+    };
+    for (int i = 0; i < count; ++i) {
+        const char *t1 = templates[rng.below(8)];
+        const std::string a = topic();
+        if (i % 2 == 0) {
+            const char *t2 = t1;
+            while (t2 == t1)
+                t2 = templates[rng.below(8)];
+            text += fill(t1, a) + "\t" + fill(t2, a) + "\t1\n";
+        } else {
+            std::string b = a;
+            while (b == a)
+                b = topic();
+            text += fill(t1, a) + "\t" + fill(t1, b) + "\t0\n";
+        }
+    }
+    core::writeFileAtomic(file, text);
+    return file;
+}
+
+gpu::EmbedderTrainOptions pairOptions(const fs::path &pairs, const fs::path &out)
+{
+    gpu::EmbedderTrainOptions o;
+    o.pairs = pairs;
+    o.out = out;
+    o.vocabSize = 200;
+    o.hidden = 32;
+    o.layers = 1;
+    o.heads = 2;
+    o.intermediate = 64;
+    o.maxPositions = 24;
+    o.steps = 60;
+    o.batch = 16;
+    o.warmup = 5;
+    o.lr = 3e-3;
+    o.evalEvery = 10;
+    o.patience = 0;
+    o.validationShare = 0.25;
+    o.threads = 1;
+    return o;
+}
+
+std::string fileBytes(const fs::path &p)
+{
+    return core::text::readWholeFile(p);
+}
+
 } // namespace
 
 class TestEmbedderTrainer : public QObject
@@ -74,6 +141,8 @@ private Q_SLOTS:
     void trainsAndReloads();
     void cancelAndTakenOutputWriteNothing();
     void demoEmbedderBeatsLexical();
+    void learnsPlantedPairsAndResumesExactly();
+    void stopsEarlyAndFineTunes();
 };
 
 void TestEmbedderTrainer::trainsAndReloads()
@@ -114,7 +183,7 @@ void TestEmbedderTrainer::cancelAndTakenOutputWriteNothing()
     const fs::path root(tmp.path().toStdString());
     test::writeWordNetFixture(root / "wn", 30, false);
     auto o = tinyOptions(root / "wn", root / "emb");
-    const auto r = gpu::trainEmbedder(o, [](int step, int, double) { return step < 5; });
+    const auto r = gpu::trainEmbedder(o, [](int step, int, double, double) { return step < 5; });
     QVERIFY(r.cancelled);
     QVERIFY(!fs::exists(root / "emb"));
     fs::create_directories(root / "taken");
@@ -170,6 +239,109 @@ void TestEmbedderTrainer::demoEmbedderBeatsLexical()
           rl, ri);
     QVERIFY(rt >= 0.5);
     QVERIFY(rt > ri && rt > rl);
+}
+
+void TestEmbedderTrainer::learnsPlantedPairsAndResumesExactly()
+{
+    QTemporaryDir tmp;
+    const fs::path root(tmp.path().toStdString());
+    const auto pairs = writePlantedPairs(root / "pairs.tsv", 600);
+    const auto r = gpu::trainEmbedder(pairOptions(pairs, root / "emb"));
+    QVERIFY(!r.cancelled && !r.stoppedEarly);
+    QCOMPARE(r.stepsDone, 60);
+    QCOMPARE(r.validationAuc.size(), size_t(6));
+    QCOMPARE(r.trainPairs + r.validationPairs, size_t(600));
+    QCOMPARE(r.evaluation.at(0).embedder, std::string("trained"));
+    QCOMPARE(r.evaluation.at(1).embedder, std::string("lexical"));
+    const double trained = r.evaluation[0].separation.auc, lexical = r.evaluation[1].separation.auc;
+    // word overlap rates the near misses high; the trained encoder learns that the topic decides
+    QVERIFY2(trained > 0.95 && trained > lexical + 0.2,
+             qPrintable(QString("trained %1, lexical %2").arg(trained).arg(lexical)));
+    QVERIFY(r.evaluation[0].averagePrecision > 0.9);
+    QVERIFY(!r.evaluation[0].curve.empty());
+    QVERIFY(!fs::exists(root / "emb.train_state")); // finished: nothing to resume
+    // the written encoder is the best validation pass's, and its log says so
+    const auto log = nlohmann::json::parse(fileBytes(root / "emb" / "train_log.json"));
+    QCOMPARE(log["best_step"].get<int>(), r.bestStep);
+    double best = 0;
+    for (const auto &[step, auc] : r.validationAuc)
+        best = std::max(best, auc);
+    QCOMPARE(log["validation_auc"].size(), size_t(6));
+    QVERIFY(log["evaluation"]["trained"].contains("at_precision_0_9"));
+    gpu::LoadOptions lo;
+    lo.threads = 1;
+    gpu::EncoderEmbedder e(root / "emb", lo);
+    const auto split = core::splitPairsByText(core::readLabelledPairs(pairs).pairs, 0.25, 1);
+    QCOMPARE(core::separation(split.validation, cosines(e, split.validation)).auc, trained);
+    QVERIFY(std::abs(trained - best) < 1e-6); // the reloaded best weights score what validation measured
+
+    // interrupted at step 25 (between validation passes) and resumed: the same validation passes and
+    // the same encoder
+    auto o = pairOptions(pairs, root / "emb2");
+    const auto cut = gpu::trainEmbedder(o, [](int step, int, double, double) { return step < 25; });
+    QVERIFY(cut.cancelled);
+    QCOMPARE(cut.stepsDone, 25);
+    QVERIFY(!fs::exists(root / "emb2"));
+    QVERIFY(fs::exists(root / "emb2.train_state" / "state.json"));
+    o.resume = true;
+    const auto resumed = gpu::trainEmbedder(o);
+    QVERIFY(resumed.resumedFrom);
+    QCOMPARE(resumed.validationAuc, r.validationAuc);
+    // the same encoder to float rounding (the summation order of a kernel may differ in the last bit)
+    gpu::EncoderEmbedder again(root / "emb2", lo);
+    for (const auto &p : split.validation) {
+        const auto x = e.embed(p.a), y = again.embed(p.a);
+        for (size_t k = 0; k < x.size(); ++k)
+            QVERIFY2(std::abs(x[k] - y[k]) < 1e-4, p.a.c_str());
+    }
+    // a resume with other settings is refused, naming the setting
+    auto other = pairOptions(pairs, root / "emb3");
+    QVERIFY(gpu::trainEmbedder(other, [](int step, int, double, double) { return step < 3; }).cancelled);
+    other.resume = true;
+    other.lr = 1e-2;
+    const auto e2 = test::expectError([&] { (void)gpu::trainEmbedder(other); });
+    QVERIFY2(QString(e2.what()).contains("'lr' was 0.003"), e2.what());
+}
+
+void TestEmbedderTrainer::stopsEarlyAndFineTunes()
+{
+    QTemporaryDir tmp;
+    const fs::path root(tmp.path().toStdString());
+    const auto pairs = writePlantedPairs(root / "pairs.tsv", 300);
+    auto o = pairOptions(pairs, root / "frozen");
+    o.lr = 1e-30; // no step moves a weight: the validation AUC never improves after the first pass
+    o.patience = 2;
+    const auto r = gpu::trainEmbedder(o);
+    QVERIFY(r.stoppedEarly);
+    QCOMPARE(r.stepsDone, 30);
+    QCOMPARE(r.bestStep, 10);
+    // fine-tuning an encoder keeps its vocabulary and sizes and moves its validation AUC
+    auto base = pairOptions(pairs, root / "base");
+    base.steps = 10;
+    const auto b = gpu::trainEmbedder(base);
+    auto ft = pairOptions(pairs, root / "tuned");
+    ft.init = root / "base";
+    ft.hidden = 8; // ignored: the encoder's own sizes are kept
+    ft.steps = 50;
+    const auto t = gpu::trainEmbedder(ft);
+    QCOMPARE(t.vocabSize, b.vocabSize);
+    QCOMPARE(core::EncoderCheckpoint::open(root / "tuned").config().hiddenSize, 32);
+    QCOMPARE(fileBytes(root / "tuned" / "vocab.txt"), fileBytes(root / "base" / "vocab.txt"));
+    QVERIFY2(
+        t.evaluation[0].separation.auc > b.evaluation[0].separation.auc,
+        qPrintable(
+            QString("%1 -> %2").arg(b.evaluation[0].separation.auc).arg(t.evaluation[0].separation.auc)));
+    // refusals name the file or setting
+    auto bad = pairOptions(root / "missing.tsv", root / "x");
+    QCOMPARE(test::expectError([&] { (void)gpu::trainEmbedder(bad); }).code(), core::ErrorCode::Io);
+    core::writeFileAtomic(root / "onelabel.tsv", "a b\tc d\t1\ne f\tg h\t1\ni j\tk l\t1\nm n\to p\t1\n");
+    bad.pairs = root / "onelabel.tsv";
+    bad.validationShare = 0.5;
+    QVERIFY(QString(test::expectError([&] { (void)gpu::trainEmbedder(bad); }).what())
+                .contains("needs both labels"));
+    bad.pairs.clear();
+    bad.init = root / "base";
+    QVERIFY(QString(test::expectError([&] { (void)gpu::trainEmbedder(bad); }).what()).contains("--init"));
 }
 
 QTEST_GUILESS_MAIN(TestEmbedderTrainer)
