@@ -49,6 +49,10 @@ Workbench::Workbench(QObject *parent) : QObject(parent), m_window(std::make_uniq
             [this](const ui::SemanticSweepRequest &r) { m_engine.sweepSemantic(r); });
     connect(&m_engine, &EngineController::semanticSwept, w,
             [w](quint64, std::shared_ptr<const ui::SemanticSweepResult> s) { w->showSemanticSweep(*s); });
+    connect(w, &ui::MainWindow::embedderTrainRequested, this,
+            [this](const ui::EmbedderTrainRequest &r) { m_engine.trainEmbedder(r); });
+    connect(&m_engine, &EngineController::embedderTrained, w,
+            [w](quint64, std::shared_ptr<const ui::EmbedderTrainView> v) { w->showTrainedEmbedder(*v); });
     connect(w, &ui::MainWindow::knowledgeTraceRequested, this,
             [this](const ui::KnowledgeTraceRequest &r) { m_engine.traceKnowledge(r); });
     connect(w, &ui::MainWindow::knowledgeEvaluateRequested, this,

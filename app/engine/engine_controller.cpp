@@ -26,6 +26,7 @@ EngineController::EngineController(QObject *parent) : EngineSignals(parent)
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeView>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeTraceResult>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::SemanticSweepResult>>();
+    qRegisterMetaType<std::shared_ptr<const kvwb::ui::EmbedderTrainView>>();
     qRegisterMetaType<std::shared_ptr<const kvwb::ui::KnowledgeEconomics>>();
     m_thread.setObjectName("kvwb-engine");
     m_worker = new EngineWorker;
@@ -60,6 +61,7 @@ EngineController::EngineController(QObject *parent) : EngineSignals(parent)
     relay(&EngineSignals::knowledgeOpened);
     relay(&EngineSignals::knowledgeTraced);
     relay(&EngineSignals::semanticSwept);
+    relay(&EngineSignals::embedderTrained);
     relay(&EngineSignals::knowledgeEvaluated);
     relay(&EngineSignals::failed);
     relay(&EngineSignals::cancelled);
@@ -186,6 +188,12 @@ quint64 EngineController::sweepSemantic(const ui::SemanticSweepRequest &r)
 {
     return start("sweeping the semantic threshold",
                  [r](EngineWorker *w, quint64 id, auto) { w->sweepSemantic(id, r); });
+}
+
+quint64 EngineController::trainEmbedder(const ui::EmbedderTrainRequest &r)
+{
+    return start("training an embedder",
+                 [r](EngineWorker *w, quint64 id, auto cancel) { w->trainEmbedder(id, r, cancel); });
 }
 
 quint64 EngineController::evaluateKnowledge(const ui::KnowledgeEvalRequest &r)

@@ -96,6 +96,7 @@ Q_SIGNALS:
     void knowledgeOpened(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeView> view);
     void knowledgeTraced(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeTraceResult> trace);
     void semanticSwept(quint64 job, std::shared_ptr<const kvwb::ui::SemanticSweepResult> sweep);
+    void embedderTrained(quint64 job, std::shared_ptr<const kvwb::ui::EmbedderTrainView> view);
     void knowledgeEvaluated(quint64 job, std::shared_ptr<const kvwb::ui::KnowledgeEconomics> economics);
 };
 
@@ -152,6 +153,10 @@ public:
                        std::shared_ptr<std::atomic_bool> cancel);
     void traceKnowledge(quint64 job, const kvwb::ui::KnowledgeTraceRequest &request);
     void sweepSemantic(quint64 job, const kvwb::ui::SemanticSweepRequest &request);
+    // Engine thread: kvwb train-embedder --pairs (needs no model loaded). Cancelled: cancelled(job),
+    // nothing written to the output, the training state kept for a resume.
+    void trainEmbedder(quint64 job, const kvwb::ui::EmbedderTrainRequest &request,
+                       std::shared_ptr<std::atomic_bool> cancel);
     // Engine thread: kvwb knowledge evaluate's four arms over the workload's model-B requests.
     void evaluateKnowledge(quint64 job, const kvwb::ui::KnowledgeEvalRequest &request,
                            std::shared_ptr<std::atomic_bool> cancel);
@@ -200,6 +205,7 @@ public:
     quint64 openKnowledge(const ui::KnowledgeOpenRequest &request);
     quint64 traceKnowledge(const ui::KnowledgeTraceRequest &request);
     quint64 sweepSemantic(const ui::SemanticSweepRequest &request);
+    quint64 trainEmbedder(const ui::EmbedderTrainRequest &request);
     quint64 evaluateKnowledge(const ui::KnowledgeEvalRequest &request);
     void setPaused(bool paused); // the running replay waits between requests while paused
     void cancel();               // the running job stops at its next progress check

@@ -33,6 +33,7 @@
 #include "gpu/model/encoder.h"
 #include "gpu/model/model.h"
 #include "gpu/replay/replay.h"
+#include "gpu/train/embedder_trainer.h"
 #include "gpu/transfer/compare.h"
 #include "gpu/transfer/transfer.h"
 
@@ -710,6 +711,54 @@ void EngineWorker::sweepSemantic(quint64 job, const ui::SemanticSweepRequest &re
             out->suggested = s.atTarget->threshold;
         out->points = s.points;
         Q_EMIT semanticSwept(job, out);
+    });
+}
+
+void EngineWorker::trainEmbedder(quint64 job, const ui::EmbedderTrainRequest &request,
+                                 std::shared_ptr<std::atomic_bool> cancel)
+{
+    guarded(job, [&] {
+        const auto &o = request.settings;
+        const auto r = gpu::trainEmbedder(o, [&](int step, int steps, double loss, double auc) {
+            if (std::isfinite(auc) || step % 10 == 0)
+                Q_EMIT progress(
+                    job, double(step) / steps,
+                    std::isfinite(auc)
+                        ? QString("step %1 / %2: loss %3, validation AUC %4")
+                              .arg(step)
+                              .arg(steps)
+                              .arg(loss, 0, 'f', 4)
+                              .arg(auc, 0, 'f', 4)
+                        : QString("step %1 / %2: loss %3").arg(step).arg(steps).arg(loss, 0, 'f', 4));
+            return !cancel->load();
+        });
+        if (r.cancelled) {
+            Q_EMIT cancelled(job);
+            return;
+        }
+        auto out = std::make_shared<ui::EmbedderTrainView>();
+        out->out = QString::fromStdString(o.out.string());
+        out->pairs = QString::fromStdString(o.pairs.string());
+        out->steps = r.stepsDone;
+        out->bestStep = r.bestStep;
+        out->stoppedEarly = r.stoppedEarly;
+        out->trainPairs = qint64(r.trainPairs);
+        out->validationPairs = qint64(r.validationPairs);
+        out->skippedLines = qint64(r.warningCount);
+        for (const auto &e : r.evaluation) {
+            if (e.embedder == "trained") {
+                out->auc = e.separation.auc;
+                out->averagePrecision = e.averagePrecision;
+                out->curve = e.curve;
+                if (e.separation.recallAtPrecision90 > 0) {
+                    out->thresholdAt90 = e.separation.thresholdAtPrecision90;
+                    out->recallAt90 = e.separation.recallAtPrecision90;
+                }
+            } else if (e.embedder == "lexical") {
+                out->lexicalAuc = e.separation.auc;
+            }
+        }
+        Q_EMIT embedderTrained(job, out);
     });
 }
 

@@ -1317,6 +1317,65 @@ private Q_SLOTS:
         QVERIFY(table && table->rowCount() > 0);
     }
 
+    // Train on pairs from the Replay step, on the engine thread: the trained embedder is chosen, the
+    // status line gives its validation scores, and the threshold sweep runs with it.
+    void trainsAnEmbedderFromTheReplayStep()
+    {
+        QTemporaryDir tmp;
+        const std::string dir = tmp.path().toStdString();
+        std::string text;
+        const char *topics[] = {"rice", "pasta", "bread", "soup", "salad", "tea", "coffee", "cake"};
+        for (int i = 0; i < 8; ++i)
+            for (int j = 0; j < 6; ++j) {
+                const std::string n = std::to_string(j);
+                text += std::string("how do i make ") + topics[i] + " " + n + "\twhat is the way to make " +
+                        topics[i] + " " + n + "\t1\n";
+                text += std::string("can i make ") + topics[i] + " " + n + "\tcan i make " +
+                        topics[(i + 1) % 8] + " " + n + "\t0\n";
+            }
+        QFile f(QString::fromStdString(dir + "/pairs.tsv"));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(text.data(), qint64(text.size()));
+        f.close();
+        app::Workbench bench;
+        auto &w = bench.window();
+        QVERIFY(
+            w.openProject(QString::fromStdString((test::sourceDir() / "projects/demo/demo.kvwb").string())));
+        w.show();
+        auto *replay = w.replayPanel();
+        core::EmbedderTrainSettings s;
+        s.pairs = dir + "/pairs.tsv";
+        s.out = dir + "/pair-embedder";
+        s.vocabSize = 100;
+        s.hidden = 16;
+        s.layers = 1;
+        s.heads = 2;
+        s.intermediate = 32;
+        s.maxPositions = 24;
+        s.steps = 8;
+        s.batch = 8;
+        s.evalEvery = 4;
+        s.validationShare = 0.25;
+        s.threads = 1;
+        QSignalSpy trained(&bench.engine(), &app::EngineController::embedderTrained);
+        QSignalSpy failed(&bench.engine(), &app::EngineController::failed);
+        replay->requestEmbedderTraining(s);
+        QVERIFY(trained.wait(120000));
+        QCOMPARE(failed.count(), 0);
+        QCoreApplication::processEvents();
+        QCOMPARE(replay->embedderSpec(), QString::fromStdString(s.out.string()));
+        QVERIFY2(replay->statusText().contains("Embedder pair-embedder trained (8 steps"),
+                 qPrintable(replay->statusText()));
+        QVERIFY(std::filesystem::exists(s.out / "model.safetensors"));
+        replay->findChild<QSpinBox *>("replayLimitSpin")->setValue(40);
+        QSignalSpy swept(&bench.engine(), &app::EngineController::semanticSwept);
+        replay->findChild<QPushButton *>("sweepButton")->click();
+        QVERIFY(swept.wait(120000));
+        QCOMPARE(failed.count(), 0);
+        const auto sweep = swept.first().at(1).value<std::shared_ptr<const ui::SemanticSweepResult>>();
+        QVERIFY2(sweep->embedder.contains("pair-embedder"), qPrintable(sweep->embedder));
+    }
+
     // A step's Cancel, Pause and Stop act on its own job only: while a replay runs, the other steps'
     // cancels are off and do nothing, the status bar names the replay and its Stop cancels it.
     void controlsActOnTheirOwnJob()

@@ -4,9 +4,11 @@
 #pragma once
 
 #include "core/settings/compare_settings.h"
+#include "core/settings/embedder_train_settings.h"
 #include "core/settings/fit_settings.h"
 #include "core/settings/project.h"
 #include "core/settings/replay_settings.h"
+#include "core/workload/labelled_pairs.h"
 
 #include "core/cache/semantic_sweep.h"
 #include "core/knowledge/knowledge_graph.h"
@@ -124,6 +126,27 @@ struct SemanticSweepResult
     double target = 0;
     std::optional<double> suggested; // the lowest threshold meeting the target
     std::vector<core::SweepPoint> points;
+};
+
+// Replay step -> engine: train a sentence embedder on a labelled pairs file (kvwb train-embedder
+// --pairs), from a new encoder or fine-tuning one.
+struct EmbedderTrainRequest
+{
+    core::EmbedderTrainSettings settings; // pairs, out, init, steps, validation share, ...
+};
+
+// Engine -> Replay step: what the trained embedder scored on the validation pairs.
+struct EmbedderTrainView
+{
+    QString out;   // the embedder's directory
+    QString pairs; // the pairs file
+    int steps = 0, bestStep = 0;
+    bool stoppedEarly = false;
+    qint64 trainPairs = 0, validationPairs = 0, skippedLines = 0;
+    double auc = 0, averagePrecision = 0, lexicalAuc = 0;
+    std::optional<double> thresholdAt90; // the lowest threshold with validation precision >= 0.9
+    double recallAt90 = 0;
+    std::vector<core::PrPoint> curve;
 };
 
 // Knowledge step -> engine: open a graph file (its nodes, module freshness for model B in use), or

@@ -4,17 +4,22 @@
 #include "core/cache/store_payload.h"
 
 #include "core/ledger/prices.h"
+#include "core/model/encoder_config.h"
 
 #include "ui/charts/replay_charts.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
 
+#include <cmath>
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDialog>
+#include <QDialogButtonBox>
 #include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFileInfo>
+#include <QFormLayout>
 #include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -585,12 +590,24 @@ void ReplayPanel::addTierRow(QWidget *box, QGridLayout *grid)
                                "(pick its config.json; all-MiniLM, bge, gte, e5), a bert GGUF file, or a "
                                "decoder embedder such as Qwen3-Embedding."),
                             Qt::ToolTipRole);
+    m_embedder->addItem(tr("Train on pairs..."));
+    m_embedder->setItemData(4,
+                            tr("Train an embedder on labelled question pairs (your own logs, or a public "
+                               "paraphrase set): a new encoder or the chosen one fine-tuned, judged on a "
+                               "held-out share (kvwb train-embedder --pairs)."),
+                            Qt::ToolTipRole);
     m_embedder->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
     m_embedder->setMinimumContentsLength(10);
     m_embedder->setToolTip(tr("How the semantic tier turns a request into a vector: lexical features, "
                               "model A's hidden states, or a sentence-embedding model."));
     connect(m_embedder, &QComboBox::activated, this, [this](int index) {
-        if (index != m_embedder->count() - 1) {
+        if (index == m_embedder->count() - 1) { // Train on pairs...
+            selectEmbedder(m_lastEmbedder);
+            openTrainEmbedderDialog();
+            return;
+        }
+        m_embedderNote.clear(); // another embedder: the trained one's scores are not its
+        if (index != m_embedder->count() - 2) {
             m_lastEmbedder = embedderSpec();
             return;
         }
@@ -792,6 +809,7 @@ void ReplayPanel::connectRunGroup()
         }
         m_errorShown = false;
         setBusy(true);
+        m_embedderNote.clear();
         m_runStatus->setText(tr("Starting %1 through %2...")
                                  .arg(QString::fromStdString(r.workload).toHtmlEscaped(),
                                       r.tiers.empty()
@@ -969,9 +987,12 @@ void ReplayPanel::refreshRunEnabled()
     m_crossRecompute->setEnabled(!m_busy && m_crossAvailable);
     if (!m_busy && !m_modelsLoaded)
         m_runStatus->setText(
+            (m_embedderNote.isEmpty() ? QString() : m_embedderNote + " ") +
             tr("Load models A and B first (Models panel); a replay runs them for every miss."));
-    else if (!m_busy && m_runStatus->text().startsWith(tr("Load models")))
-        m_runStatus->setText(tr("Ready: choose a workload and the tiers, then Start."));
+    else if (!m_busy && m_runStatus->text().contains(tr("Load models A and B first")))
+        m_runStatus->setText(m_embedderNote.isEmpty()
+                                 ? tr("Ready: choose a workload and the tiers, then Start.")
+                                 : m_embedderNote);
 }
 
 void ReplayPanel::setBusy(bool busy, bool ownJob)
@@ -1102,12 +1123,12 @@ void ReplayPanel::selectEmbedder(const QString &spec)
     if (spec.isEmpty())
         return;
     int at = -1;
-    for (int i = 0; i < m_embedder->count() - 1 && at < 0; ++i)
+    for (int i = 0; i < m_embedder->count() - 2 && at < 0; ++i)
         if (m_embedder->itemData(i, Qt::UserRole).toString() == spec ||
             (!m_embedder->itemData(i, Qt::UserRole).isValid() && m_embedder->itemText(i) == spec))
             at = i;
     if (at < 0) { // a model path: shown by its folder or file name, before "Other model..."
-        at = m_embedder->count() - 1;
+        at = m_embedder->count() - 2;
         m_embedder->insertItem(at, QFileInfo(spec).fileName(), spec);
         m_embedder->setItemData(at, spec, Qt::ToolTipRole);
     }
@@ -1191,6 +1212,123 @@ void ReplayPanel::showSweep(const SemanticSweepResult &sweep)
         m_sweepTable->selectRow(suggestedRow);
     m_sweepDialog->show();
     m_sweepDialog->raise();
+}
+
+void ReplayPanel::openTrainEmbedderDialog()
+{
+    QDialog dialog(this);
+    dialog.setObjectName("trainEmbedderDialog");
+    dialog.setWindowTitle(tr("Train an embedder on labelled pairs"));
+    auto *form = new QFormLayout(&dialog);
+    auto *pairs = new QLineEdit(&dialog);
+    pairs->setObjectName("trainPairsEdit");
+    pairs->setPlaceholderText(tr("question<TAB>question<TAB>0/1, Quora's or GLUE's TSV, or JSONL"));
+    auto *browsePairs = new QPushButton(tr("Browse..."), &dialog);
+    auto *pairsRow = new QHBoxLayout;
+    pairsRow->addWidget(pairs, 1);
+    pairsRow->addWidget(browsePairs);
+    form->addRow(tr("Pairs file:"), pairsRow);
+    auto *out = new QLineEdit(&dialog);
+    out->setObjectName("trainOutEdit");
+    auto *browseOut = new QPushButton(tr("Browse..."), &dialog);
+    auto *outRow = new QHBoxLayout;
+    outRow->addWidget(out, 1);
+    outRow->addWidget(browseOut);
+    form->addRow(tr("Output folder:"), outRow);
+    auto *start = new QComboBox(&dialog);
+    start->addItem(tr("a new encoder"));
+    const QString chosen = embedderSpec();
+    if (!core::isBuiltinEmbedder(chosen.toStdString()) && core::isEncoderModel(chosen.toStdString()))
+        start->addItem(tr("%1, fine-tuned").arg(QFileInfo(chosen).fileName()), chosen);
+    form->addRow(tr("Start from:"), start);
+    auto *steps = new QSpinBox(&dialog);
+    steps->setRange(1, 1000000);
+    steps->setValue(1500);
+    form->addRow(tr("Steps (at most):"), steps);
+    auto *share = new QDoubleSpinBox(&dialog);
+    share->setRange(0.05, 0.5);
+    share->setSingleStep(0.05);
+    share->setValue(0.1);
+    share->setToolTip(
+        tr("Held out to judge the embedder and stop early; pairs sharing a question stay together."));
+    form->addRow(tr("Validation share:"), share);
+    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+    buttons->button(QDialogButtonBox::Ok)->setText(tr("Train"));
+    form->addRow(buttons);
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    connect(browsePairs, &QPushButton::clicked, &dialog, [&] {
+        const QString f = QFileDialog::getOpenFileName(&dialog, tr("Labelled pairs"), pairs->text(),
+                                                       tr("Pairs (*.tsv *.jsonl *.txt);;All files (*)"));
+        if (f.isEmpty())
+            return;
+        pairs->setText(f);
+        if (out->text().isEmpty())
+            out->setText(QFileInfo(f).absolutePath() + "/embedder-" + QFileInfo(f).completeBaseName());
+    });
+    connect(browseOut, &QPushButton::clicked, &dialog, [&] {
+        const QString d = QFileDialog::getSaveFileName(&dialog, tr("Embedder folder"), out->text());
+        if (!d.isEmpty())
+            out->setText(d);
+    });
+    if (dialog.exec() != QDialog::Accepted)
+        return;
+    core::EmbedderTrainSettings s;
+    s.pairs = pairs->text().trimmed().toStdString();
+    s.out = out->text().trimmed().toStdString();
+    s.init = start->currentData().toString().toStdString();
+    s.steps = steps->value();
+    s.validationShare = share->value();
+    requestEmbedderTraining(s);
+}
+
+void ReplayPanel::requestEmbedderTraining(const core::EmbedderTrainSettings &settings)
+{
+    std::error_code ec;
+    QString problem;
+    if (settings.pairs.empty())
+        problem = tr("Training an embedder needs a labelled pairs file.");
+    else if (!std::filesystem::is_regular_file(settings.pairs, ec))
+        problem = tr("Training an embedder: %1 is not a file.")
+                      .arg(QString::fromStdString(settings.pairs.string()));
+    else if (settings.out.empty())
+        problem = tr("Training an embedder needs an output folder.");
+    if (!problem.isEmpty()) {
+        m_runStatus->setText(problem.toHtmlEscaped());
+        return;
+    }
+    m_runStatus->setText(
+        tr("Training an embedder on %1...")
+            .arg(QString::fromStdString(settings.pairs.filename().string()).toHtmlEscaped()));
+    Q_EMIT trainEmbedderRequested(EmbedderTrainRequest{settings});
+}
+
+void ReplayPanel::showTrainedEmbedder(const EmbedderTrainView &view)
+{
+    selectEmbedder(view.out);
+    if (view.thresholdAt90) { // rounded up to the box's step: never below the measured threshold
+        const double scale = std::pow(10.0, m_threshold->decimals());
+        m_threshold->setValue(std::clamp(std::ceil(*view.thresholdAt90 * scale - 1e-9) / scale,
+                                         m_threshold->minimum(), m_threshold->maximum()));
+    }
+    const QString at90 = view.thresholdAt90 ? tr("precision 0.9 from threshold %1 (recall %2), threshold set")
+                                                  .arg(*view.thresholdAt90, 0, 'f', 3)
+                                                  .arg(view.recallAt90, 0, 'f', 3)
+                                            : tr("no threshold reaches precision 0.9");
+    m_embedderNote = tr("Embedder %1 trained (%2 steps%3, best at %4; %5 pairs, %6 held out): validation "
+                        "AUC %7 (lexical %8), average precision %9; %10.")
+                         .arg(QFileInfo(view.out).fileName().toHtmlEscaped())
+                         .arg(view.steps)
+                         .arg(view.stoppedEarly ? tr(", stopped early") : QString())
+                         .arg(view.bestStep)
+                         .arg(view.trainPairs)
+                         .arg(view.validationPairs)
+                         .arg(view.auc, 0, 'f', 3)
+                         .arg(view.lexicalAuc, 0, 'f', 3)
+                         .arg(view.averagePrecision, 0, 'f', 3)
+                         .arg(at90);
+    m_runStatus->setText(m_embedderNote);
+    refreshRunEnabled(); // adds what a replay still needs
 }
 
 } // namespace kvwb::ui

@@ -107,10 +107,21 @@ public Q_SLOTS:
     QString embedderSpec() const;
     // Selects an embedder by spec; a model path not listed yet is added (shown by its name).
     void selectEmbedder(const QString &spec);
+    // "Train on pairs..." (the embedder list's last item): a dialog for the pairs file, the output
+    // folder, a new encoder or the chosen one fine-tuned, steps and the validation share, then
+    // requestEmbedderTraining.
+    void openTrainEmbedderDialog();
+    // Checks the settings (a pairs file that exists, an output folder) and emits
+    // trainEmbedderRequested, or says in the status line what is missing.
+    void requestEmbedderTraining(const kvwb::core::EmbedderTrainSettings &settings);
+    // The trained embedder is chosen; the threshold is set to the lowest with validation precision
+    // >= 0.9 when there is one; the status line gives its validation scores.
+    void showTrainedEmbedder(const EmbedderTrainView &view);
 
 Q_SIGNALS:
     void replayRequested(const kvwb::core::ReplaySettings &request);
     void sweepRequested(const kvwb::ui::SemanticSweepRequest &request);
+    void trainEmbedderRequested(const kvwb::ui::EmbedderTrainRequest &request);
     void pauseRequested(bool paused);
     void stopRequested();
 
@@ -201,6 +212,7 @@ private:
     QPushButton *m_stop = nullptr;
     QProgressBar *m_progress = nullptr;
     QLabel *m_runStatus = nullptr;
+    QString m_embedderNote; // the trained embedder's validation scores, kept on the status line
 };
 
 } // namespace kvwb::ui

@@ -378,6 +378,13 @@ void MainWindow::connectSteps()
         log(tr("sweeping the semantic threshold on %1 (%2 embedder)").arg(r.workloadPath, r.embedder));
         Q_EMIT semanticSweepRequested(r);
     });
+    connect(m_replay, &ReplayPanel::trainEmbedderRequested, this, [this](const EmbedderTrainRequest &r) {
+        beginJob(Job::Replay);
+        log(tr("training an embedder on %1 into %2")
+                .arg(QString::fromStdString(r.settings.pairs.string()),
+                     QString::fromStdString(r.settings.out.string())));
+        Q_EMIT embedderTrainRequested(r);
+    });
     connect(m_knowledge, &KnowledgePanel::traceRequested, this, [this](const KnowledgeTraceRequest &r) {
         beginJob(Job::Knowledge);
         Q_EMIT knowledgeTraceRequested(r);
@@ -1000,6 +1007,16 @@ void MainWindow::showSemanticSweep(const SemanticSweepResult &sweep)
                         : tr("semantic sweep (%1): no threshold keeps false hits under %2%")
                               .arg(sweep.embedder)
                               .arg(sweep.target * 100, 0, 'f', 1));
+}
+
+void MainWindow::showTrainedEmbedder(const EmbedderTrainView &view)
+{
+    m_replay->showTrainedEmbedder(view);
+    log(tr("embedder %1 trained on %2: validation AUC %3 (lexical %4), average precision %5")
+            .arg(view.out, view.pairs)
+            .arg(view.auc, 0, 'f', 3)
+            .arg(view.lexicalAuc, 0, 'f', 3)
+            .arg(view.averagePrecision, 0, 'f', 3));
 }
 
 void MainWindow::showKnowledgeTrace(const KnowledgeTraceResult &trace)

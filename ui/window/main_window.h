@@ -133,6 +133,7 @@ public Q_SLOTS:
     void showKnowledge(const kvwb::ui::KnowledgeView &view);
     void showKnowledgeTrace(const kvwb::ui::KnowledgeTraceResult &trace);
     void showSemanticSweep(const kvwb::ui::SemanticSweepResult &sweep);
+    void showTrainedEmbedder(const kvwb::ui::EmbedderTrainView &view);
     void showKnowledgeEconomics(const kvwb::ui::KnowledgeEconomics &economics);
     // The engine read an experiment file: the Alignment and Replay panels show it.
     void showExperiment(std::shared_ptr<const kvwb::ui::ExperimentSnapshot> snapshot);
@@ -173,6 +174,7 @@ Q_SIGNALS:
     void knowledgeOpenRequested(const kvwb::ui::KnowledgeOpenRequest &request);
     void knowledgeTraceRequested(const kvwb::ui::KnowledgeTraceRequest &request);
     void semanticSweepRequested(const kvwb::ui::SemanticSweepRequest &request);
+    void embedderTrainRequested(const kvwb::ui::EmbedderTrainRequest &request);
     void knowledgeEvaluateRequested(const kvwb::ui::KnowledgeEvalRequest &request);
 
 protected:

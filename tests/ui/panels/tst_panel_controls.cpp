@@ -421,7 +421,8 @@ private Q_SLOTS:
         QCOMPARE(combo->currentText(), QString("embedder"));
         QCOMPARE(p.replayRequest().embedder, std::string("/data/models/embedder"));
         QCOMPARE(p.sweepRequest().embedder, QString("/data/models/embedder"));
-        QCOMPARE(combo->itemText(combo->count() - 1), QString("Other model..."));
+        QCOMPARE(combo->itemText(combo->count() - 2), QString("Other model..."));
+        QCOMPARE(combo->itemText(combo->count() - 1), QString("Train on pairs..."));
         p.setReplayRequest(r);
         QCOMPARE(combo->count(), before + 1);
         r.embedder = "lexical-idf";
@@ -433,6 +434,63 @@ private Q_SLOTS:
         QCOMPARE(p.findChild<QDoubleSpinBox *>("crossRecomputeSpin")->value(), 0.25);
         p.findChild<QDoubleSpinBox *>("crossRecomputeSpin")->setValue(0.5);
         QCOMPARE(p.replayRequest().crossRecompute, 0.5);
+    }
+
+    // Train on pairs: a missing pairs file or output is said in the status line and asks nothing;
+    // a request carries the settings; the trained embedder is chosen, the threshold set to the
+    // validation's precision-0.9 one, and the status line gives its scores.
+    void trainEmbedderOnPairs()
+    {
+        ui::ReplayPanel p;
+        QSignalSpy asked(&p, &ui::ReplayPanel::trainEmbedderRequested);
+        auto *status = p.findChild<QLabel *>("replayStatus");
+        core::EmbedderTrainSettings s;
+        p.requestEmbedderTraining(s);
+        QCOMPARE(asked.count(), 0);
+        QCOMPARE(status->text(), QString("Training an embedder needs a labelled pairs file."));
+        s.pairs = "/nonexistent/pairs.tsv";
+        p.requestEmbedderTraining(s);
+        QCOMPARE(status->text(), QString("Training an embedder: /nonexistent/pairs.tsv is not a file."));
+        QTemporaryDir tmp;
+        const std::string file = tmp.path().toStdString() + "/pairs.tsv";
+        QFile f(QString::fromStdString(file));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write("a\tb\t1\n");
+        f.close();
+        s.pairs = file;
+        p.requestEmbedderTraining(s);
+        QCOMPARE(status->text(), QString("Training an embedder needs an output folder."));
+        s.out = tmp.path().toStdString() + "/emb";
+        s.steps = 77;
+        p.requestEmbedderTraining(s);
+        QCOMPARE(asked.count(), 1);
+        const auto r = asked.first().first().value<ui::EmbedderTrainRequest>();
+        QCOMPARE(r.settings.steps, 77);
+        QCOMPARE(r.settings.out, s.out);
+        ui::EmbedderTrainView v;
+        v.out = QString::fromStdString(s.out.string());
+        v.steps = 300;
+        v.bestStep = 200;
+        v.stoppedEarly = true;
+        v.trainPairs = 900;
+        v.validationPairs = 100;
+        v.auc = 0.93;
+        v.lexicalAuc = 0.81;
+        v.averagePrecision = 0.9;
+        v.thresholdAt90 = 0.715;
+        v.recallAt90 = 0.62;
+        p.showTrainedEmbedder(v);
+        QCOMPARE(p.embedderSpec(), v.out);
+        QCOMPARE(p.replayRequest().threshold, 0.72); // the spin box's two decimals
+        QCOMPARE(status->text(),
+                 QString("Embedder emb trained (300 steps, stopped early, best at 200; 900 pairs, 100 "
+                         "held out): validation AUC 0.930 (lexical 0.810), average precision "
+                         "0.900; precision 0.9 from threshold 0.715 (recall 0.620), threshold set. "
+                         "Load models A and B first (Models panel); a replay runs them for every "
+                         "miss."));
+        p.setModelsLoaded(true); // the scores stay; what a replay needs is there now
+        QVERIFY2(status->text().startsWith("Embedder emb trained") && !status->text().contains("Load models"),
+                 qPrintable(status->text()));
     }
 
     // The threshold sweep: the button asks for the workload's sweep with the chosen embedder; the
