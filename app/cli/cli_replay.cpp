@@ -189,6 +189,14 @@ void printReplaySummary(const jobs::PreparedReplay &job, const gpu::ReplayResult
             "(intents known)\n",
             (long long)s.guarded, by.c_str(), (long long)s.guardPrevented, (long long)s.guardLost);
     }
+    if (s.verified > 0)
+        std::printf(
+            "verifier judged %lld semantic candidates: %lld passed, %lld rejected, %lld failed (rejected); "
+            "%lld false hits prevented, %lld hits lost (intents known)%s; %.2f ms each\n",
+            (long long)s.verified, (long long)s.verifierPassed, (long long)s.verifierRejected,
+            (long long)s.verifierErrors, (long long)s.verifierPrevented, (long long)s.verifierLost,
+            s.guardOverruled > 0 ? fmt::format("; {} guards overruled", s.guardOverruled).c_str() : "",
+            s.verifierMeanMs);
     std::printf("replay overhead per request, model time excluded: p50 %.3f ms, p99 %.3f ms\n",
                 core::percentile(r.overheadMs, 50), core::percentile(r.overheadMs, 99));
     if (job.store) {

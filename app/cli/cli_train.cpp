@@ -276,6 +276,64 @@ int cmdTrain(const QStringList &args)
     return 0;
 }
 
+namespace {
+
+// The evaluation table train-embedder and train-verifier print.
+void printPairEvaluation(const gpu::EmbedderTrainResult &r, const std::filesystem::path &pairsFile,
+                         bool pairs)
+{
+    if (r.warningCount > 0) {
+        std::fprintf(stderr, "%zu lines of %s skipped:\n", r.warningCount, pairsFile.string().c_str());
+        for (size_t i = 0; i < r.warnings.size() && i < 5; ++i)
+            std::fprintf(stderr, "  %s\n", r.warnings[i].c_str());
+    }
+    if (pairs)
+        std::fprintf(stderr,
+                     "%zu training pairs, %zu validation pairs (grouped by shared text); %d steps%s, best at "
+                     "step %d%s\n",
+                     r.trainPairs, r.validationPairs, r.stepsDone, r.stoppedEarly ? " (stopped early)" : "",
+                     r.bestStep, r.resumedFrom ? "; resumed" : "");
+    std::fprintf(stderr, "%s pairs: %-12s %6s %8s %14s %10s\n", pairs ? "validation" : "held-out", "scorer",
+                 "AUC", pairs ? "AP" : "near AUC", "recall@P0.9", "threshold");
+    for (const auto &e : r.evaluation) {
+        const auto &s = e.separation;
+        std::fprintf(stderr, "%s        %-12s %6.3f %8.3f %14.3f %10.3f\n", pairs ? "  " : "",
+                     e.embedder.c_str(), s.auc, pairs ? e.averagePrecision : s.nearMissAuc,
+                     s.recallAtPrecision90, s.thresholdAtPrecision90);
+    }
+}
+
+// Trains with `train` under Ctrl+C; prints progress, the table and the log; the exit code.
+int runPairTraining(const core::EmbedderTrainSettings &o,
+                    const std::function<gpu::EmbedderTrainResult(const gpu::EmbedderProgressFn &)> &train)
+{
+    const bool pairs = !o.pairs.empty();
+    std::optional<InterruptScope> ctrlC(std::in_place);
+    const auto r = train([&](int step, int steps, double loss, double auc) {
+        if (std::isfinite(auc))
+            std::fprintf(stderr, "step %5d/%d  loss %.4f  validation AUC %.4f\n", step, steps, loss, auc);
+        else if (!pairs && (step % 100 == 0 || step == 1))
+            std::fprintf(stderr, "step %5d/%d  loss %.4f\n", step, steps, loss);
+        return !InterruptScope::interrupted();
+    });
+    ctrlC.reset();
+    if (r.cancelled) {
+        std::fprintf(stderr,
+                     pairs ? "interrupted at step %d; the state is kept, continue with --resume\n"
+                           : "interrupted at step %d; nothing written\n",
+                     r.stepsDone);
+        return 130;
+    }
+    printPairEvaluation(r, o.pairs, pairs);
+    // the log the trainer wrote beside the model: options, losses, the held-out evaluation
+    json log = json::parse(core::text::readWholeFile(o.out / "train_log.json"));
+    log["out"] = o.out.string();
+    std::printf("%s\n", log.dump().c_str());
+    return 0;
+}
+
+} // namespace
+
 int cmdTrainEmbedder(const QStringList &args)
 {
     QCommandLineParser p;
@@ -295,47 +353,39 @@ int cmdTrainEmbedder(const QStringList &args)
         throw UsageError{"--out is required"};
     auto o = settingsFromFlags(p, core::embedderTrainFlags());
     o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
-    const bool pairs = !o.pairs.empty();
-    std::optional<InterruptScope> ctrlC(std::in_place);
-    const auto r = gpu::trainEmbedder(o, [&](int step, int steps, double loss, double auc) {
-        if (std::isfinite(auc))
-            std::fprintf(stderr, "step %5d/%d  loss %.4f  validation AUC %.4f\n", step, steps, loss, auc);
-        else if (!pairs && (step % 100 == 0 || step == 1))
-            std::fprintf(stderr, "step %5d/%d  loss %.4f\n", step, steps, loss);
-        return !InterruptScope::interrupted();
+    return runPairTraining(o, [&](const gpu::EmbedderProgressFn &f) { return gpu::trainEmbedder(o, f); });
+}
+
+int cmdTrainVerifier(const QStringList &args)
+{
+    // the embedder's settings without the WordNet data's and the contrastive loss's
+    static const auto rows = [] {
+        std::vector<core::EmbedderTrainFlag> out;
+        for (const auto &f : core::embedderTrainFlags())
+            if (f.name != "wordnet-dir" && f.name != "concepts" && f.name != "hold-out-every" &&
+                f.name != "eval-pairs" && f.name != "temperature" && f.name != "margin")
+                out.push_back(f);
+        return out;
+    }();
+    QCommandLineParser p;
+    addSettingOptions<core::EmbedderTrainSettings>(p, rows, [&](const std::string &name) {
+        if (name == "seed")
+            p.addOption({"threads", "Intra-op threads (default: all cores).", "N"});
     });
-    ctrlC.reset();
-    if (r.cancelled) {
-        std::fprintf(stderr,
-                     pairs ? "interrupted at step %d; the state is kept, continue with --resume\n"
-                           : "interrupted at step %d; nothing written\n",
-                     r.stepsDone);
-        return 130;
-    }
-    if (r.warningCount > 0) {
-        std::fprintf(stderr, "%zu lines of %s skipped:\n", r.warningCount, o.pairs.string().c_str());
-        for (size_t i = 0; i < r.warnings.size() && i < 5; ++i)
-            std::fprintf(stderr, "  %s\n", r.warnings[i].c_str());
-    }
-    if (pairs)
-        std::fprintf(stderr,
-                     "%zu training pairs, %zu validation pairs (grouped by shared text); %d steps%s, best at "
-                     "step %d%s\n",
-                     r.trainPairs, r.validationPairs, r.stepsDone, r.stoppedEarly ? " (stopped early)" : "",
-                     r.bestStep, r.resumedFrom ? "; resumed" : "");
-    std::fprintf(stderr, "%s pairs: %-12s %6s %8s %14s %10s\n", pairs ? "validation" : "held-out", "embedder",
-                 "AUC", pairs ? "AP" : "near AUC", "recall@P0.9", "threshold");
-    for (const auto &e : r.evaluation) {
-        const auto &s = e.separation;
-        std::fprintf(stderr, "%s        %-12s %6.3f %8.3f %14.3f %10.3f\n", pairs ? "  " : "",
-                     e.embedder.c_str(), s.auc, pairs ? e.averagePrecision : s.nearMissAuc,
-                     s.recallAtPrecision90, s.thresholdAtPrecision90);
-    }
-    // the log the trainer wrote beside the model: options, losses, the held-out evaluation
-    json log = json::parse(core::text::readWholeFile(o.out / "train_log.json"));
-    log["out"] = o.out.string();
-    std::printf("%s\n", log.dump().c_str());
-    return 0;
+    parse(
+        p, args,
+        "Train a cross-encoder verifier for the semantic tier on labelled pairs (--pairs FILE: your own logs "
+        "or a public paraphrase set): a BERT-family pair classifier reading both questions together, new or "
+        "fine-tuning --init DIR (an embedder's encoder, or a cross-encoder), with a validation split, early "
+        "stopping and --resume. Prints the held-out evaluation; the threshold for validation precision 0.9 "
+        "is the one `kvwb replay --verifier` uses by default.");
+    if (!p.isSet("out"))
+        throw UsageError{"--out is required"};
+    if (!p.isSet("pairs"))
+        throw UsageError{"--pairs is required"};
+    auto o = settingsFromFlags(p, rows);
+    o.threads = intOption(p, "threads", 0, 0, gpu::kMaxThreads);
+    return runPairTraining(o, [&](const gpu::EmbedderProgressFn &f) { return gpu::trainVerifier(o, f); });
 }
 
 namespace {

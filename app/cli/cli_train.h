@@ -9,6 +9,7 @@ namespace kvwb::app {
 int cmdTrain(const QStringList &args);
 // `kvwb train-embedder`: the demo's own sentence embedder (gpu/train/embedder_trainer.h).
 int cmdTrainEmbedder(const QStringList &args);
+int cmdTrainVerifier(const QStringList &args);
 int cmdEvalQa(const QStringList &args);
 
 } // namespace kvwb::app

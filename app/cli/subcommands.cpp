@@ -55,9 +55,13 @@ const std::vector<Subcommand> &subcommands()
         {"train", "Train a Llama-architecture model on a corpus (AdamW, cosine, resumable).", E,
          KVWB_ENGINE_RUN(cmdTrain)},
         {"train-embedder",
-         "Train a small sentence embedder on WordNet paraphrases (contrastive, hard negatives) and score it "
-         "on held-out pairs.",
+         "Train a sentence embedder on WordNet paraphrases or labelled pairs (contrastive, hard negatives) "
+         "and "
+         "score it on held-out pairs.",
          E, KVWB_ENGINE_RUN(cmdTrainEmbedder)},
+        {"train-verifier",
+         "Train a cross-encoder verifier for semantic hits on labelled pairs and score it on held-out pairs.",
+         E, KVWB_ENGINE_RUN(cmdTrainVerifier)},
         {"eval-qa", "Score a model's greedy answers to corpus questions (exact match, word F1).", E,
          KVWB_ENGINE_RUN(cmdEvalQa)},
         {"capture", "Capture both models' KV caches for a prompt set into an HDF5 experiment file.", E,

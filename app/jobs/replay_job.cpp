@@ -160,6 +160,10 @@ std::string ledgerSettingsJson(const PreparedReplay &replay, bool cancelled)
     const auto &m = replay.models;
     nlohmann::json settings = core::replaySettingsToJson(replay.settings);
     settings["embedder_name"] = replay.embedder ? replay.embedder->name() : replay.settings.embedder;
+    if (replay.verifier) {
+        settings["verifier_name"] = replay.verifier->name();
+        settings["verifier_threshold_used"] = replay.options.verifier.threshold;
+    }
     settings["cancelled"] = cancelled;
     settings["model_a"] = m.a->checkpoint().fingerprint();
     settings["model_b"] = m.b ? m.b->checkpoint().fingerprint() : "";
@@ -271,6 +275,14 @@ PreparedReplay prepareReplay(const core::ReplaySettings &settings,
         embedTexts.push_back(settings.embedQuestion && !r.question.empty() ? r.question : r.prompt);
     p.embedder = makeEmbedder(settings.embedder, settings.embedderLayer, *in.a, *in.tokenizerA, embedTexts,
                               settings.embedderPrefix);
+    if (!settings.verifier.empty()) { // on the models' device, one request at a time
+        p.verifier = std::make_unique<gpu::CrossEncoder>(settings.verifier, in.a->options());
+        p.options.verifier.verifier = p.verifier.get();
+        p.options.verifier.threshold = settings.verifierThreshold > 0
+                                           ? settings.verifierThreshold
+                                           : p.verifier->recordedThreshold().value_or(0.5);
+        p.options.verifier.overrulesGuards = settings.verifierOverrulesGuards;
+    }
     if (settings.uses(core::TierKind::Knowledge)) {
         p.knowledge = makeKnowledgeTier(settings, *in.b, *in.tokenizerB, *p.embedder);
         const auto w = p.knowledge->warnings();

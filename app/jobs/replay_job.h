@@ -13,6 +13,7 @@
 #include "core/tokenize/tokenizer.h"
 #include "core/util/warning_list.h"
 #include "core/workload/workload.h"
+#include "gpu/model/cross_encoder.h"
 #include "gpu/model/model.h"
 #include "gpu/replay/knowledge_tier.h"
 #include "gpu/replay/replay.h"
@@ -77,6 +78,7 @@ struct PreparedReplay
     std::vector<std::string> warnings; // the knowledge tier's, and a limit past the workload's end
     std::optional<gpu::Converter> ownConverter;
     std::unique_ptr<core::Embedder> embedder;
+    std::unique_ptr<gpu::CrossEncoder> verifier; // the semantic tier's, when settings.verifier names one
     std::unique_ptr<gpu::KnowledgeTier> knowledge;
     std::unique_ptr<core::SharedStore> store;
     gpu::ReplayModels models;

@@ -17,6 +17,7 @@
 
 #include "core/cache/cache_store.h"
 #include "core/cache/semantic_guards.h"
+#include "core/cache/semantic_verifier.h"
 #include "core/model/kv_types.h"
 #include "core/util/enum_names.h"
 
@@ -214,6 +215,11 @@ struct TierLookup
     // (0) or unknown (-1): a hit lost or a false hit prevented.
     SemanticGuard guard = SemanticGuard::None;
     int guardedSameIntent = -1;
+    // Semantic tiers with a verifier (core/cache/semantic_verifier.h): its verdict on the candidate,
+    // its score (-1: none) and the time it took. A guard set beside a pass: the verifier overruled it.
+    VerifierVerdict verifier = VerifierVerdict::None;
+    double verifierScore = -1;
+    double verifierMs = 0;
     // Gated tiers (cross-model KV): the gate's decision and measured signal.
     GateDecision gate = GateDecision::None;
     double gateValue = 0;

@@ -148,6 +148,32 @@ struct SemanticTier::Impl
     // observe once the request has been computed.
     std::optional<EntryThresholds> bound;
     SemanticGuards guards; // none unless set
+    VerifierSettings verifier;
+
+    // The guards, then the verifier, on a candidate past the threshold: true when it may serve. What
+    // held it back (or let it through) goes into note.
+    bool screen(const std::string &text, const std::string &intent, const std::string &cachedText,
+                const std::string &cachedIntent, TierLookup &note) const
+    {
+        if (const auto check = checkGuards(text, cachedText, guards); check.blocked != SemanticGuard::None) {
+            note.guard = check.blocked;
+            note.guardedSameIntent =
+                intent.empty() || cachedIntent.empty() ? -1 : int(intent == cachedIntent);
+            if (!verifier.verifier || !verifier.overrulesGuards)
+                return false;
+        }
+        if (!verifier.verifier)
+            return true;
+        const auto v = verify(verifier, cachedText, text);
+        note.verifier = v.verdict;
+        note.verifierScore = v.score;
+        note.verifierMs = v.ms;
+        if (!v.error.empty())
+            note.warnings.push_back("verifier " + verifier.verifier->name() + ": " + v.error +
+                                    " (the candidate was not served)");
+        return v.verdict == VerifierVerdict::Pass;
+    }
+
     struct Explored
     {
         int64_t requestId = -1;
@@ -295,13 +321,8 @@ std::optional<SemanticHit> SemanticTier::lookup(const TenantScope &scope, const 
     if (!found || !(found->similarity >= d.threshold)) // NaN never passes
         return std::nullopt;
     auto hit = d.hitOf(*found);
-    if (const auto check = checkGuards(text, hit.cachedPrompt, d.guards);
-        check.blocked != SemanticGuard::None) {
-        note.guard = check.blocked;
-        note.guardedSameIntent =
-            intent.empty() || hit.response.intent.empty() ? -1 : int(intent == hit.response.intent);
+    if (!d.screen(text, intent, hit.cachedPrompt, hit.response.intent, note))
         return std::nullopt;
-    }
     if (!d.store.touch(found->id, scope.tenant(), scope.modelFingerprint(), nowMs))
         return std::nullopt;
     return hit;
@@ -315,6 +336,14 @@ void SemanticTier::setGuards(SemanticGuards guards)
 const SemanticGuards &SemanticTier::guards() const
 {
     return m_impl->guards;
+}
+
+void SemanticTier::setVerifier(VerifierSettings verifier)
+{
+    if (verifier.verifier && !std::isfinite(verifier.threshold))
+        throw Error(ErrorCode::InvalidArgument,
+                    "semantic tier: the verifier's threshold is not a finite number");
+    m_impl->verifier = verifier;
 }
 
 std::optional<SemanticHit> SemanticTier::lookup(const TenantScope &scope, const std::vector<float> &embedding,
@@ -409,14 +438,9 @@ TierLookup SemanticTier::lookup(const TierRequest &request)
             d.store.namespaceOf(request.scope.tenant(), request.scope.modelFingerprint()), q, request.nowMs);
         if (!found || !(found->similarity >= d.threshold)) // NaN never passes
             return out;
-        const auto check = checkGuards(request.embedText, d.hitOf(*found).cachedPrompt, d.guards);
-        if (check.blocked != SemanticGuard::None) { // neither served nor explored: computed
-            out.guard = check.blocked;
-            out.guardedSameIntent = request.intent.empty() || out.nearestIntent.empty()
-                                        ? -1
-                                        : int(request.intent == out.nearestIntent);
-            return out;
-        }
+        if (!d.screen(request.embedText, request.intent, d.hitOf(*found).cachedPrompt, out.nearestIntent,
+                      out))
+            return out; // neither served nor explored: computed
         const auto estimate = d.bound->decide(found->id, found->similarity);
         if (estimate.serve && d.store.touch(found->id, request.scope.tenant(),
                                             request.scope.modelFingerprint(), request.nowMs)) {

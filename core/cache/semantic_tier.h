@@ -86,6 +86,11 @@ public:
     // whose question differs from the cached one as a guard says is not served (nor counted a use).
     void setGuards(SemanticGuards guards);
     const SemanticGuards &guards() const;
+    // A second stage on CacheTier lookups (core/cache/semantic_verifier.h): a candidate past the
+    // threshold and the guards serves only when the verifier passes it (fails closed); with
+    // overrulesGuards a guarded candidate is verified too and serves on a pass. The verifier must
+    // outlive the tier. Default: none.
+    void setVerifier(VerifierSettings verifier);
     // The nearest visible entry (any similarity; nullopt when the namespace is empty), without
     // applying the threshold, and without counting a use: for threshold sweeps.
     std::optional<SemanticHit> nearest(const TenantScope &scope, const std::vector<float> &embedding,

@@ -57,6 +57,7 @@ public:
     TierLookup lookup(const TierRequest &request) override;
     void insert(const TierRequest &request, TierInsert computed) override;
     void setGuards(SemanticGuards guards) { m_local.setGuards(guards); } // as SemanticTier's
+    void setVerifier(VerifierSettings verifier) { m_local.setVerifier(verifier); }
     int64_t evict(int64_t nowMs) override;
     int64_t invalidateModel(const std::string &modelFingerprint) override;
     int64_t invalidateTag(const std::string &tag) override;

@@ -83,8 +83,23 @@ LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &pri
         if (r.semanticGuard != SemanticGuard::None) {
             ++s.guarded;
             ++s.guardedBy[semanticGuardName(r.semanticGuard)];
-            s.guardPrevented += r.guardedSameIntent == 0;
-            s.guardLost += r.guardedSameIntent == 1;
+            if (r.verifier == VerifierVerdict::Pass) { // overruled: served
+                ++s.guardOverruled;
+            } else {
+                s.guardPrevented += r.guardedSameIntent == 0;
+                s.guardLost += r.guardedSameIntent == 1;
+            }
+        }
+        if (r.verifier != VerifierVerdict::None) {
+            ++s.verified;
+            s.verifierMeanMs += r.verifierMs;
+            s.verifierPassed += r.verifier == VerifierVerdict::Pass;
+            s.verifierRejected += r.verifier == VerifierVerdict::Reject;
+            s.verifierErrors += r.verifier == VerifierVerdict::Error;
+            if (r.verifier != VerifierVerdict::Pass) {
+                s.verifierPrevented += r.verifiedSameIntent == 0;
+                s.verifierLost += r.verifiedSameIntent == 1;
+            }
         }
         responseHits += carriesIntent(r.answeredBy);
         s.falseHits += falseHit;
@@ -139,6 +154,8 @@ LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &pri
         s.hitRate = double(s.hits) / double(s.requests);
     if (promptTokens > 0)
         s.tokenHitRate = double(s.tokensReused) / double(promptTokens);
+    if (s.verified > 0)
+        s.verifierMeanMs /= double(s.verified);
     if (responseHits > 0)
         s.falseHitRate = double(s.falseHits) / double(responseHits);
     s.ttftMsP50 = percentile(ttft, 50);
@@ -259,6 +276,11 @@ const std::vector<Column> &columns()
              "negation, number, entity, question-word or empty"),
          true, true},
         {"guarded_same_intent", &LedgerRow::guardedSameIntent, false, true},
+        {"verifier", named<&LedgerRow::verifier, kVerifierVerdictNames>("pass, reject, error or empty"), true,
+         true},
+        {"verifier_score", &LedgerRow::verifierScore, false, true},
+        {"verifier_ms", &LedgerRow::verifierMs, false, true},
+        {"verified_same_intent", &LedgerRow::verifiedSameIntent, false, true},
         {"not_served", named<&LedgerRow::notServed, kNotServedNames>("context, worker or empty"), true, true},
         {"question", &LedgerRow::question, true, true},
         {"answer", &LedgerRow::answer, true, true},
@@ -683,7 +705,16 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
                                {{"candidates", s.guarded},
                                 {"by_guard", s.guardedBy},
                                 {"false_hits_prevented", s.guardPrevented},
-                                {"hits_lost", s.guardLost}}},
+                                {"hits_lost", s.guardLost},
+                                {"overruled_by_verifier", s.guardOverruled}}},
+                              {"verifier",
+                               {{"candidates", s.verified},
+                                {"passed", s.verifierPassed},
+                                {"rejected", s.verifierRejected},
+                                {"errors", s.verifierErrors},
+                                {"false_hits_prevented", s.verifierPrevented},
+                                {"hits_lost", s.verifierLost},
+                                {"mean_ms", s.verifierMeanMs}}},
                               {"hit_rate", s.hitRate},
                               {"token_hit_rate", s.tokenHitRate},
                               {"false_hit_rate", s.falseHitRate},

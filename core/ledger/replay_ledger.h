@@ -70,6 +70,13 @@ struct LedgerRow
     // lost), another (0: a false hit prevented) or unknown (-1).
     SemanticGuard semanticGuard = SemanticGuard::None;
     int guardedSameIntent = -1;
+    // The semantic tier's verifier (core/cache/semantic_verifier.h): its verdict on the candidate (a
+    // pass beside a guard: the guard was overruled), its score (-1: none), its time, and whether the
+    // candidate's intent was the request's (1), another (0) or unknown (-1).
+    VerifierVerdict verifier = VerifierVerdict::None;
+    double verifierScore = -1;
+    double verifierMs = 0;
+    int verifiedSameIntent = -1;
     // A request the replay did not serve holds only the request's identity; the summary counts it
     // in notServed and nowhere else.
     NotServed notServed = NotServed::No;
@@ -155,6 +162,12 @@ struct LedgerSummary
     // those with both intents known: a false hit prevented (another intent) or a hit lost (the same).
     int64_t guarded = 0, guardPrevented = 0, guardLost = 0;
     std::map<std::string, int64_t> guardedBy;
+    int64_t guardOverruled = 0; // guarded candidates the verifier passed (served)
+    // The verifier: candidates it judged, passed, rejected and failed on (rejected too); of its
+    // rejections with both intents known, false hits prevented and hits lost; its mean time.
+    int64_t verified = 0, verifierPassed = 0, verifierRejected = 0, verifierErrors = 0;
+    int64_t verifierPrevented = 0, verifierLost = 0;
+    double verifierMeanMs = 0;
     double hitRate = 0;      // hits / requests
     double tokenHitRate = 0; // tokens reused / prompt tokens
     double falseHitRate = 0; // false hits / hits of a response or a knowledge node

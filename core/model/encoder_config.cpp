@@ -428,7 +428,7 @@ bool EncoderCheckpoint::contains(const std::string &name) const
 {
     if (m_impl->gguf)
         return m_impl->ggufByHf.count(name) > 0;
-    return m_impl->weights->contains(m_impl->prefix + name);
+    return m_impl->weights->contains(m_impl->prefix + name) || m_impl->weights->contains(name);
 }
 
 TensorRef EncoderCheckpoint::require(const std::string &name, const std::vector<int64_t> &shape) const
@@ -441,7 +441,10 @@ TensorRef EncoderCheckpoint::require(const std::string &name, const std::vector<
                         fmt::format("{}: tensor for '{}' is missing", m_impl->path.string(), name));
         ref = TensorRef{&it->second->info, m_impl->gguf->data(*it->second), m_impl->path};
     } else {
-        ref = m_impl->weights->get(m_impl->prefix + name);
+        // the encoder's names carry the prefix; a classifier head's (classifier.*) does not
+        const bool prefixed = m_impl->prefix.empty() || m_impl->weights->contains(m_impl->prefix + name) ||
+                              !m_impl->weights->contains(name);
+        ref = m_impl->weights->get(prefixed ? m_impl->prefix + name : name);
     }
     if (!shape.empty() && ref.info->shape != shape)
         throw Error(ErrorCode::Shape,
@@ -540,6 +543,88 @@ void writeEncoderHf(const fs::path &dir, const EncoderConfig &cfg,
     writeFileAtomic(dir / "1_Pooling" / "config.json", pooling.dump(2) + "\n");
     const json st = {{"max_seq_length", cfg.sequenceLimit()}, {"do_lower_case", false}};
     writeFileAtomic(dir / "sentence_bert_config.json", st.dump(2) + "\n");
+}
+
+CrossEncoderInfo crossEncoderInfo(const fs::path &path)
+{
+    const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+    const fs::path file = dir / "config.json";
+    const json j = readJsonFile(file);
+    bool pairClassifier = false;
+    if (const auto arch = j.find("architectures"); arch != j.end() && arch->is_array())
+        for (const json &a : *arch)
+            if (a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos)
+                pairClassifier = true;
+    if (!pairClassifier)
+        throw Error(ErrorCode::Config, file.string() +
+                                           ": field 'architectures' names no *ForSequenceClassification "
+                                           "model: not a cross-encoder");
+    CrossEncoderInfo info;
+    info.labels = 2; // HF's default
+    if (const auto it = j.find("id2label"); it != j.end() && it->is_object() && !it->empty())
+        info.labels = int(it->size());
+    if (const auto it = j.find("num_labels"); it != j.end() && it->is_number_integer())
+        info.labels = it->get<int>();
+    if (info.labels < 1 || info.labels > 1000)
+        throw Error(ErrorCode::Config, fmt::format("{}: field 'num_labels' is {}; expected 1..1000",
+                                                   file.string(), info.labels));
+    std::error_code ec;
+    if (fs::exists(dir / "train_log.json", ec)) {
+        try {
+            const json log = json::parse(text::readWholeFile(dir / "train_log.json"));
+            const json &t = log.at("evaluation").at("trained").at("at_precision_0_9").at("threshold");
+            if (t.is_number())
+                info.recordedThreshold = t.get<double>();
+        } catch (const std::exception &) {
+            // no recorded threshold: the caller's default applies
+        }
+    }
+    return info;
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> crossEncoderHeadTensors(const EncoderConfig &c,
+                                                                                  int labels)
+{
+    const int64_t H = c.hiddenSize, L = labels;
+    return {{"pooler.dense.weight", {H, H}},
+            {"pooler.dense.bias", {H}},
+            {"classifier.weight", {L, H}},
+            {"classifier.bias", {L}}};
+}
+
+void writeCrossEncoderHf(const fs::path &dir, const EncoderConfig &cfg, int labels,
+                         const std::map<std::string, std::vector<float>> &weights)
+{
+    cfg.validate(dir.string());
+    SafetensorsWriter w;
+    auto all = EncoderCheckpoint::requiredTensors(cfg);
+    for (auto &t : crossEncoderHeadTensors(cfg, labels))
+        all.push_back(t);
+    for (const auto &[name, shape] : all) {
+        const auto it = weights.find(name);
+        int64_t n = 1;
+        for (int64_t d : shape)
+            n *= d;
+        if (it == weights.end() || int64_t(it->second.size()) != n)
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("writeCrossEncoderHf: tensor '{}' is {}; expected {} floats", name,
+                                    it == weights.end() ? "missing" : std::to_string(it->second.size()), n));
+        w.addF32(name.rfind("classifier.", 0) == 0 ? name : "bert." + name, shape, it->second);
+    }
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    w.write(dir / "model.safetensors");
+    json j = json::parse(cfg.toHfJson());
+    j["architectures"] = {"BertForSequenceClassification"};
+    j["num_labels"] = labels;
+    json id2label = json::object(), label2id = json::object();
+    for (int i = 0; i < labels; ++i) {
+        id2label[std::to_string(i)] = "LABEL_" + std::to_string(i);
+        label2id["LABEL_" + std::to_string(i)] = i;
+    }
+    j["id2label"] = id2label;
+    j["label2id"] = label2id;
+    writeFileAtomic(dir / "config.json", j.dump(2) + "\n");
 }
 
 } // namespace kvwb::core

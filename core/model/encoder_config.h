@@ -117,6 +117,27 @@ private:
     std::shared_ptr<Impl> m_impl;
 };
 
+// A sequence-pair classifier's directory (BertForSequenceClassification): config.json's labels
+// (num_labels, else the size of id2label, else HF's default 2) and the threshold `kvwb
+// train-verifier` recorded for validation precision 0.9 (train_log.json), if any. Error(Config)
+// naming config.json when its architectures name no *ForSequenceClassification.
+struct CrossEncoderInfo
+{
+    int labels = 1;
+    std::optional<double> recordedThreshold;
+};
+CrossEncoderInfo crossEncoderInfo(const std::filesystem::path &path);
+// The head's tensors after the encoder's: pooler.dense.{weight,bias} [H, H] / [H], classifier.
+// {weight,bias} [labels, H] / [labels].
+std::vector<std::pair<std::string, std::vector<int64_t>>> crossEncoderHeadTensors(const EncoderConfig &c,
+                                                                                  int labels);
+// Writes a BertForSequenceClassification directory (one label: a score through a sigmoid): config.json,
+// model.safetensors with the encoder and pooler under "bert." and the classifier, F32. weights holds
+// the encoder's tensors (EncoderCheckpoint::requiredTensors) and the head's (crossEncoderHeadTensors)
+// under their names without "bert.". The tokenizer is the caller's to write.
+void writeCrossEncoderHf(const std::filesystem::path &dir, const EncoderConfig &cfg, int labels,
+                         const std::map<std::string, std::vector<float>> &weights);
+
 // Writes a sentence-transformers directory: config.json, model.safetensors (F32), modules.json,
 // 1_Pooling/config.json, 2_Normalize/ when cfg.normalize, sentence_bert_config.json. weights holds
 // every tensor of EncoderCheckpoint::requiredTensors(cfg) under those names (Error(InvalidArgument)

@@ -116,6 +116,20 @@ void semanticRows(std::vector<ReplayFlag> &t)
         "none, or a comma-separated list of negation, number, entity and question-word.",
         &S::guards, [](const std::string &v) { return parseSemanticGuards(v); }, semanticGuardsName,
         "all, none or a list of negation, number, entity, question-word"));
+    t.push_back(
+        text("verifier", "DIR",
+             "Semantic tier: a cross-encoder (kvwb train-verifier, or a BertForSequenceClassification "
+             "directory) that re-checks each candidate before it serves; a failure or a score under "
+             "--verifier-threshold computes the request instead.",
+             &S::verifier, Scope::Input));
+    t.push_back(real("verifier-threshold", "T",
+                     "The verifier's score a candidate needs (default 0: the threshold its training measured "
+                     "for validation precision 0.9, else 0.5).",
+                     &S::verifierThreshold, 0, 1));
+    t.push_back(
+        toggle("verifier-overrules-guards",
+               "A candidate a guard holds back is verified too, and serves when the verifier passes it.",
+               &S::verifierOverrulesGuards, true, "verifier_overrules_guards"));
     t.push_back(real("bound-confidence", "C",
                      "With --error-bound: confidence of the error's upper bound (default 0.9).",
                      &S::boundConfidence, 0.5, 0.999));
@@ -366,6 +380,10 @@ void checkReplaySettings(const ReplaySettings &s)
         bad("the cross tier needs --experiment (its converter)");
     if (s.eviction == Eviction::Ttl && s.ttlMs <= 0)
         bad("--eviction ttl needs --ttl-ms > 0");
+    if (!s.verifier.empty() && !s.uses(TierKind::Semantic))
+        bad("--verifier needs 'semantic' in --tiers");
+    if (s.verifier.empty() && (s.verifierThreshold != 0 || s.verifierOverrulesGuards))
+        bad("--verifier-threshold and --verifier-overrules-guards need --verifier");
     if (s.errorBound == 0 && s.boundConfidence != ReplaySettings{}.boundConfidence)
         bad("--bound-confidence needs --error-bound");
     if (!s.prices.empty() &&

@@ -64,6 +64,12 @@ struct ReplaySettings
     double errorBound = 0;            // > 0: per-entry semantic thresholds under this error bound
     SemanticGuards guards = SemanticGuards::all(); // semantic hits refused on a negation, number, ...
     double boundConfidence = 0.9;
+    // A cross-encoder that re-checks each semantic candidate before it serves (fails closed):
+    // its directory, its threshold (0: the one its training recorded for validation precision 0.9,
+    // else 0.5), and whether it may overrule a guard.
+    std::string verifier;
+    double verifierThreshold = 0;
+    bool verifierOverrulesGuards = false;
     bool embedQuestion = true; // the semantic tier embeds the request's question, not the whole prompt
     int embedderLayer = -1;    // the model embedder's block (-1: the middle one)
     std::string embedderPrefix;

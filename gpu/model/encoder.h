@@ -42,6 +42,7 @@ public:
     std::vector<std::vector<float>> embed(const std::vector<std::vector<int>> &batch, bool normalise) const;
 
 private:
+    friend class CrossEncoder; // scores pairs with the same weights
     Encoder();
     struct Impl;
     std::unique_ptr<Impl> m_impl;

@@ -79,7 +79,8 @@ struct ReplayOptions
     // Semantic tier: per-entry thresholds under this error bound (the threshold a floor); nullopt:
     // one global threshold. Not with a shared store.
     std::optional<core::EntryBoundOptions> semanticBound;
-    core::SemanticGuards guards; // semantic hits refused on a negation, number, entity or question word
+    core::SemanticGuards guards;     // semantic hits refused on a negation, number, entity or question word
+    core::VerifierSettings verifier; // the semantic tier's second stage (none: not consulted)
 };
 
 struct ReplayResult

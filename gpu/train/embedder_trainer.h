@@ -75,4 +75,14 @@ using EmbedderProgressFn = std::function<bool(int step, int steps, double loss, 
 EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &options,
                                   const EmbedderProgressFn &progress = {});
 
+// `kvwb train-verifier`: the same training on a labelled pairs file (options.pairs required), for a
+// cross-encoder (gpu/model/cross_encoder.h): a new encoder or options.init's (an embedder's
+// encoder, or a cross-encoder with its head), a pooler and a one-label classifier, trained with
+// binary cross-entropy on batches of half duplicates and half not; validation, early stopping,
+// state and resume as above, the evaluation scored by the written model reloaded. The log's
+// at_precision_0_9 threshold is the one the replay's verifier uses by default. (temperature and
+// margin do not apply.)
+EmbedderTrainResult trainVerifier(const EmbedderTrainOptions &options,
+                                  const EmbedderProgressFn &progress = {});
+
 } // namespace kvwb::gpu

@@ -28,11 +28,11 @@ using kvwb::test::runProgram;
 // Every subcommand, in `kvwb --help` order (app/cli/subcommands.cpp).
 QStringList allSubcommands()
 {
-    QStringList all = {"info",       "upgrade",        "tokenize",    "generate",       "bench",
-                       "make-model", "convert",        "train",       "train-embedder", "eval-qa",
-                       "capture",    "bench-capture",  "bench-tiers", "align",          "sweep",
-                       "compare",    "bench-transfer", "replay",      "sweep-semantic", "bench-store",
-                       "summarise",  "prices"};
+    QStringList all = {"info",        "upgrade",   "tokenize",       "generate",       "bench",
+                       "make-model",  "convert",   "train",          "train-embedder", "train-verifier",
+                       "eval-qa",     "capture",   "bench-capture",  "bench-tiers",    "align",
+                       "sweep",       "compare",   "bench-transfer", "replay",         "sweep-semantic",
+                       "bench-store", "summarise", "prices"};
     if (!kvwb::test::headlessBuild())
         all << "report";
     all << "knowledge"

@@ -6,6 +6,7 @@
 #include "core/ledger/replay_ledger.h"
 #include "core/model/random_model.h"
 #include "core/store/ledger_store.h"
+#include "core/util/text_util.h"
 #include "tests/support/kvwb_process.h"
 #include "tests/support/tenant_workload.h"
 #include "tests/support/test_paths.h"
@@ -268,6 +269,102 @@ private Q_SLOTS:
             {"sweep-semantic", "--workload", q(m_dir / "w.jsonl"), "--embedder", q(m_dir / "no-such-model")});
         QCOMPARE(r.exitCode, 2);
         QVERIFY2(r.err.contains("the path of an embedding model"), r.err.constData());
+    }
+
+    // --verifier: a cross-encoder trained by `kvwb train-verifier` judges every semantic candidate;
+    // at a threshold every score passes, the hits are the replay's without it; at 1 none serves and
+    // each is a rejection in the ledger; it needs the semantic tier.
+    void verifierJudgesEverySemanticCandidate()
+    {
+        const fs::path demo = test::sourceDir() / "projects" / "demo";
+        std::string pairs;
+        for (int i = 0; i < 40; ++i) {
+            const std::string n = std::to_string(i);
+            pairs += "how do i bake loaf " + n + "\twhat is the way to bake loaf " + n + "\t1\n";
+            pairs += "can i bake loaf " + n + "\tcan i bake cake " + n + "\t0\n";
+        }
+        test::writeFile(m_dir / "vpairs.tsv", pairs);
+        auto r = runKvwb({"train-verifier",
+                          "--pairs",
+                          q(m_dir / "vpairs.tsv"),
+                          "--out",
+                          q(m_dir / "verifier"),
+                          "--vocab",
+                          "80",
+                          "--hidden",
+                          "16",
+                          "--layers",
+                          "1",
+                          "--heads",
+                          "2",
+                          "--intermediate",
+                          "32",
+                          "--max-positions",
+                          "32",
+                          "--steps",
+                          "4",
+                          "--batch",
+                          "8",
+                          "--eval-every",
+                          "2",
+                          "--validation",
+                          "0.25",
+                          "--threads",
+                          "1"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const QStringList base = {"replay",
+                                  "--workload",
+                                  q(demo / "workloads" / "demo.jsonl"),
+                                  "--limit",
+                                  "150",
+                                  "--model-a",
+                                  q(demo / "models" / "a"),
+                                  "--model-b",
+                                  q(demo / "models" / "b"),
+                                  "--tiers",
+                                  "semantic",
+                                  "--guards",
+                                  "none",
+                                  "--max-tokens",
+                                  "1",
+                                  "--threads",
+                                  "1",
+                                  "--json"};
+        r = runKvwb(base);
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const int hits = QJsonDocument::fromJson(r.out).object()["total"].toObject()["hits"].toInt();
+        QVERIFY(hits > 0);
+        r = runKvwb(base +
+                    QStringList{"--verifier", q(m_dir / "verifier"), "--verifier-threshold", "0.000001"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        auto j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["total"].toObject()["hits"].toInt(), hits);
+        auto v = j["total"].toObject()["verifier"].toObject();
+        QCOMPARE(v["candidates"].toInt(), hits);
+        QCOMPARE(v["passed"].toInt(), hits);
+        QCOMPARE(j["settings"].toObject()["verifier_name"].toString(), QString("cross-verifier"));
+        r = runKvwb(base + QStringList{"--verifier", q(m_dir / "verifier"), "--verifier-threshold", "1",
+                                       "--ledger", q(m_dir / "verified.csv")});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["total"].toObject()["hits"].toInt(), 0);
+        v = j["total"].toObject()["verifier"].toObject();
+        QCOMPARE(v["rejected"].toInt(), hits);
+        QCOMPARE(v["false_hits_prevented"].toInt() + v["hits_lost"].toInt(),
+                 hits); // the demo's intents are known
+        const auto rows =
+            core::ledgerFromCsv(core::text::readWholeFile(m_dir / "verified.csv"), "verified.csv");
+        int rejected = 0;
+        for (const auto &row : rows) {
+            rejected += row.verifier == core::VerifierVerdict::Reject;
+            if (row.verifier != core::VerifierVerdict::None)
+                QVERIFY(row.verifierScore >= 0 && row.verifierScore < 1);
+        }
+        QCOMPARE(rejected, hits);
+        r = runKvwb({"replay", "--workload", q(demo / "workloads" / "demo.jsonl"), "--model-a",
+                     q(demo / "models" / "a"), "--tiers", "exact", "--verifier", q(m_dir / "verifier")});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("--verifier needs 'semantic' in --tiers"), r.err.constData());
     }
 
     void badInput()

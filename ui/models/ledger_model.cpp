@@ -426,6 +426,18 @@ QString LedgerModel::detailHtml(int index) const
                              .arg(r.guardedSameIntent == 1   ? tr("a hit lost: same intent")
                                   : r.guardedSameIntent == 0 ? tr("a false hit prevented")
                                                              : tr("intent unknown")));
+    if (r.verifier != core::VerifierVerdict::None)
+        add(tr("verifier"),
+            tr("%1%2, %3 ms%4")
+                .arg(r.semanticGuard != core::SemanticGuard::None && r.verifier == core::VerifierVerdict::Pass
+                         ? tr("pass, overruling the guard")
+                         : name(core::kVerifierVerdictNames, r.verifier))
+                .arg(r.verifierScore >= 0 ? tr(" at score %1").arg(r.verifierScore, 0, 'f', 3) : QString())
+                .arg(r.verifierMs, 0, 'f', 2)
+                .arg(r.verifier == core::VerifierVerdict::Pass ? QString()
+                     : r.verifiedSameIntent == 1               ? tr(" (a hit lost: same intent)")
+                     : r.verifiedSameIntent == 0               ? tr(" (a false hit prevented)")
+                                                               : QString()));
     if (r.gate != core::GateDecision::None)
         add(tr("quality gate"), QStringLiteral("%1 (%2)")
                                     .arg(name(core::kGateDecisionNames, r.gate))

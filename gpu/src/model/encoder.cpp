@@ -1,4 +1,5 @@
 #include "gpu/model/encoder.h"
+#include "gpu/model/cross_encoder.h"
 
 #include "core/model/checkpoint.h"
 #include "core/tokenize/tokenizer.h"
@@ -57,12 +58,14 @@ std::vector<std::pair<std::string, torch::Tensor *>> EncoderWeights::named()
 }
 
 torch::Tensor encoderHidden(const EncoderWeights &w, const core::EncoderConfig &c, const torch::Tensor &ids,
-                            const torch::Tensor &mask)
+                            const torch::Tensor &mask, const torch::Tensor &types)
 {
     const int64_t B = ids.size(0), T = ids.size(1), H = c.hiddenSize, nh = c.numHeads, hd = c.headDim();
     const double eps = c.layerNormEps;
     auto x = w.word.index_select(0, ids.reshape({-1})).view({B, T, H}) +
-             w.position.narrow(0, 0, T).unsqueeze(0) + w.type.narrow(0, 0, 1).unsqueeze(0); // token type 0
+             w.position.narrow(0, 0, T).unsqueeze(0) +
+             (types.defined() ? w.type.index_select(0, types.reshape({-1})).view({B, T, H})
+                              : w.type.narrow(0, 0, 1).unsqueeze(0)); // token type 0 unless given
     x = torch::layer_norm(x, {H}, w.lnW, w.lnB, eps);
     // keys a query may not see: the padding after each sequence
     const auto hide = mask.logical_not().view({B, 1, 1, T});
@@ -93,6 +96,56 @@ torch::Tensor encoderHidden(const EncoderWeights &w, const core::EncoderConfig &
         x = torch::layer_norm(torch::linear(f, L.downW, L.downB) + x, {H}, L.ln2W, L.ln2B, eps);
     }
     return x;
+}
+
+std::vector<std::pair<std::string, torch::Tensor *>> CrossEncoderHead::named()
+{
+    return {{"pooler.dense.weight", &poolW},
+            {"pooler.dense.bias", &poolB},
+            {"classifier.weight", &clsW},
+            {"classifier.bias", &clsB}};
+}
+
+torch::Tensor crossEncoderLogits(const EncoderWeights &w, const CrossEncoderHead &head,
+                                 const core::EncoderConfig &c, const torch::Tensor &ids,
+                                 const torch::Tensor &mask, const torch::Tensor &types)
+{
+    const auto cls = encoderHidden(w, c, ids, mask, types).select(1, 0);
+    return torch::linear(torch::tanh(torch::linear(cls, head.poolW, head.poolB)), head.clsW, head.clsB);
+}
+
+torch::Tensor crossEncoderProbability(const torch::Tensor &logits)
+{
+    return logits.size(1) == 1 ? torch::sigmoid(logits.select(1, 0)) : torch::softmax(logits, 1).select(1, 1);
+}
+
+EncodedPair encodePair(const core::Tokenizer &tokenizer, const std::string &a, const std::string &b,
+                       size_t limit)
+{
+    auto x = tokenizer.encode(a, true), y = tokenizer.encode(b, true);
+    // x = [CLS] a.. [SEP], y = [CLS] b.. [SEP]: the pair drops y's [CLS]
+    const bool xClosed = !x.empty() && tokenizer.isSpecial(x.back());
+    const int sep = xClosed ? x.back() : -1;
+    if (!y.empty() && tokenizer.isSpecial(y.front()))
+        y.erase(y.begin());
+    if (xClosed)
+        x.pop_back(); // put back after cutting
+    if (!y.empty() && tokenizer.isSpecial(y.back()))
+        y.pop_back();
+    const size_t extra = sep >= 0 ? 2 : 0; // the two [SEP]s
+    const size_t budget = limit > extra + 2 ? limit - extra : 2;
+    while (x.size() + y.size() > budget) // longest first, never [CLS]
+        (y.size() >= x.size() && !y.empty() ? y : x).pop_back();
+    EncodedPair p;
+    p.ids = x;
+    if (sep >= 0)
+        p.ids.push_back(sep);
+    p.types.assign(p.ids.size(), 0);
+    p.ids.insert(p.ids.end(), y.begin(), y.end());
+    if (sep >= 0)
+        p.ids.push_back(sep);
+    p.types.resize(p.ids.size(), 1);
+    return p;
 }
 
 torch::Tensor poolHidden(const torch::Tensor &hidden, const torch::Tensor &mask, core::Pooling pooling)
@@ -399,6 +452,102 @@ std::unique_ptr<core::Embedder> loadEmbedderModel(const fs::path &path, const Lo
     if (core::isEncoderModel(path))
         return std::make_unique<EncoderEmbedder>(path, options, prefix);
     return std::make_unique<DecoderEmbedder>(path, options, prefix);
+}
+
+// ---- the cross-encoder ----
+
+struct CrossEncoder::Impl
+{
+    std::unique_ptr<Encoder> encoder; // its weights and config
+    detail::CrossEncoderHead head;
+    std::unique_ptr<core::Tokenizer> tokenizer;
+    std::string name;
+    int labels = 1;
+    std::optional<double> threshold;
+};
+
+CrossEncoder::CrossEncoder(const fs::path &path, const LoadOptions &options)
+    : m_impl(std::make_unique<Impl>())
+{
+    Impl &m = *m_impl;
+    const auto ck = core::EncoderCheckpoint::open(path);
+    const auto info = core::crossEncoderInfo(path);
+    m.labels = info.labels;
+    m.threshold = info.recordedThreshold;
+    const auto tok = ck.tokenizerPath();
+    if (!tok)
+        throw Error(ErrorCode::Config, ck.path().string() +
+                                           ": no tokenizer (tokenizer.json or vocab.txt) beside the "
+                                           "cross-encoder");
+    m.tokenizer = core::loadTokenizer(*tok);
+    if (m.tokenizer->vocabSize() > ck.config().vocabSize)
+        throw Error(ErrorCode::Tokenizer,
+                    fmt::format("{}: the tokenizer has {} ids; the encoder's vocabulary {}", tok->string(),
+                                m.tokenizer->vocabSize(), ck.config().vocabSize));
+    if (ck.config().typeVocabSize < 2)
+        throw Error(ErrorCode::Config,
+                    ck.path().string() +
+                        ": field 'type_vocab_size' is below 2: a pair needs two token types");
+    m.encoder = Encoder::load(ck, options);
+    const auto &c = ck.config();
+    const torch::Device device =
+        options.device == Device::Cuda ? torch::Device(torch::kCUDA, 0) : torch::kCPU;
+    const auto shapes = core::crossEncoderHeadTensors(c, m.labels);
+    auto named = m.head.named();
+    for (size_t i = 0; i < named.size(); ++i) {
+        const auto ref = ck.require(shapes[i].first, shapes[i].second);
+        std::vector<float> values = core::toFloatVector(ref);
+        *named[i].second = translateTorch(shapes[i].first.c_str(), [&] {
+            return torch::from_blob(values.data(), shapes[i].second, torch::kFloat32)
+                .to(device, detail::torchType(options.dtype), false, true)
+                .contiguous();
+        });
+    }
+    m.name = "cross-" + stemOf(path);
+}
+
+CrossEncoder::~CrossEncoder() = default;
+
+double CrossEncoder::score(const std::string &cached, const std::string &request)
+{
+    Impl &m = *m_impl;
+    const Encoder::Impl &e = *m.encoder->m_impl;
+    JobScope scope(e.options.threads, false);
+    const auto p = detail::encodePair(*m.tokenizer, cached, request, size_t(e.config.sequenceLimit()));
+    return translateTorch("cross-encoder", [&] {
+        const auto n = int64_t(p.ids.size());
+        const auto ids =
+            torch::tensor(std::vector<int64_t>(p.ids.begin(), p.ids.end())).view({1, n}).to(e.device);
+        const auto types =
+            torch::tensor(std::vector<int64_t>(p.types.begin(), p.types.end())).view({1, n}).to(e.device);
+        const auto mask = torch::ones({1, n}, torch::kBool).to(e.device);
+        const auto logits = detail::crossEncoderLogits(e.weights, m.head, e.config, ids, mask, types);
+        return detail::crossEncoderProbability(logits.to(torch::kFloat32))[0].item<double>();
+    });
+}
+
+std::string CrossEncoder::name() const
+{
+    return m_impl->name;
+}
+
+int CrossEncoder::labels() const
+{
+    return m_impl->labels;
+}
+
+std::optional<double> CrossEncoder::recordedThreshold() const
+{
+    return m_impl->threshold;
+}
+
+bool isCrossEncoderModel(const fs::path &path)
+{
+    try {
+        return core::crossEncoderInfo(path).labels > 0;
+    } catch (const std::exception &) {
+        return false;
+    }
 }
 
 } // namespace kvwb::gpu

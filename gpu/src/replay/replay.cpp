@@ -103,12 +103,14 @@ TierSet buildTiers(const ReplayModels &m, const ReplayOptions &o)
                 auto shared = std::make_unique<core::SharedSemanticTier>(*o.store, o.semanticLimits,
                                                                          *m.embedder, o.threshold);
                 shared->setGuards(o.guards);
+                shared->setVerifier(o.verifier);
                 tier = std::move(shared);
             } else {
                 auto semantic =
                     std::make_unique<core::SemanticTier>(o.semanticLimits, *m.embedder, o.threshold);
                 semantic->setErrorBound(o.semanticBound);
                 semantic->setGuards(o.guards);
+                semantic->setVerifier(o.verifier);
                 tier = std::move(semantic);
             }
             break;
@@ -337,6 +339,14 @@ StackFind lookupStack(ReplayRun &run, const core::TierRequest &request, Serving 
         if (found.guard != core::SemanticGuard::None) {
             row.semanticGuard = found.guard;
             row.guardedSameIntent = found.guardedSameIntent;
+        }
+        if (found.verifier != core::VerifierVerdict::None) {
+            row.verifier = found.verifier;
+            row.verifierScore = found.verifierScore;
+            row.verifierMs = found.verifierMs;
+            row.verifiedSameIntent = sv.r.intent.empty() || found.nearestIntent.empty()
+                                         ? -1
+                                         : int(sv.r.intent == found.nearestIntent);
         }
         // the worst outcome of the request's store calls: unavailable > refused > hit > miss
         row.store = core::worseStoreNote(row.store, found.store);

@@ -9,6 +9,7 @@
 #include "core/util/error.h"
 #include "core/util/text_util.h"
 #include "core/workload/corpus.h"
+#include "gpu/model/cross_encoder.h"
 #include "gpu/model/encoder.h"
 #include "gpu/src/model/encoder_forward_p.h"
 #include "gpu/src/torch_error_p.h"
@@ -102,6 +103,29 @@ struct Batch
 {
     torch::Tensor ids, mask;
 };
+
+struct PairBatch
+{
+    torch::Tensor ids, mask, types;
+};
+
+PairBatch padPairs(const std::vector<detail::EncodedPair> &pairs)
+{
+    size_t T = 0;
+    for (const auto &p : pairs)
+        T = std::max(T, p.ids.size());
+    const size_t B = pairs.size();
+    std::vector<int64_t> ids(B * T, 0), keep(B * T, 0), types(B * T, 0);
+    for (size_t b = 0; b < B; ++b)
+        for (size_t i = 0; i < pairs[b].ids.size(); ++i) {
+            ids[b * T + i] = pairs[b].ids[i];
+            types[b * T + i] = pairs[b].types[i];
+            keep[b * T + i] = 1;
+        }
+    const auto n = int64_t(B), t = int64_t(T);
+    return {torch::tensor(ids).view({n, t}), torch::tensor(keep).view({n, t}) != 0,
+            torch::tensor(types).view({n, t})};
+}
 
 Batch pad(const std::vector<std::vector<int>> &seqs)
 {
@@ -299,9 +323,17 @@ namespace {
 
 // ---- learning from labelled pairs ----
 
+enum class PairObjective
+{
+    Embedder, // a bi-encoder: cosines of pooled vectors
+    Verifier  // a cross-encoder: a pair classifier over both texts
+};
+
 struct PairModel
 {
     core::EncoderConfig cfg;
+    detail::CrossEncoderHead head; // the verifier's
+    int labels = 1;
     std::unique_ptr<core::Tokenizer> tokenizer;
     std::vector<std::string> newVocab; // the WordPiece vocabulary built here (empty when fine-tuning)
     core::WordPieceOptions wpo;
@@ -309,8 +341,28 @@ struct PairModel
 };
 
 // The encoder to train: options.init's (its tokenizer, sizes and weights) or a new one.
-PairModel pairModel(const EmbedderTrainOptions &o, const std::vector<core::LabelledPair> &train,
-                    detail::EncoderWeights &w)
+// The verifier's head: from a cross-encoder being fine-tuned, else new (one label).
+void initHead(PairModel &m, const EmbedderTrainOptions &o, const core::EncoderCheckpoint *ck)
+{
+    const bool fromModel = ck && isCrossEncoderModel(o.init);
+    m.labels = fromModel ? core::crossEncoderInfo(o.init).labels : 1;
+    const auto shapes = core::crossEncoderHeadTensors(m.cfg, m.labels);
+    auto named = m.head.named();
+    for (size_t i = 0; i < named.size(); ++i) {
+        torch::Tensor t;
+        if (fromModel) {
+            std::vector<float> v = core::toFloatVector(ck->require(shapes[i].first, shapes[i].second));
+            t = torch::from_blob(v.data(), shapes[i].second, torch::kFloat32).clone();
+        } else {
+            t = shapes[i].second.size() == 1 ? torch::zeros(shapes[i].second)
+                                             : torch::randn(shapes[i].second) * 0.02;
+        }
+        *named[i].second = t.set_requires_grad(true);
+    }
+}
+
+PairModel pairModel(const EmbedderTrainOptions &o, PairObjective objective,
+                    const std::vector<core::LabelledPair> &train, detail::EncoderWeights &w)
 {
     PairModel m;
     w.layers.clear();
@@ -335,6 +387,8 @@ PairModel pairModel(const EmbedderTrainOptions &o, const std::vector<core::Label
                                    .clone()
                                    .set_requires_grad(true);
         }
+        if (objective == PairObjective::Verifier)
+            initHead(m, o, &ck);
         return m;
     }
     std::vector<std::string> texts;
@@ -354,13 +408,16 @@ PairModel pairModel(const EmbedderTrainOptions &o, const std::vector<core::Label
     m.cfg.maxSeqLength = o.maxPositions;
     m.cfg.validate("embedder");
     w = initialWeights(m.cfg);
+    if (objective == PairObjective::Verifier)
+        initHead(m, o, nullptr);
     return m;
 }
 
 // What must match for --resume to continue a saved state.
-nlohmann::json resumeKey(const EmbedderTrainOptions &o, size_t pairs)
+nlohmann::json resumeKey(const EmbedderTrainOptions &o, PairObjective objective, size_t pairs)
 {
-    return {{"pairs", fs::absolute(o.pairs).string()},
+    return {{"objective", objective == PairObjective::Verifier ? "verifier" : "embedder"},
+            {"pairs", fs::absolute(o.pairs).string()},
             {"pair_count", pairs},
             {"init", o.init.empty() ? "" : fs::absolute(o.init).string()},
             {"vocab", o.vocabSize},
@@ -492,6 +549,29 @@ std::vector<double> pairCosines(const detail::EncoderWeights &w, const core::Enc
     return out;
 }
 
+// P(the same) of the pairs under the verifier being trained (no gradients), in batches.
+std::vector<double> pairScores(const detail::EncoderWeights &w, const detail::CrossEncoderHead &head,
+                               const core::EncoderConfig &cfg, const core::Tokenizer &tok,
+                               const std::vector<core::LabelledPair> &pairs)
+{
+    torch::NoGradGuard ng;
+    std::vector<double> out;
+    out.reserve(pairs.size());
+    constexpr size_t kChunk = 64;
+    for (size_t at = 0; at < pairs.size(); at += kChunk) {
+        std::vector<detail::EncodedPair> batch;
+        for (size_t i = at; i < std::min(pairs.size(), at + kChunk); ++i)
+            batch.push_back(detail::encodePair(tok, pairs[i].a, pairs[i].b, size_t(cfg.sequenceLimit())));
+        const auto in = padPairs(batch);
+        const auto p = detail::crossEncoderProbability(
+                           detail::crossEncoderLogits(w, head, cfg, in.ids, in.mask, in.types))
+                           .to(torch::kFloat64);
+        for (int64_t i = 0; i < p.size(0); ++i)
+            out.push_back(p[i].item<double>());
+    }
+    return out;
+}
+
 EmbedderEvaluation evaluationOf(const std::string &name, const std::vector<core::LabelledPair> &pairs,
                                 const std::vector<double> &sims)
 {
@@ -516,8 +596,10 @@ nlohmann::json evaluationJson(const EmbedderEvaluation &e, const std::vector<cor
     return j;
 }
 
-EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderProgressFn &progress)
+EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, PairObjective objective,
+                                 const EmbedderProgressFn &progress)
 {
+    const bool verifier = objective == PairObjective::Verifier;
     core::claimOutputDirectory(o.out, "--out", o.force);
     const auto start = core::Clock::now();
     EmbedderTrainResult result;
@@ -535,6 +617,10 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("{}: {} duplicate pairs to train on; at least 2 are needed", o.pairs.string(),
                                 pos.size()));
+    if (verifier && neg.empty())
+        throw Error(ErrorCode::InvalidArgument,
+                    o.pairs.string() +
+                        ": no non-duplicate pair to train on; a verifier learns from both labels");
     if (validDup == 0 || validDup == split.validation.size())
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("{}: the validation share ({} pairs) has {} duplicates; it needs both labels "
@@ -546,7 +632,8 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
     at::set_num_threads(o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency())));
     torch::manual_seed(o.seed);
     detail::EncoderWeights w;
-    PairModel m = detail::translateTorch("embedder init", [&] { return pairModel(o, split.train, w); });
+    PairModel m =
+        detail::translateTorch("embedder init", [&] { return pairModel(o, objective, split.train, w); });
     const core::EncoderConfig &cfg = m.cfg;
     result.vocabSize = cfg.vocabSize;
     result.parameters = cfg.parameterCount();
@@ -562,8 +649,13 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
         return ids;
     };
 
+    // every trained tensor under its name: the encoder's, and the verifier's head
+    auto trained = w.named();
+    if (verifier)
+        for (const auto &n : m.head.named())
+            trained.push_back(n);
     std::vector<torch::Tensor> decay, noDecay, params;
-    for (const auto &[name, t] : w.named()) {
+    for (const auto &[name, t] : trained) {
         (t->dim() == 2 && name.find("embeddings") == std::string::npos ? decay : noDecay).push_back(*t);
         params.push_back(*t);
     }
@@ -578,7 +670,7 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
         best.push_back(t.detach().clone());
 
     const fs::path stateDir = o.out.string() + ".train_state";
-    const auto key = resumeKey(o, file.pairs.size());
+    const auto key = resumeKey(o, objective, file.pairs.size());
     PairState st;
     if (o.resume && fs::exists(stateDir / "state.json")) {
         st = detail::translateTorch("embedder resume",
@@ -600,46 +692,76 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
             static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
         // batch `step` is a pure function of the seed and the step, so a resumed run draws the same
         core::SeededRandom rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) + 1);
-        const int nPos = std::min<int>(o.batch, int(pos.size()));
-        std::vector<std::vector<int>> seqs;
-        std::vector<size_t> chosen;
-        while (int(chosen.size()) < nPos) { // distinct duplicates: each row's positive is its own
-            const size_t i = rng.below(pos.size());
-            if (std::find(chosen.begin(), chosen.end(), i) == chosen.end())
-                chosen.push_back(i);
-        }
-        for (size_t i : chosen) { // a duplicate either way round
-            const bool flip = rng.chance(0.5);
-            seqs.push_back(encode(flip ? pos[i]->b : pos[i]->a));
-            seqs.push_back(encode(flip ? pos[i]->a : pos[i]->b));
-        }
-        for (int k = 0; k < nNeg; ++k) {
-            const auto *p = neg[rng.below(neg.size())];
-            seqs.push_back(encode(p->a));
-            seqs.push_back(encode(p->b));
-        }
-        const double loss = detail::translateTorch("embedder step", [&] {
-            const Batch in = pad(seqs);
-            auto v = detail::poolHidden(detail::encoderHidden(w, cfg, in.ids, in.mask), in.mask, cfg.pooling);
-            v = torch::nn::functional::normalize(v, torch::nn::functional::NormalizeFuncOptions().dim(1));
-            const auto rows = v.view({-1, 2, v.size(1)}); // [pairs, 2, H]
-            const auto anchors = rows.narrow(0, 0, nPos).select(1, 0);
-            const auto candidates = torch::cat(
-                {rows.narrow(0, 0, nPos).select(1, 1), rows.narrow(0, nPos, nNeg).reshape({-1, v.size(1)})});
-            const auto logits = torch::matmul(anchors, candidates.t()) / o.temperature;
-            auto l = torch::nn::functional::cross_entropy(logits, torch::arange(nPos, torch::kInt64));
-            if (nNeg > 0) {
-                const auto negCos =
-                    (rows.narrow(0, nPos, nNeg).select(1, 0) * rows.narrow(0, nPos, nNeg).select(1, 1))
-                        .sum(1);
-                l = l + torch::relu(negCos - o.margin).pow(2).mean();
+        double loss = 0;
+        if (verifier) { // half duplicates, half not, in either order
+            std::vector<detail::EncodedPair> batch;
+            std::vector<float> labels;
+            for (int k = 0; k < o.batch; ++k) {
+                const bool dup = k % 2 == 0;
+                const auto *p = dup ? pos[rng.below(pos.size())] : neg[rng.below(neg.size())];
+                const bool flip = rng.chance(0.5);
+                batch.push_back(detail::encodePair(*m.tokenizer, flip ? p->b : p->a, flip ? p->a : p->b,
+                                                   size_t(cfg.sequenceLimit())));
+                labels.push_back(dup ? 1.0f : 0.0f);
             }
-            opt.zero_grad();
-            l.backward();
-            torch::nn::utils::clip_grad_norm_(params, 1.0);
-            opt.step();
-            return l.item<double>();
-        });
+            loss = detail::translateTorch("verifier step", [&] {
+                const auto in = padPairs(batch);
+                const auto logits = detail::crossEncoderLogits(w, m.head, cfg, in.ids, in.mask, in.types);
+                const auto target = torch::tensor(labels);
+                // one label: its logit; more: label 1's log-odds against the rest
+                const auto z = logits.size(1) == 1
+                                   ? logits.select(1, 0)
+                                   : logits.select(1, 1) - torch::logsumexp(logits.narrow(1, 0, 1), 1);
+                const auto l = torch::binary_cross_entropy_with_logits(z, target);
+                opt.zero_grad();
+                l.backward();
+                torch::nn::utils::clip_grad_norm_(params, 1.0);
+                opt.step();
+                return l.item<double>();
+            });
+        } else {
+            const int nPos = std::min<int>(o.batch, int(pos.size()));
+            std::vector<std::vector<int>> seqs;
+            std::vector<size_t> chosen;
+            while (int(chosen.size()) < nPos) { // distinct duplicates: each row's positive is its own
+                const size_t i = rng.below(pos.size());
+                if (std::find(chosen.begin(), chosen.end(), i) == chosen.end())
+                    chosen.push_back(i);
+            }
+            for (size_t i : chosen) { // a duplicate either way round
+                const bool flip = rng.chance(0.5);
+                seqs.push_back(encode(flip ? pos[i]->b : pos[i]->a));
+                seqs.push_back(encode(flip ? pos[i]->a : pos[i]->b));
+            }
+            for (int k = 0; k < nNeg; ++k) {
+                const auto *p = neg[rng.below(neg.size())];
+                seqs.push_back(encode(p->a));
+                seqs.push_back(encode(p->b));
+            }
+            loss = detail::translateTorch("embedder step", [&] {
+                const Batch in = pad(seqs);
+                auto v =
+                    detail::poolHidden(detail::encoderHidden(w, cfg, in.ids, in.mask), in.mask, cfg.pooling);
+                v = torch::nn::functional::normalize(v, torch::nn::functional::NormalizeFuncOptions().dim(1));
+                const auto rows = v.view({-1, 2, v.size(1)}); // [pairs, 2, H]
+                const auto anchors = rows.narrow(0, 0, nPos).select(1, 0);
+                const auto candidates = torch::cat({rows.narrow(0, 0, nPos).select(1, 1),
+                                                    rows.narrow(0, nPos, nNeg).reshape({-1, v.size(1)})});
+                const auto logits = torch::matmul(anchors, candidates.t()) / o.temperature;
+                auto l = torch::nn::functional::cross_entropy(logits, torch::arange(nPos, torch::kInt64));
+                if (nNeg > 0) {
+                    const auto negCos =
+                        (rows.narrow(0, nPos, nNeg).select(1, 0) * rows.narrow(0, nPos, nNeg).select(1, 1))
+                            .sum(1);
+                    l = l + torch::relu(negCos - o.margin).pow(2).mean();
+                }
+                opt.zero_grad();
+                l.backward();
+                torch::nn::utils::clip_grad_norm_(params, 1.0);
+                opt.step();
+                return l.item<double>();
+            });
+        }
         if (!std::isfinite(loss))
             throw Error(ErrorCode::InvalidArgument,
                         fmt::format("{}: the training loss is {} at step {} (lower --lr)", o.pairs.string(),
@@ -653,7 +775,9 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
             lossSum = 0;
             lossCount = 0;
             auc = detail::translateTorch("embedder validation", [&] {
-                return core::separation(split.validation, pairCosines(w, cfg, encode, split.validation)).auc;
+                const auto scores = verifier ? pairScores(w, m.head, cfg, *m.tokenizer, split.validation)
+                                             : pairCosines(w, cfg, encode, split.validation);
+                return core::separation(split.validation, scores).auc;
             });
             st.aucs.emplace_back(st.step, auc);
             if (auc > st.bestAuc) {
@@ -691,13 +815,16 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
     std::map<std::string, std::vector<float>> weights;
     {
         size_t i = 0;
-        for (const auto &[name, t] : w.named()) {
+        for (const auto &[name, t] : trained) {
             const auto c = best[i++].to(torch::kFloat32).contiguous();
             weights[name] = std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
         }
     }
     core::writeDirectoryAtomic(o.out, "--out", o.force, [&](const fs::path &tmp) {
-        core::writeEncoderHf(tmp, cfg, weights);
+        if (verifier)
+            core::writeCrossEncoderHf(tmp, cfg, m.labels, weights);
+        else
+            core::writeEncoderHf(tmp, cfg, weights);
         if (m.newVocab.empty()) { // the fine-tuned encoder keeps its tokenizer's files
             for (const char *f :
                  {"tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"})
@@ -708,19 +835,27 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
         }
         LoadOptions lo;
         lo.threads = o.threads;
-        EncoderEmbedder trained(tmp, lo);
         core::LexicalEmbedder lexical, idf;
         std::vector<std::string> texts;
         for (const auto &p : split.validation)
             texts.insert(texts.end(), {p.a, p.b});
         idf.fitIdf(texts); // on the texts it compares, as the tier fits it (no labels)
         const auto &val = split.validation;
-        const auto simT = cosines(trained, val), simL = cosines(lexical, val), simI = cosines(idf, val);
+        std::vector<double> simT; // the written model's, reloaded as the tier will load it
+        if (verifier) {
+            CrossEncoder reloaded(tmp, lo);
+            for (const auto &p : val)
+                simT.push_back(reloaded.score(p.a, p.b));
+        } else {
+            EncoderEmbedder reloaded(tmp, lo);
+            simT = cosines(reloaded, val);
+        }
+        const auto simL = cosines(lexical, val), simI = cosines(idf, val);
         result.evaluation = {evaluationOf("trained", val, simT), evaluationOf("lexical", val, simL),
                              evaluationOf("lexical-idf", val, simI)};
         result.seconds = core::msSince(start) / 1000.0;
         nlohmann::json log;
-        log["options"] = resumeKey(o, file.pairs.size());
+        log["options"] = resumeKey(o, objective, file.pairs.size());
         log["options"]["patience"] = o.patience;
         log["pairs_file"] = {{"path", o.pairs.string()},
                              {"format", file.format},
@@ -758,7 +893,15 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, const EmbedderPr
 EmbedderTrainResult trainEmbedder(const EmbedderTrainOptions &o, const EmbedderProgressFn &progress)
 {
     checkOptions(o);
-    return o.pairs.empty() ? trainOnWordNet(o, progress) : trainOnPairs(o, progress);
+    return o.pairs.empty() ? trainOnWordNet(o, progress) : trainOnPairs(o, PairObjective::Embedder, progress);
+}
+
+EmbedderTrainResult trainVerifier(const EmbedderTrainOptions &o, const EmbedderProgressFn &progress)
+{
+    if (o.pairs.empty())
+        throw Error(ErrorCode::InvalidArgument, "a verifier learns from labelled pairs: give --pairs FILE");
+    checkOptions(o);
+    return trainOnPairs(o, PairObjective::Verifier, progress);
 }
 
 } // namespace kvwb::gpu

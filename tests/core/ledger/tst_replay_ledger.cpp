@@ -512,7 +512,7 @@ void TestReplayLedger::csvErrorsNameLineAndColumn_data()
     QTest::newRow("missing column") << "drop gate"
                                     << "ledger.csv:1: column gate is missing";
     QTest::newRow("short row") << "truncate"
-                               << "ledger.csv:4: 38 fields, the header has 39";
+                               << "ledger.csv:4: 42 fields, the header has 43";
     QTest::newRow("unclosed quote") << "unclosed"
                                     << "ledger.csv:4: quoted field";
     QTest::newRow("empty") << "empty"
@@ -602,7 +602,9 @@ void TestReplayLedger::hdf5Layout()
     QCOMPARE(H5Sget_simple_extent_ndims(space), 2);
     H5Sget_simple_extent_dims(space, dims, nullptr);
     QCOMPARE(dims[0], hsize_t(6));
-    QCOMPARE(dims[1], hsize_t(23)); // the 21 of a single process + the fleet's worker + guarded_same_intent
+    // the 21 of a single process + the fleet's worker + guarded_same_intent + the verifier's score,
+    // time and same-intent
+    QCOMPARE(dims[1], hsize_t(26));
     QVERIFY(H5Aexists(numbers, "columns") > 0);
     H5Sclose(space);
     H5Dclose(numbers);

@@ -147,8 +147,9 @@ void TestExperimentUpgrade::upgradesKvwb1()
     QCOMPARE(r.fromSchema, std::string("kvwb/1"));
     QCOMPARE(r.checksummedPrompts, 3);
     QCOMPARE(r.stringDatasets,
-             16); // the ledger's text columns (three the knowledge tier's, two a fleet's, one the error
-                  // bound's, one not_served, one the semantic guards', the question and the answer)
+             17); // the ledger's text columns (three the knowledge tier's, two a fleet's, one the error
+                  // bound's, one not_served, one the semantic guards', one the verifier's, the question
+                  // and the answer)
     QVERIFY(r.attributes > 40);
     QVERIFY(!fs::exists(fs::path(path.string() + ".upgrade.tmp")));
 

@@ -15,6 +15,7 @@
 #include "core/workload/paraphrase_pairs.h"
 #include "core/workload/wordnet.h"
 #include "core/workload/workload.h"
+#include "gpu/model/cross_encoder.h"
 #include "gpu/model/encoder.h"
 #include "gpu/train/embedder_trainer.h"
 #include "tests/support/expect_error.h"
@@ -143,6 +144,7 @@ private Q_SLOTS:
     void demoEmbedderBeatsLexical();
     void learnsPlantedPairsAndResumesExactly();
     void stopsEarlyAndFineTunes();
+    void trainsAVerifierThatReloads();
 };
 
 void TestEmbedderTrainer::trainsAndReloads()
@@ -342,6 +344,62 @@ void TestEmbedderTrainer::stopsEarlyAndFineTunes()
     bad.pairs.clear();
     bad.init = root / "base";
     QVERIFY(QString(test::expectError([&] { (void)gpu::trainEmbedder(bad); }).what()).contains("--init"));
+}
+
+// train-verifier on the planted set: a cross-encoder that separates the near misses (which word
+// overlap cannot), written as a BertForSequenceClassification directory that CrossEncoder reloads
+// with the same scores, its precision-0.9 threshold recorded; fine-tuned from an embedder's encoder.
+void TestEmbedderTrainer::trainsAVerifierThatReloads()
+{
+    QTemporaryDir tmp;
+    const fs::path root(tmp.path().toStdString());
+    const auto pairs = writePlantedPairs(root / "pairs.tsv", 600);
+    auto o = pairOptions(pairs, root / "verifier");
+    o.steps = 80;
+    const auto r = gpu::trainVerifier(o);
+    QVERIFY(!r.cancelled);
+    const double trained = r.evaluation.at(0).separation.auc, lexical = r.evaluation.at(1).separation.auc;
+    QVERIFY2(trained > 0.9 && trained > lexical + 0.2,
+             qPrintable(QString("verifier %1, lexical %2").arg(trained).arg(lexical)));
+    QVERIFY(gpu::isCrossEncoderModel(root / "verifier"));
+    QVERIFY(!gpu::isCrossEncoderModel(test::sourceDir() / "projects" / "demo" / "models" / "embedder"));
+    const auto info = core::crossEncoderInfo(root / "verifier");
+    QCOMPARE(info.labels, 1);
+    gpu::LoadOptions lo;
+    lo.threads = 1;
+    gpu::CrossEncoder v(root / "verifier", lo);
+    QCOMPARE(v.name(), std::string("cross-verifier"));
+    const auto log = nlohmann::json::parse(fileBytes(root / "verifier" / "train_log.json"));
+    const auto &at9 = log["evaluation"]["trained"]["at_precision_0_9"];
+    if (at9["threshold"].is_number()) {
+        QVERIFY(v.recordedThreshold().has_value());
+        QCOMPARE(*v.recordedThreshold(), at9["threshold"].get<double>());
+    }
+    // the reloaded scores are the evaluation's, and they are probabilities
+    const auto split = core::splitPairsByText(core::readLabelledPairs(pairs).pairs, 0.25, 1);
+    std::vector<double> scores;
+    for (const auto &p : split.validation) {
+        scores.push_back(v.score(p.a, p.b));
+        QVERIFY(scores.back() >= 0 && scores.back() <= 1);
+    }
+    QCOMPARE(core::separation(split.validation, scores).auc, trained);
+    // the verifier in the tier's interface, and fine-tuned from an embedder (its encoder, a new head)
+    core::PairVerifier &asVerifier = v;
+    QVERIFY(asVerifier.score("how do i clean a zorplix at home", "tips for cleaning my zorplix") >= 0);
+    auto emb = pairOptions(pairs, root / "emb");
+    emb.steps = 10;
+    (void)gpu::trainEmbedder(emb);
+    auto ft = pairOptions(pairs, root / "from-embedder");
+    ft.init = root / "emb";
+    ft.steps = 20;
+    const auto f = gpu::trainVerifier(ft);
+    QCOMPARE(f.vocabSize, core::EncoderCheckpoint::open(root / "emb").config().vocabSize);
+    QVERIFY(gpu::isCrossEncoderModel(root / "from-embedder"));
+    // a verifier needs both labels in training
+    core::writeFileAtomic(root / "dups.tsv", "a b\tc d\t1\ne f\tg h\t1\ni j\tk l\t0\nm n\to p\t1\n");
+    auto bad = pairOptions(root / "dups.tsv", root / "x");
+    bad.validationShare = 0.5;
+    QVERIFY(QString(test::expectError([&] { (void)gpu::trainVerifier(bad); }).what()).contains("label"));
 }
 
 QTEST_GUILESS_MAIN(TestEmbedderTrainer)

@@ -72,6 +72,10 @@ private Q_SLOTS:
         rows[9].semanticGuard = core::SemanticGuard::Negation;
         rows[9].guardedSameIntent = 0;
         rows[9].similarity = 0.93;
+        rows[9].verifier = core::VerifierVerdict::Reject;
+        rows[9].verifierScore = 0.125;
+        rows[9].verifierMs = 1.5;
+        rows[9].verifiedSameIntent = 0;
         rows[39].notServed = core::NotServed::Context;
         LedgerModel model;
         model.appendRows(rows);
@@ -100,6 +104,7 @@ private Q_SLOTS:
         QVERIFY2(nine.contains("negation held back a candidate above the threshold (a false hit prevented)"),
                  qPrintable(nine));
         QVERIFY(nine.contains("from the model (every tier missed)"));
+        QVERIFY2(nine.contains("reject at score 0.125, 1.50 ms (a false hit prevented)"), qPrintable(nine));
         doc.setHtml(model.detailHtml(2));
         QVERIFY(doc.toPlainText().contains("Line two <b>not bold</b>.\n"));
         doc.setHtml(model.detailHtml(7));
