@@ -719,7 +719,7 @@ void EngineWorker::trainEmbedder(quint64 job, const ui::EmbedderTrainRequest &re
 {
     guarded(job, [&] {
         const auto &o = request.settings;
-        const auto r = gpu::trainEmbedder(o, [&](int step, int steps, double loss, double auc) {
+        const auto report = [&](int step, int steps, double loss, double auc) {
             if (std::isfinite(auc) || step % 10 == 0)
                 Q_EMIT progress(
                     job, double(step) / steps,
@@ -731,12 +731,14 @@ void EngineWorker::trainEmbedder(quint64 job, const ui::EmbedderTrainRequest &re
                               .arg(auc, 0, 'f', 4)
                         : QString("step %1 / %2: loss %3").arg(step).arg(steps).arg(loss, 0, 'f', 4));
             return !cancel->load();
-        });
+        };
+        const auto r = request.verifier ? gpu::trainVerifier(o, report) : gpu::trainEmbedder(o, report);
         if (r.cancelled) {
             Q_EMIT cancelled(job);
             return;
         }
         auto out = std::make_shared<ui::EmbedderTrainView>();
+        out->verifier = request.verifier;
         out->out = QString::fromStdString(o.out.string());
         out->pairs = QString::fromStdString(o.pairs.string());
         out->steps = r.stepsDone;

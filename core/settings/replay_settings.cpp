@@ -121,7 +121,7 @@ void semanticRows(std::vector<ReplayFlag> &t)
              "Semantic tier: a cross-encoder (kvwb train-verifier, or a BertForSequenceClassification "
              "directory) that re-checks each candidate before it serves; a failure or a score under "
              "--verifier-threshold computes the request instead.",
-             &S::verifier, Scope::Input));
+             &S::verifier));
     t.push_back(real("verifier-threshold", "T",
                      "The verifier's score a candidate needs (default 0: the threshold its training measured "
                      "for validation precision 0.9, else 0.5).",

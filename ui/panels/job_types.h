@@ -133,13 +133,15 @@ struct SemanticSweepResult
 struct EmbedderTrainRequest
 {
     core::EmbedderTrainSettings settings; // pairs, out, init, steps, validation share, ...
+    bool verifier = false;                // a cross-encoder (kvwb train-verifier), not an embedder
 };
 
 // Engine -> Replay step: what the trained embedder scored on the validation pairs.
 struct EmbedderTrainView
 {
-    QString out;   // the embedder's directory
-    QString pairs; // the pairs file
+    bool verifier = false; // a cross-encoder was trained
+    QString out;           // the embedder's (or verifier's) directory
+    QString pairs;         // the pairs file
     int steps = 0, bestStep = 0;
     bool stoppedEarly = false;
     qint64 trainPairs = 0, validationPairs = 0, skippedLines = 0;

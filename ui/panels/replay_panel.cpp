@@ -703,7 +703,38 @@ void ReplayPanel::addStoreRow(QWidget *box, QGridLayout *grid)
     m_ledgerName->setToolTip(
         tr("Store the per-request ledger under this name in the experiment file; leave empty to keep it "
            "only on screen."));
-    grid->addWidget(m_ledgerName, 3, 1);
+    m_verifier = new QComboBox(box);
+    m_verifier->setObjectName("verifierCombo");
+    m_verifier->addItem(tr("no verifier"));
+    m_verifier->addItem(tr("Other verifier..."));
+    m_verifier->addItem(tr("Train verifier..."));
+    m_verifier->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_verifier->setMinimumContentsLength(10);
+    m_verifier->setToolTip(
+        tr("A cross-encoder that reads the cached question and the request's together and "
+           "lets a semantic candidate serve only when it agrees (at the threshold its "
+           "training measured for precision 0.9); a failure computes the request instead."));
+    connect(m_verifier, &QComboBox::activated, this, [this](int index) {
+        const int n = m_verifier->count();
+        if (index == n - 1) { // Train verifier...
+            selectVerifier(m_lastVerifier);
+            openTrainEmbedderDialog(true);
+        } else if (index == n - 2) { // Other verifier...
+            const QString file =
+                QFileDialog::getOpenFileName(this, tr("Cross-encoder verifier"), QString(),
+                                             tr("Model config (config.json);;All files (*)"));
+            selectVerifier(file.isEmpty() ? m_lastVerifier : QFileInfo(file).absolutePath());
+        } else {
+            m_lastVerifier = verifierSpec();
+        }
+        inputChanged();
+    });
+    auto *ledgerRow = new QHBoxLayout;
+    ledgerRow->setSpacing(4);
+    ledgerRow->addWidget(m_ledgerName, 1);
+    ledgerRow->addWidget(new QLabel(tr("Verifier:"), box));
+    ledgerRow->addWidget(m_verifier, 1);
+    grid->addLayout(ledgerRow, 3, 1);
     grid->addWidget(new QLabel(tr("Shared store:"), box), 3, 2);
     m_store = new QLineEdit(box);
     m_store->setObjectName("storeEdit");
@@ -863,6 +894,7 @@ core::ReplaySettings ReplayPanel::replayRequest() const
     }
     r.threshold = m_threshold->value();
     r.embedder = embedderSpec().toStdString();
+    r.verifier = verifierSpec().toStdString();
     r.gateSignal =
         core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
@@ -899,6 +931,7 @@ void ReplayPanel::setReplayRequest(const core::ReplaySettings &r)
                               QString::fromStdString(r.profiles));
     m_threshold->setValue(r.threshold);
     selectEmbedder(QString::fromStdString(r.embedder));
+    selectVerifier(QString::fromStdString(r.verifier));
     {
         // the signal's own threshold, not its default
         const QSignalBlocker block(m_gateSignal);
@@ -971,8 +1004,8 @@ void ReplayPanel::refreshRunEnabled()
     m_pause->setEnabled(m_ownJob);
     m_stop->setEnabled(m_ownJob);
     for (QWidget *w : std::initializer_list<QWidget *>{m_workload, m_browse, m_exact, m_semantic, m_prefix,
-                                                       m_embedder, m_gate, m_maxTokens, m_limit, m_ledgerName,
-                                                       m_store, m_prices, m_errorBound})
+                                                       m_embedder, m_verifier, m_gate, m_maxTokens, m_limit,
+                                                       m_ledgerName, m_store, m_prices, m_errorBound})
         w->setEnabled(!m_busy);
     m_storeKvDtype->setEnabled(!m_busy && !m_store->text().trimmed().isEmpty());
     // a checked tier that cannot run stays enabled, so that it can be unchecked (Start says why not)
@@ -1214,11 +1247,35 @@ void ReplayPanel::showSweep(const SemanticSweepResult &sweep)
     m_sweepDialog->raise();
 }
 
-void ReplayPanel::openTrainEmbedderDialog()
+QString ReplayPanel::verifierSpec() const
+{
+    return m_verifier->currentData(Qt::UserRole).toString();
+}
+
+void ReplayPanel::selectVerifier(const QString &spec)
+{
+    int at = 0; // no verifier
+    if (!spec.isEmpty()) {
+        at = -1;
+        for (int i = 1; i < m_verifier->count() - 2 && at < 0; ++i)
+            if (m_verifier->itemData(i, Qt::UserRole).toString() == spec)
+                at = i;
+        if (at < 0) { // listed by its folder name, before "Other verifier..."
+            at = m_verifier->count() - 2;
+            m_verifier->insertItem(at, QFileInfo(spec).fileName(), spec);
+            m_verifier->setItemData(at, spec, Qt::ToolTipRole);
+        }
+    }
+    m_verifier->setCurrentIndex(at);
+    m_lastVerifier = spec;
+}
+
+void ReplayPanel::openTrainEmbedderDialog(bool verifier)
 {
     QDialog dialog(this);
     dialog.setObjectName("trainEmbedderDialog");
-    dialog.setWindowTitle(tr("Train an embedder on labelled pairs"));
+    dialog.setWindowTitle(verifier ? tr("Train a verifier on labelled pairs")
+                                   : tr("Train an embedder on labelled pairs"));
     auto *form = new QFormLayout(&dialog);
     auto *pairs = new QLineEdit(&dialog);
     pairs->setObjectName("trainPairsEdit");
@@ -1264,7 +1321,8 @@ void ReplayPanel::openTrainEmbedderDialog()
             return;
         pairs->setText(f);
         if (out->text().isEmpty())
-            out->setText(QFileInfo(f).absolutePath() + "/embedder-" + QFileInfo(f).completeBaseName());
+            out->setText(QFileInfo(f).absolutePath() + (verifier ? "/verifier-" : "/embedder-") +
+                         QFileInfo(f).completeBaseName());
     });
     connect(browseOut, &QPushButton::clicked, &dialog, [&] {
         const QString d = QFileDialog::getSaveFileName(&dialog, tr("Embedder folder"), out->text());
@@ -1279,44 +1337,55 @@ void ReplayPanel::openTrainEmbedderDialog()
     s.init = start->currentData().toString().toStdString();
     s.steps = steps->value();
     s.validationShare = share->value();
-    requestEmbedderTraining(s);
+    requestEmbedderTraining(s, verifier);
 }
 
-void ReplayPanel::requestEmbedderTraining(const core::EmbedderTrainSettings &settings)
+void ReplayPanel::requestEmbedderTraining(const core::EmbedderTrainSettings &settings, bool verifier)
 {
+    const QString what = verifier ? tr("a verifier") : tr("an embedder");
     std::error_code ec;
     QString problem;
     if (settings.pairs.empty())
-        problem = tr("Training an embedder needs a labelled pairs file.");
+        problem = tr("Training %1 needs a labelled pairs file.").arg(what);
     else if (!std::filesystem::is_regular_file(settings.pairs, ec))
-        problem = tr("Training an embedder: %1 is not a file.")
-                      .arg(QString::fromStdString(settings.pairs.string()));
+        problem =
+            tr("Training %1: %2 is not a file.").arg(what, QString::fromStdString(settings.pairs.string()));
     else if (settings.out.empty())
-        problem = tr("Training an embedder needs an output folder.");
+        problem = tr("Training %1 needs an output folder.").arg(what);
     if (!problem.isEmpty()) {
         m_runStatus->setText(problem.toHtmlEscaped());
         return;
     }
     m_runStatus->setText(
-        tr("Training an embedder on %1...")
-            .arg(QString::fromStdString(settings.pairs.filename().string()).toHtmlEscaped()));
-    Q_EMIT trainEmbedderRequested(EmbedderTrainRequest{settings});
+        tr("Training %1 on %2...")
+            .arg(what, QString::fromStdString(settings.pairs.filename().string()).toHtmlEscaped()));
+    Q_EMIT trainEmbedderRequested(EmbedderTrainRequest{settings, verifier});
 }
 
 void ReplayPanel::showTrainedEmbedder(const EmbedderTrainView &view)
 {
-    selectEmbedder(view.out);
-    if (view.thresholdAt90) { // rounded up to the box's step: never below the measured threshold
-        const double scale = std::pow(10.0, m_threshold->decimals());
-        m_threshold->setValue(std::clamp(std::ceil(*view.thresholdAt90 * scale - 1e-9) / scale,
-                                         m_threshold->minimum(), m_threshold->maximum()));
+    QString at90;
+    if (view.verifier) { // the replay uses its recorded threshold
+        selectVerifier(view.out);
+        at90 = view.thresholdAt90 ? tr("precision 0.9 from score %1 (recall %2), the threshold it uses")
+                                        .arg(*view.thresholdAt90, 0, 'f', 3)
+                                        .arg(view.recallAt90, 0, 'f', 3)
+                                  : tr("no score reaches precision 0.9; it uses 0.5");
+    } else {
+        selectEmbedder(view.out);
+        if (view.thresholdAt90) { // rounded up to the box's step: never below the measured threshold
+            const double scale = std::pow(10.0, m_threshold->decimals());
+            m_threshold->setValue(std::clamp(std::ceil(*view.thresholdAt90 * scale - 1e-9) / scale,
+                                             m_threshold->minimum(), m_threshold->maximum()));
+        }
+        at90 = view.thresholdAt90 ? tr("precision 0.9 from threshold %1 (recall %2), threshold set")
+                                        .arg(*view.thresholdAt90, 0, 'f', 3)
+                                        .arg(view.recallAt90, 0, 'f', 3)
+                                  : tr("no threshold reaches precision 0.9");
     }
-    const QString at90 = view.thresholdAt90 ? tr("precision 0.9 from threshold %1 (recall %2), threshold set")
-                                                  .arg(*view.thresholdAt90, 0, 'f', 3)
-                                                  .arg(view.recallAt90, 0, 'f', 3)
-                                            : tr("no threshold reaches precision 0.9");
-    m_embedderNote = tr("Embedder %1 trained (%2 steps%3, best at %4; %5 pairs, %6 held out): validation "
-                        "AUC %7 (lexical %8), average precision %9; %10.")
+    m_embedderNote = tr("%1 %2 trained (%3 steps%4, best at %5; %6 pairs, %7 held out): validation "
+                        "AUC %8 (lexical %9), average precision %10; %11.")
+                         .arg(view.verifier ? tr("Verifier") : tr("Embedder"))
                          .arg(QFileInfo(view.out).fileName().toHtmlEscaped())
                          .arg(view.steps)
                          .arg(view.stoppedEarly ? tr(", stopped early") : QString())

@@ -110,10 +110,14 @@ public Q_SLOTS:
     // "Train on pairs..." (the embedder list's last item): a dialog for the pairs file, the output
     // folder, a new encoder or the chosen one fine-tuned, steps and the validation share, then
     // requestEmbedderTraining.
-    void openTrainEmbedderDialog();
+    void openTrainEmbedderDialog(bool verifier = false);
     // Checks the settings (a pairs file that exists, an output folder) and emits
     // trainEmbedderRequested, or says in the status line what is missing.
-    void requestEmbedderTraining(const kvwb::core::EmbedderTrainSettings &settings);
+    void requestEmbedderTraining(const kvwb::core::EmbedderTrainSettings &settings, bool verifier = false);
+    // The verifier chosen ("" none: a cross-encoder's directory otherwise) and its selection, as the
+    // embedder's (a path not listed yet is added).
+    QString verifierSpec() const;
+    void selectVerifier(const QString &spec);
     // The trained embedder is chosen; the threshold is set to the lowest with validation precision
     // >= 0.9 when there is one; the status line gives its validation scores.
     void showTrainedEmbedder(const EmbedderTrainView &view);
@@ -212,7 +216,9 @@ private:
     QPushButton *m_stop = nullptr;
     QProgressBar *m_progress = nullptr;
     QLabel *m_runStatus = nullptr;
-    QString m_embedderNote; // the trained embedder's validation scores, kept on the status line
+    QString m_embedderNote;
+    QComboBox *m_verifier = nullptr;
+    QString m_lastVerifier; // the trained embedder's validation scores, kept on the status line
 };
 
 } // namespace kvwb::ui

@@ -491,6 +491,29 @@ private Q_SLOTS:
         p.setModelsLoaded(true); // the scores stay; what a replay needs is there now
         QVERIFY2(status->text().startsWith("Embedder emb trained") && !status->text().contains("Load models"),
                  qPrintable(status->text()));
+        // a verifier: asked for as one, chosen in the verifier list, and part of the replay's request
+        QCOMPARE(p.replayRequest().verifier, std::string());
+        p.requestEmbedderTraining(s, true);
+        QCOMPARE(asked.count(), 2);
+        QVERIFY(asked.last().first().value<ui::EmbedderTrainRequest>().verifier);
+        v.verifier = true;
+        v.out = QString::fromStdString(tmp.path().toStdString() + "/ver");
+        p.showTrainedEmbedder(v);
+        QCOMPARE(p.verifierSpec(), v.out);
+        QCOMPARE(p.replayRequest().verifier, v.out.toStdString());
+        QCOMPARE(p.replayRequest().threshold, 0.72); // the semantic threshold stays
+        QVERIFY2(status->text().startsWith("Verifier ver trained") &&
+                     status->text().contains(
+                         "precision 0.9 from score 0.715 (recall 0.620), the threshold it uses"),
+                 qPrintable(status->text()));
+        auto *combo = p.findChild<QComboBox *>("verifierCombo");
+        QCOMPARE(combo->itemText(0), QString("no verifier"));
+        QCOMPARE(combo->itemText(combo->count() - 1), QString("Train verifier..."));
+        core::ReplaySettings none = p.replayRequest();
+        none.verifier.clear();
+        p.setReplayRequest(none);
+        QCOMPARE(combo->currentIndex(), 0);
+        QCOMPARE(p.verifierSpec(), QString());
     }
 
     // The threshold sweep: the button asks for the workload's sweep with the chosen embedder; the
