@@ -231,6 +231,16 @@ int main(int argc, char **argv)
         }
         fs::remove_all(hf);
     }
+    put(out / "labelled_pairs", "plain.tsv",
+        "How do I cook rice?\tWhat is the way to cook rice?\t1\nIs aspirin safe?\tIs aspirin not safe?\t0\n");
+    put(out / "labelled_pairs", "quora.tsv",
+        "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n0\t1\t2\tHow do I cook rice?\t\"What is "
+        "\"\"the\"\" "
+        "way?\"\t1\n1\t3\t4\tIs it safe?\tIs it not safe?\t0\n");
+    put(out / "labelled_pairs", "glue.tsv", "label\tsentence1\tsentence2\r\n1\ta b\tc d\r\n0\te f\tg h\r\n");
+    put(out / "labelled_pairs", "pairs.jsonl",
+        "{\"question1\": \"a b\", \"question2\": \"c d\", \"is_duplicate\": 1}\n{\"a\": \"e\", \"b\": \"f\", "
+        "\"label\": false}\n");
     put(out / "workload", "lines.jsonl",
         R"({"id":1,"t_ms":0,"tenant":"t1","user":"u1","model":"a","intent":"cat","prompt":"What is a cat?","max_tokens":8})"
         "\n"
