@@ -497,22 +497,34 @@ EncoderCheckpoint::requiredTensors(const EncoderConfig &c)
     return out;
 }
 
+namespace {
+
+// weights[name], which must hold exactly the shape's number of floats (Error(InvalidArgument) naming
+// the writer and the tensor).
+const std::vector<float> &checkedWeight(const std::map<std::string, std::vector<float>> &weights,
+                                        const std::string &name, const std::vector<int64_t> &shape,
+                                        const char *writer)
+{
+    const auto it = weights.find(name);
+    int64_t n = 1;
+    for (int64_t d : shape)
+        n *= d;
+    if (it == weights.end() || int64_t(it->second.size()) != n)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: tensor '{}' is {}; expected {} floats", writer, name,
+                                it == weights.end() ? "missing" : std::to_string(it->second.size()), n));
+    return it->second;
+}
+
+} // namespace
+
 void writeEncoderHf(const fs::path &dir, const EncoderConfig &cfg,
                     const std::map<std::string, std::vector<float>> &weights)
 {
     cfg.validate(dir.string());
     SafetensorsWriter w;
-    for (const auto &[name, shape] : EncoderCheckpoint::requiredTensors(cfg)) {
-        const auto it = weights.find(name);
-        int64_t n = 1;
-        for (int64_t d : shape)
-            n *= d;
-        if (it == weights.end() || int64_t(it->second.size()) != n)
-            throw Error(ErrorCode::InvalidArgument,
-                        fmt::format("writeEncoderHf: tensor '{}' is {}; expected {} floats", name,
-                                    it == weights.end() ? "missing" : std::to_string(it->second.size()), n));
-        w.addF32(name, shape, it->second);
-    }
+    for (const auto &[name, shape] : EncoderCheckpoint::requiredTensors(cfg))
+        w.addF32(name, shape, checkedWeight(weights, name, shape, "writeEncoderHf"));
     std::error_code ec;
     fs::create_directories(dir / "1_Pooling", ec);
     if (ec)
@@ -600,17 +612,9 @@ void writeCrossEncoderHf(const fs::path &dir, const EncoderConfig &cfg, int labe
     auto all = EncoderCheckpoint::requiredTensors(cfg);
     for (auto &t : crossEncoderHeadTensors(cfg, labels))
         all.push_back(t);
-    for (const auto &[name, shape] : all) {
-        const auto it = weights.find(name);
-        int64_t n = 1;
-        for (int64_t d : shape)
-            n *= d;
-        if (it == weights.end() || int64_t(it->second.size()) != n)
-            throw Error(ErrorCode::InvalidArgument,
-                        fmt::format("writeCrossEncoderHf: tensor '{}' is {}; expected {} floats", name,
-                                    it == weights.end() ? "missing" : std::to_string(it->second.size()), n));
-        w.addF32(name.rfind("classifier.", 0) == 0 ? name : "bert." + name, shape, it->second);
-    }
+    for (const auto &[name, shape] : all)
+        w.addF32(name.rfind("classifier.", 0) == 0 ? name : "bert." + name, shape,
+                 checkedWeight(weights, name, shape, "writeCrossEncoderHf"));
     std::error_code ec;
     fs::create_directories(dir, ec);
     w.write(dir / "model.safetensors");

@@ -99,6 +99,43 @@ detail::EncoderWeights initialWeights(const core::EncoderConfig &c)
     return w;
 }
 
+// AdamW with decoupled weight decay on the matrices only (decay: 0.01), as BERT trains.
+torch::optim::AdamW makeOptimizer(const std::vector<torch::Tensor> &decay,
+                                  const std::vector<torch::Tensor> &noDecay, double lr)
+{
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                   torch::optim::AdamWOptions(lr).weight_decay(0.01)));
+    groups.emplace_back(noDecay, std::make_unique<torch::optim::AdamWOptions>(
+                                     torch::optim::AdamWOptions(lr).weight_decay(0.0)));
+    return torch::optim::AdamW(groups, torch::optim::AdamWOptions(lr));
+}
+
+// Linear warmup, then cosine decay to 0 at the last step.
+void setScheduledLr(torch::optim::AdamW &opt, const EmbedderTrainOptions &o, int step)
+{
+    const double lr =
+        step < o.warmup
+            ? o.lr * double(step + 1) / double(o.warmup)
+            : o.lr * 0.5 *
+                  (1 + std::cos(M_PI * double(step - o.warmup) / double(std::max(1, o.steps - o.warmup))));
+    for (auto &g : opt.param_groups())
+        static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
+}
+
+// values[i] as float32 vectors under names[i]'s name: what the HF writers take.
+std::map<std::string, std::vector<float>>
+floatWeights(const std::vector<std::pair<std::string, torch::Tensor *>> &names,
+             const std::vector<torch::Tensor> &values)
+{
+    std::map<std::string, std::vector<float>> out;
+    for (size_t i = 0; i < names.size(); ++i) {
+        const auto c = values[i].detach().to(torch::kFloat32).contiguous();
+        out[names[i].first] = std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+    }
+    return out;
+}
+
 struct Batch
 {
     torch::Tensor ids, mask;
@@ -211,12 +248,7 @@ EmbedderTrainResult trainOnWordNet(const EmbedderTrainOptions &o, const Embedder
     std::vector<torch::Tensor> decay, noDecay;
     for (const auto &[name, t] : w.named())
         (t->dim() == 2 && name.find("embeddings") == std::string::npos ? decay : noDecay).push_back(*t);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                   torch::optim::AdamWOptions(o.lr).weight_decay(0.01)));
-    groups.emplace_back(noDecay, std::make_unique<torch::optim::AdamWOptions>(
-                                     torch::optim::AdamWOptions(o.lr).weight_decay(0.0)));
-    torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr));
+    torch::optim::AdamW opt = makeOptimizer(decay, noDecay, o.lr);
     std::vector<torch::Tensor> params;
     for (const auto &[name, t] : w.named())
         params.push_back(*t);
@@ -225,12 +257,7 @@ EmbedderTrainResult trainOnWordNet(const EmbedderTrainOptions &o, const Embedder
     double lossSum = 0;
     int lossCount = 0;
     for (int step = 0; step < o.steps; ++step) {
-        const double lr = step < o.warmup ? o.lr * double(step + 1) / double(o.warmup)
-                                          : o.lr * 0.5 *
-                                                (1 + std::cos(M_PI * double(step - o.warmup) /
-                                                              double(std::max(1, o.steps - o.warmup))));
-        for (auto &g : opt.param_groups())
-            static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
+        setScheduledLr(opt, o, step);
         std::vector<std::vector<int>> seqs(size_t(3 * o.batch));
         for (int b = 0; b < o.batch; ++b) {
             const auto t = core::sampleTriple(concepts, rng);
@@ -266,11 +293,10 @@ EmbedderTrainResult trainOnWordNet(const EmbedderTrainOptions &o, const Embedder
         }
     }
 
-    std::map<std::string, std::vector<float>> weights;
-    for (const auto &[name, t] : w.named()) {
-        const auto c = t->detach().to(torch::kFloat32).contiguous();
-        weights[name] = std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-    }
+    std::vector<torch::Tensor> trainedNow;
+    for (const auto &[name, t] : w.named())
+        trainedNow.push_back(*t);
+    const auto weights = floatWeights(w.named(), trainedNow);
     const auto pairs = core::heldOutPairs(concepts, o.evalPairs, o.seed + 1000);
     core::writeDirectoryAtomic(o.out, "--out", o.force, [&](const fs::path &tmp) {
         core::writeEncoderHf(tmp, cfg, weights);
@@ -659,12 +685,7 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, PairObjective ob
         (t->dim() == 2 && name.find("embeddings") == std::string::npos ? decay : noDecay).push_back(*t);
         params.push_back(*t);
     }
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                   torch::optim::AdamWOptions(o.lr).weight_decay(0.01)));
-    groups.emplace_back(noDecay, std::make_unique<torch::optim::AdamWOptions>(
-                                     torch::optim::AdamWOptions(o.lr).weight_decay(0.0)));
-    torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr));
+    torch::optim::AdamW opt = makeOptimizer(decay, noDecay, o.lr);
     std::vector<torch::Tensor> best;
     for (const auto &t : params)
         best.push_back(t.detach().clone());
@@ -684,12 +705,7 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, PairObjective ob
     bool stop = false;
     while (st.step < o.steps && !stop) {
         const int step = st.step;
-        const double lr = step < o.warmup ? o.lr * double(step + 1) / double(o.warmup)
-                                          : o.lr * 0.5 *
-                                                (1 + std::cos(M_PI * double(step - o.warmup) /
-                                                              double(std::max(1, o.steps - o.warmup))));
-        for (auto &g : opt.param_groups())
-            static_cast<torch::optim::AdamWOptions &>(g.options()).lr(lr);
+        setScheduledLr(opt, o, step);
         // batch `step` is a pure function of the seed and the step, so a resumed run draws the same
         core::SeededRandom rng(o.seed * 0x9E3779B97F4A7C15ull + uint64_t(step) + 1);
         double loss = 0;
@@ -812,14 +828,7 @@ EmbedderTrainResult trainOnPairs(const EmbedderTrainOptions &o, PairObjective ob
     result.losses = st.losses;
     result.validationAuc = st.aucs;
 
-    std::map<std::string, std::vector<float>> weights;
-    {
-        size_t i = 0;
-        for (const auto &[name, t] : trained) {
-            const auto c = best[i++].to(torch::kFloat32).contiguous();
-            weights[name] = std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
-        }
-    }
+    const auto weights = floatWeights(trained, best);
     core::writeDirectoryAtomic(o.out, "--out", o.force, [&](const fs::path &tmp) {
         if (verifier)
             core::writeCrossEncoderHf(tmp, cfg, m.labels, weights);
