@@ -189,6 +189,15 @@ void printReplaySummary(const jobs::PreparedReplay &job, const gpu::ReplayResult
             "(intents known)\n",
             (long long)s.guarded, by.c_str(), (long long)s.guardPrevented, (long long)s.guardLost);
     }
+    if (job.settings.errorBound > 0) {
+        const double rate = s.boundServed ? double(s.boundFalse) / double(s.boundServed) : 0.0;
+        std::printf("error bound %.3g: %lld semantic hits served under it, %lld false (rate %.3f): %s\n",
+                    job.settings.errorBound, (long long)s.boundServed, (long long)s.boundFalse, rate,
+                    s.boundServed == 0 ? "nothing served"
+                    : rate <= job.settings.errorBound
+                        ? "within the bound"
+                        : fmt::format("above the bound by {:.3f}", rate - job.settings.errorBound).c_str());
+    }
     if (s.verified > 0)
         std::printf(
             "verifier judged %lld semantic candidates: %lld passed, %lld rejected, %lld failed (rejected); "

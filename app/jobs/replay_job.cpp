@@ -212,6 +212,7 @@ gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)
         core::EntryBoundOptions bound;
         bound.errorBound = s.errorBound;
         bound.confidence = s.boundConfidence;
+        bound.minUses = s.boundMinUses;
         o.semanticBound = bound;
     }
     return o;

@@ -61,6 +61,8 @@ EntryThresholds::EntryThresholds(EntryBoundOptions o) : m_options(o)
                     fmt::format("error bound confidence {} is outside [0.5, 0.999]", o.confidence));
     if (o.priorWeight < 0)
         throw Error(ErrorCode::InvalidArgument, "error bound prior weight is negative");
+    if (o.minUses < 1 || o.minUses > 1000)
+        throw Error(ErrorCode::InvalidArgument, "error bound minimum uses must be 1..1000");
     if (o.maxObservations < 1)
         throw Error(ErrorCode::InvalidArgument, "an entry must keep at least one observation");
     m_z = normalQuantile(o.confidence);
@@ -89,7 +91,7 @@ EntryThresholds::Estimate EntryThresholds::decide(uint64_t entry, double s) cons
     const double prior = pooled > 0 ? double(m_options.priorWeight) : 0.0;
     const double n = double(e.ownErrors + e.ownSuccesses) + prior;
     e.errorUpper = wilsonUpper(double(e.ownErrors) + prior * rate, n, m_z);
-    e.serve = e.ownSuccesses > 0 && e.errorUpper <= m_options.errorBound;
+    e.serve = e.ownSuccesses >= std::max(1, m_options.minUses) && e.errorUpper <= m_options.errorBound;
     return e;
 }
 

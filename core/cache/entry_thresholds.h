@@ -3,7 +3,8 @@
 // keeps the similarities of the requests it was nearest to and whether its answer was right for
 // them (from the requests' intent labels, or by comparing with the answer computed instead). A
 // request at similarity s is served from the entry only when
-//   - the entry was itself right for a request at a similarity <= s (its own evidence), and
+//   - the entry was itself right for at least `minUses` requests at a similarity <= s (its own
+//     evidence: one lucky match is not enough), and
 //   - the upper confidence bound (Wilson, one-sided) of its error rate at s is at most the bound,
 //     the error rate estimated under monotonicity (an answer right at s' <= s is right at s; one
 //     wrong at s' >= s is wrong at s) from its own observations plus `priorWeight` pseudo-
@@ -28,13 +29,14 @@ struct EntryBoundOptions
     double confidence = 0.9;      // of the upper bound: 0.5 .. 0.999
     int priorWeight = 20;         // pseudo-observations of the pooled rate
     size_t maxObservations = 256; // per entry (the oldest are forgotten first)
+    int minUses = 3;              // own right outcomes at <= s an entry needs before it serves at s
 };
 
 class EntryThresholds
 {
 public:
-    // Error(InvalidArgument) for a bound outside (0, 1), a confidence outside [0.5, 0.999] or a
-    // negative prior weight.
+    // Error(InvalidArgument) for a bound outside (0, 1), a confidence outside [0.5, 0.999], a
+    // negative prior weight or minUses outside 1..1000.
     explicit EntryThresholds(EntryBoundOptions options);
 
     struct Estimate

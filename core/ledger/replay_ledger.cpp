@@ -90,6 +90,10 @@ LedgerSummary summarize(const std::vector<LedgerRow> &allRows, const Prices &pri
                 s.guardLost += r.guardedSameIntent == 1;
             }
         }
+        if (r.semanticDecision == SemanticDecision::Serve && r.answeredBy == TierKind::Semantic) {
+            ++s.boundServed;
+            s.boundFalse += falseHit;
+        }
         if (r.verifier != VerifierVerdict::None) {
             ++s.verified;
             s.verifierMeanMs += r.verifierMs;
@@ -695,41 +699,46 @@ std::string ledgerSummaryJson(const LedgerSummary &s)
         tiers["knowledge"]["rejected"] = k->second.rejected;
         tiers["knowledge"]["modules_recomputed"] = k->second.modulesRecomputed;
     }
-    const nlohmann::json j = {{"requests", s.requests},
-                              {"not_served", s.notServed},
-                              {"not_served_by", s.notServedBy},
-                              {"hits", s.hits},
-                              {"false_hits", s.falseHits},
-                              {"approximate_hits", s.approximateHits},
-                              {"guarded",
-                               {{"candidates", s.guarded},
-                                {"by_guard", s.guardedBy},
-                                {"false_hits_prevented", s.guardPrevented},
-                                {"hits_lost", s.guardLost},
-                                {"overruled_by_verifier", s.guardOverruled}}},
-                              {"verifier",
-                               {{"candidates", s.verified},
-                                {"passed", s.verifierPassed},
-                                {"rejected", s.verifierRejected},
-                                {"errors", s.verifierErrors},
-                                {"false_hits_prevented", s.verifierPrevented},
-                                {"hits_lost", s.verifierLost},
-                                {"mean_ms", s.verifierMeanMs}}},
-                              {"hit_rate", s.hitRate},
-                              {"token_hit_rate", s.tokenHitRate},
-                              {"false_hit_rate", s.falseHitRate},
-                              {"tokens_reused", s.tokensReused},
-                              {"tokens_computed", s.tokensComputed},
-                              {"ttft_ms_p50", s.ttftMsP50},
-                              {"ttft_ms_p95", s.ttftMsP95},
-                              {"ttft_ms_p99", s.ttftMsP99},
-                              {"total_ms_p50", s.totalMsP50},
-                              {"total_ms_p95", s.totalMsP95},
-                              {"total_ms_p99", s.totalMsP99},
-                              {"cost_usd", s.costUsd},
-                              {"cost_usd_no_cache", s.costUsdNoCache},
-                              {"prices", pricesJson(s)},
-                              {"tiers", tiers}};
+    const nlohmann::json j = {
+        {"requests", s.requests},
+        {"not_served", s.notServed},
+        {"not_served_by", s.notServedBy},
+        {"hits", s.hits},
+        {"false_hits", s.falseHits},
+        {"approximate_hits", s.approximateHits},
+        {"guarded",
+         {{"candidates", s.guarded},
+          {"by_guard", s.guardedBy},
+          {"false_hits_prevented", s.guardPrevented},
+          {"hits_lost", s.guardLost},
+          {"overruled_by_verifier", s.guardOverruled}}},
+        {"error_bound_served",
+         {{"hits", s.boundServed},
+          {"false_hits", s.boundFalse},
+          {"error_rate", s.boundServed ? double(s.boundFalse) / double(s.boundServed) : 0.0}}},
+        {"verifier",
+         {{"candidates", s.verified},
+          {"passed", s.verifierPassed},
+          {"rejected", s.verifierRejected},
+          {"errors", s.verifierErrors},
+          {"false_hits_prevented", s.verifierPrevented},
+          {"hits_lost", s.verifierLost},
+          {"mean_ms", s.verifierMeanMs}}},
+        {"hit_rate", s.hitRate},
+        {"token_hit_rate", s.tokenHitRate},
+        {"false_hit_rate", s.falseHitRate},
+        {"tokens_reused", s.tokensReused},
+        {"tokens_computed", s.tokensComputed},
+        {"ttft_ms_p50", s.ttftMsP50},
+        {"ttft_ms_p95", s.ttftMsP95},
+        {"ttft_ms_p99", s.ttftMsP99},
+        {"total_ms_p50", s.totalMsP50},
+        {"total_ms_p95", s.totalMsP95},
+        {"total_ms_p99", s.totalMsP99},
+        {"cost_usd", s.costUsd},
+        {"cost_usd_no_cache", s.costUsdNoCache},
+        {"prices", pricesJson(s)},
+        {"tiers", tiers}};
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -163,6 +163,9 @@ struct LedgerSummary
     int64_t guarded = 0, guardPrevented = 0, guardLost = 0;
     std::map<std::string, int64_t> guardedBy;
     int64_t guardOverruled = 0; // guarded candidates the verifier passed (served)
+    // Under an error bound (--error-bound): the semantic hits it let serve and the false ones among
+    // them, to set against the bound it states.
+    int64_t boundServed = 0, boundFalse = 0;
     // The verifier: candidates it judged, passed, rejected and failed on (rejected too); of its
     // rejections with both intents known, false hits prevented and hits lost; its mean time.
     int64_t verified = 0, verifierPassed = 0, verifierRejected = 0, verifierErrors = 0;

@@ -130,6 +130,11 @@ void semanticRows(std::vector<ReplayFlag> &t)
         toggle("verifier-overrules-guards",
                "A candidate a guard holds back is verified too, and serves when the verifier passes it.",
                &S::verifierOverrulesGuards, true, "verifier_overrules_guards"));
+    t.push_back(
+        integer<S, int>("bound-min-uses", "N",
+                        "With --error-bound: an entry serves at similarity s only after its answer was "
+                        "right for N requests at s or below (default 3).",
+                        &S::boundMinUses, 1, 1000));
     t.push_back(real("bound-confidence", "C",
                      "With --error-bound: confidence of the error's upper bound (default 0.9).",
                      &S::boundConfidence, 0.5, 0.999));
@@ -384,8 +389,9 @@ void checkReplaySettings(const ReplaySettings &s)
         bad("--verifier needs 'semantic' in --tiers");
     if (s.verifier.empty() && (s.verifierThreshold != 0 || s.verifierOverrulesGuards))
         bad("--verifier-threshold and --verifier-overrules-guards need --verifier");
-    if (s.errorBound == 0 && s.boundConfidence != ReplaySettings{}.boundConfidence)
-        bad("--bound-confidence needs --error-bound");
+    if (s.errorBound == 0 && (s.boundConfidence != ReplaySettings{}.boundConfidence ||
+                              s.boundMinUses != ReplaySettings{}.boundMinUses))
+        bad("--bound-confidence and --bound-min-uses need --error-bound");
     if (!s.prices.empty() &&
         (s.priceIn != ReplaySettings{}.priceIn || s.priceOut != ReplaySettings{}.priceOut))
         bad("--prices and --price-in/--price-out exclude each other: give a preset or file, or the two "

@@ -64,6 +64,7 @@ struct ReplaySettings
     double errorBound = 0;            // > 0: per-entry semantic thresholds under this error bound
     SemanticGuards guards = SemanticGuards::all(); // semantic hits refused on a negation, number, ...
     double boundConfidence = 0.9;
+    int boundMinUses = 3; // an entry's own right outcomes before it serves under the error bound
     // A cross-encoder that re-checks each semantic candidate before it serves (fails closed):
     // its directory, its threshold (0: the one its training recorded for validation precision 0.9,
     // else 0.5), and whether it may overrule a guard.

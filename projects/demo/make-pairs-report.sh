@@ -92,12 +92,12 @@ table() { # workload duplicates
 }
 
 sample 1000 "$OUT/quora1000.tsv"
-"$KVWB" workload quora --input "$OUT/quora1000.tsv" --out "$OUT/quora1000.jsonl" >&2
+"$KVWB" workload quora --input "$OUT/quora1000.tsv" --out "$OUT/quora1000.jsonl" --force >&2
 echo "### Quora, 1,000 pairs (500 duplicates), seed $SEED"
 table "$OUT/quora1000.jsonl" 500
 if [ "${FULL:-0}" = 1 ]; then
   sample 0 "$OUT/quora-all.tsv"
-  "$KVWB" workload quora --input "$OUT/quora-all.tsv" --out "$OUT/quora-all.jsonl" >&2
+  "$KVWB" workload quora --input "$OUT/quora-all.tsv" --out "$OUT/quora-all.jsonl" --force >&2
   D=$(awk -F'\t' 'NR > 1 && $6 == 1' "$OUT/quora-all.tsv" | wc -l)
   echo "### Quora, every pair ($D duplicates)"
   printf '| embedder, threshold, guards, verifier | hits | false | precision | recall | verified |\n|:--|--:|--:|--:|--:|:--|\n'

@@ -115,6 +115,36 @@ private Q_SLOTS:
         QVERIFY(!et.decide(1, 0.95).serve);
     }
 
+    // One lucky match is not evidence: an entry serves only after minUses right outcomes at or
+    // below the similarity (a generous prior and bound, so that only the count decides).
+    void tooLittleEvidenceDoesNotServe()
+    {
+        core::EntryBoundOptions o;
+        o.errorBound = 0.5;
+        o.priorWeight = 0;
+        o.minUses = 3;
+        core::EntryThresholds et(o);
+        for (int i = 0; i < 50; ++i)
+            et.observe(9, 0.9, true); // other entries' evidence: the pooled rate is 0
+        et.observe(1, 0.90, true);
+        et.observe(1, 0.91, true);
+        QVERIFY(!et.decide(1, 0.95).serve);
+        QCOMPARE(et.decide(1, 0.95).ownSuccesses, int64_t(2));
+        et.observe(1, 0.99, true); // right, but above 0.95: no evidence for 0.95
+        QVERIFY(!et.decide(1, 0.95).serve);
+        QVERIFY(et.decide(1, 0.995).serve);
+        et.observe(1, 0.92, true);
+        QVERIFY(et.decide(1, 0.95).serve);
+        o.minUses = 1; // the estimator before: one right outcome sufficed (0 of 1 wrong: upper bound 0.62)
+        o.errorBound = 0.9;
+        core::EntryThresholds one(o);
+        one.observe(1, 0.9, true);
+        QVERIFY(one.decide(1, 0.95).serve);
+        o.minUses = 0;
+        QCOMPARE(test::expectError([&] { core::EntryThresholds{o}; }).code(),
+                 core::ErrorCode::InvalidArgument);
+    }
+
     void badOptions()
     {
         for (double bound : {0.0, 1.0, -0.1, std::nan("")}) {

@@ -239,7 +239,19 @@ private Q_SLOTS:
         QCOMPARE(rule(s), std::string("--save-ledger needs --experiment"));
         s = {};
         s.boundConfidence = 0.95;
-        QCOMPARE(rule(s), std::string("--bound-confidence needs --error-bound"));
+        QCOMPARE(rule(s), std::string("--bound-confidence and --bound-min-uses need --error-bound"));
+        s = {};
+        s.boundMinUses = 5;
+        QCOMPARE(rule(s), std::string("--bound-confidence and --bound-min-uses need --error-bound"));
+        s = {};
+        s.verifierThreshold = 0.7;
+        s.tiers = {TierKind::Semantic};
+        QCOMPARE(rule(s),
+                 std::string("--verifier-threshold and --verifier-overrules-guards need --verifier"));
+        s = {};
+        s.verifier = "/v";
+        s.tiers = {TierKind::Exact};
+        QCOMPARE(rule(s), std::string("--verifier needs 'semantic' in --tiers"));
         s = {};
         s.prices = "deepseek-chat";
         s.priceIn = 1;
