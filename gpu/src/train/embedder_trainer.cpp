@@ -99,6 +99,22 @@ detail::EncoderWeights initialWeights(const core::EncoderConfig &c)
     return w;
 }
 
+// The encoder's sizes and the optimisation schedule, as both trainers log them.
+nlohmann::json modelAndScheduleJson(const EmbedderTrainOptions &o)
+{
+    return {{"hidden", o.hidden},
+            {"layers", o.layers},
+            {"heads", o.heads},
+            {"intermediate", o.intermediate},
+            {"max_positions", o.maxPositions},
+            {"steps", o.steps},
+            {"batch", o.batch},
+            {"lr", o.lr},
+            {"warmup", o.warmup},
+            {"temperature", o.temperature},
+            {"seed", o.seed}};
+}
+
 // AdamW with decoupled weight decay on the matrices only (decay: 0.01), as BERT trains.
 torch::optim::AdamW makeOptimizer(const std::vector<torch::Tensor> &decay,
                                   const std::vector<torch::Tensor> &noDecay, double lr)
@@ -315,20 +331,10 @@ EmbedderTrainResult trainOnWordNet(const EmbedderTrainOptions &o, const Embedder
                              {"lexical-idf", core::separation(pairs, cosines(idf, pairs))}};
         result.seconds = core::msSince(start) / 1000.0;
         nlohmann::json log;
-        log["options"] = {{"concepts", o.concepts},
-                          {"hold_out_every", o.holdOutEvery},
-                          {"vocab_target", o.vocabSize},
-                          {"hidden", o.hidden},
-                          {"layers", o.layers},
-                          {"heads", o.heads},
-                          {"intermediate", o.intermediate},
-                          {"max_positions", o.maxPositions},
-                          {"steps", o.steps},
-                          {"batch", o.batch},
-                          {"lr", o.lr},
-                          {"warmup", o.warmup},
-                          {"temperature", o.temperature},
-                          {"seed", o.seed}};
+        log["options"] = modelAndScheduleJson(o);
+        log["options"]["concepts"] = o.concepts;
+        log["options"]["hold_out_every"] = o.holdOutEvery;
+        log["options"]["vocab_target"] = o.vocabSize;
         log["vocab_size"] = cfg.vocabSize;
         log["parameters"] = result.parameters;
         log["seconds"] = result.seconds;
@@ -442,25 +448,16 @@ PairModel pairModel(const EmbedderTrainOptions &o, PairObjective objective,
 // What must match for --resume to continue a saved state.
 nlohmann::json resumeKey(const EmbedderTrainOptions &o, PairObjective objective, size_t pairs)
 {
-    return {{"objective", objective == PairObjective::Verifier ? "verifier" : "embedder"},
-            {"pairs", fs::absolute(o.pairs).string()},
-            {"pair_count", pairs},
-            {"init", o.init.empty() ? "" : fs::absolute(o.init).string()},
-            {"vocab", o.vocabSize},
-            {"hidden", o.hidden},
-            {"layers", o.layers},
-            {"heads", o.heads},
-            {"intermediate", o.intermediate},
-            {"max_positions", o.maxPositions},
-            {"steps", o.steps},
-            {"batch", o.batch},
-            {"lr", o.lr},
-            {"warmup", o.warmup},
-            {"temperature", o.temperature},
-            {"margin", o.margin},
-            {"validation", o.validationShare},
-            {"eval_every", o.evalEvery},
-            {"seed", o.seed}};
+    auto key = modelAndScheduleJson(o);
+    key.update({{"objective", objective == PairObjective::Verifier ? "verifier" : "embedder"},
+                {"pairs", fs::absolute(o.pairs).string()},
+                {"pair_count", pairs},
+                {"init", o.init.empty() ? "" : fs::absolute(o.init).string()},
+                {"vocab", o.vocabSize},
+                {"margin", o.margin},
+                {"validation", o.validationShare},
+                {"eval_every", o.evalEvery}});
+    return key;
 }
 
 struct PairState
