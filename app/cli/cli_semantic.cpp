@@ -1,5 +1,6 @@
 #include "app/cli/cli_semantic.h"
 
+#include "gpu/model/cross_encoder.h"
 #include "gpu/model/encoder.h"
 
 #include "app/cli/cli_util.h"
@@ -14,7 +15,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
+#include <optional>
 
 namespace kvwb::app {
 
@@ -41,6 +44,14 @@ int cmdSweepSemantic(const QStringList &args)
     p.addOption({"embedder-prefix",
                  "An embedding model's input prefix, put before every text it embeds (e5: \"query: \").",
                  "TEXT"});
+    p.addOption({"verifier",
+                 "A cross-encoder verifier (kvwb train-verifier, or a BertForSequenceClassification "
+                 "directory): also sweep its threshold over the candidates at --threshold.",
+                 "DIR"});
+    p.addOption({"threshold",
+                 "With --verifier: the similarity threshold whose candidates the verifier judges (default "
+                 "0.8, the replay's).",
+                 "T", "0.8"});
     p.addOption({"json", "Print the sweep as JSON."});
     addEngineOptions(p);
     parse(p, args,
@@ -55,6 +66,9 @@ int cmdSweepSemantic(const QStringList &args)
     if (p.value("embed") != "question" && p.value("embed") != "prompt")
         throw UsageError{"--embed expects question or prompt"};
     const double target = doubleOption(p, "target", 0.1, 0.0, 1.0);
+    if (p.isSet("threshold") && !p.isSet("verifier"))
+        throw UsageError{"--threshold sets the verifier's candidates: it needs --verifier"};
+    const double similarityThreshold = doubleOption(p, "threshold", 0.8, -1.0, 1.0);
     const auto read = jobs::readReplayRequests(str(p.value("workload")),
                                                p.isSet("limit") ? intOption(p, "limit", 0, 1) : 0);
     std::vector<core::LabelledText> texts;
@@ -85,29 +99,45 @@ int cmdSweepSemantic(const QStringList &args)
         throw core::Error(core::ErrorCode::Format,
                           str(p.value("workload")) +
                               ": no labelled request has an earlier one of its tenant to match");
+    std::optional<core::VerifierSweep> vs;
+    std::string verifierName;
+    if (p.isSet("verifier")) {
+        gpu::CrossEncoder verifier(str(p.value("verifier")), loadOptions(p));
+        verifierName = verifier.name();
+        vs = core::sweepVerifier(texts, s, verifier, similarityThreshold, target);
+    }
+    const auto pointJson = [](const core::SweepPoint &pt) {
+        return json{{"threshold", pt.threshold}, {"hits", pt.hits},     {"correct_hits", pt.correctHits},
+                    {"precision", pt.precision}, {"recall", pt.recall}, {"false_hit_rate", pt.falseHitRate}};
+    };
     if (p.isSet("json")) {
         json points = json::array();
         for (const auto &pt : s.points)
-            points.push_back({{"threshold", pt.threshold},
-                              {"hits", pt.hits},
-                              {"correct_hits", pt.correctHits},
-                              {"precision", pt.precision},
-                              {"recall", pt.recall},
-                              {"false_hit_rate", pt.falseHitRate}});
+            points.push_back(pointJson(pt));
         json at;
         if (s.atTarget)
-            at = {{"threshold", s.atTarget->threshold},
-                  {"precision", s.atTarget->precision},
-                  {"recall", s.atTarget->recall},
-                  {"false_hit_rate", s.atTarget->falseHitRate}};
-        const json out = {{"workload", str(p.value("workload"))},
-                          {"embedder", embedder->name()},
-                          {"scored", s.scored},
-                          {"should_hit", s.shouldHit},
-                          {"exact_skipped", s.exactSkipped},
-                          {"target_false_hit_rate", target},
-                          {"at_target", at},
-                          {"points", points}};
+            at = pointJson(*s.atTarget);
+        json out = {{"workload", str(p.value("workload"))},
+                    {"embedder", embedder->name()},
+                    {"scored", s.scored},
+                    {"should_hit", s.shouldHit},
+                    {"exact_skipped", s.exactSkipped},
+                    {"target_false_hit_rate", target},
+                    {"at_target", at},
+                    {"points", points}};
+        if (vs) {
+            json vpoints = json::array();
+            for (const auto &pt : vs->points)
+                vpoints.push_back(pointJson(pt));
+            out["verifier"] = {{"name", verifierName},
+                               {"similarity_threshold", vs->similarityThreshold},
+                               {"candidates", vs->candidates},
+                               {"correct_candidates", vs->correctCandidates},
+                               {"errors", vs->errors},
+                               {"mean_ms", vs->meanMs},
+                               {"at_target", vs->atTarget ? pointJson(*vs->atTarget) : json()},
+                               {"points", vpoints}};
+        }
         std::printf("%s\n", out.dump(2).c_str());
         return 0;
     }
@@ -125,6 +155,26 @@ int cmdSweepSemantic(const QStringList &args)
                     s.atTarget->threshold, s.atTarget->precision, s.atTarget->recall);
     else
         std::printf("\nno threshold of 0.50..0.99 keeps the false-hit rate <= %.3f\n", target);
+    if (vs) {
+        std::printf("\nverifier %s on the %lld candidates at similarity >= %.2f (%lld of them right, %lld "
+                    "without a score; %.2f ms a pair):\n\n",
+                    verifierName.c_str(), (long long)vs->candidates, vs->similarityThreshold,
+                    (long long)vs->correctCandidates, (long long)vs->errors, vs->meanMs);
+        std::printf(
+            "| verifier threshold | hits | precision | recall | false-hit rate |\n|--:|--:|--:|--:|--:|\n");
+        for (const auto &pt : vs->points)
+            if (int(std::lround(pt.threshold * 100)) % 10 == 0 ||
+                (vs->atTarget && pt.threshold == vs->atTarget->threshold))
+                std::printf("| %.2f | %lld | %.3f | %.3f | %.3f |\n", pt.threshold, (long long)pt.hits,
+                            pt.precision, pt.recall, pt.falseHitRate);
+        if (vs->atTarget)
+            std::printf(
+                "\nverifier threshold for a false-hit rate <= %.3f: %.2f (precision %.3f, recall %.3f)\n",
+                target, vs->atTarget->threshold, vs->atTarget->precision, vs->atTarget->recall);
+        else
+            std::printf("\nno verifier threshold keeps the false-hit rate <= %.3f at similarity %.2f\n",
+                        target, vs->similarityThreshold);
+    }
     return 0;
 }
 

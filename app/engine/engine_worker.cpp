@@ -29,6 +29,7 @@
 #include "core/workload/wordnet.h"
 #include "core/workload/workload.h"
 #include "gpu/align/alignment.h"
+#include "gpu/model/cross_encoder.h"
 #include "gpu/model/device.h"
 #include "gpu/model/encoder.h"
 #include "gpu/model/model.h"
@@ -710,6 +711,13 @@ void EngineWorker::sweepSemantic(quint64 job, const ui::SemanticSweepRequest &re
         if (s.atTarget)
             out->suggested = s.atTarget->threshold;
         out->points = s.points;
+        if (!request.verifier.isEmpty()) { // on the models' device when a pair is loaded, as the replay's
+            gpu::CrossEncoder verifier(request.verifier.toStdString(),
+                                       m_a ? m_a->options() : gpu::LoadOptions{});
+            out->verifierName = QString::fromStdString(verifier.name());
+            out->verifier =
+                core::sweepVerifier(texts, s, verifier, request.similarityThreshold, request.target);
+        }
         Q_EMIT semanticSwept(job, out);
     });
 }

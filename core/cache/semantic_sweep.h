@@ -15,6 +15,7 @@
 #pragma once
 
 #include "core/cache/semantic_tier.h"
+#include "core/cache/semantic_verifier.h"
 
 #include <cstdint>
 #include <optional>
@@ -54,7 +55,37 @@ struct SemanticSweep
     // charts and per-case analysis).
     std::vector<double> nearest;
     std::vector<bool> nearestCorrect;
+    // Per scored request: its index in the requests and its nearest earlier request's (the pair a
+    // verifier would judge).
+    std::vector<size_t> scoredRequest, nearestRequest;
 };
+
+// The verifier's threshold against the same labelled requests: every scored request whose nearest
+// similarity is >= similarityThreshold is a candidate the tier would send to the verifier; the
+// verifier scores (nearest's text, request's text) and at verifier threshold v the candidate serves
+// when its score >= v (a NaN score or a verifier that throws never serves: it fails closed, as in
+// the replay). Precision over the served; recall over the sweep's should-hit requests, so it reads
+// beside the similarity sweep's.
+struct VerifierSweep
+{
+    double similarityThreshold = 0;
+    int64_t candidates = 0;         // scored requests at or above the similarity threshold
+    int64_t correctCandidates = 0;  // of them, whose nearest has their intent
+    int64_t shouldHit = 0;          // the similarity sweep's
+    int64_t errors = 0;             // candidates the verifier gave no number for
+    double meanMs = 0;              // per verifier call
+    std::vector<SweepPoint> points; // ascending verifier thresholds
+    // The lowest verifier threshold whose false-hit rate is at most the target (with a hit).
+    std::optional<SweepPoint> atTarget;
+    double target = 0;
+};
+
+// thresholds: ascending within [0, 1] (empty: 0.00, 0.01, ..., 0.99). Error(InvalidArgument) for a
+// target outside [0, 1], a similarity threshold outside [-1, 1] or a bad grid; Error(InvalidArgument)
+// when the sweep was not made from these requests (an index out of range).
+VerifierSweep sweepVerifier(const std::vector<LabelledText> &requests, const SemanticSweep &sweep,
+                            PairVerifier &verifier, double similarityThreshold, double targetFalseHitRate,
+                            std::vector<double> thresholds = {});
 
 // thresholds: ascending, each in [-1, 1] (empty: 0.50, 0.51, ..., 0.99). Error(InvalidArgument) for a
 // target outside [0, 1] or a threshold grid that is not ascending within [-1, 1].

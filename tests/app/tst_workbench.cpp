@@ -33,8 +33,10 @@
 #include <QApplication>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDialog>
 #include <QDir>
 #include <QDockWidget>
+#include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QHelpEvent>
@@ -53,6 +55,7 @@
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QStandardPaths>
+#include <QTabWidget>
 #include <QTableView>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -1374,6 +1377,37 @@ private Q_SLOTS:
         QCOMPARE(failed.count(), 0);
         const auto sweep = swept.first().at(1).value<std::shared_ptr<const ui::SemanticSweepResult>>();
         QVERIFY2(sweep->embedder.contains("pair-embedder"), qPrintable(sweep->embedder));
+        QVERIFY(!sweep->verifier);
+
+        // a verifier trained the same way is chosen, and the sweep then measures its threshold over
+        // the candidates at the step's similarity threshold, drawn in the window's Verifier tab
+        s.out = dir + "/pair-verifier";
+        replay->requestEmbedderTraining(s, true);
+        QVERIFY(trained.wait(120000));
+        QCOMPARE(failed.count(), 0);
+        QCoreApplication::processEvents();
+        QCOMPARE(replay->replayRequest().verifier, s.out.string());
+        replay->findChild<QDoubleSpinBox *>("semanticThresholdSpin")->setValue(0.5);
+        replay->findChild<QPushButton *>("sweepButton")->click();
+        QVERIFY(swept.wait(120000));
+        QCOMPARE(failed.count(), 0);
+        QCoreApplication::processEvents();
+        const auto verified = swept.last().at(1).value<std::shared_ptr<const ui::SemanticSweepResult>>();
+        QVERIFY(verified->verifier);
+        QCOMPARE(verified->verifierName, QString("cross-pair-verifier"));
+        QCOMPARE(verified->verifier->similarityThreshold, 0.5);
+        int64_t at50 = -1;
+        for (const auto &p : verified->points)
+            if (std::abs(p.threshold - 0.5) < 1e-9)
+                at50 = p.hits;
+        QCOMPARE(verified->verifier->candidates, at50);
+        QCOMPARE(verified->verifier->errors, int64_t(0));
+        auto *tabs = w.findChild<QTabWidget *>("sweepTabs");
+        QVERIFY(tabs && tabs->isTabEnabled(1));
+        QCOMPARE(w.findChild<QTableWidget *>("verifierSweepTable")->rowCount(), 100);
+        tabs->setCurrentIndex(1);
+        QTest::qWait(50);
+        QVERIFY(w.findChild<QDialog *>("sweepDialog")->grab().save(screenshotDir() + "/verifier_sweep.png"));
     }
 
     // A step's Cancel, Pause and Stop act on its own job only: while a replay runs, the other steps'

@@ -361,6 +361,33 @@ private Q_SLOTS:
                 QVERIFY(row.verifierScore >= 0 && row.verifierScore < 1);
         }
         QCOMPARE(rejected, hits);
+        // sweep-semantic --verifier: at verifier threshold 0 every scored candidate passes, so its
+        // point is the similarity sweep's at --threshold; higher thresholds pass fewer
+        r = runKvwb({"sweep-semantic", "--workload", q(demo / "workloads" / "demo.jsonl"), "--limit", "150",
+                     "--verifier", q(m_dir / "verifier"), "--threshold", "0.8", "--threads", "1", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        j = QJsonDocument::fromJson(r.out).object();
+        const auto vs = j["verifier"].toObject();
+        QCOMPARE(vs["name"].toString(), QString("cross-verifier"));
+        QCOMPARE(vs["errors"].toInt(), 0);
+        QJsonObject at80;
+        for (const auto &pt : j["points"].toArray())
+            if (std::abs(pt.toObject()["threshold"].toDouble() - 0.8) < 1e-9)
+                at80 = pt.toObject();
+        const auto vpoints = vs["points"].toArray();
+        QCOMPARE(vpoints.size(), qsizetype(100));
+        QVERIFY(vs["candidates"].toInt() > 0);
+        QCOMPARE(vs["candidates"].toInt(), at80["hits"].toInt());
+        QCOMPARE(vs["correct_candidates"].toInt(), at80["correct_hits"].toInt());
+        QCOMPARE(vpoints[0].toObject()["hits"].toInt(), at80["hits"].toInt());
+        QCOMPARE(vpoints[0].toObject()["recall"].toDouble(), at80["recall"].toDouble());
+        for (int i = 1; i < vpoints.size(); ++i)
+            QVERIFY(vpoints[i].toObject()["hits"].toInt() <= vpoints[i - 1].toObject()["hits"].toInt());
+        r = runKvwb(
+            {"sweep-semantic", "--workload", q(demo / "workloads" / "demo.jsonl"), "--threshold", "0.7"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("--threshold sets the verifier's candidates: it needs --verifier"),
+                 r.err.constData());
         r = runKvwb({"replay", "--workload", q(demo / "workloads" / "demo.jsonl"), "--model-a",
                      q(demo / "models" / "a"), "--tiers", "exact", "--verifier", q(m_dir / "verifier")});
         QCOMPARE(r.exitCode, 2);

@@ -116,6 +116,10 @@ struct SemanticSweepRequest
     QString embedderPrefix;       // an embedding model's query prefix, as the replay's
     double target = 0.1;          // false-hit rate the suggested threshold must meet
     int limit = 0;
+    // A verifier's directory: its threshold is swept too, over the candidates at or above the
+    // similarity threshold (the Replay step's)
+    QString verifier;
+    double similarityThreshold = 0.8;
 };
 
 struct SemanticSweepResult
@@ -126,6 +130,8 @@ struct SemanticSweepResult
     double target = 0;
     std::optional<double> suggested; // the lowest threshold meeting the target
     std::vector<core::SweepPoint> points;
+    QString verifierName;                        // "cross-<folder>" when a verifier was swept
+    std::optional<core::VerifierSweep> verifier; // its sweep (suggested: verifier->atTarget)
 };
 
 // Replay step -> engine: train a sentence embedder on a labelled pairs file (kvwb train-embedder

@@ -7,6 +7,7 @@
 #include "core/model/encoder_config.h"
 
 #include "ui/charts/replay_charts.h"
+#include "ui/charts/threshold_curve_chart.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
 
@@ -727,13 +728,24 @@ void ReplayPanel::addStoreRow(QWidget *box, QGridLayout *grid)
         } else {
             m_lastVerifier = verifierSpec();
         }
+        refreshRunEnabled(); // the verifier's threshold is for a chosen verifier
         inputChanged();
     });
+    m_verifierThreshold = new QDoubleSpinBox(box);
+    m_verifierThreshold->setObjectName("verifierThresholdSpin");
+    m_verifierThreshold->setRange(0, 1);
+    m_verifierThreshold->setDecimals(2);
+    m_verifierThreshold->setSingleStep(0.05);
+    m_verifierThreshold->setSpecialValueText(tr("its own"));
+    m_verifierThreshold->setToolTip(
+        tr("The verifier's score a candidate needs to serve. 'its own': the threshold its training "
+           "measured for precision 0.9 (else 0.5). Sweep... measures it on this workload."));
     auto *ledgerRow = new QHBoxLayout;
     ledgerRow->setSpacing(4);
     ledgerRow->addWidget(m_ledgerName, 1);
     ledgerRow->addWidget(new QLabel(tr("Verifier:"), box));
     ledgerRow->addWidget(m_verifier, 1);
+    ledgerRow->addWidget(m_verifierThreshold);
     grid->addLayout(ledgerRow, 3, 1);
     grid->addWidget(new QLabel(tr("Shared store:"), box), 3, 2);
     m_store = new QLineEdit(box);
@@ -895,6 +907,9 @@ core::ReplaySettings ReplayPanel::replayRequest() const
     r.threshold = m_threshold->value();
     r.embedder = embedderSpec().toStdString();
     r.verifier = verifierSpec().toStdString();
+    // without a verifier its settings go too (a settings check refuses them alone)
+    r.verifierThreshold = r.verifier.empty() ? 0 : m_verifierThreshold->value();
+    r.verifierOverrulesGuards = !r.verifier.empty() && m_settings.verifierOverrulesGuards;
     r.gateSignal =
         core::parseGateSignal(m_gateSignal->currentText().toStdString()).value_or(core::GateSignal::TailKl);
     r.gateThreshold = m_gateThreshold->value();
@@ -932,6 +947,7 @@ void ReplayPanel::setReplayRequest(const core::ReplaySettings &r)
     m_threshold->setValue(r.threshold);
     selectEmbedder(QString::fromStdString(r.embedder));
     selectVerifier(QString::fromStdString(r.verifier));
+    m_verifierThreshold->setValue(r.verifierThreshold);
     {
         // the signal's own threshold, not its default
         const QSignalBlocker block(m_gateSignal);
@@ -1014,6 +1030,7 @@ void ReplayPanel::refreshRunEnabled()
     m_threshold->setEnabled(!m_busy && m_semantic->isChecked());
     m_errorBound->setEnabled(!m_busy && m_semantic->isChecked());
     m_guards->setEnabled(!m_busy && m_semantic->isChecked());
+    m_verifierThreshold->setEnabled(!m_busy && !verifierSpec().isEmpty());
     m_sweep->setEnabled(!m_busy && !m_workload->currentText().trimmed().isEmpty());
     m_gateSignal->setEnabled(!m_busy && m_gate->isChecked());
     m_gateThreshold->setEnabled(!m_busy && m_gate->isChecked());
@@ -1178,7 +1195,86 @@ SemanticSweepRequest ReplayPanel::sweepRequest() const
     r.embedderPrefix = QString::fromStdString(m_settings.embedderPrefix);
     r.limit = m_limit->value();
     r.target = m_errorBound->value() > 0 ? m_errorBound->value() : 0.1;
+    r.verifier = verifierSpec();
+    r.similarityThreshold = m_threshold->value();
     return r;
+}
+
+namespace {
+
+// One sweep's table: a row per threshold (the threshold kept as the first cell's data), the
+// suggested one selected.
+void fillSweepTable(QTableWidget *table, const std::vector<core::SweepPoint> &points,
+                    std::optional<double> suggested)
+{
+    table->setRowCount(int(points.size()));
+    int suggestedRow = -1;
+    for (int i = 0; i < int(points.size()); ++i) {
+        const auto &p = points[size_t(i)];
+        const QStringList cells = {QString::number(p.threshold, 'f', 2), QString::number(p.hits),
+                                   QString::number(p.precision, 'f', 3), QString::number(p.recall, 'f', 3),
+                                   QString::number(p.falseHitRate, 'f', 3)};
+        for (int c = 0; c < 5; ++c) {
+            auto *item = new QTableWidgetItem(cells[c]);
+            item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+            table->setItem(i, c, item);
+        }
+        table->item(i, 0)->setData(Qt::UserRole, p.threshold);
+        if (suggested && std::abs(p.threshold - *suggested) < 1e-9)
+            suggestedRow = i;
+    }
+    if (suggestedRow >= 0)
+        table->selectRow(suggestedRow);
+    else
+        table->clearSelection();
+}
+
+} // namespace
+
+// A sweep tab: what was measured, the curve, the table and the button that takes the selected
+// threshold into `target`.
+QWidget *ReplayPanel::makeSweepTab(const QString &name, QLabel *&summary, ThresholdCurveChart *&chart,
+                                   QTableWidget *&table, QDoubleSpinBox *target)
+{
+    auto *tab = new QWidget(m_sweepTabs);
+    auto *layout = new QVBoxLayout(tab);
+    summary = new QLabel(tab);
+    summary->setObjectName(name + "Summary");
+    summary->setWordWrap(true);
+    chart = new ThresholdCurveChart(tab);
+    chart->setObjectName(name + "Chart");
+    table = new QTableWidget(tab);
+    table->setObjectName(name + "Table");
+    table->setColumnCount(5);
+    table->setHorizontalHeaderLabels(
+        {tr("threshold"), tr("hits"), tr("precision"), tr("recall"), tr("false-hit rate")});
+    table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    table->setSelectionMode(QAbstractItemView::SingleSelection);
+    table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    table->verticalHeader()->hide();
+    table->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    auto *use = new QPushButton(target == m_threshold ? tr("Use the selected threshold")
+                                                      : tr("Use the selected verifier threshold"),
+                                tab);
+    use->setObjectName(name == "sweep" ? QStringLiteral("useThresholdButton")
+                                       : QStringLiteral("useVerifierThresholdButton"));
+    QTableWidget *t = table;
+    ThresholdCurveChart *c = chart;
+    const auto take = [t, target](int row) {
+        if (row >= 0 && t->item(row, 0))
+            target->setValue(t->item(row, 0)->data(Qt::UserRole).toDouble());
+    };
+    connect(use, &QPushButton::clicked, this, [t, take] { take(t->currentRow()); });
+    connect(table, &QTableWidget::cellDoubleClicked, this, [take](int row, int) { take(row); });
+    connect(table, &QTableWidget::currentCellChanged, this, [t, c](int row) {
+        if (row >= 0 && t->item(row, 0))
+            c->mark(t->item(row, 0)->data(Qt::UserRole).toDouble());
+    });
+    layout->addWidget(summary);
+    layout->addWidget(chart, 1);
+    layout->addWidget(table, 1);
+    layout->addWidget(use);
+    return tab;
 }
 
 void ReplayPanel::showSweep(const SemanticSweepResult &sweep)
@@ -1188,61 +1284,60 @@ void ReplayPanel::showSweep(const SemanticSweepResult &sweep)
         m_sweepDialog->setObjectName("sweepDialog");
         m_sweepDialog->setWindowTitle(tr("Threshold sweep"));
         auto *layout = new QVBoxLayout(m_sweepDialog);
-        m_sweepSummary = new QLabel(m_sweepDialog);
-        m_sweepSummary->setObjectName("sweepSummary");
-        m_sweepSummary->setWordWrap(true);
-        m_sweepTable = new QTableWidget(m_sweepDialog);
-        m_sweepTable->setObjectName("sweepTable");
-        m_sweepTable->setColumnCount(5);
-        m_sweepTable->setHorizontalHeaderLabels(
-            {tr("threshold"), tr("hits"), tr("precision"), tr("recall"), tr("false-hit rate")});
-        m_sweepTable->setSelectionBehavior(QAbstractItemView::SelectRows);
-        m_sweepTable->setSelectionMode(QAbstractItemView::SingleSelection);
-        m_sweepTable->setEditTriggers(QAbstractItemView::NoEditTriggers);
-        m_sweepTable->verticalHeader()->hide();
-        auto *use = new QPushButton(tr("Use the selected threshold"), m_sweepDialog);
-        use->setObjectName("useThresholdButton");
-        connect(use, &QPushButton::clicked, this, [this] {
-            const int row = m_sweepTable->currentRow();
-            if (row >= 0)
-                m_threshold->setValue(m_sweepTable->item(row, 0)->data(Qt::UserRole).toDouble());
-        });
-        connect(m_sweepTable, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
-            m_threshold->setValue(m_sweepTable->item(row, 0)->data(Qt::UserRole).toDouble());
-        });
-        layout->addWidget(m_sweepSummary);
-        layout->addWidget(m_sweepTable, 1);
-        layout->addWidget(use);
-        m_sweepDialog->resize(560, 480);
+        m_sweepTabs = new QTabWidget(m_sweepDialog);
+        m_sweepTabs->setObjectName("sweepTabs");
+        m_sweepTabs->addTab(makeSweepTab("sweep", m_sweepSummary, m_sweepChart, m_sweepTable, m_threshold),
+                            tr("Similarity"));
+        m_sweepTabs->addTab(makeSweepTab("verifierSweep", m_verifierSweepSummary, m_verifierSweepChart,
+                                         m_verifierSweepTable, m_verifierThreshold),
+                            tr("Verifier"));
+        layout->addWidget(m_sweepTabs);
+        m_sweepDialog->resize(620, 640);
     }
+    const QString target = QString::number(sweep.target * 100, 'f', 1);
     m_sweepSummary->setText(
         tr("%1, embedder %2: %3 labelled requests scored, %4 with an earlier duplicate. %5")
             .arg(sweep.workloadPath, sweep.embedder)
             .arg(sweep.scored)
             .arg(sweep.shouldHit)
-            .arg(sweep.suggested
-                     ? tr("Threshold %1 keeps false hits under %2% (selected).")
-                           .arg(*sweep.suggested, 0, 'f', 2)
-                           .arg(sweep.target * 100, 0, 'f', 1)
-                     : tr("No threshold keeps false hits under %1%.").arg(sweep.target * 100, 0, 'f', 1)));
-    m_sweepTable->setRowCount(int(sweep.points.size()));
-    int suggestedRow = -1;
-    for (int i = 0; i < int(sweep.points.size()); ++i) {
-        const auto &p = sweep.points[size_t(i)];
-        const QStringList cells = {QString::number(p.threshold, 'f', 2), QString::number(p.hits),
-                                   QString::number(p.precision, 'f', 3), QString::number(p.recall, 'f', 3),
-                                   QString::number(p.falseHitRate, 'f', 3)};
-        for (int c = 0; c < 5; ++c) {
-            auto *item = new QTableWidgetItem(cells[c]);
-            item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
-            m_sweepTable->setItem(i, c, item);
-        }
-        m_sweepTable->item(i, 0)->setData(Qt::UserRole, p.threshold);
-        if (sweep.suggested && std::abs(p.threshold - *sweep.suggested) < 1e-9)
-            suggestedRow = i;
+            .arg(sweep.suggested ? tr("Threshold %1 keeps false hits under %2% (selected).")
+                                       .arg(*sweep.suggested, 0, 'f', 2)
+                                       .arg(target)
+                                 : tr("No threshold keeps false hits under %1%.").arg(target)));
+    m_sweepChart->setPoints(sweep.points, sweep.suggested, tr("similarity threshold"),
+                            tr("Semantic tier, embedder %1").arg(sweep.embedder));
+    fillSweepTable(m_sweepTable, sweep.points, sweep.suggested);
+    m_sweepTabs->setTabEnabled(1, sweep.verifier.has_value());
+    if (sweep.verifier) {
+        const core::VerifierSweep &v = *sweep.verifier;
+        const std::optional<double> at =
+            v.atTarget ? std::optional<double>(v.atTarget->threshold) : std::nullopt;
+        m_verifierSweepSummary->setText(
+            tr("Verifier %1 on the %2 candidates at similarity %3 or more (%4 of them right, %5 without a "
+               "score; %6 ms a pair); recall over the %7 requests with an earlier duplicate. %8")
+                .arg(sweep.verifierName)
+                .arg(v.candidates)
+                .arg(v.similarityThreshold, 0, 'f', 2)
+                .arg(v.correctCandidates)
+                .arg(v.errors)
+                .arg(v.meanMs, 0, 'f', 2)
+                .arg(v.shouldHit)
+                .arg(at ? tr("Verifier threshold %1 keeps false hits under %2% (selected).")
+                              .arg(*at, 0, 'f', 2)
+                              .arg(target)
+                        : tr("No verifier threshold keeps false hits under %1% at this similarity.")
+                              .arg(target)));
+        m_verifierSweepChart->setPoints(
+            v.points, at, tr("verifier threshold"),
+            tr("Verifier %1 at similarity %2").arg(sweep.verifierName).arg(v.similarityThreshold, 0, 'f', 2));
+        fillSweepTable(m_verifierSweepTable, v.points, at);
+    } else {
+        m_verifierSweepSummary->setText(
+            tr("No verifier chosen: choose one in the Replay step and sweep again."));
+        m_verifierSweepChart->setPoints({}, std::nullopt, tr("verifier threshold"), tr("No verifier"));
+        m_verifierSweepTable->setRowCount(0);
     }
-    if (suggestedRow >= 0)
-        m_sweepTable->selectRow(suggestedRow);
+    m_sweepTabs->setCurrentIndex(0);
     m_sweepDialog->show();
     m_sweepDialog->raise();
 }

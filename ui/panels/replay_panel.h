@@ -43,6 +43,7 @@ namespace kvwb::ui {
 class LedgerFilterModel;
 class LedgerModel;
 class ReplayCharts;
+class ThresholdCurveChart;
 
 class ReplayPanel : public QWidget
 {
@@ -210,7 +211,15 @@ private:
     QDialog *m_sweepDialog = nullptr; // created on the first sweep
     QTableWidget *m_sweepTable = nullptr;
     QLabel *m_sweepSummary = nullptr;
-    QComboBox *m_prices = nullptr; // price preset or file ("" default)
+    QTabWidget *m_sweepTabs = nullptr;
+    QWidget *makeSweepTab(const QString &name, QLabel *&summary, ThresholdCurveChart *&chart,
+                          QTableWidget *&table, QDoubleSpinBox *target);
+    ThresholdCurveChart *m_sweepChart = nullptr;
+    QTableWidget *m_verifierSweepTable = nullptr;
+    QLabel *m_verifierSweepSummary = nullptr;
+    ThresholdCurveChart *m_verifierSweepChart = nullptr;
+    QDoubleSpinBox *m_verifierThreshold = nullptr; // 0: the verifier's recorded threshold
+    QComboBox *m_prices = nullptr;                 // price preset or file ("" default)
     QPushButton *m_start = nullptr;
     QPushButton *m_pause = nullptr;
     QPushButton *m_stop = nullptr;

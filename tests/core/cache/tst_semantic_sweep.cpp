@@ -41,6 +41,20 @@ double cosine(core::Embedder &e, const std::string &a, const std::string &b)
     return d;
 }
 
+// Scores pairs from a table keyed "cached|request"; a missing pair throws, "nan" gives NaN.
+class TableVerifier : public core::PairVerifier
+{
+public:
+    std::map<std::string, double> table;
+    int calls = 0;
+    double score(const std::string &cached, const std::string &request) override
+    {
+        ++calls;
+        return table.at(cached + "|" + request);
+    }
+    std::string name() const override { return "table-verifier"; }
+};
+
 } // namespace
 
 class TestSemanticSweep : public QObject
@@ -87,6 +101,60 @@ private Q_SLOTS:
         QCOMPARE(loose.atTarget->threshold, 0.5);
         // exact repeats scored on request
         QCOMPARE(core::sweepSemantic(rs, e, 0.1, {0.5}, true).scored, int64_t(4));
+    }
+
+    // The verifier's sweep judges every candidate at or above the similarity threshold once, with
+    // (nearest, request) in the replay's order; a NaN or a throw never passes; recall is over the
+    // similarity sweep's should-hit requests.
+    void verifierSweepOverCandidates()
+    {
+        TableEmbedder e;
+        e.table = {{"base", {1, 0}},    {"dup95", at(0.95)}, {"miss90", at(0.90)},
+                   {"dup70", at(0.70)}, {"far", {0, 1}},     {"far2", at(0.05)}};
+        const std::vector<LabelledText> rs = {{"t", "base", "A"},  {"t", "dup95", "A"}, {"t", "miss90", "B"},
+                                              {"t", "dup70", "A"}, {"t", "far", "C"},   {"t", "far2", "C"}};
+        const auto s = core::sweepSemantic(rs, e, 0.1, {0.5});
+        QCOMPARE(s.scored, int64_t(5));
+        QCOMPARE(s.shouldHit, int64_t(3)); // dup95, dup70, far2
+        QCOMPARE(s.scoredRequest, (std::vector<size_t>{1, 2, 3, 4, 5}));
+        QCOMPARE(s.nearestRequest, (std::vector<size_t>{0, 1, 2, 3, 4})); // far's nearest: dup70
+        TableVerifier v;
+        v.table = {
+            {"base|dup95", 0.9}, {"dup95|miss90", 0.6}, {"miss90|dup70", std::nan("")}, {"far|far2", 0.3}};
+        // far (nearest dup70 at cos ~0.71) is a candidate at 0.5 whose pair the table lacks: it throws
+        const auto vs = core::sweepVerifier(rs, s, v, 0.5, 0.0, {0.0, 0.5, 0.7, 0.95});
+        QCOMPARE(v.calls, 5);
+        QCOMPARE(vs.candidates, int64_t(5));
+        QCOMPARE(vs.correctCandidates, int64_t(2)); // dup95 and far2
+        QCOMPARE(vs.errors, int64_t(2));            // NaN and the throw
+        QCOMPARE(vs.shouldHit, int64_t(3));
+        // 0.0: every scored candidate passes (3), correct 2; the failed two never do
+        QCOMPARE(vs.points[0].hits, int64_t(3));
+        QCOMPARE(vs.points[0].correctHits, int64_t(2));
+        QVERIFY(std::abs(vs.points[0].recall - 2.0 / 3) < 1e-12);
+        // 0.5: dup95 and miss90
+        QCOMPARE(vs.points[1].hits, int64_t(2));
+        QCOMPARE(vs.points[1].correctHits, int64_t(1));
+        // 0.7: dup95 alone, right: the lowest threshold meeting target 0
+        QCOMPARE(vs.points[2].hits, int64_t(1));
+        QCOMPARE(vs.points[2].precision, 1.0);
+        QVERIFY(vs.atTarget);
+        QCOMPARE(vs.atTarget->threshold, 0.7);
+        QCOMPARE(vs.points[3].hits, int64_t(0));
+        // a higher similarity threshold sends fewer candidates
+        v.calls = 0;
+        const auto tight = core::sweepVerifier(rs, s, v, 0.96, 0.1, {0.5});
+        QCOMPARE(tight.candidates, int64_t(2)); // miss90 (0.991) and far2 (0.999)
+        QCOMPARE(v.calls, 2);
+        QCOMPARE(int(core::sweepVerifier(rs, s, v, 0.5, 0.1).points.size()), 100); // 0.00 .. 0.99
+        QCOMPARE(test::expectError([&] {
+                     core::sweepVerifier(rs, s, v, 0.5, 0.1, {0.5, 0.4});
+                 }).code(),
+                 core::ErrorCode::InvalidArgument);
+        QCOMPARE(test::expectError([&] { core::sweepVerifier(rs, s, v, 1.5, 0.1); }).code(),
+                 core::ErrorCode::InvalidArgument);
+        QCOMPARE(test::expectError([&] { core::sweepVerifier({rs[0]}, s, v, 0.5, 0.1); }).code(),
+                 core::ErrorCode::InvalidArgument); // a sweep of other requests
     }
 
     void badArguments()

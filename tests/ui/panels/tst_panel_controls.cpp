@@ -11,6 +11,7 @@
 #include "ui/charts/heatmap_widget.h"
 #include "ui/charts/layer_metrics_chart.h"
 #include "ui/charts/replay_charts.h"
+#include "ui/charts/threshold_curve_chart.h"
 #include "ui/models/ledger_filter_model.h"
 #include "ui/models/ledger_model.h"
 #include "ui/models/metric_table_model.h"
@@ -32,6 +33,7 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QRegularExpression>
+#include <QScatterSeries>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QTabWidget>
@@ -565,9 +567,69 @@ private Q_SLOTS:
         table->selectRow(2);
         p.findChild<QPushButton *>("useThresholdButton")->click();
         QCOMPARE(p.replayRequest().threshold, 0.75);
+        // the curve: precision, recall and false-hit rate per threshold, the suggested one marked
+        auto *chart = p.findChild<ui::ThresholdCurveChart *>("sweepChart");
+        QVERIFY(chart);
+        QCOMPARE(chart->precisionSeries()->count(), 3);
+        QCOMPARE(chart->recallSeries()->at(1), QPointF(0.72, 0.28));
+        QCOMPARE(chart->falseHitSeries()->at(2).y(), 1 - 0.75);
+        QVERIFY(chart->markSeries()->count() == 2 &&
+                chart->markSeries()->at(0).x() == 0.75); // selected row 2
+        // no verifier: its tab is off
+        auto *tabs = p.findChild<QTabWidget *>("sweepTabs");
+        QVERIFY(tabs && !tabs->isTabEnabled(1));
         // a second sweep reuses the window
         p.showSweep(sweep);
         QCOMPARE(p.findChildren<QTableWidget *>("sweepTable").size(), qsizetype(1));
+        QVERIFY(chart->markSeries()->count() == 2 && chart->markSeries()->at(0).x() == 0.72);
+
+        // with a verifier chosen, the request names it and the similarity threshold its candidates pass
+        r.verifier = "/models/verifier";
+        r.threshold = 0.7;
+        p.setReplayRequest(r);
+        auto *verifierSpin = p.findChild<QDoubleSpinBox *>("verifierThresholdSpin");
+        QVERIFY(verifierSpin && verifierSpin->isEnabled());
+        QCOMPARE(verifierSpin->text(), QString("its own")); // 0: the recorded threshold
+        button->click();
+        const auto vreq = spy.at(1).at(0).value<ui::SemanticSweepRequest>();
+        QCOMPARE(vreq.verifier, QString("/models/verifier"));
+        QCOMPARE(vreq.similarityThreshold, 0.7);
+        core::VerifierSweep vs;
+        vs.similarityThreshold = 0.7;
+        vs.candidates = 40;
+        vs.correctCandidates = 25;
+        vs.shouldHit = 60;
+        vs.target = 0.1;
+        for (double t : {0.3, 0.6, 0.9}) {
+            core::SweepPoint pt;
+            pt.threshold = t;
+            pt.hits = int64_t(40 * (1 - t));
+            pt.precision = 0.6 + t / 3;
+            pt.recall = (1 - t) / 2;
+            pt.falseHitRate = 1 - pt.precision;
+            vs.points.push_back(pt);
+        }
+        vs.atTarget = vs.points[2];
+        sweep.verifierName = "cross-verifier";
+        sweep.verifier = vs;
+        p.showSweep(sweep);
+        QVERIFY(tabs->isTabEnabled(1));
+        auto *vtable = p.findChild<QTableWidget *>("verifierSweepTable");
+        QCOMPARE(vtable->rowCount(), 3);
+        QCOMPARE(vtable->currentRow(), 2);
+        QVERIFY(p.findChild<QLabel *>("verifierSweepSummary")
+                    ->text()
+                    .contains("40 candidates at similarity 0.70"));
+        QCOMPARE(p.findChild<ui::ThresholdCurveChart *>("verifierSweepChart")->precisionSeries()->count(), 3);
+        vtable->selectRow(1);
+        p.findChild<QPushButton *>("useVerifierThresholdButton")->click();
+        QCOMPARE(p.replayRequest().verifierThreshold, 0.6);
+        QCOMPARE(p.replayRequest().threshold, 0.7); // the similarity threshold untouched
+        // choosing no verifier drops its threshold (a settings check refuses one alone)
+        auto *combo = p.findChild<QComboBox *>("verifierCombo");
+        combo->setCurrentIndex(0);
+        QCOMPARE(p.replayRequest().verifierThreshold, 0.0);
+        QVERIFY(p.replayRequest().verifier.empty());
     }
 
     void replayRequestRoundTrip()
