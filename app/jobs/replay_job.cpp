@@ -4,7 +4,9 @@
 #include "gpu/model/encoder.h"
 
 #include "app/jobs/job_inputs.h"
+#include "core/cache/error_curve.h"
 #include "core/ledger/prices.h"
+#include "core/model/encoder_config.h"
 #include "core/store/converter_store.h"
 #include "core/store/experiment_file.h"
 #include "core/util/atomic_file.h"
@@ -164,6 +166,13 @@ std::string ledgerSettingsJson(const PreparedReplay &replay, bool cancelled)
         settings["verifier_name"] = replay.verifier->name();
         settings["verifier_threshold_used"] = replay.options.verifier.threshold;
     }
+    if (replay.options.semanticBound && !replay.options.semanticBound->priorCurve.empty()) {
+        const auto &curve = replay.options.semanticBound->priorCurve;
+        settings["bound_prior_curve"] = {{"source", curve.source},
+                                         {"from", curve.from},
+                                         {"error_rate", curve.errorRate},
+                                         {"weight", curve.weight}};
+    }
     settings["cancelled"] = cancelled;
     settings["model_a"] = m.a->checkpoint().fingerprint();
     settings["model_b"] = m.b ? m.b->checkpoint().fingerprint() : "";
@@ -213,6 +222,16 @@ gpu::ReplayOptions replayOptions(const core::ReplaySettings &s)
         bound.errorBound = s.errorBound;
         bound.confidence = s.boundConfidence;
         bound.minUses = s.boundMinUses;
+        if (s.boundPrior == "embedder") {
+            if (core::isBuiltinEmbedder(s.embedder))
+                throw core::Error(core::ErrorCode::InvalidArgument,
+                                  "--bound-prior embedder needs a trained embedder (a directory with its "
+                                  "train_log.json); the embedder is " +
+                                      s.embedder);
+            bound.priorCurve = core::readErrorCurve(s.embedder);
+        } else if (!s.boundPrior.empty()) {
+            bound.priorCurve = core::readErrorCurve(s.boundPrior);
+        }
         o.semanticBound = bound;
     }
     return o;

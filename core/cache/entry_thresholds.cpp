@@ -87,8 +87,14 @@ EntryThresholds::Estimate EntryThresholds::decide(uint64_t entry, double s) cons
                 ++e.ownSuccesses;
         }
     const double pooled = pooledErrors + pooledSuccesses;
-    const double rate = pooled > 0 ? pooledErrors / pooled : 1.0;
-    const double prior = pooled > 0 ? double(m_options.priorWeight) : 0.0;
+    const double w = double(m_options.priorWeight);
+    double rate = pooled > 0 ? pooledErrors / pooled : 1.0;
+    double prior = pooled > 0 ? w : 0.0;
+    if (!m_options.priorCurve.empty() && w > 0) { // the pooled rate drawn towards the measured curve
+        rate = (pooledErrors + w * m_options.priorCurve.rateAt(s)) / (pooled + w);
+        prior = w;
+    }
+    e.priorRate = rate;
     const double n = double(e.ownErrors + e.ownSuccesses) + prior;
     e.errorUpper = wilsonUpper(double(e.ownErrors) + prior * rate, n, m_z);
     e.serve = e.ownSuccesses >= std::max(1, m_options.minUses) && e.errorUpper <= m_options.errorBound;

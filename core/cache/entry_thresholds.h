@@ -8,12 +8,17 @@
 //   - the upper confidence bound (Wilson, one-sided) of its error rate at s is at most the bound,
 //     the error rate estimated under monotonicity (an answer right at s' <= s is right at s; one
 //     wrong at s' >= s is wrong at s) from its own observations plus `priorWeight` pseudo-
-//     observations at the rate all entries together show at s;
+//     observations at the rate all entries together show at s - that pooled rate itself drawn
+//     towards `priorCurve` (a measured error curve: error_curve.h) with priorWeight pseudo-
+//     observations when one is given, so an early run starts from what the embedder is known to do
+//     rather than from its first few outcomes;
 // otherwise the request is computed ("explore") and its outcome observed. docs/cache-tiers.md,
 // "Per-entry thresholds".
 //
 // Thread-safety: none (the tier's, engine thread).
 #pragma once
+
+#include "core/cache/error_curve.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +35,7 @@ struct EntryBoundOptions
     int priorWeight = 20;         // pseudo-observations of the pooled rate
     size_t maxObservations = 256; // per entry (the oldest are forgotten first)
     int minUses = 3;              // own right outcomes at <= s an entry needs before it serves at s
+    ErrorCurve priorCurve;        // empty: the pooled rate alone
 };
 
 class EntryThresholds
@@ -43,6 +49,7 @@ public:
     {
         bool serve = false;
         double errorUpper = 1; // the bound's left side
+        double priorRate = 1;  // the rate the entry's evidence was drawn towards
         int64_t ownSuccesses = 0, ownErrors = 0;
     };
     Estimate decide(uint64_t entry, double similarity) const;

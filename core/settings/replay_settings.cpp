@@ -135,6 +135,12 @@ void semanticRows(std::vector<ReplayFlag> &t)
                         "With --error-bound: an entry serves at similarity s only after its answer was "
                         "right for N requests at s or below (default 3).",
                         &S::boundMinUses, 1, 1000));
+    t.push_back(text("bound-prior", "FILE",
+                     "With --error-bound: the error rate per similarity the evidence starts from, fitted to "
+                     "a measured curve: 'embedder' (a trained embedder's validation curve, its "
+                     "train_log.json), a kvwb sweep-semantic --json file or a train_log.json (default: the "
+                     "replay's own outcomes alone).",
+                     &S::boundPrior));
     t.push_back(real("bound-confidence", "C",
                      "With --error-bound: confidence of the error's upper bound (default 0.9).",
                      &S::boundConfidence, 0.5, 0.999));
@@ -390,8 +396,8 @@ void checkReplaySettings(const ReplaySettings &s)
     if (s.verifier.empty() && (s.verifierThreshold != 0 || s.verifierOverrulesGuards))
         bad("--verifier-threshold and --verifier-overrules-guards need --verifier");
     if (s.errorBound == 0 && (s.boundConfidence != ReplaySettings{}.boundConfidence ||
-                              s.boundMinUses != ReplaySettings{}.boundMinUses))
-        bad("--bound-confidence and --bound-min-uses need --error-bound");
+                              s.boundMinUses != ReplaySettings{}.boundMinUses || !s.boundPrior.empty()))
+        bad("--bound-confidence, --bound-min-uses and --bound-prior need --error-bound");
     if (!s.prices.empty() &&
         (s.priceIn != ReplaySettings{}.priceIn || s.priceOut != ReplaySettings{}.priceOut))
         bad("--prices and --price-in/--price-out exclude each other: give a preset or file, or the two "

@@ -65,6 +65,9 @@ struct ReplaySettings
     SemanticGuards guards = SemanticGuards::all(); // semantic hits refused on a negation, number, ...
     double boundConfidence = 0.9;
     int boundMinUses = 3; // an entry's own right outcomes before it serves under the error bound
+    // The error bound's prior: "" the pooled rate alone; "embedder" the trained embedder's validation
+    // curve (its train_log.json); else a sweep-semantic JSON or a train_log.json (error_curve.h).
+    std::string boundPrior;
     // A cross-encoder that re-checks each semantic candidate before it serves (fails closed):
     // its directory, its threshold (0: the one its training recorded for validation precision 0.9,
     // else 0.5), and whether it may overrule a guard.

@@ -924,6 +924,11 @@ core::ReplaySettings ReplayPanel::replayRequest() const
                                      : core::parseFloatType(m_storeKvDtype->currentText().toStdString())
                                            .value_or(core::FloatType::F32);
     r.errorBound = m_errorBound->value();
+    if (r.errorBound == 0) { // the bound's own settings go with it (a settings check refuses them alone)
+        r.boundConfidence = core::ReplaySettings{}.boundConfidence;
+        r.boundMinUses = core::ReplaySettings{}.boundMinUses;
+        r.boundPrior.clear();
+    }
     // the guards the settings name (every one unless a project chose some), or none
     r.guards = !m_guards->isChecked()    ? core::SemanticGuards{}
                : m_settings.guards.any() ? m_settings.guards

@@ -615,7 +615,10 @@ nlohmann::json evaluationJson(const EmbedderEvaluation &e, const std::vector<cor
         {"recall", at9.recall}};
     j["curve"] = nlohmann::json::array();
     for (const auto &p : e.curve)
-        j["curve"].push_back({{"threshold", p.threshold}, {"precision", p.precision}, {"recall", p.recall}});
+        j["curve"].push_back({{"threshold", p.threshold},
+                              {"precision", p.precision},
+                              {"recall", p.recall},
+                              {"served", p.served}});
     return j;
 }
 
