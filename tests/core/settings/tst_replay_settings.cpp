@@ -238,11 +238,16 @@ private Q_SLOTS:
         s.ledgerName = "x";
         QCOMPARE(rule(s), std::string("--save-ledger needs --experiment"));
         s = {};
+        const std::string boundRule =
+            "--bound-confidence, --bound-min-uses and --bound-prior need --error-bound";
         s.boundConfidence = 0.95;
-        QCOMPARE(rule(s), std::string("--bound-confidence and --bound-min-uses need --error-bound"));
+        QCOMPARE(rule(s), boundRule);
         s = {};
         s.boundMinUses = 5;
-        QCOMPARE(rule(s), std::string("--bound-confidence and --bound-min-uses need --error-bound"));
+        QCOMPARE(rule(s), boundRule);
+        s = {};
+        s.boundPrior = "embedder";
+        QCOMPARE(rule(s), boundRule);
         s = {};
         s.verifierThreshold = 0.7;
         s.tiers = {TierKind::Semantic};

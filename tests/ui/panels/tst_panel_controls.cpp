@@ -655,6 +655,10 @@ private Q_SLOTS:
         r.storeKvDtype = core::FloatType::BF16;
         r.prices = "anthropic-claude-sonnet-4";
         r.errorBound = 0.05;
+        r.boundMinUses = 5;
+        r.boundPrior = "embedder";
+        r.verifier = "/models/verifier";
+        r.verifierThreshold = 0.65;
         p.setReplayRequest(r);
         // the price presets are offered by id, the default first
         auto *prices = p.findChild<QComboBox *>("pricesCombo");
@@ -667,6 +671,12 @@ private Q_SLOTS:
         p.setBusy(true);
         compareReplay(p.replayRequest(), r);
         p.setBusy(false);
+
+        // no bound: the bound's own settings go with it (a settings check refuses them alone)
+        p.findChild<QDoubleSpinBox *>("errorBoundSpin")->setValue(0);
+        QCOMPARE(p.replayRequest().boundPrior, std::string());
+        QCOMPARE(p.replayRequest().boundMinUses, core::ReplaySettings{}.boundMinUses);
+        p.setReplayRequest(r);
 
         // without a converter in use the cross tier is left out of the settings (the choice is kept
         // for later), stays checked and can be unchecked, and Start refuses to run without it
