@@ -185,7 +185,14 @@ json ledgerRowJson(const core::LedgerRow &r)
             {"gate", r.gate},
             {"gate_value", r.gateValue},
             {"shadow_kl", r.shadowKl},
-            {"shadow_exact", r.shadowExact}};
+            {"shadow_exact", r.shadowExact},
+            {"semantic_decision", core::enumName(core::kSemanticDecisionNames, r.semanticDecision)},
+            {"semantic_guard", core::semanticGuardName(r.semanticGuard)},
+            {"guarded_same_intent", r.guardedSameIntent},
+            {"verifier", core::verifierVerdictName(r.verifier)},
+            {"verifier_score", r.verifierScore},
+            {"verifier_ms", r.verifierMs},
+            {"verified_same_intent", r.verifiedSameIntent}};
 }
 
 std::string comparisonsCsv(const std::vector<ReportComparisons> &lists)

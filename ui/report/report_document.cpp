@@ -407,6 +407,44 @@ void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::ve
 }
 
 // A replay ledger's summary, its tiers, its charts and its cost under each price preset.
+// What stood between a semantic candidate and serving it: the guards, the verifier and the error
+// bound, each with what it prevented and what it cost (docs/cache-tiers.md). Only when one was on.
+void addSemanticChecks(Doc &doc, const core::LedgerSummary &s)
+{
+    if (s.guarded == 0 && s.verified == 0 && s.boundServed == 0 && s.guardedBy.empty())
+        return;
+    doc.heading(3, "Semantic candidates held back");
+    doc.para("A candidate above the similarity threshold serves only past the guards (a negation, number, "
+             "entity or question word that differs), the verifier (a cross-encoder's score) and, under an "
+             "error bound, its entry's evidence. Prevented: a false hit it stopped (the candidate's intent "
+             "was another); lost: a right answer it stopped (the same intent); requests without intents "
+             "count in neither.");
+    std::vector<std::vector<std::string>> rows;
+    for (const auto &[guard, n] : s.guardedBy)
+        rows.push_back({"guard: " + guard, std::to_string(n), "-", "-"});
+    if (s.guarded > 0)
+        rows.push_back({"guards, all", std::to_string(s.guarded), std::to_string(s.guardPrevented),
+                        std::to_string(s.guardLost)});
+    if (s.guardOverruled > 0)
+        rows.push_back(
+            {"guards overruled by the verifier (served)", std::to_string(s.guardOverruled), "-", "-"});
+    if (s.verified > 0) {
+        rows.push_back(
+            {fmt::format("verifier: judged {}, passed {}, rejected {} ({} failed; {:.2f} ms a pair)",
+                         s.verified, s.verifierPassed, s.verifierRejected, s.verifierErrors,
+                         s.verifierMeanMs),
+             std::to_string(s.verifierRejected + s.verifierErrors), std::to_string(s.verifierPrevented),
+             std::to_string(s.verifierLost)});
+    }
+    if (!rows.empty())
+        doc.table({"check", "held back", "false hits prevented", "hits lost"}, std::move(rows));
+    if (s.boundServed > 0)
+        doc.para(fmt::format("Under the error bound (the settings' error_bound) the semantic tier served {} "
+                             "hits, {} of them false ({}).",
+                             s.boundServed, s.boundFalse,
+                             percent(double(s.boundFalse) / double(s.boundServed))));
+}
+
 void addLedgerSection(Doc &doc, const ReportLedger &l, const std::vector<ReportChart> &charts)
 {
     const auto &s = l.summary;
@@ -443,6 +481,7 @@ void addLedgerSection(Doc &doc, const ReportLedger &l, const std::vector<ReportC
     doc.table({"tier", "requests", "hits", "hit rate", "false hits", "tokens reused", "tokens computed",
                "TTFT p50 ms", "p95", "p99"},
               std::move(tierRows));
+    addSemanticChecks(doc, s);
     addCharts(doc, charts, "ledger_" + safeName(l.name) + "_");
     if (!l.settingsJson.empty()) {
         doc.heading(3, "Replay settings");

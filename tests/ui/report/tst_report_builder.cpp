@@ -585,6 +585,55 @@ private Q_SLOTS:
         QVERIFY(!md.contains("## Replay ledger replay1 (partial)"));
     }
 
+    // A replay with guards and a verifier: the ledger's section says what each held back, the false
+    // hits it prevented and the hits it lost, and report.json keeps each row's guard and verdict.
+    void semanticChecksSection()
+    {
+        const fs::path copy = fs::path(m_dir.path().toStdString()) / "checks.h5";
+        fs::copy_file(m_experiment, copy, fs::copy_options::overwrite_existing);
+        auto rows = makeLedger();
+        rows[0].semanticGuard = core::SemanticGuard::Negation; // a miss: the guard held a wrong candidate
+        rows[0].guardedSameIntent = 0;
+        rows[5].semanticGuard = core::SemanticGuard::Number; // a right one lost
+        rows[5].guardedSameIntent = 1;
+        rows[1].verifier = core::VerifierVerdict::Reject; // rejected a right candidate
+        rows[1].verifierScore = 0.25;
+        rows[1].verifierMs = 2;
+        rows[1].verifiedSameIntent = 1;
+        rows[2].verifier = core::VerifierVerdict::Pass; // the semantic hit, verified
+        rows[2].verifierScore = 0.875;
+        rows[2].verifierMs = 4;
+        rows[2].verifiedSameIntent = 1;
+        saveLedger(copy, "checked", rows, R"({"tiers": ["exact", "semantic", "prefix", "cross"]})");
+        saveLedger(copy, "unchecked", makeLedger(), R"({"tiers": ["exact"]})");
+        ui::ReportData d = ui::collectReport(copy);
+        const fs::path out = fs::path(m_dir.path().toStdString()) / "out-checks";
+        ui::writeMarkdown(d, out);
+        ui::writeCsvJson(d, out);
+        const QByteArray md = readAll(out / "report.md");
+        QCOMPARE(countOf(md, "### Semantic candidates held back"), 1); // the unchecked ledger has none
+        const int at = md.indexOf("## Replay ledger checked");
+        QVERIFY(at >= 0 && md.indexOf("### Semantic candidates held back") > at);
+        QVERIFY2(
+            md.contains("| guard: negation | 1 | - | - |") && md.contains("| guard: number | 1 | - | - |") &&
+                md.contains("| guards, all | 2 | 1 | 1 |") &&
+                md.contains(
+                    "| verifier: judged 2, passed 1, rejected 1 (0 failed; 3.00 ms a pair) | 1 | 0 | 1 |"),
+            md.constData());
+        const QJsonArray ledgers =
+            QJsonDocument::fromJson(readAll(out / "report.json")).object()["ledgers"].toArray();
+        QJsonObject checked;
+        for (const auto &l : ledgers)
+            if (l.toObject()["name"].toString() == "checked")
+                checked = l.toObject();
+        const QJsonArray jrows = checked["rows"].toArray();
+        QCOMPARE(jrows[0].toObject()["semantic_guard"].toString(), QString("negation"));
+        QCOMPARE(jrows[1].toObject()["verifier"].toString(), QString("reject"));
+        QCOMPARE(jrows[1].toObject()["verifier_score"].toDouble(), 0.25);
+        QCOMPARE(jrows[2].toObject()["verified_same_intent"].toInt(), 1);
+        QCOMPARE(jrows[3].toObject()["verifier"].toString(), QString(""));
+    }
+
     // The PDF keeps each heading, chart and table label on the page of what it introduces: none is
     // stranded at a page's foot, and without the page breaks keepWithNext put in some were (so the
     // test cannot pass on a document that never needed moving); a second pass moves nothing.
