@@ -69,8 +69,9 @@ void checkFamilyFlags(const QCommandLineParser &p, const core::FitSettings &s)
             throw UsageError{fmt::format("--{} applies to --family mlp or auto only", flag)};
     if (p.isSet("auto-prompts") && s.family != core::ConverterFamily::Auto)
         throw UsageError{"--auto-prompts applies to --family auto only"};
-    if (s.resume && (s.family != core::ConverterFamily::Mlp || s.dryRun))
-        throw UsageError{"--resume applies to --family mlp fits that store their converter (not --dry-run)"};
+    if (s.resume && (!trainsMlp || s.dryRun))
+        throw UsageError{
+            "--resume applies to --family mlp or auto fits that store their converter (not --dry-run)"};
 }
 
 // The record's "auto" settings (the candidates and the choice), null for a fit of one family.
@@ -135,7 +136,8 @@ int cmdAlign(const QStringList &args)
         std::fprintf(stderr, "\n");
     if (r.cancelled) {
         const auto dir = jobs::fitCheckpointDir(path.string(), settings.name);
-        if (settings.family == core::ConverterFamily::Mlp && !settings.dryRun && fs::exists(dir))
+        if ((settings.family == core::ConverterFamily::Mlp || settings.family == core::ConverterFamily::Auto) &&
+            !settings.dryRun && fs::exists(dir))
             std::fprintf(stderr,
                          "cancelled: nothing stored; the trained layers are in %s, continue with --resume\n",
                          dir.c_str());

@@ -29,7 +29,8 @@ FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
     o.progress = progress;
     o.onCandidate = onCandidate;
     const bool store = !settings.dryRun;
-    const bool checkpoints = store && settings.family == core::ConverterFamily::Mlp;
+    const bool checkpoints = store && (settings.family == core::ConverterFamily::Mlp ||
+                                       settings.family == core::ConverterFamily::Auto);
     if (checkpoints) // without a directory, resume does nothing
         o.checkpointDir = fitCheckpointDir(settings.experiment, settings.name);
     const auto t0 = core::Clock::now();

@@ -114,8 +114,8 @@ void runRows(std::vector<FitFlag> &t)
                        "dry_run", Scope::Run));
     t.push_back(
         toggle("resume",
-               "mlp: continue an interrupted fit of the same settings from its trained layers (kept in "
-               "EXP.h5.fit-NAME until the converter is stored).",
+               "mlp, auto: continue an interrupted fit of the same settings from its trained MLP layers "
+               "(kept in EXP.h5.fit-NAME until the converter is stored).",
                &S::resume, true, "resume", Scope::Run));
     t.push_back(real("valid-fraction", "F", "Prompts held out to choose layers/lambda (default 0.15).",
                      &S::validFraction, 0.0, 0.9));

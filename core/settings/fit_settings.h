@@ -37,7 +37,7 @@ struct FitSettings
     bool attention = true;     // score the attention-output cosine (needs model B)
     bool dryRun = false;       // fit and print, do not store
     bool replace = false;      // store over a converter of the same name (else the fit is refused first)
-    bool resume = false;       // mlp: continue an interrupted fit from its trained layers
+    bool resume = false;       // mlp, auto: continue an interrupted fit from its trained MLP layers
     double validFraction = 0.15, testFraction = 0.15;
     int64_t seed = 1; // the prompt split's (and the MLP's)
 };

@@ -407,7 +407,7 @@ private Q_SLOTS:
              {QStringList{"--family", "spline"}, QStringList{"--family", "low-rank"},
               QStringList{"--rank", "4"}, QStringList{"--family", "ridge", "--hidden", "8"},
               QStringList{"--family", "ridge", "--budget", "60"},
-              QStringList{"--family", "mlp", "--auto-prompts", "4"}, QStringList{"--resume"},
+              QStringList{"--family", "mlp", "--auto-prompts", "4"}, QStringList{"--family", "ridge", "--resume"},
               QStringList{"--family", "mlp", "--resume", "--dry-run"}}) {
             r = runKvwb(QStringList{"align", "--experiment", q(exp)} + bad);
             QCOMPARE(r.exitCode, 2);

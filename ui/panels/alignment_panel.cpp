@@ -8,6 +8,7 @@
 
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QDoubleValidator>
 #include <QGridLayout>
 #include <QGroupBox>
@@ -589,6 +590,27 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_mlpEpochs->setToolTip(tr("MLP: at most this many passes over the calibration rows; training stops "
                                "earlier when the validation loss stops improving."));
     familyRow->addWidget(m_mlpEpochs);
+    familyRow->addWidget(new QLabel(tr("Budget:"), box));
+    m_budget = new QDoubleSpinBox(box);
+    m_budget->setObjectName("fitBudgetSpin");
+    m_budget->setRange(0, 1e7);
+    m_budget->setDecimals(0);
+    m_budget->setSingleStep(60);
+    m_budget->setSuffix(tr(" s"));
+    m_budget->setSpecialValueText(tr("no limit"));
+    m_budget->setToolTip(tr("MLP and auto: no training epoch starts after this many seconds from the fit's "
+                            "start; the best epoch run is kept and layers not reached stay ridge "
+                            "(kvwb align --budget)."));
+    familyRow->addWidget(m_budget);
+    familyRow->addWidget(new QLabel(tr("Choose on:"), box));
+    m_autoPrompts = new QSpinBox(box);
+    m_autoPrompts->setObjectName("autoPromptsSpin");
+    m_autoPrompts->setRange(1, 100000);
+    m_autoPrompts->setValue(core::FitSettings{}.autoPrompts);
+    m_autoPrompts->setSuffix(tr(" prompts"));
+    m_autoPrompts->setToolTip(tr("Auto: at most this many validation prompts on which B's next-token KL "
+                                 "chooses the family (kvwb align --auto-prompts)."));
+    familyRow->addWidget(m_autoPrompts);
     familyRow->addStretch(1);
     grid->addLayout(familyRow, 1, 0, 1, 13);
 
@@ -817,6 +839,8 @@ core::FitSettings AlignmentPanel::fitRequest() const
     r.mlpHidden = m_mlpHidden->value();
     r.mlpEpochs = m_mlpEpochs->value();
     r.maxTrainTokens = m_maxTokens->value();
+    r.budgetSeconds = m_budget->value(); // kept with the project; a family that trains no MLP ignores them
+    r.autoPrompts = m_autoPrompts->value();
     return r;
 }
 
@@ -835,6 +859,8 @@ void AlignmentPanel::setFitRequest(const core::FitSettings &r)
     m_rank->setValue(r.rank);
     m_mlpHidden->setValue(r.mlpHidden);
     m_mlpEpochs->setValue(r.mlpEpochs);
+    m_budget->setValue(r.budgetSeconds);
+    m_autoPrompts->setValue(r.autoPrompts);
     m_maxTokens->setValue(int(std::min<int64_t>(r.maxTrainTokens, std::numeric_limits<int>::max())));
 }
 
@@ -881,6 +907,8 @@ void AlignmentPanel::refreshFitEnabled()
     m_rank->setEnabled(!m_busy && family == "low_rank");
     m_mlpHidden->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
     m_mlpEpochs->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
+    m_budget->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
+    m_autoPrompts->setEnabled(!m_busy && family == "auto");
     m_k->setEnabled(!m_busy && m_selection->currentData().toString() != "all");
     m_lambda->setEnabled(!m_busy && !m_autoLambda->isChecked());
     if (!m_busy && !havePrompts)

@@ -18,6 +18,7 @@
 
 class QCheckBox;
 class QComboBox;
+class QDoubleSpinBox;
 class QLabel;
 class QLayout;
 class QLineEdit;
@@ -135,6 +136,8 @@ private:
     QSpinBox *m_rank = nullptr;
     QSpinBox *m_mlpHidden = nullptr;
     QSpinBox *m_mlpEpochs = nullptr;
+    QDoubleSpinBox *m_budget = nullptr; // seconds of MLP training (0: no limit)
+    QSpinBox *m_autoPrompts = nullptr;  // auto: validation prompts whose KL chooses the family
     QSpinBox *m_maxTokens = nullptr;
     QPushButton *m_fit = nullptr;
     QPushButton *m_cancel = nullptr;

@@ -148,7 +148,9 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
     if (skipped.empty()) {
         core::FitSettings mlp = ridges[bestRidge];
         mlp.family = ConverterFamily::Mlp;
-        mlp.resume = false; // a checkpoint directory is the caller's for an explicit MLP fit only
+        // an interrupted auto fit continues its MLP from the layers it trained (the caller's checkpoint
+        // directory); the ridge candidates are fitted again, in seconds
+        mlp.resume = o.fit.resume;
         if (o.fit.budgetSeconds > 0)
             mlp.budgetSeconds = std::max(1e-3, o.fit.budgetSeconds - elapsed());
         if (!fitCandidate(mlp, 4.0)) {

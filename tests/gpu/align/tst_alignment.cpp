@@ -687,6 +687,7 @@ private Q_SLOTS:
         o.fit.validFraction = o.fit.testFraction = 0.2;
         std::vector<gpu::AutoCandidate> heard;
         o.onCandidate = [&](const gpu::AutoCandidate &c) { heard.push_back(c); };
+        o.checkpointDir = fs::path(tmp.path().toStdString()) / "ckpt";
         const auto r = gpu::alignExperiment(file, o, b.get());
         QVERIFY(!r.cancelled);
         QCOMPARE(r.candidates.size(), size_t(3)); // ridge as asked, ridge on every A layer, the MLP
@@ -710,6 +711,32 @@ private Q_SLOTS:
         QCOMPARE(settings["auto"]["candidates"][2]["valid_kl"].get<double>(), r.candidates[2].score.kl);
         // the chosen record scores like a plain fit's: test metrics of every layer
         QCOMPARE(int(r.record.layerMetrics.rows.size()), b->config().numLayers);
+
+        // cancelled as the MLP candidate's second layer starts, an auto fit resumes: the ridge
+        // candidates are fitted again, the MLP's first layer is read back, and the maps are the
+        // uninterrupted fit's
+        QVERIFY(b->config().numLayers >= 2);
+        fs::remove_all(o.checkpointDir);
+        auto cut = o;
+        cut.onCandidate = nullptr;
+        cut.progress = [](double, const std::string &stage) {
+            return stage.find("auto, mlp") == std::string::npos ||
+                   stage.find("layer 2/") == std::string::npos;
+        };
+        QVERIFY(gpu::alignExperiment(file, cut, b.get()).cancelled);
+        QVERIFY(fs::exists(o.checkpointDir / "layer-000.h5"));
+        QVERIFY(!fs::exists(o.checkpointDir / "layer-001.h5"));
+        auto resume = o;
+        resume.onCandidate = nullptr;
+        resume.fit.resume = true;
+        const auto resumed = gpu::alignExperiment(file, resume, b.get());
+        QCOMPARE(resumed.resumedLayers, 1);
+        QCOMPARE(resumed.chosen, 2);
+        for (size_t l = 0; l < r.record.layers.size(); ++l) {
+            const auto &a = r.record.layers[l].keys[0], &c = resumed.record.layers[l].keys[0];
+            QVERIFY2(a.weight == c.weight && a.hiddenWeight == c.hiddenWeight && a.outWeight == c.outWeight,
+                     qPrintable(QString("layer %1").arg(l)));
+        }
 
         // a linear bend: ridge on every layer is exact, so the MLP is not fitted
         std::unique_ptr<gpu::Model> b2;

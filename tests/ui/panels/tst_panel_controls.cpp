@@ -220,6 +220,8 @@ private Q_SLOTS:
         r.mlpHidden = 128;
         r.mlpEpochs = 7;
         r.maxTrainTokens = 20000;
+        r.budgetSeconds = 600;
+        r.autoPrompts = 12;
         p.setFitRequest(r);
         compareFit(p.fitRequest(), r);
         // the family's own settings are the only ones enabled
@@ -227,12 +229,24 @@ private Q_SLOTS:
         auto *hidden = p.findChild<QSpinBox *>("mlpHiddenSpin");
         QVERIFY(rank->isEnabled() && !hidden->isEnabled());
         auto *family = p.findChild<QComboBox *>("familyCombo");
+        auto *budget = p.findChild<QDoubleSpinBox *>("fitBudgetSpin");
+        auto *autoPrompts = p.findChild<QSpinBox *>("autoPromptsSpin");
+        QVERIFY(budget && autoPrompts && !budget->isEnabled() && !autoPrompts->isEnabled());
         family->setCurrentIndex(family->findData("mlp"));
         QCOMPARE(p.fitRequest().family, core::ConverterFamily::Mlp);
         QVERIFY(!rank->isEnabled() && hidden->isEnabled());
-        family->setCurrentIndex(family->findData("auto")); // auto trains the MLP too
+        QVERIFY(budget->isEnabled() && !autoPrompts->isEnabled()); // the budget bounds the MLP's training
+        family->setCurrentIndex(family->findData("auto"));         // auto trains the MLP too
         QCOMPARE(p.fitRequest().family, core::ConverterFamily::Auto);
         QVERIFY(!rank->isEnabled() && hidden->isEnabled());
+        QVERIFY(budget->isEnabled() && autoPrompts->isEnabled());
+        budget->setValue(90);
+        autoPrompts->setValue(5);
+        QCOMPARE(p.fitRequest().budgetSeconds, 90.0);
+        QCOMPARE(p.fitRequest().autoPrompts, 5);
+        QCOMPARE(budget->text(), QString("90 s"));
+        budget->setValue(0);
+        QCOMPARE(budget->text(), QString("no limit"));
         QCOMPARE(family->itemData(0).toString(), QString("auto")); // listed first: the default
         family->setCurrentIndex(family->findData("low_rank"));
         // lambda typed in scientific notation; auto lambda disables the field
