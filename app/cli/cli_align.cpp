@@ -117,7 +117,8 @@ int cmdAlign(const QStringList &args)
     const auto fit = jobs::runFit(
         settings,
         [&](const core::ExperimentReader &file, std::vector<std::string> &) {
-            if (settings.attention || settings.family == core::ConverterFamily::Auto)
+            if (settings.attention || settings.family == core::ConverterFamily::Auto ||
+                settings.family == core::ConverterFamily::AttnRidge)
                 b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
             return static_cast<const gpu::Model *>(b.get());
         },

@@ -55,14 +55,14 @@ void mapRows(std::vector<FitFlag> &t)
                        "Map each B head only from the same head of A (needs equal kv-head counts).",
                        &S::perHead, true, "per_head"));
     t.push_back(choice(
-        "family", "auto|ridge|low-rank|mlp",
+        "family", "auto|ridge|attn-ridge|low-rank|mlp",
         "Form of each map: auto (default: fit ridge, then mlp from it, and keep the one whose converted "
-        "cache "
-        "gives B's next-token distributions the lower KL to B's own on the validation prompts; loads model "
-        "B), ridge (y = xW + b), low-rank (reduced-rank ridge, needs --rank) or mlp (ridge skip path plus a "
-        "trained GELU branch).",
+        "cache gives B's next-token distributions the lower KL to B's own on the validation prompts; loads "
+        "model B), ridge (y = xW + b), attn-ridge (ridge maps fitted under what B does with them: keys "
+        "weighted by B's queries, values by its output projection; loads model B), low-rank (reduced-rank "
+        "ridge, needs --rank) or mlp (ridge skip path plus a trained GELU branch).",
         &S::family, [](const std::string &v) { return parseConverterFamily(v); }, converterFamilyName,
-        "auto, ridge, low-rank or mlp"));
+        "auto, ridge, attn-ridge, low-rank or mlp"));
     t.push_back(real("budget", "S",
                      "auto, mlp: stop the MLP's training after S seconds of the fit; layers it did not reach "
                      "keep their ridge maps (default 0: no limit).",
@@ -104,7 +104,7 @@ void runRows(std::vector<FitFlag> &t)
                                 &S::attentionPrompts, 1));
     t.push_back(toggle("no-attention",
                        "Skip the attention-output cosine (model B is then not loaded, unless the family is "
-                       "auto, which scores its candidates with it).",
+                       "auto, which scores its candidates with it, or attn-ridge, which fits under it).",
                        &S::attention, false, "attention"));
     t.push_back(toggle("replace",
                        "Store over a converter of the same name (without it, a name in use is refused before "

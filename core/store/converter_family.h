@@ -32,14 +32,22 @@ enum class ConverterFamily
     // A fit setting, never a stored converter's family: fit ridge, then the MLP, and keep the one whose
     // converted cache gives B's next-token distributions the lowest KL to B's own on held-out prompts
     // (gpu/align/alignment.h alignExperiment).
-    Auto
+    Auto,
+    // A fit setting too: ridge maps (stored as ridge) fitted under the metric of what B does with them,
+    // keys weighted by B's queries (E[q q^T] of the target layer, RoPE-aligned), values by B's output
+    // projection; needs model B (gpu/align/alignment.h).
+    AttnRidge
 };
-// "ridge" | "low_rank" | "mlp" | "auto"; "low-rank" (the command line's spelling) is read as low_rank.
-inline constexpr EnumName<ConverterFamily> kConverterFamilyNames[] = {{ConverterFamily::Ridge, "ridge"},
-                                                                      {ConverterFamily::LowRank, "low_rank"},
-                                                                      {ConverterFamily::Mlp, "mlp"},
-                                                                      {ConverterFamily::Auto, "auto"},
-                                                                      {ConverterFamily::LowRank, "low-rank"}};
+// "ridge" | "low_rank" | "mlp" | "auto" | "attn_ridge"; "low-rank" and "attn-ridge" (the command line's
+// spellings) are read as low_rank and attn_ridge.
+inline constexpr EnumName<ConverterFamily> kConverterFamilyNames[] = {
+    {ConverterFamily::Ridge, "ridge"},
+    {ConverterFamily::LowRank, "low_rank"},
+    {ConverterFamily::Mlp, "mlp"},
+    {ConverterFamily::Auto, "auto"},
+    {ConverterFamily::AttnRidge, "attn_ridge"},
+    {ConverterFamily::LowRank, "low-rank"},
+    {ConverterFamily::AttnRidge, "attn-ridge"}};
 KVWB_ENUM_NAMES(ConverterFamily, kConverterFamilyNames, converterFamilyName, parseConverterFamily)
 
 } // namespace kvwb::core

@@ -557,7 +557,8 @@ ConverterRecord loadConverters(const fs::path &experiment, const std::string &na
         if (H5Aexists(g.get(), "family") > 0) {
             const std::string family = readStringAttr(g.get(), site, "family");
             const auto parsed = parseConverterFamily(family);
-            if (!parsed || family == "low-rank" || *parsed == ConverterFamily::Auto)
+            if (!parsed || family == "low-rank" || *parsed == ConverterFamily::Auto ||
+                *parsed == ConverterFamily::AttnRidge) // fit settings: stored as what their maps are
                 throw Error(ErrorCode::Format, site.attr("family") + " is '" + family + "'");
             r.family = *parsed;
             r.fitSeconds = readDoubleAttr(g.get(), site, "fit_seconds");

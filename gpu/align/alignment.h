@@ -221,6 +221,23 @@ using core::LayerSelection;
 using core::layerSelectionName;
 using core::parseLayerSelection;
 
+// What model B does with each layer's keys and values, as metrics of their rows (the attention-aligned
+// ridge family fits under them; docs/transfer.md): per B layer, per kv head, [headDim, headDim]
+// row-major. Keys: sum over key positions n of R_n^T (sum of q_m q_m^T over the queries m >= n that see
+// n, every query head of the kv head) R_n, B's own post-RoPE queries on the prompts (at most maxPrompts
+// aligned ones), R_n the rotation at n when the file keeps keys before RoPE (else none). Values: the
+// Gram of B's output projection over the query heads the kv head serves. Error(InvalidArgument) when
+// no prompt is aligned; Error(Config) when target is not the file's B; the checkpoint names a missing
+// tensor.
+struct TargetMetric
+{
+    std::vector<std::vector<std::vector<double>>> keys, values; // [layers][kvHeads][hd * hd]
+    int prompts = 0;
+    int64_t tokens = 0;
+};
+TargetMetric targetMetric(const core::ExperimentReader &f, const Model &target,
+                          const std::vector<int> &prompts, int maxPrompts);
+
 // One converter family a `family auto` fit tried, scored on the validation prompts (transferKl).
 struct AutoCandidate
 {

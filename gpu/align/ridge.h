@@ -52,6 +52,14 @@ public:
     // W^T Xc^T Xc W), stored factored as down = W V_r [inputDim, rank], up = V_r^T [rank, outputDim].
     // Error(InvalidArgument) for rank outside 1..min(inputDim, outputDim).
     core::KvMap solveReducedRank(double lambda, int rank) const;
+    // Ridge under an output metric M [outputDim, outputDim] (symmetric positive semi-definite,
+    // row-major): W minimises sum_rows (y - xW - b) M (y - xW - b)^T + lambda' ||W||^2, lambda' =
+    // lambda x the mean input variance as in solve(). M is scaled to a mean eigenvalue of 1, so M = I
+    // gives solve(lambda); in M's eigenbasis each output direction j is a ridge of its own with
+    // lambda / m_j (eigenvalues floored at 1e-4 of the mean): directions the metric weighs little are
+    // shrunk hard, the ones it weighs most fitted closely. Error(InvalidArgument) for a metric of
+    // another size, not finite or not symmetric, or one with no positive eigenvalue.
+    core::KvMap solveWeighted(double lambda, const std::vector<double> &metric) const;
 
     // Coefficient of determination of `s` on the accumulated rows, pooled over outputs:
     // 1 - SSE / SST, computed from the sums without revisiting the data (ridge and low-rank maps;

@@ -384,6 +384,15 @@ private Q_SLOTS:
         QCOMPARE(low.layers[0].keys[0].rank, 8);
         QCOMPARE(j["parameters"].toInteger(), low.parameterCount());
         QCOMPARE(j["bytes"].toInteger(), 4 * low.parameterCount());
+        // attention-aligned ridge loads the file's model B for its metrics and stores ridge maps
+        r = runKvwb({"align", "--experiment", q(exp), "--family", "attn-ridge", "--name", "attn",
+                     "--no-attention", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["family"].toString(), QString("ridge"));
+        QCOMPARE(j["settings"].toObject()["objective"].toString(), QString("attention"));
+        QCOMPARE(j["settings"].toObject()["family"].toString(), QString("attn_ridge"));
+        QCOMPARE(core::loadConverters(exp, "attn").family, core::ConverterFamily::Ridge);
         r = runKvwb({"align", "--experiment", q(exp), "--family", "mlp", "--hidden", "16", "--epochs", "2",
                      "--name", "mlp", "--no-attention", "--json"});
         QVERIFY2(r.exitCode == 0, r.err.constData());
@@ -407,7 +416,8 @@ private Q_SLOTS:
              {QStringList{"--family", "spline"}, QStringList{"--family", "low-rank"},
               QStringList{"--rank", "4"}, QStringList{"--family", "ridge", "--hidden", "8"},
               QStringList{"--family", "ridge", "--budget", "60"},
-              QStringList{"--family", "mlp", "--auto-prompts", "4"}, QStringList{"--family", "ridge", "--resume"},
+              QStringList{"--family", "mlp", "--auto-prompts", "4"},
+              QStringList{"--family", "ridge", "--resume"},
               QStringList{"--family", "mlp", "--resume", "--dry-run"}}) {
             r = runKvwb(QStringList{"align", "--experiment", q(exp)} + bad);
             QCOMPARE(r.exitCode, 2);

@@ -56,6 +56,7 @@ QString familyText(const core::ConverterRecord &c)
         return QObject::tr("MLP (width %1)").arg(m ? m->hidden : 0);
     case core::ConverterFamily::Ridge:
     case core::ConverterFamily::Auto: // a setting: a stored converter is never auto
+    case core::ConverterFamily::AttnRidge: // stored as ridge
         break;
     }
     return QObject::tr("ridge");
@@ -557,15 +558,22 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_family->addItem(tr("ridge"), "ridge");
     m_family->setItemData(1, tr("One least-squares linear map per B layer and kind: y = xW + b."),
                           Qt::ToolTipRole);
-    m_family->addItem(tr("low-rank"), "low_rank");
+    m_family->addItem(tr("attention ridge"), "attn_ridge");
     m_family->setItemData(2,
+                          tr("Ridge maps fitted under what B does with them: keys weighted by B's own "
+                             "queries, values by its output projection (needs model B loaded); stored as "
+                             "ridge."),
+                          Qt::ToolTipRole);
+    m_family->addItem(tr("low-rank"), "low_rank");
+    m_family->setItemData(3,
                           tr("Reduced-rank ridge: W factored as D U of the chosen rank, for small mappers."),
                           Qt::ToolTipRole);
     m_family->addItem(tr("MLP"), "mlp");
     m_family->setItemData(
-        3, tr("The ridge map plus a trained GELU branch, early-stopped on the validation prompts."),
+        4, tr("The ridge map plus a trained GELU branch, early-stopped on the validation prompts."),
         Qt::ToolTipRole);
-    m_family->setToolTip(tr("The form of every map: auto, ridge, low-rank or MLP (docs/transfer.md)."));
+    m_family->setToolTip(
+        tr("The form of every map: auto, ridge, attention ridge, low-rank or MLP (docs/transfer.md)."));
     familyRow->addWidget(m_family);
     familyRow->addWidget(new QLabel(tr("Rank:"), box));
     m_rank = new QSpinBox(box);

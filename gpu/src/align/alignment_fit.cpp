@@ -18,6 +18,7 @@ using detail::checkHeadMatched;
 using detail::Geometry;
 using detail::geometry;
 using detail::headColumns;
+using detail::kNaN;
 using detail::sourceRows;
 
 namespace {
@@ -72,21 +73,47 @@ Accumulation accumulate(const core::ExperimentReader &f, int targetLayer, const 
     return acc;
 }
 
-// rank 0: ridge; otherwise reduced-rank ridge of that rank.
-core::LayerConverter solveLayer(const Accumulation &acc, int targetLayer, const std::vector<int> &sources,
-                                bool headMatched, double lambda, int rank)
+// The output metric of each map of a kind: one per kv head (head-matched) or the heads' blocks on
+// the diagonal of one; empty for an unweighted fit.
+struct KindMetrics
 {
-    const auto solve = [&](const RidgeAccumulator &a) {
+    std::vector<std::vector<double>> keys, values; // per map
+};
+
+KindMetrics mapMetrics(const std::vector<std::vector<double>> &keyHeads,
+                       const std::vector<std::vector<double>> &valueHeads, bool headMatched, int hdB)
+{
+    KindMetrics m;
+    if (keyHeads.empty())
+        return m;
+    if (headMatched) {
+        m.keys = keyHeads;
+        m.values = valueHeads;
+    } else {
+        m.keys = {detail::blockMetric(keyHeads, hdB)};
+        m.values = {detail::blockMetric(valueHeads, hdB)};
+    }
+    return m;
+}
+
+// rank 0: ridge (under the metrics when given); otherwise reduced-rank ridge of that rank.
+core::LayerConverter solveLayer(const Accumulation &acc, int targetLayer, const std::vector<int> &sources,
+                                bool headMatched, double lambda, int rank, const KindMetrics &metrics = {})
+{
+    const auto solve = [&](const RidgeAccumulator &a, const std::vector<std::vector<double>> &metric,
+                           size_t i) {
+        if (!metric.empty())
+            return a.solveWeighted(lambda, metric[i]);
         return rank > 0 ? a.solveReducedRank(lambda, rank) : a.solve(lambda);
     };
     core::LayerConverter m;
     m.targetLayer = targetLayer;
     m.sourceLayers = sources;
     m.headMatched = headMatched;
-    for (const auto &a : acc.keys)
-        m.keys.push_back(solve(a));
-    for (const auto &a : acc.values)
-        m.values.push_back(solve(a));
+    for (size_t i = 0; i < acc.keys.size(); ++i)
+        m.keys.push_back(solve(acc.keys[i], metrics.keys, i));
+    for (size_t i = 0; i < acc.values.size(); ++i)
+        m.values.push_back(solve(acc.values[i], metrics.values, i));
     return m;
 }
 
@@ -113,6 +140,117 @@ std::vector<core::LayerConverter> fitGrid(const core::ExperimentReader &f, int t
 }
 
 } // namespace
+
+namespace detail {
+
+std::vector<core::LayerConverter>
+fitLayerGridWeighted(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
+                     const std::vector<int> &prompts, const std::vector<double> &lambdas,
+                     const std::vector<std::vector<double>> &keyMetric,
+                     const std::vector<std::vector<double>> &valueMetric, LayerFitStats *stats,
+                     bool headMatched, int64_t maxTokens)
+{
+    if (lambdas.empty())
+        throw Error(ErrorCode::InvalidArgument, "lambda grid is empty");
+    const Geometry g = geometry(f);
+    if (int(keyMetric.size()) != g.kvB || int(valueMetric.size()) != g.kvB)
+        throw Error(ErrorCode::Shape, fmt::format("metrics for {} / {} kv heads, model B has {}",
+                                                  keyMetric.size(), valueMetric.size(), g.kvB));
+    auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens);
+    const KindMetrics metrics = mapMetrics(keyMetric, valueMetric, headMatched, g.hdB);
+    std::vector<core::LayerConverter> out;
+    for (double lambda : lambdas)
+        out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda, 0, metrics));
+    if (stats) {
+        stats->rows = acc.rows;
+        stats->warnings = std::move(acc.warnings);
+    }
+    return out;
+}
+
+std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &maps,
+                               const std::vector<int> &prompts,
+                               const std::vector<std::vector<double>> &keyMetric,
+                               const std::vector<std::vector<double>> &valueMetric)
+{
+    const Geometry g = geometry(f);
+    const int hd = g.hdB, kv = g.kvB, w = g.widthB();
+    std::vector<double> sse(maps.size(), 0.0);
+    double yMy = 0;
+    std::vector<double> sumY(size_t(2 * w), 0.0);
+    int64_t n = 0;
+    const auto quad = [&](const std::vector<std::vector<double>> &metric,
+                          const double *e) { // sum_h e_h M_h e_h
+        double s = 0;
+        for (int h = 0; h < kv; ++h) {
+            const double *eh = e + h * hd;
+            const auto &m = metric[size_t(h)];
+            for (int i = 0; i < hd; ++i) {
+                double row = 0;
+                for (int j = 0; j < hd; ++j)
+                    row += m[size_t(i) * size_t(hd) + size_t(j)] * eh[j];
+                s += eh[i] * row;
+            }
+        }
+        return s;
+    };
+    std::vector<double> e(static_cast<size_t>(w));
+    for (const auto &[p, tokens] : detail::calibrationRows(f, prompts, 0, nullptr)) {
+        for (bool keys : {true, false}) {
+            const auto &metric = keys ? keyMetric : valueMetric;
+            const int layer = maps.front().targetLayer;
+            const auto y =
+                keys ? f.keys(core::ModelRole::B, layer, p) : f.values(core::ModelRole::B, layer, p);
+            // B's first `tokens` rows, token-major [tokens, w] (head h's columns h hd ..)
+            const std::vector<double> yt(y.begin(), y.begin() + tokens * w);
+            for (int64_t t = 0; t < tokens; ++t) {
+                yMy += quad(metric, &yt[size_t(t) * size_t(w)]);
+                for (int c = 0; c < w; ++c)
+                    sumY[size_t((keys ? 0 : w) + c)] += yt[size_t(t) * size_t(w) + size_t(c)];
+            }
+            for (size_t k = 0; k < maps.size(); ++k) {
+                const auto x = sourceRows(f, maps[k].sourceLayers, p, keys, tokens);
+                const auto &list = keys ? maps[k].keys : maps[k].values;
+                const int blocks = int(maps[k].sourceLayers.size());
+                std::vector<float> pred(size_t(tokens) * size_t(w));
+                if (!maps[k].headMatched) {
+                    pred = applyKvMap(list[0], x.data(), tokens);
+                } else {
+                    for (int h = 0; h < kv; ++h) {
+                        const auto xh = headColumns(x.data(), tokens, blocks, g.kvA, g.hdA, h);
+                        const auto ph = applyKvMap(list[size_t(h)], xh.data(), tokens);
+                        for (int64_t t = 0; t < tokens; ++t)
+                            for (int i = 0; i < hd; ++i)
+                                pred[size_t(t) * size_t(w) + size_t(h * hd + i)] =
+                                    ph[size_t(t) * size_t(hd) + size_t(i)];
+                    }
+                }
+                for (int64_t t = 0; t < tokens; ++t) {
+                    for (int c = 0; c < w; ++c)
+                        e[size_t(c)] =
+                            yt[size_t(t) * size_t(w) + size_t(c)] - pred[size_t(t) * size_t(w) + size_t(c)];
+                    sse[k] += quad(metric, e.data());
+                }
+            }
+        }
+        n += tokens;
+    }
+    std::vector<double> out(maps.size(), kNaN);
+    if (n < 2)
+        return out;
+    double sst = yMy;
+    for (bool keys : {true, false}) { // minus n mean M mean
+        std::vector<double> mean(static_cast<size_t>(w));
+        for (int c = 0; c < w; ++c)
+            mean[size_t(c)] = sumY[size_t((keys ? 0 : w) + c)] / double(n);
+        sst -= double(n) * quad(keys ? keyMetric : valueMetric, mean.data());
+    }
+    for (size_t k = 0; k < maps.size(); ++k)
+        out[k] = sst > 0 ? 1.0 - sse[k] / sst : kNaN;
+    return out;
+}
+
+} // namespace detail
 
 std::vector<core::LayerConverter> fitLayerGrid(const core::ExperimentReader &f, int targetLayer,
                                                const std::vector<int> &sourceLayers,

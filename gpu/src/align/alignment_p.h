@@ -73,6 +73,23 @@ std::vector<int> selectSources(const core::ExperimentReader &f, LayerSelection s
 // the best mean key/value R^2; ties within 1e-12 go to the larger, more regularised lambda.
 size_t bestLambda(const std::vector<LayerMetrics> &metrics, const std::vector<double> &grid);
 
+// The metric of a map across heads: the heads' blocks on the diagonal, [n hd, n hd] row-major.
+std::vector<double> blockMetric(const std::vector<std::vector<double>> &heads, int hd);
+
+// fitLayerGrid under a layer's metrics (keys, values: per kv head, as TargetMetric holds them).
+std::vector<core::LayerConverter>
+fitLayerGridWeighted(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
+                     const std::vector<int> &prompts, const std::vector<double> &lambdas,
+                     const std::vector<std::vector<double>> &keyMetric,
+                     const std::vector<std::vector<double>> &valueMetric, LayerFitStats *stats,
+                     bool headMatched, int64_t maxTokens);
+// Each map's validation error in its metric, 1 - SSE_M / SST_M pooled over keys and values (the
+// attention-aligned family's lambda choice), per map of `maps`.
+std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &maps,
+                               const std::vector<int> &prompts,
+                               const std::vector<std::vector<double>> &keyMetric,
+                               const std::vector<std::vector<double>> &valueMetric);
+
 // alignExperiment for family auto (alignment_auto.cpp): the candidates alignment.h lists, each a fit
 // of a concrete family through alignExperiment, scored by transferKl on the validation prompts.
 AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, const Model *target);

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <random>
 
 namespace kvwb::gpu {
@@ -172,8 +173,23 @@ void describeFit(core::ConverterRecord &rec, const core::ExperimentReader &f, co
 std::vector<core::LayerConverter> ridgeMaps(const core::ExperimentReader &f, const AlignOptions &o,
                                             const PromptSplit &split, const std::vector<double> &grid, int l,
                                             const std::vector<int> &sources, bool headMatched,
-                                            LayerFitStats *stats, size_t *chosen)
+                                            LayerFitStats *stats, size_t *chosen,
+                                            const TargetMetric *metric = nullptr)
 {
+    if (metric) { // attention-aligned: lambda chosen by the validation error in the same metric
+        auto maps =
+            detail::fitLayerGridWeighted(f, l, sources, split.train, grid, metric->keys[size_t(l)],
+                                         metric->values[size_t(l)], stats, headMatched, o.fit.maxTrainTokens);
+        if (grid.size() > 1) {
+            const auto r2 =
+                detail::weightedR2(f, maps, split.valid, metric->keys[size_t(l)], metric->values[size_t(l)]);
+            std::vector<LayerMetrics> scores(maps.size());
+            for (size_t i = 0; i < maps.size(); ++i)
+                scores[i].r2Keys = scores[i].r2Values = std::isfinite(r2[i]) ? r2[i] : -1e300;
+            *chosen = bestLambda(scores, grid);
+        }
+        return maps;
+    }
     auto maps =
         o.fit.family == core::ConverterFamily::LowRank
             ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.fit.rank, stats, headMatched,
@@ -293,6 +309,9 @@ std::string fitSettingsJson(const core::ExperimentReader &f, const AlignOptions 
 
 } // namespace
 
+// The calibration prompts whose queries weigh the attention-aligned family's keys.
+constexpr int kAttentionMetricPrompts = 64;
+
 MlpOptions mlpOptions(const AlignOptions &o)
 {
     return {.hidden = o.fit.mlpHidden,
@@ -326,7 +345,15 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
                                          "cross-head maps instead",
                                          g.kvA, g.kvB));
     const bool mlp = o.fit.family == core::ConverterFamily::Mlp,
-               lowRank = o.fit.family == core::ConverterFamily::LowRank;
+               lowRank = o.fit.family == core::ConverterFamily::LowRank,
+               attnRidge = o.fit.family == core::ConverterFamily::AttnRidge;
+    if (attnRidge && !target)
+        throw Error(
+            ErrorCode::InvalidArgument,
+            fmt::format("{}: attention-aligned ridge weighs each map by what model B does with it (its "
+                        "queries and output projection) and needs model B loaded; load it or choose "
+                        "another family",
+                        f.path().string()));
     if (lowRank && o.fit.rank < 1)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("a low-rank converter needs rank >= 1, got {}", o.fit.rank));
@@ -348,6 +375,14 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     const int k =
         std::min(o.fit.k, int(f.model(core::ModelRole::A).capturedLayers.size())); // the k actually used
     describeFit(rec, f, o, split, k);
+    std::optional<TargetMetric> metric;
+    if (attnRidge) {
+        if (!report(0, "reading B's queries on the calibration prompts")) {
+            r.cancelled = true;
+            return r;
+        }
+        metric = targetMetric(f, *target, split.train, kAttentionMetricPrompts);
+    }
     std::vector<LayerMetrics> metrics;
     // top k: every B layer's ranking of A's layers first (one accumulation per A layer), reported as
     // the first share of the fit in proportion to its work (an A layer against all of B's layers)
@@ -374,7 +409,8 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             selectSources(f, o.fit.selection, k, l, ranked.empty() ? std::vector<int>{} : ranked[size_t(l)]);
         LayerFitStats stats;
         size_t chosen = 0;
-        auto maps = ridgeMaps(f, o, split, grid, l, sources, headMatched, &stats, &chosen);
+        auto maps = ridgeMaps(f, o, split, grid, l, sources, headMatched, &stats, &chosen,
+                              metric ? &*metric : nullptr);
         if (l == 0) {
             rec.trainTokens = stats.rows;
             r.warnings.insert(r.warnings.end(), stats.warnings.begin(), stats.warnings.end());
@@ -417,7 +453,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
             "had learned by then is kept (their ridge maps where nothing was)",
             o.fit.budgetSeconds, outOfBudget.size() > 1 ? "s" : "", fmt::join(outOfBudget, ", ")));
     rec.fitSeconds = core::msSince(started) / 1000;
-    rec.family = o.fit.family;
+    rec.family = attnRidge ? core::ConverterFamily::Ridge : o.fit.family; // its maps are ridge maps
     rec.convertMsPer1k = conversionMsPer1k(g, rec.layers);
     if (!report(after(double(lb) / (lb + 2)), "attention-output cosine")) {
         r.cancelled = true;
@@ -436,6 +472,14 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
     std::tie(rec.ckaKeys, rec.ckaValues) = linearCka(f, split.test, o.ckaTokens);
     fillMetricTables(rec, metrics, attn, scoreAttention, g.kvB);
     rec.settingsJson = fitSettingsJson(f, o, rec, headMatched, scoreAttention ? attn.prompts : 0, mlpLayers);
+    if (metric) { // the objective its maps were fitted under
+        auto s = nlohmann::json::parse(rec.settingsJson);
+        s["objective"] = "attention";
+        s["attention_metric"] = {{"prompts", metric->prompts},
+                                 {"tokens", metric->tokens},
+                                 {"key_form", core::keyFormName(f.storage().keyForm)}};
+        rec.settingsJson = s.dump();
+    }
     report(1.0, "done");
     return r;
 }

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace kvwb::gpu {
 
 using core::Error;
@@ -187,6 +189,47 @@ core::KvMap RidgeAccumulator::solveReducedRank(double lambda, int rank) const
         s.up.assign(up.data_ptr<float>(), up.data_ptr<float>() + up.numel());
         s.bias.assign(b.data_ptr<float>(), b.data_ptr<float>() + b.numel());
         return s;
+    });
+}
+
+core::KvMap RidgeAccumulator::solveWeighted(double lambda, const std::vector<double> &metric) const
+{
+    const auto &d = *m_impl;
+    if (d.n < 2)
+        throw Error(ErrorCode::InvalidArgument, fmt::format("ridge fit needs at least 2 rows, has {}", d.n));
+    if (!(lambda >= 0))
+        throw Error(ErrorCode::InvalidArgument, fmt::format("ridge lambda must be >= 0, got {}", lambda));
+    if (metric.size() != size_t(d.dy) * size_t(d.dy))
+        throw Error(ErrorCode::InvalidArgument, fmt::format("an output metric of {} values for a map of {} "
+                                                            "outputs (needs {} x {})",
+                                                            metric.size(), d.dy, d.dy, d.dy));
+    for (int i = 0; i < d.dy; ++i)
+        for (int j = 0; j < d.dy; ++j) {
+            const double a = metric[size_t(i) * size_t(d.dy) + size_t(j)],
+                         b = metric[size_t(j) * size_t(d.dy) + size_t(i)];
+            if (!std::isfinite(a) || std::abs(a - b) > 1e-6 * (std::abs(a) + std::abs(b) + 1e-300))
+                throw Error(ErrorCode::InvalidArgument,
+                            fmt::format("the output metric is not finite and symmetric at ({}, {})", i, j));
+        }
+    return detail::translateTorch("weighted ridge solve", [&] {
+        c10::InferenceMode guard;
+        torch::Tensor cxx, cxy, mx, my;
+        d.centred(cxx, cxy, mx, my);
+        const double scale = std::max(cxx.diagonal().mean().item<double>(), 1e-300);
+        auto m = torch::from_blob(const_cast<double *>(metric.data()), {d.dy, d.dy}, torch::kFloat64).clone();
+        m = 0.5 * (m + m.t());
+        auto [mEig, u] = torch::linalg_eigh(m);
+        const double mean = mEig.mean().item<double>();
+        if (!(mean > 0))
+            throw Error(ErrorCode::InvalidArgument, "the output metric has no positive eigenvalue");
+        mEig = torch::clamp_min(mEig / mean, 1e-4);
+        auto [xEig, v] = torch::linalg_eigh(0.5 * (cxx + cxx.t()));
+        xEig = torch::clamp_min(xEig, 0.0) + 1e-10 * scale;   // lambda 0 on collinear inputs stays finite
+        auto p = torch::matmul(v.t(), torch::matmul(cxy, u)); // [dx, dy]
+        auto denom =
+            xEig.unsqueeze(1) + (lambda * scale) / mEig.unsqueeze(0); // per input and output direction
+        auto w = torch::matmul(torch::matmul(v, p / denom), u.t());   // [dx, dy]
+        return hostMap(d.dx, d.dy, lambda, w, my - torch::matmul(mx, w));
     });
 }
 

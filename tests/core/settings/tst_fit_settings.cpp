@@ -80,7 +80,7 @@ private Q_SLOTS:
         QCOMPARE(messageOf("max-train-tokens", "0"), std::string("(accepted)"));
         QCOMPARE(messageOf("lambda", "-1"), std::string("expects a number in [0, 1000000], got '-1'"));
         QCOMPARE(messageOf("family", "cubic"),
-                 std::string("expects auto, ridge, low-rank or mlp, got 'cubic'"));
+                 std::string("expects auto, ridge, attn-ridge, low-rank or mlp, got 'cubic'"));
         QCOMPARE(messageOf("budget", "-1"), std::string("expects a number in [0, 1000000000], got '-1'"));
         QCOMPARE(messageOf("auto-prompts", "0"), std::string("expects an integer >= 1, got '0'"));
         QCOMPARE(FitSettings{}.family, ConverterFamily::Auto); // the default: the fit picks the family

@@ -755,6 +755,88 @@ private Q_SLOTS:
                  core::ErrorCode::InvalidArgument);
     }
 
+    // The attention-aligned family. B's key metric is what its queries do with a key error: e^T M e
+    // equals the sum over key positions n and the queries m >= n that see them of (q_m . R_n e)^2,
+    // with R_n e read back from B's own cache (e stored before RoPE at every position); a fit under
+    // the metrics stores ridge maps (the objective in its settings) that undo a linear bend as ridge
+    // does; without model B it is refused.
+    void attentionAlignedRidge()
+    {
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> b;
+        const auto path = captureBent(
+            fs::path(tmp.path().toStdString()) / "scale", b, [](float x) { return 2 * x; }, 20);
+        const auto file = core::ExperimentReader::open(path);
+        const auto &cb = b->config();
+        const int kv = cb.numKvHeads, hd = cb.headDim, rep = cb.numHeads / cb.numKvHeads;
+        const auto metric = gpu::targetMetric(file, *b, {3}, 1);
+        QCOMPARE(metric.prompts, 1);
+        QCOMPARE(int(metric.keys.size()), cb.numLayers);
+        const auto info = file.prompt(3);
+        const std::vector<int> ids(info.b.ids.begin(), info.b.ids.end());
+        const int64_t t = int64_t(ids.size());
+        QCOMPARE(metric.tokens, t);
+        auto own = b->newCache();
+        const auto queries = b->queries(ids, own);
+        std::mt19937_64 rng(5);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<float> e(static_cast<size_t>(hd));
+        for (float &x : e)
+            x = normal(rng);
+        std::vector<core::HeadMajorKv> layers(size_t(cb.numLayers));
+        for (auto &l : layers) {
+            for (int h = 0; h < kv; ++h)
+                for (int64_t n = 0; n < t; ++n)
+                    l.keys.insert(l.keys.end(), e.begin(), e.end());
+            l.values.assign(l.keys.size(), 0.0f);
+        }
+        auto rotated = b->newCache();
+        rotated.assign(ids, layers, core::KeyForm::PreRope);
+        for (int l = 0; l < cb.numLayers; ++l) {
+            const auto post = rotated.layer(l, core::KeyForm::PostRope).keys; // [kv, t, hd]: R_n e
+            const auto &q = queries[size_t(l)];                               // [heads, t, hd]
+            for (int h = 0; h < kv; ++h) {
+                double brute = 0;
+                for (int64_t n = 0; n < t; ++n)
+                    for (int64_t m = n; m < t; ++m)
+                        for (int g = h * rep; g < (h + 1) * rep; ++g) {
+                            double dot = 0;
+                            for (int i = 0; i < hd; ++i)
+                                dot +=
+                                    double(q[(size_t(g) * size_t(t) + size_t(m)) * size_t(hd) + size_t(i)]) *
+                                    post[(size_t(h) * size_t(t) + size_t(n)) * size_t(hd) + size_t(i)];
+                            brute += dot * dot;
+                        }
+                const auto &mk = metric.keys[size_t(l)][size_t(h)];
+                double quad = 0;
+                for (int i = 0; i < hd; ++i)
+                    for (int j = 0; j < hd; ++j)
+                        quad += e[size_t(i)] * mk[size_t(i * hd + j)] * e[size_t(j)];
+                QVERIFY2(
+                    std::abs(quad - brute) <= 1e-4 * brute,
+                    qPrintable(QString("layer %1 head %2: %3 vs %4").arg(l).arg(h).arg(quad).arg(brute)));
+                // the value metric is a Gram matrix: symmetric, positive on e
+                const auto &mv = metric.values[size_t(l)][size_t(h)];
+                QCOMPARE(mv[1], mv[size_t(hd)]);
+            }
+        }
+
+        gpu::AlignOptions o;
+        o.fit.family = core::ConverterFamily::AttnRidge;
+        o.fit.validFraction = o.fit.testFraction = 0.2;
+        const auto r = gpu::alignExperiment(file, o, b.get());
+        QCOMPARE(r.record.family, core::ConverterFamily::Ridge);
+        QCOMPARE(r.record.layers[0].keys[0].family(), core::ConverterFamily::Ridge);
+        const auto settings = nlohmann::json::parse(r.record.settingsJson);
+        QCOMPARE(settings["objective"].get<std::string>(), std::string("attention"));
+        QCOMPARE(settings["family"].get<std::string>(), std::string("attn_ridge"));
+        QVERIFY(settings["attention_metric"]["prompts"].get<int>() > 0);
+        const auto kl = gpu::transferKl(file, r.record.layers, *b, r.record.testPrompts, 8);
+        QVERIFY2(kl.gapClosed() > 0.95, qPrintable(QString::number(kl.gapClosed())));
+        QCOMPARE(test::expectError([&] { gpu::alignExperiment(file, o, nullptr); }).code(),
+                 core::ErrorCode::InvalidArgument);
+    }
+
     // The budget ends the MLP's training: with no time at all, every layer keeps its ridge start.
     void mlpBudgetKeepsTheRidgeStart()
     {
