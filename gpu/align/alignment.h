@@ -300,8 +300,9 @@ struct AlignResult
 // Family auto (gpu/src/align/alignment_auto.cpp) needs target (Error(InvalidArgument) without it)
 // and fits, in this order: ridge with the fit's selection, ridge on every captured A layer with lambda
 // auto (top k = 4096 / A's row width when every layer would exceed 4,096 features; skipped when the
-// fit already asks for that), then the MLP from the better of the two; the MLP is skipped when that
-// ridge already closes 99 % of the no-prefix KL gap or the budget is spent. It keeps the candidate
+// fit already asks for that), attention-aligned ridge (family AttnRidge) with the better one's
+// settings, then the MLP from the best of the three; the MLP is skipped when that ridge already
+// closes 99 % of the no-prefix KL gap or the budget is spent. It keeps the candidate
 // with the lowest validation KL (transferKl on the validation prompts, at most fit.autoPrompts of
 // them; ties: the earlier, cheaper one). The record's settings JSON gains "auto": the candidates
 // and their scores, and which was chosen.

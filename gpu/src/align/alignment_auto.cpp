@@ -86,7 +86,7 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
                        (wide.selection == LayerSelection::All || o.fit.k == wide.k);
     if (!asked)
         ridges.push_back(wide);
-    const double steps = double(ridges.size()) + 4; // the MLP weighs four ridge fits in the progress
+    const double steps = double(ridges.size()) + 5; // attention ridge 1, the MLP 4 ridge fits in the progress
     double done = 0;
 
     AlignResult out;
@@ -131,6 +131,24 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
             out.cancelled = true;
             return out;
         }
+    const auto bestOf = [&](size_t n) {
+        size_t b = 0;
+        for (size_t i = 1; i < n; ++i)
+            if (out.candidates[i].score.kl < out.candidates[b].score.kl)
+                b = i;
+        return b;
+    };
+    // the better ridge's settings again, under what B does with the maps (closed form, seconds)
+    const size_t bestPlain = bestOf(ridges.size());
+    {
+        core::FitSettings attention = ridges[bestPlain];
+        attention.family = ConverterFamily::AttnRidge;
+        if (!fitCandidate(attention, 1.0)) {
+            out.cancelled = true;
+            return out;
+        }
+        ridges.push_back(attention); // fits[i] and ridges[i] stay in step for the MLP's start below
+    }
     const auto best = [&] {
         size_t b = 0;
         for (size_t i = 1; i < out.candidates.size(); ++i)
@@ -138,7 +156,7 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
                 b = i;
         return b;
     };
-    const size_t bestRidge = best();
+    const size_t bestRidge = best(); // of the ridge maps, plain or attention-aligned
     std::string skipped;
     if (out.candidates[bestRidge].score.gapClosed() >= kGoodEnough)
         skipped = fmt::format("ridge closes {:.1f} % of the no-prefix KL gap on the validation prompts",

@@ -690,25 +690,29 @@ private Q_SLOTS:
         o.checkpointDir = fs::path(tmp.path().toStdString()) / "ckpt";
         const auto r = gpu::alignExperiment(file, o, b.get());
         QVERIFY(!r.cancelled);
-        QCOMPARE(r.candidates.size(), size_t(3)); // ridge as asked, ridge on every A layer, the MLP
-        QCOMPARE(heard.size(), size_t(3));
+        // ridge as asked, ridge on every A layer, the better one attention-aligned, the MLP
+        QCOMPARE(r.candidates.size(), size_t(4));
+        QCOMPARE(heard.size(), size_t(4));
         QCOMPARE(heard.front().family, core::ConverterFamily::Ridge); // ridge's score comes first
         QCOMPARE(r.candidates[0].selection, gpu::LayerSelection::Proportional);
         QCOMPARE(r.candidates[1].selection, gpu::LayerSelection::All);
-        QCOMPARE(r.candidates[2].family, core::ConverterFamily::Mlp);
+        QCOMPARE(r.candidates[2].family, core::ConverterFamily::AttnRidge);
+        QCOMPARE(r.candidates[3].family, core::ConverterFamily::Mlp);
         for (const auto &c : r.candidates) {
             qInfo("%s", gpu::autoCandidateLine(c).c_str());
             QCOMPARE(c.score.prompts, 8);
             QVERIFY(c.score.klNoPrefix > 0.01); // there is a gap to close
         }
-        const double ridgeKl = std::min(r.candidates[0].score.kl, r.candidates[1].score.kl);
-        QVERIFY2(r.candidates[2].score.kl < 0.8 * ridgeKl, qPrintable(QString::number(ridgeKl)));
-        QCOMPARE(r.chosen, 2);
+        const double ridgeKl =
+            std::min({r.candidates[0].score.kl, r.candidates[1].score.kl, r.candidates[2].score.kl});
+        QVERIFY2(r.candidates[3].score.kl < 0.8 * ridgeKl, qPrintable(QString::number(ridgeKl)));
+        QCOMPARE(r.chosen, 3);
         QCOMPARE(r.record.family, core::ConverterFamily::Mlp);
         const auto settings = nlohmann::json::parse(r.record.settingsJson);
-        QCOMPARE(settings["auto"]["chosen"].get<int>(), 2);
-        QCOMPARE(settings["auto"]["candidates"].size(), size_t(3));
-        QCOMPARE(settings["auto"]["candidates"][2]["valid_kl"].get<double>(), r.candidates[2].score.kl);
+        QCOMPARE(settings["auto"]["chosen"].get<int>(), 3);
+        QCOMPARE(settings["auto"]["candidates"].size(), size_t(4));
+        QCOMPARE(settings["auto"]["candidates"][2]["family"].get<std::string>(), std::string("attn_ridge"));
+        QCOMPARE(settings["auto"]["candidates"][3]["valid_kl"].get<double>(), r.candidates[3].score.kl);
         // the chosen record scores like a plain fit's: test metrics of every layer
         QCOMPARE(int(r.record.layerMetrics.rows.size()), b->config().numLayers);
 
@@ -731,7 +735,7 @@ private Q_SLOTS:
         resume.fit.resume = true;
         const auto resumed = gpu::alignExperiment(file, resume, b.get());
         QCOMPARE(resumed.resumedLayers, 1);
-        QCOMPARE(resumed.chosen, 2);
+        QCOMPARE(resumed.chosen, 3);
         for (size_t l = 0; l < r.record.layers.size(); ++l) {
             const auto &a = r.record.layers[l].keys[0], &c = resumed.record.layers[l].keys[0];
             QVERIFY2(a.weight == c.weight && a.hiddenWeight == c.hiddenWeight && a.outWeight == c.outWeight,
@@ -745,7 +749,7 @@ private Q_SLOTS:
         const auto file2 = core::ExperimentReader::open(scaled);
         o.onCandidate = nullptr;
         const auto r2 = gpu::alignExperiment(file2, o, b2.get());
-        QCOMPARE(r2.candidates.size(), size_t(2));
+        QCOMPARE(r2.candidates.size(), size_t(3)); // the two ridges and the attention-aligned one
         QCOMPARE(r2.record.family, core::ConverterFamily::Ridge);
         QVERIFY(r2.candidates[size_t(r2.chosen)].score.gapClosed() > 0.99);
         QVERIFY(std::any_of(r2.warnings.begin(), r2.warnings.end(), [](const std::string &w) {
