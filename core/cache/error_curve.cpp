@@ -100,10 +100,14 @@ double number(const json &j, const char *key, const std::string &where)
 ErrorCurve readErrorCurve(const fs::path &given)
 {
     const fs::path path = fs::is_directory(given) ? given / "train_log.json" : given;
-    const std::string name = path.string();
+    return parseErrorCurve(text::readWholeFile(path), path.string());
+}
+
+ErrorCurve parseErrorCurve(std::string_view text, const std::string &name)
+{
     json j;
     try {
-        j = json::parse(text::readWholeFile(path));
+        j = json::parse(text);
     } catch (const json::exception &e) {
         throw Error(ErrorCode::Format, fmt::format("{}: not JSON ({})", name, e.what()));
     }

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvwb::core {
@@ -46,5 +47,7 @@ struct ErrorCurve
 // counts derives them from its validation pairs), or a directory holding a train_log.json.
 // Error(Io) when it cannot be read, Error(Format) naming the file and field at fault.
 ErrorCurve readErrorCurve(const std::filesystem::path &path);
+// The same from the file's text; name is what errors call it.
+ErrorCurve parseErrorCurve(std::string_view text, const std::string &name);
 
 } // namespace kvwb::core

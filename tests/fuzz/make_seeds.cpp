@@ -241,6 +241,15 @@ int main(int argc, char **argv)
     put(out / "labelled_pairs", "pairs.jsonl",
         "{\"question1\": \"a b\", \"question2\": \"c d\", \"is_duplicate\": 1}\n{\"a\": \"e\", \"b\": \"f\", "
         "\"label\": false}\n");
+    put(out / "error_curve", "sweep.json",
+        R"({"points": [{"threshold": 0.5, "hits": 100, "correct_hits": 50}, {"threshold": 0.7, "hits": 60, )"
+        R"("correct_hits": 52}, {"threshold": 0.9, "hits": 20, "correct_hits": 19}]})");
+    put(out / "error_curve", "train_log.json",
+        R"({"validation_pairs": 10, "evaluation": {"trained": {"curve": [{"threshold": 0.9, "precision": 1.0, )"
+        R"("recall": 0.5, "served": 2}, {"threshold": 0.1, "precision": 0.4, "recall": 1.0, "served": 10}]}}})");
+    put(out / "error_curve", "old_log.json",
+        R"({"validation_pairs": 10, "evaluation": {"trained": {"curve": [{"threshold": 0.9, "precision": 0.0, )"
+        R"("recall": 0.0}, {"threshold": 0.1, "precision": 0.4, "recall": 1.0}]}}})");
     put(out / "workload", "lines.jsonl",
         R"({"id":1,"t_ms":0,"tenant":"t1","user":"u1","model":"a","intent":"cat","prompt":"What is a cat?","max_tokens":8})"
         "\n"
