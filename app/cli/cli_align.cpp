@@ -137,7 +137,8 @@ int cmdAlign(const QStringList &args)
         std::fprintf(stderr, "\n");
     if (r.cancelled) {
         const auto dir = jobs::fitCheckpointDir(path.string(), settings.name);
-        if ((settings.family == core::ConverterFamily::Mlp || settings.family == core::ConverterFamily::Auto) &&
+        if ((settings.family == core::ConverterFamily::Mlp ||
+             settings.family == core::ConverterFamily::Auto) &&
             !settings.dryRun && fs::exists(dir))
             std::fprintf(stderr,
                          "cancelled: nothing stored; the trained layers are in %s, continue with --resume\n",

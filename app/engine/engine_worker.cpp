@@ -407,9 +407,10 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
                                       "family auto chooses the converter by model B's validation KL: load "
                                       "the experiment's model B first, or choose a family");
                 if (settings.family == core::ConverterFamily::AttnRidge)
-                    throw core::Error(core::ErrorCode::InvalidArgument,
-                                      "attention-aligned ridge weighs the maps by model B's queries and output "
-                                      "projection: load the experiment's model B first, or choose a family");
+                    throw core::Error(
+                        core::ErrorCode::InvalidArgument,
+                        "attention-aligned ridge weighs the maps by model B's queries and output "
+                        "projection: load the experiment's model B first, or choose a family");
                 warnings.push_back("attention-output cosine not computed: load the "
                                    "experiment's model B to get it");
                 return static_cast<const gpu::Model *>(nullptr);

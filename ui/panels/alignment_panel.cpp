@@ -55,7 +55,7 @@ QString familyText(const core::ConverterRecord &c)
     case core::ConverterFamily::Mlp:
         return QObject::tr("MLP (width %1)").arg(m ? m->hidden : 0);
     case core::ConverterFamily::Ridge:
-    case core::ConverterFamily::Auto: // a setting: a stored converter is never auto
+    case core::ConverterFamily::Auto:      // a setting: a stored converter is never auto
     case core::ConverterFamily::AttnRidge: // stored as ridge
         break;
     }
