@@ -235,8 +235,11 @@ struct TargetMetric
     int prompts = 0;
     int64_t tokens = 0;
 };
+// chunkValues bounds the doubles of suffix sums held at once per layer (256 MB by default: an 8 B
+// model's 8 kv heads of 128 take 256 key positions at a time); the result does not depend on it.
 TargetMetric targetMetric(const core::ExperimentReader &f, const Model &target,
-                          const std::vector<int> &prompts, int maxPrompts);
+                          const std::vector<int> &prompts, int maxPrompts,
+                          int64_t chunkValues = int64_t(1) << 25);
 
 // One converter family a `family auto` fit tried, scored on the validation prompts (transferKl).
 struct AutoCandidate

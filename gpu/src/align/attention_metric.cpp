@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace kvwb::gpu {
 
 using core::Error;
@@ -27,7 +29,7 @@ using detail::RopeTables;
 using detail::translateTorch;
 
 TargetMetric targetMetric(const core::ExperimentReader &f, const Model &target,
-                          const std::vector<int> &prompts, int maxPrompts)
+                          const std::vector<int> &prompts, int maxPrompts, int64_t chunkValues)
 {
     checkTarget(f, target);
     const auto &cb = target.config();
@@ -56,25 +58,38 @@ TargetMetric targetMetric(const core::ExperimentReader &f, const Model &target,
             for (int l = 0; l < cb.numLayers; ++l) {
                 auto q = torch::from_blob(const_cast<float *>(queries[size_t(l)].data()), {kv, rep, t, hd})
                              .to(torch::kFloat64);
-                // per kv head and query position: the outer products of its query heads [kv, t, hd, hd]
-                auto outer = torch::einsum("grti,grtj->gtij", {q, q});
-                // suffix sums over positions: c[n] = sum_{m >= n} outer[m], cut at the window
-                auto suffix = outer.flip(1).cumsum(1).flip(1);
-                if (cb.isSlidingLayer(l) && cb.slidingWindow > 0 && cb.slidingWindow < t) {
-                    const int64_t w = cb.slidingWindow;
-                    auto later = torch::zeros_like(suffix);
-                    later.narrow(1, 0, t - w).copy_(suffix.narrow(1, w, t - w));
-                    suffix = suffix - later;
-                }
-                if (preRope) { // R_n^T c[n] R_n: rotate the rows at n, transpose, rotate again
-                    for (int h = 0; h < kv; ++h) {
-                        auto c = suffix[h].permute({1, 0, 2}).to(torch::kFloat32).contiguous(); // [hd, t, hd]
-                        auto x = rope.apply(c, l, 0, true);                                     // c[n] R_n
-                        auto y = rope.apply(x.permute({2, 1, 0}).contiguous(), l, 0, true); // R_n^T c[n] R_n
-                        keys[size_t(l)][h] += y.to(torch::kFloat64).sum(1);
+                const bool windowed = cb.isSlidingLayer(l) && cb.slidingWindow > 0 && cb.slidingWindow < t;
+                // Key positions [from, to) at a time, last first, so that the [kv, positions, hd, hd]
+                // suffix sums stay within chunkValues: later carries sum_{m >= to} outer[m]. A
+                // sliding layer whose window the prompt exceeds takes the prompt whole (its sums are
+                // cut at the window).
+                const int64_t chunk =
+                    windowed ? t : std::max<int64_t>(1, chunkValues / (int64_t(kv) * hd * hd));
+                auto later = torch::zeros({kv, hd, hd}, f64);
+                for (int64_t to = t; to > 0; to -= chunk) {
+                    const int64_t from = std::max<int64_t>(0, to - chunk), n = to - from;
+                    auto qc = q.narrow(2, from, n);
+                    // per kv head and query position: the outer products of its query heads
+                    auto outer = torch::einsum("grti,grtj->gtij", {qc, qc}); // [kv, n, hd, hd]
+                    auto suffix = outer.flip(1).cumsum(1).flip(1) + later.unsqueeze(1);
+                    later = suffix.select(1, 0).clone();
+                    if (windowed) { // c[n] = sum_{n <= m < n + w}
+                        const int64_t w = cb.slidingWindow;
+                        auto beyond = torch::zeros_like(suffix);
+                        beyond.narrow(1, 0, t - w).copy_(suffix.narrow(1, w, t - w));
+                        suffix = suffix - beyond;
                     }
-                } else {
-                    keys[size_t(l)] += suffix.sum(1);
+                    if (preRope) { // R_n^T c[n] R_n: rotate the rows at n, transpose, rotate again
+                        for (int h = 0; h < kv; ++h) {
+                            auto c =
+                                suffix[h].permute({1, 0, 2}).to(torch::kFloat32).contiguous(); // [hd, n, hd]
+                            auto x = rope.apply(c, l, from, true);                             // c[n] R_n
+                            auto y = rope.apply(x.permute({2, 1, 0}).contiguous(), l, from, true); // R^T c R
+                            keys[size_t(l)][h] += y.to(torch::kFloat64).sum(1);
+                        }
+                    } else {
+                        keys[size_t(l)] += suffix.sum(1);
+                    }
                 }
             }
             ++out.prompts;

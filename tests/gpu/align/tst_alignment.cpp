@@ -774,6 +774,8 @@ private Q_SLOTS:
         const auto &cb = b->config();
         const int kv = cb.numKvHeads, hd = cb.headDim, rep = cb.numHeads / cb.numKvHeads;
         const auto metric = gpu::targetMetric(file, *b, {3}, 1);
+        const auto chunkedMetric =
+            gpu::targetMetric(file, *b, {3}, 1, int64_t(5) * cb.numKvHeads * cb.headDim * cb.headDim);
         QCOMPARE(metric.prompts, 1);
         QCOMPARE(int(metric.keys.size()), cb.numLayers);
         const auto info = file.prompt(3);
@@ -819,6 +821,10 @@ private Q_SLOTS:
                 QVERIFY2(
                     std::abs(quad - brute) <= 1e-4 * brute,
                     qPrintable(QString("layer %1 head %2: %3 vs %4").arg(l).arg(h).arg(quad).arg(brute)));
+                // in chunks of a few key positions: the same sums
+                const auto &chunked = chunkedMetric.keys[size_t(l)][size_t(h)];
+                for (size_t i = 0; i < mk.size(); ++i)
+                    QVERIFY(std::abs(chunked[i] - mk[i]) <= 1e-9 * (std::abs(mk[i]) + 1));
                 // the value metric is a Gram matrix: symmetric, positive on e
                 const auto &mv = metric.values[size_t(l)][size_t(h)];
                 QCOMPARE(mv[1], mv[size_t(hd)]);
