@@ -175,6 +175,9 @@ std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vecto
 {
     const Geometry g = geometry(f);
     const int hd = g.hdB, kv = g.kvB, w = g.widthB();
+    for (const auto &m : maps)
+        if (m.sourceLayers != maps.front().sourceLayers || m.targetLayer != maps.front().targetLayer)
+            throw Error(ErrorCode::InvalidArgument, "weightedR2: the maps of a grid share their layers");
     std::vector<double> sse(maps.size(), 0.0);
     double yMy = 0;
     std::vector<double> sumY(size_t(2 * w), 0.0);
@@ -208,8 +211,9 @@ std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vecto
                 for (int c = 0; c < w; ++c)
                     sumY[size_t((keys ? 0 : w) + c)] += yt[size_t(t) * size_t(w) + size_t(c)];
             }
+            // the grid's maps share their source layers: A's rows are read once
+            const auto x = sourceRows(f, maps.front().sourceLayers, p, keys, tokens);
             for (size_t k = 0; k < maps.size(); ++k) {
-                const auto x = sourceRows(f, maps[k].sourceLayers, p, keys, tokens);
                 const auto &list = keys ? maps[k].keys : maps[k].values;
                 const int blocks = int(maps[k].sourceLayers.size());
                 std::vector<float> pred(size_t(tokens) * size_t(w));

@@ -84,7 +84,8 @@ fitLayerGridWeighted(const core::ExperimentReader &f, int targetLayer, const std
                      const std::vector<std::vector<double>> &valueMetric, LayerFitStats *stats,
                      bool headMatched, int64_t maxTokens);
 // Each map's validation error in its metric, 1 - SSE_M / SST_M pooled over keys and values (the
-// attention-aligned family's lambda choice), per map of `maps`.
+// attention-aligned family's lambda choice), per map of `maps` (one grid: the same target and source
+// layers, else Error(InvalidArgument)).
 std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &maps,
                                const std::vector<int> &prompts,
                                const std::vector<std::vector<double>> &keyMetric,
