@@ -843,6 +843,16 @@ private Q_SLOTS:
         QVERIFY(settings["attention_metric"]["prompts"].get<int>() > 0);
         const auto kl = gpu::transferKl(file, r.record.layers, *b, r.record.testPrompts, 8);
         QVERIFY2(kl.gapClosed() > 0.95, qPrintable(QString::number(kl.gapClosed())));
+        // lambda auto: chosen per layer by the validation error in the metric, from the grid
+        o.fit.autoLambda = true;
+        const auto chosen = gpu::alignExperiment(file, o, b.get());
+        for (const auto &layer : chosen.record.layers) {
+            const double lambda = layer.keys[0].lambda;
+            QVERIFY2(std::find(o.lambdaGrid.begin(), o.lambdaGrid.end(), lambda) != o.lambdaGrid.end(),
+                     qPrintable(QString::number(lambda)));
+        }
+        QVERIFY(gpu::transferKl(file, chosen.record.layers, *b, chosen.record.testPrompts, 8).gapClosed() >
+                0.95);
         QCOMPARE(test::expectError([&] { gpu::alignExperiment(file, o, nullptr); }).code(),
                  core::ErrorCode::InvalidArgument);
     }
