@@ -49,7 +49,11 @@ std::vector<int> documentIds(const core::Tokenizer &tok, const std::string &text
     return ids;
 }
 
-fs::path trainTokenizer(const core::TextCorpus &corpus, const fs::path &outDir, int vocab)
+// type: bpe, unigram (boundaries that cross a BPE tokenizer's of the same corpus) or char (one piece
+// per character seen in training; vocab is then an upper bound, and no byte pieces: an unseen
+// character is <unk>).
+fs::path trainTokenizer(const core::TextCorpus &corpus, const fs::path &outDir, int vocab,
+                        const std::string &type)
 {
     std::error_code ec;
     fs::create_directories(outDir, ec);
@@ -69,12 +73,14 @@ fs::path trainTokenizer(const core::TextCorpus &corpus, const fs::path &outDir, 
     }
     // identity normalisation and kept whitespace: the text round-trips exactly; newlines and any
     // unseen character fall back to byte pieces. BPE training is deterministic for its input.
+    const bool chars = type == "char";
     core::trainSentencePiece(
-        fmt::format("--input={} --model_prefix={} --vocab_size={} --model_type=bpe --character_coverage=1.0 "
-                    "--byte_fallback=true --split_digits=true --normalization_rule_name=identity "
+        fmt::format("--input={} --model_prefix={} --vocab_size={} --model_type={} --character_coverage=1.0 "
+                    "--byte_fallback={} --split_digits=true --normalization_rule_name=identity "
                     "--remove_extra_whitespaces=false --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1 "
-                    "--input_sentence_size=0 --num_threads=2 --minloglevel=2",
-                    input.string(), (outDir / "tokenizer").string(), vocab));
+                    "--input_sentence_size=0 --num_threads=2 --minloglevel=2{}",
+                    input.string(), (outDir / "tokenizer").string(), vocab, type, chars ? "false" : "true",
+                    chars ? " --hard_vocab_limit=false" : ""));
     fs::remove(input, ec);
     fs::remove(outDir / "tokenizer.vocab", ec);
     return outDir / "tokenizer.model";
@@ -109,6 +115,10 @@ void addTrainOptions(QCommandLineParser &p)
     p.addOption(
         {"tokenizer", "Existing tokenizer (tokenizer.model / tokenizer.json) to use and copy.", "PATH"});
     p.addOption({"train-tokenizer", "Train a SentencePiece BPE tokenizer of this vocabulary size.", "VOCAB"});
+    p.addOption({"tokenizer-type",
+                 "With --train-tokenizer: bpe (default), unigram (boundaries that cross BPE's) or char (one "
+                 "piece per character; VOCAB is then an upper bound).",
+                 "TYPE", "bpe"});
     p.addOption({"shard",
                  "Train on part I of N only: the documents whose concept rank (corpus field rank; "
                  "without one, the document's position in its split) mod N is I, in both splits.",
@@ -215,7 +225,15 @@ int cmdTrain(const QStringList &args)
     const fs::path out = str(p.value("out"));
     // Every flag is checked before anything slow (tokenizer training, model setup) starts.
     gpu::TrainOptions o = trainOptions(p);
-    const int tokenizerVocab = p.isSet("train-tokenizer") ? intOption(p, "train-tokenizer", 1024, 260) : 0;
+    const std::string tokenizerType = str(p.value("tokenizer-type"));
+    if (tokenizerType != "bpe" && tokenizerType != "unigram" && tokenizerType != "char")
+        throw UsageError{
+            fmt::format("--tokenizer-type expects bpe, unigram or char, got '{}'", tokenizerType)};
+    if (p.isSet("tokenizer-type") && !p.isSet("train-tokenizer"))
+        throw UsageError{"--tokenizer-type needs --train-tokenizer"};
+    const int tokenizerVocab = p.isSet("train-tokenizer")
+                                   ? intOption(p, "train-tokenizer", 1024, tokenizerType == "char" ? 8 : 260)
+                                   : 0;
     const core::CorpusShard shard = shardOption(p, "shard");
     if (shard.count > 1)
         o.shard = fmt::format("{}/{}", shard.index, shard.count);
@@ -225,9 +243,9 @@ int cmdTrain(const QStringList &args)
 
     fs::path tokPath;
     if (tokenizerVocab > 0) {
-        tokPath = trainTokenizer(corpus, out, tokenizerVocab);
-        std::fprintf(stderr, "trained SentencePiece BPE tokenizer (%d pieces): %s\n", tokenizerVocab,
-                     tokPath.c_str());
+        tokPath = trainTokenizer(corpus, out, tokenizerVocab, tokenizerType);
+        std::fprintf(stderr, "trained SentencePiece %s tokenizer (%d pieces): %s\n", tokenizerType.c_str(),
+                     core::loadTokenizer(tokPath)->vocabSize(), tokPath.c_str());
     } else {
         tokPath = str(p.value("tokenizer"));
     }

@@ -70,6 +70,14 @@ void mapRows(std::vector<FitFlag> &t)
     t.push_back(integer<S, int>("auto-prompts", "N",
                                 "auto: validation prompts on which B's KL chooses the family (default 32).",
                                 &S::autoPrompts, 1));
+    t.push_back(choice(
+        "token-features", "none|all|LIST",
+        "Inputs beside A's rows at the paired token (full maps): b (B's own layer-0 K and V at each of "
+        "its positions, computed from the token alone), window[=N] (the rows of the N A tokens before, "
+        "default 1), offsets[=N] (where the B token sits inside A's, one-hot of N, default 4); all is "
+        "b,window=1,offsets=4. For a target tokenizer finer than the source's (default none).",
+        &S::tokenFeatures, [](const std::string &v) { return parseTokenFeatures(v); }, tokenFeaturesText,
+        "none, all or a comma list of b, window[=N] (N 0-4) and offsets[=N] (N 2-64)"));
     t.push_back(integer<S, int>("rank", "R", "low-rank: the rank of each map.", &S::rank, 1));
     t.push_back(integer<S, int>("hidden", "N", "mlp: the branch's width (default 256).", &S::mlpHidden, 1));
     t.push_back(

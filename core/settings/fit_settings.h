@@ -29,9 +29,10 @@ struct FitSettings
     int mlpHidden = 256;      // mlp: the branch's width
     int mlpEpochs = 30;       // mlp: at most this many epochs
     int mlpBatch = 256;       // mlp: rows per step
-    double learningRate = 1e-3; // mlp: Adam's
-    int patience = 3;           // mlp: epochs without a validation gain before a kind stops
-    int64_t maxTrainTokens = 0; // calibration tokens (0: every training prompt)
+    double learningRate = 1e-3;  // mlp: Adam's
+    int patience = 3;            // mlp: epochs without a validation gain before a kind stops
+    TokenFeatures tokenFeatures; // inputs beside A's rows (full maps; B's layer 0, offsets, window)
+    int64_t maxTrainTokens = 0;  // calibration tokens (0: every training prompt)
     std::string name = "default";
     int attentionPrompts = 32; // test prompts scored by attention-output cosine
     bool attention = true;     // score the attention-output cosine (needs model B)

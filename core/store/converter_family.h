@@ -7,6 +7,10 @@
 
 #include "core/util/enum_names.h"
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
 namespace kvwb::core {
 
 // How a converter picks the A layers that feed each B layer.
@@ -49,5 +53,39 @@ inline constexpr EnumName<ConverterFamily> kConverterFamilyNames[] = {
     {ConverterFamily::LowRank, "low-rank"},
     {ConverterFamily::AttnRidge, "attn-ridge"}};
 KVWB_ENUM_NAMES(ConverterFamily, kConverterFamilyNames, converterFamilyName, parseConverterFamily)
+
+// Inputs a full-mode map takes beside A's rows at the paired token (what a finer target tokenizer
+// needs: B positions paired with one A token all see the same A row). For B position t paired with
+// A token a[t], let s(t) be the first position of the run of B positions paired with a[t] (the same
+// tokenizer: s(t) = t). After A's rows at a[t] (each source layer), in this order:
+//   window blocks   w = 1..window: A's rows (each source layer, the map's kind) of the token paired
+//                   with position s_w - 1, where s_1 = s(t) and s_{w+1} = s(s_w - 1): the A tokens
+//                   before this one; zeros before the prompt's start;
+//   target tokens   B's own layer-0 K (pre-RoPE) and V at t, [2 * kvHeadsB * headDimB]: a function of
+//                   B's token alone that B computes without attention (gpu::Model::tokenLocalKv);
+//   offsets         one-hot of min(t - s(t), offsets - 1): where t sits inside A's token.
+// None of them (the default) is the plain map of A's rows. Keys must be converted pre-RoPE.
+struct TokenFeatures
+{
+    int window = 0;            // 0..4
+    bool targetTokens = false; // B's layer-0 K and V
+    int offsets = 0;           // 0 or 2..64
+    bool any() const { return window > 0 || targetTokens || offsets > 0; }
+    // Inputs beside the sourceLayers * widthA of A's rows at a[t].
+    int64_t extraDim(int sourceLayers, int widthA, int widthB) const
+    {
+        return int64_t(window) * sourceLayers * widthA + (targetTokens ? 2 * int64_t(widthB) : 0) + offsets;
+    }
+    bool operator==(const TokenFeatures &) const = default;
+};
+// Error(InvalidArgument) naming `where` for a window outside 0..4 or offsets outside {0, 2..64}.
+void checkTokenFeatures(const TokenFeatures &features, const std::string &where);
+// "none", or e.g. "window 1, B tokens, offsets 4".
+std::string describeTokenFeatures(const TokenFeatures &features);
+// The flag's spelling: "none", "all" (window 1, B tokens, offsets 4) or a comma list of b,
+// window[=N] (1 without N), offsets[=N] (4 without N); nullopt for anything else or bad numbers.
+std::optional<TokenFeatures> parseTokenFeatures(const std::string &text);
+// The canonical spelling parseTokenFeatures reads back: "none" or e.g. "b,window=1,offsets=4".
+std::string tokenFeaturesText(const TokenFeatures &features);
 
 } // namespace kvwb::core

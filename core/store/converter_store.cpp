@@ -40,6 +40,122 @@ ConverterFamily KvMap::family() const
     return ConverterFamily::Ridge;
 }
 
+void checkTokenFeatures(const TokenFeatures &f, const std::string &where)
+{
+    if (f.window < 0 || f.window > 4)
+        throw Error(ErrorCode::InvalidArgument,
+                    where + ": token feature window " + std::to_string(f.window) + " is outside 0..4");
+    if (f.offsets != 0 && (f.offsets < 2 || f.offsets > 64))
+        throw Error(ErrorCode::InvalidArgument, where + ": token feature offsets " +
+                                                    std::to_string(f.offsets) + " is neither 0 nor in 2..64");
+}
+
+std::string describeTokenFeatures(const TokenFeatures &f)
+{
+    if (!f.any())
+        return "none";
+    std::vector<std::string> parts;
+    if (f.window > 0)
+        parts.push_back("window " + std::to_string(f.window));
+    if (f.targetTokens)
+        parts.push_back("B tokens");
+    if (f.offsets > 0)
+        parts.push_back("offsets " + std::to_string(f.offsets));
+    std::string out;
+    for (const auto &p : parts)
+        out += (out.empty() ? "" : ", ") + p;
+    return out;
+}
+
+std::optional<TokenFeatures> parseTokenFeatures(const std::string &text)
+{
+    if (text == "none")
+        return TokenFeatures{};
+    if (text == "all")
+        return TokenFeatures{1, true, 4};
+    TokenFeatures f;
+    bool seen[3] = {false, false, false};
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t comma = std::min(text.find(',', at), text.size());
+        const std::string item = text.substr(at, comma - at);
+        at = comma + 1;
+        const size_t eq = item.find('=');
+        const std::string key = item.substr(0, eq);
+        std::optional<int> value;
+        if (eq != std::string::npos) {
+            const std::string v = item.substr(eq + 1);
+            if (v.empty() || v.size() > 3 ||
+                !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+                return std::nullopt;
+            value = std::stoi(v);
+        }
+        if (key == "b" && !value && !seen[0]) {
+            f.targetTokens = true;
+            seen[0] = true;
+        } else if (key == "window" && !seen[1]) {
+            f.window = value.value_or(1);
+            seen[1] = true;
+        } else if (key == "offsets" && !seen[2]) {
+            f.offsets = value.value_or(4);
+            seen[2] = true;
+        } else
+            return std::nullopt;
+    }
+    if (f.window < 0 || f.window > 4 || (f.offsets != 0 && (f.offsets < 2 || f.offsets > 64)))
+        return std::nullopt;
+    return f;
+}
+
+std::string tokenFeaturesText(const TokenFeatures &f)
+{
+    if (!f.any())
+        return "none";
+    std::string out;
+    const auto add = [&](const std::string &part) { out += (out.empty() ? "" : ",") + part; };
+    if (f.targetTokens)
+        add("b");
+    if (f.window > 0)
+        add("window=" + std::to_string(f.window));
+    if (f.offsets > 0)
+        add("offsets=" + std::to_string(f.offsets));
+    return out;
+}
+
+TokenFeaturePlan tokenFeaturePlan(const TokenFeatures &f, const std::vector<int32_t> &pairing, int64_t n)
+{
+    if (!pairing.empty() && int64_t(pairing.size()) != n)
+        throw Error(ErrorCode::InvalidArgument, "token features: " + std::to_string(pairing.size()) +
+                                                    " paired positions for " + std::to_string(n) + " tokens");
+    // runStart[t]: the first position of the run of positions paired with t's A token
+    std::vector<int32_t> runStart(size_t(std::max<int64_t>(n, 0)));
+    for (int64_t t = 0; t < n; ++t)
+        runStart[size_t(t)] = t > 0 && !pairing.empty() && pairing[size_t(t)] == pairing[size_t(t - 1)]
+                                  ? runStart[size_t(t - 1)]
+                                  : int32_t(t);
+    TokenFeaturePlan plan;
+    plan.windowRows.resize(size_t(n) * size_t(f.window));
+    for (int64_t t = 0; t < n; ++t) {
+        int32_t start = runStart[size_t(t)];
+        for (int w = 0; w < f.window; ++w) {
+            const int32_t prev = start - 1; // the last position of the A token before
+            plan.windowRows[size_t(t) * size_t(f.window) + size_t(w)] = prev;
+            start = prev >= 0 ? runStart[size_t(prev)] : 0;
+            if (prev < 0)
+                for (int rest = w + 1; rest < f.window; ++rest)
+                    plan.windowRows[size_t(t) * size_t(f.window) + size_t(rest)] = -1;
+            if (prev < 0)
+                break;
+        }
+    }
+    if (f.offsets > 0) {
+        plan.offset.resize(size_t(n));
+        for (int64_t t = 0; t < n; ++t)
+            plan.offset[size_t(t)] = std::min<int32_t>(int32_t(t) - runStart[size_t(t)], f.offsets - 1);
+    }
+    return plan;
+}
+
 int64_t LayerConverter::parameterCount() const
 {
     int64_t n = 0;
@@ -209,6 +325,12 @@ void checkRecord(const std::string &file, const ConverterRecord &r, const Experi
                                                             std::to_string(a.numLayers - 1) + ")");
         }
         const int sources = int(l.sourceLayers.size());
+        checkTokenFeatures(l.features, at);
+        if (l.headMatched && l.features.any())
+            throw Error(ErrorCode::InvalidArgument,
+                        at + " is head_matched and has token features (full maps only)");
+        if (l.features.any() && r.keyForm != KeyForm::PreRope)
+            throw Error(ErrorCode::InvalidArgument, at + " has token features, which need pre-RoPE keys");
         if (l.headMatched) {
             if (a.numKvHeads != b.numKvHeads)
                 throw Error(ErrorCode::InvalidArgument,
@@ -217,7 +339,10 @@ void checkRecord(const std::string &file, const ConverterRecord &r, const Experi
             checkMaps(at, "keys", l.keys, size_t(b.numKvHeads), sources * a.headDim, b.headDim, r.family);
             checkMaps(at, "values", l.values, size_t(b.numKvHeads), sources * a.headDim, b.headDim, r.family);
         } else {
-            const int in = sources * a.numKvHeads * a.headDim, out = b.numKvHeads * b.headDim;
+            const int in = int(
+                          sources * a.numKvHeads * a.headDim +
+                          l.features.extraDim(sources, a.numKvHeads * a.headDim, b.numKvHeads * b.headDim)),
+                      out = b.numKvHeads * b.headDim;
             checkMaps(at, "keys", l.keys, 1, in, out, r.family);
             checkMaps(at, "values", l.values, 1, in, out, r.family);
         }
@@ -294,6 +419,11 @@ void writeLayer(const Place &parent, const std::string &name, const LayerConvert
     writeAttr(lg.get(), lsite, "head_matched", int64_t(l.headMatched ? 1 : 0));
     writeAttr(lg.get(), lsite, "source_layers",
               std::vector<int64_t>(l.sourceLayers.begin(), l.sourceLayers.end()));
+    if (l.features.any()) { // absent: none (every file before token features)
+        writeAttr(lg.get(), lsite, "token_window", int64_t(l.features.window));
+        writeAttr(lg.get(), lsite, "token_target", int64_t(l.features.targetTokens ? 1 : 0));
+        writeAttr(lg.get(), lsite, "token_offsets", int64_t(l.features.offsets));
+    }
     writeMaps(layer, "keys", l.keys);
     writeMaps(layer, "values", l.values);
 }
@@ -477,6 +607,17 @@ LayerConverter readLayer(hid_t file, const std::string &name, const std::string 
         l.headMatched = readIntAttr(g.get(), site, "head_matched") != 0;
         for (int64_t s : readIntArrayAttr(g.get(), site, "source_layers"))
             l.sourceLayers.push_back(int(s));
+        if (H5Aexists(g.get(), "token_window") > 0) {
+            const int64_t w = readIntAttr(g.get(), site, "token_window"),
+                          t = readIntAttr(g.get(), site, "token_target"),
+                          o = readIntAttr(g.get(), site, "token_offsets");
+            if (w < 0 || w > 4 || (t != 0 && t != 1) || (o != 0 && (o < 2 || o > 64)))
+                throw Error(ErrorCode::Format, site.attr("token_window") +
+                                                   ", token_target or token_offsets is out of range (" +
+                                                   std::to_string(w) + ", " + std::to_string(t) + ", " +
+                                                   std::to_string(o) + ")");
+            l.features = {int(w), t != 0, int(o)};
+        }
     }
     l.keys = readMaps(file, name, path, "keys", withData);
     l.values = readMaps(file, name, path, "values", withData);
@@ -490,7 +631,10 @@ LayerConverter readLayer(hid_t file, const std::string &name, const std::string 
         throw Error(ErrorCode::Format, name + ": dataset " + kpath + " holds " +
                                            std::to_string(l.keys.size()) +
                                            " maps, but head_matched is 0 (one map expected)");
-    if (l.sourceLayers.empty() || l.keys.front().inputDim % int(l.sourceLayers.size()) != 0)
+    if (l.features.any() && l.headMatched)
+        throw Error(ErrorCode::Format, name + ": " + path + " is head_matched and has token features");
+    if (l.sourceLayers.empty() ||
+        (!l.features.any() && l.keys.front().inputDim % int(l.sourceLayers.size()) != 0))
         throw Error(ErrorCode::Format, name + ": dataset " + kpath + " input dimension " +
                                            std::to_string(l.keys.front().inputDim) +
                                            " is not a multiple of the " +

@@ -56,6 +56,18 @@ struct KvMap
 // itself).
 KvMap identityMap(int dim);
 
+// Where a position's token features come from, for B positions 0..n-1 paired with A tokens
+// pairing[t] (empty: the same tokenizer, pairing[t] = t): for window block w of position t the
+// earlier position whose paired A row it reads (-1: before the prompt), and t's offset one-hot index.
+struct TokenFeaturePlan
+{
+    std::vector<int32_t> windowRows; // [n * window]
+    std::vector<int32_t> offset;     // [n], already min(t - s(t), offsets - 1); empty when offsets == 0
+};
+// Error(InvalidArgument) when pairing is neither empty nor n entries.
+TokenFeaturePlan tokenFeaturePlan(const TokenFeatures &features, const std::vector<int32_t> &pairing,
+                                  int64_t n);
+
 // The maps that produce one target (B) layer from concatenated source (A) layer rows.
 // Full mode: one map per kind, input [sourceLayers.size() * kvHeadsA * headDimA] (the layers'
 // token rows side by side, each flattened over heads), output [kvHeadsB * headDimB].
@@ -68,6 +80,7 @@ struct LayerConverter
     bool headMatched = false;
     std::vector<KvMap> keys;   // [1] or [kvHeadsB]
     std::vector<KvMap> values; // [1] or [kvHeadsB]
+    TokenFeatures features;    // full mode only: inputDim grows by features.extraDim(...)
 
     int64_t parameterCount() const; // of every key and value map
 };

@@ -59,23 +59,28 @@ struct LayerMetrics : KvFitMetrics
 // Fits the maps of one target layer from `prompts` (indices into the file), using at most
 // maxTokens token rows (0 = all; prompts in the given order, the last one cut). headMatched needs
 // equal kv-head counts (Error(InvalidArgument) otherwise). Error(InvalidArgument) naming the file
-// when a layer was not captured or fewer than 2 usable rows remain.
+// when a layer was not captured or fewer than 2 usable rows remain. With token features
+// (core::TokenFeatures, full maps only) each row's inputs grow by those features, taken from the
+// file (B's layer 0 for its token features; Error(InvalidArgument) naming the file when it has none
+// or stores keys after RoPE).
 core::LayerConverter fitLayer(const core::ExperimentReader &file, int targetLayer,
                               const std::vector<int> &sourceLayers, const std::vector<int> &prompts,
                               double lambda, LayerFitStats *stats = nullptr, bool headMatched = false,
-                              int64_t maxTokens = 0);
+                              int64_t maxTokens = 0, const core::TokenFeatures &features = {});
 // The same accumulation solved for every lambda of `lambdas` (one pass over the data).
 std::vector<core::LayerConverter>
 fitLayerGrid(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
              const std::vector<int> &prompts, const std::vector<double> &lambdas,
-             LayerFitStats *stats = nullptr, bool headMatched = false, int64_t maxTokens = 0);
+             LayerFitStats *stats = nullptr, bool headMatched = false, int64_t maxTokens = 0,
+             const core::TokenFeatures &features = {});
 
 // The reduced-rank form of fitLayerGrid: each lambda's ridge solution projected onto its top `rank`
 // output directions (RidgeAccumulator::solveReducedRank), from the same one pass over the data.
 std::vector<core::LayerConverter>
 fitLayerGridLowRank(const core::ExperimentReader &file, int targetLayer, const std::vector<int> &sourceLayers,
                     const std::vector<int> &prompts, const std::vector<double> &lambdas, int rank,
-                    LayerFitStats *stats = nullptr, bool headMatched = false, int64_t maxTokens = 0);
+                    LayerFitStats *stats = nullptr, bool headMatched = false, int64_t maxTokens = 0,
+                    const core::TokenFeatures &features = {});
 
 // The MLP family's training (gpu/src/align/mlp_fit.cpp): per kind (keys, values) and map
 //   y = x W + b + gelu(x W1 + b1) W2,
@@ -130,10 +135,11 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &file,
 
 // B's rows [tokens, kvHeadsB * headDimB] (token-major) from A's rows of map.sourceLayers:
 // source[i] is [tokens, kvHeadsA * headDimA] of map.sourceLayers[i]. keys picks the key maps.
-// Error(Shape) naming the layer when the maps do not fit either geometry.
+// Error(Shape) naming the layer when the maps do not fit either geometry. extra: the map's token
+// features [tokens, map.features.extraDim(...)] (core::TokenFeatures), needed when it has any.
 std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
                                const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
-                               int headDimA, int kvHeadsB, int headDimB);
+                               int headDimA, int kvHeadsB, int headDimB, const float *extra = nullptr);
 
 // For every B layer t and A's captured layer i: how well a single-layer ridge fit of B's layer t
 // from A's layer i (lambda, at most maxTokens calibration rows, as fitLayer takes them) explains
@@ -248,6 +254,7 @@ struct AutoCandidate
     LayerSelection selection = LayerSelection::Proportional;
     int k = 1; // source layers per B layer (all: A's captured layers)
     bool autoLambda = false;
+    core::TokenFeatures features; // inputs beside A's rows (none for the plain candidates)
     TransferKl score;             // on the validation prompts
     double fitSeconds = 0;        // this candidate's fit and score
     bool deadlineReached = false; // mlp: the budget ended its training early
@@ -304,7 +311,10 @@ struct AlignResult
 // and fits, in this order: ridge with the fit's selection, ridge on every captured A layer with lambda
 // auto (top k = 4096 / A's row width when every layer would exceed 4,096 features; skipped when the
 // fit already asks for that), attention-aligned ridge (family AttnRidge) with the better one's
-// settings, then the MLP from the best of the three; the MLP is skipped when that ridge already
+// settings, ridge with B's token features (core::TokenFeatures b, offsets 4, and window 1 when the
+// inputs stay within 4,096 features; when the fit asks for none and the file's keys are pre-RoPE with
+// B's layer 0 captured) with the better plain ridge's settings, then the MLP from the best of these;
+// the MLP is skipped when that ridge already
 // closes 99 % of the no-prefix KL gap or the budget is spent. It keeps the candidate
 // with the lowest validation KL (transferKl on the validation prompts, at most fit.autoPrompts of
 // them; ties: the earlier, cheaper one). The record's settings JSON gains "auto": the candidates

@@ -140,6 +140,12 @@ public:
     std::vector<float> forward(const std::vector<int> &ids, KvCache &cache, bool allLogits,
                                std::vector<std::vector<float>> *queries) const;
 
+    // Layer 0's K (pre-RoPE, after the key norm where the model has one) and V of each of ids, as
+    // forward() would write them: [numKvHeads, ids.size(), headDim] float32 each. They depend on the
+    // token alone (its embedding, normed and projected), so no attention and no cache: what token-
+    // feature converters (core::TokenFeatures::targetTokens) read beside A's rows.
+    HeadMajorKv tokenLocalKv(const std::vector<int> &ids) const;
+
     // Mean over tokens of the residual stream after `layer` blocks (0 = embeddings, numLayers = the
     // last block's output before the final norm): [hiddenSize] float32. For embedding texts.
     std::vector<float> meanHiddenState(const std::vector<int> &ids, int layer) const;

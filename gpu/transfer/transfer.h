@@ -28,7 +28,9 @@ public:
     struct Impl;
     // Validates every map against A's and B's geometry (Error(Shape) naming the layer and map at
     // fault) and uploads the maps to B's device (float32; conversion computes in float32). Keeps
-    // no reference to the models: their caches are recognised by their RoPE tables.
+    // no reference to the models (their caches are recognised by their RoPE tables), except to B
+    // when a map reads B's own layer-0 rows (core::TokenFeatures::targetTokens): then target must
+    // outlive the converter, and convert() runs B's token-local projection of the ids.
     static Converter create(const core::ConverterRecord &record, const Model &source, const Model &target);
     Converter();
     ~Converter();

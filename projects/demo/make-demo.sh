@@ -4,12 +4,15 @@
 # more models: B2 (B's preset and tokenizer, another seed, the other half of the concepts: an
 # unrelated pair A -> B2) and C (A's geometry with its own tokenizer of 1536 pieces: a
 # cross-tokenizer pair C -> B), and P (B fine-tuned to render a concept's knowledge for a user
-# profile: the knowledge tier's personalised model B), and the demo's sentence embedder (a small
+# profile: the knowledge tier's personalised model B), the demo's sentence embedder (a small
 # BERT-family encoder trained contrastively on the concepts' paraphrases, the demo project's
-# semantic embedder). About 45 minutes on a 2-core machine.
+# semantic embedder), and two targets for the hardest transfers: U (A's geometry with a unigram
+# tokenizer, whose boundaries cross the BPE models' rather than nest in them: U -> B) and D (A's
+# geometry reading characters: A -> D, a target finer than its source). About 60 minutes on a
+# 2-core machine.
 #
 #   projects/demo/make-demo.sh [path/to/kvwb]
-#   KVWB_DEMO_ONLY="b2 c" projects/demo/make-demo.sh    # only these steps (a b workload b2 c p embedder)
+#   KVWB_DEMO_ONLY="b2 c" projects/demo/make-demo.sh    # only these steps (a b workload b2 c p embedder u d)
 #
 # KVWB_DEMO_ONLY names the steps to run, leaving the other models as they are; the corpus is always
 # rebuilt (seconds), B2 needs models/a's tokenizer, and P needs models/b and the workload. The corpus itself is not committed;
@@ -18,9 +21,9 @@ set -euo pipefail
 # shellcheck source=demo-env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/demo-env.sh" "$@" # HERE, KVWB, WORK
 SEED=1
-ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c p embedder}"
+ONLY="${KVWB_DEMO_ONLY:-a b workload b2 c p embedder u d}"
 for step in $ONLY; do
-  case "$step" in a | b | workload | b2 | c | p | embedder) ;; *) echo "KVWB_DEMO_ONLY: unknown step '$step' (a b workload b2 c p embedder)" >&2; exit 2 ;; esac
+  case "$step" in a | b | workload | b2 | c | p | embedder | u | d) ;; *) echo "KVWB_DEMO_ONLY: unknown step '$step' (a b workload b2 c p embedder u d)" >&2; exit 2 ;; esac
 done
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 mkdir -p "$WORK" "$HERE/models" "$HERE/workloads"
@@ -76,6 +79,25 @@ rm -rf "$HERE/models/c"
 rm -rf "$HERE/models/c/train_state"
 fi
 
+if want u; then
+echo "== model U (A's geometry, its own unigram tokenizer of 1024 pieces: boundaries that cross BPE's; seed 5)"
+rm -rf "$HERE/models/u"
+"$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/u" --preset demo-a \
+  --train-tokenizer 1024 --tokenizer-type unigram --steps 1300 --batch 16 --seq-len 128 --lr 4e-3 --warmup 60 \
+  --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed 5 --threads 2
+rm -rf "$HERE/models/u/train_state"
+fi
+
+if want d; then
+echo "== model D (A's geometry reading characters: one piece per character of the corpus; seed 6)"
+# 256 characters a row hold about as much text as 64 of the BPE models' tokens
+rm -rf "$HERE/models/d"
+"$KVWB" train --corpus "$WORK/corpus.jsonl" --out "$HERE/models/d" --preset demo-a \
+  --train-tokenizer 256 --tokenizer-type char --steps 1000 --batch 16 --seq-len 256 --lr 4e-3 --warmup 60 \
+  --eval-every 200 --checkpoint-every 0 --weight-dtype BF16 --seed 6 --threads 2
+rm -rf "$HERE/models/d/train_state"
+fi
+
 if want p; then
 echo "== model P (B fine-tuned: [system] [knowledge] [profile instruction] Q: ... A: the profile's answer)"
 # Six documents per concept (a drawn profile, a training question, the concept's knowledge in 3 of
@@ -102,7 +124,7 @@ echo "== sentence embedder (2 layers of 128, WordPiece 4000; every 10th concept 
 fi
 
 echo "== evaluation (held-out phrasings of the 200 most popular concepts)"
-for m in a b b2 c; do
+for m in a b b2 c u d; do
   want "$m" || continue
   "$KVWB" eval-qa --model "$HERE/models/$m" --corpus "$WORK/corpus.jsonl" --top 200 --limit 400 --json \
     > "$WORK/eval-$m.json"
@@ -116,6 +138,6 @@ if want b2; then
     cat "$WORK/eval-b2-shard$s.json"; echo
   done
 fi
-for m in a b b2 c p; do
+for m in a b b2 c p u d; do
   if want "$m"; then du -b "$HERE/models/$m"; fi
 done

@@ -4,8 +4,9 @@
 # scratch with B from A's converted cache on held-out questions, and time conversion vs prefill.
 # Then the converter families (low-rank, MLP) against ridge on the same data, and, when the demo has
 # them, the unrelated pair (A -> B2, B2 trained on the other half of the corpus from another seed)
-# and the cross-tokenizer pair (C -> B); last (part `defaults`), every pair with no fit flags at all
-# (family auto) and the selective-recompute curve.
+# and the cross-tokenizer pair (C -> B); the hardest pairs (part `hard`: U -> B, tokenizers that
+# cross, and A -> D, a character-level target) with and without B's token features; last (part
+# `defaults`), every pair with no fit flags at all (family auto) and the selective-recompute curve.
 # Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 90 minutes on 2 cores, most of
 # it the MLP fits)
 # KVWB_REPORT_PARTS="base families unrelated" runs only those parts (default: all of them).
@@ -16,7 +17,7 @@ OUT="$WORK/transfer"
 mkdir -p "$OUT"
 [ -f "$WORK/corpus.jsonl" ] || "$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed 1
 
-PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok defaults}"
+PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok hard defaults}"
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 EXP="$OUT/demo-transfer.h5"
 
@@ -49,12 +50,13 @@ PY
 }
 align() { align_in "$EXP" "$@"; }
 
-# capture_pair EXP A B NAME: models/A -> models/B on 600 calibration sequences of 4 training
-# documents (question + answer) each into EXP, its summary into NAME.json
+# capture_pair EXP A B NAME [JOIN LIMIT]: models/A -> models/B on 600 calibration sequences of 4
+# training documents (question + answer) each into EXP, its summary into NAME.json; a character-level
+# model (512 characters of context) takes 1,200 sequences of 2, the same text
 capture_pair() {
-  local exp="$1" a="$2" b="$3" name="$4"
+  local exp="$1" a="$2" b="$3" name="$4" join="${5:-4}" limit="${6:-600}"
   "$KVWB" capture --model-a "$HERE/models/$a" --model-b "$HERE/models/$b" --prompts "$WORK/corpus.jsonl" \
-    --split train --whole-text --join 4 --limit 600 --out "$exp" --json > "$OUT/$name.json"
+    --split train --whole-text --join "$join" --limit "$limit" --out "$exp" --json > "$OUT/$name.json"
 }
 
 if want base || [ ! -f "$EXP" ]; then
@@ -135,6 +137,28 @@ align_in "$EXP3" x-all --select all --lambda auto --family ridge
 compare150 "$EXP3" x-all x-all --baselines
 align_in "$EXP3" x-mlp --select all --lambda auto --family mlp
 compare150 "$EXP3" x-mlp x-mlp-vs-x-all --versus x-all --baselines
+fi
+
+if want hard && [ -d "$HERE/models/u" ] && [ -d "$HERE/models/d" ]; then
+echo "== the hardest pairs: U -> B (tokenizers that cross: unigram against BPE) and A -> D (a character-level"
+echo "   target): ridge on every A layer, the same with B's token features, the MLP from each, and the defaults"
+for pair in "crossing u b 4 600" "chars a d 2 1200"; do
+  set -- $pair
+  EXPH="$OUT/hard-$1.h5"
+  [ -f "$EXPH" ] || capture_pair "$EXPH" "$2" "$3" "capture-hard-$1" "$4" "$5"
+  align_in "$EXPH" h-all --select all --lambda auto --family ridge
+  compare150 "$EXPH" h-all "hard-$1-all" --baselines
+  align_in "$EXPH" h-all-tf --select all --lambda auto --family ridge --token-features all
+  compare150 "$EXPH" h-all-tf "hard-$1-all-tf" --versus h-all --baselines
+  align_in "$EXPH" h-mlp-tf --select all --lambda auto --family mlp --token-features all
+  compare150 "$EXPH" h-mlp-tf "hard-$1-mlp-tf" --versus h-all-tf --baselines
+  "$KVWB" align --experiment "$EXPH" --name defaults --replace > "$OUT/align-hard-$1-defaults.md" \
+    2> "$OUT/align-hard-$1-defaults.log"
+  tr '\r' '\n' < "$OUT/align-hard-$1-defaults.log" | grep '^auto:' || true
+  compare150 "$EXPH" defaults "hard-$1-defaults" --baselines
+  "$KVWB" compare --experiment "$EXPH" --converter defaults --prompts "$WORK/corpus.jsonl" --split validation \
+    --limit 150 --max-tokens 24 --recompute-curve --threads 1 | tee "$OUT/recompute-curve-hard-$1.md"
+done
 fi
 
 if want defaults; then

@@ -492,6 +492,24 @@ private Q_SLOTS:
             QVERIFY(!p["text_transfer"].toString().isNull());
         }
 
+        // B's token features: fitted from the file, stored with the maps, converted through the pairing
+        r = runKvwb({"align", "--experiment", q(exp), "--name", "xtf", "--family", "ridge", "--select", "all",
+                     "--token-features", "all", "--no-attention", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QCOMPARE(core::loadConverters(exp, "xtf").layers[1].features, (core::TokenFeatures{1, true, 4}));
+        r = runKvwb({"compare", "--experiment", q(exp), "--converter", "xtf", "--held-out", "--limit", "2",
+                     "--max-tokens", "4", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY(
+            std::isfinite(QJsonDocument::fromJson(r.out).object()["summary"].toObject()["kl"].toDouble()));
+        r = runKvwb({"align", "--experiment", q(exp), "--token-features", "window=7"});
+        QCOMPARE(r.exitCode, 2);
+        QVERIFY2(r.err.contains("--token-features"), r.err.constData());
+        r = runKvwb({"align", "--experiment", q(exp), "--token-features", "b", "--per-head", "--family",
+                     "ridge", "--no-attention"});
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.err.contains("token features need full maps"), r.err.constData());
+
         // replay: B's request served from A's cached prefix of the same text through the alignment
         const std::string system = "A long shared system prompt that model a has processed for this tenant. ";
         const auto request = [](int id, const char *model, const std::string &prompt) {

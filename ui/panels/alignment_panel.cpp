@@ -134,6 +134,9 @@ double meanColumn(const core::MetricTable &t, const std::string &column)
 QString converterDetails(const core::ConverterRecord &c)
 {
     QString t = QStringLiteral(" \u00b7 ") + familyText(c);
+    if (!c.layers.empty() && c.layers.front().features.any())
+        t += QObject::tr(" + token features (%1)")
+                 .arg(QString::fromStdString(core::describeTokenFeatures(c.layers.front().features)));
     const double k = meanColumn(c.layerMetrics, "r2_k"), v = meanColumn(c.layerMetrics, "r2_v");
     if (std::isfinite(k) && std::isfinite(v))
         t += QObject::tr(" \u00b7 R\u00b2 K %1, V %2").arg(k, 0, 'f', 2).arg(v, 0, 'f', 2);
@@ -619,6 +622,21 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_autoPrompts->setToolTip(tr("Auto: at most this many validation prompts on which B's next-token KL "
                                  "chooses the family (kvwb align --auto-prompts)."));
     familyRow->addWidget(m_autoPrompts);
+    familyRow->addWidget(new QLabel(tr("Token features:"), box));
+    m_tokenFeatures = new QComboBox(box);
+    m_tokenFeatures->setObjectName("tokenFeaturesCombo");
+    for (const char *spec : {"none", "b,window=1,offsets=4", "b,offsets=4", "b"})
+        m_tokenFeatures->addItem(QString::fromLatin1(spec), QString::fromLatin1(spec));
+    m_tokenFeatures->setItemData(
+        1,
+        tr("B's own layer-0 K and V at each position, the previous A token's rows and the B token's offset "
+           "inside A's token"),
+        Qt::ToolTipRole);
+    m_tokenFeatures->setToolTip(
+        tr("Inputs beside A's rows at the paired token, for a target tokenizer finer than the source's: "
+           "b = B's own layer-0 K and V (computed from each token alone), window = the A tokens before, "
+           "offsets = where the B token sits inside A's (kvwb align --token-features)."));
+    familyRow->addWidget(m_tokenFeatures);
     familyRow->addStretch(1);
     grid->addLayout(familyRow, 1, 0, 1, 13);
 
@@ -849,6 +867,8 @@ core::FitSettings AlignmentPanel::fitRequest() const
     r.maxTrainTokens = m_maxTokens->value();
     r.budgetSeconds = m_budget->value(); // kept with the project; a family that trains no MLP ignores them
     r.autoPrompts = m_autoPrompts->value();
+    r.tokenFeatures = core::parseTokenFeatures(m_tokenFeatures->currentData().toString().toStdString())
+                          .value_or(core::TokenFeatures{});
     return r;
 }
 
@@ -869,6 +889,10 @@ void AlignmentPanel::setFitRequest(const core::FitSettings &r)
     m_mlpEpochs->setValue(r.mlpEpochs);
     m_budget->setValue(r.budgetSeconds);
     m_autoPrompts->setValue(r.autoPrompts);
+    const QString features = QString::fromStdString(core::tokenFeaturesText(r.tokenFeatures));
+    if (m_tokenFeatures->findData(features) < 0) // a project's own list
+        m_tokenFeatures->addItem(features, features);
+    m_tokenFeatures->setCurrentIndex(m_tokenFeatures->findData(features));
     m_maxTokens->setValue(int(std::min<int64_t>(r.maxTrainTokens, std::numeric_limits<int>::max())));
 }
 
@@ -909,7 +933,7 @@ void AlignmentPanel::refreshFitEnabled()
     m_sweepRun->setEnabled(!m_busy && havePrompts);
     m_cancel->setEnabled(m_ownJob);
     for (QWidget *w : std::initializer_list<QWidget *>{m_fitName, m_selection, m_autoLambda, m_perHead,
-                                                       m_maxTokens, m_family})
+                                                       m_maxTokens, m_family, m_tokenFeatures})
         w->setEnabled(!m_busy);
     const QString family = m_family->currentData().toString();
     m_rank->setEnabled(!m_busy && family == "low_rank");

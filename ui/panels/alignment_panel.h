@@ -136,8 +136,9 @@ private:
     QSpinBox *m_rank = nullptr;
     QSpinBox *m_mlpHidden = nullptr;
     QSpinBox *m_mlpEpochs = nullptr;
-    QDoubleSpinBox *m_budget = nullptr; // seconds of MLP training (0: no limit)
-    QSpinBox *m_autoPrompts = nullptr;  // auto: validation prompts whose KL chooses the family
+    QDoubleSpinBox *m_budget = nullptr;   // seconds of MLP training (0: no limit)
+    QSpinBox *m_autoPrompts = nullptr;    // auto: validation prompts whose KL chooses the family
+    QComboBox *m_tokenFeatures = nullptr; // core::TokenFeatures as kvwb align --token-features spells them
     QSpinBox *m_maxTokens = nullptr;
     QPushButton *m_fit = nullptr;
     QPushButton *m_cancel = nullptr;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 namespace kvwb::gpu::detail {
 
@@ -44,6 +45,22 @@ core::FitSettings wideSettings(const core::ExperimentReader &f, core::FitSetting
     return s;
 }
 
+// The token-feature candidate (core::TokenFeatures): the better plain ridge's settings with B's own
+// layer-0 rows and the offsets beside A's rows, and the previous A token's rows when the wider inputs
+// stay within kMaxWideFeatures; nullopt when the fit already asks for features or the file cannot
+// give them (keys after RoPE, B's layer 0 not captured, head-matched maps).
+std::optional<core::FitSettings> featureSettings(const core::ExperimentReader &f, core::FitSettings s, int k)
+{
+    if (s.tokenFeatures.any() || s.perHead || f.storage().keyForm != core::KeyForm::PreRope)
+        return std::nullopt;
+    const auto &capB = f.model(core::ModelRole::B).capturedLayers;
+    if (std::find(capB.begin(), capB.end(), 0) == capB.end())
+        return std::nullopt;
+    const int64_t width = geometry(f).widthA();
+    s.tokenFeatures = {int64_t(k + 1) * width <= kMaxWideFeatures ? 1 : 0, true, 4};
+    return s;
+}
+
 nlohmann::json scoreJson(double v)
 {
     return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
@@ -55,6 +72,7 @@ nlohmann::json candidateJson(const AutoCandidate &c)
             {"selection", layerSelectionName(c.selection)},
             {"k", c.k},
             {"lambda_mode", c.autoLambda ? "auto" : "fixed"},
+            {"token_features", core::tokenFeaturesText(c.features)},
             {"valid_kl", scoreJson(c.score.kl)},
             {"valid_kl_no_prefix", scoreJson(c.score.klNoPrefix)},
             {"valid_gap_closed", scoreJson(c.score.gapClosed())},
@@ -86,7 +104,8 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
                        (wide.selection == LayerSelection::All || o.fit.k == wide.k);
     if (!asked)
         ridges.push_back(wide);
-    const double steps = double(ridges.size()) + 5; // attention ridge 1, the MLP 4 ridge fits in the progress
+    // attention ridge 1, token features 1, the MLP 4 ridge fits in the progress
+    const double steps = double(ridges.size()) + 6;
     double done = 0;
 
     AlignResult out;
@@ -112,6 +131,7 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
         c.selection = s.selection;
         c.k = r.record.k;
         c.autoLambda = s.autoLambda;
+        c.features = s.tokenFeatures;
         c.score = transferKl(f, r.record.layers, *target, r.record.validPrompts, o.fit.autoPrompts);
         c.fitSeconds = core::msSince(t0) / 1000;
         c.deadlineReached = r.deadlineReached;
@@ -148,6 +168,14 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
             return out;
         }
         ridges.push_back(attention); // fits[i] and ridges[i] stay in step for the MLP's start below
+    }
+    // and with B's token features beside A's rows (what a finer target tokenizer needs)
+    if (const auto features = featureSettings(f, ridges[bestPlain], out.candidates[bestPlain].k)) {
+        if (!fitCandidate(*features, 1.0)) {
+            out.cancelled = true;
+            return out;
+        }
+        ridges.push_back(*features);
     }
     const auto best = [&] {
         size_t b = 0;
@@ -205,11 +233,14 @@ namespace kvwb::gpu {
 std::string autoCandidateLine(const AutoCandidate &c)
 {
     const auto &v = c.score;
-    return fmt::format("auto: {} ({}, k {}, lambda {}): validation KL {:.4f} (no prefix {:.4f}), {:.1f} % of "
-                       "the gap, top-1 {:.3f}, {} prompts, fit {:.1f} s{}",
-                       core::converterFamilyName(c.family), layerSelectionName(c.selection), c.k,
-                       c.autoLambda ? "auto" : "fixed", v.kl, v.klNoPrefix, 100 * v.gapClosed(), v.top1,
-                       v.prompts, c.fitSeconds, c.deadlineReached ? ", cut short by the budget" : "");
+    return fmt::format(
+        "auto: {} ({}, k {}, lambda {}{}): validation KL {:.4f} (no prefix {:.4f}), {:.1f} % of "
+        "the gap, top-1 {:.3f}, {} prompts, fit {:.1f} s{}",
+        core::converterFamilyName(c.family), layerSelectionName(c.selection), c.k,
+        c.autoLambda ? "auto" : "fixed",
+        c.features.any() ? ", token features " + core::tokenFeaturesText(c.features) : "", v.kl, v.klNoPrefix,
+        100 * v.gapClosed(), v.top1, v.prompts, c.fitSeconds,
+        c.deadlineReached ? ", cut short by the budget" : "");
 }
 
 } // namespace kvwb::gpu

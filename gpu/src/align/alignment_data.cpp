@@ -22,9 +22,85 @@ Geometry geometry(const core::ExperimentReader &f)
     return {a.numKvHeads, a.headDim, b.numKvHeads, b.headDim};
 }
 
-std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector<int> &layers, int prompt,
-                              bool keys, int64_t tokens)
+void checkTokenFeatureSource(const core::ExperimentReader &f, const core::TokenFeatures &features,
+                             bool headMatched)
 {
+    if (!features.any())
+        return;
+    core::checkTokenFeatures(features, f.path().string());
+    if (headMatched)
+        throw Error(
+            ErrorCode::InvalidArgument,
+            fmt::format("{}: token features need full maps, not head-matched ones", f.path().string()));
+    if (f.storage().keyForm != core::KeyForm::PreRope)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: token features need keys captured before RoPE (this file stores them "
+                                "after it; capture again with the default key form)",
+                                f.path().string()));
+    const auto &capB = f.model(core::ModelRole::B).capturedLayers;
+    if (features.targetTokens && std::find(capB.begin(), capB.end(), 0) == capB.end())
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("{}: B's token features are its layer 0, which this file did not capture",
+                                f.path().string()));
+}
+
+std::vector<float> tokenFeatureRows(const core::ExperimentReader &f, const std::vector<int> &layers,
+                                    const core::TokenFeatures &features, int prompt, bool keys,
+                                    int64_t tokens)
+{
+    const Geometry g = geometry(f);
+    const int64_t extra = features.extraDim(int(layers.size()), g.widthA(), g.widthB());
+    std::vector<float> x(size_t(tokens) * size_t(extra), 0.0f);
+    if (extra == 0)
+        return x;
+    const auto info = f.prompt(prompt);
+    const std::vector<int32_t> &pairing = info.alignment;
+    const auto plan = core::tokenFeaturePlan(
+        features, pairing.empty() ? pairing : std::vector<int32_t>(pairing.begin(), pairing.begin() + tokens),
+        tokens);
+    size_t col = 0;
+    if (features.window > 0) {
+        const auto a = sourceRows(f, layers, prompt, keys, tokens); // [tokens, blocks * wA]
+        const size_t block = size_t(layers.size()) * size_t(g.widthA());
+        for (int64_t t = 0; t < tokens; ++t)
+            for (int w = 0; w < features.window; ++w) {
+                const int32_t r = plan.windowRows[size_t(t) * size_t(features.window) + size_t(w)];
+                if (r >= 0)
+                    std::copy_n(a.data() + size_t(r) * block, block,
+                                x.data() + size_t(t) * size_t(extra) + size_t(w) * block);
+            }
+        col += size_t(features.window) * block;
+    }
+    if (features.targetTokens) {
+        const size_t wb = size_t(g.widthB());
+        const auto k0 = f.keys(core::ModelRole::B, 0, prompt), v0 = f.values(core::ModelRole::B, 0, prompt);
+        for (int64_t t = 0; t < tokens; ++t) {
+            std::copy_n(k0.data() + size_t(t) * wb, wb, x.data() + size_t(t) * size_t(extra) + col);
+            std::copy_n(v0.data() + size_t(t) * wb, wb, x.data() + size_t(t) * size_t(extra) + col + wb);
+        }
+        col += 2 * wb;
+    }
+    for (int64_t t = 0; t < int64_t(plan.offset.size()); ++t)
+        x[size_t(t) * size_t(extra) + col + size_t(plan.offset[size_t(t)])] = 1.0f;
+    return x;
+}
+
+std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector<int> &layers, int prompt,
+                              bool keys, int64_t tokens, const core::TokenFeatures &features)
+{
+    if (features.any()) {
+        const Geometry g = geometry(f);
+        const size_t base = size_t(g.widthA()) * layers.size(),
+                     extra = size_t(features.extraDim(int(layers.size()), g.widthA(), g.widthB()));
+        const auto a = sourceRows(f, layers, prompt, keys, tokens);
+        const auto e = tokenFeatureRows(f, layers, features, prompt, keys, tokens);
+        std::vector<float> x(size_t(tokens) * (base + extra));
+        for (int64_t t = 0; t < tokens; ++t) {
+            std::copy_n(a.data() + size_t(t) * base, base, x.data() + size_t(t) * (base + extra));
+            std::copy_n(e.data() + size_t(t) * extra, extra, x.data() + size_t(t) * (base + extra) + base);
+        }
+        return x;
+    }
     const int w = geometry(f).widthA();
     const size_t width = size_t(w) * layers.size();
     // B row t -> A row: empty = the same row (A and B tokenised the prompt identically)

@@ -31,13 +31,16 @@ struct Accumulation
 };
 
 Accumulation accumulate(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sources,
-                        const std::vector<int> &prompts, bool headMatched, int64_t maxTokens)
+                        const std::vector<int> &prompts, bool headMatched, int64_t maxTokens,
+                        const core::TokenFeatures &features)
 {
     if (sources.empty())
         throw Error(ErrorCode::InvalidArgument, "fitLayer: no source layers");
     checkHeadMatched(f, headMatched);
+    detail::checkTokenFeatureSource(f, features, headMatched);
     const Geometry g = geometry(f);
     const int blocks = int(sources.size());
+    const int extra = int(features.extraDim(blocks, g.widthA(), g.widthB()));
     Accumulation acc;
     if (headMatched)
         for (int h = 0; h < g.kvB; ++h) {
@@ -45,12 +48,12 @@ Accumulation accumulate(const core::ExperimentReader &f, int targetLayer, const 
             acc.values.emplace_back(blocks * g.hdA, g.hdB);
         }
     else {
-        acc.keys.emplace_back(blocks * g.widthA(), g.widthB());
-        acc.values.emplace_back(blocks * g.widthA(), g.widthB());
+        acc.keys.emplace_back(blocks * g.widthA() + extra, g.widthB());
+        acc.values.emplace_back(blocks * g.widthA() + extra, g.widthB());
     }
     for (const auto &[p, tokens] : detail::calibrationRows(f, prompts, maxTokens, &acc.warnings)) {
         for (bool keys : {true, false}) {
-            const auto x = sourceRows(f, sources, p, keys, tokens);
+            const auto x = sourceRows(f, sources, p, keys, tokens, features);
             const auto y = keys ? f.keys(core::ModelRole::B, targetLayer, p)
                                 : f.values(core::ModelRole::B, targetLayer, p);
             auto &list = keys ? acc.keys : acc.values;
@@ -98,7 +101,8 @@ KindMetrics mapMetrics(const std::vector<std::vector<double>> &keyHeads,
 
 // rank 0: ridge (under the metrics when given); otherwise reduced-rank ridge of that rank.
 core::LayerConverter solveLayer(const Accumulation &acc, int targetLayer, const std::vector<int> &sources,
-                                bool headMatched, double lambda, int rank, const KindMetrics &metrics = {})
+                                bool headMatched, double lambda, int rank,
+                                const core::TokenFeatures &features, const KindMetrics &metrics = {})
 {
     const auto solve = [&](const RidgeAccumulator &a, const std::vector<std::vector<double>> &metric,
                            size_t i) {
@@ -110,6 +114,7 @@ core::LayerConverter solveLayer(const Accumulation &acc, int targetLayer, const 
     m.targetLayer = targetLayer;
     m.sourceLayers = sources;
     m.headMatched = headMatched;
+    m.features = features;
     for (size_t i = 0; i < acc.keys.size(); ++i)
         m.keys.push_back(solve(acc.keys[i], metrics.keys, i));
     for (size_t i = 0; i < acc.values.size(); ++i)
@@ -124,14 +129,15 @@ namespace {
 std::vector<core::LayerConverter> fitGrid(const core::ExperimentReader &f, int targetLayer,
                                           const std::vector<int> &sourceLayers,
                                           const std::vector<int> &prompts, const std::vector<double> &lambdas,
-                                          int rank, LayerFitStats *stats, bool headMatched, int64_t maxTokens)
+                                          int rank, LayerFitStats *stats, bool headMatched, int64_t maxTokens,
+                                          const core::TokenFeatures &features)
 {
     if (lambdas.empty())
         throw Error(ErrorCode::InvalidArgument, "lambda grid is empty");
-    auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens);
+    auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens, features);
     std::vector<core::LayerConverter> out;
     for (double lambda : lambdas)
-        out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda, rank));
+        out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda, rank, features));
     if (stats) {
         stats->rows = acc.rows;
         stats->warnings = std::move(acc.warnings);
@@ -148,7 +154,7 @@ fitLayerGridWeighted(const core::ExperimentReader &f, int targetLayer, const std
                      const std::vector<int> &prompts, const std::vector<double> &lambdas,
                      const std::vector<std::vector<double>> &keyMetric,
                      const std::vector<std::vector<double>> &valueMetric, LayerFitStats *stats,
-                     bool headMatched, int64_t maxTokens)
+                     bool headMatched, int64_t maxTokens, const core::TokenFeatures &features)
 {
     if (lambdas.empty())
         throw Error(ErrorCode::InvalidArgument, "lambda grid is empty");
@@ -156,11 +162,11 @@ fitLayerGridWeighted(const core::ExperimentReader &f, int targetLayer, const std
     if (int(keyMetric.size()) != g.kvB || int(valueMetric.size()) != g.kvB)
         throw Error(ErrorCode::Shape, fmt::format("metrics for {} / {} kv heads, model B has {}",
                                                   keyMetric.size(), valueMetric.size(), g.kvB));
-    auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens);
+    auto acc = accumulate(f, targetLayer, sourceLayers, prompts, headMatched, maxTokens, features);
     const KindMetrics metrics = mapMetrics(keyMetric, valueMetric, headMatched, g.hdB);
     std::vector<core::LayerConverter> out;
     for (double lambda : lambdas)
-        out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda, 0, metrics));
+        out.push_back(solveLayer(acc, targetLayer, sourceLayers, headMatched, lambda, 0, features, metrics));
     if (stats) {
         stats->rows = acc.rows;
         stats->warnings = std::move(acc.warnings);
@@ -176,7 +182,8 @@ std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vecto
     const Geometry g = geometry(f);
     const int hd = g.hdB, kv = g.kvB, w = g.widthB();
     for (const auto &m : maps)
-        if (m.sourceLayers != maps.front().sourceLayers || m.targetLayer != maps.front().targetLayer)
+        if (m.sourceLayers != maps.front().sourceLayers || m.targetLayer != maps.front().targetLayer ||
+            m.features != maps.front().features)
             throw Error(ErrorCode::InvalidArgument, "weightedR2: the maps of a grid share their layers");
     std::vector<double> sse(maps.size(), 0.0);
     double yMy = 0;
@@ -212,7 +219,7 @@ std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vecto
                     sumY[size_t((keys ? 0 : w) + c)] += yt[size_t(t) * size_t(w) + size_t(c)];
             }
             // the grid's maps share their source layers: A's rows are read once
-            const auto x = sourceRows(f, maps.front().sourceLayers, p, keys, tokens);
+            const auto x = sourceRows(f, maps.front().sourceLayers, p, keys, tokens, maps.front().features);
             for (size_t k = 0; k < maps.size(); ++k) {
                 const auto &list = keys ? maps[k].keys : maps[k].values;
                 const int blocks = int(maps[k].sourceLayers.size());
@@ -256,31 +263,36 @@ std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vecto
 
 } // namespace detail
 
-std::vector<core::LayerConverter> fitLayerGrid(const core::ExperimentReader &f, int targetLayer,
-                                               const std::vector<int> &sourceLayers,
-                                               const std::vector<int> &prompts,
-                                               const std::vector<double> &lambdas, LayerFitStats *stats,
-                                               bool headMatched, int64_t maxTokens)
+std::vector<core::LayerConverter>
+fitLayerGrid(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
+             const std::vector<int> &prompts, const std::vector<double> &lambdas, LayerFitStats *stats,
+             bool headMatched, int64_t maxTokens, const core::TokenFeatures &features)
 {
-    return fitGrid(f, targetLayer, sourceLayers, prompts, lambdas, 0, stats, headMatched, maxTokens);
+    return fitGrid(f, targetLayer, sourceLayers, prompts, lambdas, 0, stats, headMatched, maxTokens,
+                   features);
 }
 
-std::vector<core::LayerConverter>
-fitLayerGridLowRank(const core::ExperimentReader &f, int targetLayer, const std::vector<int> &sourceLayers,
-                    const std::vector<int> &prompts, const std::vector<double> &lambdas, int rank,
-                    LayerFitStats *stats, bool headMatched, int64_t maxTokens)
+std::vector<core::LayerConverter> fitLayerGridLowRank(const core::ExperimentReader &f, int targetLayer,
+                                                      const std::vector<int> &sourceLayers,
+                                                      const std::vector<int> &prompts,
+                                                      const std::vector<double> &lambdas, int rank,
+                                                      LayerFitStats *stats, bool headMatched,
+                                                      int64_t maxTokens, const core::TokenFeatures &features)
 {
     if (rank < 1)
         throw Error(ErrorCode::InvalidArgument, fmt::format("a low-rank map needs rank >= 1, got {}", rank));
-    return fitGrid(f, targetLayer, sourceLayers, prompts, lambdas, rank, stats, headMatched, maxTokens);
+    return fitGrid(f, targetLayer, sourceLayers, prompts, lambdas, rank, stats, headMatched, maxTokens,
+                   features);
 }
 
 core::LayerConverter fitLayer(const core::ExperimentReader &f, int targetLayer,
                               const std::vector<int> &sourceLayers, const std::vector<int> &prompts,
-                              double lambda, LayerFitStats *stats, bool headMatched, int64_t maxTokens)
+                              double lambda, LayerFitStats *stats, bool headMatched, int64_t maxTokens,
+                              const core::TokenFeatures &features)
 {
     return std::move(
-        fitLayerGrid(f, targetLayer, sourceLayers, prompts, {lambda}, stats, headMatched, maxTokens).front());
+        fitLayerGrid(f, targetLayer, sourceLayers, prompts, {lambda}, stats, headMatched, maxTokens, features)
+            .front());
 }
 
 namespace detail {

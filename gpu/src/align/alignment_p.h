@@ -33,8 +33,19 @@ Geometry geometry(const core::ExperimentReader &f);
 // Features [tokens, layers.size() * widthA] for one prompt: A's rows of each source layer side by
 // side (keys or values), paired with B's first `tokens` rows: row t is A's row t, or A's row
 // alignment[t] when the prompt was stored with a token alignment (A and B tokenised it differently).
+// With token features (core/store/converter_store.h TokenFeatures) the features' columns follow A's:
+// [tokens, layers.size() * widthA + features.extraDim(...)], B's layer-0 rows read from the file.
 std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector<int> &layers, int prompt,
-                              bool keys, int64_t tokens);
+                              bool keys, int64_t tokens, const core::TokenFeatures &features = {});
+// The token features' columns alone, [tokens, features.extraDim(...)]: what convertRows takes as
+// `extra` beside A's rows. Error(InvalidArgument) naming the file when the file's keys are not
+// pre-RoPE or B's layer 0 was not captured.
+std::vector<float> tokenFeatureRows(const core::ExperimentReader &f, const std::vector<int> &layers,
+                                    const core::TokenFeatures &features, int prompt, bool keys,
+                                    int64_t tokens);
+// Error(InvalidArgument) naming the file when it cannot give these features (see tokenFeatureRows).
+void checkTokenFeatureSource(const core::ExperimentReader &f, const core::TokenFeatures &features,
+                             bool headMatched);
 
 // A's rows of one layer paired with every B row of the prompt, [B tokens, widthA]: A's own rows when
 // A and B tokenised the prompt identically, else gathered through the prompt's alignment.
@@ -82,7 +93,7 @@ fitLayerGridWeighted(const core::ExperimentReader &f, int targetLayer, const std
                      const std::vector<int> &prompts, const std::vector<double> &lambdas,
                      const std::vector<std::vector<double>> &keyMetric,
                      const std::vector<std::vector<double>> &valueMetric, LayerFitStats *stats,
-                     bool headMatched, int64_t maxTokens);
+                     bool headMatched, int64_t maxTokens, const core::TokenFeatures &features = {});
 // Each map's validation error in its metric, 1 - SSE_M / SST_M pooled over keys and values (the
 // attention-aligned family's lambda choice), per map of `maps` (one grid: the same target and source
 // layers, else Error(InvalidArgument)).

@@ -97,8 +97,12 @@ double conversionMsPer1k(const Geometry &g, const std::vector<core::LayerConvert
         const auto t0 = core::Clock::now();
         for (const auto &layer : layers) {
             const std::vector<const float *> source(layer.sourceLayers.size(), rows.data());
+            // token features: their columns cost what they cost whatever their values
+            const std::vector<float> extra(
+                size_t(kTokens) *
+                size_t(layer.features.extraDim(int(layer.sourceLayers.size()), g.widthA(), g.widthB())));
             for (bool keys : {true, false})
-                convertRows(layer, keys, source, kTokens, g.kvA, g.hdA, g.kvB, g.hdB);
+                convertRows(layer, keys, source, kTokens, g.kvA, g.hdA, g.kvB, g.hdB, extra.data());
         }
         times.push_back(core::msSince(t0));
     }
@@ -118,7 +122,7 @@ void checkResumedLayer(const std::filesystem::path &file, const core::LayerCheck
     };
     if (c.family != core::ConverterFamily::Mlp || l.targetLayer != layer ||
         l.sourceLayers != start.sourceLayers || l.headMatched != start.headMatched ||
-        !same(l.keys, start.keys) || !same(l.values, start.values))
+        l.features != start.features || !same(l.keys, start.keys) || !same(l.values, start.values))
         throw Error(ErrorCode::Format,
                     fmt::format("{}: holds a {} map of B layer {} from A layers [{}], not the MLP map of B "
                                 "layer {} from [{}] this fit trains",
@@ -140,6 +144,7 @@ std::string mlpFitKey(const core::ExperimentReader &f, const AlignOptions &o)
         {"valid_fraction", o.fit.validFraction},
         {"test_fraction", o.fit.testFraction},
         {"seed", o.fit.seed},
+        {"token_features", core::tokenFeaturesText(o.fit.tokenFeatures)},
         {"mlp",
          {o.fit.mlpHidden, o.fit.mlpEpochs, o.fit.mlpBatch, o.fit.learningRate, o.fit.patience,
           o.mlpValidationRows, o.mlpBufferBytes}}}
@@ -177,9 +182,9 @@ std::vector<core::LayerConverter> ridgeMaps(const core::ExperimentReader &f, con
                                             const TargetMetric *metric = nullptr)
 {
     if (metric) { // attention-aligned: lambda chosen by the validation error in the same metric
-        auto maps =
-            detail::fitLayerGridWeighted(f, l, sources, split.train, grid, metric->keys[size_t(l)],
-                                         metric->values[size_t(l)], stats, headMatched, o.fit.maxTrainTokens);
+        auto maps = detail::fitLayerGridWeighted(f, l, sources, split.train, grid, metric->keys[size_t(l)],
+                                                 metric->values[size_t(l)], stats, headMatched,
+                                                 o.fit.maxTrainTokens, o.fit.tokenFeatures);
         if (grid.size() > 1) {
             const auto r2 =
                 detail::weightedR2(f, maps, split.valid, metric->keys[size_t(l)], metric->values[size_t(l)]);
@@ -190,11 +195,11 @@ std::vector<core::LayerConverter> ridgeMaps(const core::ExperimentReader &f, con
         }
         return maps;
     }
-    auto maps =
-        o.fit.family == core::ConverterFamily::LowRank
-            ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.fit.rank, stats, headMatched,
-                                  o.fit.maxTrainTokens)
-            : fitLayerGrid(f, l, sources, split.train, grid, stats, headMatched, o.fit.maxTrainTokens);
+    auto maps = o.fit.family == core::ConverterFamily::LowRank
+                    ? fitLayerGridLowRank(f, l, sources, split.train, grid, o.fit.rank, stats, headMatched,
+                                          o.fit.maxTrainTokens, o.fit.tokenFeatures)
+                    : fitLayerGrid(f, l, sources, split.train, grid, stats, headMatched, o.fit.maxTrainTokens,
+                                   o.fit.tokenFeatures);
     if (grid.size() > 1)
         *chosen = bestLambda(evaluateLayers(f, maps, split.valid), grid);
     return maps;
@@ -288,6 +293,7 @@ std::string fitSettingsJson(const core::ExperimentReader &f, const AlignOptions 
                                {"rank", lowRank ? o.fit.rank : 0},
                                {"head_matched", headMatched},
                                {"max_train_tokens", o.fit.maxTrainTokens},
+                               {"token_features", core::tokenFeaturesText(o.fit.tokenFeatures)},
                                {"valid_fraction", o.fit.validFraction},
                                {"test_fraction", o.fit.testFraction},
                                {"seed", o.fit.seed},
@@ -344,6 +350,7 @@ AlignResult alignExperiment(const core::ExperimentReader &f, const AlignOptions 
         r.warnings.push_back(fmt::format("per-head maps need equal kv-head counts (A {}, B {}): fitted full "
                                          "cross-head maps instead",
                                          g.kvA, g.kvB));
+    detail::checkTokenFeatureSource(f, o.fit.tokenFeatures, headMatched);
     const bool mlp = o.fit.family == core::ConverterFamily::Mlp,
                lowRank = o.fit.family == core::ConverterFamily::LowRank,
                attnRidge = o.fit.family == core::ConverterFamily::AttnRidge;

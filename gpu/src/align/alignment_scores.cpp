@@ -109,7 +109,7 @@ double cosineSum(const torch::Tensor &a, const torch::Tensor &b)
 
 std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
                                const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
-                               int headDimA, int kvHeadsB, int headDimB)
+                               int headDimA, int kvHeadsB, int headDimB, const float *extra)
 {
     const auto &maps = keys ? map.keys : map.values;
     for (const auto &lm : maps)
@@ -126,10 +126,15 @@ std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
         throw Error(ErrorCode::Shape, fmt::format("layer {} map reads {} source layers, got {}",
                                                   map.targetLayer, map.sourceLayers.size(), source.size()));
     const int blocks = int(source.size()), widthA = kvHeadsA * headDimA;
-    if (!map.headMatched && maps[0].inputDim != blocks * widthA)
-        throw Error(ErrorCode::Shape,
-                    fmt::format("layer {} map takes {} features; A's {} layer(s) give {}", map.targetLayer,
-                                maps[0].inputDim, blocks, blocks * widthA));
+    const int64_t extraDim = map.features.extraDim(blocks, widthA, kvHeadsB * headDimB);
+    if (!map.headMatched && maps[0].inputDim != blocks * widthA + extraDim)
+        throw Error(
+            ErrorCode::Shape,
+            fmt::format("layer {} map takes {} features; A's {} layer(s) and its token features give {}",
+                        map.targetLayer, maps[0].inputDim, blocks, blocks * widthA + extraDim));
+    if (extraDim > 0 && !extra)
+        throw Error(ErrorCode::InvalidArgument,
+                    fmt::format("layer {} map takes token features; none were given", map.targetLayer));
     if (map.headMatched && (int(maps.size()) != kvHeadsA || maps[0].inputDim != blocks * headDimA))
         throw Error(
             ErrorCode::Shape,
@@ -148,8 +153,12 @@ std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
             x = torch::cat(parts, 2).transpose(0, 1).contiguous(); // [kvA, tokens, blocks * hdA]
             y = detail::applyMaps(stacked, x).transpose(0, 1);     // [tokens, kvB, hdB]
         } else {
-            x = torch::cat(parts, 1).reshape({1, tokens, blocks * widthA}); // [1, tokens, blocks * wA]
-            y = detail::applyMaps(stacked, x);                              // [1, tokens, kvB * hdB]
+            x = torch::cat(parts, 1).reshape({tokens, blocks * widthA}); // [tokens, blocks * wA]
+            if (extraDim > 0)
+                x = torch::cat(
+                    {x, torch::from_blob(const_cast<float *>(extra), {tokens, extraDim}, torch::kFloat32)},
+                    1);
+            y = detail::applyMaps(stacked, x.unsqueeze(0)); // [1, tokens, kvB * hdB]
         }
         y = y.contiguous();
         return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
@@ -190,7 +199,12 @@ std::vector<LayerMetrics> evaluateLayers(const core::ExperimentReader &f,
                             .emplace(map.targetLayer, keys ? f.keys(core::ModelRole::B, map.targetLayer, p)
                                                            : f.values(core::ModelRole::B, map.targetLayer, p))
                             .first;
-                const auto pred = convertRows(map, keys, src, tokens, g.kvA, g.hdA, g.kvB, g.hdB);
+                const auto extra =
+                    map.features.any()
+                        ? detail::tokenFeatureRows(f, map.sourceLayers, map.features, p, keys, tokens)
+                        : std::vector<float>();
+                const auto pred =
+                    convertRows(map, keys, src, tokens, g.kvA, g.hdA, g.kvB, g.hdB, extra.data());
                 const float *y = yt->second.data();
                 auto &s = sums[m][size_t(kv)];
                 s[0].add(pred.data(), y, tokens, g.widthB(), g.widthB(), 0);
@@ -238,7 +252,11 @@ std::vector<HeadMajorKv> convertedPrompt(const core::ExperimentReader &f,
                     it = rowsA.emplace(s, detail::sourceLayerRows(f, s, p, kv == 0)).first;
                 src.push_back(it->second.data());
             }
-            const auto rows = convertRows(m, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB); // [t, kvB, hdB]
+            const auto extra = m.features.any()
+                                   ? detail::tokenFeatureRows(f, m.sourceLayers, m.features, p, kv == 0, t)
+                                   : std::vector<float>();
+            const auto rows =
+                convertRows(m, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB, extra.data()); // [t, kvB, hdB]
             auto &out = kv == 0 ? converted[l].keys : converted[l].values;
             out.resize(rows.size());
             for (int64_t i = 0; i < t; ++i) // token-major -> head-major

@@ -41,11 +41,17 @@ std::pair<torch::Tensor, torch::Tensor> promptRows(const core::ExperimentReader 
                                                    int64_t tokens)
 {
     const int64_t blocks = int64_t(layer.sourceLayers.size());
-    auto xs = sourceRows(f, layer.sourceLayers, prompt, keys, tokens);
+    auto xs = sourceRows(f, layer.sourceLayers, prompt, keys, tokens, layer.features);
     auto ys = keys ? f.keys(core::ModelRole::B, layer.targetLayer, prompt)
                    : f.values(core::ModelRole::B, layer.targetLayer, prompt);
-    auto x = torch::from_blob(xs.data(), {tokens, blocks, g.kvA, g.hdA}, torch::kFloat32);
     auto y = torch::from_blob(ys.data(), {tokens, g.kvB, g.hdB}, torch::kFloat32);
+    if (layer.features.any()) // full maps only: A's rows and the token features side by side
+        return {
+            torch::from_blob(xs.data(), {1, tokens, int64_t(xs.size()) / std::max<int64_t>(tokens, 1)},
+                             torch::kFloat32)
+                .clone(at::MemoryFormat::Contiguous),
+            y.slice(0, 0, tokens).reshape({1, tokens, g.kvB * g.hdB}).clone(at::MemoryFormat::Contiguous)};
+    auto x = torch::from_blob(xs.data(), {tokens, blocks, g.kvA, g.hdA}, torch::kFloat32);
     if (layer.headMatched)
         return {x.permute({2, 0, 1, 3})
                     .reshape({g.kvA, tokens, blocks * g.hdA})

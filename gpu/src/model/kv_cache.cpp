@@ -230,6 +230,7 @@ void KvCache::assign(const std::vector<int> &tokenIds, const std::vector<HeadMaj
     }
     d.length = 0;
     d.ids.clear();
+    d.sourceIndex.clear();
     if (n == 0)
         return;
     detail::translateTorch("KV cache write", [&] {
@@ -259,6 +260,8 @@ void KvCache::truncate(int n)
                           fmt::format("KV truncate to {} tokens: cache holds {}", n, d.length));
     d.length = n;
     d.ids.resize(size_t(n));
+    if (d.sourceIndex.size() > size_t(n))
+        d.sourceIndex.resize(size_t(n));
 }
 
 KvCache KvCache::fork() const
@@ -285,6 +288,7 @@ KvCache KvCache::fork() const
         }
         copy->length = d.length;
         copy->ids = d.ids;
+        copy->sourceIndex = d.sourceIndex;
         return KvCache(std::move(copy));
     });
 }

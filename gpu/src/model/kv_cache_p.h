@@ -26,6 +26,10 @@ struct KvCache::Impl
     int64_t maxPositions = 0;          // growth stops here (the model's context; 0 = unbounded)
     int length = 0;                    // positions filled
     std::vector<int> ids;              // [length]
+    // A paired source cache (gpu/transfer/cross_tokenizer.h pairedSourceCache): the A token whose
+    // row each position holds, [length]; empty: position t holds token t. Read by token-feature
+    // converters (which positions share an A token); nothing else keeps it up to date.
+    std::vector<int32_t> sourceIndex;
 
     void reserve(int64_t positions);
     // Appends k, v [kvHeads, t, headDim] for one layer at positions length..length+t-1 (the caller

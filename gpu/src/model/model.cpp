@@ -735,6 +735,38 @@ std::vector<std::vector<float>> Model::queries(const std::vector<int> &ids, KvCa
     return queryVectors(q);
 }
 
+HeadMajorKv Model::tokenLocalKv(const std::vector<int> &ids) const
+{
+    checkTokens("tokenLocalKv", ids, m_impl->config);
+    const Impl &d = *m_impl;
+    JobScope scope(d.options.threads, d.cpuKernels);
+    return translateTorch("token-local KV", [&] {
+        c10::InferenceMode guard;
+        const int64_t t = int64_t(ids.size()), nh = d.config.numHeads, nkv = d.config.numKvHeads,
+                      hd = d.config.headDim;
+        std::vector<int64_t> ids64(ids.begin(), ids.end());
+        auto idx = torch::from_blob(ids64.data(), {t}, torch::kInt64).to(d.device);
+        auto x = d.embedQ ? detail::quantRows(*d.embedQ, idx, d.dtype) : d.embed.index_select(0, idx);
+        if (d.config.scaleEmbeddings)
+            x = x * torch::scalar_tensor(std::sqrt(double(d.config.hiddenSize)), x.options());
+        const Layer &L = d.layers.front();
+        const auto qkv = d.project(d.rmsNorm(x, L.inputNorm), L.qkv);
+        auto k = qkv.narrow(1, nh * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1);
+        auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1);
+        if (L.kNorm.defined())
+            k = d.rmsNorm(k.contiguous(), L.kNorm);
+        // rounded as the cache stores them, then widened
+        const auto host = [&](const torch::Tensor &y) {
+            auto c = y.to(d.kvDtype).to(torch::kFloat32).contiguous().cpu();
+            return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+        };
+        HeadMajorKv out;
+        out.keys = host(k);
+        out.values = host(v);
+        return out;
+    });
+}
+
 std::vector<float> Model::meanHiddenState(const std::vector<int> &ids, int layer) const
 {
     if (ids.empty())

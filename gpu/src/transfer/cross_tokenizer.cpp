@@ -5,6 +5,7 @@
 #include "core/metrics/distributions.h"
 #include "core/util/clock.h"
 #include "core/util/error.h"
+#include "gpu/src/model/kv_cache_p.h"
 
 #include <fmt/format.h>
 
@@ -81,6 +82,8 @@ KvCache pairedSourceCache(const Model &source, const KvCache &cacheA, const Toke
     }
     KvCache out = source.newCache();
     out.assign(std::vector<int>(p.idsB.begin(), p.idsB.end() - 1), layers, form);
+    if (p.crossTokenizer())
+        out.impl()->sourceIndex.assign(p.alignment.begin(), p.alignment.begin() + long(n));
     return out;
 }
 

@@ -39,6 +39,7 @@ struct Converter::Impl
     {
         std::vector<int64_t> sources;
         bool headMatched = false;
+        core::TokenFeatures features;    // full maps: inputs beside A's rows (core/store/converter_family.h)
         detail::MapTensors keys, values; // full: one map; head-matched: one per B kv head
     };
     std::vector<Layer> layers; // [B layers]
@@ -48,6 +49,51 @@ struct Converter::Impl
     std::shared_ptr<detail::RopeTables> ropeA; // identifies A's caches
     std::shared_ptr<detail::RopeTables> ropeB; // identifies B's caches
     KvCache emptyB;                            // an empty cache of B: forked for convertToHost
+    // B itself, for token features that read B's layer 0 (Model::tokenLocalKv); null otherwise
+    const Model *target = nullptr;
+
+    // The token features' columns of one layer and kind, [n, extra] f32 on the device: A's rows of
+    // earlier tokens (flat [n, k * wA], as the map reads them), B's layer-0 rows b0 [n, 2 wB] and
+    // the offsets, laid out as core::TokenFeatures says.
+    torch::Tensor featureColumns(const Layer &L, const torch::Tensor &flat, const torch::Tensor &b0,
+                                 const std::vector<int32_t> &pairing, int64_t n) const
+    {
+        const auto plan = core::tokenFeaturePlan(L.features, pairing, n);
+        std::vector<torch::Tensor> cols;
+        const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+        if (L.features.window > 0) {
+            // row n of the padded rows is zeros: the rows before the prompt
+            const auto padded = torch::cat({flat, torch::zeros({1, flat.size(1)}, f32)}, 0);
+            std::vector<int64_t> idx(plan.windowRows.size());
+            for (size_t i = 0; i < idx.size(); ++i)
+                idx[i] = plan.windowRows[i] < 0 ? n : plan.windowRows[i];
+            const auto rows = torch::from_blob(idx.data(), {int64_t(idx.size())}, torch::kInt64).to(device);
+            cols.push_back(padded.index_select(0, rows).view({n, L.features.window * flat.size(1)}));
+        }
+        if (L.features.targetTokens)
+            cols.push_back(b0);
+        if (L.features.offsets > 0) {
+            std::vector<int64_t> o(plan.offset.begin(), plan.offset.end());
+            const auto at = torch::from_blob(o.data(), {n}, torch::kInt64).to(device);
+            cols.push_back(torch::one_hot(at, L.features.offsets).to(torch::kFloat32));
+        }
+        return torch::cat(cols, 1);
+    }
+
+    // B's layer-0 K (pre-RoPE) and V of the cache's token ids, token-major [n, 2 wB] f32 on the device.
+    torch::Tensor targetTokenRows(const std::vector<int> &ids) const
+    {
+        if (!target)
+            throw Error(ErrorCode::Internal, "token features without model B");
+        const HeadMajorKv kv = target->tokenLocalKv(ids);
+        const int64_t n = int64_t(ids.size());
+        const auto rows = [&](const std::vector<float> &x) {
+            return torch::from_blob(const_cast<float *>(x.data()), {kvB, n, hdB}, torch::kFloat32)
+                .transpose(0, 1)
+                .reshape({n, kvB * hdB});
+        };
+        return torch::cat({rows(kv.keys), rows(kv.values)}, 1).to(device);
+    }
 
     void checkCaches(const KvCache::Impl &s, const KvCache::Impl &t) const
     {
@@ -64,7 +110,8 @@ struct Converter::Impl
     // B's K and V for layer l at positions 0..n-1, [kvB, n, hdB] f32 on the device, keys post-RoPE.
     std::pair<torch::Tensor, torch::Tensor> convertLayer(int l, std::vector<torch::Tensor> &kA,
                                                          std::vector<torch::Tensor> &vA,
-                                                         const KvCache::Impl &s, int64_t n) const
+                                                         const KvCache::Impl &s, int64_t n,
+                                                         torch::Tensor &b0) const
     {
         const Layer &L = layers[size_t(l)];
         auto rows = [&](std::vector<torch::Tensor> &cacheA, int64_t src, bool keys) -> const torch::Tensor & {
@@ -92,8 +139,17 @@ struct Converter::Impl
                 std::vector<torch::Tensor> flat;
                 for (auto &p : parts)
                     flat.push_back(p.transpose(0, 1).reshape({n, kvA * hdA}));
-                auto x = torch::cat(flat, 1).unsqueeze(0); // [1, n, k * wA]
-                y = detail::applyMaps(maps, x)
+                auto x = torch::cat(flat, 1); // [n, k * wA]
+                if (L.features.any()) {
+                    if (L.features.targetTokens && !b0.defined())
+                        b0 = targetTokenRows(std::vector<int>(s.ids.begin(), s.ids.begin() + n));
+                    if (!s.sourceIndex.empty() && int64_t(s.sourceIndex.size()) != n)
+                        throw Error(ErrorCode::InvalidArgument,
+                                    fmt::format("source cache pairs {} of its {} positions with A's tokens",
+                                                s.sourceIndex.size(), n));
+                    x = torch::cat({x, featureColumns(L, x, b0, s.sourceIndex, n)}, 1);
+                }
+                y = detail::applyMaps(maps, x.unsqueeze(0))
                         .view({n, kvB, hdB})
                         .transpose(0, 1)
                         .contiguous(); // [kvB, n, hdB]
@@ -136,6 +192,14 @@ Converter Converter::create(const core::ConverterRecord &set, const Model &sourc
             const core::LayerConverter &m = set.layers[size_t(l)];
             Impl::Layer L;
             L.headMatched = m.headMatched;
+            L.features = m.features;
+            core::checkTokenFeatures(m.features, fmt::format("layer {} map", l));
+            if (m.features.any() && (m.headMatched || set.keyForm != core::KeyForm::PreRope))
+                throw Error(ErrorCode::Shape, fmt::format("layer {} map has token features, which need full "
+                                                          "maps of pre-RoPE keys",
+                                                          l));
+            if (m.features.targetTokens)
+                d.target = &target;
             for (int s : m.sourceLayers) {
                 if (s < 0 || s >= ca.numLayers)
                     throw Error(ErrorCode::Shape,
@@ -146,7 +210,8 @@ Converter Converter::create(const core::ConverterRecord &set, const Model &sourc
                 throw Error(ErrorCode::Shape, fmt::format("layer {} map has no source layers", l));
             const int blocks = int(L.sources.size());
             const size_t maps = m.headMatched ? size_t(d.kvB) : 1;
-            const int in = m.headMatched ? blocks * d.hdA : blocks * widthA,
+            const int in = m.headMatched ? blocks * d.hdA
+                                         : int(blocks * widthA + m.features.extraDim(blocks, widthA, widthB)),
                       out = m.headMatched ? d.hdB : widthB;
             if (m.headMatched && d.kvA != d.kvB)
                 throw Error(ErrorCode::Shape,
@@ -204,11 +269,12 @@ void Converter::convert(const KvCache &source, KvCache &target) const
     translateTorch("KV conversion", [&] {
         c10::InferenceMode guard;
         std::vector<torch::Tensor> kA(size_t(d.layersA)), vA(size_t(d.layersA));
+        torch::Tensor b0; // B's layer-0 rows, computed once when a map reads them
         t.length = 0;
         t.ids.clear();
         t.reserve(n);
         for (int l = 0; l < int(d.layers.size()); ++l) {
-            auto [k, v] = d.convertLayer(l, kA, vA, s, n);
+            auto [k, v] = d.convertLayer(l, kA, vA, s, n, b0);
             t.keys[size_t(l)].narrow(1, 0, n).copy_(k);
             t.values[size_t(l)].narrow(1, 0, n).copy_(v);
         }

@@ -41,6 +41,7 @@ private Q_SLOTS:
         full.patience = 2;
         full.budgetSeconds = 90;
         full.autoPrompts = 12;
+        full.tokenFeatures = {2, true, 8};
         full.maxTrainTokens = 5000;
         full.name = "n";
         full.attentionPrompts = 8;
@@ -60,7 +61,7 @@ private Q_SLOTS:
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));
             QVERIFY2(f.get(s) == f.get(full), f.name);
         }
-        QCOMPARE(names.size(), size_t(24));
+        QCOMPARE(names.size(), size_t(25));
     }
 
     void defaultsThatDependOnOtherSettings()
@@ -83,6 +84,10 @@ private Q_SLOTS:
                  std::string("expects auto, ridge, attn-ridge, low-rank or mlp, got 'cubic'"));
         QCOMPARE(messageOf("budget", "-1"), std::string("expects a number in [0, 1000000000], got '-1'"));
         QCOMPARE(messageOf("auto-prompts", "0"), std::string("expects an integer >= 1, got '0'"));
+        QCOMPARE(messageOf("token-features", "window=9"),
+                 std::string("expects none, all or a comma list of b, window[=N] (N 0-4) and offsets[=N] (N "
+                             "2-64), got 'window=9'"));
+        QCOMPARE(messageOf("token-features", "all"), std::string("(accepted)"));
         QCOMPARE(FitSettings{}.family, ConverterFamily::Auto); // the default: the fit picks the family
         QCOMPARE(messageOf("family", "low-rank"), std::string("(accepted)"));
     }

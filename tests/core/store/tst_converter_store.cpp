@@ -18,6 +18,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <sys/resource.h>
@@ -262,8 +263,8 @@ QString compareRecords(const ConverterRecord &got, const ConverterRecord &want)
     for (size_t l = 0; l < got.layers.size(); ++l) {
         const LayerConverter &g = got.layers[l], &w = want.layers[l];
         if (g.targetLayer != w.targetLayer || g.sourceLayers != w.sourceLayers ||
-            g.headMatched != w.headMatched)
-            return QStringLiteral("layer %1: target, sources or mode differ").arg(l);
+            g.headMatched != w.headMatched || g.features != w.features)
+            return QStringLiteral("layer %1: target, sources, mode or token features differ").arg(l);
         QString e = compareMaps(g.keys, w.keys, QStringLiteral("layer %1 keys").arg(l));
         if (e.isEmpty())
             e = compareMaps(g.values, w.values, QStringLiteral("layer %1 values").arg(l));
@@ -355,6 +356,7 @@ private Q_SLOTS:
     void roundTripFullAndHeadMatched();
     void roundTripLowRankAndMlp();
     void layerCheckpointRoundTrip();
+    void tokenFeaturesRoundTripAndPlan();
     void replaceExisting();
     void listSortedAndEmpty();
     void groupsCreatedOnDemand();
@@ -536,6 +538,77 @@ void TestConverterStore::layerCheckpointRoundTrip()
     QVERIFY2(QString(err.what()).contains("attribute schema of / is 'kvwb/2'"), err.what());
     err = expectError([&] { loadLayerCheckpoint(fs::path(dir.path().toStdString()) / "absent.h5"); });
     QVERIFY2(QString(err.what()).contains("absent.h5"), err.what());
+}
+
+// Token features: stored per layer (absent in older files: none), the maps' widths grow by exactly
+// extraDim, a record whose maps do not is refused, as are features on head-matched maps or post-RoPE
+// keys; the plan of which rows each position reads, the offsets, and the flag's spelling.
+void TestConverterStore::tokenFeaturesRoundTripAndPlan()
+{
+    const auto refused = [](ErrorCode code, const char *text, const std::function<void()> &f) {
+        const Error e = expectError(f);
+        QCOMPARE(e.code(), code);
+        QVERIFY2(std::string(e.what()).find(text) != std::string::npos, e.what());
+    };
+    QTemporaryDir dir;
+    const fs::path path = fs::path(dir.path().toStdString()) / "exp.h5";
+    writeExperiment(path);
+    const ModelConfig a = model('a').config, b = model('b').config;
+    ConverterRecord r = makeRecord("tf", false, 4);
+    const TokenFeatures features{2, true, 4};
+    for (auto &l : r.layers) {
+        l.features = features;
+        const int s = int(l.sourceLayers.size()), wa = a.numKvHeads * a.headDim,
+                  wb = b.numKvHeads * b.headDim;
+        const int in = int(s * wa + features.extraDim(s, wa, wb));
+        QCOMPARE(in, s * wa + 2 * s * wa + 2 * wb + 4);
+        l.keys = {makeMap(in, wb, 7)};
+        l.values = {makeMap(in, wb, 8)};
+    }
+    saveConverters(path, r);
+    QString e = compareRecords(loadConverters(path, "tf"), r);
+    QVERIFY2(e.isEmpty(), qPrintable(e));
+    QCOMPARE(loadConverters(path, "tf", ConverterParts::MetricsOnly).layers[1].features, features);
+    // a record without features reads back without them
+    saveConverters(path, makeRecord("plain", false, 5));
+    QVERIFY(!loadConverters(path, "plain").layers[0].features.any());
+
+    ConverterRecord narrow = r; // the maps one feature short
+    narrow.layers[0].features.offsets = 3;
+    refused(ErrorCode::InvalidArgument, "layer 0 keys map 0 is [inputDim, outputDim]",
+            [&] { saveConverters(path, narrow); });
+    ConverterRecord postRope = r;
+    postRope.keyForm = KeyForm::PostRope;
+    refused(ErrorCode::InvalidArgument, "token features, which need pre-RoPE keys",
+            [&] { saveConverters(path, postRope); });
+    ConverterRecord badWindow = r;
+    badWindow.layers[1].features.window = 5;
+    refused(ErrorCode::InvalidArgument, "window 5 is outside 0..4", [&] { saveConverters(path, badWindow); });
+
+    // B positions 0..6 paired with A tokens 0 0 1 1 1 2 3: runs [0,1] [2,4] [5] [6]
+    const std::vector<int32_t> pairing = {0, 0, 1, 1, 1, 2, 3};
+    const auto plan = tokenFeaturePlan(TokenFeatures{2, false, 3}, pairing, 7);
+    // window 1: the last position of the run before; window 2: the last position of the one before that
+    QCOMPARE(plan.windowRows, (std::vector<int32_t>{-1, -1, -1, -1, 1, -1, 1, -1, 1, -1, 4, 1, 5, 4}));
+    QCOMPARE(plan.offset, (std::vector<int32_t>{0, 1, 0, 1, 2, 0, 0}));
+    // the same tokenizer: every position its own run
+    const auto same = tokenFeaturePlan(TokenFeatures{1, false, 4}, {}, 3);
+    QCOMPARE(same.windowRows, (std::vector<int32_t>{-1, 0, 1}));
+    QCOMPARE(same.offset, (std::vector<int32_t>{0, 0, 0}));
+    refused(ErrorCode::InvalidArgument, "2 paired positions for 3 tokens", [&] {
+        tokenFeaturePlan(TokenFeatures{1, false, 0}, {0, 1}, 3);
+    });
+
+    QCOMPARE(parseTokenFeatures("all"), std::optional<TokenFeatures>(TokenFeatures{1, true, 4}));
+    QCOMPARE(parseTokenFeatures("none"), std::optional<TokenFeatures>(TokenFeatures{}));
+    QCOMPARE(parseTokenFeatures("offsets=8,b"), std::optional<TokenFeatures>(TokenFeatures{0, true, 8}));
+    QCOMPARE(parseTokenFeatures("window"), std::optional<TokenFeatures>(TokenFeatures{1, false, 0}));
+    for (const char *bad : {"", "b,b", "window=5", "offsets=1", "offsets=65", "x", "b,", "window=-1", "b=2"})
+        QVERIFY2(!parseTokenFeatures(bad), bad);
+    for (const TokenFeatures &f : {TokenFeatures{}, TokenFeatures{1, true, 4}, TokenFeatures{3, false, 2}})
+        QCOMPARE(parseTokenFeatures(tokenFeaturesText(f)), std::optional<TokenFeatures>(f));
+    QCOMPARE(tokenFeaturesText(TokenFeatures{1, true, 4}), std::string("b,window=1,offsets=4"));
+    QCOMPARE(describeTokenFeatures(TokenFeatures{1, true, 4}), std::string("window 1, B tokens, offsets 4"));
 }
 
 void TestConverterStore::replaceExisting()

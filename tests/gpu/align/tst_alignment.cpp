@@ -145,6 +145,80 @@ fs::path writeCrossTokenizer(const fs::path &dir, bool withAlignment)
     return path;
 }
 
+// A character-level target: A tokens ("words", random rows of 1 x 4) split into 1-3 B positions
+// ("characters" from an alphabet of 6); B's layer 0 is its character's own K and V (token-local, as
+// in a real model), and B's layer 1 an exact linear function of A's row, the character's layer-0 K
+// and V, the previous A token's row and the character's offset inside its word. A's rows alone give
+// every character of a word the same input, so they cannot explain it; with B's token features
+// (core::TokenFeatures window 1, B tokens, offsets 4) a linear map can.
+fs::path writeCharacterTarget(const fs::path &dir)
+{
+    const auto a = info('a', 1, 1, 4, "aaaa"), b = info('b', 2, 1, 4, "bbbb");
+    std::mt19937_64 rng(17);
+    std::normal_distribution<float> N(0.0f, 1.0f);
+    const auto randoms = [&](size_t n) {
+        std::vector<float> v(n);
+        for (float &x : v)
+            x = N(rng);
+        return v;
+    };
+    const auto charK = randoms(6 * 4), charV = randoms(6 * 4), offsetBias = randoms(4 * 4 * 2);
+    // per kind: weights of A's row, the previous A row, layer-0 K, layer-0 V, each [4, 4]
+    std::vector<std::vector<float>> W;
+    for (int i = 0; i < 8; ++i)
+        W.push_back(randoms(16));
+    const fs::path path = dir / "chars.h5";
+    auto writer = core::ExperimentWriter::create(path, {}, {}, a, b);
+    for (int p = 0; p < 24; ++p) {
+        core::PromptRecord rec;
+        rec.text = "w" + std::to_string(p);
+        const int words = 12 + p % 5;
+        std::vector<float> xk = randoms(size_t(words) * 4), xv = randoms(size_t(words) * 4);
+        std::vector<int> offset;
+        for (int w = 0; w < words; ++w) {
+            rec.a.ids.push_back(3 + w);
+            const int chars = 1 + int(rng() % 3);
+            for (int c = 0; c < chars; ++c) {
+                rec.b.ids.push_back(int32_t(3 + rng() % 6));
+                rec.alignment.push_back(w);
+                offset.push_back(c);
+            }
+        }
+        const size_t nb = rec.b.ids.size();
+        rec.a.keys.push_back(xk);
+        rec.a.values.push_back(xv);
+        std::vector<float> k0(nb * 4), v0(nb * 4), k1(nb * 4), v1(nb * 4);
+        for (size_t t = 0; t < nb; ++t) {
+            const size_t c = size_t(rec.b.ids[t] - 3);
+            std::copy_n(charK.data() + c * 4, 4, k0.data() + t * 4);
+            std::copy_n(charV.data() + c * 4, 4, v0.data() + t * 4);
+        }
+        for (int kind = 0; kind < 2; ++kind) {
+            const auto &x = kind == 0 ? xk : xv;
+            auto &y = kind == 0 ? k1 : v1;
+            for (size_t t = 0; t < nb; ++t) {
+                const int w = rec.alignment[t];
+                for (int j = 0; j < 4; ++j) {
+                    float acc = offsetBias[size_t((kind * 4 + std::min(offset[t], 3)) * 4 + j)];
+                    for (int i = 0; i < 4; ++i) {
+                        acc += x[size_t(w * 4 + i)] * W[size_t(kind * 4)][size_t(i * 4 + j)];
+                        if (w > 0)
+                            acc += x[size_t((w - 1) * 4 + i)] * W[size_t(kind * 4 + 1)][size_t(i * 4 + j)];
+                        acc += k0[t * 4 + size_t(i)] * W[size_t(kind * 4 + 2)][size_t(i * 4 + j)];
+                        acc += v0[t * 4 + size_t(i)] * W[size_t(kind * 4 + 3)][size_t(i * 4 + j)];
+                    }
+                    y[t * 4 + size_t(j)] = acc;
+                }
+            }
+        }
+        rec.b.keys = {k0, k1};
+        rec.b.values = {v0, v1};
+        writer.appendPrompt(rec);
+    }
+    writer.close();
+    return path;
+}
+
 // A: 2 kv heads of 4, B: 2 kv heads of 3, one layer each. B head h = A head h * W_h + b_h: a map
 // that never mixes heads, which head-matched fitting must recover weight for weight.
 struct HeadSynthetic
@@ -280,7 +354,8 @@ fs::path captureSelf(const fs::path &dir, std::unique_ptr<gpu::Model> &a, std::u
 // elementwise `bend` (A's rows = bend(B's rows), keys and values alike, the same geometry): a
 // converter has to undo the bend, and B itself scores what a converted cache does to its predictions.
 fs::path captureBent(const fs::path &dir, std::unique_ptr<gpu::Model> &b,
-                     const std::function<float(float)> &bend, int prompts = 40)
+                     const std::function<float(float)> &bend, int prompts = 40,
+                     core::KeyForm form = core::KeyForm::PreRope)
 {
     auto spec = core::randomModelPreset("gqa");
     spec.weightStd = 0.3; // sharp attention: B's predictions depend on the context, so there is a gap
@@ -288,8 +363,10 @@ fs::path captureBent(const fs::path &dir, std::unique_ptr<gpu::Model> &b,
     b = gpu::Model::load(dir / "m", {});
     const fs::path tok = dir / "m" / "tokenizer.json";
     const fs::path path = dir / "bent.h5";
+    core::ExperimentOptions options;
+    options.keyForm = form;
     auto writer =
-        core::ExperimentWriter::create(path, {}, {}, gpu::describeModel(core::ModelRole::A, *b, tok),
+        core::ExperimentWriter::create(path, options, {}, gpu::describeModel(core::ModelRole::A, *b, tok),
                                        gpu::describeModel(core::ModelRole::B, *b, tok));
     std::mt19937_64 rng(23);
     for (int p = 0; p < prompts; ++p) {
@@ -302,7 +379,7 @@ fs::path captureBent(const fs::path &dir, std::unique_ptr<gpu::Model> &b,
         auto cache = b->newCache();
         b->forward(std::vector<int>(rec.b.ids.begin(), rec.b.ids.end()), cache);
         for (int l = 0; l < b->config().numLayers; ++l) {
-            const auto kv = cache.layerTokenMajor(l, core::KeyForm::PreRope);
+            const auto kv = cache.layerTokenMajor(l, form);
             rec.b.keys.push_back(kv.keys);
             rec.b.values.push_back(kv.values);
             for (const auto *part : {&kv.keys, &kv.values}) {
@@ -355,6 +432,65 @@ private Q_SLOTS:
         // the wrong source layer cannot explain B: R^2 collapses
         const auto wrong = gpu::fitLayer(file, 2, {0}, train, 1e-3);
         QVERIFY(gpu::evaluateLayer(file, wrong, heldOut).r2Keys < 0.2);
+    }
+
+    // B's token features: on a planted character-level target, A's rows alone leave most of B's deep
+    // layer unexplained, while the map that also reads B's own layer 0, the previous A token and the
+    // offset recovers it exactly on held-out prompts - in ridge, and as the MLP's start; the features
+    // travel with the maps and every scoring path builds them alike (transfer-side: tst_transfer).
+    void tokenFeaturesRecoverACharacterLevelTarget()
+    {
+        QTemporaryDir tmp;
+        const auto file = core::ExperimentReader::open(writeCharacterTarget(tmp.path().toStdString()));
+        std::vector<int> train, heldOut;
+        for (int p = 0; p < 24; ++p)
+            (p < 18 ? train : heldOut).push_back(p);
+        const core::TokenFeatures all{1, true, 4};
+        const auto plain = gpu::evaluateLayer(file, gpu::fitLayer(file, 1, {0}, train, 1e-9), heldOut);
+        QVERIFY2(plain.r2Keys < 0.6 && plain.r2Values < 0.6,
+                 qPrintable(QString("%1 %2").arg(plain.r2Keys).arg(plain.r2Values)));
+        const auto map = gpu::fitLayer(file, 1, {0}, train, 1e-9, nullptr, false, 0, all);
+        QCOMPARE(map.features, all);
+        QCOMPARE(map.keys[0].inputDim, 4 + 4 + 2 * 4 + 4);
+        const auto m = gpu::evaluateLayer(file, map, heldOut);
+        QVERIFY2(m.r2Keys > 0.99999 && m.r2Values > 0.99999,
+                 qPrintable(QString("%1 %2").arg(m.r2Keys).arg(m.r2Values)));
+        // each feature is needed: without the offsets, or without B's tokens, the fit falls short
+        for (const core::TokenFeatures &part :
+             {core::TokenFeatures{1, true, 0}, core::TokenFeatures{1, false, 4},
+              core::TokenFeatures{0, true, 4}}) {
+            const auto r = gpu::evaluateLayer(
+                file, gpu::fitLayer(file, 1, {0}, train, 1e-9, nullptr, false, 0, part), heldOut);
+            QVERIFY2(r.r2Keys < 0.999, qPrintable(QString::fromStdString(core::describeTokenFeatures(part)) +
+                                                  QString(": %1").arg(r.r2Keys)));
+        }
+        // B's layer 0 is its own token-local rows: recovered exactly too
+        const auto first = gpu::evaluateLayer(
+            file, gpu::fitLayer(file, 0, {0}, train, 1e-9, nullptr, false, 0, all), heldOut);
+        QVERIFY(first.r2Keys > 0.99999 && first.r2Values > 0.99999);
+        // the whole fit carries them into the record and its settings
+        gpu::AlignOptions o;
+        o.fit.family = core::ConverterFamily::Ridge;
+        o.fit.lambda = 1e-9;
+        o.fit.tokenFeatures = all;
+        o.fit.attention = false;
+        const auto r = gpu::alignExperiment(file, o, nullptr);
+        for (const auto &l : r.record.layers)
+            QCOMPARE(l.features, all);
+        QCOMPARE(nlohmann::json::parse(r.record.settingsJson).at("token_features").get<std::string>(),
+                 std::string("b,window=1,offsets=4"));
+        QVERIFY(r.record.layerMetrics.at(1, "r2_k") > 0.9999);
+        // the MLP starts from the features' ridge maps and keeps them
+        gpu::MlpOptions mo;
+        mo.epochs = 1;
+        mo.hidden = 8;
+        const auto mlp = gpu::trainMlpLayer(file, map, train, heldOut, mo);
+        QVERIFY(mlp && mlp->features == all && mlp->keys[0].hidden == 8);
+        QVERIFY(gpu::evaluateLayer(file, *mlp, heldOut).r2Keys > 0.9999);
+        // head-matched maps take no features
+        const auto e =
+            test::expectError([&] { gpu::fitLayer(file, 1, {0}, train, 1e-9, nullptr, true, 0, all); });
+        QVERIFY2(std::string(e.what()).find("token features need full maps") != std::string::npos, e.what());
     }
 
     // Different tokenizers: B's rows pair with A's through the stored alignment, so the exact map is
@@ -667,14 +803,17 @@ private Q_SLOTS:
 
     // Family auto keeps the converter that brings B's predictions closest to its own: with A's rows
     // B's bent by a kink (slope 1 below 0, 1/8 above), no linear map undoes it and the MLP does, so
-    // auto scores ridge first and keeps the MLP; with A's rows B's own scaled, ridge is exact and the
-    // MLP is not fitted at all. Without model B, auto refuses.
+    // auto scores ridge first and keeps the MLP (keys stored after RoPE: no token-feature candidate);
+    // with keys before RoPE auto also tries ridge with B's token features, which reads B's own
+    // layer 0 exactly; with A's rows B's own scaled, ridge is exact and the MLP is not fitted at
+    // all. Without model B, auto refuses.
     void autoKeepsTheFamilyWithTheLowestValidationKl()
     {
         QTemporaryDir tmp;
         std::unique_ptr<gpu::Model> b;
-        const auto kinked = captureBent(fs::path(tmp.path().toStdString()) / "kink", b,
-                                        [](float x) { return x > 0 ? x / 8 : x; });
+        const auto kink = [](float x) { return x > 0 ? x / 8 : x; };
+        const auto kinked =
+            captureBent(fs::path(tmp.path().toStdString()) / "kink", b, kink, 40, core::KeyForm::PostRope);
         const auto file = core::ExperimentReader::open(kinked);
         gpu::AlignOptions o;
         QCOMPARE(o.fit.family, core::ConverterFamily::Auto);
@@ -702,10 +841,11 @@ private Q_SLOTS:
             qInfo("%s", gpu::autoCandidateLine(c).c_str());
             QCOMPARE(c.score.prompts, 8);
             QVERIFY(c.score.klNoPrefix > 0.01); // there is a gap to close
+            QVERIFY(!c.features.any());
         }
         const double ridgeKl =
             std::min({r.candidates[0].score.kl, r.candidates[1].score.kl, r.candidates[2].score.kl});
-        QVERIFY2(r.candidates[3].score.kl < 0.8 * ridgeKl, qPrintable(QString::number(ridgeKl)));
+        QVERIFY2(r.candidates[3].score.kl < 0.95 * ridgeKl, qPrintable(QString::number(ridgeKl)));
         QCOMPARE(r.chosen, 3);
         QCOMPARE(r.record.family, core::ConverterFamily::Mlp);
         const auto settings = nlohmann::json::parse(r.record.settingsJson);
@@ -742,6 +882,38 @@ private Q_SLOTS:
                      qPrintable(QString("layer %1").arg(l)));
         }
 
+        // keys before RoPE: ridge with B's token features is tried too, with the better plain ridge's
+        // settings, and B's own layer 0 undoes most of what the kink does there
+        std::unique_ptr<gpu::Model> bp;
+        const auto pre = core::ExperimentReader::open(
+            captureBent(fs::path(tmp.path().toStdString()) / "kink-pre", bp, kink, 40));
+        o.onCandidate = nullptr;
+        o.checkpointDir.clear();
+        const auto rp = gpu::alignExperiment(pre, o, bp.get());
+        QCOMPARE(rp.candidates.size(), size_t(5));
+        QCOMPARE(rp.candidates[3].family, core::ConverterFamily::Ridge);
+        QCOMPARE(rp.candidates[3].features, (core::TokenFeatures{1, true, 4})); // 4 x 32 inputs: window fits
+        QCOMPARE(rp.candidates[4].family, core::ConverterFamily::Mlp);
+        // the MLP starts from the best of the four ridge candidates, its features included
+        size_t bestRidge = 0;
+        for (size_t i = 1; i < 4; ++i)
+            if (rp.candidates[i].score.kl < rp.candidates[bestRidge].score.kl)
+                bestRidge = i;
+        QCOMPARE(rp.candidates[4].features, rp.candidates[bestRidge].features);
+        const double plainKl =
+            std::min({rp.candidates[0].score.kl, rp.candidates[1].score.kl, rp.candidates[2].score.kl});
+        QVERIFY2(rp.candidates[3].score.kl < 0.5 * plainKl,
+                 qPrintable(QString("%1 vs %2").arg(rp.candidates[3].score.kl).arg(plainKl)));
+        int lowest = 0; // auto keeps the lowest validation KL (ties: the earlier, cheaper candidate)
+        for (int i = 1; i < int(rp.candidates.size()); ++i)
+            if (rp.candidates[size_t(i)].score.kl < rp.candidates[size_t(lowest)].score.kl)
+                lowest = i;
+        QCOMPARE(rp.chosen, lowest);
+        QCOMPARE(rp.record.layers[0].features, rp.candidates[size_t(lowest)].features);
+        QCOMPARE(nlohmann::json::parse(rp.record.settingsJson)["auto"]["candidates"][3]["token_features"]
+                     .get<std::string>(),
+                 std::string("b,window=1,offsets=4"));
+
         // a linear bend: ridge on every layer is exact, so the MLP is not fitted
         std::unique_ptr<gpu::Model> b2;
         const auto scaled = captureBent(
@@ -749,7 +921,7 @@ private Q_SLOTS:
         const auto file2 = core::ExperimentReader::open(scaled);
         o.onCandidate = nullptr;
         const auto r2 = gpu::alignExperiment(file2, o, b2.get());
-        QCOMPARE(r2.candidates.size(), size_t(3)); // the two ridges and the attention-aligned one
+        QCOMPARE(r2.candidates.size(), size_t(4)); // the two ridges, attention-aligned, token features
         QCOMPARE(r2.record.family, core::ConverterFamily::Ridge);
         QVERIFY(r2.candidates[size_t(r2.chosen)].score.gapClosed() > 0.99);
         QVERIFY(std::any_of(r2.warnings.begin(), r2.warnings.end(), [](const std::string &w) {
@@ -997,7 +1169,7 @@ private Q_SLOTS:
             for (int i = 0; i < w; ++i) // output columns of kv head 1 read random mixtures
                 for (int j = c.headDim; j < w; ++j)
                     scrambled.weight[size_t(i) * size_t(w) + size_t(j)] = N(rng);
-            maps.push_back({l, {l}, false, {id}, {scrambled}});
+            maps.push_back({l, {l}, false, {id}, {scrambled}, {}});
         }
         const auto m = gpu::attentionCosine(file, maps, *b, {0, 1, 2, 3, 4, 5});
         QCOMPARE(m.prompts, 6);

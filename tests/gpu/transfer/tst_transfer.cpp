@@ -3,6 +3,7 @@
 // and transfer's device conversion agree on random multi-source maps; the cross-tokenizer path puts
 // A's paired rows at B's positions; maps that do not fit the geometry are refused naming the layer.
 #include "core/model/random_model.h"
+#include "core/store/converter_store.h"
 #include "core/util/error.h"
 #include "gpu/transfer/cross_tokenizer.h"
 #include "gpu/transfer/transfer.h"
@@ -238,7 +239,7 @@ private Q_SLOTS:
             auto m = test::identityMap(w);
             for (float &x : m.weight)
                 x += N(rng);
-            noisy.layers.push_back({l, {l}, false, {m}, {m}});
+            noisy.layers.push_back({l, {l}, false, {m}, {m}, {}});
         }
         const auto conv = gpu::Converter::create(noisy, *a, *b);
         std::vector<int> prompt;
@@ -313,11 +314,11 @@ private Q_SLOTS:
         std::mt19937_64 rng(3);
         std::normal_distribution<float> N(0.0f, 0.2f);
         for (int l = 0; l < c.numLayers; ++l) {
-            good.layers.push_back({l, {l}, false, {test::identityMap(w)}, {test::identityMap(w)}});
+            good.layers.push_back({l, {l}, false, {test::identityMap(w)}, {test::identityMap(w)}, {}});
             auto noise = test::identityMap(w);
             for (float &x : noise.weight)
                 x = N(rng);
-            bad.layers.push_back({l, {l}, false, {noise}, {noise}});
+            bad.layers.push_back({l, {l}, false, {noise}, {noise}, {}});
         }
         std::vector<int> prompt;
         for (int i = 0; i < 24; ++i)
@@ -630,6 +631,167 @@ private Q_SLOTS:
             }
     }
 
+    // Model::tokenLocalKv is what B's own prefill writes to layer 0, for every kind of layer-0
+    // projection: biases (qwen2), key norms (qwen3), scaled embeddings and unit-offset norms (gemma3).
+    void tokenLocalKvIsLayerZero_data()
+    {
+        QTest::addColumn<QString>("preset");
+        for (const char *p : {"tiny", "qwen2", "qwen3", "gemma3"})
+            QTest::newRow(p) << QString::fromLatin1(p);
+    }
+    void tokenLocalKvIsLayerZero()
+    {
+        QFETCH(QString, preset);
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "m", core::randomModelPreset(preset.toStdString()));
+        auto m = gpu::Model::load(dir / "m", {});
+        std::vector<int> ids;
+        for (int t = 0; t < 19; ++t)
+            ids.push_back((t * 29 + 3) % m->config().vocabSize);
+        const auto local = m->tokenLocalKv(ids);
+        auto cache = m->newCache();
+        m->forward(ids, cache);
+        const auto own = cache.layer(0, core::KeyForm::PreRope);
+        QCOMPARE(local.keys.size(), own.keys.size());
+        QCOMPARE(local.values.size(), own.values.size());
+        double d = 0, s = 0;
+        for (size_t i = 0; i < own.keys.size(); ++i) {
+            d = std::max({d, double(std::abs(local.keys[i] - own.keys[i])),
+                          double(std::abs(local.values[i] - own.values[i]))});
+            s = std::max({s, double(std::abs(own.keys[i])), double(std::abs(own.values[i]))});
+        }
+        QVERIFY2(s > 0 && d < 1e-5 * s, qPrintable(QString("%1 of %2").arg(d).arg(s)));
+        QCOMPARE(test::expectError([&] { m->tokenLocalKv({m->config().vocabSize}); }).code(),
+                 core::ErrorCode::InvalidArgument);
+    }
+
+    // Token features at transfer time (core::TokenFeatures): B's layer-0 rows come from
+    // Model::tokenLocalKv, which equals what B's own prefill writes to layer 0; a converter with
+    // every feature, across a pairing where several B positions share an A token, converts a paired
+    // source cache exactly as the documented layout fed to convertRows (what fitting and scoring read
+    // from the file) says. A = demo-a, B = demo-b.
+    void tokenFeaturesConvertAsDocumented()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        core::writeRandomHfModel(dir / "a", core::randomModelPreset("demo-a"));
+        core::writeRandomHfModel(dir / "b", core::randomModelPreset("demo-b"));
+        auto a = gpu::Model::load(dir / "a", {});
+        auto b = gpu::Model::load(dir / "b", {});
+        const auto &ca = a->config(), &cb = b->config();
+        const int kvA = ca.numKvHeads, hdA = ca.headDim, kvB = cb.numKvHeads, hdB = cb.headDim;
+        const int wA = kvA * hdA, wB = kvB * hdB;
+
+        // B's prompt: 30 tokens; A's: 14, each A token covering 1-4 of B's
+        gpu::TokenPairing p;
+        for (int t = 0; t < 30; ++t)
+            p.idsB.push_back((t * 41 + 7) % cb.vocabSize);
+        for (int w = 0, t = 0; t < 30; ++w) {
+            p.idsA.push_back((w * 23 + 5) % ca.vocabSize);
+            for (int c = 0; c < 1 + (w * 5) % 4 && t < 30; ++c, ++t)
+                p.alignment.push_back(w);
+        }
+        QVERIFY(p.crossTokenizer());
+        const int64_t n = int64_t(p.idsB.size()) - 1;
+        const std::vector<int> prefixB(p.idsB.begin(), p.idsB.end() - 1);
+
+        // tokenLocalKv is layer 0 of B's own prefill
+        const auto local = b->tokenLocalKv(prefixB);
+        auto own = b->newCache();
+        b->forward(prefixB, own);
+        const auto layer0 = own.layer(0, core::KeyForm::PreRope);
+        QCOMPARE(local.keys.size(), layer0.keys.size());
+        double d0 = 0, s0 = 0;
+        for (const auto *part : {&local.keys, &local.values})
+            for (size_t i = 0; i < part->size(); ++i) {
+                const float want = (part == &local.keys ? layer0.keys : layer0.values)[i];
+                d0 = std::max(d0, double(std::abs((*part)[i] - want)));
+                s0 = std::max(s0, double(std::abs(want)));
+            }
+        QVERIFY2(d0 < 1e-5 * s0, qPrintable(QString::number(d0 / s0)));
+
+        const core::TokenFeatures features{2, true, 4};
+        std::mt19937_64 rng(3);
+        std::normal_distribution<float> N(0.0f, 1.0f);
+        core::ConverterRecord set;
+        set.keyForm = core::KeyForm::PreRope;
+        for (int l = 0; l < cb.numLayers; ++l) {
+            core::LayerConverter m;
+            m.targetLayer = l;
+            m.sourceLayers = gpu::proportionalSourceLayers(l, cb.numLayers, ca.numLayers, 2);
+            m.features = features;
+            const int in = int(2 * wA + features.extraDim(2, wA, wB));
+            for (auto *list : {&m.keys, &m.values}) {
+                core::KvMap map;
+                map.inputDim = in;
+                map.outputDim = wB;
+                map.weight.resize(size_t(in) * size_t(wB));
+                for (float &w : map.weight)
+                    w = N(rng) / std::sqrt(float(in));
+                map.bias.assign(size_t(wB), 0.25f);
+                list->push_back(std::move(map));
+            }
+            set.layers.push_back(std::move(m));
+        }
+        auto cacheA = a->newCache();
+        a->forward(std::vector<int>(p.idsA.begin(), p.idsA.begin() + gpu::sourceTokensNeeded(p)), cacheA);
+        const auto paired = gpu::pairedSourceCache(*a, cacheA, p, core::KeyForm::PreRope);
+        const auto got = gpu::Converter::create(set, *a, *b).convertToHost(paired);
+
+        // the documented layout, by hand
+        const auto plan = core::tokenFeaturePlan(
+            features, std::vector<int32_t>(p.alignment.begin(), p.alignment.begin() + n), n);
+        std::vector<gpu::TokenMajorKv> rowsA; // A's rows in B's positions
+        for (int l = 0; l < ca.numLayers; ++l)
+            rowsA.push_back(paired.layerTokenMajor(l, core::KeyForm::PreRope));
+        double maxDiff = 0, scale = 0;
+        for (int l = 0; l < cb.numLayers; ++l)
+            for (bool keys : {true, false}) {
+                const auto &m = set.layers[size_t(l)];
+                std::vector<const float *> src;
+                for (int s : m.sourceLayers)
+                    src.push_back((keys ? rowsA[size_t(s)].keys : rowsA[size_t(s)].values).data());
+                const int64_t extraDim = features.extraDim(2, wA, wB);
+                std::vector<float> extra(size_t(n * extraDim), 0.0f);
+                for (int64_t t = 0; t < n; ++t) {
+                    float *row = extra.data() + t * extraDim;
+                    for (int w = 0; w < features.window; ++w) {
+                        const int32_t r = plan.windowRows[size_t(t * features.window + w)];
+                        for (size_t b2 = 0; r >= 0 && b2 < src.size(); ++b2)
+                            std::copy_n(src[b2] + r * wA, wA, row + (w * 2 + int(b2)) * wA);
+                    }
+                    float *b0 = row + features.window * 2 * wA;
+                    for (int h = 0; h < kvB; ++h)
+                        for (int j = 0; j < hdB; ++j) {
+                            b0[h * hdB + j] = local.keys[size_t((h * n + t) * hdB + j)];
+                            b0[wB + h * hdB + j] = local.values[size_t((h * n + t) * hdB + j)];
+                        }
+                    b0[2 * wB + plan.offset[size_t(t)]] = 1.0f;
+                }
+                const auto want = gpu::convertRows(m, keys, src, n, kvA, hdA, kvB, hdB, extra.data());
+                const auto &g = keys ? got[size_t(l)].keys : got[size_t(l)].values; // [kvB, n, hdB]
+                QCOMPARE(g.size(), want.size());
+                for (int64_t t = 0; t < n; ++t)
+                    for (int h = 0; h < kvB; ++h)
+                        for (int j = 0; j < hdB; ++j) {
+                            const double w = want[size_t((t * kvB + h) * hdB + j)],
+                                         x = g[size_t((h * n + t) * hdB + j)];
+                            maxDiff = std::max(maxDiff, std::abs(w - x));
+                            scale = std::max(scale, std::abs(w));
+                        }
+            }
+        QVERIFY2(maxDiff < 1e-4 * scale, qPrintable(QString::number(maxDiff / scale)));
+        // the offsets matter here: positions 1.. of a run differ from the run's first
+        QVERIFY(std::count(plan.offset.begin(), plan.offset.end(), 0) < n);
+        // maps without their features are refused by name
+        const auto e = test::expectError([&] {
+            gpu::convertRows(set.layers[0], true, {nullptr, nullptr}, n, kvA, hdA, kvB, hdB);
+        });
+        QVERIFY2(std::string(e.what()).find("takes token features; none were given") != std::string::npos,
+                 e.what());
+    }
+
     void geometryMismatchIsRefused()
     {
         QTemporaryDir tmp;
@@ -640,7 +802,7 @@ private Q_SLOTS:
         auto b = gpu::Model::load(dir / "b", {});
         core::ConverterRecord conv; // identity of A's width: wrong for B
         for (int l = 0; l < b->config().numLayers; ++l)
-            conv.layers.push_back({l, {0}, false, {test::identityMap(64)}, {test::identityMap(64)}});
+            conv.layers.push_back({l, {0}, false, {test::identityMap(64)}, {test::identityMap(64)}, {}});
         const auto e = test::expectError([&] { gpu::Converter::create(conv, *a, *b); });
         QCOMPARE(e.code(), core::ErrorCode::Shape);
         QVERIFY2(QString(e.what()).contains("layer 0"), e.what());

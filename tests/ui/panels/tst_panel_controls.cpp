@@ -222,8 +222,18 @@ private Q_SLOTS:
         r.maxTrainTokens = 20000;
         r.budgetSeconds = 600;
         r.autoPrompts = 12;
+        r.tokenFeatures = {2, true, 8}; // a project's own list is added to the choices
         p.setFitRequest(r);
         compareFit(p.fitRequest(), r);
+        auto *features = p.findChild<QComboBox *>("tokenFeaturesCombo");
+        QVERIFY(features && features->currentText() == QString("b,window=2,offsets=8"));
+        features->setCurrentIndex(features->findData("b,window=1,offsets=4"));
+        QCOMPARE(p.fitRequest().tokenFeatures, (core::TokenFeatures{1, true, 4}));
+        features->setCurrentIndex(0);
+        QVERIFY(!p.fitRequest().tokenFeatures.any());
+        r.tokenFeatures = {};
+        p.setFitRequest(r);
+        QCOMPARE(features->currentText(), QString("none"));
         // the family's own settings are the only ones enabled
         auto *rank = p.findChild<QSpinBox *>("rankSpin");
         auto *hidden = p.findChild<QSpinBox *>("mlpHiddenSpin");
