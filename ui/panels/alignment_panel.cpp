@@ -622,7 +622,11 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_autoPrompts->setToolTip(tr("Auto: at most this many validation prompts on which B's next-token KL "
                                  "chooses the family (kvwb align --auto-prompts)."));
     familyRow->addWidget(m_autoPrompts);
-    familyRow->addWidget(new QLabel(tr("Token features:"), box));
+    familyRow->addStretch(1);
+    grid->addLayout(familyRow, 1, 0, 1, 13);
+
+    // B's token features on the buttons' row: the family's row is full at 1366 px
+    auto *featuresLabel = new QLabel(tr("Token features:"), box);
     m_tokenFeatures = new QComboBox(box);
     m_tokenFeatures->setObjectName("tokenFeaturesCombo");
     for (const char *spec : {"none", "b,window=1,offsets=4", "b,offsets=4", "b"})
@@ -636,11 +640,9 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
         tr("Inputs beside A's rows at the paired token, for a target tokenizer finer than the source's: "
            "b = B's own layer-0 K and V (computed from each token alone), window = the A tokens before, "
            "offsets = where the B token sits inside A's (kvwb align --token-features)."));
-    familyRow->addWidget(m_tokenFeatures);
-    familyRow->addStretch(1);
-    grid->addLayout(familyRow, 1, 0, 1, 13);
-
     auto *buttons = new QHBoxLayout;
+    buttons->addWidget(featuresLabel);
+    buttons->addWidget(m_tokenFeatures);
     m_fit = new QPushButton(tr("Fit"), box);
     m_fit->setObjectName("fitButton");
     m_fit->setToolTip(
