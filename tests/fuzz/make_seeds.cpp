@@ -149,6 +149,18 @@ void writeExperimentSeed(const fs::path &path, FloatType storage, int compress, 
     c.ckaKeys = Matrix{2, 2, {1, 0.5, 0.5, 1}};
     c.ckaValues = c.ckaKeys;
     saveConverters(path, c);
+    // the same maps with B's token features (core::TokenFeatures): wider inputs, three attributes
+    ConverterRecord f = c;
+    f.name = "features";
+    for (auto &lc : f.layers) {
+        lc.features = {1, true, 2};
+        KvMap m = lc.keys[0];
+        m.inputDim = int(4 + lc.features.extraDim(1, 4, 4));
+        m.weight.assign(size_t(m.inputDim) * 4, 0.25f);
+        lc.keys = {m};
+        lc.values = {m};
+    }
+    saveConverters(path, f);
     saveTable(path, "sweep", MetricTable{{"k", "r2"}, {{1, 0.5}}}, "{}");
     LedgerRow row;
     row.tenant = "t1";
