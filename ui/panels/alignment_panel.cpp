@@ -75,8 +75,11 @@ QString autoText(const core::ConverterRecord &c)
     QStringList scores;
     for (const auto &v : list) {
         const QJsonObject o = v.toObject();
-        scores << QObject::tr("%1, %2 %3")
-                      .arg(o.value("family").toString(), o.value("selection").toString())
+        const QString features = o.value("token_features").toString();
+        scores << QObject::tr("%1, %2%3 %4")
+                      .arg(o.value("family").toString(), o.value("selection").toString(),
+                           features.isEmpty() || features == "none" ? QString()
+                                                                    : QObject::tr(" + token features"))
                       .arg(o.value("valid_kl").toDouble(), 0, 'f', 3);
     }
     return QObject::tr(" Chosen by auto: validation KL %1 (%2; no prefix %3).")

@@ -349,8 +349,11 @@ void addAutoChoice(Doc &doc, const core::ConverterRecord &r)
     int i = 0;
     for (const auto &c : it->at("candidates")) {
         rows.push_back({(i == chosen ? "kept: " : "") + c.value("family", std::string("?")),
-                        fmt::format("{} (k = {}), lambda {}", c.value("selection", std::string("?")),
-                                    c.value("k", 0), c.value("lambda_mode", std::string("?"))),
+                        fmt::format("{} (k = {}), lambda {}{}", c.value("selection", std::string("?")),
+                                    c.value("k", 0), c.value("lambda_mode", std::string("?")),
+                                    c.value("token_features", std::string("none")) == "none"
+                                        ? std::string()
+                                        : ", token features " + c.value("token_features", std::string())),
                         number(c, "valid_kl", "{:.4f}"), number(c, "valid_kl_no_prefix", "{:.4f}"),
                         c.contains("valid_gap_closed") && c["valid_gap_closed"].is_number()
                             ? fmt::format("{:.1f} %", 100 * c["valid_gap_closed"].get<double>())
