@@ -253,10 +253,23 @@ ProjectAlignment readAlignment(Section &s)
     s.boolean("auto_lambda", f.autoLambda);
     s.number("lambda", f.lambda, 0.0, kDoubleMax, true);
     s.boolean("per_head", f.perHead);
-    readName(s, "family", f.family, parseConverterFamily, {"auto", "ridge", "low_rank", "mlp"});
+    readName(s, "family", f.family, parseConverterFamily, {"auto", "ridge", "attn_ridge", "low_rank", "mlp"});
     s.integer("rank", f.rank, 1, 1 << 20);
     s.integer("mlp_hidden", f.mlpHidden, 1, 1 << 20);
     s.integer("mlp_epochs", f.mlpEpochs, 0, 100000);
+    s.number("budget_seconds", f.budgetSeconds, 0.0, 1e9);
+    s.integer("auto_prompts", f.autoPrompts, 1, INT32_MAX);
+    std::string features;
+    s.string("token_features", features);
+    if (!features.empty()) {
+        const auto parsed = parseTokenFeatures(features);
+        if (!parsed)
+            s.fail(
+                s.path("token_features"),
+                "must be none, all or a comma list of b, window[=N] (N 0-4) and offsets[=N] (N 2-64), got '" +
+                    features + "'");
+        f.tokenFeatures = *parsed;
+    }
     s.integer("max_train_tokens", f.maxTrainTokens, 0, INT64_MAX);
     s.string("in_use", a.inUse);
     return a;
@@ -348,6 +361,9 @@ json alignmentJson(const ProjectAlignment &a)
             {"rank", f.rank},
             {"mlp_hidden", f.mlpHidden},
             {"mlp_epochs", f.mlpEpochs},
+            {"budget_seconds", f.budgetSeconds},
+            {"auto_prompts", f.autoPrompts},
+            {"token_features", tokenFeaturesText(f.tokenFeatures)},
             {"max_train_tokens", f.maxTrainTokens},
             {"in_use", a.inUse}};
 }

@@ -607,7 +607,19 @@ LayerConverter readLayer(hid_t file, const std::string &name, const std::string 
         l.headMatched = readIntAttr(g.get(), site, "head_matched") != 0;
         for (int64_t s : readIntArrayAttr(g.get(), site, "source_layers"))
             l.sourceLayers.push_back(int(s));
-        if (H5Aexists(g.get(), "token_window") > 0) {
+        // token features: all three attributes or none (none: a converter of A's rows alone)
+        int present = 0;
+        for (const char *attr : {"token_window", "token_target", "token_offsets"}) {
+            const htri_t e = H5Aexists(g.get(), attr);
+            if (e < 0)
+                throw Error(ErrorCode::Format, site.attr(attr) + " cannot be read");
+            present += e > 0 ? 1 : 0;
+        }
+        if (present != 0 && present != 3)
+            throw Error(ErrorCode::Format, name + ": " + path +
+                                               " has some of token_window, token_target and token_offsets; "
+                                               "all three or none");
+        if (present == 3) {
             const int64_t w = readIntAttr(g.get(), site, "token_window"),
                           t = readIntAttr(g.get(), site, "token_target"),
                           o = readIntAttr(g.get(), site, "token_offsets");
@@ -742,6 +754,9 @@ ConverterRecord loadConverters(const fs::path &experiment, const std::string &na
     for (int i : indices) {
         r.layers.push_back(
             readLayer(fid, file, layersPath + "/" + std::to_string(i), i, parts == ConverterParts::WithMaps));
+        if (r.layers.back().features.any() && r.keyForm != KeyForm::PreRope)
+            throw Error(ErrorCode::Format, file + ": layer " + std::to_string(i) + " of converter " + name +
+                                               " has token features, but its keys are post-RoPE");
         if (r.layers.back().keys.front().family() != r.family)
             throw Error(ErrorCode::Format,
                         file + ": layer " + std::to_string(i) + " of converter " + name + " holds " +

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -140,15 +141,8 @@ struct Converter::Impl
                 for (auto &p : parts)
                     flat.push_back(p.transpose(0, 1).reshape({n, kvA * hdA}));
                 auto x = torch::cat(flat, 1); // [n, k * wA]
-                if (L.features.any()) {
-                    if (L.features.targetTokens && !b0.defined())
-                        b0 = targetTokenRows(std::vector<int>(s.ids.begin(), s.ids.begin() + n));
-                    if (!s.sourceIndex.empty() && int64_t(s.sourceIndex.size()) != n)
-                        throw Error(ErrorCode::InvalidArgument,
-                                    fmt::format("source cache pairs {} of its {} positions with A's tokens",
-                                                s.sourceIndex.size(), n));
+                if (L.features.any())         // b0 and the pairing checked by convert()
                     x = torch::cat({x, featureColumns(L, x, b0, s.sourceIndex, n)}, 1);
-                }
                 y = detail::applyMaps(maps, x.unsqueeze(0))
                         .view({n, kvB, hdB})
                         .transpose(0, 1)
@@ -269,7 +263,16 @@ void Converter::convert(const KvCache &source, KvCache &target) const
     translateTorch("KV conversion", [&] {
         c10::InferenceMode guard;
         std::vector<torch::Tensor> kA(size_t(d.layersA)), vA(size_t(d.layersA));
-        torch::Tensor b0; // B's layer-0 rows, computed once when a map reads them
+        // token features: what they read is checked and computed before the target is touched
+        torch::Tensor b0; // B's layer-0 rows
+        const bool features = std::any_of(d.layers.begin(), d.layers.end(),
+                                          [](const Impl::Layer &L) { return L.features.any(); });
+        if (features && !s.sourceIndex.empty() && int64_t(s.sourceIndex.size()) != n)
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("source cache pairs {} of its {} positions with A's tokens",
+                                    s.sourceIndex.size(), n));
+        if (d.target && n > 0)
+            b0 = d.targetTokenRows(std::vector<int>(s.ids.begin(), s.ids.begin() + n));
         t.length = 0;
         t.ids.clear();
         t.reserve(n);
