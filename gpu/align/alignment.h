@@ -311,8 +311,8 @@ struct AlignResult
 // and fits, in this order: ridge with the fit's selection, ridge on every captured A layer with lambda
 // auto (top k = 4096 / A's row width when every layer would exceed 4,096 features; skipped when the
 // fit already asks for that), attention-aligned ridge (family AttnRidge) with the better one's
-// settings, ridge with B's token features (core::TokenFeatures b, offsets 4, and window 1 when A's
-// rows of k + 1 tokens stay within 4,096 inputs; when the fit asks for none and the file's keys are pre-RoPE
+// settings, ridge with B's token features (core::TokenFeatures b, offsets 4, and window 1 when all
+// of the map's inputs stay within 4,096; when the fit asks for none and the file's keys are pre-RoPE
 // with B's layer 0 captured) with the better plain ridge's settings, then the MLP from the best of these; the
 // MLP is skipped when that ridge already closes 99 % of the no-prefix KL gap or the budget is spent. It keeps
 // the candidate with the lowest validation KL (transferKl on the validation prompts, at most fit.autoPrompts

@@ -56,8 +56,12 @@ std::optional<core::FitSettings> featureSettings(const core::ExperimentReader &f
     const auto &capB = f.model(core::ModelRole::B).capturedLayers;
     if (std::find(capB.begin(), capB.end(), 0) == capB.end())
         return std::nullopt;
-    const int64_t width = geometry(f).widthA();
-    s.tokenFeatures = {int64_t(k + 1) * width <= kMaxWideFeatures ? 1 : 0, true, 4};
+    // every input counts against the cap: A's rows of k layers, B's layer-0 K and V and the offsets;
+    // the window's k more rows only when they still fit
+    const Geometry g = geometry(f);
+    const core::TokenFeatures with{1, true, 4}, without{0, true, 4};
+    const int64_t inputs = int64_t(k) * g.widthA() + with.extraDim(k, g.widthA(), g.widthB());
+    s.tokenFeatures = inputs <= kMaxWideFeatures ? with : without;
     return s;
 }
 

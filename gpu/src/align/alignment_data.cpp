@@ -46,7 +46,7 @@ void checkTokenFeatureSource(const core::ExperimentReader &f, const core::TokenF
 
 std::vector<float> tokenFeatureRows(const core::ExperimentReader &f, const std::vector<int> &layers,
                                     const core::TokenFeatures &features, int prompt, bool keys,
-                                    int64_t tokens)
+                                    int64_t tokens, const std::vector<float> *rowsA)
 {
     const Geometry g = geometry(f);
     const int64_t extra = features.extraDim(int(layers.size()), g.widthA(), g.widthB());
@@ -60,7 +60,10 @@ std::vector<float> tokenFeatureRows(const core::ExperimentReader &f, const std::
         tokens);
     size_t col = 0;
     if (features.window > 0) {
-        const auto a = sourceRows(f, layers, prompt, keys, tokens); // [tokens, blocks * wA]
+        // [tokens, blocks * wA]: the caller's when it holds them, else read here
+        const std::vector<float> own =
+            rowsA ? std::vector<float>() : sourceRows(f, layers, prompt, keys, tokens);
+        const std::vector<float> &a = rowsA ? *rowsA : own;
         const size_t block = size_t(layers.size()) * size_t(g.widthA());
         for (int64_t t = 0; t < tokens; ++t)
             for (int w = 0; w < features.window; ++w) {
@@ -93,7 +96,7 @@ std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector
         const size_t base = size_t(g.widthA()) * layers.size(),
                      extra = size_t(features.extraDim(int(layers.size()), g.widthA(), g.widthB()));
         const auto a = sourceRows(f, layers, prompt, keys, tokens);
-        const auto e = tokenFeatureRows(f, layers, features, prompt, keys, tokens);
+        const auto e = tokenFeatureRows(f, layers, features, prompt, keys, tokens, &a); // a read once
         std::vector<float> x(size_t(tokens) * (base + extra));
         for (int64_t t = 0; t < tokens; ++t) {
             std::copy_n(a.data() + size_t(t) * base, base, x.data() + size_t(t) * (base + extra));

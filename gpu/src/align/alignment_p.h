@@ -39,10 +39,11 @@ std::vector<float> sourceRows(const core::ExperimentReader &f, const std::vector
                               bool keys, int64_t tokens, const core::TokenFeatures &features = {});
 // The token features' columns alone, [tokens, features.extraDim(...)]: what convertRows takes as
 // `extra` beside A's rows. Error(InvalidArgument) naming the file when the file's keys are not
-// pre-RoPE or B's layer 0 was not captured.
+// pre-RoPE or B's layer 0 was not captured. rowsA: A's rows of `layers` in B's positions (sourceRows
+// without features) when the caller already read them, for the window blocks.
 std::vector<float> tokenFeatureRows(const core::ExperimentReader &f, const std::vector<int> &layers,
                                     const core::TokenFeatures &features, int prompt, bool keys,
-                                    int64_t tokens);
+                                    int64_t tokens, const std::vector<float> *rowsA = nullptr);
 // Error(InvalidArgument) naming the file when it cannot give these features (see tokenFeatureRows).
 void checkTokenFeatureSource(const core::ExperimentReader &f, const core::TokenFeatures &features,
                              bool headMatched);
