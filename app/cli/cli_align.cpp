@@ -64,14 +64,23 @@ void checkFamilyFlags(const QCommandLineParser &p, const core::FitSettings &s)
     if (s.family != core::ConverterFamily::LowRank && p.isSet("rank"))
         throw UsageError{"--rank applies to --family low-rank only"};
     const bool trainsMlp = s.family == core::ConverterFamily::Mlp || s.family == core::ConverterFamily::Auto;
-    for (const char *flag : {"hidden", "epochs", "batch", "learning-rate", "patience", "budget"})
+    for (const char *flag : {"hidden", "epochs", "batch", "learning-rate"})
         if (p.isSet(flag) && !trainsMlp)
             throw UsageError{fmt::format("--{} applies to --family mlp or auto only", flag)};
-    if (p.isSet("auto-prompts") && s.family != core::ConverterFamily::Auto)
-        throw UsageError{"--auto-prompts applies to --family auto only"};
-    if (s.resume && (!trainsMlp || s.dryRun))
-        throw UsageError{
-            "--resume applies to --family mlp or auto fits that store their converter (not --dry-run)"};
+    for (const char *flag : {"patience", "budget"})
+        if (p.isSet(flag) && !trainsMlp && s.objective != core::FitObjective::Kl)
+            throw UsageError{
+                fmt::format("--{} applies to --family mlp or auto, or --objective kl, only", flag)};
+    if (p.isSet("auto-prompts") && s.family != core::ConverterFamily::Auto &&
+        s.objective != core::FitObjective::Kl)
+        throw UsageError{"--auto-prompts applies to --family auto or --objective kl only"};
+    const bool kl = s.objective == core::FitObjective::Kl;
+    for (const char *flag : {"kl-epochs", "kl-learning-rate"})
+        if (p.isSet(flag) && !kl)
+            throw UsageError{fmt::format("--{} applies to --objective kl only", flag)};
+    if (s.resume && (!(trainsMlp || kl) || s.dryRun))
+        throw UsageError{"--resume applies to --family mlp or auto fits, or --objective kl fits, that store "
+                         "their converter (not --dry-run)"};
 }
 
 // The record's "auto" settings (the candidates and the choice), null for a fit of one family.
@@ -117,9 +126,14 @@ int cmdAlign(const QStringList &args)
     const auto fit = jobs::runFit(
         settings,
         [&](const core::ExperimentReader &file, std::vector<std::string> &) {
+            const bool kl = settings.objective == core::FitObjective::Kl;
             if (settings.attention || settings.family == core::ConverterFamily::Auto ||
-                settings.family == core::ConverterFamily::AttnRidge)
-                b = loadFileModel(file, core::ModelRole::B, p, loadOptions(p));
+                settings.family == core::ConverterFamily::AttnRidge || kl) {
+                auto lo = loadOptions(p);
+                // the KL objective's gradients run through B's dense weights, never its quantised kernels
+                lo.dequantize = lo.dequantize || kl;
+                b = loadFileModel(file, core::ModelRole::B, p, lo);
+            }
             return static_cast<const gpu::Model *>(b.get());
         },
         [&](double f, const std::string &stage) {
@@ -137,11 +151,9 @@ int cmdAlign(const QStringList &args)
         std::fprintf(stderr, "\n");
     if (r.cancelled) {
         const auto dir = jobs::fitCheckpointDir(path.string(), settings.name);
-        if ((settings.family == core::ConverterFamily::Mlp ||
-             settings.family == core::ConverterFamily::Auto) &&
-            !settings.dryRun && fs::exists(dir))
+        if (jobs::fitKeepsCheckpoints(settings) && fs::exists(dir))
             std::fprintf(stderr,
-                         "cancelled: nothing stored; the trained layers are in %s, continue with --resume\n",
+                         "cancelled: nothing stored; what was trained is in %s, continue with --resume\n",
                          dir.c_str());
         else
             std::fprintf(stderr, "cancelled: nothing stored\n");
@@ -185,6 +197,8 @@ int cmdAlign(const QStringList &args)
                           {"fit_ms", fitMs},
                           {"resumed_layers", r.resumedLayers},
                           {"auto", autoJson(r)},
+                          {"objective", core::fitObjectiveName(settings.objective)},
+                          {"kl", json::parse(rec.settingsJson).value("kl", json())},
                           {"layers", layers},
                           {"cka_keys", matrixJson(rec.ckaKeys)},
                           {"cka_values", matrixJson(rec.ckaValues)},
@@ -202,6 +216,8 @@ int cmdAlign(const QStringList &args)
     if (r.chosen >= 0)
         std::printf("family auto chose %s: %s\n", core::converterFamilyName(rec.family),
                     gpu::autoCandidateLine(r.candidates[size_t(r.chosen)]).c_str());
+    if (!r.klObjective.empty())
+        std::printf("%s\n", r.klObjective.c_str());
     std::printf(
         "fit %.1f s, %lld parameters (%.2f MB as f32), conversion %.2f ms per 1k tokens of every layer\n\n",
         rec.fitSeconds, (long long)rec.parameterCount(), double(rec.bytes()) / 1e6, rec.convertMsPer1k);

@@ -406,6 +406,12 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
                     throw core::Error(core::ErrorCode::InvalidArgument,
                                       "family auto chooses the converter by model B's validation KL: load "
                                       "the experiment's model B first, or choose a family");
+                if (settings.objective == core::FitObjective::Kl)
+                    throw core::Error(
+                        core::ErrorCode::InvalidArgument,
+                        "the KL objective trains the maps through model B: load the experiment's "
+                        "model B first (dequantised, if it is a quantised GGUF file), or fit "
+                        "with the KV objective");
                 if (settings.family == core::ConverterFamily::AttnRidge)
                     throw core::Error(
                         core::ErrorCode::InvalidArgument,
@@ -430,6 +436,7 @@ void EngineWorker::fit(quint64 job, const core::FitSettings &request,
             s->family = QString::fromUtf8(core::converterFamilyName(r.record.family));
             for (const auto &c : r.candidates)
                 s->autoCandidates << QString::fromStdString(gpu::autoCandidateLine(c));
+            s->klObjective = QString::fromStdString(r.klObjective);
             if (m_converterKey.rfind(request.experiment + "\n" + request.name + "\n", 0) == 0)
                 m_converter.reset(); // refitted: the cached one is stale
         }

@@ -19,6 +19,12 @@ std::string fitCheckpointDir(const std::string &experimentPath, const std::strin
     return experimentPath + ".fit-" + name;
 }
 
+bool fitKeepsCheckpoints(const core::FitSettings &s)
+{
+    return !s.dryRun && (s.family == core::ConverterFamily::Mlp || s.family == core::ConverterFamily::Auto ||
+                         s.objective == core::FitObjective::Kl);
+}
+
 FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
                   const std::function<bool(double fraction, const std::string &stage)> &progress,
                   const std::function<void(const gpu::AutoCandidate &)> &onCandidate)
@@ -28,9 +34,7 @@ FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
     o.fit = settings;
     o.progress = progress;
     o.onCandidate = onCandidate;
-    const bool store = !settings.dryRun;
-    const bool checkpoints = store && (settings.family == core::ConverterFamily::Mlp ||
-                                       settings.family == core::ConverterFamily::Auto);
+    const bool checkpoints = fitKeepsCheckpoints(settings);
     if (checkpoints) // without a directory, resume does nothing
         o.checkpointDir = fitCheckpointDir(settings.experiment, settings.name);
     const auto t0 = core::Clock::now();
@@ -43,7 +47,7 @@ FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,
     }
     out.fitMs = core::msSince(t0);
     out.warnings.insert(out.warnings.end(), out.result.warnings.begin(), out.result.warnings.end());
-    if (!out.result.cancelled && store) {
+    if (!out.result.cancelled && !settings.dryRun) {
         core::saveConverters(settings.experiment, out.result.record);
         out.stored = true;
         if (checkpoints) {

@@ -19,6 +19,11 @@ namespace kvwb::app::jobs {
 // "<experiment>.fit-<name>".
 std::string fitCheckpointDir(const std::string &experimentPath, const std::string &name);
 
+// Whether the fit keeps what it trains in fitCheckpointDir() until its converter is stored (MLP
+// layers, the KL objective's state), so that settings.resume can continue it: fits that train (family
+// mlp or auto, objective kl) and store their converter.
+bool fitKeepsCheckpoints(const core::FitSettings &settings);
+
 struct FitOutcome
 {
     gpu::AlignResult result;           // cancelled: nothing was stored
@@ -33,9 +38,10 @@ struct FitOutcome
 using FitTargetFn =
     std::function<const gpu::Model *(const core::ExperimentReader &file, std::vector<std::string> &warnings)>;
 
-// Fits and scores the converter `settings` describe and, unless settings.dryRun, stores it; MLP fits
-// that store their converter keep each trained layer in fitCheckpointDir() until it is saved, and with
-// settings.resume read back the layers of an interrupted fit with the same settings.
+// Fits and scores the converter `settings` describe and, unless settings.dryRun, stores it; fits that
+// train (fitKeepsCheckpoints) keep each trained MLP layer and the KL objective's state in
+// fitCheckpointDir() until it is saved, and with settings.resume continue an interrupted fit with the
+// same settings.
 // settings.k is bounded to 1..A's layers. With family auto, onCandidate hears each candidate as soon
 // as it is scored (ridge first).
 FitOutcome runFit(const core::FitSettings &settings, const FitTargetFn &target,

@@ -63,12 +63,15 @@ void mapRows(std::vector<FitFlag> &t)
         "ridge, needs --rank) or mlp (ridge skip path plus a trained GELU branch).",
         &S::family, [](const std::string &v) { return parseConverterFamily(v); }, converterFamilyName,
         "auto, ridge, attn-ridge, low-rank or mlp"));
-    t.push_back(real("budget", "S",
-                     "auto, mlp: stop the MLP's training after S seconds of the fit; layers it did not reach "
-                     "keep their ridge maps (default 0: no limit).",
-                     &S::budgetSeconds, 0.0, 1e9));
+    t.push_back(
+        real("budget", "S",
+             "auto, mlp, kl: stop the MLP's and the KL objective's training after S seconds of the "
+             "fit; MLP layers it did not reach keep their ridge maps, the KL objective its best epoch "
+             "so far (default 0: no limit).",
+             &S::budgetSeconds, 0.0, 1e9));
     t.push_back(integer<S, int>("auto-prompts", "N",
-                                "auto: validation prompts on which B's KL chooses the family (default 32).",
+                                "auto, kl: validation prompts on which B's KL chooses the family and the "
+                                "KL objective's epoch (default 32).",
                                 &S::autoPrompts, 1));
     t.push_back(choice(
         "token-features", "none|all|LIST",
@@ -86,8 +89,21 @@ void mapRows(std::vector<FitFlag> &t)
     t.push_back(real("learning-rate", "LR", "mlp: Adam's learning rate (default 1e-3).", &S::learningRate,
                      1e-9, 10.0));
     t.push_back(integer<S, int>("patience", "N",
-                                "mlp: stop a kind after N epochs without a validation gain (default 3).",
+                                "mlp, kl: stop after N epochs without a validation gain (default 3).",
                                 &S::patience, 1));
+    t.push_back(choice(
+        "objective", "kv|kl",
+        "What the fit minimises: kv (default: each family's regression of B's K/V rows) or kl (then the "
+        "maps trained further through frozen model B, in f32 or bf16 and never its quantised kernels, on "
+        "the KL between B's next-token distributions from the converted cache and from its own prefill; "
+        "the epoch with the lowest validation KL is kept, the KV fit itself included; loads model B).",
+        &S::objective, [](const std::string &v) { return parseFitObjective(v); }, fitObjectiveName,
+        "kv or kl"));
+    t.push_back(integer<S, int>("kl-epochs", "N",
+                                "kl: at most this many passes over the training prompts (default 8).",
+                                &S::klEpochs, 1));
+    t.push_back(real("kl-learning-rate", "LR", "kl: Adam's learning rate (default 1e-4).", &S::klLearningRate,
+                     1e-9, 10.0));
 }
 
 // Calibration, naming, scoring, what is stored, and the prompt split.
@@ -122,8 +138,9 @@ void runRows(std::vector<FitFlag> &t)
                        "dry_run", Scope::Run));
     t.push_back(
         toggle("resume",
-               "mlp, auto: continue an interrupted fit of the same settings from its trained MLP layers "
-               "(kept in EXP.h5.fit-NAME until the converter is stored).",
+               "mlp, auto, objective kl: continue an interrupted fit of the same settings from its trained "
+               "MLP layers and the KL objective's last epoch (kept in EXP.h5.fit-NAME until the converter "
+               "is stored).",
                &S::resume, true, "resume", Scope::Run));
     t.push_back(real("valid-fraction", "F", "Prompts held out to choose layers/lambda (default 0.15).",
                      &S::validFraction, 0.0, 0.9));

@@ -24,15 +24,19 @@ struct FitSettings
     bool perHead = false;    // each B head from the same head of A only
     ConverterFamily family = ConverterFamily::Auto; // auto: ridge, then the MLP; the lower validation KL
     double budgetSeconds = 0; // auto, mlp: MLP training stops here (0: no limit); untrained layers stay ridge
-    int autoPrompts = 32;     // auto: validation prompts on which B's KL chooses the family
+    int autoPrompts = 32;     // auto, kl: validation prompts on which B's KL chooses the family / epoch
     int rank = 16;            // low-rank: the rank of each map
     int mlpHidden = 256;      // mlp: the branch's width
     int mlpEpochs = 30;       // mlp: at most this many epochs
     int mlpBatch = 256;       // mlp: rows per step
-    double learningRate = 1e-3;  // mlp: Adam's
-    int patience = 3;            // mlp: epochs without a validation gain before a kind stops
-    TokenFeatures tokenFeatures; // inputs beside A's rows (full maps; B's layer 0, offsets, window)
-    int64_t maxTrainTokens = 0;  // calibration tokens (0: every training prompt)
+    double learningRate = 1e-3; // mlp: Adam's
+    int patience = 3;           // mlp, kl: epochs without a validation gain before training stops
+    // kl: after the fit above, its maps trained through frozen model B on B's next-token KL
+    FitObjective objective = FitObjective::Kv;
+    int klEpochs = 8;             // kl: at most this many passes over the training prompts
+    double klLearningRate = 1e-4; // kl: Adam's
+    TokenFeatures tokenFeatures;  // inputs beside A's rows (full maps; B's layer 0, offsets, window)
+    int64_t maxTrainTokens = 0;   // calibration tokens (0: every training prompt)
     std::string name = "default";
     int attentionPrompts = 32; // test prompts scored by attention-output cosine
     bool attention = true;     // score the attention-output cosine (needs model B)

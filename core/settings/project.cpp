@@ -270,6 +270,9 @@ ProjectAlignment readAlignment(Section &s)
                     features + "'");
         f.tokenFeatures = *parsed;
     }
+    readName(s, "objective", f.objective, parseFitObjective, {"kv", "kl"});
+    s.integer("kl_epochs", f.klEpochs, 1, 100000);
+    s.number("kl_learning_rate", f.klLearningRate, 1e-9, 10.0);
     s.integer("max_train_tokens", f.maxTrainTokens, 0, INT64_MAX);
     s.string("in_use", a.inUse);
     return a;
@@ -364,6 +367,9 @@ json alignmentJson(const ProjectAlignment &a)
             {"budget_seconds", f.budgetSeconds},
             {"auto_prompts", f.autoPrompts},
             {"token_features", tokenFeaturesText(f.tokenFeatures)},
+            {"objective", fitObjectiveName(f.objective)},
+            {"kl_epochs", f.klEpochs},
+            {"kl_learning_rate", f.klLearningRate},
             {"max_train_tokens", f.maxTrainTokens},
             {"in_use", a.inUse}};
 }

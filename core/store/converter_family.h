@@ -54,6 +54,18 @@ inline constexpr EnumName<ConverterFamily> kConverterFamilyNames[] = {
     {ConverterFamily::AttnRidge, "attn-ridge"}};
 KVWB_ENUM_NAMES(ConverterFamily, kConverterFamilyNames, converterFamilyName, parseConverterFamily)
 
+// What a fit minimises once the maps are fitted. Kv: the regression of B's K/V rows (each family's own
+// fit). Kl: then trains the maps further through frozen model B on the KL between B's next-token
+// distributions from the converted cache and from its own prefill (gpu/align/alignment.h).
+enum class FitObjective
+{
+    Kv,
+    Kl
+};
+inline constexpr EnumName<FitObjective> kFitObjectiveNames[] = {{FitObjective::Kv, "kv"},
+                                                                {FitObjective::Kl, "kl"}};
+KVWB_ENUM_NAMES(FitObjective, kFitObjectiveNames, fitObjectiveName, parseFitObjective)
+
 // Inputs a full-mode map takes beside A's rows at the paired token (what a finer target tokenizer
 // needs: B positions paired with one A token all see the same A row). For B position t paired with
 // A token a[t], let s(t) be the first position of the run of B positions paired with a[t] (the same

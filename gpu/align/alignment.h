@@ -197,6 +197,14 @@ TransferKl transferKl(const core::ExperimentReader &file, const std::vector<core
                       const Model &target, const std::vector<int> &prompts, int maxPrompts = 32,
                       int continuation = 16);
 
+// The KL objective's loss as its training computes it (B's forward through autograd, in torch's own
+// ops, the converted prefix as tensors): the mean over the continuation positions of KL(own ||
+// converted) on the prompts transferKl takes, which transferKl computes through B's inference path
+// (its kernels and its cache); the two agree to rounding (a test holds them equal).
+double klObjectiveLoss(const core::ExperimentReader &file, const std::vector<core::LayerConverter> &layers,
+                       const Model &target, const std::vector<int> &prompts, int maxPrompts = 32,
+                       int continuation = 16);
+
 // Linear CKA between every (B layer, A layer) pair of token rows, on up to maxTokens rows of the
 // prompts: {keys, values}, each [B layers, A layers]; NaN where a layer was not captured.
 std::pair<core::Matrix, core::Matrix> linearCka(const core::ExperimentReader &file,
@@ -302,6 +310,9 @@ struct AlignResult
     // family auto: every candidate in the order tried, and the index of the one kept (its record)
     std::vector<AutoCandidate> candidates;
     int chosen = -1;
+    // objective kl: one line for the log, what the training through B did to the validation KL
+    // ("KL objective: validation KL 0.0930 -> 0.0712 (no prefix 1.4450), ..."); empty otherwise
+    std::string klObjective;
 };
 
 // The whole fit: split, select sources, choose lambda, fit every B layer, score on the test
@@ -318,6 +329,17 @@ struct AlignResult
 // the candidate with the lowest validation KL (transferKl on the validation prompts, at most fit.autoPrompts
 // of them; ties: the earlier, cheaper one). The record's settings JSON gains "auto": the candidates and their
 // scores, and which was chosen.
+// Objective kl (fit.objective; needs target, dense: Error(InvalidArgument) without it, B's own error
+// when its weights are held in quantised blocks) fits the family as above, then trains every map of
+// every layer jointly through frozen B (torch's autograd through B's forward in its compute dtype) on
+// the KL between B's next-token distributions from the converted cache and from its own prefill, on
+// the training prompts split as transferKl splits them (the last min(16, n / 2) tokens run on top of
+// the converted rest): Adam at fit.klLearningRate, 4 prompts a step, a seeded order each epoch, at most
+// fit.klEpochs epochs, each scored by transferKl on the validation prompts (at most fit.autoPrompts);
+// the epoch with the lowest validation KL is kept (the KV fit itself when none is lower), and 2 epochs
+// without a 0.01 % gain stop it. The maps keep their family and shapes. With checkpointDir the state
+// after each epoch is kept there (kl-state.pt) and fit.resume continues it. The record's settings
+// gain "objective": "kl" and "kl": the scores before and after, per epoch.
 AlignResult alignExperiment(const core::ExperimentReader &file, const AlignOptions &options,
                             const Model *target);
 

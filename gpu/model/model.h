@@ -27,6 +27,10 @@
 
 namespace kvwb::gpu {
 
+namespace detail {
+struct ModelAccess; // gpu/src/model/model_grad_p.h: B's forward through autograd
+}
+
 // The most intra-op threads a job may ask for (each costs a stack and a spinning worker).
 inline constexpr int kMaxThreads = 1024;
 
@@ -165,6 +169,7 @@ public:
                             const TokenFn &onToken = {}, const std::atomic_bool *cancel = nullptr) const;
 
 private:
+    friend struct detail::ModelAccess;
     Model();
     struct Impl;
     std::unique_ptr<Impl> m_impl;

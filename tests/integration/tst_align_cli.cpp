@@ -413,9 +413,26 @@ private Q_SLOTS:
         const auto s = QJsonDocument::fromJson(r.out).object()["summary"].toObject();
         QCOMPARE(s["prompts"].toInt(), 2);
         QVERIFY(std::isfinite(s["kl"].toDouble()));
+        // the KL objective: the ridge fit, then its maps trained through B; never worse on validation
+        r = runKvwb({"align", "--experiment", q(exp), "--family", "ridge", "--objective", "kl", "--kl-epochs",
+                     "2", "--name", "kl", "--no-attention", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        j = QJsonDocument::fromJson(r.out).object();
+        QCOMPARE(j["objective"].toString(), QString("kl"));
+        QCOMPARE(j["family"].toString(), QString("ridge"));
+        const auto kl = j["kl"].toObject();
+        QVERIFY(kl["epochs"].toInt() >= 1 && kl["epochs"].toInt() <= 2);
+        QVERIFY(kl["valid_kl"].toDouble() <= kl["valid_kl_kv_fit"].toDouble());
+        QCOMPARE(j["settings"].toObject()["objective"].toString(), QString("kl"));
+        QVERIFY(!fs::exists(exp.string() + ".fit-kl")); // its state goes once the converter is stored
+        r = runKvwb({"align", "--experiment", q(exp), "--family", "ridge", "--objective", "kl", "--kl-epochs",
+                     "1", "--name", "kl", "--replace", "--no-attention"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        QVERIFY2(r.out.contains("KL objective: validation KL"), r.out.constData());
         // usage errors: exit 2, one line naming the flag
         for (const QStringList &bad :
              {QStringList{"--family", "spline"}, QStringList{"--family", "low-rank"},
+              QStringList{"--family", "ridge", "--kl-epochs", "2"}, QStringList{"--objective", "mse"},
               QStringList{"--rank", "4"}, QStringList{"--family", "ridge", "--hidden", "8"},
               QStringList{"--family", "ridge", "--budget", "60"},
               QStringList{"--family", "mlp", "--auto-prompts", "4"},
@@ -425,7 +442,8 @@ private Q_SLOTS:
             QCOMPARE(r.exitCode, 2);
             QVERIFY2(r.err.contains("--family") || r.err.contains("--rank") || r.err.contains("--hidden") ||
                          r.err.contains("--resume") || r.err.contains("--budget") ||
-                         r.err.contains("--auto-prompts"),
+                         r.err.contains("--auto-prompts") || r.err.contains("--kl-epochs") ||
+                         r.err.contains("--objective"),
                      r.err.constData());
         }
         // a rank the maps cannot have: refused naming it

@@ -612,9 +612,9 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_budget->setSingleStep(60);
     m_budget->setSuffix(tr(" s"));
     m_budget->setSpecialValueText(tr("no limit"));
-    m_budget->setToolTip(tr("MLP and auto: no training epoch starts after this many seconds from the fit's "
-                            "start; the best epoch run is kept and layers not reached stay ridge "
-                            "(kvwb align --budget)."));
+    m_budget->setToolTip(tr("MLP, auto and the KL objective: no training epoch (KL: step) starts after this "
+                            "many seconds from the fit's start; the best epoch run is kept and layers not "
+                            "reached stay ridge (kvwb align --budget)."));
     familyRow->addWidget(m_budget);
     familyRow->addWidget(new QLabel(tr("Choose on:"), box));
     m_autoPrompts = new QSpinBox(box);
@@ -622,8 +622,9 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
     m_autoPrompts->setRange(1, 100000);
     m_autoPrompts->setValue(core::FitSettings{}.autoPrompts);
     m_autoPrompts->setSuffix(tr(" prompts"));
-    m_autoPrompts->setToolTip(tr("Auto: at most this many validation prompts on which B's next-token KL "
-                                 "chooses the family (kvwb align --auto-prompts)."));
+    m_autoPrompts->setToolTip(tr("Auto and the KL objective: at most this many validation prompts on which "
+                                 "B's next-token KL chooses the family and the epoch (kvwb align "
+                                 "--auto-prompts)."));
     familyRow->addWidget(m_autoPrompts);
     familyRow->addStretch(1);
     grid->addLayout(familyRow, 1, 0, 1, 13);
@@ -643,9 +644,26 @@ void AlignmentPanel::buildFitGroup(QLayout *parent)
         tr("Inputs beside A's rows at the paired token, for a target tokenizer finer than the source's: "
            "b = B's own layer-0 K and V (computed from each token alone), window = the A tokens before, "
            "offsets = where the B token sits inside A's (kvwb align --token-features)."));
+    auto *objectiveLabel = new QLabel(tr("Objective:"), box);
+    m_objective = new QComboBox(box);
+    m_objective->setObjectName("objectiveCombo");
+    m_objective->addItem(tr("KV"), "kv");
+    m_objective->setItemData(0, tr("Each family's own fit: the regression of B's K/V rows."),
+                             Qt::ToolTipRole);
+    m_objective->addItem(tr("KL through B"), "kl");
+    m_objective->setItemData(1,
+                             tr("After the KV fit, train the maps through frozen model B on the KL between "
+                                "its next-token distributions from the converted cache and from its own "
+                                "prefill; the epoch with the lowest validation KL is kept (needs model B "
+                                "loaded, dequantised if it is a quantised GGUF file)."),
+                             Qt::ToolTipRole);
+    m_objective->setToolTip(tr("What the fit minimises: B's K/V rows, or then B's next-token KL (kvwb align "
+                               "--objective kv|kl)."));
     auto *buttons = new QHBoxLayout;
     buttons->addWidget(featuresLabel);
     buttons->addWidget(m_tokenFeatures);
+    buttons->addWidget(objectiveLabel);
+    buttons->addWidget(m_objective);
     m_fit = new QPushButton(tr("Fit"), box);
     m_fit->setObjectName("fitButton");
     m_fit->setToolTip(
@@ -679,6 +697,7 @@ void AlignmentPanel::connectFitGroup()
     connect(m_autoLambda, &QCheckBox::toggled, this, [this] { refreshFitEnabled(); });
     connect(m_selection, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
     connect(m_family, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
+    connect(m_objective, &QComboBox::currentIndexChanged, this, [this] { refreshFitEnabled(); });
     connect(m_fitName, &QLineEdit::textChanged, this, &AlignmentPanel::fitInputChanged);
     connect(m_lambda, &QLineEdit::textChanged, this, &AlignmentPanel::fitInputChanged);
     connect(m_autoLambda, &QCheckBox::toggled, this, &AlignmentPanel::fitInputChanged);
@@ -874,6 +893,8 @@ core::FitSettings AlignmentPanel::fitRequest() const
     r.autoPrompts = m_autoPrompts->value();
     r.tokenFeatures = core::parseTokenFeatures(m_tokenFeatures->currentData().toString().toStdString())
                           .value_or(core::TokenFeatures{});
+    r.objective = core::parseFitObjective(m_objective->currentData().toString().toStdString())
+                      .value_or(core::FitObjective::Kv);
     return r;
 }
 
@@ -898,6 +919,8 @@ void AlignmentPanel::setFitRequest(const core::FitSettings &r)
     if (m_tokenFeatures->findData(features) < 0) // a project's own list
         m_tokenFeatures->addItem(features, features);
     m_tokenFeatures->setCurrentIndex(m_tokenFeatures->findData(features));
+    m_objective->setCurrentIndex(
+        std::max(0, m_objective->findData(QString::fromUtf8(core::fitObjectiveName(r.objective)))));
     m_maxTokens->setValue(int(std::min<int64_t>(r.maxTrainTokens, std::numeric_limits<int>::max())));
 }
 
@@ -938,14 +961,15 @@ void AlignmentPanel::refreshFitEnabled()
     m_sweepRun->setEnabled(!m_busy && havePrompts);
     m_cancel->setEnabled(m_ownJob);
     for (QWidget *w : std::initializer_list<QWidget *>{m_fitName, m_selection, m_autoLambda, m_perHead,
-                                                       m_maxTokens, m_family, m_tokenFeatures})
+                                                       m_maxTokens, m_family, m_tokenFeatures, m_objective})
         w->setEnabled(!m_busy);
     const QString family = m_family->currentData().toString();
     m_rank->setEnabled(!m_busy && family == "low_rank");
     m_mlpHidden->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
     m_mlpEpochs->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
-    m_budget->setEnabled(!m_busy && (family == "mlp" || family == "auto"));
-    m_autoPrompts->setEnabled(!m_busy && family == "auto");
+    const bool kl = m_objective->currentData().toString() == "kl";
+    m_budget->setEnabled(!m_busy && (family == "mlp" || family == "auto" || kl));
+    m_autoPrompts->setEnabled(!m_busy && (family == "auto" || kl));
     m_k->setEnabled(!m_busy && m_selection->currentData().toString() != "all");
     m_lambda->setEnabled(!m_busy && !m_autoLambda->isChecked());
     if (!m_busy && !havePrompts)
@@ -1032,6 +1056,8 @@ void AlignmentPanel::showFitSummary(const FitSummary &s)
                                               : tr(" (auto chose %1)").arg(s.family.toHtmlEscaped()));
     for (const QString &c : s.autoCandidates)
         text += "<br>" + c.toHtmlEscaped();
+    if (!s.klObjective.isEmpty())
+        text += "<br>" + s.klObjective.toHtmlEscaped();
     for (const QString &w : s.warnings)
         text += "<br>" + tr("warning: %1").arg(w.toHtmlEscaped());
     m_fitStatus->setText(text);

@@ -139,6 +139,7 @@ private:
     QDoubleSpinBox *m_budget = nullptr;   // seconds of MLP training (0: no limit)
     QSpinBox *m_autoPrompts = nullptr;    // auto: validation prompts whose KL chooses the family
     QComboBox *m_tokenFeatures = nullptr; // core::TokenFeatures as kvwb align --token-features spells them
+    QComboBox *m_objective = nullptr;     // core::FitObjective: kv or kl
     QSpinBox *m_maxTokens = nullptr;
     QPushButton *m_fit = nullptr;
     QPushButton *m_cancel = nullptr;

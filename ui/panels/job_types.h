@@ -88,6 +88,7 @@ struct FitSummary
     double meanR2K = 0, meanR2V = 0, meanAttnCos = 0;
     QString family;             // the stored converter's (family auto: the one it chose)
     QStringList autoCandidates; // family auto: each candidate's line, in the order tried
+    QString klObjective;        // objective kl: what training through B did (gpu::AlignResult::klObjective)
     QStringList warnings;
 };
 

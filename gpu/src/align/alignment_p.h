@@ -11,7 +11,10 @@
 #include "gpu/align/alignment.h"
 
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,5 +109,52 @@ std::vector<double> weightedR2(const core::ExperimentReader &f, const std::vecto
 // alignExperiment for family auto (alignment_auto.cpp): the candidates alignment.h lists, each a fit
 // of a concrete family through alignExperiment, scored by transferKl on the validation prompts.
 AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, const Model *target);
+
+// The KL objective's training (kl_fit.cpp): every map of every layer, initialised from `layers`, trained
+// jointly through frozen model B (ModelAccess::logitsAfter) on the mean over continuation positions of
+// KL(B's own next-token distribution || B's from the converted cache), the split transferKl scores
+// (the last min(continuation, n / 2) of a prompt's n tokens run on top of the converted rest); Adam,
+// `batch` prompts a step, the training prompts in a seeded order each epoch; after each epoch, transferKl
+// on the validation prompts, and the epoch with the lowest kept (epoch 0: `layers` themselves), early
+// stopping after `patience` epochs without a 0.01 % gain.
+struct KlOptions
+{
+    int epochs = 8;
+    double learningRate = 1e-4;
+    int patience = 2;
+    int batch = 4;
+    int continuation = 16;
+    int validationPrompts = 32; // at most, of `valid`
+    uint64_t seed = 1;
+    // No step starts after this time: the kept epoch is the best of those scored, the budget's cut
+    // epoch scored too.
+    std::optional<core::Clock::time_point> deadline;
+    // State after each epoch (maps, the best maps, Adam's moments, the scores) in this directory, and
+    // with resume, read back when its key matches (another key: Error(InvalidArgument)).
+    std::filesystem::path stateDir;
+    std::string key;
+    bool resume = false;
+    // (step, steps of all epochs) after each step; false cancels.
+    std::function<bool(int64_t step, int64_t steps, int epoch)> progress;
+};
+struct KlFitStats
+{
+    int epochs = 0;                   // epochs run (this call and any resumed)
+    int bestEpoch = 0;                // 0: the KV fit itself was best
+    TransferKl start, kept;           // validation scores of `layers` and of the result
+    std::vector<double> history;      // validation KL after each epoch
+    std::vector<double> trainHistory; // mean training KL of each epoch's steps (as it trained)
+    int trainPrompts = 0;             // usable training prompts (aligned, 4 tokens or more)
+    int64_t trainTokens = 0;          // continuation positions per epoch
+    bool deadlineReached = false, resumed = false;
+    double seconds = 0;
+};
+// nullopt when progress cancelled. Error(InvalidArgument) for no usable training or validation prompt
+// or bad options; Error(Config) when target is not the file's B; model B's own errors (quantised
+// weights) unchanged.
+std::optional<std::vector<core::LayerConverter>>
+trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &layers,
+                 const Model &target, const std::vector<int> &train, const std::vector<int> &valid,
+                 const KlOptions &options, KlFitStats *stats = nullptr);
 
 } // namespace kvwb::gpu::detail

@@ -107,7 +107,7 @@ double cosineSum(const torch::Tensor &a, const torch::Tensor &b)
 
 } // namespace
 
-std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
+torch::Tensor detail::mapInput(const core::LayerConverter &map, bool keys,
                                const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
                                int headDimA, int kvHeadsB, int headDimB, const float *extra)
 {
@@ -140,27 +140,37 @@ std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
             ErrorCode::Shape,
             fmt::format("layer {} head-matched map has {} heads of {} features; A gives {} heads of {}",
                         map.targetLayer, maps.size(), maps[0].inputDim, kvHeadsA, blocks * headDimA));
+    std::vector<torch::Tensor> parts; // each [tokens, kvA, hdA]
+    for (const float *p : source)
+        parts.push_back(
+            torch::from_blob(const_cast<float *>(p), {tokens, kvHeadsA, headDimA}, torch::kFloat32));
+    if (map.headMatched)
+        return torch::cat(parts, 2).transpose(0, 1).contiguous();     // [kvA, tokens, blocks * hdA]
+    auto x = torch::cat(parts, 1).reshape({tokens, blocks * widthA}); // [tokens, blocks * wA] (a copy)
+    if (extraDim > 0)
+        x = torch::cat({x, torch::from_blob(const_cast<float *>(extra), {tokens, extraDim}, torch::kFloat32)},
+                       1);
+    return x.unsqueeze(0); // [1, tokens, in]
+}
+
+torch::Tensor detail::mapOutputRows(const core::LayerConverter &map, const torch::Tensor &y)
+{
+    // head-matched: [kvB, tokens, hdB] -> [tokens, kvB, hdB]; full: [1, tokens, kvB * hdB]
+    return map.headMatched ? y.transpose(0, 1).reshape({y.size(1), -1}) : y[0];
+}
+
+std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
+                               const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
+                               int headDimA, int kvHeadsB, int headDimB, const float *extra)
+{
     return detail::translateTorch("convert rows", [&] {
         c10::InferenceMode guard;
-        std::vector<torch::Tensor> parts; // each [tokens, kvA, hdA]
-        for (const float *p : source)
-            parts.push_back(
-                torch::from_blob(const_cast<float *>(p), {tokens, kvHeadsA, headDimA}, torch::kFloat32));
-        const auto stacked = detail::stackMaps(
-            maps, torch::kCPU, fmt::format("layer {} {}", map.targetLayer, keys ? "key" : "value"));
-        torch::Tensor x, y;
-        if (map.headMatched) {
-            x = torch::cat(parts, 2).transpose(0, 1).contiguous(); // [kvA, tokens, blocks * hdA]
-            y = detail::applyMaps(stacked, x).transpose(0, 1);     // [tokens, kvB, hdB]
-        } else {
-            x = torch::cat(parts, 1).reshape({tokens, blocks * widthA}); // [tokens, blocks * wA]
-            if (extraDim > 0)
-                x = torch::cat(
-                    {x, torch::from_blob(const_cast<float *>(extra), {tokens, extraDim}, torch::kFloat32)},
-                    1);
-            y = detail::applyMaps(stacked, x.unsqueeze(0)); // [1, tokens, kvB * hdB]
-        }
-        y = y.contiguous();
+        const auto x =
+            detail::mapInput(map, keys, source, tokens, kvHeadsA, headDimA, kvHeadsB, headDimB, extra);
+        const auto stacked =
+            detail::stackMaps(keys ? map.keys : map.values, torch::kCPU,
+                              fmt::format("layer {} {}", map.targetLayer, keys ? "key" : "value"));
+        const auto y = detail::mapOutputRows(map, detail::applyMaps(stacked, x)).contiguous();
         return std::vector<float>(y.data_ptr<float>(), y.data_ptr<float>() + y.numel());
     });
 }

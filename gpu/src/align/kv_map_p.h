@@ -35,4 +35,14 @@ torch::Tensor applyMaps(const MapTensors &m, const torch::Tensor &x);
 // The maps back as values (f32 on the host): what the MLP trainer returns after training.
 std::vector<core::KvMap> unstackMaps(const MapTensors &m, const std::vector<core::KvMap> &like);
 
+// What gpu::convertRows feeds the maps of one kind of a layer (its arguments, checked the same way,
+// Error(Shape) or Error(InvalidArgument) naming the layer): x [maps, tokens, in] f32 on the CPU, a
+// copy: [1, tokens, A's rows side by side then the token features] for full maps, [kvA, tokens,
+// blocks * hdA] head-matched. Defined in alignment_scores.cpp.
+torch::Tensor mapInput(const core::LayerConverter &map, bool keys, const std::vector<const float *> &source,
+                       int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB,
+                       const float *extra);
+// applyMaps' output for mapInput's x -> B's token-major rows [tokens, kvB * hdB].
+torch::Tensor mapOutputRows(const core::LayerConverter &map, const torch::Tensor &y);
+
 } // namespace kvwb::gpu::detail

@@ -3,6 +3,7 @@
 #include "core/util/error.h"
 #include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
+#include "gpu/src/model/model_p.h"
 #include "gpu/src/torch_error_p.h"
 
 #include <fmt/format.h>
@@ -68,8 +69,12 @@ torch::Tensor RopeTables::apply(const torch::Tensor &x, int layer, int64_t start
         cos = (cos * undo).contiguous();
         sinTable = (sinTable * undo).contiguous();
     }
-    if (detail::cpuKernelFits(x) && x.dim() == 3)
+    if (detail::cpuKernelFits(x) && x.dim() == 3 && !x.requires_grad()) // (autograd: torch's ops)
         return ropeCpu(x, cos, sinTable, m_layout == core::RopeLayout::RotateHalf, inverse);
+    if (x.requires_grad()) { // autograd saves the tables
+        cos = detail::savable(cos);
+        sinTable = detail::savable(sinTable);
+    }
     const auto sin = inverse ? -sinTable : sinTable;
     const auto xf = x.to(torch::kFloat32);
     const int64_t d = x.size(2), half = d / 2;

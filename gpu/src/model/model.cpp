@@ -9,6 +9,7 @@
 #include "core/util/system_memory.h"
 #include "gpu/src/model/cpu_kernels_p.h"
 #include "gpu/src/model/kv_cache_p.h"
+#include "gpu/src/model/model_grad_p.h"
 #include "gpu/src/model/model_p.h"
 #include "gpu/src/torch_error_p.h"
 
@@ -88,8 +89,10 @@ struct Model::Impl
 
     torch::Tensor rmsNorm(const torch::Tensor &x, const torch::Tensor &w) const
     {
-        if (detail::cpuKernelFits(x) && x.is_contiguous())
+        if (detail::cpuKernelFits(x) && x.is_contiguous() && !x.requires_grad())
             return detail::rmsNormCpu(x, w, config.rmsNormEps, config.unitOffsetNorm);
+        if (x.requires_grad() && w.is_inference()) // (autograd saves w)
+            return rmsNorm(x, savable(w));
         const auto xf = x.to(torch::kFloat32);
         const auto var = xf.pow(2).mean(-1, true);
         const auto normed = xf * torch::rsqrt(var + config.rmsNormEps);
@@ -111,6 +114,15 @@ struct Model::Impl
     // through oneDNN at ~4 GB/s).
     torch::Tensor project(const torch::Tensor &x, const Proj &p) const
     {
+        if (x.requires_grad()) { // autograd (gradRun): torch's linear on views autograd may save
+            if (!p.q.empty())
+                throw Error(ErrorCode::InvalidArgument,
+                            fmt::format("{}: its weights are held in quantised blocks, which autograd cannot "
+                                        "run through; load it dequantised",
+                                        checkpoint.path().string()));
+            const auto w = savable(p.w);
+            return p.b.defined() ? torch::linear(x, w, savable(p.b)) : torch::linear(x, w);
+        }
         if (!p.q.empty())
             return detail::quantLinear(x, p.q, p.b);
         if (cpuKernels && x.size(0) == 1)
@@ -156,7 +168,7 @@ struct Model::Impl
         auto h2 = rmsNorm(x, sandwich ? L.preFfNorm : L.postNorm);
         const auto gateUp = project(h2, L.gateUp); // [t, 2 * intermediate]
         torch::Tensor act;
-        if (cpuKernels) {
+        if (cpuKernels && !gateUp.requires_grad()) {
             act = detail::gluCpu(gateUp, gelu);
         } else {
             const int64_t inter = gateUp.size(1) / 2;
@@ -166,6 +178,92 @@ struct Model::Impl
         }
         auto mlp = project(act, L.down);
         return x + (sandwich ? rmsNorm(mlp, L.postFfNorm) : mlp);
+    }
+
+    static torch::Tensor savable(const torch::Tensor &w) { return detail::savable(w); }
+
+    // gradRun's checks: dense weights (never the quantised kernels), prefix K/V of this geometry.
+    void checkGradRun(const std::vector<int> &ids, const std::vector<torch::Tensor> &keys,
+                      const std::vector<torch::Tensor> &values) const
+    {
+        if (embedQ ||
+            std::any_of(layers.begin(), layers.end(),
+                        [](const Layer &L) {
+                            return !L.qkv.q.empty() || !L.o.q.empty() || !L.gateUp.q.empty() ||
+                                   !L.down.q.empty();
+                        }) ||
+            !lmHead.q.empty())
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("{}: its weights are held in quantised blocks, which autograd cannot run "
+                                    "through; load it dequantised (--dequantize, or the Models step's "
+                                    "dequantise box)",
+                                    checkpoint.path().string()));
+        if (keys.size() != layers.size() || values.size() != layers.size())
+            throw Error(ErrorCode::Shape, fmt::format("{} key and {} value layers for the model's {}",
+                                                      keys.size(), values.size(), layers.size()));
+        const int64_t n = keys.empty() ? 0 : keys[0].size(1);
+        for (size_t l = 0; l < layers.size(); ++l)
+            for (const auto *t : {&keys[l], &values[l]})
+                if (t->dim() != 3 || t->size(0) != config.numKvHeads || t->size(1) != n ||
+                    t->size(2) != config.headDim)
+                    throw Error(ErrorCode::Shape,
+                                fmt::format("layer {} prefix {} is {}; expected [{}, {}, {}]", l,
+                                            t == &keys[l] ? "keys" : "values", fmt::join(t->sizes(), " x "),
+                                            config.numKvHeads, n, config.headDim));
+        if (ids.empty() || n + int64_t(ids.size()) > context)
+            throw Error(ErrorCode::InvalidArgument,
+                        fmt::format("{} prefix positions and {} tokens: expected 1 or more tokens within the "
+                                    "context of {}",
+                                    n, ids.size(), context));
+    }
+
+    // runChunk's computation through torch's own ops, so autograd records it: ids at positions
+    // n.. after a prefix given as tensors keys/values [layers] of [kvHeads, n, headDim] (post-RoPE,
+    // which may require grad) -> logits [ids, vocab] f32. Nothing is cached. The caller's
+    // JobScope must leave inference mode off.
+    torch::Tensor gradRun(const std::vector<int> &ids, const std::vector<torch::Tensor> &keys,
+                          const std::vector<torch::Tensor> &values) const
+    {
+        checkGradRun(ids, keys, values);
+        const int64_t t = int64_t(ids.size()), start = keys[0].size(1), total = start + t;
+        const int64_t nh = config.numHeads, nkv = config.numKvHeads, hd = config.headDim, rep = nh / nkv;
+        std::vector<int64_t> ids64(ids.begin(), ids.end());
+        const auto idx = torch::from_blob(ids64.data(), {t}, torch::kInt64).to(device);
+        auto x = savable(embed).index_select(0, idx);
+        if (config.scaleEmbeddings)
+            x = x * torch::scalar_tensor(std::sqrt(double(config.hiddenSize)), x.options());
+        const auto positions = torch::TensorOptions().dtype(torch::kInt64).device(device);
+        const auto qpos = torch::arange(start, total, positions).unsqueeze(1);
+        const auto kpos = torch::arange(0, total, positions).unsqueeze(0);
+        const auto fullMask = kpos > qpos; // [t, total], true = masked
+        const auto slidingMask = fullMask.logical_or(kpos <= qpos - config.slidingWindow);
+        const double scale = 1.0 / std::sqrt(config.queryPreAttnScalar.value_or(double(hd)));
+        const bool gelu = config.activation == core::MlpActivation::GeluTanh;
+        for (size_t l = 0; l < layers.size(); ++l) {
+            const Layer &L = layers[l];
+            const auto qkv = project(rmsNorm(x, L.inputNorm), L.qkv);
+            auto q = qkv.narrow(1, 0, nh * hd).view({t, nh, hd}).transpose(0, 1);
+            auto k = qkv.narrow(1, nh * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1);
+            auto v = qkv.narrow(1, (nh + nkv) * hd, nkv * hd).view({t, nkv, hd}).transpose(0, 1);
+            if (L.qNorm.defined()) {
+                q = rmsNorm(q.contiguous(), L.qNorm);
+                k = rmsNorm(k.contiguous(), L.kNorm);
+            }
+            q = rope->apply(q, int(l), start, false);
+            k = rope->apply(k, int(l), start, false);
+            const auto K = torch::cat({keys[l].to(dtype), k}, 1), V = torch::cat({values[l].to(dtype), v}, 1);
+            auto scores =
+                torch::matmul(q.reshape({nkv, rep * t, hd}), K.transpose(1, 2)).to(torch::kFloat32) *
+                scale; // [nkv, rep*t, total]
+            scores = softcap(scores, config.attnLogitSoftcap)
+                         .view({nkv, rep, t, total})
+                         .masked_fill(L.sliding ? slidingMask : fullMask, -INFINITY)
+                         .view({nkv, rep * t, total});
+            const auto out = torch::matmul(torch::softmax(scores, -1).to(dtype), V); // [nkv, rep*t, hd]
+            x = finishLayer(L, x, out.view({nh, t, hd}).transpose(0, 1).reshape({t, nh * hd}), gelu);
+        }
+        x = rmsNorm(x, finalNorm);
+        return softcap(project(x, lmHead).to(torch::kFloat32), config.finalLogitSoftcap);
     }
 
     // ids at positions cache.length.. -> logits [t or 1, vocab] (f32); appends their K/V to the
@@ -969,6 +1067,22 @@ GenerateResult Model::generate(const std::vector<int> &prompt, KvCache &cache, c
     const int decoded = r.stats.generatedTokens - 1; // the first token came from the prefill
     r.stats.decodeTokPerS = decoded > 0 && r.stats.decodeMs > 0 ? decoded / (r.stats.decodeMs / 1000.0) : 0;
     return r;
+}
+
+torch::Tensor detail::ModelAccess::logitsAfter(const Model &model, std::vector<torch::Tensor> keys,
+                                               const std::vector<torch::Tensor> &values, core::KeyForm form,
+                                               const std::vector<int> &ids)
+{
+    const Model::Impl &d = *model.m_impl;
+    checkIds(ids, d.config);
+    JobScope scope(d.options.threads, false, /*inference=*/false); // torch's ops: torch's threads
+    return translateTorch("B's forward for autograd", [&] {
+        if (form == core::KeyForm::PreRope)
+            for (size_t l = 0; l < keys.size() && l < d.layers.size(); ++l)
+                if (keys[l].dim() == 3 && keys[l].size(1) > 0)
+                    keys[l] = d.rope->apply(keys[l], int(l), 0, /*inverse=*/false);
+        return d.gradRun(ids, keys, values);
+    });
 }
 
 } // namespace kvwb::gpu

@@ -48,6 +48,18 @@ inline torch::Dtype torchType(core::DType t)
     }
 }
 
+// A tensor made in inference mode (the weights, RoPE tables) as one autograd may save for the
+// backward pass: autograd refuses inference tensors; a plain view of the same memory (no copy) it
+// takes. Other tensors come back as they are.
+inline torch::Tensor savable(const torch::Tensor &t)
+{
+    if (!t.defined() || !t.is_inference())
+        return t;
+    c10::InferenceMode off(false);
+    return torch::from_blob(
+        t.data_ptr(), t.sizes(), t.strides(), [keep = t](void *) {}, t.options());
+}
+
 // glibc returns every freed block over 128 KiB (or its adaptive threshold) to the kernel, so each
 // prefill activation ([512, 3072] f32 is 6 MiB) came back as fresh pages the kernel zeroes: a
 // 512-token prefill of a 135M model took ~200k page faults, ~20% of its time. Keep blocks up to 32
@@ -74,7 +86,8 @@ inline void keepFreedActivations()
 // between every two products (2-thread prefill at 1.05-1.15x of one thread).
 struct JobScope
 {
-    JobScope(int threads, bool team)
+    // inference = false: autograd records (gpu/src/model/model_grad_p.h), so no inference mode
+    JobScope(int threads, bool team, bool inference = true) : guard(inference)
     {
         keepFreedActivations();
         const int n = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));

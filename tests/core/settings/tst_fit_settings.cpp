@@ -42,6 +42,9 @@ private Q_SLOTS:
         full.budgetSeconds = 90;
         full.autoPrompts = 12;
         full.tokenFeatures = {2, true, 8};
+        full.objective = FitObjective::Kl;
+        full.klEpochs = 3;
+        full.klLearningRate = 0.005;
         full.maxTrainTokens = 5000;
         full.name = "n";
         full.attentionPrompts = 8;
@@ -61,7 +64,7 @@ private Q_SLOTS:
             f.set(s, f.kind == SettingKind::Switch ? "" : f.get(full).at(0));
             QVERIFY2(f.get(s) == f.get(full), f.name);
         }
-        QCOMPARE(names.size(), size_t(25));
+        QCOMPARE(names.size(), size_t(28));
     }
 
     void defaultsThatDependOnOtherSettings()
@@ -88,6 +91,9 @@ private Q_SLOTS:
                  std::string("expects none, all or a comma list of b, window[=N] (N 0-4) and offsets[=N] (N "
                              "2-64), got 'window=9'"));
         QCOMPARE(messageOf("token-features", "all"), std::string("(accepted)"));
+        QCOMPARE(messageOf("objective", "mse"), std::string("expects kv or kl, got 'mse'"));
+        QCOMPARE(FitSettings{}.objective, FitObjective::Kv); // opt-in: the KL objective loads and trains B
+        QCOMPARE(messageOf("kl-epochs", "0"), std::string("expects an integer >= 1, got '0'"));
         QCOMPARE(FitSettings{}.family, ConverterFamily::Auto); // the default: the fit picks the family
         QCOMPARE(messageOf("family", "low-rank"), std::string("(accepted)"));
     }

@@ -104,6 +104,7 @@ private Q_SLOTS:
             "alignment": {"name": "fit-2", "selection": "topk", "k": 3, "auto_lambda": true, "lambda": 0.25,
                           "per_head": true, "family": "mlp", "rank": 12, "mlp_hidden": 64, "mlp_epochs": 9,
                           "budget_seconds": 90.5, "auto_prompts": 7, "token_features": "b,offsets=8",
+                          "objective": "kl", "kl_epochs": 5, "kl_learning_rate": 0.002,
                           "max_train_tokens": 5000000000, "in_use": "fit-1"},
             "replay": {"tiers": ["cross", "knowledge", "exact"], "threshold": -0.5, "embedder": "model",
                        "gate_signal": "kv_cos", "gate_threshold": 0.875, "gate": false, "max_tokens": 64,
@@ -131,6 +132,9 @@ private Q_SLOTS:
             QCOMPARE(p.alignment.fit.budgetSeconds, 90.5);
             QCOMPARE(p.alignment.fit.autoPrompts, 7);
             QCOMPARE(p.alignment.fit.tokenFeatures, (core::TokenFeatures{0, true, 8}));
+            QCOMPARE(p.alignment.fit.objective, core::FitObjective::Kl);
+            QCOMPARE(p.alignment.fit.klEpochs, 5);
+            QCOMPARE(p.alignment.fit.klLearningRate, 0.002);
             QCOMPARE(p.alignment.fit.maxTrainTokens, int64_t(5000000000));
             QCOMPARE(p.alignment.inUse, std::string("fit-1"));
             QCOMPARE(p.replay.tiers,
@@ -242,6 +246,8 @@ private Q_SLOTS:
         QTest::newRow("selection")
             << bad(R"("alignment": {"selection": "best"})") << config
             << "field 'alignment.selection' must be proportional, topk or all, got 'best'";
+        QTest::newRow("objective") << bad(R"("alignment": {"objective": "mse"})") << config
+                                   << "field 'alignment.objective'";
         QTest::newRow("token_features")
             << bad(R"("alignment": {"token_features": "b,window=9"})") << config
             << "field 'alignment.token_features' must be none, all or a comma list";

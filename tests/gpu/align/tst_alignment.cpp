@@ -355,10 +355,11 @@ fs::path captureSelf(const fs::path &dir, std::unique_ptr<gpu::Model> &a, std::u
 // converter has to undo the bend, and B itself scores what a converted cache does to its predictions.
 fs::path captureBent(const fs::path &dir, std::unique_ptr<gpu::Model> &b,
                      const std::function<float(float)> &bend, int prompts = 40,
-                     core::KeyForm form = core::KeyForm::PreRope)
+                     core::KeyForm form = core::KeyForm::PreRope, const std::string &preset = "gqa",
+                     double weightStd = 0.3)
 {
-    auto spec = core::randomModelPreset("gqa");
-    spec.weightStd = 0.3; // sharp attention: B's predictions depend on the context, so there is a gap
+    auto spec = core::randomModelPreset(preset);
+    spec.weightStd = weightStd; // sharp attention: B's predictions depend on the context, so there is a gap
     core::writeRandomHfModel(dir / "m", spec);
     b = gpu::Model::load(dir / "m", {});
     const fs::path tok = dir / "m" / "tokenizer.json";
@@ -928,6 +929,106 @@ private Q_SLOTS:
             return w.find("did not fit the MLP") != std::string::npos;
         }));
         QCOMPARE(test::expectError([&] { gpu::alignExperiment(file2, o, nullptr); }).code(),
+                 core::ErrorCode::InvalidArgument);
+    }
+
+    // The KL objective trains through B's forward in torch's own ops (autograd): its loss equals the
+    // KL transferKl computes through B's inference path (kernels, cache) on the same prompts and maps,
+    // for every architecture's forward: llama, qwen2 (q/k/v bias), qwen3 (q/k norms) and gemma3
+    // (sliding layers, soft-capping, sandwich norms, scaled embeddings).
+    void klObjectiveLossMatchesTransferKl_data()
+    {
+        QTest::addColumn<QString>("preset");
+        for (const char *p : {"gqa", "qwen2", "qwen3", "gemma3"})
+            QTest::newRow(p) << QString::fromLatin1(p);
+    }
+    void klObjectiveLossMatchesTransferKl()
+    {
+        QFETCH(QString, preset);
+        QTemporaryDir tmp;
+        std::unique_ptr<gpu::Model> b;
+        const auto path = captureBent(
+            fs::path(tmp.path().toStdString()), b, [](float x) { return x > 0 ? x / 4 : x; }, 12,
+            core::KeyForm::PreRope, preset.toStdString());
+        const auto file = core::ExperimentReader::open(path);
+        gpu::AlignOptions o;
+        o.fit.family = core::ConverterFamily::Ridge;
+        o.fit.lambda = 1.0; // far from exact: a KL well above 0
+        o.fit.attention = false;
+        const auto r = gpu::alignExperiment(file, o, b.get());
+        std::vector<int> prompts(12);
+        std::iota(prompts.begin(), prompts.end(), 0);
+        const auto reference = gpu::transferKl(file, r.record.layers, *b, prompts, 12);
+        const double loss = gpu::klObjectiveLoss(file, r.record.layers, *b, prompts, 12);
+        QVERIFY2(reference.kl > 1e-3, qPrintable(QString::number(reference.kl)));
+        QVERIFY2(std::abs(loss - reference.kl) < 1e-4 * reference.kl + 1e-6,
+                 qPrintable(QString("%1 vs %2").arg(loss, 0, 'g', 10).arg(reference.kl, 0, 'g', 10)));
+    }
+
+    // Objective kl on a planted pair: A's rows are twice B's own and the KV fit is over-regularised
+    // ridge (lambda 10), whose maps shrink towards B's mean rows and leave B's predictions off; training
+    // the maps through B on the KL lowers the KL on the held-out test prompts (neither trained on nor used to
+    // pick the epoch). The epoch with the lowest validation KL is kept and recorded; cancelled after its
+    // first epoch, the fit resumes from the state it saved and ends with the uninterrupted fit's maps;
+    // without model B it is refused.
+    void klObjectiveLowersTheHeldOutKl()
+    {
+        QTemporaryDir tmp;
+        const fs::path dir = tmp.path().toStdString();
+        std::unique_ptr<gpu::Model> b;
+        const auto file = core::ExperimentReader::open(captureBent(
+            dir, b, [](float x) { return 2 * x; }, 60, core::KeyForm::PreRope, "gqa", 0.2));
+        gpu::AlignOptions o;
+        o.fit.family = core::ConverterFamily::Ridge;
+        o.fit.lambda = 10; // over-regularised: the maps shrink towards B's mean rows
+        o.fit.attention = false;
+        o.fit.validFraction = o.fit.testFraction = 0.2;
+        const auto kvFit = gpu::alignExperiment(file, o, b.get());
+        o.fit.objective = core::FitObjective::Kl;
+        o.fit.klEpochs = 12;
+        o.fit.klLearningRate = 3e-3;
+        o.checkpointDir = dir / "state";
+        const auto r = gpu::alignExperiment(file, o, b.get());
+        QVERIFY(!r.cancelled);
+        qInfo("%s", r.klObjective.c_str());
+        QCOMPARE(r.record.family, core::ConverterFamily::Ridge); // the maps keep their form
+        QCOMPARE(r.record.testPrompts, kvFit.record.testPrompts);
+        const auto before = gpu::transferKl(file, kvFit.record.layers, *b, kvFit.record.testPrompts, 100);
+        const auto after = gpu::transferKl(file, r.record.layers, *b, r.record.testPrompts, 100);
+        QCOMPARE(after.prompts, 12);
+        QVERIFY2(after.kl < 0.9 * before.kl, qPrintable(QString("%1 vs %2").arg(after.kl).arg(before.kl)));
+        const auto s = nlohmann::json::parse(r.record.settingsJson);
+        QCOMPARE(s["objective"].get<std::string>(), std::string("kl"));
+        const auto &kl = s["kl"];
+        QVERIFY(kl["best_epoch"].get<int>() >= 1);
+        QCOMPARE(kl["history"].size(), size_t(kl["epochs"].get<int>()));
+        QVERIFY(kl["valid_kl"].get<double>() < kl["valid_kl_kv_fit"].get<double>());
+        QCOMPARE(kl["valid_kl"].get<double>(),
+                 kl["history"][size_t(kl["best_epoch"].get<int>() - 1)].get<double>());
+        QVERIFY(fs::exists(o.checkpointDir / "kl-state.pt"));
+
+        // cancelled in its second epoch, the fit resumes from the first epoch's state
+        fs::remove_all(o.checkpointDir);
+        auto cut = o;
+        cut.progress = [](double, const std::string &stage) {
+            return stage.find("epoch 2/") == std::string::npos;
+        };
+        QVERIFY(gpu::alignExperiment(file, cut, b.get()).cancelled);
+        QVERIFY(fs::exists(o.checkpointDir / "kl-state.pt"));
+        auto resume = o;
+        resume.fit.resume = true;
+        const auto resumed = gpu::alignExperiment(file, resume, b.get());
+        QVERIFY(nlohmann::json::parse(resumed.record.settingsJson)["kl"]["resumed"].get<bool>());
+        for (size_t l = 0; l < r.record.layers.size(); ++l)
+            QVERIFY2(r.record.layers[l].keys[0].weight == resumed.record.layers[l].keys[0].weight &&
+                         r.record.layers[l].values[0].bias == resumed.record.layers[l].values[0].bias,
+                     qPrintable(QString("layer %1").arg(l)));
+        // another fit's state is refused, not silently continued
+        auto other = resume;
+        other.fit.klLearningRate = 2e-3;
+        QCOMPARE(test::expectError([&] { gpu::alignExperiment(file, other, b.get()); }).code(),
+                 core::ErrorCode::InvalidArgument);
+        QCOMPARE(test::expectError([&] { gpu::alignExperiment(file, o, nullptr); }).code(),
                  core::ErrorCode::InvalidArgument);
     }
 

@@ -234,6 +234,18 @@ private Q_SLOTS:
         r.tokenFeatures = {};
         p.setFitRequest(r);
         QCOMPARE(features->currentText(), QString("none"));
+        // the objective: the KV fit by default, the KL through B on request, kept with its settings
+        auto *objective = p.findChild<QComboBox *>("objectiveCombo");
+        QVERIFY(objective && objective->currentData().toString() == QString("kv"));
+        r.objective = core::FitObjective::Kl;
+        r.klEpochs = 3;
+        p.setFitRequest(r);
+        QCOMPARE(objective->currentData().toString(), QString("kl"));
+        compareFit(p.fitRequest(), r);
+        objective->setCurrentIndex(objective->findData("kv"));
+        QCOMPARE(p.fitRequest().objective, core::FitObjective::Kv);
+        r.objective = core::FitObjective::Kv;
+        p.setFitRequest(r);
         // the family's own settings are the only ones enabled
         auto *rank = p.findChild<QSpinBox *>("rankSpin");
         auto *hidden = p.findChild<QSpinBox *>("mlpHiddenSpin");
