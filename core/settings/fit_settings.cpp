@@ -100,9 +100,9 @@ void mapRows(std::vector<FitFlag> &t)
         &S::objective, [](const std::string &v) { return parseFitObjective(v); }, fitObjectiveName,
         "kv or kl"));
     t.push_back(integer<S, int>("kl-epochs", "N",
-                                "kl: at most this many passes over the training prompts (default 8).",
+                                "kl: at most this many passes over the training prompts (default 12).",
                                 &S::klEpochs, 1));
-    t.push_back(real("kl-learning-rate", "LR", "kl: Adam's learning rate (default 1e-4).", &S::klLearningRate,
+    t.push_back(real("kl-learning-rate", "LR", "kl: Adam's learning rate (default 3e-5).", &S::klLearningRate,
                      1e-9, 10.0));
 }
 

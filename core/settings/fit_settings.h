@@ -33,8 +33,8 @@ struct FitSettings
     int patience = 3;           // mlp, kl: epochs without a validation gain before training stops
     // kl: after the fit above, its maps trained through frozen model B on B's next-token KL
     FitObjective objective = FitObjective::Kv;
-    int klEpochs = 8;             // kl: at most this many passes over the training prompts
-    double klLearningRate = 1e-4; // kl: Adam's
+    int klEpochs = 12;            // kl: at most this many passes over the training prompts
+    double klLearningRate = 3e-5; // kl: Adam's
     TokenFeatures tokenFeatures;  // inputs beside A's rows (full maps; B's layer 0, offsets, window)
     int64_t maxTrainTokens = 0;   // calibration tokens (0: every training prompt)
     std::string name = "default";

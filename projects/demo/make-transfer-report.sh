@@ -5,8 +5,9 @@
 # Then the converter families (low-rank, MLP) against ridge on the same data, and, when the demo has
 # them, the unrelated pair (A -> B2, B2 trained on the other half of the corpus from another seed)
 # and the cross-tokenizer pair (C -> B); the hardest pairs (part `hard`: U -> B, tokenizers that
-# cross, and A -> D, a character-level target) with and without B's token features; last (part
-# `defaults`), every pair with no fit flags at all (family auto) and the selective-recompute curve.
+# cross, and A -> D, a character-level target) with and without B's token features; the KL objective
+# (part `kl`: the maps trained through B) on the demo pair and A -> D; last (part `defaults`), every
+# pair with no fit flags at all (family auto) and the selective-recompute curve.
 # Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 90 minutes on 2 cores, most of
 # it the MLP fits)
 # KVWB_REPORT_PARTS="base families unrelated" runs only those parts (default: all of them).
@@ -17,7 +18,7 @@ OUT="$WORK/transfer"
 mkdir -p "$OUT"
 [ -f "$WORK/corpus.jsonl" ] || "$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed 1
 
-PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok hard defaults}"
+PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok hard kl defaults}"
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 EXP="$OUT/demo-transfer.h5"
 
@@ -158,6 +159,25 @@ for pair in "crossing u b 4 600" "chars a d 2 1200"; do
   compare150 "$EXPH" defaults "hard-$1-defaults" --baselines
   "$KVWB" compare --experiment "$EXPH" --converter defaults --prompts "$WORK/corpus.jsonl" --split validation \
     --limit 150 --max-tokens 24 --recompute-curve --threads 1 | tee "$OUT/recompute-curve-hard-$1.md"
+done
+fi
+
+if want kl; then
+echo "== training through B (--objective kl): ridge on every A layer with B's token features (the KV fit),"
+echo "   then the same with its maps trained on B's next-token KL, compared on the held-out questions"
+for pair in "demo $EXP" "chars $OUT/hard-chars.h5"; do
+  set -- $pair
+  [ -f "$2" ] || continue
+  align_in "$2" kv-tf --select all --lambda auto --family ridge --token-features all
+  compare150 "$2" kv-tf "kl-$1-kv" --baselines
+  align_in "$2" kl-tf --select all --lambda auto --family ridge --token-features all --objective kl
+  python3 - "$OUT/align-kl-tf.json" <<'PY'
+import json, sys
+k = json.load(open(sys.argv[1]))["kl"]
+print(f"validation KL {k['valid_kl_kv_fit']:.4f} -> {k['valid_kl']:.4f} (no prefix {k['valid_kl_no_prefix']:.4f}), "
+      f"epoch {k['best_epoch']} of {k['epochs']}, {k['seconds']:.0f} s")
+PY
+  compare150 "$2" kl-tf "kl-$1-kl" --versus kv-tf --baselines
 done
 fi
 

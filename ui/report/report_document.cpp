@@ -369,6 +369,41 @@ void addAutoChoice(Doc &doc, const core::ConverterRecord &r)
         doc.para("The MLP was not fitted: " + skipped + ".");
 }
 
+// A converter trained with the KL objective: the validation KL of the KV fit it started from and of
+// each epoch through B, the kept one marked (nothing for other converters).
+void addKlObjective(Doc &doc, const core::ConverterRecord &r)
+{
+    if (r.settingsJson.empty() || !nlohmann::json::accept(r.settingsJson))
+        return;
+    const auto settings = nlohmann::json::parse(r.settingsJson);
+    const auto it = settings.find("kl");
+    if (it == settings.end() || !it->is_object() || !it->contains("history") || !(*it)["history"].is_array())
+        return;
+    const auto num = [](const nlohmann::json &v, const char *format) {
+        return v.is_number() ? fmt::format(fmt::runtime(format), v.get<double>()) : std::string("-");
+    };
+    const auto &k = *it;
+    const int best = k.value("best_epoch", -1);
+    const auto &train = k.contains("train_history") && k["train_history"].is_array() ? k["train_history"]
+                                                                                    : nlohmann::json::array();
+    std::vector<std::vector<std::string>> rows;
+    rows.push_back({best == 0 ? "kept: 0 (the KV fit)" : "0 (the KV fit)", "-",
+                    num(k.value("valid_kl_kv_fit", nlohmann::json()), "{:.4f}")});
+    for (size_t e = 0; e < k["history"].size(); ++e)
+        rows.push_back({(int(e) + 1 == best ? "kept: " : "") + std::to_string(e + 1),
+                        e < train.size() ? num(train[e], "{:.4f}") : "-", num(k["history"][e], "{:.4f}")});
+    doc.heading(3, "KL objective: the maps trained through model B");
+    doc.table({"epoch", "training KL", "validation KL"}, rows);
+    doc.para(fmt::format("No prefix: validation KL {}; kept: {} of the gap closed (the KV fit: {}).",
+                         num(k.value("valid_kl_no_prefix", nlohmann::json()), "{:.4f}"),
+                         k.value("valid_gap_closed", nlohmann::json()).is_number()
+                             ? fmt::format("{:.1f} %", 100 * k["valid_gap_closed"].get<double>())
+                             : "-",
+                         k.value("valid_gap_closed_kv_fit", nlohmann::json()).is_number()
+                             ? fmt::format("{:.1f} %", 100 * k["valid_gap_closed_kv_fit"].get<double>())
+                             : "-"));
+}
+
 // A converter's settings, charts, per-layer and per-head metrics and CKA matrices.
 void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::vector<ReportChart> &charts)
 {
@@ -392,6 +427,7 @@ void addConverterSection(Doc &doc, const core::ConverterRecord &r, const std::ve
         settingsTable(doc, r.settingsJson);
     }
     addAutoChoice(doc, r);
+    addKlObjective(doc, r);
     addCharts(doc, charts, "converter_" + safeName(r.name) + "_");
     doc.heading(3, "Per-layer metrics (held-out prompts)");
     doc.metricTable(r.layerMetrics);

@@ -112,16 +112,17 @@ AlignResult alignAuto(const core::ExperimentReader &f, const AlignOptions &o, co
 
 // The KL objective's training (kl_fit.cpp): every map of every layer, initialised from `layers`, trained
 // jointly through frozen model B (ModelAccess::logitsAfter) on the mean over continuation positions of
-// KL(B's own next-token distribution || B's from the converted cache), the split transferKl scores
-// (the last min(continuation, n / 2) of a prompt's n tokens run on top of the converted rest); Adam,
+// KL(B's own next-token distribution || B's from the converted cache): m = min(continuation, n / 2) of
+// a prompt's n tokens run on top of the converted positions before them, the m starting (seeded, each
+// epoch anew) anywhere from n / 4 to n - m, where transferKl scores the last m only; Adam,
 // `batch` prompts a step, the training prompts in a seeded order each epoch; after each epoch, transferKl
 // on the validation prompts, and the epoch with the lowest kept (epoch 0: `layers` themselves), early
 // stopping after `patience` epochs without a 0.01 % gain.
 struct KlOptions
 {
-    int epochs = 8;
-    double learningRate = 1e-4;
-    int patience = 2;
+    int epochs = 12;
+    double learningRate = 3e-5;
+    int patience = 3;
     int batch = 4;
     int continuation = 16;
     int validationPrompts = 32; // at most, of `valid`

@@ -67,12 +67,13 @@ std::vector<core::LayerConverter> layersOf(const Params &p, std::vector<core::La
     return like;
 }
 
-// A prompt the objective trains on: B's ids and where its continuation starts.
+// A prompt the objective trains on: B's ids, where its continuation starts and ends.
 struct Prompt
 {
     int index = 0;
     std::vector<int> ids;
-    int64_t cut = 0; // converted positions; ids[cut..] run on top
+    int64_t cut = 0; // converted positions; ids[cut..end) run on top
+    int64_t end = 0;
 };
 
 // Sum over the prompt's continuation positions of KL(B's own || B's from the converted cache).
@@ -80,9 +81,10 @@ torch::Tensor promptLoss(const core::ExperimentReader &f, const Geometry &g,
                          const std::vector<core::LayerConverter> &layers, const Params &params,
                          const Model &target, const Prompt &pr)
 {
-    const int64_t t = int64_t(pr.ids.size()), m = t - pr.cut, vocab = target.config().vocabSize;
+    const int64_t t = int64_t(pr.ids.size()), m = pr.end - pr.cut, vocab = target.config().vocabSize;
     auto own = target.newCache();
-    const auto ownLogits = target.forward(pr.ids, own, true); // [t, vocab], no gradients
+    const auto ownLogits = // [end, vocab], no gradients
+        target.forward(std::vector<int>(pr.ids.begin(), pr.ids.begin() + pr.end), own, true);
     const auto ownLog = torch::log_softmax(
         torch::from_blob(const_cast<float *>(ownLogits.data()) + pr.cut * vocab, {m, vocab}, torch::kFloat32),
         -1);
@@ -108,7 +110,7 @@ torch::Tensor promptLoss(const core::ExperimentReader &f, const Geometry &g,
                 rows.view({pr.cut, g.kvB, g.hdB}).transpose(0, 1); // [kvB, cut, hdB]
         }
     }
-    const std::vector<int> rest(pr.ids.begin() + pr.cut, pr.ids.end());
+    const std::vector<int> rest(pr.ids.begin() + pr.cut, pr.ids.begin() + pr.end);
     const auto logits = ModelAccess::logitsAfter(target, keys, values, f.storage().keyForm, rest);
     return (ownLog.exp() * (ownLog - torch::log_softmax(logits, -1))).sum();
 }
@@ -215,7 +217,7 @@ trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerC
         if (t < 4 || t > target.contextLimit())
             continue;
         const int64_t m = std::min<int64_t>(o.continuation, t / 2);
-        prompts.push_back({p, std::vector<int>(info.b.ids.begin(), info.b.ids.end()), t - m});
+        prompts.push_back({p, std::vector<int>(info.b.ids.begin(), info.b.ids.end()), t - m, t});
         stats.trainTokens += m;
     }
     stats.trainPrompts = int(prompts.size());
@@ -267,6 +269,14 @@ trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerC
             std::iota(order.begin(), order.end(), size_t(0));
             std::mt19937_64 rng(o.seed * 1000003ULL + uint64_t(epoch));
             std::shuffle(order.begin(), order.end(), rng);
+            // each prompt's continuation of m tokens starts anywhere from a quarter of it: prefixes of
+            // every length, and more distinct targets than the one split validation scores
+            for (Prompt &pr : prompts) {
+                const int64_t t = int64_t(pr.ids.size()), m = std::min<int64_t>(o.continuation, t / 2);
+                const int64_t lo = std::max<int64_t>(1, t / 4), hi = t - m;
+                pr.cut = lo + int64_t(rng() % uint64_t(hi - lo + 1));
+                pr.end = pr.cut + m;
+            }
             double trainSum = 0, trainTokens = 0; // the training KL as the epoch went
             for (int64_t step = 0; step < stepsPerEpoch; ++step) {
                 if (pastDeadline()) {
@@ -277,7 +287,7 @@ trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerC
                              to = std::min(order.size(), from + size_t(o.batch));
                 int64_t tokens = 0;
                 for (size_t i = from; i < to; ++i)
-                    tokens += int64_t(prompts[order[i]].ids.size()) - prompts[order[i]].cut;
+                    tokens += prompts[order[i]].end - prompts[order[i]].cut;
                 opt.zero_grad();
                 for (size_t i = from; i < to; ++i) {
                     const auto loss =
@@ -361,7 +371,7 @@ double klObjectiveLoss(const core::ExperimentReader &f, const std::vector<core::
                 continue;
             const int64_t m = std::min<int64_t>(continuation, t / 2);
             sum += promptLoss(f, g, layers, params, target,
-                              {p, std::vector<int>(info.b.ids.begin(), info.b.ids.end()), t - m})
+                              {p, std::vector<int>(info.b.ids.begin(), info.b.ids.end()), t - m, t})
                        .item<double>();
             tokens += m;
             ++taken;

@@ -85,7 +85,11 @@ ConverterRecord makeConverter()
         R"({"family": "ridge", "selection": "proportional", "k": 1, "lambda_mode": "fixed", "valid_kl": )"
         R"(0.5, "valid_kl_no_prefix": 2.0, "valid_gap_closed": 0.75, "valid_top1": 0.8, "fit_seconds": 1.5},)"
         R"({"family": "ridge", "selection": "all", "k": 2, "lambda_mode": "auto", "valid_kl": 0.01, )"
-        R"("valid_kl_no_prefix": 2.0, "valid_gap_closed": 0.995, "valid_top1": 0.99, "fit_seconds": 2.5}]}})";
+        R"("valid_kl_no_prefix": 2.0, "valid_gap_closed": 0.995, "valid_top1": 0.99, "fit_seconds": 2.5}]},)"
+        // then trained through B (objective kl): the KV fit's validation KL, two epochs, the first kept
+        R"("objective": "kl", "kl": {"valid_kl_kv_fit": 0.01, "history": [0.008, 0.009], )"
+        R"("train_history": [0.02, 0.015], "best_epoch": 1, "valid_kl_no_prefix": 2.0, )"
+        R"("valid_gap_closed": 0.996, "valid_gap_closed_kv_fit": 0.995}})";
     r.trainPrompts = {0};
     r.validPrompts = {1};
     r.testPrompts = {2};
@@ -437,6 +441,11 @@ private Q_SLOTS:
             "| kept: ridge | all (k = 2), lambda auto | 0.0100 | 2.0000 | 99.5 % | 0.990 | 2.5 s |"));
         QVERIFY(md.contains("The MLP was not fitted: ridge closes 99.5 % of the no-prefix KL gap"));
         QVERIFY(html.contains("Family choice (auto)"));
+        QVERIFY(md.contains("KL objective: the maps trained through model B"));
+        QVERIFY2(md.contains("| kept: 1 | 0.0200 | 0.0080 |") && md.contains("| 0 (the KV fit) | - | 0.0100 |") &&
+                     md.contains("| 2 | 0.0150 | 0.0090 |"),
+                 md.constData());
+        QVERIFY(md.contains("kept: 99.6 % of the gap closed (the KV fit: 99.5 %)"));
         QVERIFY(mdFiles.size() >= 11);
         for (const auto &f : mdFiles)
             QVERIFY2(fs::exists(f), f.c_str());
