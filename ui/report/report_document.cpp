@@ -384,8 +384,9 @@ void addKlObjective(Doc &doc, const core::ConverterRecord &r)
     };
     const auto &k = *it;
     const int best = k.value("best_epoch", -1);
-    const auto &train = k.contains("train_history") && k["train_history"].is_array() ? k["train_history"]
-                                                                                    : nlohmann::json::array();
+    const auto &train = k.contains("train_history") && k["train_history"].is_array()
+                            ? k["train_history"]
+                            : nlohmann::json::array();
     std::vector<std::vector<std::string>> rows;
     rows.push_back({best == 0 ? "kept: 0 (the KV fit)" : "0 (the KV fit)", "-",
                     num(k.value("valid_kl_kv_fit", nlohmann::json()), "{:.4f}")});
