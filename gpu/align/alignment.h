@@ -329,17 +329,19 @@ struct AlignResult
 // the candidate with the lowest validation KL (transferKl on the validation prompts, at most fit.autoPrompts
 // of them; ties: the earlier, cheaper one). The record's settings JSON gains "auto": the candidates and their
 // scores, and which was chosen.
-// Objective kl (fit.objective; needs target, dense: Error(InvalidArgument) without it, B's own error
-// when its weights are held in quantised blocks) fits the family as above, then trains every map of
-// every layer jointly through frozen B (torch's autograd through B's forward in its compute dtype) on
-// the KL between B's next-token distributions from the converted cache and from its own prefill, on
-// the training prompts split as transferKl splits them (the last min(16, n / 2) tokens run on top of
-// the converted rest): Adam at fit.klLearningRate, 4 prompts a step, a seeded order each epoch, at most
-// fit.klEpochs epochs, each scored by transferKl on the validation prompts (at most fit.autoPrompts);
-// the epoch with the lowest validation KL is kept (the KV fit itself when none is lower), and 2 epochs
-// without a 0.01 % gain stop it. The maps keep their family and shapes. With checkpointDir the state
-// after each epoch is kept there (kl-state.pt) and fit.resume continues it. The record's settings
-// gain "objective": "kl" and "kl": the scores before and after, per epoch.
+// Objective kl (fit.objective; needs target with dense weights, the training and validation prompts each
+// holding one of 4 or more paired tokens: Error(InvalidArgument), checked before any fitting) fits the
+// family as above, then trains every map of every layer jointly through frozen B (torch's autograd
+// through B's forward in its compute dtype, on its device) on the KL between B's next-token
+// distributions from the converted cache and from its own prefill: m = min(16, n / 2) tokens of a
+// training prompt of n run on top of the converted positions before them, the m starting (seeded, each
+// epoch anew) anywhere from n / 4 to n - m. Adam at fit.klLearningRate, 4 prompts a step, a seeded
+// order each epoch, at most fit.klEpochs epochs, each scored by transferKl on the validation prompts
+// (at most fit.autoPrompts; the last m tokens of each); the epoch with the lowest validation KL is kept
+// (the KV fit itself when none is lower), fit.patience epochs without a 0.01 % gain stop it, and no
+// epoch starts after fit.budgetSeconds of the fit. The maps keep their family and shapes. With
+// checkpointDir the state after each whole epoch is kept there (kl-state.pt) and fit.resume continues
+// it. The record's settings gain "objective": "kl" and "kl": the scores before and after, per epoch.
 AlignResult alignExperiment(const core::ExperimentReader &file, const AlignOptions &options,
                             const Model *target);
 

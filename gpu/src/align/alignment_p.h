@@ -128,7 +128,7 @@ struct KlOptions
     int validationPrompts = 32; // at most, of `valid`
     uint64_t seed = 1;
     // No step starts after this time: the kept epoch is the best of those scored, the budget's cut
-    // epoch scored too.
+    // epoch scored too (but not saved as done: a resume trains it again).
     std::optional<core::Clock::time_point> deadline;
     // State after each epoch (maps, the best maps, Adam's moments, the scores) in this directory, and
     // with resume, read back when its key matches (another key: Error(InvalidArgument)).
@@ -150,6 +150,12 @@ struct KlFitStats
     bool deadlineReached = false, resumed = false;
     double seconds = 0;
 };
+// What trainKlObjective needs before the fit that precedes it is run: target is the file's B
+// (Error(Config)), its weights dense (Error(InvalidArgument) naming the checkpoint), and the training
+// and validation prompts each hold one of 4 or more tokens paired with A's rows (Error(InvalidArgument)
+// naming the file).
+void checkKlTarget(const core::ExperimentReader &f, const Model &target, const std::vector<int> &train,
+                   const std::vector<int> &valid);
 // nullopt when progress cancelled. Error(InvalidArgument) for no usable training or validation prompt
 // or bad options; Error(Config) when target is not the file's B; model B's own errors (quantised
 // weights) unchanged.

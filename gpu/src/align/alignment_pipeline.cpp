@@ -335,11 +335,16 @@ MlpOptions mlpOptions(const AlignOptions &o)
 
 namespace {
 
-// The KL objective's key: the fit's (mlpFitKey) and its own settings.
-std::string klFitKey(const core::ExperimentReader &f, const AlignOptions &o)
+// The KL objective's key: the fit's (mlpFitKey), its own settings and how B computes (dtype, KV dtype,
+// device): a state trained under other ones is not continued.
+std::string klFitKey(const core::ExperimentReader &f, const AlignOptions &o, const Model &target)
 {
     return nlohmann::json{{"fit", mlpFitKey(f, o)},
                           {"auto_prompts", o.fit.autoPrompts},
+                          {"rank", o.fit.rank},
+                          {"b",
+                           {floatTypeName(target.options().dtype), floatTypeName(target.kvDtype()),
+                            deviceName(target.options().device)}},
                           {"kl",
                            {o.fit.klEpochs, o.fit.klLearningRate, detail::KlOptions().batch, o.fit.patience,
                             detail::KlOptions().continuation}}}
@@ -367,7 +372,11 @@ AlignResult alignKl(const core::ExperimentReader &f, const AlignOptions &o, cons
                     fmt::format("{}: the KL objective trains the maps through model B and needs it loaded; "
                                 "load it or fit with the KV objective",
                                 f.path().string()));
-    checkTarget(f, *target);
+    { // what the training needs, checked before the fit it starts from
+        const PromptSplit split =
+            splitPrompts(f.promptCount(), o.fit.validFraction, o.fit.testFraction, o.fit.seed);
+        detail::checkKlTarget(f, *target, split.train, split.valid);
+    }
     const auto started = core::Clock::now();
     constexpr double kvShare = 0.3; // of the progress
     AlignOptions kv = o;
@@ -389,7 +398,7 @@ AlignResult alignKl(const core::ExperimentReader &f, const AlignOptions &o, cons
         ko.deadline = started + std::chrono::duration_cast<core::Clock::duration>(
                                     std::chrono::duration<double>(o.fit.budgetSeconds));
     ko.stateDir = o.checkpointDir;
-    ko.key = klFitKey(f, o);
+    ko.key = klFitKey(f, o, *target);
     ko.resume = o.fit.resume;
     ko.progress = [&](int64_t step, int64_t steps, int epoch) {
         return !o.progress || o.progress(kvShare + (0.95 - kvShare) * double(step) / double(steps),

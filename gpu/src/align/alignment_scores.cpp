@@ -156,7 +156,7 @@ torch::Tensor detail::mapInput(const core::LayerConverter &map, bool keys,
 torch::Tensor detail::mapOutputRows(const core::LayerConverter &map, const torch::Tensor &y)
 {
     // head-matched: [kvB, tokens, hdB] -> [tokens, kvB, hdB]; full: [1, tokens, kvB * hdB]
-    return map.headMatched ? y.transpose(0, 1).reshape({y.size(1), -1}) : y[0];
+    return map.headMatched ? y.transpose(0, 1).reshape({y.size(1), y.size(0) * y.size(2)}) : y[0];
 }
 
 std::vector<float> convertRows(const core::LayerConverter &map, bool keys,

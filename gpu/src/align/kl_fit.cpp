@@ -82,12 +82,12 @@ torch::Tensor promptLoss(const core::ExperimentReader &f, const Geometry &g,
                          const Model &target, const Prompt &pr)
 {
     const int64_t t = int64_t(pr.ids.size()), m = pr.end - pr.cut, vocab = target.config().vocabSize;
-    auto own = target.newCache();
-    const auto ownLogits = // [end, vocab], no gradients
-        target.forward(std::vector<int>(pr.ids.begin(), pr.ids.begin() + pr.end), own, true);
+    auto own = target.newCache(); // B's own prefill: the prefix, then the m positions' logits only
+    target.forward(std::vector<int>(pr.ids.begin(), pr.ids.begin() + pr.cut), own, false);
+    const auto ownLogits = // [m, vocab], no gradients
+        target.forward(std::vector<int>(pr.ids.begin() + pr.cut, pr.ids.begin() + pr.end), own, true);
     const auto ownLog = torch::log_softmax(
-        torch::from_blob(const_cast<float *>(ownLogits.data()) + pr.cut * vocab, {m, vocab}, torch::kFloat32),
-        -1);
+        torch::from_blob(const_cast<float *>(ownLogits.data()), {m, vocab}, torch::kFloat32), -1);
     std::vector<torch::Tensor> keys(layers.size()), values(layers.size());
     for (int kv = 0; kv < 2; ++kv) {
         std::map<int, std::vector<float>> rowsA; // A's rows of each source layer, read once
@@ -144,7 +144,12 @@ nlohmann::json loadState(const std::filesystem::path &file, const std::string &k
     archive.load_from(file.string());
     c10::IValue scoresValue;
     archive.read("scores", scoresValue);
-    const auto scores = nlohmann::json::parse(scoresValue.toStringRef());
+    const auto scores = nlohmann::json::parse(scoresValue.toStringRef(), nullptr, false);
+    for (const char *field :
+         {"key", "epoch", "since_gain", "best_epoch", "start", "kept", "history", "train_history"})
+        if (scores.is_discarded() || !scores.contains(field))
+            throw Error(ErrorCode::Format, fmt::format("{}: its scores lack '{}'; remove it to start again",
+                                                       file.string(), field));
     if (scores.value("key", std::string()) != key)
         throw Error(ErrorCode::InvalidArgument,
                     fmt::format("{}: written by a KL fit of other settings; remove it to start again",
@@ -188,6 +193,28 @@ TransferKl transferFromJson(const nlohmann::json &j)
 }
 
 } // namespace
+
+void checkKlTarget(const core::ExperimentReader &f, const Model &target, const std::vector<int> &train,
+                   const std::vector<int> &valid)
+{
+    checkTarget(f, target);
+    ModelAccess::checkDense(target);
+    for (const auto *set : {&train, &valid}) {
+        const bool usable = std::any_of(set->begin(), set->end(), [&](int p) {
+            if (!aligned(f, p, nullptr))
+                return false;
+            const int64_t t = int64_t(f.prompt(p).b.ids.size());
+            return t >= 4 && t <= target.contextLimit();
+        });
+        if (!usable)
+            throw Error(
+                ErrorCode::InvalidArgument,
+                fmt::format("{}: no {} prompt of 4 or more tokens paired with A's rows: the KL objective "
+                            "has nothing to {}",
+                            f.path().string(), set == &train ? "training" : "validation",
+                            set == &train ? "train on" : "choose its epoch on"));
+    }
+}
 
 std::optional<std::vector<core::LayerConverter>>
 trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerConverter> &layers,
@@ -242,15 +269,20 @@ trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerC
         int firstEpoch = 1, sinceGain = 0;
         if (o.resume && !stateFile.empty() && std::filesystem::exists(stateFile)) {
             const auto s = loadState(stateFile, o.key, params, best, opt);
-            firstEpoch = s.at("epoch").get<int>() + 1;
-            sinceGain = s.at("since_gain").get<int>();
-            stats.bestEpoch = s.at("best_epoch").get<int>();
-            stats.start = transferFromJson(s.at("start"));
-            stats.kept = transferFromJson(s.at("kept"));
-            stats.history = s.at("history").get<std::vector<double>>();
-            stats.trainHistory = s.at("train_history").get<std::vector<double>>();
-            stats.epochs = firstEpoch - 1;
-            stats.resumed = true;
+            try {
+                firstEpoch = s.at("epoch").get<int>() + 1;
+                sinceGain = s.at("since_gain").get<int>();
+                stats.bestEpoch = s.at("best_epoch").get<int>();
+                stats.start = transferFromJson(s.at("start"));
+                stats.kept = transferFromJson(s.at("kept"));
+                stats.history = s.at("history").get<std::vector<double>>();
+                stats.trainHistory = s.at("train_history").get<std::vector<double>>();
+                stats.epochs = firstEpoch - 1;
+                stats.resumed = true;
+            } catch (const nlohmann::json::exception &e) {
+                throw Error(ErrorCode::Format,
+                            fmt::format("{}: {}; remove it to start again", stateFile.string(), e.what()));
+            }
         } else {
             stats.start = stats.kept = score(layers);
         }
@@ -263,8 +295,11 @@ trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerC
         const int64_t stepsPerEpoch = (int64_t(prompts.size()) + o.batch - 1) / o.batch;
         const int64_t steps = stepsPerEpoch * o.epochs;
         const auto pastDeadline = [&] { return o.deadline && core::Clock::now() >= *o.deadline; };
-        for (int epoch = firstEpoch; epoch <= o.epochs && sinceGain < o.patience && !stats.deadlineReached;
-             ++epoch) {
+        for (int epoch = firstEpoch; epoch <= o.epochs && sinceGain < o.patience; ++epoch) {
+            if (pastDeadline()) { // no epoch starts after the deadline
+                stats.deadlineReached = true;
+                break;
+            }
             std::vector<size_t> order(prompts.size());
             std::iota(order.begin(), order.end(), size_t(0));
             std::mt19937_64 rng(o.seed * 1000003ULL + uint64_t(epoch));
@@ -316,6 +351,8 @@ trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerC
             } else {
                 ++sinceGain;
             }
+            if (stats.deadlineReached) // an epoch the budget cut short is scored, never saved as done
+                break;
             if (!stateFile.empty())
                 saveState(stateFile, params, best, opt,
                           {{"key", o.key},

@@ -182,9 +182,9 @@ struct Model::Impl
 
     static torch::Tensor savable(const torch::Tensor &w) { return detail::savable(w); }
 
-    // gradRun's checks: dense weights (never the quantised kernels), prefix K/V of this geometry.
-    void checkGradRun(const std::vector<int> &ids, const std::vector<torch::Tensor> &keys,
-                      const std::vector<torch::Tensor> &values) const
+    // Error(InvalidArgument) naming the checkpoint unless every weight is dense (autograd cannot run
+    // through the quantised kernels).
+    void checkDense() const
     {
         if (embedQ ||
             std::any_of(layers.begin(), layers.end(),
@@ -198,6 +198,13 @@ struct Model::Impl
                                     "through; load it dequantised (--dequantize, or the Models step's "
                                     "dequantise box)",
                                     checkpoint.path().string()));
+    }
+
+    // gradRun's checks: dense weights, prefix K/V of this geometry, tokens within the context.
+    void checkGradRun(const std::vector<int> &ids, const std::vector<torch::Tensor> &keys,
+                      const std::vector<torch::Tensor> &values) const
+    {
+        checkDense();
         if (keys.size() != layers.size() || values.size() != layers.size())
             throw Error(ErrorCode::Shape, fmt::format("{} key and {} value layers for the model's {}",
                                                       keys.size(), values.size(), layers.size()));
@@ -251,7 +258,10 @@ struct Model::Impl
             }
             q = rope->apply(q, int(l), start, false);
             k = rope->apply(k, int(l), start, false);
-            const auto K = torch::cat({keys[l].to(dtype), k}, 1), V = torch::cat({values[l].to(dtype), v}, 1);
+            // as the cache holds them: rounded to its dtype (LoadOptions::kvDtype), read in the compute's
+            const auto cached = [&](const torch::Tensor &x) { return x.to(kvDtype).to(dtype); };
+            const auto K = torch::cat({cached(keys[l]), cached(k)}, 1),
+                       V = torch::cat({cached(values[l]), cached(v)}, 1);
             auto scores =
                 torch::matmul(q.reshape({nkv, rep * t, hd}), K.transpose(1, 2)).to(torch::kFloat32) *
                 scale; // [nkv, rep*t, total]
@@ -1077,12 +1087,22 @@ torch::Tensor detail::ModelAccess::logitsAfter(const Model &model, std::vector<t
     checkIds(ids, d.config);
     JobScope scope(d.options.threads, false, /*inference=*/false); // torch's ops: torch's threads
     return translateTorch("B's forward for autograd", [&] {
+        std::vector<torch::Tensor> vals(values.size());
+        for (size_t l = 0; l < keys.size(); ++l) // the prefix where B runs (autograd carries it back)
+            keys[l] = keys[l].to(d.device);
+        for (size_t l = 0; l < values.size(); ++l)
+            vals[l] = values[l].to(d.device);
         if (form == core::KeyForm::PreRope)
             for (size_t l = 0; l < keys.size() && l < d.layers.size(); ++l)
                 if (keys[l].dim() == 3 && keys[l].size(1) > 0)
                     keys[l] = d.rope->apply(keys[l], int(l), 0, /*inverse=*/false);
-        return d.gradRun(ids, keys, values);
+        return d.gradRun(ids, keys, vals);
     });
+}
+
+void detail::ModelAccess::checkDense(const Model &model)
+{
+    model.m_impl->checkDense();
 }
 
 } // namespace kvwb::gpu

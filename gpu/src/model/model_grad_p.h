@@ -16,8 +16,9 @@ namespace kvwb::gpu::detail {
 struct ModelAccess
 {
     // Logits [ids, vocab] float32 of ids at positions n.. after a prefix of n positions given per layer
-    // as keys/values [kvHeads, n, headDim] (float32 or the compute dtype, on the model's device; keys in
-    // `form`: pre-RoPE keys get B's rotation at 0..n-1 here). Autograd records every step, so the loss's
+    // as keys/values [kvHeads, n, headDim] (float32 or the compute dtype, on any device: moved to the
+    // model's; keys in `form`: pre-RoPE keys get B's rotation at 0..n-1 here), every K/V rounded to the
+    // cache's dtype as Model::forward reads them. Autograd records every step, so the loss's
     // backward reaches the prefix tensors; nothing is cached. Runs on the calling thread with the
     // model's threads, outside inference mode. Error(InvalidArgument) naming the checkpoint when its
     // weights are held in quantised blocks (load it dequantised), or ids empty or past the context;
@@ -25,6 +26,9 @@ struct ModelAccess
     static torch::Tensor logitsAfter(const Model &model, std::vector<torch::Tensor> keys,
                                      const std::vector<torch::Tensor> &values, core::KeyForm form,
                                      const std::vector<int> &ids);
+    // logitsAfter's first check alone: Error(InvalidArgument) naming the checkpoint unless every weight
+    // is dense (a fit checks it before the work that precedes the training).
+    static void checkDense(const Model &model);
 };
 
 } // namespace kvwb::gpu::detail

@@ -1030,6 +1030,17 @@ private Q_SLOTS:
                  core::ErrorCode::InvalidArgument);
         QCOMPARE(test::expectError([&] { gpu::alignExperiment(file, o, nullptr); }).code(),
                  core::ErrorCode::InvalidArgument);
+        // a budget spent before training: no epoch starts, the KV fit's maps are kept and it says so
+        auto spent = o;
+        spent.checkpointDir.clear();
+        spent.fit.budgetSeconds = 1e-6;
+        const auto none = gpu::alignExperiment(file, spent, b.get());
+        const auto k0 = nlohmann::json::parse(none.record.settingsJson)["kl"];
+        QCOMPARE(k0["epochs"].get<int>(), 0);
+        QCOMPARE(k0["best_epoch"].get<int>(), 0);
+        QVERIFY(k0["deadline_reached"].get<bool>());
+        QVERIFY(none.deadlineReached);
+        QVERIFY(none.record.layers[0].keys[0].weight == kvFit.record.layers[0].keys[0].weight);
     }
 
     // The attention-aligned family. B's key metric is what its queries do with a key error: e^T M e
