@@ -17,6 +17,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -75,6 +76,21 @@ struct Prompt
     int64_t cut = 0; // converted positions; ids[cut..end) run on top
     int64_t end = 0;
 };
+
+// Prompt p with transferKl's split (the last min(continuation, n / 2) of its n tokens), or nullopt
+// unless its B tokens pair with A's rows and number 4 to B's context.
+std::optional<Prompt> scoredPrompt(const core::ExperimentReader &f, int p, const Model &target,
+                                   int continuation)
+{
+    if (!aligned(f, p, nullptr))
+        return std::nullopt;
+    const auto info = f.prompt(p);
+    const int64_t t = int64_t(info.b.ids.size());
+    if (t < 4 || t > target.contextLimit())
+        return std::nullopt;
+    const int64_t m = std::min<int64_t>(continuation, t / 2);
+    return Prompt{p, std::vector<int>(info.b.ids.begin(), info.b.ids.end()), t - m, t};
+}
 
 // Sum over the prompt's continuation positions of KL(B's own || B's from the converted cache).
 torch::Tensor promptLoss(const core::ExperimentReader &f, const Geometry &g,
@@ -200,12 +216,8 @@ void checkKlTarget(const core::ExperimentReader &f, const Model &target, const s
     checkTarget(f, target);
     ModelAccess::checkDense(target);
     for (const auto *set : {&train, &valid}) {
-        const bool usable = std::any_of(set->begin(), set->end(), [&](int p) {
-            if (!aligned(f, p, nullptr))
-                return false;
-            const int64_t t = int64_t(f.prompt(p).b.ids.size());
-            return t >= 4 && t <= target.contextLimit();
-        });
+        const bool usable = std::any_of(set->begin(), set->end(),
+                                        [&](int p) { return scoredPrompt(f, p, target, 1).has_value(); });
         if (!usable)
             throw Error(
                 ErrorCode::InvalidArgument,
@@ -236,17 +248,11 @@ trainKlObjective(const core::ExperimentReader &f, const std::vector<core::LayerC
     const Geometry g = geometry(f);
     KlFitStats stats;
     std::vector<Prompt> prompts;
-    for (int p : train) {
-        if (!aligned(f, p, nullptr))
-            continue;
-        const auto info = f.prompt(p);
-        const int64_t t = int64_t(info.b.ids.size());
-        if (t < 4 || t > target.contextLimit())
-            continue;
-        const int64_t m = std::min<int64_t>(o.continuation, t / 2);
-        prompts.push_back({p, std::vector<int>(info.b.ids.begin(), info.b.ids.end()), t - m, t});
-        stats.trainTokens += m;
-    }
+    for (int p : train)
+        if (auto pr = scoredPrompt(f, p, target, o.continuation)) {
+            stats.trainTokens += pr->end - pr->cut;
+            prompts.push_back(std::move(*pr));
+        }
     stats.trainPrompts = int(prompts.size());
     if (prompts.empty())
         throw Error(ErrorCode::InvalidArgument,
@@ -400,18 +406,11 @@ double klObjectiveLoss(const core::ExperimentReader &f, const std::vector<core::
         for (int p : prompts) {
             if (taken >= maxPrompts)
                 break;
-            if (!aligned(f, p, nullptr))
-                continue;
-            const auto info = f.prompt(p);
-            const int64_t t = int64_t(info.b.ids.size());
-            if (t < 4 || t > target.contextLimit())
-                continue;
-            const int64_t m = std::min<int64_t>(continuation, t / 2);
-            sum += promptLoss(f, g, layers, params, target,
-                              {p, std::vector<int>(info.b.ids.begin(), info.b.ids.end()), t - m, t})
-                       .item<double>();
-            tokens += m;
-            ++taken;
+            if (const auto pr = scoredPrompt(f, p, target, continuation)) {
+                sum += promptLoss(f, g, layers, params, target, *pr).item<double>();
+                tokens += pr->end - pr->cut;
+                ++taken;
+            }
         }
         return tokens > 0 ? sum / double(tokens) : kNaN;
     });
