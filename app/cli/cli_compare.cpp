@@ -440,7 +440,8 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
                          {"rouge_l", d.rougeL},
                          {"kl_difference", intervalJson(d.klDifference)},
                          {"top1_difference", intervalJson(d.top1Difference)},
-                         {"rouge_l_difference", intervalJson(d.rougeLDifference)}};
+                         {"rouge_l_difference", intervalJson(d.rougeLDifference)},
+                         {"kl_gap_closed_vs_it", intervalJson(d.klGapClosed)}};
     const auto otherOf = [&](const char *key) { return others.contains(key) ? others[key] : json(nullptr); };
     return {{"prompts", run.prompts.size()},
             {"prompts_token_aligned", x.crossTokenizer},
@@ -454,6 +455,9 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
               {"resamples", core::BootstrapOptions{}.resamples},
               {"kl_gap_closed_vs_no_prefix", intervalJson(s.klGapClosed)},
               {"kl_gap_closed_vs_no_prefix_first8", intervalJson(s.klGapClosedFirst)},
+              {"retention_above_destroyed_cache", otherOf("shuffled_positions").is_null()
+                                                      ? json(nullptr)
+                                                      : otherOf("shuffled_positions")["kl_gap_closed_vs_it"]},
               {"top1_gain_vs_no_prefix", intervalJson(s.top1Gain)},
               {"rouge_l_gain_vs_a", intervalJson(s.rougeLGainVsA)},
               {"raw_source_kv", otherOf("raw_source_kv")},
@@ -537,6 +541,10 @@ void printCompareSummary(const jobs::CompareSetRun &run, const std::string &conv
             (d.klDifference ? core::formatInterval(*d.klDifference, 4) : cell(d.klDifference)).c_str());
         std::printf("| top-1 minus '%s', 95%% CI | %s |\n", d.converter.c_str(),
                     cell(d.top1Difference).c_str());
+        if (d.key == "shuffled_positions")
+            std::printf(
+                "| retention above the destroyed cache: 1 - KL / KL(shuffled positions), 95%% CI | %s |\n",
+                cell(d.klGapClosed).c_str());
         std::printf("| ROUGE-L minus '%s', 95%% CI | %s |\n", d.converter.c_str(),
                     cell(d.rougeLDifference).c_str());
     }

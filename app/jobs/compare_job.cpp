@@ -221,6 +221,7 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
         d.klDifference = interval([&] { return core::meanDifference(kl, o.kl); });
         d.top1Difference = interval([&] { return core::meanDifference(top1, o.top1); });
         d.rougeLDifference = interval([&] { return core::meanDifference(rouge, o.rougeL); });
+        d.klGapClosed = interval([&] { return core::gapClosed(kl, o.kl); });
         s.others.push_back(std::move(d));
     }
     return s;

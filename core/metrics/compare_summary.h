@@ -18,10 +18,14 @@ namespace kvwb::core {
 // minus it.
 struct CompareOtherSummary
 {
-    std::string key;       // "versus", "raw_source_kv" or "random_map"
+    std::string key;       // "versus", "raw_source_kv", "random_map" or "shuffled_positions"
     std::string converter; // its record name
     double kl = 0, top1 = 0, rougeL = 0;
     std::optional<Interval> klDifference, top1Difference, rougeLDifference;
+    // 1 - KL / KL(this one): the share of this one's KL the converter removes. Against the converter's
+    // own rows at shuffled positions (a destroyed cache, which still carries what the prompt's tokens
+    // say regardless of order), the retention above that floor.
+    std::optional<Interval> klGapClosed;
 };
 
 // Whether B's continuation from the converted cache starts with the same n tokens as from scratch

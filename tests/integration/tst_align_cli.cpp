@@ -160,6 +160,14 @@ private Q_SLOTS:
         const auto shuffled = bs["shuffled_positions"].toObject();
         QVERIFY2(shuffled["kl"].toDouble() > 100 * raw["kl"].toDouble() + 1e-3,
                  qPrintable(QString::number(shuffled["kl"].toDouble())));
+        // exact maps keep all of what the destroyed cache loses: retention above it is 1 - KL / its KL
+        const auto retention = bs["retention_above_destroyed_cache"].toObject();
+        const double kl = QJsonDocument::fromJson(r.out).object()["summary"].toObject()["kl"].toDouble();
+        QVERIFY2(std::abs(retention["estimate"].toDouble() - (1 - kl / shuffled["kl"].toDouble())) < 1e-9 &&
+                     retention["lo"].toDouble() > 0.99,
+                 qPrintable(QString::number(retention["estimate"].toDouble())));
+        QCOMPARE(shuffled["kl_gap_closed_vs_it"].toObject()["estimate"].toDouble(),
+                 retention["estimate"].toDouble());
 
         const auto pair = capture("g3", "g3b", "gemma-pair.h5");
         r = runKvwb({"align", "--experiment", q(pair), "--json"});

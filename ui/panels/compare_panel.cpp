@@ -657,6 +657,8 @@ void ComparePanel::showSetSummary(const CompareSetSummary &s)
                          {tr("KL minus %1").arg(name), ci(b.klDifference, 4)},
                          {tr("top-1 minus it"), ci(b.top1Difference, 3)},
                          {tr("ROUGE-L minus it"), ci(b.rougeLDifference, 3)}});
+        if (b.key == "shuffled_positions") // the destroyed cache as the floor
+            lines.back().push_back({tr("retention above it"), ci(b.klGapClosed, 3)});
     }
     const QString title = tr("%1 of %2 %3 with '%4'%5 (paired bootstrap 95% intervals over the prompts; "
                              "KL minus a baseline below 0: closer to scratch)")

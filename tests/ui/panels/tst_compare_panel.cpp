@@ -557,6 +557,12 @@ private Q_SLOTS:
         random.kl = 2.5;
         random.klDifference = core::Interval{-2.49, -2.7, -2.3};
         s.set.others.push_back(random);
+        core::CompareOtherSummary shuffled;
+        shuffled.key = "shuffled_positions";
+        shuffled.converter = "top2";
+        shuffled.kl = 0.5;
+        shuffled.klGapClosed = core::Interval{0.975, 0.96, 0.99};
+        s.set.others.push_back(shuffled);
         s.warnings << "no raw-source-KV baseline: A's KV rows are 64 wide, B's 128";
         panel.showSetSummary(s);
         const QString text = panel.setSummaryText();
@@ -565,6 +571,7 @@ private Q_SLOTS:
                      text.contains("first 8 tokens: KL 0.2500") &&
                      text.contains("gap closed 0.900 [0.800, 0.950]") &&
                      text.contains("KL minus random map -2.4900 [-2.7000, -2.3000]") &&
+                     text.contains("retention above it 0.975 [0.960, 0.990]") &&
                      text.contains("gain over answering with A n/a (fewer than 2 prompts)") &&
                      text.contains("warning: no raw-source-KV baseline"),
                  qPrintable(text));
