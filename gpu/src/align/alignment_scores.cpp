@@ -159,6 +159,29 @@ torch::Tensor detail::mapOutputRows(const core::LayerConverter &map, const torch
     return map.headMatched ? y.transpose(0, 1).reshape({y.size(1), y.size(0) * y.size(2)}) : y[0];
 }
 
+std::vector<torch::Tensor> detail::promptMapInputs(const core::ExperimentReader &f,
+                                                   const std::vector<core::LayerConverter> &layers,
+                                                   int prompt, bool keys, int64_t tokens)
+{
+    const Geometry g = geometry(f);
+    std::vector<torch::Tensor> xs;
+    std::map<int, std::vector<float>> rowsA; // A's rows of each source layer, read once
+    for (const core::LayerConverter &map : layers) {
+        std::vector<const float *> src;
+        for (int s : map.sourceLayers) {
+            auto it = rowsA.find(s);
+            if (it == rowsA.end())
+                it = rowsA.emplace(s, sourceLayerRows(f, s, prompt, keys)).first;
+            src.push_back(it->second.data());
+        }
+        const auto extra = map.features.any()
+                               ? tokenFeatureRows(f, map.sourceLayers, map.features, prompt, keys, tokens)
+                               : std::vector<float>();
+        xs.push_back(mapInput(map, keys, src, tokens, g.kvA, g.hdA, g.kvB, g.hdB, extra.data()));
+    }
+    return xs;
+}
+
 std::vector<float> convertRows(const core::LayerConverter &map, bool keys,
                                const std::vector<const float *> &source, int64_t tokens, int kvHeadsA,
                                int headDimA, int kvHeadsB, int headDimB, const float *extra)
@@ -251,30 +274,25 @@ std::vector<HeadMajorKv> convertedPrompt(const core::ExperimentReader &f,
                                          int p, int64_t t)
 {
     std::vector<HeadMajorKv> converted(layers.size());
-    for (int kv = 0; kv < 2; ++kv) {
-        std::map<int, std::vector<float>> rowsA;
-        for (size_t l = 0; l < layers.size(); ++l) {
-            const core::LayerConverter &m = layers[l];
-            std::vector<const float *> src;
-            for (int s : m.sourceLayers) {
-                auto it = rowsA.find(s);
-                if (it == rowsA.end())
-                    it = rowsA.emplace(s, detail::sourceLayerRows(f, s, p, kv == 0)).first;
-                src.push_back(it->second.data());
+    detail::translateTorch("convert rows", [&] {
+        c10::InferenceMode guard;
+        for (int kv = 0; kv < 2; ++kv) {
+            const auto xs = detail::promptMapInputs(f, layers, p, kv == 0, t);
+            for (size_t l = 0; l < layers.size(); ++l) {
+                const auto &maps = kv == 0 ? layers[l].keys : layers[l].values;
+                const auto stacked = detail::stackMaps(
+                    maps, torch::kCPU,
+                    fmt::format("layer {} {}", layers[l].targetLayer, kv == 0 ? "key" : "value"));
+                const auto rows = detail::mapOutputRows(layers[l], detail::applyMaps(stacked, xs[l]))
+                                      .view({t, g.kvB, g.hdB})
+                                      .transpose(0, 1)
+                                      .contiguous(); // token-major -> head-major
+                (kv == 0 ? converted[l].keys : converted[l].values)
+                    .assign(rows.data_ptr<float>(), rows.data_ptr<float>() + rows.numel());
             }
-            const auto extra = m.features.any()
-                                   ? detail::tokenFeatureRows(f, m.sourceLayers, m.features, p, kv == 0, t)
-                                   : std::vector<float>();
-            const auto rows =
-                convertRows(m, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB, extra.data()); // [t, kvB, hdB]
-            auto &out = kv == 0 ? converted[l].keys : converted[l].values;
-            out.resize(rows.size());
-            for (int64_t i = 0; i < t; ++i) // token-major -> head-major
-                for (int h = 0; h < g.kvB; ++h)
-                    std::copy_n(rows.data() + (i * g.kvB + h) * g.hdB, g.hdB,
-                                out.data() + (int64_t(h) * t + i) * g.hdB);
         }
-    }
+        return 0;
+    });
     return converted;
 }
 

@@ -106,22 +106,10 @@ torch::Tensor promptLoss(const core::ExperimentReader &f, const Geometry &g,
         torch::from_blob(const_cast<float *>(ownLogits.data()), {m, vocab}, torch::kFloat32), -1);
     std::vector<torch::Tensor> keys(layers.size()), values(layers.size());
     for (int kv = 0; kv < 2; ++kv) {
-        std::map<int, std::vector<float>> rowsA; // A's rows of each source layer, read once
+        const auto xs = promptMapInputs(f, layers, pr.index, kv == 0, t);
         for (size_t l = 0; l < layers.size(); ++l) {
-            const core::LayerConverter &map = layers[l];
-            std::vector<const float *> src;
-            for (int s : map.sourceLayers) {
-                auto it = rowsA.find(s);
-                if (it == rowsA.end())
-                    it = rowsA.emplace(s, sourceLayerRows(f, s, pr.index, kv == 0)).first;
-                src.push_back(it->second.data());
-            }
-            const auto extra = map.features.any()
-                                   ? tokenFeatureRows(f, map.sourceLayers, map.features, pr.index, kv == 0, t)
-                                   : std::vector<float>();
-            const auto x =
-                mapInput(map, kv == 0, src, t, g.kvA, g.hdA, g.kvB, g.hdB, extra.data()).narrow(1, 0, pr.cut);
-            const auto rows = mapOutputRows(map, applyMaps(kv == 0 ? params.keys[l] : params.values[l], x));
+            const auto rows = mapOutputRows(layers[l], applyMaps(kv == 0 ? params.keys[l] : params.values[l],
+                                                                 xs[l].narrow(1, 0, pr.cut)));
             (kv == 0 ? keys : values)[l] =
                 rows.view({pr.cut, g.kvB, g.hdB}).transpose(0, 1); // [kvB, cut, hdB]
         }

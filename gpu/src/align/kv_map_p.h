@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/store/converter_store.h"
+#include "core/store/experiment_file.h"
 
 #include <torch/torch.h>
 
@@ -42,6 +43,12 @@ std::vector<core::KvMap> unstackMaps(const MapTensors &m, const std::vector<core
 torch::Tensor mapInput(const core::LayerConverter &map, bool keys, const std::vector<const float *> &source,
                        int64_t tokens, int kvHeadsA, int headDimA, int kvHeadsB, int headDimB,
                        const float *extra);
+// mapInput's x of every layer's maps of one kind for one prompt of the file, [layers]: A's rows of each
+// source layer read once, the token features from the file (what scoring and the KL objective feed
+// the maps; defined in alignment_scores.cpp).
+std::vector<torch::Tensor> promptMapInputs(const core::ExperimentReader &f,
+                                           const std::vector<core::LayerConverter> &layers, int prompt,
+                                           bool keys, int64_t tokens);
 // applyMaps' output for mapInput's x -> B's token-major rows [tokens, kvB * hdB].
 torch::Tensor mapOutputRows(const core::LayerConverter &map, const torch::Tensor &y);
 
