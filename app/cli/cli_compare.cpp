@@ -388,6 +388,10 @@ json comparedPromptJson(const jobs::ComparedPrompt &c, const std::string &text)
             {"convert_ms", sample.convertMs},
             {"speedup", sample.scratch.ttftMs / sample.transfer.ttftMs},
             {"speedup_cached", sample.scratch.ttftMs / c.outcome.ttftCachedMs},
+            {"answer",
+             c.answer
+                 ? json{{"scratch", c.answer->scratch}, {"transfer", c.answer->transfer}, {"a", c.answer->a}}
+                 : json(nullptr)},
             {"gate",
              {{"signal", gpu::gateSignalName(gate.signal)},
               {"value", gate.value},
@@ -463,6 +467,12 @@ json compareSummaryJson(const jobs::CompareSetRun &run, const jobs::CompareSetOp
               {"raw_source_kv", otherOf("raw_source_kv")},
               {"random_map", otherOf("random_map")},
               {"shuffled_positions", otherOf("shuffled_positions")}}},
+            {"answers", s.answered == 0 ? json(nullptr)
+                                        : json{{"prompts", s.answered},
+                                               {"found_scratch", s.answerScratch},
+                                               {"found_transfer", s.answerTransfer},
+                                               {"found_a", s.answerA},
+                                               {"transfer_minus_scratch", intervalJson(s.answerDifference)}}},
             {"kl", s.kl},
             {"top1", s.top1},
             {"kl_no_prefix", s.klNoPrefix},
@@ -527,6 +537,11 @@ void printCompareSummary(const jobs::CompareSetRun &run, const std::string &conv
     std::printf("| first 8 tokens: KL / no prefix / gap closed, 95%% CI | %.4f / %.4f / %s |\n", s.klFirst,
                 s.klNoPrefixFirst, cell(s.klGapClosedFirst).c_str());
     std::printf("| top-1 gain over no prefix, 95%% CI | %s |\n", cell(s.top1Gain).c_str());
+    if (s.answered > 0)
+        std::printf(
+            "| expected answer given (%d prompts): scratch / transfer / A; transfer - scratch, 95%% CI | "
+            "%.3f / %.3f / %.3f; %s |\n",
+            s.answered, s.answerScratch, s.answerTransfer, s.answerA, cell(s.answerDifference).c_str());
     std::printf("| ROUGE-L gain over answering with A, 95%% CI | %s |\n", cell(s.rougeLGainVsA).c_str());
     for (const auto &d : s.others) {
         const char *what = d.key == "versus"               ? ""
@@ -685,10 +700,14 @@ int cmdCompare(const QStringList &args)
         for (int i : record.testPrompts)
             texts.push_back(file.prompt(i).text);
     else
-        for (auto &t : readPromptFile(p, settings.promptsFile, warnings))
+        for (auto &t : readPromptFile(p, settings.promptsFile, warnings)) {
             texts.push_back(std::move(t.text));
+            o.answers.push_back(std::move(t.answer));
+        }
     if (settings.limit > 0)
         texts.resize(std::min(texts.size(), size_t(settings.limit)));
+    if (std::all_of(o.answers.begin(), o.answers.end(), [](const std::string &a) { return a.empty(); }))
+        o.answers.clear();
     if (o.versus && settings.heldOut) // the second converter must not have been fitted on them
         if (std::string w = jobs::versusOverlapWarning(record, *o.versus, texts.size()); !w.empty())
             warnings.push_back(std::move(w));

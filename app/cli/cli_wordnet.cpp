@@ -9,6 +9,7 @@
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text_util.h"
+#include "core/workload/context_prompts.h"
 #include "core/workload/conversation.h"
 #include "core/workload/corpus.h"
 #include "core/workload/wordnet.h"
@@ -44,14 +45,15 @@ void addSourceOptions(QCommandLineParser &p)
     p.addOption({"no-hypernym", "Answers without the \" It is a kind of X.\" sentence."});
 }
 
-// The first positional names the source; only WordNet exists so far.
-void checkSource(const QCommandLineParser &p)
+// The first positional names the source: wordnet, or (kvwb corpus) context when `context` is true.
+void checkSource(const QCommandLineParser &p, bool context = false)
 {
     const auto pos = p.positionalArguments();
+    const char *sources = context ? "wordnet or context" : "wordnet";
     if (pos.size() != 1)
-        throw UsageError{"expected exactly one SOURCE (wordnet)"};
-    if (pos.first() != "wordnet")
-        throw UsageError{"unknown source '" + str(pos.first()) + "' (only 'wordnet' is supported)"};
+        throw UsageError{fmt::format("expected exactly one SOURCE ({})", sources)};
+    if (pos.first() != "wordnet" && !(context && pos.first() == "context"))
+        throw UsageError{fmt::format("unknown source '{}' ({})", str(pos.first()), sources)};
     if (!p.isSet("out"))
         throw UsageError{"--out is required"};
     outputFileOption(p, "out");
@@ -529,6 +531,53 @@ int wordnetWorkload(const QCommandLineParser &p)
     return 0;
 }
 
+// `kvwb corpus context`: prompts whose answer was stated earlier in them (core/workload/context_prompts.h).
+int contextCorpus(const QCommandLineParser &p)
+{
+    for (const char *o : {"min-examples", "max-examples"})
+        if (p.isSet(o))
+            throw UsageError{fmt::format("--{} applies to the wordnet source only", o)};
+    core::ContextPromptOptions o;
+    if (p.isSet("kinds")) {
+        o.kinds.clear();
+        for (const QString &k : p.value("kinds").split(',', Qt::SkipEmptyParts)) {
+            core::ContextKind kind{};
+            try {
+                kind = core::parseContextKind(str(k.trimmed()));
+            } catch (const core::Error &e) {
+                throw UsageError{std::string("--kinds: ") + e.what()};
+            }
+            if (std::find(o.kinds.begin(), o.kinds.end(), kind) != o.kinds.end())
+                throw UsageError{"--kinds: '" + str(k.trimmed()) + "' given twice"};
+            o.kinds.push_back(kind);
+        }
+    }
+    o.perKind = intOption(p, "count", 100, 1, 1000000);
+    o.entities = intOption(p, "entities", 3, 2, 8);
+    o.distance = intOption(p, "distance", 2, 0, 16);
+    o.counterfactual = p.isSet("counterfactual");
+    o.concepts = size_t(intOption(p, "concepts", 3000, 1));
+    o.seed = seedOption(p);
+    o.hypernymSentence = !p.isSet("no-hypernym");
+    const bool facts = std::find(o.kinds.begin(), o.kinds.end(), core::ContextKind::Facts) != o.kinds.end();
+    if (!facts && (p.isSet("counterfactual") || p.isSet("no-hypernym")))
+        throw UsageError{"--counterfactual and --no-hypernym apply to the facts kind only"};
+    std::optional<core::WordNet> wn;
+    if (facts)
+        wn.emplace(loadWordNet(p));
+    const auto prompts = core::buildContextPrompts(o, wn ? &*wn : nullptr);
+    core::writeFileAtomic(str(p.value("out")), core::contextPromptsToJsonl(prompts));
+    std::string kinds;
+    for (auto k : o.kinds)
+        kinds += std::string(kinds.empty() ? "" : ", ") + core::contextKindName(k);
+    std::printf("wrote %s: %zu prompts (%d each of %s), %d facts stated, %d %s between them and the "
+                "question%s\n",
+                qPrintable(p.value("out")), prompts.size(), o.perKind, kinds.c_str(), o.entities, o.distance,
+                o.distance == 1 ? "sentence or turn" : "sentences or turns",
+                o.counterfactual ? ", counterfactual facts" : "");
+    return 0;
+}
+
 } // namespace
 
 int cmdCorpus(const QStringList &args)
@@ -540,12 +589,30 @@ int cmdCorpus(const QStringList &args)
                  "Training examples for the most popular concept (default: one per training "
                  "template).",
                  "N", "0"});
+    p.addOption({"kinds", "context: names, numbers, facts, comma-separated (default all three).", "LIST"});
+    p.addOption({"count", "context: prompts of each kind (default 100).", "N", "100"});
+    p.addOption(
+        {"entities", "context: facts stated in each prompt, one of them asked (2-8, default 3).", "N", "3"});
+    p.addOption({"distance",
+                 "context: neutral sentences (names, numbers) or further Q/A turns (facts) between the "
+                 "stated facts and the question (0-16, default 2).",
+                 "N", "2"});
+    p.addOption({"counterfactual",
+                 "context, facts: the context gives each stated concept another concept's answer, so only "
+                 "reading the context (not the model's memory) gives the expected answer."});
     parse(p, args,
           "Write a question/answer training corpus (JSONL: synset, rank, lemma, template, split, question, "
-          "prompt, "
-          "answer, text) from WordNet noun concepts. Validation uses phrasing templates training never sees.",
-          "SOURCE", "Where concepts come from: wordnet.");
-    checkSource(p);
+          "prompt, answer, text) from WordNet noun concepts; validation uses phrasing templates training "
+          "never sees. context: a prompt set whose answers were stated earlier in each prompt (names, "
+          "numbers, facts; JSONL: kind, split, prompt, answer, text, entities, distance, asked) for "
+          "`kvwb compare --prompts`, which reports how often each path gives the expected answer.",
+          "SOURCE", "wordnet, or context.");
+    checkSource(p, true);
+    if (p.positionalArguments().first() == "context")
+        return contextCorpus(p);
+    for (const char *o : {"kinds", "count", "entities", "distance", "counterfactual"})
+        if (p.isSet(o))
+            throw UsageError{fmt::format("--{} applies to the context source only", o)};
     core::CorpusOptions o;
     o.concepts = size_t(intOption(p, "concepts", 3000, 1));
     o.seed = seedOption(p);

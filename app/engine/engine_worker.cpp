@@ -493,7 +493,7 @@ void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
         auto out = std::make_shared<ui::CompareSetSummary>();
         out->converter = QString::fromStdString(request.converter);
         std::vector<std::string> warnings;
-        std::vector<std::string> texts;
+        std::vector<std::string> texts, answers;
         if (request.promptsFile.empty()) {
             out->source = "held-out prompts";
             const auto file = core::ExperimentReader::open(request.experiment);
@@ -501,8 +501,10 @@ void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
                 texts.push_back(file.prompt(i).text);
         } else {
             out->source = QString::fromStdString(request.promptsFile);
-            for (auto &t : jobs::readPromptFile(request.promptsFile, {}, warnings))
+            for (auto &t : jobs::readPromptFile(request.promptsFile, {}, warnings)) {
                 texts.push_back(std::move(t.text));
+                answers.push_back(std::move(t.answer));
+            }
         }
         if (request.limit > 0 && texts.size() > size_t(request.limit))
             texts.resize(size_t(request.limit));
@@ -512,6 +514,8 @@ void EngineWorker::compareSet(quint64 job, const core::CompareSettings &request,
         out->requested = int(texts.size());
         jobs::CompareSetOptions o = jobs::compareSetOptions(request);
         o.compare.cancel = cancel.get();
+        if (std::any_of(answers.begin(), answers.end(), [](const std::string &a) { return !a.empty(); }))
+            o.answers = std::move(answers);
         if (!request.versus.empty()) { // side by side: a second converter on the same prompts
             o.versus = core::loadConverters(request.experiment, request.versus);
             if (request.promptsFile.empty())

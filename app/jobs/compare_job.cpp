@@ -152,6 +152,12 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
         }
         const auto &sample = c.outcome.sample;
         c.rougeLA = core::rougeL(sample.a.text, sample.scratch.text);
+        if (i < options.answers.size() && !options.answers[i].empty()) {
+            const auto &want = options.answers[i];
+            c.answer = ComparedPrompt::AnswerHits{core::answerFound(sample.scratch.text, want),
+                                                  core::answerFound(sample.transfer.text, want),
+                                                  core::answerFound(sample.a.text, want)};
+        }
         run.prompts.push_back(std::move(c));
         if (progress && !progress(i, texts.size(), &run.prompts.back())) {
             run.cancelled = i + 1 < texts.size();
@@ -169,8 +175,13 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
     s.gateSignal = core::gateSignalName(run.gateSignal);
     s.gateThreshold = run.gateThreshold;
     s.matchTokens = run.matchTokens;
-    std::vector<double> klFirstToken;
+    std::vector<double> klFirstToken, answerScratch, answerTransfer, answerA;
     for (const auto &c : run.prompts) {
+        if (c.answer) {
+            answerScratch.push_back(c.answer->scratch ? 1 : 0);
+            answerTransfer.push_back(c.answer->transfer ? 1 : 0);
+            answerA.push_back(c.answer->a ? 1 : 0);
+        }
         const auto &sample = c.outcome.sample;
         const bool match = core::firstTokensMatch(sample.firstDivergence, run.matchTokens);
         s.matching += match ? 1 : 0;
@@ -211,6 +222,12 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
     s.klGapClosedFirst = interval([&] { return core::gapClosed(klFirst, klFloorFirst); });
     s.top1Gain = interval([&] { return core::meanDifference(top1, top1Floor); });
     s.rougeLGainVsA = interval([&] { return core::meanDifference(rouge, rougeA); });
+    s.answered = int(answerScratch.size());
+    s.answerScratch = mean(answerScratch);
+    s.answerTransfer = mean(answerTransfer);
+    s.answerA = mean(answerA);
+    if (s.answered >= 2)
+        s.answerDifference = interval([&] { return core::meanDifference(answerTransfer, answerScratch); });
     for (const auto &o : run.others) {
         core::CompareOtherSummary d;
         d.key = o.key;

@@ -22,11 +22,12 @@ std::vector<PromptText> readPromptFile(const std::string &path, const PromptFile
     for (auto &d : corpus.documents) {
         if ((o.split == "train" && d.validation) || (o.split == "validation" && !d.validation))
             continue;
-        std::string text = o.wholeText || d.prompt.empty() ? d.text : d.prompt;
+        const bool prompt = !o.wholeText && !d.prompt.empty();
+        std::string text = prompt ? d.prompt : d.text;
         while (!text.empty() && text.back() == '\n')
             text.pop_back();
         if (inGroup == 0)
-            out.push_back({std::move(text), d.synset});
+            out.push_back({std::move(text), d.synset, prompt && o.join <= 1 ? d.answer : std::string()});
         else
             out.back().text += "\n" + text;
         inGroup = (inGroup + 1) % std::max(1, o.join);

@@ -18,7 +18,8 @@ namespace kvwb::app::jobs {
 struct PromptText
 {
     std::string text;
-    std::string label; // intent / synset; the first document's when joined
+    std::string label;  // intent / synset; the first document's when joined
+    std::string answer; // the file's expected answer to the prompt ("answer"), "" when none or joined
 };
 struct PromptFileOptions
 {

@@ -43,6 +43,12 @@ struct CompareSetSummary
     // the same KL over the first 8 generated positions only (gpu::kFirstTokens)
     double klFirst = 0, klNoPrefixFirst = 0;
     std::optional<Interval> klGapClosedFirst;
+    // Prompts with an expected answer (a prompt file's "answer", e.g. `kvwb corpus context`): the
+    // share whose text gives it (core::answerFound) from scratch, from the converted cache and from
+    // A, and transfer minus scratch (paired interval, null below 2 answered prompts).
+    int answered = 0;
+    double answerScratch = 0, answerTransfer = 0, answerA = 0;
+    std::optional<Interval> answerDifference;
     std::vector<CompareOtherSummary> others; // versus first, then the baselines
     // The quality gate judged by what B answers: a pass is right when the transfer's first
     // matchTokens greedy tokens are scratch's (firstTokensMatch).

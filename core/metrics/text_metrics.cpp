@@ -73,6 +73,16 @@ double rougeL(const std::string &candidate, const std::string &reference)
     return rougeL(normalizedWords(candidate), normalizedWords(reference));
 }
 
+bool answerFound(const std::string &generated, const std::string &answer, size_t words)
+{
+    auto want = normalizedWords(answer);
+    want.resize(std::min(want.size(), words));
+    if (want.empty())
+        return false;
+    const auto have = normalizedWords(generated);
+    return std::search(have.begin(), have.end(), want.begin(), want.end()) != have.end();
+}
+
 double pearson(const std::vector<double> &x, const std::vector<double> &y)
 {
     if (x.size() != y.size())

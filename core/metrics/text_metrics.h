@@ -19,6 +19,11 @@ double wordF1(const std::string &candidate, const std::string &reference);
 double rougeL(const std::string &candidate, const std::string &reference);
 double rougeL(const std::vector<std::string> &candidate, const std::vector<std::string> &reference);
 
+// Whether a generated text gives an expected answer: the answer's first min(words, its length)
+// normalizedWords appear in the text's normalizedWords as one contiguous run ("Biscuit." found in
+// " Biscuit, of course"; a definition by its first 4 words). An answer with no word is never found.
+bool answerFound(const std::string &generated, const std::string &answer, size_t words = 4);
+
 // Correlation of paired samples; NaN with fewer than 2 pairs or a constant side.
 double pearson(const std::vector<double> &x, const std::vector<double> &y);
 double spearman(const std::vector<double> &x, const std::vector<double> &y); // ties get mean ranks

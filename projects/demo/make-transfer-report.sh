@@ -6,7 +6,8 @@
 # them, the unrelated pair (A -> B2, B2 trained on the other half of the corpus from another seed)
 # and the cross-tokenizer pair (C -> B); the hardest pairs (part `hard`: U -> B, tokenizers that
 # cross, and A -> D, a character-level target) with and without B's token features; the KL objective
-# (part `kl`: the maps trained through B) on the demo pair and A -> D; last (part `defaults`), every
+# (part `kl`: the maps trained through B) on the demo pair and A -> D; prompts whose answer the context
+# states (part `context`: names, numbers, facts); last (part `defaults`), every
 # pair with no fit flags at all (family auto) and the selective-recompute curve.
 # Usage: projects/demo/make-transfer-report.sh [path/to/kvwb]   (about 90 minutes on 2 cores, most of
 # it the MLP fits)
@@ -18,7 +19,7 @@ OUT="$WORK/transfer"
 mkdir -p "$OUT"
 [ -f "$WORK/corpus.jsonl" ] || "$KVWB" corpus wordnet --out "$WORK/corpus.jsonl" --concepts 1000 --seed 1
 
-PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok hard kl defaults}"
+PARTS="${KVWB_REPORT_PARTS:-base families unrelated crosstok hard kl context defaults}"
 want() { [[ " $PARTS " == *" $1 "* ]]; }
 EXP="$OUT/demo-transfer.h5"
 
@@ -178,6 +179,36 @@ print(f"validation KL {k['valid_kl_kv_fit']:.4f} -> {k['valid_kl']:.4f} (no pref
       f"epoch {k['best_epoch']} of {k['epochs']}, {k['seconds']:.0f} s")
 PY
   compare150 "$2" kl-tf "kl-$1-kl" --versus kv-tf --baselines
+done
+fi
+
+if want context; then
+echo "== context that decides the answer (kvwb corpus context): names, numbers and facts stated earlier in"
+echo "   the prompt, on the demo pair with the defaults (family auto) and the token-feature ridge"
+"$KVWB" corpus context --out "$OUT/context-names.jsonl" --kinds names --count 100 --force
+"$KVWB" corpus context --out "$OUT/context-numbers.jsonl" --kinds numbers --count 100 --force
+# the demo models trained on single Q/A documents of at most 128 tokens: two facts, no distance
+"$KVWB" corpus context --out "$OUT/context-facts.jsonl" --kinds facts --count 100 --entities 2 --distance 0 --force
+"$KVWB" corpus context --out "$OUT/context-facts-cf.jsonl" --kinds facts --count 100 --entities 2 --distance 0 \
+  --counterfactual --force
+"$KVWB" align --experiment "$EXP" --name defaults --replace > "$OUT/align-defaults-context.md" 2>&1
+align all-tf --select all --lambda auto --family ridge --token-features all
+for set in names numbers facts facts-cf; do
+  for conv in defaults all-tf; do
+    "$KVWB" compare --experiment "$EXP" --converter "$conv" --prompts "$OUT/context-$set.jsonl" --max-tokens 24 \
+      --baselines --threads 1 --json > "$OUT/context-$set-$conv.json" 2> "$OUT/context-$set-$conv.log"
+    python3 - "$OUT/context-$set-$conv.json" "$set $conv" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["summary"]
+b = s["baselines"]
+f = lambda i: f"{i['estimate']:.3f} [{i['lo']:.3f}, {i['hi']:.3f}]"
+a = s["answers"]
+print(f"{sys.argv[2]}: KL {s['kl']:.4f} (no prefix {s['kl_no_prefix']:.4f}), gap closed {f(b['kl_gap_closed_vs_no_prefix'])}, "
+      f"first 8 {f(b['kl_gap_closed_vs_no_prefix_first8'])}, above the destroyed cache "
+      f"{f(b['retention_above_destroyed_cache'])}, answer found scratch {a['found_scratch']:.3f} / transfer "
+      f"{a['found_transfer']:.3f} / A {a['found_a']:.3f}, transfer - scratch {f(a['transfer_minus_scratch'])}")
+PY
+  done
 done
 fi
 

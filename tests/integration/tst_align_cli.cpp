@@ -3,6 +3,7 @@
 // stores and loads back; a pair with different tokenizers captures, fits and compares through its
 // token alignment; the JSON carries the documented fields; bad input fails with the right exit code
 // and a message naming what is at fault.
+#include "core/metrics/text_metrics.h"
 #include "core/model/random_model.h"
 #include "core/store/comparison_store.h"
 #include "core/store/converter_store.h"
@@ -122,6 +123,48 @@ private Q_SLOTS:
         QCOMPARE(p0["rouge_l"].toDouble(), 1.0);
         QCOMPARE(p0["gate"].toObject()["passed"].toBool(), true);
         QVERIFY2(r.err.contains("gate: prompt 0 tail_kl"), r.err.constData());
+        QVERIFY(p0["answer"].isNull()); // no expected answer given
+
+        // A prompt file with expected answers (as `kvwb corpus context` writes), read by index: two
+        // with a word no model here writes, one with none. (Whether an answer is found is
+        // core::answerFound's, tested in core.text_metrics; this random model writes stray bytes.)
+        std::string jsonl;
+        for (const auto &[prompt, answer] :
+             std::vector<std::pair<QString, QString>>{{"What does the cache hold for me?", "Zzyzxqq"},
+                                                      {"What does the cache hold?", ""},
+                                                      {"What does the cache hold for you?", "Qqzzyx"}}) {
+            QJsonObject o{{"prompt", prompt}, {"text", prompt}};
+            if (!answer.isEmpty())
+                o["answer"] = answer;
+            jsonl += QJsonDocument(o).toJson(QJsonDocument::Compact).toStdString() + "\n";
+        }
+        test::writeFile(m_dir / "answers.jsonl", jsonl);
+        r = runKvwb({"compare", "--experiment", q(exp), "--prompts", q(m_dir / "answers.jsonl"),
+                     "--max-tokens", "8", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto set = QJsonDocument::fromJson(r.out).object();
+        const auto rows = set["prompts"].toArray();
+        QCOMPARE(rows.size(), 3);
+        for (int i : {0, 2})
+            for (const char *path : {"scratch", "transfer", "a"}) {
+                const auto hit = rows[i].toObject()["answer"].toObject()[path];
+                QVERIFY2(hit.isBool() && !hit.toBool(), path);
+            }
+        QVERIFY(rows[1].toObject()["answer"].isNull());
+        const auto answers = set["summary"].toObject()["answers"].toObject();
+        QCOMPARE(answers["prompts"].toInt(), 2);
+        QCOMPARE(answers["found_scratch"].toDouble(), 0.0);
+        QCOMPARE(answers["found_transfer"].toDouble(), 0.0);
+        QCOMPARE(answers["transfer_minus_scratch"].toObject()["estimate"].toDouble(), 0.0);
+        r = runKvwb({"compare", "--experiment", q(exp), "--prompts", q(m_dir / "answers.jsonl"),
+                     "--max-tokens", "8"});
+        QVERIFY2(r.out.contains("| expected answer given (2 prompts): scratch / transfer / A; transfer - "
+                                "scratch, 95% CI | 0.000 / 0.000 / 0.000; "),
+                 r.out.constData());
+        // a file without answers has none in its summary
+        r = runKvwb({"compare", "--experiment", q(exp), "--prompts", q(m_dir / "prompts.txt"), "--limit", "2",
+                     "--max-tokens", "4", "--json"});
+        QVERIFY(QJsonDocument::fromJson(r.out).object()["summary"].toObject()["answers"].isNull());
     }
 
     // Gemma 3 end to end: a model aligned with itself through capture (keys before each layer's

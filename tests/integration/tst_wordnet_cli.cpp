@@ -66,6 +66,44 @@ private Q_SLOTS:
         QVERIFY(c1.find("\"split\":\"validation\"") != std::string::npos);
     }
 
+    // `kvwb corpus context`: the kinds asked for, seeded, names and numbers without WordNet, and the
+    // options of the other source refused.
+    void contextPromptSet()
+    {
+        const QStringList args = {"corpus",  "context", "--wordnet-dir", m_wn,
+                                  "--count", "7",       "--distance",    "1"};
+        const Run a = runKvwb(args + QStringList{"--out", out("ctx1.jsonl")});
+        QCOMPARE(a.exitCode, 0);
+        QVERIFY2(a.out.contains(
+                     "21 prompts (7 each of names, numbers, facts), 3 facts stated, 1 sentence or turn"),
+                 a.out.constData());
+        QCOMPARE(runKvwb(args + QStringList{"--out", out("ctx2.jsonl")}).exitCode, 0);
+        const std::string c1 = kvwb::test::readFile(out("ctx1.jsonl").toStdString());
+        QCOMPARE(kvwb::test::readFile(out("ctx2.jsonl").toStdString()), c1);
+        for (const char *field : {"\"kind\":\"facts\"", "\"answer\":", "\"split\":\"validation\""})
+            QVERIFY2(c1.find(field) != std::string::npos, field);
+        const Run n = runKvwb({"corpus", "context", "--wordnet-dir", "/nonexistent/wn", "--kinds", "numbers",
+                               "--count", "3", "--out", out("ctx3.jsonl")});
+        QVERIFY2(n.exitCode == 0, n.err.constData()); // no WordNet read for numbers
+        const std::string c3 = kvwb::test::readFile(out("ctx3.jsonl").toStdString());
+        QCOMPARE(std::count(c3.begin(), c3.end(), '\n'), 3);
+        for (const auto &[extra, message] : std::vector<std::pair<QStringList, QString>>{
+                 {{"--kinds", "names,dates"}, "--kinds: unknown context kind 'dates'"},
+                 {{"--kinds", "names,names"}, "'names' given twice"},
+                 {{"--entities", "1"}, "--entities expects an integer in [2, 8]"},
+                 {{"--min-examples", "2"}, "--min-examples applies to the wordnet source only"},
+                 {{"--kinds", "numbers", "--counterfactual"}, "apply to the facts kind only"}}) {
+            const Run r = runKvwb(QStringList{"corpus", "context", "--out", out("bad.jsonl")} + extra);
+            QCOMPARE(r.exitCode, 2);
+            QVERIFY2(r.err.contains(message.toUtf8()), r.err.constData());
+            QVERIFY(!fs::exists(out("bad.jsonl").toStdString()));
+        }
+        const Run w =
+            runKvwb({"corpus", "wordnet", "--wordnet-dir", m_wn, "--count", "5", "--out", out("bad.jsonl")});
+        QCOMPARE(w.exitCode, 2);
+        QVERIFY2(w.err.contains("--count applies to the context source only"), w.err.constData());
+    }
+
     void workloadReadsBack()
     {
         const Run r = runKvwb({"workload", "wordnet", "--wordnet-dir", m_wn, "--out", out("w.jsonl"),

@@ -627,6 +627,12 @@ void ComparePanel::showSetSummary(const CompareSetSummary &s)
          {tr("A's own answer"), fmt(s.set.rougeLA, 3)},
          {tr("gain over answering with A"), ci(s.set.rougeLGainVsA, 3)}},
     };
+    if (s.set.answered > 0) // a prompt file with expected answers (kvwb corpus context)
+        lines.push_back({{tr("expected answer given (%1 prompts): scratch").arg(s.set.answered),
+                          fmt(s.set.answerScratch, 3)},
+                         {tr("transfer"), fmt(s.set.answerTransfer, 3)},
+                         {tr("A"), fmt(s.set.answerA, 3)},
+                         {tr("transfer - scratch"), ci(s.set.answerDifference, 3)}});
     lines.push_back({{tr("gate %1 %2 %3: precision")
                           .arg(QString::fromStdString(s.set.gateSignal), gateOp(s.set.gateSignal))
                           .arg(s.set.gateThreshold),

@@ -20,6 +20,40 @@ private Q_SLOTS:
         QCOMPARE(core::normalizedWords("  "), std::vector<std::string>());
     }
 
+    void answerFound_data()
+    {
+        QTest::addColumn<QString>("generated");
+        QTest::addColumn<QString>("answer");
+        QTest::addColumn<bool>("found");
+        QTest::newRow("name with punctuation") << " Biscuit, of course."
+                                               << "Biscuit" << true;
+        QTest::newRow("case") << "it is called PEPPER"
+                              << "Pepper" << true;
+        QTest::newRow("number") << " 2290. The"
+                                << "2290" << true;
+        QTest::newRow("other number") << " 22900"
+                                      << "2290" << false;
+        QTest::newRow("part of a word") << "Biscuits"
+                                        << "Biscuit" << false;
+        QTest::newRow("first four words") << "A friend who is often near"
+                                          << "A friend who is frequently in the company" << true;
+        QTest::newRow("words apart") << "A friend, then who is"
+                                     << "A friend who is" << false;
+        QTest::newRow("order") << "who friend a is"
+                               << "A friend who is" << false;
+        QTest::newRow("no word in the answer") << "anything"
+                                               << " ... " << false;
+        QTest::newRow("empty text") << ""
+                                    << "Max" << false;
+    }
+    void answerFound()
+    {
+        QFETCH(QString, generated);
+        QFETCH(QString, answer);
+        QFETCH(bool, found);
+        QCOMPARE(core::answerFound(generated.toStdString(), answer.toStdString()), found);
+    }
+
     void rougeL_data()
     {
         QTest::addColumn<QString>("candidate");

@@ -1,6 +1,7 @@
 // Q/A corpus: question rendering (a/an, synonyms), answers, concept selection with lemma
 // ownership, the split by template, the examples-per-concept rule and seeded reproducibility.
 #include "core/util/error.h"
+#include "core/workload/context_prompts.h"
 #include "core/workload/corpus.h"
 #include "core/workload/text_corpus.h"
 #include "tests/support/test_paths.h"
@@ -288,6 +289,118 @@ private Q_SLOTS:
         } catch (const kvwb::core::Error &e) {
             QVERIFY2(QString(e.what()).contains("/dev/urandom: not a regular file"), e.what());
         }
+    }
+
+    // `kvwb corpus context`: every prompt states its answer before asking for it (counterfactual
+    // facts: an answer that is not the asked concept's own), the counts asked for, one stream per
+    // kind, seeded, and the file read back with its answers.
+    void contextPrompts()
+    {
+        ContextPromptOptions o;
+        o.perKind = 40;
+        o.entities = 3;
+        o.distance = 2;
+        const auto prompts = buildContextPrompts(o, m_wn.get());
+        QCOMPARE(prompts.size(), size_t(120));
+        std::map<std::string, std::string> answerOf; // the fixture's concepts' own answers
+        for (const auto &c : selectConcepts(*m_wn, o.concepts))
+            for (const auto &l : c.lemmas)
+                answerOf[l] = c.answer;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const auto &p = prompts[i];
+            QCOMPARE(int(p.kind), int(o.kinds[i / 40]));
+            QVERIFY(!p.answer.empty() && p.asked >= 0 && p.asked < 3);
+            const auto count = [&](const std::string &what) {
+                size_t n = 0;
+                for (size_t at = p.prompt.find(what); at != std::string::npos;
+                     at = p.prompt.find(what, at + 1))
+                    ++n;
+                return n;
+            };
+            switch (p.kind) {
+            case ContextKind::Names: // "X has a pet called N." each, 2 filler sentences, the question
+                QCOMPARE(count(" called " + p.answer + "."), size_t(1));
+                QCOMPARE(count(" has a "), size_t(3));
+                QCOMPARE(count("."), size_t(5));
+                QVERIFY(p.prompt.size() > 9 && p.prompt.substr(p.prompt.size() - 9) == "is called");
+                break;
+            case ContextKind::Numbers:
+                QCOMPARE(count("'s room number is " + p.answer + "."), size_t(1));
+                QCOMPARE(count("'s room number is"), size_t(4));
+                QVERIFY(p.answer.size() == 3 || p.answer.size() == 4);
+                break;
+            case ContextKind::Facts: { // 5 answered turns, then the question
+                QCOMPARE(count("\nA: "), size_t(5));
+                QCOMPARE(count("A: " + p.answer + "\n"), size_t(1));
+                QVERIFY(p.prompt.size() > 3 && p.prompt.substr(p.prompt.size() - 3) == "\nA:");
+                break;
+            }
+            }
+        }
+        // seeded; one kind's prompts do not depend on the kinds beside it
+        const auto again = buildContextPrompts(o, m_wn.get());
+        QCOMPARE(contextPromptsToJsonl(again), contextPromptsToJsonl(prompts));
+        ContextPromptOptions numbersOnly = o;
+        numbersOnly.kinds = {ContextKind::Numbers};
+        const auto numbers = buildContextPrompts(numbersOnly, nullptr); // no WordNet needed
+        QCOMPARE(numbers.size(), size_t(40));
+        QCOMPARE(numbers[7].prompt, prompts[47].prompt);
+        ContextPromptOptions otherSeed = o;
+        otherSeed.seed = 2;
+        QVERIFY(contextPromptsToJsonl(buildContextPrompts(otherSeed, m_wn.get())) !=
+                contextPromptsToJsonl(prompts));
+
+        // counterfactual facts: the stated answer is another concept's
+        ContextPromptOptions cf = o;
+        cf.kinds = {ContextKind::Facts};
+        cf.counterfactual = true;
+        cf.distance = 0;
+        int notItsOwn = 0;
+        for (const auto &p : buildContextPrompts(cf, m_wn.get())) {
+            QVERIFY(p.prompt.find("A: " + p.answer + "\n") != std::string::npos);
+            const size_t q = p.prompt.rfind("\nQ: ");
+            const std::string question = p.prompt.substr(q);
+            bool own = false;
+            for (const auto &[lemma, answer] : answerOf)
+                if (question.find(lemma) != std::string::npos && answer == p.answer)
+                    own = true;
+            notItsOwn += own ? 0 : 1;
+        }
+        QCOMPARE(notItsOwn, 40);
+
+        // the file as compare reads it: the prompt, its answer, the validation split
+        QTemporaryDir tmp;
+        const fs::path file = fs::path(tmp.path().toStdString()) / "context.jsonl";
+        kvwb::test::writeFile(file, contextPromptsToJsonl(prompts));
+        const auto back = readTextCorpus(file);
+        QCOMPARE(back.documents.size(), prompts.size());
+        QCOMPARE(back.documents[5].prompt, prompts[5].prompt);
+        QCOMPARE(back.documents[5].answer, prompts[5].answer);
+        QVERIFY(back.documents[5].validation);
+        QCOMPARE(back.documents[5].text, prompts[5].prompt + " " + prompts[5].answer);
+
+        // bad options, one clear line each
+        const auto refused = [&](ContextPromptOptions bad, const WordNet *wn, const char *message) {
+            try {
+                (void)buildContextPrompts(bad, wn);
+            } catch (const Error &e) {
+                return QString(e.what()).contains(message);
+            }
+            return false;
+        };
+        ContextPromptOptions bad = o;
+        bad.entities = 9;
+        QVERIFY(refused(bad, m_wn.get(), "entities: 9 is not in 2..8"));
+        bad = o;
+        bad.distance = 17;
+        QVERIFY(refused(bad, m_wn.get(), "distance: 17 is not in 0..16"));
+        QVERIFY(refused(o, nullptr, "facts need WordNet"));
+        bad = cf;
+        bad.entities = 8;
+        bad.distance = 16; // 32 concepts; the fixture has 15
+        QVERIFY(refused(bad, m_wn.get(), "15 usable concepts, a facts prompt needs 32"));
+        QCOMPARE(int(parseContextKind("numbers")), int(ContextKind::Numbers));
+        QVERIFY_THROWS_EXCEPTION(Error, parseContextKind("dates"));
     }
 };
 

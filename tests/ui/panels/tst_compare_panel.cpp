@@ -565,7 +565,18 @@ private Q_SLOTS:
         s.set.others.push_back(shuffled);
         s.warnings << "no raw-source-KV baseline: A's KV rows are 64 wide, B's 128";
         panel.showSetSummary(s);
+        QVERIFY(!panel.setSummaryText().contains("expected answer")); // no answers in the set
+        s.set.answered = 10;
+        s.set.answerScratch = 0.8;
+        s.set.answerTransfer = 0.6;
+        s.set.answerA = 0.1;
+        s.set.answerDifference = core::Interval{-0.2, -0.4, -0.05};
+        panel.showSetSummary(s);
         const QString text = panel.setSummaryText();
+        QVERIFY2(text.contains("expected answer given (10 prompts): scratch 0.800") &&
+                     text.contains("transfer 0.600") &&
+                     text.contains("transfer - scratch -0.200 [-0.400, -0.050]"),
+                 qPrintable(text));
         QVERIFY2(text.contains("12 of 12 held-out prompts with 'top2'") &&
                      text.contains("KL gap closed vs no prefix 0.992 [0.985, 0.996]") &&
                      text.contains("first 8 tokens: KL 0.2500") &&
