@@ -605,14 +605,16 @@ int compareRecomputeCurve(const jobs::ComparePair &pair, const core::ConverterRe
 {
     bool warm = false;
     json rows = json::array();
+    const bool answers = !o.answers.empty(); // a column of expected answers given
     if (!asJson)
         std::printf(
             "recompute curve: converter '%s', %zu prompts, %d tokens each, positions %s\n\n"
-            "| share | prompts | KL | KL gap closed, 95%% CI | first 8 tokens: gap closed | top-1 | TTFT "
+            "| share | prompts | KL | KL gap closed, 95%% CI | first 8 tokens: gap closed | top-1 |%s TTFT "
             "scratch "
-            "ms | TTFT transfer ms | TTFT transfer, A cached ms |\n|--:|--:|--:|:--|:--|--:|--:|--:|--:|\n",
+            "ms | TTFT transfer ms | TTFT transfer, A cached ms |\n|--:|--:|--:|:--|:--|--:|%s--:|--:|--:|\n",
             record.name.c_str(), texts.size(), o.compare.maxTokens,
-            core::recomputePositionsName(o.compare.recompute.positions));
+            core::recomputePositionsName(o.compare.recompute.positions),
+            answers ? " answer given, transfer / scratch |" : "", answers ? "--:|" : "");
     for (double share : core::kRecomputeCurve) {
         o.compare.recompute.share = share;
         const auto run = jobs::compareSet(pair, record, texts, o, warm, [&](size_t, size_t, const auto *) {
@@ -631,15 +633,22 @@ int compareRecomputeCurve(const jobs::ComparePair &pair, const core::ConverterRe
                         {"kl_first8", s.klFirst},
                         {"kl_gap_closed_first8", intervalJson(s.klGapClosedFirst)},
                         {"top1", s.top1},
+                        {"answers", s.answered == 0
+                                        ? json(nullptr)
+                                        : json{{"prompts", s.answered},
+                                               {"found_scratch", s.answerScratch},
+                                               {"found_transfer", s.answerTransfer},
+                                               {"transfer_minus_scratch", intervalJson(s.answerDifference)}}},
                         {"ttft_ms_scratch", medianOf(x.ttftScratch)},
                         {"ttft_ms_transfer", medianOf(x.ttftTransfer)},
                         {"ttft_ms_transfer_cached", medianOf(x.ttftCached)}});
         if (!asJson)
-            std::printf("| %g | %zu | %.4f | %s | %s | %.3f | %.2f | %.2f | %.2f |\n", share,
-                        run.prompts.size(), s.kl,
-                        s.klGapClosed ? core::formatInterval(*s.klGapClosed).c_str() : "n/a",
-                        s.klGapClosedFirst ? core::formatInterval(*s.klGapClosedFirst).c_str() : "n/a",
-                        s.top1, medianOf(x.ttftScratch), medianOf(x.ttftTransfer), medianOf(x.ttftCached));
+            std::printf(
+                "| %g | %zu | %.4f | %s | %s | %.3f |%s %.2f | %.2f | %.2f |\n", share, run.prompts.size(),
+                s.kl, s.klGapClosed ? core::formatInterval(*s.klGapClosed).c_str() : "n/a",
+                s.klGapClosedFirst ? core::formatInterval(*s.klGapClosedFirst).c_str() : "n/a", s.top1,
+                answers ? fmt::format(" {:.3f} / {:.3f} |", s.answerTransfer, s.answerScratch).c_str() : "",
+                medianOf(x.ttftScratch), medianOf(x.ttftTransfer), medianOf(x.ttftCached));
     }
     if (asJson)
         std::printf("%s\n", json{{"converter", record.name},

@@ -161,6 +161,19 @@ private Q_SLOTS:
         QVERIFY2(r.out.contains("| expected answer given (2 prompts): scratch / transfer / A; transfer - "
                                 "scratch, 95% CI | 0.000 / 0.000 / 0.000; "),
                  r.out.constData());
+        // the recompute curve gives the answers at every share
+        r = runKvwb({"compare", "--experiment", q(exp), "--prompts", q(m_dir / "answers.jsonl"),
+                     "--max-tokens", "4", "--recompute-curve", "--json"});
+        QVERIFY2(r.exitCode == 0, r.err.constData());
+        const auto curve = QJsonDocument::fromJson(r.out).object()["recompute_curve"].toArray();
+        QCOMPARE(curve.size(), 6);
+        for (const auto &row : curve)
+            QCOMPARE(row.toObject()["answers"].toObject()["prompts"].toInt(), 2);
+        r = runKvwb({"compare", "--experiment", q(exp), "--prompts", q(m_dir / "answers.jsonl"),
+                     "--max-tokens", "4", "--recompute-curve"});
+        QVERIFY2(r.out.contains("| top-1 | answer given, transfer / scratch | TTFT") &&
+                     r.out.contains("| 0.000 / 0.000 |"),
+                 r.out.constData());
         // a file without answers has none in its summary
         r = runKvwb({"compare", "--experiment", q(exp), "--prompts", q(m_dir / "prompts.txt"), "--limit", "2",
                      "--max-tokens", "4", "--json"});
