@@ -154,6 +154,7 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
         c.rougeLA = core::rougeL(sample.a.text, sample.scratch.text);
         if (i < options.answers.size() && !options.answers[i].empty()) {
             const auto &want = options.answers[i];
+            c.outcome.sample.expectedAnswer = want;
             c.answer = ComparedPrompt::AnswerHits{core::answerFound(sample.scratch.text, want),
                                                   core::answerFound(sample.transfer.text, want),
                                                   core::answerFound(sample.a.text, want)};

@@ -140,24 +140,27 @@ json pathJson(const ComparisonPath &p, bool transfer, TextJson text)
 
 json sampleJson(const ComparisonSample &s, TextJson text = textJson)
 {
-    return {{"prompt", text(s.prompt)},
-            {"converter", text(s.converter)},
-            {"a", pathJson(s.a, false, text)},
-            {"scratch", pathJson(s.scratch, false, text)},
-            {"transfer", pathJson(s.transfer, true, text)},
-            {"first_divergence", s.firstDivergence},
-            {"mean_kl", s.meanKl},
-            {"top1", s.top1},
-            {"kl_no_prefix", s.klNoPrefix},
-            {"rouge_l", s.rougeL},
-            {"source_prefill_ms", s.sourcePrefillMs},
-            {"convert_ms", s.convertMs},
-            {"gate",
-             {{"signal", s.gateSignal},
-              {"value", s.gateValue},
-              {"threshold", s.gateThreshold},
-              {"passed", s.gatePassed}}},
-            {"created_utc", s.createdUtc}};
+    json j = {{"prompt", text(s.prompt)},
+              {"converter", text(s.converter)},
+              {"a", pathJson(s.a, false, text)},
+              {"scratch", pathJson(s.scratch, false, text)},
+              {"transfer", pathJson(s.transfer, true, text)},
+              {"first_divergence", s.firstDivergence},
+              {"mean_kl", s.meanKl},
+              {"top1", s.top1},
+              {"kl_no_prefix", s.klNoPrefix},
+              {"rouge_l", s.rougeL},
+              {"source_prefill_ms", s.sourcePrefillMs},
+              {"convert_ms", s.convertMs},
+              {"gate",
+               {{"signal", s.gateSignal},
+                {"value", s.gateValue},
+                {"threshold", s.gateThreshold},
+                {"passed", s.gatePassed}}},
+              {"created_utc", s.createdUtc}};
+    if (!s.expectedAnswer.empty()) // optional: lists written before it have none
+        j["expected_answer"] = text(s.expectedAnswer);
+    return j;
 }
 
 // Reading back: every field is required and typed; Error(Format) "<where> <field> ...".
@@ -295,6 +298,8 @@ public:
         s.gateThreshold = number(gate, "gate.", "threshold");
         s.gatePassed = boolean(gate, "gate.", "passed");
         s.createdUtc = string(j, "", "created_utc");
+        if (j.contains("expected_answer"))
+            s.expectedAnswer = text(j, "", "expected_answer");
         return s;
     }
 

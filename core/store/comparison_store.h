@@ -53,6 +53,9 @@ struct ComparisonSample
     double gateThreshold = 0;
     bool gatePassed = false;
     std::string createdUtc; // ISO 8601
+    // The prompt file's expected answer (`kvwb corpus context`), "" when it gave none; whether each
+    // path gives it is core::answerFound of the path's text.
+    std::string expectedAnswer;
 };
 
 // One sample as a JSON object with the fields the store keeps (snake_case, as docs/experiment-format.md

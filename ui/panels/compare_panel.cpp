@@ -1,5 +1,7 @@
 #include "ui/panels/compare_panel.h"
 
+#include "core/metrics/text_metrics.h"
+
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
@@ -95,6 +97,12 @@ QString pieceHtml(const std::string &piece)
     s.remove(QLatin1Char('\r'));
     s.replace(QLatin1Char('\n'), QStringLiteral("\u21b5<br>"));
     return s;
+}
+
+// At most n characters: a longer text keeps its first n - 1 and an ellipsis.
+QString elided(const QString &text, int n)
+{
+    return text.size() <= n ? text : text.left(n - 1) + QStringLiteral("\u2026");
 }
 
 QString fmt(double v, int decimals)
@@ -883,6 +891,14 @@ void ComparePanel::render()
         << tr("top-1 agreement %1%").arg(fmt(r.top1 * 100, 1)) << tr("ROUGE-L %1").arg(fmt(r.rougeL, 2))
         << (r.firstDivergence < 0 ? tr("identical continuations")
                                   : tr("first divergence at token %1").arg(r.firstDivergence));
+    if (!r.expectedAnswer.empty()) { // a prompt file's expected answer (kvwb corpus context)
+        const auto given = [&](const core::ComparisonPath &p) {
+            return core::answerFound(p.text, r.expectedAnswer) ? tr("yes") : tr("no");
+        };
+        parts << tr("expected answer \u201c%1\u201d given: scratch %2, transfer %3, A %4")
+                     .arg(elided(QString::fromStdString(r.expectedAnswer), 60), given(r.scratch),
+                          given(r.transfer), given(r.a));
+    }
     m_summaryPlain = parts.join(QStringLiteral(" \u00b7 "));
     QString rich = m_summaryPlain.toHtmlEscaped();
     const GateLine gate = gateLine(r);

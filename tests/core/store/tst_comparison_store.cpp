@@ -114,7 +114,7 @@ QString compareSamples(const std::vector<ComparisonSample> &got, const std::vect
             g.rougeL != w.rougeL || g.sourcePrefillMs != w.sourcePrefillMs || g.convertMs != w.convertMs ||
             g.gateSignal != w.gateSignal || g.gateValue != w.gateValue ||
             g.gateThreshold != w.gateThreshold || g.gatePassed != w.gatePassed ||
-            g.createdUtc != w.createdUtc)
+            g.createdUtc != w.createdUtc || g.expectedAnswer != w.expectedAnswer)
             return QString("sample %1: scalar fields differ").arg(i);
     }
     return {};
@@ -213,6 +213,13 @@ void TestComparisonStore::sampleAsJson()
     QCOMPARE(transfer["pieces"].toArray()[2].toString(), QString(" saves"));
     QVERIFY(!o["scratch"].toObject().contains("kl")); // measured on the transfer path only
     QCOMPARE(o["a"].toObject()["text"].toString(), QString::fromStdString(sample.a.text));
+    QVERIFY(!o.contains("expected_answer")); // only when the prompt file gave one
+    auto answered = sample;
+    answered.expectedAnswer = "6338";
+    QCOMPARE(QJsonDocument::fromJson(QByteArray::fromStdString(comparisonSampleJson(answered)))
+                 .object()["expected_answer"]
+                 .toString(),
+             QString("6338"));
 }
 
 void TestComparisonStore::roundTrip()
@@ -223,7 +230,8 @@ void TestComparisonStore::roundTrip()
     std::vector<ComparisonSample> samples{makeSample(0), makeSample(1)};
     samples[1].transfer.kl.clear(); // not measured
     samples[1].firstDivergence = -1;
-    samples[1].a = {}; // nothing generated
+    samples[1].a = {};                     // nothing generated
+    samples[1].expectedAnswer = "Biscuit"; // a prompt file's answer; sample 0 has none
     saveComparisons(path, "run_1", samples);
     saveComparisons(path, "empty", {});
     QString e = compareSamples(loadComparisons(path, "run_1"), samples);
@@ -399,6 +407,9 @@ void TestComparisonStore::handEditedFileRefused_data()
     QTest::newRow("gate") << "\"passed\":true"
                           << "\"passed\":1"
                           << "sample 0 gate.passed is not true or false";
+    QTest::newRow("expected answer type") << "\"created_utc\":"
+                                          << "\"expected_answer\":5,\"created_utc\":"
+                                          << "sample 0 expected_answer is not";
     QTest::newRow("not json") << "{"
                               << "{{"
                               << "samples entry 0 is not JSON";

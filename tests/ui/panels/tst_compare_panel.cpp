@@ -216,6 +216,23 @@ private Q_SLOTS:
         QVERIFY(panel.summaryText().contains("identical continuations"));
     }
 
+    // A sample from a prompt file with expected answers says which path gave it.
+    void expectedAnswer()
+    {
+        ui::ComparePanel panel;
+        auto r = sixTokens();
+        panel.showResult(r);
+        QVERIFY(!panel.summaryText().contains("expected answer"));
+        r.expectedAnswer = "keys";
+        panel.showResult(r);
+        QVERIFY2(panel.summaryText().contains(QString::fromUtf8(
+                     "expected answer \u201ckeys\u201d given: scratch yes, transfer no, A yes")),
+                 qPrintable(panel.summaryText()));
+        r.expectedAnswer = std::string(80, 'x');
+        panel.showResult(r);
+        QVERIFY(panel.summaryText().contains(QString(59, 'x') + QString::fromUtf8("\u2026\u201d")));
+    }
+
     void klColouring()
     {
         ui::ComparePanel panel;
