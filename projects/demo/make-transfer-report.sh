@@ -210,6 +210,16 @@ print(f"{sys.argv[2]}: KL {s['kl']:.4f} (no prefix {s['kl_no_prefix']:.4f}), gap
 PY
   done
 done
+echo "   the defaults' recompute curve on the held-out questions, with the answers, at both ends and at the end"
+for pos in ends recent first; do
+  "$KVWB" compare --experiment "$EXP" --converter defaults --prompts "$WORK/corpus.jsonl" --split validation \
+    --limit 150 --max-tokens 24 --recompute-curve --recompute-positions "$pos" --threads 1 \
+    | tee "$OUT/context-recompute-$pos.md"
+done
+echo "   calibration on single documents (question and answer) instead of joined fours, the same tokens"
+capture_pair "$OUT/single-docs.h5" a b capture-single-docs 1 2400
+align_in "$OUT/single-docs.h5" all-tf --select all --lambda auto --family ridge --token-features all
+compare150 "$OUT/single-docs.h5" all-tf single-docs-all-tf --baselines
 fi
 
 if want defaults; then
