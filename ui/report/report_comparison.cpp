@@ -2,6 +2,8 @@
 
 #include "ui/report/report_text.h"
 
+#include "core/metrics/text_metrics.h"
+
 #include <QString>
 
 #include <fmt/format.h>
@@ -91,13 +93,22 @@ std::string divergenceText(const core::ComparisonSample &s)
 
 std::string comparisonMetrics(const core::ComparisonSample &s)
 {
+    std::string answer; // a prompt file's expected answer (kvwb corpus context)
+    if (!s.expectedAnswer.empty()) {
+        const auto given = [&](const core::ComparisonPath &p) {
+            return core::answerFound(p.text, s.expectedAnswer) ? "yes" : "no";
+        };
+        answer = fmt::format(" Expected answer \u201c{}\u201d given by scratch {}, transfer {}, A {}.",
+                             s.expectedAnswer, given(s.scratch), given(s.transfer), given(s.a));
+    }
     return fmt::format("KL to scratch {} nats (no-prefix floor {} nats); top-1 agreement {}; ROUGE-L {}; "
                        "TTFT scratch {} ms vs transfer {} ms (source prefill {} ms, convert {} ms); first "
                        "divergence: {}; gate {} = {} vs threshold {}: {}.",
                        shown(s.meanKl), shown(s.klNoPrefix), percent(s.top1), shown(s.rougeL),
                        shown(s.scratch.ttftMs), shown(s.transfer.ttftMs), shown(s.sourcePrefillMs),
                        shown(s.convertMs), divergenceText(s), s.gateSignal.empty() ? "-" : s.gateSignal,
-                       shown(s.gateValue), shown(s.gateThreshold), s.gatePassed ? "passed" : "failed");
+                       shown(s.gateValue), shown(s.gateThreshold), s.gatePassed ? "passed" : "failed") +
+           answer;
 }
 
 struct PathView

@@ -1,6 +1,7 @@
 #include "ui/report/report_data.h"
 
 #include "core/ledger/prices.h"
+#include "core/metrics/text_metrics.h"
 #include "core/store/ledger_store.h"
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
@@ -202,13 +203,21 @@ std::string comparisonsCsv(const std::vector<ReportComparisons> &lists)
         "transfer_tokens,first_divergence,mean_kl,kl_no_prefix,top1,rouge_l,prompt_tokens_a,"
         "prompt_tokens_b,reused_tokens,ttft_ms_a,ttft_ms_scratch,ttft_ms_transfer,"
         "decode_tok_per_s_a,decode_tok_per_s_scratch,decode_tok_per_s_transfer,source_prefill_ms,"
-        "convert_ms,gate_signal,gate_value,gate_threshold,gate_passed,created_utc\n";
+        "convert_ms,gate_signal,gate_value,gate_threshold,gate_passed,created_utc,expected_answer,"
+        "answer_scratch,answer_transfer,answer_a\n";
     for (const auto &l : lists)
         for (size_t i = 0; i < l.samples.size(); ++i) {
             const core::ComparisonSample &s = l.samples[i];
+            // whether each path gives the expected answer: 1 / 0, empty without one
+            const auto given = [&](const core::ComparisonPath &p) {
+                return s.expectedAnswer.empty()                      ? std::string()
+                       : core::answerFound(p.text, s.expectedAnswer) ? "1"
+                                                                     : "0";
+            };
             out += fmt::format(
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}"
-                "\n",
+                ",{},{},"
+                "{},{}\n",
                 csvField(l.name), i, csvField(s.converter), csvField(s.prompt), csvField(s.a.text),
                 csvField(s.scratch.text), csvField(s.transfer.text), s.a.ids.size(), s.scratch.ids.size(),
                 s.transfer.ids.size(), s.firstDivergence, exact(s.meanKl), exact(s.klNoPrefix), exact(s.top1),
@@ -216,7 +225,8 @@ std::string comparisonsCsv(const std::vector<ReportComparisons> &lists)
                 exact(s.a.ttftMs), exact(s.scratch.ttftMs), exact(s.transfer.ttftMs),
                 exact(s.a.decodeTokPerS), exact(s.scratch.decodeTokPerS), exact(s.transfer.decodeTokPerS),
                 exact(s.sourcePrefillMs), exact(s.convertMs), csvField(s.gateSignal), exact(s.gateValue),
-                exact(s.gateThreshold), s.gatePassed ? 1 : 0, csvField(s.createdUtc));
+                exact(s.gateThreshold), s.gatePassed ? 1 : 0, csvField(s.createdUtc),
+                csvField(s.expectedAnswer), given(s.scratch), given(s.transfer), given(s.a));
         }
     return out;
 }

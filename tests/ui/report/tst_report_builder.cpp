@@ -310,6 +310,7 @@ private Q_SLOTS:
         identical.transfer = identical.scratch;
         identical.transfer.kl.assign(identical.scratch.ids.size(), 0.0);
         identical.firstDivergence = -1;
+        identical.expectedAnswer = "past K/V"; // a prompt file's answer; the others have none
         // Byte-level pieces that split one character; the divergence falls on its second half.
         ComparisonSample split = makeComparison();
         split.scratch = comparisonPath({"Hi", " \xf0\x9f", "\x98\x80"}, 30);
@@ -709,6 +710,12 @@ private Q_SLOTS:
         QCOMPARE(std::stod(rows[1][col("kl_no_prefix")]), want.klNoPrefix);
         QCOMPARE(std::stod(rows[1][col("ttft_ms_transfer")]), want.transfer.ttftMs);
         QCOMPARE(rows[1][col("gate_passed")], std::string("1"));
+        QCOMPARE(rows[1][col("expected_answer")], std::string());
+        QCOMPARE(rows[1][col("answer_transfer")], std::string()); // no answer given: empty
+        QCOMPARE(rows[2][col("expected_answer")], std::string("past K/V"));
+        QCOMPARE(rows[2][col("answer_scratch")], std::string("1"));
+        QCOMPARE(rows[2][col("answer_transfer")], std::string("1"));
+        QCOMPARE(rows[2][col("answer_a")], std::string("0"));
 
         QJsonParseError err;
         const QJsonDocument doc = QJsonDocument::fromJson(readAll(out / "report.json"), &err);
@@ -749,6 +756,9 @@ private Q_SLOTS:
         QVERIFY(html.contains("top-1 agreement 60.0%"));
         QVERIFY(html.contains("gate tail_kl = 0.0625 vs threshold 0.1: passed"));
         QVERIFY(html.contains("none (identical continuations)"));
+        QVERIFY(
+            html.contains("Expected answer \u201cpast K/V\u201d given by scratch yes, transfer yes, A no."));
+        QCOMPARE(countOf(html, "Expected answer"), 1);
 
         const auto md = readAll(ui::writeMarkdown(d, out).front());
         QVERIFY(md.contains("## Comparison samples"));
