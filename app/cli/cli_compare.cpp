@@ -359,6 +359,12 @@ GateQuality gateQuality(const jobs::CompareSetRun &run, const gpu::CompareOption
 }
 
 // One prompt's row of `kvwb compare --json`.
+json answerJson(const std::optional<core::AnswerHits> &hits)
+{
+    return hits ? json{{"scratch", hits->scratch}, {"transfer", hits->transfer}, {"a", hits->a}}
+                : json(nullptr);
+}
+
 json comparedPromptJson(const jobs::ComparedPrompt &c, const std::string &text)
 {
     const auto &sample = c.outcome.sample;
@@ -388,10 +394,7 @@ json comparedPromptJson(const jobs::ComparedPrompt &c, const std::string &text)
             {"convert_ms", sample.convertMs},
             {"speedup", sample.scratch.ttftMs / sample.transfer.ttftMs},
             {"speedup_cached", sample.scratch.ttftMs / c.outcome.ttftCachedMs},
-            {"answer",
-             c.answer
-                 ? json{{"scratch", c.answer->scratch}, {"transfer", c.answer->transfer}, {"a", c.answer->a}}
-                 : json(nullptr)},
+            {"answer", answerJson(core::answerHits(sample))},
             {"gate",
              {{"signal", gpu::gateSignalName(gate.signal)},
               {"value", gate.value},

@@ -152,13 +152,8 @@ CompareSetRun compareSet(const ComparePair &pair, const core::ConverterRecord &r
         }
         const auto &sample = c.outcome.sample;
         c.rougeLA = core::rougeL(sample.a.text, sample.scratch.text);
-        if (i < options.answers.size() && !options.answers[i].empty()) {
-            const auto &want = options.answers[i];
-            c.outcome.sample.expectedAnswer = want;
-            c.answer = ComparedPrompt::AnswerHits{core::answerFound(sample.scratch.text, want),
-                                                  core::answerFound(sample.transfer.text, want),
-                                                  core::answerFound(sample.a.text, want)};
-        }
+        if (i < options.answers.size())
+            c.outcome.sample.expectedAnswer = options.answers[i];
         run.prompts.push_back(std::move(c));
         if (progress && !progress(i, texts.size(), &run.prompts.back())) {
             run.cancelled = i + 1 < texts.size();
@@ -178,10 +173,10 @@ CompareSetSummary summarizeCompareSet(const CompareSetRun &run)
     s.matchTokens = run.matchTokens;
     std::vector<double> klFirstToken, answerScratch, answerTransfer, answerA;
     for (const auto &c : run.prompts) {
-        if (c.answer) {
-            answerScratch.push_back(c.answer->scratch ? 1 : 0);
-            answerTransfer.push_back(c.answer->transfer ? 1 : 0);
-            answerA.push_back(c.answer->a ? 1 : 0);
+        if (const auto hits = core::answerHits(c.outcome.sample)) {
+            answerScratch.push_back(hits->scratch ? 1 : 0);
+            answerTransfer.push_back(hits->transfer ? 1 : 0);
+            answerA.push_back(hits->a ? 1 : 0);
         }
         const auto &sample = c.outcome.sample;
         const bool match = core::firstTokensMatch(sample.firstDivergence, run.matchTokens);

@@ -56,13 +56,6 @@ struct ComparedPrompt
     gpu::TokenPairing tokens;
     gpu::CompareOutcome outcome; // its sample labelled (compareOne)
     double rougeLA = 0;          // ROUGE-L of A's answer against B's from scratch
-    // With an expected answer (CompareSetOptions::answers): whether each path's text gives it
-    // (core::answerFound).
-    struct AnswerHits
-    {
-        bool scratch = false, transfer = false, a = false;
-    };
-    std::optional<AnswerHits> answer;
 };
 
 // Another converter run on the same prompts: "versus" (a second fitted converter), "raw_source_kv"
@@ -82,6 +75,7 @@ struct CompareSetOptions
     std::optional<core::ConverterRecord> versus; // a second converter on the same prompts
     int matchTokens = 4; // the gate's measured precision: first tokens that must match scratch's
     // The texts' expected answers (a prompt file's "answer"; "" where none), by index; empty: none.
+    // Each compared sample keeps its own (ComparisonSample::expectedAnswer, core::answerHits).
     std::vector<std::string> answers;
 };
 

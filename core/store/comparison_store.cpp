@@ -1,5 +1,6 @@
 #include "core/store/comparison_store.h"
 
+#include "core/metrics/text_metrics.h"
 #include "core/store/hdf5_handle.h"
 #include "core/util/build_info.h"
 #include "core/util/error.h"
@@ -395,6 +396,15 @@ std::vector<ComparisonSample> loadComparisons(const fs::path &experiment, const 
         samples.push_back(std::move(s));
     }
     return samples;
+}
+
+std::optional<AnswerHits> answerHits(const ComparisonSample &s)
+{
+    if (s.expectedAnswer.empty())
+        return std::nullopt;
+    return AnswerHits{answerFound(s.scratch.text, s.expectedAnswer),
+                      answerFound(s.transfer.text, s.expectedAnswer),
+                      answerFound(s.a.text, s.expectedAnswer)};
 }
 
 std::string comparisonSampleJson(const ComparisonSample &sample)

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,14 @@ struct ComparisonSample
     // path gives it is core::answerFound of the path's text.
     std::string expectedAnswer;
 };
+
+// Whether each path's text gives the sample's expected answer (core::answerFound); nullopt when it
+// has none. Derived on demand, never stored.
+struct AnswerHits
+{
+    bool scratch = false, transfer = false, a = false;
+};
+std::optional<AnswerHits> answerHits(const ComparisonSample &sample);
 
 // One sample as a JSON object with the fields the store keeps (snake_case, as docs/experiment-format.md
 // lists them); bytes that are not valid UTF-8 (part of a character in a piece) become U+FFFD, so

@@ -989,6 +989,52 @@ private Q_SLOTS:
                 QVERIFY(w.grab().save(screenshotDir() + QString("/layout_%1_%2_busy.png").arg(tag, step)));
             w.setEngineBusy(false);
         }
+        // the Compare step with a sample and a prompt set that carry expected answers (kvwb corpus
+        // context): their lines wrap inside the page
+        {
+            w.showStep("compare");
+            const auto path = [](const std::vector<std::string> &pieces) {
+                core::ComparisonPath p;
+                for (const auto &piece : pieces) {
+                    p.ids.push_back(int(p.ids.size()));
+                    p.pieces.push_back(piece);
+                    p.logprobs.push_back(-0.5f);
+                    p.text += piece;
+                }
+                return p;
+            };
+            ui::CompareResult r;
+            r.prompt = "Ivan has a horse called Felix. Tom has a goat called Max. Tom's goat is called";
+            r.converter = "defaults";
+            r.a = path({" Felix", "."});
+            r.scratch = path({" Max", ".", " He", " likes", " apples", "."});
+            r.transfer = path({" Max", ".", " He", " likes", " grass", "."});
+            r.transfer.kl = {0.01, 0.02, 0.05, 0.1, 1.2, 0.1};
+            r.firstDivergence = 4;
+            r.gateSignal = "tail_kl";
+            r.gateThreshold = 0.1;
+            r.expectedAnswer = "Max";
+            w.comparePanel()->showResult(r);
+            QTest::qWait(30);
+            QString fault = layoutFault(w, "compare", tag + " with an expected answer");
+            QVERIFY2(fault.isEmpty(), qPrintable(fault));
+            QVERIFY(w.grab().save(screenshotDir() + QString("/layout_%1_compare_answer.png").arg(tag)));
+            ui::CompareSetSummary set;
+            set.converter = "defaults";
+            set.source = "context-names.jsonl";
+            set.set.prompts = set.requested = 100;
+            set.set.klGapClosed = core::Interval{0.928, 0.917, 0.937};
+            set.set.answered = 100;
+            set.set.answerScratch = 0.427;
+            set.set.answerTransfer = 0.333;
+            set.set.answerA = 0.293;
+            set.set.answerDifference = core::Interval{-0.093, -0.167, -0.013};
+            w.comparePanel()->showSetSummary(set);
+            QTest::qWait(30);
+            fault = layoutFault(w, "compare", tag + " with a set's answers");
+            QVERIFY2(fault.isEmpty(), qPrintable(fault));
+            QVERIFY(w.grab().save(screenshotDir() + QString("/layout_%1_compare_set_answers.png").arg(tag)));
+        }
         // the check sees a label past the right edge and one squeezed below its text's width
         w.showStep("compare");
         QWidget *content = w.stepPage("compare")->widget();

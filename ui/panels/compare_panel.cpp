@@ -1,7 +1,5 @@
 #include "ui/panels/compare_panel.h"
 
-#include "core/metrics/text_metrics.h"
-
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
@@ -891,13 +889,11 @@ void ComparePanel::render()
         << tr("top-1 agreement %1%").arg(fmt(r.top1 * 100, 1)) << tr("ROUGE-L %1").arg(fmt(r.rougeL, 2))
         << (r.firstDivergence < 0 ? tr("identical continuations")
                                   : tr("first divergence at token %1").arg(r.firstDivergence));
-    if (!r.expectedAnswer.empty()) { // a prompt file's expected answer (kvwb corpus context)
-        const auto given = [&](const core::ComparisonPath &p) {
-            return core::answerFound(p.text, r.expectedAnswer) ? tr("yes") : tr("no");
-        };
+    if (const auto hits = core::answerHits(r)) { // a prompt file's expected answer (kvwb corpus context)
+        const auto given = [this](bool yes) { return yes ? tr("yes") : tr("no"); };
         parts << tr("expected answer \u201c%1\u201d given: scratch %2, transfer %3, A %4")
-                     .arg(elided(QString::fromStdString(r.expectedAnswer), 60), given(r.scratch),
-                          given(r.transfer), given(r.a));
+                     .arg(elided(QString::fromStdString(r.expectedAnswer), 60), given(hits->scratch),
+                          given(hits->transfer), given(hits->a));
     }
     m_summaryPlain = parts.join(QStringLiteral(" \u00b7 "));
     QString rich = m_summaryPlain.toHtmlEscaped();

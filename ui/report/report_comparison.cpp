@@ -2,8 +2,6 @@
 
 #include "ui/report/report_text.h"
 
-#include "core/metrics/text_metrics.h"
-
 #include <QString>
 
 #include <fmt/format.h>
@@ -94,12 +92,10 @@ std::string divergenceText(const core::ComparisonSample &s)
 std::string comparisonMetrics(const core::ComparisonSample &s)
 {
     std::string answer; // a prompt file's expected answer (kvwb corpus context)
-    if (!s.expectedAnswer.empty()) {
-        const auto given = [&](const core::ComparisonPath &p) {
-            return core::answerFound(p.text, s.expectedAnswer) ? "yes" : "no";
-        };
+    if (const auto hits = core::answerHits(s)) {
+        const auto given = [](bool yes) { return yes ? "yes" : "no"; };
         answer = fmt::format(" Expected answer \u201c{}\u201d given by scratch {}, transfer {}, A {}.",
-                             s.expectedAnswer, given(s.scratch), given(s.transfer), given(s.a));
+                             s.expectedAnswer, given(hits->scratch), given(hits->transfer), given(hits->a));
     }
     return fmt::format("KL to scratch {} nats (no-prefix floor {} nats); top-1 agreement {}; ROUGE-L {}; "
                        "TTFT scratch {} ms vs transfer {} ms (source prefill {} ms, convert {} ms); first "

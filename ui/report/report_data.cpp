@@ -1,7 +1,6 @@
 #include "ui/report/report_data.h"
 
 #include "core/ledger/prices.h"
-#include "core/metrics/text_metrics.h"
 #include "core/store/ledger_store.h"
 #include "core/util/atomic_file.h"
 #include "core/util/build_info.h"
@@ -209,10 +208,9 @@ std::string comparisonsCsv(const std::vector<ReportComparisons> &lists)
         for (size_t i = 0; i < l.samples.size(); ++i) {
             const core::ComparisonSample &s = l.samples[i];
             // whether each path gives the expected answer: 1 / 0, empty without one
-            const auto given = [&](const core::ComparisonPath &p) {
-                return s.expectedAnswer.empty()                      ? std::string()
-                       : core::answerFound(p.text, s.expectedAnswer) ? "1"
-                                                                     : "0";
+            const auto hits = core::answerHits(s);
+            const auto given = [&](bool core::AnswerHits::*path) {
+                return !hits ? "" : (*hits).*path ? "1" : "0";
             };
             out += fmt::format(
                 "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}"
@@ -226,7 +224,8 @@ std::string comparisonsCsv(const std::vector<ReportComparisons> &lists)
                 exact(s.a.decodeTokPerS), exact(s.scratch.decodeTokPerS), exact(s.transfer.decodeTokPerS),
                 exact(s.sourcePrefillMs), exact(s.convertMs), csvField(s.gateSignal), exact(s.gateValue),
                 exact(s.gateThreshold), s.gatePassed ? 1 : 0, csvField(s.createdUtc),
-                csvField(s.expectedAnswer), given(s.scratch), given(s.transfer), given(s.a));
+                csvField(s.expectedAnswer), given(&core::AnswerHits::scratch),
+                given(&core::AnswerHits::transfer), given(&core::AnswerHits::a));
         }
     return out;
 }

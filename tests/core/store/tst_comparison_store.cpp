@@ -214,12 +214,19 @@ void TestComparisonStore::sampleAsJson()
     QVERIFY(!o["scratch"].toObject().contains("kl")); // measured on the transfer path only
     QCOMPARE(o["a"].toObject()["text"].toString(), QString::fromStdString(sample.a.text));
     QVERIFY(!o.contains("expected_answer")); // only when the prompt file gave one
+    QVERIFY(!answerHits(sample));
     auto answered = sample;
     answered.expectedAnswer = "6338";
     QCOMPARE(QJsonDocument::fromJson(QByteArray::fromStdString(comparisonSampleJson(answered)))
                  .object()["expected_answer"]
                  .toString(),
              QString("6338"));
+    // which paths give it: scratch "A cache stores ...", transfer "A cache saves ...", A "Caching keeps ..."
+    answered.expectedAnswer = "cache stores";
+    const auto hits = answerHits(answered);
+    QVERIFY(hits && hits->scratch && !hits->transfer && !hits->a);
+    answered.expectedAnswer = "A cache";
+    QVERIFY(answerHits(answered)->transfer && !answerHits(answered)->a);
 }
 
 void TestComparisonStore::roundTrip()
