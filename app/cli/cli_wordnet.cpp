@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <span>
 
 namespace kvwb::app {
 
@@ -105,7 +106,8 @@ core::WordNet loadWordNet(const QCommandLineParser &p)
     return wn;
 }
 
-// Which `kvwb workload` sources each option applies to (options not listed apply to all writers).
+// Which sources of `kvwb workload` / `kvwb corpus` each option applies to (options not listed apply
+// to all of them).
 struct OptionScope
 {
     const char *name;
@@ -150,9 +152,16 @@ const OptionScope kOptionScopes[] = {
     {"fits", "wordnet multiturn sharegpt quora"},
 };
 
-void checkOptionScopes(const QCommandLineParser &p, const QString &source)
+const OptionScope kCorpusOptionScopes[] = {
+    {"min-examples", "wordnet"},   {"max-examples", "wordnet"}, {"kinds", "context"},
+    {"count", "context"},          {"entities", "context"},     {"distance", "context"},
+    {"counterfactual", "context"},
+};
+
+void checkOptionScopes(const QCommandLineParser &p, const QString &source,
+                       std::span<const OptionScope> scopes = kOptionScopes)
 {
-    for (const OptionScope &o : kOptionScopes) {
+    for (const OptionScope &o : scopes) {
         if (!p.isSet(o.name))
             continue;
         const QStringList sources = QString(o.sources).split(' ');
@@ -534,9 +543,6 @@ int wordnetWorkload(const QCommandLineParser &p)
 // `kvwb corpus context`: prompts whose answer was stated earlier in them (core/workload/context_prompts.h).
 int contextCorpus(const QCommandLineParser &p)
 {
-    for (const char *o : {"min-examples", "max-examples"})
-        if (p.isSet(o))
-            throw UsageError{fmt::format("--{} applies to the wordnet source only", o)};
     core::ContextPromptOptions o;
     if (p.isSet("kinds")) {
         o.kinds.clear();
@@ -608,11 +614,9 @@ int cmdCorpus(const QStringList &args)
           "`kvwb compare --prompts`, which reports how often each path gives the expected answer.",
           "SOURCE", "wordnet, or context.");
     checkSource(p, true);
+    checkOptionScopes(p, p.positionalArguments().first(), kCorpusOptionScopes);
     if (p.positionalArguments().first() == "context")
         return contextCorpus(p);
-    for (const char *o : {"kinds", "count", "entities", "distance", "counterfactual"})
-        if (p.isSet(o))
-            throw UsageError{fmt::format("--{} applies to the context source only", o)};
     core::CorpusOptions o;
     o.concepts = size_t(intOption(p, "concepts", 3000, 1));
     o.seed = seedOption(p);
